@@ -1,0 +1,260 @@
+// Command bench measures PandaStack on this machine and writes bench/results.json (flat keys,
+// merged with what other benchmarks wrote). Every ratio compares figures measured in the same run.
+//
+//	go run ./bench -out bench/results.json
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/hostagent"
+	"github.com/pandastack/pandastack/internal/template"
+)
+
+func main() {
+	out := flag.String("out", "bench/results.json", "results file (merged)")
+	dataDir := flag.String("data-dir", "/var/tmp/pandastack-bench", "agent data dir (re-used between runs)")
+	guestAgent := flag.String("guest-agent", "bin/pandastack-guest", "pandastack-guest binary")
+	creates := flag.Int("creates", 30, "creates for the create latency figures")
+	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
+	flag.Parse()
+	if err := run(*out, *dataDir, *guestAgent, *creates, *idle); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	agent *hostagent.Agent
+	url   string
+}
+
+func run(out, dataDir, guestAgent string, creates, idle int) error {
+	abs, err := filepath.Abs(guestAgent)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	a, err := hostagent.New(ctx, hostagent.Config{
+		DataDir: dataDir, GuestAgent: abs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Templates: map[string]template.Spec{
+			"bench-256m": {Name: "bench-256m", Image: "base", VCPUs: 1, MemoryMiB: 256, DiskMiB: 2048},
+			"bench-1g":   {Name: "bench-1g", Image: "base", VCPUs: 1, MemoryMiB: 1024, DiskMiB: 2048},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	b := &bench{agent: a, url: srv.URL}
+	for _, sb := range a.List() { // leftovers of an interrupted run
+		a.Kill(sb.ID)
+	}
+	res := map[string]float64{}
+	fmt.Printf("accelerator: %s\n", a.Accel())
+
+	for _, name := range []string{"base", "bench-256m", "bench-1g"} {
+		t := time.Now()
+		info, err := a.EnsureTemplate(ctx, name, func(s string) { fmt.Println("  " + s) })
+		if err != nil {
+			return err
+		}
+		fmt.Printf("template %s ready (bake took %d ms; this call %d ms)\n", name, info.BakeMs, time.Since(t).Milliseconds())
+		if name == "base" {
+			res["cold_bake_ms"] = float64(info.BakeMs)
+		}
+	}
+
+	// Create (API call to ready-for-exec) and the bare restore of the same snapshot, interleaved so
+	// both see the same machine load.
+	var create, bare []float64
+	for i := 0; i < creates; i++ {
+		d, id, err := b.create("base")
+		if err != nil {
+			return err
+		}
+		create = append(create, d)
+		a.Kill(id)
+		d, err = a.BareRestore(ctx, "base")
+		if err != nil {
+			return err
+		}
+		bare = append(bare, d)
+	}
+	res["create_p50_ms"], res["create_p99_ms"] = pct(create, 50), pct(create, 99)
+	res["bare_restore_p50_ms"] = pct(bare, 50)
+	res["create_over_bare_restore"] = res["create_p50_ms"] / res["bare_restore_p50_ms"]
+
+	var c256, c1g []float64
+	for i := 0; i < creates/2; i++ {
+		for _, tc := range []struct {
+			name string
+			into *[]float64
+		}{{"bench-256m", &c256}, {"bench-1g", &c1g}} {
+			d, id, err := b.create(tc.name)
+			if err != nil {
+				return err
+			}
+			*tc.into = append(*tc.into, d)
+			a.Kill(id)
+		}
+	}
+	res["create_256m_p50_ms"], res["create_1g_p50_ms"] = pct(c256, 50), pct(c1g, 50)
+	res["create_1g_over_256m"] = res["create_1g_p50_ms"] / res["create_256m_p50_ms"]
+
+	// exec `true` round trip through the API.
+	_, id, err := b.create("base")
+	if err != nil {
+		return err
+	}
+	var execs []float64
+	for i := 0; i < 100; i++ {
+		t := time.Now()
+		if err := b.post("/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": "true"}, 200); err != nil {
+			return err
+		}
+		execs = append(execs, ms(time.Since(t)))
+	}
+	a.Kill(id)
+	res["exec_true_p50_ms"], res["exec_true_p99_ms"] = pct(execs, 50), pct(execs, 99)
+
+	// Host memory per idle sandbox: PSS of each VMM with `idle` running.
+	var ids []string
+	for i := 0; i < idle; i++ {
+		_, id, err := b.create("base")
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	time.Sleep(5 * time.Second)
+	var pss []float64
+	for _, id := range ids {
+		info, err := a.Get(id)
+		if err != nil {
+			return err
+		}
+		kb, err := pssKB(info.Pid)
+		if err != nil {
+			return err
+		}
+		pss = append(pss, kb/1024)
+	}
+	for _, id := range ids {
+		a.Kill(id)
+	}
+	res["idle_pss_mib"] = pct(pss, 50)
+	res["idle_sandboxes"] = float64(idle)
+
+	printTable(res)
+	return merge(out, res)
+}
+
+func (b *bench) create(template string) (float64, string, error) {
+	body, _ := json.Marshal(map[string]any{"template": template})
+	t := time.Now()
+	resp, err := http.Post(b.url+"/v1/sandboxes", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	d := ms(time.Since(t))
+	var sb hostagent.SandboxInfo
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 201 || json.Unmarshal(data, &sb) != nil {
+		return 0, "", fmt.Errorf("create %s: %d %s", template, resp.StatusCode, data)
+	}
+	return d, sb.ID, nil
+}
+
+func (b *bench) post(path string, v any, want int) error {
+	body, _ := json.Marshal(v)
+	resp, err := http.Post(b.url+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s: %d %s", path, resp.StatusCode, data)
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// pct is the p-th percentile with linear interpolation.
+func pct(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	k := (float64(len(s)) - 1) * p / 100
+	f := int(k)
+	if f+1 >= len(s) {
+		return s[f]
+	}
+	return s[f] + (s[f+1]-s[f])*(k-float64(f))
+}
+
+func pssKB(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "Pss:" {
+			return strconv.ParseFloat(f[1], 64)
+		}
+	}
+	return 0, fmt.Errorf("no Pss in smaps_rollup of %d", pid)
+}
+
+func printTable(res map[string]float64) {
+	keys := make([]string, 0, len(res))
+	for k := range res {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Println("\nfigure                      value")
+	for _, k := range keys {
+		fmt.Printf("%-27s %8.2f\n", k, res[k])
+	}
+	fmt.Printf("\ntargets: create/bare-restore <= 1.25 (%.2f), 1g/256m create <= 1.2 (%.2f), idle PSS <= 90 MiB (%.1f)\n",
+		res["create_over_bare_restore"], res["create_1g_over_256m"], res["idle_pss_mib"])
+}
+
+// merge writes res into the results file, keeping keys other benchmarks wrote.
+func merge(path string, res map[string]float64) error {
+	all := map[string]any{}
+	if data, err := os.ReadFile(path); err == nil {
+		json.Unmarshal(data, &all)
+	}
+	for k, v := range res {
+		all[k] = float64(int64(v*100+0.5)) / 100
+	}
+	all["measured_at"] = time.Now().UTC().Format(time.RFC3339)
+	data, _ := json.MarshalIndent(all, "", "  ")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/pandastack/pandastack/internal/hostagent"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	var cfg hostagent.Config
+	var addr string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the host agent: owns the microVMs on this machine (HTTP API for the control plane)",
+		Long: `Run the host agent. It bakes templates (cold boot + snapshot, once per template), restores
+sandboxes from those snapshots, and serves exec and file calls for the control plane.
+Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept running.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cfg.Token == "" {
+				cfg.Token = os.Getenv("PANDASTACK_AGENT_TOKEN")
+			}
+			if cfg.Token == "" && !isLoopback(addr) {
+				return errors.New("an agent listening beyond loopback needs --token (or PANDASTACK_AGENT_TOKEN)")
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+			hostagent.Version = version
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			agent, err := hostagent.New(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer agent.Close()
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return err
+			}
+			cfg.Logger.Info("host agent listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "accel", agent.Accel())
+			srv := &http.Server{Handler: agent.Handler()}
+			go func() {
+				<-ctx.Done()
+				srv.Close()
+			}()
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			fmt.Fprintln(os.Stderr, "host agent stopped; running sandboxes keep running and are re-adopted at the next start")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/pandastack/agent", "where images, templates and sandbox disks live")
+	f.StringVar(&addr, "addr", "127.0.0.1:7070", "listen address of the agent API")
+	f.StringVar(&cfg.Token, "token", "", "shared secret the control plane must send (default $PANDASTACK_AGENT_TOKEN)")
+	f.StringVar(&cfg.Accel, "accel", "", "force the accelerator: kvm or tcg (default: probe)")
+	f.StringVar(&cfg.GuestAgent, "guest-agent", "", "path of the pandastack-guest binary (default: next to this binary)")
+	f.IntVar(&cfg.PoolGiB, "pool-gib", 64, "size of the sparse XFS pool made when the data dir cannot reflink")
+	rootCmd.AddCommand(cmd)
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,323 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// device is the raw byte stream to the host. Read returns (0, nil) while no
+// host is connected (virtio-serial semantics) and a non-nil error only when the
+// device is gone for good.
+type device interface {
+	Read(p []byte) (int, error)
+	Write(p []byte) (int, error)
+	Close() error
+}
+
+var (
+	errHostGone = errors.New("host disconnected")
+	errDetached = errors.New("port consumer detached")
+)
+
+// portMux owns the single reader of a device and hands bytes to one consumer
+// at a time (the handshake scanner, then a yamux session, then the scanner
+// again...). A blocking device read cannot be interrupted, so a dead yamux
+// session must not keep reading: only this goroutine reads, and a detached
+// consumer simply stops being served. Unconsumed bytes stay for the next one.
+type portMux struct {
+	dev device
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	scratch []byte
+	buf     []byte // read but not yet consumed (aliases scratch)
+	gone    bool   // host disconnected; not yet reported to a consumer
+	err     error  // device failed for good
+	gen     uint64 // current consumer
+
+	wmu sync.Mutex // one device write at a time, so lines and frames never interleave
+}
+
+func newPortMux(dev device) *portMux {
+	m := &portMux{dev: dev, scratch: make([]byte, 64<<10)}
+	m.cond = sync.NewCond(&m.mu)
+	go m.readLoop()
+	return m
+}
+
+func (m *portMux) readLoop() {
+	const maxIdle = 20 * time.Millisecond
+	idle := time.Millisecond
+	disconnected := false
+	for {
+		m.mu.Lock()
+		for len(m.buf) > 0 && m.err == nil {
+			m.cond.Wait()
+		}
+		if m.err != nil {
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+
+		n, err := m.dev.Read(m.scratch)
+
+		m.mu.Lock()
+		switch {
+		case err != nil:
+			if m.err == nil {
+				m.err = err
+			}
+		case n == 0:
+			// No host: read returns 0 at once, so poll gently; report the
+			// transition once so a live yamux session ends.
+			if !disconnected {
+				m.gone = true
+			}
+			disconnected = true
+		default:
+			disconnected = false
+			idle = time.Millisecond
+			m.buf = m.scratch[:n]
+		}
+		m.cond.Broadcast()
+		m.mu.Unlock()
+		if err == nil && n == 0 {
+			time.Sleep(idle)
+			idle = min(idle*2, maxIdle)
+		}
+	}
+}
+
+// shutdown fails every consumer with err (used when serving stops).
+func (m *portMux) shutdown(err error) {
+	m.mu.Lock()
+	if m.err == nil {
+		m.err = err
+	}
+	m.cond.Broadcast()
+	m.mu.Unlock()
+	m.dev.Close()
+}
+
+// consumer is a handle that reads from the mux until it is detached.
+type consumer struct {
+	m   *portMux
+	gen uint64
+}
+
+// attach makes a new consumer current; any older one is detached.
+func (m *portMux) attach() *consumer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gen++
+	m.cond.Broadcast()
+	return &consumer{m: m, gen: m.gen}
+}
+
+func (c *consumer) detach() {
+	m := c.m
+	m.mu.Lock()
+	if m.gen == c.gen {
+		m.gen++
+		m.cond.Broadcast()
+	}
+	m.mu.Unlock()
+}
+
+// Read returns errHostGone once per host disconnect, errDetached after detach,
+// or the device's terminal error.
+func (c *consumer) Read(p []byte) (int, error) {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for {
+		if m.gen != c.gen {
+			return 0, errDetached
+		}
+		if m.gone {
+			m.gone = false
+			return 0, errHostGone
+		}
+		if len(m.buf) > 0 {
+			n := copy(p, m.buf)
+			m.buf = m.buf[n:]
+			if len(m.buf) == 0 {
+				m.cond.Broadcast()
+			}
+			return n, nil
+		}
+		if m.err != nil {
+			return 0, m.err
+		}
+		m.cond.Wait()
+	}
+}
+
+// Write writes all of p unless the consumer has been detached.
+func (c *consumer) Write(p []byte) (int, error) {
+	m := c.m
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	m.mu.Lock()
+	cur, err := m.gen == c.gen, m.err
+	m.mu.Unlock()
+	if !cur {
+		return 0, errDetached
+	}
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for total < len(p) {
+		n, err := m.dev.Write(p[total:])
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// announce writes p regardless of consumers (it may block until a host connects).
+func (m *portMux) announce(p []byte) {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	for len(p) > 0 {
+		n, err := m.dev.Write(p)
+		if err != nil {
+			return
+		}
+		p = p[n:]
+	}
+}
+
+// sessionConn is the io.ReadWriteCloser a yamux session runs on: bytes the
+// scanner read past the GO line first, then the port.
+type sessionConn struct {
+	c    *consumer
+	rest []byte
+}
+
+func (s *sessionConn) Read(p []byte) (int, error) {
+	if len(s.rest) > 0 {
+		n := copy(p, s.rest)
+		s.rest = s.rest[n:]
+		return n, nil
+	}
+	n, err := s.c.Read(p)
+	if err == errHostGone || err == errDetached {
+		err = io.EOF // quiet end of session
+	}
+	return n, err
+}
+
+func (s *sessionConn) Write(p []byte) (int, error) { return s.c.Write(p) }
+
+// Close detaches; the port itself stays open for the next session.
+func (s *sessionConn) Close() error {
+	s.c.detach()
+	return nil
+}
+
+// virtioPort is the guest end of the virtio-serial port. Raw blocking
+// syscalls: os.File would try the netpoller, which this char device does not
+// support the way we need (read returns 0 while the host is away).
+type virtioPort struct{ fd int }
+
+func (v *virtioPort) Read(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(v.fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return 0, nil
+		case err != nil:
+			return 0, &os.PathError{Op: "read", Path: "virtio port", Err: err}
+		}
+		return n, nil
+	}
+}
+
+func (v *virtioPort) Write(p []byte) (int, error) {
+	for {
+		n, err := unix.Write(v.fd, p)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return max(n, 0), &os.PathError{Op: "write", Path: "virtio port", Err: err}
+		}
+		return n, nil
+	}
+}
+
+func (v *virtioPort) Close() error { return unix.Close(v.fd) }
+
+// findPort returns the /dev node of the virtio-serial port called name,
+// creating the node from sysfs if devtmpfs did not.
+func findPort(name string) (string, error) {
+	const sys = "/sys/class/virtio-ports"
+	entries, err := os.ReadDir(sys)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(sys, e.Name(), "name"))
+		if err != nil || strings.TrimSpace(string(b)) != name {
+			continue
+		}
+		dev := "/dev/" + e.Name()
+		if _, err := os.Stat(dev); err == nil {
+			return dev, nil
+		}
+		nums, err := os.ReadFile(filepath.Join(sys, e.Name(), "dev"))
+		if err != nil {
+			return "", err
+		}
+		maj, mnr, ok := strings.Cut(strings.TrimSpace(string(nums)), ":")
+		ma, err1 := strconv.Atoi(maj)
+		mi, err2 := strconv.Atoi(mnr)
+		if !ok || err1 != nil || err2 != nil {
+			return "", fmt.Errorf("bad dev numbers %q for %s", nums, e.Name())
+		}
+		if err := unix.Mknod(dev, unix.S_IFCHR|0o600, int(unix.Mkdev(uint32(ma), uint32(mi)))); err != nil && !errors.Is(err, unix.EEXIST) {
+			return "", err
+		}
+		return dev, nil
+	}
+	return "", os.ErrNotExist
+}
+
+func openPort(path string) (*virtioPort, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return &virtioPort{fd: fd}, nil
+}
+
+// connDevice adapts an accepted socket (test mode) to device: EOF is terminal.
+type connDevice struct{ net.Conn }
+
+func (c connDevice) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		return n, nil
+	}
+	if err == nil {
+		return 0, nil
+	}
+	return 0, err
+}

@@ -1,0 +1,385 @@
+package guest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// call is one request on its own yamux stream.
+type call struct {
+	c    *Client
+	ctx  context.Context
+	st   *yamux.Stream
+	fr   *FrameReader
+	stop func() bool
+	once sync.Once
+}
+
+// start opens a stream and sends the request. If the session turns out to be
+// dead before the request got out, it reconnects once and retries: nothing
+// reached the guest, so even exec is safe to resend.
+func (c *Client) start(ctx context.Context, req *Request) (*call, error) {
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		sess, err := c.session(ctx)
+		if err != nil {
+			return nil, err
+		}
+		st, err := sess.OpenStream()
+		if err == nil {
+			if err = WriteJSONFrame(st, FrameRequest, req); err != nil {
+				st.Close()
+			}
+		}
+		if err != nil {
+			if attempt == 0 && (st == nil || sess.IsClosed()) {
+				c.dropSession(sess)
+				continue
+			}
+			return nil, c.ctxErr(ctx, fmt.Errorf("%w: %v", ErrConnectionLost, err))
+		}
+		cl := &call{c: c, ctx: ctx, st: st, fr: NewFrameReader(st)}
+		// ctx cancellation closes the stream (the guest then aborts, e.g. kills the
+		// exec) and wakes our own blocked reads and writes.
+		cl.stop = context.AfterFunc(ctx, func() {
+			st.Close()
+			st.SetDeadline(time.Unix(1, 0))
+		})
+		return cl, nil
+	}
+}
+
+// finish releases the stream; safe to call more than once.
+func (cl *call) finish() {
+	cl.once.Do(func() {
+		cl.stop()
+		cl.st.Close()
+		cl.st.SetDeadline(time.Unix(1, 0)) // wake helper goroutines still blocked on it
+	})
+}
+
+func (cl *call) fail(err error) error {
+	if cl.ctx.Err() != nil {
+		return cl.ctx.Err()
+	}
+	select {
+	case <-cl.c.closed:
+		return ErrClosed
+	default:
+	}
+	var pe *ProtocolError
+	if errors.As(err, &pe) {
+		return err
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("%w: %v", ErrConnectionLost, err)
+}
+
+// next returns the next frame; a FrameError becomes a *Error.
+func (cl *call) next() (byte, []byte, error) {
+	typ, p, err := cl.fr.Next()
+	if err != nil {
+		return 0, nil, cl.fail(err)
+	}
+	if typ == FrameError {
+		ge := &Error{}
+		if json.Unmarshal(p, ge) != nil || ge.Code == "" {
+			ge = &Error{Code: CodeInternal, Message: "malformed error frame"}
+		}
+		return 0, nil, ge
+	}
+	return typ, p, nil
+}
+
+// expect reads one frame of type want and decodes its JSON into v.
+func (cl *call) expect(want byte, v any) error {
+	typ, p, err := cl.next()
+	if err != nil {
+		return err
+	}
+	if typ != want {
+		return &ProtocolError{Msg: fmt.Sprintf("unexpected frame %q, want %q", typ, want)}
+	}
+	if v == nil {
+		return nil
+	}
+	if err := json.Unmarshal(p, v); err != nil {
+		return &ProtocolError{Msg: "bad JSON in frame: " + err.Error()}
+	}
+	return nil
+}
+
+func (c *Client) simple(ctx context.Context, req *Request, want byte, v any) error {
+	cl, err := c.start(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer cl.finish()
+	return cl.expect(want, v)
+}
+
+// Exec runs a command. stdout/stderr receive chunks as they arrive (nil
+// discards); stdin (may be nil) is copied to the process until EOF. A stdin
+// reader that never returns keeps its copying goroutine alive until it does.
+func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (ExecResult, error) {
+	wr := &Request{
+		Op: OpExec, Cmd: req.Cmd, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User,
+		Stdin: stdin != nil,
+	}
+	if req.Timeout > 0 {
+		wr.TimeoutMs = int64((req.Timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	cl, err := c.start(ctx, wr)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer cl.finish()
+
+	var stdinErr atomic.Pointer[error]
+	if stdin != nil {
+		go func() {
+			buf := make([]byte, DataChunk)
+			for {
+				n, rerr := stdin.Read(buf)
+				if n > 0 {
+					if WriteFrame(cl.st, FrameData, buf[:n]) != nil {
+						return
+					}
+				}
+				if rerr == io.EOF {
+					WriteFrame(cl.st, FrameEOF, nil)
+					return
+				}
+				if rerr != nil {
+					// Abort: closing the stream makes the guest kill the command.
+					e := fmt.Errorf("guest exec: reading stdin: %w", rerr)
+					stdinErr.Store(&e)
+					cl.finish()
+					return
+				}
+			}
+		}()
+	}
+
+	for {
+		typ, p, err := cl.next()
+		if err != nil {
+			if e := stdinErr.Load(); e != nil {
+				return ExecResult{}, *e
+			}
+			return ExecResult{}, err
+		}
+		switch typ {
+		case FrameStdout, FrameStderr:
+			w := stdout
+			if typ == FrameStderr {
+				w = stderr
+			}
+			if w != nil {
+				if _, werr := w.Write(p); werr != nil {
+					return ExecResult{}, fmt.Errorf("guest exec: writing output: %w", werr)
+				}
+			}
+		case FrameExit:
+			var res ExecResult
+			if err := json.Unmarshal(p, &res); err != nil {
+				return ExecResult{}, &ProtocolError{Msg: "bad exit frame: " + err.Error()}
+			}
+			return res, nil
+		default:
+			return ExecResult{}, &ProtocolError{Msg: fmt.Sprintf("unexpected frame %q in exec", typ)}
+		}
+	}
+}
+
+// ReadFile streams a file. The returned reader yields the content and ends
+// with io.EOF only if the whole file arrived; Close it when done. ctx also
+// bounds reading the body.
+func (c *Client) ReadFile(ctx context.Context, path, user string) (io.ReadCloser, FileInfo, error) {
+	cl, err := c.start(ctx, &Request{Op: OpRead, Path: path, User: user})
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	var fi FileInfo
+	if err := cl.expect(FrameStat, &fi); err != nil {
+		cl.finish()
+		return nil, FileInfo{}, err
+	}
+	return &fileReader{cl: cl}, fi, nil
+}
+
+type fileReader struct {
+	cl      *call
+	pending []byte // points into the frame reader's buffer; drained before the next frame
+	err     error
+}
+
+func (r *fileReader) Read(p []byte) (int, error) {
+	for len(r.pending) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		typ, payload, err := r.cl.next()
+		switch {
+		case err != nil:
+			r.err = err
+			r.cl.finish()
+		case typ == FrameData:
+			r.pending = payload
+		case typ == FrameEOF:
+			r.err = io.EOF
+			r.cl.finish()
+		default:
+			r.err = &ProtocolError{Msg: fmt.Sprintf("unexpected frame %q in read", typ)}
+			r.cl.finish()
+		}
+	}
+	n := copy(p, r.pending)
+	r.pending = r.pending[n:]
+	return n, nil
+}
+
+func (r *fileReader) Close() error {
+	r.cl.finish()
+	return nil
+}
+
+// WriteFile writes r to path atomically (temp file + rename in the guest),
+// creating missing parents. mode 0 means 0644.
+func (c *Client) WriteFile(ctx context.Context, path, user string, mode os.FileMode, r io.Reader) (FileInfo, error) {
+	if mode == 0 {
+		mode = 0o644
+	}
+	cl, err := c.start(ctx, &Request{Op: OpWrite, Path: path, User: user, Mode: fmt.Sprintf("%04o", unixPerm(mode))})
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer cl.finish()
+
+	type result struct {
+		fi  FileInfo
+		err error
+	}
+	resc := make(chan result, 1)
+	go func() {
+		var fi FileInfo
+		err := cl.expect(FrameStat, &fi)
+		resc <- result{fi, err}
+		if err != nil {
+			// An early answer is an error: stop the sender if it is blocked on the window.
+			cl.st.SetWriteDeadline(time.Unix(1, 0))
+		}
+	}()
+
+	buf := make([]byte, DataChunk)
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			if WriteFrame(cl.st, FrameData, buf[:n]) != nil {
+				break // the answer (an error) or ctx explains why
+			}
+		}
+		if rerr == io.EOF {
+			WriteFrame(cl.st, FrameEOF, nil)
+			break
+		}
+		if rerr != nil {
+			// Closing without data-EOF makes the guest drop the temp file.
+			cl.finish()
+			return FileInfo{}, fmt.Errorf("guest write: reading source: %w", rerr)
+		}
+	}
+	res := <-resc
+	return res.fi, res.err
+}
+
+// unixPerm converts Go's FileMode bits to the octal bits of chmod(2).
+func unixPerm(m os.FileMode) uint32 {
+	p := uint32(m.Perm())
+	if m&os.ModeSetuid != 0 {
+		p |= 0o4000
+	}
+	if m&os.ModeSetgid != 0 {
+		p |= 0o2000
+	}
+	if m&os.ModeSticky != 0 {
+		p |= 0o1000
+	}
+	return p
+}
+
+// List returns the entries under path, depth levels deep (0 means 1, max 10),
+// directories before their contents, names sorted within a directory.
+func (c *Client) List(ctx context.Context, path, user string, depth int) ([]FileInfo, error) {
+	cl, err := c.start(ctx, &Request{Op: OpList, Path: path, User: user, Depth: depth})
+	if err != nil {
+		return nil, err
+	}
+	defer cl.finish()
+	out := []FileInfo{}
+	for {
+		typ, p, err := cl.next()
+		if err != nil {
+			return nil, err
+		}
+		switch typ {
+		case FrameStat:
+			var fi FileInfo
+			if err := json.Unmarshal(p, &fi); err != nil {
+				return nil, &ProtocolError{Msg: "bad stat frame: " + err.Error()}
+			}
+			out = append(out, fi)
+		case FrameEOF:
+			return out, nil
+		default:
+			return nil, &ProtocolError{Msg: fmt.Sprintf("unexpected frame %q in list", typ)}
+		}
+	}
+}
+
+// Stat describes path without following a final symlink.
+func (c *Client) Stat(ctx context.Context, path, user string) (FileInfo, error) {
+	var fi FileInfo
+	err := c.simple(ctx, &Request{Op: OpStat, Path: path, User: user}, FrameStat, &fi)
+	return fi, err
+}
+
+// Mkdir creates path and missing parents (mkdir -p).
+func (c *Client) Mkdir(ctx context.Context, path, user string) error {
+	return c.simple(ctx, &Request{Op: OpMkdir, Path: path, User: user}, FrameResult, nil)
+}
+
+// Remove deletes a file or an empty directory, or a whole tree if recursive.
+func (c *Client) Remove(ctx context.Context, path, user string, recursive bool) error {
+	return c.simple(ctx, &Request{Op: OpRemove, Path: path, User: user, Recursive: recursive}, FrameResult, nil)
+}
+
+// Move renames from to to (rename(2) semantics; copies across filesystems).
+func (c *Client) Move(ctx context.Context, from, to, user string) error {
+	return c.simple(ctx, &Request{Op: OpMove, From: from, To: to, User: user}, FrameResult, nil)
+}
+
+// Health asks the agent how it is.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	err := c.simple(ctx, &Request{Op: OpHealth}, FrameResult, &h)
+	return h, err
+}
+
+// Sync flushes the guest's filesystems (sync(2)); call before a snapshot.
+func (c *Client) Sync(ctx context.Context) error {
+	return c.simple(ctx, &Request{Op: OpSync}, FrameResult, nil)
+}

@@ -1,0 +1,270 @@
+// Package hostagent is PandaStack's host agent: it owns the microVMs on one machine. It bakes
+// templates (cold boot + snapshot, once), creates sandboxes by restoring a template's snapshot,
+// proxies exec and file calls to each sandbox's guest agent, and keeps its own state in files under
+// its data dir so a restarted agent re-adopts the VMs that kept running.
+package hostagent
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/image"
+	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/runtime/qemu"
+	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/template"
+)
+
+// Config configures a host agent.
+type Config struct {
+	DataDir string
+	// Token is the shared secret the control plane sends as a bearer token; empty disables auth
+	// (only for an agent embedded in `pandastack up`, which is not reachable from outside).
+	Token  string
+	Logger *slog.Logger
+	// GuestAgent is the static pandastack-guest binary baked into images; default: next to this
+	// executable, then $PATH.
+	GuestAgent string
+	// Templates adds to (or overrides) the built-in catalog.
+	Templates map[string]template.Spec
+	// ImageCacheDir holds built guest images (default: inside the pool). Tests share one across
+	// data dirs so the debootstrap runs once.
+	ImageCacheDir string
+	// PoolGiB sizes the loop-mounted XFS pool when the data dir cannot reflink (default 64, sparse).
+	PoolGiB int
+	// Accel forces "tcg" or "kvm"; empty probes.
+	Accel string
+	// ExecOutputLimit caps each stream of a buffered exec (default 16 MiB).
+	ExecOutputLimit int64
+	// MaxUpload caps one file upload (default 4 GiB).
+	MaxUpload int64
+}
+
+// Agent is a running host agent.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	rt     runtime.Runtime
+	pool   *storage.Pool
+	images *image.Builder
+	hostID string
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+	templates map[string]*bakeState
+	closed    bool
+}
+
+// New opens the data dir, probes the accelerator, and re-adopts the sandboxes a previous agent
+// process left running.
+func New(ctx context.Context, cfg Config) (*Agent, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("a data dir is required")
+	}
+	abs, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DataDir = abs
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ExecOutputLimit <= 0 {
+		cfg.ExecOutputLimit = 16 << 20
+	}
+	if cfg.MaxUpload <= 0 {
+		cfg.MaxUpload = 4 << 30
+	}
+	if cfg.GuestAgent == "" {
+		cfg.GuestAgent = findGuestAgent()
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	pool, err := storage.Open(cfg.DataDir, cfg.PoolGiB)
+	if err != nil {
+		return nil, fmt.Errorf("disk pool: %w", err)
+	}
+	if cfg.ImageCacheDir == "" {
+		cfg.ImageCacheDir = filepath.Join(pool.Dir, "images")
+	}
+	a := &Agent{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		pool:      pool,
+		sandboxes: map[string]*sandbox{},
+		templates: map[string]*bakeState{},
+		hostID:    hostID(cfg.DataDir),
+	}
+
+	a.images = &image.Builder{
+		CacheDir:   cfg.ImageCacheDir,
+		GuestAgent: cfg.GuestAgent,
+		Log:        func(f string, args ...any) { a.log.Info(fmt.Sprintf(f, args...)) },
+	}
+	accel := cfg.Accel
+	if accel == "" {
+		accel = a.probeAccel(ctx)
+	}
+	drv, err := qemu.New(accel)
+	if err != nil {
+		return nil, err
+	}
+	a.rt = drv
+	for _, dir := range []string{a.sandboxesDir(), a.templatesDir()} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	a.adopt()
+	return a, nil
+}
+
+// probeAccel decides between KVM and TCG once per host and guest kernel, and remembers it: a
+// hanging KVM probe costs seconds, so it should not run at every start.
+func (a *Agent) probeAccel(ctx context.Context) string {
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		a.log.Info("using TCG (software CPU): no /dev/kvm on this host")
+		return "tcg"
+	}
+	img, err := a.images.Build(ctx, image.BaseRootfs, nil)
+	if err != nil {
+		a.log.Warn("using TCG: cannot build the guest image for the KVM probe", "err", err)
+		return "tcg"
+	}
+	hostKernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	cache := filepath.Join(a.cfg.DataDir, "accel-"+shortHash(string(hostKernel), img.KernelVersion))
+	if b, err := os.ReadFile(cache); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	accel, reason := qemu.ProbeAccel(ctx, img.Kernel, img.Initrd, filepath.Join(a.cfg.DataDir, "run"), 20*time.Second)
+	a.log.Info("accelerator chosen", "accel", accel, "reason", reason)
+	os.WriteFile(cache, []byte(accel), 0o644)
+	return accel
+}
+
+// Close stops serving; running VMs are left running (a new agent re-adopts them).
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	a.closed = true
+	sbs := make([]*sandbox, 0, len(a.sandboxes))
+	for _, sb := range a.sandboxes {
+		sbs = append(sbs, sb)
+	}
+	a.mu.Unlock()
+	for _, sb := range sbs {
+		sb.closeGuest()
+	}
+	return nil
+}
+
+// Accel reports the CPU accelerator in use.
+func (a *Agent) Accel() string { return a.rt.Accel() }
+
+func (a *Agent) sandboxesDir() string { return filepath.Join(a.pool.Dir, "sandboxes") }
+func (a *Agent) templatesDir() string { return filepath.Join(a.pool.Dir, "templates") }
+
+// runDir is where a VMM's sockets go. Unix socket paths are limited to 108 bytes, so a long data
+// dir falls back to a short directory under /run.
+func (a *Agent) runDir(id string) string {
+	d := filepath.Join(a.cfg.DataDir, "run", id)
+	if len(d)+len("/agent.sock") < 100 {
+		return d
+	}
+	return filepath.Join("/run/pandastack", shortHash(a.cfg.DataDir), id)
+}
+
+func (a *Agent) templateSpec(name string) (template.Spec, bool) {
+	if s, ok := a.cfg.Templates[name]; ok {
+		return s, true
+	}
+	s, ok := template.Catalog[name]
+	return s, ok
+}
+
+// TemplateNames lists the templates this agent can bake.
+func (a *Agent) TemplateNames() []string {
+	names := map[string]bool{}
+	for n := range template.Catalog {
+		names[n] = true
+	}
+	for n := range a.cfg.Templates {
+		names[n] = true
+	}
+	out := make([]string, 0, len(names))
+	for n := range names {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+var idRE = regexp.MustCompile(`^sb_[a-z0-9]{1,60}$`)
+
+func newID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 20)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return "sb_" + string(b)
+}
+
+func shortHash(parts ...string) string {
+	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return hex.EncodeToString(h[:])[:12]
+}
+
+func hostID(dataDir string) string {
+	name, _ := os.Hostname()
+	return name + "-" + shortHash(dataDir)[:6]
+}
+
+// findGuestAgent looks for pandastack-guest next to the running binary, then on $PATH.
+func findGuestAgent() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "pandastack-guest")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("pandastack-guest"); err == nil {
+		return p
+	}
+	return ""
+}
+
+func writeJSONFile(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// guestConnect opens the guest agent's channel, bounded so a dead guest fails instead of hanging.
+func guestConnect(ctx context.Context, socket string, timeout time.Duration) (*guest.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return guest.Connect(ctx, socket)
+}

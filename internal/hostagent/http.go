@@ -1,0 +1,475 @@
+package hostagent
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/pandastack/pandastack/internal/guest"
+)
+
+// maxJSONBody bounds every JSON request body.
+const maxJSONBody = 1 << 20
+
+// Handler serves the host agent API (docs/hostagent-api.md).
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]any{"ok": true, "version": Version, "accel": a.rt.Accel()})
+	})
+	mux.HandleFunc("GET /v1/info", a.handleInfo)
+	mux.HandleFunc("GET /v1/templates", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]any{"templates": a.Templates()})
+	})
+	mux.HandleFunc("POST /v1/templates/{name}/bake", a.handleBake)
+	mux.HandleFunc("POST /v1/sandboxes", a.handleCreate)
+	mux.HandleFunc("GET /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]any{"sandboxes": a.List()})
+	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		info, err := a.Get(r.PathValue("id"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, 200, info)
+	})
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if err := a.Kill(r.PathValue("id")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", a.handleExec)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files", a.handleReadFile)
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", a.handleWriteFile)
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}/files", a.handleRemove)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files/list", a.handleList)
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files/stat", a.handleStat)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.handleMkdir)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.handleMove)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, notFound("no route for %s %s", r.Method, r.URL.Path))
+	})
+	return a.auth(mux)
+}
+
+// Version is the agent's version string (set by the binary).
+var Version = "dev"
+
+func (a *Agent) auth(next http.Handler) http.Handler {
+	want := []byte("Bearer " + a.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.cfg.Token != "" && r.URL.Path != "/healthz" &&
+			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			writeError(w, errorf(http.StatusUnauthorized, "unauthorized", "missing or wrong agent token"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *Agent) handleInfo(w http.ResponseWriter, r *http.Request) {
+	total, free := memInfoMiB()
+	used := len(a.List())
+	writeJSON(w, 200, map[string]any{
+		"host_id": a.hostID, "accel": a.rt.Accel(), "mem_mib_total": total, "mem_mib_free": free,
+		"slots_total": maxSlots(total), "slots_used": used, "templates": a.Templates(),
+	})
+}
+
+// maxSlots is how many sandboxes this host admits: memory-bound, assuming ~100 MiB host memory per
+// idle sandbox (RAM pages are shared until written).
+func maxSlots(totalMiB int) int {
+	return max(1, totalMiB/100)
+}
+
+func memInfoMiB() (total, avail int) {
+	data, _ := os.ReadFile("/proc/meminfo")
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.Atoi(f[1])
+		switch f[0] {
+		case "MemTotal:":
+			total = kb / 1024
+		case "MemAvailable:":
+			avail = kb / 1024
+		}
+	}
+	return
+}
+
+func (a *Agent) handleBake(w http.ResponseWriter, r *http.Request) {
+	nd := newNDJSON(w)
+	info, err := a.EnsureTemplate(r.Context(), r.PathValue("name"), func(line string) {
+		nd.send(map[string]string{"progress": line})
+	})
+	if err != nil {
+		nd.send(errorBody(asAPIError(err)))
+		return
+	}
+	nd.send(map[string]any{"template": info})
+}
+
+func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {
+	var req CreateRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	info, err := a.Create(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, info)
+}
+
+// ExecResponse is the buffered exec answer.
+type ExecResponse struct {
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	ExitCode        int    `json:"exit_code"`
+	TimedOut        bool   `json:"timed_out"`
+	DurationMs      int64  `json:"duration_ms"`
+	Signal          string `json:"signal,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+}
+
+func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
+	var req ExecRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	if strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
+		a.streamExec(w, r, id, req)
+		return
+	}
+	stdout := &cappedBuffer{max: a.cfg.ExecOutputLimit}
+	stderr := &cappedBuffer{max: a.cfg.ExecOutputLimit}
+	res, err := a.Exec(r.Context(), id, req, stdout, stderr)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, 200, ExecResponse{
+		Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
+		DurationMs: res.DurationMs, Signal: res.Signal, StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated,
+	})
+}
+
+// streamExec answers with NDJSON lines as output is produced. Errors after the first byte can no
+// longer change the status code, so they travel as an {"error": ...} line.
+func (a *Agent) streamExec(w http.ResponseWriter, r *http.Request, id string, req ExecRequest) {
+	if _, _, err := a.guest(r.Context(), id); err != nil {
+		writeError(w, err)
+		return
+	}
+	nd := newNDJSON(w)
+	stdout := &utf8Lines{key: "stdout", nd: nd}
+	stderr := &utf8Lines{key: "stderr", nd: nd}
+	res, err := a.Exec(r.Context(), id, req, stdout, stderr)
+	stdout.flush()
+	stderr.flush()
+	if err != nil {
+		nd.send(errorBody(asAPIError(err)))
+		return
+	}
+	end := map[string]any{"exit_code": res.ExitCode, "timed_out": res.TimedOut, "duration_ms": res.DurationMs}
+	if res.Signal != "" {
+		end["signal"] = res.Signal
+	}
+	nd.send(end)
+}
+
+// fileUser returns the `user` query parameter (files run with that user's permissions).
+func fileUser(r *http.Request) string { return r.URL.Query().Get("user") }
+
+func filePath(r *http.Request) (string, error) {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		return "", invalid("path is required")
+	}
+	return p, nil
+}
+
+func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
+	path, err := filePath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	c, sb, err := a.guest(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	body, fi, err := c.ReadFile(r.Context(), path, fileUser(r))
+	if err != nil {
+		writeError(w, a.callErr(sb, err))
+		return
+	}
+	defer body.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
+	w.WriteHeader(200)
+	io.Copy(w, body)
+}
+
+func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
+	path, err := filePath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var mode os.FileMode
+	if m := r.URL.Query().Get("mode"); m != "" {
+		v, err := strconv.ParseUint(m, 8, 32)
+		if err != nil || v > 0o7777 {
+			writeError(w, invalid("mode %q: give octal permission bits such as 0644", m))
+			return
+		}
+		mode = os.FileMode(v)
+	}
+	if r.ContentLength > a.cfg.MaxUpload {
+		writeError(w, errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "file is larger than the %d-byte limit", a.cfg.MaxUpload))
+		return
+	}
+	c, sb, err := a.guest(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, a.cfg.MaxUpload)
+	fi, err := c.WriteFile(r.Context(), path, fileUser(r), mode, body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			err = errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "file is larger than the %d-byte limit", a.cfg.MaxUpload)
+		}
+		writeError(w, a.callErr(sb, err))
+		return
+	}
+	writeJSON(w, 200, fi)
+}
+
+func (a *Agent) handleStat(w http.ResponseWriter, r *http.Request) {
+	a.fileCall(w, r, func(ctx context.Context, c *guest.Client, path, user string) (any, error) {
+		return c.Stat(ctx, path, user)
+	})
+}
+
+func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
+	depth := 1
+	if d := r.URL.Query().Get("depth"); d != "" {
+		v, err := strconv.Atoi(d)
+		if err != nil || v < 1 || v > 10 {
+			writeError(w, invalid("depth must be 1-10"))
+			return
+		}
+		depth = v
+	}
+	a.fileCall(w, r, func(ctx context.Context, c *guest.Client, path, user string) (any, error) {
+		entries, err := c.List(ctx, path, user, depth)
+		if entries == nil {
+			entries = []guest.FileInfo{}
+		}
+		return map[string]any{"entries": entries}, err
+	})
+}
+
+func (a *Agent) handleRemove(w http.ResponseWriter, r *http.Request) {
+	recursive := r.URL.Query().Get("recursive") == "true"
+	a.fileCall(w, r, func(ctx context.Context, c *guest.Client, path, user string) (any, error) {
+		return nil, c.Remove(ctx, path, user, recursive)
+	})
+}
+
+func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Path string `json:"path"`
+		User string `json:"user,omitempty"`
+	}
+	if err := decodeJSON(w, r, &body); err != nil {
+		writeError(w, err)
+		return
+	}
+	a.guestCall(w, r, func(ctx context.Context, c *guest.Client) (any, error) {
+		if body.Path == "" {
+			return nil, invalid("path is required")
+		}
+		return nil, c.Mkdir(ctx, body.Path, body.User)
+	})
+}
+
+func (a *Agent) handleMove(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		From string `json:"from"`
+		To   string `json:"to"`
+		User string `json:"user,omitempty"`
+	}
+	if err := decodeJSON(w, r, &body); err != nil {
+		writeError(w, err)
+		return
+	}
+	a.guestCall(w, r, func(ctx context.Context, c *guest.Client) (any, error) {
+		if body.From == "" || body.To == "" {
+			return nil, invalid("from and to are required")
+		}
+		return nil, c.Move(ctx, body.From, body.To, body.User)
+	})
+}
+
+// fileCall runs a call that takes ?path= and ?user=; a nil result answers 204.
+func (a *Agent) fileCall(w http.ResponseWriter, r *http.Request, call func(context.Context, *guest.Client, string, string) (any, error)) {
+	path, err := filePath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	a.guestCall(w, r, func(ctx context.Context, c *guest.Client) (any, error) {
+		return call(ctx, c, path, fileUser(r))
+	})
+}
+
+func (a *Agent) guestCall(w http.ResponseWriter, r *http.Request, call func(context.Context, *guest.Client) (any, error)) {
+	c, sb, err := a.guest(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	out, err := call(r.Context(), c)
+	if err != nil {
+		writeError(w, a.callErr(sb, err))
+		return
+	}
+	if out == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(w, 200, out)
+}
+
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "request body is larger than %d bytes", maxJSONBody)
+		}
+		return invalid("request body: %v", err)
+	}
+	if dec.More() {
+		return invalid("request body: more than one JSON value")
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func errorBody(e *Error) map[string]any {
+	return map[string]any{"error": map[string]string{"code": e.Code, "message": e.Message}}
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	e := asAPIError(err)
+	writeJSON(w, e.Status, errorBody(e))
+}
+
+// ndjson writes one JSON value per line and flushes each, for streaming answers.
+type ndjson struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	started bool
+}
+
+func newNDJSON(w http.ResponseWriter) *ndjson { return &ndjson{w: w} }
+
+func (n *ndjson) send(v any) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.started {
+		n.w.Header().Set("Content-Type", "application/x-ndjson")
+		n.w.WriteHeader(200)
+		n.started = true
+	}
+	b, _ := json.Marshal(v)
+	n.w.Write(append(b, '\n'))
+	if f, ok := n.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// utf8Lines turns an output stream into NDJSON events, holding back an incomplete UTF-8 sequence
+// at a chunk's end so a character split across reads is not mangled.
+type utf8Lines struct {
+	key  string
+	nd   *ndjson
+	hold []byte
+}
+
+func (u *utf8Lines) Write(p []byte) (int, error) {
+	buf := append(u.hold, p...)
+	cut := len(buf)
+	for i := 1; i <= 3 && i <= len(buf); i++ { // find a trailing partial rune
+		if utf8.RuneStart(buf[len(buf)-i]) {
+			if !utf8.FullRune(buf[len(buf)-i:]) {
+				cut = len(buf) - i
+			}
+			break
+		}
+	}
+	if cut > 0 {
+		u.nd.send(map[string]string{u.key: string(buf[:cut])})
+	}
+	u.hold = append([]byte(nil), buf[cut:]...)
+	return len(p), nil
+}
+
+func (u *utf8Lines) flush() {
+	if len(u.hold) > 0 {
+		u.nd.send(map[string]string{u.key: string(u.hold)})
+		u.hold = nil
+	}
+}
+
+// cappedBuffer keeps the first max bytes and notes that more were dropped, so a command printing
+// without end cannot exhaust the agent's memory and the caller is told the output is cut.
+type cappedBuffer struct {
+	bytes.Buffer
+	max       int64
+	truncated bool
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	room := c.max - int64(c.Len())
+	if int64(len(p)) > room {
+		c.truncated = true
+		if room > 0 {
+			c.Buffer.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return c.Buffer.Write(p)
+}

@@ -1,0 +1,246 @@
+package hostagent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/image"
+	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/template"
+)
+
+// TemplateInfo is a template as this host knows it.
+type TemplateInfo struct {
+	Name      string    `json:"name"`
+	Baked     bool      `json:"baked"`
+	VCPUs     int       `json:"vcpus"`
+	MemoryMiB int       `json:"memory_mib"`
+	DiskMiB   int       `json:"disk_mib"`
+	BakeMs    int64     `json:"bake_ms,omitempty"`
+	SizeBytes int64     `json:"size_bytes,omitempty"`
+	BakedAt   time.Time `json:"baked_at,omitzero"`
+
+	Dir string `json:"-"` // the baked artifacts: kernel, initrd, disk.img, ram, state
+}
+
+func (t *TemplateInfo) spec(disk string) runtime.Spec {
+	return runtime.Spec{VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, Kernel: filepath.Join(t.Dir, "vmlinuz"),
+		Initrd: filepath.Join(t.Dir, "initrd"), Disk: disk}
+}
+
+func (t *TemplateInfo) snapshot() runtime.Snapshot {
+	return runtime.Snapshot{RAMFile: filepath.Join(t.Dir, "ram"), StateFile: filepath.Join(t.Dir, "state")}
+}
+
+// bakeState serialises bakes of one template: concurrent creates share one bake.
+type bakeState struct {
+	mu   sync.Mutex
+	info *TemplateInfo
+}
+
+// Templates lists every template this host can serve, baked or not.
+func (a *Agent) Templates() []TemplateInfo {
+	var out []TemplateInfo
+	for _, name := range a.TemplateNames() {
+		spec, _ := a.templateSpec(name)
+		info := TemplateInfo{Name: name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB}
+		a.mu.Lock()
+		st := a.templates[name]
+		a.mu.Unlock()
+		if st != nil && st.mu.TryLock() {
+			if st.info != nil {
+				info = *st.info
+			}
+			st.mu.Unlock()
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// EnsureTemplate returns the baked template, baking it first if this host has not yet (a cold
+// boot and a snapshot, a few seconds; the guest image build the first time, a minute or two).
+// progress (may be nil) receives human-readable lines as the work goes.
+func (a *Agent) EnsureTemplate(ctx context.Context, name string, progress func(string)) (*TemplateInfo, error) {
+	spec, ok := a.templateSpec(name)
+	if !ok {
+		return nil, notFound("template %q not found (known: %v)", name, a.TemplateNames())
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, invalid("%v", err)
+	}
+	a.mu.Lock()
+	st := a.templates[name]
+	if st == nil {
+		st = &bakeState{}
+		a.templates[name] = st
+	}
+	a.mu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.info != nil {
+		return st.info, nil
+	}
+	say := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		a.log.Info(msg, "template", name)
+		if progress != nil {
+			progress(msg)
+		}
+	}
+	info, err := a.bake(ctx, spec, say)
+	if err != nil {
+		return nil, err
+	}
+	st.info = info
+	return info, nil
+}
+
+func (a *Agent) rootfsSpec(spec template.Spec) image.RootfsSpec {
+	r := image.BaseRootfs
+	r.DiskMiB = spec.DiskMiB
+	return r
+}
+
+// bake cold-boots the template's machine with its RAM in a file, waits for the guest agent, and
+// saves the device state. The RAM file, the disk as the snapshot saw it, and the state stream are
+// the template: every create maps the RAM file copy-on-write and reflinks the disk.
+func (a *Agent) bake(ctx context.Context, spec template.Spec, say func(string, ...any)) (*TemplateInfo, error) {
+	if a.cfg.GuestAgent == "" {
+		return nil, fmt.Errorf("pandastack-guest binary not found next to this executable or on $PATH (`make build` writes bin/pandastack-guest)")
+	}
+	img, err := a.images.Build(ctx, a.rootfsSpec(spec), func(line string) { say("image: %s", line) })
+	if err != nil {
+		return nil, err
+	}
+	key := shortHash("bake-v1", img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
+		strconv.Itoa(spec.DiskMiB), a.rt.Name(), a.rt.Accel(), qemuVersion())
+	dir := filepath.Join(a.templatesDir(), spec.Name+"-"+key)
+	if info, err := loadTemplate(dir); err == nil {
+		return info, nil
+	}
+	say("baking template %s: cold boot (%d vCPU, %d MiB RAM, %s)", spec.Name, spec.VCPUs, spec.MemoryMiB, a.rt.Accel())
+	start := time.Now()
+	tmp := dir + ".baking"
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	for src, dst := range map[string]string{img.Rootfs: "disk.img", img.Kernel: "vmlinuz", img.Initrd: "initrd"} {
+		if err := cloneOrCopy(src, filepath.Join(tmp, dst)); err != nil {
+			return nil, err
+		}
+	}
+	info := &TemplateInfo{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB, Dir: tmp}
+	runDir := a.runDir("bake-" + spec.Name)
+	vm, err := a.rt.Boot(ctx, runDir, info.spec(filepath.Join(tmp, "disk.img")), filepath.Join(tmp, "ram"))
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(runDir)
+	defer a.rt.Kill(vm)
+	exited := a.rt.Watch(vm)
+	bootCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-exited:
+			cancel() // a VMM that dies during boot fails the bake now, not at the timeout
+		case <-bootCtx.Done():
+		}
+	}()
+	client, err := guestConnect(bootCtx, vm.AgentSocket, 120*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("template %s: guest agent did not come up: %v (console: %s)", spec.Name, err, consoleTail(runDir))
+	}
+	say("guest agent ready after %d ms", time.Since(start).Milliseconds())
+	// Write the guest's dirty pages to its disk so the clones' disks hold what the snapshot saw.
+	if err := client.Sync(bootCtx); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("template %s: sync: %w", spec.Name, err)
+	}
+	client.Close()
+	t := time.Now()
+	if err := a.rt.SaveSnapshot(bootCtx, vm, filepath.Join(tmp, "state")); err != nil {
+		return nil, fmt.Errorf("template %s: snapshot: %w", spec.Name, err)
+	}
+	say("snapshot saved in %d ms", time.Since(t).Milliseconds())
+	a.rt.Kill(vm)
+	info.BakeMs = time.Since(start).Milliseconds()
+	info.BakedAt = time.Now().UTC()
+	info.Baked = true
+	info.SizeBytes = dirSize(tmp)
+	if err := writeJSONFile(filepath.Join(tmp, "template.json"), info); err != nil {
+		return nil, err
+	}
+	os.RemoveAll(dir)
+	if err := os.Rename(tmp, dir); err != nil {
+		return nil, err
+	}
+	info.Dir = dir
+	say("baked template %s in %.1f s", spec.Name, float64(info.BakeMs)/1000)
+	return info, nil
+}
+
+func loadTemplate(dir string) (*TemplateInfo, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "template.json"))
+	if err != nil {
+		return nil, err
+	}
+	var info TemplateInfo
+	if err := json.Unmarshal(data, &info); err != nil {
+		return nil, err
+	}
+	info.Dir = dir
+	return &info, nil
+}
+
+func cloneOrCopy(src, dst string) error {
+	if err := storage.Clone(src, dst); err == nil {
+		return nil
+	}
+	return exec.Command("cp", "--sparse=always", src, dst).Run()
+}
+
+// dirSize is the disk space the files really take (RAM files and disks are sparse).
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			n += allocated(fi)
+		}
+		return nil
+	})
+	return n
+}
+
+var (
+	qemuVersionOnce sync.Once
+	qemuVersionStr  string
+)
+
+// qemuVersion is part of a template's identity: a snapshot restores only on the QEMU that saved it.
+func qemuVersion() string {
+	qemuVersionOnce.Do(func() {
+		out, _ := exec.Command("qemu-system-x86_64", "--version").Output()
+		qemuVersionStr = string(out)
+	})
+	return qemuVersionStr
+}
+
+func consoleTail(runDir string) string {
+	data, _ := os.ReadFile(filepath.Join(runDir, "console.log"))
+	if len(data) > 1500 {
+		data = data[len(data)-1500:]
+	}
+	return string(data)
+}

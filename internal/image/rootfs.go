@@ -1,0 +1,218 @@
+package image
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// GuestUser is the unprivileged account commands run as by default (uid/gid 1000, home /home/user).
+const GuestUser = "user"
+
+// rootfs returns an ext4 image for spec with the guest agent and the kernel's modules inside.
+// Two cache levels: the debootstrap tree (slow: ~80 s, changes rarely) and the packed image
+// (a few seconds, changes with every guest agent build).
+func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (string, error) {
+	if b.GuestAgent == "" {
+		return "", fmt.Errorf("no guest agent binary given")
+	}
+	if spec.DiskMiB <= 0 {
+		spec.DiskMiB = BaseRootfs.DiskMiB
+	}
+	tree, treeKey, err := b.debootstrap(ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	agentHash, err := hashFile(b.GuestAgent)
+	if err != nil {
+		return "", fmt.Errorf("guest agent: %w", err)
+	}
+	kern, err := b.kernel(ctx)
+	if err != nil {
+		return "", err
+	}
+	key := hashStrings("rootfs-v1", treeKey, agentHash, kern.version, strconv.Itoa(spec.DiskMiB))
+	dir, err := b.cached(filepath.Join(b.CacheDir, "rootfs-"+key), func(tmp string) error {
+		b.logf("packing %s rootfs into a %d MiB ext4 image", spec.Suite, spec.DiskMiB)
+		stage := filepath.Join(tmp, "stage")
+		// Hard-link copy: cheap, and the cached tree is never written through it (we only add files).
+		if err := run(ctx, "", "cp", "-al", tree, stage); err != nil {
+			return err
+		}
+		if err := copyFile(b.GuestAgent, filepath.Join(stage, "usr", "local", "bin", "pandastack-guest"), 0o755); err != nil {
+			return err
+		}
+		modDst := filepath.Join(stage, "lib", "modules")
+		if err := os.MkdirAll(modDst, 0o755); err != nil {
+			return err
+		}
+		if err := run(ctx, "", "cp", "-a", kern.modules, modDst+"/"); err != nil {
+			return err
+		}
+		img := filepath.Join(tmp, "rootfs.ext4")
+		if err := run(ctx, "", "truncate", "-s", strconv.Itoa(spec.DiskMiB)+"M", img); err != nil {
+			return err
+		}
+		// mkfs.ext4 -d fills the filesystem from a directory: no mount, no loop device needed.
+		if err := run(ctx, "", "mkfs.ext4", "-q", "-F", "-L", "root", "-E", "root_owner=0:0", "-d", stage, img); err != nil {
+			return err
+		}
+		return os.RemoveAll(stage)
+	})
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "rootfs.ext4"), nil
+}
+
+// debootstrap builds (or finds) the Debian tree for spec, with the guest user made.
+func (b *Builder) debootstrap(ctx context.Context, spec RootfsSpec) (string, string, error) {
+	pkgs := sortedCopy(spec.Packages)
+	key := hashStrings("debootstrap-v1", spec.Suite, strings.Join(pkgs, ","))
+	dir, err := b.cached(filepath.Join(b.CacheDir, "debootstrap-"+key), func(tmp string) error {
+		root := filepath.Join(tmp, "root")
+		mirror := b.Mirror
+		if mirror == "" {
+			mirror = hostDebianMirror()
+		}
+		args := []string{"--variant=minbase", "--include=" + strings.Join(pkgs, ","), spec.Suite, root}
+		if mirror != "" {
+			args = append(args, mirror)
+		}
+		b.logf("debootstrap %s with %s (first build only, about a minute or two)", spec.Suite, strings.Join(pkgs, ","))
+		if err := b.runLogged(ctx, "debootstrap", args...); err != nil {
+			return err
+		}
+		return customizeTree(ctx, root)
+	})
+	if err != nil {
+		return "", "", err
+	}
+	return filepath.Join(dir, "root"), key, nil
+}
+
+// customizeTree makes the guest user and trims what a sandbox never needs. It runs the tree's own
+// tools in a chroot on the host: only Debian's packages are in the tree at this point.
+func customizeTree(ctx context.Context, root string) error {
+	if err := run(ctx, "", "chroot", root, "useradd", "-m", "-u", "1000", "-U", "-s", "/bin/bash", GuestUser); err != nil {
+		return err
+	}
+	files := map[string]string{
+		"etc/hostname": "sandbox\n",
+		"etc/hosts":    "127.0.0.1 localhost\n127.0.1.1 sandbox\n::1 localhost ip6-localhost ip6-loopback\n",
+		// Debian's minbase has no resolver config; the network issue's DNS points here.
+		"etc/resolv.conf": "nameserver 10.0.2.1\n",
+	}
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		os.Remove(p)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"usr/local/bin", "newroot"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	debs, _ := filepath.Glob(filepath.Join(root, "var/cache/apt/archives/*.deb"))
+	for _, d := range debs {
+		os.Remove(d)
+	}
+	return nil
+}
+
+// runLogged runs a long command and forwards its progress lines.
+func (b *Builder) runLogged(ctx context.Context, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		pw.Close()
+		pr.Close()
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	pw.Close()
+	var tail []string
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		line := sc.Text()
+		tail = append(tail, line)
+		if len(tail) > 20 {
+			tail = tail[1:]
+		}
+		if !isStageLine(line) {
+			continue // hundreds of per-package lines; the stage lines are enough progress
+		}
+		b.logf("%s: %s", name, line)
+	}
+	pr.Close()
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("%s failed: %v\n%s", name, err, strings.Join(tail, "\n"))
+	}
+	return nil
+}
+
+// hostDebianMirror returns the Debian archive URI this host's apt uses, so debootstrap reaches the
+// same mirror (or "" to let debootstrap pick its default).
+func hostDebianMirror() string {
+	var uris []string
+	if data, err := os.ReadFile("/etc/apt/sources.list"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 3 && f[0] == "deb" {
+				i := 1
+				for i < len(f) && strings.HasPrefix(f[i], "[") { // skip [options]
+					for i < len(f) && !strings.HasSuffix(f[i], "]") {
+						i++
+					}
+					i++
+				}
+				if i < len(f) {
+					uris = append(uris, f[i])
+				}
+			}
+		}
+	}
+	deb822, _ := filepath.Glob("/etc/apt/sources.list.d/*.sources")
+	for _, p := range deb822 {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "URIs:"); ok {
+				uris = append(uris, strings.Fields(rest)...)
+			}
+		}
+	}
+	for _, u := range uris {
+		u = strings.TrimSuffix(u, "/")
+		if strings.HasSuffix(u, "/debian") {
+			return u
+		}
+	}
+	return ""
+}
+
+// isStageLine keeps debootstrap's stage lines ("Retrieving Release", "Installing core
+// packages", ...) and drops the per-package ones.
+func isStageLine(line string) bool {
+	if !strings.HasPrefix(line, "I: ") {
+		return true
+	}
+	for _, p := range []string{"I: Retrieving ", "I: Validating ", "I: Extracting ", "I: Unpacking ", "I: Configuring "} {
+		if strings.HasPrefix(line, p) && !strings.HasSuffix(line, "packages...") && !strings.Contains(line, "Release") {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,373 @@
+// Package qemu is the runtime driver for QEMU's microvm machine: KVM where a stock guest kernel
+// runs under it, TCG (software CPU) otherwise. Snapshots keep guest RAM in a file
+// (memory-backend-file + x-ignore-shared), so a snapshot is a small device-state stream and a
+// restore maps the RAM file copy-on-write (share=off): restore time does not grow with RAM size.
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/runtime"
+	"golang.org/x/sys/unix"
+)
+
+// AgentPortName is the virtio-serial port the guest agent looks for.
+const AgentPortName = "pandastack.agent"
+
+// Driver runs microVMs with qemu-system-x86_64.
+type Driver struct {
+	Binary string // qemu-system-x86_64
+	accel  string
+	tscKHz int
+
+	mu       sync.Mutex
+	children map[int]chan runtime.Exit // VMMs this process started: reaped with Wait
+}
+
+// New returns a driver using accel ("kvm" or "tcg"; see ProbeAccel).
+func New(accel string) (*Driver, error) {
+	bin, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return nil, fmt.Errorf("qemu-system-x86_64 not found (`make setup` installs qemu-system-x86): %w", err)
+	}
+	return &Driver{Binary: bin, accel: accel, tscKHz: hostTSCKHz(), children: map[int]chan runtime.Exit{}}, nil
+}
+
+func (d *Driver) Name() string  { return "qemu" }
+func (d *Driver) Accel() string { return d.accel }
+
+// hostTSCKHz is the host CPU clock in kHz. Under TCG the guest TSC ticks at the host rate; passing
+// it as tsc_early_khz skips PIT calibration, which hung ~1 in 12 boots on a loaded host.
+func hostTSCKHz() int {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
+			mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return int(mhz * 1000)
+			}
+		}
+	}
+	return 0
+}
+
+func (d *Driver) cmdline(extra string) string {
+	c := "console=ttyS0 panic=-1 quiet loglevel=3"
+	if d.tscKHz > 0 {
+		c += " tsc_early_khz=" + strconv.Itoa(d.tscKHz)
+	}
+	if extra != "" {
+		c += " " + extra
+	}
+	return c
+}
+
+// args builds the QEMU command line. Bake and restore must produce the same machine: only the RAM
+// mapping (share) and -incoming differ.
+func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bool, incoming bool) []string {
+	shareArg := "off"
+	if share {
+		shareArg = "on"
+	}
+	a := []string{
+		"-M", "microvm,memory-backend=mem",
+		"-accel", d.accel,
+		"-cpu", "max",
+		"-smp", strconv.Itoa(spec.VCPUs),
+		"-m", strconv.Itoa(spec.MemoryMiB) + "M",
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		// append=on: the agent may truncate the log from outside without QEMU writing at a stale offset.
+		"-chardev", "file,id=con0,path=" + filepath.Join(runDir, "console.log") + ",append=on",
+		"-serial", "chardev:con0",
+		"-kernel", spec.Kernel,
+		"-initrd", spec.Initrd,
+		"-append", d.cmdline(""),
+		"-qmp", "unix:" + filepath.Join(runDir, "qmp.sock") + ",server=on,wait=off",
+		"-object", fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=%s,share=%s", spec.MemoryMiB, ramFile, shareArg),
+		"-chardev", "socket,id=agent0,path=" + filepath.Join(runDir, "agent.sock") + ",server=on,wait=off",
+		"-device", "virtio-serial-device",
+		"-device", "virtserialport,chardev=agent0,name=" + AgentPortName,
+		// cache=unsafe: a sandbox disk is a throw-away clone; guest flushes need not reach the
+		// platter, only the host page cache (which a reflink snapshot reads).
+		"-drive", "id=root,file=" + spec.Disk + ",format=raw,if=none,cache=unsafe",
+		"-device", "virtio-blk-device,drive=root",
+	}
+	if incoming {
+		a = append(a, "-incoming", "defer")
+	}
+	return a
+}
+
+func (d *Driver) start(runDir string, args []string) (*runtime.VM, error) {
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{"qmp.sock", "agent.sock", "console.log"} {
+		os.Remove(filepath.Join(runDir, f))
+	}
+	logf, err := os.OpenFile(filepath.Join(runDir, "vmm.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(d.Binary, args...)
+	cmd.Dir = runDir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Own session: the VMM outlives a restart (or crash) of the agent, which re-adopts it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start qemu: %w", err)
+	}
+	vm := &runtime.VM{Pid: cmd.Process.Pid, RunDir: runDir, AgentSocket: filepath.Join(runDir, "agent.sock")}
+	vm.StartTicks, _ = startTicks(vm.Pid)
+	ch := make(chan runtime.Exit, 1)
+	d.mu.Lock()
+	d.children[vm.Pid] = ch
+	d.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		reason := "VMM exited"
+		if err != nil {
+			reason = "VMM " + err.Error()
+		}
+		ch <- runtime.Exit{At: time.Now(), Reason: explainExit(runDir, reason)}
+	}()
+	return vm, nil
+}
+
+// Boot cold-boots spec with its RAM in ramFile (shared, so a snapshot need not copy it).
+func (d *Driver) Boot(ctx context.Context, runDir string, spec runtime.Spec, ramFile string) (*runtime.VM, error) {
+	return d.start(runDir, d.args(runDir, spec, ramFile, true, false))
+}
+
+// SaveSnapshot migrates device state to stateFile. RAM is skipped (x-ignore-shared) because it
+// already lives in the RAM file. The source was not stopped first, so the saved run state is
+// "running" and a restored clone resumes by itself.
+func (d *Driver) SaveSnapshot(ctx context.Context, vm *runtime.VM, stateFile string) error {
+	if strings.ContainsAny(stateFile, "'\\\n") {
+		return fmt.Errorf("snapshot path %q has characters QEMU's exec: URI cannot carry", stateFile)
+	}
+	q, err := dialQMP(ctx, filepath.Join(vm.RunDir, "qmp.sock"), func() bool { return d.Alive(vm) })
+	if err != nil {
+		return err
+	}
+	defer q.close()
+	if err := q.ignoreShared(ctx); err != nil {
+		return err
+	}
+	if err := q.run(ctx, "migrate", map[string]any{"uri": "exec:cat > '" + stateFile + "'"}, nil); err != nil {
+		return err
+	}
+	for {
+		var st struct {
+			Status    string `json:"status"`
+			ErrorDesc string `json:"error-desc"`
+		}
+		if err := q.run(ctx, "query-migrate", nil, &st); err != nil {
+			return err
+		}
+		switch st.Status {
+		case "completed":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("snapshot migration %s: %s", st.Status, st.ErrorDesc)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// Restore starts a clone of snap: a new VMM waiting for an incoming migration, the RAM file mapped
+// share=off (MAP_PRIVATE: pages are shared until the guest writes them), then the device state.
+func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, snap runtime.Snapshot) (*runtime.VM, error) {
+	if strings.ContainsAny(snap.StateFile, "'\\\n") {
+		return nil, fmt.Errorf("snapshot path %q has characters QEMU's exec: URI cannot carry", snap.StateFile)
+	}
+	vm, err := d.start(runDir, d.args(runDir, spec, snap.RAMFile, false, true))
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*runtime.VM, error) {
+		d.Kill(vm)
+		if tail := tailFile(filepath.Join(runDir, "vmm.log"), 1000); tail != "" {
+			err = fmt.Errorf("%w: %s", err, tail)
+		}
+		return nil, err
+	}
+	q, err := dialQMP(ctx, filepath.Join(runDir, "qmp.sock"), func() bool { return d.Alive(vm) })
+	if err != nil {
+		return fail(err)
+	}
+	defer q.close()
+	if err := q.ignoreShared(ctx); err != nil {
+		return fail(err)
+	}
+	if err := q.run(ctx, "migrate-incoming", map[string]any{"uri": "exec:cat '" + snap.StateFile + "'"}, nil); err != nil {
+		return fail(err)
+	}
+	for {
+		st, err := q.status(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		switch st {
+		case "running":
+			return vm, nil
+		case "inmigrate":
+		case "paused", "postmigrate", "prelaunch":
+			// The source had been stopped before it was saved: resume explicitly.
+			if err := q.run(ctx, "cont", nil, nil); err != nil {
+				return fail(err)
+			}
+		default:
+			return fail(fmt.Errorf("restore ended in state %q", st))
+		}
+		select {
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// Watch yields once when the VMM ends: through Wait for processes this driver started, through a
+// pidfd for adopted ones (started by an earlier agent process).
+func (d *Driver) Watch(vm *runtime.VM) <-chan runtime.Exit {
+	d.mu.Lock()
+	ch, ok := d.children[vm.Pid]
+	d.mu.Unlock()
+	if ok {
+		return ch
+	}
+	out := make(chan runtime.Exit, 1)
+	go func() {
+		fd, err := unix.PidfdOpen(vm.Pid, 0)
+		if err == nil {
+			if d.Alive(vm) {
+				waitPidfd(fd, -1)
+			}
+			unix.Close(fd)
+		}
+		out <- runtime.Exit{At: time.Now(), Reason: explainExit(vm.RunDir, "VMM exited")}
+	}()
+	return out
+}
+
+// Alive reports whether vm's process runs and is still the one we started.
+func (d *Driver) Alive(vm *runtime.VM) bool {
+	t, err := startTicks(vm.Pid)
+	if err != nil || (vm.StartTicks != 0 && t != vm.StartTicks) {
+		return false
+	}
+	st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", vm.Pid))
+	// A zombie has exited; only the reaping is left.
+	if i := bytes.LastIndexByte(st, ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
+		return false
+	}
+	return true
+}
+
+// Kill ends the VMM with SIGKILL and waits until every thread of it is gone, so its files (RAM
+// file, disk clone) are closed when Kill returns.
+func (d *Driver) Kill(vm *runtime.VM) error {
+	defer d.forget(vm)
+	if !d.Alive(vm) {
+		return nil
+	}
+	fd, err := unix.PidfdOpen(vm.Pid, 0)
+	if err != nil {
+		return nil // gone meanwhile
+	}
+	defer unix.Close(fd)
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && err != unix.ESRCH {
+		return err
+	}
+	if !waitPidfd(fd, 10*time.Second) {
+		return fmt.Errorf("VMM pid %d did not exit within 10 s of SIGKILL", vm.Pid)
+	}
+	return nil
+}
+
+// waitPidfd waits until the process behind fd has exited with all its threads (a zombie leader
+// whose other threads still run is not enough: they hold the VM's files). timeout < 0 waits forever.
+func waitPidfd(fd int, timeout time.Duration) bool {
+	ms := -1
+	if timeout >= 0 {
+		ms = int(timeout.Milliseconds())
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, ms)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n > 0
+	}
+}
+
+func (d *Driver) forget(vm *runtime.VM) {
+	d.mu.Lock()
+	delete(d.children, vm.Pid)
+	d.mu.Unlock()
+}
+
+// startTicks reads the process start time, field 22 of /proc/PID/stat.
+func startTicks(pid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("bad stat for pid %d", pid)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("bad stat for pid %d", pid)
+	}
+	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+// explainExit turns a VMM exit into a reason a user can act on: a guest kernel panic (the guest
+// reboots on panic and -no-reboot makes QEMU exit) or QEMU's own last words.
+func explainExit(runDir, base string) string {
+	console := tailFile(filepath.Join(runDir, "console.log"), 4000)
+	if i := strings.LastIndex(console, "Kernel panic"); i >= 0 {
+		line, _, _ := strings.Cut(console[i:], "\n")
+		return "guest kernel panic: " + strings.TrimSpace(line)
+	}
+	if tail := tailFile(filepath.Join(runDir, "vmm.log"), 500); tail != "" {
+		return base + ": " + tail
+	}
+	return base
+}
+
+func tailFile(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		f.Seek(-n, 2)
+	}
+	b := make([]byte, n)
+	k, _ := f.Read(b)
+	return strings.TrimSpace(string(b[:k]))
+}

@@ -1,0 +1,68 @@
+// Package runtime is the VMM-neutral view of a microVM: boot one cold for a bake, snapshot it,
+// restore clones from the snapshot, watch and stop them. Drivers live in subpackages (qemu).
+package runtime
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Spec is the machine a template fixes at bake time. A restore must use the same Spec as the
+// bake it restores (the snapshot holds the device set and guest RAM size).
+type Spec struct {
+	VCPUs     int
+	MemoryMiB int
+	Kernel    string
+	Initrd    string
+	// Disk is the raw root disk image the guest sees as /dev/vda.
+	Disk string
+}
+
+// Snapshot is a baked machine state: guest RAM in a file plus the VMM's device state.
+type Snapshot struct {
+	RAMFile   string
+	StateFile string
+}
+
+// VM is a running VMM process. It is plain data so the host agent can persist it and re-adopt
+// the process after a restart.
+type VM struct {
+	Pid int `json:"pid"`
+	// StartTicks is the process start time (/proc/PID/stat field 22); with Pid it tells our VMM
+	// from an unrelated process that got the same pid later.
+	StartTicks uint64 `json:"start_ticks"`
+	// RunDir holds the VMM's sockets and logs.
+	RunDir string `json:"run_dir"`
+	// AgentSocket is the unix socket of the guest agent's channel.
+	AgentSocket string `json:"agent_socket"`
+}
+
+// Exit says how a VMM ended.
+type Exit struct {
+	At     time.Time
+	Reason string // human-readable: exit status, guest panic, VMM error
+}
+
+// Runtime is one VMM driver.
+type Runtime interface {
+	Name() string
+	// Accel is the CPU accelerator in use ("kvm" or "tcg").
+	Accel() string
+	// Boot cold-boots spec with guest RAM in ramFile (created, shared), for a bake.
+	Boot(ctx context.Context, runDir string, spec Spec, ramFile string) (*VM, error)
+	// SaveSnapshot writes the device state of a booted VM to stateFile (RAM stays in its file) and
+	// leaves the VM paused.
+	SaveSnapshot(ctx context.Context, vm *VM, stateFile string) error
+	// Restore starts a new VMM from snap with the RAM file mapped private (copy on write), running.
+	Restore(ctx context.Context, runDir string, spec Spec, snap Snapshot) (*VM, error)
+	// Watch returns a channel that yields once when the VMM process ends.
+	Watch(vm *VM) <-chan Exit
+	// Alive reports whether vm's process still runs (and is the same process).
+	Alive(vm *VM) bool
+	// Kill ends the VMM process and waits for it to go.
+	Kill(vm *VM) error
+}
+
+// ErrVMMExited is returned when a VMM dies while being started.
+var ErrVMMExited = errors.New("VMM exited")

@@ -1,0 +1,72 @@
+// Package testenv is the shared set-up of tests that boot real microVMs: the switch that enables
+// them, the guest agent binary they bake into images, and the image cache they share.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// VMTestsEnv is the one switch for slow, VM-backed tests (`make test` and CI set it).
+const VMTestsEnv = "PANDASTACK_VM_TESTS"
+
+// NeedVMs skips t unless VM-backed tests are switched on; they need root, QEMU and debootstrap.
+func NeedVMs(t testing.TB) {
+	t.Helper()
+	if os.Getenv(VMTestsEnv) != "1" {
+		t.Skipf("VM-backed test: set %s=1 (make test does) to run it", VMTestsEnv)
+	}
+	if os.Geteuid() != 0 {
+		t.Fatalf("VM-backed tests need root (loop devices, mounts)")
+	}
+}
+
+// ImageCache is where built guest images are kept between test runs, so debootstrap runs once.
+func ImageCache() string {
+	if d := os.Getenv("PANDASTACK_IMAGE_CACHE"); d != "" {
+		return d
+	}
+	return "/var/tmp/pandastack-images"
+}
+
+// DataDir is a fresh agent data dir for one test.
+func DataDir(t testing.TB) string {
+	return t.TempDir()
+}
+
+var (
+	guestOnce sync.Once
+	guestPath string
+	guestErr  error
+)
+
+// GuestAgent builds cmd/pandastack-guest once per test process, static and reproducible (so an
+// unchanged guest agent keeps hitting the image cache), and returns its path.
+func GuestAgent(t testing.TB) string {
+	t.Helper()
+	guestOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		dir, err := os.MkdirTemp("", "pandastack-guest-")
+		if err != nil {
+			guestErr = err
+			return
+		}
+		guestPath = filepath.Join(dir, "pandastack-guest")
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", guestPath, "./cmd/pandastack-guest")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			guestErr = err
+			guestPath = string(out)
+		}
+	})
+	if guestErr != nil {
+		t.Fatalf("building pandastack-guest: %v\n%s", guestErr, guestPath)
+	}
+	return guestPath
+}
