@@ -29,10 +29,11 @@ func main() {
 	out := flag.String("out", "bench/results.json", "results file (merged)")
 	dataDir := flag.String("data-dir", "/var/tmp/pandastack-bench", "agent data dir (re-used between runs)")
 	guestAgent := flag.String("guest-agent", "bin/pandastack-guest", "pandastack-guest binary")
+	imageCache := flag.String("image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache (default: inside the data dir)")
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
 	flag.Parse()
-	if err := run(*out, *dataDir, *guestAgent, *creates, *idle); err != nil {
+	if err := run(*out, *dataDir, *guestAgent, *imageCache, *creates, *idle); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -43,14 +44,14 @@ type bench struct {
 	url   string
 }
 
-func run(out, dataDir, guestAgent string, creates, idle int) error {
+func run(out, dataDir, guestAgent, imageCache string, creates, idle int) error {
 	abs, err := filepath.Abs(guestAgent)
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
 	a, err := hostagent.New(ctx, hostagent.Config{
-		DataDir: dataDir, GuestAgent: abs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		DataDir: dataDir, GuestAgent: abs, ImageCacheDir: imageCache, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Templates: map[string]template.Spec{
 			"bench-256m": {Name: "bench-256m", Image: "base", VCPUs: 1, MemoryMiB: 256, DiskMiB: 2048},
 			"bench-1g":   {Name: "bench-1g", Image: "base", VCPUs: 1, MemoryMiB: 1024, DiskMiB: 2048},

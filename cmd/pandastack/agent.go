@@ -12,12 +12,13 @@ import (
 	"syscall"
 
 	"github.com/pandastack/pandastack/internal/hostagent"
+	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/spf13/cobra"
 )
 
 func init() {
 	var cfg hostagent.Config
-	var addr string
+	var addr, serverURL, serverToken, advertise string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the host agent: owns the microVMs on this machine (HTTP API for the control plane)",
@@ -45,6 +46,16 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 				return err
 			}
 			cfg.Logger.Info("host agent listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "accel", agent.Accel())
+			if serverURL != "" {
+				if serverToken == "" {
+					serverToken = os.Getenv("PANDASTACK_CLUSTER_TOKEN")
+				}
+				if advertise == "" {
+					advertise = "http://" + ln.Addr().String()
+				}
+				go scheduler.RunRegistrar(ctx, scheduler.RegistrarConfig{ServerURL: serverURL, ClusterToken: serverToken,
+					AgentURL: advertise, AgentToken: cfg.Token, LocalURL: "http://" + ln.Addr().String(), Logger: cfg.Logger})
+			}
 			srv := &http.Server{Handler: agent.Handler()}
 			go func() {
 				<-ctx.Done()
@@ -63,6 +74,10 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 	f.StringVar(&cfg.Token, "token", "", "shared secret the control plane must send (default $PANDASTACK_AGENT_TOKEN)")
 	f.StringVar(&cfg.Accel, "accel", "", "force the accelerator: kvm or tcg (default: probe)")
 	f.StringVar(&cfg.GuestAgent, "guest-agent", "", "path of the pandastack-guest binary (default: next to this binary)")
+	f.StringVar(&serverURL, "server", "", "control plane URL to register with and heartbeat to")
+	f.StringVar(&serverToken, "server-token", "", "cluster token for the control plane (default $PANDASTACK_CLUSTER_TOKEN)")
+	f.StringVar(&advertise, "advertise-url", "", "URL the control plane uses to reach this agent (default http://ADDR)")
+	f.DurationVar(&cfg.IdleHibernate, "idle-hibernate", 0, "hibernate sandboxes idle this long (0: never)")
 	f.IntVar(&cfg.PoolGiB, "pool-gib", 64, "size of the sparse XFS pool made when the data dir cannot reflink")
 	rootCmd.AddCommand(cmd)
 }

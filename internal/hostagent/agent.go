@@ -53,6 +53,8 @@ type Config struct {
 	ExecOutputLimit int64
 	// MaxUpload caps one file upload (default 4 GiB).
 	MaxUpload int64
+	// IdleHibernate hibernates a running sandbox no call has touched for this long (0: never).
+	IdleHibernate time.Duration
 }
 
 // Agent is a running host agent.
@@ -68,6 +70,7 @@ type Agent struct {
 	sandboxes map[string]*sandbox
 	templates map[string]*bakeState
 	closed    bool
+	stop      context.CancelFunc // ends background loops
 }
 
 // New opens the data dir, probes the accelerator, and re-adopts the sandboxes a previous agent
@@ -132,6 +135,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		}
 	}
 	a.adopt()
+	var bg context.Context
+	bg, a.stop = context.WithCancel(context.Background())
+	if cfg.IdleHibernate > 0 {
+		go a.idleLoop(bg, cfg.IdleHibernate)
+	}
 	return a, nil
 }
 
@@ -160,6 +168,7 @@ func (a *Agent) probeAccel(ctx context.Context) string {
 
 // Close stops serving; running VMs are left running (a new agent re-adopts them).
 func (a *Agent) Close() error {
+	a.stop()
 	a.mu.Lock()
 	a.closed = true
 	sbs := make([]*sandbox, 0, len(a.sandboxes))

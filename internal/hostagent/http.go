@@ -36,12 +36,7 @@ func (a *Agent) Handler() http.Handler {
 		writeJSON(w, 200, map[string]any{"sandboxes": a.List()})
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
-		info, err := a.Get(r.PathValue("id"))
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		writeJSON(w, 200, info)
+		answer(w, 200)(a.Get(r.PathValue("id")))
 	})
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if err := a.Kill(r.PathValue("id")); err != nil {
@@ -50,14 +45,37 @@ func (a *Agent) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", a.handleExec)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/files", a.handleReadFile)
-	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", a.handleWriteFile)
-	mux.HandleFunc("DELETE /v1/sandboxes/{id}/files", a.handleRemove)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/files/list", a.handleList)
-	mux.HandleFunc("GET /v1/sandboxes/{id}/files/stat", a.handleStat)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.handleMkdir)
-	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.handleMove)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", a.busy(a.handleExec))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, http.StatusCreated)(a.SnapshotSandbox(r.Context(), r.PathValue("id")))
+	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/fork", a.handleFork)
+	mux.HandleFunc("POST /v1/sandboxes/{id}/hibernate", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, 200)(a.Hibernate(r.Context(), r.PathValue("id")))
+	})
+	mux.HandleFunc("POST /v1/sandboxes/{id}/wake", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, 200)(a.Wake(r.Context(), r.PathValue("id")))
+	})
+	mux.HandleFunc("GET /v1/snapshots", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]any{"snapshots": a.Snapshots()})
+	})
+	mux.HandleFunc("GET /v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, 200)(a.GetSnapshot(r.PathValue("id")))
+	})
+	mux.HandleFunc("DELETE /v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if err := a.DeleteSnapshot(r.PathValue("id")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files", a.busy(a.handleReadFile))
+	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", a.busy(a.handleWriteFile))
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}/files", a.busy(a.handleRemove))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files/list", a.busy(a.handleList))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/files/stat", a.busy(a.handleStat))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.busy(a.handleMkdir))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.busy(a.handleMove))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -122,6 +140,39 @@ func (a *Agent) handleBake(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	nd.send(map[string]any{"template": info})
+}
+
+// answer writes v with status, or the error.
+func answer(w http.ResponseWriter, status int) func(any, error) {
+	return func(v any, err error) {
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, status, v)
+	}
+}
+
+func (a *Agent) handleFork(w http.ResponseWriter, r *http.Request) {
+	body := struct {
+		Count *int `json:"count,omitempty"`
+	}{}
+	if r.ContentLength != 0 {
+		if err := decodeJSON(w, r, &body); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	count := 1
+	if body.Count != nil {
+		count = *body.Count
+	}
+	children, err := a.Fork(r.Context(), r.PathValue("id"), count)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"sandboxes": children})
 }
 
 func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {

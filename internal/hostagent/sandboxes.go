@@ -39,6 +39,23 @@ type record struct {
 	ReadyMs     int64             `json:"ready_ms"`
 	Env         map[string]string `json:"env,omitempty"`
 	VM          runtime.VM        `json:"vm"`
+	// BaseDir holds the ram and state files the VM was restored from: its template's, a
+	// snapshot's, or (after a wake) the sandbox's own hibernation snapshot.
+	BaseDir    string `json:"base_dir"`
+	MemGen     int    `json:"mem_gen,omitempty"` // generation of the sandbox's own memory snapshots
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	ForkOf     string `json:"fork_of,omitempty"`
+}
+
+// spec is the machine to restore; kernel and initrd always come from the template.
+func (r *record) spec(disk string) runtime.Spec {
+	return runtime.Spec{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, Kernel: filepath.Join(r.TemplateDir, "vmlinuz"),
+		Initrd: filepath.Join(r.TemplateDir, "initrd"), Disk: disk}
+}
+
+// snapIn names the memory snapshot files in dir.
+func snapIn(dir string) runtime.Snapshot {
+	return runtime.Snapshot{RAMFile: filepath.Join(dir, "ram"), StateFile: filepath.Join(dir, "state")}
 }
 
 // SandboxInfo is the API view of a sandbox.
@@ -52,11 +69,21 @@ type SandboxInfo struct {
 	VCPUs     int       `json:"vcpus"`
 	MemoryMiB int       `json:"memory_mib"`
 	ReadyMs   int64     `json:"ready_ms"`
+	// SnapshotID and ForkOf say where the sandbox's memory came from, when not a template.
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	ForkOf     string `json:"fork_of,omitempty"`
 }
 
 type sandbox struct {
+	// op serialises lifecycle changes (snapshot, hibernate, wake, kill) of one sandbox; mu guards
+	// the fields and is never held across a slow call.
+	op     sync.Mutex
 	mu     sync.Mutex
 	rec    record
+	// lastUsed is when an API call last touched the sandbox and busy counts calls in flight
+	// (for idle hibernation: a long exec is not idleness).
+	lastUsed time.Time
+	busy     int
 	client *guest.Client
 	killed bool
 	dir    string
@@ -66,8 +93,12 @@ func (sb *sandbox) info() SandboxInfo {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	r := sb.rec
-	return SandboxInfo{ID: r.ID, Template: r.Template, State: r.State, Error: r.Error, CreatedAt: r.CreatedAt,
-		Pid: r.VM.Pid, VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, ReadyMs: r.ReadyMs}
+	info := SandboxInfo{ID: r.ID, Template: r.Template, State: r.State, Error: r.Error, CreatedAt: r.CreatedAt,
+		Pid: r.VM.Pid, VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, ReadyMs: r.ReadyMs, SnapshotID: r.SnapshotID, ForkOf: r.ForkOf}
+	if r.State != StateRunning {
+		info.Pid = 0
+	}
+	return info
 }
 
 func (sb *sandbox) persist() error {
@@ -86,47 +117,74 @@ func (sb *sandbox) closeGuest() {
 
 // CreateRequest is the body of POST /v1/sandboxes.
 type CreateRequest struct {
-	ID       string            `json:"id,omitempty"`
-	Template string            `json:"template"`
-	Env      map[string]string `json:"env,omitempty"`
+	ID         string            `json:"id,omitempty"`
+	Template   string            `json:"template,omitempty"`
+	SnapshotID string            `json:"snapshot_id,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
 }
 
-// Create restores a new sandbox from the template's snapshot (baking the template first if this
-// host has not). It returns once the sandbox's guest agent answers.
+// source is what a new sandbox is restored from.
+type source struct {
+	rec     record // template fields, base dir, lineage
+	diskSrc string // disk image the sandbox's disk is reflinked from
+}
+
+// Create restores a new sandbox from a template's snapshot (baking the template first if this
+// host has not) or from a snapshot. It returns once the sandbox's guest agent answers.
 func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, error) {
-	if req.Template == "" {
-		return SandboxInfo{}, invalid("template is required")
-	}
 	if req.ID == "" {
 		req.ID = newID()
 	} else if !idRE.MatchString(req.ID) {
 		return SandboxInfo{}, invalid("sandbox id %q: use sb_ followed by 1-60 lowercase letters or digits", req.ID)
 	}
-	tmpl, err := a.EnsureTemplate(ctx, req.Template, nil)
-	if err != nil {
-		return SandboxInfo{}, err
+	var src source
+	switch {
+	case req.SnapshotID != "":
+		snap, err := a.loadSnapshot(req.SnapshotID)
+		if err != nil {
+			return SandboxInfo{}, err
+		}
+		if req.Template != "" && req.Template != snap.Template {
+			return SandboxInfo{}, invalid("snapshot %s is of template %s, not %s", snap.ID, snap.Template, req.Template)
+		}
+		src = source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
+			MemoryMiB: snap.MemoryMiB, BaseDir: snap.dir, SnapshotID: snap.ID}, diskSrc: filepath.Join(snap.dir, "disk.img")}
+	case req.Template != "":
+		tmpl, err := a.EnsureTemplate(ctx, req.Template, nil)
+		if err != nil {
+			return SandboxInfo{}, err
+		}
+		src = source{rec: record{Template: tmpl.Name, TemplateDir: tmpl.Dir, VCPUs: tmpl.VCPUs, MemoryMiB: tmpl.MemoryMiB,
+			BaseDir: tmpl.Dir}, diskSrc: filepath.Join(tmpl.Dir, "disk.img")}
+	default:
+		return SandboxInfo{}, invalid("template (or snapshot_id) is required")
 	}
+	src.rec.Env = req.Env
+	return a.launch(ctx, req.ID, src)
+}
+
+// launch reflinks the disk, restores the VM and waits for its guest agent.
+func (a *Agent) launch(ctx context.Context, id string, src source) (SandboxInfo, error) {
 	start := time.Now()
-	sb := &sandbox{dir: filepath.Join(a.sandboxesDir(), req.ID), rec: record{
-		ID: req.ID, Template: req.Template, TemplateDir: tmpl.Dir, State: "creating",
-		CreatedAt: start.UTC(), VCPUs: tmpl.VCPUs, MemoryMiB: tmpl.MemoryMiB, Env: req.Env,
-	}}
+	rec := src.rec
+	rec.ID, rec.State, rec.CreatedAt = id, "creating", start.UTC()
+	sb := &sandbox{dir: filepath.Join(a.sandboxesDir(), id), rec: rec, lastUsed: start}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
 		return SandboxInfo{}, errorf(http.StatusServiceUnavailable, "capacity", "host agent is shutting down")
 	}
-	if _, dup := a.sandboxes[req.ID]; dup {
+	if _, dup := a.sandboxes[id]; dup {
 		a.mu.Unlock()
-		return SandboxInfo{}, conflict("sandbox %s already exists", req.ID)
+		return SandboxInfo{}, conflict("sandbox %s already exists", id)
 	}
-	a.sandboxes[req.ID] = sb
+	a.sandboxes[id] = sb
 	a.mu.Unlock()
 
-	runDir := a.runDir(req.ID)
+	runDir := a.runDir(id)
 	fail := func(err error) (SandboxInfo, error) {
 		a.mu.Lock()
-		delete(a.sandboxes, req.ID)
+		delete(a.sandboxes, id)
 		a.mu.Unlock()
 		os.RemoveAll(sb.dir)
 		os.RemoveAll(runDir)
@@ -136,17 +194,12 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 		return fail(err)
 	}
 	disk := filepath.Join(sb.dir, "disk.img")
-	if err := storage.Clone(filepath.Join(tmpl.Dir, "disk.img"), disk); err != nil {
+	if err := storage.Clone(src.diskSrc, disk); err != nil {
 		return fail(err)
 	}
-	vm, err := a.rt.Restore(ctx, runDir, tmpl.spec(disk), tmpl.snapshot())
+	vm, client, err := a.restoreVM(ctx, &sb.rec, runDir, disk)
 	if err != nil {
-		return fail(fmt.Errorf("restore %s: %w", req.Template, err))
-	}
-	client, err := guestConnect(ctx, vm.AgentSocket, 30*time.Second)
-	if err != nil {
-		a.rt.Kill(vm)
-		return fail(fmt.Errorf("sandbox %s: guest agent did not answer after restore: %w", req.ID, err))
+		return fail(err)
 	}
 	sb.mu.Lock()
 	sb.client = client
@@ -164,14 +217,34 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 	return sb.info(), nil
 }
 
+// restoreVM starts rec's VM from rec.BaseDir with disk, and connects to its guest agent.
+func (a *Agent) restoreVM(ctx context.Context, rec *record, runDir, disk string) (*runtime.VM, *guest.Client, error) {
+	base := snapIn(rec.BaseDir)
+	for _, f := range []string{base.RAMFile, base.StateFile, rec.spec(disk).Kernel} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, nil, fmt.Errorf("sandbox %s: snapshot files missing: %w", rec.ID, err)
+		}
+	}
+	vm, err := a.rt.Restore(ctx, runDir, rec.spec(disk), base)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore %s: %w", rec.ID, err)
+	}
+	client, err := guestConnect(ctx, vm.AgentSocket, 30*time.Second)
+	if err != nil {
+		a.rt.Kill(vm)
+		return nil, nil, fmt.Errorf("sandbox %s: guest agent did not answer after restore: %w", rec.ID, err)
+	}
+	return vm, client, nil
+}
+
 // watch marks the sandbox `error` with the reason when its VMM ends without being killed.
 func (a *Agent) watch(sb *sandbox, vm *runtime.VM) {
 	exited := a.rt.Watch(vm)
 	go func() {
 		ex := <-exited
 		sb.mu.Lock()
-		if sb.killed {
-			sb.mu.Unlock()
+		if sb.killed || sb.rec.VM.Pid != vm.Pid || sb.rec.State != StateRunning {
+			sb.mu.Unlock() // ended on purpose, or an older VMM of a woken sandbox
 			return
 		}
 		sb.rec.State = StateError
@@ -202,6 +275,10 @@ func (a *Agent) adopt() {
 			continue
 		}
 		a.sandboxes[sb.rec.ID] = sb
+		if sb.rec.State == "creating" {
+			sb.rec.State, sb.rec.Error = StateError, "the host agent stopped while this sandbox was being created"
+			sb.persist()
+		}
 		if sb.rec.State != StateRunning {
 			continue
 		}
@@ -245,7 +322,8 @@ func (a *Agent) List() []SandboxInfo {
 	return out
 }
 
-// Kill ends the sandbox's VMM and frees its disk clone. Killing an unknown sandbox is not an error.
+// Kill ends the sandbox's VMM and frees its disk clone and memory snapshots. Killing an unknown
+// sandbox is not an error.
 func (a *Agent) Kill(id string) error {
 	a.mu.Lock()
 	sb := a.sandboxes[id]
@@ -253,6 +331,8 @@ func (a *Agent) Kill(id string) error {
 	if sb == nil {
 		return nil
 	}
+	sb.op.Lock()
+	defer sb.op.Unlock()
 	sb.mu.Lock()
 	if sb.rec.State == "creating" {
 		sb.mu.Unlock()
@@ -266,23 +346,26 @@ func (a *Agent) Kill(id string) error {
 	if c != nil {
 		c.Close()
 	}
-	if err := a.rt.Kill(&vm); err != nil {
-		return err
+	if vm.Pid != 0 {
+		if err := a.rt.Kill(&vm); err != nil {
+			return err
+		}
+		os.RemoveAll(vm.RunDir)
 	}
-	os.RemoveAll(vm.RunDir)
 	if err := os.RemoveAll(sb.dir); err != nil {
 		return err
 	}
 	a.mu.Lock()
 	delete(a.sandboxes, id)
 	a.mu.Unlock()
+	a.gcSnapshots()
 	return nil
 }
 
-// guest returns a live guest agent client for a running sandbox, reconnecting when needed (after an
-// agent restart the first call connects).
+// guest returns a live guest agent client for a sandbox, waking it if it is hibernated and
+// reconnecting when needed (after an agent restart the first call connects).
 func (a *Agent) guest(ctx context.Context, id string) (*guest.Client, *sandbox, error) {
-	sb, err := a.get(id)
+	sb, err := a.awake(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -31,11 +31,15 @@ type harness struct {
 	dir   string
 	agent *Agent
 	srv   *httptest.Server
+	tune  func(*Config)
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T, tune ...func(*Config)) *harness {
 	testenv.NeedVMs(t)
 	h := &harness{t: t, dir: testenv.DataDir(t)}
+	if len(tune) > 0 {
+		h.tune = tune[0]
+	}
 	h.start()
 	t.Cleanup(func() {
 		for _, sb := range h.agent.List() {
@@ -52,10 +56,14 @@ func newHarness(t *testing.T) *harness {
 
 func (h *harness) start() {
 	h.t.Helper()
-	a, err := New(context.Background(), Config{
+	cfg := Config{
 		DataDir: h.dir, GuestAgent: testenv.GuestAgent(h.t), ImageCacheDir: testenv.ImageCache(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Token: "test-token",
-	})
+	}
+	if h.tune != nil {
+		h.tune(&cfg)
+	}
+	a, err := New(context.Background(), cfg)
 	if err != nil {
 		h.t.Fatalf("agent: %v", err)
 	}

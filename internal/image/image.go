@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // Builder makes and caches guest images. Progress lines go to Log (may be nil).
@@ -73,6 +75,16 @@ func (b *Builder) Build(ctx context.Context, spec RootfsSpec, progress func(stri
 	b.progress = progress
 	defer func() { b.progress = nil }()
 	if err := os.MkdirAll(b.CacheDir, 0o755); err != nil {
+		return Images{}, err
+	}
+	// Other processes (a second agent, parallel test packages) may share the cache: one builder
+	// at a time across processes too.
+	lock, err := os.OpenFile(filepath.Join(b.CacheDir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return Images{}, err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return Images{}, err
 	}
 	kern, err := b.kernel(ctx)

@@ -38,6 +38,12 @@ type VM struct {
 	AgentSocket string `json:"agent_socket"`
 }
 
+// SnapshotStats describes one snapshot.
+type SnapshotStats struct {
+	Pause      time.Duration // guest stopped for this long
+	DirtyBytes int64         // guest memory copied (what the VM wrote since its base)
+}
+
 // Exit says how a VMM ended.
 type Exit struct {
 	At     time.Time
@@ -56,6 +62,12 @@ type Runtime interface {
 	SaveSnapshot(ctx context.Context, vm *VM, stateFile string) error
 	// Restore starts a new VMM from snap with the RAM file mapped private (copy on write), running.
 	Restore(ctx context.Context, runDir string, spec Spec, snap Snapshot) (*VM, error)
+	// Snapshot saves a VM restored from base into out, pausing it meanwhile; whilePaused runs
+	// with the guest stopped (to copy its disk consistently). keepPaused leaves it stopped.
+	Snapshot(ctx context.Context, vm *VM, base, out Snapshot, keepPaused bool, whilePaused func() error) (SnapshotStats, error)
+	// Pause and Resume stop and restart a VM's vCPUs.
+	Pause(ctx context.Context, vm *VM) error
+	Resume(ctx context.Context, vm *VM) error
 	// Watch returns a channel that yields once when the VMM process ends.
 	Watch(vm *VM) <-chan Exit
 	// Alive reports whether vm's process still runs (and is the same process).

@@ -1,0 +1,109 @@
+package main
+
+// Shared plumbing of the API verbs (sandbox, template, keys, teams): connection flags, --json,
+// tables, and turning API errors into the CLI's message and exit status.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/pandastack/pandastack/internal/client"
+	"github.com/spf13/cobra"
+)
+
+// apiFlags are the connection and output flags every API verb group shares.
+type apiFlags struct {
+	baseURL string
+	apiKey  string
+	json    bool
+}
+
+func (f *apiFlags) register(cmd *cobra.Command) {
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.baseURL, "base-url", "", "server URL (default $PANDASTACK_BASE_URL, else "+client.DefaultBaseURL+")")
+	pf.StringVar(&f.apiKey, "api-key", "", "API key (default $PANDASTACK_API_KEY, else $PANDASTACK_TOKEN)")
+	pf.BoolVar(&f.json, "json", false, "print JSON instead of a table")
+}
+
+func (f *apiFlags) client() (*client.Client, error) {
+	c := client.New(f.baseURL, f.apiKey)
+	if c.APIKey == "" {
+		return nil, fmt.Errorf("no API key: set PANDASTACK_API_KEY (or pass --api-key)")
+	}
+	return c, nil
+}
+
+// signalContext ends on Ctrl-C so a long exec or transfer stops cleanly.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// table prints rows under a header, aligned.
+func table(w io.Writer, header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// parsePairs reads repeated K=V flags into a map.
+func parsePairs(flag string, pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--%s %q: expected KEY=VALUE", flag, p)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func formatMetadata(md map[string]string) string {
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + md[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// exitError carries a status to main (through its exitCoder) with a message.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+func (e *exitError) ExitCode() int { return e.code }

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/api"
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/store"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// The CLI verbs against a real control plane whose host agent is the fakeagent test double.
+
+func startServer(t *testing.T) (url, key string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	agent := fakeagent.New("host-a", "tok", "base")
+	t.Cleanup(agent.Close)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sched := scheduler.New(scheduler.Config{Store: st, Logger: log})
+	sched.AddStaticAgent(agent.URL(), "tok")
+	if err := sched.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err = auth.Bootstrap(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(api.New(api.Config{Store: st, Scheduler: sched, Logger: log}).Handler())
+	t.Cleanup(hs.Close)
+	return hs.URL, key
+}
+
+// resetFlags puts every flag back to its default: cobra keeps values between Execute calls.
+func resetFlags(c *cobra.Command) {
+	reset := func(f *pflag.Flag) {
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			sv.Replace(nil)
+		} else {
+			f.Value.Set(f.DefValue)
+		}
+		f.Changed = false
+	}
+	c.Flags().VisitAll(reset)
+	c.PersistentFlags().VisitAll(reset)
+	for _, sub := range c.Commands() {
+		resetFlags(sub)
+	}
+}
+
+// run executes the CLI in-process and returns stdout, stderr and the error main would print.
+func run(t *testing.T, stdin string, args ...string) (string, string, error) {
+	t.Helper()
+	resetFlags(rootCmd)
+	var out, errb bytes.Buffer
+	rootCmd.SetArgs(args)
+	rootCmd.SetOut(&out)
+	rootCmd.SetErr(&errb)
+	rootCmd.SetIn(strings.NewReader(stdin))
+	err := rootCmd.Execute()
+	return out.String(), errb.String(), err
+}
+
+func mustRun(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	out, stderr, err := run(t, stdin, args...)
+	if err != nil {
+		t.Fatalf("pandastack %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return out
+}
+
+func TestCLI(t *testing.T) {
+	url, key := startServer(t)
+	t.Setenv("PANDASTACK_BASE_URL", url)
+	t.Setenv("PANDASTACK_API_KEY", key)
+
+	id := strings.TrimSpace(mustRun(t, "", "sandbox", "create", "--template", "base", "-q", "-m", "task=cli"))
+	if !strings.HasPrefix(id, "sb_") {
+		t.Fatalf("create -q printed %q", id)
+	}
+	list := mustRun(t, "", "sandbox", "list")
+	if !strings.Contains(list, "ID") || !strings.Contains(list, id) || !strings.Contains(list, "task=cli") {
+		t.Fatalf("list table:\n%s", list)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "get", id, "--json")), &got); err != nil || got["state"] != "running" {
+		t.Fatalf("get --json: %v %v", got, err)
+	}
+	var arr []map[string]any
+	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "list", "--json", "-m", "task=nope")), &arr); err != nil || len(arr) != 0 {
+		t.Fatalf("list --json filter: %v %v", arr, err)
+	}
+
+	// exec streams output and passes the exit status through.
+	if out := mustRun(t, "", "sandbox", "exec", id, "--", "echo", "hi", "there"); out != "hi there\n" {
+		t.Fatalf("exec output %q", out)
+	}
+	_, _, err := run(t, "", "sandbox", "exec", id, "exit 3")
+	var ec interface{ ExitCode() int }
+	if !errors.As(err, &ec) || ec.ExitCode() != 3 {
+		t.Fatalf("exit status: %v", err)
+	}
+	if out := mustRun(t, "payload", "sandbox", "exec", "--stdin", id, "--", "cat"); out != "payload" {
+		t.Fatalf("stdin: %q", out)
+	}
+	var res map[string]any
+	json.Unmarshal([]byte(mustRun(t, "", "sandbox", "exec", "--json", id, "exit 2")), &res)
+	if res["exit_code"] != float64(2) {
+		t.Fatalf("exec --json %v", res)
+	}
+
+	// files
+	mustRun(t, "hello from the CLI", "sandbox", "files", "write", id, "/tmp/a.txt")
+	if out := mustRun(t, "", "sandbox", "files", "read", id, "/tmp/a.txt"); out != "hello from the CLI" {
+		t.Fatalf("read %q", out)
+	}
+	if out := mustRun(t, "", "sandbox", "files", "ls", id, "/tmp"); !strings.Contains(out, "/tmp/a.txt") {
+		t.Fatalf("ls:\n%s", out)
+	}
+	mustRun(t, "", "sandbox", "files", "mv", id, "/tmp/a.txt", "/tmp/b.txt")
+	mustRun(t, "", "sandbox", "files", "rm", id, "/tmp/b.txt")
+	if _, _, err := run(t, "", "sandbox", "files", "stat", id, "/tmp/b.txt"); err == nil || !strings.Contains(err.Error(), "not_found") {
+		t.Fatalf("stat removed file: %v", err)
+	}
+
+	// templates and keys
+	if out := mustRun(t, "", "template", "list"); !strings.Contains(out, "base") {
+		t.Fatalf("templates:\n%s", out)
+	}
+	newKey := strings.TrimSpace(mustRun(t, "", "keys", "create", "--name", "ci"))
+	if !strings.HasPrefix(newKey, "pds_") {
+		t.Fatalf("keys create printed %q", newKey)
+	}
+	var keys []map[string]any
+	json.Unmarshal([]byte(mustRun(t, "", "keys", "list", "--json")), &keys)
+	if len(keys) != 2 {
+		t.Fatalf("keys %v", keys)
+	}
+	var ciID string
+	for _, k := range keys {
+		if k["name"] == "ci" {
+			ciID = k["id"].(string)
+		}
+	}
+	mustRun(t, "", "keys", "revoke", ciID)
+	if _, _, err := run(t, "", "sandbox", "list", "--api-key", newKey); err == nil || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("revoked key: %v", err)
+	}
+
+	// kill, then the API's message comes back as the CLI's error.
+	mustRun(t, "", "sandbox", "kill", id)
+	_, _, err = run(t, "", "sandbox", "exec", id, "echo x")
+	if err == nil || !strings.Contains(err.Error(), "was killed") {
+		t.Fatalf("exec on killed: %v", err)
+	}
+	if _, _, err := run(t, "", "sandbox", "get", "sb_nope"); err == nil || !strings.Contains(err.Error(), "sandbox sb_nope not found") {
+		t.Fatalf("get missing: %v", err)
+	}
+	if _, _, err := run(t, "", "sandbox", "create", "--ttl", "0", "--template", "nope"); err == nil || !strings.Contains(err.Error(), "unknown template") {
+		t.Fatalf("bad create: %v", err)
+	}
+}
+
+func TestCLIConnectionErrors(t *testing.T) {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	t.Setenv("PANDASTACK_API_KEY", "pds_"+strings.Repeat("a", 32))
+	t.Setenv("PANDASTACK_BASE_URL", dead)
+	_, _, err := run(t, "", "sandbox", "list")
+	if err == nil || !strings.Contains(err.Error(), "cannot reach PandaStack at "+dead) {
+		t.Fatalf("dead server: %v", err)
+	}
+	t.Setenv("PANDASTACK_API_KEY", "")
+	t.Setenv("PANDASTACK_TOKEN", "")
+	if _, _, err := run(t, "", "sandbox", "list"); err == nil || !strings.Contains(err.Error(), "PANDASTACK_API_KEY") {
+		t.Fatalf("no key: %v", err)
+	}
+}
+
+func TestUpBanner(t *testing.T) {
+	for in, want := range map[string]string{"127.0.0.1:8080": "http://127.0.0.1:8080", "0.0.0.0:9000": "http://127.0.0.1:9000",
+		"[::]:8080": "http://127.0.0.1:8080", "[::1]:8080": "http://[::1]:8080"} {
+		if got := baseURL(in); got != want {
+			t.Errorf("baseURL(%s) = %s, want %s", in, got, want)
+		}
+	}
+	var b bytes.Buffer
+	printBanner(&b, "http://127.0.0.1:8080", "pds_x", "shown once: keep it", "/d")
+	out := b.String()
+	for _, want := range []string{"base URL:  http://127.0.0.1:8080", "export PANDASTACK_BASE_URL=http://127.0.0.1:8080 PANDASTACK_API_KEY=pds_x",
+		"sandbox create --template base -q", `sandbox exec "$id" -- python -c 'print(2 ** 10)'`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("banner lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/pandastack/pandastack/internal/client"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	rootCmd.AddCommand(templateCmd(), keysCmd(), teamsCmd())
+}
+
+func templateCmd() *cobra.Command {
+	var f apiFlags
+	cmd := &cobra.Command{Use: "template", Aliases: []string{"templates"}, Short: "Show the template catalog"}
+	f.register(cmd)
+	show := func(cmd *cobra.Command, ts []client.Template) error {
+		if f.json {
+			return printJSON(cmd.OutOrStdout(), ts)
+		}
+		rows := make([][]string, 0, len(ts))
+		for _, t := range ts {
+			rows = append(rows, []string{t.Name, strconv.Itoa(t.VCPUs), strconv.Itoa(t.MemoryMiB), strconv.Itoa(t.DiskMiB),
+				yesNo(t.Available), yesNo(t.Baked), orDash(t.Description)})
+		}
+		return table(cmd.OutOrStdout(), []string{"NAME", "VCPUS", "MEMORY_MIB", "DISK_MIB", "AVAILABLE", "BAKED", "DESCRIPTION"}, rows)
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List templates",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			ts, err := c.Templates(ctx)
+			if err != nil {
+				return err
+			}
+			if ts == nil {
+				ts = []client.Template{}
+			}
+			return show(cmd, ts)
+		},
+	}
+	get := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show one template",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			t, err := c.Template(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), t)
+			}
+			return show(cmd, []client.Template{t})
+		},
+	}
+	cmd.AddCommand(list, get)
+	return cmd
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func printKeys(f *apiFlags, cmd *cobra.Command, ks []client.Key) error {
+	if f.json {
+		return printJSON(cmd.OutOrStdout(), ks)
+	}
+	rows := make([][]string, 0, len(ks))
+	for _, k := range ks {
+		state := "active"
+		if k.RevokedAt != nil {
+			state = "revoked " + *k.RevokedAt
+		}
+		rows = append(rows, []string{k.ID, orDash(k.Name), k.Prefix, yesNo(k.Admin), k.CreatedAt, state})
+	}
+	return table(cmd.OutOrStdout(), []string{"ID", "NAME", "PREFIX", "ADMIN", "CREATED", "STATE"}, rows)
+}
+
+func keysCmd() *cobra.Command {
+	var f apiFlags
+	cmd := &cobra.Command{Use: "keys", Aliases: []string{"key"}, Short: "Create, list and revoke API keys of your team"}
+	f.register(cmd)
+	var name string
+	var admin bool
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create an API key (its secret is shown once)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			k, err := c.CreateKey(ctx, name, admin)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), k)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
+			fmt.Fprintf(cmd.ErrOrStderr(), "key %s created; the secret above is shown only once\n", k.ID)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&name, "name", "", "a label for the key")
+	create.Flags().BoolVar(&admin, "admin", false, "make an admin key (needs an admin key)")
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List your team's keys (prefixes only)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			ks, err := c.ListKeys(ctx)
+			if err != nil {
+				return err
+			}
+			if ks == nil {
+				ks = []client.Key{}
+			}
+			return printKeys(&f, cmd, ks)
+		},
+	}
+	revoke := &cobra.Command{
+		Use:   "revoke KEY_ID...",
+		Short: "Revoke keys (by id, as `keys list` shows)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			for _, id := range args {
+				if err := c.RevokeKey(ctx, id); err != nil {
+					return fmt.Errorf("%s: %w", id, err)
+				}
+				if !f.json {
+					fmt.Fprintln(cmd.OutOrStdout(), "revoked", id)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}
+
+func teamsCmd() *cobra.Command {
+	var f apiFlags
+	cmd := &cobra.Command{Use: "teams", Aliases: []string{"team"}, Short: "Create teams (admin keys only)"}
+	f.register(cmd)
+	create := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a team and print its first key (shown once)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			t, k, err := c.CreateTeam(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"team": t, "key": k})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
+			fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", t.Name, t.ID)
+			return nil
+		},
+	}
+	cmd.AddCommand(create)
+	return cmd
+}

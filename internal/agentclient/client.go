@@ -1,0 +1,386 @@
+// Package agentclient is the control plane's HTTP client for a host agent's API
+// (docs/hostagent-api.md). JSON calls decode into the types below; exec streams and file bodies
+// are handed back as open response bodies so callers can pass them through without buffering.
+package agentclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Client talks to one host agent. The zero value is not usable: use New.
+type Client struct {
+	BaseURL string
+	Token   string
+	HTTP    *http.Client
+}
+
+// sharedTransport keeps connections to agents alive across calls and clients; no overall timeout
+// because exec streams and file transfers may run long (callers bound calls with contexts).
+var sharedTransport = &http.Transport{
+	Proxy:                 nil, // agents are reached directly, never through an HTTP proxy
+	DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	MaxIdleConns:          256,
+	MaxIdleConnsPerHost:   64,
+	IdleConnTimeout:       90 * time.Second,
+	ExpectContinueTimeout: time.Second,
+}
+
+// New returns a client for the agent at baseURL with bearer token.
+func New(baseURL, token string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Transport: sharedTransport}}
+}
+
+// Error is an error answer from the agent, in the public API's shape.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("host agent: %s (%d): %s", e.Code, e.Status, e.Message)
+}
+
+// Unreachable wraps a transport failure (the agent did not answer at all).
+type Unreachable struct{ Err error }
+
+func (e *Unreachable) Error() string { return "host agent unreachable: " + e.Err.Error() }
+func (e *Unreachable) Unwrap() error { return e.Err }
+
+// Health is GET /healthz.
+type Health struct {
+	OK      bool   `json:"ok"`
+	Version string `json:"version"`
+	Accel   string `json:"accel"`
+}
+
+// Template is one entry of the agent's template list.
+type Template struct {
+	Name      string `json:"name"`
+	Baked     bool   `json:"baked"`
+	VCPUs     int    `json:"vcpus"`
+	MemoryMiB int    `json:"memory_mib"`
+	DiskMiB   int    `json:"disk_mib"`
+	BakeMS    int64  `json:"bake_ms,omitempty"`
+	SizeBytes int64  `json:"size_bytes,omitempty"`
+	BakedAt   string `json:"baked_at,omitempty"`
+}
+
+// Info is GET /v1/info.
+type Info struct {
+	HostID      string     `json:"host_id"`
+	Accel       string     `json:"accel"`
+	MemMiBTotal int64      `json:"mem_mib_total"`
+	MemMiBFree  int64      `json:"mem_mib_free"`
+	SlotsTotal  int64      `json:"slots_total"`
+	SlotsUsed   int64      `json:"slots_used"`
+	Templates   []Template `json:"templates"`
+}
+
+// Sandbox is the agent's view of a sandbox.
+type Sandbox struct {
+	ID        string `json:"id"`
+	Template  string `json:"template"`
+	State     string `json:"state"`
+	Error     string `json:"error,omitempty"`
+	CreatedAt string `json:"created_at,omitempty"`
+	PID       int    `json:"pid,omitempty"`
+	MemoryMiB int    `json:"memory_mib,omitempty"`
+	VCPUs     int    `json:"vcpus,omitempty"`
+	ReadyMS   int64  `json:"ready_ms,omitempty"`
+}
+
+// CreateRequest is POST /v1/sandboxes.
+type CreateRequest struct {
+	ID       string            `json:"id,omitempty"`
+	Template string            `json:"template"`
+	Env      map[string]string `json:"env,omitempty"`
+}
+
+// ExecRequest is POST /v1/sandboxes/{id}/exec.
+type ExecRequest struct {
+	Cmd            string            `json:"cmd,omitempty"`
+	Argv           []string          `json:"argv,omitempty"`
+	TimeoutSeconds *float64          `json:"timeout_seconds,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Cwd            string            `json:"cwd,omitempty"`
+	User           string            `json:"user,omitempty"`
+	Stdin          *string           `json:"stdin,omitempty"`
+}
+
+// ExecResult is the buffered exec answer.
+type ExecResult struct {
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	ExitCode        int    `json:"exit_code"`
+	TimedOut        bool   `json:"timed_out"`
+	DurationMS      int64  `json:"duration_ms"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+}
+
+// Stat describes a file in a sandbox.
+type Stat struct {
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Type   string `json:"type"`
+	Size   int64  `json:"size"`
+	Mode   string `json:"mode"`
+	MTime  string `json:"mtime"`
+	Target string `json:"target,omitempty"`
+}
+
+// Raw sends a request and returns the response of a 2xx answer with its body open (the caller
+// closes it). A non-2xx answer is read and returned as *Error; a transport failure as
+// *Unreachable. contentLength < 0 means unknown.
+func (c *Client) Raw(ctx context.Context, method, path string, query url.Values, body io.Reader, contentLength int64, hdr http.Header) (*http.Response, error) {
+	u := c.BaseURL + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil && contentLength >= 0 {
+		req.ContentLength = contentLength
+	}
+	for k, vs := range hdr {
+		req.Header[k] = vs
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &Unreachable{err}
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, decodeError(resp)
+}
+
+func decodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var env struct {
+		Error *Error `json:"error"`
+	}
+	if json.Unmarshal(b, &env) == nil && env.Error != nil && env.Error.Code != "" {
+		env.Error.Status = resp.StatusCode
+		return env.Error
+	}
+	msg := strings.TrimSpace(string(b))
+	if msg == "" {
+		msg = resp.Status
+	}
+	return &Error{Status: resp.StatusCode, Code: codeFor(resp.StatusCode), Message: msg}
+}
+
+func codeFor(status int) string {
+	switch status {
+	case 400:
+		return "invalid_request"
+	case 401:
+		return "unauthorized"
+	case 403:
+		return "forbidden"
+	case 404:
+		return "not_found"
+	case 409:
+		return "conflict"
+	case 413:
+		return "payload_too_large"
+	case 503:
+		return "capacity"
+	case 504:
+		return "timeout"
+	case 507:
+		return "no_space"
+	}
+	return "internal"
+}
+
+// call does a JSON request and decodes a JSON answer into out (if not nil).
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	hdr := http.Header{}
+	n := int64(-1)
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body, n = bytes.NewReader(b), int64(len(b))
+		hdr.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Raw(ctx, method, path, nil, body, n, hdr)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("host agent: bad answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// Health calls GET /healthz.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	return h, c.call(ctx, "GET", "/healthz", nil, &h)
+}
+
+// Info calls GET /v1/info.
+func (c *Client) Info(ctx context.Context) (Info, error) {
+	var i Info
+	return i, c.call(ctx, "GET", "/v1/info", nil, &i)
+}
+
+// Templates calls GET /v1/templates.
+func (c *Client) Templates(ctx context.Context) ([]Template, error) {
+	var out struct {
+		Templates []Template `json:"templates"`
+	}
+	return out.Templates, c.call(ctx, "GET", "/v1/templates", nil, &out)
+}
+
+// CreateSandbox calls POST /v1/sandboxes.
+func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (Sandbox, error) {
+	var sb Sandbox
+	return sb, c.call(ctx, "POST", "/v1/sandboxes", req, &sb)
+}
+
+// GetSandbox calls GET /v1/sandboxes/{id}.
+func (c *Client) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
+	var sb Sandbox
+	return sb, c.call(ctx, "GET", "/v1/sandboxes/"+url.PathEscape(id), nil, &sb)
+}
+
+// ListSandboxes calls GET /v1/sandboxes.
+func (c *Client) ListSandboxes(ctx context.Context) ([]Sandbox, error) {
+	var out struct {
+		Sandboxes []Sandbox `json:"sandboxes"`
+	}
+	return out.Sandboxes, c.call(ctx, "GET", "/v1/sandboxes", nil, &out)
+}
+
+// KillSandbox calls DELETE /v1/sandboxes/{id} (idempotent on the agent too).
+func (c *Client) KillSandbox(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", "/v1/sandboxes/"+url.PathEscape(id), nil, nil)
+}
+
+// Exec runs a command and waits for its buffered result.
+func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
+	var r ExecResult
+	return r, c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/exec", req, &r)
+}
+
+// ExecStream runs a command with `Accept: application/x-ndjson` and returns the open NDJSON body.
+func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest) (io.ReadCloser, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	hdr := http.Header{}
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Accept", "application/x-ndjson")
+	resp, err := c.Raw(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/exec", nil, bytes.NewReader(b), int64(len(b)), hdr)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+func filesPath(id, sub string) string { return "/v1/sandboxes/" + url.PathEscape(id) + "/files" + sub }
+
+// ReadFile opens a file's bytes; the caller closes the body. Content-Length is on the response.
+func (c *Client) ReadFile(ctx context.Context, id, path string) (*http.Response, error) {
+	return c.Raw(ctx, "GET", filesPath(id, ""), url.Values{"path": {path}}, nil, -1, nil)
+}
+
+// WriteFile streams body into a file (creating parents) and returns its stat.
+func (c *Client) WriteFile(ctx context.Context, id, path string, body io.Reader, size int64) (Stat, error) {
+	hdr := http.Header{}
+	hdr.Set("Content-Type", "application/octet-stream")
+	resp, err := c.Raw(ctx, "PUT", filesPath(id, ""), url.Values{"path": {path}}, body, size, hdr)
+	if err != nil {
+		return Stat{}, err
+	}
+	defer resp.Body.Close()
+	var st Stat
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil && !errors.Is(err, io.EOF) {
+		return Stat{}, err
+	}
+	return st, nil
+}
+
+// ListFiles lists a directory.
+func (c *Client) ListFiles(ctx context.Context, id, path string, depth int) ([]Stat, error) {
+	q := url.Values{"path": {path}}
+	if depth > 0 {
+		q.Set("depth", fmt.Sprint(depth))
+	}
+	resp, err := c.Raw(ctx, "GET", filesPath(id, "/list"), q, nil, -1, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Entries []Stat `json:"entries"`
+	}
+	return out.Entries, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// StatFile stats a path.
+func (c *Client) StatFile(ctx context.Context, id, path string) (Stat, error) {
+	resp, err := c.Raw(ctx, "GET", filesPath(id, "/stat"), url.Values{"path": {path}}, nil, -1, nil)
+	if err != nil {
+		return Stat{}, err
+	}
+	defer resp.Body.Close()
+	var st Stat
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// Mkdir creates a directory (and parents).
+func (c *Client) Mkdir(ctx context.Context, id, path string) error {
+	return c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/files/mkdir", map[string]string{"path": path}, nil)
+}
+
+// Remove deletes a path.
+func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) error {
+	q := url.Values{"path": {path}}
+	if recursive {
+		q.Set("recursive", "true")
+	}
+	resp, err := c.Raw(ctx, "DELETE", filesPath(id, ""), q, nil, -1, nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Move renames a path.
+func (c *Client) Move(ctx context.Context, id, from, to string) error {
+	return c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/files/move", map[string]string{"from": from, "to": to}, nil)
+}

@@ -1,0 +1,212 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+// These tests cover the control plane alone: host agents are fakeagent test doubles (no VMs).
+// The end-to-end tests against the real host agent are in e2e_test.go (PANDASTACK_VM_TESTS=1).
+
+const agentToken = "agent-secret"
+const clusterToken = "cluster-secret"
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type env struct {
+	t      *testing.T
+	dbPath string
+	st     *store.Store
+	sched  *scheduler.Scheduler
+	srv    *Server
+	hs     *httptest.Server
+	admin  string
+	agent  *fakeagent.Agent
+	clock  *clock
+	cfg    Config
+}
+
+type envOpt func(*Config)
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newEnv starts a server over SQLite with one fake agent (templates base and code-interpreter)
+// and returns it with a bootstrap admin key.
+func newEnv(t *testing.T, opts ...envOpt) *env {
+	t.Helper()
+	e := &env{t: t, dbPath: filepath.Join(t.TempDir(), "state.db"), clock: &clock{t: time.Now().UTC()}}
+	e.agent = fakeagent.New("host-a", agentToken, "base", "code-interpreter")
+	t.Cleanup(e.agent.Close)
+	e.cfg = Config{ClusterToken: clusterToken, Now: e.clock.Now, Logger: quietLogger()}
+	for _, o := range opts {
+		o(&e.cfg)
+	}
+	e.start()
+	if err := e.sched.PollStatic(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	admin, created, err := auth.Bootstrap(context.Background(), e.st, "")
+	if err != nil || !created {
+		t.Fatalf("bootstrap: %v", err)
+	}
+	e.admin = admin
+	return e
+}
+
+// start (re)opens the store and serves a fresh Server over it.
+func (e *env) start() {
+	t := e.t
+	st, err := store.OpenSQLite(context.Background(), e.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.st = st
+	e.sched = scheduler.New(scheduler.Config{Store: st, Logger: quietLogger()})
+	e.sched.AddStaticAgent(e.agent.URL(), agentToken)
+	cfg := e.cfg
+	cfg.Store, cfg.Scheduler = st, e.sched
+	e.srv = New(cfg)
+	e.hs = httptest.NewServer(e.srv.Handler())
+	t.Cleanup(e.stop)
+}
+
+func (e *env) stop() {
+	if e.hs != nil {
+		e.hs.Close()
+		e.hs = nil
+	}
+	if e.st != nil {
+		e.st.Close()
+		e.st = nil
+	}
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r resp) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("answer is not a JSON object (%d): %s", r.status, r.body)
+	}
+	return m
+}
+
+// errCode returns error.code of an error answer ("" if none).
+func (r resp) errCode() string {
+	var m struct {
+		Error struct{ Code, Message string }
+	}
+	json.Unmarshal(r.body, &m)
+	return m.Error.Code
+}
+
+func (r resp) errMessage() string {
+	var m struct {
+		Error struct{ Code, Message string }
+	}
+	json.Unmarshal(r.body, &m)
+	return m.Error.Message
+}
+
+// do sends a request; body may be nil, a string/[]byte (sent raw) or a value (sent as JSON).
+func (e *env) do(method, path, key string, body any, hdr ...string) resp {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	case io.Reader:
+		rd = b
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, e.hs.URL+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp{res.StatusCode, res.Header, b}
+}
+
+func (e *env) mustStatus(r resp, want int) resp {
+	e.t.Helper()
+	if r.status != want {
+		e.t.Fatalf("status %d, want %d: %s", r.status, want, r.body)
+	}
+	return r
+}
+
+// create makes a sandbox and returns its object.
+func (e *env) create(key string, body map[string]any) SandboxView {
+	e.t.Helper()
+	r := e.mustStatus(e.do("POST", "/v1/sandboxes", key, body), 201)
+	var v SandboxView
+	if err := json.Unmarshal(r.body, &v); err != nil {
+		e.t.Fatal(err)
+	}
+	return v
+}
+
+func (e *env) sandboxCount() int {
+	e.t.Helper()
+	c, err := e.st.CountSandboxesByState(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for _, v := range c {
+		n += int(v)
+	}
+	return n
+}

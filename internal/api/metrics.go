@@ -1,0 +1,133 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+// metrics is a small hand-written Prometheus registry: request counts by status code, a create
+// latency histogram, and gauges read from the store at scrape time.
+type metrics struct {
+	mu        sync.Mutex
+	requests  map[int]uint64
+	buckets   []float64 // upper bounds in seconds
+	counts    []uint64  // per bucket (not cumulative)
+	sum       float64
+	n         uint64
+	failed    map[string]uint64 // creates that failed, by error code
+	reaped    uint64
+	startedAt time.Time
+}
+
+func newMetrics() *metrics {
+	b := []float64{0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60}
+	return &metrics{requests: map[int]uint64{}, buckets: b, counts: make([]uint64, len(b)+1),
+		failed: map[string]uint64{}, startedAt: time.Now()}
+}
+
+func (m *metrics) request(code int) {
+	m.mu.Lock()
+	m.requests[code]++
+	m.mu.Unlock()
+}
+
+func (m *metrics) created(d time.Duration) {
+	s := d.Seconds()
+	i := sort.SearchFloat64s(m.buckets, s) // first bucket with bound >= s
+	m.mu.Lock()
+	m.counts[i]++
+	m.sum += s
+	m.n++
+	m.mu.Unlock()
+}
+
+func (m *metrics) createFailed(code string) {
+	m.mu.Lock()
+	m.failed[code]++
+	m.mu.Unlock()
+}
+
+func (m *metrics) reapedOne() {
+	m.mu.Lock()
+	m.reaped++
+	m.mu.Unlock()
+}
+
+// write renders the text exposition format (version 0.0.4).
+func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store) error {
+	sbCounts, err := st.CountSandboxesByState(ctx)
+	if err != nil {
+		return err
+	}
+	hostCounts, err := st.CountHostsByState(ctx)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	fmt.Fprintln(w, "# HELP pandastack_sandboxes Sandboxes in the store by state.")
+	fmt.Fprintln(w, "# TYPE pandastack_sandboxes gauge")
+	for _, s := range store.States {
+		fmt.Fprintf(w, "pandastack_sandboxes{state=%q} %d\n", s, sbCounts[s])
+	}
+	fmt.Fprintln(w, "# HELP pandastack_hosts Hosts by state.")
+	fmt.Fprintln(w, "# TYPE pandastack_hosts gauge")
+	for _, s := range []string{store.HostUp, store.HostDown} {
+		fmt.Fprintf(w, "pandastack_hosts{state=%q} %d\n", s, hostCounts[s])
+	}
+
+	fmt.Fprintln(w, "# HELP pandastack_sandbox_create_seconds Time to answer a successful sandbox create.")
+	fmt.Fprintln(w, "# TYPE pandastack_sandbox_create_seconds histogram")
+	var cum uint64
+	for i, b := range m.buckets {
+		cum += m.counts[i]
+		fmt.Fprintf(w, "pandastack_sandbox_create_seconds_bucket{le=%q} %d\n", strconv.FormatFloat(b, 'g', -1, 64), cum)
+	}
+	cum += m.counts[len(m.buckets)]
+	fmt.Fprintf(w, "pandastack_sandbox_create_seconds_bucket{le=\"+Inf\"} %d\n", cum)
+	fmt.Fprintf(w, "pandastack_sandbox_create_seconds_sum %s\n", strconv.FormatFloat(m.sum, 'g', -1, 64))
+	fmt.Fprintf(w, "pandastack_sandbox_create_seconds_count %d\n", m.n)
+
+	fmt.Fprintln(w, "# HELP pandastack_sandbox_create_failures_total Sandbox creates that failed, by error code.")
+	fmt.Fprintln(w, "# TYPE pandastack_sandbox_create_failures_total counter")
+	for _, code := range sortedKeys(m.failed) {
+		fmt.Fprintf(w, "pandastack_sandbox_create_failures_total{code=%q} %d\n", code, m.failed[code])
+	}
+
+	fmt.Fprintln(w, "# HELP pandastack_sandboxes_reaped_total Sandboxes killed because their TTL ran out.")
+	fmt.Fprintln(w, "# TYPE pandastack_sandboxes_reaped_total counter")
+	fmt.Fprintf(w, "pandastack_sandboxes_reaped_total %d\n", m.reaped)
+
+	fmt.Fprintln(w, "# HELP pandastack_api_requests_total API requests answered, by HTTP status code.")
+	fmt.Fprintln(w, "# TYPE pandastack_api_requests_total counter")
+	codes := make([]int, 0, len(m.requests))
+	for c := range m.requests {
+		codes = append(codes, c)
+	}
+	sort.Ints(codes)
+	for _, c := range codes {
+		fmt.Fprintf(w, "pandastack_api_requests_total{code=\"%d\"} %d\n", c, m.requests[c])
+	}
+
+	fmt.Fprintln(w, "# HELP pandastack_process_start_time_seconds Start time of this server, Unix seconds.")
+	fmt.Fprintln(w, "# TYPE pandastack_process_start_time_seconds gauge")
+	fmt.Fprintf(w, "pandastack_process_start_time_seconds %d\n", m.startedAt.Unix())
+	return nil
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,457 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+// SandboxView is the public sandbox object.
+type SandboxView struct {
+	ID        string            `json:"id"`
+	Template  string            `json:"template"`
+	State     string            `json:"state"`
+	CreatedAt string            `json:"created_at"`
+	ExpiresAt string            `json:"expires_at"`
+	Metadata  map[string]string `json:"metadata"`
+	Host      string            `json:"host"`
+	Error     string            `json:"error,omitempty"`
+}
+
+// Timestamp renders t as RFC 3339 UTC with milliseconds.
+func Timestamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+func viewOf(sb store.Sandbox) SandboxView {
+	v := SandboxView{ID: sb.ID, Template: sb.Template, State: sb.State, CreatedAt: Timestamp(sb.CreatedAt),
+		ExpiresAt: Timestamp(sb.ExpiresAt), Metadata: sb.Metadata, Host: sb.HostID}
+	if sb.State == store.StateError || sb.State == store.StateLost {
+		v.Error = sb.Error
+	}
+	if v.Metadata == nil {
+		v.Metadata = map[string]string{}
+	}
+	return v
+}
+
+type createRequest struct {
+	Template   string            `json:"template"`
+	TTLSeconds *int64            `json:"ttl_seconds"`
+	Metadata   map[string]string `json:"metadata"`
+	Env        map[string]string `json:"env"`
+	Egress     json.RawMessage   `json:"egress"`
+	SnapshotID *string           `json:"snapshot_id"`
+	Volumes    json.RawMessage   `json:"volumes"`
+}
+
+func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
+var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (s *Server) validateTTL(v int64) error {
+	max := int64(s.cfg.MaxTTL / time.Second)
+	if v <= 0 || v > max {
+		return invalid("ttl_seconds must be between 1 and %d, got %d", max, v)
+	}
+	return nil
+}
+
+func validateMetadata(md map[string]string) error {
+	if len(md) > MaxMetadataKeys {
+		return invalid("metadata has %d keys; at most %d are allowed", len(md), MaxMetadataKeys)
+	}
+	for k, v := range md {
+		switch {
+		case k == "":
+			return invalid("metadata keys must not be empty")
+		case len(k) > MaxMetadataKeyLen:
+			return invalid("metadata key %q is %d bytes; at most %d are allowed", truncate(k), len(k), MaxMetadataKeyLen)
+		case len(v) > MaxMetadataValueLen:
+			return invalid("metadata value of %q is %d bytes; at most %d are allowed", k, len(v), MaxMetadataValueLen)
+		case !utf8.ValidString(k) || !utf8.ValidString(v) || hasControl(k):
+			return invalid("metadata key %q: keys and values must be valid UTF-8 and keys printable", truncate(k))
+		}
+	}
+	return nil
+}
+
+func validateEnv(field string, env map[string]string) error {
+	if len(env) > MaxEnvKeys {
+		return invalid("%s has %d variables; at most %d are allowed", field, len(env), MaxEnvKeys)
+	}
+	for k, v := range env {
+		switch {
+		case len(k) > MaxEnvKeyLen:
+			return invalid("%s name %q is %d bytes; at most %d are allowed", field, truncate(k), len(k), MaxEnvKeyLen)
+		case !envKeyPattern.MatchString(k):
+			return invalid("%s name %q is not a valid variable name (letters, digits, _; not starting with a digit)", field, truncate(k))
+		case len(v) > MaxEnvValueLen:
+			return invalid("%s value of %s is %d bytes; at most %d are allowed", field, k, len(v), MaxEnvValueLen)
+		case strings.IndexByte(v, 0) >= 0:
+			return invalid("%s value of %s contains a NUL byte", field, k)
+		}
+	}
+	return nil
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	id, _ := auth.FromContext(r.Context())
+	var req createRequest
+	err := decodeJSON(w, r, &req, false)
+	if err == nil {
+		err = s.validateCreate(r.Context(), &req)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ttl := s.cfg.DefaultTTL
+	if req.TTLSeconds != nil {
+		ttl = time.Duration(*req.TTLSeconds) * time.Second
+	}
+	sb, err := s.create(r.Context(), id.TeamID, req, ttl)
+	if err != nil {
+		code := "internal"
+		if e, ok := toAPIError(err); ok {
+			code = e.Code
+		}
+		s.metrics.createFailed(code)
+		s.writeError(w, r, err)
+		return
+	}
+	s.metrics.created(time.Since(start))
+	writeJSON(w, http.StatusCreated, viewOf(sb))
+}
+
+func (s *Server) validateCreate(ctx context.Context, req *createRequest) error {
+	if req.SnapshotID != nil {
+		return notImplemented("creating a sandbox from a snapshot (snapshot_id)")
+	}
+	if present(req.Volumes) {
+		return notImplemented("volumes")
+	}
+	if present(req.Egress) {
+		return notImplemented("egress policies")
+	}
+	if req.Template == "" {
+		return invalid("template is required (see GET /v1/templates)")
+	}
+	if req.TTLSeconds != nil {
+		if err := s.validateTTL(*req.TTLSeconds); err != nil {
+			return err
+		}
+	}
+	if err := validateMetadata(req.Metadata); err != nil {
+		return err
+	}
+	if err := validateEnv("env", req.Env); err != nil {
+		return err
+	}
+	if _, err := s.store.GetTemplate(ctx, req.Template); errors.Is(err, store.ErrNotFound) {
+		return invalid("unknown template %q (see GET /v1/templates)", truncate(req.Template))
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// createTimeout bounds one create on a host: the first create of a template bakes it, which can
+// take minutes on a software-emulated CPU.
+const createTimeout = 15 * time.Minute
+
+// create places the sandbox, asks the host to start it and records it. It tries the next host
+// when one is full or does not answer. The work runs detached from the caller's connection, so a
+// client that goes away cannot leave a VM running that the store does not know.
+func (s *Server) create(ctx context.Context, teamID string, req createRequest, ttl time.Duration) (store.Sandbox, error) {
+	hosts, err := s.sched.Place(ctx, req.Template)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancel()
+	mem := s.sched.TemplateMemMiB(ctx, req.Template)
+	sbID := auth.NewID("sb_")
+	var lastErr error
+	for i, h := range hosts {
+		if i == 3 {
+			break
+		}
+		release := s.sched.Reserve(h.ID, mem)
+		_, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, Template: req.Template, Env: req.Env})
+		if err != nil {
+			release()
+			lastErr = err
+			var ue *agentclient.Unreachable
+			var ae *agentclient.Error
+			if errors.As(err, &ue) || errors.As(err, &ae) && ae.Code == "capacity" {
+				s.log.Warn("host could not take a sandbox, trying the next", "host", h.ID, "err", err)
+				continue
+			}
+			return store.Sandbox{}, err
+		}
+		now := s.now()
+		rec, err := s.store.CreateSandbox(ctx, store.Sandbox{ID: sbID, TeamID: teamID, Template: req.Template,
+			State: store.StateRunning, HostID: h.ID, Metadata: req.Metadata, CreatedAt: now, ExpiresAt: now.Add(ttl)})
+		if err != nil {
+			// Unrecorded VMs are leaks: stop it before reporting the failure.
+			if kerr := s.sched.Client(h).KillSandbox(ctx, sbID); kerr != nil {
+				s.log.Error("could not kill a sandbox the store failed to record", "sandbox", sbID, "host", h.ID, "err", kerr)
+			}
+			return store.Sandbox{}, err
+		}
+		return rec, nil
+	}
+	return store.Sandbox{}, lastErr
+}
+
+// sandbox loads the caller's sandbox; another team's is "not found", exactly like a missing one.
+func (s *Server) sandbox(r *http.Request) (store.Sandbox, error) {
+	id, _ := auth.FromContext(r.Context())
+	sbID := r.PathValue("id")
+	sb, err := s.store.GetTeamSandbox(r.Context(), id.TeamID, sbID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Sandbox{}, notFound("sandbox %s not found", truncate(sbID))
+	}
+	return sb, err
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(sb))
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	f := store.SandboxFilter{TeamID: id.TeamID, Limit: DefaultListLimit, Metadata: map[string]string{}}
+	// Without a state filter, killed sandboxes are left out: they pile up and are rarely wanted.
+	f.States = []string{store.StateRunning, store.StateHibernated, store.StateError, store.StateLost}
+	for key, vals := range r.URL.Query() {
+		v := vals[len(vals)-1]
+		switch {
+		case key == "state":
+			states, err := parseStates(vals)
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			f.States = states
+		case key == "limit":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > MaxListLimit {
+				s.writeError(w, r, invalid("limit must be an integer between 1 and %d", MaxListLimit))
+				return
+			}
+			f.Limit = n
+		case key == "cursor":
+			f.Cursor = v
+		case strings.HasPrefix(key, "metadata."):
+			k := strings.TrimPrefix(key, "metadata.")
+			if k == "" {
+				s.writeError(w, r, invalid("metadata filter needs a key: metadata.KEY=VALUE"))
+				return
+			}
+			f.Metadata[k] = v
+		default:
+			s.writeError(w, r, invalid("unknown query parameter %q (use state, limit, cursor or metadata.KEY)", truncate(key)))
+			return
+		}
+	}
+	page, next, err := s.store.ListSandboxes(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]SandboxView, 0, len(page))
+	for _, sb := range page {
+		out = append(out, viewOf(sb))
+	}
+	var nextp *string
+	if next != "" {
+		nextp = &next
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out, "next_cursor": nextp})
+}
+
+// parseStates reads state=a,b (repeatable); "all" means every state.
+func parseStates(vals []string) ([]string, error) {
+	var out []string
+	for _, v := range vals {
+		for _, st := range strings.Split(v, ",") {
+			st = strings.TrimSpace(st)
+			if st == "all" {
+				return nil, nil
+			}
+			if !store.ValidState(st) {
+				return nil, invalid("state %q is not one of %s or all", truncate(st), strings.Join(store.States, ", "))
+			}
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandbox(r)
+	if err == nil {
+		err = s.kill(r.Context(), sb, "")
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// kill stops a sandbox on its host (if the host is up) and records it killed. A host that cannot
+// be reached does not block the kill: the sandbox is recorded killed, and the host's next
+// reconcile stops the VM.
+func (s *Server) kill(ctx context.Context, sb store.Sandbox, reason string) error {
+	if sb.State == store.StateKilled {
+		return nil
+	}
+	if sb.HostID != "" {
+		h, err := s.store.GetHost(ctx, sb.HostID)
+		if err == nil && h.State == store.HostUp {
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			err = s.sched.Client(h).KillSandbox(kctx, sb.ID)
+			cancel()
+		}
+		if err != nil {
+			s.log.Warn("killing on the host failed; recorded killed, the host's reconcile will stop it", "sandbox", sb.ID, "host", sb.HostID, "err", err)
+		}
+	}
+	_, err := s.store.SetSandboxState(context.WithoutCancel(ctx), sb.ID, store.StateKilled, reason)
+	return err
+}
+
+func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		TTLSeconds *int64 `json:"ttl_seconds"`
+	}
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.TTLSeconds == nil {
+		s.writeError(w, r, invalid("ttl_seconds is required"))
+		return
+	}
+	if err := s.validateTTL(*req.TTLSeconds); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sb, err := s.sandbox(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := usable(sb); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ok, err := s.store.SetSandboxExpiry(r.Context(), sb.ID, s.now().Add(time.Duration(*req.TTLSeconds)*time.Second))
+	if err == nil && !ok {
+		err = conflict("sandbox %s was killed", sb.ID)
+	}
+	if err == nil {
+		sb, err = s.store.GetSandbox(r.Context(), sb.ID)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOf(sb))
+}
+
+// usable says why calls cannot reach a sandbox (409), or nil when it is running.
+func usable(sb store.Sandbox) error {
+	switch sb.State {
+	case store.StateRunning:
+		return nil
+	case store.StateKilled:
+		if sb.Error != "" {
+			return conflict("sandbox %s was killed (%s)", sb.ID, sb.Error)
+		}
+		return conflict("sandbox %s was killed", sb.ID)
+	case store.StateLost:
+		return conflict("sandbox %s is lost: %s", sb.ID, sb.Error)
+	case store.StateError:
+		return conflict("sandbox %s failed: %s", sb.ID, sb.Error)
+	case store.StateHibernated:
+		return notImplemented("waking a hibernated sandbox")
+	}
+	return conflict("sandbox %s is %s", sb.ID, sb.State)
+}
+
+// RunReaper kills expired sandboxes every ReapInterval until ctx ends.
+func (s *Server) RunReaper(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := s.ReapOnce(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("reaper failed", "err", err)
+			}
+		}
+	}
+}
+
+// ReapOnce kills every sandbox whose TTL has run out and returns how many it killed.
+func (s *Server) ReapOnce(ctx context.Context) (int, error) {
+	n := 0
+	for {
+		batch, err := s.store.ExpiredSandboxes(ctx, s.now(), 100)
+		if err != nil || len(batch) == 0 {
+			return n, err
+		}
+		for _, sb := range batch {
+			if err := s.kill(ctx, sb, "ttl expired"); err != nil {
+				return n, err
+			}
+			s.log.Info("sandbox expired: killed", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
+			s.metrics.reapedOne()
+			n++
+		}
+		if len(batch) < 100 {
+			return n, nil
+		}
+	}
+}

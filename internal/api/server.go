@@ -1,0 +1,296 @@
+// Package api is `pandastack server`'s HTTP handler: the public /v1 API of
+// shared/design/API.md (sandboxes, exec, files, ttl, templates, keys, teams), the internal host
+// API agents register and heartbeat through, /healthz and /metrics, plus the TTL reaper. It owns
+// request ids, JSON error answers, body limits and input validation; state lives in
+// internal/store, placement in internal/scheduler, and sandbox work is forwarded to host agents
+// through internal/agentclient (exec streams and file bodies pass through unbuffered).
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+// Defaults of Config.
+const (
+	DefaultTTL            = 300 * time.Second
+	DefaultMaxTTL         = 86400 * time.Second
+	DefaultMaxUploadBytes = 1 << 30
+	DefaultReapInterval   = time.Second
+)
+
+// Limits on user-supplied maps, documented in docs/control-plane.md.
+const (
+	MaxMetadataKeys     = 64
+	MaxMetadataKeyLen   = 64
+	MaxMetadataValueLen = 512
+	MaxEnvKeys          = 64
+	MaxEnvKeyLen        = 64
+	MaxEnvValueLen      = 4096
+	MaxListLimit        = 1000
+	DefaultListLimit    = 100
+)
+
+// Config configures a Server.
+type Config struct {
+	Store     *store.Store
+	Scheduler *scheduler.Scheduler
+	Logger    *slog.Logger
+	// DefaultTTL applies when a create gives no ttl_seconds (default 300 s); MaxTTL bounds
+	// ttl_seconds (default 86400 s).
+	DefaultTTL time.Duration
+	MaxTTL     time.Duration
+	// MaxUploadBytes bounds one file upload (default 1 GiB).
+	MaxUploadBytes int64
+	// ClusterToken authenticates agents on /internal/v1/hosts/*; empty disables that API.
+	ClusterToken string
+	// ReapInterval is how often expired sandboxes are looked for (default 1 s).
+	ReapInterval time.Duration
+	// Version is reported by /healthz.
+	Version string
+	Now     func() time.Time
+}
+
+// Server serves the API. Create with New.
+type Server struct {
+	cfg     Config
+	store   *store.Store
+	sched   *scheduler.Scheduler
+	log     *slog.Logger
+	auth    *auth.Authenticator
+	metrics *metrics
+	handler http.Handler
+}
+
+// New builds a server from cfg.
+func New(cfg Config) *Server {
+	if cfg.DefaultTTL <= 0 {
+		cfg.DefaultTTL = DefaultTTL
+	}
+	if cfg.MaxTTL <= 0 {
+		cfg.MaxTTL = DefaultMaxTTL
+	}
+	if cfg.DefaultTTL > cfg.MaxTTL {
+		cfg.DefaultTTL = cfg.MaxTTL
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = DefaultReapInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	s := &Server{cfg: cfg, store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger,
+		auth: &auth.Authenticator{Store: cfg.Store}, metrics: newMetrics()}
+	s.handler = s.routes()
+	return s
+}
+
+// Handler is the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /metrics", s.metricsHandler)
+
+	mux.Handle("POST "+scheduler.RegisterPath, s.cluster(s.registerHost))
+	mux.Handle("POST "+scheduler.HeartbeatPath, s.cluster(s.heartbeatHost))
+
+	v1 := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.auth.Middleware(h, s.writeError)) }
+	v1("POST /v1/sandboxes", s.createSandbox)
+	v1("GET /v1/sandboxes", s.listSandboxes)
+	v1("GET /v1/sandboxes/{id}", s.getSandbox)
+	v1("DELETE /v1/sandboxes/{id}", s.killSandbox)
+	v1("POST /v1/sandboxes/{id}/ttl", s.setTTL)
+	v1("POST /v1/sandboxes/{id}/exec", s.exec)
+	v1("GET /v1/sandboxes/{id}/files", s.readFile)
+	v1("PUT /v1/sandboxes/{id}/files", s.writeFile)
+	v1("DELETE /v1/sandboxes/{id}/files", s.removeFile)
+	v1("GET /v1/sandboxes/{id}/files/list", s.listFiles)
+	v1("GET /v1/sandboxes/{id}/files/stat", s.statFile)
+	v1("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
+	v1("POST /v1/sandboxes/{id}/files/move", s.move)
+	for pattern, what := range map[string]string{
+		"POST /v1/sandboxes/{id}/fork":      "fork",
+		"POST /v1/sandboxes/{id}/snapshots": "snapshot",
+		"POST /v1/sandboxes/{id}/hibernate": "hibernate",
+		"POST /v1/sandboxes/{id}/wake":      "wake",
+		"GET /v1/snapshots/{id}":            "snapshots",
+		"DELETE /v1/snapshots/{id}":         "snapshots",
+		"POST /v1/templates":                "building templates through the API",
+		"DELETE /v1/templates/{name}":       "deleting templates through the API",
+	} {
+		v1(pattern, func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, notImplemented(what)) })
+	}
+	v1("GET /v1/templates", s.listTemplates)
+	v1("GET /v1/templates/{name}", s.getTemplate)
+	v1("POST /v1/keys", s.createKey)
+	v1("GET /v1/keys", s.listKeys)
+	v1("DELETE /v1/keys/{id}", s.revokeKey)
+	v1("POST /v1/teams", s.createTeam)
+
+	// A catch-all keeps every miss (unknown path or method) in the JSON error shape.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, notFound("no API route for %s %s", r.Method, r.URL.Path))
+	})
+	return s.outer(mux)
+}
+
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// recorder remembers the status for metrics and logs; Unwrap keeps http.ResponseController
+// (Flush for streams) working through it.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// outer gives every answer an X-Request-Id, turns panics into a 500 that names the request id
+// (the stack goes to the log only), counts statuses and logs the request.
+func (s *Server) outer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rid := r.Header.Get("X-Request-Id")
+		if !requestIDPattern.MatchString(rid) {
+			rid = auth.NewID("req_")
+		}
+		w.Header().Set("X-Request-Id", rid)
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("panic serving request", "request_id", rid, "method", r.Method, "path", r.URL.Path,
+					"panic", p, "stack", string(debug.Stack()))
+				if rec.status == 0 {
+					writeJSON(rec, http.StatusInternalServerError, map[string]any{"error": map[string]string{
+						"code": "internal", "message": "internal error (request id " + rid + ")"}})
+				}
+			}
+			status := rec.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			s.metrics.request(status)
+			lvl := slog.LevelDebug
+			switch {
+			case status >= 500:
+				lvl = slog.LevelWarn
+			case status >= 400:
+				lvl = slog.LevelInfo
+			}
+			s.log.Log(r.Context(), lvl, "request", "request_id", rid, "method", r.Method, "path", r.URL.Path,
+				"status", status, "ms", time.Since(start).Milliseconds())
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.Error("health: store not answering", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "version": s.cfg.Version,
+			"error": map[string]string{"code": "internal", "message": "the database is not answering"}})
+		return
+	}
+	hosts, _ := s.store.CountHostsByState(ctx)
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "version": s.cfg.Version, "store": string(s.store.Dialect()),
+		"hosts_up": hosts[store.HostUp]})
+}
+
+func (s *Server) metricsHandler(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	if err := s.metrics.write(r.Context(), w, s.store); err != nil {
+		s.writeError(w, r, err)
+	}
+}
+
+// cluster guards the internal host API with the cluster token.
+func (s *Server) cluster(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.ClusterToken == "" {
+			s.writeError(w, r, notFound("the internal host API is disabled: start the server with --cluster-token"))
+			return
+		}
+		tok, _ := auth.BearerToken(r)
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.ClusterToken)) != 1 {
+			s.writeError(w, r, errorf(http.StatusUnauthorized, "unauthorized", "wrong or missing cluster token"))
+			return
+		}
+		h(w, r)
+	})
+}
+
+func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
+	var reg scheduler.Registration
+	if err := decodeLenient(w, r, &reg); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if reg.HostID == "" || reg.URL == "" {
+		s.writeError(w, r, invalid("host_id and url are required"))
+		return
+	}
+	if err := s.sched.Register(r.Context(), reg); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"host_id": reg.HostID, "heartbeat_timeout_seconds": s.sched.HeartbeatTimeout().Seconds()})
+}
+
+func (s *Server) heartbeatHost(w http.ResponseWriter, r *http.Request) {
+	var reg scheduler.Registration
+	if err := decodeLenient(w, r, &reg); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	err := s.sched.Heartbeat(r.Context(), reg)
+	if err == scheduler.ErrUnknownHost {
+		s.writeError(w, r, notFound("host %q is not registered: register first", reg.HostID))
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"host_id": reg.HostID})
+}

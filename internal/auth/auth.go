@@ -1,0 +1,248 @@
+// Package auth owns API keys: their format (`pds_` + 32 base62 characters), generation, hashing
+// (only the SHA-256 of a key is stored, with a short display prefix), verification in constant
+// time, the admin flag, first-key bootstrap, and the HTTP middleware that turns a bearer key into
+// the caller's team.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"net/http"
+	"strings"
+
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+const (
+	// KeyPrefix starts every API key.
+	KeyPrefix = "pds_"
+	// SecretLen is the number of base62 characters after the prefix (~190 bits).
+	SecretLen = 32
+	// DisplayLen is how much of a key is kept in clear for lookup and display ("pds_" + 8).
+	DisplayLen = len(KeyPrefix) + 8
+	// DefaultTeam is the team `pandastack up` and a fresh server put their first key in.
+	DefaultTeam = "default"
+)
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// Error is an authentication failure; Message is safe to show the caller.
+type Error struct{ Message string }
+
+func (e *Error) Error() string { return e.Message }
+
+var (
+	errMissing   = &Error{"missing API key: send the header `Authorization: Bearer pds_…` (set PANDASTACK_API_KEY for the SDKs and CLI)"}
+	errMalformed = &Error{fmt.Sprintf("malformed API key: expected %q followed by %d letters and digits", KeyPrefix, SecretLen)}
+	errUnknown   = &Error{"invalid API key: no such key"}
+	errRevoked   = &Error{"API key revoked"}
+)
+
+// NewKey returns a fresh random key.
+func NewKey() (string, error) {
+	s, err := RandomString(SecretLen, base62)
+	if err != nil {
+		return "", err
+	}
+	return KeyPrefix + s, nil
+}
+
+// RandomString returns n characters drawn uniformly from alphabet with crypto/rand.
+func RandomString(n int, alphabet string) (string, error) {
+	b := make([]byte, n)
+	max := big.NewInt(int64(len(alphabet)))
+	for i := range b {
+		v, err := rand.Int(rand.Reader, max)
+		if err != nil {
+			return "", err
+		}
+		b[i] = alphabet[v.Int64()]
+	}
+	return string(b), nil
+}
+
+// Validate checks the key's shape without touching the store.
+func Validate(key string) error {
+	if !strings.HasPrefix(key, KeyPrefix) || len(key) != len(KeyPrefix)+SecretLen {
+		return errMalformed
+	}
+	for i := len(KeyPrefix); i < len(key); i++ {
+		if strings.IndexByte(base62, key[i]) < 0 {
+			return errMalformed
+		}
+	}
+	return nil
+}
+
+// Hash is the stored form of a key: hex SHA-256. Keys are long random secrets, so a fast hash is
+// enough (no password stretching needed).
+func Hash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// DisplayPrefix is the part of a key kept in clear.
+func DisplayPrefix(key string) string {
+	if len(key) < DisplayLen {
+		return key
+	}
+	return key[:DisplayLen]
+}
+
+// Identity is who a request acts as.
+type Identity struct {
+	TeamID string
+	KeyID  string
+	Admin  bool
+}
+
+// Authenticator verifies keys against the store.
+type Authenticator struct {
+	Store *store.Store
+}
+
+// Authenticate checks a bearer key: shape first (no store access for garbage), then the stored
+// hash, compared in constant time among the keys sharing its display prefix.
+func (a *Authenticator) Authenticate(ctx context.Context, key string) (Identity, error) {
+	if key == "" {
+		return Identity{}, errMissing
+	}
+	if err := Validate(key); err != nil {
+		return Identity{}, err
+	}
+	cands, err := a.Store.KeysByPrefix(ctx, DisplayPrefix(key))
+	if err != nil {
+		return Identity{}, err
+	}
+	want, _ := hex.DecodeString(Hash(key))
+	for _, k := range cands {
+		got, err := hex.DecodeString(k.Hash)
+		if err != nil || subtle.ConstantTimeCompare(got, want) != 1 {
+			continue
+		}
+		if k.Revoked() {
+			return Identity{}, errRevoked
+		}
+		return Identity{TeamID: k.TeamID, KeyID: k.ID, Admin: k.Admin}, nil
+	}
+	return Identity{}, errUnknown
+}
+
+// BearerToken extracts the token of an `Authorization: Bearer …` header ("" if absent).
+func BearerToken(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return "", false
+	}
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", true
+	}
+	return strings.TrimSpace(tok), true
+}
+
+type ctxKey struct{}
+
+// WithIdentity returns ctx carrying id.
+func WithIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, ctxKey{}, id)
+}
+
+// FromContext returns the identity the middleware resolved.
+func FromContext(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(ctxKey{}).(Identity)
+	return id, ok
+}
+
+// Middleware authenticates every request before next. onError writes the failure: an *Error
+// becomes a 401, anything else (the store is down) a 500.
+func (a *Authenticator) Middleware(next http.Handler, onError func(http.ResponseWriter, *http.Request, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, present := BearerToken(r)
+		if present && tok == "" {
+			onError(w, r, &Error{"malformed Authorization header: expected `Bearer pds_…`"})
+			return
+		}
+		id, err := a.Authenticate(r.Context(), tok)
+		if err != nil {
+			onError(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(WithIdentity(r.Context(), id)))
+	})
+}
+
+// NewID returns prefix + 20 random lowercase letters and digits (ids are opaque to clients).
+func NewID(prefix string) string {
+	s, err := RandomString(20, "0123456789abcdefghijklmnopqrstuvwxyz")
+	if err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return prefix + s
+}
+
+// IssueKey makes a new key for a team, stores its hash and returns the record and the secret
+// (shown to the user once, never stored).
+func IssueKey(ctx context.Context, st *store.Store, teamID, name string, admin bool) (store.APIKey, string, error) {
+	secret, err := NewKey()
+	if err != nil {
+		return store.APIKey{}, "", err
+	}
+	k, err := st.CreateKey(ctx, keyRecord(teamID, name, admin, secret))
+	return k, secret, err
+}
+
+func keyRecord(teamID, name string, admin bool, secret string) store.APIKey {
+	return store.APIKey{ID: NewID("key_"), TeamID: teamID, Name: name, Prefix: DisplayPrefix(secret), Hash: Hash(secret), Admin: admin}
+}
+
+// CreateTeam makes a team with its first (non-admin) key and returns the secret.
+func CreateTeam(ctx context.Context, st *store.Store, name string) (store.Team, store.APIKey, string, error) {
+	secret, err := NewKey()
+	if err != nil {
+		return store.Team{}, store.APIKey{}, "", err
+	}
+	t, k, err := st.CreateTeamWithKey(ctx, store.Team{ID: NewID("team_"), Name: name}, keyRecord("", "first key", false, secret))
+	return t, k, secret, err
+}
+
+// Bootstrap makes the first admin key of a store that has no keys at all: preset (if not empty,
+// e.g. PANDASTACK_API_KEY) becomes that key, otherwise a random one is made. It returns the
+// secret and true when it created the key; on a store that already has keys it does nothing.
+func Bootstrap(ctx context.Context, st *store.Store, preset string) (string, bool, error) {
+	n, err := st.CountKeys(ctx)
+	if err != nil || n > 0 {
+		return "", false, err
+	}
+	secret := preset
+	if secret == "" {
+		if secret, err = NewKey(); err != nil {
+			return "", false, err
+		}
+	} else if err := Validate(secret); err != nil {
+		return "", false, fmt.Errorf("the preset API key is not usable: %w", err)
+	}
+	rec := keyRecord("", "bootstrap admin key", true, secret)
+	team, err := st.GetTeamByName(ctx, DefaultTeam)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		_, _, err = st.CreateTeamWithKey(ctx, store.Team{ID: NewID("team_"), Name: DefaultTeam}, rec)
+	case err == nil:
+		rec.TeamID = team.ID
+		_, err = st.CreateKey(ctx, rec)
+	}
+	if errors.Is(err, store.ErrConflict) {
+		// Another replica bootstrapped at the same moment; its key stands.
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return secret, true, nil
+}

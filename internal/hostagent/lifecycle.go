@@ -1,0 +1,425 @@
+package hostagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/storage"
+)
+
+// StateHibernated: memory and disk on disk, no VMM process; any call wakes it.
+const StateHibernated = "hibernated"
+
+// MaxForkCount bounds one fork call: each child is a VMM process on this host.
+const MaxForkCount = 16
+
+// SnapshotInfo is a snapshot object: memory + disk of a sandbox at one instant.
+type SnapshotInfo struct {
+	ID        string    `json:"id"`
+	SandboxID string    `json:"sandbox_id"`
+	Template  string    `json:"template"`
+	CreatedAt time.Time `json:"created_at"`
+	SizeBytes int64     `json:"size_bytes"`
+	PauseMs   float64   `json:"pause_ms"`
+	// DirtyBytes is the guest memory that differed from the sandbox's base (what was copied).
+	DirtyBytes int64 `json:"dirty_bytes"`
+
+	TemplateDir string `json:"template_dir"`
+	VCPUs       int    `json:"vcpus"`
+	MemoryMiB   int    `json:"memory_mib"`
+	// Internal snapshots back forks; they are deleted with their last child.
+	Internal bool `json:"internal,omitempty"`
+	Deleted  bool `json:"deleted,omitempty"`
+
+	dir string
+}
+
+var snapIDRE = regexp.MustCompile(`^snap_[a-z0-9]{1,60}$`)
+
+func (a *Agent) snapshotsDir() string { return filepath.Join(a.pool.Dir, "snapshots") }
+
+func (a *Agent) loadSnapshot(id string) (*SnapshotInfo, error) {
+	if !snapIDRE.MatchString(id) {
+		return nil, notFound("snapshot %s not found", id)
+	}
+	dir := filepath.Join(a.snapshotsDir(), id)
+	var s SnapshotInfo
+	if err := readJSONFile(filepath.Join(dir, "snapshot.json"), &s); err != nil || s.Deleted {
+		return nil, notFound("snapshot %s not found", id)
+	}
+	s.dir = dir
+	return &s, nil
+}
+
+// Snapshots lists the snapshot objects on this host (not the internal ones behind forks).
+func (a *Agent) Snapshots() []SnapshotInfo {
+	files, _ := filepath.Glob(filepath.Join(a.snapshotsDir(), "*", "snapshot.json"))
+	out := []SnapshotInfo{}
+	for _, f := range files {
+		var s SnapshotInfo
+		if readJSONFile(f, &s) == nil && !s.Deleted && !s.Internal {
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out
+}
+
+// GetSnapshot returns one snapshot object.
+func (a *Agent) GetSnapshot(id string) (SnapshotInfo, error) {
+	s, err := a.loadSnapshot(id)
+	if err != nil || s.Internal {
+		return SnapshotInfo{}, notFound("snapshot %s not found", id)
+	}
+	return *s, nil
+}
+
+// DeleteSnapshot removes a snapshot. Sandboxes restored from it keep running: its files go only
+// when the last of them is gone.
+func (a *Agent) DeleteSnapshot(id string) error {
+	s, err := a.loadSnapshot(id)
+	if err != nil {
+		return err
+	}
+	s.Deleted = true
+	if err := writeJSONFile(filepath.Join(s.dir, "snapshot.json"), s); err != nil {
+		return err
+	}
+	a.gcSnapshots()
+	return nil
+}
+
+// gcSnapshots frees deleted snapshots that no sandbox uses as its memory base any more.
+func (a *Agent) gcSnapshots() {
+	used := map[string]bool{}
+	a.mu.Lock()
+	for _, sb := range a.sandboxes {
+		sb.mu.Lock()
+		used[sb.rec.BaseDir] = true
+		sb.mu.Unlock()
+	}
+	a.mu.Unlock()
+	files, _ := filepath.Glob(filepath.Join(a.snapshotsDir(), "*", "snapshot.json"))
+	for _, f := range files {
+		var s SnapshotInfo
+		if readJSONFile(f, &s) == nil && s.Deleted && !used[filepath.Dir(f)] {
+			os.RemoveAll(filepath.Dir(f))
+		}
+	}
+}
+
+// SnapshotSandbox saves a running sandbox's memory and disk as a snapshot object. The sandbox is
+// paused only for the copy of what its guest wrote and keeps running after.
+func (a *Agent) SnapshotSandbox(ctx context.Context, id string) (SnapshotInfo, error) {
+	return a.snapshot(ctx, id, false)
+}
+
+func (a *Agent) snapshot(ctx context.Context, id string, internal bool) (SnapshotInfo, error) {
+	sb, err := a.awake(ctx, id)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	sb.mu.Lock()
+	rec := sb.rec
+	c := sb.client
+	sb.mu.Unlock()
+	if rec.State != StateRunning {
+		return SnapshotInfo{}, conflict("sandbox %s is %s", id, rec.State)
+	}
+	// The guest's own buffers first: what it wrote reaches its disk before the disk is copied.
+	if c != nil {
+		if err := c.Sync(ctx); err != nil {
+			return SnapshotInfo{}, a.callErr(sb, err)
+		}
+	}
+	snap := SnapshotInfo{ID: "snap_" + newID()[3:], SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
+		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Internal: internal}
+	final := filepath.Join(a.snapshotsDir(), snap.ID)
+	tmp := final + ".tmp"
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer os.RemoveAll(tmp) // nothing half-made is ever visible
+	vm := rec.VM
+	st, err := a.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(tmp), false, func() error {
+		return storage.Clone(filepath.Join(sb.dir, "disk.img"), filepath.Join(tmp, "disk.img"))
+	})
+	if err != nil {
+		return SnapshotInfo{}, snapshotErr(id, err)
+	}
+	snap.CreatedAt = time.Now().UTC()
+	snap.PauseMs = float64(st.Pause.Microseconds()) / 1000
+	snap.DirtyBytes = st.DirtyBytes
+	snap.SizeBytes = dirSize(tmp)
+	if err := writeJSONFile(filepath.Join(tmp, "snapshot.json"), snap); err != nil {
+		return SnapshotInfo{}, snapshotErr(id, err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return SnapshotInfo{}, err
+	}
+	snap.dir = final
+	a.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMs, "dirty_mib", st.DirtyBytes>>20)
+	return snap, nil
+}
+
+// snapshotErr names a full disk as such: the caller can free space and retry.
+func snapshotErr(id string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return errorf(http.StatusInsufficientStorage, "no_space", "snapshot of %s: the host's disk is full; the sandbox keeps running", id)
+	}
+	return fmt.Errorf("snapshot of %s: %w", id, err)
+}
+
+// Fork makes count children of a running sandbox: each starts from the parent's exact memory and
+// files at one instant, then diverges. Children share unchanged memory pages (MAP_PRIVATE over
+// one RAM file) and disk blocks (reflinks). Either all children are made or none.
+func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, error) {
+	if count < 1 || count > MaxForkCount {
+		return nil, invalid("count must be 1-%d", MaxForkCount)
+	}
+	snap, err := a.snapshot(ctx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	// The fork's snapshot is internal: marked deleted now, freed with its last child.
+	defer func() {
+		if s, err := a.loadSnapshot(snap.ID); err == nil {
+			a.DeleteSnapshot(s.ID)
+		}
+	}()
+	parent, err := a.get(id)
+	if err != nil {
+		return nil, err
+	}
+	parent.mu.Lock()
+	env := parent.rec.Env
+	parent.mu.Unlock()
+	children := make([]SandboxInfo, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4) // restores are CPU-heavy: a few at a time
+	for i := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			src := source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
+				MemoryMiB: snap.MemoryMiB, BaseDir: filepath.Join(a.snapshotsDir(), snap.ID), ForkOf: id, Env: env},
+				diskSrc: filepath.Join(a.snapshotsDir(), snap.ID, "disk.img")}
+			children[i], errs[i] = a.launch(ctx, newID(), src)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for i, c := range children {
+			if errs[i] == nil {
+				a.Kill(c.ID)
+			}
+		}
+		return nil, fmt.Errorf("fork of %s failed, no child kept: %w", id, err)
+	}
+	return children, nil
+}
+
+// Hibernate saves a running sandbox's memory next to its disk and ends its VMM: it then costs
+// disk, not RAM or CPU. The next call wakes it.
+func (a *Agent) Hibernate(ctx context.Context, id string) (SandboxInfo, error) {
+	sb, err := a.get(id)
+	if err != nil {
+		return SandboxInfo{}, err
+	}
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	sb.mu.Lock()
+	rec := sb.rec
+	c := sb.client
+	sb.mu.Unlock()
+	switch rec.State {
+	case StateHibernated:
+		return sb.info(), nil
+	case StateRunning:
+	default:
+		return SandboxInfo{}, conflict("sandbox %s is %s", id, rec.State)
+	}
+	if c != nil {
+		if err := c.Sync(ctx); err != nil {
+			return SandboxInfo{}, a.callErr(sb, err)
+		}
+	}
+	gen := rec.MemGen + 1
+	memDir := filepath.Join(sb.dir, "mem-"+strconv.Itoa(gen))
+	os.RemoveAll(memDir)
+	if err := os.MkdirAll(memDir, 0o700); err != nil {
+		return SandboxInfo{}, err
+	}
+	vm := rec.VM
+	sb.mu.Lock()
+	sb.killed = true // the VMM's end is ours, not a crash
+	sb.mu.Unlock()
+	if _, err := a.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(memDir), true, nil); err != nil {
+		os.RemoveAll(memDir)
+		a.rt.Resume(context.Background(), &vm)
+		sb.mu.Lock()
+		sb.killed = false
+		sb.mu.Unlock()
+		return SandboxInfo{}, snapshotErr(id, err)
+	}
+	sb.closeGuest()
+	if err := a.rt.Kill(&vm); err != nil {
+		return SandboxInfo{}, err
+	}
+	os.RemoveAll(vm.RunDir)
+	oldBase := rec.BaseDir
+	sb.mu.Lock()
+	sb.rec.State = StateHibernated
+	sb.rec.BaseDir = memDir
+	sb.rec.MemGen = gen
+	sb.rec.VM = runtime.VM{}
+	err = sb.persist()
+	sb.mu.Unlock()
+	a.dropOwnMem(sb, oldBase)
+	a.gcSnapshots()
+	return sb.info(), err
+}
+
+// dropOwnMem deletes a sandbox's own earlier memory snapshot once nothing restores from it.
+func (a *Agent) dropOwnMem(sb *sandbox, dir string) {
+	if filepath.Dir(dir) == sb.dir {
+		os.RemoveAll(dir)
+	}
+}
+
+// Wake restores a hibernated sandbox from its memory snapshot and disk. Concurrent callers share
+// one wake.
+func (a *Agent) Wake(ctx context.Context, id string) (SandboxInfo, error) {
+	sb, err := a.awake(ctx, id)
+	if err != nil {
+		return SandboxInfo{}, err
+	}
+	return sb.info(), nil
+}
+
+// awake returns the sandbox, waking it first if it is hibernated.
+func (a *Agent) awake(ctx context.Context, id string) (*sandbox, error) {
+	sb, err := a.get(id)
+	if err != nil {
+		return nil, err
+	}
+	sb.mu.Lock()
+	sb.lastUsed = time.Now()
+	hibernated := sb.rec.State == StateHibernated
+	sb.mu.Unlock()
+	if !hibernated {
+		return sb, nil
+	}
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	sb.mu.Lock()
+	rec := sb.rec
+	sb.mu.Unlock()
+	if rec.State != StateHibernated { // another caller woke it meanwhile
+		return sb, nil
+	}
+	start := time.Now()
+	vm, client, err := a.restoreVM(ctx, &rec, a.runDir(id), filepath.Join(sb.dir, "disk.img"))
+	if err != nil {
+		sb.mu.Lock()
+		sb.rec.State = StateError
+		sb.rec.Error = "wake failed: " + err.Error()
+		sb.persist()
+		sb.mu.Unlock()
+		return nil, conflict("sandbox %s could not be woken: %v", id, err)
+	}
+	sb.mu.Lock()
+	sb.client = client
+	sb.killed = false
+	sb.rec.VM = *vm
+	sb.rec.State = StateRunning
+	sb.rec.Error = ""
+	err = sb.persist()
+	sb.mu.Unlock()
+	a.watch(sb, vm)
+	a.log.Info("woke sandbox", "sandbox", id, "ms", time.Since(start).Milliseconds())
+	return sb, err
+}
+
+// idleLoop hibernates sandboxes no call has touched for idle (checked every few seconds).
+func (a *Agent) idleLoop(ctx context.Context, idle time.Duration) {
+	tick := time.NewTicker(min(idle/4, 5*time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		a.mu.Lock()
+		var due []string
+		for id, sb := range a.sandboxes {
+			sb.mu.Lock()
+			if sb.rec.State == StateRunning && sb.busy == 0 && time.Since(sb.lastUsed) > idle {
+				due = append(due, id)
+			}
+			sb.mu.Unlock()
+		}
+		a.mu.Unlock()
+		for _, id := range due {
+			if _, err := a.Hibernate(ctx, id); err != nil {
+				a.log.Warn("idle hibernation failed", "sandbox", id, "err", err)
+			} else {
+				a.log.Info("hibernated idle sandbox", "sandbox", id, "idle", idle)
+			}
+		}
+	}
+}
+
+// inUse marks a sandbox busy for the length of one API call.
+func (a *Agent) inUse(id string) (done func()) {
+	a.mu.Lock()
+	sb := a.sandboxes[id]
+	a.mu.Unlock()
+	if sb == nil {
+		return func() {}
+	}
+	sb.mu.Lock()
+	sb.busy++
+	sb.lastUsed = time.Now()
+	sb.mu.Unlock()
+	return func() {
+		sb.mu.Lock()
+		sb.busy--
+		sb.lastUsed = time.Now()
+		sb.mu.Unlock()
+	}
+}
+
+// busy wraps a handler of /v1/sandboxes/{id}/… so the sandbox counts as in use meanwhile.
+func (a *Agent) busy(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		defer a.inUse(r.PathValue("id"))()
+		h(w, r)
+	}
+}
+
+func readJSONFile(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
+}

@@ -1,0 +1,128 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+)
+
+// Paths of the control plane's internal host API (authenticated with the cluster token).
+const (
+	RegisterPath  = "/internal/v1/hosts/register"
+	HeartbeatPath = "/internal/v1/hosts/heartbeat"
+)
+
+// RegistrarConfig configures the agent side of registration: `pandastack agent --server URL
+// --server-token T` runs a Registrar next to its HTTP server.
+type RegistrarConfig struct {
+	// ServerURL is the control plane's base URL; ClusterToken authenticates to its internal API.
+	ServerURL    string
+	ClusterToken string
+	// AgentURL is the URL the control plane should use to reach this agent (advertised), and
+	// AgentToken the bearer token the agent expects.
+	AgentURL   string
+	AgentToken string
+	// LocalURL is where the registrar itself reads the agent's /v1/info (default AgentURL).
+	LocalURL string
+	// Interval between heartbeats (default 5 s: three per default heartbeat timeout).
+	Interval time.Duration
+	Logger   *slog.Logger
+	// HTTP is the client for the server calls (default: 10 s timeout).
+	HTTP *http.Client
+}
+
+// RunRegistrar registers the agent and heartbeats until ctx ends. Failures are logged and
+// retried; a server that forgot the host (404) gets a fresh registration.
+func RunRegistrar(ctx context.Context, cfg RegistrarConfig) error {
+	if cfg.ServerURL == "" || cfg.AgentURL == "" {
+		return errors.New("registrar: ServerURL and AgentURL are required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultHeartbeatTimeout / 3
+	}
+	if cfg.LocalURL == "" {
+		cfg.LocalURL = cfg.AgentURL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HTTP == nil {
+		cfg.HTTP = &http.Client{Timeout: 10 * time.Second}
+	}
+	local := agentclient.New(cfg.LocalURL, cfg.AgentToken)
+	registered, failing := false, false
+	t := time.NewTicker(cfg.Interval)
+	defer t.Stop()
+	for {
+		err := func() error {
+			ictx, cancel := context.WithTimeout(ctx, cfg.Interval+5*time.Second)
+			defer cancel()
+			info, err := local.Info(ictx)
+			if err != nil {
+				return fmt.Errorf("read own agent info: %w", err)
+			}
+			reg := RegistrationFromInfo(info, cfg.AgentURL, cfg.AgentToken)
+			path := HeartbeatPath
+			if !registered {
+				path = RegisterPath
+			}
+			status, err := postJSON(ictx, cfg.HTTP, strings.TrimRight(cfg.ServerURL, "/")+path, cfg.ClusterToken, reg)
+			if status == http.StatusNotFound && path == HeartbeatPath {
+				registered = false
+				status, err = postJSON(ictx, cfg.HTTP, strings.TrimRight(cfg.ServerURL, "/")+RegisterPath, cfg.ClusterToken, reg)
+			}
+			if err != nil {
+				return err
+			}
+			if !registered {
+				cfg.Logger.Info("registered with the control plane", "server", cfg.ServerURL, "host", reg.HostID, "advertised_url", cfg.AgentURL)
+			}
+			registered = true
+			return nil
+		}()
+		if err != nil && !failing && ctx.Err() == nil {
+			cfg.Logger.Warn("heartbeat to the control plane failed (will retry)", "server", cfg.ServerURL, "err", err)
+		} else if err == nil && failing {
+			cfg.Logger.Info("heartbeats reach the control plane again", "server", cfg.ServerURL)
+		}
+		failing = err != nil
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func postJSON(ctx context.Context, c *http.Client, url, token string, body any) (int, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(b))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, nil
+	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, fmt.Errorf("%s answered %s: %s", url, resp.Status, bytes.TrimSpace(msg))
+}

@@ -1,0 +1,481 @@
+// Package scheduler owns the control plane's view of its hosts: registration and heartbeats
+// (pushed by `pandastack agent --server`, or polled from agents the server was given with
+// --agent), capacity accounting, placement of new sandboxes, marking silent hosts down (their
+// sandboxes become `lost`) and reconciling a host's sandboxes when it comes back. It also holds
+// the agent side of registration (Registrar).
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+// DefaultHeartbeatTimeout is how long a host may stay silent before it is marked down.
+const DefaultHeartbeatTimeout = 15 * time.Second
+
+// DefaultTemplateMemMiB is assumed for a template whose size no host has reported.
+const DefaultTemplateMemMiB = 256
+
+// CapacityError says why nothing fits; the API answers it with 503 `capacity`.
+type CapacityError struct{ Reason string }
+
+func (e *CapacityError) Error() string { return e.Reason }
+
+// ErrUnknownHost answers a heartbeat from a host that never registered (it should register).
+var ErrUnknownHost = errors.New("unknown host: register first")
+
+// Config configures a Scheduler.
+type Config struct {
+	Store  *store.Store
+	Logger *slog.Logger
+	// HeartbeatTimeout: a host silent for longer is marked down (default 15 s).
+	HeartbeatTimeout time.Duration
+	// PollInterval: how often static agents (AddStaticAgent) are polled (default timeout/3).
+	PollInterval time.Duration
+	// ReconcileInterval: how often every up host's sandbox list is compared with the store
+	// (default 1 min), which also retries kills that did not reach a host.
+	ReconcileInterval time.Duration
+	Now               func() time.Time
+}
+
+// Registration is what an agent reports about itself (the body of the internal
+// /internal/v1/hosts/register and /heartbeat calls).
+type Registration struct {
+	HostID      string                 `json:"host_id"`
+	URL         string                 `json:"url"`
+	Token       string                 `json:"token"`
+	Accel       string                 `json:"accel"`
+	MemMiBTotal int64                  `json:"mem_mib_total"`
+	MemMiBFree  int64                  `json:"mem_mib_free"`
+	SlotsTotal  int64                  `json:"slots_total"`
+	SlotsUsed   int64                  `json:"slots_used"`
+	Templates   []agentclient.Template `json:"templates"`
+}
+
+// RegistrationFromInfo builds a registration from an agent's /v1/info.
+func RegistrationFromInfo(info agentclient.Info, url, token string) Registration {
+	return Registration{HostID: info.HostID, URL: url, Token: token, Accel: info.Accel,
+		MemMiBTotal: info.MemMiBTotal, MemMiBFree: info.MemMiBFree, SlotsTotal: info.SlotsTotal,
+		SlotsUsed: info.SlotsUsed, Templates: info.Templates}
+}
+
+// Scheduler is safe for concurrent use.
+type Scheduler struct {
+	cfg     Config
+	started time.Time
+
+	mu      sync.Mutex
+	pending map[string]reservation // placed since the host's last report
+	clients map[string]*agentclient.Client
+	static  []*staticAgent
+	tmplMem map[string]int            // template -> memory_mib, from reports
+	seen    map[string]bool           // hosts this process has heard from
+	catalog map[string]store.Template // last catalog entry written per template
+}
+
+type reservation struct {
+	slots int64
+	mem   int64
+}
+
+type staticAgent struct {
+	url, token string
+	hostID     string
+	failing    bool
+}
+
+// New returns a scheduler; call Run to start its loops.
+func New(cfg Config) *Scheduler {
+	if cfg.HeartbeatTimeout <= 0 {
+		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = cfg.HeartbeatTimeout / 3
+	}
+	if cfg.ReconcileInterval <= 0 {
+		cfg.ReconcileInterval = time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{},
+		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, seen: map[string]bool{}, catalog: map[string]store.Template{}}
+}
+
+// HeartbeatTimeout is the configured timeout.
+func (s *Scheduler) HeartbeatTimeout() time.Duration { return s.cfg.HeartbeatTimeout }
+
+// Register records a host's report (first registration or any later one) and refreshes the
+// template catalog from it. A host coming back from `down`, or heard from for the first time since
+// this process started (both sides may have restarted), is reconciled before Register returns.
+func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
+	if reg.HostID == "" || reg.URL == "" {
+		return fmt.Errorf("registration needs host_id and url")
+	}
+	h := store.Host{ID: reg.HostID, URL: reg.URL, Token: reg.Token, Accel: reg.Accel,
+		MemMiBTotal: reg.MemMiBTotal, MemMiBFree: reg.MemMiBFree, SlotsTotal: reg.SlotsTotal, SlotsUsed: reg.SlotsUsed}
+	for _, t := range reg.Templates {
+		h.Templates = append(h.Templates, t.Name)
+		if t.Baked {
+			h.Baked = append(h.Baked, t.Name)
+		}
+	}
+	prev, err := s.cfg.Store.UpsertHost(ctx, h)
+	if err != nil {
+		return err
+	}
+	for _, t := range reg.Templates {
+		ct := store.Template{Name: t.Name, VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, DiskMiB: t.DiskMiB}
+		s.mu.Lock()
+		same := s.catalog[t.Name] == ct
+		s.mu.Unlock()
+		if same {
+			continue // heartbeats repeat the same list; write the catalog only when it changes
+		}
+		if err := s.cfg.Store.UpsertTemplate(ctx, ct); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.catalog[t.Name] = ct
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	delete(s.pending, h.ID) // the report now counts what was placed before it
+	for _, t := range reg.Templates {
+		if t.MemoryMiB > 0 {
+			s.tmplMem[t.Name] = t.MemoryMiB
+		}
+	}
+	firstSight := !s.seen[h.ID]
+	s.seen[h.ID] = true
+	s.mu.Unlock()
+	switch {
+	case prev == "":
+		s.cfg.Logger.Info("host registered", "host", h.ID, "url", h.URL, "slots", h.SlotsTotal, "mem_mib_free", h.MemMiBFree, "templates", h.Templates)
+	case prev == store.HostDown || firstSight:
+		if prev == store.HostDown {
+			s.cfg.Logger.Info("host is back up", "host", h.ID)
+		}
+		// Synchronous: a reconcile is one list call and a few updates, and callers (a heartbeat,
+		// a poll) can afford it; nothing outlives the request.
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := s.Reconcile(rctx, h.ID); err != nil {
+			s.cfg.Logger.Warn("reconcile failed", "host", h.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// Heartbeat is Register for a host that is already known; an unknown one gets ErrUnknownHost.
+func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
+	if _, err := s.cfg.Store.GetHost(ctx, reg.HostID); errors.Is(err, store.ErrNotFound) {
+		return ErrUnknownHost
+	} else if err != nil {
+		return err
+	}
+	return s.Register(ctx, reg)
+}
+
+// Client returns the (cached) agent client of a host.
+func (s *Scheduler) Client(h store.Host) *agentclient.Client {
+	key := h.URL + "\x00" + h.Token
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.clients[key]
+	if !ok {
+		c = agentclient.New(h.URL, h.Token)
+		s.clients[key] = c
+	}
+	return c
+}
+
+// TemplateMemMiB is the guest memory a template needs, as reported by hosts.
+func (s *Scheduler) TemplateMemMiB(ctx context.Context, template string) int64 {
+	s.mu.Lock()
+	m := s.tmplMem[template]
+	s.mu.Unlock()
+	if m == 0 {
+		if t, err := s.cfg.Store.GetTemplate(ctx, template); err == nil {
+			m = t.MemoryMiB
+		}
+	}
+	if m <= 0 {
+		m = DefaultTemplateMemMiB
+	}
+	return int64(m)
+}
+
+// Place returns the hosts that can take a sandbox of template, best first: hosts that have it
+// baked, then by most free memory, then fewest sandboxes. None fitting is a *CapacityError.
+func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, error) {
+	hosts, err := s.cfg.Store.ListHosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	need := s.TemplateMemMiB(ctx, template)
+	type cand struct {
+		h     store.Host
+		baked bool
+		free  int64
+		used  int64
+	}
+	var cands []cand
+	up, knows := 0, 0
+	s.mu.Lock()
+	for _, h := range hosts {
+		if h.State != store.HostUp {
+			continue
+		}
+		up++
+		if !contains(h.Templates, template) {
+			continue
+		}
+		knows++
+		p := s.pending[h.ID]
+		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
+			continue
+		}
+		free := h.MemMiBFree - p.mem
+		if h.MemMiBTotal > 0 && free < need {
+			continue
+		}
+		cands = append(cands, cand{h, contains(h.Baked, template), free, h.SlotsUsed + p.slots})
+	}
+	s.mu.Unlock()
+	if len(cands) == 0 {
+		switch {
+		case up == 0:
+			return nil, &CapacityError{"no host is up to run sandboxes"}
+		case knows == 0:
+			return nil, &CapacityError{fmt.Sprintf("no host that is up can run template %q", template)}
+		default:
+			return nil, &CapacityError{fmt.Sprintf("no host has room for a %q sandbox (%d MiB): all are full", template, need)}
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		if cands[i].baked != cands[j].baked {
+			return cands[i].baked
+		}
+		// Free memory within one sandbox's size is a tie (hosts sharing a machine report the
+		// same memory, give or take noise): then the emptier host wins, which spreads load.
+		if d := cands[i].free - cands[j].free; d >= need || -d >= need {
+			return d > 0
+		}
+		if cands[i].used != cands[j].used {
+			return cands[i].used < cands[j].used
+		}
+		return cands[i].h.ID < cands[j].h.ID
+	})
+	out := make([]store.Host, len(cands))
+	for i, c := range cands {
+		out[i] = c.h
+	}
+	return out, nil
+}
+
+// Reserve counts a sandbox being placed on a host until the host's next report; the returned
+// func undoes it (call it when the create failed).
+func (s *Scheduler) Reserve(hostID string, memMiB int64) (release func()) {
+	s.mu.Lock()
+	r := s.pending[hostID]
+	r.slots++
+	r.mem += memMiB
+	s.pending[hostID] = r
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if r, ok := s.pending[hostID]; ok {
+				r.slots--
+				r.mem -= memMiB
+				if r.slots <= 0 {
+					delete(s.pending, hostID)
+				} else {
+					s.pending[hostID] = r
+				}
+			}
+		})
+	}
+}
+
+// CheckHosts marks hosts that missed their heartbeats down (their sandboxes become lost). Right
+// after this process starts every heartbeat may look old (we were not running to receive them),
+// so nothing is marked during the first timeout.
+func (s *Scheduler) CheckHosts(ctx context.Context) error {
+	now := s.cfg.Now()
+	if now.Sub(s.started) < s.cfg.HeartbeatTimeout {
+		return nil
+	}
+	marked, err := s.cfg.Store.MarkStaleHostsDown(ctx, now.Add(-s.cfg.HeartbeatTimeout))
+	for _, h := range marked {
+		s.cfg.Logger.Warn("host missed its heartbeats: marked down, its sandboxes are lost", "host", h.ID,
+			"last_heartbeat", h.LastHeartbeat, "timeout", s.cfg.HeartbeatTimeout)
+	}
+	return err
+}
+
+// Reconcile compares a host's own sandbox list with the store: a lost sandbox the host still runs
+// is running again; a sandbox the store thinks is running but the host no longer has is lost; a
+// sandbox the store says is killed but still runs there is killed.
+func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
+	h, err := s.cfg.Store.GetHost(ctx, hostID)
+	if err != nil {
+		return err
+	}
+	listedAt := s.cfg.Now()
+	onHost, err := s.Client(h).ListSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	running := map[string]bool{}
+	for _, sb := range onHost {
+		if sb.State == store.StateRunning {
+			running[sb.ID] = true
+		}
+	}
+	mine, err := s.cfg.Store.HostSandboxes(ctx, hostID, store.StateRunning, store.StateLost)
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, sb := range mine {
+		known[sb.ID] = true
+		switch {
+		case sb.State == store.StateLost && running[sb.ID]:
+			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, store.StateRunning, "", store.StateLost); err != nil {
+				return err
+			}
+			s.cfg.Logger.Info("lost sandbox found running again", "sandbox", sb.ID, "host", hostID)
+		case sb.State == store.StateRunning && !running[sb.ID] && sb.CreatedAt.Before(listedAt):
+			// Created after the list was taken: the host may simply not have listed it yet.
+			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, store.StateLost, "host "+hostID+" no longer has this sandbox", store.StateRunning); err != nil {
+				return err
+			}
+			s.cfg.Logger.Warn("sandbox missing on its host: marked lost", "sandbox", sb.ID, "host", hostID)
+		}
+	}
+	for id := range running {
+		if known[id] {
+			continue
+		}
+		sb, err := s.cfg.Store.GetSandbox(ctx, id)
+		if err != nil || sb.State != store.StateKilled {
+			continue // unknown ids may be creates still in flight: leave them
+		}
+		if err := s.Client(h).KillSandbox(ctx, id); err != nil {
+			s.cfg.Logger.Warn("killing a sandbox that outlived its kill failed", "sandbox", id, "host", hostID, "err", err)
+		}
+	}
+	return nil
+}
+
+// AddStaticAgent adds an agent the server polls itself (server --agent URL=TOKEN, or `up`).
+func (s *Scheduler) AddStaticAgent(url, token string) {
+	s.mu.Lock()
+	s.static = append(s.static, &staticAgent{url: url, token: token})
+	s.mu.Unlock()
+}
+
+// PollStatic asks every static agent for its info and registers it; it returns the first error
+// (a down agent is also simply left to miss its heartbeats).
+func (s *Scheduler) PollStatic(ctx context.Context) error {
+	s.mu.Lock()
+	agents := append([]*staticAgent(nil), s.static...)
+	s.mu.Unlock()
+	var first error
+	for _, a := range agents {
+		err := s.pollOne(ctx, a)
+		s.mu.Lock()
+		wasFailing := a.failing
+		a.failing = err != nil
+		s.mu.Unlock()
+		if err != nil && !wasFailing {
+			s.cfg.Logger.Warn("host agent not answering", "url", a.url, "err", err)
+		} else if err == nil && wasFailing {
+			s.cfg.Logger.Info("host agent answering again", "url", a.url)
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.PollInterval+5*time.Second)
+	defer cancel()
+	info, err := agentclient.New(a.url, a.token).Info(pctx)
+	if err != nil {
+		return err
+	}
+	if info.HostID == "" {
+		return fmt.Errorf("agent at %s reported no host_id", a.url)
+	}
+	return s.Register(ctx, RegistrationFromInfo(info, a.url, a.token))
+}
+
+// ReconcileAll reconciles every host that is up.
+func (s *Scheduler) ReconcileAll(ctx context.Context) {
+	hosts, err := s.cfg.Store.ListHosts(ctx)
+	if err != nil {
+		s.cfg.Logger.Warn("reconcile: cannot list hosts", "err", err)
+		return
+	}
+	for _, h := range hosts {
+		if h.State != store.HostUp {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := s.Reconcile(rctx, h.ID); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("reconcile failed", "host", h.ID, "err", err)
+		}
+		cancel()
+	}
+}
+
+// Run polls static agents, checks heartbeats and reconciles hosts until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) {
+	check := time.NewTicker(max(s.cfg.HeartbeatTimeout/5, 100*time.Millisecond))
+	defer check.Stop()
+	poll := time.NewTicker(s.cfg.PollInterval)
+	defer poll.Stop()
+	recon := time.NewTicker(s.cfg.ReconcileInterval)
+	defer recon.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-recon.C:
+			s.ReconcileAll(ctx)
+		case <-poll.C:
+			s.PollStatic(ctx)
+		case <-check.C:
+			if err := s.CheckHosts(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Error("heartbeat check failed", "err", err)
+			}
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,210 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+func newSched(t *testing.T, cfg Config) (*Scheduler, *store.Store) {
+	t.Helper()
+	st, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "s.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cfg.Store = st
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return New(cfg), st
+}
+
+func reg(id string, memFree, slotsUsed int64, templates ...agentclient.Template) Registration {
+	return Registration{HostID: id, URL: "http://127.0.0.1:1/" + id, Token: "t", MemMiBTotal: 8192, MemMiBFree: memFree,
+		SlotsTotal: 4, SlotsUsed: slotsUsed, Templates: templates}
+}
+
+func tmpl(name string, baked bool) agentclient.Template {
+	return agentclient.Template{Name: name, Baked: baked, MemoryMiB: 512}
+}
+
+func ids(hs []store.Host) []string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.ID)
+	}
+	return out
+}
+
+func TestPlacement(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newSched(t, Config{})
+	var ce *CapacityError
+	if _, err := s.Place(ctx, "base"); !errors.As(err, &ce) || ce.Reason != "no host is up to run sandboxes" {
+		t.Fatalf("no hosts: %v", err)
+	}
+	for _, r := range []Registration{
+		reg("roomy-cold", 6000, 0, tmpl("base", false)),
+		reg("small-baked", 2000, 0, tmpl("base", true)),
+		reg("big-baked", 4000, 0, tmpl("base", true), tmpl("agent", false)),
+		reg("full", 8000, 4, tmpl("base", true)),
+		reg("no-mem", 100, 0, tmpl("base", true)),
+	} {
+		if err := s.Register(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Place(ctx, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Baked first, by free memory; then the rest; full and memory-starved hosts are out.
+	if want := []string{"big-baked", "small-baked", "roomy-cold"}; !equal(ids(got), want) {
+		t.Fatalf("placement %v, want %v", ids(got), want)
+	}
+	if got, _ := s.Place(ctx, "agent"); !equal(ids(got), []string{"big-baked"}) {
+		t.Fatalf("agent placement %v", ids(got))
+	}
+	if _, err := s.Place(ctx, "browser"); !errors.As(err, &ce) {
+		t.Fatalf("unknown template: %v", err)
+	}
+	if s.TemplateMemMiB(ctx, "base") != 512 || s.TemplateMemMiB(ctx, "unheard-of") != DefaultTemplateMemMiB {
+		t.Fatal("template memory")
+	}
+
+	// Reservations count until the host reports again.
+	var releases []func()
+	for i := 0; i < 4; i++ {
+		releases = append(releases, s.Reserve("big-baked", 512))
+	}
+	if got, _ := s.Place(ctx, "agent"); len(got) != 0 {
+		t.Fatalf("reserved-full host still offered: %v", ids(got))
+	}
+	releases[0]()
+	releases[0]() // idempotent
+	if got, _ := s.Place(ctx, "agent"); len(got) != 1 {
+		t.Fatal("release did not free a slot")
+	}
+	if err := s.Register(ctx, reg("big-baked", 4000, 0, tmpl("base", true), tmpl("agent", false))); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Place(ctx, "base"); got[0].ID != "big-baked" {
+		t.Fatalf("report did not reset reservations: %v", ids(got))
+	}
+	// Catalog picked up every reported template.
+	for _, n := range []string{"base", "agent"} {
+		if _, err := s.cfg.Store.GetTemplate(ctx, n); err != nil {
+			t.Fatalf("catalog lacks %s: %v", n, err)
+		}
+	}
+}
+
+func TestHeartbeatUnknownHost(t *testing.T) {
+	s, _ := newSched(t, Config{})
+	if err := s.Heartbeat(context.Background(), reg("h", 1, 0)); !errors.Is(err, ErrUnknownHost) {
+		t.Fatalf("%v", err)
+	}
+	if err := s.Register(context.Background(), Registration{HostID: "h"}); err == nil {
+		t.Fatal("registration without url accepted")
+	}
+}
+
+func TestRunMarksSilentHostDown(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, st := newSched(t, Config{HeartbeatTimeout: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	a := fakeagent.New("host-a", "tok", "base")
+	defer a.Close()
+	s.AddStaticAgent(a.URL(), "tok")
+	if err := s.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateTeam(ctx, store.Team{ID: "team", Name: "team"}); err != nil {
+		t.Fatal(err)
+	}
+	a.AddSandbox("sb_1", "base")
+	if _, err := st.CreateSandbox(ctx, store.Sandbox{ID: "sb_1", TeamID: "team", Template: "base", State: store.StateRunning, HostID: "host-a"}); err != nil {
+		t.Fatal(err)
+	}
+	go s.Run(ctx)
+	// While the agent answers polls, the host stays up.
+	time.Sleep(700 * time.Millisecond)
+	if h, _ := st.GetHost(ctx, "host-a"); h.State != store.HostUp {
+		t.Fatalf("polled host marked %s", h.State)
+	}
+	a.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h, _ := st.GetHost(ctx, "host-a")
+		if h.State == store.HostDown {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("silent host never marked down")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sb, _ := st.GetSandbox(ctx, "sb_1")
+	if sb.State != store.StateLost {
+		t.Fatalf("sandbox on the down host is %s", sb.State)
+	}
+}
+
+func TestReconcileKillsWhatTheStoreKilled(t *testing.T) {
+	ctx := context.Background()
+	s, st := newSched(t, Config{})
+	a := fakeagent.New("host-a", "tok", "base")
+	defer a.Close()
+	s.AddStaticAgent(a.URL(), "tok")
+	if err := s.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.CreateTeam(ctx, store.Team{ID: "team", Name: "team"})
+	a.AddSandbox("sb_killed", "base")
+	a.AddSandbox("sb_unknown", "base") // a create in flight: must be left alone
+	st.CreateSandbox(ctx, store.Sandbox{ID: "sb_killed", TeamID: "team", Template: "base", State: store.StateKilled, HostID: "host-a"})
+	if err := s.Reconcile(ctx, "host-a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Running(); !equal(got, []string{"sb_unknown"}) {
+		t.Fatalf("running after reconcile: %v", got)
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPlacementSpreadsAcrossLookalikeHosts(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newSched(t, Config{})
+	// Two agents on one machine report nearly the same free memory: the emptier one wins, and a
+	// reservation on it hands the next sandbox to the other.
+	s.Register(ctx, reg("a", 4000, 2, tmpl("base", true)))
+	s.Register(ctx, reg("b", 3900, 0, tmpl("base", true)))
+	got, _ := s.Place(ctx, "base")
+	if got[0].ID != "b" {
+		t.Fatalf("placement %v", ids(got))
+	}
+	s.Reserve("b", 512)
+	s.Reserve("b", 512)
+	s.Reserve("b", 512)
+	if got, _ := s.Place(ctx, "base"); got[0].ID != "a" {
+		t.Fatalf("after reservations on b: %v", ids(got))
+	}
+}

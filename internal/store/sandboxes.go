@@ -1,0 +1,309 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sandbox states. `lost` means its host stopped heartbeating; the sandbox is reported, never
+// silently forgotten.
+const (
+	StateRunning    = "running"
+	StateHibernated = "hibernated"
+	StateKilled     = "killed"
+	StateError      = "error"
+	StateLost       = "lost"
+)
+
+// States lists every sandbox state.
+var States = []string{StateRunning, StateHibernated, StateKilled, StateError, StateLost}
+
+// ValidState reports whether s is a sandbox state.
+func ValidState(s string) bool {
+	for _, v := range States {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Sandbox is the record of one sandbox.
+type Sandbox struct {
+	ID        string
+	TeamID    string
+	Template  string
+	State     string
+	HostID    string
+	Metadata  map[string]string
+	Error     string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	UpdatedAt time.Time
+}
+
+const sandboxCols = `id, team_id, template, state, host_id, metadata, error, created_at, expires_at, updated_at`
+
+func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
+	var sb Sandbox
+	var md string
+	var c, e, u int64
+	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.Template, &sb.State, &sb.HostID, &md, &sb.Error, &c, &e, &u); err != nil {
+		return Sandbox{}, err
+	}
+	sb.Metadata = map[string]string{}
+	if err := json.Unmarshal([]byte(md), &sb.Metadata); err != nil {
+		return Sandbox{}, err
+	}
+	sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromMicros(c), fromMicros(e), fromMicros(u)
+	return sb, nil
+}
+
+// CreateSandbox records a new sandbox (and its metadata rows) atomically.
+func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox) (Sandbox, error) {
+	if sb.Metadata == nil {
+		sb.Metadata = map[string]string{}
+	}
+	md, err := json.Marshal(sb.Metadata)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	now := s.now().UTC()
+	if sb.CreatedAt.IsZero() {
+		sb.CreatedAt = now
+	}
+	sb.UpdatedAt = now
+	keys := make([]string, 0, len(sb.Metadata))
+	for k := range sb.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.TeamID, sb.Template, sb.State, sb.HostID, string(md), sb.Error,
+			micros(sb.CreatedAt), micros(sb.ExpiresAt), micros(sb.UpdatedAt)); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if _, err := s.exec(ctx, tx, `INSERT INTO sandbox_metadata (sandbox_id, mkey, mvalue) VALUES (?, ?, ?)`, sb.ID, k, sb.Metadata[k]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if isUnique(err) {
+		return Sandbox{}, ErrConflict
+	}
+	if err != nil {
+		return Sandbox{}, err
+	}
+	sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromMicros(micros(sb.CreatedAt)), fromMicros(micros(sb.ExpiresAt)), fromMicros(micros(sb.UpdatedAt))
+	return sb, nil
+}
+
+// GetSandbox returns a sandbox of any team (internal callers: reaper, scheduler).
+func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
+	sb, err := scanSandbox(s.queryRow(ctx, s.db, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Sandbox{}, ErrNotFound
+	}
+	return sb, err
+}
+
+// GetTeamSandbox returns a sandbox only if it belongs to teamID: another team's sandbox is
+// ErrNotFound, exactly like a missing one.
+func (s *Store) GetTeamSandbox(ctx context.Context, teamID, id string) (Sandbox, error) {
+	sb, err := scanSandbox(s.queryRow(ctx, s.db, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ? AND team_id = ?`, id, teamID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Sandbox{}, ErrNotFound
+	}
+	return sb, err
+}
+
+// SandboxFilter selects sandboxes for ListSandboxes.
+type SandboxFilter struct {
+	TeamID   string            // "" = every team (internal use only)
+	States   []string          // empty = every state
+	HostID   string            // "" = every host
+	Metadata map[string]string // every pair must match
+	Limit    int               // <= 0 means 100
+	Cursor   string            // from a previous page's next cursor
+}
+
+// ListSandboxes returns one page, newest first, and the cursor of the next page ("" at the end).
+func (s *Store) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, string, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var where []string
+	var args []any
+	if f.TeamID != "" {
+		where = append(where, `s.team_id = ?`)
+		args = append(args, f.TeamID)
+	}
+	if f.HostID != "" {
+		where = append(where, `s.host_id = ?`)
+		args = append(args, f.HostID)
+	}
+	if len(f.States) > 0 {
+		where = append(where, `s.state IN (?`+strings.Repeat(`, ?`, len(f.States)-1)+`)`)
+		for _, st := range f.States {
+			args = append(args, st)
+		}
+	}
+	keys := make([]string, 0, len(f.Metadata))
+	for k := range f.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		where = append(where, `EXISTS (SELECT 1 FROM sandbox_metadata m WHERE m.sandbox_id = s.id AND m.mkey = ? AND m.mvalue = ?)`)
+		args = append(args, k, f.Metadata[k])
+	}
+	if f.Cursor != "" {
+		at, id, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		where = append(where, `(s.created_at < ? OR (s.created_at = ? AND s.id < ?))`)
+		args = append(args, at, at, id)
+	}
+	q := `SELECT ` + prefixCols("s.", sandboxCols) + ` FROM sandboxes s`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY s.created_at DESC, s.id DESC LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := s.query(ctx, s.db, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		last := out[len(out)-1]
+		next = encodeCursor(micros(last.CreatedAt), last.ID)
+	}
+	return out, next, nil
+}
+
+func prefixCols(p, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = p + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Cursors are opaque to clients: base64url("v1:<created micros>:<id>").
+func encodeCursor(at int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("v1:" + strconv.FormatInt(at, 10) + ":" + id))
+}
+
+func decodeCursor(c string) (int64, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, "", ErrBadCursor
+	}
+	parts := strings.SplitN(string(b), ":", 3)
+	if len(parts) != 3 || parts[0] != "v1" || parts[2] == "" {
+		return 0, "", ErrBadCursor
+	}
+	at, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return 0, "", ErrBadCursor
+	}
+	return at, parts[2], nil
+}
+
+// SetSandboxState moves a sandbox to state (with reason, "" to clear it). When from is given the
+// change happens only if the current state is one of them; it reports whether a row changed.
+func (s *Store) SetSandboxState(ctx context.Context, id, state, reason string, from ...string) (bool, error) {
+	q := `UPDATE sandboxes SET state = ?, error = ?, updated_at = ? WHERE id = ?`
+	args := []any{state, reason, micros(s.now()), id}
+	if len(from) > 0 {
+		q += ` AND state IN (?` + strings.Repeat(`, ?`, len(from)-1) + `)`
+		for _, f := range from {
+			args = append(args, f)
+		}
+	}
+	res, err := s.exec(ctx, s.db, q, args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// SetSandboxExpiry sets expires_at of a sandbox that is not killed; false if none was changed.
+func (s *Store) SetSandboxExpiry(ctx context.Context, id string, at time.Time) (bool, error) {
+	res, err := s.exec(ctx, s.db, `UPDATE sandboxes SET expires_at = ?, updated_at = ? WHERE id = ? AND state <> ?`,
+		micros(at), micros(s.now()), id, StateKilled)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// ExpiredSandboxes returns up to limit sandboxes that are not killed and whose expiry is at or
+// before now, oldest expiry first.
+func (s *Store) ExpiredSandboxes(ctx context.Context, now time.Time, limit int) ([]Sandbox, error) {
+	rows, err := s.query(ctx, s.db, `SELECT `+sandboxCols+` FROM sandboxes WHERE state <> ? AND expires_at <= ? ORDER BY expires_at LIMIT ?`,
+		StateKilled, micros(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sb)
+	}
+	return out, rows.Err()
+}
+
+// HostSandboxes returns every sandbox on hostID in one of states (all states if none given).
+func (s *Store) HostSandboxes(ctx context.Context, hostID string, states ...string) ([]Sandbox, error) {
+	var all []Sandbox
+	cursor := ""
+	for {
+		page, next, err := s.ListSandboxes(ctx, SandboxFilter{HostID: hostID, States: states, Limit: 1000, Cursor: cursor})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		cursor = next
+	}
+}
+
+// CountSandboxesByState returns how many sandboxes are in each state (for /metrics).
+func (s *Store) CountSandboxesByState(ctx context.Context) (map[string]int64, error) {
+	return s.countBy(ctx, `SELECT state, COUNT(*) FROM sandboxes GROUP BY state`)
+}

@@ -1,0 +1,221 @@
+// Package store owns the control plane's state of record: teams, API keys (hashed), hosts,
+// sandboxes and the template catalog. One schema and one set of versioned migrations serve both
+// backends: SQLite (modernc.org/sqlite, pure Go, WAL) for single-machine installs and PostgreSQL
+// (pgx) for many server replicas. Queries are written once with `?` placeholders and portable
+// SQL; timestamps are stored as BIGINT Unix microseconds so both backends order and compare them
+// the same way.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
+)
+
+// Errors callers branch on.
+var (
+	ErrNotFound  = errors.New("not found")
+	ErrConflict  = errors.New("already exists")
+	ErrBadCursor = errors.New("malformed cursor")
+)
+
+// Dialect names the SQL backend.
+type Dialect string
+
+const (
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
+)
+
+// Store is the handle the rest of the control plane uses. It is safe for concurrent use.
+type Store struct {
+	db      *sql.DB
+	dialect Dialect
+	now     func() time.Time
+}
+
+// Open opens (creating if needed) and migrates the database named by dsn:
+//   - "" or a file path or "sqlite:PATH" / "file:PATH": SQLite;
+//   - "postgres://…" or "postgresql://…": PostgreSQL.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return OpenPostgres(ctx, dsn)
+	case strings.HasPrefix(dsn, "sqlite:"):
+		return OpenSQLite(ctx, strings.TrimPrefix(dsn, "sqlite:"))
+	case strings.HasPrefix(dsn, "file:"):
+		return OpenSQLite(ctx, strings.TrimPrefix(dsn, "file:"))
+	case dsn == "":
+		return nil, errors.New("store: empty database URL (give a SQLite file path or a postgres:// URL)")
+	default:
+		return OpenSQLite(ctx, dsn)
+	}
+}
+
+// OpenSQLite opens the SQLite database file at path.
+func OpenSQLite(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("store: empty SQLite path")
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("store: %w", err)
+		}
+	}
+	// WAL lets readers run beside the writer; busy_timeout makes a second writer wait instead of
+	// failing; _txlock=immediate takes the write lock at BEGIN, so a read-then-write transaction
+	// never dies with SQLITE_BUSY on upgrade.
+	q := url.Values{}
+	q.Set("_busy_timeout", "10000")
+	q.Set("_journal_mode", "WAL")
+	q.Set("_foreign_keys", "1")
+	q.Set("_synchronous", "NORMAL")
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("store: open sqlite %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(8)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return open(ctx, db, SQLite)
+}
+
+// OpenPostgres opens the PostgreSQL database at url.
+func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: open postgres: %w", err)
+	}
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return open(ctx, db, Postgres)
+}
+
+func open(ctx context.Context, db *sql.DB, d Dialect) (*Store, error) {
+	s := &Store{db: db, dialect: d, now: time.Now}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: connect %s: %w", d, err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close releases the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Dialect reports which backend this store uses.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// Ping checks the database answers (for /healthz).
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// rebind turns `?` placeholders into PostgreSQL's `$n`. Queries in this package never put a `?`
+// inside a string literal.
+func (s *Store) rebind(q string) string {
+	if s.dialect != Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}
+
+// querier is what *sql.DB and *sql.Tx share.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (s *Store) exec(ctx context.Context, q querier, query string, args ...any) (sql.Result, error) {
+	return q.ExecContext(ctx, s.rebind(query), args...)
+}
+
+func (s *Store) query(ctx context.Context, q querier, query string, args ...any) (*sql.Rows, error) {
+	return q.QueryContext(ctx, s.rebind(query), args...)
+}
+
+func (s *Store) queryRow(ctx context.Context, q querier, query string, args ...any) *sql.Row {
+	return q.QueryRowContext(ctx, s.rebind(query), args...)
+}
+
+// inTx runs fn in a transaction, committing when it returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// isUnique reports whether err is a unique-constraint violation on either backend.
+func isUnique(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "23505"
+	}
+	return strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// micros converts to the stored form; the zero time is stored as 0.
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func fromMicros(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(v).UTC()
+}
+
+func nullMicros(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return fromMicros(v.Int64)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

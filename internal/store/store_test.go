@@ -1,0 +1,479 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/store/pgtest"
+)
+
+// Every test here runs twice, against SQLite in a temp dir and against a real PostgreSQL that the
+// suite starts itself (see pgtest). Missing PostgreSQL binaries fail the suite: run `make setup`.
+
+var (
+	pgOnce sync.Once
+	pgSrv  *pgtest.Server
+	pgErr  error
+	dbSeq  atomic.Int64
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if pgSrv != nil {
+		pgSrv.Stop()
+	}
+	os.Exit(code)
+}
+
+// eachBackend runs fn once per backend, each time on a fresh, migrated, empty database.
+func eachBackend(t *testing.T, fn func(t *testing.T, s *Store)) {
+	t.Run("sqlite", func(t *testing.T) {
+		s, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "state.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		fn(t, s)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := newPostgresDB(t)
+		s, err := OpenPostgres(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		fn(t, s)
+	})
+}
+
+func newPostgresDB(t *testing.T) string {
+	t.Helper()
+	pgOnce.Do(func() { pgSrv, pgErr = pgtest.Start() })
+	if pgErr != nil {
+		t.Fatalf("cannot start PostgreSQL for the store suite: %v", pgErr)
+	}
+	url, err := pgSrv.NewDatabase(context.Background(), fmt.Sprintf("store_test_%d", dbSeq.Add(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
+// fakeClock pins the store's clock so timestamps are predictable.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func withClock(s *Store) *fakeClock {
+	c := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	s.now = c.now
+	return c
+}
+
+func TestMigrations(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		got, err := s.AppliedMigrations(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []int{}
+		for _, m := range migrations {
+			want = append(want, m.version)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("applied %v, want %v", got, want)
+		}
+		// Migrating again (a restart, or a second replica) is a no-op.
+		if err := s.migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got2, _ := s.AppliedMigrations(ctx); !reflect.DeepEqual(got2, want) {
+			t.Fatalf("after re-migrate: %v", got2)
+		}
+		// A database from a newer binary is refused rather than misread.
+		if _, err := s.db.ExecContext(ctx, s.rebind(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`), 999, "future", 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.migrate(ctx); err == nil {
+			t.Fatal("migrate accepted a newer schema")
+		}
+	})
+}
+
+func TestConcurrentOpenMigrates(t *testing.T) {
+	// Replicas starting at once must not race each other's migrations.
+	url := newPostgresDB(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := OpenPostgres(context.Background(), url)
+			if err == nil {
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestTeamsAndKeys(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		withClock(s)
+		if n, _ := s.CountKeys(ctx); n != 0 {
+			t.Fatalf("fresh store has %d keys", n)
+		}
+		a, ka, err := s.CreateTeamWithKey(ctx, Team{ID: "team_a", Name: "alpha"},
+			APIKey{ID: "key_a", Name: "first", Prefix: "pds_aaaa", Hash: "h1", Admin: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ka.TeamID != a.ID || !ka.Admin || ka.CreatedAt.IsZero() {
+			t.Fatalf("key %+v", ka)
+		}
+		// A duplicate name conflicts, and the key of the failed team is not kept.
+		if _, _, err := s.CreateTeamWithKey(ctx, Team{ID: "team_x", Name: "alpha"}, APIKey{ID: "key_x", Prefix: "pds_xxxx", Hash: "hx"}); !errors.Is(err, ErrConflict) {
+			t.Fatalf("duplicate team: %v", err)
+		}
+		if ks, _ := s.KeysByPrefix(ctx, "pds_xxxx"); len(ks) != 0 {
+			t.Fatalf("key of a failed team was stored: %+v", ks)
+		}
+		b, err := s.CreateTeam(ctx, Team{ID: "team_b", Name: "beta"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.GetTeamByName(ctx, "beta"); err != nil || got != b {
+			t.Fatalf("by name: %+v %v", got, err)
+		}
+		if _, err := s.GetTeam(ctx, "team_nope"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("missing team: %v", err)
+		}
+		kb, err := s.CreateKey(ctx, APIKey{ID: "key_b", TeamID: b.ID, Prefix: "pds_aaaa", Hash: "h2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateKey(ctx, APIKey{ID: "key_b", TeamID: b.ID, Prefix: "p", Hash: "h"}); !errors.Is(err, ErrConflict) {
+			t.Fatalf("duplicate key id: %v", err)
+		}
+		// Prefixes may collide; lookup returns every candidate.
+		ks, err := s.KeysByPrefix(ctx, "pds_aaaa")
+		if err != nil || len(ks) != 2 {
+			t.Fatalf("by prefix: %+v %v", ks, err)
+		}
+		// Revoking is team-scoped and idempotent.
+		if err := s.RevokeKey(ctx, a.ID, kb.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("revoke another team's key: %v", err)
+		}
+		if err := s.RevokeKey(ctx, b.ID, kb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RevokeKey(ctx, b.ID, kb.ID); err != nil {
+			t.Fatalf("second revoke: %v", err)
+		}
+		got, err := s.GetKey(ctx, b.ID, kb.ID)
+		if err != nil || !got.Revoked() || got.Admin {
+			t.Fatalf("revoked key %+v %v", got, err)
+		}
+		list, err := s.ListKeys(ctx, a.ID)
+		if err != nil || len(list) != 1 || list[0].ID != "key_a" || list[0].Revoked() {
+			t.Fatalf("list a: %+v %v", list, err)
+		}
+		if n, _ := s.CountKeys(ctx); n != 2 {
+			t.Fatalf("count keys %d", n)
+		}
+	})
+}
+
+func TestSandboxes(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		clk := withClock(s)
+		for _, id := range []string{"team_a", "team_b"} {
+			if _, err := s.CreateTeam(ctx, Team{ID: id, Name: id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mk := func(id, team string, md map[string]string) Sandbox {
+			t.Helper()
+			sb, err := s.CreateSandbox(ctx, Sandbox{ID: id, TeamID: team, Template: "base", State: StateRunning, HostID: "h1",
+				Metadata: md, ExpiresAt: clk.now().Add(time.Minute)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sb
+		}
+		first := mk("sb_1", "team_a", map[string]string{"task": "x", "env": "prod"})
+		clk.add(time.Second)
+		mk("sb_2", "team_a", map[string]string{"task": "y", "env": "prod"})
+		// Same timestamp: the id breaks the tie, so pagination never skips or repeats.
+		mk("sb_3", "team_a", nil)
+		mk("sb_4", "team_a", map[string]string{"task": "x"})
+		mk("sb_b", "team_b", map[string]string{"task": "x"})
+		if _, err := s.CreateSandbox(ctx, Sandbox{ID: "sb_1", TeamID: "team_a", Template: "base", State: StateRunning}); !errors.Is(err, ErrConflict) {
+			t.Fatalf("duplicate id: %v", err)
+		}
+
+		got, err := s.GetTeamSandbox(ctx, "team_a", "sb_1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, first) {
+			t.Fatalf("get:\n%+v\nwant\n%+v", got, first)
+		}
+		if _, err := s.GetTeamSandbox(ctx, "team_b", "sb_1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("other team's sandbox: %v", err)
+		}
+		if sb, err := s.GetSandbox(ctx, "sb_3"); err != nil || sb.Metadata == nil || len(sb.Metadata) != 0 {
+			t.Fatalf("nil metadata read back as %#v %v", sb.Metadata, err)
+		}
+
+		ids := func(f SandboxFilter) ([]string, string) {
+			t.Helper()
+			page, next, err := s.ListSandboxes(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, sb := range page {
+				out = append(out, sb.ID)
+			}
+			return out, next
+		}
+		eq := func(got, want []string) {
+			t.Helper()
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("got %v, want %v", got, want)
+			}
+		}
+		all, _ := ids(SandboxFilter{TeamID: "team_a"})
+		eq(all, []string{"sb_4", "sb_3", "sb_2", "sb_1"})
+		got1, _ := ids(SandboxFilter{TeamID: "team_a", Metadata: map[string]string{"task": "x"}})
+		eq(got1, []string{"sb_4", "sb_1"})
+		got2, _ := ids(SandboxFilter{TeamID: "team_a", Metadata: map[string]string{"task": "x", "env": "prod"}})
+		eq(got2, []string{"sb_1"})
+		got3, _ := ids(SandboxFilter{TeamID: "team_a", Metadata: map[string]string{"task": "nope"}})
+		eq(got3, nil)
+
+		// Pages of 3 then 1, then the end.
+		p1, next := ids(SandboxFilter{TeamID: "team_a", Limit: 3})
+		eq(p1, []string{"sb_4", "sb_3", "sb_2"})
+		if next == "" {
+			t.Fatal("no next cursor")
+		}
+		p2, next2 := ids(SandboxFilter{TeamID: "team_a", Limit: 3, Cursor: next})
+		eq(p2, []string{"sb_1"})
+		if next2 != "" {
+			t.Fatalf("cursor after last page: %q", next2)
+		}
+		for _, bad := range []string{"!!", "djE6eDp5", "Zm9v"} {
+			if _, _, err := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team_a", Cursor: bad}); !errors.Is(err, ErrBadCursor) {
+				t.Fatalf("cursor %q: %v", bad, err)
+			}
+		}
+
+		// State changes, conditional on the current state.
+		if ok, err := s.SetSandboxState(ctx, "sb_2", StateKilled, "", StateRunning); !ok || err != nil {
+			t.Fatalf("kill: %v %v", ok, err)
+		}
+		if ok, _ := s.SetSandboxState(ctx, "sb_2", StateError, "boom", StateRunning); ok {
+			t.Fatal("state changed from a state not in from")
+		}
+		running, _ := ids(SandboxFilter{TeamID: "team_a", States: []string{StateRunning}})
+		eq(running, []string{"sb_4", "sb_3", "sb_1"})
+		killed, _ := ids(SandboxFilter{TeamID: "team_a", States: []string{StateKilled, StateError}})
+		eq(killed, []string{"sb_2"})
+
+		// TTL: a killed sandbox's expiry is not extended; the reaper's query sees expired ones.
+		if ok, _ := s.SetSandboxExpiry(ctx, "sb_2", clk.now().Add(time.Hour)); ok {
+			t.Fatal("extended a killed sandbox")
+		}
+		if ok, err := s.SetSandboxExpiry(ctx, "sb_4", clk.now().Add(time.Hour)); !ok || err != nil {
+			t.Fatalf("extend: %v %v", ok, err)
+		}
+		exp, err := s.ExpiredSandboxes(ctx, clk.now().Add(2*time.Minute), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var expIDs []string
+		for _, sb := range exp {
+			expIDs = append(expIDs, sb.ID)
+		}
+		if len(expIDs) != 3 { // sb_1, sb_3, sb_b (sb_2 killed, sb_4 extended)
+			t.Fatalf("expired %v", expIDs)
+		}
+
+		counts, err := s.CountSandboxesByState(ctx)
+		if err != nil || counts[StateRunning] != 4 || counts[StateKilled] != 1 {
+			t.Fatalf("counts %v %v", counts, err)
+		}
+		onHost, err := s.HostSandboxes(ctx, "h1", StateRunning)
+		if err != nil || len(onHost) != 4 {
+			t.Fatalf("host sandboxes %d %v", len(onHost), err)
+		}
+	})
+}
+
+func TestHostsAndTemplates(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		clk := withClock(s)
+		if _, err := s.CreateTeam(ctx, Team{ID: "team_a", Name: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		h := Host{ID: "h1", URL: "http://127.0.0.1:1", Token: "t", Accel: "tcg", MemMiBTotal: 4096, MemMiBFree: 3000,
+			SlotsTotal: 10, SlotsUsed: 1, Templates: []string{"base", "agent"}, Baked: []string{"base"}}
+		prev, err := s.UpsertHost(ctx, h)
+		if err != nil || prev != "" {
+			t.Fatalf("register: %q %v", prev, err)
+		}
+		if _, err := s.UpsertHost(ctx, Host{ID: "h2", URL: "http://127.0.0.1:2"}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.GetHost(ctx, "h1")
+		if err != nil || got.State != HostUp || !reflect.DeepEqual(got.Baked, []string{"base"}) || len(got.Templates) != 2 || got.MemMiBFree != 3000 {
+			t.Fatalf("host %+v %v", got, err)
+		}
+		if h2, _ := s.GetHost(ctx, "h2"); h2.Templates == nil || len(h2.Templates) != 0 {
+			t.Fatalf("nil templates read back as %#v", h2.Templates)
+		}
+		for _, id := range []string{"sb_1", "sb_2"} {
+			if _, err := s.CreateSandbox(ctx, Sandbox{ID: id, TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.SetSandboxState(ctx, "sb_2", StateKilled, ""); err != nil {
+			t.Fatal(err)
+		}
+		// h2 heartbeats later; h1 goes stale.
+		clk.add(20 * time.Second)
+		if _, err := s.UpsertHost(ctx, Host{ID: "h2", URL: "http://127.0.0.1:2"}); err != nil {
+			t.Fatal(err)
+		}
+		marked, err := s.MarkStaleHostsDown(ctx, clk.now().Add(-15*time.Second))
+		if err != nil || len(marked) != 1 || marked[0].ID != "h1" {
+			t.Fatalf("marked %+v %v", marked, err)
+		}
+		sb1, _ := s.GetSandbox(ctx, "sb_1")
+		sb2, _ := s.GetSandbox(ctx, "sb_2")
+		if sb1.State != StateLost || sb1.Error == "" || sb2.State != StateKilled {
+			t.Fatalf("after host down: %+v / %+v", sb1, sb2)
+		}
+		if again, _ := s.MarkStaleHostsDown(ctx, clk.now().Add(-15*time.Second)); len(again) != 0 {
+			t.Fatalf("marked twice: %+v", again)
+		}
+		hc, _ := s.CountHostsByState(ctx)
+		if hc[HostUp] != 1 || hc[HostDown] != 1 {
+			t.Fatalf("host counts %v", hc)
+		}
+		// Coming back reports the previous state so the scheduler can reconcile.
+		if prev, _ := s.UpsertHost(ctx, h); prev != HostDown {
+			t.Fatalf("prev %q", prev)
+		}
+		if err := s.MarkHostDown(ctx, "h9", "x"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("mark unknown host: %v", err)
+		}
+
+		// Template catalog: zero sizes never erase known ones.
+		if err := s.UpsertTemplate(ctx, Template{Name: "base", VCPUs: 1, MemoryMiB: 512, DiskMiB: 1024, Description: "Debian"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.UpsertTemplate(ctx, Template{Name: "base"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.UpsertTemplate(ctx, Template{Name: "agent", MemoryMiB: 1024}); err != nil {
+			t.Fatal(err)
+		}
+		tb, err := s.GetTemplate(ctx, "base")
+		if err != nil || tb.MemoryMiB != 512 || tb.VCPUs != 1 || tb.Description != "Debian" {
+			t.Fatalf("template %+v %v", tb, err)
+		}
+		if _, err := s.GetTemplate(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("missing template: %v", err)
+		}
+		ts, err := s.ListTemplates(ctx)
+		if err != nil || len(ts) != 2 || ts[0].Name != "agent" {
+			t.Fatalf("templates %+v %v", ts, err)
+		}
+	})
+}
+
+func TestConcurrentWrites(t *testing.T) {
+	// Many API requests write at once; SQLite must wait for its lock rather than fail.
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		if _, err := s.CreateTeam(ctx, Team{ID: "team_a", Name: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8*20)
+		for w := 0; w < 8; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 20; i++ {
+					id := fmt.Sprintf("sb_%d_%d", w, i)
+					_, err := s.CreateSandbox(ctx, Sandbox{ID: id, TeamID: "team_a", Template: "base", State: StateRunning,
+						Metadata: map[string]string{"w": fmt.Sprint(w)}})
+					if err == nil {
+						_, err = s.SetSandboxState(ctx, id, StateKilled, "", StateRunning)
+					}
+					if err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		c, _ := s.CountSandboxesByState(ctx)
+		if c[StateKilled] != 160 {
+			t.Fatalf("counts %v", c)
+		}
+	})
+}
+
+func TestOpenDSN(t *testing.T) {
+	dir := t.TempDir()
+	for _, dsn := range []string{filepath.Join(dir, "a.db"), "sqlite:" + filepath.Join(dir, "b.db"), "file:" + filepath.Join(dir, "sub", "c.db")} {
+		s, err := Open(context.Background(), dsn)
+		if err != nil {
+			t.Fatalf("%s: %v", dsn, err)
+		}
+		if s.Dialect() != SQLite {
+			t.Fatalf("%s: dialect %s", dsn, s.Dialect())
+		}
+		s.Close()
+	}
+	if _, err := Open(context.Background(), ""); err == nil {
+		t.Fatal("empty DSN accepted")
+	}
+}

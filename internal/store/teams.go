@@ -1,0 +1,198 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+)
+
+// Team owns sandboxes and keys.
+type Team struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+}
+
+// APIKey is a stored key: only the SHA-256 of its secret is kept, plus a short prefix of the
+// secret that lets a lookup find candidates and lets humans tell keys apart.
+type APIKey struct {
+	ID        string
+	TeamID    string
+	Name      string
+	Prefix    string
+	Hash      string // hex SHA-256 of the whole secret
+	Admin     bool
+	CreatedAt time.Time
+	RevokedAt time.Time // zero while the key is valid
+}
+
+// Revoked reports whether the key was revoked.
+func (k APIKey) Revoked() bool { return !k.RevokedAt.IsZero() }
+
+// CreateTeam adds a team; a duplicate name is ErrConflict.
+func (s *Store) CreateTeam(ctx context.Context, t Team) (Team, error) {
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = s.now().UTC()
+	}
+	_, err := s.exec(ctx, s.db, `INSERT INTO teams (id, name, created_at) VALUES (?, ?, ?)`, t.ID, t.Name, micros(t.CreatedAt))
+	if isUnique(err) {
+		return Team{}, ErrConflict
+	}
+	if err != nil {
+		return Team{}, err
+	}
+	t.CreatedAt = fromMicros(micros(t.CreatedAt))
+	return t, nil
+}
+
+// CreateTeamWithKey adds a team and its first key atomically.
+func (s *Store) CreateTeamWithKey(ctx context.Context, t Team, k APIKey) (Team, APIKey, error) {
+	now := s.now().UTC()
+	if t.CreatedAt.IsZero() {
+		t.CreatedAt = now
+	}
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = now
+	}
+	k.TeamID = t.ID
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := s.exec(ctx, tx, `INSERT INTO teams (id, name, created_at) VALUES (?, ?, ?)`, t.ID, t.Name, micros(t.CreatedAt)); err != nil {
+			return err
+		}
+		return s.insertKey(ctx, tx, k)
+	})
+	if isUnique(err) {
+		return Team{}, APIKey{}, ErrConflict
+	}
+	if err != nil {
+		return Team{}, APIKey{}, err
+	}
+	t.CreatedAt = fromMicros(micros(t.CreatedAt))
+	k.CreatedAt = fromMicros(micros(k.CreatedAt))
+	return t, k, nil
+}
+
+// GetTeam returns the team with id.
+func (s *Store) GetTeam(ctx context.Context, id string) (Team, error) {
+	return s.scanTeam(s.queryRow(ctx, s.db, `SELECT id, name, created_at FROM teams WHERE id = ?`, id))
+}
+
+// GetTeamByName returns the team called name.
+func (s *Store) GetTeamByName(ctx context.Context, name string) (Team, error) {
+	return s.scanTeam(s.queryRow(ctx, s.db, `SELECT id, name, created_at FROM teams WHERE name = ?`, name))
+}
+
+func (s *Store) scanTeam(row *sql.Row) (Team, error) {
+	var t Team
+	var created int64
+	err := row.Scan(&t.ID, &t.Name, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Team{}, ErrNotFound
+	}
+	t.CreatedAt = fromMicros(created)
+	return t, err
+}
+
+// CreateKey stores a key for an existing team.
+func (s *Store) CreateKey(ctx context.Context, k APIKey) (APIKey, error) {
+	if k.CreatedAt.IsZero() {
+		k.CreatedAt = s.now().UTC()
+	}
+	err := s.insertKey(ctx, s.db, k)
+	if isUnique(err) {
+		return APIKey{}, ErrConflict
+	}
+	if err != nil {
+		return APIKey{}, err
+	}
+	k.CreatedAt = fromMicros(micros(k.CreatedAt))
+	return k, nil
+}
+
+func (s *Store) insertKey(ctx context.Context, q querier, k APIKey) error {
+	var revoked any
+	if k.Revoked() {
+		revoked = micros(k.RevokedAt)
+	}
+	_, err := s.exec(ctx, q, `INSERT INTO api_keys (id, team_id, name, prefix, hash, admin, created_at, revoked_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.TeamID, k.Name, k.Prefix, k.Hash, boolInt(k.Admin), micros(k.CreatedAt), revoked)
+	return err
+}
+
+const keyCols = `id, team_id, name, prefix, hash, admin, created_at, revoked_at`
+
+func scanKey(sc interface{ Scan(...any) error }) (APIKey, error) {
+	var k APIKey
+	var admin int
+	var created int64
+	var revoked sql.NullInt64
+	if err := sc.Scan(&k.ID, &k.TeamID, &k.Name, &k.Prefix, &k.Hash, &admin, &created, &revoked); err != nil {
+		return APIKey{}, err
+	}
+	k.Admin = admin != 0
+	k.CreatedAt = fromMicros(created)
+	k.RevokedAt = nullMicros(revoked)
+	return k, nil
+}
+
+func (s *Store) keys(ctx context.Context, query string, args ...any) ([]APIKey, error) {
+	rows, err := s.query(ctx, s.db, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []APIKey
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// KeysByPrefix returns every key (revoked ones too) whose display prefix is prefix; the caller
+// compares hashes in constant time.
+func (s *Store) KeysByPrefix(ctx context.Context, prefix string) ([]APIKey, error) {
+	return s.keys(ctx, `SELECT `+keyCols+` FROM api_keys WHERE prefix = ?`, prefix)
+}
+
+// ListKeys returns a team's keys, oldest first, revoked ones included.
+func (s *Store) ListKeys(ctx context.Context, teamID string) ([]APIKey, error) {
+	return s.keys(ctx, `SELECT `+keyCols+` FROM api_keys WHERE team_id = ? ORDER BY created_at, id`, teamID)
+}
+
+// GetKey returns a team's key by id (ErrNotFound for another team's key).
+func (s *Store) GetKey(ctx context.Context, teamID, id string) (APIKey, error) {
+	k, err := scanKey(s.queryRow(ctx, s.db, `SELECT `+keyCols+` FROM api_keys WHERE team_id = ? AND id = ?`, teamID, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return APIKey{}, ErrNotFound
+	}
+	return k, err
+}
+
+// RevokeKey marks a team's key revoked. Revoking a revoked key is a no-op; another team's key is
+// ErrNotFound.
+func (s *Store) RevokeKey(ctx context.Context, teamID, id string) error {
+	res, err := s.exec(ctx, s.db, `UPDATE api_keys SET revoked_at = ? WHERE team_id = ? AND id = ? AND revoked_at IS NULL`,
+		micros(s.now()), teamID, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		if _, err := s.GetKey(ctx, teamID, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CountKeys counts all keys in the store (revoked too): zero means a fresh install.
+func (s *Store) CountKeys(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys`).Scan(&n)
+	return n, err
+}
