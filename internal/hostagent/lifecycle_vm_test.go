@@ -173,8 +173,6 @@ func TestIdleAutoHibernate(t *testing.T) {
 	}
 }
 
-
-
 func itoa(n int) string {
 	if n == 0 {
 		return "0"

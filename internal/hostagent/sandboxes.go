@@ -77,16 +77,16 @@ type SandboxInfo struct {
 type sandbox struct {
 	// op serialises lifecycle changes (snapshot, hibernate, wake, kill) of one sandbox; mu guards
 	// the fields and is never held across a slow call.
-	op     sync.Mutex
-	mu     sync.Mutex
-	rec    record
+	op  sync.Mutex
+	mu  sync.Mutex
+	rec record
 	// lastUsed is when an API call last touched the sandbox and busy counts calls in flight
 	// (for idle hibernation: a long exec is not idleness).
 	lastUsed time.Time
 	busy     int
-	client *guest.Client
-	killed bool
-	dir    string
+	client   *guest.Client
+	killed   bool
+	dir      string
 }
 
 func (sb *sandbox) info() SandboxInfo {
