@@ -10,7 +10,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 DEB_PACKAGES := qemu-system-x86 qemu-utils debootstrap xfsprogs busybox-static cpio e2fsprogs \
-	iproute2 nftables procps util-linux postgresql python3 ca-certificates
+	iproute2 nftables procps util-linux postgresql python3 ca-certificates nodejs
 export PANDASTACK_VM_TESTS ?= 1
 
 .PHONY: setup build up test bench vet clean
@@ -22,6 +22,7 @@ setup:
 		export DEBIAN_FRONTEND=noninteractive; \
 		apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
 	else echo "make setup: system packages present"; fi
+	@command -v npm >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
 
 build:
 	mkdir -p bin
@@ -36,6 +37,7 @@ vet:
 
 test: setup build vet
 	$(GO) test -count=1 -timeout 60m ./... 2>&1 | tee /tmp/pandastack-test.log; exit $${PIPESTATUS[0]}
+	bash sdk/test.sh
 
 bench: setup build
 	$(GO) run ./bench -out bench/results.json

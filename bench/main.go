@@ -31,9 +31,10 @@ func main() {
 	guestAgent := flag.String("guest-agent", "bin/pandastack-guest", "pandastack-guest binary")
 	imageCache := flag.String("image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache (default: inside the data dir)")
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
+	suites := flag.String("suites", "sandbox,lifecycle,controlplane", "comma-separated suites to run")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
 	flag.Parse()
-	if err := run(*out, *dataDir, *guestAgent, *imageCache, *creates, *idle); err != nil {
+	if err := run(*out, *dataDir, *guestAgent, *imageCache, *suites, *creates, *idle); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -44,7 +45,7 @@ type bench struct {
 	url   string
 }
 
-func run(out, dataDir, guestAgent, imageCache string, creates, idle int) error {
+func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int) error {
 	abs, err := filepath.Abs(guestAgent)
 	if err != nil {
 		return err
@@ -82,6 +83,28 @@ func run(out, dataDir, guestAgent, imageCache string, creates, idle int) error {
 		}
 	}
 
+	for _, suite := range strings.Split(suites, ",") {
+		var err error
+		switch suite {
+		case "sandbox":
+			err = b.sandboxSuite(ctx, res, creates, idle)
+		case "lifecycle":
+			err = b.lifecycleSuite(ctx, res)
+		case "controlplane":
+			err = controlPlaneSuite(ctx, res, guestAgent, imageCache, creates)
+		default:
+			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane)", suite)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", suite, err)
+		}
+	}
+	printTable(res)
+	return merge(out, res)
+}
+
+// sandboxSuite: create vs bare restore, RAM-size independence, exec round trip, idle PSS.
+func (b *bench) sandboxSuite(ctx context.Context, res map[string]float64, creates, idle int) error {
 	// Create (API call to ready-for-exec) and the bare restore of the same snapshot, interleaved so
 	// both see the same machine load.
 	var create, bare []float64
@@ -91,8 +114,8 @@ func run(out, dataDir, guestAgent, imageCache string, creates, idle int) error {
 			return err
 		}
 		create = append(create, d)
-		a.Kill(id)
-		d, err = a.BareRestore(ctx, "base")
+		b.agent.Kill(id)
+		d, err = b.agent.BareRestore(ctx, "base")
 		if err != nil {
 			return err
 		}
@@ -113,7 +136,7 @@ func run(out, dataDir, guestAgent, imageCache string, creates, idle int) error {
 				return err
 			}
 			*tc.into = append(*tc.into, d)
-			a.Kill(id)
+			b.agent.Kill(id)
 		}
 	}
 	res["create_256m_p50_ms"], res["create_1g_p50_ms"] = pct(c256, 50), pct(c1g, 50)
@@ -132,7 +155,7 @@ func run(out, dataDir, guestAgent, imageCache string, creates, idle int) error {
 		}
 		execs = append(execs, ms(time.Since(t)))
 	}
-	a.Kill(id)
+	b.agent.Kill(id)
 	res["exec_true_p50_ms"], res["exec_true_p99_ms"] = pct(execs, 50), pct(execs, 99)
 
 	// Host memory per idle sandbox: PSS of each VMM with `idle` running.
@@ -147,7 +170,7 @@ func run(out, dataDir, guestAgent, imageCache string, creates, idle int) error {
 	time.Sleep(5 * time.Second)
 	var pss []float64
 	for _, id := range ids {
-		info, err := a.Get(id)
+		info, err := b.agent.Get(id)
 		if err != nil {
 			return err
 		}
@@ -158,13 +181,12 @@ func run(out, dataDir, guestAgent, imageCache string, creates, idle int) error {
 		pss = append(pss, kb/1024)
 	}
 	for _, id := range ids {
-		a.Kill(id)
+		b.agent.Kill(id)
 	}
 	res["idle_pss_mib"] = pct(pss, 50)
 	res["idle_sandboxes"] = float64(idle)
+	return nil
 
-	printTable(res)
-	return merge(out, res)
 }
 
 func (b *bench) create(template string) (float64, string, error) {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/pandastack/pandastack/internal/guest"
@@ -55,6 +56,12 @@ func main() {
 }
 
 func serve(args []string) int {
+	// The port reader and exec's wait4 block in raw syscalls while holding a P; with one vCPU
+	// (GOMAXPROCS=1) other goroutines would then wait for sysmon to retake it, up to 10 ms per
+	// hop. Spare Ps let them run at once; idle Ps cost nothing.
+	if runtime.GOMAXPROCS(0) < 4 {
+		runtime.GOMAXPROCS(4)
+	}
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	portName := fs.String("port-name", guest.PortName, "virtio-serial port name to serve")
 	listen := fs.String("listen-unix", "", "serve on this unix socket instead of the virtio port (testing)")

@@ -78,6 +78,7 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 	f.StringVar(&serverToken, "server-token", "", "cluster token for the control plane (default $PANDASTACK_CLUSTER_TOKEN)")
 	f.StringVar(&advertise, "advertise-url", "", "URL the control plane uses to reach this agent (default http://ADDR)")
 	f.DurationVar(&cfg.IdleHibernate, "idle-hibernate", 0, "hibernate sandboxes idle this long (0: never)")
+	f.StringVar(&cfg.ImageCacheDir, "image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache dir (default: inside the data dir's pool)")
 	f.IntVar(&cfg.PoolGiB, "pool-gib", 64, "size of the sparse XFS pool made when the data dir cannot reflink")
 	rootCmd.AddCommand(cmd)
 }

@@ -33,6 +33,28 @@ func (f *apiFlags) register(cmd *cobra.Command) {
 	pf.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 }
 
+// eachID is the RunE of verbs that act on every ID argument in turn (kill, revoke, delete):
+// it stops at the first failure and, for humans, prints "<done> ID" per success.
+func (f *apiFlags) eachID(done string, call func(*client.Client, context.Context, string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := f.client()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := signalContext()
+		defer cancel()
+		for _, id := range args {
+			if err := call(c, ctx, id); err != nil {
+				return fmt.Errorf("%s: %w", id, err)
+			}
+			if !f.json {
+				fmt.Fprintln(cmd.OutOrStdout(), done, id)
+			}
+		}
+		return nil
+	}
+}
+
 func (f *apiFlags) client() (*client.Client, error) {
 	c := client.New(f.baseURL, f.apiKey)
 	if c.APIKey == "" {

@@ -214,3 +214,71 @@ func TestUpBanner(t *testing.T) {
 		}
 	}
 }
+
+func TestCLIForkSnapshotHibernate(t *testing.T) {
+	url, key := startServer(t)
+	t.Setenv("PANDASTACK_BASE_URL", url)
+	t.Setenv("PANDASTACK_API_KEY", key)
+	id := strings.TrimSpace(mustRun(t, "", "sandbox", "create", "-q", "-m", "task=warm"))
+	mustRun(t, "", "sandbox", "exec", id, "inc")
+
+	// fork: -q prints one id a line; the table names the children.
+	kids := strings.Fields(mustRun(t, "", "sandbox", "fork", id, "-n", "2", "-q"))
+	if len(kids) != 2 || kids[0] == kids[1] || !strings.HasPrefix(kids[0], "sb_") {
+		t.Fatalf("fork -q: %v", kids)
+	}
+	for _, k := range kids {
+		if out := mustRun(t, "", "sandbox", "exec", k, "inc"); out != "2\n" {
+			t.Fatalf("child %s continues at %q", k, out)
+		}
+	}
+	var arr []map[string]any
+	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "fork", id, "--json")), &arr); err != nil || len(arr) != 1 || arr[0]["fork_of"] != id {
+		t.Fatalf("fork --json: %v %v", arr, err)
+	}
+	if _, _, err := run(t, "", "sandbox", "fork", id, "--count", "17"); err == nil || !strings.Contains(err.Error(), "between 1 and 16") {
+		t.Fatalf("fork of 17: %v", err)
+	}
+
+	// snapshot, then list/get/create from it/delete.
+	snap := strings.TrimSpace(mustRun(t, "", "sandbox", "snapshot", id, "-q"))
+	if !strings.HasPrefix(snap, "snap_") {
+		t.Fatalf("snapshot -q: %q", snap)
+	}
+	if out := mustRun(t, "", "snapshot", "list"); !strings.Contains(out, "SANDBOX") || !strings.Contains(out, snap) || !strings.Contains(out, id) {
+		t.Fatalf("snapshot list:\n%s", out)
+	}
+	var sn map[string]any
+	if err := json.Unmarshal([]byte(mustRun(t, "", "snapshot", "get", snap, "--json")), &sn); err != nil || sn["sandbox_id"] != id {
+		t.Fatalf("snapshot get --json: %v %v", sn, err)
+	}
+	mustRun(t, "", "sandbox", "kill", id)
+	seeded := strings.TrimSpace(mustRun(t, "", "sandbox", "create", "--snapshot", snap, "-q"))
+	if out := mustRun(t, "", "sandbox", "exec", seeded, "inc"); out != "2\n" {
+		t.Fatalf("from snapshot: %q", out)
+	}
+	mustRun(t, "", "snapshot", "delete", snap)
+	if _, _, err := run(t, "", "snapshot", "get", snap); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("get deleted snapshot: %v", err)
+	}
+	if _, _, err := run(t, "", "sandbox", "create", "--snapshot", snap); err == nil || !strings.Contains(err.Error(), "snapshot "+snap+" not found") {
+		t.Fatalf("create from deleted snapshot: %v", err)
+	}
+
+	// hibernate / wake.
+	if out := mustRun(t, "", "sandbox", "hibernate", seeded); !strings.Contains(out, "hibernated") {
+		t.Fatalf("hibernate:\n%s", out)
+	}
+	var got map[string]any
+	json.Unmarshal([]byte(mustRun(t, "", "sandbox", "get", seeded, "--json")), &got)
+	if got["state"] != "hibernated" {
+		t.Fatalf("get after hibernate: %v", got)
+	}
+	if out := mustRun(t, "", "sandbox", "exec", seeded, "inc"); out != "3\n" {
+		t.Fatalf("exec wakes: %q", out)
+	}
+	mustRun(t, "", "sandbox", "hibernate", seeded)
+	if out := mustRun(t, "", "sandbox", "wake", seeded); !strings.Contains(out, "running") {
+		t.Fatalf("wake:\n%s", out)
+	}
+}

@@ -151,23 +151,7 @@ func keysCmd() *cobra.Command {
 		Use:   "revoke KEY_ID...",
 		Short: "Revoke keys (by id, as `keys list` shows)",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			for _, id := range args {
-				if err := c.RevokeKey(ctx, id); err != nil {
-					return fmt.Errorf("%s: %w", id, err)
-				}
-				if !f.json {
-					fmt.Fprintln(cmd.OutOrStdout(), "revoked", id)
-				}
-			}
-			return nil
-		},
+		RunE:  f.eachID("revoked", (*client.Client).RevokeKey),
 	}
 	cmd.AddCommand(create, list, revoke)
 	return cmd

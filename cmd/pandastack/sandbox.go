@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -15,19 +16,14 @@ func init() {
 	sb := &cobra.Command{
 		Use:     "sandbox",
 		Aliases: []string{"sandboxes", "sb"},
-		Short:   "Create, list, exec in, move files in and kill sandboxes",
+		Short:   "Create, list, exec in, move files in, fork, snapshot, hibernate and kill sandboxes",
 	}
 	f.register(sb)
 	sb.AddCommand(sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxGetCmd(&f), sandboxExecCmd(&f),
-		sandboxKillCmd(&f), sandboxTTLCmd(&f), sandboxFilesCmd(&f))
-	for _, a := range []struct{ use, action, short string }{
-		{"fork ID", "fork", "Fork a sandbox into a copy of its running state"},
-		{"snapshot ID", "snapshots", "Snapshot a sandbox (memory and disk)"},
-		{"hibernate ID", "hibernate", "Hibernate a sandbox (frees its memory; any call wakes it)"},
-		{"wake ID", "wake", "Wake a hibernated sandbox"},
-	} {
-		sb.AddCommand(sandboxActionCmd(&f, a.use, a.action, a.short))
-	}
+		sandboxKillCmd(&f), sandboxTTLCmd(&f), sandboxFilesCmd(&f), sandboxForkCmd(&f), sandboxSnapshotCmd(&f),
+		sandboxStateCmd(&f, "hibernate", "Hibernate a sandbox: its memory goes to disk and its VM stops; any call wakes it",
+			(*client.Client).Hibernate),
+		sandboxStateCmd(&f, "wake", "Wake a hibernated sandbox (any exec or files call also does)", (*client.Client).Wake))
 	rootCmd.AddCommand(sb)
 }
 
@@ -56,14 +52,18 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var quiet bool
 	cmd := &cobra.Command{
 		Use:   "create",
-		Short: "Create a sandbox from a template",
+		Short: "Create a sandbox from a template, or from a snapshot (--snapshot)",
 		Example: `  pandastack sandbox create --template base --ttl 600 --metadata task=demo
-  id=$(pandastack sandbox create --template base -q)`,
+  id=$(pandastack sandbox create --template base -q)
+  pandastack sandbox create --snapshot snap_123`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client()
 			if err != nil {
 				return err
+			}
+			if req.SnapshotID != "" && !cmd.Flags().Changed("template") {
+				req.Template = "" // the snapshot's own
 			}
 			if req.Metadata, err = parsePairs("metadata", md); err != nil {
 				return err
@@ -86,6 +86,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&req.Template, "template", "t", "base", "template name (see `pandastack template list`)")
+	fl.StringVar(&req.SnapshotID, "snapshot", "", "start from this snapshot (memory and disk) instead of a fresh template; it runs on the snapshot's host")
 	fl.Int64Var(&req.TTLSeconds, "ttl", 0, "seconds until the sandbox is killed (default: the server's, 300)")
 	fl.StringArrayVarP(&md, "metadata", "m", nil, "KEY=VALUE metadata (repeatable)")
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
@@ -250,23 +251,7 @@ func sandboxKillCmd(f *apiFlags) *cobra.Command {
 		Use:   "kill ID...",
 		Short: "Kill sandboxes (killing a killed one is fine)",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			for _, id := range args {
-				if err := c.KillSandbox(ctx, id); err != nil {
-					return fmt.Errorf("%s: %w", id, err)
-				}
-				if !f.json {
-					fmt.Fprintln(cmd.OutOrStdout(), "killed", id)
-				}
-			}
-			return nil
-		},
+		RunE:  f.eachID("killed", (*client.Client).KillSandbox),
 	}
 }
 
@@ -295,9 +280,76 @@ func sandboxTTLCmd(f *apiFlags) *cobra.Command {
 	}
 }
 
-func sandboxActionCmd(f *apiFlags, use, action, short string) *cobra.Command {
+func sandboxForkCmd(f *apiFlags) *cobra.Command {
+	var count int
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:   "fork ID",
+		Short: "Fork a sandbox: children that start from its exact memory and files, then diverge",
+		Long: `Fork a sandbox into COUNT children (1-16). Each child starts from the parent's running
+processes, memory and files at one instant, then goes its own way; the parent keeps running.
+Children live on the parent's host, belong to its team, copy its metadata and get a fresh TTL
+from the parent's ttl_seconds.`,
+		Example: `  pandastack sandbox fork sb_123 --count 3
+  for id in $(pandastack sandbox fork sb_123 -n 4 -q); do pandastack sandbox exec "$id" -- ./try.sh & done`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			kids, err := c.Fork(ctx, args[0], count)
+			if err != nil {
+				return err
+			}
+			if quiet {
+				for _, k := range kids {
+					fmt.Fprintln(cmd.OutOrStdout(), k.ID)
+				}
+				return nil
+			}
+			return printSandboxes(f, cmd, kids, false)
+		},
+	}
+	cmd.Flags().IntVarP(&count, "count", "n", 1, "how many children (1-16)")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the children's ids, one a line")
+	return cmd
+}
+
+func sandboxSnapshotCmd(f *apiFlags) *cobra.Command {
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:   "snapshot ID",
+		Short: "Snapshot a sandbox (memory and disk); it keeps running. Create from it with --snapshot",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			sn, err := c.CreateSnapshot(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if quiet {
+				fmt.Fprintln(cmd.OutOrStdout(), sn.ID)
+				return nil
+			}
+			return printSnapshots(f, cmd, []client.Snapshot{sn}, true)
+		},
+	}
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the snapshot's id")
+	return cmd
+}
+
+// sandboxStateCmd is hibernate or wake: one call, the sandbox printed after it.
+func sandboxStateCmd(f *apiFlags, name, short string, call func(*client.Client, context.Context, string) (client.Sandbox, error)) *cobra.Command {
 	return &cobra.Command{
-		Use:   use,
+		Use:   name + " ID",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -307,11 +359,11 @@ func sandboxActionCmd(f *apiFlags, use, action, short string) *cobra.Command {
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
-			var out any
-			if err := c.SandboxAction(ctx, args[0], action, nil, &out); err != nil {
+			s, err := call(c, ctx, args[0])
+			if err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), out)
+			return printSandboxes(f, cmd, []client.Sandbox{s}, true)
 		},
 	}
 }

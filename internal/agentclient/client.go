@@ -98,13 +98,41 @@ type Sandbox struct {
 	MemoryMiB int    `json:"memory_mib,omitempty"`
 	VCPUs     int    `json:"vcpus,omitempty"`
 	ReadyMS   int64  `json:"ready_ms,omitempty"`
+	// Where its memory came from, when not a template.
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	ForkOf     string `json:"fork_of,omitempty"`
 }
 
-// CreateRequest is POST /v1/sandboxes.
+// Agent-side sandbox states (a killed sandbox is gone from the agent).
+const (
+	StateRunning    = "running"
+	StateHibernated = "hibernated"
+	StateError      = "error"
+)
+
+// MaxForkCount is the largest count one fork call takes (docs/hostagent-api.md).
+const MaxForkCount = 16
+
+// CreateRequest is POST /v1/sandboxes: from a template, or from a snapshot on this host
+// (Template may then be empty; if given it must be the snapshot's).
 type CreateRequest struct {
-	ID       string            `json:"id,omitempty"`
-	Template string            `json:"template"`
-	Env      map[string]string `json:"env,omitempty"`
+	ID         string            `json:"id,omitempty"`
+	Template   string            `json:"template,omitempty"`
+	SnapshotID string            `json:"snapshot_id,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+}
+
+// Snapshot is the agent's snapshot object.
+type Snapshot struct {
+	ID         string    `json:"id"`
+	SandboxID  string    `json:"sandbox_id"`
+	Template   string    `json:"template"`
+	CreatedAt  time.Time `json:"created_at"`
+	SizeBytes  int64     `json:"size_bytes"`
+	PauseMS    float64   `json:"pause_ms,omitempty"`
+	DirtyBytes int64     `json:"dirty_bytes,omitempty"`
+	VCPUs      int       `json:"vcpus,omitempty"`
+	MemoryMiB  int       `json:"memory_mib,omitempty"`
 }
 
 // ExecRequest is POST /v1/sandboxes/{id}/exec.
@@ -286,6 +314,53 @@ func (c *Client) ListSandboxes(ctx context.Context) ([]Sandbox, error) {
 // KillSandbox calls DELETE /v1/sandboxes/{id} (idempotent on the agent too).
 func (c *Client) KillSandbox(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", "/v1/sandboxes/"+url.PathEscape(id), nil, nil)
+}
+
+// Fork calls POST /v1/sandboxes/{id}/fork: count children of a running (or hibernated) sandbox,
+// all or none.
+func (c *Client) Fork(ctx context.Context, id string, count int) ([]Sandbox, error) {
+	var out struct {
+		Sandboxes []Sandbox `json:"sandboxes"`
+	}
+	err := c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/fork", map[string]int{"count": count}, &out)
+	return out.Sandboxes, err
+}
+
+// Hibernate calls POST /v1/sandboxes/{id}/hibernate.
+func (c *Client) Hibernate(ctx context.Context, id string) (Sandbox, error) {
+	var sb Sandbox
+	return sb, c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/hibernate", nil, &sb)
+}
+
+// Wake calls POST /v1/sandboxes/{id}/wake.
+func (c *Client) Wake(ctx context.Context, id string) (Sandbox, error) {
+	var sb Sandbox
+	return sb, c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/wake", nil, &sb)
+}
+
+// CreateSnapshot calls POST /v1/sandboxes/{id}/snapshots.
+func (c *Client) CreateSnapshot(ctx context.Context, sandboxID string) (Snapshot, error) {
+	var sn Snapshot
+	return sn, c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(sandboxID)+"/snapshots", nil, &sn)
+}
+
+// ListSnapshots calls GET /v1/snapshots.
+func (c *Client) ListSnapshots(ctx context.Context) ([]Snapshot, error) {
+	var out struct {
+		Snapshots []Snapshot `json:"snapshots"`
+	}
+	return out.Snapshots, c.call(ctx, "GET", "/v1/snapshots", nil, &out)
+}
+
+// GetSnapshot calls GET /v1/snapshots/{id}.
+func (c *Client) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
+	var sn Snapshot
+	return sn, c.call(ctx, "GET", "/v1/snapshots/"+url.PathEscape(id), nil, &sn)
+}
+
+// DeleteSnapshot calls DELETE /v1/snapshots/{id}; sandboxes restored from it keep working.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil)
 }
 
 // Exec runs a command and waits for its buffered result.

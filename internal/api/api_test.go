@@ -209,7 +209,10 @@ func TestBadInputCreatesNothing(t *testing.T) {
 		{"not an object", `["base"]`, 400, "invalid_request", "JSON object"},
 		{"trailing data", `{"template": "base"} {"template": "base"}`, 400, "invalid_request", "after the JSON object"},
 		{"huge body", `{"template": "base", "metadata": {"k": "` + strings.Repeat("x", 2<<20) + `"}}`, 413, "payload_too_large", "limit"},
-		{"snapshot_id", `{"template": "base", "snapshot_id": "snap_1"}`, 501, "not_implemented", "snapshot"},
+		{"missing snapshot", `{"template": "base", "snapshot_id": "snap_1"}`, 404, "not_found", "snapshot snap_1 not found"},
+		{"empty snapshot_id", `{"snapshot_id": ""}`, 400, "invalid_request", "snapshot_id must not be empty"},
+		{"snapshot_id wrong type", `{"snapshot_id": 5}`, 400, "invalid_request", "snapshot_id must be a string"},
+		{"volumes", `{"template": "base", "volumes": [{"name": "v"}]}`, 501, "not_implemented", "volumes"},
 	}
 	for _, c := range cases {
 		r := e.do("POST", "/v1/sandboxes", k, c.body)
@@ -445,11 +448,10 @@ func TestHostErrorsAndRequestIDs(t *testing.T) {
 		t.Fatalf("healthz %d %v", r.status, r.header)
 	}
 	// Not yet implemented calls say so.
-	sb := e.create(e.admin, map[string]any{"template": "base"})
-	for _, p := range []string{"/fork", "/snapshots", "/hibernate", "/wake"} {
-		r := e.do("POST", "/v1/sandboxes/"+sb.ID+p, e.admin, nil)
+	for _, c := range []struct{ method, path string }{{"POST", "/v1/templates"}, {"DELETE", "/v1/templates/base"}} {
+		r := e.do(c.method, c.path, e.admin, `{}`)
 		if r.status != 501 || r.errCode() != "not_implemented" || !strings.Contains(r.errMessage(), "not implemented") {
-			t.Errorf("%s: %d %s", p, r.status, r.body)
+			t.Errorf("%s %s: %d %s", c.method, c.path, r.status, r.body)
 		}
 	}
 }

@@ -372,3 +372,184 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+func TestForkLimitMatchesHostAgent(t *testing.T) {
+	// The control plane validates fork counts before asking a host: its limit must be the agent's.
+	if agentclient.MaxForkCount != hostagent.MaxForkCount {
+		t.Fatalf("agentclient.MaxForkCount %d, hostagent.MaxForkCount %d", agentclient.MaxForkCount, hostagent.MaxForkCount)
+	}
+}
+
+// e2eCounter starts a python3 process in the guest that keeps a number in its memory only and
+// serves it on 127.0.0.1:7777: a line "inc" adds one and answers the new value, "get" answers it.
+// It stands for any in-memory state a sandbox warms up (a REPL, a loaded model).
+const e2eCounter = `nohup setsid python3 -c '
+import socketserver
+n = 0
+class H(socketserver.StreamRequestHandler):
+    def handle(self):
+        global n
+        if self.rfile.readline().strip() == b"inc":
+            n += 1
+        self.wfile.write(str(n).encode())
+socketserver.TCPServer.allow_reuse_address = True
+socketserver.TCPServer(("127.0.0.1", 7777), H).serve_forever()
+' </dev/null >/dev/null 2>&1 &
+for i in $(seq 300); do
+  if (exec 3<>/dev/tcp/127.0.0.1/7777 && printf "get\n" >&3 && cat <&3) 2>/dev/null; then exit 0; fi
+  sleep 0.1
+done
+exit 1`
+
+func e2eInc(t *testing.T, ctx context.Context, c *client.Client, id string) string {
+	t.Helper()
+	r, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/7777 && printf "inc\n" >&3 && cat <&3`},
+		TimeoutSeconds: 60})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("inc in %s: %+v %v", id, r, err)
+	}
+	return r.Stdout
+}
+
+func TestE2EForkSnapshotHibernate(t *testing.T) {
+	testenv.NeedVMs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	host := startVMHost(t)
+	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{}, host)
+	c := cp.client(cp.admin)
+
+	parent, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", TTLSeconds: 1800, Metadata: map[string]string{"task": "e2e-fork"}})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if r, err := c.Exec(ctx, parent.ID, client.ExecRequest{Argv: []string{"bash", "-c", e2eCounter}, TimeoutSeconds: 120}); err != nil || r.ExitCode != 0 || r.Stdout != "0" {
+		t.Fatalf("start the counter: %+v %v", r, err)
+	}
+	for i, want := range []string{"1", "2", "3"} {
+		if got := e2eInc(t, ctx, c, parent.ID); got != want {
+			t.Fatalf("parent inc %d: %q, want %s", i, got, want)
+		}
+	}
+	if _, err := c.WriteFile(ctx, parent.ID, "/home/user/before-fork.txt", strings.NewReader("written before the fork"), -1); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another team can neither fork the parent nor see what comes of it.
+	_, kb, err := c.CreateTeam(ctx, "e2e-fork-beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.client(kb.Key).Fork(ctx, parent.ID, 1); apiCode(err) != "404 not_found" {
+		t.Fatalf("team B fork: %v", err)
+	}
+
+	// fork(3) through the public API: every child continues from the parent's counter, then
+	// diverges; the parent keeps its own.
+	kids, err := c.Fork(ctx, parent.ID, 3)
+	if err != nil || len(kids) != 3 {
+		t.Fatalf("fork: %+v %v", kids, err)
+	}
+	for i, k := range kids {
+		if k.ForkOf != parent.ID || k.Host != parent.Host || k.State != "running" || k.Metadata["task"] != "e2e-fork" {
+			t.Fatalf("child %d: %+v", i, k)
+		}
+		for j := 0; j <= i; j++ {
+			if got, want := e2eInc(t, ctx, c, k.ID), fmt.Sprint(4+j); got != want {
+				t.Fatalf("child %d inc %d: %q, want %s", i, j, got, want)
+			}
+		}
+		body, _, err := c.ReadFile(ctx, k.ID, "/home/user/before-fork.txt")
+		if err != nil {
+			t.Fatalf("child %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(body)
+		body.Close()
+		if string(b) != "written before the fork" {
+			t.Fatalf("child %d file: %q", i, b)
+		}
+	}
+	if _, err := c.WriteFile(ctx, kids[0].ID, "/home/user/child0.txt", strings.NewReader("mine"), -1); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{parent.ID, kids[1].ID} {
+		if _, err := c.StatFile(ctx, id, "/home/user/child0.txt"); apiCode(err) != "404 not_found" {
+			t.Fatalf("child 0's file seen in %s: %v", id, err)
+		}
+	}
+	if got := e2eInc(t, ctx, c, parent.ID); got != "4" {
+		t.Fatalf("parent after the fork: %q", got)
+	}
+	if _, err := c.Fork(ctx, parent.ID, 17); apiCode(err) != "400 invalid_request" {
+		t.Fatalf("fork of 17: %v", err)
+	}
+
+	// Snapshot the parent, kill it, and start a new sandbox from the snapshot.
+	snap, err := c.CreateSnapshot(ctx, parent.ID)
+	if err != nil || snap.SandboxID != parent.ID || snap.Template != "base" || snap.SizeBytes <= 0 {
+		t.Fatalf("snapshot: %+v %v", snap, err)
+	}
+	if err := c.KillSandbox(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Fork(ctx, parent.ID, 1); apiCode(err) != "409 conflict" {
+		t.Fatalf("fork of a killed sandbox: %v", err)
+	}
+	seeded, err := c.CreateSandbox(ctx, client.CreateRequest{SnapshotID: snap.ID})
+	if err != nil || seeded.SnapshotID != snap.ID || seeded.Host != parent.Host {
+		t.Fatalf("create from snapshot: %+v %v", seeded, err)
+	}
+	if got := e2eInc(t, ctx, c, seeded.ID); got != "5" {
+		t.Fatalf("from the snapshot: %q, want 5", got)
+	}
+	if l, _, err := c.ListSnapshots(ctx, client.SnapshotListOptions{}); err != nil || len(l) != 1 || l[0].ID != snap.ID {
+		t.Fatalf("list snapshots: %+v %v", l, err)
+	}
+	if err := c.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetSnapshot(ctx, snap.ID); apiCode(err) != "404 not_found" {
+		t.Fatalf("deleted snapshot: %v", err)
+	}
+	if got := e2eInc(t, ctx, c, seeded.ID); got != "6" {
+		t.Fatalf("after its snapshot was deleted: %q", got)
+	}
+
+	// Hibernate: GET says so and the VMM is gone; an exec wakes it with its memory.
+	child := kids[0].ID // at 4
+	hb, err := c.Hibernate(ctx, child)
+	if err != nil || hb.State != "hibernated" {
+		t.Fatalf("hibernate: %+v %v", hb, err)
+	}
+	if got, err := c.GetSandbox(ctx, child); err != nil || got.State != "hibernated" {
+		t.Fatalf("get hibernated: %+v %v", got, err)
+	}
+	if info, err := host.agent.Get(child); err != nil || info.State != "hibernated" || info.Pid != 0 {
+		t.Fatalf("on the host: %+v %v", info, err)
+	}
+	if got := e2eInc(t, ctx, c, child); got != "5" {
+		t.Fatalf("exec on hibernated: %q, want 5", got)
+	}
+	if got, err := c.GetSandbox(ctx, child); err != nil || got.State != "running" {
+		t.Fatalf("get after the exec: %+v %v", got, err)
+	}
+	if _, err := c.Hibernate(ctx, child); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := c.Wake(ctx, child); err != nil || w.State != "running" {
+		t.Fatalf("wake: %+v %v", w, err)
+	}
+	if got := e2eInc(t, ctx, c, child); got != "6" {
+		t.Fatalf("after wake: %q, want 6", got)
+	}
+	// Kill of a hibernated sandbox frees it on the host.
+	if _, err := c.Hibernate(ctx, kids[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.KillSandbox(ctx, kids[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.agent.Get(kids[1].ID); err == nil {
+		t.Fatal("killed hibernated sandbox still on the host")
+	}
+}

@@ -62,8 +62,9 @@ func toAPIError(err error) (*Error, bool) {
 	var age *agentclient.Error
 	if errors.As(err, &age) {
 		switch age.Status {
-		case http.StatusUnauthorized, http.StatusForbidden:
-			// The agent rejected *our* token: an operator problem, not the caller's.
+		case http.StatusUnauthorized:
+			// The agent rejected *our* token: an operator problem, not the caller's. (Its 403s are
+			// the guest refusing a file operation, and pass through as `forbidden`.)
 			return nil, false
 		case http.StatusNotImplemented:
 			return errorf(age.Status, "not_implemented", "%s", age.Message), true

@@ -28,7 +28,8 @@ type execRequest struct {
 	Stdin          *string           `json:"stdin"`
 }
 
-// target loads the caller's running sandbox and a client for its host.
+// target loads the caller's sandbox, if calls can reach it (running, or hibernated: its host wakes
+// it), and a client for its host.
 func (s *Server) target(r *http.Request) (store.Sandbox, *agentclient.Client, error) {
 	sb, err := s.sandbox(r)
 	if err != nil {
@@ -83,6 +84,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		Cwd: req.Cwd, User: req.User, Stdin: req.Stdin}
 	if !strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
 		res, err := c.Exec(r.Context(), sb.ID, areq)
+		s.touched(r.Context(), sb, c, err)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -91,6 +93,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := c.ExecStream(r.Context(), sb.ID, areq)
+	s.touched(r.Context(), sb, c, err) // the host answers the stream's headers once it is awake
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -165,6 +168,7 @@ func (s *Server) passJSON(w http.ResponseWriter, r *http.Request, method, sub st
 		hdr.Set("Content-Type", "application/json")
 	}
 	resp, err := c.Raw(r.Context(), method, "/v1/sandboxes/"+url.PathEscape(sb.ID)+"/files"+sub, q, rd, int64(len(body)), hdr)
+	s.touched(r.Context(), sb, c, err)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -321,6 +325,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Content-Type", "application/octet-stream")
 	// The body streams to the host as it arrives; nothing is held in memory or on disk here.
 	resp, err := c.Raw(r.Context(), "PUT", "/v1/sandboxes/"+url.PathEscape(sb.ID)+"/files", q, body, r.ContentLength, hdr)
+	s.touched(r.Context(), sb, c, err)
 	if body.exceeded {
 		if resp != nil {
 			resp.Body.Close()

@@ -70,6 +70,10 @@ func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store) error
 	if err != nil {
 		return err
 	}
+	snapshots, err := st.CountSnapshots(ctx)
+	if err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 
@@ -83,6 +87,10 @@ func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store) error
 	for _, s := range []string{store.HostUp, store.HostDown} {
 		fmt.Fprintf(w, "pandastack_hosts{state=%q} %d\n", s, hostCounts[s])
 	}
+
+	fmt.Fprintln(w, "# HELP pandastack_snapshots Snapshots in the store that are not deleted.")
+	fmt.Fprintln(w, "# TYPE pandastack_snapshots gauge")
+	fmt.Fprintf(w, "pandastack_snapshots %d\n", snapshots)
 
 	fmt.Fprintln(w, "# HELP pandastack_sandbox_create_seconds Time to answer a successful sandbox create.")
 	fmt.Fprintln(w, "# TYPE pandastack_sandbox_create_seconds histogram")

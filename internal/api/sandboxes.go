@@ -26,6 +26,9 @@ type SandboxView struct {
 	Metadata  map[string]string `json:"metadata"`
 	Host      string            `json:"host"`
 	Error     string            `json:"error,omitempty"`
+	// ForkOf names the parent of a fork's child; SnapshotID the snapshot a sandbox was made from.
+	ForkOf     string `json:"fork_of,omitempty"`
+	SnapshotID string `json:"snapshot_id,omitempty"`
 }
 
 // Timestamp renders t as RFC 3339 UTC with milliseconds.
@@ -38,7 +41,7 @@ func Timestamp(t time.Time) string {
 
 func viewOf(sb store.Sandbox) SandboxView {
 	v := SandboxView{ID: sb.ID, Template: sb.Template, State: sb.State, CreatedAt: Timestamp(sb.CreatedAt),
-		ExpiresAt: Timestamp(sb.ExpiresAt), Metadata: sb.Metadata, Host: sb.HostID}
+		ExpiresAt: Timestamp(sb.ExpiresAt), Metadata: sb.Metadata, Host: sb.HostID, ForkOf: sb.ForkOf, SnapshotID: sb.SnapshotID}
 	if sb.State == store.StateError || sb.State == store.StateLost {
 		v.Error = sb.Error
 	}
@@ -128,19 +131,21 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	id, _ := auth.FromContext(r.Context())
 	var req createRequest
+	var snap *store.Snapshot
 	err := decodeJSON(w, r, &req, false)
 	if err == nil {
-		err = s.validateCreate(r.Context(), &req)
+		snap, err = s.validateCreate(r.Context(), id.TeamID, &req)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	ttl := s.cfg.DefaultTTL
-	if req.TTLSeconds != nil {
-		ttl = time.Duration(*req.TTLSeconds) * time.Second
+	var sb store.Sandbox
+	if snap != nil {
+		sb, err = s.createFromSnapshot(r.Context(), id.TeamID, req, *snap)
+	} else {
+		sb, err = s.create(r.Context(), id.TeamID, req)
 	}
-	sb, err := s.create(r.Context(), id.TeamID, req, ttl)
 	if err != nil {
 		code := "internal"
 		if e, ok := toAPIError(err); ok {
@@ -154,36 +159,69 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, viewOf(sb))
 }
 
-func (s *Server) validateCreate(ctx context.Context, req *createRequest) error {
-	if req.SnapshotID != nil {
-		return notImplemented("creating a sandbox from a snapshot (snapshot_id)")
-	}
+// validateCreate checks a create and, when it names snapshot_id, returns the caller's snapshot
+// (another team's, a deleted or a missing one is 404) with req.Template set to its template.
+func (s *Server) validateCreate(ctx context.Context, teamID string, req *createRequest) (*store.Snapshot, error) {
 	if present(req.Volumes) {
-		return notImplemented("volumes")
+		return nil, notImplemented("volumes")
 	}
 	if present(req.Egress) {
-		return notImplemented("egress policies")
+		return nil, notImplemented("egress policies")
 	}
-	if req.Template == "" {
-		return invalid("template is required (see GET /v1/templates)")
+	if req.Template == "" && req.SnapshotID == nil {
+		return nil, invalid("template is required (see GET /v1/templates), or snapshot_id to start from a snapshot")
 	}
 	if req.TTLSeconds != nil {
 		if err := s.validateTTL(*req.TTLSeconds); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := validateMetadata(req.Metadata); err != nil {
-		return err
+		return nil, err
 	}
 	if err := validateEnv("env", req.Env); err != nil {
-		return err
+		return nil, err
+	}
+	if req.SnapshotID != nil {
+		id := *req.SnapshotID
+		if id == "" {
+			return nil, invalid("snapshot_id must not be empty (see GET /v1/snapshots)")
+		}
+		snap, err := s.store.GetTeamSnapshot(ctx, teamID, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, notFound("snapshot %s not found", truncate(id))
+		}
+		if err != nil {
+			return nil, err
+		}
+		if req.Template != "" && req.Template != snap.Template {
+			return nil, invalid("snapshot %s is of template %q, not %q (leave template out to use the snapshot's)", snap.ID, snap.Template, truncate(req.Template))
+		}
+		req.Template = snap.Template
+		return &snap, nil
 	}
 	if _, err := s.store.GetTemplate(ctx, req.Template); errors.Is(err, store.ErrNotFound) {
-		return invalid("unknown template %q (see GET /v1/templates)", truncate(req.Template))
+		return nil, invalid("unknown template %q (see GET /v1/templates)", truncate(req.Template))
 	} else if err != nil {
-		return err
+		return nil, err
 	}
-	return nil
+	return nil, nil
+}
+
+// ttlOf returns the lifetime of a new sandbox: ttlSeconds when > 0, else the server default
+// (never above the maximum, which may have been lowered since the policy was recorded).
+func (s *Server) ttlOf(ttlSeconds int64) time.Duration {
+	if ttlSeconds <= 0 {
+		return s.cfg.DefaultTTL
+	}
+	return min(time.Duration(ttlSeconds)*time.Second, s.cfg.MaxTTL)
+}
+
+func reqTTL(req createRequest) int64 {
+	if req.TTLSeconds != nil {
+		return *req.TTLSeconds
+	}
+	return 0
 }
 
 // createTimeout bounds one create on a host: the first create of a template bakes it, which can
@@ -193,7 +231,7 @@ const createTimeout = 15 * time.Minute
 // create places the sandbox, asks the host to start it and records it. It tries the next host
 // when one is full or does not answer. The work runs detached from the caller's connection, so a
 // client that goes away cannot leave a VM running that the store does not know.
-func (s *Server) create(ctx context.Context, teamID string, req createRequest, ttl time.Duration) (store.Sandbox, error) {
+func (s *Server) create(ctx context.Context, teamID string, req createRequest) (store.Sandbox, error) {
 	hosts, err := s.sched.Place(ctx, req.Template)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -220,19 +258,45 @@ func (s *Server) create(ctx context.Context, teamID string, req createRequest, t
 			}
 			return store.Sandbox{}, err
 		}
-		now := s.now()
-		rec, err := s.store.CreateSandbox(ctx, store.Sandbox{ID: sbID, TeamID: teamID, Template: req.Template,
-			State: store.StateRunning, HostID: h.ID, Metadata: req.Metadata, CreatedAt: now, ExpiresAt: now.Add(ttl)})
-		if err != nil {
-			// Unrecorded VMs are leaks: stop it before reporting the failure.
-			if kerr := s.sched.Client(h).KillSandbox(ctx, sbID); kerr != nil {
-				s.log.Error("could not kill a sandbox the store failed to record", "sandbox", sbID, "host", h.ID, "err", kerr)
-			}
-			return store.Sandbox{}, err
-		}
-		return rec, nil
+		return s.record(ctx, h, store.Sandbox{ID: sbID, TeamID: teamID, Template: req.Template, HostID: h.ID,
+			Metadata: req.Metadata, TTLSeconds: reqTTL(req)})
 	}
 	return store.Sandbox{}, lastErr
+}
+
+// record stores a sandbox its host has just started (running, created now, expiring after its
+// ttl policy). When the store fails the VM is killed: an unrecorded VM is a leak.
+func (s *Server) record(ctx context.Context, h store.Host, sb store.Sandbox) (store.Sandbox, error) {
+	now := s.now()
+	sb.State, sb.CreatedAt, sb.ExpiresAt = store.StateRunning, now, now.Add(s.ttlOf(sb.TTLSeconds))
+	rec, err := s.store.CreateSandbox(ctx, sb)
+	if err != nil {
+		if kerr := s.sched.Client(h).KillSandbox(ctx, sb.ID); kerr != nil {
+			s.log.Error("could not kill a sandbox the store failed to record", "sandbox", sb.ID, "host", h.ID, "err", kerr)
+		}
+		return store.Sandbox{}, err
+	}
+	return rec, nil
+}
+
+// createFromSnapshot starts a sandbox from a snapshot on the host that keeps the snapshot (the
+// only one that can): that host down or full is 503 capacity.
+func (s *Server) createFromSnapshot(ctx context.Context, teamID string, req createRequest, snap store.Snapshot) (store.Sandbox, error) {
+	mem := s.sched.TemplateMemMiB(ctx, snap.Template)
+	h, err := s.sched.PlaceOn(ctx, snap.HostID, 1, mem)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancel()
+	release := s.sched.Reserve(h.ID, mem)
+	sbID := auth.NewID("sb_")
+	if _, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, SnapshotID: snap.ID, Env: req.Env}); err != nil {
+		release()
+		return store.Sandbox{}, err
+	}
+	return s.record(ctx, h, store.Sandbox{ID: sbID, TeamID: teamID, Template: snap.Template, HostID: h.ID,
+		Metadata: req.Metadata, TTLSeconds: reqTTL(req), SnapshotID: snap.ID})
 }
 
 // sandbox loads the caller's sandbox; another team's is "not found", exactly like a missing one.
@@ -246,11 +310,19 @@ func (s *Server) sandbox(r *http.Request) (store.Sandbox, error) {
 	return sb, err
 }
 
+// getSandbox answers the record, first brought up to date from the sandbox's host when it is
+// running or hibernated there (the host may have hibernated it for idleness, or it may have
+// failed): one cheap call, skipped when the host is down or slow.
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sandbox(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	if sb.State == store.StateRunning || sb.State == store.StateHibernated {
+		if h, err := s.store.GetHost(r.Context(), sb.HostID); err == nil && h.State == store.HostUp {
+			sb = s.refresh(r.Context(), sb, s.sched.Client(h), refreshTimeout)
+		}
 	}
 	writeJSON(w, http.StatusOK, viewOf(sb))
 }
@@ -384,7 +456,7 @@ func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	ok, err := s.store.SetSandboxExpiry(r.Context(), sb.ID, s.now().Add(time.Duration(*req.TTLSeconds)*time.Second))
+	ok, err := s.store.SetSandboxExpiry(r.Context(), sb.ID, s.now().Add(time.Duration(*req.TTLSeconds)*time.Second), *req.TTLSeconds)
 	if err == nil && !ok {
 		err = conflict("sandbox %s was killed", sb.ID)
 	}
@@ -398,10 +470,11 @@ func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewOf(sb))
 }
 
-// usable says why calls cannot reach a sandbox (409), or nil when it is running.
+// usable says why calls cannot reach a sandbox (409), or nil when it is running or hibernated
+// (its host wakes a hibernated sandbox for any call).
 func usable(sb store.Sandbox) error {
 	switch sb.State {
-	case store.StateRunning:
+	case store.StateRunning, store.StateHibernated:
 		return nil
 	case store.StateKilled:
 		if sb.Error != "" {
@@ -412,8 +485,6 @@ func usable(sb store.Sandbox) error {
 		return conflict("sandbox %s is lost: %s", sb.ID, sb.Error)
 	case store.StateError:
 		return conflict("sandbox %s failed: %s", sb.ID, sb.Error)
-	case store.StateHibernated:
-		return notImplemented("waking a hibernated sandbox")
 	}
 	return conflict("sandbox %s is %s", sb.ID, sb.State)
 }

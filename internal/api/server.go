@@ -1,9 +1,10 @@
 // Package api is `pandastack server`'s HTTP handler: the public /v1 API of
-// shared/design/API.md (sandboxes, exec, files, ttl, templates, keys, teams), the internal host
-// API agents register and heartbeat through, /healthz and /metrics, plus the TTL reaper. It owns
-// request ids, JSON error answers, body limits and input validation; state lives in
-// internal/store, placement in internal/scheduler, and sandbox work is forwarded to host agents
-// through internal/agentclient (exec streams and file bodies pass through unbuffered).
+// shared/design/API.md (sandboxes, exec, files, ttl, fork, snapshots, hibernate/wake, templates,
+// keys, teams), the internal host API agents register and heartbeat through, /healthz and
+// /metrics, plus the TTL reaper. It owns request ids, JSON error answers, body limits and input
+// validation; state lives in internal/store, placement in internal/scheduler, and sandbox work is
+// forwarded to host agents through internal/agentclient (exec streams and file bodies pass
+// through unbuffered).
 package api
 
 import (
@@ -130,15 +131,16 @@ func (s *Server) routes() http.Handler {
 	v1("GET /v1/sandboxes/{id}/files/stat", s.statFile)
 	v1("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
 	v1("POST /v1/sandboxes/{id}/files/move", s.move)
+	v1("POST /v1/sandboxes/{id}/fork", s.fork)
+	v1("POST /v1/sandboxes/{id}/snapshots", s.createSnapshot)
+	v1("POST /v1/sandboxes/{id}/hibernate", s.hibernate)
+	v1("POST /v1/sandboxes/{id}/wake", s.wake)
+	v1("GET /v1/snapshots", s.listSnapshots)
+	v1("GET /v1/snapshots/{id}", s.getSnapshot)
+	v1("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
 	for pattern, what := range map[string]string{
-		"POST /v1/sandboxes/{id}/fork":      "fork",
-		"POST /v1/sandboxes/{id}/snapshots": "snapshot",
-		"POST /v1/sandboxes/{id}/hibernate": "hibernate",
-		"POST /v1/sandboxes/{id}/wake":      "wake",
-		"GET /v1/snapshots/{id}":            "snapshots",
-		"DELETE /v1/snapshots/{id}":         "snapshots",
-		"POST /v1/templates":                "building templates through the API",
-		"DELETE /v1/templates/{name}":       "deleting templates through the API",
+		"POST /v1/templates":          "building templates through the API",
+		"DELETE /v1/templates/{name}": "deleting templates through the API",
 	} {
 		v1(pattern, func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, notImplemented(what)) })
 	}

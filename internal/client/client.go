@@ -85,14 +85,28 @@ type Sandbox struct {
 	Host      string            `json:"host"`
 	IP        string            `json:"ip,omitempty"`
 	Error     string            `json:"error,omitempty"`
+	// ForkOf names the parent of a fork's child; SnapshotID the snapshot it was made from.
+	ForkOf     string `json:"fork_of,omitempty"`
+	SnapshotID string `json:"snapshot_id,omitempty"`
 }
 
-// CreateRequest is the body of a create.
+// CreateRequest is the body of a create: from a template, or from a snapshot (SnapshotID; the
+// template may then be left empty).
 type CreateRequest struct {
-	Template   string            `json:"template"`
+	Template   string            `json:"template,omitempty"`
+	SnapshotID string            `json:"snapshot_id,omitempty"`
 	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
+}
+
+// Snapshot is the public snapshot object: a sandbox's memory and disk at one instant.
+type Snapshot struct {
+	ID        string `json:"id"`
+	SandboxID string `json:"sandbox_id"`
+	Template  string `json:"template"`
+	CreatedAt string `json:"created_at"`
+	SizeBytes int64  `json:"size_bytes"`
 }
 
 // ExecRequest is the body of an exec.
@@ -409,10 +423,80 @@ func (c *Client) Move(ctx context.Context, id, from, to string) error {
 	return c.call(ctx, "POST", sbPath(id, "/files/move"), nil, map[string]string{"from": from, "to": to}, nil)
 }
 
-// SandboxAction posts to /v1/sandboxes/{id}/{action} (fork, snapshots, hibernate, wake) and
-// decodes the answer into out.
-func (c *Client) SandboxAction(ctx context.Context, id, action string, in, out any) error {
-	return c.call(ctx, "POST", sbPath(id, "/"+action), nil, in, out)
+// Fork makes count children of a sandbox (0 means the server's default, one); each starts from
+// the parent's memory and files at one instant.
+func (c *Client) Fork(ctx context.Context, id string, count int) ([]Sandbox, error) {
+	var in any
+	if count > 0 {
+		in = map[string]int{"count": count}
+	}
+	var out struct {
+		Sandboxes []Sandbox `json:"sandboxes"`
+	}
+	return out.Sandboxes, c.call(ctx, "POST", sbPath(id, "/fork"), nil, in, &out)
+}
+
+// Hibernate saves a sandbox's memory to disk and stops its VM; any later call wakes it.
+func (c *Client) Hibernate(ctx context.Context, id string) (Sandbox, error) {
+	var sb Sandbox
+	return sb, c.call(ctx, "POST", sbPath(id, "/hibernate"), nil, nil, &sb)
+}
+
+// Wake restores a hibernated sandbox.
+func (c *Client) Wake(ctx context.Context, id string) (Sandbox, error) {
+	var sb Sandbox
+	return sb, c.call(ctx, "POST", sbPath(id, "/wake"), nil, nil, &sb)
+}
+
+// CreateSnapshot snapshots a sandbox (memory and disk); it keeps running.
+func (c *Client) CreateSnapshot(ctx context.Context, sandboxID string) (Snapshot, error) {
+	var sn Snapshot
+	return sn, c.call(ctx, "POST", sbPath(sandboxID, "/snapshots"), nil, nil, &sn)
+}
+
+// SnapshotListOptions filters a snapshot list.
+type SnapshotListOptions struct {
+	SandboxID string
+	Limit     int
+	Cursor    string
+}
+
+// ListSnapshots returns one page of the team's snapshots, newest first, and the next page's
+// cursor ("" at the end).
+func (c *Client) ListSnapshots(ctx context.Context, o SnapshotListOptions) ([]Snapshot, string, error) {
+	q := url.Values{}
+	if o.SandboxID != "" {
+		q.Set("sandbox_id", o.SandboxID)
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	var out struct {
+		Snapshots  []Snapshot `json:"snapshots"`
+		NextCursor *string    `json:"next_cursor"`
+	}
+	if err := c.call(ctx, "GET", "/v1/snapshots", q, nil, &out); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if out.NextCursor != nil {
+		next = *out.NextCursor
+	}
+	return out.Snapshots, next, nil
+}
+
+// GetSnapshot returns one snapshot.
+func (c *Client) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
+	var sn Snapshot
+	return sn, c.call(ctx, "GET", "/v1/snapshots/"+url.PathEscape(id), nil, nil, &sn)
+}
+
+// DeleteSnapshot deletes a snapshot; sandboxes made from it keep working.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil, nil)
 }
 
 // Templates lists the catalog.

@@ -53,6 +53,9 @@ type Config struct {
 	ExecOutputLimit int64
 	// MaxUpload caps one file upload (default 4 GiB).
 	MaxUpload int64
+	// FullSnapshots streams all guest RAM for snapshots instead of the diff against the
+	// sandbox's base (the fallback path; for comparisons).
+	FullSnapshots bool
 	// IdleHibernate hibernates a running sandbox no call has touched for this long (0: never).
 	IdleHibernate time.Duration
 }

@@ -123,10 +123,15 @@ func (a *Agent) gcSnapshots() {
 // SnapshotSandbox saves a running sandbox's memory and disk as a snapshot object. The sandbox is
 // paused only for the copy of what its guest wrote and keeps running after.
 func (a *Agent) SnapshotSandbox(ctx context.Context, id string) (SnapshotInfo, error) {
-	return a.snapshot(ctx, id, false)
+	return a.snapshot(ctx, id, false, a.cfg.FullSnapshots)
 }
 
-func (a *Agent) snapshot(ctx context.Context, id string, internal bool) (SnapshotInfo, error) {
+// SnapshotSandboxFull is SnapshotSandbox on the full-RAM path (for comparisons).
+func (a *Agent) SnapshotSandboxFull(ctx context.Context, id string) (SnapshotInfo, error) {
+	return a.snapshot(ctx, id, false, true)
+}
+
+func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (SnapshotInfo, error) {
 	sb, err := a.awake(ctx, id)
 	if err != nil {
 		return SnapshotInfo{}, err
@@ -155,8 +160,11 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal bool) (Snapsho
 	}
 	defer os.RemoveAll(tmp) // nothing half-made is ever visible
 	vm := rec.VM
-	st, err := a.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(tmp), false, func() error {
-		return storage.Clone(filepath.Join(sb.dir, "disk.img"), filepath.Join(tmp, "disk.img"))
+	st, err := a.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(tmp), runtime.SnapshotOptions{
+		Full: full,
+		WhilePaused: func() error {
+			return storage.Clone(filepath.Join(sb.dir, "disk.img"), filepath.Join(tmp, "disk.img"))
+		},
 	})
 	if err != nil {
 		return SnapshotInfo{}, snapshotErr(id, err)
@@ -172,7 +180,7 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal bool) (Snapsho
 		return SnapshotInfo{}, err
 	}
 	snap.dir = final
-	a.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMs, "dirty_mib", st.DirtyBytes>>20)
+	a.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMs, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
 	return snap, nil
 }
 
@@ -191,7 +199,7 @@ func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, 
 	if count < 1 || count > MaxForkCount {
 		return nil, invalid("count must be 1-%d", MaxForkCount)
 	}
-	snap, err := a.snapshot(ctx, id, true)
+	snap, err := a.snapshot(ctx, id, true, a.cfg.FullSnapshots)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +279,7 @@ func (a *Agent) Hibernate(ctx context.Context, id string) (SandboxInfo, error) {
 	sb.mu.Lock()
 	sb.killed = true // the VMM's end is ours, not a crash
 	sb.mu.Unlock()
-	if _, err := a.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(memDir), true, nil); err != nil {
+	if _, err := a.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(memDir), runtime.SnapshotOptions{KeepPaused: true, Full: a.cfg.FullSnapshots}); err != nil {
 		os.RemoveAll(memDir)
 		a.rt.Resume(context.Background(), &vm)
 		sb.mu.Lock()

@@ -183,3 +183,28 @@ func itoa(n int) string {
 	}
 	return string(b)
 }
+
+// The full-RAM path (the fallback when a diff is impossible) restores the same state.
+func TestFullSnapshotPath(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.FullSnapshots = true })
+	id := h.create().ID
+	h.exec(id, map[string]any{"cmd": counterServer})
+	var snap SnapshotInfo
+	if code := h.call("POST", "/v1/sandboxes/"+id+"/snapshots", nil, &snap); code != 201 {
+		t.Fatalf("full snapshot: %d", code)
+	}
+	if snap.DirtyBytes < 64<<20 { // the whole RAM stream, not a diff
+		t.Fatalf("full snapshot streamed only %d bytes", snap.DirtyBytes)
+	}
+	var child SandboxInfo
+	if code := h.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID}, &child); code != 201 {
+		t.Fatalf("create from full snapshot: %d", code)
+	}
+	if got := h.inc(child.ID); got != "2" {
+		t.Fatalf("child of a full snapshot: %q, want 2", got)
+	}
+	h.call("POST", "/v1/sandboxes/"+id+"/hibernate", nil, nil)
+	if got := h.inc(id); got != "2" {
+		t.Fatalf("wake after a full hibernate: %q, want 2", got)
+	}
+}

@@ -1,6 +1,7 @@
 package hostagent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/image"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
@@ -39,6 +41,9 @@ func (t *TemplateInfo) spec(disk string) runtime.Spec {
 func (t *TemplateInfo) snapshot() runtime.Snapshot {
 	return runtime.Snapshot{RAMFile: filepath.Join(t.Dir, "ram"), StateFile: filepath.Join(t.Dir, "state")}
 }
+
+// warmUp runs in a template's guest before its snapshot (see bake).
+const warmUp = "true; id >/dev/null; ls / >/dev/null; command -v python3 >/dev/null && python3 -c 'import os, sys, json, subprocess' || true"
 
 // bakeState serialises bakes of one template: concurrent creates share one bake.
 type bakeState struct {
@@ -105,7 +110,7 @@ func (a *Agent) EnsureTemplate(ctx context.Context, name string, progress func(s
 }
 
 func (a *Agent) rootfsSpec(spec template.Spec) image.RootfsSpec {
-	r := image.BaseRootfs
+	r := image.Rootfs[spec.Image]
 	r.DiskMiB = spec.DiskMiB
 	return r
 }
@@ -121,7 +126,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Spec, say func(string, .
 	if err != nil {
 		return nil, err
 	}
-	key := shortHash("bake-v1", img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
+	key := shortHash("bake-v2", warmUp, img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
 		strconv.Itoa(spec.DiskMiB), a.rt.Name(), a.rt.Accel(), qemuVersion())
 	dir := filepath.Join(a.templatesDir(), spec.Name+"-"+key)
 	if info, err := loadTemplate(dir); err == nil {
@@ -163,14 +168,27 @@ func (a *Agent) bake(ctx context.Context, spec template.Spec, say func(string, .
 		return nil, fmt.Errorf("template %s: guest agent did not come up: %v (console: %s)", spec.Name, err, consoleTail(runDir))
 	}
 	say("guest agent ready after %d ms", time.Since(start).Milliseconds())
+	// Warm the guest's page cache with what nearly every sandbox runs first (the shell, Python,
+	// the user switch): the snapshot then holds those pages, and every clone starts warm instead
+	// of reading them through its own disk clone.
+	for _, user := range []string{"root", "user"} {
+		var sink bytes.Buffer
+		if _, err := client.Exec(bootCtx, guest.ExecRequest{Cmd: warmUp, User: user, Timeout: 60 * time.Second}, nil, &sink, &sink); err != nil {
+			client.Close()
+			return nil, fmt.Errorf("template %s: warm-up: %w", spec.Name, err)
+		}
+	}
 	// Write the guest's dirty pages to its disk so the clones' disks hold what the snapshot saw.
 	if err := client.Sync(bootCtx); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("template %s: sync: %w", spec.Name, err)
 	}
-	client.Close()
 	t := time.Now()
-	if err := a.rt.SaveSnapshot(bootCtx, vm, filepath.Join(tmp, "state")); err != nil {
+	// The host stays connected while the state is saved: a clone wakes up inside a read of a live
+	// session, sees the new host at once and re-handshakes (no reconnect polling to wait out).
+	err = a.rt.SaveSnapshot(bootCtx, vm, filepath.Join(tmp, "state"))
+	client.Close()
+	if err != nil {
 		return nil, fmt.Errorf("template %s: snapshot: %w", spec.Name, err)
 	}
 	say("snapshot saved in %d ms", time.Since(t).Milliseconds())

@@ -220,7 +220,7 @@ func TestSandboxLifecycle(t *testing.T) {
 
 func waitState(t *testing.T, h *harness, id, state string) SandboxInfo {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		var got SandboxInfo
 		h.call("GET", "/v1/sandboxes/"+id, nil, &got)

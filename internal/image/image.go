@@ -58,6 +58,21 @@ var BaseRootfs = RootfsSpec{
 	DiskMiB: 2048,
 }
 
+// CodeInterpreterRootfs adds Python's scientific stack (from Debian, since PyPI is not reachable
+// from our builders) and Node.js to the base image.
+var CodeInterpreterRootfs = RootfsSpec{
+	Suite: "trixie",
+	Packages: append(append([]string(nil), BaseRootfs.Packages...),
+		"python3-numpy", "python3-pandas", "python3-scipy", "python3-matplotlib", "python3-sklearn", "nodejs"),
+	DiskMiB: 4096,
+}
+
+// Rootfs names the guest images templates can use.
+var Rootfs = map[string]RootfsSpec{
+	"base":             BaseRootfs,
+	"code-interpreter": CodeInterpreterRootfs,
+}
+
 func (b *Builder) logf(format string, args ...any) {
 	if b.Log != nil {
 		b.Log(format, args...)

@@ -36,7 +36,7 @@ func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	key := hashStrings("rootfs-v1", treeKey, agentHash, kern.version, strconv.Itoa(spec.DiskMiB))
+	key := hashStrings("rootfs-v2", treeKey, agentHash, kern.version, strconv.Itoa(spec.DiskMiB))
 	dir, err := b.cached(filepath.Join(b.CacheDir, "rootfs-"+key), func(tmp string) error {
 		b.logf("packing %s rootfs into a %d MiB ext4 image", spec.Suite, spec.DiskMiB)
 		stage := filepath.Join(tmp, "stage")
@@ -45,6 +45,14 @@ func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (string, error) {
 			return err
 		}
 		if err := copyFile(b.GuestAgent, filepath.Join(stage, "usr", "local", "bin", "pandastack-guest"), 0o755); err != nil {
+			return err
+		}
+		// /work: the conventional place for a sandbox's project files, the user's to write.
+		work := filepath.Join(stage, "work")
+		if err := os.Mkdir(work, 0o755); err != nil && !os.IsExist(err) {
+			return err
+		}
+		if err := os.Chown(work, 1000, 1000); err != nil {
 			return err
 		}
 		modDst := filepath.Join(stage, "lib", "modules")

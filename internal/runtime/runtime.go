@@ -38,10 +38,21 @@ type VM struct {
 	AgentSocket string `json:"agent_socket"`
 }
 
+// SnapshotOptions tune one snapshot.
+type SnapshotOptions struct {
+	// WhilePaused runs with the guest stopped (to copy its disk consistently with memory).
+	WhilePaused func() error
+	// KeepPaused leaves the VM stopped afterwards (it is about to be ended: hibernate).
+	KeepPaused bool
+	// Full streams all guest RAM instead of the diff against base (the fallback path).
+	Full bool
+}
+
 // SnapshotStats describes one snapshot.
 type SnapshotStats struct {
 	Pause      time.Duration // guest stopped for this long
 	DirtyBytes int64         // guest memory copied (what the VM wrote since its base)
+	Full       bool          // the full-RAM path was used
 }
 
 // Exit says how a VMM ended.
@@ -62,9 +73,8 @@ type Runtime interface {
 	SaveSnapshot(ctx context.Context, vm *VM, stateFile string) error
 	// Restore starts a new VMM from snap with the RAM file mapped private (copy on write), running.
 	Restore(ctx context.Context, runDir string, spec Spec, snap Snapshot) (*VM, error)
-	// Snapshot saves a VM restored from base into out, pausing it meanwhile; whilePaused runs
-	// with the guest stopped (to copy its disk consistently). keepPaused leaves it stopped.
-	Snapshot(ctx context.Context, vm *VM, base, out Snapshot, keepPaused bool, whilePaused func() error) (SnapshotStats, error)
+	// Snapshot saves a VM restored from base into out, pausing it meanwhile.
+	Snapshot(ctx context.Context, vm *VM, base, out Snapshot, opts SnapshotOptions) (SnapshotStats, error)
 	// Pause and Resume stop and restart a VM's vCPUs.
 	Pause(ctx context.Context, vm *VM) error
 	Resume(ctx context.Context, vm *VM) error

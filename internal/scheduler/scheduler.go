@@ -312,6 +312,33 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (release func()) {
 	}
 }
 
+// PlaceOn checks that hostID, where a sandbox must go (a fork's children live with their
+// parent; a sandbox made from a snapshot lives where the snapshot is), is up and has room for n
+// more sandboxes of memMiB each (0: count slots only), counting sandboxes placed since its last
+// report. Not fitting is a *CapacityError.
+func (s *Scheduler) PlaceOn(ctx context.Context, hostID string, n int, memMiB int64) (store.Host, error) {
+	h, err := s.cfg.Store.GetHost(ctx, hostID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Host{}, &CapacityError{fmt.Sprintf("host %s is not known", hostID)}
+	}
+	if err != nil {
+		return store.Host{}, err
+	}
+	if h.State != store.HostUp {
+		return store.Host{}, &CapacityError{fmt.Sprintf("host %s is down", hostID)}
+	}
+	s.mu.Lock()
+	p := s.pending[h.ID]
+	s.mu.Unlock()
+	if free := h.SlotsTotal - h.SlotsUsed - p.slots; h.SlotsTotal > 0 && free < int64(n) {
+		return store.Host{}, &CapacityError{fmt.Sprintf("host %s has room for %d more sandboxes, not %d", hostID, max(free, 0), n)}
+	}
+	if free := h.MemMiBFree - p.mem; memMiB > 0 && h.MemMiBTotal > 0 && free < int64(n)*memMiB {
+		return store.Host{}, &CapacityError{fmt.Sprintf("host %s does not have %d MiB of memory free", hostID, int64(n)*memMiB)}
+	}
+	return h, nil
+}
+
 // CheckHosts marks hosts that missed their heartbeats down (their sandboxes become lost). Right
 // after this process starts every heartbeat may look old (we were not running to receive them),
 // so nothing is marked during the first timeout.
@@ -328,59 +355,111 @@ func (s *Scheduler) CheckHosts(ctx context.Context) error {
 	return err
 }
 
-// Reconcile compares a host's own sandbox list with the store: a lost sandbox the host still runs
-// is running again; a sandbox the store thinks is running but the host no longer has is lost; a
-// sandbox the store says is killed but still runs there is killed.
+// Reconcile compares a host's own sandbox list with the store and makes the store follow the
+// host: a lost sandbox the host still has is running (or hibernated) again; a running sandbox the
+// host hibernated by itself (--idle-hibernate) is hibernated, and one it woke is running; one the
+// host reports in state error takes that state and reason; one the store thinks is live but the
+// host no longer has is lost; a sandbox the store says is killed but still on the host is killed
+// there. Snapshots recorded deleted that the host still keeps are deleted there too.
 func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 	h, err := s.cfg.Store.GetHost(ctx, hostID)
 	if err != nil {
 		return err
 	}
 	listedAt := s.cfg.Now()
-	onHost, err := s.Client(h).ListSandboxes(ctx)
+	list, err := s.Client(h).ListSandboxes(ctx)
 	if err != nil {
 		return err
 	}
-	running := map[string]bool{}
-	for _, sb := range onHost {
-		if sb.State == store.StateRunning {
-			running[sb.ID] = true
-		}
+	onHost := map[string]agentclient.Sandbox{}
+	for _, sb := range list {
+		onHost[sb.ID] = sb
 	}
-	mine, err := s.cfg.Store.HostSandboxes(ctx, hostID, store.StateRunning, store.StateLost)
+	mine, err := s.cfg.Store.HostSandboxes(ctx, hostID, store.StateRunning, store.StateHibernated, store.StateLost)
 	if err != nil {
 		return err
 	}
 	known := map[string]bool{}
 	for _, sb := range mine {
 		known[sb.ID] = true
+		a, present := onHost[sb.ID]
+		// A record written after the list was taken (a create, a wake, a hibernate through the
+		// API) is newer than what the list says: leave it to the next reconcile.
+		if !sb.UpdatedAt.Before(listedAt) {
+			continue
+		}
 		switch {
-		case sb.State == store.StateLost && running[sb.ID]:
-			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, store.StateRunning, "", store.StateLost); err != nil {
+		case present && (a.State == store.StateRunning || a.State == store.StateHibernated):
+			if sb.State == a.State {
+				continue
+			}
+			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, a.State, "", sb.State); err != nil {
 				return err
 			}
-			s.cfg.Logger.Info("lost sandbox found running again", "sandbox", sb.ID, "host", hostID)
-		case sb.State == store.StateRunning && !running[sb.ID] && sb.CreatedAt.Before(listedAt):
-			// Created after the list was taken: the host may simply not have listed it yet.
-			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, store.StateLost, "host "+hostID+" no longer has this sandbox", store.StateRunning); err != nil {
+			if sb.State == store.StateLost {
+				s.cfg.Logger.Info("lost sandbox found on its host again", "sandbox", sb.ID, "host", hostID, "state", a.State)
+			} else {
+				s.cfg.Logger.Debug("sandbox state taken from its host", "sandbox", sb.ID, "host", hostID, "from", sb.State, "to", a.State)
+			}
+		case present && a.State == store.StateError:
+			reason := a.Error
+			if reason == "" {
+				reason = "the host reports an error"
+			}
+			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, store.StateError, reason, sb.State); err != nil {
+				return err
+			}
+			s.cfg.Logger.Warn("sandbox failed on its host", "sandbox", sb.ID, "host", hostID, "reason", reason)
+		case !present && sb.State != store.StateLost:
+			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, store.StateLost, "host "+hostID+" no longer has this sandbox", sb.State); err != nil {
 				return err
 			}
 			s.cfg.Logger.Warn("sandbox missing on its host: marked lost", "sandbox", sb.ID, "host", hostID)
 		}
 	}
-	for id := range running {
+	for id := range onHost {
 		if known[id] {
 			continue
 		}
 		sb, err := s.cfg.Store.GetSandbox(ctx, id)
 		if err != nil || sb.State != store.StateKilled {
-			continue // unknown ids may be creates still in flight: leave them
+			continue // unknown ids may be creates or forks still in flight: leave them
 		}
 		if err := s.Client(h).KillSandbox(ctx, id); err != nil {
 			s.cfg.Logger.Warn("killing a sandbox that outlived its kill failed", "sandbox", id, "host", hostID, "err", err)
 		}
 	}
+	s.reconcileSnapshots(ctx, h)
 	return nil
+}
+
+// reconcileSnapshots deletes on the host the snapshots the store says are deleted (a delete that
+// did not reach the host when it was asked for). Best effort: an agent without the snapshots API
+// or a failed call is only logged.
+func (s *Scheduler) reconcileSnapshots(ctx context.Context, h store.Host) {
+	snaps, err := s.Client(h).ListSnapshots(ctx)
+	if err != nil || len(snaps) == 0 {
+		return
+	}
+	ids := make([]string, len(snaps))
+	for i, sn := range snaps {
+		ids[i] = sn.ID
+	}
+	deleted, err := s.cfg.Store.DeletedSnapshots(ctx, ids)
+	if err != nil {
+		s.cfg.Logger.Warn("reconcile: cannot read deleted snapshots", "host", h.ID, "err", err)
+		return
+	}
+	for id := range deleted {
+		if err := s.Client(h).DeleteSnapshot(ctx, id); err != nil {
+			var ae *agentclient.Error
+			if !errors.As(err, &ae) || ae.Status != 404 {
+				s.cfg.Logger.Warn("deleting a snapshot that outlived its delete failed", "snapshot", id, "host", h.ID, "err", err)
+			}
+			continue
+		}
+		s.cfg.Logger.Info("deleted a snapshot its host still kept", "snapshot", id, "host", h.ID)
+	}
 }
 
 // AddStaticAgent adds an agent the server polls itself (server --agent URL=TOKEN, or `up`).

@@ -58,8 +58,10 @@ func Open(dataDir string, sizeGiB int) (*Pool, error) {
 			return nil, fmt.Errorf("%w (xfsprogs is needed; `make setup` installs it)", err)
 		}
 	}
-	// Direct I/O on the loop device keeps pages from being cached twice (pool fs and host fs).
-	out, err := exec.Command("losetup", "--find", "--show", "--direct-io=on", img).Output()
+	// Buffered (not direct-I/O) loop: reflinked clones share blocks of pool.xfs, so the host's
+	// page cache of that file serves every clone's first reads of a template's disk. Direct I/O
+	// would avoid caching pages twice but send each clone's first reads to the physical disk.
+	out, err := exec.Command("losetup", "--find", "--show", img).Output()
 	if err != nil {
 		return nil, fmt.Errorf("losetup %s: %v", img, cmdErr(err))
 	}

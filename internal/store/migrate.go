@@ -85,6 +85,27 @@ var migrations = []migration{
 		)`,
 		`CREATE INDEX sandbox_metadata_kv ON sandbox_metadata (mkey, mvalue)`,
 	}},
+	{2, "snapshots, sandbox lineage and ttl policy", []string{
+		// Where a sandbox's memory came from (a fork's parent, a snapshot), and the ttl_seconds
+		// it was last given (children of a fork get the parent's; 0 means the server default).
+		`ALTER TABLE sandboxes ADD COLUMN fork_of TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE sandboxes ADD COLUMN ttl_seconds BIGINT NOT NULL DEFAULT 0`,
+		// A snapshot lives on the host that took it (host_id). Deleting one keeps the row
+		// (deleted = 1): a host that missed the delete is told again at its next reconcile.
+		`CREATE TABLE snapshots (
+			id         TEXT PRIMARY KEY,
+			team_id    TEXT NOT NULL REFERENCES teams(id),
+			sandbox_id TEXT NOT NULL,
+			host_id    TEXT NOT NULL,
+			template   TEXT NOT NULL,
+			size_bytes BIGINT NOT NULL DEFAULT 0,
+			created_at BIGINT NOT NULL,
+			deleted    INTEGER NOT NULL DEFAULT 0,
+			deleted_at BIGINT
+		)`,
+		`CREATE INDEX snapshots_team_created ON snapshots (team_id, deleted, created_at, id)`,
+	}},
 }
 
 // SchemaVersion is the newest migration this binary knows.

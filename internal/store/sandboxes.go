@@ -47,15 +47,22 @@ type Sandbox struct {
 	CreatedAt time.Time
 	ExpiresAt time.Time
 	UpdatedAt time.Time
+	// TTLSeconds is the ttl_seconds the sandbox was last given (create or refresh); 0 means the
+	// server's default. Children of a fork get their parent's.
+	TTLSeconds int64
+	// ForkOf is the parent of a fork child; SnapshotID the snapshot a sandbox was created from.
+	ForkOf     string
+	SnapshotID string
 }
 
-const sandboxCols = `id, team_id, template, state, host_id, metadata, error, created_at, expires_at, updated_at`
+const sandboxCols = `id, team_id, template, state, host_id, metadata, error, created_at, expires_at, updated_at, ttl_seconds, fork_of, snapshot_id`
 
 func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
 	var sb Sandbox
 	var md string
 	var c, e, u int64
-	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.Template, &sb.State, &sb.HostID, &md, &sb.Error, &c, &e, &u); err != nil {
+	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.Template, &sb.State, &sb.HostID, &md, &sb.Error, &c, &e, &u,
+		&sb.TTLSeconds, &sb.ForkOf, &sb.SnapshotID); err != nil {
 		return Sandbox{}, err
 	}
 	sb.Metadata = map[string]string{}
@@ -68,44 +75,65 @@ func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
 
 // CreateSandbox records a new sandbox (and its metadata rows) atomically.
 func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox) (Sandbox, error) {
-	if sb.Metadata == nil {
-		sb.Metadata = map[string]string{}
-	}
-	md, err := json.Marshal(sb.Metadata)
+	out, err := s.CreateSandboxes(ctx, []Sandbox{sb})
 	if err != nil {
 		return Sandbox{}, err
 	}
+	return out[0], nil
+}
+
+// CreateSandboxes records several sandboxes in one transaction: all of them or none (the
+// children of a fork). A duplicate id is ErrConflict and records nothing.
+func (s *Store) CreateSandboxes(ctx context.Context, sbs []Sandbox) ([]Sandbox, error) {
 	now := s.now().UTC()
-	if sb.CreatedAt.IsZero() {
-		sb.CreatedAt = now
-	}
-	sb.UpdatedAt = now
-	keys := make([]string, 0, len(sb.Metadata))
-	for k := range sb.Metadata {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if _, err := s.exec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			sb.ID, sb.TeamID, sb.Template, sb.State, sb.HostID, string(md), sb.Error,
-			micros(sb.CreatedAt), micros(sb.ExpiresAt), micros(sb.UpdatedAt)); err != nil {
-			return err
+	out := make([]Sandbox, len(sbs))
+	mds := make([]string, len(sbs))
+	for i, sb := range sbs {
+		if sb.Metadata == nil {
+			sb.Metadata = map[string]string{}
 		}
-		for _, k := range keys {
-			if _, err := s.exec(ctx, tx, `INSERT INTO sandbox_metadata (sandbox_id, mkey, mvalue) VALUES (?, ?, ?)`, sb.ID, k, sb.Metadata[k]); err != nil {
+		md, err := json.Marshal(sb.Metadata)
+		if err != nil {
+			return nil, err
+		}
+		mds[i] = string(md)
+		if sb.CreatedAt.IsZero() {
+			sb.CreatedAt = now
+		}
+		sb.UpdatedAt = now
+		out[i] = sb
+	}
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for i, sb := range out {
+			if _, err := s.exec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				sb.ID, sb.TeamID, sb.Template, sb.State, sb.HostID, mds[i], sb.Error,
+				micros(sb.CreatedAt), micros(sb.ExpiresAt), micros(sb.UpdatedAt), sb.TTLSeconds, sb.ForkOf, sb.SnapshotID); err != nil {
 				return err
+			}
+			keys := make([]string, 0, len(sb.Metadata))
+			for k := range sb.Metadata {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				if _, err := s.exec(ctx, tx, `INSERT INTO sandbox_metadata (sandbox_id, mkey, mvalue) VALUES (?, ?, ?)`, sb.ID, k, sb.Metadata[k]); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
 	})
 	if isUnique(err) {
-		return Sandbox{}, ErrConflict
+		return nil, ErrConflict
 	}
 	if err != nil {
-		return Sandbox{}, err
+		return nil, err
 	}
-	sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromMicros(micros(sb.CreatedAt)), fromMicros(micros(sb.ExpiresAt)), fromMicros(micros(sb.UpdatedAt))
-	return sb, nil
+	for i := range out {
+		sb := &out[i]
+		sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromMicros(micros(sb.CreatedAt)), fromMicros(micros(sb.ExpiresAt)), fromMicros(micros(sb.UpdatedAt))
+	}
+	return out, nil
 }
 
 // GetSandbox returns a sandbox of any team (internal callers: reaper, scheduler).
@@ -255,10 +283,12 @@ func (s *Store) SetSandboxState(ctx context.Context, id, state, reason string, f
 	return n > 0, err
 }
 
-// SetSandboxExpiry sets expires_at of a sandbox that is not killed; false if none was changed.
-func (s *Store) SetSandboxExpiry(ctx context.Context, id string, at time.Time) (bool, error) {
-	res, err := s.exec(ctx, s.db, `UPDATE sandboxes SET expires_at = ?, updated_at = ? WHERE id = ? AND state <> ?`,
-		micros(at), micros(s.now()), id, StateKilled)
+// SetSandboxExpiry sets expires_at (and the ttl_seconds policy it came from, when > 0) of a
+// sandbox that is not killed; false if none was changed.
+func (s *Store) SetSandboxExpiry(ctx context.Context, id string, at time.Time, ttlSeconds int64) (bool, error) {
+	res, err := s.exec(ctx, s.db, `UPDATE sandboxes SET expires_at = ?, ttl_seconds = CASE WHEN ? > 0 THEN ? ELSE ttl_seconds END, updated_at = ?
+		WHERE id = ? AND state <> ?`,
+		micros(at), ttlSeconds, ttlSeconds, micros(s.now()), id, StateKilled)
 	if err != nil {
 		return false, err
 	}

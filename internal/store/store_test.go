@@ -310,11 +310,21 @@ func TestSandboxes(t *testing.T) {
 		eq(killed, []string{"sb_2"})
 
 		// TTL: a killed sandbox's expiry is not extended; the reaper's query sees expired ones.
-		if ok, _ := s.SetSandboxExpiry(ctx, "sb_2", clk.now().Add(time.Hour)); ok {
+		if ok, _ := s.SetSandboxExpiry(ctx, "sb_2", clk.now().Add(time.Hour), 3600); ok {
 			t.Fatal("extended a killed sandbox")
 		}
-		if ok, err := s.SetSandboxExpiry(ctx, "sb_4", clk.now().Add(time.Hour)); !ok || err != nil {
+		if ok, err := s.SetSandboxExpiry(ctx, "sb_4", clk.now().Add(time.Hour), 3600); !ok || err != nil {
 			t.Fatalf("extend: %v %v", ok, err)
+		}
+		if sb, _ := s.GetSandbox(ctx, "sb_4"); sb.TTLSeconds != 3600 || !sb.ExpiresAt.Equal(clk.now().Add(time.Hour)) {
+			t.Fatalf("extended: %+v", sb)
+		}
+		// 0 keeps the ttl policy, moving only the expiry.
+		if ok, _ := s.SetSandboxExpiry(ctx, "sb_4", clk.now().Add(time.Hour), 0); !ok {
+			t.Fatal("expiry without a ttl policy not set")
+		}
+		if sb, _ := s.GetSandbox(ctx, "sb_4"); sb.TTLSeconds != 3600 {
+			t.Fatalf("ttl policy lost: %+v", sb)
 		}
 		exp, err := s.ExpiredSandboxes(ctx, clk.now().Add(2*time.Minute), 10)
 		if err != nil {
@@ -476,4 +486,184 @@ func TestOpenDSN(t *testing.T) {
 	if _, err := Open(context.Background(), ""); err == nil {
 		t.Fatal("empty DSN accepted")
 	}
+}
+
+func TestForkChildrenAreAllOrNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		clk := withClock(s)
+		if _, err := s.CreateTeam(ctx, Team{ID: "team_a", Name: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		parent, err := s.CreateSandbox(ctx, Sandbox{ID: "sb_p", TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1",
+			Metadata: map[string]string{"task": "x"}, ExpiresAt: clk.now().Add(time.Minute), TTLSeconds: 60})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if parent.TTLSeconds != 60 || parent.ForkOf != "" {
+			t.Fatalf("parent %+v", parent)
+		}
+		child := func(id string) Sandbox {
+			return Sandbox{ID: id, TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1",
+				Metadata: parent.Metadata, ExpiresAt: clk.now().Add(time.Minute), TTLSeconds: 60, ForkOf: "sb_p"}
+		}
+		// One duplicate id: nothing of the batch is kept, metadata rows included.
+		if _, err := s.CreateSandboxes(ctx, []Sandbox{child("sb_c1"), child("sb_p")}); !errors.Is(err, ErrConflict) {
+			t.Fatalf("batch with a duplicate: %v", err)
+		}
+		if _, err := s.GetSandbox(ctx, "sb_c1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("half a batch recorded: %v", err)
+		}
+		got, err := s.CreateSandboxes(ctx, []Sandbox{child("sb_c1"), child("sb_c2")})
+		if err != nil || len(got) != 2 {
+			t.Fatalf("batch: %v %v", got, err)
+		}
+		c2, err := s.GetSandbox(ctx, "sb_c2")
+		if err != nil || !reflect.DeepEqual(c2, got[1]) || c2.ForkOf != "sb_p" || c2.Metadata["task"] != "x" {
+			t.Fatalf("child read back %+v (%v), want %+v", c2, err, got[1])
+		}
+		page, _, err := s.ListSandboxes(ctx, SandboxFilter{TeamID: "team_a", Metadata: map[string]string{"task": "x"}})
+		if err != nil || len(page) != 3 {
+			t.Fatalf("metadata of children not indexed: %d %v", len(page), err)
+		}
+		fromSnap, err := s.CreateSandbox(ctx, Sandbox{ID: "sb_s", TeamID: "team_a", Template: "base", State: StateRunning, SnapshotID: "snap_1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back, _ := s.GetSandbox(ctx, "sb_s"); back.SnapshotID != "snap_1" || !reflect.DeepEqual(back, fromSnap) {
+			t.Fatalf("from snapshot %+v", back)
+		}
+	})
+}
+
+func TestSnapshots(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		clk := withClock(s)
+		for _, id := range []string{"team_a", "team_b"} {
+			if _, err := s.CreateTeam(ctx, Team{ID: id, Name: id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mk := func(id, team, sb string) Snapshot {
+			t.Helper()
+			sn, err := s.CreateSnapshot(ctx, Snapshot{ID: id, TeamID: team, SandboxID: sb, HostID: "h1", Template: "base", SizeBytes: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sn
+		}
+		first := mk("snap_1", "team_a", "sb_1")
+		clk.add(time.Second)
+		mk("snap_2", "team_a", "sb_2")
+		mk("snap_3", "team_a", "sb_1")
+		mk("snap_b", "team_b", "sb_b")
+		if _, err := s.CreateSnapshot(ctx, Snapshot{ID: "snap_1", TeamID: "team_b", HostID: "h1", Template: "base"}); !errors.Is(err, ErrConflict) {
+			t.Fatalf("duplicate id: %v", err)
+		}
+		got, err := s.GetTeamSnapshot(ctx, "team_a", "snap_1")
+		if err != nil || !reflect.DeepEqual(got, first) || got.CreatedAt.IsZero() || got.Deleted {
+			t.Fatalf("get %+v %v, want %+v", got, err, first)
+		}
+		if _, err := s.GetTeamSnapshot(ctx, "team_b", "snap_1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("another team's snapshot: %v", err)
+		}
+		ids := func(f SnapshotFilter) ([]string, string) {
+			t.Helper()
+			page, next, err := s.ListSnapshots(ctx, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, sn := range page {
+				out = append(out, sn.ID)
+			}
+			return out, next
+		}
+		all, _ := ids(SnapshotFilter{TeamID: "team_a"})
+		if !reflect.DeepEqual(all, []string{"snap_3", "snap_2", "snap_1"}) {
+			t.Fatalf("list %v", all)
+		}
+		of1, _ := ids(SnapshotFilter{TeamID: "team_a", SandboxID: "sb_1"})
+		if !reflect.DeepEqual(of1, []string{"snap_3", "snap_1"}) {
+			t.Fatalf("list of sb_1 %v", of1)
+		}
+		p1, next := ids(SnapshotFilter{TeamID: "team_a", Limit: 2})
+		p2, end := ids(SnapshotFilter{TeamID: "team_a", Limit: 2, Cursor: next})
+		if !reflect.DeepEqual(append(p1, p2...), all) || next == "" || end != "" {
+			t.Fatalf("pages %v %v (%q %q)", p1, p2, next, end)
+		}
+
+		// Delete: team-scoped, idempotent; a deleted snapshot is gone from reads but remembered.
+		if err := s.DeleteSnapshot(ctx, "team_b", "snap_1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("delete another team's: %v", err)
+		}
+		if err := s.DeleteSnapshot(ctx, "team_a", "snap_1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteSnapshot(ctx, "team_a", "snap_1"); err != nil {
+			t.Fatalf("second delete: %v", err)
+		}
+		if err := s.DeleteSnapshot(ctx, "team_a", "snap_nope"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("delete missing: %v", err)
+		}
+		if _, err := s.GetTeamSnapshot(ctx, "team_a", "snap_1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("deleted snapshot readable: %v", err)
+		}
+		if raw, err := s.GetSnapshot(ctx, "snap_1"); err != nil || !raw.Deleted || raw.DeletedAt.IsZero() {
+			t.Fatalf("deleted record %+v %v", raw, err)
+		}
+		if all, _ := ids(SnapshotFilter{TeamID: "team_a"}); !reflect.DeepEqual(all, []string{"snap_3", "snap_2"}) {
+			t.Fatalf("list after delete %v", all)
+		}
+		del, err := s.DeletedSnapshots(ctx, []string{"snap_1", "snap_2", "snap_unknown"})
+		if err != nil || !reflect.DeepEqual(del, map[string]bool{"snap_1": true}) {
+			t.Fatalf("deleted set %v %v", del, err)
+		}
+		if n, err := s.CountSnapshots(ctx); err != nil || n != 3 {
+			t.Fatalf("count %d %v", n, err)
+		}
+	})
+}
+
+func TestUpgradeFromVersion1KeepsSandboxes(t *testing.T) {
+	// A database written by a binary that knew only migration 1 upgrades in place.
+	run := func(t *testing.T, open func() (*Store, error)) {
+		ctx := context.Background()
+		all := migrations
+		migrations = all[:1]
+		old, err := open()
+		migrations = all
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.CreateTeam(ctx, Team{ID: "team_a", Name: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.exec(ctx, old.db, `INSERT INTO sandboxes (id, team_id, template, state, host_id, metadata, error, created_at, expires_at, updated_at)
+			VALUES ('sb_old', 'team_a', 'base', 'running', 'h1', '{"k":"v"}', '', 1, 2, 3)`); err != nil {
+			t.Fatal(err)
+		}
+		old.Close()
+		s, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		sb, err := s.GetSandbox(ctx, "sb_old")
+		if err != nil || sb.Metadata["k"] != "v" || sb.TTLSeconds != 0 || sb.ForkOf != "" || sb.SnapshotID != "" {
+			t.Fatalf("after upgrade: %+v %v", sb, err)
+		}
+		if v, _ := s.AppliedMigrations(ctx); len(v) != len(migrations) {
+			t.Fatalf("applied %v", v)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "old.db")
+		run(t, func() (*Store, error) { return OpenSQLite(context.Background(), path) })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := newPostgresDB(t)
+		run(t, func() (*Store, error) { return OpenPostgres(context.Background(), url) })
+	})
 }

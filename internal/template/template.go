@@ -19,7 +19,8 @@ type Spec struct {
 // Catalog is the built-in set. One vCPU by default: under TCG each vCPU is a host thread, and a
 // small host runs many sandboxes.
 var Catalog = map[string]Spec{
-	"base": {Name: "base", Image: "base", VCPUs: 1, MemoryMiB: 512, DiskMiB: 2048},
+	"base":             {Name: "base", Image: "base", VCPUs: 1, MemoryMiB: 512, DiskMiB: 2048},
+	"code-interpreter": {Name: "code-interpreter", Image: "code-interpreter", VCPUs: 1, MemoryMiB: 1024, DiskMiB: 4096},
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -29,7 +30,7 @@ func (s Spec) Validate() error {
 	switch {
 	case !nameRE.MatchString(s.Name):
 		return fmt.Errorf("template name %q: use 1-63 lowercase letters, digits and dashes", s.Name)
-	case s.Image != "base":
+	case s.Image != "base" && s.Image != "code-interpreter":
 		return fmt.Errorf("template %s: unknown image %q", s.Name, s.Image)
 	case s.VCPUs < 1 || s.VCPUs > 16:
 		return fmt.Errorf("template %s: vcpus must be 1-16", s.Name)

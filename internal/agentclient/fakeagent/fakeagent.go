@@ -1,8 +1,10 @@
 // Package fakeagent is a TEST DOUBLE ONLY: an in-memory HTTP server that speaks the host agent
 // contract of docs/hostagent-api.md closely enough for the control plane's own tests (api,
 // scheduler, CLI) to run without VMs. It boots nothing; "exec" interprets a handful of toy
-// commands and "files" live in a map. Never use it outside tests; the real agent is
-// internal/hostagent, and the end-to-end tests run against that.
+// commands, "files" live in a map, and a sandbox's "memory" is one integer counter (the toy
+// command `inc`), which snapshots, forks and hibernation carry along like the real agent carries
+// guest memory. Never use it outside tests; the real agent is internal/hostagent, and the
+// end-to-end tests run against that.
 package fakeagent
 
 import (
@@ -35,18 +37,48 @@ type Agent struct {
 	kills       int
 	createErr   *agentclient.Error
 	createDelay time.Duration
+	forkErr     *agentclient.Error
+	forkIDs     []string
+	snapshots   map[string]*snapshot
+	seq         int
 	srv         *httptest.Server
 }
 
 type sandbox struct {
 	agentclient.Sandbox
-	files map[string][]byte
-	dirs  map[string]bool
+	files   map[string][]byte
+	dirs    map[string]bool
+	counter int  // the toy "memory": what `inc` counts
+	noWake  bool // the next wake fails as if its memory files were gone
+}
+
+type snapshot struct {
+	agentclient.Snapshot
+	files   map[string][]byte
+	dirs    map[string]bool
+	counter int
+	deleted bool
+}
+
+func copyFiles(f map[string][]byte) map[string][]byte {
+	out := make(map[string][]byte, len(f))
+	for k, v := range f {
+		out[k] = append([]byte(nil), v...)
+	}
+	return out
+}
+
+func copyDirs(d map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(d))
+	for k, v := range d {
+		out[k] = v
+	}
+	return out
 }
 
 // New starts a fake agent with the given templates (all baked) and 8 slots.
 func New(hostID, token string, templates ...string) *Agent {
-	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, slotsTotal: 8, memTotal: 8192}
+	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, slotsTotal: 8, memTotal: 8192}
 	for _, t := range templates {
 		a.templates = append(a.templates, agentclient.Template{Name: t, Baked: true, VCPUs: 1, MemoryMiB: 256, DiskMiB: 1024})
 	}
@@ -71,6 +103,68 @@ func (a *Agent) FailCreates(err *agentclient.Error) { a.mu.Lock(); a.createErr =
 
 // SetCreateDelay makes creates take d (to widen race windows).
 func (a *Agent) SetCreateDelay(d time.Duration) { a.mu.Lock(); a.createDelay = d; a.mu.Unlock() }
+
+// FailForks makes every fork answer err (nil to stop); no child is made.
+func (a *Agent) FailForks(err *agentclient.Error) { a.mu.Lock(); a.forkErr = err; a.mu.Unlock() }
+
+// ForkIDs makes the next fork name its children ids (in order) instead of fresh ones.
+func (a *Agent) ForkIDs(ids ...string) { a.mu.Lock(); a.forkIDs = ids; a.mu.Unlock() }
+
+// Hibernate hibernates a running sandbox behind the control plane's back, as the real agent's
+// --idle-hibernate does.
+func (a *Agent) Hibernate(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if sb, ok := a.sandboxes[id]; ok && sb.State == agentclient.StateRunning {
+		sb.State = agentclient.StateHibernated
+	}
+}
+
+// BreakWake makes the next wake of a sandbox fail as if its memory files were missing: it then
+// goes to state error with the reason, like the real agent.
+func (a *Agent) BreakWake(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if sb, ok := a.sandboxes[id]; ok {
+		sb.noWake = true
+	}
+}
+
+// State returns a sandbox's state on this host ("" when the host does not have it).
+func (a *Agent) State(id string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if sb, ok := a.sandboxes[id]; ok {
+		return sb.State
+	}
+	return ""
+}
+
+// Snapshots returns the ids of the snapshots this host keeps (not deleted), sorted.
+func (a *Agent) Snapshots() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for id, sn := range a.snapshots {
+		if !sn.deleted {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// All returns the ids of every sandbox this host has, in any state, sorted.
+func (a *Agent) All() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for id := range a.sandboxes {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
 
 // Running returns the ids of running sandboxes, sorted.
 func (a *Agent) Running() []string {
@@ -141,12 +235,56 @@ func (a *Agent) handler() http.Handler {
 		}
 	})
 	authed.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		// A killed sandbox is gone from the agent (its files too, hibernated or not).
 		a.mu.Lock()
-		if sb, ok := a.sandboxes[r.PathValue("id")]; ok && sb.State == "running" {
-			sb.State = "killed"
+		if _, ok := a.sandboxes[r.PathValue("id")]; ok {
+			delete(a.sandboxes, r.PathValue("id"))
 			a.kills++
 		}
 		a.mu.Unlock()
+		w.WriteHeader(204)
+	})
+	authed.HandleFunc("POST /v1/sandboxes/{id}/fork", a.fork)
+	authed.HandleFunc("POST /v1/sandboxes/{id}/hibernate", a.hibernate)
+	authed.HandleFunc("POST /v1/sandboxes/{id}/wake", func(w http.ResponseWriter, r *http.Request) {
+		if sb := a.awake(w, r); sb != nil {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			writeJSON(w, 200, sb.Sandbox)
+		}
+	})
+	authed.HandleFunc("POST /v1/sandboxes/{id}/snapshots", a.snapshot)
+	authed.HandleFunc("GET /v1/snapshots", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		out := []agentclient.Snapshot{}
+		for _, sn := range a.snapshots {
+			if !sn.deleted {
+				out = append(out, sn.Snapshot)
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+		writeJSON(w, 200, map[string]any{"snapshots": out})
+	})
+	authed.HandleFunc("GET /v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		sn, ok := a.snapshots[r.PathValue("id")]
+		if !ok || sn.deleted {
+			writeErr(w, 404, "not_found", "snapshot "+r.PathValue("id")+" not found")
+			return
+		}
+		writeJSON(w, 200, sn.Snapshot)
+	})
+	authed.HandleFunc("DELETE /v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		sn, ok := a.snapshots[r.PathValue("id")]
+		if !ok || sn.deleted {
+			writeErr(w, 404, "not_found", "snapshot "+r.PathValue("id")+" not found")
+			return
+		}
+		sn.deleted = true // sandboxes made from it keep working: they hold their own copy here
 		w.WriteHeader(204)
 	})
 	authed.HandleFunc("POST /v1/sandboxes/{id}/exec", a.exec)
@@ -170,14 +308,16 @@ func (a *Agent) handler() http.Handler {
 func (a *Agent) info(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var used int64
+	var running int64
 	for _, sb := range a.sandboxes {
-		if sb.State == "running" {
-			used++
+		if sb.State == agentclient.StateRunning {
+			running++
 		}
 	}
-	writeJSON(w, 200, agentclient.Info{HostID: a.HostID, Accel: "tcg", MemMiBTotal: a.memTotal, MemMiBFree: a.memTotal - 256*used,
-		SlotsTotal: a.slotsTotal, SlotsUsed: used, Templates: a.templates})
+	// Every sandbox holds a slot, hibernated ones too (like the real agent); only running ones
+	// hold memory.
+	writeJSON(w, 200, agentclient.Info{HostID: a.HostID, Accel: "tcg", MemMiBTotal: a.memTotal, MemMiBFree: a.memTotal - 256*running,
+		SlotsTotal: a.slotsTotal, SlotsUsed: int64(len(a.sandboxes)), Templates: a.templates})
 }
 
 func (a *Agent) create(w http.ResponseWriter, r *http.Request) {
@@ -198,33 +338,47 @@ func (a *Agent) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, a.createErr.Status, a.createErr.Code, a.createErr.Message)
 		return
 	}
-	known := false
-	for _, t := range a.templates {
-		known = known || t.Name == req.Template
-	}
-	if !known {
-		writeErr(w, 404, "not_found", "template "+req.Template+" not found")
+	sb := &sandbox{files: map[string][]byte{}, dirs: map[string]bool{"/": true}}
+	switch {
+	case req.SnapshotID != "":
+		sn, ok := a.snapshots[req.SnapshotID]
+		if !ok || sn.deleted {
+			writeErr(w, 404, "not_found", "snapshot "+req.SnapshotID+" not found")
+			return
+		}
+		if req.Template != "" && req.Template != sn.Template {
+			writeErr(w, 400, "invalid_request", "snapshot "+sn.ID+" is of template "+sn.Template+", not "+req.Template)
+			return
+		}
+		req.Template = sn.Template
+		sb.files, sb.dirs, sb.counter = copyFiles(sn.files), copyDirs(sn.dirs), sn.counter
+		sb.SnapshotID = sn.ID
+	case req.Template != "":
+		known := false
+		for _, t := range a.templates {
+			known = known || t.Name == req.Template
+		}
+		if !known {
+			writeErr(w, 404, "not_found", "template "+req.Template+" not found")
+			return
+		}
+	default:
+		writeErr(w, 400, "invalid_request", "template (or snapshot_id) is required")
 		return
 	}
-	var used int64
-	for _, sb := range a.sandboxes {
-		if sb.State == "running" {
-			used++
-		}
-	}
-	if used >= a.slotsTotal {
+	if int64(len(a.sandboxes)) >= a.slotsTotal {
 		writeErr(w, 503, "capacity", "no free slot")
 		return
 	}
 	if req.ID == "" {
-		req.ID = fmt.Sprintf("sb_fake%d", len(a.sandboxes)+1)
+		req.ID = a.newID()
 	}
 	if _, dup := a.sandboxes[req.ID]; dup {
 		writeErr(w, 409, "conflict", "sandbox "+req.ID+" exists")
 		return
 	}
-	sb := &sandbox{Sandbox: agentclient.Sandbox{ID: req.ID, Template: req.Template, State: "running",
-		CreatedAt: time.Now().UTC().Format(time.RFC3339), MemoryMiB: 256, VCPUs: 1}, files: map[string][]byte{}, dirs: map[string]bool{"/": true}}
+	sb.Sandbox = agentclient.Sandbox{ID: req.ID, Template: req.Template, State: agentclient.StateRunning,
+		CreatedAt: time.Now().UTC().Format(time.RFC3339), MemoryMiB: 256, VCPUs: 1, SnapshotID: sb.SnapshotID}
 	// Env is visible to exec through the toy `env NAME` command.
 	for k, v := range req.Env {
 		sb.files["/.env/"+k] = []byte(v)
@@ -234,7 +388,12 @@ func (a *Agent) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 201, sb.Sandbox)
 }
 
-// get returns a running sandbox or writes the error.
+func (a *Agent) newID() string {
+	a.seq++
+	return fmt.Sprintf("sb_fake%d", a.seq)
+}
+
+// get returns a sandbox in any state, or writes the error.
 func (a *Agent) get(w http.ResponseWriter, r *http.Request) *sandbox {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -246,15 +405,146 @@ func (a *Agent) get(w http.ResponseWriter, r *http.Request) *sandbox {
 	return sb
 }
 
-// exec understands: `echo WORDS`, `stderr WORDS`, `exit N`, `env NAME`, `cat` (echoes stdin),
-// `sleep MS` and `lines N` (N stdout lines, 20 ms apart, for streaming tests).
-func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
+// awake returns the sandbox, waking it first when it is hibernated (every exec, files, fork and
+// snapshot call does, as on the real agent). A wake that fails leaves it in state error.
+func (a *Agent) awake(w http.ResponseWriter, r *http.Request) *sandbox {
+	sb := a.get(w, r)
+	if sb == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if sb.State != agentclient.StateHibernated {
+		return sb
+	}
+	if sb.noWake {
+		sb.noWake = false
+		sb.State, sb.Error = agentclient.StateError, "wake failed: sandbox "+sb.ID+": snapshot files missing"
+		writeErr(w, 409, "conflict", "sandbox "+sb.ID+" could not be woken: snapshot files missing")
+		return nil
+	}
+	sb.State = agentclient.StateRunning
+	return sb
+}
+
+// live is awake for calls that need a running guest.
+func (a *Agent) live(w http.ResponseWriter, r *http.Request) *sandbox {
+	sb := a.awake(w, r)
+	if sb == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if sb.State != agentclient.StateRunning {
+		msg := "sandbox " + sb.ID + " is " + sb.State
+		if sb.Error != "" {
+			msg = "sandbox " + sb.ID + " is in state error: " + sb.Error
+		}
+		writeErr(w, 409, "conflict", msg)
+		return nil
+	}
+	return sb
+}
+
+func (a *Agent) hibernate(w http.ResponseWriter, r *http.Request) {
 	sb := a.get(w, r)
 	if sb == nil {
 		return
 	}
-	if sb.State != "running" {
-		writeErr(w, 409, "conflict", "sandbox is "+sb.State)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch sb.State {
+	case agentclient.StateHibernated:
+	case agentclient.StateRunning:
+		sb.State = agentclient.StateHibernated
+	default:
+		writeErr(w, 409, "conflict", "sandbox "+sb.ID+" is "+sb.State)
+		return
+	}
+	writeJSON(w, 200, sb.Sandbox)
+}
+
+func (a *Agent) snapshot(w http.ResponseWriter, r *http.Request) {
+	sb := a.live(w, r)
+	if sb == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.seq++
+	sn := &snapshot{Snapshot: agentclient.Snapshot{ID: fmt.Sprintf("snap_fake%d", a.seq), SandboxID: sb.ID, Template: sb.Template,
+		CreatedAt: time.Now().UTC(), VCPUs: 1, MemoryMiB: 256}, files: copyFiles(sb.files), dirs: copyDirs(sb.dirs), counter: sb.counter}
+	sn.SizeBytes = 4096
+	for _, b := range sn.files {
+		sn.SizeBytes += int64(len(b))
+	}
+	a.snapshots[sn.ID] = sn
+	writeJSON(w, 201, sn.Snapshot)
+}
+
+func (a *Agent) fork(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Count *int `json:"count"`
+	}
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeErr(w, 400, "invalid_request", err.Error())
+			return
+		}
+	}
+	count := 1
+	if req.Count != nil {
+		count = *req.Count
+	}
+	if count < 1 || count > agentclient.MaxForkCount {
+		writeErr(w, 400, "invalid_request", fmt.Sprintf("count must be 1-%d", agentclient.MaxForkCount))
+		return
+	}
+	parent := a.live(w, r)
+	if parent == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.forkErr != nil {
+		writeErr(w, a.forkErr.Status, a.forkErr.Code, a.forkErr.Message)
+		return
+	}
+	if int64(len(a.sandboxes)+count) > a.slotsTotal {
+		writeErr(w, 503, "capacity", "no room for the children")
+		return
+	}
+	ids := make([]string, count)
+	for i := range ids {
+		if len(a.forkIDs) > 0 {
+			ids[i], a.forkIDs = a.forkIDs[0], a.forkIDs[1:]
+		} else {
+			ids[i] = a.newID()
+		}
+		if _, dup := a.sandboxes[ids[i]]; dup {
+			writeErr(w, 409, "conflict", "fork of "+parent.ID+" failed, no child kept: sandbox "+ids[i]+" exists")
+			return
+		}
+	}
+	children := make([]agentclient.Sandbox, count)
+	for i, id := range ids {
+		c := &sandbox{Sandbox: agentclient.Sandbox{ID: id, Template: parent.Template, State: agentclient.StateRunning,
+			CreatedAt: time.Now().UTC().Format(time.RFC3339), MemoryMiB: 256, VCPUs: 1, ForkOf: parent.ID},
+			files: copyFiles(parent.files), dirs: copyDirs(parent.dirs), counter: parent.counter}
+		a.sandboxes[id] = c
+		children[i] = c.Sandbox
+	}
+	writeJSON(w, 201, map[string]any{"sandboxes": children})
+}
+
+// exec understands: `echo WORDS`, `stderr WORDS`, `exit N`, `env NAME`, `cat` (echoes stdin),
+// `sleep MS`, `lines N` (N stdout lines, 20 ms apart, for streaming tests) and `inc` (adds one
+// to the sandbox's in-memory counter and prints it).
+func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
+	sb := a.live(w, r)
+	if sb == nil {
 		return
 	}
 	var req agentclient.ExecRequest
@@ -295,6 +585,12 @@ func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
 	case "sleep":
 		ms, _ := strconv.Atoi(arg)
 		time.Sleep(time.Duration(ms) * time.Millisecond)
+	case "inc":
+		a.mu.Lock()
+		sb.counter++
+		n := sb.counter
+		a.mu.Unlock()
+		chunks = append(chunks, chunk{"stdout", strconv.Itoa(n) + "\n"})
 	case "lines":
 		n, _ := strconv.Atoi(arg)
 		for i := 1; i <= n; i++ {
@@ -357,7 +653,7 @@ func cleanPath(p string) (string, bool) {
 }
 
 func (a *Agent) fileReq(w http.ResponseWriter, r *http.Request, p string) (*sandbox, string, bool) {
-	sb := a.get(w, r)
+	sb := a.live(w, r)
 	if sb == nil {
 		return nil, "", false
 	}

@@ -171,26 +171,7 @@ func (d *Driver) SaveSnapshot(ctx context.Context, vm *runtime.VM, stateFile str
 	if err := q.run(ctx, "migrate", map[string]any{"uri": "exec:cat > '" + stateFile + "'"}, nil); err != nil {
 		return err
 	}
-	for {
-		var st struct {
-			Status    string `json:"status"`
-			ErrorDesc string `json:"error-desc"`
-		}
-		if err := q.run(ctx, "query-migrate", nil, &st); err != nil {
-			return err
-		}
-		switch st.Status {
-		case "completed":
-			return nil
-		case "failed", "cancelled":
-			return fmt.Errorf("snapshot migration %s: %s", st.Status, st.ErrorDesc)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
+	return waitMigration(ctx, q)
 }
 
 // Restore starts a clone of snap: a new VMM waiting for an incoming migration, the RAM file mapped

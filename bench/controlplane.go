@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// controlPlaneSuite runs a real `pandastack agent` and `pandastack server` (SQLite) as processes
+// and compares creates through the public API with creates sent to the agent directly, then
+// measures create throughput with 8 concurrent clients.
+func controlPlaneSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, creates int) error {
+	bin := filepath.Join(filepath.Dir(guestAgent), "pandastack")
+	dir, err := os.MkdirTemp("/var/tmp", "pandastack-bench-cp-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	agentAddr, serverAddr := freeAddr(), freeAddr()
+	token, key := randomString(32), "pds_"+randomString(32)
+	agentArgs := []string{"agent", "--data-dir", filepath.Join(dir, "agent"), "--addr", agentAddr, "--token", token, "--guest-agent", guestAgent}
+	if imageCache != "" {
+		agentArgs = append(agentArgs, "--image-cache", imageCache)
+	}
+	agent := exec.Command(bin, agentArgs...)
+	server := exec.Command(bin, "server", "--addr", serverAddr, "--database-url", filepath.Join(dir, "state.db"), "--agent", "http://"+agentAddr+"="+token)
+	server.Env = append(os.Environ(), "PANDASTACK_API_KEY="+key)
+	for _, c := range []*exec.Cmd{agent, server} {
+		log, _ := os.Create(filepath.Join(dir, filepath.Base(c.Args[1])+".log"))
+		c.Stdout, c.Stderr = log, log
+		if err := c.Start(); err != nil {
+			return err
+		}
+		defer func(c *exec.Cmd) { c.Process.Signal(syscall.SIGTERM); c.Wait() }(c)
+	}
+	defer exec.Command("umount", filepath.Join(dir, "agent", "pool")).Run()
+	agentURL, serverURL := "http://"+agentAddr, "http://"+serverAddr
+	direct := &apiClient{base: agentURL, auth: "Bearer " + token}
+	public := &apiClient{base: serverURL, auth: "Bearer " + key}
+	// Bake through the agent, then wait until the server sees the host with the template.
+	if _, err := direct.do("POST", "/v1/templates/base/bake", nil, 200); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := public.do("GET", "/v1/templates/base", nil, 200); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("server never saw the agent's template (see %s)", dir)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var viaAPI, viaAgent []float64
+	for i := 0; i < creates; i++ {
+		for _, c := range []struct {
+			cl   *apiClient
+			into *[]float64
+		}{{public, &viaAPI}, {direct, &viaAgent}} {
+			t := time.Now()
+			body, err := c.cl.do("POST", "/v1/sandboxes", map[string]any{"template": "base"}, 201)
+			if err != nil {
+				return err
+			}
+			*c.into = append(*c.into, ms(time.Since(t)))
+			var sb struct{ ID string }
+			json.Unmarshal(body, &sb)
+			if _, err := c.cl.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, 204); err != nil {
+				return err
+			}
+		}
+	}
+	res["api_create_p50_ms"], res["api_create_p99_ms"] = pct(viaAPI, 50), pct(viaAPI, 99)
+	res["agent_create_p50_ms"], res["agent_create_p99_ms"] = pct(viaAgent, 50), pct(viaAgent, 99)
+	res["api_over_agent_create"] = res["api_create_p50_ms"] / res["agent_create_p50_ms"]
+
+	// Throughput: 8 clients, each creating and killing 4 sandboxes through the public API.
+	const clients, each = 8, 4
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < each; j++ {
+				body, err := public.do("POST", "/v1/sandboxes", map[string]any{"template": "base"}, 201)
+				if err != nil {
+					errs <- err
+					return
+				}
+				var sb struct{ ID string }
+				json.Unmarshal(body, &sb)
+				public.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, 204)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	res["creates_per_s_8_clients"] = clients * each / time.Since(start).Seconds()
+	return nil
+}
+
+type apiClient struct{ base, auth string }
+
+func (c *apiClient) do(method, path string, body any, want int) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		data, _ := json.Marshal(body)
+		rd = bytes.NewReader(data)
+	}
+	req, _ := http.NewRequest(method, c.base+path, rd)
+	req.Header.Set("Authorization", c.auth)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return data, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, data)
+	}
+	return data, nil
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func randomString(n int) string {
+	const alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	b := make([]byte, n)
+	for i := range b {
+		k, _ := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
+		b[i] = alphabet[k.Int64()]
+	}
+	return string(b)
+}

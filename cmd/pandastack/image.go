@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/pandastack/pandastack/internal/image"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	var cacheDir, guestAgent string
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Build guest images ahead of time (an agent builds missing ones on first use)",
+	}
+	build := &cobra.Command{
+		Use:   "build [NAME...]",
+		Short: "Build the named guest images (default: all) into the image cache",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				for name := range image.Rootfs {
+					args = append(args, name)
+				}
+				sort.Strings(args)
+			}
+			if guestAgent == "" {
+				if exe, err := os.Executable(); err == nil {
+					guestAgent = filepath.Join(filepath.Dir(exe), "pandastack-guest")
+				}
+			}
+			b := &image.Builder{CacheDir: cacheDir, GuestAgent: guestAgent,
+				Log: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
+			for _, name := range args {
+				spec, ok := image.Rootfs[name]
+				if !ok {
+					return fmt.Errorf("unknown image %q", name)
+				}
+				img, err := b.Build(cmd.Context(), spec, nil)
+				if err != nil {
+					return fmt.Errorf("image %s: %w", name, err)
+				}
+				fmt.Printf("%s: %s\n", name, img.Rootfs)
+			}
+			return nil
+		},
+	}
+	build.Flags().StringVar(&cacheDir, "cache-dir", envOr("PANDASTACK_IMAGE_CACHE", "/var/tmp/pandastack-images"), "image cache dir")
+	build.Flags().StringVar(&guestAgent, "guest-agent", "", "pandastack-guest binary (default: next to this binary)")
+	cmd.AddCommand(build)
+	rootCmd.AddCommand(cmd)
+}

@@ -1,0 +1,64 @@
+"""PandaStack: microVM sandboxes for AI agents.
+
+    from pandastack import PandaStack
+    client = PandaStack()                      # PANDASTACK_API_KEY, PANDASTACK_BASE_URL
+    sb = client.sandboxes.create(template="base", ttl_seconds=600)
+    print(sb.exec("python -c 'print(2 ** 10)'", timeout_seconds=30).stdout)
+    sb.kill()
+"""
+
+from ._version import __version__
+from .client import DEFAULT_BASE_URL, PandaStack
+from .errors import (
+    APIConnectionError,
+    Capacity,
+    ConfigurationError,
+    Conflict,
+    Forbidden,
+    InternalError,
+    InvalidRequest,
+    NoSpace,
+    NotFound,
+    NotImplemented,
+    PandaStackError,
+    PayloadTooLarge,
+    RateLimited,
+    Timeout,
+    Unauthorized,
+    Unimplemented,
+)
+from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template
+from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates
+
+__all__ = [
+    "__version__",
+    "PandaStack",
+    "DEFAULT_BASE_URL",
+    "Sandbox",
+    "Sandboxes",
+    "Filesystem",
+    "ExecStream",
+    "ExecResult",
+    "ExecEvent",
+    "FileInfo",
+    "Snapshot",
+    "Snapshots",
+    "Template",
+    "Templates",
+    "PandaStackError",
+    "ConfigurationError",
+    "APIConnectionError",
+    "InvalidRequest",
+    "Unauthorized",
+    "Forbidden",
+    "NotFound",
+    "Conflict",
+    "PayloadTooLarge",
+    "RateLimited",
+    "InternalError",
+    "NotImplemented",
+    "Unimplemented",
+    "Capacity",
+    "Timeout",
+    "NoSpace",
+]

@@ -1,0 +1,321 @@
+"""HTTP transport: one connection per request over http.client, JSON in and out, typed errors,
+retries with backoff for idempotent calls."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import socket
+import ssl
+import time
+import urllib.parse
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
+
+from . import errors
+from ._version import __version__
+
+Body = Union[None, bytes, Any]
+
+#: statuses worth another try for an idempotent call
+RETRY_STATUSES = (429, 503)
+
+
+_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def new_request_id() -> str:
+    """An X-Request-Id for one call (kept by the server, so client-side failures can be matched
+    with its log)."""
+    return "req_" + "".join(random.choice(_ID_ALPHABET) for _ in range(20))
+
+
+def _quote_params(params: Optional[Mapping[str, Any]]) -> str:
+    if not params:
+        return ""
+    items = []
+    for k, v in params.items():
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        items.append((k, str(v)))
+    return urllib.parse.urlencode(items) if items else ""
+
+
+class Response:
+    """A finished answer: status, headers and the whole body."""
+
+    def __init__(self, status: int, headers: http.client.HTTPMessage, body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    @property
+    def request_id(self) -> Optional[str]:
+        return self.headers.get("X-Request-Id")
+
+    def json(self) -> Any:
+        if not self.body:
+            return None
+        return json.loads(self.body.decode("utf-8"))
+
+
+class Transport:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        timeout: float,
+        max_retries: int,
+        user_agent: Optional[str] = None,
+    ) -> None:
+        u = urllib.parse.urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise errors.ConfigurationError(
+                "base URL %r must be an http:// or https:// URL (set PANDASTACK_BASE_URL or pass base_url=)" % base_url
+            )
+        self.base_url = base_url.rstrip("/")
+        self._scheme = u.scheme
+        self._host = u.hostname
+        self._port = u.port
+        self._prefix = u.path.rstrip("/")
+        self._token = token
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.user_agent = user_agent or "pandastack-python/%s" % __version__
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _connect(self, timeout: Optional[float]) -> http.client.HTTPConnection:
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(
+                self._host, self._port, timeout=timeout, context=ssl.create_default_context()
+            )
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _headers(self, extra: Optional[Mapping[str, str]]) -> Dict[str, str]:
+        h = {
+            "X-Request-Id": new_request_id(),
+            "Authorization": "Bearer " + self._token,
+            "User-Agent": self.user_agent,
+            "Accept": "application/json",
+        }
+        if extra:
+            h.update(extra)
+        return h
+
+    def _target(self, path: str, params: Optional[Mapping[str, Any]]) -> str:
+        q = _quote_params(params)
+        return self._prefix + path + ("?" + q if q else "")
+
+    # -- one attempt -----------------------------------------------------------------------------
+
+    def _open(
+        self,
+        method: str,
+        path: str,
+        params: Optional[Mapping[str, Any]],
+        body: Optional[bytes],
+        headers: Mapping[str, str],
+        timeout: Optional[float],
+    ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        conn = self._connect(timeout)
+        try:
+            conn.request(method, self._target(path, params), body=body, headers=dict(headers))
+            resp = conn.getresponse()
+        except BaseException:
+            conn.close()
+            raise
+        return conn, resp
+
+    @staticmethod
+    def _raise_for(resp_status: int, headers: http.client.HTTPMessage, raw: bytes, sent_id: Optional[str] = None) -> None:
+        payload: Any = None
+        try:
+            payload = json.loads(raw.decode("utf-8")) if raw else None
+        except (ValueError, UnicodeDecodeError):
+            payload = raw.decode("utf-8", "replace")[:500]
+        retry_after = None
+        ra = headers.get("Retry-After")
+        if ra:
+            try:
+                retry_after = float(ra)
+            except ValueError:
+                retry_after = None
+        fallback = None
+        if not isinstance(payload, dict):
+            fallback = "HTTP %d from the API%s" % (
+                resp_status,
+                (": " + payload.strip()) if isinstance(payload, str) and payload.strip() else "",
+            )
+        raise errors.error_from_payload(
+            resp_status, payload, headers.get("X-Request-Id") or sent_id, retry_after=retry_after, fallback_message=fallback
+        )
+
+    # -- public ----------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Optional[Mapping[str, Any]] = None,
+        json_body: Any = None,
+        data: Any = None,
+        headers: Optional[Mapping[str, str]] = None,
+        idempotent: bool = False,
+        timeout: Optional[float] = -1.0,
+    ) -> Response:
+        """Send a request and return the whole answer; raise the typed error on non-2xx.
+
+        ``timeout`` -1 means the client's default; ``None`` means no timeout.
+        """
+        if timeout is not None and timeout < 0:
+            timeout = self.timeout
+        h = self._headers(headers)
+        body: Optional[bytes] = data
+        if json_body is not None:
+            body = json.dumps(json_body).encode("utf-8")
+            h["Content-Type"] = "application/json"
+        elif data is not None:
+            h.setdefault("Content-Type", "application/octet-stream")
+        attempt = 0
+        while True:
+            try:
+                conn, resp = self._open(method, path, params, body, h, timeout)
+                try:
+                    raw = resp.read()
+                finally:
+                    conn.close()
+            except (socket.timeout, TimeoutError) as e:
+                raise errors.Timeout(
+                    "no answer from %s within %s s (%s %s)" % (self.base_url, timeout, method, path),
+                    code="client_timeout",
+                    request_id=h["X-Request-Id"],
+                ) from e
+            except (ConnectionError, http.client.HTTPException, OSError) as e:
+                # Refused, reset, or closed before the answer: safe to repeat only if idempotent.
+                if idempotent and attempt < self.max_retries:
+                    attempt += 1
+                    time.sleep(self._backoff(attempt, None))
+                    continue
+                raise errors.APIConnectionError(
+                    "cannot reach the PandaStack API at %s: %s" % (self.base_url, e or type(e).__name__),
+                    request_id=h["X-Request-Id"],
+                ) from e
+            if 200 <= resp.status < 300:
+                return Response(resp.status, resp.headers, raw)
+            if idempotent and resp.status in RETRY_STATUSES and attempt < self.max_retries:
+                attempt += 1
+                time.sleep(self._backoff(attempt, resp.headers.get("Retry-After")))
+                continue
+            self._raise_for(resp.status, resp.headers, raw, h["X-Request-Id"])
+
+    def stream_lines(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any,
+        accept: str = "application/x-ndjson",
+        timeout: Optional[float] = None,
+    ) -> "LineStream":
+        """Send a request whose answer is NDJSON and return its lines as they arrive.
+
+        Never retried: streamed calls (exec) are not idempotent.
+        """
+        h = self._headers({"Accept": accept, "Content-Type": "application/json"})
+        body = json.dumps(json_body).encode("utf-8")
+        try:
+            conn, resp = self._open(method, path, None, body, h, timeout)
+        except (socket.timeout, TimeoutError) as e:
+            raise errors.Timeout(
+                "no answer from %s within %s s (%s %s)" % (self.base_url, timeout, method, path),
+                code="client_timeout",
+                request_id=h["X-Request-Id"],
+            ) from e
+        except (ConnectionError, http.client.HTTPException, OSError) as e:
+            raise errors.APIConnectionError(
+                "cannot reach the PandaStack API at %s: %s" % (self.base_url, e or type(e).__name__),
+                request_id=h["X-Request-Id"],
+            ) from e
+        if not 200 <= resp.status < 300:
+            try:
+                raw = resp.read()
+            finally:
+                conn.close()
+            self._raise_for(resp.status, resp.headers, raw, h["X-Request-Id"])
+        return LineStream(conn, resp, self.base_url, timeout, h["X-Request-Id"])
+
+    @staticmethod
+    def _backoff(attempt: int, retry_after: Optional[str]) -> float:
+        if retry_after:
+            try:
+                return min(max(float(retry_after), 0.0), 30.0)
+            except ValueError:
+                pass
+        # 0.25 s, 0.5 s, 1 s, ... capped at 8 s, with jitter so clients spread out.
+        base = min(0.25 * (2 ** (attempt - 1)), 8.0)
+        return base / 2 + random.random() * base / 2
+
+
+class LineStream:
+    """Decoded JSON lines of a streamed answer; closes the connection when done."""
+
+    def __init__(
+        self,
+        conn: http.client.HTTPConnection,
+        resp: http.client.HTTPResponse,
+        base_url: str,
+        timeout: Optional[float],
+        sent_request_id: Optional[str] = None,
+    ) -> None:
+        self._conn = conn
+        self._resp = resp
+        self._base_url = base_url
+        self._timeout = timeout
+        self.request_id: Optional[str] = resp.headers.get("X-Request-Id") or sent_request_id
+        self.closed = False
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        try:
+            while True:
+                try:
+                    line = self._resp.readline()
+                except (socket.timeout, TimeoutError) as e:
+                    raise errors.Timeout(
+                        "the stream from %s was silent for %s s" % (self._base_url, self._timeout),
+                        code="client_timeout",
+                        request_id=self.request_id,
+                    ) from e
+                except (ConnectionError, http.client.HTTPException, OSError) as e:
+                    raise errors.APIConnectionError(
+                        "the stream from %s broke: %s" % (self._base_url, e or type(e).__name__),
+                        request_id=self.request_id,
+                    ) from e
+                if not line:
+                    return
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    obj = json.loads(line.decode("utf-8"))
+                except (ValueError, UnicodeDecodeError) as e:
+                    raise errors.PandaStackError(
+                        "malformed line in the stream: %r" % line[:200],
+                        code="bad_stream",
+                        request_id=self.request_id,
+                    ) from e
+                if isinstance(obj, dict):
+                    yield obj
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                self._resp.close()
+            finally:
+                self._conn.close()

@@ -1,0 +1,72 @@
+"""The PandaStack client."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Optional
+
+from . import errors
+from ._http import Transport
+from .sandbox import Sandboxes, Snapshots, Templates
+
+__all__ = ["PandaStack", "DEFAULT_BASE_URL"]
+
+#: where the hosted API lives; a self-hosted `pandastack up` prints its own base URL
+DEFAULT_BASE_URL = "https://api.pandastack.ai"
+
+
+class PandaStack:
+    """A client of the PandaStack API.
+
+    ``token`` (alias ``api_key``) defaults to ``$PANDASTACK_API_KEY``, else ``$PANDASTACK_TOKEN``;
+    ``base_url`` to ``$PANDASTACK_BASE_URL``, else ``https://api.pandastack.ai``. An explicit
+    argument beats the environment.
+
+    ``timeout`` (seconds, ``None`` for none) bounds waiting for an answer to an ordinary call;
+    ``exec`` waits for its own ``timeout_seconds`` plus a minute, and ``create``/``fork``/
+    ``snapshot``/``hibernate``/``wake`` wait up to ``create_timeout`` (the first create of a
+    template bakes it). Idempotent calls are retried up to ``max_retries`` times on 429/503
+    answers and broken connections, with exponential backoff.
+
+    The client holds no open connections; it is safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        token: Optional[str] = None,
+        base_url: Optional[str] = None,
+        timeout: Optional[float] = 60.0,
+        *,
+        api_key: Optional[str] = None,
+        max_retries: int = 3,
+        create_timeout: Optional[float] = 900.0,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        environ = os.environ if env is None else env
+        key = token or api_key or environ.get("PANDASTACK_API_KEY") or environ.get("PANDASTACK_TOKEN")
+        if not key:
+            raise errors.ConfigurationError(
+                "no API key: pass PandaStack(token=...) or set PANDASTACK_API_KEY (pds_...)"
+            )
+        url = base_url or environ.get("PANDASTACK_BASE_URL") or DEFAULT_BASE_URL
+        self.base_url = url.rstrip("/")
+        self.timeout = timeout
+        self.create_timeout = create_timeout
+        self._http = Transport(self.base_url, key.strip(), timeout, max_retries)
+        self.sandboxes = Sandboxes(self)
+        #: the same object as :attr:`sandboxes`
+        self.sandbox = self.sandboxes
+        self.snapshots = Snapshots(self)
+        self.templates = Templates(self)
+
+    def close(self) -> None:
+        """Nothing to release (connections are per request); kept for symmetry."""
+
+    def __enter__(self) -> "PandaStack":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "PandaStack(base_url=%r)" % self.base_url

@@ -1,0 +1,252 @@
+"""Typed errors raised by the PandaStack SDK.
+
+Every error the API answers with (``{"error": {"code", "message"}}``) becomes an instance of the
+subclass of :class:`PandaStackError` named after its code. Each carries ``code``, ``message``,
+``status`` (the HTTP status, ``None`` for errors that happened on this side of the wire) and
+``request_id`` (the ``X-Request-Id`` of the answer, to quote when reporting a problem).
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, Dict, Optional, Type
+
+__all__ = [
+    "PandaStackError",
+    "ConfigurationError",
+    "APIConnectionError",
+    "InvalidRequest",
+    "Unauthorized",
+    "Forbidden",
+    "NotFound",
+    "Conflict",
+    "PayloadTooLarge",
+    "RateLimited",
+    "InternalError",
+    "NotImplemented",
+    "Unimplemented",
+    "Capacity",
+    "Timeout",
+    "NoSpace",
+    "error_from_payload",
+]
+
+
+class PandaStackError(Exception):
+    """Base class of every error the SDK raises."""
+
+    #: the API's error code, e.g. ``"not_found"``
+    code: str
+    #: the human-readable message (the API's own wording)
+    message: str
+    #: HTTP status of the answer; ``None`` when no answer arrived
+    status: Optional[int]
+    #: ``X-Request-Id`` of the answer, if any
+    request_id: Optional[str]
+
+    default_code = "error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: Optional[str] = None,
+        status: Optional[int] = None,
+        request_id: Optional[str] = None,
+        body: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+        self.status = status
+        self.request_id = request_id
+        self.body = body
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        extra = []
+        if self.status is not None:
+            extra.append("HTTP %d" % self.status)
+        if self.code:
+            extra.append(self.code)
+        if self.request_id and self.request_id not in self.message:
+            extra.append("request id %s" % self.request_id)
+        if extra:
+            parts.append("(" + ", ".join(extra) + ")")
+        return " ".join(parts)
+
+    def __repr__(self) -> str:
+        return "%s(code=%r, status=%r, message=%r, request_id=%r)" % (
+            type(self).__name__,
+            self.code,
+            self.status,
+            self.message,
+            self.request_id,
+        )
+
+
+class ConfigurationError(PandaStackError):
+    """The client is missing something it needs (an API key, a usable base URL)."""
+
+    default_code = "configuration"
+
+
+class APIConnectionError(PandaStackError):
+    """The API could not be reached, or the connection broke before an answer arrived."""
+
+    default_code = "connection_error"
+
+
+class InvalidRequest(PandaStackError, ValueError):
+    """400 ``invalid_request``: the request was malformed or a value is out of range."""
+
+    default_code = "invalid_request"
+
+
+class Unauthorized(PandaStackError):
+    """401 ``unauthorized``: the API key is missing, malformed, unknown or revoked."""
+
+    default_code = "unauthorized"
+
+
+class Forbidden(PandaStackError):
+    """403 ``forbidden``: the key may not do this (e.g. a non-admin key making an admin key)."""
+
+    default_code = "forbidden"
+
+
+class NotFound(PandaStackError, LookupError):
+    """404 ``not_found``: no such sandbox, snapshot, file or template (or another team's)."""
+
+    default_code = "not_found"
+
+
+class Conflict(PandaStackError):
+    """409 ``conflict``: the resource is in the wrong state, e.g. exec on a killed sandbox."""
+
+    default_code = "conflict"
+
+
+class PayloadTooLarge(PandaStackError):
+    """413 ``payload_too_large``: a request body or file upload is over the server's limit."""
+
+    default_code = "payload_too_large"
+
+
+class RateLimited(PandaStackError):
+    """429 ``rate_limited``: too many requests. ``retry_after`` is the server's hint in seconds."""
+
+    default_code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: Optional[float] = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.retry_after = retry_after
+
+
+class InternalError(PandaStackError):
+    """500 ``internal``: the server failed; quote ``request_id`` when reporting it."""
+
+    default_code = "internal"
+
+
+class NotImplemented(PandaStackError, builtins.NotImplementedError):  # noqa: A001 - the API's name
+    """501 ``not_implemented``: this server does not support the call (yet).
+
+    Also an ordinary :class:`NotImplementedError`. Because the name shadows the ``NotImplemented``
+    constant, prefer ``pandastack.NotImplemented`` or the alias :data:`Unimplemented` over a
+    star import.
+    """
+
+    default_code = "not_implemented"
+
+
+#: alias of :class:`NotImplemented` that does not shadow the builtin constant
+Unimplemented = NotImplemented
+
+
+class Capacity(PandaStackError):
+    """503 ``capacity``: no host has room for the sandbox right now."""
+
+    default_code = "capacity"
+
+
+class Timeout(PandaStackError, builtins.TimeoutError):
+    """504 ``timeout`` from the server, or ``client_timeout`` when no answer came in time."""
+
+    default_code = "timeout"
+
+
+class NoSpace(PandaStackError, OSError):
+    """507 ``no_space``: the sandbox's disk is full."""
+
+    default_code = "no_space"
+
+
+_BY_CODE: Dict[str, Type[PandaStackError]] = {
+    "invalid_request": InvalidRequest,
+    "unauthorized": Unauthorized,
+    "forbidden": Forbidden,
+    "not_found": NotFound,
+    "conflict": Conflict,
+    "payload_too_large": PayloadTooLarge,
+    "rate_limited": RateLimited,
+    "internal": InternalError,
+    "not_implemented": NotImplemented,
+    "capacity": Capacity,
+    "timeout": Timeout,
+    "no_space": NoSpace,
+}
+
+_BY_STATUS: Dict[int, Type[PandaStackError]] = {
+    400: InvalidRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    429: RateLimited,
+    500: InternalError,
+    501: NotImplemented,
+    503: Capacity,
+    504: Timeout,
+    507: NoSpace,
+}
+
+# The status each code is answered with, for errors that arrive inside a stream (no status line).
+_STATUS_OF_CODE: Dict[str, int] = {code: status for status, cls in _BY_STATUS.items()
+                                   for code, c in _BY_CODE.items() if c is cls}
+
+
+def error_from_payload(
+    status: Optional[int],
+    payload: Any,
+    request_id: Optional[str] = None,
+    retry_after: Optional[float] = None,
+    fallback_message: Optional[str] = None,
+) -> PandaStackError:
+    """Build the typed error for an API error answer.
+
+    ``payload`` is the decoded JSON body (``{"error": {"code", "message"}}``) or anything else when
+    the body was not in that shape (a proxy's HTML page, say); the class then follows the status.
+    """
+    code = None
+    message = None
+    if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+        err = payload["error"]
+        code = err.get("code") if isinstance(err.get("code"), str) else None
+        message = err.get("message") if isinstance(err.get("message"), str) else None
+    cls = _BY_CODE.get(code or "")
+    if cls is None and status is not None:
+        cls = _BY_STATUS.get(status)
+        if cls is None:
+            cls = InternalError if status >= 500 else InvalidRequest if status >= 400 else PandaStackError
+    if cls is None:
+        cls = PandaStackError
+    if status is None and code in _STATUS_OF_CODE:
+        status = _STATUS_OF_CODE[code]
+    if not message:
+        message = fallback_message or ("HTTP %d" % status if status is not None else "request failed")
+    kw: Dict[str, Any] = dict(code=code or cls.default_code, status=status, request_id=request_id, body=payload)
+    if cls is RateLimited:
+        return RateLimited(message, retry_after=retry_after, **kw)
+    return cls(message, **kw)

@@ -1,0 +1,190 @@
+"""Plain data objects the API returns."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from typing import Any, Dict, List, Mapping, Optional
+
+__all__ = ["ExecResult", "ExecEvent", "FileInfo", "Snapshot", "Template", "parse_time"]
+
+_FRACTION = re.compile(r"\.(\d+)")
+
+
+def parse_time(value: Any) -> Optional[_dt.datetime]:
+    """Parse an RFC 3339 timestamp from the API into an aware datetime (None if absent/bad)."""
+    if not isinstance(value, str) or not value:
+        return None
+    s = value.strip()
+    if s.endswith("Z") or s.endswith("z"):
+        s = s[:-1] + "+00:00"
+    # datetime.fromisoformat before 3.11 takes at most 6 fractional digits.
+    s = _FRACTION.sub(lambda m: "." + (m.group(1) + "000000")[:6], s, count=1)
+    try:
+        return _dt.datetime.fromisoformat(s)
+    except ValueError:
+        return None
+
+
+class ExecResult:
+    """What a finished command produced."""
+
+    __slots__ = ("stdout", "stderr", "exit_code", "timed_out", "duration_ms", "stdout_truncated", "stderr_truncated")
+
+    def __init__(
+        self,
+        stdout: str = "",
+        stderr: str = "",
+        exit_code: int = 0,
+        timed_out: bool = False,
+        duration_ms: Optional[int] = None,
+        stdout_truncated: bool = False,
+        stderr_truncated: bool = False,
+    ) -> None:
+        self.stdout = stdout
+        self.stderr = stderr
+        self.exit_code = exit_code
+        self.timed_out = timed_out
+        self.duration_ms = duration_ms
+        self.stdout_truncated = stdout_truncated
+        self.stderr_truncated = stderr_truncated
+
+    @classmethod
+    def from_api(cls, d: Mapping[str, Any]) -> "ExecResult":
+        return cls(
+            stdout=d.get("stdout") or "",
+            stderr=d.get("stderr") or "",
+            exit_code=int(d["exit_code"]) if d.get("exit_code") is not None else -1,
+            timed_out=bool(d.get("timed_out", False)),
+            duration_ms=d.get("duration_ms"),
+            stdout_truncated=bool(d.get("stdout_truncated", False)),
+            stderr_truncated=bool(d.get("stderr_truncated", False)),
+        )
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0 and did not time out."""
+        return self.exit_code == 0 and not self.timed_out
+
+    def __repr__(self) -> str:
+        return "ExecResult(exit_code=%r, timed_out=%r, stdout=%r, stderr=%r, duration_ms=%r)" % (
+            self.exit_code,
+            self.timed_out,
+            _clip(self.stdout),
+            _clip(self.stderr),
+            self.duration_ms,
+        )
+
+
+def _clip(s: str, n: int = 80) -> str:
+    return s if len(s) <= n else s[:n] + "…"
+
+
+class ExecEvent:
+    """One event of a streamed command.
+
+    ``type`` is ``"stdout"`` or ``"stderr"`` (``data`` holds the text, in the order the sandbox
+    produced it) or ``"exit"`` (the last event: ``exit_code``, ``timed_out``, ``duration_ms``).
+    """
+
+    __slots__ = ("type", "data", "exit_code", "timed_out", "duration_ms")
+
+    def __init__(
+        self,
+        type: str,
+        data: str = "",
+        exit_code: Optional[int] = None,
+        timed_out: bool = False,
+        duration_ms: Optional[int] = None,
+    ) -> None:
+        self.type = type
+        self.data = data
+        self.exit_code = exit_code
+        self.timed_out = timed_out
+        self.duration_ms = duration_ms
+
+    def __repr__(self) -> str:
+        if self.type == "exit":
+            return "ExecEvent(type='exit', exit_code=%r, timed_out=%r, duration_ms=%r)" % (
+                self.exit_code,
+                self.timed_out,
+                self.duration_ms,
+            )
+        return "ExecEvent(type=%r, data=%r)" % (self.type, self.data)
+
+
+class FileInfo:
+    """A file's metadata: name, path, type (file|dir|symlink|other), size, mode, mtime, target."""
+
+    __slots__ = ("name", "path", "type", "size", "mode", "mtime", "target", "raw")
+
+    def __init__(self, d: Mapping[str, Any]) -> None:
+        self.raw: Dict[str, Any] = dict(d)
+        self.name: str = d.get("name", "")
+        self.path: str = d.get("path", "")
+        self.type: str = d.get("type", "")
+        self.size: int = int(d.get("size") or 0)
+        self.mode: str = d.get("mode", "")
+        self.mtime: Optional[_dt.datetime] = parse_time(d.get("mtime"))
+        self.target: Optional[str] = d.get("target")
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        return self.type == "file"
+
+    def __repr__(self) -> str:
+        return "FileInfo(path=%r, type=%r, size=%r, mode=%r)" % (self.path, self.type, self.size, self.mode)
+
+
+class Snapshot:
+    """A saved machine state (memory + disk) a sandbox can be created from."""
+
+    def __init__(self, d: Mapping[str, Any], client: Any = None) -> None:
+        self._client = client
+        self.raw: Dict[str, Any] = dict(d)
+        self.id: str = d.get("id", "")
+        self.sandbox_id: Optional[str] = d.get("sandbox_id")
+        self.template: Optional[str] = d.get("template")
+        self.created_at: Optional[_dt.datetime] = parse_time(d.get("created_at"))
+        self.size_bytes: Optional[int] = d.get("size_bytes")
+
+    def delete(self) -> None:
+        """Delete the snapshot (sandboxes made from it keep working)."""
+        self._client.snapshots.delete(self.id)
+
+    def __repr__(self) -> str:
+        return "Snapshot(id=%r, sandbox_id=%r, template=%r, size_bytes=%r)" % (
+            self.id,
+            self.sandbox_id,
+            self.template,
+            self.size_bytes,
+        )
+
+
+class Template:
+    """A template in the catalog: name, vcpus, memory_mib, disk_mib, baked, available."""
+
+    def __init__(self, d: Mapping[str, Any]) -> None:
+        self.raw: Dict[str, Any] = dict(d)
+        self.name: str = d.get("name", "")
+        self.vcpus: Optional[int] = d.get("vcpus")
+        self.memory_mib: Optional[int] = d.get("memory_mib")
+        self.disk_mib: Optional[int] = d.get("disk_mib")
+        self.baked: Optional[bool] = d.get("baked")
+        self.available: Optional[bool] = d.get("available")
+
+    def __repr__(self) -> str:
+        return "Template(name=%r, vcpus=%r, memory_mib=%r, baked=%r)" % (
+            self.name,
+            self.vcpus,
+            self.memory_mib,
+            self.baked,
+        )
+
+
+def as_list(x: Any) -> List[Any]:
+    return x if isinstance(x, list) else []

@@ -1,0 +1,603 @@
+"""Sandboxes, their files, and the collections the client exposes."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import urllib.parse
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    BinaryIO,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Union,
+    overload,
+)
+
+from . import errors
+from ._http import LineStream, Transport
+from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, as_list, parse_time
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import PandaStack
+
+__all__ = ["Sandbox", "Filesystem", "ExecStream", "Sandboxes", "Snapshots", "Templates"]
+
+Command = Union[str, Sequence[str]]
+OutputCallback = Callable[[str], Any]
+
+#: the host agent's exec timeout when timeout_seconds is not given
+DEFAULT_EXEC_TIMEOUT = 60.0
+#: how long past the command's own timeout the client waits for the answer
+EXEC_GRACE = 60.0
+
+
+def _seg(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+def _exec_body(
+    cmd: Command,
+    timeout_seconds: Optional[float],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    user: Optional[str],
+    stdin: Union[None, str, bytes],
+) -> Dict[str, Any]:
+    body: Dict[str, Any] = {}
+    if isinstance(cmd, str):
+        body["cmd"] = cmd
+    elif isinstance(cmd, (bytes, bytearray)):
+        raise TypeError("cmd must be a str (a shell command line) or a list of str (argv), not bytes")
+    else:
+        argv = list(cmd)
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise TypeError("cmd as a sequence must be a non-empty list of str (argv)")
+        body["argv"] = argv
+    if timeout_seconds is not None:
+        body["timeout_seconds"] = timeout_seconds
+    if env:
+        body["env"] = dict(env)
+    if cwd is not None:
+        body["cwd"] = cwd
+    if user is not None:
+        body["user"] = user
+    if stdin is not None:
+        body["stdin"] = stdin.decode("utf-8") if isinstance(stdin, (bytes, bytearray)) else stdin
+    return body
+
+
+class ExecStream:
+    """The events of a running command, as they happen.
+
+    Iterate it for :class:`~pandastack.ExecEvent` objects (``stdout``/``stderr`` chunks in order,
+    then one ``exit`` event). After the exit event, ``exit_code``, ``timed_out`` and
+    ``duration_ms`` are set. Use it as a context manager, or call :meth:`close`, to stop reading
+    early (the command itself keeps running until it ends or hits its timeout).
+    """
+
+    def __init__(self, lines: LineStream) -> None:
+        self._lines = lines
+        self._iter: Optional[Iterator[ExecEvent]] = None
+        self._closed_early = False
+        self.request_id = lines.request_id
+        self.exit_code: Optional[int] = None
+        self.timed_out: bool = False
+        self.duration_ms: Optional[int] = None
+
+    def __iter__(self) -> Iterator[ExecEvent]:
+        if self._iter is None:
+            self._iter = self._events()
+        return self._iter
+
+    def _events(self) -> Iterator[ExecEvent]:
+        finished = False
+        for obj in self._lines:
+            if "error" in obj:
+                raise errors.error_from_payload(None, obj, self.request_id)
+            if "stdout" in obj:
+                yield ExecEvent("stdout", obj.get("stdout") or "")
+            elif "stderr" in obj:
+                yield ExecEvent("stderr", obj.get("stderr") or "")
+            elif "exit_code" in obj:
+                code = obj.get("exit_code")
+                self.exit_code = int(code) if code is not None else -1
+                self.timed_out = bool(obj.get("timed_out", False))
+                self.duration_ms = obj.get("duration_ms")
+                finished = True
+                yield ExecEvent("exit", exit_code=self.exit_code, timed_out=self.timed_out, duration_ms=self.duration_ms)
+        if not finished and not self._closed_early:
+            raise errors.APIConnectionError(
+                "the exec stream ended before the command's exit status arrived", request_id=self.request_id
+            )
+
+    def wait(self) -> int:
+        """Read to the end, discarding output; return the exit code."""
+        for _ in self:
+            pass
+        return self.exit_code if self.exit_code is not None else -1
+
+    def close(self) -> None:
+        self._closed_early = True
+        self._lines.close()
+
+    def __enter__(self) -> "ExecStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Filesystem:
+    """Files inside one sandbox. Paths are absolute paths in the guest.
+
+    Every call takes ``user=`` (the guest user the call acts as; the server's default is
+    ``user``).
+    """
+
+    def __init__(self, sandbox: "Sandbox") -> None:
+        self._sb = sandbox
+
+    @property
+    def _http(self) -> Transport:
+        return self._sb._http
+
+    def _path(self, sub: str = "") -> str:
+        return "/v1/sandboxes/%s/files%s" % (_seg(self._sb.id), sub)
+
+    def read_bytes(self, path: str, *, user: Optional[str] = None) -> bytes:
+        """The file's content as bytes."""
+        r = self._http.request("GET", self._path(), params={"path": path, "user": user}, idempotent=True,
+                               headers={"Accept": "application/octet-stream"})
+        return r.body
+
+    def read(self, path: str, encoding: str = "utf-8", errors: str = "strict", *, user: Optional[str] = None) -> str:
+        """The file's content decoded as text (UTF-8 unless ``encoding`` says otherwise)."""
+        return self.read_bytes(path, user=user).decode(encoding, errors)
+
+    def write(
+        self,
+        path: str,
+        data: Union[str, bytes, bytearray, memoryview, BinaryIO],
+        *,
+        mode: Union[None, int, str] = None,
+        user: Optional[str] = None,
+        encoding: str = "utf-8",
+    ) -> FileInfo:
+        """Create or replace a file (missing parent directories are made). ``data`` is text
+        (encoded with ``encoding``), bytes, or a binary file object (streamed). ``mode`` sets the
+        permission bits, e.g. ``0o755`` or ``"0755"``. Returns the new file's :class:`FileInfo`."""
+        params: Dict[str, Any] = {"path": path, "user": user}
+        if mode is not None:
+            params["mode"] = "%04o" % mode if isinstance(mode, int) else mode
+        idempotent = True
+        body: Any
+        if isinstance(data, str):
+            body = data.encode(encoding)
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            body = bytes(data)
+        elif hasattr(data, "read"):
+            body = data  # streamed with chunked encoding; cannot be replayed
+            idempotent = False
+        else:
+            raise TypeError("data must be str, bytes or a binary file object, not %s" % type(data).__name__)
+        r = self._http.request("PUT", self._path(), params=params, data=body, idempotent=idempotent)
+        d = r.json()
+        return FileInfo(d if isinstance(d, dict) else {"path": path, "type": "file"})
+
+    def list(self, path: str = "/", *, depth: Optional[int] = None, user: Optional[str] = None) -> List[FileInfo]:
+        """Entries under a directory; ``depth`` (1-10, default 1) descends into subdirectories."""
+        r = self._http.request("GET", self._path("/list"), params={"path": path, "depth": depth, "user": user},
+                               idempotent=True)
+        d = r.json() or {}
+        return [FileInfo(e) for e in as_list(d.get("entries")) if isinstance(e, dict)]
+
+    def stat(self, path: str, *, user: Optional[str] = None) -> FileInfo:
+        """Metadata of one path (raises :class:`~pandastack.NotFound` if it does not exist)."""
+        r = self._http.request("GET", self._path("/stat"), params={"path": path, "user": user}, idempotent=True)
+        return FileInfo(r.json() or {})
+
+    def exists(self, path: str, *, user: Optional[str] = None) -> bool:
+        """Whether the path exists."""
+        try:
+            self.stat(path, user=user)
+            return True
+        except errors.NotFound as e:
+            # A missing *sandbox* is an error, not a missing file.
+            if "sandbox" in (e.message or "") and self._sb.id in (e.message or ""):
+                raise
+            return False
+
+    def mkdir(self, path: str, *, user: Optional[str] = None) -> None:
+        """Make a directory and any missing parents (no error if it exists)."""
+        body: Dict[str, Any] = {"path": path}
+        if user is not None:
+            body["user"] = user
+        self._http.request("POST", self._path("/mkdir"), json_body=body, idempotent=True)
+
+    def remove(self, path: str, *, recursive: bool = False, user: Optional[str] = None) -> None:
+        """Delete a file or an empty directory; ``recursive=True`` deletes a directory tree."""
+        self._http.request("DELETE", self._path(), params={"path": path, "recursive": recursive or None, "user": user},
+                           idempotent=True)
+
+    def move(self, src: str, dst: str, *, user: Optional[str] = None) -> None:
+        """Rename or move a path."""
+        body: Dict[str, Any] = {"from": src, "to": dst}
+        if user is not None:
+            body["user"] = user
+        self._http.request("POST", self._path("/move"), json_body=body)
+
+
+class Sandbox:
+    """A microVM sandbox.
+
+    Attributes mirror the API's sandbox object: ``id``, ``template``, ``state`` (``running``,
+    ``hibernated``, ``killed``, ``error``, ``lost``), ``created_at`` and ``expires_at``
+    (aware datetimes), ``metadata``, ``host``, ``error`` and ``raw`` (the last answer as a dict).
+    They reflect the last answer; :meth:`refresh` reloads them.
+
+    As a context manager it kills the sandbox on exit.
+    """
+
+    def __init__(self, client: "PandaStack", data: Mapping[str, Any]) -> None:
+        self._client = client
+        self._http: Transport = client._http
+        self.filesystem = Filesystem(self)
+        self._update(data)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def _update(self, d: Mapping[str, Any]) -> None:
+        self.raw: Dict[str, Any] = dict(d)
+        self.id: str = d.get("id", "")
+        self.template: Optional[str] = d.get("template")
+        self.state: Optional[str] = d.get("state")
+        self.created_at: Optional[_dt.datetime] = parse_time(d.get("created_at"))
+        self.expires_at: Optional[_dt.datetime] = parse_time(d.get("expires_at"))
+        md = d.get("metadata")
+        self.metadata: Dict[str, str] = dict(md) if isinstance(md, dict) else {}
+        self.host: Optional[str] = d.get("host")
+        self.ip: Optional[str] = d.get("ip")
+        self.error: Optional[str] = d.get("error")
+        #: for a fork's child: the sandbox it was forked from
+        self.fork_of: Optional[str] = d.get("fork_of")
+        #: for a sandbox created from a snapshot: that snapshot's id
+        self.snapshot_id: Optional[str] = d.get("snapshot_id")
+
+    @property
+    def files(self) -> Filesystem:
+        """Alias of :attr:`filesystem`."""
+        return self.filesystem
+
+    def _path(self, sub: str = "") -> str:
+        return "/v1/sandboxes/%s%s" % (_seg(self.id), sub)
+
+    def refresh(self) -> "Sandbox":
+        """Reload the sandbox's attributes from the API."""
+        r = self._http.request("GET", self._path(), idempotent=True)
+        self._update(r.json())
+        return self
+
+    def _update_from(self, d: Any) -> None:
+        if isinstance(d, dict) and d.get("id") == self.id:
+            self._update(d)
+        else:
+            self.refresh()
+
+    # -- exec ------------------------------------------------------------------------------------
+
+    def _exec_timeout(self, timeout_seconds: Optional[float]) -> Optional[float]:
+        base = self._http.timeout
+        if base is None:
+            return None
+        run = timeout_seconds if timeout_seconds is not None else DEFAULT_EXEC_TIMEOUT
+        return max(base, float(run) + EXEC_GRACE)
+
+    def exec(
+        self,
+        cmd: Command,
+        timeout_seconds: Optional[float] = None,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Union[None, str, bytes] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+    ) -> ExecResult:
+        """Run a command and wait for it.
+
+        ``cmd`` is a shell command line (str) or an argv list. ``timeout_seconds`` bounds the run
+        (the server's default is 60 s); a command that hits it is killed and the result has
+        ``timed_out=True``. A non-zero exit is not an exception: check ``exit_code``.
+
+        With ``on_stdout``/``on_stderr`` the output is streamed: each callback gets text chunks as
+        the command produces them, and the returned result still holds all of it.
+        """
+        body = _exec_body(cmd, timeout_seconds, env, cwd, user, stdin)
+        if on_stdout is None and on_stderr is None:
+            r = self._http.request("POST", self._path("/exec"), json_body=body,
+                                   timeout=self._exec_timeout(timeout_seconds))
+            return ExecResult.from_api(r.json() or {})
+        out: List[str] = []
+        err: List[str] = []
+        stream = self._exec_stream(body, timeout_seconds)
+        with stream:
+            for ev in stream:
+                if ev.type == "stdout":
+                    out.append(ev.data)
+                    if on_stdout is not None:
+                        on_stdout(ev.data)
+                elif ev.type == "stderr":
+                    err.append(ev.data)
+                    if on_stderr is not None:
+                        on_stderr(ev.data)
+        return ExecResult(
+            stdout="".join(out),
+            stderr="".join(err),
+            exit_code=stream.exit_code if stream.exit_code is not None else -1,
+            timed_out=stream.timed_out,
+            duration_ms=stream.duration_ms,
+        )
+
+    def exec_stream(
+        self,
+        cmd: Command,
+        timeout_seconds: Optional[float] = None,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Union[None, str, bytes] = None,
+    ) -> ExecStream:
+        """Run a command and return its output as it happens (an iterable :class:`ExecStream`)::
+
+            for ev in sb.exec_stream("make test"):
+                if ev.type == "stdout": print(ev.data, end="")
+                elif ev.type == "exit": print("exit", ev.exit_code)
+        """
+        return self._exec_stream(_exec_body(cmd, timeout_seconds, env, cwd, user, stdin), timeout_seconds)
+
+    def _exec_stream(self, body: Dict[str, Any], timeout_seconds: Optional[float]) -> ExecStream:
+        # The socket timeout is an inactivity limit here: a quiet command may legitimately run
+        # until its own timeout, so allow that plus the grace period between two lines.
+        lines = self._http.stream_lines("POST", self._path("/exec"), json_body=body,
+                                        timeout=self._exec_timeout(timeout_seconds))
+        return ExecStream(lines)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @overload
+    def fork(self) -> "Sandbox": ...
+
+    @overload
+    def fork(self, count: Literal[1]) -> "Sandbox": ...
+
+    @overload
+    def fork(self, count: int) -> List["Sandbox"]: ...
+
+    def fork(self, count: int = 1) -> Union["Sandbox", List["Sandbox"]]:
+        """Clone this running sandbox, memory and disk, copy-on-write.
+
+        ``fork()`` returns the one new :class:`Sandbox`; ``fork(count=n)`` with n > 1 returns a
+        list of n (all or none are made). Each child starts from this sandbox's exact state.
+        """
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError("count must be a positive integer")
+        body = {"count": count} if count != 1 else {}
+        r = self._http.request("POST", self._path("/fork"), json_body=body, timeout=self._client.create_timeout)
+        d = r.json() or {}
+        children = [Sandbox(self._client, s) for s in as_list(d.get("sandboxes")) if isinstance(s, dict)]
+        if count == 1:
+            if not children:
+                raise errors.PandaStackError("fork answered without a sandbox", code="bad_response",
+                                             status=r.status, request_id=r.request_id)
+            return children[0]
+        return children
+
+    def snapshot(self) -> Snapshot:
+        """Save this sandbox's memory and disk; create new sandboxes from it with
+        ``client.sandboxes.create(snapshot_id=snap.id)``. The sandbox keeps running."""
+        r = self._http.request("POST", self._path("/snapshots"), json_body={}, timeout=self._client.create_timeout)
+        return Snapshot(r.json() or {}, self._client)
+
+    def hibernate(self) -> "Sandbox":
+        """Save the sandbox to disk and stop its VM (``state`` becomes ``hibernated``). Any later
+        call on it (exec, files, wake) resumes it first."""
+        r = self._http.request("POST", self._path("/hibernate"), json_body={}, idempotent=True,
+                               timeout=self._client.create_timeout)
+        self._update_from(r.json())
+        return self
+
+    def wake(self) -> "Sandbox":
+        """Resume a hibernated sandbox (a no-op on a running one)."""
+        r = self._http.request("POST", self._path("/wake"), json_body={}, idempotent=True,
+                               timeout=self._client.create_timeout)
+        self._update_from(r.json())
+        return self
+
+    def set_ttl(self, seconds: int) -> "Sandbox":
+        """Make the sandbox expire ``seconds`` from now (extend or shorten its life)."""
+        r = self._http.request("POST", self._path("/ttl"), json_body={"ttl_seconds": seconds}, idempotent=True)
+        self._update_from(r.json())
+        return self
+
+    def kill(self) -> None:
+        """Stop the sandbox and free its resources. Idempotent."""
+        self._http.request("DELETE", self._path(), idempotent=True)
+        self.state = "killed"
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.kill()
+        except errors.NotFound:
+            pass
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sandbox) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return "Sandbox(id=%r, template=%r, state=%r)" % (self.id, self.template, self.state)
+
+
+class Sandboxes:
+    """``client.sandboxes`` (also ``client.sandbox``): create, get and list sandboxes."""
+
+    def __init__(self, client: "PandaStack") -> None:
+        self._client = client
+        self._http: Transport = client._http
+
+    def create(
+        self,
+        template: Optional[str] = None,
+        *,
+        ttl_seconds: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        snapshot_id: Optional[str] = None,
+        egress: Any = None,
+        volumes: Any = None,
+    ) -> Sandbox:
+        """Start a sandbox from a template (or from a snapshot with ``snapshot_id``).
+
+        ``ttl_seconds`` is its lifetime (server default 300 s); ``metadata`` string labels you can
+        list by; ``env`` variables every command in it sees. The first create of a template that
+        is not baked yet waits for the bake.
+        """
+        if template is None and snapshot_id is None:
+            raise TypeError("create() needs template= (or snapshot_id=)")
+        body: Dict[str, Any] = {}
+        if template is not None:
+            body["template"] = template
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = ttl_seconds
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        if env is not None:
+            body["env"] = dict(env)
+        if snapshot_id is not None:
+            body["snapshot_id"] = snapshot_id
+        if egress is not None:
+            body["egress"] = egress
+        if volumes is not None:
+            body["volumes"] = volumes
+        r = self._http.request("POST", "/v1/sandboxes", json_body=body, timeout=self._client.create_timeout)
+        return Sandbox(self._client, r.json() or {})
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        """The sandbox with this id (raises :class:`~pandastack.NotFound`). Killed sandboxes stay
+        readable with ``state == "killed"``."""
+        if not sandbox_id:
+            raise ValueError("sandbox_id is required")
+        r = self._http.request("GET", "/v1/sandboxes/%s" % _seg(sandbox_id), idempotent=True)
+        return Sandbox(self._client, r.json() or {})
+
+    def iter(
+        self,
+        *,
+        metadata: Optional[Mapping[str, str]] = None,
+        state: Union[None, str, Sequence[str]] = None,
+        limit: Optional[int] = None,
+        page_size: int = 100,
+    ) -> Iterator[Sandbox]:
+        """Like :meth:`list`, but fetches pages lazily."""
+        params: Dict[str, Any] = {}
+        if state is not None:
+            params["state"] = state if isinstance(state, str) else ",".join(state)
+        for k, v in (metadata or {}).items():
+            params["metadata." + k] = v
+        n = 0
+        cursor: Optional[str] = None
+        while True:
+            p = dict(params)
+            size = page_size if limit is None else max(1, min(page_size, limit - n))
+            p["limit"] = min(size, 1000)
+            if cursor:
+                p["cursor"] = cursor
+            d = self._http.request("GET", "/v1/sandboxes", params=p, idempotent=True).json() or {}
+            for s in as_list(d.get("sandboxes")):
+                if limit is not None and n >= limit:
+                    return
+                n += 1
+                yield Sandbox(self._client, s)
+            cursor = d.get("next_cursor")
+            if not cursor or (limit is not None and n >= limit):
+                return
+
+    def list(
+        self,
+        *,
+        metadata: Optional[Mapping[str, str]] = None,
+        state: Union[None, str, Sequence[str]] = None,
+        limit: Optional[int] = None,
+    ) -> List[Sandbox]:
+        """Your team's sandboxes, newest first.
+
+        ``metadata`` keeps those whose labels include all the given pairs; ``state`` is one
+        state, a list of them, or ``"all"`` (by default killed sandboxes are left out); ``limit``
+        caps how many are returned (all pages are read otherwise).
+        """
+        return [sb for sb in self.iter(metadata=metadata, state=state, limit=limit)]
+
+
+class Snapshots:
+    """``client.snapshots``: list, look up and delete snapshots made with :meth:`Sandbox.snapshot`."""
+
+    def __init__(self, client: "PandaStack") -> None:
+        self._client = client
+        self._http: Transport = client._http
+
+    def iter(self, *, sandbox_id: Optional[str] = None, limit: Optional[int] = None,
+             page_size: int = 100) -> Iterator[Snapshot]:
+        """Like :meth:`list`, but fetches pages lazily."""
+        n = 0
+        cursor: Optional[str] = None
+        while True:
+            size = page_size if limit is None else max(1, min(page_size, limit - n))
+            p: Dict[str, Any] = {"sandbox_id": sandbox_id, "limit": min(size, 1000), "cursor": cursor}
+            d = self._http.request("GET", "/v1/snapshots", params=p, idempotent=True).json() or {}
+            for sn in as_list(d.get("snapshots")):
+                if limit is not None and n >= limit:
+                    return
+                n += 1
+                yield Snapshot(sn, self._client)
+            cursor = d.get("next_cursor")
+            if not cursor or (limit is not None and n >= limit):
+                return
+
+    def list(self, *, sandbox_id: Optional[str] = None, limit: Optional[int] = None) -> List[Snapshot]:
+        """Your team's snapshots, newest first; ``sandbox_id`` keeps those of one sandbox."""
+        return [sn for sn in self.iter(sandbox_id=sandbox_id, limit=limit)]
+
+    def get(self, snapshot_id: str) -> Snapshot:
+        r = self._http.request("GET", "/v1/snapshots/%s" % _seg(snapshot_id), idempotent=True)
+        return Snapshot(r.json() or {}, self._client)
+
+    def delete(self, snapshot_id: str) -> None:
+        self._http.request("DELETE", "/v1/snapshots/%s" % _seg(snapshot_id), idempotent=True)
+
+
+class Templates:
+    """``client.templates``: the template catalog."""
+
+    def __init__(self, client: "PandaStack") -> None:
+        self._http: Transport = client._http
+
+    def list(self) -> List[Template]:
+        d = self._http.request("GET", "/v1/templates", idempotent=True).json() or {}
+        return [Template(t) for t in as_list(d.get("templates")) if isinstance(t, dict)]
+
+    def get(self, name: str) -> Template:
+        return Template(self._http.request("GET", "/v1/templates/%s" % _seg(name), idempotent=True).json() or {})

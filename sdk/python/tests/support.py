@@ -1,0 +1,63 @@
+"""Shared helpers of the Python SDK tests.
+
+The tests run against a real PandaStack named by PANDASTACK_BASE_URL and PANDASTACK_API_KEY
+(sdk/test.sh starts one with `pandastack up` and sets both).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import unittest
+from typing import List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+if SRC not in sys.path:
+    sys.path.insert(0, SRC)
+
+import pandastack  # noqa: E402
+
+TEMPLATE = os.environ.get("PANDASTACK_TEST_TEMPLATE", "base")
+
+
+def server_env() -> "tuple[str, str]":
+    url = os.environ.get("PANDASTACK_BASE_URL", "")
+    key = os.environ.get("PANDASTACK_API_KEY", "")
+    if not url or not key:
+        raise RuntimeError(
+            "set PANDASTACK_BASE_URL and PANDASTACK_API_KEY to a running PandaStack "
+            "(sdk/test.sh starts one and sets them)"
+        )
+    return url, key
+
+
+class LiveTestCase(unittest.TestCase):
+    """A test against the live server; sandboxes made with self.create() are killed afterwards."""
+
+    client: pandastack.PandaStack
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        url, key = server_env()
+        cls.base_url = url
+        cls.api_key = key
+        cls.client = pandastack.PandaStack(token=key, base_url=url)
+
+    def create(self, **kw) -> pandastack.Sandbox:
+        kw.setdefault("template", TEMPLATE)
+        kw.setdefault("ttl_seconds", 600)
+        sb = self.client.sandboxes.create(**kw)
+        self.addCleanup(self._kill_quietly, sb)
+        return sb
+
+    def track(self, sbs: "List[pandastack.Sandbox]") -> None:
+        for sb in sbs:
+            self.addCleanup(self._kill_quietly, sb)
+
+    @staticmethod
+    def _kill_quietly(sb: pandastack.Sandbox) -> None:
+        try:
+            sb.kill()
+        except pandastack.PandaStackError:
+            pass

@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Runs both SDKs' tests against one real PandaStack:
+#   builds bin/ if missing, starts `bin/pandastack up` on a free loopback port with a throwaway data
+#   dir (shared image cache), runs the Python tests (Debian python3, unittest) and the TypeScript
+#   tests (npm ci, build, node --test on the build), then kills the server and removes everything it
+#   made, on success, failure or interrupt alike.
+# The last line of output is always `N passed, N failed` (both SDKs together); the exit status is
+# non-zero if anything failed.
+#
+# Environment:
+#   PANDASTACK_IMAGE_CACHE  image cache shared between runs (default /var/tmp/pandastack-images)
+#   PYTHON                  Python interpreter (default /usr/bin/python3, else python3)
+#   SDK_TEST_ONLY           "python" or "typescript" to run one SDK only
+#   SDK_TEST_KEEP_LOG=1     keep the server log (its path is printed)
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+ONLY="${SDK_TEST_ONLY:-}"
+case "$ONLY" in "" | python | typescript) ;; *) echo "SDK_TEST_ONLY must be python or typescript"; exit 2 ;; esac
+
+PASSED=0
+FAILED=0
+SERVER_PID=""
+CHILD=""
+DATA=""
+WORK="$(mktemp -d /tmp/pandastack-sdk-test-XXXXXX)"
+LOG="$WORK/server.log"
+IMAGE_CACHE="${PANDASTACK_IMAGE_CACHE:-/var/tmp/pandastack-images}"
+if [ -n "${PYTHON:-}" ]; then :; elif [ -x /usr/bin/python3 ]; then PYTHON=/usr/bin/python3; else PYTHON=python3; fi
+
+say() { echo "sdk/test.sh: $*"; }
+
+# Run a step in the background and wait for it: a trapped signal interrupts `wait` at once
+# (a foreground child would delay the trap until it ends, or swallow it).
+run() {
+  "$@" &
+  CHILD=$!
+  wait "$CHILD"
+  local rc=$?
+  CHILD=""
+  return $rc
+}
+
+setup_failed() {
+  say "$*"
+  FAILED=$((FAILED + 1))
+  exit 2
+}
+
+# -- cleanup ----------------------------------------------------------------------------------
+
+kill_sandboxes() {
+  # `pandastack up` leaves sandboxes running when it stops (a restart re-adopts them): kill them
+  # through the API first.
+  [ -n "${BASE_URL:-}" ] || return 0
+  "$PYTHON" - "$BASE_URL" "$KEY" <<'PY' || true
+import json, sys, urllib.request
+base, key = sys.argv[1], sys.argv[2]
+h = {"Authorization": "Bearer " + key}
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+def call(method, path):
+    req = urllib.request.Request(base + path, method=method, headers=h)
+    with opener.open(req, timeout=30) as r:
+        return json.loads(r.read() or b"{}")
+try:
+    cursor = ""
+    ids = []
+    while True:
+        d = call("GET", "/v1/sandboxes?state=running,hibernated,error,lost&limit=1000" + ("&cursor=" + cursor if cursor else ""))
+        ids += [s["id"] for s in d.get("sandboxes", [])]
+        cursor = d.get("next_cursor") or ""
+        if not cursor:
+            break
+    for i in ids:
+        try:
+            call("DELETE", "/v1/sandboxes/" + i)
+        except Exception as e:
+            print("kill %s: %s" % (i, e))
+    print("killed %d leftover sandbox(es)" % len(ids))
+except Exception as e:
+    print("listing sandboxes failed: %s" % e)
+PY
+}
+
+cleanup() {
+  if [ -n "$CHILD" ] && kill -0 "$CHILD" 2>/dev/null; then
+    kill -TERM "$CHILD" 2>/dev/null   # `timeout` passes it on to the test runner
+    wait "$CHILD" 2>/dev/null
+  fi
+  kill_sandboxes
+  # The VMMs are the server's child processes; note their ids before it goes away.
+  local kids=""
+  if [ -n "$SERVER_PID" ]; then kids="$(pgrep -P "$SERVER_PID" 2>/dev/null | tr '\n' ' ')"; fi
+  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill -TERM "$SERVER_PID" 2>/dev/null
+    for _ in $(seq 1 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.2; done
+    kill -0 "$SERVER_PID" 2>/dev/null && kill -KILL "$SERVER_PID" 2>/dev/null
+    wait "$SERVER_PID" 2>/dev/null
+  fi
+  if [ -n "$DATA" ] && [ -d "$DATA" ]; then
+    # Any of those children still alive (a VMM whose sandbox the API could not kill): end it by
+    # id, after checking the id still names a process of this data dir.
+    for p in $kids; do
+      if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "$DATA/"; then kill -KILL "$p" 2>/dev/null; fi
+    done
+    sleep 0.5
+    # Unmount what is mounted under the data dir (deepest first), then detach only the loop
+    # devices backed by files in it.
+    awk -v d="$DATA/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r | while read -r m; do
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || echo "cannot unmount $m"
+    done
+    losetup -nO NAME,BACK-FILE 2>/dev/null | awk -v d="$DATA/" 'index($2, d) == 1 { print $1 }' | while read -r dev; do
+      losetup -d "$dev" 2>/dev/null || echo "cannot detach $dev"
+    done
+    rm -rf "$DATA" 2>/dev/null || echo "cannot remove $DATA"
+  fi
+}
+
+finish() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ "$rc" -ne 0 ] && [ "$FAILED" -eq 0 ]; then
+    say "stopped early (exit $rc)"
+    FAILED=1
+  fi
+  cleanup >>"$LOG" 2>&1
+  if [ "${SDK_TEST_KEEP_LOG:-}" = 1 ] || [ "$rc" -ne 0 ] || [ "$FAILED" -gt 0 ]; then
+    say "server log kept: $LOG"
+  else
+    rm -rf "$WORK"
+  fi
+  echo "$PASSED passed, $FAILED failed"
+  if [ "$FAILED" -gt 0 ] || [ "$rc" -ne 0 ]; then exit 1; fi
+  exit 0
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+# -- server -----------------------------------------------------------------------------------
+
+if [ ! -x bin/pandastack ] || [ ! -x bin/pandastack-guest ]; then
+  say "building bin/"
+  run make build || setup_failed "make build failed"
+fi
+
+KEY="pds_$(LC_ALL=C tr -dc 'A-Za-z0-9' </dev/urandom | head -c 32)"
+PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+DATA="$(mktemp -d /var/tmp/ps-sdk-XXXX)"
+BASE_URL="http://127.0.0.1:$PORT"
+mkdir -p "$IMAGE_CACHE"
+
+say "starting pandastack up on $BASE_URL (data dir $DATA, image cache $IMAGE_CACHE)"
+# Its own session: a Ctrl-C meant for this script must not reach the server and its VMMs before
+# the cleanup has killed the sandboxes through the API.
+PANDASTACK_API_KEY="$KEY" setsid bin/pandastack up --data-dir "$DATA" --addr "127.0.0.1:$PORT" \
+  --image-cache "$IMAGE_CACHE" >>"$LOG" 2>&1 &
+SERVER_PID=$!
+
+ready=""
+for _ in $(seq 1 600); do
+  kill -0 "$SERVER_PID" 2>/dev/null || break
+  if "$PYTHON" - "$BASE_URL" <<'PY' 2>/dev/null; then ready=1; break; fi
+import json, sys, urllib.request
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+with opener.open(sys.argv[1] + "/healthz", timeout=5) as r:
+    sys.exit(0 if json.load(r).get("hosts_up", 0) >= 1 else 1)
+PY
+  sleep 0.5
+done
+if [ -z "$ready" ]; then
+  tail -n 40 "$LOG"
+  setup_failed "pandastack up did not become healthy (log: $LOG)"
+fi
+say "server ready"
+
+export PANDASTACK_BASE_URL="$BASE_URL" PANDASTACK_API_KEY="$KEY"
+unset PANDASTACK_TOKEN
+
+# -- Python -----------------------------------------------------------------------------------
+
+if [ -z "$ONLY" ] || [ "$ONLY" = python ]; then
+  say "Python SDK tests ($("$PYTHON" --version 2>&1))"
+  run timeout 3600 "$PYTHON" sdk/python/tests/run.py --summary "$WORK/python.sum"
+  if [ -s "$WORK/python.sum" ]; then
+    read -r p f <"$WORK/python.sum"
+    PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
+  else
+    say "the Python tests did not finish"; FAILED=$((FAILED + 1))
+  fi
+fi
+
+# -- TypeScript -------------------------------------------------------------------------------
+
+if [ -z "$ONLY" ] || [ "$ONLY" = typescript ]; then
+  say "TypeScript SDK tests (node $(node --version 2>/dev/null))"
+  if run bash -c 'cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build'; then
+    run bash -c 'cd sdk/typescript && exec timeout 3600 node --test \
+      --test-reporter=spec --test-reporter-destination=stdout \
+      --test-reporter=tap --test-reporter-destination="$1" \
+      test/*.test.mjs test/*.test.cjs' _ "$WORK/typescript.tap"
+    if grep -q '^# pass ' "$WORK/typescript.tap" 2>/dev/null; then
+      p=$(awk '/^# pass /{print $3}' "$WORK/typescript.tap")
+      f=$(awk '/^# (fail|cancelled) /{s += $3} END {print s + 0}' "$WORK/typescript.tap")
+      PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
+    else
+      say "the TypeScript tests did not finish"; FAILED=$((FAILED + 1))
+    fi
+  else
+    say "npm ci or the TypeScript build failed"; FAILED=$((FAILED + 1))
+  fi
+fi

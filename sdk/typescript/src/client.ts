@@ -1,0 +1,77 @@
+import { ConfigurationError } from "./errors.js";
+import { Transport, type FetchLike } from "./http.js";
+import { Sandboxes, Snapshots, Templates, type ClientContext } from "./sandbox.js";
+
+/** Where the hosted API lives; a self-hosted `pandastack up` prints its own base URL. */
+export const DEFAULT_BASE_URL = "https://api.pandastack.ai";
+
+export interface PandaStackOptions {
+  /** API key (`pds_…`). Default: `PANDASTACK_API_KEY`, else `PANDASTACK_TOKEN`. */
+  apiKey?: string;
+  /** Alias of `apiKey`. */
+  token?: string;
+  /** Default: `PANDASTACK_BASE_URL`, else https://api.pandastack.ai. */
+  baseUrl?: string;
+  /** Wait this long for an ordinary answer (ms; default 60 000; null for no limit). */
+  timeoutMs?: number | null;
+  /** Wait this long for create/fork/snapshot/hibernate/wake (ms; default 900 000: a first create bakes). */
+  createTimeoutMs?: number | null;
+  /** Retries of idempotent calls on 429/503 and broken connections (default 3). */
+  maxRetries?: number;
+  /** A fetch implementation (default: the global fetch of Node 18+). */
+  fetch?: FetchLike;
+  /** Where to read PANDASTACK_* variables (default: process.env). */
+  env?: Record<string, string | undefined>;
+}
+
+function processEnv(): Record<string, string | undefined> {
+  const p = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
+  return p?.env ?? {};
+}
+
+/**
+ * A client of the PandaStack API.
+ *
+ * ```ts
+ * const client = new PandaStack();   // PANDASTACK_API_KEY, PANDASTACK_BASE_URL
+ * const sb = await client.sandboxes.create({ template: "base", ttlSeconds: 600 });
+ * ```
+ */
+export class PandaStack {
+  readonly baseUrl: string;
+  readonly sandboxes: Sandboxes;
+  /** The same object as `sandboxes`. */
+  readonly sandbox: Sandboxes;
+  readonly snapshots: Snapshots;
+  readonly templates: Templates;
+  /** @internal */
+  declare readonly http: Transport;
+  /** @internal */
+  declare readonly createTimeoutMs: number | null;
+
+  constructor(options: PandaStackOptions = {}) {
+    const env = options.env ?? processEnv();
+    const key = options.apiKey || options.token || env.PANDASTACK_API_KEY || env.PANDASTACK_TOKEN;
+    if (!key) {
+      throw new ConfigurationError("no API key: pass new PandaStack({ apiKey }) or set PANDASTACK_API_KEY (pds_…)");
+    }
+    this.baseUrl = (options.baseUrl || env.PANDASTACK_BASE_URL || DEFAULT_BASE_URL).replace(/\/+$/, "");
+    const http = new Transport({
+      baseUrl: this.baseUrl,
+      token: key.trim(),
+      timeoutMs: options.timeoutMs === undefined ? 60_000 : options.timeoutMs,
+      maxRetries: options.maxRetries ?? 3,
+      fetch: options.fetch,
+    });
+    Object.defineProperty(this, "http", { value: http, enumerable: false });
+    Object.defineProperty(this, "createTimeoutMs", {
+      value: options.createTimeoutMs === undefined ? 900_000 : options.createTimeoutMs,
+      enumerable: false,
+    });
+    const ctx: ClientContext = this;
+    this.sandboxes = new Sandboxes(ctx);
+    this.sandbox = this.sandboxes;
+    this.snapshots = new Snapshots(ctx);
+    this.templates = new Templates(ctx);
+  }
+}

@@ -1,0 +1,726 @@
+import { APIConnectionError, NotFound, PandaStackError, errorFromPayload } from "./errors.js";
+import type { Transport } from "./http.js";
+
+// ---------------------------------------------------------------------------------------------
+// Wire shapes (snake_case, as the API sends them)
+
+/** A sandbox as the API returns it. */
+export interface SandboxData {
+  id: string;
+  template?: string;
+  state?: string;
+  created_at?: string;
+  expires_at?: string;
+  metadata?: Record<string, string>;
+  host?: string;
+  ip?: string;
+  error?: string;
+  fork_of?: string;
+  snapshot_id?: string;
+  [key: string]: unknown;
+}
+
+interface FileData {
+  name?: string;
+  path?: string;
+  type?: string;
+  size?: number;
+  mode?: string;
+  mtime?: string;
+  target?: string;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Public types
+
+export type SandboxState = "running" | "hibernated" | "killed" | "error" | "lost" | (string & {});
+
+/** A command: a shell command line, or an argv array (no shell). */
+export type Command = string | readonly string[];
+
+export interface ExecOptions {
+  /** Kill the command after this many seconds (server default 60); the result says `timedOut`. */
+  timeoutSeconds?: number;
+  /** Extra environment variables. */
+  env?: Record<string, string>;
+  /** Working directory. */
+  cwd?: string;
+  /** Guest user to run as (default `user`). */
+  user?: string;
+  /** Text (or bytes, as UTF-8) fed to the command's standard input. */
+  stdin?: string | Uint8Array;
+  /** Called with each chunk of standard output as it is produced (switches to streaming). */
+  onStdout?: (data: string) => void;
+  /** Called with each chunk of standard error as it is produced (switches to streaming). */
+  onStderr?: (data: string) => void;
+  /** Abort waiting (the command itself runs on until it ends or times out). */
+  signal?: AbortSignal;
+}
+
+export type ExecStreamOptions = Omit<ExecOptions, "onStdout" | "onStderr">;
+
+/** One event of a streamed command. */
+export type ExecEvent =
+  | { type: "stdout"; data: string }
+  | { type: "stderr"; data: string }
+  | { type: "exit"; exitCode: number; timedOut: boolean; durationMs?: number };
+
+/** What a finished command produced. A non-zero exit is not an exception: check `exitCode`. */
+export class ExecResult {
+  constructor(
+    readonly stdout: string,
+    readonly stderr: string,
+    readonly exitCode: number,
+    readonly timedOut: boolean = false,
+    readonly durationMs?: number,
+    readonly stdoutTruncated: boolean = false,
+    readonly stderrTruncated: boolean = false,
+  ) {}
+
+  /** exitCode 0 and not timed out. */
+  get ok(): boolean {
+    return this.exitCode === 0 && !this.timedOut;
+  }
+}
+
+/** A file's metadata. */
+export interface FileInfo {
+  name: string;
+  path: string;
+  type: "file" | "dir" | "symlink" | "other" | (string & {});
+  size: number;
+  /** permission bits in octal, e.g. "0644" */
+  mode: string;
+  mtime: Date | null;
+  /** symlink target */
+  target?: string;
+}
+
+/** A saved machine (memory + disk); create sandboxes from it with `snapshotId`. */
+export interface Snapshot {
+  id: string;
+  sandboxId?: string;
+  template?: string;
+  createdAt: Date | null;
+  sizeBytes?: number;
+  raw: Record<string, unknown>;
+}
+
+export interface Template {
+  name: string;
+  vcpus?: number;
+  memoryMib?: number;
+  diskMib?: number;
+  baked?: boolean;
+  available?: boolean;
+  raw: Record<string, unknown>;
+}
+
+export interface CreateSandboxParams {
+  /** Template name (e.g. "base"); optional when `snapshotId` is given. */
+  template?: string;
+  /** Lifetime in seconds (server default 300). */
+  ttlSeconds?: number;
+  /** String labels you can list by. */
+  metadata?: Record<string, string>;
+  /** Environment variables every command in the sandbox sees. */
+  env?: Record<string, string>;
+  /** Restore this snapshot instead of a fresh template. */
+  snapshotId?: string;
+  egress?: unknown;
+  volumes?: unknown;
+  signal?: AbortSignal;
+}
+
+export interface ListSandboxesParams {
+  /** Keep sandboxes whose labels include all these pairs. */
+  metadata?: Record<string, string>;
+  /** One state, several, or "all" (by default killed sandboxes are left out). */
+  state?: SandboxState | readonly SandboxState[] | "all";
+  /** Return at most this many (all pages are read otherwise). */
+  limit?: number;
+  /** Page size of each request (1-1000, default 100). */
+  pageSize?: number;
+}
+
+export interface FileOptions {
+  /** Guest user the call acts as (server default `user`). */
+  user?: string;
+  signal?: AbortSignal;
+}
+
+/** What `fork()` resolves to: one sandbox for count 1, an array otherwise. */
+export type ForkResult<N extends number> = number extends N ? Sandbox | Sandbox[] : N extends 1 ? Sandbox : Sandbox[];
+
+/** Things a Sandbox needs from its client. */
+export interface ClientContext {
+  readonly http: Transport;
+  readonly createTimeoutMs: number | null;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const DEFAULT_EXEC_TIMEOUT_S = 60;
+const EXEC_GRACE_S = 60;
+
+const seg = (s: string): string => encodeURIComponent(s);
+
+export function parseTime(v: unknown): Date | null {
+  if (typeof v !== "string" || !v) return null;
+  const d = new Date(v);
+  return Number.isNaN(d.getTime()) ? null : d;
+}
+
+function fileInfo(d: FileData | undefined): FileInfo {
+  const x = d ?? {};
+  const info: FileInfo = {
+    name: x.name ?? "",
+    path: x.path ?? "",
+    type: x.type ?? "",
+    size: Number(x.size ?? 0),
+    mode: x.mode ?? "",
+    mtime: parseTime(x.mtime),
+  };
+  if (x.target !== undefined) info.target = x.target;
+  return info;
+}
+
+export function snapshotOf(d: Record<string, unknown> | undefined): Snapshot {
+  const x = d ?? {};
+  return {
+    id: String(x.id ?? ""),
+    sandboxId: x.sandbox_id as string | undefined,
+    template: x.template as string | undefined,
+    createdAt: parseTime(x.created_at),
+    sizeBytes: x.size_bytes as number | undefined,
+    raw: { ...x },
+  };
+}
+
+function execBody(cmd: Command, o: ExecStreamOptions): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
+  if (typeof cmd === "string") body.cmd = cmd;
+  else if (Array.isArray(cmd) && cmd.length > 0 && cmd.every((a) => typeof a === "string")) body.argv = [...cmd];
+  else throw new TypeError("cmd must be a string (a shell command line) or a non-empty array of strings (argv)");
+  if (o.timeoutSeconds !== undefined) body.timeout_seconds = o.timeoutSeconds;
+  if (o.env && Object.keys(o.env).length) body.env = o.env;
+  if (o.cwd !== undefined) body.cwd = o.cwd;
+  if (o.user !== undefined) body.user = o.user;
+  if (o.stdin !== undefined) body.stdin = typeof o.stdin === "string" ? o.stdin : new TextDecoder().decode(o.stdin);
+  return body;
+}
+
+/**
+ * The events of a running command as they happen: iterate it with `for await`. After the
+ * `exit` event, `exitCode`, `timedOut` and `durationMs` are set. Breaking out of the loop stops
+ * reading (the command keeps running until it ends or hits its timeout).
+ */
+export class ExecStream implements AsyncIterable<ExecEvent> {
+  exitCode?: number;
+  timedOut = false;
+  durationMs?: number;
+  requestId?: string;
+  private started = false;
+
+  constructor(
+    private readonly http: Transport,
+    private readonly path: string,
+    private readonly body: Record<string, unknown>,
+    private readonly timeoutMs: number | null,
+    private readonly signal?: AbortSignal,
+  ) {}
+
+  async *[Symbol.asyncIterator](): AsyncGenerator<ExecEvent, void, undefined> {
+    if (this.started) throw new PandaStackError("an ExecStream can be iterated once", { code: "stream_consumed" });
+    this.started = true;
+    let finished = false;
+    const lines = this.http.lines("POST", this.path, {
+      json: this.body,
+      timeoutMs: this.timeoutMs,
+      signal: this.signal,
+      onRequestId: (id) => {
+        this.requestId = id;
+      },
+    });
+    for await (const obj of lines) {
+      if ("error" in obj) throw errorFromPayload(undefined, obj, this.requestId);
+      if ("stdout" in obj) yield { type: "stdout", data: String(obj.stdout ?? "") };
+      else if ("stderr" in obj) yield { type: "stderr", data: String(obj.stderr ?? "") };
+      else if ("exit_code" in obj) {
+        this.exitCode = obj.exit_code === null || obj.exit_code === undefined ? -1 : Number(obj.exit_code);
+        this.timedOut = Boolean(obj.timed_out);
+        this.durationMs = obj.duration_ms as number | undefined;
+        finished = true;
+        yield { type: "exit", exitCode: this.exitCode, timedOut: this.timedOut, durationMs: this.durationMs };
+      }
+    }
+    if (!finished) {
+      throw new APIConnectionError("the exec stream ended before the command's exit status arrived", {
+        requestId: this.requestId,
+      });
+    }
+  }
+
+  /** Read to the end, discarding output; resolve to the exit code. */
+  async wait(): Promise<number> {
+    for await (const _ of this) {
+      // drain
+    }
+    return this.exitCode ?? -1;
+  }
+}
+
+/** Files inside one sandbox. Paths are absolute guest paths. */
+export class Filesystem {
+  constructor(private readonly sandbox: Sandbox) {}
+
+  private get http(): Transport {
+    return this.sandbox.client.http;
+  }
+
+  private path(sub = ""): string {
+    return `/v1/sandboxes/${seg(this.sandbox.id)}/files${sub}`;
+  }
+
+  /** The file's content as bytes. */
+  async readBytes(path: string, options: FileOptions = {}): Promise<Uint8Array> {
+    const resp = await this.http.request("GET", this.path(), {
+      query: { path, user: options.user },
+      idempotent: true,
+      headers: { accept: "application/octet-stream" },
+      signal: options.signal,
+    });
+    return new Uint8Array(await resp.arrayBuffer());
+  }
+
+  /** The file's content decoded as UTF-8 text. */
+  async read(path: string, options: FileOptions = {}): Promise<string> {
+    return new TextDecoder().decode(await this.readBytes(path, options));
+  }
+
+  /**
+   * Create or replace a file (missing parent directories are made). `data` is text (UTF-8),
+   * bytes, an ArrayBuffer, a Blob, or a ReadableStream of bytes (streamed, not retried).
+   * `mode` sets permission bits (`0o755` or `"0755"`). Resolves to the new file's info.
+   */
+  async write(
+    path: string,
+    data: string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>,
+    options: FileOptions & { mode?: number | string } = {},
+  ): Promise<FileInfo> {
+    let body: unknown = data;
+    let idempotent = true;
+    if (typeof data === "string") body = new TextEncoder().encode(data);
+    else if (data instanceof ArrayBuffer) body = new Uint8Array(data);
+    else if (data && typeof (data as ReadableStream).getReader === "function") idempotent = false;
+    else if (!(data instanceof Uint8Array) && !(typeof Blob !== "undefined" && data instanceof Blob)) {
+      throw new TypeError("data must be a string, Uint8Array, ArrayBuffer, Blob or ReadableStream");
+    }
+    const mode =
+      options.mode === undefined ? undefined : typeof options.mode === "number" ? options.mode.toString(8).padStart(4, "0") : options.mode;
+    const d = await this.http.json<FileData>("PUT", this.path(), {
+      query: { path, mode, user: options.user },
+      body,
+      idempotent,
+      signal: options.signal,
+    });
+    return fileInfo(d ?? { path, type: "file" });
+  }
+
+  /** Entries under a directory; `depth` (1-10, default 1) descends into subdirectories. */
+  async list(path = "/", options: FileOptions & { depth?: number } = {}): Promise<FileInfo[]> {
+    const d = await this.http.json<{ entries?: FileData[] }>("GET", this.path("/list"), {
+      query: { path, depth: options.depth, user: options.user },
+      idempotent: true,
+      signal: options.signal,
+    });
+    return (d?.entries ?? []).map(fileInfo);
+  }
+
+  /** Metadata of one path (throws NotFound if it does not exist). */
+  async stat(path: string, options: FileOptions = {}): Promise<FileInfo> {
+    return fileInfo(
+      await this.http.json<FileData>("GET", this.path("/stat"), {
+        query: { path, user: options.user },
+        idempotent: true,
+        signal: options.signal,
+      }),
+    );
+  }
+
+  /** Whether the path exists. */
+  async exists(path: string, options: FileOptions = {}): Promise<boolean> {
+    try {
+      await this.stat(path, options);
+      return true;
+    } catch (e) {
+      // A missing *sandbox* is an error, not a missing file.
+      if (e instanceof NotFound && !(e.message.includes("sandbox") && e.message.includes(this.sandbox.id))) return false;
+      throw e;
+    }
+  }
+
+  /** Make a directory and any missing parents (no error if it exists). */
+  async mkdir(path: string, options: FileOptions = {}): Promise<void> {
+    await this.http.json("POST", this.path("/mkdir"), {
+      json: options.user === undefined ? { path } : { path, user: options.user },
+      idempotent: true,
+      signal: options.signal,
+    });
+  }
+
+  /** Delete a file or an empty directory; `recursive: true` deletes a directory tree. */
+  async remove(path: string, options: FileOptions & { recursive?: boolean } = {}): Promise<void> {
+    await this.http.json("DELETE", this.path(), {
+      query: { path, recursive: options.recursive ? "true" : undefined, user: options.user },
+      idempotent: true,
+      signal: options.signal,
+    });
+  }
+
+  /** Rename or move a path. */
+  async move(from: string, to: string, options: FileOptions = {}): Promise<void> {
+    const body: Record<string, string> = { from, to };
+    if (options.user !== undefined) body.user = options.user;
+    await this.http.json("POST", this.path("/move"), { json: body, signal: options.signal });
+  }
+}
+
+/**
+ * A microVM sandbox. Its fields reflect the last answer about it; `refresh()` reloads them.
+ */
+export class Sandbox {
+  id!: string;
+  template?: string;
+  state?: SandboxState;
+  createdAt!: Date | null;
+  expiresAt!: Date | null;
+  metadata!: Record<string, string>;
+  host?: string;
+  ip?: string;
+  error?: string;
+  /** For a fork's child: the sandbox it was forked from. */
+  forkOf?: string;
+  /** For a sandbox created from a snapshot: that snapshot's id. */
+  snapshotId?: string;
+  /** The last answer, as sent. */
+  raw!: SandboxData;
+  readonly filesystem: Filesystem;
+
+  /** @internal the client this sandbox belongs to (not enumerable) */
+  declare readonly client: ClientContext;
+
+  constructor(client: ClientContext, data: SandboxData) {
+    Object.defineProperty(this, "client", { value: client, enumerable: false });
+    this.filesystem = new Filesystem(this);
+    this.update(data);
+  }
+
+  /** Alias of `filesystem`. */
+  get files(): Filesystem {
+    return this.filesystem;
+  }
+
+  private update(d: SandboxData): void {
+    this.raw = { ...d };
+    this.id = d.id;
+    this.template = d.template;
+    this.state = d.state;
+    this.createdAt = parseTime(d.created_at);
+    this.expiresAt = parseTime(d.expires_at);
+    this.metadata = { ...(d.metadata ?? {}) };
+    this.host = d.host;
+    this.ip = d.ip;
+    this.error = d.error;
+    this.forkOf = d.fork_of;
+    this.snapshotId = d.snapshot_id;
+  }
+
+  private async updateFrom(d: unknown): Promise<void> {
+    if (d && typeof d === "object" && (d as SandboxData).id === this.id) this.update(d as SandboxData);
+    else await this.refresh();
+  }
+
+  private path(sub = ""): string {
+    return `/v1/sandboxes/${seg(this.id)}${sub}`;
+  }
+
+  private execTimeoutMs(timeoutSeconds?: number): number | null {
+    const base = this.client.http.timeoutMs;
+    if (base === null) return null;
+    return Math.max(base, ((timeoutSeconds ?? DEFAULT_EXEC_TIMEOUT_S) + EXEC_GRACE_S) * 1000);
+  }
+
+  /** Reload the fields from the API. */
+  async refresh(): Promise<this> {
+    this.update(await this.client.http.json<SandboxData>("GET", this.path(), { idempotent: true }));
+    return this;
+  }
+
+  /**
+   * Run a command and wait for it. With `onStdout`/`onStderr` the output streams to the
+   * callbacks as it is produced; the result holds all of it either way.
+   */
+  async exec(cmd: Command, options: ExecOptions = {}): Promise<ExecResult> {
+    const body = execBody(cmd, options);
+    if (!options.onStdout && !options.onStderr) {
+      const d = await this.client.http.json<Record<string, unknown>>("POST", this.path("/exec"), {
+        json: body,
+        timeoutMs: this.execTimeoutMs(options.timeoutSeconds),
+        signal: options.signal,
+      });
+      return new ExecResult(
+        String(d?.stdout ?? ""),
+        String(d?.stderr ?? ""),
+        d?.exit_code === null || d?.exit_code === undefined ? -1 : Number(d.exit_code),
+        Boolean(d?.timed_out),
+        d?.duration_ms as number | undefined,
+        Boolean(d?.stdout_truncated),
+        Boolean(d?.stderr_truncated),
+      );
+    }
+    const out: string[] = [];
+    const err: string[] = [];
+    const stream = new ExecStream(this.client.http, this.path("/exec"), body, this.execTimeoutMs(options.timeoutSeconds), options.signal);
+    for await (const ev of stream) {
+      if (ev.type === "stdout") {
+        out.push(ev.data);
+        options.onStdout?.(ev.data);
+      } else if (ev.type === "stderr") {
+        err.push(ev.data);
+        options.onStderr?.(ev.data);
+      }
+    }
+    return new ExecResult(out.join(""), err.join(""), stream.exitCode ?? -1, stream.timedOut, stream.durationMs);
+  }
+
+  /**
+   * Run a command and get its output as it happens:
+   * `for await (const ev of sb.execStream("make test")) { ... }`.
+   */
+  execStream(cmd: Command, options: ExecStreamOptions = {}): ExecStream {
+    return new ExecStream(this.client.http, this.path("/exec"), execBody(cmd, options), this.execTimeoutMs(options.timeoutSeconds), options.signal);
+  }
+
+  /**
+   * Clone this running sandbox, memory and disk, copy-on-write. `fork()` resolves to the new
+   * Sandbox; `fork({ count: n })` (or `fork(n)`) with n > 1 to an array of n (all or none).
+   */
+  fork(): Promise<Sandbox>;
+  fork<N extends number>(options: N | { count: N }): Promise<ForkResult<N>>;
+  async fork(options?: number | { count?: number }): Promise<Sandbox | Sandbox[]> {
+    const count = typeof options === "number" ? options : options?.count ?? 1;
+    if (!Number.isInteger(count) || count < 1) throw new RangeError("count must be a positive integer");
+    const resp = await this.client.http.request("POST", this.path("/fork"), {
+      json: count === 1 ? {} : { count },
+      timeoutMs: this.client.createTimeoutMs,
+    });
+    const d = JSON.parse((await resp.text()) || "{}") as { sandboxes?: SandboxData[] };
+    const children = (d.sandboxes ?? []).map((s) => new Sandbox(this.client, s));
+    if (count === 1) {
+      if (!children[0]) {
+        throw new PandaStackError("fork answered without a sandbox", {
+          code: "bad_response",
+          status: resp.status,
+          requestId: resp.headers.get("x-request-id") ?? undefined,
+        });
+      }
+      return children[0];
+    }
+    return children;
+  }
+
+  /** Save memory and disk; the sandbox keeps running. */
+  async snapshot(): Promise<Snapshot> {
+    return snapshotOf(
+      await this.client.http.json<Record<string, unknown>>("POST", this.path("/snapshots"), {
+        json: {},
+        timeoutMs: this.client.createTimeoutMs,
+      }),
+    );
+  }
+
+  /** Save the sandbox to disk and stop its VM; any later call resumes it. */
+  async hibernate(): Promise<this> {
+    await this.updateFrom(
+      await this.client.http.json("POST", this.path("/hibernate"), {
+        json: {},
+        idempotent: true,
+        timeoutMs: this.client.createTimeoutMs,
+      }),
+    );
+    return this;
+  }
+
+  /** Resume a hibernated sandbox (a no-op on a running one). */
+  async wake(): Promise<this> {
+    await this.updateFrom(
+      await this.client.http.json("POST", this.path("/wake"), {
+        json: {},
+        idempotent: true,
+        timeoutMs: this.client.createTimeoutMs,
+      }),
+    );
+    return this;
+  }
+
+  /** Make the sandbox expire `seconds` from now. */
+  async setTtl(seconds: number): Promise<this> {
+    await this.updateFrom(
+      await this.client.http.json("POST", this.path("/ttl"), { json: { ttl_seconds: seconds }, idempotent: true }),
+    );
+    return this;
+  }
+
+  /** Stop the sandbox and free its resources. Idempotent. */
+  async kill(): Promise<void> {
+    await this.client.http.json("DELETE", this.path(), { idempotent: true });
+    this.state = "killed";
+  }
+
+  toJSON(): SandboxData {
+    return this.raw;
+  }
+}
+
+/** `client.sandboxes` (also `client.sandbox`). */
+export class Sandboxes {
+  constructor(private readonly client: ClientContext) {}
+
+  /** Start a sandbox from a template (or a snapshot). The first create of a template bakes it. */
+  async create(params: CreateSandboxParams): Promise<Sandbox> {
+    if (!params || (params.template === undefined && params.snapshotId === undefined)) {
+      throw new TypeError("create() needs { template } (or { snapshotId })");
+    }
+    const body: Record<string, unknown> = {};
+    if (params.template !== undefined) body.template = params.template;
+    if (params.ttlSeconds !== undefined) body.ttl_seconds = params.ttlSeconds;
+    if (params.metadata !== undefined) body.metadata = params.metadata;
+    if (params.env !== undefined) body.env = params.env;
+    if (params.snapshotId !== undefined) body.snapshot_id = params.snapshotId;
+    if (params.egress !== undefined) body.egress = params.egress;
+    if (params.volumes !== undefined) body.volumes = params.volumes;
+    const d = await this.client.http.json<SandboxData>("POST", "/v1/sandboxes", {
+      json: body,
+      timeoutMs: this.client.createTimeoutMs,
+      signal: params.signal,
+    });
+    return new Sandbox(this.client, d);
+  }
+
+  /** Create a sandbox, pass it to `fn`, and kill it afterwards whatever happens. */
+  async with<T>(params: CreateSandboxParams, fn: (sandbox: Sandbox) => Promise<T> | T): Promise<T> {
+    const sb = await this.create(params);
+    try {
+      return await fn(sb);
+    } finally {
+      await sb.kill().catch(() => undefined);
+    }
+  }
+
+  /** The sandbox with this id (killed ones stay readable with state "killed"). */
+  async get(id: string): Promise<Sandbox> {
+    if (!id) throw new TypeError("id is required");
+    return new Sandbox(this.client, await this.client.http.json<SandboxData>("GET", `/v1/sandboxes/${seg(id)}`, { idempotent: true }));
+  }
+
+  /** Like `list`, fetching pages lazily. */
+  async *iter(params: ListSandboxesParams = {}): AsyncGenerator<Sandbox, void, undefined> {
+    const base: Record<string, string> = {};
+    if (params.state !== undefined) base.state = typeof params.state === "string" ? params.state : params.state.join(",");
+    for (const [k, v] of Object.entries(params.metadata ?? {})) base[`metadata.${k}`] = v;
+    const pageSize = Math.min(Math.max(params.pageSize ?? 100, 1), 1000);
+    let n = 0;
+    let cursor: string | null | undefined;
+    for (;;) {
+      const size = params.limit === undefined ? pageSize : Math.max(1, Math.min(pageSize, params.limit - n));
+      const query: Record<string, string | number> = { ...base, limit: size };
+      if (cursor) query.cursor = cursor;
+      const d = await this.client.http.json<{ sandboxes?: SandboxData[]; next_cursor?: string | null }>("GET", "/v1/sandboxes", {
+        query,
+        idempotent: true,
+      });
+      for (const s of d?.sandboxes ?? []) {
+        if (params.limit !== undefined && n >= params.limit) return;
+        n++;
+        yield new Sandbox(this.client, s);
+      }
+      cursor = d?.next_cursor;
+      if (!cursor || (params.limit !== undefined && n >= params.limit)) return;
+    }
+  }
+
+  /** Your team's sandboxes, newest first. */
+  async list(params: ListSandboxesParams = {}): Promise<Sandbox[]> {
+    const out: Sandbox[] = [];
+    for await (const sb of this.iter(params)) out.push(sb);
+    return out;
+  }
+}
+
+/** `client.snapshots`. */
+export class Snapshots {
+  constructor(private readonly client: ClientContext) {}
+
+  /** Like `list`, fetching pages lazily. */
+  async *iter(params: { sandboxId?: string; limit?: number; pageSize?: number } = {}): AsyncGenerator<Snapshot, void, undefined> {
+    const pageSize = Math.min(Math.max(params.pageSize ?? 100, 1), 1000);
+    let n = 0;
+    let cursor: string | null | undefined;
+    for (;;) {
+      const size = params.limit === undefined ? pageSize : Math.max(1, Math.min(pageSize, params.limit - n));
+      const d = await this.client.http.json<{ snapshots?: Record<string, unknown>[]; next_cursor?: string | null }>("GET", "/v1/snapshots", {
+        query: { sandbox_id: params.sandboxId, limit: size, cursor },
+        idempotent: true,
+      });
+      for (const sn of d?.snapshots ?? []) {
+        if (params.limit !== undefined && n >= params.limit) return;
+        n++;
+        yield snapshotOf(sn);
+      }
+      cursor = d?.next_cursor;
+      if (!cursor || (params.limit !== undefined && n >= params.limit)) return;
+    }
+  }
+
+  /** Your team's snapshots, newest first; `sandboxId` keeps those of one sandbox. */
+  async list(params: { sandboxId?: string; limit?: number } = {}): Promise<Snapshot[]> {
+    const out: Snapshot[] = [];
+    for await (const sn of this.iter(params)) out.push(sn);
+    return out;
+  }
+
+  async get(id: string): Promise<Snapshot> {
+    return snapshotOf(await this.client.http.json<Record<string, unknown>>("GET", `/v1/snapshots/${seg(id)}`, { idempotent: true }));
+  }
+
+  async delete(id: string): Promise<void> {
+    await this.client.http.json("DELETE", `/v1/snapshots/${seg(id)}`, { idempotent: true });
+  }
+}
+
+/** `client.templates`: the catalog. */
+export class Templates {
+  constructor(private readonly client: ClientContext) {}
+
+  private static of(t: Record<string, unknown>): Template {
+    return {
+      name: String(t.name ?? ""),
+      vcpus: t.vcpus as number | undefined,
+      memoryMib: t.memory_mib as number | undefined,
+      diskMib: t.disk_mib as number | undefined,
+      baked: t.baked as boolean | undefined,
+      available: t.available as boolean | undefined,
+      raw: { ...t },
+    };
+  }
+
+  async list(): Promise<Template[]> {
+    const d = await this.client.http.json<{ templates?: Record<string, unknown>[] }>("GET", "/v1/templates", { idempotent: true });
+    return (d?.templates ?? []).map(Templates.of);
+  }
+
+  async get(name: string): Promise<Template> {
+    return Templates.of(await this.client.http.json<Record<string, unknown>>("GET", `/v1/templates/${seg(name)}`, { idempotent: true }));
+  }
+}
