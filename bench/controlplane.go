@@ -28,6 +28,8 @@ func controlPlaneSuite(ctx context.Context, res map[string]float64, guestAgent, 
 		return err
 	}
 	defer os.RemoveAll(dir)
+	// Runs after the processes are stopped (defers run last-first).
+	defer exec.Command("umount", "-d", filepath.Join(dir, "agent", "pool")).Run()
 	agentAddr, serverAddr := freeAddr(), freeAddr()
 	token, key := randomString(32), "pds_"+randomString(32)
 	agentArgs := []string{"agent", "--data-dir", filepath.Join(dir, "agent"), "--addr", agentAddr, "--token", token, "--guest-agent", guestAgent}
@@ -45,10 +47,14 @@ func controlPlaneSuite(ctx context.Context, res map[string]float64, guestAgent, 
 		}
 		defer func(c *exec.Cmd) { c.Process.Signal(syscall.SIGTERM); c.Wait() }(c)
 	}
-	defer exec.Command("umount", filepath.Join(dir, "agent", "pool")).Run()
 	agentURL, serverURL := "http://"+agentAddr, "http://"+serverAddr
 	direct := &apiClient{base: agentURL, auth: "Bearer " + token}
 	public := &apiClient{base: serverURL, auth: "Bearer " + key}
+	for _, c := range []*apiClient{direct, public} {
+		if err := waitHealthy(c.base, 60*time.Second); err != nil {
+			return fmt.Errorf("%w (logs in %s)", err, dir)
+		}
+	}
 	// Bake through the agent, then wait until the server sees the host with the template.
 	if _, err := direct.do("POST", "/v1/templates/base/bake", nil, 200); err != nil {
 		return err
@@ -114,6 +120,23 @@ func controlPlaneSuite(ctx context.Context, res map[string]float64, guestAgent, 
 	}
 	res["creates_per_s_8_clients"] = clients * each / time.Since(start).Seconds()
 	return nil
+}
+
+func waitHealthy(base string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not become healthy", base)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 type apiClient struct{ base, auth string }

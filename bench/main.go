@@ -98,6 +98,9 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)
 		}
+		if err := merge(out, res); err != nil { // keep each suite's figures even if a later one fails
+			return err
+		}
 	}
 	printTable(res)
 	return merge(out, res)

@@ -2,6 +2,7 @@ package hostagent
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -206,5 +207,44 @@ func TestFullSnapshotPath(t *testing.T) {
 	h.call("POST", "/v1/sandboxes/"+id+"/hibernate", nil, nil)
 	if got := h.inc(id); got != "2" {
 		t.Fatalf("wake after a full hibernate: %q, want 2", got)
+	}
+}
+
+// A snapshot that runs out of host disk fails clearly; the sandbox keeps running and no partial
+// snapshot is visible. The pool here is a small XFS image, nearly filled by the test.
+func TestSnapshotOnFullDisk(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.PoolGiB = 4 })
+	if !h.agent.pool.Loop {
+		t.Fatalf("this test needs the loop-mounted pool (data dir %s can reflink)", h.dir)
+	}
+	id := h.create().ID
+	h.exec(id, map[string]any{"cmd": counterServer})
+	h.exec(id, map[string]any{"cmd": "head -c 96M /dev/urandom > /dev/shm/dirty", "user": "root"})
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(h.agent.pool.Dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(h.agent.pool.Dir, "filler")
+	free := int64(st.Bavail)*st.Bsize - 16<<20 // leave 16 MiB: less than the guest dirtied
+	if err := exec.Command("fallocate", "-l", itoa(int(free)), filler).Run(); err != nil {
+		t.Fatalf("fallocate: %v", err)
+	}
+	defer os.Remove(filler)
+	var e apiErr
+	if code := h.call("POST", "/v1/sandboxes/"+id+"/snapshots", nil, &e); code != 507 || e.Error.Code != "no_space" {
+		t.Fatalf("snapshot on a full disk: %d %+v", code, e)
+	}
+	var list struct{ Snapshots []SnapshotInfo }
+	h.call("GET", "/v1/snapshots", nil, &list)
+	leftovers, _ := filepath.Glob(filepath.Join(h.agent.snapshotsDir(), "*"))
+	if len(list.Snapshots) != 0 || len(leftovers) != 0 {
+		t.Fatalf("partial snapshot left: %+v %v", list.Snapshots, leftovers)
+	}
+	if got := h.inc(id); got != "2" {
+		t.Fatalf("sandbox after the failed snapshot: %q, want 2", got)
+	}
+	os.Remove(filler)
+	if code := h.call("POST", "/v1/sandboxes/"+id+"/snapshots", nil, nil); code != 201 {
+		t.Fatalf("snapshot once space is back: %d", code)
 	}
 }

@@ -126,12 +126,12 @@ func (b *Builder) cached(dir string, fill func(tmp string) error) (string, error
 		return dir, nil
 	}
 	tmp := dir + ".tmp"
-	os.RemoveAll(tmp)
+	removeTree(tmp)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return "", err
 	}
 	if err := fill(tmp); err != nil {
-		os.RemoveAll(tmp)
+		removeTree(tmp)
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, ".done"), nil, 0o644); err != nil {
