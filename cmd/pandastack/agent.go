@@ -19,6 +19,7 @@ import (
 func init() {
 	var cfg hostagent.Config
 	var addr, serverURL, serverToken, advertise string
+	var netf netFlags
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the host agent: owns the microVMs on this machine (HTTP API for the control plane)",
@@ -36,6 +37,10 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 			hostagent.Version = version
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			var err error
+			if cfg.Network, err = netf.config(cfg.DataDir); err != nil {
+				return err
+			}
 			agent, err := hostagent.New(ctx, cfg)
 			if err != nil {
 				return err
@@ -79,6 +84,7 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 	f.StringVar(&advertise, "advertise-url", "", "URL the control plane uses to reach this agent (default http://ADDR)")
 	f.DurationVar(&cfg.IdleHibernate, "idle-hibernate", 0, "hibernate sandboxes idle this long (0: never)")
 	f.StringVar(&cfg.ImageCacheDir, "image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache dir (default: inside the data dir's pool)")
+	netf.register(f)
 	f.IntVar(&cfg.PoolGiB, "pool-gib", 64, "size of the sparse XFS pool made when the data dir cannot reflink")
 	rootCmd.AddCommand(cmd)
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/network"
 	"github.com/spf13/cobra"
 )
 
@@ -48,14 +49,15 @@ func printSandboxes(f *apiFlags, cmd *cobra.Command, sbs []client.Sandbox, singl
 
 func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var req client.CreateRequest
-	var md, env []string
-	var quiet bool
+	var md, env, allow, deny []string
+	var quiet, noInternet bool
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox from a template, or from a snapshot (--snapshot)",
 		Example: `  pandastack sandbox create --template base --ttl 600 --metadata task=demo
   id=$(pandastack sandbox create --template base -q)
-  pandastack sandbox create --snapshot snap_123`,
+  pandastack sandbox create --snapshot snap_123
+  pandastack sandbox create --no-internet --allow 10.1.0.0/16`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client()
@@ -70,6 +72,10 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 			}
 			if req.Env, err = parsePairs("env", env); err != nil {
 				return err
+			}
+			if noInternet || len(allow) > 0 || len(deny) > 0 {
+				internet := !noInternet
+				req.Egress = &network.Egress{Internet: &internet, Allow: allow, Deny: deny}
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
@@ -90,6 +96,9 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.Int64Var(&req.TTLSeconds, "ttl", 0, "seconds until the sandbox is killed (default: the server's, 300)")
 	fl.StringArrayVarP(&md, "metadata", "m", nil, "KEY=VALUE metadata (repeatable)")
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
+	fl.BoolVar(&noInternet, "no-internet", false, "egress: block the internet (only --allow destinations are reachable)")
+	fl.StringArrayVar(&allow, "allow", nil, "egress: IPv4 CIDR the sandbox may reach (repeatable; opens even the always-blocked ranges)")
+	fl.StringArrayVar(&deny, "deny", nil, "egress: IPv4 CIDR the sandbox may not reach (repeatable; wins over --allow)")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "print only the new sandbox's id")
 	return cmd
 }

@@ -27,6 +27,7 @@ type cpOptions struct {
 	maxUpload        int64
 	heartbeatTimeout time.Duration
 	presetKey        string // becomes the first admin key of an empty store
+	proxyDomain      string
 	log              *slog.Logger
 }
 
@@ -35,6 +36,7 @@ func (o *cpOptions) flags(cmd *cobra.Command) {
 	f.DurationVar(&o.defaultTTL, "default-ttl", api.DefaultTTL, "TTL of a sandbox created without ttl_seconds")
 	f.DurationVar(&o.maxTTL, "max-ttl", api.DefaultMaxTTL, "largest ttl_seconds accepted")
 	f.Int64Var(&o.maxUpload, "max-upload-bytes", api.DefaultMaxUploadBytes, "largest file upload accepted")
+	f.StringVar(&o.proxyDomain, "proxy-domain", "localhost", `sandbox ports are served at <port>-<sandbox id>.<domain> through this server (empty: no proxy); point a wildcard DNS record *.<domain> at it`)
 	f.DurationVar(&o.heartbeatTimeout, "heartbeat-timeout", scheduler.DefaultHeartbeatTimeout, "a host silent this long is marked down and its sandboxes lost")
 }
 
@@ -78,7 +80,8 @@ func startControlPlane(ctx context.Context, o cpOptions) (*controlPlane, string,
 		o.log.Warn("a host agent did not answer at start-up; will keep trying", "err", err)
 	}
 	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.log, DefaultTTL: o.defaultTTL, MaxTTL: o.maxTTL,
-		MaxUploadBytes: o.maxUpload, ClusterToken: o.clusterToken, Version: version})
+		MaxUploadBytes: o.maxUpload, ClusterToken: o.clusterToken, Version: version,
+		ProxyDomain: strings.ToLower(strings.Trim(o.proxyDomain, "."))})
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp := &controlPlane{st: st, sched: sched, srv: srv, log: o.log, cancel: cancel, done: make(chan struct{})}
 	go func() {

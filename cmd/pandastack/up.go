@@ -35,6 +35,7 @@ func init() {
 	var o cpOptions
 	var dataDir, addr, logLevel, bake string
 	var agentCfg hostagent.Config
+	var netf netFlags
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a complete single-machine PandaStack: control plane + local host agent, SQLite in --data-dir",
@@ -72,6 +73,9 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 			agentCfg.DataDir = filepath.Join(dataDir, "agent")
 			agentCfg.Token = agentToken
 			agentCfg.Logger = log.With("part", "agent")
+			if agentCfg.Network, err = netf.config(agentCfg.DataDir); err != nil {
+				return err
+			}
 			hostagent.Version = version
 			agent, err := hostagent.New(ctx, agentCfg)
 			if err != nil {
@@ -127,6 +131,7 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 	f.StringVar(&agentCfg.Accel, "accel", "", "force the accelerator: kvm or tcg (default: probe)")
 	f.StringVar(&agentCfg.GuestAgent, "guest-agent", "", "path of the pandastack-guest binary (default: next to this binary)")
 	f.StringVar(&agentCfg.ImageCacheDir, "image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "directory of built guest images, shareable between data dirs (default: $PANDASTACK_IMAGE_CACHE, else inside the data dir)")
+	netf.register(f)
 	f.IntVar(&agentCfg.PoolGiB, "pool-gib", 64, "size of the sparse XFS pool made when the data dir cannot reflink")
 	f.DurationVar(&agentCfg.IdleHibernate, "idle-hibernate", 0,
 		"hibernate sandboxes no call touched for this long, e.g. 5m (memory to disk, VM stopped; the next call wakes them); 0: never")

@@ -15,7 +15,13 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/pandastack/pandastack/internal/network"
 )
+
+// ProxyTokenHeader carries the agent token on proxied requests (/v1/sandboxes/{id}/ports/...),
+// whose Authorization header belongs to the application in the sandbox and passes through.
+const ProxyTokenHeader = "X-Pandastack-Agent-Token"
 
 // Client talks to one host agent. The zero value is not usable: use New.
 type Client struct {
@@ -120,6 +126,7 @@ type CreateRequest struct {
 	Template   string            `json:"template,omitempty"`
 	SnapshotID string            `json:"snapshot_id,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
+	Egress     *network.Egress   `json:"egress,omitempty"`
 }
 
 // Snapshot is the agent's snapshot object.

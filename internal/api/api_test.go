@@ -213,6 +213,10 @@ func TestBadInputCreatesNothing(t *testing.T) {
 		{"empty snapshot_id", `{"snapshot_id": ""}`, 400, "invalid_request", "snapshot_id must not be empty"},
 		{"snapshot_id wrong type", `{"snapshot_id": 5}`, 400, "invalid_request", "snapshot_id must be a string"},
 		{"volumes", `{"template": "base", "volumes": [{"name": "v"}]}`, 501, "not_implemented", "volumes"},
+		{"egress bad cidr", `{"template": "base", "egress": {"allow": ["10.0.0.0/33"]}}`, 400, "invalid_request", "egress.allow"},
+		{"egress ipv6", `{"template": "base", "egress": {"deny": ["2001:db8::/32"]}}`, 400, "invalid_request", "IPv4"},
+		{"egress unknown field", `{"template": "base", "egress": {"internet": true, "ports": [80]}}`, 400, "invalid_request", "egress"},
+		{"egress wrong type", `{"template": "base", "egress": {"internet": "yes"}}`, 400, "invalid_request", "egress"},
 	}
 	for _, c := range cases {
 		r := e.do("POST", "/v1/sandboxes", k, c.body)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -59,6 +61,8 @@ type createRequest struct {
 	Egress     json.RawMessage   `json:"egress"`
 	SnapshotID *string           `json:"snapshot_id"`
 	Volumes    json.RawMessage   `json:"volumes"`
+
+	egress *network.Egress // Egress, validated
 }
 
 func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
@@ -166,7 +170,16 @@ func (s *Server) validateCreate(ctx context.Context, teamID string, req *createR
 		return nil, notImplemented("volumes")
 	}
 	if present(req.Egress) {
-		return nil, notImplemented("egress policies")
+		dec := json.NewDecoder(bytes.NewReader(req.Egress))
+		dec.DisallowUnknownFields()
+		var eg network.Egress
+		if err := dec.Decode(&eg); err != nil {
+			return nil, invalid("egress must be {internet?: bool, allow?: [cidr], deny?: [cidr]}: %v", err)
+		}
+		if _, err := eg.Policy(); err != nil {
+			return nil, invalid("%v", err)
+		}
+		req.egress = &eg
 	}
 	if req.Template == "" && req.SnapshotID == nil {
 		return nil, invalid("template is required (see GET /v1/templates), or snapshot_id to start from a snapshot")
@@ -246,7 +259,7 @@ func (s *Server) create(ctx context.Context, teamID string, req createRequest) (
 			break
 		}
 		release := s.sched.Reserve(h.ID, mem)
-		_, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, Template: req.Template, Env: req.Env})
+		_, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, Template: req.Template, Env: req.Env, Egress: req.egress})
 		if err != nil {
 			release()
 			lastErr = err
@@ -291,7 +304,7 @@ func (s *Server) createFromSnapshot(ctx context.Context, teamID string, req crea
 	defer cancel()
 	release := s.sched.Reserve(h.ID, mem)
 	sbID := auth.NewID("sb_")
-	if _, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, SnapshotID: snap.ID, Env: req.Env}); err != nil {
+	if _, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, SnapshotID: snap.ID, Env: req.Env, Egress: req.egress}); err != nil {
 		release()
 		return store.Sandbox{}, err
 	}

@@ -56,6 +56,9 @@ type Config struct {
 	ClusterToken string
 	// ReapInterval is how often expired sandboxes are looked for (default 1 s).
 	ReapInterval time.Duration
+	// ProxyDomain turns on the sandbox port proxy: requests whose Host is
+	// <port>-<sandbox id>.<ProxyDomain> go to that port in the sandbox. Empty: no proxy.
+	ProxyDomain string
 	// Version is reported by /healthz.
 	Version string
 	Now     func() time.Time
@@ -155,7 +158,18 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, notFound("no API route for %s %s", r.Method, r.URL.Path))
 	})
-	return s.outer(mux)
+	return s.outer(s.ports(mux))
+}
+
+// ports sends requests for <port>-<id>.<domain> to the sandbox proxy, everything else to the API.
+func (s *Server) ports(api http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if port, id, ok := s.portTarget(r.Host); ok {
+			s.proxy(w, r, port, id)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }
 
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)

@@ -16,6 +16,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/pandastack/pandastack/internal/network"
 )
 
 // DefaultBaseURL is used when neither an argument nor PANDASTACK_BASE_URL names a server.
@@ -98,6 +100,7 @@ type CreateRequest struct {
 	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
+	Egress     *network.Egress   `json:"egress,omitempty"`
 }
 
 // Snapshot is the public snapshot object: a sandbox's memory and disk at one instant.

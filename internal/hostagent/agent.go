@@ -24,6 +24,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/image"
+	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/runtime/qemu"
 	"github.com/pandastack/pandastack/internal/storage"
@@ -58,6 +59,9 @@ type Config struct {
 	FullSnapshots bool
 	// IdleHibernate hibernates a running sandbox no call has touched for this long (0: never).
 	IdleHibernate time.Duration
+	// Network, when set, gives every sandbox a NIC in its own network namespace (a slot of this
+	// pool) with its egress policy; templates are then baked with a NIC. Nil: no networking.
+	Network *network.Config
 }
 
 // Agent is a running host agent.
@@ -68,6 +72,7 @@ type Agent struct {
 	pool   *storage.Pool
 	images *image.Builder
 	hostID string
+	net    *network.Pool // nil: networking off
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -137,6 +142,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
+	if cfg.Network != nil {
+		if err := a.openNetwork(*cfg.Network); err != nil {
+			return nil, fmt.Errorf("networking: %w (run with networking off to go without)", err)
+		}
+	}
 	a.adopt()
 	var bg context.Context
 	bg, a.stop = context.WithCancel(context.Background())
@@ -181,6 +191,10 @@ func (a *Agent) Close() error {
 	a.mu.Unlock()
 	for _, sb := range sbs {
 		sb.closeGuest()
+	}
+	if a.net != nil {
+		// Slots of running sandboxes stay: a new agent adopts them with their VMMs.
+		return a.net.Close()
 	}
 	return nil
 }

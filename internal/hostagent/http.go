@@ -14,6 +14,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/guest"
 )
 
@@ -76,6 +77,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files/stat", a.busy(a.handleStat))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.busy(a.handleMkdir))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.busy(a.handleMove))
+	mux.HandleFunc("/v1/sandboxes/{id}/ports/{port}/{rest...}", a.handleProxy)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -88,8 +90,13 @@ var Version = "dev"
 func (a *Agent) auth(next http.Handler) http.Handler {
 	want := []byte("Bearer " + a.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get("Authorization")
+		if t := r.Header.Get(agentclient.ProxyTokenHeader); t != "" {
+			got = "Bearer " + t
+			r.Header.Del(agentclient.ProxyTokenHeader)
+		}
 		if a.cfg.Token != "" && r.URL.Path != "/healthz" &&
-			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			writeError(w, errorf(http.StatusUnauthorized, "unauthorized", "missing or wrong agent token"))
 			return
 		}

@@ -33,6 +33,8 @@ type SnapshotInfo struct {
 	CreatedAt time.Time `json:"created_at"`
 	SizeBytes int64     `json:"size_bytes"`
 	PauseMs   float64   `json:"pause_ms"`
+	// NIC: the snapshot's machine has a network device.
+	NIC bool `json:"nic,omitempty"`
 	// DirtyBytes is the guest memory that differed from the sandbox's base (what was copied).
 	DirtyBytes int64 `json:"dirty_bytes"`
 
@@ -152,7 +154,7 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 		}
 	}
 	snap := SnapshotInfo{ID: "snap_" + newID()[3:], SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
-		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Internal: internal}
+		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Internal: internal, NIC: rec.NIC}
 	final := filepath.Join(a.snapshotsDir(), snap.ID)
 	tmp := final + ".tmp"
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
@@ -214,7 +216,7 @@ func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, 
 		return nil, err
 	}
 	parent.mu.Lock()
-	env := parent.rec.Env
+	env, egress := parent.rec.Env, parent.rec.Egress
 	parent.mu.Unlock()
 	children := make([]SandboxInfo, count)
 	errs := make([]error, count)
@@ -227,7 +229,8 @@ func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, 
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			src := source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
-				MemoryMiB: snap.MemoryMiB, BaseDir: filepath.Join(a.snapshotsDir(), snap.ID), ForkOf: id, Env: env},
+				MemoryMiB: snap.MemoryMiB, BaseDir: filepath.Join(a.snapshotsDir(), snap.ID), ForkOf: id, Env: env,
+				Egress: egress, NIC: snap.NIC},
 				diskSrc: filepath.Join(a.snapshotsDir(), snap.ID, "disk.img")}
 			children[i], errs[i] = a.launch(ctx, newID(), src)
 		}()
@@ -292,6 +295,7 @@ func (a *Agent) Hibernate(ctx context.Context, id string) (SandboxInfo, error) {
 		return SandboxInfo{}, err
 	}
 	os.RemoveAll(vm.RunDir)
+	a.releaseNetwork(sb)
 	oldBase := rec.BaseDir
 	sb.mu.Lock()
 	sb.rec.State = StateHibernated
@@ -344,7 +348,7 @@ func (a *Agent) awake(ctx context.Context, id string) (*sandbox, error) {
 		return sb, nil
 	}
 	start := time.Now()
-	vm, client, err := a.restoreVM(ctx, &rec, a.runDir(id), filepath.Join(sb.dir, "disk.img"))
+	vm, client, slot, err := a.restoreVM(ctx, &rec, a.runDir(id), filepath.Join(sb.dir, "disk.img"))
 	if err != nil {
 		sb.mu.Lock()
 		sb.rec.State = StateError
@@ -354,10 +358,8 @@ func (a *Agent) awake(ctx context.Context, id string) (*sandbox, error) {
 		return nil, conflict("sandbox %s could not be woken: %v", id, err)
 	}
 	sb.mu.Lock()
-	sb.client = client
+	sb.setRunning(vm, client, slot)
 	sb.killed = false
-	sb.rec.VM = *vm
-	sb.rec.State = StateRunning
 	sb.rec.Error = ""
 	err = sb.persist()
 	sb.mu.Unlock()

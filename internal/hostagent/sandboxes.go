@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
 )
@@ -45,12 +46,18 @@ type record struct {
 	MemGen     int    `json:"mem_gen,omitempty"` // generation of the sandbox's own memory snapshots
 	SnapshotID string `json:"snapshot_id,omitempty"`
 	ForkOf     string `json:"fork_of,omitempty"`
+	// NIC: the VM has a network device (its snapshot was baked with one); it then gets a network
+	// slot while it runs: Netns names it, GuestAddr is where the host reaches the guest's ports.
+	NIC       bool            `json:"nic,omitempty"`
+	Egress    *network.Egress `json:"egress,omitempty"`
+	Netns     string          `json:"netns,omitempty"`
+	GuestAddr string          `json:"guest_addr,omitempty"`
 }
 
 // spec is the machine to restore; kernel and initrd always come from the template.
 func (r *record) spec(disk string) runtime.Spec {
 	return runtime.Spec{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, Kernel: filepath.Join(r.TemplateDir, "vmlinuz"),
-		Initrd: filepath.Join(r.TemplateDir, "initrd"), Disk: disk}
+		Initrd: filepath.Join(r.TemplateDir, "initrd"), Disk: disk, NIC: r.NIC}
 }
 
 // snapIn names the memory snapshot files in dir.
@@ -87,6 +94,7 @@ type sandbox struct {
 	client   *guest.Client
 	killed   bool
 	dir      string
+	slot     *network.Slot // while the VMM runs, if it has a NIC
 }
 
 func (sb *sandbox) info() SandboxInfo {
@@ -121,6 +129,7 @@ type CreateRequest struct {
 	Template   string            `json:"template,omitempty"`
 	SnapshotID string            `json:"snapshot_id,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
+	Egress     *network.Egress   `json:"egress,omitempty"`
 }
 
 // source is what a new sandbox is restored from.
@@ -148,18 +157,21 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 			return SandboxInfo{}, invalid("snapshot %s is of template %s, not %s", snap.ID, snap.Template, req.Template)
 		}
 		src = source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
-			MemoryMiB: snap.MemoryMiB, BaseDir: snap.dir, SnapshotID: snap.ID}, diskSrc: filepath.Join(snap.dir, "disk.img")}
+			MemoryMiB: snap.MemoryMiB, BaseDir: snap.dir, SnapshotID: snap.ID, NIC: snap.NIC}, diskSrc: filepath.Join(snap.dir, "disk.img")}
 	case req.Template != "":
 		tmpl, err := a.EnsureTemplate(ctx, req.Template, nil)
 		if err != nil {
 			return SandboxInfo{}, err
 		}
 		src = source{rec: record{Template: tmpl.Name, TemplateDir: tmpl.Dir, VCPUs: tmpl.VCPUs, MemoryMiB: tmpl.MemoryMiB,
-			BaseDir: tmpl.Dir}, diskSrc: filepath.Join(tmpl.Dir, "disk.img")}
+			BaseDir: tmpl.Dir, NIC: tmpl.NIC}, diskSrc: filepath.Join(tmpl.Dir, "disk.img")}
 	default:
 		return SandboxInfo{}, invalid("template (or snapshot_id) is required")
 	}
-	src.rec.Env = req.Env
+	if _, err := req.Egress.Policy(); err != nil {
+		return SandboxInfo{}, invalid("%v", err)
+	}
+	src.rec.Env, src.rec.Egress = req.Env, req.Egress
 	return a.launch(ctx, req.ID, src)
 }
 
@@ -197,44 +209,71 @@ func (a *Agent) launch(ctx context.Context, id string, src source) (SandboxInfo,
 	if err := storage.Clone(src.diskSrc, disk); err != nil {
 		return fail(err)
 	}
-	vm, client, err := a.restoreVM(ctx, &sb.rec, runDir, disk)
+	vm, client, slot, err := a.restoreVM(ctx, &rec, runDir, disk)
 	if err != nil {
 		return fail(err)
 	}
 	sb.mu.Lock()
-	sb.client = client
-	sb.rec.VM = *vm
-	sb.rec.State = StateRunning
+	sb.setRunning(vm, client, slot)
 	sb.rec.ReadyMs = time.Since(start).Milliseconds()
 	err = sb.persist()
 	sb.mu.Unlock()
 	if err != nil {
 		client.Close()
 		a.rt.Kill(vm)
+		a.releaseNetwork(sb)
 		return fail(err)
 	}
 	a.watch(sb, vm)
 	return sb.info(), nil
 }
 
-// restoreVM starts rec's VM from rec.BaseDir with disk, and connects to its guest agent.
-func (a *Agent) restoreVM(ctx context.Context, rec *record, runDir, disk string) (*runtime.VM, *guest.Client, error) {
+// restoreVM starts rec's VM from rec.BaseDir with disk (and its network slot, if it has a NIC),
+// and connects to its guest agent.
+func (a *Agent) restoreVM(ctx context.Context, rec *record, runDir, disk string) (*runtime.VM, *guest.Client, *network.Slot, error) {
 	base := snapIn(rec.BaseDir)
 	for _, f := range []string{base.RAMFile, base.StateFile, rec.spec(disk).Kernel} {
 		if _, err := os.Stat(f); err != nil {
-			return nil, nil, fmt.Errorf("sandbox %s: snapshot files missing: %w", rec.ID, err)
+			return nil, nil, nil, fmt.Errorf("sandbox %s: snapshot files missing: %w", rec.ID, err)
 		}
 	}
-	vm, err := a.rt.Restore(ctx, runDir, rec.spec(disk), base)
+	slot, tap, err := a.attachNetwork(ctx, rec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("restore %s: %w", rec.ID, err)
+		return nil, nil, nil, err
+	}
+	spec := rec.spec(disk)
+	spec.Tap = tap
+	vm, err := a.rt.Restore(ctx, runDir, spec, base)
+	if tap != nil {
+		tap.Close() // the VMM holds its own copy
+	}
+	if err != nil {
+		if slot != nil {
+			slot.Release()
+		}
+		return nil, nil, nil, fmt.Errorf("restore %s: %w", rec.ID, err)
 	}
 	client, err := guestConnect(ctx, vm.AgentSocket, 30*time.Second)
 	if err != nil {
 		a.rt.Kill(vm)
-		return nil, nil, fmt.Errorf("sandbox %s: guest agent did not answer after restore: %w", rec.ID, err)
+		if slot != nil {
+			slot.Release()
+		}
+		return nil, nil, nil, fmt.Errorf("sandbox %s: guest agent did not answer after restore: %w", rec.ID, err)
 	}
-	return vm, client, nil
+	return vm, client, slot, nil
+}
+
+// setRunning records a VM that just started for sb (call with sb.mu held).
+func (sb *sandbox) setRunning(vm *runtime.VM, client *guest.Client, slot *network.Slot) {
+	sb.client = client
+	sb.rec.VM = *vm
+	sb.rec.State = StateRunning
+	sb.slot = slot
+	sb.rec.Netns, sb.rec.GuestAddr = "", ""
+	if slot != nil {
+		sb.rec.Netns, sb.rec.GuestAddr = slot.Namespace, slot.SandboxAddr.String()
+	}
 }
 
 // watch marks the sandbox `error` with the reason when its VMM ends without being killed.
@@ -256,6 +295,7 @@ func (a *Agent) watch(sb *sandbox, vm *runtime.VM) {
 		if c != nil {
 			c.Close()
 		}
+		a.releaseNetwork(sb)
 		a.log.Warn("sandbox VMM ended", "sandbox", sb.rec.ID, "reason", ex.Reason)
 	}()
 }
@@ -286,6 +326,7 @@ func (a *Agent) adopt() {
 		if a.rt.Alive(&vm) {
 			a.log.Info("re-adopted running sandbox", "sandbox", sb.rec.ID, "pid", vm.Pid)
 		}
+		a.adoptNetwork(sb)
 		// For a VMM that died while no agent watched, this reports at once.
 		a.watch(sb, &vm)
 	}
@@ -352,6 +393,7 @@ func (a *Agent) Kill(id string) error {
 		}
 		os.RemoveAll(vm.RunDir)
 	}
+	a.releaseNetwork(sb)
 	if err := os.RemoveAll(sb.dir); err != nil {
 		return err
 	}

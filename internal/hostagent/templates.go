@@ -14,6 +14,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/image"
+	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
 	"github.com/pandastack/pandastack/internal/template"
@@ -29,13 +30,15 @@ type TemplateInfo struct {
 	BakeMs    int64     `json:"bake_ms,omitempty"`
 	SizeBytes int64     `json:"size_bytes,omitempty"`
 	BakedAt   time.Time `json:"baked_at,omitzero"`
+	// NIC: baked with a network device, so its sandboxes have one.
+	NIC bool `json:"nic,omitempty"`
 
 	Dir string `json:"-"` // the baked artifacts: kernel, initrd, disk.img, ram, state
 }
 
 func (t *TemplateInfo) spec(disk string) runtime.Spec {
 	return runtime.Spec{VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, Kernel: filepath.Join(t.Dir, "vmlinuz"),
-		Initrd: filepath.Join(t.Dir, "initrd"), Disk: disk}
+		Initrd: filepath.Join(t.Dir, "initrd"), Disk: disk, NIC: t.NIC}
 }
 
 func (t *TemplateInfo) snapshot() runtime.Snapshot {
@@ -126,7 +129,8 @@ func (a *Agent) bake(ctx context.Context, spec template.Spec, say func(string, .
 	if err != nil {
 		return nil, err
 	}
-	key := shortHash("bake-v2", warmUp, img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
+	nic := a.net != nil
+	key := shortHash("bake-v3", warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
 		strconv.Itoa(spec.DiskMiB), a.rt.Name(), a.rt.Accel(), qemuVersion())
 	dir := filepath.Join(a.templatesDir(), spec.Name+"-"+key)
 	if info, err := loadTemplate(dir); err == nil {
@@ -145,9 +149,24 @@ func (a *Agent) bake(ctx context.Context, spec template.Spec, say func(string, .
 			return nil, err
 		}
 	}
-	info := &TemplateInfo{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB, Dir: tmp}
+	info := &TemplateInfo{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB, Dir: tmp, NIC: nic}
 	runDir := a.runDir("bake-" + spec.Name)
-	vm, err := a.rt.Boot(ctx, runDir, info.spec(filepath.Join(tmp, "disk.img")), filepath.Join(tmp, "ram"))
+	mspec := info.spec(filepath.Join(tmp, "disk.img"))
+	if nic {
+		// The bake VM needs a tap like any other (the NIC is in the snapshot), but no egress.
+		slot, err := a.net.Acquire(ctx, network.Policy{})
+		if err != nil {
+			return nil, fmt.Errorf("template %s: network slot: %w", spec.Name, err)
+		}
+		defer slot.Release() // after the deferred Kill below: a slot is released once its VMM is gone
+		if mspec.Tap, err = slot.OpenTap(); err != nil {
+			return nil, fmt.Errorf("template %s: %w", spec.Name, err)
+		}
+	}
+	vm, err := a.rt.Boot(ctx, runDir, mspec, filepath.Join(tmp, "ram"))
+	if mspec.Tap != nil {
+		mspec.Tap.Close()
+	}
 	if err != nil {
 		return nil, err
 	}

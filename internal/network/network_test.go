@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/network/nettest"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -84,31 +85,31 @@ func TestSlotLayout(t *testing.T) {
 	if s.HostAddr.As4()[3] != first[3]+byte(4*s.Index)+1 || s.SandboxAddr.Next() != s.HostAddr.Next().Next() {
 		t.Errorf("addresses host %v sandbox %v (index %d, CIDR %v)", s.HostAddr, s.SandboxAddr, s.Index, e.cidr)
 	}
-	in := output("ip", "-n", s.Namespace, "-br", "addr")
+	in := nettest.Output("ip", "-n", s.Namespace, "-br", "addr")
 	for _, want := range []string{"tap0", "10.0.2.1/24", "veth0", s.SandboxAddr.String() + "/30"} {
 		if !strings.Contains(in, want) {
 			t.Errorf("namespace addresses lack %q:\n%s", want, in)
 		}
 	}
-	if l := output("ip", "-n", s.Namespace, "-br", "link", "show", "tap0"); !strings.Contains(l, TapMAC.String()) {
+	if l := nettest.Output("ip", "-n", s.Namespace, "-br", "link", "show", "tap0"); !strings.Contains(l, TapMAC.String()) {
 		t.Errorf("tap0: %s", l)
 	}
-	if n := output("ip", "-n", s.Namespace, "neigh", "show", "dev", "tap0"); !strings.Contains(n, "10.0.2.15 lladdr 52:54:00:12:34:56 PERMANENT") {
+	if n := nettest.Output("ip", "-n", s.Namespace, "neigh", "show", "dev", "tap0"); !strings.Contains(n, "10.0.2.15 lladdr 52:54:00:12:34:56 PERMANENT") {
 		t.Errorf("guest neighbour: %q", n)
 	}
-	if r := output("ip", "-n", s.Namespace, "route", "show", "default"); !strings.Contains(r, "via "+s.HostAddr.String()+" dev veth0") {
+	if r := nettest.Output("ip", "-n", s.Namespace, "route", "show", "default"); !strings.Contains(r, "via "+s.HostAddr.String()+" dev veth0") {
 		t.Errorf("default route: %q", r)
 	}
-	if h := output("ip", "-br", "addr", "show", s.HostLink); !strings.Contains(h, s.HostAddr.String()+"/30") {
+	if h := nettest.Output("ip", "-br", "addr", "show", s.HostLink); !strings.Contains(h, s.HostAddr.String()+"/30") {
 		t.Errorf("host link: %q", h)
 	}
-	if v := strings.TrimSpace(output("ip", "netns", "exec", s.Namespace, "cat", "/proc/sys/net/ipv4/ip_forward")); v != "1" {
+	if v := strings.TrimSpace(nettest.Output("ip", "netns", "exec", s.Namespace, "cat", "/proc/sys/net/ipv4/ip_forward")); v != "1" {
 		t.Errorf("namespace ip_forward = %q", v)
 	}
-	if tables := output("ip", "netns", "exec", s.Namespace, "nft", "list", "tables"); strings.TrimSpace(tables) != "table ip pandastack" {
+	if tables := nettest.Output("ip", "netns", "exec", s.Namespace, "nft", "list", "tables"); strings.TrimSpace(tables) != "table ip pandastack" {
 		t.Errorf("namespace tables: %q", tables)
 	}
-	rules := output("ip", "netns", "exec", s.Namespace, "nft", "list", "table", "ip", "pandastack")
+	rules := nettest.Output("ip", "netns", "exec", s.Namespace, "nft", "list", "table", "ip", "pandastack")
 	for _, want := range []string{
 		`iifname "veth0" ip daddr ` + s.SandboxAddr.String() + ` meta l4proto tcp dnat to 10.0.2.15`,
 		`iifname "tap0" ip daddr 10.0.2.1 udp dport 53 dnat to 198.18.255.53`,
@@ -122,7 +123,7 @@ func TestSlotLayout(t *testing.T) {
 			t.Errorf("namespace rules lack %q:\n%s", want, rules)
 		}
 	}
-	host := output("nft", "list", "table", "ip", nftTable+"-"+e.prefix)
+	host := nettest.Output("nft", "list", "table", "ip", nftTable+"-"+e.prefix)
 	for _, want := range []string{
 		"ip saddr " + e.cidr.String() + " ip daddr != " + e.cidr.String() + " masquerade",
 		`iifname "` + e.prefix + `-h*" jump slot_input`,
@@ -131,7 +132,7 @@ func TestSlotLayout(t *testing.T) {
 			t.Errorf("host rules lack %q:\n%s", want, host)
 		}
 	}
-	if v := strings.TrimSpace(output("cat", "/proc/sys/net/ipv4/ip_forward")); v != "1" {
+	if v := strings.TrimSpace(nettest.Output("cat", "/proc/sys/net/ipv4/ip_forward")); v != "1" {
 		t.Errorf("host ip_forward = %q", v)
 	}
 
@@ -169,21 +170,21 @@ func TestSlotLayout(t *testing.T) {
 // TestEgressPolicy drives the guest stand-in against the outside world under each policy.
 func TestEgressPolicy(t *testing.T) {
 	e := newEnv(t)
-	o := e.newOutside()
-	p := e.open(Config{Ready: 2, DNS: o.addr})
+	o := nettest.NewOutside(t, e.prefix)
+	p := e.open(Config{Ready: 2, DNS: o.Addr})
 	web := func(a netip.Addr) string { return a.String() + ":8080" }
 	srange := netip.MustParsePrefix("198.18.0.0/15")
 	cases := []struct {
 		name       string
 		pol        Policy
-		main, alt  bool // outside server reachable at o.addr, at o.other
+		main, alt  bool // outside server reachable at o.Addr, at o.Other
 		dnsReaches bool
 	}{
 		{"internet", Policy{Internet: true}, true, true, true},
 		{"no-internet", Policy{}, false, false, false},
-		{"deny-cidr", Policy{Internet: true, Deny: []netip.Prefix{pfx(o.addr)}}, false, true, false},
-		{"allow-overrides-no-internet", Policy{Allow: []netip.Prefix{pfx(o.addr)}}, true, false, true},
-		{"deny-beats-allow", Policy{Allow: []netip.Prefix{srange}, Deny: []netip.Prefix{pfx(o.other)}}, true, false, true},
+		{"deny-cidr", Policy{Internet: true, Deny: []netip.Prefix{pfx(o.Addr)}}, false, true, false},
+		{"allow-overrides-no-internet", Policy{Allow: []netip.Prefix{pfx(o.Addr)}}, true, false, true},
+		{"deny-beats-allow", Policy{Allow: []netip.Prefix{srange}, Deny: []netip.Prefix{pfx(o.Other)}}, true, false, true},
 		{"internet-again-on-recycled-slot", Policy{Internet: true}, true, true, true},
 	}
 	for _, c := range cases {
@@ -208,11 +209,11 @@ func TestEgressPolicy(t *testing.T) {
 				}
 				return ""
 			}
-			body := expectGet(t, g.h, web(o.addr), want(c.main))
-			if c.main && body != "outside "+o.hostAddr.String() {
-				t.Errorf("outside saw %q, want the host's masqueraded address %v", body, o.hostAddr)
+			body := expectGet(t, g.h, web(o.Addr), want(c.main))
+			if c.main && body != "outside "+o.HostAddr.String() {
+				t.Errorf("outside saw %q, want the host's masqueraded address %v", body, o.HostAddr)
 			}
-			expectGet(t, g.h, web(o.other), want(c.alt))
+			expectGet(t, g.h, web(o.Other), want(c.alt))
 			timeout := okTimeout
 			if !c.dnsReaches {
 				timeout = failTimeout
@@ -276,13 +277,13 @@ func TestDNSViaHost(t *testing.T) {
 // neither another slot nor any address of the host, unless its Allow list says so.
 func TestIsolationAndInbound(t *testing.T) {
 	e := newEnv(t)
-	o := e.newOutside()
-	p := e.open(Config{Ready: 2, DNS: o.addr})
+	o := nettest.NewOutside(t, e.prefix)
+	p := e.open(Config{Ready: 2, DNS: o.Addr})
 	a := e.acquire(p, Policy{Internet: true})
 	b := e.acquire(p, Policy{Internet: true})
 	ga, gb := e.newGuest(a), e.newGuest(b)
-	listenIn(t, ga.h, "10.0.2.15:8000", whoHandler("guest-a"))
-	listenIn(t, gb.h, "10.0.2.15:8000", whoHandler("guest-b"))
+	nettest.ListenIn(t, ga.h, "10.0.2.15:8000", nettest.WhoHandler("guest-a"))
+	nettest.ListenIn(t, gb.h, "10.0.2.15:8000", nettest.WhoHandler("guest-b"))
 
 	// A service of the host's, on every host address.
 	hl, err := net.Listen("tcp4", "0.0.0.0:0")
@@ -314,8 +315,8 @@ func TestIsolationAndInbound(t *testing.T) {
 		expectGet(t, netns.None(), a.SandboxAddr.String()+":8000", "guest-a 10.0.2.1")
 	})
 	t.Run("sanity", func(t *testing.T) {
-		expectGet(t, ga.h, o.addr.String()+":8080", "outside")
-		expectGet(t, netns.None(), hostAt(o.hostAddr), "host")
+		expectGet(t, ga.h, o.Addr.String()+":8080", "outside")
+		expectGet(t, netns.None(), hostAt(o.HostAddr), "host")
 	})
 	t.Run("no-other-slot", func(t *testing.T) {
 		expectGet(t, ga.h, b.SandboxAddr.String()+":8000", "")
@@ -324,20 +325,20 @@ func TestIsolationAndInbound(t *testing.T) {
 	t.Run("no-host", func(t *testing.T) {
 		expectGet(t, ga.h, hostAt(a.HostAddr), "")            // its own gateway on the host
 		expectGet(t, ga.h, hostAt(b.HostAddr), "")            // another slot's host end
-		expectGet(t, ga.h, hostAt(o.hostAddr), "")            // a host address outside the slot CIDR
+		expectGet(t, ga.h, hostAt(o.HostAddr), "")            // a host address outside the slot CIDR
 		expectGet(t, ga.h, "10.0.2.1:"+fmt.Sprint(hport), "") // the namespace itself
 	})
 	t.Run("allow-opens-slot-and-host", func(t *testing.T) {
-		c := e.acquire(p, Policy{Allow: []netip.Prefix{pfx(b.SandboxAddr), pfx(o.hostAddr)}})
+		c := e.acquire(p, Policy{Allow: []netip.Prefix{pfx(b.SandboxAddr), pfx(o.HostAddr)}})
 		gc := e.newGuest(c)
 		expectGet(t, gc.h, b.SandboxAddr.String()+":8000", "guest-b")
-		expectGet(t, gc.h, hostAt(o.hostAddr), "host")
+		expectGet(t, gc.h, hostAt(o.HostAddr), "host")
 		expectGet(t, gc.h, hostAt(a.HostAddr), "")
-		expectGet(t, gc.h, o.addr.String()+":8080", "")
+		expectGet(t, gc.h, o.Addr.String()+":8080", "")
 		hostRules := func() string {
-			return output("nft", "list", "chain", "ip", nftTable+"-"+e.prefix, chSlotAllow)
+			return nettest.Output("nft", "list", "chain", "ip", nftTable+"-"+e.prefix, chSlotAllow)
 		}
-		if r := hostRules(); !strings.Contains(r, `iifname "`+c.HostLink+`" ip daddr `+o.hostAddr.String()+" accept") {
+		if r := hostRules(); !strings.Contains(r, `iifname "`+c.HostLink+`" ip daddr `+o.HostAddr.String()+" accept") {
 			t.Errorf("host allow rules:\n%s", r)
 		}
 		// Release while the tap is still open: the slot must be deleted, not recycled.
@@ -381,8 +382,8 @@ func waitGone(t testing.TB, ns string) {
 // connections in its namespace or on the host) and serves the next sandbox's policy.
 func TestRecycle(t *testing.T) {
 	e := newEnv(t)
-	o := e.newOutside()
-	p := e.open(Config{Ready: 2, DNS: o.addr})
+	o := nettest.NewOutside(t, e.prefix)
+	p := e.open(Config{Ready: 2, DNS: o.Addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := p.WaitReady(ctx); err != nil {
@@ -390,12 +391,12 @@ func TestRecycle(t *testing.T) {
 	}
 	// An Allow of a host address makes the host track the slot's connections by state too, so
 	// the host's table must be wiped as well.
-	s, err := p.Acquire(ctx, Policy{Internet: true, Allow: []netip.Prefix{pfx(o.hostAddr)}})
+	s, err := p.Acquire(ctx, Policy{Internet: true, Allow: []netip.Prefix{pfx(o.HostAddr)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := e.newGuest(s)
-	c, err := dialIn(g.h, "tcp4", o.addr.String()+":8080", okTimeout)
+	c, err := nettest.DialIn(g.h, "tcp4", o.Addr.String()+":8080", okTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +418,7 @@ func TestRecycle(t *testing.T) {
 	if n := conntrackCount(t, netns.None(), s.SandboxAddr); n != 0 {
 		t.Errorf("%d host tracked connections of the released slot left", n)
 	}
-	if eg := output("ip", "netns", "exec", s.Namespace, "nft", "list", "chain", "ip", "pandastack", "egress"); strings.Contains(eg, "accept") || strings.Contains(eg, "jump") {
+	if eg := nettest.Output("ip", "netns", "exec", s.Namespace, "nft", "list", "chain", "ip", "pandastack", "egress"); strings.Contains(eg, "accept") || strings.Contains(eg, "jump") {
 		t.Errorf("released slot kept its policy:\n%s", eg)
 	}
 	// Take slots until the recycled one comes back; give it no internet.
@@ -433,7 +434,7 @@ func TestRecycle(t *testing.T) {
 		t.Fatalf("slot %d never handed out again", s.Index)
 	}
 	g2 := e.newGuest(again)
-	expectGet(t, g2.h, o.addr.String()+":8080", "")
+	expectGet(t, g2.h, o.Addr.String()+":8080", "")
 }
 
 // conntrackCount counts tracked IPv4 connections in namespace ns (netns.None(): the host), only
@@ -483,12 +484,12 @@ func TestChurn200(t *testing.T) {
 	}
 	made := time.Since(start)
 	// While they exist: one table in a slot namespace, and 200 tap0s.
-	if tables := output("ip", "netns", "exec", slots[0].Namespace, "nft", "list", "tables"); strings.TrimSpace(tables) != "table ip pandastack" {
+	if tables := nettest.Output("ip", "netns", "exec", slots[0].Namespace, "nft", "list", "tables"); strings.TrimSpace(tables) != "table ip pandastack" {
 		t.Errorf("slot tables: %q", tables)
 	}
 	taps := 0
 	for _, s := range slots {
-		if strings.Contains(output("ip", "-n", s.Namespace, "-br", "link", "show", "tap0"), "tap0") {
+		if strings.Contains(nettest.Output("ip", "-n", s.Namespace, "-br", "link", "show", "tap0"), "tap0") {
 			taps++
 		}
 	}
@@ -523,10 +524,10 @@ func TestChurn200(t *testing.T) {
 // keeps, which Adopt takes back working.
 func TestReclaim(t *testing.T) {
 	e := newEnv(t)
-	o := e.newOutside()
-	p1 := e.open(Config{Ready: 2, DNS: o.addr})
+	o := nettest.NewOutside(t, e.prefix)
+	p1 := e.open(Config{Ready: 2, DNS: o.Addr})
 	a := e.acquire(p1, Policy{Internet: true})
-	b := e.acquire(p1, Policy{Internet: true, Allow: []netip.Prefix{pfx(o.hostAddr)}})
+	b := e.acquire(p1, Policy{Internet: true, Allow: []netip.Prefix{pfx(o.HostAddr)}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p1.WaitReady(ctx)
@@ -535,7 +536,8 @@ func TestReclaim(t *testing.T) {
 		t.Fatalf("expected 4 namespaces, 4 links and a table before reclaim, got %d", n)
 	}
 
-	p2 := e.open(Config{Ready: 1, DNS: o.addr, Keep: func(ns string) bool { return ns == a.Namespace }})
+	// No ready slots: filling would soon recreate b's index (and so its names) if it is free.
+	p2 := e.open(Config{Ready: -1, DNS: o.Addr, Keep: func(ns string) bool { return ns == a.Namespace }})
 	if _, err := os.Stat(b.NetnsPath()); !os.IsNotExist(err) {
 		t.Errorf("leftover %s not reclaimed", b.Namespace)
 	}
@@ -556,7 +558,7 @@ func TestReclaim(t *testing.T) {
 		t.Errorf("adopted %+v, was %+v", a2, a)
 	}
 	g := e.newGuest(a2)
-	expectGet(t, g.h, o.addr.String()+":8080", "outside")
+	expectGet(t, g.h, o.Addr.String()+":8080", "outside")
 	s3 := e.acquire(p2, Policy{})
 	if s3.Index == a.Index {
 		t.Error("a kept slot's index was handed out again")

@@ -5,6 +5,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"os"
 	"time"
 )
 
@@ -17,6 +18,12 @@ type Spec struct {
 	Initrd    string
 	// Disk is the raw root disk image the guest sees as /dev/vda.
 	Disk string
+	// NIC gives the machine a virtio-net device. It is part of the machine's shape: a snapshot
+	// baked with a NIC restores only with one.
+	NIC bool
+	// Tap is the open tap device backing the NIC (the network slot's tap0). The VMM gets its own
+	// copy; the caller closes this one once Boot or Restore returns.
+	Tap *os.File `json:"-"`
 }
 
 // Snapshot is a baked machine state: guest RAM in a file plus the VMM's device state.

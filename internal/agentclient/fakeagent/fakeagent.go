@@ -295,8 +295,14 @@ func (a *Agent) handler() http.Handler {
 	authed.HandleFunc("GET /v1/sandboxes/{id}/files/stat", a.statFile)
 	authed.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.mkdir)
 	authed.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.move)
+	authed.HandleFunc("/v1/sandboxes/{id}/ports/{port}/{rest...}", a.port)
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer "+a.Token {
+		got := r.Header.Get("Authorization")
+		if t := r.Header.Get(agentclient.ProxyTokenHeader); t != "" {
+			got = "Bearer " + t
+			r.Header.Del(agentclient.ProxyTokenHeader)
+		}
+		if got != "Bearer "+a.Token {
 			writeErr(w, 401, "unauthorized", "bad agent token")
 			return
 		}
@@ -808,4 +814,19 @@ func (a *Agent) move(w http.ResponseWriter, r *http.Request) {
 	sb.mkdirAll(path.Dir(to))
 	sb.files[to] = b
 	w.WriteHeader(204)
+}
+
+// port stands in for the agent's port proxy: instead of a guest server it describes the request
+// it got, so tests can check what the control plane forwarded.
+func (a *Agent) port(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	_, ok := a.sandboxes[r.PathValue("id")]
+	a.mu.Unlock()
+	if !ok {
+		writeErr(w, 404, "not_found", "no such sandbox")
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	writeJSON(w, 200, map[string]any{"method": r.Method, "port": r.PathValue("port"), "path": "/" + r.PathValue("rest"),
+		"query": r.URL.RawQuery, "host": r.Host, "authorization": r.Header.Get("Authorization"), "body": string(body)})
 }

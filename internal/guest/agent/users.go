@@ -139,10 +139,11 @@ func asUser(u *account, fn func() error) error {
 		unix.Setfsgid(int(u.GID))
 		unix.Setfsuid(int(u.UID))
 		// setfsuid reports no errors; an invalid id (-1) just returns the current one.
+		var res error
 		if cur, _ := unix.SetfsuidRetUid(-1); cur != int(u.UID) {
-			errc <- errors.New("setfsuid did not take effect")
+			res = errors.New("setfsuid did not take effect")
 		} else {
-			errc <- fn()
+			res = fn()
 		}
 		unix.Setfsuid(euid) // back to 0 also restores the fs capabilities
 		unix.Setfsgid(egid)
@@ -150,6 +151,9 @@ func asUser(u *account, fn func() error) error {
 		cu, _ := unix.SetfsuidRetUid(-1)
 		cg, _ := unix.SetfsgidRetGid(-1)
 		restored = err == nil && cu == euid && cg == egid
+		// Answer only now: the caller (and a test looking at every thread) sees this thread as
+		// it is again. A thread that could not be restored ends with its goroutine (still locked).
+		errc <- res
 	}()
 	return <-errc
 }

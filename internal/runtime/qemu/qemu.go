@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"golang.org/x/sys/unix"
 )
@@ -65,7 +66,11 @@ func hostTSCKHz() int {
 }
 
 func (d *Driver) cmdline(extra string) string {
-	c := "console=ttyS0 panic=-1 quiet loglevel=3"
+	// panic=-1 reboots at once on a guest panic and -no-reboot turns that into QEMU's exit.
+	// reboot=t: the reset is a triple fault, which QEMU always sees. The default (ACPI, then the
+	// keyboard controller, then a jump to the firmware) sometimes ended in a guest hung in the
+	// firmware under load, with the VMM still running.
+	c := "console=ttyS0 panic=-1 reboot=t quiet loglevel=3"
 	if d.tscKHz > 0 {
 		c += " tsc_early_khz=" + strconv.Itoa(d.tscKHz)
 	}
@@ -105,13 +110,18 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		"-drive", "id=root,file=" + spec.Disk + ",format=raw,if=none,cache=unsafe",
 		"-device", "virtio-blk-device,drive=root",
 	}
+	if spec.NIC {
+		// The tap arrives as fd 3 (ExtraFiles[0]); the MAC is the one every slot expects.
+		a = append(a, "-netdev", "tap,id=n0,fd=3",
+			"-device", "virtio-net-device,netdev=n0,mac="+network.GuestMAC.String())
+	}
 	if incoming {
 		a = append(a, "-incoming", "defer")
 	}
 	return a
 }
 
-func (d *Driver) start(runDir string, args []string) (*runtime.VM, error) {
+func (d *Driver) start(runDir string, args []string, tap *os.File) (*runtime.VM, error) {
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -128,6 +138,9 @@ func (d *Driver) start(runDir string, args []string) (*runtime.VM, error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own session: the VMM outlives a restart (or crash) of the agent, which re-adopts it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if tap != nil {
+		cmd.ExtraFiles = []*os.File{tap} // fd 3: -netdev tap,fd=3
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
@@ -150,7 +163,10 @@ func (d *Driver) start(runDir string, args []string) (*runtime.VM, error) {
 
 // Boot cold-boots spec with its RAM in ramFile (shared, so a snapshot need not copy it).
 func (d *Driver) Boot(ctx context.Context, runDir string, spec runtime.Spec, ramFile string) (*runtime.VM, error) {
-	return d.start(runDir, d.args(runDir, spec, ramFile, true, false))
+	if spec.NIC != (spec.Tap != nil) {
+		return nil, fmt.Errorf("qemu: a NIC needs a tap and a tap needs a NIC")
+	}
+	return d.start(runDir, d.args(runDir, spec, ramFile, true, false), spec.Tap)
 }
 
 // SaveSnapshot migrates device state to stateFile. RAM is skipped (x-ignore-shared) because it
@@ -180,7 +196,10 @@ func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, 
 	if strings.ContainsAny(snap.StateFile, "'\\\n") {
 		return nil, fmt.Errorf("snapshot path %q has characters QEMU's exec: URI cannot carry", snap.StateFile)
 	}
-	vm, err := d.start(runDir, d.args(runDir, spec, snap.RAMFile, false, true))
+	if spec.NIC != (spec.Tap != nil) {
+		return nil, fmt.Errorf("qemu: a NIC needs a tap and a tap needs a NIC")
+	}
+	vm, err := d.start(runDir, d.args(runDir, spec, snap.RAMFile, false, true), spec.Tap)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,105 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// proxyGet sends a request for host through the server, with the app's own Authorization header.
+func (e *env) proxyDo(method, host, path, body string) (int, http.Header, string) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.hs.URL+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Host = host
+	req.Header.Set("Authorization", "Bearer app-secret")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, string(b)
+}
+
+// The control plane half of the port proxy: Host routing, what reaches the agent, and the error
+// pages. (The agent half, into a real guest with WebSockets, is hostagent's TestNetworking.)
+func TestPortProxy(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ProxyDomain = "sandboxes.example.test" })
+	sb := e.create(e.admin, map[string]any{"template": "base"})
+
+	host := "8000-" + sb.ID + ".sandboxes.example.test:443"
+	code, _, body := e.proxyDo("POST", host, "/api/items?x=1", "payload")
+	if code != 200 {
+		t.Fatalf("proxied request: %d %s", code, body)
+	}
+	var got map[string]string
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatalf("agent answer %q: %v", body, err)
+	}
+	want := map[string]string{"method": "POST", "port": "8000", "path": "/api/items", "query": "x=1",
+		"host": host, "authorization": "Bearer app-secret", "body": "payload"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("forwarded %s = %q, want %q", k, got[k], v)
+		}
+	}
+
+	for _, c := range []struct {
+		name, host string
+		status     int
+		page       string
+	}{
+		{"unknown sandbox", "8000-sb_nosuchsandbox.sandboxes.example.test", 502, "No such sandbox"},
+		{"port out of range", "99999-" + sb.ID + ".sandboxes.example.test", 400, "not a TCP port"},
+	} {
+		code, hdr, body := e.proxyDo("GET", c.host, "/", "")
+		if code != c.status || !strings.Contains(body, c.page) || !strings.HasPrefix(hdr.Get("Content-Type"), "text/html") {
+			t.Errorf("%s: %d %q, want %d with %q", c.name, code, body, c.status, c.page)
+		}
+	}
+
+	// Another host name is the API itself (JSON errors, key required).
+	if code, _, body := e.proxyDo("GET", "api.sandboxes.example.test", "/v1/sandboxes", ""); code != 401 || !strings.Contains(body, `"error"`) {
+		t.Errorf("API host: %d %s", code, body)
+	}
+
+	// A killed sandbox's ports answer 502 with the reason.
+	if r := e.do("DELETE", "/v1/sandboxes/"+sb.ID, e.admin, nil); r.status != 204 {
+		t.Fatalf("kill: %d %s", r.status, r.body)
+	}
+	if code, _, body := e.proxyDo("GET", host, "/", ""); code != 502 || !strings.Contains(body, "was killed") {
+		t.Errorf("killed sandbox: %d %s", code, body)
+	}
+}
+
+func TestPortTarget(t *testing.T) {
+	s := &Server{cfg: Config{ProxyDomain: "localhost"}}
+	for host, want := range map[string]string{
+		"8000-sb_abc.localhost":      "8000 sb_abc",
+		"8000-SB_ABC.LOCALHOST:8080": "8000 sb_abc",
+		"8000-sb_abc.localhost.":     "8000 sb_abc",
+		"localhost":                  "",
+		"8000-sb_abc.evil.com":       "",
+		"8000-sb_abc.x.localhost":    "",
+		"x8000-sb_abc.localhost":     "",
+		"8000-sb_abc-x.localhost":    "",
+		"123456-sb_abc.localhost":    "",
+		"8000-sb_abc.notlocalhost":   "",
+	} {
+		port, id, ok := s.portTarget(host)
+		got := ""
+		if ok {
+			got = strings.TrimSpace(strings.Join([]string{itoa(port), id}, " "))
+		}
+		if got != want {
+			t.Errorf("portTarget(%q) = %q, want %q", host, got, want)
+		}
+	}
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
