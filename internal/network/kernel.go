@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/pandastack/pandastack/internal/network/nsrun"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -96,36 +97,8 @@ func removeNamedNetns(name string) error {
 	return nil
 }
 
-// runIn runs fn on an OS thread that has joined the namespace ns. The thread returns to the
-// original namespace afterwards; if it cannot, it is discarded instead of being reused.
-// Goroutines started by fn do not inherit the namespace.
-func runIn(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("setns: %w", err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			// Leave the thread locked: the runtime ends it when this goroutine returns.
-			errc <- errors.Join(ferr, fmt.Errorf("restore netns: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+// runIn runs fn on an OS thread inside ns (see nsrun.In).
+func runIn(ns netns.NsHandle, fn func() error) error { return nsrun.In(ns, fn) }
 
 // writeSysctl sets a sysctl (dotted name) in the calling thread's network namespace.
 func writeSysctl(name, value string) error {

@@ -244,16 +244,7 @@ func TestDNSViaHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		go func() {
-			buf := make([]byte, 1500)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				pc.WriteTo(append([]byte("stub:"), buf[:n]...), from)
-			}
-		}()
+		go nettest.UDPEcho(pc, "stub:")
 		g := e.newGuest(s)
 		timeout := okTimeout
 		if !c.want {

@@ -22,7 +22,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -31,11 +30,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/network/nsrun"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -135,36 +134,8 @@ func NsHandle(t testing.TB, name string) netns.NsHandle {
 	return h
 }
 
-// RunIn runs fn on an OS thread that has joined the namespace ns. The thread returns to the
-// original namespace afterwards; if it cannot, it is discarded instead of being reused.
-// Goroutines started by fn do not inherit the namespace. (A copy of package network's runIn.)
-func RunIn(ns netns.NsHandle, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("setns: %w", err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			// Leave the thread locked: the runtime ends it when this goroutine returns.
-			errc <- errors.Join(ferr, fmt.Errorf("restore netns: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
+// RunIn runs fn on an OS thread inside ns and restores the thread's namespace afterwards.
+func RunIn(ns netns.NsHandle, fn func() error) error { return nsrun.In(ns, fn) }
 
 // ListenIn opens a TCP listener on addr inside namespace ns and serves h on it until the test
 // ends.
@@ -242,17 +213,20 @@ func NewOutside(t testing.TB, prefix string) *Outside {
 		t.Fatalf("udp listen: %v", err)
 	}
 	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteTo(append([]byte("echo:"), buf[:n]...), from)
-		}
-	}()
+	go UDPEcho(pc, "echo:")
 	return o
+}
+
+// UDPEcho answers every datagram on pc with prefix + the datagram, until pc is closed.
+func UDPEcho(pc net.PacketConn, prefix string) {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		pc.WriteTo(append([]byte(prefix), buf[:n]...), from)
+	}
 }
 
 // DialIn dials addr over network ("tcp4", "udp4", …) from namespace ns (netns.None(): the
