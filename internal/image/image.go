@@ -73,17 +73,18 @@ var Rootfs = map[string]RootfsSpec{
 	"code-interpreter": CodeInterpreterRootfs,
 }
 
+// logf reports a build step: to the caller's progress callback when Build got one (the caller
+// logs it as it likes), else to Log.
 func (b *Builder) logf(format string, args ...any) {
-	if b.Log != nil {
-		b.Log(format, args...)
-	}
 	if b.progress != nil {
 		b.progress(fmt.Sprintf(format, args...))
+	} else if b.Log != nil {
+		b.Log(format, args...)
 	}
 }
 
 // Build returns the kernel, initramfs and rootfs for spec, building what the cache lacks.
-// progress (may be nil) also receives the build's progress lines.
+// progress (may be nil) receives the build's progress lines instead of Log.
 func (b *Builder) Build(ctx context.Context, spec RootfsSpec, progress func(string)) (Images, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
