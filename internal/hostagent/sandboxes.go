@@ -435,18 +435,39 @@ func (a *Agent) callErr(sb *sandbox, err error) error {
 	if errors.As(err, &ge) || sb == nil {
 		return err
 	}
+	if !errors.Is(err, guest.ErrConnectionLost) && !errors.Is(err, guest.ErrClosed) {
+		return err // e.g. the caller went away
+	}
+	sb.mu.Lock()
 	vm := sb.rec.VM
+	sb.mu.Unlock()
+	// A lost connection usually means the VM is going away (a guest panic, a kill): give the VMM
+	// a moment to exit so the caller learns why, instead of a bare connection error.
+	for i := 0; i < 40 && a.rt.Alive(&vm); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if !a.rt.Alive(&vm) {
-		time.Sleep(50 * time.Millisecond) // let the watcher record the reason
 		sb.mu.Lock()
-		reason := sb.rec.Error
+		killed := sb.killed && sb.rec.State == StateRunning
 		sb.mu.Unlock()
+		if killed {
+			return conflict("sandbox %s was stopped (killed or hibernated) during the call", sb.rec.ID)
+		}
+		var reason string
+		for i := 0; i < 20 && reason == ""; i++ { // the watcher records the reason
+			sb.mu.Lock()
+			reason = sb.rec.Error
+			sb.mu.Unlock()
+			if reason == "" {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
 		if reason == "" {
 			reason = "VMM exited"
 		}
 		return conflict("sandbox %s stopped: %s", sb.rec.ID, reason)
 	}
-	return err
+	return errorf(http.StatusBadGateway, "guest_unreachable", "sandbox %s: lost the connection to its guest agent: %v", sb.rec.ID, err)
 }
 
 // ExecRequest is the body of an exec call.
