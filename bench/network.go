@@ -25,7 +25,7 @@ func (b *bench) networkSuite(ctx context.Context, res map[string]float64, dataDi
 	agent := func(name string, ready int, cidr string) (*hostagent.Agent, error) {
 		return hostagent.New(ctx, hostagent.Config{
 			DataDir: filepath.Join(dataDir, name), GuestAgent: abs, ImageCacheDir: imageCache,
-			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Network: &network.Config{CIDR: netip.MustParsePrefix(cidr), Ready: ready, Prefix: "pb" + name[len(name)-1:],
 				DNS: netip.MustParseAddr("198.18.255.53")},
 		})

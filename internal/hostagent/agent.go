@@ -77,6 +77,7 @@ type Agent struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	templates map[string]*bakeState
+	volMu     sync.Mutex // serialises volume create, resize and delete
 	closed    bool
 	stop      context.CancelFunc // ends background loops
 }

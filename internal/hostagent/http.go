@@ -57,6 +57,40 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/wake", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, 200)(a.Wake(r.Context(), r.PathValue("id")))
 	})
+	mux.HandleFunc("POST /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			ID      string `json:"id"`
+			SizeMiB int64  `json:"size_mib"`
+		}
+		if err := decodeJSON(w, r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		answer(w, http.StatusCreated)(a.CreateVolume(r.Context(), req.ID, req.SizeMiB))
+	})
+	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]any{"volumes": a.Volumes()})
+	})
+	mux.HandleFunc("GET /v1/volumes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, 200)(a.GetVolume(r.PathValue("id")))
+	})
+	mux.HandleFunc("POST /v1/volumes/{id}/resize", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			SizeMiB int64 `json:"size_mib"`
+		}
+		if err := decodeJSON(w, r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		answer(w, 200)(a.ResizeVolume(r.PathValue("id"), req.SizeMiB))
+	})
+	mux.HandleFunc("DELETE /v1/volumes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if err := a.DeleteVolume(r.PathValue("id")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("GET /v1/snapshots", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"snapshots": a.Snapshots()})
 	})

@@ -35,6 +35,8 @@ type SnapshotInfo struct {
 	PauseMs   float64   `json:"pause_ms"`
 	// NIC: the snapshot's machine has a network device.
 	NIC bool `json:"nic,omitempty"`
+	// VolumeSlots: spare drives of the snapshot's machine (always empty in a snapshot).
+	VolumeSlots int `json:"volume_slots,omitempty"`
 	// DirtyBytes is the guest memory that differed from the sandbox's base (what was copied).
 	DirtyBytes int64 `json:"dirty_bytes"`
 
@@ -147,6 +149,10 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 	if rec.State != StateRunning {
 		return SnapshotInfo{}, conflict("sandbox %s is %s", id, rec.State)
 	}
+	if len(rec.Volumes) > 0 {
+		// The guest's memory holds the volume's mounted filesystem: a clone could not share it.
+		return SnapshotInfo{}, conflict("sandbox %s has volumes mounted; snapshots and forks of it are refused (docs/volumes.md)", id)
+	}
 	// The guest's own buffers first: what it wrote reaches its disk before the disk is copied.
 	if c != nil {
 		if err := c.Sync(ctx); err != nil {
@@ -154,7 +160,7 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 		}
 	}
 	snap := SnapshotInfo{ID: "snap_" + newID()[3:], SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
-		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Internal: internal, NIC: rec.NIC}
+		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Internal: internal, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots}
 	final := filepath.Join(a.snapshotsDir(), snap.ID)
 	tmp := final + ".tmp"
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
@@ -230,7 +236,7 @@ func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, 
 			defer func() { <-sem }()
 			src := source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
 				MemoryMiB: snap.MemoryMiB, BaseDir: filepath.Join(a.snapshotsDir(), snap.ID), ForkOf: id, Env: env,
-				Egress: egress, NIC: snap.NIC},
+				Egress: egress, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots},
 				diskSrc: filepath.Join(a.snapshotsDir(), snap.ID, "disk.img")}
 			children[i], errs[i] = a.launch(ctx, newID(), src)
 		}()

@@ -48,10 +48,13 @@ type record struct {
 	ForkOf     string `json:"fork_of,omitempty"`
 	// NIC: the VM has a network device (its snapshot was baked with one); it then gets a network
 	// slot while it runs: Netns names it, GuestAddr is where the host reaches the guest's ports.
-	NIC       bool            `json:"nic,omitempty"`
-	Egress    *network.Egress `json:"egress,omitempty"`
-	Netns     string          `json:"netns,omitempty"`
-	GuestAddr string          `json:"guest_addr,omitempty"`
+	NIC bool `json:"nic,omitempty"`
+	// VolumeSlots is how many spare drives the machine has; Volumes are mounted in the first ones.
+	VolumeSlots int             `json:"volume_slots,omitempty"`
+	Volumes     []VolumeMount   `json:"volumes,omitempty"`
+	Egress      *network.Egress `json:"egress,omitempty"`
+	Netns       string          `json:"netns,omitempty"`
+	GuestAddr   string          `json:"guest_addr,omitempty"`
 }
 
 // spec is the machine to restore; kernel and initrd always come from the template.
@@ -130,6 +133,7 @@ type CreateRequest struct {
 	SnapshotID string            `json:"snapshot_id,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Egress     *network.Egress   `json:"egress,omitempty"`
+	Volumes    []VolumeMount     `json:"volumes,omitempty"`
 }
 
 // source is what a new sandbox is restored from.
@@ -157,21 +161,25 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 			return SandboxInfo{}, invalid("snapshot %s is of template %s, not %s", snap.ID, snap.Template, req.Template)
 		}
 		src = source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
-			MemoryMiB: snap.MemoryMiB, BaseDir: snap.dir, SnapshotID: snap.ID, NIC: snap.NIC}, diskSrc: filepath.Join(snap.dir, "disk.img")}
+			MemoryMiB: snap.MemoryMiB, BaseDir: snap.dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots}, diskSrc: filepath.Join(snap.dir, "disk.img")}
 	case req.Template != "":
 		tmpl, err := a.EnsureTemplate(ctx, req.Template, nil)
 		if err != nil {
 			return SandboxInfo{}, err
 		}
 		src = source{rec: record{Template: tmpl.Name, TemplateDir: tmpl.Dir, VCPUs: tmpl.VCPUs, MemoryMiB: tmpl.MemoryMiB,
-			BaseDir: tmpl.Dir, NIC: tmpl.NIC}, diskSrc: filepath.Join(tmpl.Dir, "disk.img")}
+			BaseDir: tmpl.Dir, NIC: tmpl.NIC, VolumeSlots: tmpl.VolumeSlots}, diskSrc: filepath.Join(tmpl.Dir, "disk.img")}
 	default:
 		return SandboxInfo{}, invalid("template (or snapshot_id) is required")
 	}
 	if _, err := req.Egress.Policy(); err != nil {
 		return SandboxInfo{}, invalid("%v", err)
 	}
-	src.rec.Env, src.rec.Egress = req.Env, req.Egress
+	vols, err := a.validateMounts(req.Volumes, src.rec.VolumeSlots)
+	if err != nil {
+		return SandboxInfo{}, err
+	}
+	src.rec.Env, src.rec.Egress, src.rec.Volumes = req.Env, req.Egress, vols
 	return a.launch(ctx, req.ID, src)
 }
 
@@ -189,6 +197,10 @@ func (a *Agent) launch(ctx context.Context, id string, src source) (SandboxInfo,
 	if _, dup := a.sandboxes[id]; dup {
 		a.mu.Unlock()
 		return SandboxInfo{}, conflict("sandbox %s already exists", id)
+	}
+	if err := a.checkAttachLocked(id, rec.Volumes); err != nil {
+		a.mu.Unlock()
+		return SandboxInfo{}, err
 	}
 	a.sandboxes[id] = sb
 	a.mu.Unlock()
@@ -211,6 +223,14 @@ func (a *Agent) launch(ctx context.Context, id string, src source) (SandboxInfo,
 	}
 	vm, client, slot, err := a.restoreVM(ctx, &rec, runDir, disk)
 	if err != nil {
+		return fail(err)
+	}
+	if err := a.mountVolumes(ctx, &rec, vm, client); err != nil {
+		client.Close()
+		a.rt.Kill(vm)
+		if slot != nil {
+			slot.Release()
+		}
 		return fail(err)
 	}
 	sb.mu.Lock()
@@ -243,6 +263,15 @@ func (a *Agent) restoreVM(ctx context.Context, rec *record, runDir, disk string)
 	}
 	spec := rec.spec(disk)
 	spec.Tap = tap
+	if spec.Drives, err = a.drives(rec, filepath.Dir(disk)); err != nil {
+		if tap != nil {
+			tap.Close()
+		}
+		if slot != nil {
+			slot.Release()
+		}
+		return nil, nil, nil, err
+	}
 	vm, err := a.rt.Restore(ctx, runDir, spec, base)
 	if tap != nil {
 		tap.Close() // the VMM holds its own copy
@@ -383,8 +412,20 @@ func (a *Agent) Kill(id string) error {
 	vm := sb.rec.VM
 	c := sb.client
 	sb.client = nil
+	hasVolumes := len(sb.rec.Volumes) > 0 && sb.rec.State == StateRunning
 	sb.mu.Unlock()
+	if c == nil && hasVolumes && vm.Pid != 0 {
+		c, _ = guestConnect(context.Background(), vm.AgentSocket, 5*time.Second)
+	}
 	if c != nil {
+		if hasVolumes {
+			// What the guest wrote to its volumes reaches the volume files before the VMM goes.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if err := c.Sync(ctx); err != nil {
+				a.log.Warn("sync before kill failed; the volume may miss the last writes", "sandbox", id, "err", err)
+			}
+			cancel()
+		}
 		c.Close()
 	}
 	if vm.Pid != 0 {

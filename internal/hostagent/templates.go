@@ -32,6 +32,8 @@ type TemplateInfo struct {
 	BakedAt   time.Time `json:"baked_at,omitzero"`
 	// NIC: baked with a network device, so its sandboxes have one.
 	NIC bool `json:"nic,omitempty"`
+	// VolumeSlots: spare drives baked in, where volumes are attached on restore.
+	VolumeSlots int `json:"volume_slots,omitempty"`
 
 	Dir string `json:"-"` // the baked artifacts: kernel, initrd, disk.img, ram, state
 }
@@ -130,7 +132,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Spec, say func(string, .
 		return nil, err
 	}
 	nic := a.net != nil
-	key := shortHash("bake-v3", warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
+	key := shortHash("bake-v4", strconv.Itoa(VolumeSlots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
 		strconv.Itoa(spec.DiskMiB), a.rt.Name(), a.rt.Accel(), qemuVersion())
 	dir := filepath.Join(a.templatesDir(), spec.Name+"-"+key)
 	if info, err := loadTemplate(dir); err == nil {
@@ -149,9 +151,21 @@ func (a *Agent) bake(ctx context.Context, spec template.Spec, say func(string, .
 			return nil, err
 		}
 	}
-	info := &TemplateInfo{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB, Dir: tmp, NIC: nic}
+	info := &TemplateInfo{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB, Dir: tmp, NIC: nic,
+		VolumeSlots: VolumeSlots}
 	runDir := a.runDir("bake-" + spec.Name)
 	mspec := info.spec(filepath.Join(tmp, "disk.img"))
+	if err := makePlaceholder(tmp); err != nil {
+		return nil, err
+	}
+	bakeSlots := filepath.Join(tmp, "bake-slots")
+	defer os.RemoveAll(bakeSlots)
+	if err := os.MkdirAll(bakeSlots, 0o700); err != nil {
+		return nil, err
+	}
+	if mspec.Drives, err = a.drives(&record{TemplateDir: tmp, VolumeSlots: VolumeSlots}, bakeSlots); err != nil {
+		return nil, err
+	}
 	if nic {
 		// The bake VM needs a tap like any other (the NIC is in the snapshot), but no egress.
 		slot, err := a.net.Acquire(ctx, network.Policy{})
@@ -212,6 +226,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Spec, say func(string, .
 	}
 	say("snapshot saved in %d ms", time.Since(t).Milliseconds())
 	a.rt.Kill(vm)
+	os.RemoveAll(bakeSlots) // the bake VM's empty slot disks; clones get their own
 	info.BakeMs = time.Since(start).Milliseconds()
 	info.BakedAt = time.Now().UTC()
 	info.Baked = true

@@ -50,11 +50,13 @@ type RootfsSpec struct {
 	DiskMiB  int      // size of the ext4 image (sparse)
 }
 
-// BaseRootfs is the `base` image: the issue's list plus python-is-python3 (the seeds call `python`).
+// BaseRootfs is the `base` image: the issue's list plus python-is-python3 (the seeds call
+// `python`), iproute2 and e2fsprogs (the agent grows a resized volume's filesystem inside the
+// guest, never on the host).
 var BaseRootfs = RootfsSpec{
 	Suite: "trixie",
 	Packages: []string{"python3", "python-is-python3", "bash", "coreutils", "procps",
-		"ca-certificates", "curl", "git", "passwd", "iproute2"},
+		"ca-certificates", "curl", "git", "passwd", "iproute2", "e2fsprogs"},
 	DiskMiB: 2048,
 }
 

@@ -21,9 +21,22 @@ type Spec struct {
 	// NIC gives the machine a virtio-net device. It is part of the machine's shape: a snapshot
 	// baked with a NIC restores only with one.
 	NIC bool
+	// Drives are extra virtio-blk devices after the root disk (volume slots), in order. Their
+	// number is part of the machine's shape; the files behind them may change between a bake and
+	// a restore.
+	Drives []Drive `json:"-"`
 	// Tap is the open tap device backing the NIC (the network slot's tap0). The VMM gets its own
 	// copy; the caller closes this one once Boot or Restore returns.
 	Tap *os.File `json:"-"`
+}
+
+// Drive is one extra disk. The guest finds it by Serial (/sys/block/vd*/serial).
+type Drive struct {
+	Serial string
+	File   string
+	// ReadOnly: the guest cannot change File — its writes go to a throw-away overlay, so a
+	// filesystem on File can still be mounted (journal replay included) without touching it.
+	ReadOnly bool
 }
 
 // Snapshot is a baked machine state: guest RAM in a file plus the VMM's device state.
@@ -85,6 +98,9 @@ type Runtime interface {
 	// Pause and Resume stop and restart a VM's vCPUs.
 	Pause(ctx context.Context, vm *VM) error
 	Resume(ctx context.Context, vm *VM) error
+	// RefreshDrive makes the guest re-read the size of the drive with serial (after a restore
+	// pointed it at a file of another size than the bake's).
+	RefreshDrive(ctx context.Context, vm *VM, serial string) error
 	// Watch returns a channel that yields once when the VMM process ends.
 	Watch(vm *VM) <-chan Exit
 	// Alive reports whether vm's process still runs (and is the same process).

@@ -110,6 +110,13 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		"-drive", "id=root,file=" + spec.Disk + ",format=raw,if=none,cache=unsafe",
 		"-device", "virtio-blk-device,drive=root",
 	}
+	for _, d := range spec.Drives {
+		drive := "id=" + d.Serial + ",file=" + d.File + ",format=raw,if=none,cache=writeback,discard=unmap"
+		if d.ReadOnly {
+			drive += ",snapshot=on" // writes go to a temporary overlay, never to File
+		}
+		a = append(a, "-drive", drive, "-device", "virtio-blk-device,drive="+d.Serial+",serial="+d.Serial)
+	}
 	if spec.NIC {
 		// The tap arrives as fd 3 (ExtraFiles[0]); the MAC is the one every slot expects.
 		a = append(a, "-netdev", "tap,id=n0,fd=3",

@@ -386,3 +386,30 @@ func spliceStream(baseState, dev, out string) error {
 	}
 	return f.Close()
 }
+
+// RefreshDrive tells the guest the drive's current size: block_resize to the size the file
+// already has changes no byte, but makes QEMU raise virtio-blk's config-change interrupt.
+func (d *Driver) RefreshDrive(ctx context.Context, vm *runtime.VM, serial string) error {
+	q, err := dialQMP(ctx, filepath.Join(vm.RunDir, "qmp.sock"), func() bool { return d.Alive(vm) })
+	if err != nil {
+		return err
+	}
+	defer q.close()
+	var blocks []struct {
+		Device   string `json:"device"`
+		Inserted struct {
+			Image struct {
+				VirtualSize int64 `json:"virtual-size"`
+			} `json:"image"`
+		} `json:"inserted"`
+	}
+	if err := q.run(ctx, "query-block", nil, &blocks); err != nil {
+		return err
+	}
+	for _, b := range blocks {
+		if b.Device == serial {
+			return q.run(ctx, "block_resize", map[string]any{"device": serial, "size": b.Inserted.Image.VirtualSize}, nil)
+		}
+	}
+	return fmt.Errorf("qemu: no drive %q", serial)
+}

@@ -1,0 +1,377 @@
+package hostagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/storage"
+)
+
+// Volumes: persistent ext4 images in the pool, attached to sandboxes through spare virtio-blk
+// slots that every template is baked with (docs/volumes.md).
+const (
+	// VolumeSlots is how many volumes one sandbox can mount (spare drives baked into templates).
+	VolumeSlots = 4
+	// MaxVolumeMiB bounds one volume (1 TiB; the file is sparse).
+	MaxVolumeMiB = 1 << 20
+	// placeholderMiB is the size of the empty disk behind an unused slot.
+	placeholderMiB = 1
+)
+
+var volIDRE = regexp.MustCompile(`^vol_[a-z0-9]{1,60}$`)
+
+// systemDirs may not be mount points (nor hold one): mounting over them breaks the guest.
+var systemDirs = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr", "/var"}
+
+// VolumeMount attaches a volume to a sandbox at create.
+type VolumeMount struct {
+	VolumeID  string `json:"volume_id"`
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only,omitempty"`
+}
+
+// Attachment is one sandbox using a volume.
+type Attachment struct {
+	SandboxID string `json:"sandbox_id"`
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only"`
+}
+
+// VolumeInfo is the API view of a volume.
+type VolumeInfo struct {
+	ID          string       `json:"id"`
+	SizeMiB     int64        `json:"size_mib"`
+	CreatedAt   time.Time    `json:"created_at"`
+	Attachments []Attachment `json:"attachments"`
+}
+
+func (a *Agent) volumesDir() string          { return filepath.Join(a.pool.Dir, "volumes") }
+func (a *Agent) volumeFile(id string) string { return filepath.Join(a.volumesDir(), id+".ext4") }
+func (a *Agent) volumeMeta(id string) string { return filepath.Join(a.volumesDir(), id+".json") }
+
+func validSize(sizeMiB int64) error {
+	if sizeMiB < 1 || sizeMiB > MaxVolumeMiB {
+		return invalid("size_mib must be 1-%d, got %d", MaxVolumeMiB, sizeMiB)
+	}
+	return nil
+}
+
+// CreateVolume makes an empty ext4 volume, its root owned by the guest's default user.
+func (a *Agent) CreateVolume(ctx context.Context, id string, sizeMiB int64) (VolumeInfo, error) {
+	if !volIDRE.MatchString(id) {
+		return VolumeInfo{}, invalid("volume id %q: use vol_ followed by 1-60 lowercase letters or digits", id)
+	}
+	if err := validSize(sizeMiB); err != nil {
+		return VolumeInfo{}, err
+	}
+	a.volMu.Lock()
+	defer a.volMu.Unlock()
+	if _, err := os.Stat(a.volumeMeta(id)); err == nil {
+		return VolumeInfo{}, conflict("volume %s already exists", id)
+	}
+	if err := os.MkdirAll(a.volumesDir(), 0o700); err != nil {
+		return VolumeInfo{}, err
+	}
+	tmp := a.volumeFile(id) + ".tmp"
+	defer os.Remove(tmp)
+	if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+		return VolumeInfo{}, err
+	}
+	if err := os.Truncate(tmp, sizeMiB<<20); err != nil {
+		return VolumeInfo{}, volumeErr(err)
+	}
+	// mkfs of a file we just made: no guest data is parsed on the host.
+	out, err := runCmd(ctx, "mkfs.ext4", "-q", "-F", "-L", "volume", "-E", "root_owner=1000:1000,lazy_itable_init=1", "-m", "0", tmp)
+	if err != nil {
+		return VolumeInfo{}, volumeErr(fmt.Errorf("mkfs.ext4: %v: %s", err, out))
+	}
+	if err := os.Rename(tmp, a.volumeFile(id)); err != nil {
+		return VolumeInfo{}, err
+	}
+	v := VolumeInfo{ID: id, SizeMiB: sizeMiB, CreatedAt: time.Now().UTC()}
+	if err := writeJSONFile(a.volumeMeta(id), v); err != nil {
+		os.Remove(a.volumeFile(id))
+		return VolumeInfo{}, err
+	}
+	v.Attachments = []Attachment{}
+	return v, nil
+}
+
+// runCmd runs a host tool and returns its combined output.
+func runCmd(ctx context.Context, name string, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	return string(out), err
+}
+
+func volumeErr(err error) error {
+	if errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if strings.Contains(err.Error(), "No space left") || errors.Is(err, errNoSpace) {
+		return errorf(http.StatusInsufficientStorage, "no_space", "the host's disk is full")
+	}
+	return err
+}
+
+var errNoSpace = errors.New("no space")
+
+// GetVolume returns one volume with its attachments.
+func (a *Agent) GetVolume(id string) (VolumeInfo, error) {
+	var v VolumeInfo
+	if !volIDRE.MatchString(id) || readJSONFile(a.volumeMeta(id), &v) != nil {
+		return VolumeInfo{}, notFound("volume %s not found", id)
+	}
+	v.Attachments = a.attachments(id)
+	return v, nil
+}
+
+// Volumes lists this host's volumes, oldest first.
+func (a *Agent) Volumes() []VolumeInfo {
+	files, _ := filepath.Glob(filepath.Join(a.volumesDir(), "vol_*.json"))
+	out := []VolumeInfo{}
+	for _, f := range files {
+		if v, err := a.GetVolume(strings.TrimSuffix(filepath.Base(f), ".json")); err == nil {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out
+}
+
+// ResizeVolume grows a detached volume's file; the filesystem grows inside the guest at its next
+// read-write mount (resize2fs there, so the host never parses guest-written metadata).
+func (a *Agent) ResizeVolume(id string, sizeMiB int64) (VolumeInfo, error) {
+	if err := validSize(sizeMiB); err != nil {
+		return VolumeInfo{}, err
+	}
+	a.volMu.Lock()
+	defer a.volMu.Unlock()
+	v, err := a.GetVolume(id)
+	if err != nil {
+		return VolumeInfo{}, err
+	}
+	if len(v.Attachments) > 0 {
+		return VolumeInfo{}, conflict("volume %s is attached to sandbox %s; resize it while detached", id, v.Attachments[0].SandboxID)
+	}
+	if sizeMiB < v.SizeMiB {
+		return VolumeInfo{}, invalid("volumes only grow: %s is %d MiB, asked for %d", id, v.SizeMiB, sizeMiB)
+	}
+	if err := os.Truncate(a.volumeFile(id), sizeMiB<<20); err != nil {
+		return VolumeInfo{}, volumeErr(err)
+	}
+	v.SizeMiB = sizeMiB
+	meta := v
+	meta.Attachments = nil
+	if err := writeJSONFile(a.volumeMeta(id), meta); err != nil {
+		return VolumeInfo{}, err
+	}
+	return v, nil
+}
+
+// DeleteVolume removes a detached volume and its data.
+func (a *Agent) DeleteVolume(id string) error {
+	a.volMu.Lock()
+	defer a.volMu.Unlock()
+	v, err := a.GetVolume(id)
+	if err != nil {
+		return err
+	}
+	if len(v.Attachments) > 0 {
+		return conflict("volume %s is attached to sandbox %s; kill it first", id, v.Attachments[0].SandboxID)
+	}
+	if err := os.Remove(a.volumeFile(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return os.Remove(a.volumeMeta(id))
+}
+
+// attachments lists the sandboxes that use volume id.
+func (a *Agent) attachments(id string) []Attachment {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.attachmentsLocked(id, "")
+}
+
+func (a *Agent) attachmentsLocked(id, except string) []Attachment {
+	out := []Attachment{}
+	for _, sb := range a.sandboxes {
+		sb.mu.Lock()
+		// A sandbox holds its volumes until it is gone from the map: a kill still flushing, a
+		// hibernated or failed sandbox all count.
+		if sb.rec.ID != except {
+			for _, m := range sb.rec.Volumes {
+				if m.VolumeID == id {
+					out = append(out, Attachment{SandboxID: sb.rec.ID, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
+				}
+			}
+		}
+		sb.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SandboxID < out[j].SandboxID })
+	return out
+}
+
+// validateMounts checks a create's volumes: shape, paths, existence. Conflicts with other
+// sandboxes are checked when the sandbox is registered (checkAttachLocked).
+func (a *Agent) validateMounts(ms []VolumeMount, slots int) ([]VolumeMount, error) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	if slots == 0 {
+		return nil, conflict("this template was baked without volume slots; re-bake it to mount volumes")
+	}
+	if len(ms) > slots {
+		return nil, invalid("at most %d volumes per sandbox, got %d", slots, len(ms))
+	}
+	seenPath, seenVol := map[string]bool{}, map[string]bool{}
+	out := make([]VolumeMount, len(ms))
+	for i, m := range ms {
+		p := m.MountPath
+		switch {
+		case p == "" || !strings.HasPrefix(p, "/"):
+			return nil, invalid("volumes[%d].mount_path %q must be an absolute path", i, p)
+		case len(p) > 256:
+			return nil, invalid("volumes[%d].mount_path is longer than 256 bytes", i)
+		case strings.ContainsAny(p, "\x00\n"):
+			return nil, invalid("volumes[%d].mount_path contains a NUL or newline", i)
+		}
+		p = path.Clean(p)
+		if p == "/" {
+			return nil, invalid("volumes[%d].mount_path may not be /", i)
+		}
+		for _, d := range systemDirs {
+			if p == d || strings.HasPrefix(p, d+"/") {
+				return nil, invalid("volumes[%d].mount_path %q is a system directory (%s); use e.g. /data or /work/data", i, p, d)
+			}
+		}
+		for q := range seenPath {
+			if q == p || strings.HasPrefix(p, q+"/") || strings.HasPrefix(q, p+"/") {
+				return nil, invalid("volumes[%d].mount_path %q overlaps %q", i, p, q)
+			}
+		}
+		if seenVol[m.VolumeID] {
+			return nil, invalid("volume %s is listed twice", m.VolumeID)
+		}
+		if _, err := a.GetVolume(m.VolumeID); err != nil {
+			return nil, err
+		}
+		seenPath[p], seenVol[m.VolumeID] = true, true
+		out[i] = VolumeMount{VolumeID: m.VolumeID, MountPath: p, ReadOnly: m.ReadOnly}
+	}
+	return out, nil
+}
+
+// checkAttachLocked enforces one read-write user per volume, or any number of read-only ones
+// (a.mu held, so two creates cannot both take a volume).
+func (a *Agent) checkAttachLocked(id string, ms []VolumeMount) error {
+	for _, m := range ms {
+		for _, at := range a.attachmentsLocked(m.VolumeID, id) {
+			if !m.ReadOnly || !at.ReadOnly {
+				mode := "read-write"
+				if at.ReadOnly {
+					mode = "read-only"
+				}
+				return conflict("volume %s is attached %s to sandbox %s; a volume has one read-write user, or only read-only ones",
+					m.VolumeID, mode, at.SandboxID)
+			}
+		}
+	}
+	return nil
+}
+
+// drives returns the extra disks of rec's machine: a volume file per mount, a private empty
+// placeholder (reflinked) in every other slot. Slots are part of the snapshot; only the files
+// behind them change.
+func (a *Agent) drives(rec *record, sandboxDir string) ([]runtime.Drive, error) {
+	if rec.VolumeSlots == 0 {
+		return nil, nil
+	}
+	ds := make([]runtime.Drive, rec.VolumeSlots)
+	for i := range ds {
+		ds[i].Serial = "pvol" + strconv.Itoa(i)
+		if i < len(rec.Volumes) {
+			ds[i].File, ds[i].ReadOnly = a.volumeFile(rec.Volumes[i].VolumeID), rec.Volumes[i].ReadOnly
+			continue
+		}
+		ds[i].File = filepath.Join(sandboxDir, "slot"+strconv.Itoa(i)+".img")
+		if _, err := os.Stat(ds[i].File); err != nil {
+			if err := storage.Clone(filepath.Join(rec.TemplateDir, "placeholder.img"), ds[i].File); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return ds, nil
+}
+
+// mountScript mounts the slot with serial $PVOL_SERIAL at $PVOL_PATH once the guest sees the
+// volume's size ($PVOL_BYTES), growing the filesystem to fill a resized volume when read-write.
+const mountScript = `set -e
+dev=
+for d in /sys/block/vd*; do
+  if [ "$(cat "$d/serial" 2>/dev/null)" = "$PVOL_SERIAL" ]; then dev=/dev/${d##*/}; sys=$d; fi
+done
+[ -n "$dev" ] || { echo "no disk with serial $PVOL_SERIAL" >&2; exit 1; }
+i=0
+while [ "$(( $(cat "$sys/size") * 512 ))" != "$PVOL_BYTES" ]; do
+  i=$((i+1)); [ $i -lt 500 ] || { echo "$dev did not take the volume's size" >&2; exit 1; }
+  sleep 0.01
+done
+mkdir -p -- "$PVOL_PATH"
+if [ "$PVOL_RO" = 1 ]; then
+  mount -t ext4 -o ro,noatime "$dev" "$PVOL_PATH"
+else
+  mount -t ext4 -o noatime "$dev" "$PVOL_PATH"
+  resize2fs "$dev" >/dev/null 2>&1 || true
+fi`
+
+// mountVolumes attaches rec's volumes in a freshly restored guest: the drives already point at
+// the volume files; the guest learns their size, then mounts them.
+func (a *Agent) mountVolumes(ctx context.Context, rec *record, vm *runtime.VM, c *guest.Client) error {
+	for i, m := range rec.Volumes {
+		serial := "pvol" + strconv.Itoa(i)
+		if err := a.rt.RefreshDrive(ctx, vm, serial); err != nil {
+			return fmt.Errorf("volume %s: %w", m.VolumeID, err)
+		}
+		st, err := os.Stat(a.volumeFile(m.VolumeID))
+		if err != nil {
+			return fmt.Errorf("volume %s: %w", m.VolumeID, err)
+		}
+		ro := "0"
+		if m.ReadOnly {
+			ro = "1"
+		}
+		var out strings.Builder
+		res, err := c.Exec(ctx, guest.ExecRequest{Cmd: mountScript, User: "root", Timeout: 60 * time.Second,
+			Env: map[string]string{"PVOL_SERIAL": serial, "PVOL_PATH": m.MountPath, "PVOL_BYTES": strconv.FormatInt(st.Size(), 10), "PVOL_RO": ro}},
+			nil, &out, &out)
+		if err != nil {
+			return fmt.Errorf("volume %s: mount: %w", m.VolumeID, err)
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("volume %s: mount at %s failed: %s", m.VolumeID, m.MountPath, strings.TrimSpace(out.String()))
+		}
+	}
+	return nil
+}
+
+// makePlaceholder writes the empty disk unused volume slots are backed by.
+func makePlaceholder(dir string) error {
+	p := filepath.Join(dir, "placeholder.img")
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		return err
+	}
+	return os.Truncate(p, placeholderMiB<<20)
+}
