@@ -708,7 +708,9 @@ func TestVolumes(t *testing.T) {
 			_, err := s.CreateSandboxWithVolumes(ctx, Sandbox{ID: id, TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1"}, vols)
 			return err
 		}
-		rw := func(sb, vol, p string) VolumeAttachment { return VolumeAttachment{SandboxID: sb, VolumeID: vol, MountPath: p} }
+		rw := func(sb, vol, p string) VolumeAttachment {
+			return VolumeAttachment{SandboxID: sb, VolumeID: vol, MountPath: p}
+		}
 		ro := func(sb, vol, p string) VolumeAttachment {
 			return VolumeAttachment{SandboxID: sb, VolumeID: vol, MountPath: p, ReadOnly: true}
 		}
