@@ -282,3 +282,54 @@ func TestCLIForkSnapshotHibernate(t *testing.T) {
 		t.Fatalf("wake:\n%s", out)
 	}
 }
+
+func TestCLIVolumes(t *testing.T) {
+	url, key := startServer(t)
+	t.Setenv("PANDASTACK_BASE_URL", url)
+	t.Setenv("PANDASTACK_API_KEY", key)
+	vol := strings.TrimSpace(mustRun(t, "", "volume", "create", "--size-mib", "64", "--name", "data", "-q"))
+	if !strings.HasPrefix(vol, "vol_") {
+		t.Fatalf("volume create -q: %q", vol)
+	}
+	if _, _, err := run(t, "", "volume", "create"); err == nil || !strings.Contains(err.Error(), "--size-mib is required") {
+		t.Fatalf("create without size: %v", err)
+	}
+	if _, _, err := run(t, "", "volume", "create", "--size-mib", "0"); err == nil || !strings.Contains(err.Error(), "size_mib must be between 1") {
+		t.Fatalf("create of 0 MiB: %v", err)
+	}
+	id := strings.TrimSpace(mustRun(t, "", "sandbox", "create", "--volume", vol+":/data", "-q"))
+	mustRun(t, "hello", "sandbox", "files", "write", id, "/data/hello.txt")
+	out := mustRun(t, "", "volume", "list")
+	if !strings.Contains(out, "SIZE_MIB") || !strings.Contains(out, vol) || !strings.Contains(out, id+":/data:rw") {
+		t.Fatalf("volume list:\n%s", out)
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(mustRun(t, "", "volume", "get", vol, "--json")), &v); err != nil || v["name"] != "data" || v["size_mib"] != 64.0 ||
+		len(v["attachments"].([]any)) != 1 {
+		t.Fatalf("volume get --json: %v %v", v, err)
+	}
+	for _, args := range [][]string{{"volume", "delete", vol}, {"volume", "resize", vol, "--size-mib", "128"}, {"sandbox", "create", "--volume", vol + ":/x:ro"}} {
+		if _, _, err := run(t, "", args...); err == nil || !strings.Contains(err.Error(), "attached read-write to sandbox "+id) {
+			t.Fatalf("%v while attached: %v", args, err)
+		}
+	}
+	if _, _, err := run(t, "", "sandbox", "create", "--volume", vol+":/x:rx"); err == nil || !strings.Contains(err.Error(), "ro or rw") {
+		t.Fatalf("bad mode: %v", err)
+	}
+	if _, _, err := run(t, "", "sandbox", "create", "--volume", vol); err == nil || !strings.Contains(err.Error(), "VOLUME_ID:/path") {
+		t.Fatalf("no path: %v", err)
+	}
+	mustRun(t, "", "sandbox", "kill", id)
+	ro := strings.TrimSpace(mustRun(t, "", "sandbox", "create", "--volume", vol+":/data:ro", "-q"))
+	if out := mustRun(t, "", "sandbox", "files", "read", ro, "/data/hello.txt"); out != "hello" {
+		t.Fatalf("read back %q", out)
+	}
+	mustRun(t, "", "sandbox", "kill", ro)
+	if out := mustRun(t, "", "volume", "resize", vol, "--size-mib", "128"); !strings.Contains(out, "128") {
+		t.Fatalf("resize:\n%s", out)
+	}
+	mustRun(t, "", "volume", "delete", vol)
+	if _, _, err := run(t, "", "volume", "get", vol); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("get deleted volume: %v", err)
+	}
+}

@@ -49,7 +49,7 @@ func printSandboxes(f *apiFlags, cmd *cobra.Command, sbs []client.Sandbox, singl
 
 func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var req client.CreateRequest
-	var md, env, allow, deny []string
+	var md, env, allow, deny, volumes []string
 	var quiet, noInternet bool
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -57,7 +57,8 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 		Example: `  pandastack sandbox create --template base --ttl 600 --metadata task=demo
   id=$(pandastack sandbox create --template base -q)
   pandastack sandbox create --snapshot snap_123
-  pandastack sandbox create --no-internet --allow 10.1.0.0/16`,
+  pandastack sandbox create --no-internet --allow 10.1.0.0/16
+  pandastack sandbox create --volume vol_123:/data --volume vol_456:/ref:ro`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := f.client()
@@ -71,6 +72,9 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 				return err
 			}
 			if req.Env, err = parsePairs("env", env); err != nil {
+				return err
+			}
+			if req.Volumes, err = parseVolumes(volumes); err != nil {
 				return err
 			}
 			if noInternet || len(allow) > 0 || len(deny) > 0 {
@@ -96,6 +100,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.Int64Var(&req.TTLSeconds, "ttl", 0, "seconds until the sandbox is killed (default: the server's, 300)")
 	fl.StringArrayVarP(&md, "metadata", "m", nil, "KEY=VALUE metadata (repeatable)")
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
+	fl.StringArrayVar(&volumes, "volume", nil, "VOLUME_ID:/path[:ro] mounts a volume (repeatable, at most 4); the sandbox runs on the volumes' host")
 	fl.BoolVar(&noInternet, "no-internet", false, "egress: block the internet (only --allow destinations are reachable)")
 	fl.StringArrayVar(&allow, "allow", nil, "egress: IPv4 CIDR the sandbox may reach (repeatable; opens even the always-blocked ranges)")
 	fl.StringArrayVar(&deny, "deny", nil, "egress: IPv4 CIDR the sandbox may not reach (repeatable; wins over --allow)")

@@ -127,6 +127,44 @@ type CreateRequest struct {
 	SnapshotID string            `json:"snapshot_id,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Egress     *network.Egress   `json:"egress,omitempty"`
+	// Volumes are this host's volumes to mount (at most MaxVolumesPerSandbox).
+	Volumes []VolumeMount `json:"volumes,omitempty"`
+}
+
+// MaxVolumesPerSandbox is how many volumes one sandbox may mount (docs/volumes.md).
+const MaxVolumesPerSandbox = 4
+
+// VolumeMount is one volume of a create: mounted at MountPath in the guest, read-only or not.
+type VolumeMount struct {
+	VolumeID  string `json:"volume_id"`
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only,omitempty"`
+}
+
+// VolumeAttachment is a sandbox that has a volume mounted.
+type VolumeAttachment struct {
+	SandboxID string `json:"sandbox_id"`
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only"`
+}
+
+// Volume is the agent's volume object (docs/volumes.md).
+type Volume struct {
+	ID          string             `json:"id"`
+	SizeMiB     int64              `json:"size_mib"`
+	CreatedAt   time.Time          `json:"created_at"`
+	Attachments []VolumeAttachment `json:"attachments"`
+}
+
+// CreateVolumeRequest is POST /v1/volumes: the control plane names the volume.
+type CreateVolumeRequest struct {
+	ID      string `json:"id"`
+	SizeMiB int64  `json:"size_mib"`
+}
+
+// ResizeVolumeRequest is POST /v1/volumes/{id}/resize (grow only).
+type ResizeVolumeRequest struct {
+	SizeMiB int64 `json:"size_mib"`
 }
 
 // Snapshot is the agent's snapshot object.
@@ -368,6 +406,37 @@ func (c *Client) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
 // DeleteSnapshot calls DELETE /v1/snapshots/{id}; sandboxes restored from it keep working.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil)
+}
+
+// CreateVolume calls POST /v1/volumes.
+func (c *Client) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Volume, error) {
+	var v Volume
+	return v, c.call(ctx, "POST", "/v1/volumes", req, &v)
+}
+
+// ListVolumes calls GET /v1/volumes.
+func (c *Client) ListVolumes(ctx context.Context) ([]Volume, error) {
+	var out struct {
+		Volumes []Volume `json:"volumes"`
+	}
+	return out.Volumes, c.call(ctx, "GET", "/v1/volumes", nil, &out)
+}
+
+// GetVolume calls GET /v1/volumes/{id}.
+func (c *Client) GetVolume(ctx context.Context, id string) (Volume, error) {
+	var v Volume
+	return v, c.call(ctx, "GET", "/v1/volumes/"+url.PathEscape(id), nil, &v)
+}
+
+// ResizeVolume calls POST /v1/volumes/{id}/resize (grow only; refused while attached).
+func (c *Client) ResizeVolume(ctx context.Context, id string, sizeMiB int64) (Volume, error) {
+	var v Volume
+	return v, c.call(ctx, "POST", "/v1/volumes/"+url.PathEscape(id)+"/resize", ResizeVolumeRequest{SizeMiB: sizeMiB}, &v)
+}
+
+// DeleteVolume calls DELETE /v1/volumes/{id} (refused while attached).
+func (c *Client) DeleteVolume(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", "/v1/volumes/"+url.PathEscape(id), nil, nil)
 }
 
 // Exec runs a command and waits for its buffered result.

@@ -119,6 +119,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, c, err := s.target(r)
 	if err == nil {
+		err = s.refuseWithVolumes(r.Context(), sb, "forks")
+	}
+	if err == nil {
 		// Children live on their parent's host: it must have room for all of them. Their memory
 		// is the parent's, shared until written, so only slots are counted.
 		_, err = s.sched.PlaceOn(r.Context(), sb.HostID, count, 0)
@@ -210,6 +213,9 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, c, err := s.target(r)
+	if err == nil {
+		err = s.refuseWithVolumes(r.Context(), sb, "snapshots")
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

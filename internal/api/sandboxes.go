@@ -60,9 +60,10 @@ type createRequest struct {
 	Env        map[string]string `json:"env"`
 	Egress     json.RawMessage   `json:"egress"`
 	SnapshotID *string           `json:"snapshot_id"`
-	Volumes    json.RawMessage   `json:"volumes"`
+	Volumes    *[]VolumeSpec     `json:"volumes"`
 
-	egress *network.Egress // Egress, validated
+	egress  *network.Egress          // Egress, validated
+	volumes []store.VolumeAttachment // Volumes, validated (SandboxID not yet set)
 }
 
 func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
@@ -145,9 +146,12 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var sb store.Sandbox
-	if snap != nil {
+	switch {
+	case len(req.volumes) > 0:
+		sb, err = s.createWithVolumes(r.Context(), id.TeamID, req, snap)
+	case snap != nil:
 		sb, err = s.createFromSnapshot(r.Context(), id.TeamID, req, *snap)
-	} else {
+	default:
 		sb, err = s.create(r.Context(), id.TeamID, req)
 	}
 	if err != nil {
@@ -166,8 +170,12 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 // validateCreate checks a create and, when it names snapshot_id, returns the caller's snapshot
 // (another team's, a deleted or a missing one is 404) with req.Template set to its template.
 func (s *Server) validateCreate(ctx context.Context, teamID string, req *createRequest) (*store.Snapshot, error) {
-	if present(req.Volumes) {
-		return nil, notImplemented("volumes")
+	if req.Volumes != nil {
+		vols, err := validateVolumeSpecs(*req.Volumes)
+		if err != nil {
+			return nil, err
+		}
+		req.volumes = vols
 	}
 	if present(req.Egress) {
 		dec := json.NewDecoder(bytes.NewReader(req.Egress))
@@ -280,9 +288,20 @@ func (s *Server) create(ctx context.Context, teamID string, req createRequest) (
 // record stores a sandbox its host has just started (running, created now, expiring after its
 // ttl policy). When the store fails the VM is killed: an unrecorded VM is a leak.
 func (s *Server) record(ctx context.Context, h store.Host, sb store.Sandbox) (store.Sandbox, error) {
+	return s.recordWith(ctx, h, sb, nil)
+}
+
+// recordWith is record with the sandbox's volumes (checked again as they are recorded).
+func (s *Server) recordWith(ctx context.Context, h store.Host, sb store.Sandbox, vols []store.VolumeAttachment) (store.Sandbox, error) {
 	now := s.now()
 	sb.State, sb.CreatedAt, sb.ExpiresAt = store.StateRunning, now, now.Add(s.ttlOf(sb.TTLSeconds))
-	rec, err := s.store.CreateSandbox(ctx, sb)
+	var rec store.Sandbox
+	var err error
+	if len(vols) > 0 {
+		rec, err = s.store.CreateSandboxWithVolumes(ctx, sb, vols)
+	} else {
+		rec, err = s.store.CreateSandbox(ctx, sb)
+	}
 	if err != nil {
 		if kerr := s.sched.Client(h).KillSandbox(ctx, sb.ID); kerr != nil {
 			s.log.Error("could not kill a sandbox the store failed to record", "sandbox", sb.ID, "host", h.ID, "err", kerr)

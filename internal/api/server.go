@@ -141,6 +141,11 @@ func (s *Server) routes() http.Handler {
 	v1("GET /v1/snapshots", s.listSnapshots)
 	v1("GET /v1/snapshots/{id}", s.getSnapshot)
 	v1("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
+	v1("POST /v1/volumes", s.createVolume)
+	v1("GET /v1/volumes", s.listVolumes)
+	v1("GET /v1/volumes/{id}", s.getVolume)
+	v1("POST /v1/volumes/{id}/resize", s.resizeVolume)
+	v1("DELETE /v1/volumes/{id}", s.deleteVolume)
 	for pattern, what := range map[string]string{
 		"POST /v1/templates":          "building templates through the API",
 		"DELETE /v1/templates/{name}": "deleting templates through the API",

@@ -101,6 +101,31 @@ type CreateRequest struct {
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Egress     *network.Egress   `json:"egress,omitempty"`
+	Volumes    []VolumeMount     `json:"volumes,omitempty"`
+}
+
+// VolumeMount is a volume a create mounts in the sandbox, read-only or not.
+type VolumeMount struct {
+	VolumeID  string `json:"volume_id"`
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only,omitempty"`
+}
+
+// Volume is the public volume object: a persistent disk on one host that outlives sandboxes.
+type Volume struct {
+	ID          string             `json:"id"`
+	Name        string             `json:"name"`
+	SizeMiB     int64              `json:"size_mib"`
+	HostID      string             `json:"host_id"`
+	CreatedAt   string             `json:"created_at"`
+	Attachments []VolumeAttachment `json:"attachments"`
+}
+
+// VolumeAttachment is a sandbox that has a volume mounted.
+type VolumeAttachment struct {
+	SandboxID string `json:"sandbox_id"`
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only"`
 }
 
 // Snapshot is the public snapshot object: a sandbox's memory and disk at one instant.
@@ -500,6 +525,41 @@ func (c *Client) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
 // DeleteSnapshot deletes a snapshot; sandboxes made from it keep working.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil, nil)
+}
+
+// CreateVolume makes a volume of sizeMiB (name may be empty).
+func (c *Client) CreateVolume(ctx context.Context, sizeMiB int64, name string) (Volume, error) {
+	in := map[string]any{"size_mib": sizeMiB}
+	if name != "" {
+		in["name"] = name
+	}
+	var v Volume
+	return v, c.call(ctx, "POST", "/v1/volumes", nil, in, &v)
+}
+
+// ListVolumes returns the team's volumes, newest first.
+func (c *Client) ListVolumes(ctx context.Context) ([]Volume, error) {
+	var out struct {
+		Volumes []Volume `json:"volumes"`
+	}
+	return out.Volumes, c.call(ctx, "GET", "/v1/volumes", nil, nil, &out)
+}
+
+// GetVolume returns one volume.
+func (c *Client) GetVolume(ctx context.Context, id string) (Volume, error) {
+	var v Volume
+	return v, c.call(ctx, "GET", "/v1/volumes/"+url.PathEscape(id), nil, nil, &v)
+}
+
+// ResizeVolume grows a volume that no sandbox has mounted.
+func (c *Client) ResizeVolume(ctx context.Context, id string, sizeMiB int64) (Volume, error) {
+	var v Volume
+	return v, c.call(ctx, "POST", "/v1/volumes/"+url.PathEscape(id)+"/resize", nil, map[string]int64{"size_mib": sizeMiB}, &v)
+}
+
+// DeleteVolume deletes a volume that no sandbox has mounted, and its data.
+func (c *Client) DeleteVolume(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", "/v1/volumes/"+url.PathEscape(id), nil, nil, nil)
 }
 
 // Templates lists the catalog.

@@ -285,6 +285,52 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 	return out, nil
 }
 
+// PlaceVolume returns the hosts that can keep a new volume, best first: every host that is up,
+// those with a free slot first (a volume is used by sandboxes placed on its host), then by most
+// free memory, then fewest sandboxes. No host up is a *CapacityError.
+func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
+	hosts, err := s.cfg.Store.ListHosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type cand struct {
+		h        store.Host
+		slotFree bool
+		free     int64
+		used     int64
+	}
+	var cands []cand
+	s.mu.Lock()
+	for _, h := range hosts {
+		if h.State != store.HostUp {
+			continue
+		}
+		p := s.pending[h.ID]
+		cands = append(cands, cand{h, h.SlotsTotal == 0 || h.SlotsTotal-h.SlotsUsed-p.slots > 0, h.MemMiBFree - p.mem, h.SlotsUsed + p.slots})
+	}
+	s.mu.Unlock()
+	if len(cands) == 0 {
+		return nil, &CapacityError{"no host is up to keep volumes"}
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		if cands[i].slotFree != cands[j].slotFree {
+			return cands[i].slotFree
+		}
+		if d := cands[i].free - cands[j].free; d >= DefaultTemplateMemMiB || -d >= DefaultTemplateMemMiB {
+			return d > 0
+		}
+		if cands[i].used != cands[j].used {
+			return cands[i].used < cands[j].used
+		}
+		return cands[i].h.ID < cands[j].h.ID
+	})
+	out := make([]store.Host, len(cands))
+	for i, c := range cands {
+		out[i] = c.h
+	}
+	return out, nil
+}
+
 // Reserve counts a sandbox being placed on a host until the host's next report; the returned
 // func undoes it (call it when the create failed).
 func (s *Scheduler) Reserve(hostID string, memMiB int64) (release func()) {
@@ -430,7 +476,36 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 		}
 	}
 	s.reconcileSnapshots(ctx, h)
+	s.reconcileVolumes(ctx, h)
 	return nil
+}
+
+// reconcileVolumes deletes on the host the volumes the store says are deleted (a delete made
+// while the host was down). Best effort, like reconcileSnapshots.
+func (s *Scheduler) reconcileVolumes(ctx context.Context, h store.Host) {
+	vols, err := s.Client(h).ListVolumes(ctx)
+	if err != nil || len(vols) == 0 {
+		return
+	}
+	ids := make([]string, len(vols))
+	for i, v := range vols {
+		ids[i] = v.ID
+	}
+	deleted, err := s.cfg.Store.DeletedVolumes(ctx, ids)
+	if err != nil {
+		s.cfg.Logger.Warn("reconcile: cannot read deleted volumes", "host", h.ID, "err", err)
+		return
+	}
+	for id := range deleted {
+		if err := s.Client(h).DeleteVolume(ctx, id); err != nil {
+			var ae *agentclient.Error
+			if !errors.As(err, &ae) || ae.Status != 404 {
+				s.cfg.Logger.Warn("deleting a volume that outlived its delete failed", "volume", id, "host", h.ID, "err", err)
+			}
+			continue
+		}
+		s.cfg.Logger.Info("deleted a volume its host still kept", "volume", id, "host", h.ID)
+	}
 }
 
 // reconcileSnapshots deletes on the host the snapshots the store says are deleted (a delete that

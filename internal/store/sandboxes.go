@@ -85,9 +85,25 @@ func (s *Store) CreateSandbox(ctx context.Context, sb Sandbox) (Sandbox, error) 
 // CreateSandboxes records several sandboxes in one transaction: all of them or none (the
 // children of a fork). A duplicate id is ErrConflict and records nothing.
 func (s *Store) CreateSandboxes(ctx context.Context, sbs []Sandbox) ([]Sandbox, error) {
+	var out []Sandbox
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = s.insertSandboxes(ctx, tx, sbs)
+		return err
+	})
+	if isUnique(err) {
+		return nil, ErrConflict
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// insertSandboxes inserts sandboxes and their metadata rows in tx and returns them as stored.
+func (s *Store) insertSandboxes(ctx context.Context, tx *sql.Tx, sbs []Sandbox) ([]Sandbox, error) {
 	now := s.now().UTC()
 	out := make([]Sandbox, len(sbs))
-	mds := make([]string, len(sbs))
 	for i, sb := range sbs {
 		if sb.Metadata == nil {
 			sb.Metadata = map[string]string{}
@@ -96,42 +112,27 @@ func (s *Store) CreateSandboxes(ctx context.Context, sbs []Sandbox) ([]Sandbox, 
 		if err != nil {
 			return nil, err
 		}
-		mds[i] = string(md)
 		if sb.CreatedAt.IsZero() {
 			sb.CreatedAt = now
 		}
 		sb.UpdatedAt = now
-		out[i] = sb
-	}
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		for i, sb := range out {
-			if _, err := s.exec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				sb.ID, sb.TeamID, sb.Template, sb.State, sb.HostID, mds[i], sb.Error,
-				micros(sb.CreatedAt), micros(sb.ExpiresAt), micros(sb.UpdatedAt), sb.TTLSeconds, sb.ForkOf, sb.SnapshotID); err != nil {
-				return err
-			}
-			keys := make([]string, 0, len(sb.Metadata))
-			for k := range sb.Metadata {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				if _, err := s.exec(ctx, tx, `INSERT INTO sandbox_metadata (sandbox_id, mkey, mvalue) VALUES (?, ?, ?)`, sb.ID, k, sb.Metadata[k]); err != nil {
-					return err
-				}
+		if _, err := s.exec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			sb.ID, sb.TeamID, sb.Template, sb.State, sb.HostID, string(md), sb.Error,
+			micros(sb.CreatedAt), micros(sb.ExpiresAt), micros(sb.UpdatedAt), sb.TTLSeconds, sb.ForkOf, sb.SnapshotID); err != nil {
+			return nil, err
+		}
+		keys := make([]string, 0, len(sb.Metadata))
+		for k := range sb.Metadata {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if _, err := s.exec(ctx, tx, `INSERT INTO sandbox_metadata (sandbox_id, mkey, mvalue) VALUES (?, ?, ?)`, sb.ID, k, sb.Metadata[k]); err != nil {
+				return nil, err
 			}
 		}
-		return nil
-	})
-	if isUnique(err) {
-		return nil, ErrConflict
-	}
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		sb := &out[i]
 		sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromMicros(micros(sb.CreatedAt)), fromMicros(micros(sb.ExpiresAt)), fromMicros(micros(sb.UpdatedAt))
+		out[i] = sb
 	}
 	return out, nil
 }

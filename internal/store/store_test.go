@@ -667,3 +667,185 @@ func TestUpgradeFromVersion1KeepsSandboxes(t *testing.T) {
 		run(t, func() (*Store, error) { return OpenPostgres(context.Background(), url) })
 	})
 }
+
+func TestVolumes(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		clk := withClock(s)
+		for _, id := range []string{"team_a", "team_b"} {
+			if _, err := s.CreateTeam(ctx, Team{ID: id, Name: id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first, err := s.CreateVolume(ctx, Volume{ID: "vol_1", TeamID: "team_a", Name: "data", SizeMiB: 64, HostID: "h1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.add(time.Second)
+		for _, v := range []Volume{{ID: "vol_2", TeamID: "team_a", SizeMiB: 32, HostID: "h1"}, {ID: "vol_b", TeamID: "team_b", SizeMiB: 8, HostID: "h2"}} {
+			if _, err := s.CreateVolume(ctx, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.CreateVolume(ctx, Volume{ID: "vol_1", TeamID: "team_b", SizeMiB: 1, HostID: "h1"}); !errors.Is(err, ErrConflict) {
+			t.Fatalf("duplicate id: %v", err)
+		}
+		got, err := s.GetTeamVolume(ctx, "team_a", "vol_1")
+		if err != nil || !reflect.DeepEqual(got, first) || got.CreatedAt.IsZero() || got.Name != "data" || got.SizeMiB != 64 {
+			t.Fatalf("get %+v %v, want %+v", got, err, first)
+		}
+		if _, err := s.GetTeamVolume(ctx, "team_b", "vol_1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("another team's volume: %v", err)
+		}
+		list, err := s.ListVolumes(ctx, "team_a")
+		if err != nil || len(list) != 2 || list[0].ID != "vol_2" || list[1].ID != "vol_1" {
+			t.Fatalf("list %+v %v", list, err)
+		}
+
+		// Attach: one read-write holder, or any number of read-only ones, never both.
+		mk := func(id string, vols ...VolumeAttachment) error {
+			t.Helper()
+			_, err := s.CreateSandboxWithVolumes(ctx, Sandbox{ID: id, TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1"}, vols)
+			return err
+		}
+		rw := func(sb, vol, p string) VolumeAttachment {
+			return VolumeAttachment{SandboxID: sb, VolumeID: vol, MountPath: p}
+		}
+		ro := func(sb, vol, p string) VolumeAttachment {
+			return VolumeAttachment{SandboxID: sb, VolumeID: vol, MountPath: p, ReadOnly: true}
+		}
+		if err := mk("sb_1", rw("sb_1", "vol_1", "/data"), ro("sb_1", "vol_2", "/ref")); err != nil {
+			t.Fatal(err)
+		}
+		var inUse *VolumeInUseError
+		if err := mk("sb_2", ro("sb_2", "vol_1", "/data")); !errors.As(err, &inUse) || inUse.Holder.SandboxID != "sb_1" || inUse.Holder.ReadOnly {
+			t.Fatalf("read-only beside read-write: %v", err)
+		}
+		if _, err := s.GetSandbox(ctx, "sb_2"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("refused sandbox recorded: %v", err)
+		}
+		if err := mk("sb_3", ro("sb_3", "vol_2", "/ref")); err != nil {
+			t.Fatalf("second read-only: %v", err)
+		}
+		if err := mk("sb_4", rw("sb_4", "vol_2", "/ref")); !errors.As(err, &inUse) || inUse.Holder.SandboxID != "sb_1" || !inUse.Holder.ReadOnly {
+			t.Fatalf("read-write beside read-only: %v", err)
+		}
+		if err := s.CheckAttach(ctx, "vol_2", true); err != nil {
+			t.Fatalf("check read-only: %v", err)
+		}
+		if err := s.CheckAttach(ctx, "vol_1", false); !errors.As(err, &inUse) {
+			t.Fatalf("check read-write: %v", err)
+		}
+		if err := mk("sb_5", rw("sb_5", "vol_b", "/x")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("another team's volume attached: %v", err)
+		}
+		got, _ = s.GetTeamVolume(ctx, "team_a", "vol_2")
+		if want := []VolumeAttachment{ro("sb_1", "vol_2", "/ref"), ro("sb_3", "vol_2", "/ref")}; !reflect.DeepEqual(got.Attachments, want) {
+			t.Fatalf("attachments %+v", got.Attachments)
+		}
+		if sv, err := s.SandboxVolumes(ctx, "sb_1"); err != nil || !reflect.DeepEqual(sv, []VolumeAttachment{rw("sb_1", "vol_1", "/data"), ro("sb_1", "vol_2", "/ref")}) {
+			t.Fatalf("sandbox volumes %+v %v", sv, err)
+		}
+
+		// Resize and delete are refused while a sandbox holds the volume (in error too).
+		if _, err := s.ResizeVolume(ctx, "team_a", "vol_1", 128); !errors.As(err, &inUse) {
+			t.Fatalf("resize while attached: %v", err)
+		}
+		if err := s.DeleteVolume(ctx, "team_a", "vol_1"); !errors.As(err, &inUse) {
+			t.Fatalf("delete while attached: %v", err)
+		}
+		if _, err := s.SetSandboxState(ctx, "sb_1", StateError, "boom"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteVolume(ctx, "team_a", "vol_1"); !errors.As(err, &inUse) {
+			t.Fatalf("delete while held by a failed sandbox: %v", err)
+		}
+		// Killed (or lost) sandboxes let go.
+		if _, err := s.SetSandboxState(ctx, "sb_1", StateKilled, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetSandboxState(ctx, "sb_3", StateLost, "host down"); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.GetTeamVolume(ctx, "team_a", "vol_2"); len(got.Attachments) != 0 {
+			t.Fatalf("attachments after kill %+v", got.Attachments)
+		}
+		if _, err := s.ResizeVolume(ctx, "team_b", "vol_1", 128); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("resize another team's: %v", err)
+		}
+		v, err := s.ResizeVolume(ctx, "team_a", "vol_1", 128)
+		if err != nil || v.SizeMiB != 128 {
+			t.Fatalf("resize %+v %v", v, err)
+		}
+		if err := mk("sb_6", rw("sb_6", "vol_1", "/data")); err != nil {
+			t.Fatalf("attach after kill: %v", err)
+		}
+		if _, err := s.SetSandboxState(ctx, "sb_6", StateKilled, ""); err != nil {
+			t.Fatal(err)
+		}
+
+		if err := s.DeleteVolume(ctx, "team_b", "vol_1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("delete another team's: %v", err)
+		}
+		if err := s.DeleteVolume(ctx, "team_a", "vol_1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteVolume(ctx, "team_a", "vol_1"); err != nil {
+			t.Fatalf("second delete: %v", err)
+		}
+		if err := s.DeleteVolume(ctx, "team_a", "vol_nope"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("delete missing: %v", err)
+		}
+		if _, err := s.GetTeamVolume(ctx, "team_a", "vol_1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("deleted volume readable: %v", err)
+		}
+		if raw, err := s.GetVolume(ctx, "vol_1"); err != nil || !raw.Deleted || raw.DeletedAt.IsZero() {
+			t.Fatalf("deleted record %+v %v", raw, err)
+		}
+		if err := mk("sb_7", rw("sb_7", "vol_1", "/data")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("attach deleted volume: %v", err)
+		}
+		del, err := s.DeletedVolumes(ctx, []string{"vol_1", "vol_2", "vol_unknown"})
+		if err != nil || !reflect.DeepEqual(del, map[string]bool{"vol_1": true}) {
+			t.Fatalf("deleted set %v %v", del, err)
+		}
+		if n, err := s.CountVolumes(ctx); err != nil || n != 2 {
+			t.Fatalf("count %d %v", n, err)
+		}
+	})
+}
+
+func TestConcurrentReadWriteAttachesOneWins(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		if _, err := s.CreateTeam(ctx, Team{ID: "team_a", Name: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateVolume(ctx, Volume{ID: "vol_1", TeamID: "team_a", SizeMiB: 8, HostID: "h1"}); err != nil {
+			t.Fatal(err)
+		}
+		const n = 8
+		var wg sync.WaitGroup
+		var ok atomic.Int64
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := fmt.Sprintf("sb_%d", i)
+				_, err := s.CreateSandboxWithVolumes(ctx, Sandbox{ID: id, TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1"},
+					[]VolumeAttachment{{SandboxID: id, VolumeID: "vol_1", MountPath: "/data"}})
+				var inUse *VolumeInUseError
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case !errors.As(err, &inUse):
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if ok.Load() != 1 {
+			t.Fatalf("%d read-write attaches succeeded, want 1", ok.Load())
+		}
+	})
+}

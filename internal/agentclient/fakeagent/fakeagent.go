@@ -40,6 +40,7 @@ type Agent struct {
 	forkErr     *agentclient.Error
 	forkIDs     []string
 	snapshots   map[string]*snapshot
+	volumes     map[string]*volume
 	seq         int
 	srv         *httptest.Server
 }
@@ -50,7 +51,19 @@ type sandbox struct {
 	dirs    map[string]bool
 	counter int  // the toy "memory": what `inc` counts
 	noWake  bool // the next wake fails as if its memory files were gone
+	mounts  []agentclient.VolumeMount
 }
+
+// volume is a fake volume: its files are copied into a sandbox's files under the mount path at
+// create, and back out of a read-write mount when the sandbox is killed (the real agent flushes
+// the guest's writes before its VMM goes).
+type volume struct {
+	agentclient.Volume
+	files map[string][]byte // relative to the mount point ("/x" is MOUNT/x)
+}
+
+// MaxVolumeMiB is the largest volume the fake agent makes (the real agent's default maximum).
+const MaxVolumeMiB = 1 << 20
 
 type snapshot struct {
 	agentclient.Snapshot
@@ -78,7 +91,7 @@ func copyDirs(d map[string]bool) map[string]bool {
 
 // New starts a fake agent with the given templates (all baked) and 8 slots.
 func New(hostID, token string, templates ...string) *Agent {
-	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, slotsTotal: 8, memTotal: 8192}
+	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, volumes: map[string]*volume{}, slotsTotal: 8, memTotal: 8192}
 	for _, t := range templates {
 		a.templates = append(a.templates, agentclient.Template{Name: t, Baked: true, VCPUs: 1, MemoryMiB: 256, DiskMiB: 1024})
 	}
@@ -152,6 +165,28 @@ func (a *Agent) Snapshots() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Volumes returns the ids of the volumes this host keeps, sorted.
+func (a *Agent) Volumes() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for id := range a.volumes {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Mounts returns the volumes a sandbox on this host was created with.
+func (a *Agent) Mounts(id string) []agentclient.VolumeMount {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if sb, ok := a.sandboxes[id]; ok {
+		return append([]agentclient.VolumeMount(nil), sb.mounts...)
+	}
+	return nil
 }
 
 // All returns the ids of every sandbox this host has, in any state, sorted.
@@ -237,7 +272,8 @@ func (a *Agent) handler() http.Handler {
 	authed.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		// A killed sandbox is gone from the agent (its files too, hibernated or not).
 		a.mu.Lock()
-		if _, ok := a.sandboxes[r.PathValue("id")]; ok {
+		if sb, ok := a.sandboxes[r.PathValue("id")]; ok {
+			a.flushVolumes(sb)
 			delete(a.sandboxes, r.PathValue("id"))
 			a.kills++
 		}
@@ -285,6 +321,39 @@ func (a *Agent) handler() http.Handler {
 			return
 		}
 		sn.deleted = true // sandboxes made from it keep working: they hold their own copy here
+		w.WriteHeader(204)
+	})
+	authed.HandleFunc("POST /v1/volumes", a.createVolume)
+	authed.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		out := []agentclient.Volume{}
+		for _, v := range a.volumes {
+			out = append(out, a.volumeView(v))
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+		writeJSON(w, 200, map[string]any{"volumes": out})
+	})
+	authed.HandleFunc("GET /v1/volumes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if v := a.volume(w, r); v != nil {
+			writeJSON(w, 200, a.volumeView(v))
+		}
+	})
+	authed.HandleFunc("POST /v1/volumes/{id}/resize", a.resizeVolume)
+	authed.HandleFunc("DELETE /v1/volumes/{id}", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		v := a.volume(w, r)
+		if v == nil {
+			return
+		}
+		if att := a.attachments(v.ID); len(att) > 0 {
+			writeErr(w, 409, "conflict", "volume "+v.ID+" is attached to sandbox "+att[0].SandboxID)
+			return
+		}
+		delete(a.volumes, v.ID)
 		w.WriteHeader(204)
 	})
 	authed.HandleFunc("POST /v1/sandboxes/{id}/exec", a.exec)
@@ -376,6 +445,10 @@ func (a *Agent) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, 503, "capacity", "no free slot")
 		return
 	}
+	if status, code, msg := a.checkMounts(req.Volumes); status != 0 {
+		writeErr(w, status, code, msg)
+		return
+	}
 	if req.ID == "" {
 		req.ID = a.newID()
 	}
@@ -388,6 +461,15 @@ func (a *Agent) create(w http.ResponseWriter, r *http.Request) {
 	// Env is visible to exec through the toy `env NAME` command.
 	for k, v := range req.Env {
 		sb.files["/.env/"+k] = []byte(v)
+	}
+	sb.mounts = req.Volumes
+	for _, m := range req.Volumes {
+		sb.mkdirAll(m.MountPath)
+		for rel, b := range a.volumes[m.VolumeID].files {
+			p := m.MountPath + rel
+			sb.mkdirAll(path.Dir(p))
+			sb.files[p] = append([]byte(nil), b...)
+		}
 	}
 	a.sandboxes[req.ID] = sb
 	a.creates++
@@ -477,6 +559,10 @@ func (a *Agent) snapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if len(sb.mounts) > 0 {
+		writeErr(w, 409, "conflict", "sandbox "+sb.ID+" has volumes: it cannot be snapshotted")
+		return
+	}
 	a.seq++
 	sn := &snapshot{Snapshot: agentclient.Snapshot{ID: fmt.Sprintf("snap_fake%d", a.seq), SandboxID: sb.ID, Template: sb.Template,
 		CreatedAt: time.Now().UTC(), VCPUs: 1, MemoryMiB: 256}, files: copyFiles(sb.files), dirs: copyDirs(sb.dirs), counter: sb.counter}
@@ -514,6 +600,10 @@ func (a *Agent) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if len(parent.mounts) > 0 {
+		writeErr(w, 409, "conflict", "sandbox "+parent.ID+" has volumes: it cannot be forked")
+		return
+	}
 	if a.forkErr != nil {
 		writeErr(w, a.forkErr.Status, a.forkErr.Code, a.forkErr.Message)
 		return
@@ -693,6 +783,13 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	a.mu.Lock()
+	roErr := sb.readOnly(p)
+	a.mu.Unlock()
+	if roErr {
+		writeErr(w, 403, "forbidden", "read-only file system: "+p)
+		return
+	}
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
 		writeErr(w, 400, "invalid_request", err.Error())
@@ -713,6 +810,10 @@ func (a *Agent) removeFile(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if sb.readOnly(p) {
+		writeErr(w, 403, "forbidden", "read-only file system: "+p)
+		return
+	}
 	if _, found := sb.stat(p); !found {
 		writeErr(w, 404, "not_found", "no such file: "+p)
 		return
@@ -805,6 +906,10 @@ func (a *Agent) move(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if sb.readOnly(from) || sb.readOnly(to) {
+		writeErr(w, 403, "forbidden", "read-only file system")
+		return
+	}
 	b, found := sb.files[from]
 	if !found {
 		writeErr(w, 404, "not_found", "no such file: "+from)
@@ -829,4 +934,142 @@ func (a *Agent) port(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	writeJSON(w, 200, map[string]any{"method": r.Method, "port": r.PathValue("port"), "path": "/" + r.PathValue("rest"),
 		"query": r.URL.RawQuery, "host": r.Host, "authorization": r.Header.Get("Authorization"), "body": string(body)})
+}
+
+// volume returns the volume named in the path, or writes 404. Callers hold a.mu.
+func (a *Agent) volume(w http.ResponseWriter, r *http.Request) *volume {
+	v, ok := a.volumes[r.PathValue("id")]
+	if !ok {
+		writeErr(w, 404, "not_found", "volume "+r.PathValue("id")+" not found")
+		return nil
+	}
+	return v
+}
+
+// attachments lists the sandboxes on this host (in any state) that have the volume mounted,
+// sorted by sandbox id. Callers hold a.mu.
+func (a *Agent) attachments(volumeID string) []agentclient.VolumeAttachment {
+	out := []agentclient.VolumeAttachment{}
+	for _, sb := range a.sandboxes {
+		for _, m := range sb.mounts {
+			if m.VolumeID == volumeID {
+				out = append(out, agentclient.VolumeAttachment{SandboxID: sb.ID, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SandboxID < out[j].SandboxID })
+	return out
+}
+
+func (a *Agent) volumeView(v *volume) agentclient.Volume {
+	out := v.Volume
+	out.Attachments = a.attachments(v.ID)
+	return out
+}
+
+func (a *Agent) createVolume(w http.ResponseWriter, r *http.Request) {
+	var req agentclient.CreateVolumeRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeErr(w, 400, "invalid_request", err.Error())
+		return
+	}
+	if !strings.HasPrefix(req.ID, "vol_") {
+		writeErr(w, 400, "invalid_request", "id must start with vol_")
+		return
+	}
+	if req.SizeMiB < 1 || req.SizeMiB > MaxVolumeMiB {
+		writeErr(w, 400, "invalid_request", fmt.Sprintf("size_mib must be between 1 and %d", MaxVolumeMiB))
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, dup := a.volumes[req.ID]; dup {
+		writeErr(w, 409, "conflict", "volume "+req.ID+" exists")
+		return
+	}
+	v := &volume{Volume: agentclient.Volume{ID: req.ID, SizeMiB: req.SizeMiB, CreatedAt: time.Now().UTC()}, files: map[string][]byte{}}
+	a.volumes[v.ID] = v
+	writeJSON(w, 201, a.volumeView(v))
+}
+
+func (a *Agent) resizeVolume(w http.ResponseWriter, r *http.Request) {
+	var req agentclient.ResizeVolumeRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeErr(w, 400, "invalid_request", err.Error())
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := a.volume(w, r)
+	if v == nil {
+		return
+	}
+	if req.SizeMiB < v.SizeMiB || req.SizeMiB > MaxVolumeMiB {
+		writeErr(w, 400, "invalid_request", fmt.Sprintf("size_mib must be between the current %d and %d (volumes only grow)", v.SizeMiB, MaxVolumeMiB))
+		return
+	}
+	if att := a.attachments(v.ID); len(att) > 0 {
+		writeErr(w, 409, "conflict", "volume "+v.ID+" is attached to sandbox "+att[0].SandboxID)
+		return
+	}
+	v.SizeMiB = req.SizeMiB
+	writeJSON(w, 200, a.volumeView(v))
+}
+
+// checkMounts applies the agent's attach rules to a create's volumes: 0 when they may be
+// mounted, else the error answer. Callers hold a.mu.
+func (a *Agent) checkMounts(ms []agentclient.VolumeMount) (int, string, string) {
+	if len(ms) > agentclient.MaxVolumesPerSandbox {
+		return 400, "invalid_request", fmt.Sprintf("at most %d volumes per sandbox", agentclient.MaxVolumesPerSandbox)
+	}
+	paths := map[string]bool{}
+	for _, m := range ms {
+		if !strings.HasPrefix(m.MountPath, "/") || path.Clean(m.MountPath) != m.MountPath || m.MountPath == "/" {
+			return 400, "invalid_request", "mount_path " + m.MountPath + " must be absolute, normalised and not /"
+		}
+		if paths[m.MountPath] {
+			return 400, "invalid_request", "two volumes at " + m.MountPath
+		}
+		paths[m.MountPath] = true
+		if _, ok := a.volumes[m.VolumeID]; !ok {
+			return 404, "not_found", "volume " + m.VolumeID + " not found"
+		}
+		for _, at := range a.attachments(m.VolumeID) {
+			if !m.ReadOnly || !at.ReadOnly {
+				return 409, "conflict", "volume " + m.VolumeID + " is attached to sandbox " + at.SandboxID
+			}
+		}
+	}
+	return 0, "", ""
+}
+
+// flushVolumes copies what a going sandbox has under its read-write mounts back into the
+// volumes. Callers hold a.mu.
+func (a *Agent) flushVolumes(sb *sandbox) {
+	for _, m := range sb.mounts {
+		v, ok := a.volumes[m.VolumeID]
+		if !ok || m.ReadOnly {
+			continue
+		}
+		v.files = map[string][]byte{}
+		for p, b := range sb.files {
+			if strings.HasPrefix(p, m.MountPath+"/") {
+				v.files[strings.TrimPrefix(p, m.MountPath)] = append([]byte(nil), b...)
+			}
+		}
+	}
+}
+
+// readOnly reports whether p is under one of the sandbox's read-only mounts.
+func (sb *sandbox) readOnly(p string) bool {
+	for _, m := range sb.mounts {
+		if m.ReadOnly && (p == m.MountPath || strings.HasPrefix(p, m.MountPath+"/")) {
+			return true
+		}
+	}
+	return false
 }

@@ -108,14 +108,12 @@ class LiveErrors(LiveTestCase):
         self.assertIn("killed", cm.exception.message)
 
     def test_not_implemented_maps(self) -> None:
-        # Whatever the server does not build yet is 501 not_implemented; volumes are one.
-        try:
-            self.create(volumes=[{"name": "v", "path": "/data"}])
-        except pandastack.NotImplemented as e:
-            self.assertEqual((e.status, e.code), (501, "not_implemented"))
-            self.assertIsInstance(e, NotImplementedError)
-        except pandastack.InvalidRequest:
-            pass  # a server with volumes rejects this made-up spec instead
+        # Whatever the server does not build yet is 501 not_implemented; building templates through
+        # the API is one.
+        with self.assertRaises(pandastack.NotImplemented) as cm:
+            self.client._http.request("POST", "/v1/templates", json_body={"name": "x"})
+        self.assertEqual((cm.exception.status, cm.exception.code), (501, "not_implemented"))
+        self.assertIsInstance(cm.exception, NotImplementedError)
 
 
 class ClientConfig(unittest.TestCase):

@@ -1,6 +1,6 @@
 import { ConfigurationError } from "./errors.js";
 import { Transport, type FetchLike } from "./http.js";
-import { Sandboxes, Snapshots, Templates, type ClientContext } from "./sandbox.js";
+import { Sandboxes, Snapshots, Templates, Volumes, type ClientContext } from "./sandbox.js";
 
 /** Where the hosted API lives; a self-hosted `pandastack up` prints its own base URL. */
 export const DEFAULT_BASE_URL = "https://api.pandastack.ai";
@@ -43,6 +43,7 @@ export class PandaStack {
   /** The same object as `sandboxes`. */
   readonly sandbox: Sandboxes;
   readonly snapshots: Snapshots;
+  readonly volumes: Volumes;
   readonly templates: Templates;
   /** @internal */
   declare readonly http: Transport;
@@ -73,5 +74,6 @@ export class PandaStack {
     this.sandbox = this.sandboxes;
     this.snapshots = new Snapshots(ctx);
     this.templates = new Templates(ctx);
+    this.volumes = new Volumes(ctx);
   }
 }

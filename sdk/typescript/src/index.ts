@@ -7,6 +7,8 @@ export {
   ExecResult,
   Snapshots,
   Templates,
+  Volumes,
+  volumeOf,
   type Command,
   type CreateSandboxParams,
   type ListSandboxesParams,
@@ -18,6 +20,9 @@ export {
   type ForkResult,
   type Snapshot,
   type Template,
+  type Volume,
+  type VolumeAttachment,
+  type VolumeMount,
   type SandboxData,
   type SandboxState,
 } from "./sandbox.js";

@@ -128,8 +128,61 @@ export interface CreateSandboxParams {
   /** Restore this snapshot instead of a fresh template. */
   snapshotId?: string;
   egress?: unknown;
-  volumes?: unknown;
+  /** Volumes to mount (at most 4); the sandbox runs on their host. */
+  volumes?: VolumeMount[];
   signal?: AbortSignal;
+}
+
+/** One volume of a create: mounted at `mountPath`, read-only or not (default read-write). */
+export interface VolumeMount {
+  volumeId: string;
+  mountPath: string;
+  readOnly?: boolean;
+}
+
+/** A sandbox that has a volume mounted. */
+export interface VolumeAttachment {
+  sandboxId: string;
+  mountPath: string;
+  readOnly: boolean;
+}
+
+/** A durable volume: a persistent disk, kept on one host, that outlives sandboxes. */
+export interface Volume {
+  id: string;
+  name: string;
+  sizeMib: number;
+  hostId?: string;
+  createdAt: Date | null;
+  attachments: VolumeAttachment[];
+  raw: Record<string, unknown>;
+}
+
+export function volumeOf(d: Record<string, unknown> | undefined): Volume {
+  const x = d ?? {};
+  const atts = Array.isArray(x.attachments) ? (x.attachments as Record<string, unknown>[]) : [];
+  return {
+    id: String(x.id ?? ""),
+    name: String(x.name ?? ""),
+    sizeMib: Number(x.size_mib ?? 0),
+    hostId: x.host_id as string | undefined,
+    createdAt: parseTime(x.created_at),
+    attachments: atts.map((a) => ({
+      sandboxId: String(a.sandbox_id ?? ""),
+      mountPath: String(a.mount_path ?? ""),
+      readOnly: Boolean(a.read_only),
+    })),
+    raw: { ...x },
+  };
+}
+
+function volumeEntry(v: VolumeMount): Record<string, unknown> {
+  if (v === null || typeof v !== "object") throw new TypeError("each volumes entry is {volumeId, mountPath, readOnly?}");
+  const extra = Object.keys(v).filter((k) => !["volumeId", "mountPath", "readOnly"].includes(k));
+  if (extra.length) throw new TypeError(`unknown volumes entry keys: ${extra.join(", ")} (use volumeId, mountPath, readOnly)`);
+  const out: Record<string, unknown> = { volume_id: v.volumeId, mount_path: v.mountPath };
+  if (v.readOnly !== undefined) out.read_only = v.readOnly;
+  return out;
 }
 
 export interface ListSandboxesParams {
@@ -599,7 +652,7 @@ export class Sandboxes {
     if (params.env !== undefined) body.env = params.env;
     if (params.snapshotId !== undefined) body.snapshot_id = params.snapshotId;
     if (params.egress !== undefined) body.egress = params.egress;
-    if (params.volumes !== undefined) body.volumes = params.volumes;
+    if (params.volumes !== undefined) body.volumes = params.volumes.map(volumeEntry);
     const d = await this.client.http.json<SandboxData>("POST", "/v1/sandboxes", {
       json: body,
       timeoutMs: this.client.createTimeoutMs,
@@ -696,6 +749,49 @@ export class Snapshots {
 
   async delete(id: string): Promise<void> {
     await this.client.http.json("DELETE", `/v1/snapshots/${seg(id)}`, { idempotent: true });
+  }
+}
+
+/** `client.volumes`: durable volumes, persistent disks that outlive sandboxes. */
+export class Volumes {
+  constructor(private readonly client: ClientContext) {}
+
+  /** Make a volume of `sizeMib` MiB (1 to 1048576) on a host the server picks. */
+  async create(params: { sizeMib: number; name?: string; signal?: AbortSignal }): Promise<Volume> {
+    const body: Record<string, unknown> = { size_mib: params.sizeMib };
+    if (params.name !== undefined) body.name = params.name;
+    return volumeOf(
+      await this.client.http.json<Record<string, unknown>>("POST", "/v1/volumes", {
+        json: body,
+        timeoutMs: this.client.createTimeoutMs,
+        signal: params.signal,
+      }),
+    );
+  }
+
+  /** Your team's volumes, newest first. */
+  async list(): Promise<Volume[]> {
+    const d = await this.client.http.json<{ volumes?: Record<string, unknown>[] }>("GET", "/v1/volumes", { idempotent: true });
+    return (d?.volumes ?? []).map(volumeOf);
+  }
+
+  async get(id: string): Promise<Volume> {
+    return volumeOf(await this.client.http.json<Record<string, unknown>>("GET", `/v1/volumes/${seg(id)}`, { idempotent: true }));
+  }
+
+  /** Grow a volume; refused (Conflict) while a sandbox has it mounted. */
+  async resize(id: string, sizeMib: number): Promise<Volume> {
+    return volumeOf(
+      await this.client.http.json<Record<string, unknown>>("POST", `/v1/volumes/${seg(id)}/resize`, {
+        json: { size_mib: sizeMib },
+        timeoutMs: this.client.createTimeoutMs,
+      }),
+    );
+  }
+
+  /** Delete a volume and its data; refused (Conflict) while a sandbox has it mounted. */
+  async delete(id: string): Promise<void> {
+    await this.client.http.json("DELETE", `/v1/volumes/${seg(id)}`, { idempotent: true });
   }
 }
 

@@ -27,8 +27,8 @@ from .errors import (
     Unauthorized,
     Unimplemented,
 )
-from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template
-from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates
+from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, Volume, VolumeAttachment
+from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates, Volumes
 
 __all__ = [
     "__version__",
@@ -45,6 +45,9 @@ __all__ = [
     "Snapshots",
     "Template",
     "Templates",
+    "Volume",
+    "VolumeAttachment",
+    "Volumes",
     "PandaStackError",
     "ConfigurationError",
     "APIConnectionError",

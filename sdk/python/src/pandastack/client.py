@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional
 
 from . import errors
 from ._http import Transport
-from .sandbox import Sandboxes, Snapshots, Templates
+from .sandbox import Sandboxes, Snapshots, Templates, Volumes
 
 __all__ = ["PandaStack", "DEFAULT_BASE_URL"]
 
@@ -58,6 +58,7 @@ class PandaStack:
         self.sandbox = self.sandboxes
         self.snapshots = Snapshots(self)
         self.templates = Templates(self)
+        self.volumes = Volumes(self)
 
     def close(self) -> None:
         """Nothing to release (connections are per request); kept for symmetry."""

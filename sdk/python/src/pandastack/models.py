@@ -6,7 +6,7 @@ import datetime as _dt
 import re
 from typing import Any, Dict, List, Mapping, Optional
 
-__all__ = ["ExecResult", "ExecEvent", "FileInfo", "Snapshot", "Template", "parse_time"]
+__all__ = ["ExecResult", "ExecEvent", "FileInfo", "Snapshot", "Template", "Volume", "VolumeAttachment", "parse_time"]
 
 _FRACTION = re.compile(r"\.(\d+)")
 
@@ -188,3 +188,70 @@ class Template:
 
 def as_list(x: Any) -> List[Any]:
     return x if isinstance(x, list) else []
+
+
+class VolumeAttachment:
+    """A sandbox that has a volume mounted: ``sandbox_id``, ``mount_path``, ``read_only``."""
+
+    __slots__ = ("sandbox_id", "mount_path", "read_only")
+
+    def __init__(self, d: Mapping[str, Any]) -> None:
+        self.sandbox_id: str = d.get("sandbox_id", "")
+        self.mount_path: str = d.get("mount_path", "")
+        self.read_only: bool = bool(d.get("read_only", False))
+
+    def __repr__(self) -> str:
+        return "VolumeAttachment(sandbox_id=%r, mount_path=%r, read_only=%r)" % (
+            self.sandbox_id,
+            self.mount_path,
+            self.read_only,
+        )
+
+
+class Volume:
+    """A durable volume: a persistent disk that outlives sandboxes, kept on one host.
+
+    Mount it with ``client.sandboxes.create(..., volumes=[{"volume_id": v.id, "mount_path":
+    "/data"}])``; ``attachments`` are the sandboxes that have it mounted now.
+    """
+
+    def __init__(self, d: Mapping[str, Any], client: Any = None) -> None:
+        self._client = client
+        self.raw: Dict[str, Any] = dict(d)
+        self.id: str = d.get("id", "")
+        self.name: str = d.get("name") or ""
+        self.size_mib: Optional[int] = d.get("size_mib")
+        self.host_id: Optional[str] = d.get("host_id")
+        self.created_at: Optional[_dt.datetime] = parse_time(d.get("created_at"))
+        self.attachments: List[VolumeAttachment] = [
+            VolumeAttachment(a) for a in (d.get("attachments") or []) if isinstance(a, dict)
+        ]
+
+    def mount(self, mount_path: str, read_only: bool = False) -> Dict[str, Any]:
+        """The ``volumes=`` entry that mounts this volume at ``mount_path``."""
+        return {"volume_id": self.id, "mount_path": mount_path, "read_only": read_only}
+
+    def refresh(self) -> "Volume":
+        """Re-read the volume (size, attachments) from the server."""
+        fresh = self._client.volumes.get(self.id)
+        self.__dict__.update(fresh.__dict__)
+        return self
+
+    def resize(self, size_mib: int) -> "Volume":
+        """Grow the volume (refused with Conflict while a sandbox has it mounted)."""
+        fresh = self._client.volumes.resize(self.id, size_mib)
+        self.__dict__.update(fresh.__dict__)
+        return self
+
+    def delete(self) -> None:
+        """Delete the volume and its data (refused with Conflict while a sandbox has it mounted)."""
+        self._client.volumes.delete(self.id)
+
+    def __repr__(self) -> str:
+        return "Volume(id=%r, name=%r, size_mib=%r, host_id=%r, attachments=%r)" % (
+            self.id,
+            self.name,
+            self.size_mib,
+            self.host_id,
+            self.attachments,
+        )

@@ -22,7 +22,7 @@ from typing import (
 
 from . import errors
 from ._http import LineStream, Transport
-from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, as_list, parse_time
+from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, Volume, as_list, parse_time
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import PandaStack
@@ -474,7 +474,9 @@ class Sandboxes:
 
         ``ttl_seconds`` is its lifetime (server default 300 s); ``metadata`` string labels you can
         list by; ``env`` variables every command in it sees. The first create of a template that
-        is not baked yet waits for the bake.
+        is not baked yet waits for the bake. ``volumes`` mounts up to four volumes:
+        ``[{"volume_id": "vol_…", "mount_path": "/data", "read_only": False}]`` (or
+        ``volume.mount("/data")``); the sandbox runs on the volumes' host.
         """
         if template is None and snapshot_id is None:
             raise TypeError("create() needs template= (or snapshot_id=)")
@@ -492,7 +494,7 @@ class Sandboxes:
         if egress is not None:
             body["egress"] = egress
         if volumes is not None:
-            body["volumes"] = volumes
+            body["volumes"] = [_volume_entry(v) for v in volumes]
         r = self._http.request("POST", "/v1/sandboxes", json_body=body, timeout=self._client.create_timeout)
         return Sandbox(self._client, r.json() or {})
 
@@ -601,3 +603,54 @@ class Templates:
 
     def get(self, name: str) -> Template:
         return Template(self._http.request("GET", "/v1/templates/%s" % _seg(name), idempotent=True).json() or {})
+
+
+def _volume_entry(v: Any) -> Dict[str, Any]:
+    """One ``volumes=`` entry as the API takes it (a mapping with volume_id, mount_path and
+    optionally read_only)."""
+    if not isinstance(v, Mapping):
+        raise TypeError("each volumes entry is a dict with volume_id and mount_path, not %r" % (v,))
+    out: Dict[str, Any] = {"volume_id": v.get("volume_id"), "mount_path": v.get("mount_path")}
+    if v.get("read_only") is not None:
+        out["read_only"] = v["read_only"]
+    extra = set(v) - {"volume_id", "mount_path", "read_only"}
+    if extra:
+        raise TypeError("unknown volumes entry keys: %s" % ", ".join(sorted(extra)))
+    return out
+
+
+class Volumes:
+    """``client.volumes``: durable volumes, persistent disks that outlive sandboxes."""
+
+    def __init__(self, client: "PandaStack") -> None:
+        self._client = client
+        self._http: Transport = client._http
+
+    def create(self, size_mib: int, name: Optional[str] = None) -> Volume:
+        """Make a volume of ``size_mib`` MiB (1 to 1048576) on a host the server picks."""
+        body: Dict[str, Any] = {"size_mib": size_mib}
+        if name is not None:
+            body["name"] = name
+        r = self._http.request("POST", "/v1/volumes", json_body=body, timeout=self._client.create_timeout)
+        return Volume(r.json() or {}, self._client)
+
+    def list(self) -> List[Volume]:
+        """Your team's volumes, newest first."""
+        d = self._http.request("GET", "/v1/volumes", idempotent=True).json() or {}
+        return [Volume(v, self._client) for v in as_list(d.get("volumes")) if isinstance(v, dict)]
+
+    def get(self, volume_id: str) -> Volume:
+        if not volume_id:
+            raise ValueError("volume_id is required")
+        r = self._http.request("GET", "/v1/volumes/%s" % _seg(volume_id), idempotent=True)
+        return Volume(r.json() or {}, self._client)
+
+    def resize(self, volume_id: str, size_mib: int) -> Volume:
+        """Grow a volume; refused (Conflict) while a sandbox has it mounted."""
+        r = self._http.request("POST", "/v1/volumes/%s/resize" % _seg(volume_id), json_body={"size_mib": size_mib},
+                               timeout=self._client.create_timeout)
+        return Volume(r.json() or {}, self._client)
+
+    def delete(self, volume_id: str) -> None:
+        """Delete a volume and its data; refused (Conflict) while a sandbox has it mounted."""
+        self._http.request("DELETE", "/v1/volumes/%s" % _seg(volume_id), idempotent=True)

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/pandastack/pandastack/internal/client"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	rootCmd.AddCommand(volumeCmd())
+}
+
+// parseVolumes reads --volume VOLUME_ID:/path[:ro|:rw] flags.
+func parseVolumes(specs []string) ([]client.VolumeMount, error) {
+	var out []client.VolumeMount
+	for _, s := range specs {
+		parts := strings.Split(s, ":")
+		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+			return nil, fmt.Errorf("--volume %q: want VOLUME_ID:/path or VOLUME_ID:/path:ro", s)
+		}
+		m := client.VolumeMount{VolumeID: parts[0], MountPath: parts[1]}
+		if len(parts) == 3 {
+			switch parts[2] {
+			case "ro":
+				m.ReadOnly = true
+			case "rw":
+			default:
+				return nil, fmt.Errorf("--volume %q: the mode after the path is ro or rw, not %q", s, parts[2])
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func formatAttachments(as []client.VolumeAttachment) string {
+	var parts []string
+	for _, a := range as {
+		mode := "rw"
+		if a.ReadOnly {
+			mode = "ro"
+		}
+		parts = append(parts, a.SandboxID+":"+a.MountPath+":"+mode)
+	}
+	return strings.Join(parts, ",")
+}
+
+func printVolumes(f *apiFlags, cmd *cobra.Command, vs []client.Volume, single bool) error {
+	out := cmd.OutOrStdout()
+	if f.json {
+		if single {
+			return printJSON(out, vs[0])
+		}
+		return printJSON(out, vs)
+	}
+	rows := make([][]string, 0, len(vs))
+	for _, v := range vs {
+		rows = append(rows, []string{v.ID, orDash(v.Name), strconv.FormatInt(v.SizeMiB, 10), orDash(v.HostID), v.CreatedAt, orDash(formatAttachments(v.Attachments))})
+	}
+	return table(out, []string{"ID", "NAME", "SIZE_MIB", "HOST", "CREATED", "ATTACHED"}, rows)
+}
+
+// volumeCmd is `pandastack volume create|list|get|resize|delete`; volumes are mounted with
+// `pandastack sandbox create --volume ID:/path[:ro]`.
+func volumeCmd() *cobra.Command {
+	var f apiFlags
+	cmd := &cobra.Command{
+		Use:     "volume",
+		Aliases: []string{"volumes", "vol"},
+		Short:   "Create, list, resize and delete volumes: persistent disks that outlive sandboxes",
+	}
+	f.register(cmd)
+
+	var size int64
+	var name string
+	var quiet bool
+	create := &cobra.Command{
+		Use:   "create --size-mib N",
+		Short: "Create a volume (mount it with `sandbox create --volume ID:/path`)",
+		Example: `  vol=$(pandastack volume create --size-mib 1024 --name data -q)
+  pandastack sandbox create --template base --volume "$vol:/data"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("size-mib") {
+				return fmt.Errorf("--size-mib is required")
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			v, err := c.CreateVolume(ctx, size, name)
+			if err != nil {
+				return err
+			}
+			if quiet {
+				fmt.Fprintln(cmd.OutOrStdout(), v.ID)
+				return nil
+			}
+			return printVolumes(&f, cmd, []client.Volume{v}, true)
+		},
+	}
+	create.Flags().Int64Var(&size, "size-mib", 0, "size in MiB (1 to 1048576)")
+	create.Flags().StringVar(&name, "name", "", "a name for people (ids are what calls take)")
+	create.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the volume's id")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List your team's volumes, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			vs, err := c.ListVolumes(ctx)
+			if err != nil {
+				return err
+			}
+			if vs == nil {
+				vs = []client.Volume{}
+			}
+			return printVolumes(&f, cmd, vs, false)
+		},
+	}
+	get := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show one volume and the sandboxes that have it mounted",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			v, err := c.GetVolume(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return printVolumes(&f, cmd, []client.Volume{v}, true)
+		},
+	}
+	var newSize int64
+	resize := &cobra.Command{
+		Use:   "resize ID --size-mib N",
+		Short: "Grow a volume (refused while a sandbox has it mounted)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("size-mib") {
+				return fmt.Errorf("--size-mib is required")
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			v, err := c.ResizeVolume(ctx, args[0], newSize)
+			if err != nil {
+				return err
+			}
+			return printVolumes(&f, cmd, []client.Volume{v}, true)
+		},
+	}
+	resize.Flags().Int64Var(&newSize, "size-mib", 0, "the new size in MiB (volumes only grow)")
+	del := &cobra.Command{
+		Use:     "delete ID...",
+		Aliases: []string{"rm"},
+		Short:   "Delete volumes and their data (refused while a sandbox has one mounted)",
+		Args:    cobra.MinimumNArgs(1),
+		RunE:    f.eachID("deleted", (*client.Client).DeleteVolume),
+	}
+	cmd.AddCommand(create, list, get, resize, del)
+	return cmd
+}

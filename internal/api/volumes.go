@@ -1,0 +1,439 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+// Durable volumes (docs/volumes.md): persistent disks that outlive sandboxes. A volume lives on
+// the host that made it; a sandbox that mounts it is placed there. The host agent keeps the data;
+// the control plane keeps the record (team, name, size, host) and the attachments, and enforces
+// the attach rules: one read-write holder, or any number of read-only ones.
+
+// Volume limits (docs/volumes.md).
+const (
+	MaxVolumeMiB          = 1 << 20 // 1 TiB
+	MaxVolumesPerSandbox  = agentclient.MaxVolumesPerSandbox
+	MaxMountPathLen       = 256
+	MaxVolumeNameLen      = 64
+	volumeHostCallTimeout = 2 * time.Minute
+)
+
+// systemDirs may not be mount points, nor hold one.
+var systemDirs = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr", "/var"}
+
+// VolumeView is the public volume object.
+type VolumeView struct {
+	ID          string           `json:"id"`
+	Name        string           `json:"name"`
+	SizeMiB     int64            `json:"size_mib"`
+	HostID      string           `json:"host_id"`
+	CreatedAt   string           `json:"created_at"`
+	Attachments []AttachmentView `json:"attachments"`
+}
+
+// AttachmentView is a sandbox that holds a volume.
+type AttachmentView struct {
+	SandboxID string `json:"sandbox_id"`
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only"`
+}
+
+func volumeViewOf(v store.Volume) VolumeView {
+	out := VolumeView{ID: v.ID, Name: v.Name, SizeMiB: v.SizeMiB, HostID: v.HostID, CreatedAt: Timestamp(v.CreatedAt),
+		Attachments: make([]AttachmentView, 0, len(v.Attachments))}
+	for _, a := range v.Attachments {
+		out.Attachments = append(out.Attachments, AttachmentView{SandboxID: a.SandboxID, MountPath: a.MountPath, ReadOnly: a.ReadOnly})
+	}
+	return out
+}
+
+// VolumeSpec is one entry of a create's `volumes`.
+type VolumeSpec struct {
+	VolumeID  *string `json:"volume_id"`
+	MountPath *string `json:"mount_path"`
+	ReadOnly  *bool   `json:"read_only"`
+}
+
+func validateSize(v *int64) error {
+	if v == nil {
+		return invalid("size_mib is required (1 to %d)", MaxVolumeMiB)
+	}
+	if *v < 1 || *v > MaxVolumeMiB {
+		return invalid("size_mib must be between 1 and %d (1 TiB), got %d", MaxVolumeMiB, *v)
+	}
+	return nil
+}
+
+// validateMountPath checks one mount path: absolute, normalised, not / and not in or under a
+// system directory, at most MaxMountPathLen bytes.
+func validateMountPath(p string) error {
+	switch {
+	case p == "":
+		return invalid("mount_path is required (an absolute path such as /data)")
+	case len(p) > MaxMountPathLen:
+		return invalid("mount_path is %d bytes; at most %d are allowed", len(p), MaxMountPathLen)
+	case !utf8.ValidString(p) || hasControl(p):
+		return invalid("mount_path %q must be valid UTF-8 without control characters", truncate(p))
+	case !strings.HasPrefix(p, "/"):
+		return invalid("mount_path %q must be absolute (start with /)", truncate(p))
+	case p == "/":
+		return invalid("mount_path must not be /")
+	case path.Clean(p) != p:
+		return invalid("mount_path %q is not normalised (use %q)", truncate(p), truncate(path.Clean(p)))
+	}
+	for _, d := range systemDirs {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return invalid("mount_path %q is in the system directory %s (system directories are %s)", truncate(p), d, strings.Join(systemDirs, " "))
+		}
+	}
+	return nil
+}
+
+// validateVolumeSpecs checks the shape of a create's volumes (not whether they exist).
+func validateVolumeSpecs(specs []VolumeSpec) ([]store.VolumeAttachment, error) {
+	if len(specs) > MaxVolumesPerSandbox {
+		return nil, invalid("volumes has %d entries; at most %d are allowed per sandbox", len(specs), MaxVolumesPerSandbox)
+	}
+	out := make([]store.VolumeAttachment, 0, len(specs))
+	paths, ids := map[string]bool{}, map[string]bool{}
+	for i, sp := range specs {
+		if sp.VolumeID == nil || *sp.VolumeID == "" {
+			return nil, invalid("volumes[%d].volume_id is required (see GET /v1/volumes)", i)
+		}
+		if sp.MountPath == nil {
+			return nil, invalid("volumes[%d].mount_path is required (an absolute path such as /data)", i)
+		}
+		if err := validateMountPath(*sp.MountPath); err != nil {
+			e := err.(*Error)
+			e.Message = "volumes[" + strconv.Itoa(i) + "]." + e.Message
+			return nil, e
+		}
+		id, p := *sp.VolumeID, *sp.MountPath
+		if paths[p] {
+			return nil, invalid("volumes[%d].mount_path %q is used by another volume of this sandbox", i, truncate(p))
+		}
+		if ids[id] {
+			return nil, invalid("volumes[%d]: volume %s is listed twice", i, truncate(id))
+		}
+		paths[p], ids[id] = true, true
+		out = append(out, store.VolumeAttachment{VolumeID: id, MountPath: p, ReadOnly: sp.ReadOnly != nil && *sp.ReadOnly})
+	}
+	return out, nil
+}
+
+// inUse words a volume held by a sandbox as the public 409.
+func inUse(err error, what string) error {
+	var iu *store.VolumeInUseError
+	if !errors.As(err, &iu) {
+		return err
+	}
+	mode := "read-write"
+	if iu.Holder.ReadOnly {
+		mode = "read-only"
+	}
+	return conflict("volume %s is attached %s to sandbox %s at %s: %s (kill that sandbox first)", iu.VolumeID, mode, iu.Holder.SandboxID, iu.Holder.MountPath, what)
+}
+
+// resolveVolumes loads the caller's volumes of a create, checks they are on one host and free
+// for the asked mode, and returns that host. Another team's, a deleted or a missing volume is 404.
+func (s *Server) resolveVolumes(ctx context.Context, teamID string, atts []store.VolumeAttachment) (string, error) {
+	host, first := "", ""
+	for _, a := range atts {
+		v, err := s.store.GetTeamVolume(ctx, teamID, a.VolumeID)
+		if errors.Is(err, store.ErrNotFound) {
+			return "", notFound("volume %s not found", truncate(a.VolumeID))
+		}
+		if err != nil {
+			return "", err
+		}
+		if host == "" {
+			host, first = v.HostID, v.ID
+		} else if v.HostID != host {
+			return "", conflict("volumes of one sandbox must be on one host: %s is on %s, %s on %s", first, host, v.ID, v.HostID)
+		}
+		if err := s.store.CheckAttach(ctx, v.ID, a.ReadOnly); err != nil {
+			return "", inUse(err, "it cannot also be attached "+map[bool]string{true: "read-only", false: "read-write"}[a.ReadOnly])
+		}
+	}
+	return host, nil
+}
+
+// createWithVolumes starts a sandbox on the host of its volumes (from a template, or from a
+// snapshot that must be on the same host) and records it with its attachments.
+func (s *Server) createWithVolumes(ctx context.Context, teamID string, req createRequest, snap *store.Snapshot) (store.Sandbox, error) {
+	hostID, err := s.resolveVolumes(ctx, teamID, req.volumes)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if snap != nil && snap.HostID != hostID {
+		return store.Sandbox{}, conflict("snapshot %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", snap.ID, snap.HostID, hostID)
+	}
+	mem := s.sched.TemplateMemMiB(ctx, req.Template)
+	h, err := s.sched.PlaceOn(ctx, hostID, 1, mem)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancel()
+	release := s.sched.Reserve(h.ID, mem)
+	sbID := auth.NewID("sb_")
+	areq := agentclient.CreateRequest{ID: sbID, Template: req.Template, Env: req.Env, Egress: req.egress}
+	rec := store.Sandbox{ID: sbID, TeamID: teamID, Template: req.Template, HostID: h.ID, Metadata: req.Metadata, TTLSeconds: reqTTL(req)}
+	if snap != nil {
+		areq.Template, areq.SnapshotID, rec.SnapshotID = "", snap.ID, snap.ID
+	}
+	for i := range req.volumes {
+		req.volumes[i].SandboxID = sbID
+		v := req.volumes[i]
+		areq.Volumes = append(areq.Volumes, agentclient.VolumeMount{VolumeID: v.VolumeID, MountPath: v.MountPath, ReadOnly: v.ReadOnly})
+	}
+	if _, err := s.sched.Client(h).CreateSandbox(ctx, areq); err != nil {
+		release()
+		return store.Sandbox{}, err
+	}
+	out, err := s.recordWith(ctx, h, rec, req.volumes)
+	if errors.Is(err, store.ErrNotFound) {
+		err = notFound("a volume of this sandbox was deleted meanwhile")
+	}
+	return out, inUse(err, "another create took it meanwhile")
+}
+
+// refuseWithVolumes is the 409 of a snapshot or fork of a sandbox that has volumes.
+func (s *Server) refuseWithVolumes(ctx context.Context, sb store.Sandbox, what string) error {
+	vols, err := s.store.SandboxVolumes(ctx, sb.ID)
+	if err != nil {
+		return err
+	}
+	if len(vols) > 0 {
+		return conflict("sandbox %s has volumes (%s at %s): %s of a sandbox with volumes are refused", sb.ID, vols[0].VolumeID, vols[0].MountPath, what)
+	}
+	return nil
+}
+
+// volume loads the caller's volume named in the path; another team's is 404 like a missing one.
+func (s *Server) volume(r *http.Request) (store.Volume, error) {
+	id, _ := auth.FromContext(r.Context())
+	volID := r.PathValue("id")
+	v, err := s.store.GetTeamVolume(r.Context(), id.TeamID, volID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Volume{}, notFound("volume %s not found", truncate(volID))
+	}
+	return v, err
+}
+
+// volumeHost returns the host of a volume, which must be up for calls that change it.
+func (s *Server) volumeHost(ctx context.Context, v store.Volume) (store.Host, error) {
+	h, err := s.store.GetHost(ctx, v.HostID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && h.State != store.HostUp {
+		return store.Host{}, errorf(http.StatusServiceUnavailable, "capacity", "host %s of volume %s is down", v.HostID, v.ID)
+	}
+	return h, err
+}
+
+func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	var req struct {
+		SizeMiB *int64  `json:"size_mib"`
+		Name    *string `json:"name"`
+	}
+	err := decodeJSON(w, r, &req, false)
+	if err == nil {
+		err = validateSize(req.SizeMiB)
+	}
+	name := ""
+	if err == nil && req.Name != nil {
+		name = *req.Name
+		switch {
+		case len(name) > MaxVolumeNameLen:
+			err = invalid("name is %d bytes; at most %d are allowed", len(name), MaxVolumeNameLen)
+		case !utf8.ValidString(name) || hasControl(name):
+			err = invalid("name must be valid UTF-8 without control characters")
+		}
+	}
+	var v store.Volume
+	if err == nil {
+		v, err = s.makeVolume(r.Context(), id.TeamID, name, *req.SizeMiB)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, volumeViewOf(v))
+}
+
+// makeVolume makes the volume on the best host (the next one when a host is unreachable, full or
+// out of disk) and records it; if the store fails, the volume is deleted on the host again.
+func (s *Server) makeVolume(ctx context.Context, teamID, name string, sizeMiB int64) (store.Volume, error) {
+	hosts, err := s.sched.PlaceVolume(ctx)
+	if err != nil {
+		return store.Volume{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), volumeHostCallTimeout)
+	defer cancel()
+	volID := auth.NewID("vol_")
+	var lastErr error
+	for i, h := range hosts {
+		if i == 3 {
+			break
+		}
+		c := s.sched.Client(h)
+		av, err := c.CreateVolume(ctx, agentclient.CreateVolumeRequest{ID: volID, SizeMiB: sizeMiB})
+		if err != nil {
+			lastErr = err
+			var ue *agentclient.Unreachable
+			var ae *agentclient.Error
+			if errors.As(err, &ue) || errors.As(err, &ae) && (ae.Code == "capacity" || ae.Code == "no_space") {
+				s.log.Warn("host could not make a volume, trying the next", "host", h.ID, "err", err)
+				continue
+			}
+			return store.Volume{}, err
+		}
+		size := sizeMiB
+		if av.SizeMiB > 0 {
+			size = av.SizeMiB
+		}
+		rec, err := s.store.CreateVolume(ctx, store.Volume{ID: volID, TeamID: teamID, Name: name, SizeMiB: size, HostID: h.ID, CreatedAt: s.now()})
+		if err != nil {
+			if derr := c.DeleteVolume(ctx, volID); derr != nil {
+				s.log.Error("could not delete a volume the store failed to record", "volume", volID, "host", h.ID, "err", derr)
+			}
+			return store.Volume{}, err
+		}
+		s.log.Info("volume created", "volume", volID, "team", teamID, "host", h.ID, "size_mib", size)
+		return rec, nil
+	}
+	return store.Volume{}, lastErr
+}
+
+func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	for key := range r.URL.Query() {
+		s.writeError(w, r, invalid("unknown query parameter %q (volume lists take none)", truncate(key)))
+		return
+	}
+	vols, err := s.store.ListVolumes(r.Context(), id.TeamID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]VolumeView, 0, len(vols))
+	for _, v := range vols {
+		out = append(out, volumeViewOf(v))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"volumes": out})
+}
+
+func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
+	v, err := s.volume(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, volumeViewOf(v))
+}
+
+// resizeVolume grows a volume that no sandbox holds, on its host first.
+func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	var req struct {
+		SizeMiB *int64 `json:"size_mib"`
+	}
+	err := decodeJSON(w, r, &req, false)
+	if err == nil {
+		err = validateSize(req.SizeMiB)
+	}
+	var v store.Volume
+	if err == nil {
+		v, err = s.volume(r)
+	}
+	if err == nil && *req.SizeMiB < v.SizeMiB {
+		err = invalid("size_mib %d is smaller than the volume's %d: volumes only grow", *req.SizeMiB, v.SizeMiB)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if *req.SizeMiB == v.SizeMiB {
+		writeJSON(w, http.StatusOK, volumeViewOf(v))
+		return
+	}
+	err = inUse(s.store.CheckAttach(r.Context(), v.ID, false), "resizing is refused while attached")
+	var h store.Host
+	if err == nil {
+		h, err = s.volumeHost(r.Context(), v)
+	}
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), volumeHostCallTimeout)
+		_, err = s.sched.Client(h).ResizeVolume(ctx, v.ID, *req.SizeMiB)
+		cancel()
+	}
+	if err == nil {
+		v, err = s.store.ResizeVolume(context.WithoutCancel(r.Context()), id.TeamID, v.ID, *req.SizeMiB)
+		err = inUse(err, "resizing is refused while attached")
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("volume resized", "volume", v.ID, "host", v.HostID, "size_mib", v.SizeMiB)
+	writeJSON(w, http.StatusOK, volumeViewOf(v))
+}
+
+// deleteVolume deletes a volume that no sandbox holds: on its host, then in the store. A host
+// that is down does not block the delete: the volume is recorded deleted, and the host's next
+// reconcile deletes it there. Deleting it again is 204.
+func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	volID := r.PathValue("id")
+	v, err := s.store.GetVolume(r.Context(), volID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && v.TeamID != id.TeamID {
+		err = notFound("volume %s not found", truncate(volID))
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if v.Deleted {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if err := inUse(s.store.CheckAttach(r.Context(), v.ID, false), "deleting is refused while attached"); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	h, err := s.store.GetHost(r.Context(), v.HostID)
+	if err == nil && h.State == store.HostUp {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), volumeHostCallTimeout)
+		err = s.sched.Client(h).DeleteVolume(ctx, v.ID)
+		cancel()
+		var ae *agentclient.Error
+		switch {
+		case err == nil, errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+			err = nil
+		case errors.As(err, &ae):
+			// The host refused (e.g. a sandbox there still has it): nothing was deleted.
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	if err != nil {
+		s.log.Warn("deleting a volume on its host failed; recorded deleted, the host's reconcile will delete it", "volume", v.ID, "host", v.HostID, "err", err)
+	}
+	if err := inUse(s.store.DeleteVolume(context.WithoutCancel(r.Context()), id.TeamID, v.ID), "deleting is refused while attached"); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.Info("volume deleted", "volume", v.ID, "host", v.HostID)
+	w.WriteHeader(http.StatusNoContent)
+}

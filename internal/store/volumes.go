@@ -1,0 +1,371 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Volume is the record of a durable volume: a persistent disk kept on the host that made it (a
+// sandbox that mounts it is placed there). Attachments are the sandboxes that hold it now.
+type Volume struct {
+	ID          string
+	TeamID      string
+	Name        string
+	SizeMiB     int64
+	HostID      string
+	CreatedAt   time.Time
+	Deleted     bool
+	DeletedAt   time.Time
+	Attachments []VolumeAttachment
+}
+
+// VolumeAttachment is one volume of one sandbox, mounted at MountPath.
+type VolumeAttachment struct {
+	SandboxID string
+	VolumeID  string
+	MountPath string
+	ReadOnly  bool
+}
+
+// HoldingStates are the sandbox states in which a sandbox holds its volumes: its host still has
+// it. A killed sandbox has let go; a lost one's host is gone (or no longer has it) — should it
+// come back, its state, and so its hold, comes back with it.
+var HoldingStates = []string{StateRunning, StateHibernated, StateError}
+
+// VolumeInUseError says a volume cannot be attached, resized or deleted because a sandbox holds
+// it (Holder; the first one, when several do).
+type VolumeInUseError struct {
+	VolumeID string
+	Holder   VolumeAttachment
+}
+
+func (e *VolumeInUseError) Error() string {
+	mode := "read-write"
+	if e.Holder.ReadOnly {
+		mode = "read-only"
+	}
+	return fmt.Sprintf("volume %s is attached %s to sandbox %s", e.VolumeID, mode, e.Holder.SandboxID)
+}
+
+const volumeCols = `id, team_id, name, size_mib, host_id, created_at, deleted, deleted_at`
+
+func scanVolume(sc interface{ Scan(...any) error }) (Volume, error) {
+	var v Volume
+	var c int64
+	var del int
+	var delAt sql.NullInt64
+	if err := sc.Scan(&v.ID, &v.TeamID, &v.Name, &v.SizeMiB, &v.HostID, &c, &del, &delAt); err != nil {
+		return Volume{}, err
+	}
+	v.CreatedAt = fromMicros(c)
+	v.Deleted = del != 0
+	v.DeletedAt = nullMicros(delAt)
+	return v, nil
+}
+
+func holdingIn() (string, []any) {
+	args := make([]any, len(HoldingStates))
+	for i, st := range HoldingStates {
+		args[i] = st
+	}
+	return `(?` + strings.Repeat(`, ?`, len(HoldingStates)-1) + `)`, args
+}
+
+// attachments returns the holding attachments of the given volumes, by volume id, oldest
+// sandbox first.
+func (s *Store) attachments(ctx context.Context, q querier, volumeIDs ...string) (map[string][]VolumeAttachment, error) {
+	out := map[string][]VolumeAttachment{}
+	if len(volumeIDs) == 0 {
+		return out, nil
+	}
+	in, args := holdingIn()
+	query := `SELECT a.sandbox_id, a.volume_id, a.mount_path, a.read_only FROM sandbox_volumes a JOIN sandboxes s ON s.id = a.sandbox_id
+		WHERE s.state IN ` + in + ` AND a.volume_id IN (?` + strings.Repeat(`, ?`, len(volumeIDs)-1) + `)
+		ORDER BY s.created_at, s.id`
+	for _, id := range volumeIDs {
+		args = append(args, id)
+	}
+	rows, err := s.query(ctx, q, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a VolumeAttachment
+		var ro int
+		if err := rows.Scan(&a.SandboxID, &a.VolumeID, &a.MountPath, &ro); err != nil {
+			return nil, err
+		}
+		a.ReadOnly = ro != 0
+		out[a.VolumeID] = append(out[a.VolumeID], a)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) withAttachments(ctx context.Context, vols []Volume) ([]Volume, error) {
+	ids := make([]string, len(vols))
+	for i, v := range vols {
+		ids[i] = v.ID
+	}
+	att, err := s.attachments(ctx, s.db, ids...)
+	if err != nil {
+		return nil, err
+	}
+	for i := range vols {
+		vols[i].Attachments = att[vols[i].ID]
+	}
+	return vols, nil
+}
+
+// CreateVolume records a volume a host has made. A duplicate id is ErrConflict.
+func (s *Store) CreateVolume(ctx context.Context, v Volume) (Volume, error) {
+	if v.CreatedAt.IsZero() {
+		v.CreatedAt = s.now().UTC()
+	}
+	v.CreatedAt = fromMicros(micros(v.CreatedAt))
+	v.Deleted, v.DeletedAt, v.Attachments = false, time.Time{}, nil
+	_, err := s.exec(ctx, s.db, `INSERT INTO volumes (`+volumeCols+`, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?)`,
+		v.ID, v.TeamID, v.Name, v.SizeMiB, v.HostID, micros(v.CreatedAt), micros(v.CreatedAt))
+	if isUnique(err) {
+		return Volume{}, ErrConflict
+	}
+	if err != nil {
+		return Volume{}, err
+	}
+	return v, nil
+}
+
+// GetVolume returns a volume of any team, deleted or not, with its attachments (internal
+// callers).
+func (s *Store) GetVolume(ctx context.Context, id string) (Volume, error) {
+	return s.getVolume(ctx, `SELECT `+volumeCols+` FROM volumes WHERE id = ?`, id)
+}
+
+// GetTeamVolume returns a volume with its attachments only if it belongs to teamID and is not
+// deleted: another team's volume, or a deleted one, is ErrNotFound exactly like a missing one.
+func (s *Store) GetTeamVolume(ctx context.Context, teamID, id string) (Volume, error) {
+	return s.getVolume(ctx, `SELECT `+volumeCols+` FROM volumes WHERE id = ? AND team_id = ? AND deleted = 0`, id, teamID)
+}
+
+func (s *Store) getVolume(ctx context.Context, q string, args ...any) (Volume, error) {
+	v, err := scanVolume(s.queryRow(ctx, s.db, q, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Volume{}, ErrNotFound
+	}
+	if err != nil {
+		return Volume{}, err
+	}
+	vs, err := s.withAttachments(ctx, []Volume{v})
+	if err != nil {
+		return Volume{}, err
+	}
+	return vs[0], nil
+}
+
+// ListVolumes returns a team's volumes that are not deleted, newest first, with their
+// attachments.
+func (s *Store) ListVolumes(ctx context.Context, teamID string) ([]Volume, error) {
+	rows, err := s.query(ctx, s.db, `SELECT `+volumeCols+` FROM volumes WHERE team_id = ? AND deleted = 0 ORDER BY created_at DESC, id DESC`, teamID)
+	if err != nil {
+		return nil, err
+	}
+	var out []Volume
+	for rows.Next() {
+		v, err := scanVolume(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return s.withAttachments(ctx, out)
+}
+
+// lockVolume takes the team's live volume for the rest of tx (a row write: PostgreSQL locks the
+// row until the end of tx; SQLite's transactions hold the database's write lock anyway), so that
+// attaches, resizes and deletes of one volume happen one at a time. Missing, deleted or another
+// team's volume is ErrNotFound ("" teamID: any team).
+func (s *Store) lockVolume(ctx context.Context, tx *sql.Tx, teamID, id string) error {
+	q := `UPDATE volumes SET updated_at = ? WHERE id = ? AND deleted = 0`
+	args := []any{micros(s.now()), id}
+	if teamID != "" {
+		q += ` AND team_id = ?`
+		args = append(args, teamID)
+	}
+	res, err := s.exec(ctx, tx, q, args...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// checkFree returns a *VolumeInUseError when a sandbox holds the volume in a way that forbids
+// what is asked: any holder when exclusive (a read-write attach, a resize, a delete), a
+// read-write holder for a read-only attach.
+func (s *Store) checkFree(ctx context.Context, q querier, id string, exclusive bool) error {
+	att, err := s.attachments(ctx, q, id)
+	if err != nil {
+		return err
+	}
+	for _, a := range att[id] {
+		if exclusive || !a.ReadOnly {
+			return &VolumeInUseError{VolumeID: id, Holder: a}
+		}
+	}
+	return nil
+}
+
+// CheckAttach reports whether a sandbox could attach the volume now (read-only or not): nil, or
+// a *VolumeInUseError naming the sandbox in the way. CreateSandboxWithVolumes checks again.
+func (s *Store) CheckAttach(ctx context.Context, volumeID string, readOnly bool) error {
+	return s.checkFree(ctx, s.db, volumeID, !readOnly)
+}
+
+// ResizeVolume records a team's volume's new size. A volume a sandbox holds is a
+// *VolumeInUseError; missing, deleted or another team's is ErrNotFound.
+func (s *Store) ResizeVolume(ctx context.Context, teamID, id string, sizeMiB int64) (Volume, error) {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockVolume(ctx, tx, teamID, id); err != nil {
+			return err
+		}
+		if err := s.checkFree(ctx, tx, id, true); err != nil {
+			return err
+		}
+		_, err := s.exec(ctx, tx, `UPDATE volumes SET size_mib = ? WHERE id = ?`, sizeMiB, id)
+		return err
+	})
+	if err != nil {
+		return Volume{}, err
+	}
+	return s.GetTeamVolume(ctx, teamID, id)
+}
+
+// DeleteVolume marks a team's volume deleted. A volume a sandbox holds is a *VolumeInUseError;
+// deleting a deleted one again is fine; another team's (or a missing) one is ErrNotFound.
+func (s *Store) DeleteVolume(ctx context.Context, teamID, id string) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.lockVolume(ctx, tx, teamID, id); err != nil {
+			return err
+		}
+		if err := s.checkFree(ctx, tx, id, true); err != nil {
+			return err
+		}
+		_, err := s.exec(ctx, tx, `UPDATE volumes SET deleted = 1, deleted_at = ? WHERE id = ?`, micros(s.now()), id)
+		return err
+	})
+	if !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	var one int
+	err = s.queryRow(ctx, s.db, `SELECT 1 FROM volumes WHERE id = ? AND team_id = ?`, id, teamID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// CreateSandboxWithVolumes records a new sandbox and its volumes in one transaction, checking
+// again, with each volume locked, that it may attach them: a volume that is gone is ErrNotFound,
+// one held in the way is a *VolumeInUseError, and then nothing is recorded.
+func (s *Store) CreateSandboxWithVolumes(ctx context.Context, sb Sandbox, vols []VolumeAttachment) (Sandbox, error) {
+	var out []Sandbox
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, v := range vols {
+			if err := s.lockVolume(ctx, tx, sb.TeamID, v.VolumeID); err != nil {
+				return fmt.Errorf("volume %s: %w", v.VolumeID, err)
+			}
+			if err := s.checkFree(ctx, tx, v.VolumeID, !v.ReadOnly); err != nil {
+				return err
+			}
+		}
+		var err error
+		if out, err = s.insertSandboxes(ctx, tx, []Sandbox{sb}); err != nil {
+			return err
+		}
+		for _, v := range vols {
+			if _, err := s.exec(ctx, tx, `INSERT INTO sandbox_volumes (sandbox_id, volume_id, mount_path, read_only) VALUES (?, ?, ?, ?)`,
+				sb.ID, v.VolumeID, v.MountPath, boolInt(v.ReadOnly)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if isUnique(err) {
+		return Sandbox{}, ErrConflict
+	}
+	if err != nil {
+		return Sandbox{}, err
+	}
+	return out[0], nil
+}
+
+// SandboxVolumes returns the volumes a sandbox was created with (whatever its state), in mount
+// path order.
+func (s *Store) SandboxVolumes(ctx context.Context, sandboxID string) ([]VolumeAttachment, error) {
+	rows, err := s.query(ctx, s.db, `SELECT sandbox_id, volume_id, mount_path, read_only FROM sandbox_volumes WHERE sandbox_id = ? ORDER BY mount_path`, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []VolumeAttachment
+	for rows.Next() {
+		var a VolumeAttachment
+		var ro int
+		if err := rows.Scan(&a.SandboxID, &a.VolumeID, &a.MountPath, &ro); err != nil {
+			return nil, err
+		}
+		a.ReadOnly = ro != 0
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// DeletedVolumes returns which of ids are recorded deleted (a host's reconcile deletes those it
+// still holds).
+func (s *Store) DeletedVolumes(ctx context.Context, ids []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for len(ids) > 0 {
+		n := min(len(ids), 500)
+		batch := ids[:n]
+		ids = ids[n:]
+		args := make([]any, len(batch))
+		for i, id := range batch {
+			args[i] = id
+		}
+		rows, err := s.query(ctx, s.db, `SELECT id FROM volumes WHERE deleted = 1 AND id IN (?`+strings.Repeat(`, ?`, n-1)+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// CountVolumes returns how many volumes are not deleted (for /metrics).
+func (s *Store) CountVolumes(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.queryRow(ctx, s.db, `SELECT COUNT(*) FROM volumes WHERE deleted = 0`).Scan(&n)
+	return n, err
+}
