@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs both SDKs' tests against one real PandaStack:
-#   builds bin/ if missing, starts `bin/pandastack up` on a free loopback port with a throwaway data
+#   builds bin/ (make build), starts `bin/pandastack up` on a free loopback port with a throwaway data
 #   dir (shared image cache), runs the Python tests (Debian python3, unittest) and the TypeScript
 #   tests (npm ci, build, node --test on the build), then kills the server and removes everything it
 #   made, on success, failure or interrupt alike.
@@ -140,10 +140,9 @@ trap 'exit 130' INT TERM
 
 # -- server -----------------------------------------------------------------------------------
 
-if [ ! -x bin/pandastack ] || [ ! -x bin/pandastack-guest ]; then
-  say "building bin/"
-  run make build || setup_failed "make build failed"
-fi
+# Always (incremental, seconds): stale binaries would test old code.
+say "building bin/"
+run make build || setup_failed "make build failed"
 
 KEY="pds_$(LC_ALL=C tr -dc 'A-Za-z0-9' </dev/urandom | head -c 32)"
 PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
