@@ -481,59 +481,55 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 }
 
 // reconcileVolumes deletes on the host the volumes the store says are deleted (a delete made
-// while the host was down). Best effort, like reconcileSnapshots.
+// while the host was down).
 func (s *Scheduler) reconcileVolumes(ctx context.Context, h store.Host) {
-	vols, err := s.Client(h).ListVolumes(ctx)
-	if err != nil || len(vols) == 0 {
-		return
-	}
-	ids := make([]string, len(vols))
-	for i, v := range vols {
-		ids[i] = v.ID
-	}
-	deleted, err := s.cfg.Store.DeletedVolumes(ctx, ids)
-	if err != nil {
-		s.cfg.Logger.Warn("reconcile: cannot read deleted volumes", "host", h.ID, "err", err)
-		return
-	}
-	for id := range deleted {
-		if err := s.Client(h).DeleteVolume(ctx, id); err != nil {
-			var ae *agentclient.Error
-			if !errors.As(err, &ae) || ae.Status != 404 {
-				s.cfg.Logger.Warn("deleting a volume that outlived its delete failed", "volume", id, "host", h.ID, "err", err)
-			}
-			continue
+	c := s.Client(h)
+	s.reconcileDeleted(ctx, h, "volume", func() ([]string, error) {
+		vols, err := c.ListVolumes(ctx)
+		ids := make([]string, len(vols))
+		for i, v := range vols {
+			ids[i] = v.ID
 		}
-		s.cfg.Logger.Info("deleted a volume its host still kept", "volume", id, "host", h.ID)
-	}
+		return ids, err
+	}, s.cfg.Store.DeletedVolumes, func(id string) error { return c.DeleteVolume(ctx, id) })
 }
 
 // reconcileSnapshots deletes on the host the snapshots the store says are deleted (a delete that
-// did not reach the host when it was asked for). Best effort: an agent without the snapshots API
-// or a failed call is only logged.
+// did not reach the host when it was asked for).
 func (s *Scheduler) reconcileSnapshots(ctx context.Context, h store.Host) {
-	snaps, err := s.Client(h).ListSnapshots(ctx)
-	if err != nil || len(snaps) == 0 {
+	c := s.Client(h)
+	s.reconcileDeleted(ctx, h, "snapshot", func() ([]string, error) {
+		snaps, err := c.ListSnapshots(ctx)
+		ids := make([]string, len(snaps))
+		for i, sn := range snaps {
+			ids[i] = sn.ID
+		}
+		return ids, err
+	}, s.cfg.Store.DeletedSnapshots, func(id string) error { return c.DeleteSnapshot(ctx, id) })
+}
+
+// reconcileDeleted deletes what a host still holds of the objects (of one kind) the store has
+// recorded deleted. Best effort: an agent without that API or a failed call is only logged.
+func (s *Scheduler) reconcileDeleted(ctx context.Context, h store.Host, kind string, list func() ([]string, error),
+	deleted func(context.Context, []string) (map[string]bool, error), del func(id string) error) {
+	ids, err := list()
+	if err != nil || len(ids) == 0 {
 		return
 	}
-	ids := make([]string, len(snaps))
-	for i, sn := range snaps {
-		ids[i] = sn.ID
-	}
-	deleted, err := s.cfg.Store.DeletedSnapshots(ctx, ids)
+	gone, err := deleted(ctx, ids)
 	if err != nil {
-		s.cfg.Logger.Warn("reconcile: cannot read deleted snapshots", "host", h.ID, "err", err)
+		s.cfg.Logger.Warn("reconcile: cannot read deleted "+kind+"s", "host", h.ID, "err", err)
 		return
 	}
-	for id := range deleted {
-		if err := s.Client(h).DeleteSnapshot(ctx, id); err != nil {
+	for id := range gone {
+		if err := del(id); err != nil {
 			var ae *agentclient.Error
 			if !errors.As(err, &ae) || ae.Status != 404 {
-				s.cfg.Logger.Warn("deleting a snapshot that outlived its delete failed", "snapshot", id, "host", h.ID, "err", err)
+				s.cfg.Logger.Warn("deleting a "+kind+" that outlived its delete failed", kind, id, "host", h.ID, "err", err)
 			}
 			continue
 		}
-		s.cfg.Logger.Info("deleted a snapshot its host still kept", "snapshot", id, "host", h.ID)
+		s.cfg.Logger.Info("deleted a "+kind+" its host still kept", kind, id, "host", h.ID)
 	}
 }
 

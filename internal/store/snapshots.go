@@ -153,6 +153,12 @@ func (s *Store) DeleteSnapshot(ctx context.Context, teamID, id string) error {
 // DeletedSnapshots returns which of ids are recorded deleted (a host's reconcile deletes those it
 // still holds).
 func (s *Store) DeletedSnapshots(ctx context.Context, ids []string) (map[string]bool, error) {
+	return s.deletedIn(ctx, "snapshots", ids)
+}
+
+// deletedIn returns which of ids are rows of table marked deleted, in batches of 500 (table is
+// one of ours, never caller input).
+func (s *Store) deletedIn(ctx context.Context, table string, ids []string) (map[string]bool, error) {
 	out := map[string]bool{}
 	for len(ids) > 0 {
 		n := min(len(ids), 500)
@@ -162,7 +168,7 @@ func (s *Store) DeletedSnapshots(ctx context.Context, ids []string) (map[string]
 		for i, id := range batch {
 			args[i] = id
 		}
-		rows, err := s.query(ctx, s.db, `SELECT id FROM snapshots WHERE deleted = 1 AND id IN (?`+strings.Repeat(`, ?`, n-1)+`)`, args...)
+		rows, err := s.query(ctx, s.db, `SELECT id FROM `+table+` WHERE deleted = 1 AND id IN (?`+strings.Repeat(`, ?`, n-1)+`)`, args...)
 		if err != nil {
 			return nil, err
 		}

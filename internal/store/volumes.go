@@ -334,33 +334,7 @@ func (s *Store) SandboxVolumes(ctx context.Context, sandboxID string) ([]VolumeA
 // DeletedVolumes returns which of ids are recorded deleted (a host's reconcile deletes those it
 // still holds).
 func (s *Store) DeletedVolumes(ctx context.Context, ids []string) (map[string]bool, error) {
-	out := map[string]bool{}
-	for len(ids) > 0 {
-		n := min(len(ids), 500)
-		batch := ids[:n]
-		ids = ids[n:]
-		args := make([]any, len(batch))
-		for i, id := range batch {
-			args[i] = id
-		}
-		rows, err := s.query(ctx, s.db, `SELECT id FROM volumes WHERE deleted = 1 AND id IN (?`+strings.Repeat(`, ?`, n-1)+`)`, args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out[id] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return s.deletedIn(ctx, "volumes", ids)
 }
 
 // CountVolumes returns how many volumes are not deleted (for /metrics).
