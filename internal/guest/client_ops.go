@@ -379,6 +379,13 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 	return h, err
 }
 
+// Mount mounts the guest's ext4 disk with virtio serial at path (as root, whatever the guest's
+// users), waiting until the guest sees the disk at sizeBytes; grow runs resize2fs afterwards.
+func (c *Client) Mount(ctx context.Context, serial, path string, sizeBytes int64, readOnly, grow bool) error {
+	return c.simple(ctx, &Request{Op: OpMount, Serial: serial, Path: path, SizeBytes: sizeBytes, ReadOnly: readOnly, Grow: grow},
+		FrameResult, nil)
+}
+
 // Sync flushes the guest's filesystems (sync(2)); call before a snapshot.
 func (c *Client) Sync(ctx context.Context) error {
 	return c.simple(ctx, &Request{Op: OpSync}, FrameResult, nil)

@@ -231,6 +231,13 @@ type Request struct {
 	Recursive bool   `json:"recursive,omitempty"`
 	From      string `json:"from,omitempty"`
 	To        string `json:"to,omitempty"`
+
+	// mount: the ext4 disk whose virtio serial is Serial, once the guest sees it at SizeBytes,
+	// at Path; ReadOnly mounts it ro; Grow runs resize2fs after a read-write mount.
+	Serial    string `json:"serial,omitempty"`
+	SizeBytes int64  `json:"size_bytes,omitempty"`
+	ReadOnly  bool   `json:"read_only,omitempty"`
+	Grow      bool   `json:"grow,omitempty"`
 }
 
 // Ops.
@@ -245,6 +252,7 @@ const (
 	OpMove   = "move"
 	OpHealth = "health"
 	OpSync   = "sync"
+	OpMount  = "mount"
 )
 
 // Limits shared by both sides.

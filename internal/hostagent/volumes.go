@@ -56,6 +56,8 @@ type VolumeInfo struct {
 	SizeMiB     int64        `json:"size_mib"`
 	CreatedAt   time.Time    `json:"created_at"`
 	Attachments []Attachment `json:"attachments"`
+	// GrowPending: resized since its last read-write mount; the next one runs resize2fs.
+	GrowPending bool `json:"grow_pending,omitempty"`
 }
 
 func (a *Agent) volumesDir() string          { return filepath.Join(a.pool.Dir, "volumes") }
@@ -94,7 +96,7 @@ func (a *Agent) CreateVolume(ctx context.Context, id string, sizeMiB int64) (Vol
 		return VolumeInfo{}, volumeErr(err)
 	}
 	// mkfs of a file we just made: no guest data is parsed on the host.
-	out, err := runCmd(ctx, "mkfs.ext4", "-q", "-F", "-L", "volume", "-E", "root_owner=1000:1000,lazy_itable_init=1", "-m", "0", tmp)
+	out, err := runCmd(ctx, "mkfs.ext4", "-q", "-F", "-L", "volume", "-E", "root_owner=1000:1000,lazy_itable_init=0,lazy_journal_init=0", "-m", "0", tmp)
 	if err != nil {
 		return VolumeInfo{}, volumeErr(fmt.Errorf("mkfs.ext4: %v: %s", err, out))
 	}
@@ -173,6 +175,7 @@ func (a *Agent) ResizeVolume(id string, sizeMiB int64) (VolumeInfo, error) {
 		return VolumeInfo{}, volumeErr(err)
 	}
 	v.SizeMiB = sizeMiB
+	v.GrowPending = true
 	meta := v
 	meta.Attachments = nil
 	if err := writeJSONFile(a.volumeMeta(id), meta); err != nil {
@@ -316,29 +319,8 @@ func (a *Agent) drives(rec *record, sandboxDir string) ([]runtime.Drive, error) 
 	return ds, nil
 }
 
-// mountScript mounts the slot with serial $PVOL_SERIAL at $PVOL_PATH once the guest sees the
-// volume's size ($PVOL_BYTES), growing the filesystem to fill a resized volume when read-write.
-const mountScript = `set -e
-dev=
-for d in /sys/block/vd*; do
-  if [ "$(cat "$d/serial" 2>/dev/null)" = "$PVOL_SERIAL" ]; then dev=/dev/${d##*/}; sys=$d; fi
-done
-[ -n "$dev" ] || { echo "no disk with serial $PVOL_SERIAL" >&2; exit 1; }
-i=0
-while [ "$(( $(cat "$sys/size") * 512 ))" != "$PVOL_BYTES" ]; do
-  i=$((i+1)); [ $i -lt 500 ] || { echo "$dev did not take the volume's size" >&2; exit 1; }
-  sleep 0.01
-done
-mkdir -p -- "$PVOL_PATH"
-if [ "$PVOL_RO" = 1 ]; then
-  mount -t ext4 -o ro,noatime "$dev" "$PVOL_PATH"
-else
-  mount -t ext4 -o noatime "$dev" "$PVOL_PATH"
-  resize2fs "$dev" >/dev/null 2>&1 || true
-fi`
-
 // mountVolumes attaches rec's volumes in a freshly restored guest: the drives already point at
-// the volume files; the guest learns their size, then mounts them.
+// the volume files; the guest learns their size, then mounts them (and grows a resized one).
 func (a *Agent) mountVolumes(ctx context.Context, rec *record, vm *runtime.VM, c *guest.Client) error {
 	for i, m := range rec.Volumes {
 		serial := "pvol" + strconv.Itoa(i)
@@ -349,19 +331,17 @@ func (a *Agent) mountVolumes(ctx context.Context, rec *record, vm *runtime.VM, c
 		if err != nil {
 			return fmt.Errorf("volume %s: %w", m.VolumeID, err)
 		}
-		ro := "0"
-		if m.ReadOnly {
-			ro = "1"
+		var meta VolumeInfo
+		readJSONFile(a.volumeMeta(m.VolumeID), &meta)
+		grow := meta.GrowPending && !m.ReadOnly
+		if err := c.Mount(ctx, serial, m.MountPath, st.Size(), m.ReadOnly, grow); err != nil {
+			return fmt.Errorf("volume %s: mount at %s: %w", m.VolumeID, m.MountPath, err)
 		}
-		var out strings.Builder
-		res, err := c.Exec(ctx, guest.ExecRequest{Cmd: mountScript, User: "root", Timeout: 60 * time.Second,
-			Env: map[string]string{"PVOL_SERIAL": serial, "PVOL_PATH": m.MountPath, "PVOL_BYTES": strconv.FormatInt(st.Size(), 10), "PVOL_RO": ro}},
-			nil, &out, &out)
-		if err != nil {
-			return fmt.Errorf("volume %s: mount: %w", m.VolumeID, err)
-		}
-		if res.ExitCode != 0 {
-			return fmt.Errorf("volume %s: mount at %s failed: %s", m.VolumeID, m.MountPath, strings.TrimSpace(out.String()))
+		if grow {
+			a.volMu.Lock()
+			meta.GrowPending = false
+			writeJSONFile(a.volumeMeta(m.VolumeID), meta)
+			a.volMu.Unlock()
 		}
 	}
 	return nil

@@ -98,6 +98,12 @@ func (a *Agent) handleStream(st *yamux.Stream) {
 	case guest.OpSync:
 		unix.Sync()
 		w.frame(guest.FrameResult, []byte("{}"))
+	case guest.OpMount:
+		if err := mountDisk(&req); err != nil {
+			w.fail(err)
+			return
+		}
+		w.frame(guest.FrameResult, []byte("{}"))
 	default:
 		w.fail(gerr(guest.CodeInvalidArgument, fmt.Sprintf("unknown op %q", req.Op)))
 	}
