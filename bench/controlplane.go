@@ -32,7 +32,8 @@ func controlPlaneSuite(ctx context.Context, res map[string]float64, guestAgent, 
 	defer exec.Command("umount", "-d", filepath.Join(dir, "agent", "pool")).Run()
 	agentAddr, serverAddr := freeAddr(), freeAddr()
 	token, key := randomString(32), "pds_"+randomString(32)
-	agentArgs := []string{"agent", "--data-dir", filepath.Join(dir, "agent"), "--addr", agentAddr, "--token", token, "--guest-agent", guestAgent}
+	agentArgs := []string{"agent", "--data-dir", filepath.Join(dir, "agent"), "--addr", agentAddr, "--token", token, "--guest-agent", guestAgent,
+		"--network-cidr", "10.197.0.0/20"} // not the default: a `pandastack up` may run here
 	if imageCache != "" {
 		agentArgs = append(agentArgs, "--image-cache", imageCache)
 	}

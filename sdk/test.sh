@@ -153,8 +153,14 @@ mkdir -p "$IMAGE_CACHE"
 say "starting pandastack up on $BASE_URL (data dir $DATA, image cache $IMAGE_CACHE)"
 # Its own session: a Ctrl-C meant for this script must not reach the server and its VMMs before
 # the cleanup has killed the sandboxes through the API.
+# Sandbox network: a /20 no route of this host uses, so a `pandastack up` already running here
+# (10.200.0.0/16 by default) keeps its slots.
+for _ in $(seq 1 50); do
+  NET="10.$((201 + RANDOM % 50)).$(( (RANDOM % 16) * 16 ))"
+  ip -4 route | grep -q "^${NET%.*}\." || break
+done
 PANDASTACK_API_KEY="$KEY" setsid bin/pandastack up --data-dir "$DATA" --addr "127.0.0.1:$PORT" \
-  --image-cache "$IMAGE_CACHE" >>"$LOG" 2>&1 &
+  --image-cache "$IMAGE_CACHE" --network-cidr "$NET.0/20" >>"$LOG" 2>&1 &
 SERVER_PID=$!
 
 ready=""

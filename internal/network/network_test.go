@@ -632,3 +632,25 @@ func BenchmarkCreateSlot(b *testing.B) {
 	b.ReportMetric(float64(mk.Nanoseconds())/float64(b.N), "create-ns/op")
 	b.ReportMetric(float64(del.Nanoseconds())/float64(b.N), "delete-ns/op")
 }
+
+// TestOpenRefusesTakenCIDR: a second pool (another agent) on a CIDR whose slots already have
+// routes on this host is refused with a clear error instead of shadowing them.
+func TestOpenRefusesTakenCIDR(t *testing.T) {
+	e := newEnv(t)
+	first := e.open(Config{Ready: 1, DNS: netip.MustParseAddr("198.18.255.53")})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := first.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := nettest.NewPrefix()
+	t.Cleanup(func() { sweep(other) })
+	p, err := Open(Config{CIDR: e.cidr, Prefix: other, Ready: -1, DNS: netip.MustParseAddr("198.18.255.53")})
+	if err == nil {
+		p.Close()
+		t.Fatal("a second pool on a CIDR in use was opened")
+	}
+	if !strings.Contains(err.Error(), "overlaps") || !strings.Contains(err.Error(), "--network-cidr") {
+		t.Errorf("error does not say what to do: %v", err)
+	}
+}

@@ -203,6 +203,9 @@ func (p *Pool) prepareHost() error {
 	if err := p.reclaim(); err != nil {
 		return err
 	}
+	if err := p.checkCIDRFree(); err != nil {
+		return err
+	}
 	return p.withHostNft(func(hc *hostConn) error {
 		p.resetHostTable(hc.c)
 		if err := hc.c.Flush(); err != nil {
@@ -251,6 +254,39 @@ func (p *Pool) reclaim() error {
 		if err := p.rootNL.LinkDel(l); err != nil && !isNotFound(err) {
 			return fmt.Errorf("network: reclaim link %s: %w", l.Attrs().Name, err)
 		}
+	}
+	return nil
+}
+
+// checkCIDRFree refuses a slot CIDR that overlaps a route of the host that is not this pool's
+// (another agent's slots, a LAN): the slots' /30s would shadow it or be shadowed. The default
+// route overlaps everything and does not count.
+func (p *Pool) checkCIDRFree() error {
+	routes, err := p.rootNL.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("network: list routes: %w", err)
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		ones, _ := r.Dst.Mask.Size()
+		dst, ok := netip.AddrFromSlice(r.Dst.IP.To4())
+		if !ok || ones == 0 {
+			continue
+		}
+		rp := netip.PrefixFrom(dst, ones).Masked()
+		if !rp.Overlaps(p.cidr) {
+			continue
+		}
+		name := ""
+		if l, err := p.rootNL.LinkByIndex(r.LinkIndex); err == nil {
+			name = l.Attrs().Name
+		}
+		if _, ours := p.parseIndex(name, p.hostLinkPrefix()); ours {
+			continue // a slot kept for adoption
+		}
+		return fmt.Errorf("network: slot CIDR %v overlaps the host's route to %v (dev %s); choose another range (--network-cidr)", p.cidr, rp, name)
 	}
 	return nil
 }
