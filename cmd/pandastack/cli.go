@@ -36,13 +36,7 @@ func (f *apiFlags) register(cmd *cobra.Command) {
 // eachID is the RunE of verbs that act on every ID argument in turn (kill, revoke, delete):
 // it stops at the first failure and, for humans, prints "<done> ID" per success.
 func (f *apiFlags) eachID(done string, call func(*client.Client, context.Context, string) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		c, err := f.client()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := signalContext()
-		defer cancel()
+	return f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		for _, id := range args {
 			if err := call(c, ctx, id); err != nil {
 				return fmt.Errorf("%s: %w", id, err)
@@ -52,7 +46,7 @@ func (f *apiFlags) eachID(done string, call func(*client.Client, context.Context
 			}
 		}
 		return nil
-	}
+	})
 }
 
 func (f *apiFlags) client() (*client.Client, error) {
@@ -61,6 +55,19 @@ func (f *apiFlags) client() (*client.Client, error) {
 		return nil, fmt.Errorf("no API key: set PANDASTACK_API_KEY (or pass --api-key)")
 	}
 	return c, nil
+}
+
+// run adapts a verb's body to cobra: it gets an API client and a context that Ctrl-C ends.
+func (f *apiFlags) run(fn func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := f.client()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := signalContext()
+		defer cancel()
+		return fn(ctx, c, cmd, args)
+	}
 }
 
 // signalContext ends on Ctrl-C so a long exec or transfer stops cleanly.

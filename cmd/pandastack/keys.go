@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -31,13 +32,7 @@ func templateCmd() *cobra.Command {
 		Use:   "list",
 		Short: "List templates",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			ts, err := c.Templates(ctx)
 			if err != nil {
 				return err
@@ -46,19 +41,13 @@ func templateCmd() *cobra.Command {
 				ts = []client.Template{}
 			}
 			return show(cmd, ts)
-		},
+		}),
 	}
 	get := &cobra.Command{
 		Use:   "get NAME",
 		Short: "Show one template",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			t, err := c.Template(ctx, args[0])
 			if err != nil {
 				return err
@@ -67,7 +56,7 @@ func templateCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), t)
 			}
 			return show(cmd, []client.Template{t})
-		},
+		}),
 	}
 	cmd.AddCommand(list, get)
 	return cmd
@@ -105,13 +94,7 @@ func keysCmd() *cobra.Command {
 		Use:   "create",
 		Short: "Create an API key (its secret is shown once)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			k, err := c.CreateKey(ctx, name, admin)
 			if err != nil {
 				return err
@@ -122,7 +105,7 @@ func keysCmd() *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
 			fmt.Fprintf(cmd.ErrOrStderr(), "key %s created; the secret above is shown only once\n", k.ID)
 			return nil
-		},
+		}),
 	}
 	create.Flags().StringVar(&name, "name", "", "a label for the key")
 	create.Flags().BoolVar(&admin, "admin", false, "make an admin key (needs an admin key)")
@@ -130,13 +113,7 @@ func keysCmd() *cobra.Command {
 		Use:   "list",
 		Short: "List your team's keys (prefixes only)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			ks, err := c.ListKeys(ctx)
 			if err != nil {
 				return err
@@ -145,7 +122,7 @@ func keysCmd() *cobra.Command {
 				ks = []client.Key{}
 			}
 			return printKeys(&f, cmd, ks)
-		},
+		}),
 	}
 	revoke := &cobra.Command{
 		Use:   "revoke KEY_ID...",
@@ -165,13 +142,7 @@ func teamsCmd() *cobra.Command {
 		Use:   "create NAME",
 		Short: "Create a team and print its first key (shown once)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			t, k, err := c.CreateTeam(ctx, args[0])
 			if err != nil {
 				return err
@@ -182,7 +153,7 @@ func teamsCmd() *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
 			fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", t.Name, t.ID)
 			return nil
-		},
+		}),
 	}
 	cmd.AddCommand(create)
 	return cmd

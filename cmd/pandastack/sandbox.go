@@ -161,19 +161,13 @@ func sandboxGetCmd(f *apiFlags) *cobra.Command {
 		Use:   "get ID",
 		Short: "Show one sandbox",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			s, err := c.GetSandbox(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			return printSandboxes(f, cmd, []client.Sandbox{s}, true)
-		},
+		}),
 	}
 }
 
@@ -307,13 +301,7 @@ from the parent's ttl_seconds.`,
 		Example: `  pandastack sandbox fork sb_123 --count 3
   for id in $(pandastack sandbox fork sb_123 -n 4 -q); do pandastack sandbox exec "$id" -- ./try.sh & done`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			kids, err := c.Fork(ctx, args[0], count)
 			if err != nil {
 				return err
@@ -325,7 +313,7 @@ from the parent's ttl_seconds.`,
 				return nil
 			}
 			return printSandboxes(f, cmd, kids, false)
-		},
+		}),
 	}
 	cmd.Flags().IntVarP(&count, "count", "n", 1, "how many children (1-16)")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the children's ids, one a line")
@@ -338,13 +326,7 @@ func sandboxSnapshotCmd(f *apiFlags) *cobra.Command {
 		Use:   "snapshot ID",
 		Short: "Snapshot a sandbox (memory and disk); it keeps running. Create from it with --snapshot",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			sn, err := c.CreateSnapshot(ctx, args[0])
 			if err != nil {
 				return err
@@ -354,7 +336,7 @@ func sandboxSnapshotCmd(f *apiFlags) *cobra.Command {
 				return nil
 			}
 			return printSnapshots(f, cmd, []client.Snapshot{sn}, true)
-		},
+		}),
 	}
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the snapshot's id")
 	return cmd
@@ -366,19 +348,13 @@ func sandboxStateCmd(f *apiFlags, name, short string, call func(*client.Client, 
 		Use:   name + " ID",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			s, err := call(c, ctx, args[0])
 			if err != nil {
 				return err
 			}
 			return printSandboxes(f, cmd, []client.Sandbox{s}, true)
-		},
+		}),
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
@@ -44,13 +45,7 @@ func snapshotCmd() *cobra.Command {
 		Use:   "list",
 		Short: "List your team's snapshots, newest first",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			var sns []client.Snapshot
 			for {
 				page, next, err := c.ListSnapshots(ctx, o)
@@ -70,7 +65,7 @@ func snapshotCmd() *cobra.Command {
 				sns = []client.Snapshot{}
 			}
 			return printSnapshots(&f, cmd, sns, false)
-		},
+		}),
 	}
 	fl := list.Flags()
 	fl.StringVar(&o.SandboxID, "sandbox", "", "only snapshots of this sandbox")
@@ -82,19 +77,13 @@ func snapshotCmd() *cobra.Command {
 		Use:   "get ID",
 		Short: "Show one snapshot",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			sn, err := c.GetSnapshot(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			return printSnapshots(&f, cmd, []client.Snapshot{sn}, true)
-		},
+		}),
 	}
 	del := &cobra.Command{
 		Use:     "delete ID...",

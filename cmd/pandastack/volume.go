@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -112,13 +113,7 @@ func volumeCmd() *cobra.Command {
 		Use:   "list",
 		Short: "List your team's volumes, newest first",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			vs, err := c.ListVolumes(ctx)
 			if err != nil {
 				return err
@@ -127,25 +122,19 @@ func volumeCmd() *cobra.Command {
 				vs = []client.Volume{}
 			}
 			return printVolumes(&f, cmd, vs, false)
-		},
+		}),
 	}
 	get := &cobra.Command{
 		Use:   "get ID",
 		Short: "Show one volume and the sandboxes that have it mounted",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			v, err := c.GetVolume(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			return printVolumes(&f, cmd, []client.Volume{v}, true)
-		},
+		}),
 	}
 	var newSize int64
 	resize := &cobra.Command{
