@@ -162,6 +162,15 @@ func TestSandboxLifecycle(t *testing.T) {
 		}
 	}
 
+	// Every VMM runs under QEMU's seccomp filter.
+	for _, sb := range sbs[:2] {
+		info, _ := h.agent.Get(sb.ID)
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", info.Pid))
+		if err != nil || !strings.Contains(string(status), "\nSeccomp:\t2\n") {
+			t.Errorf("VMM of %s (pid %d) is not in seccomp filter mode: %v", sb.ID, info.Pid, err)
+		}
+	}
+
 	// Isolation: a file written in one is absent in another.
 	a, b := sbs[0].ID, sbs[1].ID
 	if code := h.call("PUT", "/v1/sandboxes/"+a+"/files?path=/home/user/secret.txt", []byte("only in a"), nil); code != 200 {

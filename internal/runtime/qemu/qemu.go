@@ -94,6 +94,9 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		"-smp", strconv.Itoa(spec.VCPUs),
 		"-m", strconv.Itoa(spec.MemoryMiB) + "M",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		// QEMU's seccomp filter: no obsolete syscalls, no privilege changes, no scheduler or
+		// memory-policy control. Spawning stays allowed: snapshots stream through `exec:`.
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=allow,resourcecontrol=deny",
 		// append=on: the agent may truncate the log from outside without QEMU writing at a stale offset.
 		"-chardev", "file,id=con0,path=" + filepath.Join(runDir, "console.log") + ",append=on",
 		"-serial", "chardev:con0",
