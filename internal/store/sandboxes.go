@@ -209,31 +209,8 @@ func (s *Store) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, 
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	q += ` ORDER BY s.created_at DESC, s.id DESC LIMIT ?`
-	args = append(args, limit+1)
-	rows, err := s.query(ctx, s.db, q, args...)
-	if err != nil {
-		return nil, "", err
-	}
-	defer rows.Close()
-	var out []Sandbox
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			return nil, "", err
-		}
-		out = append(out, sb)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		last := out[len(out)-1]
-		next = encodeCursor(micros(last.CreatedAt), last.ID)
-	}
-	return out, next, nil
+	q += ` ORDER BY s.created_at DESC, s.id DESC`
+	return queryPage(ctx, s, q, args, limit, scanSandbox, func(sb Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID })
 }
 
 func prefixCols(p, cols string) string {

@@ -104,31 +104,8 @@ func (s *Store) ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot
 		q += ` AND (created_at < ? OR (created_at = ? AND id < ?))`
 		args = append(args, at, at, id)
 	}
-	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
-	args = append(args, limit+1)
-	rows, err := s.query(ctx, s.db, q, args...)
-	if err != nil {
-		return nil, "", err
-	}
-	defer rows.Close()
-	var out []Snapshot
-	for rows.Next() {
-		sn, err := scanSnapshot(rows)
-		if err != nil {
-			return nil, "", err
-		}
-		out = append(out, sn)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if len(out) > limit {
-		out = out[:limit]
-		last := out[len(out)-1]
-		next = encodeCursor(micros(last.CreatedAt), last.ID)
-	}
-	return out, next, nil
+	q += ` ORDER BY created_at DESC, id DESC`
+	return queryPage(ctx, s, q, args, limit, scanSnapshot, func(sn Snapshot) (time.Time, string) { return sn.CreatedAt, sn.ID })
 }
 
 // DeleteSnapshot marks a team's snapshot deleted. Deleting a deleted one again is fine; another

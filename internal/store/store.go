@@ -219,3 +219,32 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// queryPage runs a list query (q ends with its newest-first ORDER BY; the LIMIT is added here)
+// and cuts one page: up to limit rows, and the cursor of the next page ("" on the last one).
+func queryPage[T any](ctx context.Context, s *Store, q string, args []any, limit int,
+	scan func(interface{ Scan(...any) error }) (T, error), key func(T) (time.Time, string)) ([]T, string, error) {
+	rows, err := s.query(ctx, s.db, q+` LIMIT ?`, append(args, limit+1)...)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		at, id := key(out[len(out)-1])
+		next = encodeCursor(micros(at), id)
+	}
+	return out, next, nil
+}
