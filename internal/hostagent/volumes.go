@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/guest"
@@ -118,17 +119,13 @@ func runCmd(ctx context.Context, name string, args ...string) (string, error) {
 	return string(out), err
 }
 
+// volumeErr names a full host disk as such (a failed truncate, or mkfs saying so in its output).
 func volumeErr(err error) error {
-	if errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if strings.Contains(err.Error(), "No space left") || errors.Is(err, errNoSpace) {
+	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "No space left") {
 		return errorf(http.StatusInsufficientStorage, "no_space", "the host's disk is full")
 	}
 	return err
 }
-
-var errNoSpace = errors.New("no space")
 
 // GetVolume returns one volume with its attachments.
 func (a *Agent) GetVolume(id string) (VolumeInfo, error) {
