@@ -54,8 +54,8 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 	a, err := hostagent.New(ctx, hostagent.Config{
 		DataDir: dataDir, GuestAgent: abs, ImageCacheDir: imageCache, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Templates: map[string]template.Spec{
-			"bench-256m": {Name: "bench-256m", Image: "base", VCPUs: 1, MemoryMiB: 256, DiskMiB: 2048},
-			"bench-1g":   {Name: "bench-1g", Image: "base", VCPUs: 1, MemoryMiB: 1024, DiskMiB: 2048},
+			"bench-256m": {Name: "bench-256m", From: "base", VCPUs: 1, MemoryMiB: 256},
+			"bench-1g":   {Name: "bench-1g", From: "base", VCPUs: 1, MemoryMiB: 1024},
 		},
 	})
 	if err != nil {

@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 
+	"github.com/pandastack/pandastack/internal/hostagent"
 	"github.com/pandastack/pandastack/internal/image"
+	"github.com/pandastack/pandastack/internal/template"
 	"github.com/spf13/cobra"
 )
 
@@ -18,13 +19,10 @@ func init() {
 	}
 	build := &cobra.Command{
 		Use:   "build [NAME...]",
-		Short: "Build the named guest images (default: all) into the image cache",
+		Short: "Fetch and pack the host-side images of catalog templates (default: all); build steps run at the first bake",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				for name := range image.Rootfs {
-					args = append(args, name)
-				}
-				sort.Strings(args)
+				args = template.CatalogNames()
 			}
 			if guestAgent == "" {
 				if exe, err := os.Executable(); err == nil {
@@ -34,11 +32,15 @@ func init() {
 			b := &image.Builder{CacheDir: cacheDir, GuestAgent: guestAgent,
 				Log: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
 			for _, name := range args {
-				spec, ok := image.Rootfs[name]
+				spec, ok := template.CatalogSpec(name)
 				if !ok {
-					return fmt.Errorf("unknown image %q", name)
+					return fmt.Errorf("unknown catalog template %q (known: %v)", name, template.CatalogNames())
 				}
-				img, err := b.Build(cmd.Context(), spec, nil)
+				recipe, err := template.Resolve(spec, template.CatalogSpec)
+				if err != nil {
+					return err
+				}
+				img, err := b.Build(cmd.Context(), hostagent.ImageSpec(recipe), nil)
 				if err != nil {
 					return fmt.Errorf("image %s: %w", name, err)
 				}

@@ -77,7 +77,8 @@ type Agent struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	templates map[string]*bakeState
-	volMu     sync.Mutex // serialises volume create, resize and delete
+	built     map[string]template.Spec // templates built through the API (persisted in templates/specs)
+	volMu     sync.Mutex               // serialises volume create, resize and delete
 	closed    bool
 	stop      context.CancelFunc // ends background loops
 }
@@ -121,6 +122,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		pool:      pool,
 		sandboxes: map[string]*sandbox{},
 		templates: map[string]*bakeState{},
+		built:     map[string]template.Spec{},
 		hostID:    hostID(cfg.DataDir),
 	}
 
@@ -148,6 +150,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("networking: %w (run with networking off to go without)", err)
 		}
 	}
+	a.loadBuiltSpecs()
 	a.adopt()
 	var bg context.Context
 	bg, a.stop = context.WithCancel(context.Background())
@@ -164,7 +167,9 @@ func (a *Agent) probeAccel(ctx context.Context) string {
 		a.log.Info("using TCG (software CPU): no /dev/kvm on this host")
 		return "tcg"
 	}
-	img, err := a.images.Build(ctx, image.BaseRootfs, nil)
+	base, _ := template.CatalogSpec("base")
+	recipe, _ := template.Resolve(base, template.CatalogSpec)
+	img, err := a.images.Build(ctx, ImageSpec(recipe), nil)
 	if err != nil {
 		a.log.Warn("using TCG: cannot build the guest image for the KVM probe", "err", err)
 		return "tcg"
@@ -216,23 +221,35 @@ func (a *Agent) runDir(id string) string {
 	return filepath.Join("/run/pandastack", shortHash(a.cfg.DataDir), id)
 }
 
+// templateSpec finds a template by name: the agent's config, the templates built through its API,
+// then the catalog (aliases too: postgres-16 is postgres-17).
 func (a *Agent) templateSpec(name string) (template.Spec, bool) {
 	if s, ok := a.cfg.Templates[name]; ok {
 		return s, true
 	}
-	s, ok := template.Catalog[name]
-	return s, ok
+	a.mu.Lock()
+	s, ok := a.built[name]
+	a.mu.Unlock()
+	if ok {
+		return s, true
+	}
+	return template.CatalogSpec(name)
 }
 
-// TemplateNames lists the templates this agent can bake.
+// TemplateNames lists the templates this agent can bake (aliases not repeated).
 func (a *Agent) TemplateNames() []string {
 	names := map[string]bool{}
-	for n := range template.Catalog {
+	for _, n := range template.CatalogNames() {
 		names[n] = true
 	}
 	for n := range a.cfg.Templates {
 		names[n] = true
 	}
+	a.mu.Lock()
+	for n := range a.built {
+		names[n] = true
+	}
+	a.mu.Unlock()
 	out := make([]string, 0, len(names))
 	for n := range names {
 		out = append(out, n)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/template"
 )
 
 // maxJSONBody bounds every JSON request body.
@@ -32,6 +33,14 @@ func (a *Agent) Handler() http.Handler {
 		writeJSON(w, 200, map[string]any{"templates": a.Templates()})
 	})
 	mux.HandleFunc("POST /v1/templates/{name}/bake", a.handleBake)
+	mux.HandleFunc("POST /v1/templates", a.handleBuild)
+	mux.HandleFunc("DELETE /v1/templates/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if err := a.DeleteTemplate(r.PathValue("name")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("POST /v1/sandboxes", a.handleCreate)
 	mux.HandleFunc("GET /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"sandboxes": a.List()})
@@ -174,6 +183,33 @@ func memInfoMiB() (total, avail int) {
 func (a *Agent) handleBake(w http.ResponseWriter, r *http.Request) {
 	nd := newNDJSON(w)
 	info, err := a.EnsureTemplate(r.Context(), r.PathValue("name"), func(line string) {
+		nd.send(map[string]string{"progress": line})
+	})
+	if err != nil {
+		nd.send(errorBody(asAPIError(err)))
+		return
+	}
+	nd.send(map[string]any{"template": info})
+}
+
+// handleBuild is POST /v1/templates: the body is a spec (JSON); the answer streams the build log
+// as NDJSON {"progress": line} events and ends with {"template": …} or {"error": …}.
+func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 2*template.MaxSpecBytes))
+	if err != nil {
+		writeError(w, invalid("spec: %v", err))
+		return
+	}
+	spec, err := template.Parse(data)
+	if err == nil {
+		err = spec.Validate()
+	}
+	if err != nil {
+		writeError(w, invalid("%v", err))
+		return
+	}
+	nd := newNDJSON(w)
+	info, err := a.BuildTemplate(r.Context(), spec, func(line string) {
 		nd.send(map[string]string{"progress": line})
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -169,6 +170,11 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 		}
 		src = source{rec: record{Template: tmpl.Name, TemplateDir: tmpl.Dir, VCPUs: tmpl.VCPUs, MemoryMiB: tmpl.MemoryMiB,
 			BaseDir: tmpl.Dir, NIC: tmpl.NIC, VolumeSlots: tmpl.VolumeSlots}, diskSrc: filepath.Join(tmpl.Dir, "disk.img")}
+		if len(tmpl.Env) > 0 { // the template's env, under the sandbox's own
+			env := maps.Clone(tmpl.Env)
+			maps.Copy(env, req.Env)
+			req.Env = env
+		}
 	default:
 		return SandboxInfo{}, invalid("template (or snapshot_id) is required")
 	}

@@ -34,6 +34,13 @@ type TemplateInfo struct {
 	NIC bool `json:"nic,omitempty"`
 	// VolumeSlots: spare drives baked in, where volumes are attached on restore.
 	VolumeSlots int `json:"volume_slots,omitempty"`
+	// Env is the template's env, under every exec's own.
+	Env         map[string]string `json:"env,omitempty"`
+	Description string            `json:"description,omitempty"`
+	Aliases     []string          `json:"aliases,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	// Built: made through the template build API (not the catalog or the agent's config).
+	Built bool `json:"built,omitempty"`
 
 	Dir string `json:"-"` // the baked artifacts: kernel, initrd, disk.img, ram, state
 }
@@ -61,13 +68,21 @@ func (a *Agent) Templates() []TemplateInfo {
 	var out []TemplateInfo
 	for _, name := range a.TemplateNames() {
 		spec, _ := a.templateSpec(name)
-		info := TemplateInfo{Name: name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB}
+		info := TemplateInfo{Name: name, Description: spec.Description, Aliases: spec.Aliases, Metadata: spec.Metadata}
+		if r, err := template.Resolve(spec, a.templateSpec); err == nil {
+			info.VCPUs, info.MemoryMiB, info.DiskMiB, info.Env = r.VCPUs, r.MemoryMiB, r.DiskMiB, r.Env
+		}
+		a.mu.Lock()
+		_, info.Built = a.built[name]
+		a.mu.Unlock()
 		a.mu.Lock()
 		st := a.templates[name]
 		a.mu.Unlock()
 		if st != nil && st.mu.TryLock() {
 			if st.info != nil {
+				built := info.Built
 				info = *st.info
+				info.Built = built
 			}
 			st.mu.Unlock()
 		}
@@ -80,11 +95,13 @@ func (a *Agent) Templates() []TemplateInfo {
 // boot and a snapshot, a few seconds; the guest image build the first time, a minute or two).
 // progress (may be nil) receives human-readable lines as the work goes.
 func (a *Agent) EnsureTemplate(ctx context.Context, name string, progress func(string)) (*TemplateInfo, error) {
+	name = template.Canonical(name)
 	spec, ok := a.templateSpec(name)
 	if !ok {
 		return nil, notFound("template %q not found (known: %v)", name, a.TemplateNames())
 	}
-	if err := spec.Validate(); err != nil {
+	recipe, err := template.Resolve(spec, a.templateSpec)
+	if err != nil {
 		return nil, invalid("%v", err)
 	}
 	a.mu.Lock()
@@ -106,34 +123,41 @@ func (a *Agent) EnsureTemplate(ctx context.Context, name string, progress func(s
 			progress(msg)
 		}
 	}
-	info, err := a.bake(ctx, spec, say)
+	info, err := a.bake(ctx, recipe, say)
 	if err != nil {
 		return nil, err
 	}
+	info.Description, info.Aliases, info.Metadata = spec.Description, spec.Aliases, spec.Metadata
 	st.info = info
 	return info, nil
 }
 
-func (a *Agent) rootfsSpec(spec template.Spec) image.RootfsSpec {
-	r := image.Rootfs[spec.Image]
-	r.DiskMiB = spec.DiskMiB
-	return r
+// ImageSpec is what the image builder makes on the host for a recipe: Debian's packages and the
+// npm packages' files (their scripts run later, in the build VM).
+func ImageSpec(r template.Recipe) image.RootfsSpec {
+	return image.RootfsSpec{Suite: r.Suite, Packages: r.Apt, Npm: r.Npm, DiskMiB: r.DiskMiB}
 }
 
 // bake cold-boots the template's machine with its RAM in a file, waits for the guest agent, and
 // saves the device state. The RAM file, the disk as the snapshot saw it, and the state stream are
 // the template: every create maps the RAM file copy-on-write and reflinks the disk.
-func (a *Agent) bake(ctx context.Context, spec template.Spec, say func(string, ...any)) (*TemplateInfo, error) {
+func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string, ...any)) (*TemplateInfo, error) {
 	if a.cfg.GuestAgent == "" {
 		return nil, fmt.Errorf("pandastack-guest binary not found next to this executable or on $PATH (`make build` writes bin/pandastack-guest)")
 	}
-	img, err := a.images.Build(ctx, a.rootfsSpec(spec), func(line string) { say("image: %s", line) })
+	img, err := a.images.Build(ctx, ImageSpec(spec), func(line string) { say("image: %s", line) })
 	if err != nil {
-		return nil, err
+		return nil, buildFailed("%v", err)
+	}
+	if spec.NeedsBuildVM() {
+		if img, err = a.runBuildVM(ctx, spec, img, say); err != nil {
+			return nil, err
+		}
 	}
 	nic := a.net != nil
-	key := shortHash("bake-v4", strconv.Itoa(VolumeSlots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
-		strconv.Itoa(spec.DiskMiB), a.rt.Name(), a.rt.Accel(), qemuVersion())
+	env, _ := json.Marshal(spec.Env)
+	key := shortHash("bake-v5", strconv.Itoa(VolumeSlots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
+		strconv.Itoa(spec.DiskMiB), a.rt.Name(), a.rt.Accel(), qemuVersion(), spec.Start, spec.Ready, string(env))
 	dir := filepath.Join(a.templatesDir(), spec.Name+"-"+key)
 	if info, err := loadTemplate(dir); err == nil {
 		return info, nil
@@ -152,7 +176,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Spec, say func(string, .
 		}
 	}
 	info := &TemplateInfo{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB, Dir: tmp, NIC: nic,
-		VolumeSlots: VolumeSlots}
+		VolumeSlots: VolumeSlots, Env: spec.Env}
 	runDir := a.runDir("bake-" + spec.Name)
 	mspec := info.spec(filepath.Join(tmp, "disk.img"))
 	if err := makePlaceholder(tmp); err != nil {
@@ -201,6 +225,12 @@ func (a *Agent) bake(ctx context.Context, spec template.Spec, say func(string, .
 		return nil, fmt.Errorf("template %s: guest agent did not come up: %v (console: %s)", spec.Name, err, consoleTail(runDir))
 	}
 	say("guest agent ready after %d ms", time.Since(start).Milliseconds())
+	if spec.Start != "" {
+		if err := startService(bootCtx, client, spec, say); err != nil {
+			client.Close()
+			return nil, err
+		}
+	}
 	// Warm the guest's page cache with what nearly every sandbox runs first (the shell, Python,
 	// the user switch): the snapshot then holds those pages, and every clone starts warm instead
 	// of reading them through its own disk clone.

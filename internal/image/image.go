@@ -47,33 +47,14 @@ type Images struct {
 type RootfsSpec struct {
 	Suite    string   // e.g. trixie
 	Packages []string // passed to debootstrap --include
-	DiskMiB  int      // size of the ext4 image (sparse)
+	// Npm packages are fetched on the host with their install scripts off (nothing of theirs
+	// runs here) into /usr/local; the build VM runs their scripts (npm rebuild -g).
+	Npm     []string
+	DiskMiB int // size of the ext4 image (sparse)
 }
 
-// BaseRootfs is the `base` image: the issue's list plus python-is-python3 (the seeds call
-// `python`), iproute2 and e2fsprogs (the agent grows a resized volume's filesystem inside the
-// guest, never on the host).
-var BaseRootfs = RootfsSpec{
-	Suite: "trixie",
-	Packages: []string{"python3", "python-is-python3", "bash", "coreutils", "procps",
-		"ca-certificates", "curl", "git", "passwd", "iproute2", "e2fsprogs"},
-	DiskMiB: 2048,
-}
-
-// CodeInterpreterRootfs adds Python's scientific stack (from Debian, since PyPI is not reachable
-// from our builders) and Node.js to the base image.
-var CodeInterpreterRootfs = RootfsSpec{
-	Suite: "trixie",
-	Packages: append(append([]string(nil), BaseRootfs.Packages...),
-		"python3-numpy", "python3-pandas", "python3-scipy", "python3-matplotlib", "python3-sklearn", "nodejs"),
-	DiskMiB: 4096,
-}
-
-// Rootfs names the guest images templates can use.
-var Rootfs = map[string]RootfsSpec{
-	"base":             BaseRootfs,
-	"code-interpreter": CodeInterpreterRootfs,
-}
+// DefaultDiskMiB sizes an image whose spec gives no size.
+const DefaultDiskMiB = 2048
 
 // logf reports a build step: to the caller's progress callback when Build got one (the caller
 // logs it as it likes), else to Log.
@@ -195,8 +176,14 @@ func output(ctx context.Context, name string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-func sortedCopy(s []string) []string {
+func uniqueSorted(s []string) []string {
 	c := append([]string(nil), s...)
 	sort.Strings(c)
-	return c
+	out := c[:0]
+	for i, x := range c {
+		if i == 0 || x != c[i-1] {
+			out = append(out, x)
+		}
+	}
+	return out
 }

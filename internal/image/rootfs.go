@@ -22,7 +22,7 @@ func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (string, error) {
 		return "", fmt.Errorf("no guest agent binary given")
 	}
 	if spec.DiskMiB <= 0 {
-		spec.DiskMiB = BaseRootfs.DiskMiB
+		spec.DiskMiB = DefaultDiskMiB
 	}
 	tree, treeKey, err := b.debootstrap(ctx, spec)
 	if err != nil {
@@ -36,13 +36,22 @@ func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	key := hashStrings("rootfs-v2", treeKey, agentHash, kern.version, strconv.Itoa(spec.DiskMiB))
+	npmTree, npmKey, err := b.npmTree(ctx, spec.Npm)
+	if err != nil {
+		return "", err
+	}
+	key := hashStrings("rootfs-v3", treeKey, npmKey, agentHash, kern.version, strconv.Itoa(spec.DiskMiB))
 	dir, err := b.cached(filepath.Join(b.CacheDir, "rootfs-"+key), func(tmp string) error {
 		b.logf("packing %s rootfs into a %d MiB ext4 image", spec.Suite, spec.DiskMiB)
 		stage := filepath.Join(tmp, "stage")
 		// Hard-link copy: cheap, and the cached tree is never written through it (we only add files).
 		if err := run(ctx, "", "cp", "-al", tree, stage); err != nil {
 			return err
+		}
+		if npmTree != "" {
+			if err := run(ctx, "", "cp", "-a", npmTree+"/.", filepath.Join(stage, "usr", "local")+"/"); err != nil {
+				return err
+			}
 		}
 		if err := copyFile(b.GuestAgent, filepath.Join(stage, "usr", "local", "bin", "pandastack-guest"), 0o755); err != nil {
 			return err
@@ -68,6 +77,9 @@ func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (string, error) {
 		}
 		// mkfs.ext4 -d fills the filesystem from a directory: no mount, no loop device needed.
 		if err := run(ctx, "", "mkfs.ext4", "-q", "-F", "-L", "root", "-E", "root_owner=0:0", "-d", stage, img); err != nil {
+			if strings.Contains(err.Error(), "Could not allocate") || strings.Contains(err.Error(), "No space") {
+				return fmt.Errorf("disk_mib %d is too small for this image's %s of files: raise disk_mib", spec.DiskMiB, duSize(stage))
+			}
 			return err
 		}
 		return os.RemoveAll(stage)
@@ -80,7 +92,11 @@ func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (string, error) {
 
 // debootstrap builds (or finds) the Debian tree for spec, with the guest user made.
 func (b *Builder) debootstrap(ctx context.Context, spec RootfsSpec) (string, string, error) {
-	pkgs := sortedCopy(spec.Packages)
+	pkgs := spec.Packages
+	if len(spec.Npm) > 0 {
+		pkgs = append(append([]string(nil), pkgs...), "nodejs", "npm") // the build VM runs npm rebuild
+	}
+	pkgs = uniqueSorted(pkgs)
 	key := hashStrings("debootstrap-v1", spec.Suite, strings.Join(pkgs, ","))
 	dir, err := b.cached(filepath.Join(b.CacheDir, "debootstrap-"+key), func(tmp string) error {
 		root := filepath.Join(tmp, "root")
@@ -223,4 +239,47 @@ func isStageLine(line string) bool {
 		}
 	}
 	return true
+}
+
+// npmTree fetches npm packages into a /usr/local-shaped tree (lib/node_modules, bin), with
+// install scripts off: only files are written on the host. Cached by the package list.
+func (b *Builder) npmTree(ctx context.Context, pkgs []string) (string, string, error) {
+	if len(pkgs) == 0 {
+		return "", "", nil
+	}
+	pkgs = uniqueSorted(pkgs)
+	key := hashStrings("npm-v1", strings.Join(pkgs, ","))
+	dir, err := b.cached(filepath.Join(b.CacheDir, "npm-"+key), func(tmp string) error {
+		b.logf("npm: fetching %s (install scripts run later, in the build VM)", strings.Join(pkgs, " "))
+		args := append([]string{"install", "--global", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error",
+			"--prefix", filepath.Join(tmp, "prefix")}, pkgs...)
+		cmd := exec.CommandContext(ctx, "npm", args...)
+		cmd.Env = append(os.Environ(), "npm_config_cache="+filepath.Join(b.CacheDir, "npm-cache"), "npm_config_update_notifier=false")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("npm install %s failed: %v\n%s", strings.Join(pkgs, " "), err, tailLines(string(out), 20))
+		}
+		return nil
+	})
+	if err != nil {
+		return "", "", err
+	}
+	return filepath.Join(dir, "prefix"), key, nil
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// duSize is a directory's size for an error message ("1.2G").
+func duSize(dir string) string {
+	out, err := exec.Command("du", "-sh", dir).Output()
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(out))[0]
 }

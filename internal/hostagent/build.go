@@ -1,0 +1,378 @@
+package hostagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/image"
+	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/template"
+)
+
+// A template build has three stages: the image builder makes the Debian tree and fetches npm
+// packages on the host (trusted packages, nothing of theirs runs here); a build microVM boots that
+// image with no network and runs everything user-supplied — files, npm install scripts, build
+// steps — and its disk becomes the template's rootfs; the bake boots that rootfs, starts the
+// template's service, waits for its ready check and snapshots.
+
+// buildVMMemMiB: npm and compilers want more than a small template's RAM; the build VM's size
+// is not the template's (the bake VM's is).
+const buildVMMemMiB = 2048
+
+// buildStepTimeout bounds one build step.
+const buildStepTimeout = 30 * time.Minute
+
+// maxStepLogBytes caps the build log one step may write (the rest is counted, not streamed).
+const maxStepLogBytes = 1 << 20
+
+func buildFailed(format string, args ...any) *Error {
+	return errorf(http.StatusUnprocessableEntity, "build_failed", format, args...)
+}
+
+// runBuildVM runs the recipe's files, npm scripts and steps in a build microVM on a copy of img's
+// rootfs, and returns the images with that disk as the rootfs. Cached by content.
+func (a *Agent) runBuildVM(ctx context.Context, r template.Recipe, img image.Images, say func(string, ...any)) (image.Images, error) {
+	key := shortHash("build-v1", img.Hash, r.BuildHash())
+	dir := filepath.Join(a.images.CacheDir, "built-"+key)
+	out := img
+	out.Rootfs, out.Hash = filepath.Join(dir, "rootfs.ext4"), key
+	if _, err := os.Stat(out.Rootfs); err == nil {
+		return out, nil
+	}
+	tmp := dir + ".building"
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return out, err
+	}
+	defer os.RemoveAll(tmp)
+	disk := filepath.Join(tmp, "rootfs.ext4")
+	if err := cloneOrCopy(img.Rootfs, disk); err != nil {
+		return out, err
+	}
+	say("build VM: booting (%d MiB RAM, no network)", buildVMMemMiB)
+	runDir := a.runDir("build-" + key)
+	defer os.RemoveAll(runDir)
+	spec := runtime.Spec{VCPUs: 1, MemoryMiB: buildVMMemMiB, Kernel: img.Kernel, Initrd: img.Initrd, Disk: disk}
+	vm, err := a.rt.Boot(ctx, runDir, spec, filepath.Join(tmp, "ram"))
+	if err != nil {
+		return out, err
+	}
+	defer a.rt.Kill(vm)
+	client, err := guestConnect(ctx, vm.AgentSocket, 120*time.Second)
+	if err != nil {
+		return out, fmt.Errorf("build VM: guest agent did not come up: %v (console: %s)", err, consoleTail(runDir))
+	}
+	defer client.Close()
+	if err := a.buildInGuest(ctx, client, r, say); err != nil {
+		return out, err
+	}
+	if err := client.Sync(ctx); err != nil {
+		return out, fmt.Errorf("build VM: sync: %w", err)
+	}
+	a.rt.Kill(vm)
+	os.Remove(filepath.Join(tmp, "ram"))
+	os.RemoveAll(dir)
+	if err := os.Rename(tmp, dir); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// buildInGuest writes the files, runs the npm packages' install scripts and the build steps.
+func (a *Agent) buildInGuest(ctx context.Context, c *guest.Client, r template.Recipe, say func(string, ...any)) error {
+	run := func(what, cmd string) error {
+		lw := &logLines{say: func(line string) { say("%s: %s", what, line) }}
+		res, err := c.Exec(ctx, guest.ExecRequest{Cmd: cmd, Env: r.Env, User: "root", Timeout: buildStepTimeout}, nil, lw, lw)
+		lw.flush()
+		switch {
+		case err != nil:
+			return buildFailed("%s: %v", what, err)
+		case res.TimedOut:
+			return buildFailed("%s timed out after %s", what, buildStepTimeout)
+		case res.ExitCode != 0:
+			return buildFailed("%s failed with exit code %d%s", what, res.ExitCode, lw.tailNote())
+		}
+		return nil
+	}
+	if len(r.Npm) > 0 {
+		say("build VM: running the npm packages' install scripts")
+		if err := run("npm rebuild", "cd /usr/local/lib && npm rebuild --global --foreground-scripts --no-audit --no-fund --offline"); err != nil {
+			return err
+		}
+	}
+	for _, layer := range r.Layers {
+		for i, f := range layer.Files {
+			data, err := f.Data()
+			if err != nil {
+				return buildFailed("template %s: files[%d]: %v", layer.Template, i, err)
+			}
+			if _, err := c.WriteFile(ctx, f.Path, "root", os.FileMode(f.FileMode()), bytes.NewReader(data)); err != nil {
+				return buildFailed("template %s: writing %s: %v", layer.Template, f.Path, err)
+			}
+			if f.User == "user" {
+				if err := run("chown "+f.Path, "chown "+image.GuestUser+": '"+strings.ReplaceAll(f.Path, "'", `'\''`)+"'"); err != nil {
+					return err
+				}
+			}
+			say("file %s (%d bytes)", f.Path, len(data))
+		}
+		for i, step := range layer.Steps {
+			what := fmt.Sprintf("template %s step %d/%d", layer.Template, i+1, len(layer.Steps))
+			say("%s: %s", what, firstLine(step))
+			if err := run(what, step); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// startService starts the template's start command in the bake VM and waits for its ready check.
+func startService(ctx context.Context, c *guest.Client, r template.Recipe, say func(string, ...any)) error {
+	env := map[string]string{"PANDASTACK_START": r.Start}
+	for k, v := range r.Env {
+		env[k] = v
+	}
+	say("starting: %s", firstLine(r.Start))
+	// setsid + redirects: the service outlives this exec and holds none of its pipes.
+	var sink bytes.Buffer
+	res, err := c.Exec(ctx, guest.ExecRequest{Cmd: `setsid sh -c "$PANDASTACK_START" >>/var/log/pandastack-start.log 2>&1 </dev/null &`,
+		Env: env, User: "root", Timeout: time.Minute}, nil, &sink, &sink)
+	if err != nil || res.ExitCode != 0 {
+		return buildFailed("start command could not be run: %v %s", err, sink.String())
+	}
+	if r.Ready == "" {
+		return nil
+	}
+	deadline := time.Now().Add(r.ReadyTimeout)
+	start := time.Now()
+	var last string
+	for {
+		var out bytes.Buffer
+		res, err := c.Exec(ctx, guest.ExecRequest{Cmd: r.Ready, Env: r.Env, User: "root", Timeout: 10 * time.Second}, nil, &out, &out)
+		if err == nil && res.ExitCode == 0 && !res.TimedOut {
+			say("ready check passed after %d ms", time.Since(start).Milliseconds())
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("ready check: %w", err)
+		}
+		last = fmt.Sprintf("exit %d: %s", res.ExitCode, strings.TrimSpace(tail(out.String(), 400)))
+		if time.Now().After(deadline) {
+			var log bytes.Buffer
+			c.Exec(ctx, guest.ExecRequest{Cmd: "tail -c 1500 /var/log/pandastack-start.log", User: "root", Timeout: 10 * time.Second}, nil, &log, &log)
+			return buildFailed("ready check %q did not pass within %s (last: %s); start command's log:\n%s",
+				firstLine(r.Ready), r.ReadyTimeout, last, log.String())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// logLines turns a command's output into log lines, and keeps the last few for the error.
+type logLines struct {
+	say     func(string)
+	buf     []byte
+	written int
+	last    []string
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			if len(l.buf) > 4096 { // a line without end: emit what we have
+				i = len(l.buf)
+			} else {
+				return len(p), nil
+			}
+		}
+		l.line(string(bytes.TrimRight(l.buf[:i], "\r")))
+		if i < len(l.buf) {
+			i++
+		}
+		l.buf = l.buf[i:]
+	}
+}
+
+func (l *logLines) line(s string) {
+	l.last = append(l.last, s)
+	if len(l.last) > 15 {
+		l.last = l.last[1:]
+	}
+	l.written += len(s) + 1
+	switch {
+	case l.written <= maxStepLogBytes:
+		l.say(s)
+	case l.written-len(s)-1 <= maxStepLogBytes:
+		l.say("(more output not shown; the last lines come with the result)")
+	}
+}
+
+func (l *logLines) flush() {
+	if len(l.buf) > 0 {
+		l.line(string(l.buf))
+		l.buf = nil
+	}
+}
+
+func (l *logLines) tailNote() string {
+	if len(l.last) == 0 {
+		return ""
+	}
+	return "; its last output:\n" + strings.Join(l.last, "\n")
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " …"
+	}
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// specsDir holds the specs of templates built through the API, so they survive a restart.
+func (a *Agent) specsDir() string { return filepath.Join(a.templatesDir(), "specs") }
+
+func (a *Agent) loadBuiltSpecs() {
+	files, _ := filepath.Glob(filepath.Join(a.specsDir(), "*.json"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var s template.Spec
+		if json.Unmarshal(data, &s) == nil && s.Validate() == nil {
+			a.built[s.Name] = s
+		}
+	}
+}
+
+var buildMu sync.Mutex // one API build at a time per agent: builds are CPU- and disk-heavy
+
+// BuildTemplate builds and bakes spec (a template built through the API) and registers it; a
+// build that fails leaves nothing registered. Building a name again replaces its spec.
+func (a *Agent) BuildTemplate(ctx context.Context, spec template.Spec, progress func(string)) (*TemplateInfo, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if _, ok := template.CatalogSpec(spec.Name); ok {
+		return nil, conflict("template %s is a catalog template: pick another name", spec.Name)
+	}
+	if _, ok := a.cfg.Templates[spec.Name]; ok {
+		return nil, conflict("template %s is defined by this agent's configuration", spec.Name)
+	}
+	if _, err := template.Resolve(spec, a.templateSpec); err != nil {
+		return nil, invalid("%v", err)
+	}
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	a.mu.Lock()
+	prev, had := a.built[spec.Name]
+	a.built[spec.Name] = spec
+	prevState := a.templates[spec.Name]
+	delete(a.templates, spec.Name) // a new spec is a new bake
+	a.mu.Unlock()
+	restore := func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if had {
+			a.built[spec.Name] = prev
+			a.templates[spec.Name] = prevState
+		} else {
+			delete(a.built, spec.Name)
+			delete(a.templates, spec.Name)
+		}
+	}
+	info, err := a.EnsureTemplate(ctx, spec.Name, progress)
+	if err != nil {
+		restore()
+		return nil, err
+	}
+	if err := os.MkdirAll(a.specsDir(), 0o755); err == nil {
+		err = writeJSONFile(filepath.Join(a.specsDir(), spec.Name+".json"), spec)
+	}
+	if err != nil {
+		restore()
+		return nil, err
+	}
+	out := *info
+	out.Built = true
+	return &out, nil
+}
+
+// DeleteTemplate forgets a template built through the API and removes its bakes. Refused while a
+// sandbox or a snapshot on this host uses it.
+func (a *Agent) DeleteTemplate(name string) error {
+	a.mu.Lock()
+	_, ok := a.built[name]
+	users := 0
+	for _, sb := range a.sandboxes {
+		if sb.rec.Template == name {
+			users++
+		}
+	}
+	a.mu.Unlock()
+	if !ok {
+		if _, cat := a.templateSpec(name); cat {
+			return conflict("template %s is not one built through the API: catalog and configured templates cannot be deleted", name)
+		}
+		return notFound("template %s not found", name)
+	}
+	if users > 0 {
+		return conflict("template %s is used by %d sandbox(es) on this host: kill them first", name, users)
+	}
+	if n := a.snapshotsOf(name); n > 0 {
+		return conflict("template %s is used by %d snapshot(s) on this host: delete them first", name, n)
+	}
+	a.mu.Lock()
+	delete(a.built, name)
+	delete(a.templates, name)
+	a.mu.Unlock()
+	os.Remove(filepath.Join(a.specsDir(), name+".json"))
+	dirs, _ := filepath.Glob(filepath.Join(a.templatesDir(), name+"-*"))
+	for _, d := range dirs {
+		if info, err := loadTemplate(d); err == nil && info.Name == name {
+			os.RemoveAll(d)
+		}
+	}
+	return nil
+}
+
+// snapshotsOf counts the snapshots on this host taken of sandboxes of template name.
+func (a *Agent) snapshotsOf(name string) int {
+	n := 0
+	dirs, _ := os.ReadDir(a.snapshotsDir())
+	for _, d := range dirs {
+		if snap, err := a.loadSnapshot(d.Name()); err == nil && snap.Template == name {
+			n++
+		}
+	}
+	return n
+}
+
+var _ io.Writer = (*logLines)(nil)
