@@ -4,6 +4,8 @@
 #   make up      setup + build + bin/pandastack up
 #   make test    setup + build + every test (real microVMs)
 #   make bench   benchmarks; writes bench/results.json
+#   make test-catalog     build every catalog template and check its job (slow)
+#   make bench-templates  per-template size, cold bake and create p50 (slow)
 
 SHELL := /bin/bash
 GO ?= go
@@ -13,7 +15,7 @@ DEB_PACKAGES := qemu-system-x86 qemu-utils debootstrap xfsprogs busybox-static c
 	iproute2 nftables procps util-linux postgresql python3 ca-certificates nodejs
 export PANDASTACK_VM_TESTS ?= 1
 
-.PHONY: setup build up test bench vet clean
+.PHONY: setup build up test test-catalog bench bench-templates vet clean
 
 setup:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -41,6 +43,14 @@ test: setup build vet
 
 bench: setup build
 	$(GO) run ./bench -out bench/results.json
+
+# The catalog suite builds every catalog template (several GiB of packages, tens of minutes the
+# first time) and checks each one's job in a sandbox.
+test-catalog: setup build
+	PANDASTACK_CATALOG_TESTS=1 $(GO) test -count=1 -timeout 120m -run TestCatalogTemplates -v ./internal/hostagent/
+
+bench-templates: setup build
+	$(GO) run ./bench -out bench/results.json -suites templates
 
 clean:
 	rm -rf bin

@@ -31,7 +31,7 @@ func main() {
 	guestAgent := flag.String("guest-agent", "bin/pandastack-guest", "pandastack-guest binary")
 	imageCache := flag.String("image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache (default: inside the data dir)")
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
-	suites := flag.String("suites", "sandbox,lifecycle,controlplane,network,volumes", "comma-separated suites to run")
+	suites := flag.String("suites", "sandbox,lifecycle,controlplane,network,volumes", "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
 	flag.Parse()
 	if err := run(*out, *dataDir, *guestAgent, *imageCache, *suites, *creates, *idle); err != nil {
@@ -96,8 +96,10 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.networkSuite(ctx, res, dataDir, guestAgent, imageCache, creates)
 		case "volumes":
 			err = b.volumeSuite(ctx, res, creates)
+		case "templates":
+			err = b.templateSuite(ctx, res, max(creates/3, 5))
 		default:
-			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes)", suite)
+			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, templates)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

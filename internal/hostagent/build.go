@@ -106,7 +106,7 @@ func (a *Agent) buildInGuest(ctx context.Context, c *guest.Client, r template.Re
 	}
 	if len(r.Npm) > 0 {
 		say("build VM: running the npm packages' install scripts")
-		if err := run("npm rebuild", "cd /usr/local/lib && npm rebuild --global --foreground-scripts --no-audit --no-fund --offline"); err != nil {
+		if err := run("npm rebuild", "npm rebuild --global --prefix /usr/local --foreground-scripts --no-audit --no-fund --offline"); err != nil {
 			return err
 		}
 	}

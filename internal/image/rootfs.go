@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,26 +91,56 @@ func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (string, error) {
 	return filepath.Join(dir, "rootfs.ext4"), nil
 }
 
-// debootstrap builds (or finds) the Debian tree for spec, with the guest user made.
+// corePackages go into every tree by debootstrap: what the guest agent itself relies on (user
+// switching, process lists, volumes' filesystems, network config) and TLS roots for apt.
+var corePackages = []string{"ca-certificates", "passwd", "procps", "iproute2", "e2fsprogs"}
+
+// debootstrap builds (or finds) the Debian tree for spec, in two cached layers: a core tree per
+// suite (debootstrap, the guest user made) and, on a copy of it, the spec's packages installed by
+// apt-get in a chroot. debootstrap alone resolves dependencies too simply for large sets (npm's
+// hundreds of node-* packages defeat it); apt does it properly.
 func (b *Builder) debootstrap(ctx context.Context, spec RootfsSpec) (string, string, error) {
+	core, coreKey, err := b.coreTree(ctx, spec.Suite)
+	if err != nil {
+		return "", "", err
+	}
 	pkgs := spec.Packages
 	if len(spec.Npm) > 0 {
 		pkgs = append(append([]string(nil), pkgs...), "nodejs", "npm") // the build VM runs npm rebuild
 	}
 	pkgs = uniqueSorted(pkgs)
-	key := hashStrings("debootstrap-v1", spec.Suite, strings.Join(pkgs, ","))
+	if len(pkgs) == 0 {
+		return core, coreKey, nil
+	}
+	key := hashStrings("apt-v1", coreKey, strings.Join(pkgs, ","))
+	dir, err := b.cached(filepath.Join(b.CacheDir, "tree-"+key), func(tmp string) error {
+		root := filepath.Join(tmp, "root")
+		if err := run(ctx, "", "cp", "-a", "--reflink=auto", core, root); err != nil {
+			return err
+		}
+		return b.aptInstall(ctx, root, spec.Suite, pkgs)
+	})
+	if err != nil {
+		return "", "", err
+	}
+	return filepath.Join(dir, "root"), key, nil
+}
+
+// coreTree is debootstrap's minimal tree for suite with the guest user made.
+func (b *Builder) coreTree(ctx context.Context, suite string) (string, string, error) {
+	key := hashStrings("debootstrap-v2", suite, strings.Join(corePackages, ","))
 	dir, err := b.cached(filepath.Join(b.CacheDir, "debootstrap-"+key), func(tmp string) error {
 		root := filepath.Join(tmp, "root")
 		mirror := b.Mirror
 		if mirror == "" {
 			mirror = hostDebianMirror()
 		}
-		args := []string{"--variant=minbase", "--include=" + strings.Join(pkgs, ","), spec.Suite, root}
+		args := []string{"--variant=minbase", "--include=" + strings.Join(corePackages, ","), suite, root}
 		if mirror != "" {
 			args = append(args, mirror)
 		}
-		b.logf("debootstrap %s with %s (first build only, about a minute or two)", spec.Suite, strings.Join(pkgs, ","))
-		if err := b.runLogged(ctx, "debootstrap", args...); err != nil {
+		b.logf("debootstrap %s (first build only, about a minute)", suite)
+		if err := b.runLogged(ctx, isStageLine, "debootstrap", nil, args...); err != nil {
 			return err
 		}
 		return customizeTree(ctx, root)
@@ -118,6 +149,79 @@ func (b *Builder) debootstrap(ctx context.Context, spec RootfsSpec) (string, str
 		return "", "", err
 	}
 	return filepath.Join(dir, "root"), key, nil
+}
+
+// aptInstall installs Debian packages into root with the tree's own apt, in a chroot on the host:
+// only Debian's signed packages and their maintainer scripts run there (user build steps run in a
+// build VM). Services are kept from starting (policy-rc.d) and downloads are shared across trees.
+func (b *Builder) aptInstall(ctx context.Context, root, suite string, pkgs []string) error {
+	archives := filepath.Join(b.CacheDir, "apt-archives", suite)
+	if err := os.MkdirAll(filepath.Join(archives, "partial"), 0o755); err != nil {
+		return err
+	}
+	policy := filepath.Join(root, "usr/sbin/policy-rc.d")
+	if err := os.WriteFile(policy, []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
+		return err
+	}
+	defer os.Remove(policy)
+	// apt needs the host's resolver while it downloads; the guest's own comes back afterwards.
+	resolv := filepath.Join(root, "etc/resolv.conf")
+	guestResolv, _ := os.ReadFile(resolv)
+	if host, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+		os.WriteFile(resolv, host, 0o644)
+	}
+	defer os.WriteFile(resolv, guestResolv, 0o644)
+	for _, m := range []struct{ src, dst, fstype, opts string }{
+		{"proc", "proc", "proc", ""},
+		{archives, "var/cache/apt/archives", "", "bind"},
+	} {
+		dst := filepath.Join(root, m.dst)
+		args := []string{}
+		if m.fstype != "" {
+			args = append(args, "-t", m.fstype)
+		}
+		if m.opts != "" {
+			args = append(args, "-o", m.opts)
+		}
+		if err := run(ctx, "", "mount", append(args, m.src, dst)...); err != nil {
+			return err
+		}
+		defer unix.Unmount(dst, unix.MNT_DETACH)
+	}
+	env := []string{"DEBIAN_FRONTEND=noninteractive", "LC_ALL=C.UTF-8", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	b.logf("apt-get install %s", strings.Join(pkgs, " "))
+	if err := b.runLogged(ctx, isAptProgress, "chroot", env, root, "apt-get", "update", "-q"); err != nil {
+		return err
+	}
+	args := append([]string{root, "apt-get", "install", "-y", "-q", "--no-install-recommends"}, pkgs...)
+	if err := b.runLogged(ctx, isAptProgress, "chroot", env, args...); err != nil {
+		return aptError(err)
+	}
+	run(ctx, "", "chroot", root, "apt-get", "clean")
+	lists, _ := filepath.Glob(filepath.Join(root, "var/lib/apt/lists/*_*"))
+	for _, l := range lists {
+		os.Remove(l)
+	}
+	return nil
+}
+
+// aptError says plainly which packages apt could not find.
+func aptError(err error) error {
+	var missing []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "E: Unable to locate package "); ok {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("unknown Debian package(s): %s (search with apt-cache search, or packages.debian.org)", strings.Join(missing, ", "))
+	}
+	return err
+}
+
+// isAptProgress keeps apt's per-package "Setting up" lines and its errors, not its download chatter.
+func isAptProgress(line string) bool {
+	return strings.HasPrefix(line, "Setting up ") || strings.HasPrefix(line, "E: ") || strings.HasPrefix(line, "W: ")
 }
 
 // customizeTree makes the guest user and trims what a sandbox never needs. It runs the tree's own
@@ -152,8 +256,11 @@ func customizeTree(ctx context.Context, root string) error {
 }
 
 // runLogged runs a long command and forwards its progress lines.
-func (b *Builder) runLogged(ctx context.Context, name string, args ...string) error {
+func (b *Builder) runLogged(ctx context.Context, keep func(string) bool, name string, env []string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
+	if env != nil {
+		cmd.Env = env
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return err
@@ -173,7 +280,7 @@ func (b *Builder) runLogged(ctx context.Context, name string, args ...string) er
 		if len(tail) > 20 {
 			tail = tail[1:]
 		}
-		if !isStageLine(line) {
+		if !keep(line) {
 			continue // hundreds of per-package lines; the stage lines are enough progress
 		}
 		b.logf("%s: %s", name, line)
