@@ -14,6 +14,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/template"
 )
@@ -329,6 +330,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		out.send(map[string]any{"error": s.streamError(w, r, err)})
 		return
 	}
+	s.refreshHost(ctx, h)
 	view := teamView(rec, nil)
 	view.Available, view.Baked = true, built.Baked
 	out.send(map[string]any{"template": view})
@@ -401,4 +403,18 @@ func (s *Server) removeTemplate(ctx context.Context, teamID, name string) error 
 		s.log.Warn("template deleted while its host is not up: its bake stays there", "template", tt.AgentName, "host", tt.HostID)
 	}
 	return s.store.DeleteTeamTemplate(context.WithoutCancel(ctx), teamID, name)
+}
+
+// refreshHost re-reads a host's report right away, so its template list (and sizes) include a
+// template just built there without waiting for its next heartbeat. Best effort.
+func (s *Server) refreshHost(ctx context.Context, h store.Host) {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	info, err := s.sched.Client(h).Info(ictx)
+	if err == nil {
+		err = s.sched.Register(ictx, scheduler.RegistrationFromInfo(info, h.URL, h.Token))
+	}
+	if err != nil {
+		s.log.Warn("could not refresh a host after a template build", "host", h.ID, "err", err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/template"
@@ -35,19 +36,22 @@ func (a *Agent) SandboxTemplate(id string) string {
 }
 
 // HoldBuilds makes builds stop after their first progress line until release is called (to see
-// progress arrive while a build is still running).
+// progress arrive while a build is still running). release may be called more than once.
 func (a *Agent) HoldBuilds() (release func()) {
 	ch := make(chan struct{})
 	a.mu.Lock()
 	a.buildGate = ch
 	a.mu.Unlock()
+	var once sync.Once
 	return func() {
-		a.mu.Lock()
-		if a.buildGate == ch {
-			a.buildGate = nil
-		}
-		a.mu.Unlock()
-		close(ch)
+		once.Do(func() {
+			a.mu.Lock()
+			if a.buildGate == ch {
+				a.buildGate = nil
+			}
+			a.mu.Unlock()
+			close(ch)
+		})
 	}
 }
 
