@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -331,5 +332,48 @@ func TestCLIVolumes(t *testing.T) {
 	mustRun(t, "", "volume", "delete", vol)
 	if _, _, err := run(t, "", "volume", "get", vol); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("get deleted volume: %v", err)
+	}
+}
+
+func TestCLITemplates(t *testing.T) {
+	url, key := startServer(t)
+	t.Setenv("PANDASTACK_BASE_URL", url)
+	t.Setenv("PANDASTACK_API_KEY", key)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "index.html"), []byte("<h1>hi</h1>"), 0o644)
+	spec := filepath.Join(dir, "web.yaml")
+	os.WriteFile(spec, []byte("name: web\nfrom: base\nfiles:\n  - path: /srv/index.html\n    src: index.html\nsteps:\n  - echo built\n"), 0o644)
+	out, stderr, err := run(t, "", "template", "build", "-f", spec)
+	if err != nil || !strings.Contains(stderr, "step 1/1: echo built") || !strings.Contains(out, "web") || !strings.Contains(out, "team") {
+		t.Fatalf("build: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr)
+	}
+	out = mustRun(t, "", "template", "list")
+	for _, want := range []string{"NAME", "OWNER", "MEMORY", "BAKE", "base", "catalog", "web", "team"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("list lacks %q:\n%s", want, out)
+		}
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(mustRun(t, "", "template", "get", "web", "--json")), &got); err != nil || got["owner"] != "team" {
+		t.Fatalf("get --json: %v %v", got, err)
+	}
+	// A failing build says why and exits non-zero.
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("name: bad\nfrom: base\nsteps: [\"false\"]\n"), 0o644)
+	if _, _, err := run(t, "", "template", "build", "-f", bad); err == nil || !strings.Contains(err.Error(), "build_failed") {
+		t.Fatalf("failing build: %v", err)
+	}
+	os.WriteFile(bad, []byte("name: bad\nfrom: base\nfiles: [{path: /x, src: missing.txt}]\n"), 0o644)
+	if _, _, err := run(t, "", "template", "build", "-f", bad); err == nil || !strings.Contains(err.Error(), "missing.txt") {
+		t.Fatalf("missing src: %v", err)
+	}
+	if _, _, err := run(t, "", "template", "build"); err == nil || !strings.Contains(err.Error(), "-f SPEC is required") {
+		t.Fatalf("no -f: %v", err)
+	}
+	if _, _, err := run(t, "", "template", "delete", "base"); err == nil || !strings.Contains(err.Error(), "catalog") {
+		t.Fatalf("delete base: %v", err)
+	}
+	if out := mustRun(t, "", "template", "delete", "web"); !strings.Contains(out, "deleted web") {
+		t.Fatalf("delete:\n%s", out)
 	}
 }

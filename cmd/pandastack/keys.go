@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/spf13/cobra"
@@ -11,55 +10,6 @@ import (
 
 func init() {
 	rootCmd.AddCommand(templateCmd(), keysCmd(), teamsCmd())
-}
-
-func templateCmd() *cobra.Command {
-	var f apiFlags
-	cmd := &cobra.Command{Use: "template", Aliases: []string{"templates"}, Short: "Show the template catalog"}
-	f.register(cmd)
-	show := func(cmd *cobra.Command, ts []client.Template) error {
-		if f.json {
-			return printJSON(cmd.OutOrStdout(), ts)
-		}
-		rows := make([][]string, 0, len(ts))
-		for _, t := range ts {
-			rows = append(rows, []string{t.Name, strconv.Itoa(t.VCPUs), strconv.Itoa(t.MemoryMiB), strconv.Itoa(t.DiskMiB),
-				yesNo(t.Available), yesNo(t.Baked), orDash(t.Description)})
-		}
-		return table(cmd.OutOrStdout(), []string{"NAME", "VCPUS", "MEMORY_MIB", "DISK_MIB", "AVAILABLE", "BAKED", "DESCRIPTION"}, rows)
-	}
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List templates",
-		Args:  cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			ts, err := c.Templates(ctx)
-			if err != nil {
-				return err
-			}
-			if ts == nil {
-				ts = []client.Template{}
-			}
-			return show(cmd, ts)
-		}),
-	}
-	get := &cobra.Command{
-		Use:   "get NAME",
-		Short: "Show one template",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			t, err := c.Template(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), t)
-			}
-			return show(cmd, []client.Template{t})
-		}),
-	}
-	cmd.AddCommand(list, get)
-	return cmd
 }
 
 func yesNo(b bool) string {

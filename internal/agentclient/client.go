@@ -4,6 +4,7 @@
 package agentclient
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -80,6 +81,12 @@ type Template struct {
 	BakeMS    int64  `json:"bake_ms,omitempty"`
 	SizeBytes int64  `json:"size_bytes,omitempty"`
 	BakedAt   string `json:"baked_at,omitempty"`
+	// Description, Aliases and Metadata are what the template's spec says about itself.
+	Description string            `json:"description,omitempty"`
+	Aliases     []string          `json:"aliases,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	// Built: made through the template build API (a team's template, not the catalog's).
+	Built bool `json:"built,omitempty"`
 }
 
 // Info is GET /v1/info.
@@ -334,6 +341,67 @@ func (c *Client) Templates(ctx context.Context) ([]Template, error) {
 		Templates []Template `json:"templates"`
 	}
 	return out.Templates, c.call(ctx, "GET", "/v1/templates", nil, &out)
+}
+
+// MaxBuildLine bounds one line of a build stream (progress lines are short; the final template
+// object carries env and metadata).
+const MaxBuildLine = 1 << 20
+
+// BuildTemplate calls POST /v1/templates with spec (JSON) and reads the NDJSON answer: each
+// {"progress": line} goes to onProgress (may be nil) as it arrives, and the stream ends with
+// {"template": …} or {"error": …}. An error before the stream (an invalid spec, a catalog name)
+// is an *Error with its HTTP status; an error in the stream is an *Error with Status 0 (the
+// build started and failed, e.g. code build_failed).
+func (c *Client) BuildTemplate(ctx context.Context, spec any, onProgress func(string)) (Template, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return Template{}, err
+	}
+	hdr := http.Header{}
+	hdr.Set("Content-Type", "application/json")
+	resp, err := c.Raw(ctx, "POST", "/v1/templates", nil, bytes.NewReader(b), int64(len(b)), hdr)
+	if err != nil {
+		return Template{}, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), MaxBuildLine)
+	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var ev struct {
+			Progress *string   `json:"progress"`
+			Template *Template `json:"template"`
+			Error    *Error    `json:"error"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return Template{}, fmt.Errorf("host agent: bad build stream line: %w", err)
+		}
+		switch {
+		case ev.Error != nil:
+			if ev.Error.Code == "" {
+				ev.Error.Code = "build_failed"
+			}
+			return Template{}, ev.Error
+		case ev.Template != nil:
+			return *ev.Template, nil
+		case ev.Progress != nil && onProgress != nil:
+			onProgress(*ev.Progress)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if ctx.Err() != nil {
+			return Template{}, ctx.Err()
+		}
+		return Template{}, &Unreachable{fmt.Errorf("build stream broke: %w", err)}
+	}
+	return Template{}, &Unreachable{errors.New("build stream ended without a result")}
+}
+
+// DeleteTemplate calls DELETE /v1/templates/{name}.
+func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", "/v1/templates/"+url.PathEscape(name), nil, nil)
 }
 
 // CreateSandbox calls POST /v1/sandboxes.

@@ -468,13 +468,6 @@ func TestHostErrorsAndRequestIDs(t *testing.T) {
 	if id := r.header.Get("X-Request-Id"); !strings.HasPrefix(id, "req_") || r.status != 200 {
 		t.Fatalf("healthz %d %v", r.status, r.header)
 	}
-	// Not yet implemented calls say so.
-	for _, c := range []struct{ method, path string }{{"POST", "/v1/templates"}, {"DELETE", "/v1/templates/base"}} {
-		r := e.do(c.method, c.path, e.admin, `{}`)
-		if r.status != 501 || r.errCode() != "not_implemented" || !strings.Contains(r.errMessage(), "not implemented") {
-			t.Errorf("%s %s: %d %s", c.method, c.path, r.status, r.body)
-		}
-	}
 }
 
 func TestReaper(t *testing.T) {

@@ -40,10 +40,6 @@ func conflict(format string, args ...any) *Error {
 	return errorf(http.StatusConflict, "conflict", format, args...)
 }
 
-func notImplemented(what string) *Error {
-	return errorf(http.StatusNotImplemented, "not_implemented", "%s is not implemented yet in this PandaStack server", what)
-}
-
 // toAPIError maps any error to the public shape. Unknown errors become `internal`: their text is
 // logged, not shown (the caller gets the request id to quote instead).
 func toAPIError(err error) (*Error, bool) {

@@ -16,6 +16,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/template"
 )
 
 // SandboxView is the public sandbox object.
@@ -64,6 +65,10 @@ type createRequest struct {
 
 	egress  *network.Egress          // Egress, validated
 	volumes []store.VolumeAttachment // Volumes, validated (SandboxID not yet set)
+	// What the host knows Template by (a team template's agent name, a catalog alias's canonical
+	// name), and for a team template the host that has it.
+	agentTemplate string
+	templateHost  string
 }
 
 func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
@@ -215,16 +220,25 @@ func (s *Server) validateCreate(ctx context.Context, teamID string, req *createR
 		if err != nil {
 			return nil, err
 		}
-		if req.Template != "" && req.Template != snap.Template {
+		if req.Template != "" && req.Template != snap.Template && template.Canonical(req.Template) != snap.Template {
 			return nil, invalid("snapshot %s is of template %q, not %q (leave template out to use the snapshot's)", snap.ID, snap.Template, truncate(req.Template))
 		}
-		req.Template = snap.Template
+		req.Template, req.agentTemplate = snap.Template, snap.Template
+		if tt, err := s.store.GetTeamTemplate(ctx, teamID, snap.Template); err == nil {
+			req.agentTemplate = tt.AgentName // for its memory size: the snapshot itself has the rest
+		}
 		return &snap, nil
 	}
-	if _, err := s.store.GetTemplate(ctx, req.Template); errors.Is(err, store.ErrNotFound) {
+	tt, ct, err := s.findTemplate(ctx, teamID, req.Template)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		return nil, invalid("unknown template %q (see GET /v1/templates)", truncate(req.Template))
-	} else if err != nil {
+	case err != nil:
 		return nil, err
+	case tt != nil:
+		req.agentTemplate, req.templateHost = tt.AgentName, tt.HostID
+	default:
+		req.Template, req.agentTemplate = ct.Name, ct.Name
 	}
 	return nil, nil
 }
@@ -253,13 +267,21 @@ const createTimeout = 15 * time.Minute
 // when one is full or does not answer. The work runs detached from the caller's connection, so a
 // client that goes away cannot leave a VM running that the store does not know.
 func (s *Server) create(ctx context.Context, teamID string, req createRequest) (store.Sandbox, error) {
-	hosts, err := s.sched.Place(ctx, req.Template)
+	mem := s.sched.TemplateMemMiB(ctx, req.agentTemplate)
+	var hosts []store.Host
+	var err error
+	if req.templateHost != "" { // a team template: only its host has it
+		var h store.Host
+		h, err = s.sched.PlaceOn(ctx, req.templateHost, 1, mem)
+		hosts = []store.Host{h}
+	} else {
+		hosts, err = s.sched.Place(ctx, req.agentTemplate)
+	}
 	if err != nil {
 		return store.Sandbox{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 	defer cancel()
-	mem := s.sched.TemplateMemMiB(ctx, req.Template)
 	sbID := auth.NewID("sb_")
 	var lastErr error
 	for i, h := range hosts {
@@ -267,7 +289,7 @@ func (s *Server) create(ctx context.Context, teamID string, req createRequest) (
 			break
 		}
 		release := s.sched.Reserve(h.ID, mem)
-		_, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, Template: req.Template, Env: req.Env, Egress: req.egress})
+		_, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, Template: req.agentTemplate, Env: req.Env, Egress: req.egress})
 		if err != nil {
 			release()
 			lastErr = err
@@ -314,7 +336,7 @@ func (s *Server) recordWith(ctx context.Context, h store.Host, sb store.Sandbox,
 // createFromSnapshot starts a sandbox from a snapshot on the host that keeps the snapshot (the
 // only one that can): that host down or full is 503 capacity.
 func (s *Server) createFromSnapshot(ctx context.Context, teamID string, req createRequest, snap store.Snapshot) (store.Sandbox, error) {
-	mem := s.sched.TemplateMemMiB(ctx, snap.Template)
+	mem := s.sched.TemplateMemMiB(ctx, req.agentTemplate)
 	h, err := s.sched.PlaceOn(ctx, snap.HostID, 1, mem)
 	if err != nil {
 		return store.Sandbox{}, err

@@ -146,12 +146,8 @@ func (s *Server) routes() http.Handler {
 	v1("GET /v1/volumes/{id}", s.getVolume)
 	v1("POST /v1/volumes/{id}/resize", s.resizeVolume)
 	v1("DELETE /v1/volumes/{id}", s.deleteVolume)
-	for pattern, what := range map[string]string{
-		"POST /v1/templates":          "building templates through the API",
-		"DELETE /v1/templates/{name}": "deleting templates through the API",
-	} {
-		v1(pattern, func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, notImplemented(what)) })
-	}
+	v1("POST /v1/templates", s.buildTemplate)
+	v1("DELETE /v1/templates/{name}", s.deleteTemplate)
 	v1("GET /v1/templates", s.listTemplates)
 	v1("GET /v1/templates/{name}", s.getTemplate)
 	v1("POST /v1/keys", s.createKey)

@@ -179,7 +179,10 @@ func (s *Server) createWithVolumes(ctx context.Context, teamID string, req creat
 	if snap != nil && snap.HostID != hostID {
 		return store.Sandbox{}, conflict("snapshot %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", snap.ID, snap.HostID, hostID)
 	}
-	mem := s.sched.TemplateMemMiB(ctx, req.Template)
+	if snap == nil && req.templateHost != "" && req.templateHost != hostID {
+		return store.Sandbox{}, conflict("template %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", req.Template, req.templateHost, hostID)
+	}
+	mem := s.sched.TemplateMemMiB(ctx, req.agentTemplate)
 	h, err := s.sched.PlaceOn(ctx, hostID, 1, mem)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -188,7 +191,7 @@ func (s *Server) createWithVolumes(ctx context.Context, teamID string, req creat
 	defer cancel()
 	release := s.sched.Reserve(h.ID, mem)
 	sbID := auth.NewID("sb_")
-	areq := agentclient.CreateRequest{ID: sbID, Template: req.Template, Env: req.Env, Egress: req.egress}
+	areq := agentclient.CreateRequest{ID: sbID, Template: req.agentTemplate, Env: req.Env, Egress: req.egress}
 	rec := store.Sandbox{ID: sbID, TeamID: teamID, Template: req.Template, HostID: h.ID, Metadata: req.Metadata, TTLSeconds: reqTTL(req)}
 	if snap != nil {
 		areq.Template, areq.SnapshotID, rec.SnapshotID = "", snap.ID, snap.ID

@@ -170,15 +170,23 @@ type Stat struct {
 	Target string `json:"target,omitempty"`
 }
 
-// Template is a catalog entry.
+// Template is a catalog template (Owner "catalog") or one the caller's team built (Owner
+// "team").
 type Template struct {
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
-	VCPUs       int    `json:"vcpus"`
-	MemoryMiB   int    `json:"memory_mib"`
-	DiskMiB     int    `json:"disk_mib"`
-	Available   bool   `json:"available"`
-	Baked       bool   `json:"baked"`
+	Name        string            `json:"name"`
+	Owner       string            `json:"owner"`
+	Description string            `json:"description,omitempty"`
+	VCPUs       int               `json:"vcpus"`
+	MemoryMiB   int               `json:"memory_mib"`
+	DiskMiB     int               `json:"disk_mib"`
+	SizeBytes   int64             `json:"size_bytes,omitempty"`
+	BakeMS      int64             `json:"bake_ms,omitempty"`
+	Aliases     []string          `json:"aliases"`
+	Metadata    map[string]string `json:"metadata"`
+	Available   bool              `json:"available"`
+	Baked       bool              `json:"baked"`
+	CreatedAt   string            `json:"created_at,omitempty"`
+	UpdatedAt   string            `json:"updated_at,omitempty"`
 }
 
 // Key is an API key record; Key holds the secret only when just created.
@@ -562,7 +570,7 @@ func (c *Client) DeleteVolume(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", "/v1/volumes/"+url.PathEscape(id), nil, nil, nil)
 }
 
-// Templates lists the catalog.
+// Templates lists the catalog and the team's own templates.
 func (c *Client) Templates(ctx context.Context) ([]Template, error) {
 	var out struct {
 		Templates []Template `json:"templates"`
@@ -570,10 +578,54 @@ func (c *Client) Templates(ctx context.Context) ([]Template, error) {
 	return out.Templates, c.call(ctx, "GET", "/v1/templates", nil, nil, &out)
 }
 
-// Template returns one catalog entry.
+// Template returns one template: the team's own by that name, else the catalog's (aliases
+// resolve).
 func (c *Client) Template(ctx context.Context, name string) (Template, error) {
 	var t Template
 	return t, c.call(ctx, "GET", "/v1/templates/"+url.PathEscape(name), nil, nil, &t)
+}
+
+// BuildTemplate builds a team template from spec (YAML or JSON, files[].src already read),
+// calling onProgress (may be nil) with each line of the build log as it comes. A build that
+// fails is an *APIError (code build_failed for a failing step or ready check).
+func (c *Client) BuildTemplate(ctx context.Context, spec []byte, onProgress func(line string)) (Template, error) {
+	resp, err := c.Do(ctx, "POST", "/v1/templates", nil, bytes.NewReader(spec), int64(len(spec)), "application/yaml", "application/x-ndjson")
+	if err != nil {
+		return Template{}, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var ev struct {
+			Progress *string   `json:"progress"`
+			Template *Template `json:"template"`
+			Error    *struct{ Code, Message string }
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return Template{}, fmt.Errorf("bad line in build stream: %w", err)
+		}
+		switch {
+		case ev.Error != nil:
+			return Template{}, &APIError{Status: 200, Code: ev.Error.Code, Message: ev.Error.Message, RequestID: resp.Header.Get("X-Request-Id")}
+		case ev.Template != nil:
+			return *ev.Template, nil
+		case ev.Progress != nil && onProgress != nil:
+			onProgress(*ev.Progress)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Template{}, err
+	}
+	return Template{}, errors.New("build stream ended without a result")
+}
+
+// DeleteTemplate deletes one of the team's templates (not while sandboxes or snapshots use it).
+func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", "/v1/templates/"+url.PathEscape(name), nil, nil, nil)
 }
 
 // CreateKey makes a key for the caller's team.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
@@ -136,9 +137,13 @@ func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
 		return err
 	}
 	for _, t := range reg.Templates {
-		ct := store.Template{Name: t.Name, VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, DiskMiB: t.DiskMiB}
+		if t.Built {
+			continue // a team's template: private, recorded in team_templates by the build call
+		}
+		ct := store.Template{Name: t.Name, Description: t.Description, VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB,
+			DiskMiB: t.DiskMiB, Aliases: t.Aliases, Metadata: t.Metadata}
 		s.mu.Lock()
-		same := s.catalog[t.Name] == ct
+		same := reflect.DeepEqual(s.catalog[t.Name], ct)
 		s.mu.Unlock()
 		if same {
 			continue // heartbeats repeat the same list; write the catalog only when it changes

@@ -208,3 +208,24 @@ func TestPlacementSpreadsAcrossLookalikeHosts(t *testing.T) {
 		t.Fatalf("after reservations on b: %v", ids(got))
 	}
 }
+
+func TestBuiltTemplatesStayOutOfTheCatalog(t *testing.T) {
+	ctx := context.Background()
+	s, st := newSched(t, Config{})
+	pg := agentclient.Template{Name: "postgres-17", Baked: true, MemoryMiB: 1024, Description: "PostgreSQL",
+		Aliases: []string{"postgres-16"}, Metadata: map[string]string{"version": "17"}}
+	built := agentclient.Template{Name: "web-0123abcd", Baked: true, MemoryMiB: 512, Built: true}
+	if err := s.Register(ctx, reg("h", 4000, 0, pg, built)); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := st.ListTemplates(ctx)
+	if err != nil || len(ts) != 1 || ts[0].Name != "postgres-17" || ts[0].Description != "PostgreSQL" ||
+		len(ts[0].Aliases) != 1 || ts[0].Metadata["version"] != "17" {
+		t.Fatalf("catalog %+v %v", ts, err)
+	}
+	// The host still runs it (sandboxes of a team template are placed on their host).
+	h, _ := st.GetHost(ctx, "h")
+	if len(h.Templates) != 2 || s.TemplateMemMiB(ctx, built.Name) != 512 {
+		t.Fatalf("host %+v", h)
+	}
+}

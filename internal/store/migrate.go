@@ -134,6 +134,30 @@ var migrations = []migration{
 		)`,
 		`CREATE INDEX sandbox_volumes_volume ON sandbox_volumes (volume_id)`,
 	}},
+	{4, "team templates, catalog aliases and metadata", []string{
+		// What hosts report about catalog templates beyond their sizes (JSON).
+		`ALTER TABLE templates ADD COLUMN aliases TEXT NOT NULL DEFAULT '[]'`,
+		`ALTER TABLE templates ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'`,
+		// A template a team built through the API. It lives on one host (host_id) under
+		// agent_name, which is unique across teams; name is what the team calls it. spec is the
+		// spec as the team sent it (JSON), kept so other builds can start from it.
+		`CREATE TABLE team_templates (
+			team_id     TEXT NOT NULL REFERENCES teams(id),
+			name        TEXT NOT NULL,
+			agent_name  TEXT NOT NULL UNIQUE,
+			host_id     TEXT NOT NULL,
+			spec        TEXT NOT NULL,
+			description TEXT NOT NULL DEFAULT '',
+			vcpus       INTEGER NOT NULL DEFAULT 0,
+			memory_mib  INTEGER NOT NULL DEFAULT 0,
+			disk_mib    INTEGER NOT NULL DEFAULT 0,
+			size_bytes  BIGINT NOT NULL DEFAULT 0,
+			bake_ms     BIGINT NOT NULL DEFAULT 0,
+			created_at  BIGINT NOT NULL,
+			updated_at  BIGINT NOT NULL,
+			PRIMARY KEY (team_id, name)
+		)`,
+	}},
 }
 
 // SchemaVersion is the newest migration this binary knows.

@@ -430,6 +430,103 @@ func TestHostsAndTemplates(t *testing.T) {
 		if err != nil || len(ts) != 2 || ts[0].Name != "agent" {
 			t.Fatalf("templates %+v %v", ts, err)
 		}
+		// Aliases and metadata are kept; an empty report does not erase them.
+		pg := Template{Name: "postgres-17", Aliases: []string{"postgres", "postgres-16"}, Metadata: map[string]string{"version": "17"}}
+		if err := s.UpsertTemplate(ctx, pg); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.UpsertTemplate(ctx, Template{Name: "postgres-17", MemoryMiB: 1024}); err != nil {
+			t.Fatal(err)
+		}
+		pgt, err := s.GetTemplate(ctx, "postgres-17")
+		if err != nil || !reflect.DeepEqual(pgt.Aliases, pg.Aliases) || !reflect.DeepEqual(pgt.Metadata, pg.Metadata) || pgt.MemoryMiB != 1024 {
+			t.Fatalf("postgres %+v %v", pgt, err)
+		}
+	})
+}
+
+func TestTeamTemplates(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		clk := withClock(s)
+		for _, id := range []string{"team_a", "team_b"} {
+			if _, err := s.CreateTeam(ctx, Team{ID: id, Name: id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := TeamTemplate{TeamID: "team_a", Name: "web", AgentName: "web-aaaaaaaa", HostID: "h1", Spec: `{"name":"web"}`,
+			Description: "d", VCPUs: 1, MemoryMiB: 512, DiskMiB: 2048, SizeBytes: 1 << 20, BakeMS: 1500}
+		got, err := s.UpsertTeamTemplate(ctx, a)
+		if err != nil || got.CreatedAt.IsZero() || got.AgentName != a.AgentName || got.SizeBytes != a.SizeBytes || got.BakeMS != 1500 {
+			t.Fatalf("upsert %+v %v", got, err)
+		}
+		created := got.CreatedAt
+		// Another team may use the same name (under another agent name).
+		if _, err := s.UpsertTeamTemplate(ctx, TeamTemplate{TeamID: "team_b", Name: "web", AgentName: "web-bbbbbbbb", HostID: "h2", Spec: "{}"}); err != nil {
+			t.Fatal(err)
+		}
+		// A rebuild replaces the record but keeps created_at.
+		clk.add(time.Second)
+		a.MemoryMiB, a.HostID = 1024, "h3"
+		got, err = s.UpsertTeamTemplate(ctx, a)
+		if err != nil || got.MemoryMiB != 1024 || got.HostID != "h3" || !got.CreatedAt.Equal(created) || !got.UpdatedAt.After(created) {
+			t.Fatalf("rebuild %+v %v", got, err)
+		}
+		if _, err := s.UpsertTeamTemplate(ctx, TeamTemplate{TeamID: "team_a", Name: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		list, err := s.ListTeamTemplates(ctx, "team_a")
+		if err != nil || len(list) != 2 || list[0].Name != "other" || list[1].Name != "web" {
+			t.Fatalf("list %+v %v", list, err)
+		}
+		if b, err := s.GetTeamTemplate(ctx, "team_b", "web"); err != nil || b.AgentName != "web-bbbbbbbb" {
+			t.Fatalf("team b %+v %v", b, err)
+		}
+		if _, err := s.GetTeamTemplate(ctx, "team_b", "other"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("another team's: %v", err)
+		}
+
+		// Use: sandboxes that are not killed and snapshots that are not deleted.
+		if sb, sn, err := s.TemplateUse(ctx, "team_a", "web"); sb != "" || sn != "" || err != nil {
+			t.Fatalf("unused: %q %q %v", sb, sn, err)
+		}
+		if _, err := s.CreateSandbox(ctx, Sandbox{ID: "sb_1", TeamID: "team_a", Template: "web", State: StateRunning, HostID: "h3"}); err != nil {
+			t.Fatal(err)
+		}
+		if sb, _, _ := s.TemplateUse(ctx, "team_a", "web"); sb != "sb_1" {
+			t.Fatalf("sandbox use %q", sb)
+		}
+		if sb, _, _ := s.TemplateUse(ctx, "team_b", "web"); sb != "" {
+			t.Fatalf("another team's sandbox counted: %q", sb)
+		}
+		if _, err := s.CreateSnapshot(ctx, Snapshot{ID: "snap_1", TeamID: "team_a", SandboxID: "sb_1", HostID: "h3", Template: "web"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetSandboxState(ctx, "sb_1", StateKilled, ""); err != nil {
+			t.Fatal(err)
+		}
+		if sb, sn, _ := s.TemplateUse(ctx, "team_a", "web"); sb != "" || sn != "snap_1" {
+			t.Fatalf("snapshot use %q %q", sb, sn)
+		}
+		if err := s.DeleteSnapshot(ctx, "team_a", "snap_1"); err != nil {
+			t.Fatal(err)
+		}
+		if sb, sn, _ := s.TemplateUse(ctx, "team_a", "web"); sb != "" || sn != "" {
+			t.Fatalf("after kill and delete %q %q", sb, sn)
+		}
+
+		if err := s.DeleteTeamTemplate(ctx, "team_b", "other"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("delete another team's: %v", err)
+		}
+		if err := s.DeleteTeamTemplate(ctx, "team_a", "web"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetTeamTemplate(ctx, "team_a", "web"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("deleted: %v", err)
+		}
+		if _, err := s.GetTeamTemplate(ctx, "team_b", "web"); err != nil {
+			t.Fatalf("team b's went with it: %v", err)
+		}
 	})
 }
 

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/template"
 )
 
 // Agent is one fake host agent listening on loopback.
@@ -43,6 +44,8 @@ type Agent struct {
 	volumes     map[string]*volume
 	seq         int
 	srv         *httptest.Server
+	built       map[string]template.Spec // templates built through the API, by name
+	buildGate   chan struct{}            // HoldBuilds
 }
 
 type sandbox struct {
@@ -91,9 +94,13 @@ func copyDirs(d map[string]bool) map[string]bool {
 
 // New starts a fake agent with the given templates (all baked) and 8 slots.
 func New(hostID, token string, templates ...string) *Agent {
-	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, volumes: map[string]*volume{}, slotsTotal: 8, memTotal: 8192}
+	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, volumes: map[string]*volume{}, built: map[string]template.Spec{}, slotsTotal: 8, memTotal: 8192}
 	for _, t := range templates {
-		a.templates = append(a.templates, agentclient.Template{Name: t, Baked: true, VCPUs: 1, MemoryMiB: 256, DiskMiB: 1024})
+		at := agentclient.Template{Name: t, Baked: true, VCPUs: 1, MemoryMiB: 256, DiskMiB: 1024}
+		if cs, ok := template.CatalogSpec(t); ok { // reported like the real agent reports its catalog
+			at.Description, at.Aliases, at.Metadata = cs.Description, cs.Aliases, cs.Metadata
+		}
+		a.templates = append(a.templates, at)
 	}
 	a.srv = httptest.NewServer(a.handler())
 	return a
@@ -253,6 +260,8 @@ func (a *Agent) handler() http.Handler {
 		defer a.mu.Unlock()
 		writeJSON(w, 200, map[string]any{"templates": a.templates})
 	})
+	authed.HandleFunc("POST /v1/templates", a.buildTemplate)
+	authed.HandleFunc("DELETE /v1/templates/{name}", a.deleteTemplate)
 	authed.HandleFunc("POST /v1/sandboxes", a.create)
 	authed.HandleFunc("GET /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
@@ -429,6 +438,7 @@ func (a *Agent) create(w http.ResponseWriter, r *http.Request) {
 		sb.files, sb.dirs, sb.counter = copyFiles(sn.files), copyDirs(sn.dirs), sn.counter
 		sb.SnapshotID = sn.ID
 	case req.Template != "":
+		req.Template = template.Canonical(req.Template) // like the real agent, it takes aliases
 		known := false
 		for _, t := range a.templates {
 			known = known || t.Name == req.Template

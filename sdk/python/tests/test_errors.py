@@ -107,13 +107,15 @@ class LiveErrors(LiveTestCase):
         self.assertEqual(cm.exception.status, 409)
         self.assertIn("killed", cm.exception.message)
 
-    def test_not_implemented_maps(self) -> None:
-        # Whatever the server does not build yet is 501 not_implemented; building templates through
-        # the API is one.
-        with self.assertRaises(pandastack.NotImplemented) as cm:
-            self.client._http.request("POST", "/v1/templates", json_body={"name": "x"})
-        self.assertEqual((cm.exception.status, cm.exception.code), (501, "not_implemented"))
-        self.assertIsInstance(cm.exception, NotImplementedError)
+    def test_template_refusals(self) -> None:
+        # A spec the server refuses before building, and a catalog template, which is not ours.
+        with self.assertRaises(pandastack.InvalidRequest) as cm:
+            self.client.templates.build({"name": "x"})
+        self.assertEqual((cm.exception.status, cm.exception.code), (400, "invalid_request"))
+        self.assertIn("from", cm.exception.message)
+        with self.assertRaises(pandastack.Conflict) as cm2:
+            self.client.templates.delete(TEMPLATE)
+        self.assertIn("catalog", cm2.exception.message)
 
 
 class ClientConfig(unittest.TestCase):

@@ -103,6 +103,14 @@ export class NoSpace extends PandaStackError {
   static override readonly defaultCode = "no_space";
 }
 
+/**
+ * `build_failed`: a template build started and failed (a step or the ready check failed, an
+ * unknown package, a disk too small). It arrives at the end of the build's stream: no status.
+ */
+export class BuildFailed extends PandaStackError {
+  static override readonly defaultCode = "build_failed";
+}
+
 type ErrorClass = new (message: string, options?: PandaStackErrorOptions) => PandaStackError;
 
 const BY_CODE: Record<string, [ErrorClass, number]> = {
@@ -124,6 +132,9 @@ const BY_STATUS: Record<number, ErrorClass> = Object.fromEntries(
   Object.values(BY_CODE).map(([cls, status]) => [status, cls]),
 );
 
+// Codes that only arrive inside a stream (no HTTP status of their own).
+const STREAM_CODES: Record<string, ErrorClass> = { build_failed: BuildFailed };
+
 /** Build the typed error for an API error answer (`payload` is the decoded body, any shape). */
 export function errorFromPayload(
   status: number | undefined,
@@ -139,7 +150,7 @@ export function errorFromPayload(
     if (typeof e.code === "string") code = e.code;
     if (typeof e.message === "string") message = e.message;
   }
-  let cls: ErrorClass | undefined = code ? BY_CODE[code]?.[0] : undefined;
+  let cls: ErrorClass | undefined = code ? BY_CODE[code]?.[0] ?? STREAM_CODES[code] : undefined;
   if (!cls && status !== undefined) {
     cls = BY_STATUS[status] ?? (status >= 500 ? InternalError : status >= 400 ? InvalidRequest : PandaStackError);
   }

@@ -271,14 +271,23 @@ export class Transport {
   async *lines(
     method: string,
     path: string,
-    opts: { json: unknown; timeoutMs: number | null; signal?: AbortSignal; onRequestId?: (id: string | undefined) => void },
+    opts: {
+      json?: unknown;
+      /** A body sent as it is (with `contentType`) instead of `json`. */
+      body?: string;
+      contentType?: string;
+      timeoutMs: number | null;
+      signal?: AbortSignal;
+      onRequestId?: (id: string | undefined) => void;
+    },
   ): AsyncGenerator<Record<string, unknown>, void, undefined> {
     const url = this.baseUrl + path;
-    const headers = this.headers({ accept: "application/x-ndjson", "content-type": "application/json" });
+    const headers = this.headers({ accept: "application/x-ndjson", "content-type": opts.contentType ?? "application/json" });
+    const body = opts.body ?? JSON.stringify(opts.json);
     const deadline = new Deadline(opts.timeoutMs, opts.signal);
     let resp: FetchResponse;
     try {
-      resp = await this.fetchImpl(url, { method, headers, body: JSON.stringify(opts.json), signal: deadline.signal });
+      resp = await this.fetchImpl(url, { method, headers, body, signal: deadline.signal });
     } catch (e) {
       deadline.done();
       if (deadline.timedOut) {
@@ -306,7 +315,7 @@ export class Transport {
     const stream = resp.body as { getReader?: () => ByteReader } | null;
     if (!stream || typeof stream.getReader !== "function") {
       deadline.done();
-      throw new PandaStackError("the exec stream has no body", { code: "bad_response", requestId });
+      throw new PandaStackError("the stream has no body", { code: "bad_response", requestId });
     }
     const reader = stream.getReader();
     const decoder = new TextDecoder();

@@ -20,6 +20,8 @@ export {
   type ForkResult,
   type Snapshot,
   type Template,
+  type TemplateSpec,
+  type BuildTemplateOptions,
   type Volume,
   type VolumeAttachment,
   type VolumeMount,
@@ -42,6 +44,7 @@ export {
   Capacity,
   Timeout,
   NoSpace,
+  BuildFailed,
   errorFromPayload,
   type PandaStackErrorOptions,
 } from "./errors.js";

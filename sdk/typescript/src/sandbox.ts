@@ -106,14 +106,34 @@ export interface Snapshot {
   raw: Record<string, unknown>;
 }
 
+/**
+ * A template: a catalog one (`owner` "catalog") or one your team built (`owner` "team", private
+ * to the team). `available`: a host that is up can run it; `baked`: one has it ready to restore.
+ */
 export interface Template {
   name: string;
+  owner?: "catalog" | "team" | string;
+  description?: string;
   vcpus?: number;
   memoryMib?: number;
   diskMib?: number;
+  sizeBytes?: number;
+  bakeMs?: number;
+  aliases: string[];
+  metadata: Record<string, string>;
   baked?: boolean;
   available?: boolean;
   raw: Record<string, unknown>;
+}
+
+/** A template spec (docs/templates.md), as an object; files take `content`, not `src`. */
+export type TemplateSpec = Record<string, unknown> & { name: string; from: string };
+
+export interface BuildTemplateOptions {
+  /** Called with each line of the build log as it comes. */
+  onProgress?: (line: string) => void;
+  /** Stops waiting (and, as the connection closes, cancels the build). */
+  signal?: AbortSignal;
 }
 
 export interface CreateSandboxParams {
@@ -802,21 +822,62 @@ export class Templates {
   private static of(t: Record<string, unknown>): Template {
     return {
       name: String(t.name ?? ""),
+      owner: t.owner as string | undefined,
+      description: (t.description as string | undefined) ?? "",
       vcpus: t.vcpus as number | undefined,
       memoryMib: t.memory_mib as number | undefined,
       diskMib: t.disk_mib as number | undefined,
+      sizeBytes: t.size_bytes as number | undefined,
+      bakeMs: t.bake_ms as number | undefined,
+      aliases: Array.isArray(t.aliases) ? t.aliases.filter((a): a is string => typeof a === "string") : [],
+      metadata: t.metadata && typeof t.metadata === "object" ? { ...(t.metadata as Record<string, string>) } : {},
       baked: t.baked as boolean | undefined,
       available: t.available as boolean | undefined,
       raw: { ...t },
     };
   }
 
+  /** The catalog's templates and your team's. */
   async list(): Promise<Template[]> {
     const d = await this.client.http.json<{ templates?: Record<string, unknown>[] }>("GET", "/v1/templates", { idempotent: true });
     return (d?.templates ?? []).map(Templates.of);
   }
 
+  /** Your team's template by that name, else the catalog's (aliases resolve). */
   async get(name: string): Promise<Template> {
+    if (!name) throw new TypeError("name is required");
     return Templates.of(await this.client.http.json<Record<string, unknown>>("GET", `/v1/templates/${seg(name)}`, { idempotent: true }));
+  }
+
+  /**
+   * Build a template for your team from `spec` (an object, or a YAML/JSON string) and resolve
+   * with it once it is ready. Rejects with `BuildFailed` when the build fails, `InvalidRequest`
+   * or `Conflict` when the spec is refused before it starts. Building a name again rebuilds it.
+   */
+  async build(spec: TemplateSpec | string, options: BuildTemplateOptions = {}): Promise<Template> {
+    if (typeof spec !== "string" && (spec === null || typeof spec !== "object")) {
+      throw new TypeError("spec is an object or a YAML/JSON string");
+    }
+    let requestId: string | undefined;
+    const lines = this.client.http.lines("POST", "/v1/templates", {
+      ...(typeof spec === "string" ? { body: spec, contentType: "application/yaml" } : { json: spec }),
+      timeoutMs: this.client.createTimeoutMs,
+      signal: options.signal,
+      onRequestId: (id) => {
+        requestId = id;
+      },
+    });
+    for await (const obj of lines) {
+      if ("error" in obj) throw errorFromPayload(undefined, obj, requestId);
+      if (obj.template && typeof obj.template === "object") return Templates.of(obj.template as Record<string, unknown>);
+      if (typeof obj.progress === "string") options.onProgress?.(obj.progress);
+    }
+    throw new APIConnectionError("the build stream ended before its result arrived", { requestId });
+  }
+
+  /** Delete one of your team's templates; `Conflict` while sandboxes or snapshots use it. */
+  async delete(name: string): Promise<void> {
+    if (!name) throw new TypeError("name is required");
+    await this.client.http.json("DELETE", `/v1/templates/${seg(name)}`, { idempotent: true });
   }
 }

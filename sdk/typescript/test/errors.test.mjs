@@ -109,11 +109,14 @@ describe("errors from the real server", () => {
     assert.match(e.message, /killed/);
   });
 
-  it("not_implemented maps to NotImplemented", async () => {
-    // Building templates through the API is not built yet: 501 not_implemented.
-    const e = await client.http.json("POST", "/v1/templates", { json: { name: "x" } }).catch((x) => x);
-    assert.ok(e instanceof NotImplemented, String(e));
-    assert.deepEqual([e.status, e.code], [501, "not_implemented"]);
+  it("template specs and catalog deletes are refused before anything starts", async () => {
+    const e = await client.templates.build({ name: "x" }).catch((x) => x);
+    assert.ok(e instanceof InvalidRequest, String(e));
+    assert.deepEqual([e.status, e.code], [400, "invalid_request"]);
+    assert.match(e.message, /from/);
+    const d = await client.templates.delete(TEMPLATE).catch((x) => x);
+    assert.ok(d instanceof Conflict, String(d));
+    assert.match(d.message, /catalog/);
   });
 });
 

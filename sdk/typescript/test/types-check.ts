@@ -4,10 +4,12 @@ import {
   PandaStack,
   Sandbox,
   NotFound,
+  BuildFailed,
   type ExecEvent,
   type ExecResult,
   type FileInfo,
   type Snapshot,
+  type Template,
 } from "@pandastack/sdk";
 
 async function main(): Promise<void> {
@@ -56,7 +58,19 @@ async function main(): Promise<void> {
       void s, id;
     }
   }
-  void code, out, text, bytes, info, entries, one, one2, many, many2, either, got, listed;
+  const built: Template = await client.templates.build({ name: "web", from: "base", steps: ["echo hi"] }, {
+    onProgress: (line: string) => console.log(line),
+  });
+  await client.templates.build("name: web\nfrom: base\n");
+  const tpls: Template[] = await client.templates.list();
+  const owner: string | undefined = (await client.templates.get("web")).owner;
+  await client.templates.delete("web");
+  try {
+    await client.templates.build({ name: "x", from: "base" });
+  } catch (e) {
+    if (e instanceof BuildFailed) void e.message;
+  }
+  void code, out, text, bytes, info, entries, one, one2, many, many2, either, got, listed, built, tpls, owner;
 }
 
 void main;

@@ -10,6 +10,7 @@
 from ._version import __version__
 from .client import DEFAULT_BASE_URL, PandaStack
 from .errors import (
+    BuildFailed,
     APIConnectionError,
     Capacity,
     ConfigurationError,
@@ -31,6 +32,7 @@ from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, Volume,
 from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates, Volumes
 
 __all__ = [
+    "BuildFailed",
     "__version__",
     "PandaStack",
     "DEFAULT_BASE_URL",

@@ -217,16 +217,19 @@ class Transport:
         method: str,
         path: str,
         *,
-        json_body: Any,
+        json_body: Any = None,
+        data: Optional[bytes] = None,
+        content_type: str = "application/json",
         accept: str = "application/x-ndjson",
         timeout: Optional[float] = None,
     ) -> "LineStream":
-        """Send a request whose answer is NDJSON and return its lines as they arrive.
+        """Send a request whose answer is NDJSON and return its lines as they arrive. The body is
+        ``json_body`` encoded, or ``data`` as it is (with ``content_type``).
 
-        Never retried: streamed calls (exec) are not idempotent.
+        Never retried: streamed calls (exec, template builds) are not idempotent.
         """
-        h = self._headers({"Accept": accept, "Content-Type": "application/json"})
-        body = json.dumps(json_body).encode("utf-8")
+        h = self._headers({"Accept": accept, "Content-Type": content_type})
+        body = data if data is not None else json.dumps(json_body).encode("utf-8")
         try:
             conn, resp = self._open(method, path, None, body, h, timeout)
         except (socket.timeout, TimeoutError) as e:

@@ -182,7 +182,16 @@ class NoSpace(PandaStackError, OSError):
     default_code = "no_space"
 
 
+class BuildFailed(PandaStackError):
+    """``build_failed``: a template build started and failed (a step or the ready check failed,
+    an unknown package, a disk too small). The message says which; it arrives at the end of the
+    build's stream, so there is no HTTP status."""
+
+    default_code = "build_failed"
+
+
 _BY_CODE: Dict[str, Type[PandaStackError]] = {
+    "build_failed": BuildFailed,
     "invalid_request": InvalidRequest,
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,

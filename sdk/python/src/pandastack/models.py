@@ -166,20 +166,30 @@ class Snapshot:
 
 
 class Template:
-    """A template in the catalog: name, vcpus, memory_mib, disk_mib, baked, available."""
+    """A template: a catalog one (``owner`` "catalog") or one your team built (``owner`` "team",
+    private to the team). ``available``: a host that is up can run it; ``baked``: one has it
+    ready to restore."""
 
     def __init__(self, d: Mapping[str, Any]) -> None:
         self.raw: Dict[str, Any] = dict(d)
         self.name: str = d.get("name", "")
+        self.owner: Optional[str] = d.get("owner")
+        self.description: str = d.get("description") or ""
         self.vcpus: Optional[int] = d.get("vcpus")
         self.memory_mib: Optional[int] = d.get("memory_mib")
         self.disk_mib: Optional[int] = d.get("disk_mib")
+        self.size_bytes: Optional[int] = d.get("size_bytes")
+        self.bake_ms: Optional[int] = d.get("bake_ms")
+        self.aliases: List[str] = [a for a in as_list(d.get("aliases")) if isinstance(a, str)]
+        md = d.get("metadata")
+        self.metadata: Dict[str, str] = dict(md) if isinstance(md, dict) else {}
         self.baked: Optional[bool] = d.get("baked")
         self.available: Optional[bool] = d.get("available")
 
     def __repr__(self) -> str:
-        return "Template(name=%r, vcpus=%r, memory_mib=%r, baked=%r)" % (
+        return "Template(name=%r, owner=%r, vcpus=%r, memory_mib=%r, baked=%r)" % (
             self.name,
+            self.owner,
             self.vcpus,
             self.memory_mib,
             self.baked,

@@ -592,9 +592,10 @@ class Snapshots:
 
 
 class Templates:
-    """``client.templates``: the template catalog."""
+    """``client.templates``: the catalog, and the templates your team builds (private to it)."""
 
     def __init__(self, client: "PandaStack") -> None:
+        self._client = client
         self._http: Transport = client._http
 
     def list(self) -> List[Template]:
@@ -602,7 +603,42 @@ class Templates:
         return [Template(t) for t in as_list(d.get("templates")) if isinstance(t, dict)]
 
     def get(self, name: str) -> Template:
+        """Your team's template by that name, else the catalog's (aliases resolve)."""
+        if not name:
+            raise ValueError("name is required")
         return Template(self._http.request("GET", "/v1/templates/%s" % _seg(name), idempotent=True).json() or {})
+
+    def build(self, spec: "Union[Mapping[str, Any], str]",
+              on_progress: Optional[Callable[[str], None]] = None) -> Template:
+        """Build a template for your team from ``spec``: a dict, or a YAML/JSON string (see
+        docs/templates.md; files take ``content``, not ``src``). Blocks until the build ends;
+        each line of the build log goes to ``on_progress`` as it comes. Raises
+        :class:`~pandastack.BuildFailed` when the build fails, InvalidRequest/Conflict for a
+        spec refused before it starts. Building a name again rebuilds it."""
+        if isinstance(spec, str):
+            lines = self._http.stream_lines("POST", "/v1/templates", data=spec.encode("utf-8"),
+                                            content_type="application/yaml", timeout=self._client.create_timeout)
+        elif isinstance(spec, Mapping):
+            lines = self._http.stream_lines("POST", "/v1/templates", json_body=dict(spec),
+                                            timeout=self._client.create_timeout)
+        else:
+            raise TypeError("spec is a dict or a YAML/JSON string, not %s" % type(spec).__name__)
+        for obj in lines:
+            if "error" in obj:
+                raise errors.error_from_payload(None, obj, lines.request_id)
+            if isinstance(obj.get("template"), dict):
+                lines.close()
+                return Template(obj["template"])
+            if isinstance(obj.get("progress"), str) and on_progress is not None:
+                on_progress(obj["progress"])
+        raise errors.APIConnectionError("the build stream ended before its result arrived", request_id=lines.request_id)
+
+    def delete(self, name: str) -> None:
+        """Delete one of your team's templates; Conflict while sandboxes or snapshots use it (or
+        for a catalog template)."""
+        if not name:
+            raise ValueError("name is required")
+        self._http.request("DELETE", "/v1/templates/%s" % _seg(name), idempotent=True)
 
 
 def _volume_entry(v: Any) -> Dict[str, Any]:
