@@ -274,20 +274,29 @@ func (a *Agent) loadBuiltSpecs() {
 
 var buildMu sync.Mutex // one API build at a time per agent: builds are CPU- and disk-heavy
 
+// checkBuild refuses a spec before any work: invalid, a catalog or configured name, a from
+// that does not resolve.
+func (a *Agent) checkBuild(spec template.Spec) error {
+	if err := spec.Validate(); err != nil {
+		return invalid("%v", err)
+	}
+	if _, ok := template.CatalogSpec(spec.Name); ok {
+		return conflict("template %s is a catalog template: pick another name", spec.Name)
+	}
+	if _, ok := a.cfg.Templates[spec.Name]; ok {
+		return conflict("template %s is defined by this agent's configuration", spec.Name)
+	}
+	if _, err := template.Resolve(spec, a.templateSpec); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}
+
 // BuildTemplate builds and bakes spec (a template built through the API) and registers it; a
 // build that fails leaves nothing registered. Building a name again replaces its spec.
 func (a *Agent) BuildTemplate(ctx context.Context, spec template.Spec, progress func(string)) (*TemplateInfo, error) {
-	if err := spec.Validate(); err != nil {
-		return nil, invalid("%v", err)
-	}
-	if _, ok := template.CatalogSpec(spec.Name); ok {
-		return nil, conflict("template %s is a catalog template: pick another name", spec.Name)
-	}
-	if _, ok := a.cfg.Templates[spec.Name]; ok {
-		return nil, conflict("template %s is defined by this agent's configuration", spec.Name)
-	}
-	if _, err := template.Resolve(spec, a.templateSpec); err != nil {
-		return nil, invalid("%v", err)
+	if err := a.checkBuild(spec); err != nil {
+		return nil, err
 	}
 	buildMu.Lock()
 	defer buildMu.Unlock()

@@ -3,6 +3,7 @@ package hostagent
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -72,7 +73,8 @@ func TestTemplateBuild(t *testing.T) {
 			{"path": "/srv/app/index.html", "content": "hello-from-template\n"},
 			{"path": "/work/notes.txt", "content": "mine", "user": "user", "mode": "0600"},
 		},
-		"steps": []string{"echo building as $(id -u); id -u > /srv/app/builder-uid; cp /srv/app/index.html /srv/app/copy.html"},
+		// The nonce makes this build new to the content-addressed cache.
+		"steps": []string{"echo building as $(id -u) " + rand.Text() + "; id -u > /srv/app/builder-uid; cp /srv/app/index.html /srv/app/copy.html"},
 		"env":   map[string]string{"GREETING": "hi-there"},
 		"start": "cd /srv/app && exec python3 -m http.server 8080",
 		"ready": "curl -sf http://127.0.0.1:8080/copy.html",
@@ -86,6 +88,11 @@ func TestTemplateBuild(t *testing.T) {
 		if !strings.Contains(log, want) {
 			t.Errorf("build log lacks %q:\n%s", want, log)
 		}
+	}
+	// The same spec again is a cache hit: no build VM, no bake.
+	progress, final = buildEvents(t, h, spec)
+	if final["template"] == nil || strings.Contains(strings.Join(progress, "\n"), "step 1/1") {
+		t.Errorf("rebuilding the same spec should hit the cache: %v\n%s", final, strings.Join(progress, "\n"))
 	}
 	info := h.templateNames()["web-demo"]
 	if !info.Baked || !info.Built || info.BakeMs <= 0 || info.SizeBytes <= 0 {

@@ -201,11 +201,12 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec, err := template.Parse(data)
-	if err == nil {
-		err = spec.Validate()
-	}
 	if err != nil {
 		writeError(w, invalid("%v", err))
+		return
+	}
+	if err := a.checkBuild(spec); err != nil { // refused before the stream starts: a plain status
+		writeError(w, err)
 		return
 	}
 	nd := newNDJSON(w)
