@@ -94,9 +94,9 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		"-smp", strconv.Itoa(spec.VCPUs),
 		"-m", strconv.Itoa(spec.MemoryMiB) + "M",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		// QEMU's seccomp filter: no obsolete syscalls, no privilege changes, no scheduler or
-		// memory-policy control. Spawning stays allowed: snapshots stream through `exec:`.
-		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=allow,resourcecontrol=deny",
+		// QEMU's seccomp filter: no obsolete syscalls, no privilege changes, no fork/exec, no
+		// scheduler or memory-policy control. (Migrations go through descriptors: passFD.)
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		// append=on: the agent may truncate the log from outside without QEMU writing at a stale offset.
 		"-chardev", "file,id=con0,path=" + filepath.Join(runDir, "console.log") + ",append=on",
 		"-serial", "chardev:con0",
@@ -183,9 +183,6 @@ func (d *Driver) Boot(ctx context.Context, runDir string, spec runtime.Spec, ram
 // already lives in the RAM file. The source was not stopped first, so the saved run state is
 // "running" and a restored clone resumes by itself.
 func (d *Driver) SaveSnapshot(ctx context.Context, vm *runtime.VM, stateFile string) error {
-	if strings.ContainsAny(stateFile, "'\\\n") {
-		return fmt.Errorf("snapshot path %q has characters QEMU's exec: URI cannot carry", stateFile)
-	}
 	q, err := dialQMP(ctx, filepath.Join(vm.RunDir, "qmp.sock"), func() bool { return d.Alive(vm) })
 	if err != nil {
 		return err
@@ -194,18 +191,31 @@ func (d *Driver) SaveSnapshot(ctx context.Context, vm *runtime.VM, stateFile str
 	if err := q.ignoreShared(ctx); err != nil {
 		return err
 	}
-	if err := q.run(ctx, "migrate", map[string]any{"uri": "exec:cat > '" + stateFile + "'"}, nil); err != nil {
+	return migrateToFile(ctx, q, stateFile)
+}
+
+// migrateToFile streams the VM's migration into path through a descriptor the agent opened.
+func migrateToFile(ctx context.Context, q *qmp, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
 		return err
 	}
-	return waitMigration(ctx, q)
+	defer f.Close()
+	if err := q.passFD(ctx, "migout", f); err != nil {
+		return err
+	}
+	if err := q.run(ctx, "migrate", map[string]any{"uri": "fd:migout"}, nil); err != nil {
+		return err
+	}
+	if err := waitMigration(ctx, q); err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // Restore starts a clone of snap: a new VMM waiting for an incoming migration, the RAM file mapped
 // share=off (MAP_PRIVATE: pages are shared until the guest writes them), then the device state.
 func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, snap runtime.Snapshot) (*runtime.VM, error) {
-	if strings.ContainsAny(snap.StateFile, "'\\\n") {
-		return nil, fmt.Errorf("snapshot path %q has characters QEMU's exec: URI cannot carry", snap.StateFile)
-	}
 	if spec.NIC != (spec.Tap != nil) {
 		return nil, fmt.Errorf("qemu: a NIC needs a tap and a tap needs a NIC")
 	}
@@ -228,7 +238,15 @@ func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, 
 	if err := q.ignoreShared(ctx); err != nil {
 		return fail(err)
 	}
-	if err := q.run(ctx, "migrate-incoming", map[string]any{"uri": "exec:cat '" + snap.StateFile + "'"}, nil); err != nil {
+	state, err := os.Open(snap.StateFile)
+	if err != nil {
+		return fail(err)
+	}
+	defer state.Close()
+	if err := q.passFD(ctx, "migin", state); err != nil {
+		return fail(err)
+	}
+	if err := q.run(ctx, "migrate-incoming", map[string]any{"uri": "fd:migin"}, nil); err != nil {
 		return fail(err)
 	}
 	for {
