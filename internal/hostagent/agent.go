@@ -66,7 +66,7 @@ type Config struct {
 	// each sandbox with its own uid JailUIDBase+1 … JailUIDBase+JailUIDs-1 (default 100000, 10000).
 	JailUIDBase, JailUIDs int
 	// VMMOverheadMiB is what a VMM may use beyond its guest's RAM before its cgroup's OOM
-	// killer ends it (QEMU, TCG's code cache, the page cache of its I/O; default 256).
+	// killer ends it (QEMU, TCG's code cache, the page default 512).
 	VMMOverheadMiB int
 	// Network, when set, gives every sandbox a NIC in its own network namespace (a slot of this
 	// pool) with its egress policy; templates are then baked with a NIC. Nil: no networking.

@@ -17,7 +17,7 @@ func (a *Agent) confine(drv *qemu.Driver) error {
 		a.cfg.JailUIDs = 10000
 	}
 	if a.cfg.VMMOverheadMiB <= 0 {
-		a.cfg.VMMOverheadMiB = 256
+		a.cfg.VMMOverheadMiB = 512
 	}
 	cg, err := cgroup.Open("pandastack/" + shortHash(a.cfg.DataDir))
 	if err != nil {

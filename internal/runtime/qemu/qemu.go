@@ -117,6 +117,13 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 	if share {
 		shareArg = "on"
 	}
+	rootCache, volCache := "cache=unsafe", "cache=writeback"
+	if d.confine != nil {
+		// Confined VMMs write with O_DIRECT: buffered writes would pile up as dirty host page
+		// cache charged to the VMM's cgroup, which (on cgroup v1 above all) cannot throttle them
+		// and OOM-kills the VMM instead. The guest sees the same write-back disk either way.
+		rootCache, volCache = "cache.direct=on,cache.no-flush=on", "cache.direct=on"
+	}
 	a := []string{
 		"-M", "microvm,memory-backend=mem",
 		"-accel", d.accel,
@@ -140,11 +147,11 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		"-device", "virtserialport,chardev=agent0,name=" + AgentPortName,
 		// cache=unsafe: a sandbox disk is a throw-away clone; guest flushes need not reach the
 		// platter, only the host page cache (which a reflink snapshot reads).
-		"-drive", "id=root,file=" + spec.Disk + ",format=raw,if=none,cache=unsafe",
+		"-drive", "id=root,file=" + spec.Disk + ",format=raw,if=none," + rootCache,
 		"-device", "virtio-blk-device,drive=root",
 	}
 	for _, d := range spec.Drives {
-		drive := "id=" + d.Serial + ",file=" + d.File + ",format=raw,if=none,cache=writeback,discard=unmap"
+		drive := "id=" + d.Serial + ",file=" + d.File + ",format=raw,if=none," + volCache + ",discard=unmap"
 		if d.ReadOnly {
 			drive += ",snapshot=on" // writes go to a temporary overlay, never to File
 		}
