@@ -31,7 +31,7 @@ func main() {
 	guestAgent := flag.String("guest-agent", "bin/pandastack-guest", "pandastack-guest binary")
 	imageCache := flag.String("image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache (default: inside the data dir)")
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
-	suites := flag.String("suites", "sandbox,lifecycle,controlplane,network,volumes", "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
+	suites := flag.String("suites", "sandbox,lifecycle,controlplane,network,volumes,confine", "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
 	flag.Parse()
 	if err := run(*out, *dataDir, *guestAgent, *imageCache, *suites, *creates, *idle); err != nil {
@@ -96,10 +96,12 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.networkSuite(ctx, res, dataDir, guestAgent, imageCache, creates)
 		case "volumes":
 			err = b.volumeSuite(ctx, res, creates)
+		case "confine":
+			err = b.confineSuite(ctx, res, dataDir, guestAgent, imageCache, creates)
 		case "templates":
 			err = b.templateSuite(ctx, res, max(creates/3, 5))
 		default:
-			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, templates)", suite)
+			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, templates)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)
@@ -270,9 +272,9 @@ func printTable(res map[string]float64) {
 	for _, k := range keys {
 		fmt.Printf("%-27s %8.2f\n", k, res[k])
 	}
-	fmt.Printf("\ntargets: create/bare-restore <= 1.25 (%.2f), 1g/256m create <= 1.2 (%.2f), idle PSS <= 90 MiB (%.1f), create with NIC/without <= 1.10 (%.2f), with volume/plain <= 1.2 (%.2f)\n",
+	fmt.Printf("\ntargets: create/bare-restore <= 1.25 (%.2f), 1g/256m create <= 1.2 (%.2f), idle PSS <= 90 MiB (%.1f), create with NIC/without <= 1.10 (%.2f), with volume/plain <= 1.2 (%.2f), confined/unconfined <= 1.10 (%.2f)\n",
 		res["create_over_bare_restore"], res["create_1g_over_256m"], res["idle_pss_mib"], res["create_nic_over_no_nic"],
-		res["create_with_volume_over_plain"])
+		res["create_with_volume_over_plain"], res["create_confined_over_unconfined"])
 }
 
 // merge writes res into the results file, keeping keys other benchmarks wrote.

@@ -14,6 +14,7 @@ import (
 	"github.com/pandastack/pandastack/internal/hostagent"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func init() {
@@ -85,8 +86,18 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 	f.DurationVar(&cfg.IdleHibernate, "idle-hibernate", 0, "hibernate sandboxes idle this long (0: never)")
 	f.StringVar(&cfg.ImageCacheDir, "image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache dir (default: inside the data dir's pool)")
 	netf.register(f)
+	registerConfineFlags(f, &cfg)
 	f.IntVar(&cfg.PoolGiB, "pool-gib", 64, "size of the sparse XFS pool made when the data dir cannot reflink")
 	rootCmd.AddCommand(cmd)
+}
+
+// registerConfineFlags adds the VMM confinement flags (docs/security.md) to agent and up.
+func registerConfineFlags(f *pflag.FlagSet, cfg *hostagent.Config) {
+	confine := f.Bool("confine", true, "run each VMM jailed, as its own uid, in its own cgroup (needs root)")
+	f.IntVar(&cfg.JailUIDBase, "jail-uid-base", 100000, "first uid/gid of VMMs (gid and bake uid; sandboxes get the next ones)")
+	f.IntVar(&cfg.JailUIDs, "jail-uids", 10000, "size of the VMM uid range")
+	f.IntVar(&cfg.VMMOverheadMiB, "vmm-overhead-mib", 512, "memory a VMM may use beyond its guest RAM (cgroup limit)")
+	cobra.OnInitialize(func() { cfg.Unconfined = !*confine })
 }
 
 func isLoopback(addr string) bool {

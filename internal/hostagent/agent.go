@@ -59,6 +59,15 @@ type Config struct {
 	FullSnapshots bool
 	// IdleHibernate hibernates a running sandbox no call has touched for this long (0: never).
 	IdleHibernate time.Duration
+	// Unconfined runs VMMs without their jail, own uid and cgroup limits. Confinement is on
+	// by default, and needs root (an agent not running as root runs VMMs unconfined).
+	Unconfined bool
+	// JailUIDBase: every VMM runs with gid JailUIDBase, template bakes with uid JailUIDBase and
+	// each sandbox with its own uid JailUIDBase+1 … JailUIDBase+JailUIDs-1 (default 100000, 10000).
+	JailUIDBase, JailUIDs int
+	// VMMOverheadMiB is what a VMM may use beyond its guest's RAM before its cgroup's OOM
+	// killer ends it (QEMU, TCG's code cache, the page default 512).
+	VMMOverheadMiB int
 	// Network, when set, gives every sandbox a NIC in its own network namespace (a slot of this
 	// pool) with its egress policy; templates are then baked with a NIC. Nil: no networking.
 	Network *network.Config
@@ -79,6 +88,8 @@ type Agent struct {
 	templates map[string]*bakeState
 	built     map[string]template.Spec // templates built through the API (persisted in templates/specs)
 	volMu     sync.Mutex               // serialises volume create, resize and delete
+	uids      map[string]int           // sandbox id -> its VMMs' uid (confinement on)
+	confined  bool
 	closed    bool
 	stop      context.CancelFunc // ends background loops
 }
@@ -124,6 +135,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		templates: map[string]*bakeState{},
 		built:     map[string]template.Spec{},
 		hostID:    hostID(cfg.DataDir),
+		uids:      map[string]int{},
 	}
 
 	a.images = &image.Builder{
@@ -140,6 +152,13 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.rt = drv
+	if !cfg.Unconfined && os.Geteuid() == 0 {
+		if err := a.confine(drv); err != nil {
+			return nil, fmt.Errorf("VMM confinement: %w (run unconfined to go without)", err)
+		}
+	} else {
+		a.log.Warn("VMMs run unconfined: no jail, no per-sandbox uid, no cgroup limits")
+	}
 	for _, dir := range []string{a.sandboxesDir(), a.templatesDir()} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err

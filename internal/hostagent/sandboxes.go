@@ -218,6 +218,7 @@ func (a *Agent) launch(ctx context.Context, id string, src source) (SandboxInfo,
 		a.mu.Unlock()
 		os.RemoveAll(sb.dir)
 		os.RemoveAll(runDir)
+		a.releaseUID(id)
 		return SandboxInfo{}, err
 	}
 	if err := os.MkdirAll(sb.dir, 0o700); err != nil {
@@ -263,12 +264,16 @@ func (a *Agent) restoreVM(ctx context.Context, rec *record, runDir, disk string)
 			return nil, nil, nil, fmt.Errorf("sandbox %s: snapshot files missing: %w", rec.ID, err)
 		}
 	}
+	uid, err := a.uidFor(rec.ID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	slot, tap, err := a.attachNetwork(ctx, rec)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	spec := rec.spec(disk)
-	spec.Tap = tap
+	spec.Tap, spec.UID = tap, uid
 	if spec.Drives, err = a.drives(rec, filepath.Dir(disk)); err != nil {
 		if tap != nil {
 			tap.Close()
@@ -358,6 +363,9 @@ func (a *Agent) adopt() {
 			continue
 		}
 		vm := sb.rec.VM
+		if vm.UID != 0 {
+			a.uids[sb.rec.ID] = vm.UID
+		}
 		if a.rt.Alive(&vm) {
 			a.log.Info("re-adopted running sandbox", "sandbox", sb.rec.ID, "pid", vm.Pid)
 		}
@@ -446,6 +454,7 @@ func (a *Agent) Kill(id string) error {
 	}
 	a.mu.Lock()
 	delete(a.sandboxes, id)
+	delete(a.uids, id)
 	a.mu.Unlock()
 	a.gcSnapshots()
 	return nil

@@ -28,6 +28,10 @@ type Spec struct {
 	// Tap is the open tap device backing the NIC (the network slot's tap0). The VMM gets its own
 	// copy; the caller closes this one once Boot or Restore returns.
 	Tap *os.File `json:"-"`
+	// UID is the unprivileged user the VMM runs as when the driver confines VMMs (0: the
+	// driver's default, used for template bakes). One per sandbox: VMMs cannot signal or trace
+	// each other.
+	UID int `json:"-"`
 }
 
 // Drive is one extra disk. The guest finds it by Serial (/sys/block/vd*/serial).
@@ -56,6 +60,10 @@ type VM struct {
 	RunDir string `json:"run_dir"`
 	// AgentSocket is the unix socket of the guest agent's channel.
 	AgentSocket string `json:"agent_socket"`
+	// UID the VMM runs as (0: not confined) and the cgroup directories it was put in (removed
+	// when it ends, also by an agent that re-adopted it).
+	UID     int      `json:"uid,omitempty"`
+	Cgroups []string `json:"cgroups,omitempty"`
 }
 
 // SnapshotOptions tune one snapshot.

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/cgroup"
+	"github.com/pandastack/pandastack/internal/jail"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"golang.org/x/sys/unix"
@@ -31,8 +33,36 @@ type Driver struct {
 	accel  string
 	tscKHz int
 
+	confine *Confinement // nil: VMMs run as this process's user, unjailed
+
 	mu       sync.Mutex
 	children map[int]chan runtime.Exit // VMMs this process started: reaped with Wait
+}
+
+// Confinement is how VMMs are confined (docs/security.md): each in a jail (internal/jail) holding
+// only its own files, as its own unprivileged uid, in its own cgroup with limits.
+type Confinement struct {
+	// GID is the group of every VMM; shared files (a template's kernel, a base RAM file) are
+	// opened through it. A jail holds only its own files, so the group reaches nothing else.
+	GID int
+	// DefaultUID runs VMMs whose Spec names no UID (template bakes).
+	DefaultUID int
+	// JailRoot is an empty directory each jail mounts its root on, inside its own namespace.
+	JailRoot string
+	// Cgroups, when set, gives every VMM a cgroup limited to its vCPUs, its RAM plus
+	// MemoryOverheadMiB, and PidsMax threads.
+	Cgroups           *cgroup.Manager
+	MemoryOverheadMiB int
+	PidsMax           int64
+}
+
+// Confine turns confinement on for the VMMs started from now on (nil turns it off).
+func (d *Driver) Confine(c *Confinement) { d.confine = c }
+
+// limits are the cgroup limits of a VMM running spec.
+func (c *Confinement) limits(spec runtime.Spec) cgroup.Limits {
+	return cgroup.Limits{CPUs: float64(spec.VCPUs), MemoryBytes: int64(spec.MemoryMiB+c.MemoryOverheadMiB) << 20,
+		Pids: c.PidsMax, IOWeight: 100}
 }
 
 // New returns a driver using accel ("kvm" or "tcg"; see ProbeAccel).
@@ -87,6 +117,13 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 	if share {
 		shareArg = "on"
 	}
+	rootCache, volCache := "cache=unsafe", "cache=writeback"
+	if d.confine != nil {
+		// Confined VMMs write with O_DIRECT: buffered writes would pile up as dirty host page
+		// cache charged to the VMM's cgroup, which (on cgroup v1 above all) cannot throttle them
+		// and OOM-kills the VMM instead. The guest sees the same write-back disk either way.
+		rootCache, volCache = "cache.direct=on,cache.no-flush=on", "cache.direct=on"
+	}
 	a := []string{
 		"-M", "microvm,memory-backend=mem",
 		"-accel", d.accel,
@@ -94,9 +131,9 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		"-smp", strconv.Itoa(spec.VCPUs),
 		"-m", strconv.Itoa(spec.MemoryMiB) + "M",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		// QEMU's seccomp filter: no obsolete syscalls, no privilege changes, no scheduler or
-		// memory-policy control. Spawning stays allowed: snapshots stream through `exec:`.
-		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=allow,resourcecontrol=deny",
+		// QEMU's seccomp filter: no obsolete syscalls, no privilege changes, no fork/exec, no
+		// scheduler or memory-policy control. (Migrations go through descriptors: passFD.)
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		// append=on: the agent may truncate the log from outside without QEMU writing at a stale offset.
 		"-chardev", "file,id=con0,path=" + filepath.Join(runDir, "console.log") + ",append=on",
 		"-serial", "chardev:con0",
@@ -110,11 +147,11 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		"-device", "virtserialport,chardev=agent0,name=" + AgentPortName,
 		// cache=unsafe: a sandbox disk is a throw-away clone; guest flushes need not reach the
 		// platter, only the host page cache (which a reflink snapshot reads).
-		"-drive", "id=root,file=" + spec.Disk + ",format=raw,if=none,cache=unsafe",
+		"-drive", "id=root,file=" + spec.Disk + ",format=raw,if=none," + rootCache,
 		"-device", "virtio-blk-device,drive=root",
 	}
 	for _, d := range spec.Drives {
-		drive := "id=" + d.Serial + ",file=" + d.File + ",format=raw,if=none,cache=writeback,discard=unmap"
+		drive := "id=" + d.Serial + ",file=" + d.File + ",format=raw,if=none," + volCache + ",discard=unmap"
 		if d.ReadOnly {
 			drive += ",snapshot=on" // writes go to a temporary overlay, never to File
 		}
@@ -131,30 +168,74 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 	return a
 }
 
-func (d *Driver) start(runDir string, args []string, tap *os.File) (*runtime.VM, error) {
+// start launches a VMM for spec: a cold boot (RAM file shared, for a bake) or a restore waiting
+// for its incoming state.
+func (d *Driver) start(runDir string, spec runtime.Spec, ramFile string, bake bool) (*runtime.VM, error) {
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, err
 	}
-	for _, f := range []string{"qmp.sock", "agent.sock", "console.log"} {
+	for _, f := range []string{"qmp.sock", "agent.sock", "console.log", "devstate"} {
 		os.Remove(filepath.Join(runDir, f))
 	}
+	if d.confine != nil {
+		// A jail binds files at their real paths: the VMM must be given those.
+		if bake {
+			if f, err := os.OpenFile(ramFile, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+				f.Close() // the bind needs the file to exist; QEMU sizes it
+			}
+		}
+		var err error
+		if spec, ramFile, runDir, err = realPaths(spec, ramFile, runDir); err != nil {
+			return nil, err
+		}
+	}
+	args := d.args(runDir, spec, ramFile, bake, !bake)
 	logf, err := os.OpenFile(filepath.Join(runDir, "vmm.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(d.Binary, args...)
-	cmd.Dir = runDir
+	vm := &runtime.VM{RunDir: runDir, AgentSocket: filepath.Join(runDir, "agent.sock")}
+	var cmd *exec.Cmd
+	if c := d.confine; c == nil {
+		cmd = exec.Command(d.Binary, args...)
+		cmd.Dir = runDir
+		// Own session: the VMM outlives a restart (or crash) of the agent, which re-adopts it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	} else {
+		vm.UID = spec.UID
+		if vm.UID == 0 {
+			vm.UID = c.DefaultUID
+		}
+		if c.Cgroups != nil {
+			if vm.Cgroups, err = c.Cgroups.Create(filepath.Base(runDir), c.limits(spec)); err != nil {
+				return nil, err
+			}
+		}
+		js := jail.Spec{Root: c.JailRoot, UID: vm.UID, GID: c.GID, Cgroups: vm.Cgroups, KeepFDs: 3, Dir: runDir,
+			Env: []string{"TMPDIR=" + runDir}, // snapshot=on overlays of read-only volumes
+			Mounts: []jail.Mount{{Path: runDir, Write: true, Own: true}, {Path: spec.Kernel}, {Path: spec.Initrd},
+				{Path: spec.Disk, Write: true, Own: true}, {Path: ramFile, Write: true}}}
+		for _, dr := range spec.Drives {
+			js.Mounts = append(js.Mounts, jail.Mount{Path: dr.File, Write: !dr.ReadOnly})
+		}
+		if spec.Tap != nil {
+			js.KeepFDs = 4
+		}
+		if cmd, err = jail.Command(js, d.Binary, args...); err != nil {
+			cgroup.Remove(vm.Cgroups)
+			return nil, err
+		}
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Own session: the VMM outlives a restart (or crash) of the agent, which re-adopts it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if tap != nil {
-		cmd.ExtraFiles = []*os.File{tap} // fd 3: -netdev tap,fd=3
+	if spec.Tap != nil {
+		cmd.ExtraFiles = []*os.File{spec.Tap} // fd 3: -netdev tap,fd=3
 	}
 	if err := cmd.Start(); err != nil {
+		cgroup.Remove(vm.Cgroups)
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
-	vm := &runtime.VM{Pid: cmd.Process.Pid, RunDir: runDir, AgentSocket: filepath.Join(runDir, "agent.sock")}
+	vm.Pid = cmd.Process.Pid
 	vm.StartTicks, _ = startTicks(vm.Pid)
 	ch := make(chan runtime.Exit, 1)
 	d.mu.Lock()
@@ -162,6 +243,7 @@ func (d *Driver) start(runDir string, args []string, tap *os.File) (*runtime.VM,
 	d.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
+		cgroup.Remove(vm.Cgroups)
 		reason := "VMM exited"
 		if err != nil {
 			reason = "VMM " + err.Error()
@@ -171,21 +253,35 @@ func (d *Driver) start(runDir string, args []string, tap *os.File) (*runtime.VM,
 	return vm, nil
 }
 
+// realPaths resolves the symlinks in every path a VMM opens.
+func realPaths(spec runtime.Spec, ramFile, runDir string) (runtime.Spec, string, string, error) {
+	var err error
+	for _, p := range []*string{&spec.Kernel, &spec.Initrd, &spec.Disk, &ramFile, &runDir} {
+		if *p, err = filepath.EvalSymlinks(*p); err != nil {
+			return spec, "", "", err
+		}
+	}
+	spec.Drives = append([]runtime.Drive(nil), spec.Drives...)
+	for i := range spec.Drives {
+		if spec.Drives[i].File, err = filepath.EvalSymlinks(spec.Drives[i].File); err != nil {
+			return spec, "", "", err
+		}
+	}
+	return spec, ramFile, runDir, nil
+}
+
 // Boot cold-boots spec with its RAM in ramFile (shared, so a snapshot need not copy it).
 func (d *Driver) Boot(ctx context.Context, runDir string, spec runtime.Spec, ramFile string) (*runtime.VM, error) {
 	if spec.NIC != (spec.Tap != nil) {
 		return nil, fmt.Errorf("qemu: a NIC needs a tap and a tap needs a NIC")
 	}
-	return d.start(runDir, d.args(runDir, spec, ramFile, true, false), spec.Tap)
+	return d.start(runDir, spec, ramFile, true)
 }
 
 // SaveSnapshot migrates device state to stateFile. RAM is skipped (x-ignore-shared) because it
 // already lives in the RAM file. The source was not stopped first, so the saved run state is
 // "running" and a restored clone resumes by itself.
 func (d *Driver) SaveSnapshot(ctx context.Context, vm *runtime.VM, stateFile string) error {
-	if strings.ContainsAny(stateFile, "'\\\n") {
-		return fmt.Errorf("snapshot path %q has characters QEMU's exec: URI cannot carry", stateFile)
-	}
 	q, err := dialQMP(ctx, filepath.Join(vm.RunDir, "qmp.sock"), func() bool { return d.Alive(vm) })
 	if err != nil {
 		return err
@@ -194,33 +290,46 @@ func (d *Driver) SaveSnapshot(ctx context.Context, vm *runtime.VM, stateFile str
 	if err := q.ignoreShared(ctx); err != nil {
 		return err
 	}
-	if err := q.run(ctx, "migrate", map[string]any{"uri": "exec:cat > '" + stateFile + "'"}, nil); err != nil {
+	return migrateToFile(ctx, q, stateFile)
+}
+
+// migrateToFile streams the VM's migration into path through a descriptor the agent opened.
+func migrateToFile(ctx context.Context, q *qmp, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
 		return err
 	}
-	return waitMigration(ctx, q)
+	defer f.Close()
+	if err := q.passFD(ctx, "migout", f); err != nil {
+		return err
+	}
+	if err := q.run(ctx, "migrate", map[string]any{"uri": "fd:migout"}, nil); err != nil {
+		return err
+	}
+	if err := waitMigration(ctx, q); err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // Restore starts a clone of snap: a new VMM waiting for an incoming migration, the RAM file mapped
 // share=off (MAP_PRIVATE: pages are shared until the guest writes them), then the device state.
 func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, snap runtime.Snapshot) (*runtime.VM, error) {
-	if strings.ContainsAny(snap.StateFile, "'\\\n") {
-		return nil, fmt.Errorf("snapshot path %q has characters QEMU's exec: URI cannot carry", snap.StateFile)
-	}
 	if spec.NIC != (spec.Tap != nil) {
 		return nil, fmt.Errorf("qemu: a NIC needs a tap and a tap needs a NIC")
 	}
-	vm, err := d.start(runDir, d.args(runDir, spec, snap.RAMFile, false, true), spec.Tap)
+	vm, err := d.start(runDir, spec, snap.RAMFile, false)
 	if err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*runtime.VM, error) {
 		d.Kill(vm)
-		if tail := tailFile(filepath.Join(runDir, "vmm.log"), 1000); tail != "" {
+		if tail := tailFile(filepath.Join(vm.RunDir, "vmm.log"), 1000); tail != "" {
 			err = fmt.Errorf("%w: %s", err, tail)
 		}
 		return nil, err
 	}
-	q, err := dialQMP(ctx, filepath.Join(runDir, "qmp.sock"), func() bool { return d.Alive(vm) })
+	q, err := dialQMP(ctx, filepath.Join(vm.RunDir, "qmp.sock"), func() bool { return d.Alive(vm) })
 	if err != nil {
 		return fail(err)
 	}
@@ -228,7 +337,15 @@ func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, 
 	if err := q.ignoreShared(ctx); err != nil {
 		return fail(err)
 	}
-	if err := q.run(ctx, "migrate-incoming", map[string]any{"uri": "exec:cat '" + snap.StateFile + "'"}, nil); err != nil {
+	state, err := os.Open(snap.StateFile)
+	if err != nil {
+		return fail(err)
+	}
+	defer state.Close()
+	if err := q.passFD(ctx, "migin", state); err != nil {
+		return fail(err)
+	}
+	if err := q.run(ctx, "migrate-incoming", map[string]any{"uri": "fd:migin"}, nil); err != nil {
 		return fail(err)
 	}
 	for {
@@ -274,6 +391,7 @@ func (d *Driver) Watch(vm *runtime.VM) <-chan runtime.Exit {
 			}
 			unix.Close(fd)
 		}
+		cgroup.Remove(vm.Cgroups)
 		out <- runtime.Exit{At: time.Now(), Reason: explainExit(vm.RunDir, "VMM exited")}
 	}()
 	return out
@@ -297,6 +415,7 @@ func (d *Driver) Alive(vm *runtime.VM) bool {
 // file, disk clone) are closed when Kill returns.
 func (d *Driver) Kill(vm *runtime.VM) error {
 	defer d.forget(vm)
+	defer cgroup.Remove(vm.Cgroups)
 	if !d.Alive(vm) {
 		return nil
 	}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // qmp is a minimal QEMU Machine Protocol client: one command at a time, events skipped. QMP is a
@@ -97,6 +99,22 @@ func (q *qmp) run(ctx context.Context, cmd string, args any, out any) error {
 	if _, err := q.conn.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("QMP %s: %w", cmd, err)
 	}
+	return q.readReply(cmd, out)
+}
+
+// reply reads the answer to a command sent by other means (passFD).
+func (q *qmp) reply(ctx context.Context, cmd string, out any) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if dl, ok := ctx.Deadline(); ok {
+		q.conn.SetDeadline(dl)
+	} else {
+		q.conn.SetDeadline(time.Now().Add(30 * time.Second))
+	}
+	return q.readReply(cmd, out)
+}
+
+func (q *qmp) readReply(cmd string, out any) error {
 	for {
 		line, err := q.r.ReadBytes('\n')
 		if err != nil {
@@ -141,4 +159,22 @@ func (q *qmp) ignoreShared(ctx context.Context) error {
 	return q.run(ctx, "migrate-set-capabilities", map[string]any{
 		"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": true}},
 	}, nil)
+}
+
+// passFD hands f to QEMU under name (QMP getfd, the descriptor travelling as SCM_RIGHTS on the
+// same message). A jailed VMM can open no host path, and with spawn=deny it cannot run `cat`
+// either: migration streams go through descriptors the agent opened ("fd:NAME" URIs).
+func (q *qmp) passFD(ctx context.Context, name string, f *os.File) error {
+	uc, ok := q.conn.(*net.UnixConn)
+	if !ok {
+		return errors.New("QMP getfd needs a unix socket")
+	}
+	q.mu.Lock()
+	b, _ := json.Marshal(map[string]any{"execute": "getfd", "arguments": map[string]any{"fdname": name}})
+	_, _, err := uc.WriteMsgUnix(append(b, '\n'), unix.UnixRights(int(f.Fd())), nil)
+	q.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("QMP getfd: %w", err)
+	}
+	return q.reply(ctx, "getfd", nil)
 }

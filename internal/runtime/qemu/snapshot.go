@@ -73,7 +73,8 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 		cleanup()
 		return st, fmt.Errorf("memory diff: %w", err)
 	}
-	dev := out.StateFile + ".dev"
+	// In the VMM's run dir: the only place a jailed VMM can write.
+	dev := filepath.Join(vm.RunDir, "devstate")
 	defer os.Remove(dev)
 	if err := q.run(ctx, "xen-save-devices-state", map[string]any{"filename": dev, "live": false}, nil); err != nil {
 		cleanup()
@@ -100,9 +101,6 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 func (d *Driver) snapshotFull(ctx context.Context, vm *runtime.VM, out runtime.Snapshot, opts runtime.SnapshotOptions) (runtime.SnapshotStats, error) {
 	var st runtime.SnapshotStats
 	st.Full = true
-	if strings.ContainsAny(out.StateFile, "'\\\n") {
-		return st, fmt.Errorf("snapshot path %q has characters QEMU's exec: URI cannot carry", out.StateFile)
-	}
 	q, err := dialQMP(ctx, filepath.Join(vm.RunDir, "qmp.sock"), func() bool { return d.Alive(vm) })
 	if err != nil {
 		return st, err
@@ -138,10 +136,7 @@ func (d *Driver) snapshotFull(ctx context.Context, vm *runtime.VM, out runtime.S
 	if err := q.ignoreShared(ctx); err != nil {
 		return fail(err)
 	}
-	if err := q.run(ctx, "migrate", map[string]any{"uri": "exec:cat > '" + out.StateFile + "'"}, nil); err != nil {
-		return fail(err)
-	}
-	if err := waitMigration(ctx, q); err != nil {
+	if err := migrateToFile(ctx, q, out.StateFile); err != nil {
 		return fail(err)
 	}
 	f, err := os.Create(out.RAMFile)

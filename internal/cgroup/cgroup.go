@@ -1,0 +1,272 @@
+// Package cgroup gives each VMM its own cgroup with CPU, memory and pids limits (and an I/O
+// weight where the host supports it), on cgroup v1 (one hierarchy per controller) and v2 (one
+// unified hierarchy). Groups live under a "pandastack" parent inside the agent's own cgroup, so
+// an agent that was itself limited cannot hand out more than it has.
+package cgroup
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Limits of one group.
+type Limits struct {
+	// CPUs is the CPU time quota in CPUs (1.5 = one and a half cores per period).
+	CPUs float64
+	// MemoryBytes bounds everything the processes use: anonymous memory and the page cache they
+	// bring in (clean cache is reclaimed first, then the kernel's OOM killer acts in the group).
+	MemoryBytes int64
+	// Pids bounds processes and threads.
+	Pids int64
+	// IOWeight (1-10000, v2 only, 0: unset) is the group's share of disk time under contention.
+	IOWeight int
+}
+
+// Manager creates groups under one parent.
+type Manager struct {
+	v2 bool
+	// parents: controller name ("" on v2) -> the parent directory of our groups.
+	parents map[string]string
+}
+
+// v1Controllers are the v1 hierarchies we use (blkio throttling needs a device and direct I/O on
+// v1, so disk I/O is left to the host's scheduler there).
+var v1Controllers = []string{"cpu", "memory", "pids"}
+
+const period = 100000 // µs, the CFS period for CPU quotas
+
+// Open finds the cgroup hierarchies, creates the parent group named name inside this process's
+// own cgroup, and enables the controllers there.
+func Open(name string) (*Manager, error) {
+	own, err := ownCgroups()
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{parents: map[string]string{}}
+	v1 := true
+	for _, c := range v1Controllers {
+		_, has := mounts[c]
+		v1 = v1 && has
+	}
+	if mp, ok := mounts[""]; ok && !v1 {
+		// The controllers are on the unified hierarchy (a v2 host; a hybrid host keeps them on
+		// v1, and its v2 mount has none).
+		m.v2 = true
+		dir := filepath.Join(mp, own[""], name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("cgroup v2: %w", err)
+		}
+		// A v2 group with processes cannot have children with controllers ("no internal
+		// processes"); our parent holds none, so enable the controllers for its children.
+		if err := enableV2(dir); err != nil {
+			return nil, err
+		}
+		m.parents[""] = dir
+		return m, nil
+	}
+	for _, c := range v1Controllers {
+		mp, ok := mounts[c]
+		if !ok {
+			return nil, fmt.Errorf("cgroup v1: no %s hierarchy mounted", c)
+		}
+		dir := filepath.Join(mp, own[c], name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("cgroup v1 %s: %w", c, err)
+		}
+		m.parents[c] = dir
+	}
+	return m, nil
+}
+
+// Version is 1 or 2.
+func (m *Manager) Version() int {
+	if m.v2 {
+		return 2
+	}
+	return 1
+}
+
+// Create makes (or re-limits) the group name and returns its directories, one per hierarchy.
+func (m *Manager) Create(name string, l Limits) ([]string, error) {
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return nil, fmt.Errorf("cgroup: bad group name %q", name)
+	}
+	var dirs []string
+	fail := func(err error) ([]string, error) {
+		Remove(dirs)
+		return nil, err
+	}
+	if m.v2 {
+		dir := filepath.Join(m.parents[""], name)
+		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+			return nil, err
+		}
+		dirs = append(dirs, dir)
+		files := map[string]string{
+			"cpu.max":    fmt.Sprintf("%d %d", int64(l.CPUs*period), period),
+			"memory.max": strconv.FormatInt(l.MemoryBytes, 10),
+			"pids.max":   strconv.FormatInt(l.Pids, 10),
+		}
+		if l.MemoryBytes > 0 {
+			files["memory.swap.max"] = "0"
+		}
+		if l.IOWeight > 0 {
+			files["io.weight"] = "default " + strconv.Itoa(l.IOWeight)
+		}
+		for f, v := range files {
+			if err := write(dir, f, v); err != nil && !(f == "io.weight" || f == "memory.swap.max") {
+				return fail(err)
+			}
+		}
+		return dirs, nil
+	}
+	for _, c := range v1Controllers {
+		dir := filepath.Join(m.parents[c], name)
+		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+			return fail(err)
+		}
+		dirs = append(dirs, dir)
+		var err error
+		switch c {
+		case "cpu":
+			if err = write(dir, "cpu.cfs_period_us", strconv.Itoa(period)); err == nil {
+				err = write(dir, "cpu.cfs_quota_us", strconv.FormatInt(int64(l.CPUs*period), 10))
+			}
+		case "memory":
+			err = write(dir, "memory.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10))
+			// With swap accounting, swap counts too: a guest cannot push its RAM to swap instead.
+			if err == nil {
+				write(dir, "memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10))
+			}
+		case "pids":
+			err = write(dir, "pids.max", strconv.FormatInt(l.Pids, 10))
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
+	return dirs, nil
+}
+
+// Remove deletes groups once their processes are gone (a group empties a moment after its last
+// task is reaped, so EBUSY is retried briefly). Missing groups are fine.
+func Remove(dirs []string) error {
+	var errs []error
+	for _, d := range dirs {
+		var err error
+		for i := 0; i < 50; i++ {
+			if err = syscall.Rmdir(d); err == nil || errors.Is(err, syscall.ENOENT) {
+				err = nil
+				break
+			}
+			if !errors.Is(err, syscall.EBUSY) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Read returns a control file of a group's directory among dirs (e.g. "memory.max_usage_in_bytes"
+// or "memory.peak"), for tests and diagnostics.
+func Read(dirs []string, file string) (string, error) {
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, file)); err == nil {
+			return strings.TrimSpace(string(b)), nil
+		}
+	}
+	return "", fmt.Errorf("no %s in %v", file, dirs)
+}
+
+func write(dir, file, value string) error {
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+		return fmt.Errorf("cgroup %s=%s: %w", filepath.Join(dir, file), value, err)
+	}
+	return nil
+}
+
+func enableV2(dir string) error {
+	avail, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return err
+	}
+	var want []string
+	for _, c := range strings.Fields(string(avail)) {
+		if c == "cpu" || c == "memory" || c == "pids" || c == "io" {
+			want = append(want, "+"+c)
+		}
+	}
+	for _, c := range []string{"cpu", "memory", "pids"} {
+		if !strings.Contains(string(avail), c) {
+			return fmt.Errorf("cgroup v2: controller %s not available in %s (delegate it to the agent's cgroup)", c, dir)
+		}
+	}
+	return write(dir, "cgroup.subtree_control", strings.Join(want, " "))
+}
+
+// ownCgroups maps controller ("" for v2) to this process's cgroup path.
+func ownCgroups() (map[string]string, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			out[c] = parts[2]
+		}
+	}
+	return out, nil
+}
+
+// cgroupMounts maps controller ("" for the v2 hierarchy) to its mount point.
+func cgroupMounts() (map[string]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint opts ... - fstype source superopts
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		a, b := strings.Fields(pre), strings.Fields(post)
+		if len(a) < 5 || len(b) < 3 {
+			continue
+		}
+		switch b[0] {
+		case "cgroup2":
+			out[""] = a[4]
+		case "cgroup":
+			for _, o := range strings.Split(b[2], ",") {
+				if _, dup := out[o]; !dup {
+					out[o] = a[4]
+				}
+			}
+		}
+	}
+	return out, sc.Err()
+}

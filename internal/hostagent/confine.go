@@ -1,0 +1,62 @@
+package hostagent
+
+import (
+	"fmt"
+
+	"github.com/pandastack/pandastack/internal/cgroup"
+	"github.com/pandastack/pandastack/internal/runtime/qemu"
+)
+
+// confine turns on the driver's confinement (docs/security.md): jails, a uid per sandbox, and a
+// cgroup per VMM under pandastack/<this agent> in the agent's own cgroup.
+func (a *Agent) confine(drv *qemu.Driver) error {
+	if a.cfg.JailUIDBase <= 0 {
+		a.cfg.JailUIDBase = 100000
+	}
+	if a.cfg.JailUIDs <= 1 {
+		a.cfg.JailUIDs = 10000
+	}
+	if a.cfg.VMMOverheadMiB <= 0 {
+		a.cfg.VMMOverheadMiB = 512
+	}
+	cg, err := cgroup.Open("pandastack/" + shortHash(a.cfg.DataDir))
+	if err != nil {
+		return err
+	}
+	drv.Confine(&qemu.Confinement{GID: a.cfg.JailUIDBase, DefaultUID: a.cfg.JailUIDBase, JailRoot: "/run/pandastack/jail-root",
+		Cgroups: cg, MemoryOverheadMiB: a.cfg.VMMOverheadMiB, PidsMax: 256})
+	a.confined = true
+	a.log.Info("VMMs confined", "uids", fmt.Sprintf("%d-%d", a.cfg.JailUIDBase, a.cfg.JailUIDBase+a.cfg.JailUIDs-1), "cgroup", cg.Version())
+	return nil
+}
+
+// uidFor is the uid of a sandbox's VMMs: the lowest free one of the range, kept until the
+// sandbox is killed (0 when confinement is off).
+func (a *Agent) uidFor(id string) (int, error) {
+	if !a.confined {
+		return 0, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if uid, ok := a.uids[id]; ok {
+		return uid, nil
+	}
+	used := make(map[int]bool, len(a.uids))
+	for _, u := range a.uids {
+		used[u] = true
+	}
+	for uid := a.cfg.JailUIDBase + 1; uid < a.cfg.JailUIDBase+a.cfg.JailUIDs; uid++ {
+		if !used[uid] {
+			a.uids[id] = uid
+			return uid, nil
+		}
+	}
+	return 0, errorf(503, "capacity", "all %d VMM uids of this host are in use", a.cfg.JailUIDs-1)
+}
+
+// releaseUID frees a killed sandbox's uid.
+func (a *Agent) releaseUID(id string) {
+	a.mu.Lock()
+	delete(a.uids, id)
+	a.mu.Unlock()
+}
