@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -290,7 +291,10 @@ func cloneOrCopy(src, dst string) error {
 	if err := storage.Clone(src, dst); err == nil {
 		return nil
 	}
-	return exec.Command("cp", "--sparse=always", src, dst).Run()
+	if out, err := exec.Command("cp", "--sparse=always", src, dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy %s: %v: %s", filepath.Base(src), err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // dirSize is the disk space the files really take (RAM files and disks are sparse).

@@ -193,7 +193,8 @@ func (b *Builder) aptInstall(ctx context.Context, root, suite string, pkgs []str
 	if err := b.runLogged(ctx, isAptProgress, "chroot", env, root, "apt-get", "update", "-q"); err != nil {
 		return err
 	}
-	args := append([]string{root, "apt-get", "install", "-y", "-q", "--no-install-recommends"}, pkgs...)
+	// Dpkg::Use-Pty=0: the chroot has no /dev/pts, and apt would complain it cannot log.
+	args := append([]string{root, "apt-get", "install", "-y", "-q", "--no-install-recommends", "-o", "Dpkg::Use-Pty=0"}, pkgs...)
 	if err := b.runLogged(ctx, isAptProgress, "chroot", env, args...); err != nil {
 		return aptError(err)
 	}
