@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"log"
 	"net"
 	"os"
@@ -70,6 +71,15 @@ func serve(args []string) int {
 
 	lg := log.New(os.Stderr, "pandastack-guest: ", log.LstdFlags|log.Lmicroseconds)
 	syscall.Umask(0o022)
+	// Cap the processes (threads) of unprivileged accounts: every command inherits this limit and
+	// the kernel counts it per uid, so a fork bomb run as the sandbox user stalls at the cap instead
+	// of freezing the guest, and root (which the limit does not bind) can still clean up.
+	if *listen == "" {
+		lim := syscall.Rlimit{Cur: guest.MaxUserProcs, Max: guest.MaxUserProcs}
+		if err := syscall.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+			lg.Printf("cannot cap user processes: %v", err)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

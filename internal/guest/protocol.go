@@ -303,6 +303,10 @@ type ExecRequest struct {
 	Timeout time.Duration     `json:"timeout,omitempty"` // 0: no timeout
 }
 
+// MaxUserProcs caps the processes (threads, per uid) of the sandbox's unprivileged accounts.
+// Generous for builds and browsers; low enough that a fork bomb cannot freeze a small guest.
+const MaxUserProcs = 2048
+
 // ExecResult is the final frame of an exec (also its wire JSON).
 type ExecResult struct {
 	ExitCode   int    `json:"exit_code"`

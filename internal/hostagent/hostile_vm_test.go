@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/cgroup"
+	"github.com/pandastack/pandastack/internal/guest"
 )
 
 // TestHostileGuests is the hostile-guest suite (docs/security.md): from inside sandboxes, each
@@ -262,6 +263,9 @@ func TestHostileGuests(t *testing.T) {
 	t.Run("fork_bomb", func(t *testing.T) {
 		offender := h.create()
 		_, cgs := vmOf(offender.ID)
+		if r := h.exec(offender.ID, map[string]any{"cmd": "awk '/^Max processes/ {print $3}' /proc/self/limits"}); strings.TrimSpace(r.Stdout) != strconv.Itoa(guest.MaxUserProcs) {
+			t.Fatalf("the sandbox user's process cap: %q, want %d", r.Stdout, guest.MaxUserProcs)
+		}
 		var raw map[string]any
 		code := h.call("POST", "/v1/sandboxes/"+offender.ID+"/exec", map[string]any{"cmd": "b(){ b|b& }; b", "timeout_seconds": 20}, &raw)
 		t.Logf("fork bomb: %d %v", code, raw)
@@ -272,13 +276,18 @@ func TestHostileGuests(t *testing.T) {
 		if n, _ := strconv.Atoi(threads); n == 0 || n > 256 {
 			t.Fatalf("VMM tasks %q", threads)
 		}
-		// The offender recovers (the exec timeout kills the bomb's process group) or is error.
-		code = h.call("POST", "/v1/sandboxes/"+offender.ID+"/exec", map[string]any{"cmd": "pkill -9 -u user -x sh; echo after", "user": "root", "timeout_seconds": 120}, &raw)
-		var got SandboxInfo
-		h.call("GET", "/v1/sandboxes/"+offender.ID, nil, &got)
-		if !(code == 200 && strings.Contains(fmt.Sprint(raw["stdout"]), "after")) && got.State != StateError {
-			t.Fatalf("offender after fork bomb: %d %v, state %s", code, raw, got.State)
+		// The bomb stays inside the offender: its user's processes are capped in the guest
+		// (guest.MaxUserProcs), but a 1-vCPU guest busy at the cap may not run anything else in
+		// good time, so the offender is not required to recover — only to be limited and to die
+		// when killed, freeing its VMM.
+		pid, _ := vmOf(offender.ID)
+		if code := h.call("DELETE", "/v1/sandboxes/"+offender.ID, nil, nil); code != 204 {
+			t.Fatalf("kill the fork-bombed sandbox: %d", code)
 		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			t.Fatalf("the fork-bombed sandbox's VMM %d outlived its kill", pid)
+		}
+		stillFine(t)
 	})
 
 	t.Run("kernel_panic", func(t *testing.T) {
