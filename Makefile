@@ -41,8 +41,10 @@ test: setup build vet
 	$(GO) test -count=1 -timeout 60m ./... 2>&1 | tee /tmp/pandastack-test.log; exit $${PIPESTATUS[0]}
 	bash sdk/test.sh
 
+IMAGE_CACHE ?= $(or $(PANDASTACK_IMAGE_CACHE),/var/tmp/pandastack-images)
+
 bench: setup build
-	$(GO) run ./bench -out bench/results.json
+	$(GO) run ./bench -out bench/results.json -image-cache $(IMAGE_CACHE)
 
 # The catalog suite builds every catalog template (several GiB of packages, tens of minutes the
 # first time) and checks each one's job in a sandbox.
@@ -50,7 +52,7 @@ test-catalog: setup build
 	PANDASTACK_CATALOG_TESTS=1 $(GO) test -count=1 -timeout 120m -run TestCatalogTemplates -v ./internal/hostagent/
 
 bench-templates: setup build
-	$(GO) run ./bench -out bench/results.json -suites templates
+	$(GO) run ./bench -out bench/results.json -image-cache $(IMAGE_CACHE) -suites templates
 
 clean:
 	rm -rf bin
