@@ -230,13 +230,7 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 		return nil, err
 	}
 	need := s.TemplateMemMiB(ctx, template)
-	type cand struct {
-		h     store.Host
-		baked bool
-		free  int64
-		used  int64
-	}
-	var cands []cand
+	var cands []hostRank
 	up, knows := 0, 0
 	s.mu.Lock()
 	for _, h := range hosts {
@@ -256,7 +250,7 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 		if h.MemMiBTotal > 0 && free < need {
 			continue
 		}
-		cands = append(cands, cand{h, contains(h.Baked, template), free, h.SlotsUsed + p.slots})
+		cands = append(cands, hostRank{h, contains(h.Baked, template), free, h.SlotsUsed + p.slots})
 	}
 	s.mu.Unlock()
 	if len(cands) == 0 {
@@ -269,13 +263,27 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 			return nil, &CapacityError{fmt.Sprintf("no host has room for a %q sandbox (%d MiB): all are full", template, need)}
 		}
 	}
+	return rankHosts(cands, need), nil
+}
+
+// hostRank is a candidate host and what ranks it.
+type hostRank struct {
+	h     store.Host
+	first bool  // preferred: has the template baked, or a free slot
+	free  int64 // MiB of memory free, less what is being placed there
+	used  int64 // sandboxes, counting those being placed
+}
+
+// rankHosts orders candidates best first: preferred ones, then more free memory, then fewer
+// sandboxes, then by id. Free memory within tie MiB (one sandbox's size) is a tie: hosts sharing
+// a machine report the same memory, give or take noise, and the emptier host then wins, which
+// spreads load.
+func rankHosts(cands []hostRank, tie int64) []store.Host {
 	sort.SliceStable(cands, func(i, j int) bool {
-		if cands[i].baked != cands[j].baked {
-			return cands[i].baked
+		if cands[i].first != cands[j].first {
+			return cands[i].first
 		}
-		// Free memory within one sandbox's size is a tie (hosts sharing a machine report the
-		// same memory, give or take noise): then the emptier host wins, which spreads load.
-		if d := cands[i].free - cands[j].free; d >= need || -d >= need {
+		if d := cands[i].free - cands[j].free; d >= tie || -d >= tie {
 			return d > 0
 		}
 		if cands[i].used != cands[j].used {
@@ -287,7 +295,7 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 	for i, c := range cands {
 		out[i] = c.h
 	}
-	return out, nil
+	return out
 }
 
 // PlaceVolume returns the hosts that can keep a new volume, best first: every host that is up,
@@ -298,42 +306,20 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	type cand struct {
-		h        store.Host
-		slotFree bool
-		free     int64
-		used     int64
-	}
-	var cands []cand
+	var cands []hostRank
 	s.mu.Lock()
 	for _, h := range hosts {
 		if h.State != store.HostUp {
 			continue
 		}
 		p := s.pending[h.ID]
-		cands = append(cands, cand{h, h.SlotsTotal == 0 || h.SlotsTotal-h.SlotsUsed-p.slots > 0, h.MemMiBFree - p.mem, h.SlotsUsed + p.slots})
+		cands = append(cands, hostRank{h, h.SlotsTotal == 0 || h.SlotsTotal-h.SlotsUsed-p.slots > 0, h.MemMiBFree - p.mem, h.SlotsUsed + p.slots})
 	}
 	s.mu.Unlock()
 	if len(cands) == 0 {
 		return nil, &CapacityError{"no host is up to keep volumes"}
 	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		if cands[i].slotFree != cands[j].slotFree {
-			return cands[i].slotFree
-		}
-		if d := cands[i].free - cands[j].free; d >= DefaultTemplateMemMiB || -d >= DefaultTemplateMemMiB {
-			return d > 0
-		}
-		if cands[i].used != cands[j].used {
-			return cands[i].used < cands[j].used
-		}
-		return cands[i].h.ID < cands[j].h.ID
-	})
-	out := make([]store.Host, len(cands))
-	for i, c := range cands {
-		out[i] = c.h
-	}
-	return out, nil
+	return rankHosts(cands, DefaultTemplateMemMiB), nil
 }
 
 // Reserve counts a sandbox being placed on a host until the host's next report; the returned
