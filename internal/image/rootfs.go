@@ -171,20 +171,16 @@ func (b *Builder) aptInstall(ctx context.Context, root, suite string, pkgs []str
 		os.WriteFile(resolv, host, 0o644)
 	}
 	defer os.WriteFile(resolv, guestResolv, 0o644)
-	for _, m := range []struct{ src, dst, fstype, opts string }{
-		{"proc", "proc", "proc", ""},
-		{archives, "var/cache/apt/archives", "", "bind"},
+	for _, m := range []struct {
+		src, dst, fstype string
+		flags            uintptr
+	}{
+		{"proc", "proc", "proc", 0},
+		{archives, "var/cache/apt/archives", "", unix.MS_BIND},
 	} {
 		dst := filepath.Join(root, m.dst)
-		args := []string{}
-		if m.fstype != "" {
-			args = append(args, "-t", m.fstype)
-		}
-		if m.opts != "" {
-			args = append(args, "-o", m.opts)
-		}
-		if err := run(ctx, "", "mount", append(args, m.src, dst)...); err != nil {
-			return err
+		if err := unix.Mount(m.src, dst, m.fstype, m.flags, ""); err != nil {
+			return fmt.Errorf("mount %s in the build tree: %w", m.dst, err)
 		}
 		defer unix.Unmount(dst, unix.MNT_DETACH)
 	}
