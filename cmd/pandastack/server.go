@@ -12,6 +12,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/api"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/spf13/cobra"
@@ -28,6 +29,7 @@ type cpOptions struct {
 	heartbeatTimeout time.Duration
 	presetKey        string // becomes the first admin key of an empty store
 	proxyDomain      string
+	egressOpen       []string
 	log              *slog.Logger
 }
 
@@ -37,6 +39,7 @@ func (o *cpOptions) flags(cmd *cobra.Command) {
 	f.DurationVar(&o.maxTTL, "max-ttl", api.DefaultMaxTTL, "largest ttl_seconds accepted")
 	f.Int64Var(&o.maxUpload, "max-upload-bytes", api.DefaultMaxUploadBytes, "largest file upload accepted")
 	f.StringVar(&o.proxyDomain, "proxy-domain", "localhost", `sandbox ports are served at <port>-<sandbox id>.<domain> through this server (empty: no proxy); point a wildcard DNS record *.<domain> at it`)
+	f.StringArrayVar(&o.egressOpen, "egress-open", nil, "a private range (IPv4 CIDR) every sandbox may reach, e.g. a corporate proxy's (repeatable; teams may then allow inside it); loopback, link-local, multicast, the sandboxes' links and the hosts' own addresses stay blocked")
 	f.DurationVar(&o.heartbeatTimeout, "heartbeat-timeout", scheduler.DefaultHeartbeatTimeout, "a host silent this long is marked down and its sandboxes lost")
 }
 
@@ -54,6 +57,10 @@ type controlPlane struct {
 // agents and starts the background loops (heartbeat checks, polls, reaper). The returned key is
 // non-empty only when this call created it.
 func startControlPlane(ctx context.Context, o cpOptions) (*controlPlane, string, error) {
+	open, err := network.ParseOpen(o.egressOpen)
+	if err != nil {
+		return nil, "", fmt.Errorf("--egress-open: %w", err)
+	}
 	st, err := store.Open(ctx, o.dbURL)
 	if err != nil {
 		return nil, "", err
@@ -80,7 +87,7 @@ func startControlPlane(ctx context.Context, o cpOptions) (*controlPlane, string,
 		o.log.Warn("a host agent did not answer at start-up; will keep trying", "err", err)
 	}
 	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.log, DefaultTTL: o.defaultTTL, MaxTTL: o.maxTTL,
-		MaxUploadBytes: o.maxUpload, ClusterToken: o.clusterToken, Version: version,
+		MaxUploadBytes: o.maxUpload, ClusterToken: o.clusterToken, Version: version, EgressOpen: open,
 		ProxyDomain: strings.ToLower(strings.Trim(o.proxyDomain, "."))})
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp := &controlPlane{st: st, sched: sched, srv: srv, log: o.log, cancel: cancel, done: make(chan struct{})}

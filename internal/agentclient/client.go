@@ -134,6 +134,8 @@ type CreateRequest struct {
 	SnapshotID string            `json:"snapshot_id,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Egress     *network.Egress   `json:"egress,omitempty"`
+	// EgressOpen: private ranges the operator opened for all sandboxes (never a team's input).
+	EgressOpen []string `json:"egress_open,omitempty"`
 	// Volumes are this host's volumes to mount (at most MaxVolumesPerSandbox).
 	Volumes []VolumeMount `json:"volumes,omitempty"`
 }

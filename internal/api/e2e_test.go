@@ -35,15 +35,22 @@ type vmHost struct {
 	srv   *httptest.Server
 }
 
-func startVMHost(t *testing.T) *vmHost {
+func startVMHost(t *testing.T) *vmHost { return startVMHostWith(t, nil) }
+
+// startVMHostWith is startVMHost with the agent's configuration tuned by tune (if non-nil).
+func startVMHostWith(t *testing.T, tune func(*hostagent.Config)) *vmHost {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "pandastack-e2e-agent-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &vmHost{t: t, dir: dir, token: "e2e-agent-token"}
-	a, err := hostagent.New(context.Background(), hostagent.Config{DataDir: dir, Token: h.token, Logger: quietLogger(),
-		GuestAgent: testenv.GuestAgent(t), ImageCacheDir: testenv.ImageCache()})
+	cfg := hostagent.Config{DataDir: dir, Token: h.token, Logger: quietLogger(),
+		GuestAgent: testenv.GuestAgent(t), ImageCacheDir: testenv.ImageCache()}
+	if tune != nil {
+		tune(&cfg)
+	}
+	a, err := hostagent.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("host agent: %v", err)
 	}

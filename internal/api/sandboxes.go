@@ -189,7 +189,7 @@ func (s *Server) validateCreate(ctx context.Context, teamID string, req *createR
 		if err := dec.Decode(&eg); err != nil {
 			return nil, invalid("egress must be {internet?: bool, allow?: [cidr], deny?: [cidr]}: %v", err)
 		}
-		if _, err := eg.Policy(); err != nil {
+		if _, err := eg.Policy(network.Guard{Open: s.cfg.EgressOpen}); err != nil {
 			return nil, invalid("%v", err)
 		}
 		req.egress = &eg
@@ -289,7 +289,7 @@ func (s *Server) create(ctx context.Context, teamID string, req createRequest) (
 			break
 		}
 		release := s.sched.Reserve(h.ID, mem)
-		_, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, Template: req.agentTemplate, Env: req.Env, Egress: req.egress})
+		_, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, Template: req.agentTemplate, Env: req.Env, Egress: req.egress, EgressOpen: s.egressOpen()})
 		if err != nil {
 			release()
 			lastErr = err
@@ -345,7 +345,7 @@ func (s *Server) createFromSnapshot(ctx context.Context, teamID string, req crea
 	defer cancel()
 	release := s.sched.Reserve(h.ID, mem)
 	sbID := auth.NewID("sb_")
-	if _, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, SnapshotID: snap.ID, Env: req.Env, Egress: req.egress}); err != nil {
+	if _, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, SnapshotID: snap.ID, Env: req.Env, Egress: req.egress, EgressOpen: s.egressOpen()}); err != nil {
 		release()
 		return store.Sandbox{}, err
 	}

@@ -12,6 +12,7 @@ import (
 	"crypto/subtle"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"regexp"
 	"runtime/debug"
 	"time"
@@ -59,6 +60,9 @@ type Config struct {
 	// ProxyDomain turns on the sandbox port proxy: requests whose Host is
 	// <port>-<sandbox id>.<ProxyDomain> go to that port in the sandbox. Empty: no proxy.
 	ProxyDomain string
+	// EgressOpen are private ranges the operator opens for every sandbox's egress (--egress-open,
+	// validated with network.ParseOpen); teams may then allow inside them. Shown by GET /v1/info.
+	EgressOpen []netip.Prefix
 	// Version is reported by /healthz.
 	Version string
 	Now     func() time.Time
@@ -121,6 +125,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST "+scheduler.HeartbeatPath, s.cluster(s.heartbeatHost))
 
 	v1 := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.auth.Middleware(h, s.writeError)) }
+	v1("GET /v1/info", s.info)
 	v1("POST /v1/sandboxes", s.createSandbox)
 	v1("GET /v1/sandboxes", s.listSandboxes)
 	v1("GET /v1/sandboxes/{id}", s.getSandbox)

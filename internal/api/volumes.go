@@ -191,7 +191,7 @@ func (s *Server) createWithVolumes(ctx context.Context, teamID string, req creat
 	defer cancel()
 	release := s.sched.Reserve(h.ID, mem)
 	sbID := auth.NewID("sb_")
-	areq := agentclient.CreateRequest{ID: sbID, Template: req.agentTemplate, Env: req.Env, Egress: req.egress}
+	areq := agentclient.CreateRequest{ID: sbID, Template: req.agentTemplate, Env: req.Env, Egress: req.egress, EgressOpen: s.egressOpen()}
 	rec := store.Sandbox{ID: sbID, TeamID: teamID, Template: req.Template, HostID: h.ID, Metadata: req.Metadata, TTLSeconds: reqTTL(req)}
 	if snap != nil {
 		areq.Template, areq.SnapshotID, rec.SnapshotID = "", snap.ID, snap.ID

@@ -284,6 +284,29 @@ func (c *Client) call(ctx context.Context, method, path string, query url.Values
 
 func sbPath(id string, sub string) string { return "/v1/sandboxes/" + url.PathEscape(id) + sub }
 
+// Info is GET /v1/info: what the deployment enforces for every team.
+type Info struct {
+	Version string `json:"version"`
+	Egress  struct {
+		Blocked []InfoRange `json:"blocked"`
+		Private []InfoRange `json:"private"`
+		Open    []string    `json:"open"`
+		Also    []string    `json:"also_blocked"`
+	} `json:"egress"`
+}
+
+// InfoRange is a range and why it is special.
+type InfoRange struct {
+	Range string `json:"range"`
+	Why   string `json:"why"`
+}
+
+// Info returns the deployment's rules.
+func (c *Client) Info(ctx context.Context) (Info, error) {
+	var i Info
+	return i, c.call(ctx, "GET", "/v1/info", nil, nil, &i)
+}
+
 // CreateSandbox creates a sandbox.
 func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (Sandbox, error) {
 	var sb Sandbox

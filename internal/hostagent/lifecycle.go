@@ -222,7 +222,7 @@ func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, 
 		return nil, err
 	}
 	parent.mu.Lock()
-	env, egress := parent.rec.Env, parent.rec.Egress
+	env, egress, open := parent.rec.Env, parent.rec.Egress, parent.rec.EgressOpen
 	parent.mu.Unlock()
 	children := make([]SandboxInfo, count)
 	errs := make([]error, count)
@@ -236,7 +236,7 @@ func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, 
 			defer func() { <-sem }()
 			src := source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
 				MemoryMiB: snap.MemoryMiB, BaseDir: filepath.Join(a.snapshotsDir(), snap.ID), ForkOf: id, Env: env,
-				Egress: egress, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots},
+				Egress: egress, EgressOpen: open, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots},
 				diskSrc: filepath.Join(a.snapshotsDir(), snap.ID, "disk.img")}
 			children[i], errs[i] = a.launch(ctx, newID(), src)
 		}()

@@ -39,6 +39,21 @@ func (a *Agent) openNetwork(cfg network.Config) error {
 	return nil
 }
 
+// egressPolicy checks a team's egress policy against this host (its slot range) and the
+// operator's open ranges, and returns the slot policy. stored: a policy accepted earlier, being
+// applied again (see network.Guard).
+func (a *Agent) egressPolicy(eg *network.Egress, open []string, stored bool) (network.Policy, error) {
+	opened, err := network.ParseOpen(open)
+	if err != nil {
+		return network.Policy{}, &network.EgressError{Msg: err.Error()}
+	}
+	g := network.Guard{Open: opened, Stored: stored}
+	if a.net != nil {
+		g.SlotCIDR = a.net.CIDR()
+	}
+	return eg.Policy(g)
+}
+
 // attachNetwork gives a VM about to start from rec its network slot and tap, when its snapshot
 // has a NIC. The caller closes the tap once the VMM has started, and releases the slot if the
 // start fails.
@@ -49,7 +64,7 @@ func (a *Agent) attachNetwork(ctx context.Context, rec *record) (*network.Slot, 
 	if a.net == nil {
 		return nil, nil, fmt.Errorf("sandbox %s was made with a network device, but networking is off on this host", rec.ID)
 	}
-	pol, err := rec.Egress.Policy()
+	pol, err := a.egressPolicy(rec.Egress, rec.EgressOpen, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -84,7 +99,7 @@ func (a *Agent) adoptNetwork(sb *sandbox) {
 	if sb.rec.Netns == "" || a.net == nil {
 		return
 	}
-	pol, err := sb.rec.Egress.Policy()
+	pol, err := a.egressPolicy(sb.rec.Egress, sb.rec.EgressOpen, true)
 	if err == nil {
 		sb.slot, err = a.net.Adopt(sb.rec.Netns, pol)
 	}

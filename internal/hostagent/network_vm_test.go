@@ -144,11 +144,22 @@ func TestNetworking(t *testing.T) {
 		map[string]any{"deny": []string{"2001:db8::/32"}},
 		map[string]any{"internet": "yes"},
 		map[string]any{"internet": true, "bogus": 1},
+		// The host's own slot range (the agent knows it; it need not be a private range) and
+		// the fixed blocked ranges.
+		map[string]any{"allow": []string{cidr.String()}},
+		map[string]any{"allow": []string{slotOf(open.ID).HostAddr.String()}},
+		map[string]any{"allow": []string{"169.254.169.254"}},
+		map[string]any{"allow": []string{"::ffff:127.0.0.1"}},
 	} {
 		var e apiErr
 		if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": "base", "egress": bad}, &e); code != 400 || e.Error.Message == "" {
 			t.Errorf("egress %v: status %d %+v, want 400", bad, code, e)
 		}
+	}
+
+	// The control plane's operator ranges cannot overlap a blocked range either.
+	if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": "base", "egress_open": []string{"169.254.0.0/16"}}, &e); code != 400 {
+		t.Errorf("egress_open over link-local: status %d %+v, want 400", code, e)
 	}
 
 	// Kill frees the slots; the harness's clean-up and expectNoSlotsLeft check nothing stays.

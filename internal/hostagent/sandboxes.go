@@ -54,8 +54,11 @@ type record struct {
 	VolumeSlots int             `json:"volume_slots,omitempty"`
 	Volumes     []VolumeMount   `json:"volumes,omitempty"`
 	Egress      *network.Egress `json:"egress,omitempty"`
-	Netns       string          `json:"netns,omitempty"`
-	GuestAddr   string          `json:"guest_addr,omitempty"`
+	// EgressOpen are the private ranges the operator opened for all sandboxes (the control
+	// plane's --egress-open) when this sandbox was made.
+	EgressOpen []string `json:"egress_open,omitempty"`
+	Netns      string   `json:"netns,omitempty"`
+	GuestAddr  string   `json:"guest_addr,omitempty"`
 }
 
 // spec is the machine to restore; kernel and initrd always come from the template.
@@ -134,7 +137,9 @@ type CreateRequest struct {
 	SnapshotID string            `json:"snapshot_id,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Egress     *network.Egress   `json:"egress,omitempty"`
-	Volumes    []VolumeMount     `json:"volumes,omitempty"`
+	// EgressOpen: private ranges the operator (never a team) opened for all sandboxes.
+	EgressOpen []string      `json:"egress_open,omitempty"`
+	Volumes    []VolumeMount `json:"volumes,omitempty"`
 }
 
 // source is what a new sandbox is restored from.
@@ -178,14 +183,14 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 	default:
 		return SandboxInfo{}, invalid("template (or snapshot_id) is required")
 	}
-	if _, err := req.Egress.Policy(); err != nil {
+	if _, err := a.egressPolicy(req.Egress, req.EgressOpen, false); err != nil {
 		return SandboxInfo{}, invalid("%v", err)
 	}
 	vols, err := a.validateMounts(req.Volumes, src.rec.VolumeSlots)
 	if err != nil {
 		return SandboxInfo{}, err
 	}
-	src.rec.Env, src.rec.Egress, src.rec.Volumes = req.Env, req.Egress, vols
+	src.rec.Env, src.rec.Egress, src.rec.EgressOpen, src.rec.Volumes = req.Env, req.Egress, req.EgressOpen, vols
 	return a.launch(ctx, req.ID, src)
 }
 

@@ -42,18 +42,22 @@ var (
 	GuestMAC  = net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
 )
 
-// Policy is a sandbox's egress policy. Rules are evaluated in this order: Deny, then Allow,
-// then the always-blocked destinations (other slots and the slot CIDR, the host's own
-// addresses, link-local 169.254.0.0/16, loopback, multicast), then Internet. So Allow can open
-// an always-blocked destination, and with Internet false only Allow is reachable. The zero
-// Policy reaches nothing. Prefixes must be IPv4 (sandboxes have no IPv6).
+// Policy is a sandbox's egress policy. Rules are evaluated in this order: the always-blocked
+// destinations (Blocked, the slot CIDR: other sandboxes and every host end) are dropped; Open
+// (ranges the operator opened) skips the next step; the private ranges (Private) are dropped;
+// then Deny drops, Allow accepts, and Internet decides the rest. So no Allow entry opens an
+// always-blocked or private destination, and with Internet false only Allow is reachable. The
+// host's own addresses are dropped on the host (table pandastack, chain slot_input) whatever the
+// policy. The zero Policy reaches nothing. Prefixes must be IPv4 (sandboxes have no IPv6).
 //
-// Guest DNS (to 10.0.2.1:53) works when the resolver's address is allowed by the same rules:
-// when Internet is true, or Allow covers it — and Deny does not.
+// Guest DNS (to 10.0.2.1:53, DNATed to the resolver the operator configured) works when the
+// resolver's address is allowed by Deny, Allow and Internet — the blocked ranges aside, since the
+// resolver is the operator's choice.
 type Policy struct {
 	Internet bool
 	Allow    []netip.Prefix
 	Deny     []netip.Prefix
+	Open     []netip.Prefix
 }
 
 func (p Policy) validate() (Policy, error) {
@@ -81,6 +85,9 @@ func (p Policy) validate() (Policy, error) {
 		return q, err
 	}
 	if q.Deny, err = norm(p.Deny); err != nil {
+		return q, err
+	}
+	if q.Open, err = norm(p.Open); err != nil {
 		return q, err
 	}
 	return q, nil
@@ -122,10 +129,8 @@ type Slot struct {
 	nc   *nftables.Conn  // lasting, in ns
 	nl   *netlink.Handle // in ns
 
-	mu        sync.Mutex
-	state     slotState
-	hostRules bool // host-side Allow rules exist
-	hostFlows bool // may have host-side tracked connections to forget (it had Allow rules)
+	mu    sync.Mutex
+	state slotState
 }
 
 // NetnsPath is the namespace's bind mount, usable with setns(2) or `ip netns`.
@@ -176,25 +181,19 @@ func (s *Slot) Release() error {
 	return s.pool.release(s)
 }
 
-// clearPolicy empties the slot's egress chain and removes its host-side Allow rules.
+// clearPolicy empties the slot's egress chain.
 func (s *Slot) clearPolicy() error {
-	p := s.pool
 	clearEgress(s.nc)
 	if err := s.nc.Flush(); err != nil {
 		return fmt.Errorf("clear egress: %w", err)
 	}
-	if s.hostRules {
-		if err := p.withHostNft(func(hc *hostConn) error { return p.removeHostAllow(hc.c, s) }); err != nil {
-			return fmt.Errorf("remove host rules: %w", err)
-		}
-		s.hostRules = false
-	}
 	return nil
 }
 
-// wipe forgets every tracked connection of a released slot, in its namespace and on the host,
-// and reports whether its tap is still attached to a file. prev is an earlier error of the
-// release, returned as is (the slot is then deleted anyway).
+// wipe forgets every tracked connection of a released slot, in its namespace and on the host
+// (whose forward path knows the slot's flows by state, so a stale entry could let an old peer
+// back in to the next sandbox), and reports whether its tap is still attached to a file. prev
+// is an earlier error of the release, returned as is (the slot is then deleted anyway).
 func (s *Slot) wipe(prev error) (attached bool, err error) {
 	if prev != nil {
 		return false, prev
@@ -202,14 +201,9 @@ func (s *Slot) wipe(prev error) (attached bool, err error) {
 	if err := s.nl.ConntrackTableFlush(netlink.ConntrackTable); err != nil {
 		return false, fmt.Errorf("flush conntrack: %w", err)
 	}
-	// The host's tracked connections matter only where the host's own rules accepted the
-	// slot's traffic by state: connections to host addresses the policy allowed. Forgetting
-	// them walks the host's whole conntrack table (~3 ms with 256k buckets), so only then.
-	if s.hostFlows {
-		if err := s.pool.forgetHostConntrack(s.SandboxAddr); err != nil {
-			return false, err
-		}
-		s.hostFlows = false
+	// Walks the host's whole table (~3 ms with 256k buckets): off the caller's path.
+	if err := s.pool.forgetHostConntrack(s.SandboxAddr); err != nil {
+		return false, err
 	}
 	l, err := s.nl.LinkByName(TapName)
 	if err != nil {

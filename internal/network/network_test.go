@@ -3,6 +3,7 @@ package network
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -299,6 +300,7 @@ func TestIsolationAndInbound(t *testing.T) {
 	}()
 	hport := hl.Addr().(*net.TCPAddr).Port
 	hostAt := func(x netip.Addr) string { return fmt.Sprintf("%s:%d", x, hport) }
+	priv := o.AddPrivate(t)
 
 	t.Run("inbound", func(t *testing.T) {
 		// The guest sees the connection come from its gateway (masquerade towards the tap).
@@ -307,6 +309,7 @@ func TestIsolationAndInbound(t *testing.T) {
 	})
 	t.Run("sanity", func(t *testing.T) {
 		expectGet(t, ga.h, o.Addr.String()+":8080", "outside")
+		expectGet(t, netns.None(), priv.String()+":8080", "outside")
 		expectGet(t, netns.None(), hostAt(o.HostAddr), "host")
 	})
 	t.Run("no-other-slot", func(t *testing.T) {
@@ -319,27 +322,45 @@ func TestIsolationAndInbound(t *testing.T) {
 		expectGet(t, ga.h, hostAt(o.HostAddr), "")            // a host address outside the slot CIDR
 		expectGet(t, ga.h, "10.0.2.1:"+fmt.Sprint(hport), "") // the namespace itself
 	})
-	t.Run("allow-opens-slot-and-host", func(t *testing.T) {
-		c := e.acquire(p, Policy{Allow: []netip.Prefix{pfx(b.SandboxAddr), pfx(o.HostAddr)}})
+	t.Run("allow-never-opens-blocked", func(t *testing.T) {
+		// The rules themselves (not only the API's validation) keep blocked ranges shut: a
+		// policy allowing everything of the kind still reaches only the outside.
+		c := e.acquire(p, Policy{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"),
+			netip.MustParsePrefix("10.0.0.0/8"), e.cidr, pfx(b.SandboxAddr), pfx(b.HostAddr),
+			pfx(o.HostAddr), netip.MustParsePrefix("169.254.169.254/32"), netip.MustParsePrefix("127.0.0.0/8")}})
 		gc := e.newGuest(c)
-		expectGet(t, gc.h, b.SandboxAddr.String()+":8000", "guest-b")
-		expectGet(t, gc.h, hostAt(o.HostAddr), "host")
-		expectGet(t, gc.h, hostAt(a.HostAddr), "")
-		expectGet(t, gc.h, o.Addr.String()+":8080", "")
-		hostRules := func() string {
-			return nettest.Output("nft", "list", "chain", "ip", nftTable+"-"+e.prefix, chSlotAllow)
+		expectGet(t, gc.h, o.Addr.String()+":8080", "outside") // 0.0.0.0/0 opens the outside
+		expectGet(t, gc.h, b.SandboxAddr.String()+":8000", "") // another sandbox
+		expectGet(t, gc.h, hostAt(b.HostAddr), "")             // another slot's host end
+		expectGet(t, gc.h, hostAt(c.HostAddr), "")             // its own gateway on the host
+		expectGet(t, gc.h, hostAt(o.HostAddr), "")             // a host address outside the slot CIDR
+		expectGet(t, gc.h, "10.0.2.1:"+fmt.Sprint(hport), "")  // the namespace itself
+		expectGet(t, gc.h, priv.String()+":8080", "")          // a private range
+		// Ranges we do not route anywhere on a test host (metadata, loopback…) are checked in
+		// the rules: the blocked chain is jumped to before any allow rule.
+		eg := nettest.Output("ip", "netns", "exec", c.Namespace, "nft", "list", "chain", "ip", nftTable, chEgress)
+		if j, a := strings.Index(eg, "jump "+chBlocked), strings.Index(eg, "ip daddr 0.0.0.0/0 accept"); j < 0 || a < 0 || j > a {
+			t.Errorf("egress chain does not match the blocked ranges before the allow list:\n%s", eg)
 		}
-		if r := hostRules(); !strings.Contains(r, `iifname "`+c.HostLink+`" ip daddr `+o.HostAddr.String()+" accept") {
-			t.Errorf("host allow rules:\n%s", r)
+		bl := nettest.Output("ip", "netns", "exec", c.Namespace, "nft", "list", "chain", "ip", nftTable, chBlocked)
+		for _, r := range append(append([]Range{{e.cidr, "slots"}}, Blocked...), Private...) {
+			if !strings.Contains(bl, "ip daddr "+r.Prefix.String()+" drop") {
+				t.Errorf("blocked chain lacks %v:\n%s", r.Prefix, bl)
+			}
 		}
-		// Release while the tap is still open: the slot must be deleted, not recycled.
-		if err := c.Release(); err != nil {
-			t.Fatal(err)
+		if r := nettest.Output("nft", "list", "table", "ip", nftTable+"-"+e.prefix); strings.Contains(r, "slot_allow") || strings.Contains(r, c.HostLink) {
+			t.Errorf("host table has per-slot allow rules:\n%s", r)
 		}
-		if r := hostRules(); strings.Contains(r, c.HostLink) {
-			t.Errorf("host allow rules survive Release:\n%s", r)
-		}
-		waitGone(t, c.Namespace)
+	})
+	t.Run("operator-opens-private-range", func(t *testing.T) {
+		open := netip.PrefixFrom(priv, 24).Masked()
+		c := e.acquire(p, Policy{Internet: true, Open: []netip.Prefix{open, e.cidr}})
+		gc := e.newGuest(c)
+		expectGet(t, gc.h, priv.String()+":8080", "outside")
+		expectGet(t, gc.h, b.SandboxAddr.String()+":8000", "") // an open range never opens the slots
+		expectGet(t, gc.h, hostAt(o.HostAddr), "")
+		shut := e.acquire(p, Policy{Internet: true})
+		expectGet(t, e.newGuest(shut).h, priv.String()+":8080", "")
 	})
 }
 
@@ -380,9 +401,9 @@ func TestRecycle(t *testing.T) {
 	if err := p.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// An Allow of a host address makes the host track the slot's connections by state too, so
-	// the host's table must be wiped as well.
-	s, err := p.Acquire(ctx, Policy{Internet: true, Allow: []netip.Prefix{pfx(o.HostAddr)}})
+	// The host tracks the slot's forwarded connections by state too, so the host's table must
+	// be wiped as well.
+	s, err := p.Acquire(ctx, Policy{Internet: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -652,5 +673,60 @@ func TestOpenRefusesTakenCIDR(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "overlaps") || !strings.Contains(err.Error(), "--network-cidr") {
 		t.Errorf("error does not say what to do: %v", err)
+	}
+}
+
+// TestEgressGuard: a team's allow list cannot name an always-blocked or private destination in
+// any notation; wider entries are taken (the rules keep the blocked ranges shut); the operator's
+// open ranges make their private range allowable, and cannot themselves open a blocked range.
+func TestEgressGuard(t *testing.T) {
+	slots := netip.MustParsePrefix("10.213.0.0/16")
+	g := Guard{SlotCIDR: slots}
+	refused := []string{
+		"10.213.0.0/16", "10.213.4.1", "10.213.4.1/32", // the slots and their host ends
+		"10.0.0.0/8", "192.168.1.10", "172.16.0.0/12", "100.64.0.1", // private
+		"169.254.169.254", "169.254.0.0/16", "::ffff:169.254.169.254", "::ffff:a9fe:a9fe", // metadata, also as mapped IPv6
+		"127.0.0.1", "::ffff:127.0.0.1/128", "0.0.0.0", "224.0.0.251", "255.255.255.255", "240.0.0.1/8",
+		"::1", "::/0", "fe80::1", "fd00::/8", "2001:db8::/32", // IPv6
+		"localhost", "metadata.google.internal", "0x7f.0.0.1", "2130706433", "0177.0.0.1", "127.1", "169.254.169.254%eth0",
+	}
+	for _, s := range refused {
+		internet := false
+		_, err := (&Egress{Internet: &internet, Allow: []string{s}}).Policy(g)
+		var ee *EgressError
+		if !errors.As(err, &ee) {
+			t.Errorf("allow %q: err %v, want an EgressError", s, err)
+		}
+	}
+	// Control plane side (no slot range known): the fixed ranges are still refused.
+	if _, err := (&Egress{Allow: []string{"169.254.169.254"}}).Policy(Guard{}); err == nil {
+		t.Error("metadata address allowed without a slot range")
+	}
+	for _, s := range []string{"0.0.0.0/0", "8.0.0.0/7", "203.0.113.7", "::ffff:203.0.113.0/120", " 198.51.100.0/24 ", "::ffff:0.0.0.0/96"} {
+		pol, err := (&Egress{Allow: []string{s}}).Policy(g)
+		if err != nil || len(pol.Allow) != 1 || !pol.Allow[0].Addr().Is4() {
+			t.Errorf("allow %q: %+v %v, want taken as IPv4", s, pol, err)
+		}
+	}
+	// Deny may name anything.
+	if _, err := (&Egress{Deny: []string{"10.0.0.0/8", "169.254.169.254"}}).Policy(g); err != nil {
+		t.Errorf("deny of blocked ranges: %v", err)
+	}
+	// The operator opened 10.5.0.0/16: a team may allow inside it, not beyond.
+	open, err := ParseOpen([]string{"10.5.0.0/16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	og := Guard{Open: open, SlotCIDR: slots}
+	if pol, err := (&Egress{Allow: []string{"10.5.1.2"}}).Policy(og); err != nil || len(pol.Open) != 1 {
+		t.Errorf("allow inside the open range: %+v %v", pol, err)
+	}
+	if _, err := (&Egress{Allow: []string{"10.6.1.2"}}).Policy(og); err == nil {
+		t.Error("allow outside the open range taken")
+	}
+	for _, bad := range []string{"0.0.0.0/0", "169.254.0.0/16", "127.0.0.1", "224.0.0.0/8", "fd00::/8", "nope"} {
+		if _, err := ParseOpen([]string{bad}); err == nil {
+			t.Errorf("operator open range %q accepted", bad)
+		}
 	}
 }

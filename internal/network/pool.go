@@ -173,6 +173,9 @@ func (p *Pool) setupDNS() error {
 	return nil
 }
 
+// CIDR is the pool's slot range.
+func (p *Pool) CIDR() netip.Prefix { return p.cidr }
+
 func (p *Pool) hostLinkPrefix() string { return p.cfg.Prefix + "-h" }
 
 func (p *Pool) nsName(i int) string   { return p.cfg.Prefix + "-" + strconv.Itoa(i) }
@@ -501,7 +504,7 @@ func (s *Slot) build() error {
 		return fmt.Errorf("default route: %w", err)
 	}
 
-	addSlotTable(s.nc, s, p.cidr, s.dnsTarget())
+	addSlotTable(s.nc, s, s.dnsTarget())
 	if err := s.nc.Flush(); err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
@@ -520,12 +523,6 @@ func (s *Slot) destroy() error {
 	s.state = stateGone
 	s.mu.Unlock()
 	var errs []error
-	if s.hostRules {
-		if err := p.withHostNft(func(hc *hostConn) error { return p.removeHostAllow(hc.c, s) }); err != nil {
-			errs = append(errs, fmt.Errorf("host rules: %w", err))
-		}
-		s.hostRules = false
-	}
 	if err := p.rootNL.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: s.HostLink}}); err != nil && !isNotFound(err) {
 		errs = append(errs, fmt.Errorf("delete %s: %w", s.HostLink, err))
 	}
@@ -543,11 +540,6 @@ func (s *Slot) destroy() error {
 	if s.ns.IsOpen() {
 		s.ns.Close()
 		s.ns = netns.None()
-	}
-	if s.hostFlows {
-		if err := p.forgetHostConntrack(s.SandboxAddr); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	p.mu.Lock()
 	delete(p.inUse, s.Index)
@@ -611,33 +603,10 @@ func (p *Pool) Acquire(ctx context.Context, pol Policy) (*Slot, error) {
 	return s, nil
 }
 
-// apply replaces the slot's egress policy (in its namespace, and on the host for Allow).
+// apply replaces the slot's egress policy (one nftables transaction in its namespace).
 func (s *Slot) apply(pol Policy) error {
-	p := s.pool
-	setEgress(s.nc, pol, s.dnsTarget())
-	if err := s.nc.Flush(); err != nil {
-		return err
-	}
-	if s.hostRules || len(pol.Allow) > 0 {
-		err := p.withHostNft(func(hc *hostConn) error {
-			if s.hostRules {
-				if err := p.removeHostAllow(hc.c, s); err != nil {
-					return err
-				}
-				s.hostRules = false
-			}
-			if len(pol.Allow) == 0 {
-				return nil
-			}
-			p.addHostAllow(hc.c, s, pol.Allow)
-			s.hostRules, s.hostFlows = true, true
-			return hc.c.Flush()
-		})
-		if err != nil {
-			return fmt.Errorf("host rules: %w", err)
-		}
-	}
-	return nil
+	setEgress(s.nc, pol, s.pool.cidr, s.dnsTarget())
+	return s.nc.Flush()
 }
 
 func (p *Pool) release(s *Slot) error {

@@ -25,11 +25,14 @@ import (
 //	                                  iifname tap0 oifname veth0 jump egress
 //	chain egress      per-sandbox policy, rewritten at Acquire and flushed at Release:
 //	                                  [DNS to the resolver, if the policy lets it]
+//	                                  jump blocked
 //	                                  ip daddr <deny...> drop
 //	                                  ip daddr <allow...> accept
-//	                                  jump blocked
 //	                                  [accept, if Internet]
-//	chain blocked     ip daddr {slot CIDR, 169.254/16, 127/8, 0/8, 224/4, 255.255.255.255} drop
+//	chain blocked     rewritten with egress:
+//	                  ip daddr {slot CIDR, 0/8, 127/8, 169.254/16, 224/4, 240/4} drop
+//	                  ip daddr <operator's open ranges> return
+//	                  ip daddr {10/8, 172.16/12, 192.168/16, 100.64/10} drop
 //
 // A ready slot has an empty egress chain: its guest can reach nothing.
 //
@@ -39,21 +42,18 @@ import (
 //	chain input       (filter)        iifname "<prefix>-h*" jump slot_input
 //	chain slot_input  ct state established,related accept
 //	                  [udp/tcp dport 53 to the host-side resolver, when the resolver is on the host]
-//	                  jump slot_allow
 //	                  drop
-//	chain slot_allow  per-slot rules for Allow prefixes: iifname <host veth> ip daddr <p> accept
 //	chain forward     (filter) new connections from elsewhere into a slot veth are dropped
 //
 // The host input chain is what keeps a sandbox away from every address of the host (not only
 // the veth's .1): anything a slot sends to the host itself is dropped unless it answers a
-// connection the host opened, or an Allow prefix of that slot covers it.
+// connection the host opened or is DNS to the host's resolver. No policy opens it.
 
 const (
 	nftTable     = "pandastack"
 	chEgress     = "egress"
 	chBlocked    = "blocked"
 	chSlotInput  = "slot_input"
-	chSlotAllow  = "slot_allow"
 	ctStatusDNAT = 0x20 // IPS_DST_NAT
 )
 
@@ -142,20 +142,10 @@ func cat(parts ...[]expr.Any) []expr.Any {
 
 func one(p netip.Addr) netip.Prefix { return netip.PrefixFrom(p, 32) }
 
-// alwaysBlocked are the destinations a sandbox never reaches unless its Allow list says so
-// (the slot CIDR is added per pool).
-var alwaysBlocked = []netip.Prefix{
-	netip.MustParsePrefix("169.254.0.0/16"), // link-local, cloud metadata
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("224.0.0.0/4"), // multicast
-	netip.MustParsePrefix("255.255.255.255/32"),
-}
-
 func policyPtr(p nftables.ChainPolicy) *nftables.ChainPolicy { return &p }
 
 // addSlotTable queues the creation of a slot namespace's table (see the top of this file).
-func addSlotTable(c *nftables.Conn, s *Slot, cidr netip.Prefix, dns netip.Addr) {
+func addSlotTable(c *nftables.Conn, s *Slot, dns netip.Addr) {
 	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: nftTable})
 	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
@@ -166,8 +156,9 @@ func addSlotTable(c *nftables.Conn, s *Slot, cidr netip.Prefix, dns netip.Addr) 
 	fw := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
 		Policy: policyPtr(nftables.ChainPolicyDrop)})
+	// Both filled by setEgress at Acquire: blocked holds the operator's open ranges too.
 	c.AddChain(&nftables.Chain{Name: chEgress, Table: t})
-	bl := c.AddChain(&nftables.Chain{Name: chBlocked, Table: t})
+	c.AddChain(&nftables.Chain{Name: chBlocked, Table: t})
 
 	add := func(ch *nftables.Chain, e ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: cat(e...)})
@@ -191,36 +182,50 @@ func addSlotTable(c *nftables.Conn, s *Slot, cidr netip.Prefix, dns netip.Addr) 
 	add(fw, ctEstablished(), []expr.Any{verdict(expr.VerdictAccept)})
 	add(fw, iif(VethName), oif(TapName), ctBits(expr.CtKeySTATUS, ctStatusDNAT), []expr.Any{verdict(expr.VerdictAccept)})
 	add(fw, iif(TapName), oif(VethName), []expr.Any{jump(chEgress)})
-
-	for _, p := range append([]netip.Prefix{cidr}, alwaysBlocked...) {
-		add(bl, daddr(p), []expr.Any{verdict(expr.VerdictDrop)})
-	}
 }
 
-// setEgress queues the replacement of a slot's egress chain by policy pol (validated).
-// dns is the DNAT target of the guest's DNS (invalid: none).
-func setEgress(c *nftables.Conn, pol Policy, dns netip.Addr) {
+// setEgress queues the replacement of a slot's egress and blocked chains by policy pol
+// (validated). cidr is the pool's slot range; dns is the DNAT target of the guest's DNS
+// (invalid: none). The blocked chain comes before Deny and Allow, so no Allow entry can open
+// what it drops.
+func setEgress(c *nftables.Conn, pol Policy, cidr netip.Prefix, dns netip.Addr) {
 	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: nftTable}
 	eg := &nftables.Chain{Name: chEgress, Table: t}
+	bl := &nftables.Chain{Name: chBlocked, Table: t}
 	c.FlushChain(eg)
-	add := func(e ...[]expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: eg, Exprs: cat(e...)}) }
+	c.FlushChain(bl)
+	add := func(ch *nftables.Chain, e ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: cat(e...)})
+	}
 	accept := []expr.Any{verdict(expr.VerdictAccept)}
 	drop := []expr.Any{verdict(expr.VerdictDrop)}
+	ret := []expr.Any{verdict(expr.VerdictReturn)}
+
+	add(bl, daddr(cidr), drop)
+	for _, r := range Blocked {
+		add(bl, daddr(r.Prefix), drop)
+	}
+	for _, p := range pol.Open {
+		add(bl, daddr(p), ret)
+	}
+	for _, r := range Private {
+		add(bl, daddr(r.Prefix), drop)
+	}
 
 	if dns.IsValid() && pol.allowsDNS(dns) {
 		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-			add(ctBits(expr.CtKeySTATUS, ctStatusDNAT), daddr(one(dns)), l4proto(proto), dport(53), accept)
+			add(eg, ctBits(expr.CtKeySTATUS, ctStatusDNAT), daddr(one(dns)), l4proto(proto), dport(53), accept)
 		}
 	}
+	add(eg, []expr.Any{jump(chBlocked)})
 	for _, p := range pol.Deny {
-		add(daddr(p), drop)
+		add(eg, daddr(p), drop)
 	}
 	for _, p := range pol.Allow {
-		add(daddr(p), accept)
+		add(eg, daddr(p), accept)
 	}
-	add([]expr.Any{jump(chBlocked)})
 	if pol.Internet {
-		add(accept)
+		add(eg, accept)
 	}
 }
 
@@ -248,7 +253,6 @@ func (p *Pool) resetHostTable(c *nftables.Conn) {
 	fw := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
 	si := c.AddChain(&nftables.Chain{Name: chSlotInput, Table: t})
-	c.AddChain(&nftables.Chain{Name: chSlotAllow, Table: t})
 
 	add := func(ch *nftables.Chain, e ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: cat(e...)})
@@ -270,42 +274,8 @@ func (p *Pool) resetHostTable(c *nftables.Conn) {
 			add(si, daddr(dst), l4proto(proto), dport(53), accept)
 		}
 	}
-	add(si, []expr.Any{jump(chSlotAllow)})
 	add(si, drop)
 
 	add(fw, oifPrefix(links), notIifPrefix(links), ctEstablished(), accept)
 	add(fw, oifPrefix(links), notIifPrefix(links), drop)
-}
-
-// addHostAllow queues the host-side rules that let slot s reach host addresses its Allow list
-// covers. They are tagged with the slot's host link name so removeHostAllow can find them.
-func (p *Pool) addHostAllow(c *nftables.Conn, s *Slot, allow []netip.Prefix) {
-	t := p.hostTable()
-	ch := &nftables.Chain{Name: chSlotAllow, Table: t}
-	for _, a := range allow {
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, UserData: []byte(s.HostLink),
-			Exprs: cat(iif(s.HostLink), daddr(a), []expr.Any{verdict(expr.VerdictAccept)})})
-	}
-}
-
-// removeHostAllow deletes the host-side Allow rules of slot s.
-func (p *Pool) removeHostAllow(c *nftables.Conn, s *Slot) error {
-	t := p.hostTable()
-	rules, err := c.GetRules(t, &nftables.Chain{Name: chSlotAllow, Table: t})
-	if err != nil {
-		return err
-	}
-	n := 0
-	for _, r := range rules {
-		if string(r.UserData) == s.HostLink {
-			if err := c.DelRule(r); err != nil {
-				return err
-			}
-			n++
-		}
-	}
-	if n == 0 {
-		return nil
-	}
-	return c.Flush()
 }

@@ -217,6 +217,20 @@ func NewOutside(t testing.TB, prefix string) *Outside {
 	return o
 }
 
+// AddPrivate puts a further address of the outside world at a in a free private range (a
+// random 10.201-250.x.x/24 that overlaps no route of the host: nothing real lives there), routed
+// from the host like Other, and returns it. It stands in for a LAN or VPC service a sandbox must
+// not reach unless the operator opens its range.
+func (o *Outside) AddPrivate(t testing.TB) netip.Addr {
+	t.Helper()
+	p := FreeCIDR(t, 24)
+	a := p.Addr().Next().Next().Next().Next().Next().Next().Next().Next().Next().Next() // .10
+	t.Cleanup(func() { exec.Command("ip", "route", "del", p.String()).Run() })
+	Run(t, "ip", "-n", o.NS, "addr", "add", a.String()+"/32", "dev", "lo")
+	Run(t, "ip", "route", "add", p.String(), "via", o.Addr.String())
+	return a
+}
+
 // UDPEcho answers every datagram on pc with prefix + the datagram, until pc is closed.
 func UDPEcho(pc net.PacketConn, prefix string) {
 	buf := make([]byte, 1500)
