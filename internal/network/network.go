@@ -131,6 +131,11 @@ type Slot struct {
 
 	mu    sync.Mutex
 	state slotState
+
+	// blockedSet: the blocked chain holds the fixed ranges and open, the operator's ranges last
+	// written (used by apply only, which is never concurrent for one slot).
+	blockedSet bool
+	open       []netip.Prefix
 }
 
 // NetnsPath is the namespace's bind mount, usable with setns(2) or `ip netns`.
@@ -213,18 +218,51 @@ func (s *Slot) wipe(prev error) (attached bool, err error) {
 }
 
 // forgetHostConntrack deletes the host's tracked connections from or to a slot address, so a
-// recycled slot inherits no established flows.
+// recycled slot inherits no established flows. A deletion walks the host's whole table (~3 ms
+// with 256k buckets), so concurrent calls are served by one walk (sweep).
 func (p *Pool) forgetHostConntrack(a netip.Addr) error {
-	src := &netlink.ConntrackFilter{}
-	if err := src.AddIP(netlink.ConntrackOrigSrcIP, a.AsSlice()); err != nil {
-		return err
+	done := make(chan error, 1)
+	p.sweepMu.Lock()
+	p.sweepQ = append(p.sweepQ, sweepReq{a, done})
+	if !p.sweeping {
+		p.sweeping = true
+		go p.sweep()
 	}
-	dst := &netlink.ConntrackFilter{}
-	if err := dst.AddIP(netlink.ConntrackOrigDstIP, a.AsSlice()); err != nil {
-		return err
+	p.sweepMu.Unlock()
+	return <-done
+}
+
+// sweep deletes the host's tracked connections of every queued address, one table walk per
+// batch, until the queue is empty.
+func (p *Pool) sweep() {
+	for {
+		p.sweepMu.Lock()
+		q := p.sweepQ
+		p.sweepQ = nil
+		if len(q) == 0 {
+			p.sweeping = false
+			p.sweepMu.Unlock()
+			return
+		}
+		p.sweepMu.Unlock()
+		var filters []netlink.CustomConntrackFilter
+		var err error
+		for _, r := range q {
+			for _, dir := range []netlink.ConntrackFilterType{netlink.ConntrackOrigSrcIP, netlink.ConntrackOrigDstIP} {
+				f := &netlink.ConntrackFilter{}
+				if e := f.AddIP(dir, r.addr.AsSlice()); e != nil {
+					err = e
+				}
+				filters = append(filters, f)
+			}
+		}
+		if err == nil {
+			if _, e := p.rootNL.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, filters...); e != nil {
+				err = fmt.Errorf("host conntrack: %w", e)
+			}
+		}
+		for _, r := range q {
+			r.done <- err
+		}
 	}
-	if _, err := p.rootNL.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, src, dst); err != nil {
-		return fmt.Errorf("host conntrack: %w", err)
-	}
-	return nil
 }

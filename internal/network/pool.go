@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -72,6 +73,16 @@ type Pool struct {
 	wake chan struct{}
 	quit chan struct{}
 	bg   sync.WaitGroup
+
+	// Host conntrack sweeps: one walk of the host's table serves every slot released meanwhile.
+	sweepMu  sync.Mutex
+	sweepQ   []sweepReq
+	sweeping bool
+}
+
+type sweepReq struct {
+	addr netip.Addr
+	done chan error
 }
 
 var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
@@ -603,10 +614,17 @@ func (p *Pool) Acquire(ctx context.Context, pol Policy) (*Slot, error) {
 	return s, nil
 }
 
-// apply replaces the slot's egress policy (one nftables transaction in its namespace).
+// apply replaces the slot's egress policy (one nftables transaction in its namespace). The
+// blocked chain is rewritten only when the operator's open ranges differ from what the slot has.
 func (s *Slot) apply(pol Policy) error {
-	setEgress(s.nc, pol, s.pool.cidr, s.dnsTarget())
-	return s.nc.Flush()
+	rewriteBlocked := !s.blockedSet || !slices.Equal(s.open, pol.Open)
+	setEgress(s.nc, pol, s.pool.cidr, s.dnsTarget(), rewriteBlocked)
+	if err := s.nc.Flush(); err != nil {
+		s.blockedSet = false
+		return err
+	}
+	s.blockedSet, s.open = true, slices.Clone(pol.Open)
+	return nil
 }
 
 func (p *Pool) release(s *Slot) error {

@@ -184,16 +184,15 @@ func addSlotTable(c *nftables.Conn, s *Slot, dns netip.Addr) {
 	add(fw, iif(TapName), oif(VethName), []expr.Any{jump(chEgress)})
 }
 
-// setEgress queues the replacement of a slot's egress and blocked chains by policy pol
-// (validated). cidr is the pool's slot range; dns is the DNAT target of the guest's DNS
-// (invalid: none). The blocked chain comes before Deny and Allow, so no Allow entry can open
+// setEgress queues the replacement of a slot's egress chain by policy pol (validated), and of
+// its blocked chain when rewriteBlocked (the operator's open ranges change it). cidr is the
+// pool's slot range; dns is the DNAT target of the guest's DNS (invalid: none). The blocked chain comes before Deny and Allow, so no Allow entry can open
 // what it drops.
-func setEgress(c *nftables.Conn, pol Policy, cidr netip.Prefix, dns netip.Addr) {
+func setEgress(c *nftables.Conn, pol Policy, cidr netip.Prefix, dns netip.Addr, rewriteBlocked bool) {
 	t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: nftTable}
 	eg := &nftables.Chain{Name: chEgress, Table: t}
 	bl := &nftables.Chain{Name: chBlocked, Table: t}
 	c.FlushChain(eg)
-	c.FlushChain(bl)
 	add := func(ch *nftables.Chain, e ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: cat(e...)})
 	}
@@ -201,15 +200,18 @@ func setEgress(c *nftables.Conn, pol Policy, cidr netip.Prefix, dns netip.Addr) 
 	drop := []expr.Any{verdict(expr.VerdictDrop)}
 	ret := []expr.Any{verdict(expr.VerdictReturn)}
 
-	add(bl, daddr(cidr), drop)
-	for _, r := range Blocked {
-		add(bl, daddr(r.Prefix), drop)
-	}
-	for _, p := range pol.Open {
-		add(bl, daddr(p), ret)
-	}
-	for _, r := range Private {
-		add(bl, daddr(r.Prefix), drop)
+	if rewriteBlocked {
+		c.FlushChain(bl)
+		add(bl, daddr(cidr), drop)
+		for _, r := range Blocked {
+			add(bl, daddr(r.Prefix), drop)
+		}
+		for _, p := range pol.Open {
+			add(bl, daddr(p), ret)
+		}
+		for _, r := range Private {
+			add(bl, daddr(r.Prefix), drop)
+		}
 	}
 
 	if dns.IsValid() && pol.allowsDNS(dns) {
