@@ -87,6 +87,16 @@ class LiveErrors(LiveTestCase):
             sb.set_ttl(-5)
         self.assertIn("ttl_seconds", cm.exception.message)
 
+    def test_egress_never_opens_blocked_ranges(self) -> None:
+        info = self.client.info()
+        blocked = [r["range"] for r in info["egress"]["blocked"]]
+        self.assertIn("169.254.0.0/16", blocked)
+        self.assertIn("10.0.0.0/8", [r["range"] for r in info["egress"]["private"]])
+        for allow in ("169.254.169.254", "::ffff:127.0.0.1", "10.0.0.0/8", "localhost"):
+            with self.assertRaises(pandastack.InvalidRequest) as cm:
+                self.client.sandboxes.create(template=TEMPLATE, egress={"internet": False, "allow": [allow]})
+            self.assertIn("egress.allow", cm.exception.message)
+
     def test_other_invalid_requests(self) -> None:
         with self.assertRaises(pandastack.InvalidRequest) as cm:
             self.client.sandboxes.create(template="no-such-template-xyz")

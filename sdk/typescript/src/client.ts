@@ -76,4 +76,24 @@ export class PandaStack {
     this.templates = new Templates(ctx);
     this.volumes = new Volumes(ctx);
   }
+
+  /**
+   * What the deployment enforces for every team (`GET /v1/info`): the destinations no egress
+   * policy opens, and the private ranges the operator opened.
+   */
+  async info(): Promise<DeploymentInfo> {
+    return this.http.json<DeploymentInfo>("GET", "/v1/info", { idempotent: true });
+  }
+}
+
+/** One address range and why it is special. */
+export interface InfoRange {
+  range: string;
+  why: string;
+}
+
+/** `GET /v1/info`. */
+export interface DeploymentInfo {
+  version: string;
+  egress: { blocked: InfoRange[]; private: InfoRange[]; open: string[]; also_blocked: string[] };
 }

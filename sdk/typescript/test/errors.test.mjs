@@ -92,6 +92,18 @@ describe("errors from the real server", () => {
     await assert.rejects(sb.setTtl(-5), (x) => x instanceof InvalidRequest && /ttl_seconds/.test(x.message));
   });
 
+  it("egress never opens the blocked ranges", async () => {
+    const info = await client.info();
+    assert.ok(info.egress.blocked.some((r) => r.range === "169.254.0.0/16"), JSON.stringify(info));
+    assert.ok(info.egress.private.some((r) => r.range === "10.0.0.0/8"));
+    for (const allow of ["169.254.169.254", "::ffff:127.0.0.1", "10.0.0.0/8", "localhost"]) {
+      await assert.rejects(
+        client.sandboxes.create({ template: TEMPLATE, egress: { internet: false, allow: [allow] } }),
+        (e) => e instanceof InvalidRequest && /egress\.allow/.test(e.message),
+      );
+    }
+  });
+
   it("other invalid requests", async () => {
     await assert.rejects(client.sandboxes.create({ template: "no-such-template-xyz" }), (e) => e instanceof InvalidRequest && e.message.includes("no-such-template-xyz"));
     await assert.rejects(client.sandboxes.create({ template: TEMPLATE, env: { "1BAD": "x" } }), InvalidRequest);

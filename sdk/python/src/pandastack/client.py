@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from . import errors
 from ._http import Transport
@@ -59,6 +59,12 @@ class PandaStack:
         self.snapshots = Snapshots(self)
         self.templates = Templates(self)
         self.volumes = Volumes(self)
+
+    def info(self) -> Dict[str, Any]:
+        """What the deployment enforces for every team: ``{"version", "egress": {"blocked",
+        "private", "open", "also_blocked"}}`` — the destinations no egress policy opens, and the
+        private ranges the operator opened (``GET /v1/info``)."""
+        return self._http.request("GET", "/v1/info", idempotent=True).json()
 
     def close(self) -> None:
         """Nothing to release (connections are per request); kept for symmetry."""
