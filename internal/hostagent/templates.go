@@ -163,6 +163,12 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 	if info, err := loadTemplate(dir); err == nil {
 		return info, nil
 	}
+	// The disk is copied when the image cache cannot be reflinked into the pool; the RAM file is written.
+	release, err := a.admit("baking template "+spec.Name, int64(spec.DiskMiB+spec.MemoryMiB)<<20)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	say("baking template %s: cold boot (%d vCPU, %d MiB RAM, %s)", spec.Name, spec.VCPUs, spec.MemoryMiB, a.rt.Accel())
 	start := time.Now()
 	tmp := dir + ".baking"
