@@ -83,6 +83,13 @@ func (a *Agent) admit(what string, need int64) (release func(), err error) {
 		return nil, err
 	}
 	if need > s.available() {
+		// XFS frees a deleted file's blocks in the background: let them count before saying no.
+		a.pool.Settle()
+		if s, err = a.measure(); err != nil {
+			return nil, err
+		}
+	}
+	if need > s.available() {
 		return nil, errorf(http.StatusInsufficientStorage, "no_space", "%s needs %d MiB of the host's disk pool but only %s",
 			what, (need+1<<20-1)>>20, s)
 	}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -138,6 +139,27 @@ func (p *Pool) checkFits(reserve int64) {
 			p.Image, st.Size>>20, grow>>20, free>>20, reserve>>20))
 	}
 }
+
+// Settle makes XFS finish freeing the blocks of deleted files, which it does in the background
+// (so a file just removed may not count as free yet): XFS_IOC_FREE_EOFBLOCKS waits for that
+// work. Elsewhere (btrfs) it fails, harmlessly.
+func (p *Pool) Settle() error {
+	fd, err := unix.Open(p.Dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	// struct xfs_fs_eofblocks: version 1, no filters (128 bytes).
+	var eofb [128]byte
+	eofb[0] = 1
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), xfsIocFreeEOFBlocks, uintptr(unsafe.Pointer(&eofb[0]))); errno != 0 {
+		return fmt.Errorf("XFS_IOC_FREE_EOFBLOCKS %s: %w", p.Dir, errno)
+	}
+	return nil
+}
+
+// xfsIocFreeEOFBlocks is _IOR('X', 58, struct xfs_fs_eofblocks).
+const xfsIocFreeEOFBlocks = 2<<30 | 128<<16 | 'X'<<8 | 58
 
 // Space is the room of a pool, in bytes.
 type Space struct {

@@ -101,7 +101,16 @@ func TestPoolFitsItsDisk(t *testing.T) {
 	if sp, _ := p.Space(); sp.Free() > 16<<20 {
 		t.Errorf("full pool reports %d MiB free", sp.Free()>>20)
 	}
-	os.Remove(filepath.Join(p.Dir, "fill"))
+	// A deleted file's room is back once Settle returns (XFS frees it in the background).
+	if err := os.Remove(filepath.Join(p.Dir, "fill")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	if sp, _ := p.Space(); sp.PoolFree < st.Size()*9/10 {
+		t.Errorf("pool has %d MiB free after the fill was deleted, of %d", sp.PoolFree>>20, st.Size()>>20)
+	}
 
 	// No room for even the smallest pool: refused, nothing left behind.
 	tiny := SmallDisk(t, 900)
