@@ -112,7 +112,7 @@ func (p *Pool) fitSize(want, reserve int64) (int64, error) {
 	}
 	fit := (free - reserve) &^ (1<<20 - 1)
 	if fit < MinPoolBytes {
-		return 0, fmt.Errorf("the disk under %s has %d MiB free: a pool needs %d MiB beyond the %d MiB kept free (--disk-reserve-gib); free space there or move --data-dir",
+		return 0, fmt.Errorf("the disk under %s has %d MiB free: a pool needs %d MiB beyond the %d MiB kept free (--disk-reserve-mib); free space there or move --data-dir",
 			filepath.Dir(p.Image), free>>20, MinPoolBytes>>20, reserve>>20)
 	}
 	if want <= fit {
