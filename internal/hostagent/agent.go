@@ -51,7 +51,7 @@ type Config struct {
 	PoolGiB int
 	// DiskReserveMiB is kept free on the pool's filesystem and on the disk under a loop pool:
 	// volume creates and resizes, snapshots, hibernations and bakes that would eat into it are
-	// refused with 507 no_space (default 4096).
+	// refused with 507 no_space (0: a sixteenth of the pool, at most DefaultDiskReserveMiB).
 	DiskReserveMiB int64
 	// VolumeOvercommit: a volume is promised 1/VolumeOvercommit of its size in real pool space
 	// (default 1: every volume's whole size is backed; must be >= 1).
@@ -127,9 +127,6 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.GuestAgent == "" {
 		cfg.GuestAgent = findGuestAgent()
 	}
-	if cfg.DiskReserveMiB <= 0 {
-		cfg.DiskReserveMiB = DefaultDiskReserveMiB
-	}
 	if cfg.VolumeOvercommit == 0 {
 		cfg.VolumeOvercommit = 1
 	}
@@ -139,9 +136,21 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	pool, err := storage.Open(cfg.DataDir, cfg.PoolGiB, cfg.DiskReserveMiB<<20)
+	fitReserve := cfg.DiskReserveMiB
+	if fitReserve <= 0 {
+		fitReserve = DefaultDiskReserveMiB
+	}
+	pool, err := storage.Open(cfg.DataDir, cfg.PoolGiB, fitReserve<<20)
 	if err != nil {
 		return nil, fmt.Errorf("disk pool: %w", err)
+	}
+	if cfg.DiskReserveMiB <= 0 {
+		// A sixteenth of the pool, at most the default: a small pool keeps most of its room.
+		sp, err := pool.Space()
+		if err != nil {
+			return nil, fmt.Errorf("disk pool: %w", err)
+		}
+		cfg.DiskReserveMiB = min(DefaultDiskReserveMiB, sp.Total>>20/16)
 	}
 	for _, w := range pool.Warnings {
 		cfg.Logger.Warn(w)

@@ -15,9 +15,9 @@ import (
 // fills later, so each one also holds a promise: 1/VolumeOvercommit of its size that is not yet
 // written counts as taken.
 
-// DefaultDiskReserveMiB is kept free on the pool and on the disk under it (Config.DiskReserveMiB):
-// headroom for writes nothing admits (running sandboxes' copy-on-write disk writes, guest image
-// builds, logs).
+// DefaultDiskReserveMiB is the most kept free by default on the pool and on the disk under it
+// (Config.DiskReserveMiB; a sixteenth of a smaller pool): headroom for writes nothing admits
+// (running sandboxes' copy-on-write disk writes, guest image builds, logs).
 const DefaultDiskReserveMiB = 4096
 
 // snapshotDiskMiB is admitted for a snapshot's disk on top of its memory: the disk is a reflink
@@ -128,3 +128,4 @@ func (a *Agent) volumesPromised() int64 {
 func mkfsCost(size int64) int64 {
 	return min(size, min(size/32, 1<<30)+size/16384+8<<20)
 }
+
