@@ -128,4 +128,3 @@ func (a *Agent) volumesPromised() int64 {
 func mkfsCost(size int64) int64 {
 	return min(size, min(size/32, 1<<30)+size/16384+8<<20)
 }
-
