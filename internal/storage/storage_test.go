@@ -11,9 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SmallDisk mounts a tmpfs of sizeMiB on a fresh directory: a small host disk that cannot
+// smallDisk mounts a tmpfs of sizeMiB on a fresh directory: a small host disk that cannot
 // reflink, so Open makes a loop pool on it. Root only (tmpfs and loop mounts).
-func SmallDisk(t *testing.T, sizeMiB int) string {
+func smallDisk(t *testing.T, sizeMiB int) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (tmpfs and loop mounts)")
@@ -45,7 +45,7 @@ func openPool(t *testing.T, dataDir string, gib int, reserve int64) *Pool {
 // the disk's reserve still free; a disk with no room for a pool is a clear error.
 func TestPoolFitsItsDisk(t *testing.T) {
 	const diskMiB, reserve = 1300, 200 << 20
-	disk := SmallDisk(t, diskMiB)
+	disk := smallDisk(t, diskMiB)
 	p := openPool(t, disk, 64, reserve)
 	if !p.Loop || p.Image == "" {
 		t.Fatalf("a tmpfs data dir should get a loop pool: %+v", p)
@@ -113,7 +113,7 @@ func TestPoolFitsItsDisk(t *testing.T) {
 	}
 
 	// No room for even the smallest pool: refused, nothing left behind.
-	tiny := SmallDisk(t, 900)
+	tiny := smallDisk(t, 900)
 	if _, err := Open(tiny, 64, reserve); err == nil || !strings.Contains(err.Error(), "MiB free") {
 		t.Fatalf("pool on a 900 MiB disk: %v, want an error naming the free space", err)
 	}
@@ -125,7 +125,7 @@ func TestPoolFitsItsDisk(t *testing.T) {
 // TestPoolLargerThanDisk: an existing pool image larger than its disk can hold is kept (XFS does
 // not shrink) with a warning, and Space counts the disk's free space, not only the pool's.
 func TestPoolLargerThanDisk(t *testing.T) {
-	disk := SmallDisk(t, 1300)
+	disk := smallDisk(t, 1300)
 	img := filepath.Join(disk, poolImage)
 	// An image made by an older agent (or for a bigger disk): 8 GiB, sparse.
 	if err := os.WriteFile(img, nil, 0o600); err != nil {
