@@ -87,8 +87,18 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 	f.StringVar(&cfg.ImageCacheDir, "image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache dir (default: inside the data dir's pool)")
 	netf.register(f)
 	registerConfineFlags(f, &cfg)
-	f.IntVar(&cfg.PoolGiB, "pool-gib", 64, "size of the sparse XFS pool made when the data dir cannot reflink")
+	registerDiskFlags(f, &cfg)
 	rootCmd.AddCommand(cmd)
+}
+
+// registerDiskFlags adds the disk pool's size and admission flags (docs/volumes.md "Disk space")
+// to agent and up.
+func registerDiskFlags(f *pflag.FlagSet, cfg *hostagent.Config) {
+	f.IntVar(&cfg.PoolGiB, "pool-gib", 64, "size of the sparse XFS pool made when the data dir cannot reflink (made smaller if its disk has less free)")
+	f.Int64Var(&cfg.DiskReserveMiB, "disk-reserve-mib", 0,
+		"MiB kept free on the disk pool and the disk under it: volume creates, snapshots, hibernations and bakes that would use it are refused, 507 no_space (0: a sixteenth of the pool, at most 4096)")
+	f.Float64Var(&cfg.VolumeOvercommit, "volume-overcommit", 1,
+		"a volume is promised 1/N of its size in real pool space (1: every volume fully backed; >1 lets sparse volumes add up to more than the pool)")
 }
 
 // registerConfineFlags adds the VMM confinement flags (docs/security.md) to agent and up.

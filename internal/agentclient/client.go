@@ -98,6 +98,10 @@ type Info struct {
 	SlotsTotal  int64      `json:"slots_total"`
 	SlotsUsed   int64      `json:"slots_used"`
 	Templates   []Template `json:"templates"`
+	// PoolMiBTotal is the size of the agent's disk pool; PoolMiBFree what it still admits
+	// (volumes, snapshots) after its reserve and the volumes' promises (docs/volumes.md).
+	PoolMiBTotal int64 `json:"pool_mib_total,omitempty"`
+	PoolMiBFree  int64 `json:"pool_mib_free,omitempty"`
 }
 
 // Sandbox is the agent's view of a sandbox.

@@ -62,7 +62,7 @@ func startVMHostWith(t *testing.T, tune func(*hostagent.Config)) *vmHost {
 		}
 		h.stop()
 		// Agents leave their loop-mounted pool in place for a successor; tests tear it down.
-		if p, err := storage.Open(dir, 0); err == nil {
+		if p, err := storage.Open(dir, 0, 0); err == nil {
 			if err := p.Close(); err != nil {
 				t.Logf("pool close: %v", err)
 			}

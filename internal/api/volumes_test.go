@@ -286,3 +286,33 @@ func TestVolumeDeleteWhileHostDownIsReconciled(t *testing.T) {
 		t.Fatalf("reconcile left %v", e.agent.Volumes())
 	}
 }
+
+// TestVolumeNoSpace: a host whose disk pool cannot take a volume answers 507 no_space; the
+// control plane then tries the next host, and when none has room the caller gets that 507 with
+// nothing recorded. A resize past the pool's room is the same 507 and leaves the size.
+func TestVolumeNoSpace(t *testing.T) {
+	e := newEnv(t)
+	k := e.admin
+	e.agent.SetPool(1024)
+	b := fakeagent.New("host-b", agentToken, "base", "code-interpreter")
+	t.Cleanup(b.Close)
+	b.SetPool(4096)
+	e.sched.AddStaticAgent(b.URL(), agentToken)
+	e.agent.SetMemory(16384) // host-a ranks first
+	if err := e.sched.PollStatic(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	v := e.createVolume(k, `{"size_mib": 2048}`)
+	if v.HostID != "host-b" {
+		t.Fatalf("a 2 GiB volume went to %s, which has a 1 GiB pool", v.HostID)
+	}
+	e.wantErr(e.do("POST", "/v1/volumes", k, `{"size_mib": 8192}`), 507, "no_space", "available")
+	e.wantErr(e.do("POST", "/v1/volumes/"+v.ID+"/resize", k, `{"size_mib": 8192}`), 507, "no_space", "available")
+	if got := e.getVolume(k, v.ID); got.SizeMiB != 2048 {
+		t.Fatalf("refused resize changed the size: %d", got.SizeMiB)
+	}
+	r := e.mustStatus(e.do("GET", "/v1/volumes", k, nil), 200).json(t)
+	if n := len(r["volumes"].([]any)); n != 1 {
+		t.Fatalf("%d volumes recorded, want 1", n)
+	}
+}

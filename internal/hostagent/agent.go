@@ -46,8 +46,16 @@ type Config struct {
 	// ImageCacheDir holds built guest images (default: inside the pool). Tests share one across
 	// data dirs so the debootstrap runs once.
 	ImageCacheDir string
-	// PoolGiB sizes the loop-mounted XFS pool when the data dir cannot reflink (default 64, sparse).
+	// PoolGiB sizes the loop-mounted XFS pool when the data dir cannot reflink (default 64,
+	// sparse; made smaller when its disk has less free, docs/volumes.md "Disk space").
 	PoolGiB int
+	// DiskReserveMiB is kept free on the pool's filesystem and on the disk under a loop pool:
+	// volume creates and resizes, snapshots, hibernations and bakes that would eat into it are
+	// refused with 507 no_space (0: a sixteenth of the pool, at most DefaultDiskReserveMiB).
+	DiskReserveMiB int64
+	// VolumeOvercommit: a volume is promised 1/VolumeOvercommit of its size in real pool space
+	// (default 1: every volume's whole size is backed; must be >= 1).
+	VolumeOvercommit float64
 	// Accel forces "tcg" or "kvm"; empty probes.
 	Accel string
 	// ExecOutputLimit caps each stream of a buffered exec (default 16 MiB).
@@ -88,6 +96,8 @@ type Agent struct {
 	templates map[string]*bakeState
 	built     map[string]template.Spec // templates built through the API (persisted in templates/specs)
 	volMu     sync.Mutex               // serialises volume create, resize and delete
+	spaceMu   sync.Mutex               // guards pending
+	pending   int64                    // bytes admitted to operations still writing them
 	uids      map[string]int           // sandbox id -> its VMMs' uid (confinement on)
 	confined  bool
 	closed    bool
@@ -117,12 +127,33 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.GuestAgent == "" {
 		cfg.GuestAgent = findGuestAgent()
 	}
+	if cfg.VolumeOvercommit == 0 {
+		cfg.VolumeOvercommit = 1
+	}
+	if cfg.VolumeOvercommit < 1 {
+		return nil, fmt.Errorf("volume overcommit must be at least 1 (1: no overcommit), got %g", cfg.VolumeOvercommit)
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	pool, err := storage.Open(cfg.DataDir, cfg.PoolGiB)
+	fitReserve := cfg.DiskReserveMiB
+	if fitReserve <= 0 {
+		fitReserve = DefaultDiskReserveMiB
+	}
+	pool, err := storage.Open(cfg.DataDir, cfg.PoolGiB, fitReserve<<20)
 	if err != nil {
 		return nil, fmt.Errorf("disk pool: %w", err)
+	}
+	if cfg.DiskReserveMiB <= 0 {
+		// A sixteenth of the pool, at most the default: a small pool keeps most of its room.
+		sp, err := pool.Space()
+		if err != nil {
+			return nil, fmt.Errorf("disk pool: %w", err)
+		}
+		cfg.DiskReserveMiB = min(DefaultDiskReserveMiB, sp.Total>>20/16)
+	}
+	for _, w := range pool.Warnings {
+		cfg.Logger.Warn(w)
 	}
 	if cfg.ImageCacheDir == "" {
 		cfg.ImageCacheDir = filepath.Join(pool.Dir, "images")

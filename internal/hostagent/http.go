@@ -150,9 +150,11 @@ func (a *Agent) auth(next http.Handler) http.Handler {
 func (a *Agent) handleInfo(w http.ResponseWriter, r *http.Request) {
 	total, free := memInfoMiB()
 	used := len(a.List())
+	sp := a.Space()
 	writeJSON(w, 200, map[string]any{
 		"host_id": a.hostID, "accel": a.rt.Accel(), "mem_mib_total": total, "mem_mib_free": free,
 		"slots_total": maxSlots(total), "slots_used": used, "templates": a.Templates(),
+		"pool_mib_total": sp.TotalMiB, "pool_mib_free": sp.FreeMiB,
 	})
 }
 

@@ -153,6 +153,13 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 		// The guest's memory holds the volume's mounted filesystem: a clone could not share it.
 		return SnapshotInfo{}, conflict("sandbox %s has volumes mounted; snapshots and forks of it are refused (docs/volumes.md)", id)
 	}
+	// Admitted before anything is written: the memory file (at most the guest's RAM) and room for
+	// the disk blocks the snapshot pins.
+	release, err := a.admit("a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB)<<20)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer release()
 	// The guest's own buffers first: what it wrote reaches its disk before the disk is copied.
 	if c != nil {
 		if err := c.Sync(ctx); err != nil {
@@ -273,6 +280,11 @@ func (a *Agent) Hibernate(ctx context.Context, id string) (SandboxInfo, error) {
 	default:
 		return SandboxInfo{}, conflict("sandbox %s is %s", id, rec.State)
 	}
+	release, err := a.admit("hibernating "+id, int64(rec.MemoryMiB)<<20)
+	if err != nil {
+		return SandboxInfo{}, err
+	}
+	defer release()
 	if c != nil {
 		if err := c.Sync(ctx); err != nil {
 			return SandboxInfo{}, a.callErr(sb, err)

@@ -163,6 +163,19 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 	if info, err := loadTemplate(dir); err == nil {
 		return info, nil
 	}
+	// The image's files are copied (sparse) when the cache cannot be reflinked into the pool, and
+	// the RAM file is written.
+	need := int64(spec.MemoryMiB) << 20
+	for _, f := range []string{img.Rootfs, img.Kernel, img.Initrd} {
+		if fi, err := os.Stat(f); err == nil {
+			need += allocated(fi)
+		}
+	}
+	release, err := a.admit("baking template "+spec.Name, need)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	say("baking template %s: cold boot (%d vCPU, %d MiB RAM, %s)", spec.Name, spec.VCPUs, spec.MemoryMiB, a.rt.Accel())
 	start := time.Now()
 	tmp := dir + ".baking"

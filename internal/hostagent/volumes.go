@@ -88,6 +88,12 @@ func (a *Agent) CreateVolume(ctx context.Context, id string, sizeMiB int64) (Vol
 	if err := os.MkdirAll(a.volumesDir(), 0o700); err != nil {
 		return VolumeInfo{}, err
 	}
+	// What mkfs writes now, or the volume's promise if larger (it is then part of the promise).
+	release, err := a.admit(fmt.Sprintf("volume %s (%d MiB)", id, sizeMiB), max(a.volumePromise(sizeMiB<<20), mkfsCost(sizeMiB<<20)))
+	if err != nil {
+		return VolumeInfo{}, err
+	}
+	defer release()
 	tmp := a.volumeFile(id) + ".tmp"
 	defer os.Remove(tmp)
 	if err := os.WriteFile(tmp, nil, 0o600); err != nil {
@@ -168,6 +174,18 @@ func (a *Agent) ResizeVolume(id string, sizeMiB int64) (VolumeInfo, error) {
 	if sizeMiB < v.SizeMiB {
 		return VolumeInfo{}, invalid("volumes only grow: %s is %d MiB, asked for %d", id, v.SizeMiB, sizeMiB)
 	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(a.volumeFile(id), &st); err != nil {
+		return VolumeInfo{}, err
+	}
+	// The volume holds max(written, promise) already; growing it raises its promise.
+	written := st.Blocks * 512
+	grow := max(written, a.volumePromise(sizeMiB<<20)) - max(written, a.volumePromise(v.SizeMiB<<20))
+	release, err := a.admit(fmt.Sprintf("growing volume %s from %d to %d MiB", id, v.SizeMiB, sizeMiB), grow)
+	if err != nil {
+		return VolumeInfo{}, err
+	}
+	defer release()
 	if err := os.Truncate(a.volumeFile(id), sizeMiB<<20); err != nil {
 		return VolumeInfo{}, volumeErr(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,41 +23,64 @@ type Pool struct {
 	Dir string
 	// Loop is true when the pool is the loop-mounted XFS image (poolImage under the data dir).
 	Loop bool
-	dev  string // the loop device this Open attached, if any
+	// Image is the loop pool's sparse file (empty when the pool is the data dir's own filesystem).
+	Image string
+	// Warnings say how the pool differs from what was asked (made smaller to fit its disk, or
+	// larger than its disk can hold); the agent logs them.
+	Warnings []string
+	dev      string // the loop device this Open attached, if any
 }
 
 const poolImage = "pool.xfs"
 
+// MinPoolBytes is the smallest loop pool Open makes (XFS itself needs 300 MB).
+const MinPoolBytes = 1 << 30
+
 // Open returns a reflink-capable pool under dataDir, creating the loop-mounted XFS image of
-// sizeGiB (sparse) when dataDir itself cannot reflink.
-func Open(dataDir string, sizeGiB int) (*Pool, error) {
+// sizeGiB (sparse) when dataDir itself cannot reflink. The image is never made larger than its
+// disk can hold beyond reserve bytes: a sparse pool bigger than its disk would, once written,
+// fill the host's disk under XFS (a write the loop device cannot place is an I/O error inside
+// the pool's filesystem, not a clean ENOSPC), so the pool's own ENOSPC must come first.
+func Open(dataDir string, sizeGiB int, reserve int64) (*Pool, error) {
 	dir := filepath.Join(dataDir, "pool")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	img := filepath.Join(dataDir, poolImage)
 	if dev := mountSource(dir); dev != "" {
 		// Mounted by an earlier agent process (which left its VMs running): adopt the mount.
 		p := &Pool{Dir: dir, Loop: strings.HasPrefix(dev, "/dev/loop")}
 		if p.Loop {
-			p.dev = dev
+			p.dev, p.Image = dev, img
+			p.checkFits(reserve)
 		}
 		return p, nil
 	}
 	if CanReflink(dir) {
 		return &Pool{Dir: dir}, nil
 	}
-	img := filepath.Join(dataDir, poolImage)
+	p := &Pool{Dir: dir, Loop: true, Image: img}
 	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
 		if sizeGiB <= 0 {
 			sizeGiB = 64
 		}
-		if err := runCmd("truncate", "-s", fmt.Sprintf("%dG", sizeGiB), img); err != nil {
+		size, err := p.fitSize(int64(sizeGiB)<<30, reserve)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(img, nil, 0o600); err != nil {
+			return nil, err
+		}
+		if err := os.Truncate(img, size); err != nil {
+			os.Remove(img)
 			return nil, err
 		}
 		if err := runCmd("mkfs.xfs", "-q", "-f", "-m", "reflink=1", img); err != nil {
 			os.Remove(img)
 			return nil, fmt.Errorf("%w (xfsprogs is needed; `make setup` installs it)", err)
 		}
+	} else {
+		p.checkFits(reserve)
 	}
 	// Buffered (not direct-I/O) loop: reflinked clones share blocks of pool.xfs, so the host's
 	// page cache of that file serves every clone's first reads of a template's disk. Direct I/O
@@ -66,14 +90,113 @@ func Open(dataDir string, sizeGiB int) (*Pool, error) {
 		return nil, fmt.Errorf("losetup %s: %v", img, cmdErr(err))
 	}
 	dev := strings.TrimSpace(string(out))
-	if err := runCmd("mount", "-t", "xfs", "-o", "noatime", dev, dir); err != nil {
+	// discard: a file deleted in the pool punches its blocks out of pool.xfs, so the host's disk
+	// gets the space back (and its free space stays a true measure of what the pool can take).
+	if err := runCmd("mount", "-t", "xfs", "-o", "noatime,discard", dev, dir); err != nil {
 		runCmd("losetup", "-d", dev)
 		return nil, err
 	}
 	if !CanReflink(dir) {
 		return nil, fmt.Errorf("pool %s was mounted but cannot reflink", dir)
 	}
-	return &Pool{Dir: dir, Loop: true, dev: dev}, nil
+	p.dev = dev
+	return p, nil
+}
+
+// fitSize is the size of a new loop pool: want, or less when the disk under it has less than
+// want free beyond reserve. Too little room for any pool is an error.
+func (p *Pool) fitSize(want, reserve int64) (int64, error) {
+	free, _, err := statfs(filepath.Dir(p.Image))
+	if err != nil {
+		return 0, err
+	}
+	fit := (free - reserve) &^ (1<<20 - 1)
+	if fit < MinPoolBytes {
+		return 0, fmt.Errorf("the disk under %s has %d MiB free: a pool needs %d MiB beyond the %d MiB kept free (--disk-reserve-mib); free space there or move --data-dir",
+			filepath.Dir(p.Image), free>>20, MinPoolBytes>>20, reserve>>20)
+	}
+	if want <= fit {
+		return want, nil
+	}
+	p.Warnings = append(p.Warnings, fmt.Sprintf("pool %s: asked for %d GiB but the disk under it has %d MiB free; made it %d MiB (the free space less the %d MiB reserve) so that it cannot fill the disk",
+		p.Image, want>>30, free>>20, fit>>20, reserve>>20))
+	return fit, nil
+}
+
+// checkFits warns when an existing pool image could outgrow its disk. The pool is kept (XFS
+// cannot shrink); admission (Space) counts the disk's free space as well as the pool's.
+func (p *Pool) checkFits(reserve int64) {
+	var st unix.Stat_t
+	if unix.Stat(p.Image, &st) != nil {
+		return
+	}
+	free, _, err := statfs(filepath.Dir(p.Image))
+	if err != nil {
+		return
+	}
+	if grow := st.Size - st.Blocks*512; grow > free-reserve {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("pool %s is %d MiB, %d MiB of it not yet on disk, but its disk has %d MiB free (%d MiB kept in reserve): admission counts the disk's free space too, so the pool stops taking data before the disk fills",
+			p.Image, st.Size>>20, grow>>20, free>>20, reserve>>20))
+	}
+}
+
+// Settle makes XFS finish freeing the blocks of deleted files, which it does in the background
+// (so a file just removed may not count as free yet): XFS_IOC_FREE_EOFBLOCKS waits for that
+// work. Elsewhere (btrfs) it fails, harmlessly.
+func (p *Pool) Settle() error {
+	fd, err := unix.Open(p.Dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	// struct xfs_fs_eofblocks: version 1, no filters (128 bytes).
+	var eofb [128]byte
+	eofb[0] = 1
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), xfsIocFreeEOFBlocks, uintptr(unsafe.Pointer(&eofb[0]))); errno != 0 {
+		return fmt.Errorf("XFS_IOC_FREE_EOFBLOCKS %s: %w", p.Dir, errno)
+	}
+	return nil
+}
+
+// xfsIocFreeEOFBlocks is _IOR('X', 58, struct xfs_fs_eofblocks).
+const xfsIocFreeEOFBlocks = 2<<30 | 128<<16 | 'X'<<8 | 58
+
+// Space is the room of a pool, in bytes.
+type Space struct {
+	// Total is the pool filesystem's size.
+	Total int64
+	// PoolFree is what the pool filesystem can still take.
+	PoolFree int64
+	// DiskFree is what the disk under a loop pool can still take (PoolFree for other pools).
+	DiskFree int64
+}
+
+// Free is what can still be written to the pool: the smaller of its own free space and, for a
+// loop pool, its disk's.
+func (s Space) Free() int64 { return min(s.PoolFree, s.DiskFree) }
+
+// Space measures the pool's room now (statfs of the pool and, for a loop pool, its disk).
+func (p *Pool) Space() (Space, error) {
+	free, total, err := statfs(p.Dir)
+	if err != nil {
+		return Space{}, err
+	}
+	s := Space{Total: total, PoolFree: free, DiskFree: free}
+	if p.Image != "" {
+		if s.DiskFree, _, err = statfs(filepath.Dir(p.Image)); err != nil {
+			return Space{}, err
+		}
+	}
+	return s, nil
+}
+
+// statfs returns the bytes an unprivileged writer can still use on dir's filesystem, and its size.
+func statfs(dir string) (free, total int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return int64(st.Bavail) * st.Bsize, int64(st.Blocks) * st.Bsize, nil
 }
 
 // Close unmounts a loop pool and detaches its loop device. Running VMs keep

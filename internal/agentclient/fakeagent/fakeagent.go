@@ -34,6 +34,7 @@ type Agent struct {
 	sandboxes   map[string]*sandbox
 	slotsTotal  int64
 	memTotal    int64
+	poolTotal   int64 // MiB; volumes take their whole size (the real agent's default)
 	creates     int
 	kills       int
 	createErr   *agentclient.Error
@@ -94,7 +95,7 @@ func copyDirs(d map[string]bool) map[string]bool {
 
 // New starts a fake agent with the given templates (all baked) and 8 slots.
 func New(hostID, token string, templates ...string) *Agent {
-	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, volumes: map[string]*volume{}, built: map[string]template.Spec{}, slotsTotal: 8, memTotal: 8192}
+	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, volumes: map[string]*volume{}, built: map[string]template.Spec{}, slotsTotal: 8, memTotal: 8192, poolTotal: 64 << 20}
 	for _, t := range templates {
 		at := agentclient.Template{Name: t, Baked: true, VCPUs: 1, MemoryMiB: 256, DiskMiB: 1024}
 		if cs, ok := template.CatalogSpec(t); ok { // reported like the real agent reports its catalog
@@ -117,6 +118,18 @@ func (a *Agent) SetSlots(n int64) { a.mu.Lock(); a.slotsTotal = n; a.mu.Unlock()
 
 // SetMemory changes the total memory reported by /v1/info.
 func (a *Agent) SetMemory(mib int64) { a.mu.Lock(); a.memTotal = mib; a.mu.Unlock() }
+
+// SetPool changes the size of the disk pool (MiB) that volumes are admitted against.
+func (a *Agent) SetPool(mib int64) { a.mu.Lock(); a.poolTotal = mib; a.mu.Unlock() }
+
+// poolFree is what the pool still admits, in MiB; a.mu held.
+func (a *Agent) poolFree() int64 {
+	free := a.poolTotal
+	for _, v := range a.volumes {
+		free -= v.SizeMiB
+	}
+	return free
+}
 
 // FailCreates makes every create answer err (nil to stop).
 func (a *Agent) FailCreates(err *agentclient.Error) { a.mu.Lock(); a.createErr = err; a.mu.Unlock() }
@@ -401,7 +414,8 @@ func (a *Agent) info(w http.ResponseWriter, r *http.Request) {
 	// Every sandbox holds a slot, hibernated ones too (like the real agent); only running ones
 	// hold memory.
 	writeJSON(w, 200, agentclient.Info{HostID: a.HostID, Accel: "tcg", MemMiBTotal: a.memTotal, MemMiBFree: a.memTotal - 256*running,
-		SlotsTotal: a.slotsTotal, SlotsUsed: int64(len(a.sandboxes)), Templates: a.templates})
+		SlotsTotal: a.slotsTotal, SlotsUsed: int64(len(a.sandboxes)), Templates: a.templates,
+		PoolMiBTotal: a.poolTotal, PoolMiBFree: a.poolFree()})
 }
 
 func (a *Agent) create(w http.ResponseWriter, r *http.Request) {
@@ -999,6 +1013,10 @@ func (a *Agent) createVolume(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, 409, "conflict", "volume "+req.ID+" exists")
 		return
 	}
+	if free := a.poolFree(); req.SizeMiB > free {
+		writeErr(w, 507, "no_space", fmt.Sprintf("volume %s (%d MiB) needs %d MiB of the host's disk pool but only %d MiB are available", req.ID, req.SizeMiB, req.SizeMiB, max(free, 0)))
+		return
+	}
 	v := &volume{Volume: agentclient.Volume{ID: req.ID, SizeMiB: req.SizeMiB, CreatedAt: time.Now().UTC()}, files: map[string][]byte{}}
 	a.volumes[v.ID] = v
 	writeJSON(w, 201, a.volumeView(v))
@@ -1024,6 +1042,10 @@ func (a *Agent) resizeVolume(w http.ResponseWriter, r *http.Request) {
 	}
 	if att := a.attachments(v.ID); len(att) > 0 {
 		writeErr(w, 409, "conflict", "volume "+v.ID+" is attached to sandbox "+att[0].SandboxID)
+		return
+	}
+	if free := a.poolFree(); req.SizeMiB-v.SizeMiB > free {
+		writeErr(w, 507, "no_space", fmt.Sprintf("growing volume %s needs %d MiB of the host's disk pool but only %d MiB are available", v.ID, req.SizeMiB-v.SizeMiB, max(free, 0)))
 		return
 	}
 	v.SizeMiB = req.SizeMiB
