@@ -81,7 +81,11 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 			if err != nil {
 				return fmt.Errorf("host agent: %w", err)
 			}
-			defer agent.Close()
+			defer func() {
+				if err := agent.Close(); err != nil {
+					log.Warn("host agent: shutting down", "err", err)
+				}
+			}()
 			aln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				return err
