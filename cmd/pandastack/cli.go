@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/termtext"
 	"github.com/spf13/cobra"
 )
 
@@ -75,21 +76,45 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
+// printJSON prints v indented; characters that could drive a terminal (escape sequences, C1,
+// bidi overrides) leave as \u escapes, which decode to the same values.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, termtext.EscapeJSON(b.String()))
+	return err
 }
 
-// table prints rows under a header, aligned.
+// table prints rows under a header, aligned. Cells are escaped: names, metadata, paths and
+// states come from users and guests and must not reach the terminal raw.
 func table(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	line := func(cells []string) {
+		esc := make([]string, len(cells))
+		for i, c := range cells {
+			esc[i] = termtext.Escape(c)
+		}
+		fmt.Fprintln(tw, strings.Join(esc, "\t"))
+	}
+	line(header)
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		line(r)
 	}
 	return tw.Flush()
+}
+
+// escapeLines is termtext.Escape for multi-line text such as an error: its newlines stay.
+func escapeLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = termtext.Escape(l)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // parsePairs reads repeated K=V flags into a map.

@@ -17,8 +17,10 @@ import (
 	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
 	"github.com/pandastack/pandastack/internal/api"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/termtext"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -206,13 +208,21 @@ func TestUpBanner(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	printBanner(&b, "http://127.0.0.1:8080", "pds_x", "shown once: keep it", "/d")
+	printBanner(&b, "http://127.0.0.1:8080", "pds_x", false, "/d")
 	out := b.String()
 	for _, want := range []string{"base URL:  http://127.0.0.1:8080", "export PANDASTACK_BASE_URL=http://127.0.0.1:8080 PANDASTACK_API_KEY=pds_x",
 		"sandbox create --template base -q", `sandbox exec "$id" -- python -c 'print(2 ** 10)'`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("banner lacks %q:\n%s", want, out)
 		}
+	}
+	// A key from PANDASTACK_API_KEY is the operator's: only its prefix is printed.
+	preset := "pds_" + strings.Repeat("s3cr", 8)
+	b.Reset()
+	printBanner(&b, "http://127.0.0.1:8080", preset, true, "/d")
+	if out := b.String(); strings.Contains(out, preset) || strings.Contains(out, preset[12:]) ||
+		!strings.Contains(out, "API key:   pds_s3crs3cr…   (from PANDASTACK_API_KEY)") || !strings.Contains(out, "export PANDASTACK_BASE_URL=http://127.0.0.1:8080 ") {
+		t.Errorf("banner with a preset key:\n%s", out)
 	}
 }
 
@@ -375,5 +385,73 @@ func TestCLITemplates(t *testing.T) {
 	}
 	if out := mustRun(t, "", "template", "delete", "web"); !strings.Contains(out, "deleted web") {
 		t.Fatalf("delete:\n%s", out)
+	}
+}
+
+// noRaw fails if s holds a character that could drive the terminal (other than newlines).
+func noRaw(t *testing.T, what, s string) {
+	t.Helper()
+	for _, r := range s {
+		if r != '\n' && termtext.Unsafe(r) {
+			t.Errorf("%s prints %U raw:\n%q", what, r, s)
+			return
+		}
+	}
+}
+
+// What users and guests name (metadata, file paths, error messages) reaches the terminal
+// escaped: no escape sequences, C1 controls or bidi overrides pass raw.
+func TestCLITerminalEscapes(t *testing.T) {
+	url, key := startServer(t)
+	t.Setenv("PANDASTACK_BASE_URL", url)
+	t.Setenv("PANDASTACK_API_KEY", key)
+	const evil = "\x1b]0;pwned\x07\x1b[2J\u009b31m\u202egpj.exe"
+	const escaped = `\x1b]0;pwned\x07\x1b[2J\u009b31m\u202egpj.exe`
+
+	// The API refuses such metadata outright, with a message that names the field.
+	_, _, err := run(t, "", "sandbox", "create", "-q", "-m", "k="+evil)
+	if err == nil || !strings.Contains(err.Error(), `metadata value of "k"`) {
+		t.Fatalf("create with control characters in metadata: %v", err)
+	}
+
+	// A guest names its files as it likes: the listing escapes them.
+	id := strings.TrimSpace(mustRun(t, "", "sandbox", "create", "-q"))
+	out := mustRun(t, "x", "sandbox", "files", "write", id, "/tmp/"+evil)
+	noRaw(t, "files write", out)
+	out = mustRun(t, "", "sandbox", "files", "ls", id, "/tmp")
+	noRaw(t, "files ls", out)
+	if !strings.Contains(out, "/tmp/"+escaped) {
+		t.Errorf("files ls does not show the escaped name:\n%s", out)
+	}
+	out = mustRun(t, "", "sandbox", "files", "ls", id, "/tmp", "--json")
+	noRaw(t, "files ls --json", out)
+	var sts []map[string]any
+	if err := json.Unmarshal([]byte(out), &sts); err != nil || len(sts) != 1 || sts[0]["path"] != "/tmp/"+evil {
+		t.Errorf("files ls --json does not decode to the real name: %v %v", sts, err)
+	}
+
+	// Error messages carry the server's and guest's words.
+	_, _, err = run(t, "", "sandbox", "files", "read", id, "/tmp/missing"+evil)
+	if err == nil {
+		t.Fatal("read of a missing file succeeded")
+	}
+	var b bytes.Buffer
+	printError(&b, err)
+	noRaw(t, "the error", b.String())
+	if !strings.Contains(b.String(), "missing"+escaped) {
+		t.Errorf("error lacks the escaped path: %s", b.String())
+	}
+
+	// Metadata stored before the API refused it still lists escaped.
+	var tb bytes.Buffer
+	cmd := &cobra.Command{}
+	cmd.SetOut(&tb)
+	legacy := []client.Sandbox{{ID: "sb_old", Template: "base", State: "running", Metadata: map[string]string{"k": evil, "n": "a\nb\x00"}}}
+	if err := printSandboxes(&apiFlags{}, cmd, legacy, false); err != nil {
+		t.Fatal(err)
+	}
+	noRaw(t, "sandbox list", tb.String())
+	if !strings.Contains(tb.String(), "k="+escaped+`,n=a\x0ab\x00`) || strings.Count(tb.String(), "\n") != 2 {
+		t.Errorf("sandbox list:\n%s", tb.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/termtext"
 	"github.com/spf13/cobra"
 )
 
@@ -101,7 +102,7 @@ func teamsCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"team": t, "key": k})
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
-			fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", t.Name, t.ID)
+			fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", termtext.Escape(t.Name), t.ID)
 			return nil
 		}),
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -22,9 +23,15 @@ var rootCmd = &cobra.Command{
 
 func main() {
 	if err := rootCmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
+		printError(os.Stderr, err)
 		os.Exit(exitCode(err))
 	}
+}
+
+// printError prints a failure for a terminal: messages carry the server's and the guest's words
+// (paths, names), so control characters are escaped.
+func printError(w io.Writer, err error) {
+	fmt.Fprintln(w, "error:", escapeLines(err.Error()))
 }
 
 // exitCoder lets a command choose its exit status (e.g. exec passes the guest's exit code through).

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/termtext"
 	"github.com/spf13/cobra"
 )
 
@@ -423,7 +424,7 @@ func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 			if f.json {
 				return printJSON(cmd.OutOrStdout(), st)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d bytes)\n", orDash(st.Path), st.Size)
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d bytes)\n", termtext.Escape(orDash(st.Path)), st.Size)
 			return nil
 		},
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/template"
+	"github.com/pandastack/pandastack/internal/termtext"
 	"github.com/spf13/cobra"
 )
 
@@ -143,7 +144,7 @@ it. Ctrl-C cancels the build.`,
 				return err
 			}
 			log := cmd.ErrOrStderr()
-			t, err := c.BuildTemplate(ctx, spec, func(line string) { fmt.Fprintln(log, line) })
+			t, err := c.BuildTemplate(ctx, spec, func(line string) { fmt.Fprintln(log, termtext.Escape(line)) })
 			if err != nil {
 				return err
 			}

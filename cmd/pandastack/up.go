@@ -81,7 +81,11 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 			if err != nil {
 				return fmt.Errorf("host agent: %w", err)
 			}
-			defer agent.Close()
+			defer func() {
+				if err := agent.Close(); err != nil {
+					log.Warn("host agent: shutting down", "err", err)
+				}
+			}()
 			aln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				return err
@@ -103,17 +107,18 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 			}
 			defer cp.close()
 
-			shown := key
-			note := "shown once: keep it"
+			// A key the operator supplied is theirs already: the banner (often a log) names it by
+			// its prefix only. A key made here is printed in full, once.
+			shown, preset := key, false
 			switch {
 			case key != "" && key == o.presetKey:
-				note = "from PANDASTACK_API_KEY"
+				preset = true
 			case key == "" && o.presetKey != "":
 				if _, err := (&auth.Authenticator{Store: cp.st}).Authenticate(ctx, o.presetKey); err == nil {
-					shown, note = o.presetKey, "from PANDASTACK_API_KEY"
+					shown, preset = o.presetKey, true
 				}
 			}
-			printBanner(cmd.OutOrStdout(), baseURL(ln.Addr().String()), shown, note, dataDir)
+			printBanner(cmd.OutOrStdout(), baseURL(ln.Addr().String()), shown, preset, dataDir)
 
 			if bake != "" {
 				go prebake(ctx, cp, agentURL, agentToken, strings.Split(bake, ","))
@@ -152,16 +157,23 @@ func baseURL(listen string) string {
 	return "http://" + net.JoinHostPort(host, port)
 }
 
-func printBanner(w io.Writer, url, key, note, dataDir string) {
+// printBanner prints the base URL, the key and a quickstart. A preset key (from
+// PANDASTACK_API_KEY) is never printed, only its display prefix: the operator has it, and the
+// banner usually lands in a log.
+func printBanner(w io.Writer, url, key string, preset bool, dataDir string) {
 	self := "pandastack"
 	if strings.Contains(os.Args[0], "/") {
 		self = os.Args[0] // e.g. bin/pandastack: the quickstart then works from this directory
 	}
-	keyLine := key + "   (" + note + ")"
-	exportKey := key
-	if key == "" {
+	keyLine := key + "   (shown once: keep it)"
+	export := "PANDASTACK_API_KEY=" + key
+	switch {
+	case key == "":
 		keyLine = "the one printed when this data dir was first started (" + self + " keys create makes more)"
-		exportKey = "<your key>"
+		export = "PANDASTACK_API_KEY=<your key>"
+	case preset:
+		keyLine = auth.DisplayPrefix(key) + "…   (from PANDASTACK_API_KEY)"
+		export = "  # PANDASTACK_API_KEY is set already"
 	}
 	fmt.Fprintf(w, `
 PandaStack is up.
@@ -170,11 +182,11 @@ PandaStack is up.
   data dir:  %s
 
 Quickstart:
-  export PANDASTACK_BASE_URL=%s PANDASTACK_API_KEY=%s
+  export PANDASTACK_BASE_URL=%s %s
   id=$(%s sandbox create --template base -q)
   %s sandbox exec "$id" -- python -c 'print(2 ** 10)'
 
-`, url, keyLine, dataDir, url, exportKey, self, self)
+`, url, keyLine, dataDir, url, export, self, self)
 }
 
 // prebake asks the local agent to bake templates now, so the first create restores a snapshot

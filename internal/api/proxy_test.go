@@ -1,8 +1,11 @@
 package api
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -103,3 +106,43 @@ func TestPortTarget(t *testing.T) {
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// rawGet sends a GET whose request line carries path byte for byte (as curl --path-as-is does).
+func (e *env) rawGet(host, path string) *http.Response {
+	e.t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.hs.URL, "http://"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host)
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		e.t.Fatalf("GET %s: %v", path, err)
+	}
+	return res
+}
+
+// A port request's path reaches the sandbox exactly as sent: the proxy never cleans it and never
+// answers with a redirect (which would also leak the agent's internal route in Location).
+func TestPortProxyRawPath(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ProxyDomain = "localhost" })
+	sb := e.create(e.admin, map[string]any{"template": "base"})
+	host := "8001-" + sb.ID + ".localhost"
+	for _, p := range []string{"//etc", "/a/../b", "/./x", "/x%2Fy", "/a/..%2F..%2Fb", "/..", "/", "//", "/a//b/./"} {
+		res := e.rawGet(host, p+"?q=1")
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || res.Header.Get("Location") != "" {
+			t.Errorf("GET %s: %d Location %q %s, want 200 from the sandbox", p, res.StatusCode, res.Header.Get("Location"), b)
+			continue
+		}
+		var got map[string]string
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("GET %s: agent answer %q: %v", p, b, err)
+		}
+		if got["path"] != p || got["port"] != "8001" || got["query"] != "q=1" {
+			t.Errorf("GET %s: the sandbox got path %q port %q query %q", p, got["path"], got["port"], got["query"])
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/template"
+	"github.com/pandastack/pandastack/internal/termtext"
 )
 
 // SandboxView is the public sandbox object.
@@ -95,8 +96,10 @@ func validateMetadata(md map[string]string) error {
 			return invalid("metadata key %q is %d bytes; at most %d are allowed", truncate(k), len(k), MaxMetadataKeyLen)
 		case len(v) > MaxMetadataValueLen:
 			return invalid("metadata value of %q is %d bytes; at most %d are allowed", k, len(v), MaxMetadataValueLen)
-		case !utf8.ValidString(k) || !utf8.ValidString(v) || hasControl(k):
-			return invalid("metadata key %q: keys and values must be valid UTF-8 and keys printable", truncate(k))
+		case !utf8.ValidString(k) || hasControl(k):
+			return invalid("metadata key %q must be valid UTF-8 without control characters", truncate(k))
+		case !utf8.ValidString(v) || hasControl(v):
+			return invalid("metadata value of %q must be valid UTF-8 without control characters (no NUL, escape sequences, newlines or bidi overrides)", truncate(k))
 		}
 	}
 	return nil
@@ -121,13 +124,10 @@ func validateEnv(field string, env map[string]string) error {
 	return nil
 }
 
+// hasControl reports characters that must not reach an operator's terminal raw: control
+// characters (C0, DEL, C1), bidi overrides, line and paragraph separators.
 func hasControl(s string) bool {
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return true
-		}
-	}
-	return false
+	return strings.IndexFunc(s, termtext.Unsafe) >= 0
 }
 
 func truncate(s string) string {

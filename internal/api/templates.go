@@ -203,6 +203,9 @@ func (s *Server) readSpec(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if err != nil {
 		return template.Spec{}, invalid("%v", err)
 	}
+	if err := validateMetadata(spec.Metadata); err != nil {
+		return template.Spec{}, err
+	}
 	switch {
 	case len(spec.Name) > MaxTeamTemplateNameLen:
 		return template.Spec{}, invalid("template name %q is %d characters; at most %d are allowed", truncate(spec.Name), len(spec.Name), MaxTeamTemplateNameLen)

@@ -192,6 +192,8 @@ func TestTemplateBuildFailures(t *testing.T) {
 		"catalog name":   {`{"name": "base", "from": "debian:trixie"}`, 409, "conflict", "catalog"},
 		"catalog alias":  {`{"name": "postgres-16", "from": "debian:trixie"}`, 409, "conflict", "catalog"},
 		"configured tpl": {`{"name": "code-interpreter", "from": "base"}`, 409, "conflict", "catalog"},
+		"metadata ESC":   {`{"name": "x", "from": "base", "metadata": {"k": "\u001b[31m"}}`, 400, "invalid_request", "without control characters"},
+		"metadata bidi":  {`{"name": "x", "from": "base", "metadata": {"k": "\u202e"}}`, 400, "invalid_request", "without control characters"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			e.wantErr(e.do("POST", "/v1/templates", k, c.body), c.status, c.code, c.msg)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,6 +35,7 @@ type Manager struct {
 	v2 bool
 	// parents: controller name ("" on v2) -> the parent directory of our groups.
 	parents map[string]string
+	name    string // the parent's path below the process's own cgroup, e.g. pandastack/<agent>
 }
 
 // v1Controllers are the v1 hierarchies we use (blkio throttling needs a device and direct I/O on
@@ -53,7 +55,7 @@ func Open(name string) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{parents: map[string]string{}}
+	m := &Manager{parents: map[string]string{}, name: filepath.Clean(name)}
 	v1 := true
 	for _, c := range v1Controllers {
 		_, has := mounts[c]
@@ -87,6 +89,51 @@ func Open(name string) (*Manager, error) {
 		m.parents[c] = dir
 	}
 	return m, nil
+}
+
+// Dirs returns the parent group's directories, one per hierarchy.
+func (m *Manager) Dirs() []string {
+	out := make([]string, 0, len(m.parents))
+	for _, d := range m.parents {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Close removes what Open and Create made once no process is left in it: the groups inside the
+// parent, the parent, and the levels of the parent's name above it when they are empty (another
+// agent may still use them). A group that still holds a process stays, and Close says so.
+func (m *Manager) Close() error {
+	var errs []error
+	for _, dir := range m.Dirs() {
+		entries, err := os.ReadDir(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		var kids []string
+		for _, e := range entries {
+			if e.IsDir() {
+				kids = append(kids, filepath.Join(dir, e.Name()))
+			}
+		}
+		if err := Remove(kids); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := Remove([]string{dir}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d := dir
+		for range strings.Count(m.name, "/") {
+			d = filepath.Dir(d)
+			if syscall.Rmdir(d) != nil {
+				break // not empty: shared with another agent
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Version is 1 or 2.

@@ -28,6 +28,21 @@ var ErrConnectionLost = errors.New("guest: connection lost")
 // dialRetry is how often Connect retries a socket that does not exist yet or refuses.
 const dialRetry = 20 * time.Millisecond
 
+// Bounds on a peer that is not (or no longer) the guest agent: root in the guest can kill the
+// agent and hold its port open, silent or speaking garbage, while the VM runs on. The host then
+// fails calls with ErrConnectionLost within about ReplyTimeout instead of waiting for the
+// caller to give up.
+const (
+	// ReplyTimeout bounds a re-dial's handshake (the agent answers HELLO at once) and each ping
+	// a waiting call sends (yamux answers pings in the guest whatever the command does). Generous
+	// for a loaded TCG guest.
+	ReplyTimeout = 10 * time.Second
+	// probeAfter is how long a call waits for its next frame before pinging the guest.
+	probeAfter = time.Second
+	// probeEvery is how often a call that still waits pings again.
+	probeEvery = 5 * time.Second
+)
+
 // Client talks to one guest agent through the unix socket of its VM's
 // virtio-serial port. It is safe for concurrent use and re-dials (with a fresh
 // handshake) whenever the session has died, so one Client lives as long as the sandbox.
@@ -38,10 +53,11 @@ type Client struct {
 	closed     chan struct{}
 	closeOnce  sync.Once
 
-	mu    sync.Mutex // guards the fields below
-	sess  *yamux.Session
-	conn  net.Conn
-	ready Ready
+	mu     sync.Mutex // guards the fields below
+	sess   *yamux.Session
+	conn   net.Conn
+	ready  Ready
+	dialed bool // a handshake has succeeded: re-dials are bounded by ReplyTimeout
 }
 
 // Connect dials the unix socket path (retrying while it does not exist or
@@ -108,9 +124,23 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	if err != nil {
 		return nil, c.ctxErr(ctx, err)
 	}
-	rest, ready, err := hostHandshake(dctx, conn)
+	// The first handshake waits for the guest to boot (the caller's ctx bounds it); a re-dial
+	// reaches a running guest whose agent answers at once, unless something else holds its port.
+	hctx := dctx
+	c.mu.Lock()
+	redial := c.dialed
+	c.mu.Unlock()
+	if redial {
+		var hcancel context.CancelFunc
+		hctx, hcancel = context.WithTimeoutCause(dctx, ReplyTimeout, errNoReady)
+		defer hcancel()
+	}
+	rest, ready, err := hostHandshake(hctx, conn)
 	if err != nil {
 		conn.Close()
+		if ctx.Err() == nil && context.Cause(hctx) == errNoReady {
+			return nil, c.ctxErr(ctx, fmt.Errorf("%w: %v", ErrConnectionLost, errNoReady))
+		}
 		return nil, c.ctxErr(ctx, err)
 	}
 	sess, err := yamux.Client(&prefixConn{Conn: conn, rest: rest}, clientConfig())
@@ -127,12 +157,29 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	default:
 	}
 	old := c.sess
-	c.sess, c.conn, c.ready = sess, conn, ready
+	c.sess, c.conn, c.ready, c.dialed = sess, conn, ready, true
 	c.mu.Unlock()
 	if old != nil {
 		old.Close()
 	}
 	return sess, nil
+}
+
+var errNoReady = fmt.Errorf("guest handshake: no READY from the guest agent within %v (is another process holding its channel?)", ReplyTimeout)
+
+// probe pings the guest over sess and reports whether it stayed silent for ReplyTimeout (a
+// session that ended meanwhile is not silence: its calls fail anyway).
+func probe(sess *yamux.Session) (silent bool) {
+	done := make(chan struct{})
+	go func() { sess.Ping(); close(done) }()
+	t := time.NewTimer(ReplyTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 func (c *Client) current() *yamux.Session {

@@ -22,6 +22,11 @@ type call struct {
 	fr   *FrameReader
 	stop func() bool
 	once sync.Once
+	done chan struct{} // closed by finish: ends the watchdog
+	// frames counts frames received; the watchdog pings the guest while it stands still.
+	frames atomic.Int64
+	// silent is set when the guest did not answer the watchdog's ping.
+	silent atomic.Bool
 }
 
 // start opens a stream and sends the request. If the session turns out to be
@@ -49,20 +54,51 @@ func (c *Client) start(ctx context.Context, req *Request) (*call, error) {
 			}
 			return nil, c.ctxErr(ctx, fmt.Errorf("%w: %v", ErrConnectionLost, err))
 		}
-		cl := &call{c: c, ctx: ctx, st: st, fr: NewFrameReader(st)}
+		cl := &call{c: c, ctx: ctx, st: st, fr: NewFrameReader(st), done: make(chan struct{})}
 		// ctx cancellation closes the stream (the guest then aborts, e.g. kills the
 		// exec) and wakes our own blocked reads and writes.
 		cl.stop = context.AfterFunc(ctx, func() {
 			st.Close()
 			st.SetDeadline(time.Unix(1, 0))
 		})
+		go cl.watch(sess)
 		return cl, nil
+	}
+}
+
+// watch pings the guest while the call waits without frames: a call may legitimately wait
+// long (a quiet command), but the peer must keep answering pings, or the session is dropped and
+// the call fails with ErrConnectionLost (a silent or wrong peer holds the guest's port).
+func (cl *call) watch(sess *yamux.Session) {
+	t := time.NewTimer(probeAfter)
+	defer t.Stop()
+	seen := cl.frames.Load()
+	for {
+		select {
+		case <-cl.done:
+			return
+		case <-t.C:
+		}
+		if n := cl.frames.Load(); n != seen {
+			seen = n
+			t.Reset(probeEvery)
+			continue
+		}
+		if probe(sess) {
+			// Dropping the session fails every call on it with ErrConnectionLost; the next call
+			// re-dials, with a bounded handshake.
+			cl.silent.Store(true)
+			cl.c.dropSession(sess)
+			return
+		}
+		t.Reset(probeEvery)
 	}
 }
 
 // finish releases the stream; safe to call more than once.
 func (cl *call) finish() {
 	cl.once.Do(func() {
+		close(cl.done)
 		cl.stop()
 		cl.st.Close()
 		cl.st.SetDeadline(time.Unix(1, 0)) // wake helper goroutines still blocked on it
@@ -82,6 +118,9 @@ func (cl *call) fail(err error) error {
 	if errors.As(err, &pe) {
 		return err
 	}
+	if cl.silent.Load() {
+		return fmt.Errorf("%w: the guest agent did not answer a ping within %v (is another process holding its channel?)", ErrConnectionLost, ReplyTimeout)
+	}
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF
 	}
@@ -94,6 +133,7 @@ func (cl *call) next() (byte, []byte, error) {
 	if err != nil {
 		return 0, nil, cl.fail(err)
 	}
+	cl.frames.Add(1)
 	if typ == FrameError {
 		ge := &Error{}
 		if json.Unmarshal(p, ge) != nil || ge.Code == "" {

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/image"
 	"github.com/pandastack/pandastack/internal/network"
@@ -100,6 +101,7 @@ type Agent struct {
 	pending   int64                    // bytes admitted to operations still writing them
 	uids      map[string]int           // sandbox id -> its VMMs' uid (confinement on)
 	confined  bool
+	cg        *cgroup.Manager // the VMMs' parent cgroup (confinement on)
 	closed    bool
 	stop      context.CancelFunc // ends background loops
 }
@@ -245,14 +247,29 @@ func (a *Agent) Close() error {
 		sbs = append(sbs, sb)
 	}
 	a.mu.Unlock()
+	running := false
 	for _, sb := range sbs {
 		sb.closeGuest()
+		sb.mu.Lock()
+		vm := sb.rec.VM
+		sb.mu.Unlock()
+		running = running || a.rt.Alive(&vm)
 	}
+	var errs []error
 	if a.net != nil {
 		// Slots of running sandboxes stay: a new agent adopts them with their VMMs.
-		return a.net.Close()
+		errs = append(errs, a.net.Close())
 	}
-	return nil
+	if !running {
+		// No VMM holds the pool or a cgroup: leave the host as we found it (a successor mounts the
+		// pool again; hibernated sandboxes and templates are files in it). With VMMs running, both
+		// stay for the agent that adopts them.
+		if a.cg != nil {
+			errs = append(errs, a.cg.Close())
+		}
+		errs = append(errs, a.pool.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Accel reports the CPU accelerator in use.

@@ -2,6 +2,7 @@ package hostagent
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/runtime/qemu"
@@ -25,8 +26,9 @@ func (a *Agent) confine(drv *qemu.Driver) error {
 	}
 	drv.Confine(&qemu.Confinement{GID: a.cfg.JailUIDBase, DefaultUID: a.cfg.JailUIDBase, JailRoot: "/run/pandastack/jail-root",
 		Cgroups: cg, MemoryOverheadMiB: a.cfg.VMMOverheadMiB, PidsMax: 256})
-	a.confined = true
-	a.log.Info("VMMs confined", "uids", fmt.Sprintf("%d-%d", a.cfg.JailUIDBase, a.cfg.JailUIDBase+a.cfg.JailUIDs-1), "cgroup", cg.Version())
+	a.confined, a.cg = true, cg
+	a.log.Info("VMMs confined", "uids", fmt.Sprintf("%d-%d", a.cfg.JailUIDBase, a.cfg.JailUIDBase+a.cfg.JailUIDs-1), "cgroup", cg.Version(),
+		"cgroups", strings.Join(cg.Dirs(), ","))
 	return nil
 }
 

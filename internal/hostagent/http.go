@@ -120,11 +120,23 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files/stat", a.busy(a.handleStat))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.busy(a.handleMkdir))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.busy(a.handleMove))
-	mux.HandleFunc("/v1/sandboxes/{id}/ports/{port}/{rest...}", a.handleProxy)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no route for %s %s", r.Method, r.URL.Path))
 	})
-	return a.auth(mux)
+	return a.auth(a.ports(mux))
+}
+
+// ports sends proxied requests (/v1/sandboxes/{id}/ports/{port}/...) to the sandbox before the
+// mux sees them: the mux cleans paths and would answer "//etc" or "/a/../b" with a redirect to
+// the internal route instead of passing the application's path through as sent.
+func (a *Agent) ports(api http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, port, rest, ok := agentclient.PortPath(r.URL.EscapedPath()); ok {
+			a.handleProxy(w, r, id, port, rest)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }
 
 // Version is the agent's version string (set by the binary).

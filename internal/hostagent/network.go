@@ -112,10 +112,10 @@ func (a *Agent) adoptNetwork(sb *sandbox) {
 const maxPort = 65535
 
 // handleProxy forwards /v1/sandboxes/{id}/ports/{port}/... to that TCP port in the sandbox
-// (HTTP and WebSocket, streamed both ways), waking a hibernated sandbox first.
-func (a *Agent) handleProxy(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	port, err := strconv.Atoi(r.PathValue("port"))
+// (HTTP and WebSocket, streamed both ways), waking a hibernated sandbox first. rest is the
+// escaped path for the application, passed on unchanged.
+func (a *Agent) handleProxy(w http.ResponseWriter, r *http.Request, id, portStr, rest string) {
+	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 1 || port > maxPort {
 		writeError(w, invalid("port must be 1-%d", maxPort))
 		return
@@ -139,11 +139,15 @@ func (a *Agent) handleProxy(w http.ResponseWriter, r *http.Request) {
 	done := a.inUse(id)
 	defer done()
 	target := &url.URL{Scheme: "http", Host: addr + ":" + strconv.Itoa(port)}
-	rest := "/" + r.PathValue("rest")
+	restPath, err := url.PathUnescape(rest)
+	if err != nil {
+		writeError(w, invalid("bad path: %v", err))
+		return
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = target.Scheme, target.Host
-			pr.Out.URL.Path, pr.Out.URL.RawPath = rest, ""
+			pr.Out.URL.Path, pr.Out.URL.RawPath = restPath, rest
 			pr.Out.Host = pr.In.Host // the app sees the public host name
 			if a.cfg.Token != "" && pr.Out.Header.Get("Authorization") == "Bearer "+a.cfg.Token {
 				pr.Out.Header.Del("Authorization") // never hand the agent's token to the guest

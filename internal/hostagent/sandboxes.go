@@ -483,7 +483,10 @@ func (a *Agent) guest(ctx context.Context, id string) (*guest.Client, *sandbox, 
 	if sb.client == nil {
 		c, err := guestConnect(ctx, sb.rec.VM.AgentSocket, 15*time.Second)
 		if err != nil {
-			return nil, nil, fmt.Errorf("sandbox %s: guest agent unreachable: %w", id, err)
+			if ctx.Err() != nil {
+				return nil, nil, err // the caller went away
+			}
+			return nil, nil, errorf(http.StatusBadGateway, "guest_unreachable", "sandbox %s: guest agent unreachable: %v", id, err)
 		}
 		sb.client = c
 	}

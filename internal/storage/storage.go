@@ -199,8 +199,9 @@ func statfs(dir string) (free, total int64, err error) {
 	return int64(st.Bavail) * st.Bsize, int64(st.Blocks) * st.Bsize, nil
 }
 
-// Close unmounts a loop pool and detaches its loop device. Running VMs keep
-// their files open, so the agent itself never calls it: it is for tests and tear-down.
+// Close unmounts a loop pool and detaches its loop device. Running VMs keep their files open
+// (the unmount then fails with EBUSY), so the agent calls it only when it shuts down with no VMM
+// running; tests and tear-down call it too.
 func (p *Pool) Close() error {
 	if p.dev == "" {
 		return nil
@@ -208,7 +209,11 @@ func (p *Pool) Close() error {
 	if err := unix.Unmount(p.Dir, 0); err != nil {
 		return fmt.Errorf("unmount %s: %w", p.Dir, err)
 	}
-	return runCmd("losetup", "-d", p.dev)
+	if err := runCmd("losetup", "-d", p.dev); err != nil {
+		return err
+	}
+	p.dev = "" // a second Close is a no-op
+	return nil
 }
 
 // Clone makes dst a copy-on-write copy of src: no data is copied, and writes to either never show

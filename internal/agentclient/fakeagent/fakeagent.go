@@ -386,8 +386,7 @@ func (a *Agent) handler() http.Handler {
 	authed.HandleFunc("GET /v1/sandboxes/{id}/files/stat", a.statFile)
 	authed.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.mkdir)
 	authed.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.move)
-	authed.HandleFunc("/v1/sandboxes/{id}/ports/{port}/{rest...}", a.port)
-	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	root := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")
 		if t := r.Header.Get(agentclient.ProxyTokenHeader); t != "" {
 			got = "Bearer " + t
@@ -397,9 +396,21 @@ func (a *Agent) handler() http.Handler {
 			writeErr(w, 401, "unauthorized", "bad agent token")
 			return
 		}
+		// Proxied requests skip the mux, as on the real agent: their path passes through as sent.
+		if id, port, rest, ok := agentclient.PortPath(r.URL.EscapedPath()); ok {
+			a.port(w, r, id, port, rest)
+			return
+		}
 		authed.ServeHTTP(w, r)
-	}))
-	return mux
+	})
+	mux.Handle("/", root)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, _, ok := agentclient.PortPath(r.URL.EscapedPath()); ok {
+			root.ServeHTTP(w, r) // before the mux, which would clean the path and redirect
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func (a *Agent) info(w http.ResponseWriter, r *http.Request) {
@@ -947,16 +958,16 @@ func (a *Agent) move(w http.ResponseWriter, r *http.Request) {
 
 // port stands in for the agent's port proxy: instead of a guest server it describes the request
 // it got, so tests can check what the control plane forwarded.
-func (a *Agent) port(w http.ResponseWriter, r *http.Request) {
+func (a *Agent) port(w http.ResponseWriter, r *http.Request, id, port, rest string) {
 	a.mu.Lock()
-	_, ok := a.sandboxes[r.PathValue("id")]
+	_, ok := a.sandboxes[id]
 	a.mu.Unlock()
 	if !ok {
 		writeErr(w, 404, "not_found", "no such sandbox")
 		return
 	}
 	body, _ := io.ReadAll(r.Body)
-	writeJSON(w, 200, map[string]any{"method": r.Method, "port": r.PathValue("port"), "path": "/" + r.PathValue("rest"),
+	writeJSON(w, 200, map[string]any{"method": r.Method, "port": port, "path": rest,
 		"query": r.URL.RawQuery, "host": r.Host, "authorization": r.Header.Get("Authorization"), "body": string(body)})
 }
 

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/testenv"
+)
+
+// TestMain lets a test run the binary's main in a child process: the test binary itself, with
+// PANDASTACK_TEST_MAIN=1 and the CLI's arguments.
+func TestMain(m *testing.M) {
+	if os.Getenv("PANDASTACK_TEST_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// mountedAt reports whether something is mounted at dir.
+func mountedAt(t *testing.T, dir string) bool {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// loopsOf lists the loop devices backed by file.
+func loopsOf(file string) []string {
+	out, _ := exec.Command("losetup", "-n", "-O", "NAME", "-j", file).Output()
+	return strings.Fields(string(out))
+}
+
+// agentCgroups lists the existing cgroup folders of the agent with this data dir (the child runs
+// in our own cgroup): pandastack/<hash of the data dir> under it, in each hierarchy.
+func agentCgroups(t *testing.T, agentDir string) []string {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256([]byte(agentDir))
+	name := filepath.Join("pandastack", hex.EncodeToString(h[:])[:12])
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		var roots []string
+		switch f[1] {
+		case "":
+			roots = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
+		case "cpu", "memory", "pids", "cpu,cpuacct", "cpuacct,cpu":
+			roots = []string{filepath.Join("/sys/fs/cgroup", f[1])}
+		}
+		for _, r := range roots {
+			d := filepath.Join(r, f[2], name)
+			if _, err := os.Stat(d); err == nil {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// `up` with an operator's key never prints it, and a clean SIGTERM with no sandboxes leaves no
+// loop-mounted pool and no cgroup folder behind.
+func TestUpHygiene(t *testing.T) {
+	testenv.NeedVMs(t) // root: loop devices, mounts, cgroups
+	dir := t.TempDir()
+	key, err := auth.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, img := filepath.Join(dir, "agent", "pool"), filepath.Join(dir, "agent", "pool.xfs")
+	var cgroups []string
+	t.Cleanup(func() { // whatever a failure left, off the shared machine
+		if mountedAt(t, pool) {
+			syscall.Unmount(pool, 0)
+		}
+		for _, dev := range loopsOf(img) {
+			exec.Command("losetup", "-d", dev).Run()
+		}
+		for i := len(cgroups) - 1; i >= 0; i-- {
+			syscall.Rmdir(cgroups[i])
+		}
+	})
+
+	cmd := exec.Command(os.Args[0], "up", "--data-dir", dir, "--addr", "127.0.0.1:0", "--bake", "", "--pool-gib", "1",
+		"--network=false", "--guest-agent", testenv.GuestAgent(t), "--image-cache", testenv.ImageCache())
+	cmd.Env = append(os.Environ(), "PANDASTACK_TEST_MAIN=1", "PANDASTACK_API_KEY="+key)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	var stdout strings.Builder
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			stdout.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "sandbox exec") { // the banner's last line: up is up
+				break
+			}
+		}
+		exited <- nil
+	}()
+	select {
+	case <-exited:
+	case <-time.After(120 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("up did not start:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "PandaStack is up.") {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("up did not print its banner:\n%s\n%s", stdout.String(), stderr.String())
+	}
+
+	// Running: the pool is a loop mount and the agent has its cgroups.
+	if !mountedAt(t, pool) || len(loopsOf(img)) == 0 {
+		t.Errorf("while up runs, %s is not a loop-mounted pool", pool)
+	}
+	cgroups = agentCgroups(t, filepath.Join(dir, "agent"))
+	if len(cgroups) == 0 {
+		t.Errorf("while up runs, no cgroup of its agent is found:\n%s", stderr.String())
+	}
+	t.Logf("pool %s, cgroups %v", pool, cgroups)
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	go func() { io.Copy(&stdout, out); exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("up after SIGTERM: %v", err)
+		}
+	case <-time.After(120 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("up did not stop on SIGTERM:\n%s", stderr.String())
+	}
+
+	all := stdout.String() + stderr.String()
+	if strings.Contains(all, key) || strings.Contains(all, key[len(auth.KeyPrefix)+8:]) {
+		t.Errorf("up printed the API key from PANDASTACK_API_KEY:\n%s", all)
+	}
+	if !strings.Contains(stdout.String(), auth.DisplayPrefix(key)+"…") {
+		t.Errorf("the banner does not name the key by its prefix:\n%s", stdout.String())
+	}
+	if mountedAt(t, pool) {
+		t.Errorf("after a clean stop %s is still mounted", pool)
+	}
+	if loops := loopsOf(img); len(loops) > 0 {
+		t.Errorf("after a clean stop %s is still attached to %v", img, loops)
+	}
+	for _, d := range cgroups {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("after a clean stop the cgroup %s is still there", d)
+		}
+	}
+}
