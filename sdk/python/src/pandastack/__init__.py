@@ -27,6 +27,8 @@ from .errors import (
     Unauthorized,
     Unimplemented,
 )
+# The transport seam's types (PandaStack(send=...)): importable, but left out of __all__ so a star
+# import does not gain generic names such as HTTPResponse.
 from ._http import HTTPRequest, HTTPResponse
 from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, Volume, VolumeAttachment
 from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates, Volumes

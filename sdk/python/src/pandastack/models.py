@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
+from ._context import ClientContext
 from ._http import quote_segment
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._context import ClientContext
 
 __all__ = ["ExecResult", "ExecEvent", "FileInfo", "Snapshot", "Template", "Volume", "VolumeAttachment", "parse_time"]
 
@@ -148,7 +146,7 @@ class FileInfo:
 class Snapshot:
     """A saved machine state (memory + disk) a sandbox can be created from."""
 
-    def __init__(self, d: Mapping[str, Any], client: "Optional[ClientContext]" = None) -> None:
+    def __init__(self, d: Mapping[str, Any], client: Optional[ClientContext] = None) -> None:
         self._client = client
         self.raw: Dict[str, Any] = dict(d)
         self.id: str = d.get("id", "")
@@ -230,7 +228,7 @@ class Volume:
     "/data"}])``; ``attachments`` are the sandboxes that have it mounted now.
     """
 
-    def __init__(self, d: Mapping[str, Any], client: "Optional[ClientContext]" = None) -> None:
+    def __init__(self, d: Mapping[str, Any], client: Optional[ClientContext] = None) -> None:
         self._client = client
         self._load(d)
 
