@@ -6,11 +6,15 @@
 #   made, on success, failure or interrupt alike.
 # The last line of output is always `N passed, N failed` (both SDKs together); the exit status is
 # non-zero if anything failed.
+# With SDK_TEST_OFFLINE=1 it runs only the offline unit tests (python/tests/test_offline.py and
+# typescript/test/offline.test.mjs, answers scripted through the SDKs' injected transport): no
+# build, no server, no root. A full run includes them too.
 #
 # Environment:
 #   PANDASTACK_IMAGE_CACHE  image cache shared between runs (default /var/tmp/pandastack-images)
 #   PYTHON                  Python interpreter (default /usr/bin/python3, else python3)
 #   SDK_TEST_ONLY           "python" or "typescript" to run one SDK only
+#   SDK_TEST_OFFLINE=1      only the offline unit tests (no server)
 #   SDK_TEST_KEEP_LOG=1     keep the server log (its path is printed)
 set -uo pipefail
 
@@ -18,6 +22,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 ONLY="${SDK_TEST_ONLY:-}"
+OFFLINE="${SDK_TEST_OFFLINE:-}"
+case "$OFFLINE" in "" | 0) OFFLINE="" ;; 1) ;; *) echo "SDK_TEST_OFFLINE must be 1 or unset"; exit 2 ;; esac
 case "$ONLY" in "" | python | typescript) ;; *) echo "SDK_TEST_ONLY must be python or typescript"; exit 2 ;; esac
 
 PASSED=0
@@ -140,6 +146,9 @@ trap 'exit 130' INT TERM
 
 # -- server -----------------------------------------------------------------------------------
 
+# Sets KEY, BASE_URL, DATA, SERVER_PID (globals: cleanup uses them) and exports the client env.
+# (Body not indented: its heredocs end at column 0.)
+start_server() {
 # Always (incremental, seconds): stale binaries would test old code.
 say "building bin/"
 run make build || setup_failed "make build failed"
@@ -182,12 +191,20 @@ say "server ready"
 
 export PANDASTACK_BASE_URL="$BASE_URL" PANDASTACK_API_KEY="$KEY"
 unset PANDASTACK_TOKEN
+}
+
+if [ -z "$OFFLINE" ]; then
+  start_server
+else
+  say "offline unit tests only: no server"
+fi
 
 # -- Python -----------------------------------------------------------------------------------
 
 if [ -z "$ONLY" ] || [ "$ONLY" = python ]; then
   say "Python SDK tests ($("$PYTHON" --version 2>&1))"
-  run timeout 3600 "$PYTHON" sdk/python/tests/run.py --summary "$WORK/python.sum"
+  # (offline: only test_offline; a full run discovers every tests/test_*.py, that one included)
+  run timeout 3600 "$PYTHON" sdk/python/tests/run.py --summary "$WORK/python.sum" ${OFFLINE:+test_offline}
   if [ -s "$WORK/python.sum" ]; then
     read -r p f <"$WORK/python.sum"
     PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
@@ -201,10 +218,11 @@ fi
 if [ -z "$ONLY" ] || [ "$ONLY" = typescript ]; then
   say "TypeScript SDK tests (node $(node --version 2>/dev/null))"
   if run bash -c 'cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build'; then
+    if [ -n "$OFFLINE" ]; then files="test/offline.test.mjs"; else files="test/*.test.mjs test/*.test.cjs"; fi
     run bash -c 'cd sdk/typescript && exec timeout 3600 node --test \
       --test-reporter=spec --test-reporter-destination=stdout \
       --test-reporter=tap --test-reporter-destination="$1" \
-      test/*.test.mjs test/*.test.cjs' _ "$WORK/typescript.tap"
+      $2' _ "$WORK/typescript.tap" "$files"
     if grep -q '^# pass ' "$WORK/typescript.tap" 2>/dev/null; then
       p=$(awk '/^# pass /{print $3}' "$WORK/typescript.tap")
       f=$(awk '/^# (fail|cancelled) /{s += $3} END {print s + 0}' "$WORK/typescript.tap")

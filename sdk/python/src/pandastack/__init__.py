@@ -20,7 +20,6 @@ from .errors import (
     InvalidRequest,
     NoSpace,
     NotFound,
-    NotImplemented,
     PandaStackError,
     PayloadTooLarge,
     RateLimited,
@@ -28,6 +27,9 @@ from .errors import (
     Unauthorized,
     Unimplemented,
 )
+# The transport seam's types (PandaStack(send=...)): importable, but left out of __all__ so a star
+# import does not gain generic names such as HTTPResponse.
+from ._http import HTTPRequest, HTTPResponse
 from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, Volume, VolumeAttachment
 from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates, Volumes
 
@@ -61,9 +63,18 @@ __all__ = [
     "PayloadTooLarge",
     "RateLimited",
     "InternalError",
-    "NotImplemented",
     "Unimplemented",
     "Capacity",
     "Timeout",
     "NoSpace",
 ]
+
+
+def __getattr__(name: str) -> type:
+    # ``pandastack.NotImplemented`` and ``from pandastack import NotImplemented`` still give the
+    # 501 error class (now named Unimplemented). It is resolved here rather than bound as a module
+    # global, and left out of __all__, so ``from pandastack import *`` does not shadow Python's
+    # ``NotImplemented`` constant.
+    if name == "NotImplemented":
+        return Unimplemented
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -1,16 +1,22 @@
 """HTTP transport: one connection per request over http.client, JSON in and out, typed errors,
-retries with backoff for idempotent calls."""
+retries with backoff for idempotent calls.
+
+The one HTTP exchange itself goes through a ``send`` callable (``PandaStack(send=...)``), by
+default :func:`http_client_send`; everything above it (headers, retries, error mapping, NDJSON
+streams) is the same whichever ``send`` is used, so tests can script answers without a socket.
+"""
 
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import random
 import socket
 import ssl
 import time
 import urllib.parse
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
 
 from . import errors
 from ._version import __version__
@@ -28,6 +34,11 @@ def new_request_id() -> str:
     """An X-Request-Id for one call (kept by the server, so client-side failures can be matched
     with its log)."""
     return "req_" + "".join(random.choice(_ID_ALPHABET) for _ in range(20))
+
+
+def quote_segment(s: str) -> str:
+    """One path segment (an id or name), every reserved character escaped."""
+    return urllib.parse.quote(s, safe="")
 
 
 def _quote_params(params: Optional[Mapping[str, Any]]) -> str:
@@ -61,6 +72,117 @@ class Response:
         return json.loads(self.body.decode("utf-8"))
 
 
+class HTTPRequest:
+    """One HTTP exchange the SDK wants made: what a ``send`` callable receives.
+
+    ``url`` is absolute (base URL, path and query); ``headers`` include Authorization,
+    User-Agent and X-Request-Id; ``body`` is ``None``, bytes, or a binary file object (a streamed
+    upload); ``timeout`` is the socket timeout in seconds (``None`` for none).
+    """
+
+    __slots__ = ("method", "url", "headers", "body", "timeout")
+
+    def __init__(self, method: str, url: str, headers: Dict[str, str], body: Any = None,
+                 timeout: Optional[float] = None) -> None:
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.timeout = timeout
+
+    def json(self) -> Any:
+        """The body decoded as JSON (``None`` without a bytes body): handy in scripted sends."""
+        if not isinstance(self.body, (bytes, bytearray)) or not self.body:
+            return None
+        return json.loads(bytes(self.body).decode("utf-8"))
+
+    def __repr__(self) -> str:
+        return "HTTPRequest(%s %s)" % (self.method, self.url)
+
+
+class HTTPResponse:
+    """An answer held in memory, shaped like :class:`http.client.HTTPResponse` (``status``,
+    ``headers``, ``read()``, ``readline()``, ``close()``): what a scripted ``send`` can return.
+
+    ``body`` is bytes, or a str (UTF-8 encoded), or any other value (sent as JSON);
+    ``headers`` a mapping (looked up case-insensitively, as on the wire).
+    """
+
+    def __init__(self, status: int, body: Any = b"", headers: Optional[Mapping[str, str]] = None) -> None:
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif body is None:
+            body = b""
+        elif not isinstance(body, (bytes, bytearray)):
+            body = json.dumps(body).encode("utf-8")
+        self.status = status
+        self.headers = http.client.HTTPMessage()
+        for k, v in (headers or {}).items():
+            self.headers[k] = v
+        self._buf = io.BytesIO(bytes(body))
+        self.closed = False
+
+    def read(self, n: int = -1) -> bytes:
+        return self._buf.read(n)
+
+    def readline(self) -> bytes:
+        return self._buf.readline()
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __repr__(self) -> str:
+        return "HTTPResponse(status=%d)" % self.status
+
+
+#: ``send(request) -> response``: makes one HTTP exchange. The response needs ``status`` (int),
+#: ``headers`` (with a case-insensitive ``get``), ``read()``, ``readline()`` and ``close()``.
+#: Raising OSError/ConnectionError means "no answer" (retried for idempotent calls),
+#: socket.timeout/TimeoutError a client timeout.
+Send = Callable[[HTTPRequest], Any]
+
+
+class _ConnectionResponse:
+    """An http.client response that closes its connection when it is closed."""
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        self._conn = conn
+        self._resp = resp
+        self.status = resp.status
+        self.headers = resp.headers
+
+    def read(self, n: Optional[int] = None) -> bytes:
+        return self._resp.read(n)
+
+    def readline(self) -> bytes:
+        return self._resp.readline()
+
+    def close(self) -> None:
+        try:
+            self._resp.close()
+        finally:
+            self._conn.close()
+
+
+def http_client_send(req: HTTPRequest) -> _ConnectionResponse:
+    """The default ``send``: a new http.client connection for this one request."""
+    u = urllib.parse.urlsplit(req.url)
+    if u.scheme == "https":
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            u.hostname, u.port, timeout=req.timeout, context=ssl.create_default_context()
+        )
+    else:
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=req.timeout)
+    target = (u.path or "/") + ("?" + u.query if u.query else "")
+    try:
+        conn.request(req.method, target, body=req.body, headers=dict(req.headers))
+        resp = conn.getresponse()
+    except BaseException:
+        conn.close()
+        raise
+    return _ConnectionResponse(conn, resp)
+
+
 class Transport:
     def __init__(
         self,
@@ -69,6 +191,7 @@ class Transport:
         timeout: float,
         max_retries: int,
         user_agent: Optional[str] = None,
+        send: Optional[Send] = None,
     ) -> None:
         u = urllib.parse.urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
@@ -76,23 +199,16 @@ class Transport:
                 "base URL %r must be an http:// or https:// URL (set PANDASTACK_BASE_URL or pass base_url=)" % base_url
             )
         self.base_url = base_url.rstrip("/")
-        self._scheme = u.scheme
-        self._host = u.hostname
-        self._port = u.port
+        self._origin = "%s://%s" % (u.scheme, u.netloc)
         self._prefix = u.path.rstrip("/")
         self._token = token
         self.timeout = timeout
         self.max_retries = max_retries
         self.user_agent = user_agent or "pandastack-python/%s" % __version__
-
-    # -- connections ---------------------------------------------------------------------------
-
-    def _connect(self, timeout: Optional[float]) -> http.client.HTTPConnection:
-        if self._scheme == "https":
-            return http.client.HTTPSConnection(
-                self._host, self._port, timeout=timeout, context=ssl.create_default_context()
-            )
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        if send is not None and not callable(send):
+            raise errors.ConfigurationError("send must be a callable taking an HTTPRequest, not %r" % (send,))
+        self._send: Send = send or http_client_send
+        self._sleep: Callable[[float], Any] = time.sleep  # the pause between retries (tests record it)
 
     def _headers(self, extra: Optional[Mapping[str, str]]) -> Dict[str, str]:
         h = {
@@ -116,21 +232,15 @@ class Transport:
         method: str,
         path: str,
         params: Optional[Mapping[str, Any]],
-        body: Optional[bytes],
+        body: Any,
         headers: Mapping[str, str],
         timeout: Optional[float],
-    ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        conn = self._connect(timeout)
-        try:
-            conn.request(method, self._target(path, params), body=body, headers=dict(headers))
-            resp = conn.getresponse()
-        except BaseException:
-            conn.close()
-            raise
-        return conn, resp
+    ) -> Any:
+        url = self._origin + self._target(path, params)
+        return self._send(HTTPRequest(method, url, dict(headers), body, timeout))
 
     @staticmethod
-    def _raise_for(resp_status: int, headers: http.client.HTTPMessage, raw: bytes, sent_id: Optional[str] = None) -> None:
+    def _raise_for(resp_status: int, headers: Any, raw: bytes, sent_id: Optional[str] = None) -> None:
         payload: Any = None
         try:
             payload = json.loads(raw.decode("utf-8")) if raw else None
@@ -183,11 +293,11 @@ class Transport:
         attempt = 0
         while True:
             try:
-                conn, resp = self._open(method, path, params, body, h, timeout)
+                resp = self._open(method, path, params, body, h, timeout)
                 try:
                     raw = resp.read()
                 finally:
-                    conn.close()
+                    resp.close()
             except (socket.timeout, TimeoutError) as e:
                 raise errors.Timeout(
                     "no answer from %s within %s s (%s %s)" % (self.base_url, timeout, method, path),
@@ -198,7 +308,7 @@ class Transport:
                 # Refused, reset, or closed before the answer: safe to repeat only if idempotent.
                 if idempotent and attempt < self.max_retries:
                     attempt += 1
-                    time.sleep(self._backoff(attempt, None))
+                    self._sleep(self._backoff(attempt, None))
                     continue
                 raise errors.APIConnectionError(
                     "cannot reach the PandaStack API at %s: %s" % (self.base_url, e or type(e).__name__),
@@ -208,7 +318,7 @@ class Transport:
                 return Response(resp.status, resp.headers, raw)
             if idempotent and resp.status in RETRY_STATUSES and attempt < self.max_retries:
                 attempt += 1
-                time.sleep(self._backoff(attempt, resp.headers.get("Retry-After")))
+                self._sleep(self._backoff(attempt, resp.headers.get("Retry-After")))
                 continue
             self._raise_for(resp.status, resp.headers, raw, h["X-Request-Id"])
 
@@ -231,7 +341,7 @@ class Transport:
         h = self._headers({"Accept": accept, "Content-Type": content_type})
         body = data if data is not None else json.dumps(json_body).encode("utf-8")
         try:
-            conn, resp = self._open(method, path, None, body, h, timeout)
+            resp = self._open(method, path, None, body, h, timeout)
         except (socket.timeout, TimeoutError) as e:
             raise errors.Timeout(
                 "no answer from %s within %s s (%s %s)" % (self.base_url, timeout, method, path),
@@ -247,9 +357,9 @@ class Transport:
             try:
                 raw = resp.read()
             finally:
-                conn.close()
+                resp.close()
             self._raise_for(resp.status, resp.headers, raw, h["X-Request-Id"])
-        return LineStream(conn, resp, self.base_url, timeout, h["X-Request-Id"])
+        return LineStream(resp, self.base_url, timeout, h["X-Request-Id"])
 
     @staticmethod
     def _backoff(attempt: int, retry_after: Optional[str]) -> float:
@@ -268,13 +378,11 @@ class LineStream:
 
     def __init__(
         self,
-        conn: http.client.HTTPConnection,
-        resp: http.client.HTTPResponse,
+        resp: Any,
         base_url: str,
         timeout: Optional[float],
         sent_request_id: Optional[str] = None,
     ) -> None:
-        self._conn = conn
         self._resp = resp
         self._base_url = base_url
         self._timeout = timeout
@@ -318,7 +426,4 @@ class LineStream:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            try:
-                self._resp.close()
-            finally:
-                self._conn.close()
+            self._resp.close()

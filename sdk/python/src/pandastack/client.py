@@ -6,7 +6,8 @@ import os
 from typing import Any, Dict, Mapping, Optional
 
 from . import errors
-from ._http import Transport
+from ._context import ClientContext
+from ._http import Send, Transport
 from .sandbox import Sandboxes, Snapshots, Templates, Volumes
 
 __all__ = ["PandaStack", "DEFAULT_BASE_URL"]
@@ -28,6 +29,12 @@ class PandaStack:
     template bakes it). Idempotent calls are retried up to ``max_retries`` times on 429/503
     answers and broken connections, with exponential backoff.
 
+    ``send`` replaces the one HTTP exchange under all of that (default: a new ``http.client``
+    connection per request): a callable taking a :class:`~pandastack.HTTPRequest` and returning
+    a response shaped like ``http.client.HTTPResponse``, e.g. a :class:`~pandastack.HTTPResponse`.
+    Use it to answer from a script in tests (no server, no socket) or to route requests your
+    own way; headers, retries and error mapping stay the SDK's.
+
     The client holds no open connections; it is safe to share between threads.
     """
 
@@ -41,6 +48,7 @@ class PandaStack:
         max_retries: int = 3,
         create_timeout: Optional[float] = 900.0,
         env: Optional[Mapping[str, str]] = None,
+        send: Optional[Send] = None,
     ) -> None:
         environ = os.environ if env is None else env
         key = token or api_key or environ.get("PANDASTACK_API_KEY") or environ.get("PANDASTACK_TOKEN")
@@ -52,13 +60,15 @@ class PandaStack:
         self.base_url = url.rstrip("/")
         self.timeout = timeout
         self.create_timeout = create_timeout
-        self._http = Transport(self.base_url, key.strip(), timeout, max_retries)
-        self.sandboxes = Sandboxes(self)
+        self._http = Transport(self.base_url, key.strip(), timeout, max_retries, send=send)
+        # The resources see the client only as a ClientContext (transport and timeouts).
+        ctx: ClientContext = self
+        self.sandboxes = Sandboxes(ctx)
         #: the same object as :attr:`sandboxes`
         self.sandbox = self.sandboxes
-        self.snapshots = Snapshots(self)
-        self.templates = Templates(self)
-        self.volumes = Volumes(self)
+        self.snapshots = Snapshots(ctx)
+        self.templates = Templates(ctx)
+        self.volumes = Volumes(ctx)
 
     def info(self) -> Dict[str, Any]:
         """What the deployment enforces for every team: ``{"version", "egress": {"blocked",

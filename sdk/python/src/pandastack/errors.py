@@ -23,7 +23,6 @@ __all__ = [
     "PayloadTooLarge",
     "RateLimited",
     "InternalError",
-    "NotImplemented",
     "Unimplemented",
     "Capacity",
     "Timeout",
@@ -149,19 +148,24 @@ class InternalError(PandaStackError):
     default_code = "internal"
 
 
-class NotImplemented(PandaStackError, builtins.NotImplementedError):  # noqa: A001 - the API's name
+class Unimplemented(PandaStackError, builtins.NotImplementedError):
     """501 ``not_implemented``: this server does not support the call (yet).
 
-    Also an ordinary :class:`NotImplementedError`. Because the name shadows the ``NotImplemented``
-    constant, prefer ``pandastack.NotImplemented`` or the alias :data:`Unimplemented` over a
-    star import.
+    Also an ordinary :class:`NotImplementedError`. Still reachable as ``NotImplemented`` (the
+    API's name, see :func:`__getattr__`), but never bound under that name, so a star import does
+    not shadow Python's ``NotImplemented`` constant.
     """
 
     default_code = "not_implemented"
 
 
-#: alias of :class:`NotImplemented` that does not shadow the builtin constant
-Unimplemented = NotImplemented
+def __getattr__(name: str) -> Any:
+    # ``pandastack.errors.NotImplemented`` (and ``from ... import NotImplemented``) keep working
+    # for code written before the rename; a module global of that name would shadow the builtin
+    # constant in every module that star-imports this one.
+    if name == "NotImplemented":
+        return Unimplemented
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 class Capacity(PandaStackError):
@@ -200,7 +204,7 @@ _BY_CODE: Dict[str, Type[PandaStackError]] = {
     "payload_too_large": PayloadTooLarge,
     "rate_limited": RateLimited,
     "internal": InternalError,
-    "not_implemented": NotImplemented,
+    "not_implemented": Unimplemented,
     "capacity": Capacity,
     "timeout": Timeout,
     "no_space": NoSpace,
@@ -215,7 +219,7 @@ _BY_STATUS: Dict[int, Type[PandaStackError]] = {
     413: PayloadTooLarge,
     429: RateLimited,
     500: InternalError,
-    501: NotImplemented,
+    501: Unimplemented,
     503: Capacity,
     504: Timeout,
     507: NoSpace,

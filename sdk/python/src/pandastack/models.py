@@ -6,6 +6,9 @@ import datetime as _dt
 import re
 from typing import Any, Dict, List, Mapping, Optional
 
+from ._context import ClientContext
+from ._http import quote_segment
+
 __all__ = ["ExecResult", "ExecEvent", "FileInfo", "Snapshot", "Template", "Volume", "VolumeAttachment", "parse_time"]
 
 _FRACTION = re.compile(r"\.(\d+)")
@@ -143,7 +146,7 @@ class FileInfo:
 class Snapshot:
     """A saved machine state (memory + disk) a sandbox can be created from."""
 
-    def __init__(self, d: Mapping[str, Any], client: Any = None) -> None:
+    def __init__(self, d: Mapping[str, Any], client: Optional[ClientContext] = None) -> None:
         self._client = client
         self.raw: Dict[str, Any] = dict(d)
         self.id: str = d.get("id", "")
@@ -154,7 +157,7 @@ class Snapshot:
 
     def delete(self) -> None:
         """Delete the snapshot (sandboxes made from it keep working)."""
-        self._client.snapshots.delete(self.id)
+        self._client._http.request("DELETE", "/v1/snapshots/%s" % quote_segment(self.id), idempotent=True)
 
     def __repr__(self) -> str:
         return "Snapshot(id=%r, sandbox_id=%r, template=%r, size_bytes=%r)" % (
@@ -225,8 +228,11 @@ class Volume:
     "/data"}])``; ``attachments`` are the sandboxes that have it mounted now.
     """
 
-    def __init__(self, d: Mapping[str, Any], client: Any = None) -> None:
+    def __init__(self, d: Mapping[str, Any], client: Optional[ClientContext] = None) -> None:
         self._client = client
+        self._load(d)
+
+    def _load(self, d: Mapping[str, Any]) -> None:
         self.raw: Dict[str, Any] = dict(d)
         self.id: str = d.get("id", "")
         self.name: str = d.get("name") or ""
@@ -243,19 +249,25 @@ class Volume:
 
     def refresh(self) -> "Volume":
         """Re-read the volume (size, attachments) from the server."""
-        fresh = self._client.volumes.get(self.id)
-        self.__dict__.update(fresh.__dict__)
+        if not self.id:
+            raise ValueError("volume_id is required")
+        r = self._client._http.request("GET", self._path(), idempotent=True)
+        self._load(r.json() or {})
         return self
 
     def resize(self, size_mib: int) -> "Volume":
         """Grow the volume (refused with Conflict while a sandbox has it mounted)."""
-        fresh = self._client.volumes.resize(self.id, size_mib)
-        self.__dict__.update(fresh.__dict__)
+        r = self._client._http.request("POST", self._path("/resize"), json_body={"size_mib": size_mib},
+                                       timeout=self._client.create_timeout)
+        self._load(r.json() or {})
         return self
 
     def delete(self) -> None:
         """Delete the volume and its data (refused with Conflict while a sandbox has it mounted)."""
-        self._client.volumes.delete(self.id)
+        self._client._http.request("DELETE", self._path(), idempotent=True)
+
+    def _path(self, sub: str = "") -> str:
+        return "/v1/volumes/%s%s" % (quote_segment(self.id), sub)
 
     def __repr__(self) -> str:
         return "Volume(id=%r, name=%r, size_mib=%r, host_id=%r, attachments=%r)" % (

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-import urllib.parse
 from typing import (
-    TYPE_CHECKING,
     Any,
     BinaryIO,
     Callable,
@@ -21,11 +19,10 @@ from typing import (
 )
 
 from . import errors
+from ._context import ClientContext
 from ._http import LineStream, Transport
+from ._http import quote_segment as _seg
 from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, Volume, as_list, parse_time
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import PandaStack
 
 __all__ = ["Sandbox", "Filesystem", "ExecStream", "Sandboxes", "Snapshots", "Templates"]
 
@@ -36,10 +33,6 @@ OutputCallback = Callable[[str], Any]
 DEFAULT_EXEC_TIMEOUT = 60.0
 #: how long past the command's own timeout the client waits for the answer
 EXEC_GRACE = 60.0
-
-
-def _seg(s: str) -> str:
-    return urllib.parse.quote(s, safe="")
 
 
 def _exec_body(
@@ -245,7 +238,7 @@ class Sandbox:
     As a context manager it kills the sandbox on exit.
     """
 
-    def __init__(self, client: "PandaStack", data: Mapping[str, Any]) -> None:
+    def __init__(self, client: ClientContext, data: Mapping[str, Any]) -> None:
         self._client = client
         self._http: Transport = client._http
         self.filesystem = Filesystem(self)
@@ -455,7 +448,7 @@ class Sandbox:
 class Sandboxes:
     """``client.sandboxes`` (also ``client.sandbox``): create, get and list sandboxes."""
 
-    def __init__(self, client: "PandaStack") -> None:
+    def __init__(self, client: ClientContext) -> None:
         self._client = client
         self._http: Transport = client._http
 
@@ -557,7 +550,7 @@ class Sandboxes:
 class Snapshots:
     """``client.snapshots``: list, look up and delete snapshots made with :meth:`Sandbox.snapshot`."""
 
-    def __init__(self, client: "PandaStack") -> None:
+    def __init__(self, client: ClientContext) -> None:
         self._client = client
         self._http: Transport = client._http
 
@@ -588,13 +581,13 @@ class Snapshots:
         return Snapshot(r.json() or {}, self._client)
 
     def delete(self, snapshot_id: str) -> None:
-        self._http.request("DELETE", "/v1/snapshots/%s" % _seg(snapshot_id), idempotent=True)
+        Snapshot({"id": snapshot_id}, self._client).delete()
 
 
 class Templates:
     """``client.templates``: the catalog, and the templates your team builds (private to it)."""
 
-    def __init__(self, client: "PandaStack") -> None:
+    def __init__(self, client: ClientContext) -> None:
         self._client = client
         self._http: Transport = client._http
 
@@ -658,7 +651,7 @@ def _volume_entry(v: Any) -> Dict[str, Any]:
 class Volumes:
     """``client.volumes``: durable volumes, persistent disks that outlive sandboxes."""
 
-    def __init__(self, client: "PandaStack") -> None:
+    def __init__(self, client: ClientContext) -> None:
         self._client = client
         self._http: Transport = client._http
 
@@ -678,15 +671,12 @@ class Volumes:
     def get(self, volume_id: str) -> Volume:
         if not volume_id:
             raise ValueError("volume_id is required")
-        r = self._http.request("GET", "/v1/volumes/%s" % _seg(volume_id), idempotent=True)
-        return Volume(r.json() or {}, self._client)
+        return Volume({"id": volume_id}, self._client).refresh()
 
     def resize(self, volume_id: str, size_mib: int) -> Volume:
         """Grow a volume; refused (Conflict) while a sandbox has it mounted."""
-        r = self._http.request("POST", "/v1/volumes/%s/resize" % _seg(volume_id), json_body={"size_mib": size_mib},
-                               timeout=self._client.create_timeout)
-        return Volume(r.json() or {}, self._client)
+        return Volume({"id": volume_id}, self._client).resize(size_mib)
 
     def delete(self, volume_id: str) -> None:
         """Delete a volume and its data; refused (Conflict) while a sandbox has it mounted."""
-        self._http.request("DELETE", "/v1/volumes/%s" % _seg(volume_id), idempotent=True)
+        Volume({"id": volume_id}, self._client).delete()

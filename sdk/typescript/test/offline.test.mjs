@@ -1,0 +1,652 @@
+// Offline unit tests: the SDK driven through its injected `fetch` (new PandaStack({ fetch })),
+// with answers scripted in memory. No server, no socket: they run before or without
+// sdk/test.sh's server. They check the client's side of the wire (the requests it builds, the
+// answers it decodes, the errors it maps, the retries it makes); the live tests check the server.
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import * as sdk from "@pandastack/sdk";
+import {
+  APIConnectionError,
+  BuildFailed,
+  Capacity,
+  ConfigurationError,
+  Conflict,
+  Forbidden,
+  InternalError,
+  InvalidRequest,
+  NoSpace,
+  NotFound,
+  NotImplemented,
+  PandaStack,
+  PandaStackError,
+  PayloadTooLarge,
+  RateLimited,
+  Sandbox,
+  Timeout,
+  Unauthorized,
+  VERSION,
+} from "@pandastack/sdk";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const pkgDir = join(here, "..");
+const pkg = JSON.parse(readFileSync(join(pkgDir, "package.json"), "utf8"));
+const require = createRequire(import.meta.url);
+
+const SB = {
+  id: "sb_one",
+  template: "base",
+  state: "running",
+  created_at: "2026-01-01T00:00:00.123456789Z",
+  expires_at: "2026-01-01T00:10:00Z",
+  metadata: { task: "t" },
+  host: "h1",
+  ip: "10.0.0.2",
+};
+
+// -- scripted answers -----------------------------------------------------------------------------
+
+function ok(body, status = 200, headers = {}) {
+  const payload = body === undefined || body === null ? null : typeof body === "string" || body instanceof Uint8Array ? body : JSON.stringify(body);
+  return new Response(payload, { status, headers });
+}
+const err = (status, code, message, headers = {}) => ok({ error: { code, message } }, status, headers);
+const ndjson = (objs, headers = {}) =>
+  ok(objs.map((o) => JSON.stringify(o) + "\n").join(""), 200, { "content-type": "application/x-ndjson", ...headers });
+/** What undici throws for a refused or reset connection. */
+const netError = (code) => Object.assign(new TypeError("fetch failed"), { cause: { code, message: `connect ${code}` } });
+
+/**
+ * A fetch that answers with the given steps in order and records every call. A step is a
+ * Response, an Error to throw (a broken connection), or a function (url, init) => Response.
+ */
+function script(...steps) {
+  const calls = [];
+  const fetch = async (url, init) => {
+    const body = init.body;
+    const call = { url, init, method: init.method, headers: init.headers, body };
+    call.json = () => JSON.parse(typeof body === "string" ? body : new TextDecoder().decode(body));
+    call.path = () => {
+      const u = new URL(url);
+      return u.pathname + u.search;
+    };
+    call.query = () => Object.fromEntries(new URL(url).searchParams);
+    calls.push(call);
+    if (!steps.length) throw new Error(`unexpected request ${init.method} ${url}`);
+    let step = steps.shift();
+    if (step instanceof Error) throw step;
+    if (typeof step === "function") step = await step(url, init);
+    return step;
+  };
+  fetch.calls = calls;
+  fetch.push = (...more) => steps.push(...more);
+  return fetch;
+}
+
+function client(fetch, options = {}) {
+  return new PandaStack({ apiKey: "pds_offline", baseUrl: "http://pandastack.invalid:8080", fetch, env: {}, ...options });
+}
+
+// -- create / get / list --------------------------------------------------------------------------
+
+describe("offline: create, get, list", () => {
+  it("create sends the documented request and decodes the sandbox", async () => {
+    const f = script(ok(SB, 201, { "x-request-id": "req_srv" }));
+    const sb = await client(f).sandboxes.create({
+      template: "base",
+      ttlSeconds: 600,
+      metadata: { task: "t" },
+      env: { A: "1" },
+      volumes: [{ volumeId: "vol_1", mountPath: "/data" }],
+    });
+    const c = f.calls[0];
+    assert.equal(c.method, "POST");
+    assert.equal(c.url, "http://pandastack.invalid:8080/v1/sandboxes");
+    assert.deepEqual(c.json(), {
+      template: "base",
+      ttl_seconds: 600,
+      metadata: { task: "t" },
+      env: { A: "1" },
+      volumes: [{ volume_id: "vol_1", mount_path: "/data" }],
+    });
+    assert.equal(c.headers.authorization, "Bearer pds_offline");
+    assert.equal(c.headers["content-type"], "application/json");
+    assert.equal(c.headers["user-agent"], `pandastack-typescript/${pkg.version}`);
+    assert.match(c.headers["x-request-id"], /^req_[a-z0-9]{20}$/);
+    assert.ok(c.init.signal instanceof AbortSignal);
+    assert.ok(sb instanceof Sandbox);
+    assert.deepEqual([sb.id, sb.template, sb.state, sb.host, sb.ip, sb.metadata], ["sb_one", "base", "running", "h1", "10.0.0.2", { task: "t" }]);
+    assert.equal(sb.createdAt.toISOString(), "2026-01-01T00:00:00.123Z");
+    assert.deepEqual(sb.raw, SB);
+    assert.deepEqual(JSON.parse(JSON.stringify(sb)), SB);
+  });
+
+  it("refuses bad input before sending anything", async () => {
+    const f = script();
+    const c = client(f);
+    await assert.rejects(c.sandboxes.create({}), TypeError);
+    await assert.rejects(c.sandboxes.create({ template: "base", volumes: [{ volumeId: "v", path: "/d" }] }), TypeError);
+    await assert.rejects(c.sandboxes.get(""), TypeError);
+    await assert.rejects(c.templates.get(""), TypeError);
+    assert.equal(f.calls.length, 0);
+  });
+
+  it("get quotes the id; list follows cursors and stops at the limit", async () => {
+    const f = script(
+      ok(SB),
+      ok({ sandboxes: [SB], next_cursor: "c2" }),
+      ok({ sandboxes: [{ ...SB, id: "sb_two" }], next_cursor: null }),
+      ok({ sandboxes: [SB, SB], next_cursor: "more" }),
+    );
+    const c = client(f);
+    await c.sandboxes.get("sb/../x");
+    assert.equal(f.calls[0].path(), "/v1/sandboxes/sb%2F..%2Fx");
+    const got = await c.sandboxes.list({ metadata: { k: "v w" }, state: ["running", "hibernated"] });
+    assert.deepEqual(got.map((s) => s.id), ["sb_one", "sb_two"]);
+    assert.equal(f.calls[1].path(), "/v1/sandboxes?state=running%2Chibernated&metadata.k=v+w&limit=100");
+    assert.equal(f.calls[2].query().cursor, "c2");
+    assert.equal((await c.sandboxes.list({ limit: 2 })).length, 2);
+    assert.equal(f.calls.length, 4);
+    assert.equal(f.calls[3].query().limit, "2");
+  });
+
+  it("env, base URL with a path prefix, and the with() helper", async () => {
+    const f = script(ok(SB, 201), ok({ stdout: "x", stderr: "", exit_code: 0 }), ok(null, 204));
+    const c = new PandaStack({ fetch: f, env: { PANDASTACK_TOKEN: " pds_env ", PANDASTACK_BASE_URL: "https://example.invalid/api/" } });
+    assert.equal(c.baseUrl, "https://example.invalid/api");
+    assert.equal(c.sandbox, c.sandboxes);
+    const out = await c.sandboxes.with({ template: "base" }, async (sb) => (await sb.exec("x")).stdout);
+    assert.equal(out, "x");
+    assert.deepEqual(f.calls.map((x) => [x.method, x.url]), [
+      ["POST", "https://example.invalid/api/v1/sandboxes"],
+      ["POST", "https://example.invalid/api/v1/sandboxes/sb_one/exec"],
+      ["DELETE", "https://example.invalid/api/v1/sandboxes/sb_one"],
+    ]);
+    assert.equal(f.calls[0].headers.authorization, "Bearer pds_env");
+    assert.throws(() => new PandaStack({ env: {}, fetch: f }), ConfigurationError);
+    assert.throws(() => new PandaStack({ apiKey: "pds_x", baseUrl: "ftp://x", fetch: f, env: {} }), ConfigurationError);
+  });
+});
+
+// -- exec -----------------------------------------------------------------------------------------
+
+describe("offline: exec", () => {
+  const sandbox = (f, options) => new Sandbox(client(f, options), SB);
+
+  it("exec waits for the result", async () => {
+    const f = script(ok({ stdout: "1024\n", stderr: "", exit_code: 0, duration_ms: 12 }));
+    const r = await sandbox(f).exec("python -c 'print(2 ** 10)'", { timeoutSeconds: 30 });
+    assert.deepEqual([r.stdout, r.exitCode, r.ok, r.timedOut, r.durationMs], ["1024\n", 0, true, false, 12]);
+    assert.equal(f.calls[0].path(), "/v1/sandboxes/sb_one/exec");
+    assert.deepEqual(f.calls[0].json(), { cmd: "python -c 'print(2 ** 10)'", timeout_seconds: 30 });
+  });
+
+  it("argv and options; a failed command is a result, not an error", async () => {
+    const f = script(ok({ stdout: "", stderr: "boom", exit_code: 3, timed_out: true, stdout_truncated: true }));
+    const r = await sandbox(f).exec(["ls", "-l"], { env: { A: "b" }, cwd: "/tmp", user: "root", stdin: new TextEncoder().encode("in") });
+    assert.deepEqual(f.calls[0].json(), { argv: ["ls", "-l"], env: { A: "b" }, cwd: "/tmp", user: "root", stdin: "in" });
+    assert.deepEqual([r.exitCode, r.timedOut, r.ok, r.stderr, r.stdoutTruncated], [3, true, false, "boom", true]);
+    for (const bad of [[], [1], 42]) await assert.rejects(sandbox(f).exec(bad), TypeError);
+    assert.equal(f.calls.length, 1);
+  });
+
+  it("callbacks stream the output (NDJSON) and the result still holds all of it", async () => {
+    const f = script(ndjson([{ stdout: "a" }, { stderr: "e" }, { stdout: "b" }, { exit_code: 0, duration_ms: 5 }]));
+    const out = [];
+    const errs = [];
+    const r = await sandbox(f).exec("x", { onStdout: (d) => out.push(d), onStderr: (d) => errs.push(d) });
+    assert.deepEqual([out, errs], [["a", "b"], ["e"]]);
+    assert.deepEqual([r.stdout, r.stderr, r.exitCode, r.durationMs], ["ab", "e", 0, 5]);
+    assert.equal(f.calls[0].headers.accept, "application/x-ndjson");
+  });
+
+  it("execStream yields events, then the exit status; iterating twice is refused", async () => {
+    const f = script(ndjson([{ stdout: "hi\n" }, { exit_code: 7, timed_out: false, duration_ms: 3 }], { "x-request-id": "req_stream" }));
+    const st = sandbox(f).execStream("echo hi; exit 7");
+    const evs = [];
+    for await (const ev of st) evs.push(ev);
+    assert.deepEqual(evs, [{ type: "stdout", data: "hi\n" }, { type: "exit", exitCode: 7, timedOut: false, durationMs: 3 }]);
+    assert.deepEqual([st.exitCode, st.requestId], [7, "req_stream"]);
+    await assert.rejects(st.wait(), (e) => e instanceof PandaStackError && e.code === "stream_consumed");
+  });
+
+  it("an error line inside the stream is the typed error", async () => {
+    const f = script(ndjson([{ stdout: "partial" }, { error: { code: "internal", message: "it broke" } }], { "x-request-id": "req_s" }));
+    const got = [];
+    await assert.rejects(
+      (async () => {
+        for await (const ev of sandbox(f).execStream("x")) got.push(ev.data);
+      })(),
+      (e) => e instanceof InternalError && e.message === "it broke" && e.requestId === "req_s" && e.status === 500,
+    );
+    assert.deepEqual(got, ["partial"]);
+  });
+
+  it("a stream cut short, a malformed line, a refusal before the stream", async () => {
+    const f = script(
+      ndjson([{ stdout: "partial" }]),
+      ok('{"stdout": "x"}\nnot json\n'),
+      err(409, "conflict", "sandbox sb_one is killed", { "x-request-id": "req_c" }),
+    );
+    await assert.rejects(sandbox(f).exec("x", { onStdout: () => {} }), APIConnectionError);
+    await assert.rejects(sandbox(f).execStream("x").wait(), (e) => e instanceof PandaStackError && e.code === "bad_stream");
+    await assert.rejects(sandbox(f).execStream("x").wait(), (e) => e instanceof Conflict && e.status === 409 && e.requestId === "req_c");
+  });
+});
+
+// -- files ----------------------------------------------------------------------------------------
+
+describe("offline: files", () => {
+  const fs = (f) => new Sandbox(client(f), SB).filesystem;
+
+  it("write and read", async () => {
+    const info = { name: "n.txt", path: "/tmp/n.txt", type: "file", size: 5, mode: "0755", mtime: "2026-01-01T00:00:00Z" };
+    const f = script(ok(info, 201), ok("hello"), ok(new Uint8Array([0, 255])));
+    const got = await fs(f).write("/tmp/n.txt", "hello", { mode: 0o755, user: "root" });
+    assert.deepEqual([got.path, got.size, got.mode, got.mtime.toISOString()], ["/tmp/n.txt", 5, "0755", "2026-01-01T00:00:00.000Z"]);
+    const c = f.calls[0];
+    assert.equal(c.method, "PUT");
+    assert.deepEqual(c.query(), { path: "/tmp/n.txt", mode: "0755", user: "root" });
+    assert.equal(new TextDecoder().decode(c.body), "hello");
+    assert.equal(c.headers["content-type"], "application/octet-stream");
+    assert.equal(await fs(f).read("/tmp/n.txt"), "hello");
+    assert.equal(f.calls[1].headers.accept, "application/octet-stream");
+    assert.equal(f.calls[1].path(), "/v1/sandboxes/sb_one/files?path=%2Ftmp%2Fn.txt");
+    assert.deepEqual([...(await fs(f).readBytes("/b"))], [0, 255]);
+  });
+
+  it("a stream body is not retried, bytes are", async () => {
+    const f = script(netError("ECONNRESET"));
+    const stream = new ReadableStream({ start: (c) => (c.enqueue(new Uint8Array([1])), c.close()) });
+    await assert.rejects(fs(f).write("/f", stream), APIConnectionError);
+    assert.equal(f.calls.length, 1);
+    assert.equal(f.calls[0].init.duplex, "half");
+    f.push(netError("ECONNRESET"), ok({ path: "/f", type: "file" }));
+    await fs(f).write("/f", new Uint8Array([1, 2]));
+    assert.equal(f.calls.length, 3);
+    await assert.rejects(fs(f).write("/f", 42), TypeError);
+  });
+
+  it("list, stat, mkdir, remove, move", async () => {
+    const f = script(
+      ok({ entries: [{ name: "a", path: "/d/a", type: "dir" }] }),
+      ok({ name: "a", path: "/d/a", type: "dir", size: 0 }),
+      ok(null, 204),
+      ok(null, 204),
+      ok(null, 204),
+    );
+    const files = fs(f);
+    assert.deepEqual((await files.list("/d", { depth: 2 })).map((e) => [e.path, e.type]), [["/d/a", "dir"]]);
+    assert.equal(f.calls[0].path(), "/v1/sandboxes/sb_one/files/list?path=%2Fd&depth=2");
+    assert.equal((await files.stat("/d/a")).type, "dir");
+    await files.mkdir("/d/b", { user: "root" });
+    assert.deepEqual([f.calls[2].path(), f.calls[2].json()], ["/v1/sandboxes/sb_one/files/mkdir", { path: "/d/b", user: "root" }]);
+    await files.remove("/d", { recursive: true });
+    assert.deepEqual([f.calls[3].method, f.calls[3].query()], ["DELETE", { path: "/d", recursive: "true" }]);
+    await files.move("/d/a", "/d/c");
+    assert.deepEqual(f.calls[4].json(), { from: "/d/a", to: "/d/c" });
+  });
+
+  it("exists: a missing file is false, a missing sandbox an error", async () => {
+    const f = script(ok({ path: "/x", type: "file" }), err(404, "not_found", "no such file /y"), err(404, "not_found", "sandbox sb_one not found"));
+    const files = fs(f);
+    assert.equal(await files.exists("/x"), true);
+    assert.equal(await files.exists("/y"), false);
+    await assert.rejects(files.exists("/z"), NotFound);
+  });
+});
+
+// -- errors and retries ---------------------------------------------------------------------------
+
+describe("offline: errors", () => {
+  const CASES = [
+    [400, "invalid_request", InvalidRequest],
+    [401, "unauthorized", Unauthorized],
+    [403, "forbidden", Forbidden],
+    [404, "not_found", NotFound],
+    [409, "conflict", Conflict],
+    [413, "payload_too_large", PayloadTooLarge],
+    [429, "rate_limited", RateLimited],
+    [500, "internal", InternalError],
+    [501, "not_implemented", NotImplemented],
+    [503, "capacity", Capacity],
+    [504, "timeout", Timeout],
+    [507, "no_space", NoSpace],
+  ];
+
+  it("every status maps to its class, with the API's message and the answer's request id", async () => {
+    const c = client(script(...CASES.map(([s, code]) => err(s, code, `said ${code}`, { "x-request-id": `req_${s}` }))), { maxRetries: 0 });
+    for (const [status, code, cls] of CASES) {
+      const e = await c.sandboxes.get("sb_one").catch((x) => x);
+      assert.equal(e.constructor, cls, code);
+      assert.ok(e instanceof PandaStackError && e instanceof Error);
+      assert.deepEqual([e.status, e.code, e.message, e.requestId, e.name], [status, code, `said ${code}`, `req_${status}`, cls.name]);
+    }
+  });
+
+  it("a body that is not JSON, an unknown code, Retry-After", async () => {
+    const f = script(
+      ok("<html>bad gateway</html>", 502, { "content-type": "text/html" }),
+      err(418, "teapot", "short and stout"),
+      err(429, "rate_limited", "slow down", { "retry-after": "7" }),
+    );
+    const c = client(f, { maxRetries: 0 });
+    const e = await c.sandboxes.get("sb_one").catch((x) => x);
+    assert.ok(e instanceof InternalError);
+    assert.equal(e.status, 502);
+    assert.match(e.message, /bad gateway/);
+    assert.equal(e.requestId, f.calls[0].headers["x-request-id"]); // the id it sent
+    const e2 = await c.sandboxes.create({ template: "base" }).catch((x) => x);
+    assert.ok(e2 instanceof InvalidRequest);
+    assert.deepEqual([e2.code, e2.status], ["teapot", 418]);
+    const e3 = await c.sandboxes.list().catch((x) => x);
+    assert.ok(e3 instanceof RateLimited);
+    assert.equal(e3.retryAfter, 7);
+  });
+
+  it("no answer in time is a client Timeout, not retried", async () => {
+    // Like a real fetch waiting on its socket: pending (and keeping the process alive, as the
+    // SDK's own timer does not) until the signal aborts it.
+    const hang = (url, init) =>
+      new Promise((_, reject) => {
+        const socket = setInterval(() => {}, 1000);
+        init.signal.addEventListener("abort", () => {
+          clearInterval(socket);
+          reject(new DOMException("aborted", "AbortError"));
+        });
+      });
+    const f = script(hang);
+    const e = await client(f, { timeoutMs: 20 }).sandboxes.get("sb_one").catch((x) => x);
+    assert.ok(e instanceof Timeout, String(e));
+    assert.deepEqual([e.code, e.status], ["client_timeout", undefined]);
+    assert.equal(f.calls.length, 1);
+  });
+
+  it("a caller's abort signal is passed through, not retried", async () => {
+    const ac = new AbortController();
+    const f = script((url, init) => {
+      ac.abort(new Error("caller gave up"));
+      assert.equal(init.signal.aborted, true);
+      throw init.signal.reason;
+    });
+    await assert.rejects(new Sandbox(client(f), SB).exec("x", { signal: ac.signal }), /caller gave up/);
+    assert.equal(f.calls.length, 1);
+  });
+
+  it("unreachable: APIConnectionError after the retries of an idempotent call", async () => {
+    const f = script(...Array(4).fill(netError("ECONNREFUSED")));
+    const e = await client(f, { maxRetries: 1 }).sandboxes.list().catch((x) => x);
+    assert.ok(e instanceof APIConnectionError, String(e));
+    assert.equal(e.status, undefined);
+    assert.match(e.message, /pandastack\.invalid.*ECONNREFUSED/);
+    assert.equal(f.calls.length, 2);
+  });
+});
+
+describe("offline: retries", () => {
+  it("idempotent calls retry 503 and 429 (honouring Retry-After) with one request id", async () => {
+    const f = script(err(503, "capacity", "busy", { "retry-after": "0" }), err(429, "rate_limited", "slow", { "retry-after": "0" }), ok(SB));
+    assert.equal((await client(f).sandboxes.get("sb_one")).id, "sb_one");
+    assert.equal(f.calls.length, 3);
+    assert.equal(new Set(f.calls.map((c) => c.headers["x-request-id"])).size, 1);
+  });
+
+  it("gives up after maxRetries with the last answer's error", async () => {
+    const f = script(...[1, 2, 3, 4].map((i) => err(503, "capacity", "no host has room", { "retry-after": "0", "x-request-id": `req_${i}` })));
+    const e = await client(f).snapshots.get("snap_1").catch((x) => x);
+    assert.ok(e instanceof Capacity);
+    assert.deepEqual([f.calls.length, e.requestId, e.message], [4, "req_4", "no host has room"]);
+  });
+
+  it("backs off without Retry-After too", async () => {
+    const f = script(err(503, "capacity", "busy"), ok(SB));
+    assert.equal((await client(f).sandboxes.get("sb_one")).id, "sb_one");
+    assert.equal(f.calls.length, 2);
+  });
+
+  it("broken connections are retried only for idempotent calls", async () => {
+    const f = script(netError("ECONNRESET"), netError("EPIPE"), ok(SB));
+    const c = client(f);
+    await c.sandboxes.get("sb_one");
+    assert.equal(f.calls.length, 3);
+    f.push(netError("ECONNRESET"), ok(null, 204));
+    await new Sandbox(c, SB).kill(); // DELETE is idempotent
+    assert.equal(f.calls.length, 5);
+    f.push(netError("ECONNRESET"));
+    await assert.rejects(new Sandbox(c, SB).exec("true"), APIConnectionError); // exec may have run
+    f.push(err(503, "capacity", "busy", { "retry-after": "0" }));
+    await assert.rejects(c.sandboxes.create({ template: "base" }), Capacity);
+    assert.equal(f.calls.length, 7);
+  });
+
+  it("maxRetries 0 sends once", async () => {
+    const f = script(err(503, "capacity", "busy"));
+    await assert.rejects(client(f, { maxRetries: 0 }).sandboxes.list(), Capacity);
+    assert.equal(f.calls.length, 1);
+  });
+});
+
+// -- lifecycle, snapshots, volumes, templates -----------------------------------------------------
+
+describe("offline: lifecycle, snapshots, volumes, templates", () => {
+  it("fork one, fork many, a fork answer without a sandbox", async () => {
+    const kids = [0, 1, 2].map((i) => ({ ...SB, id: `sb_k${i}`, fork_of: "sb_one" }));
+    const f = script(ok({ sandboxes: kids.slice(0, 1) }, 201), ok({ sandboxes: kids }, 201), ok({ sandboxes: [] }, 201));
+    const sb = new Sandbox(client(f), SB);
+    const one = await sb.fork();
+    assert.deepEqual([one.id, one.forkOf], ["sb_k0", "sb_one"]);
+    assert.deepEqual([f.calls[0].path(), f.calls[0].json()], ["/v1/sandboxes/sb_one/fork", {}]);
+    assert.deepEqual((await sb.fork({ count: 3 })).map((s) => s.id), ["sb_k0", "sb_k1", "sb_k2"]);
+    assert.deepEqual(f.calls[1].json(), { count: 3 });
+    await assert.rejects(sb.fork(), (e) => e instanceof PandaStackError && e.code === "bad_response");
+    for (const bad of [0, -1, 1.5]) await assert.rejects(sb.fork(bad), RangeError);
+    assert.equal(f.calls.length, 3);
+  });
+
+  it("snapshot, hibernate, wake, setTtl, kill", async () => {
+    const f = script(
+      ok({ id: "snap_1", sandbox_id: "sb_one", template: "base", size_bytes: 10 }, 201),
+      ok({ ...SB, state: "hibernated" }),
+      ok({ ...SB, state: "running" }),
+      ok({ ...SB, expires_at: "2026-01-02T00:00:00Z" }),
+      ok({ ok: true }),
+      ok({ ...SB, state: "hibernated" }),
+      ok(null, 204),
+    );
+    const sb = new Sandbox(client(f), SB);
+    const sn = await sb.snapshot();
+    assert.deepEqual([sn.id, sn.sandboxId, sn.sizeBytes], ["snap_1", "sb_one", 10]);
+    assert.equal((await sb.hibernate()).state, "hibernated");
+    assert.equal((await sb.wake()).state, "running");
+    assert.equal((await sb.setTtl(86400)).expiresAt.toISOString(), "2026-01-02T00:00:00.000Z");
+    assert.deepEqual(f.calls[3].json(), { ttl_seconds: 86400 });
+    assert.equal((await sb.hibernate()).state, "hibernated"); // an answer without the sandbox: re-read it
+    assert.deepEqual([f.calls[4].method, f.calls[5].method], ["POST", "GET"]);
+    await sb.kill();
+    assert.deepEqual([sb.state, f.calls[6].method, f.calls[6].path()], ["killed", "DELETE", "/v1/sandboxes/sb_one"]);
+  });
+
+  it("snapshots and volumes collections", async () => {
+    const vol = { id: "vol_1", name: "data", size_mib: 64, host_id: "h1", attachments: [{ sandbox_id: "sb_one", mount_path: "/data", read_only: true }] };
+    const f = script(
+      ok({ snapshots: [{ id: "snap_1" }], next_cursor: null }),
+      ok({ id: "snap_1" }),
+      ok(null, 204),
+      ok(vol, 201),
+      ok({ volumes: [vol] }),
+      ok(vol),
+      ok({ ...vol, size_mib: 128 }),
+      ok(null, 204),
+    );
+    const c = client(f);
+    assert.deepEqual((await c.snapshots.list({ sandboxId: "sb_one" })).map((s) => s.id), ["snap_1"]);
+    assert.deepEqual(f.calls[0].query(), { sandbox_id: "sb_one", limit: "100" });
+    assert.equal((await c.snapshots.get("snap_1")).id, "snap_1");
+    await c.snapshots.delete("snap_1");
+    assert.deepEqual([f.calls[2].method, f.calls[2].path()], ["DELETE", "/v1/snapshots/snap_1"]);
+    const v = await c.volumes.create({ sizeMib: 64, name: "data" });
+    assert.deepEqual(f.calls[3].json(), { size_mib: 64, name: "data" });
+    assert.deepEqual(v.attachments, [{ sandboxId: "sb_one", mountPath: "/data", readOnly: true }]);
+    assert.deepEqual((await c.volumes.list()).map((x) => x.id), ["vol_1"]);
+    assert.equal((await c.volumes.get("vol_1")).name, "data");
+    assert.equal((await c.volumes.resize("vol_1", 128)).sizeMib, 128);
+    assert.deepEqual([f.calls[6].path(), f.calls[6].json()], ["/v1/volumes/vol_1/resize", { size_mib: 128 }]);
+    await c.volumes.delete("vol_1");
+    assert.deepEqual([f.calls[7].method, f.calls[7].path()], ["DELETE", "/v1/volumes/vol_1"]);
+  });
+
+  it("templates: list, get, build (progress, result, failure), delete", async () => {
+    const tpl = { name: "mine", owner: "team", vcpus: 2, aliases: ["m"], baked: true };
+    const f = script(
+      ok({ templates: [tpl] }),
+      ok(tpl),
+      ndjson([{ progress: "step 1" }, { progress: "step 2" }, { template: tpl }]),
+      ndjson([{ progress: "step 1" }, { error: { code: "build_failed", message: "step 2 failed" } }]),
+      ok(null, 204),
+    );
+    const c = client(f);
+    assert.deepEqual((await c.templates.list()).map((t) => t.name), ["mine"]);
+    assert.deepEqual((await c.templates.get("mine")).aliases, ["m"]);
+    const progress = [];
+    const built = await c.templates.build({ name: "mine", from: "base" }, { onProgress: (l) => progress.push(l) });
+    assert.deepEqual([built.name, progress], ["mine", ["step 1", "step 2"]]);
+    assert.deepEqual(f.calls[2].json(), { name: "mine", from: "base" });
+    const e = await c.templates.build("name: mine\nfrom: base\n").catch((x) => x);
+    assert.ok(e instanceof BuildFailed);
+    assert.deepEqual([e.message, e.status], ["step 2 failed", undefined]);
+    assert.deepEqual([f.calls[3].headers["content-type"], f.calls[3].body], ["application/yaml", "name: mine\nfrom: base\n"]);
+    await c.templates.delete("mine");
+    assert.deepEqual([f.calls[4].method, f.calls[4].path()], ["DELETE", "/v1/templates/mine"]);
+  });
+});
+
+// -- the version ----------------------------------------------------------------------------------
+
+function run(args, options) {
+  return new Promise((resolve) =>
+    execFile(process.execPath, args, { timeout: 300_000, ...options }, (error, stdout, stderr) =>
+      resolve({ code: error ? (error.code ?? 1) : 0, stdout, stderr }),
+    ),
+  );
+}
+
+describe("offline: one version source", () => {
+  it("the built SDK (ESM and CommonJS) reports package.json's version", () => {
+    assert.equal(VERSION, pkg.version);
+    assert.equal(require("@pandastack/sdk").VERSION, pkg.version);
+    assert.equal(require("@pandastack/sdk/package.json").version, pkg.version);
+  });
+
+  it("src/version.ts is generated by the build, not kept in git", () => {
+    const src = readFileSync(join(pkgDir, "src", "version.ts"), "utf8");
+    assert.match(src, /^\/\/ Generated by scripts\/build\.mjs from package\.json/);
+    assert.ok(src.includes(`export const VERSION = ${JSON.stringify(pkg.version)};`));
+    const ignored = readFileSync(join(pkgDir, ".gitignore"), "utf8").split("\n").map((l) => l.trim());
+    assert.ok(ignored.includes("src/version.ts"), "src/version.ts must be ignored by git");
+  });
+
+  it("the build follows a changed package.json version", { timeout: 300_000 }, async () => {
+    const tmp = mkdtempSync(join(tmpdir(), "pandastack-ts-version-"));
+    try {
+      for (const name of ["scripts", "src", "tsconfig.json", "tsconfig.cjs.json"]) cpSync(join(pkgDir, name), join(tmp, name), { recursive: true });
+      writeFileSync(join(tmp, "package.json"), JSON.stringify({ ...pkg, version: "9.8.7" }, null, 2));
+      symlinkSync(join(pkgDir, "node_modules"), join(tmp, "node_modules"), "dir");
+      const r = await run([join(tmp, "scripts", "build.mjs")], { cwd: tmp });
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      const esm = await import(pathToFileURL(join(tmp, "dist", "esm", "version.js")).href);
+      assert.equal(esm.VERSION, "9.8.7");
+      assert.equal(createRequire(join(tmp, "x.js"))("./dist/cjs/version.js").VERSION, "9.8.7");
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+});
+
+// -- the seed snippet, offline ---------------------------------------------------------------------
+
+/** A small in-memory API, enough for the seed snippet: sandboxes, `python -c 'print(EXPR)'`, files, forks. */
+function fakeApi(key) {
+  const sandboxes = new Map();
+  const files = new Map();
+  const calls = [];
+  const make = (template, extra = {}, from = new Map()) => {
+    const id = `sb_${String(sandboxes.size + 1).padStart(4, "0")}`;
+    sandboxes.set(id, { ...SB, id, template, ...extra });
+    files.set(id, new Map(from));
+    return sandboxes.get(id);
+  };
+  const fetch = async (url, init) => {
+    calls.push([init.method, url]);
+    if (init.headers.authorization !== `Bearer ${key}`) return err(401, "unauthorized", "no such key");
+    const u = new URL(url);
+    const parts = u.pathname.split("/").filter(Boolean);
+    const text = typeof init.body === "string" ? init.body : init.body ? new TextDecoder().decode(init.body) : "";
+    if (parts[0] !== "v1" || parts[1] !== "sandboxes") return err(404, "not_found", `no route ${u.pathname}`);
+    if (parts.length === 2 && init.method === "POST") {
+      const b = JSON.parse(text);
+      return ok(make(b.template, { metadata: b.metadata ?? {} }), 201);
+    }
+    const id = decodeURIComponent(parts[2]);
+    if (!sandboxes.has(id)) return err(404, "not_found", `sandbox ${id} not found`);
+    const sub = parts.slice(3).join("/");
+    const path = u.searchParams.get("path");
+    if (sub === "exec") {
+      const m = /^python -c 'print\(([0-9+*/() -]+)\)'$/.exec(JSON.parse(text).cmd);
+      if (!m) return ok({ stdout: "", stderr: "unsupported", exit_code: 127 });
+      return ok({ stdout: `${Function(`return (${m[1]})`)()}\n`, stderr: "", exit_code: 0 });
+    }
+    if (sub === "files" && init.method === "PUT") {
+      files.get(id).set(path, text);
+      return ok({ path, type: "file", size: text.length }, 201);
+    }
+    if (sub === "files" && init.method === "GET") {
+      return files.get(id).has(path) ? ok(files.get(id).get(path)) : err(404, "not_found", `no such file ${path}`);
+    }
+    if (sub === "fork") return ok({ sandboxes: [make(sandboxes.get(id).template, { fork_of: id }, files.get(id))] }, 201);
+    return err(404, "not_found", `no route ${u.pathname}`);
+  };
+  return { fetch, calls, sandboxes };
+}
+
+describe("offline: the seed snippet", () => {
+  it("seed_002_vercel.mjs runs unchanged against an in-memory API", async () => {
+    const api = fakeApi("pds_seed");
+    const saved = { fetch: globalThis.fetch, log: console.log, key: process.env.PANDASTACK_API_KEY, url: process.env.PANDASTACK_BASE_URL };
+    const printed = [];
+    // The snippet builds its client with the default fetch and logs its results: both are swapped
+    // for the length of the import (it runs at import time, top-level await).
+    globalThis.fetch = api.fetch;
+    console.log = (...a) => printed.push(a.join(" "));
+    process.env.PANDASTACK_API_KEY = "pds_seed";
+    process.env.PANDASTACK_BASE_URL = "http://seed.invalid";
+    try {
+      await import(pathToFileURL(join(here, "fixtures", "seed_002_vercel.mjs")).href + "?offline");
+    } finally {
+      globalThis.fetch = saved.fetch;
+      console.log = saved.log;
+      for (const [k, v] of [["PANDASTACK_API_KEY", saved.key], ["PANDASTACK_BASE_URL", saved.url]]) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
+    assert.deepEqual(printed.map((l) => l.trim()), ["1024", "hello from inside the VM"]);
+    assert.equal(api.calls.length, 5);
+    assert.ok(api.calls.every(([, url]) => url.startsWith("http://seed.invalid/v1/")));
+    assert.ok([...api.sandboxes.values()].some((s) => s.fork_of), "the snippet forks");
+  });
+});
+
+// -- the package surface --------------------------------------------------------------------------
+
+describe("offline: surface", () => {
+  it("exports what the README lists", () => {
+    for (const name of ["PandaStack", "Sandbox", "Sandboxes", "Filesystem", "ExecStream", "ExecResult", "Snapshots", "Templates", "Volumes", "NotImplemented", "errorFromPayload", "VERSION", "DEFAULT_BASE_URL"]) {
+      assert.ok(name in sdk, name);
+    }
+  });
+});
