@@ -14,150 +14,42 @@ type migration struct {
 	stmts   []string
 }
 
-// migrations is append-only: never edit a released step, add a new one.
-var migrations = []migration{
-	{1, "initial schema", []string{
-		`CREATE TABLE teams (
-			id         TEXT PRIMARY KEY,
-			name       TEXT NOT NULL UNIQUE,
-			created_at BIGINT NOT NULL
-		)`,
-		`CREATE TABLE api_keys (
-			id         TEXT PRIMARY KEY,
-			team_id    TEXT NOT NULL REFERENCES teams(id),
-			name       TEXT NOT NULL DEFAULT '',
-			prefix     TEXT NOT NULL,
-			hash       TEXT NOT NULL,
-			admin      INTEGER NOT NULL DEFAULT 0,
-			created_at BIGINT NOT NULL,
-			revoked_at BIGINT
-		)`,
-		`CREATE INDEX api_keys_prefix ON api_keys (prefix)`,
-		`CREATE INDEX api_keys_team ON api_keys (team_id, created_at)`,
-		// token is the host agent's bearer secret: the control plane must present it, so it is
-		// kept as given (unlike API keys, which are only ever verified).
-		`CREATE TABLE hosts (
-			id             TEXT PRIMARY KEY,
-			url            TEXT NOT NULL,
-			token          TEXT NOT NULL DEFAULT '',
-			state          TEXT NOT NULL,
-			accel          TEXT NOT NULL DEFAULT '',
-			mem_mib_total  BIGINT NOT NULL DEFAULT 0,
-			mem_mib_free   BIGINT NOT NULL DEFAULT 0,
-			slots_total    BIGINT NOT NULL DEFAULT 0,
-			slots_used     BIGINT NOT NULL DEFAULT 0,
-			templates      TEXT NOT NULL DEFAULT '[]',
-			baked          TEXT NOT NULL DEFAULT '[]',
-			registered_at  BIGINT NOT NULL,
-			last_heartbeat BIGINT NOT NULL
-		)`,
-		`CREATE TABLE templates (
-			name        TEXT PRIMARY KEY,
-			description TEXT NOT NULL DEFAULT '',
-			vcpus       INTEGER NOT NULL DEFAULT 0,
-			memory_mib  INTEGER NOT NULL DEFAULT 0,
-			disk_mib    INTEGER NOT NULL DEFAULT 0,
-			created_at  BIGINT NOT NULL,
-			updated_at  BIGINT NOT NULL
-		)`,
-		`CREATE TABLE sandboxes (
-			id         TEXT PRIMARY KEY,
-			team_id    TEXT NOT NULL REFERENCES teams(id),
-			template   TEXT NOT NULL,
-			state      TEXT NOT NULL,
-			host_id    TEXT NOT NULL DEFAULT '',
-			metadata   TEXT NOT NULL DEFAULT '{}',
-			error      TEXT NOT NULL DEFAULT '',
-			created_at BIGINT NOT NULL,
-			expires_at BIGINT NOT NULL,
-			updated_at BIGINT NOT NULL
-		)`,
-		`CREATE INDEX sandboxes_team_created ON sandboxes (team_id, created_at, id)`,
-		`CREATE INDEX sandboxes_state_expires ON sandboxes (state, expires_at)`,
-		`CREATE INDEX sandboxes_host_state ON sandboxes (host_id, state)`,
-		// Metadata is also kept as rows so `metadata.k=v` filters are one portable, indexed
-		// query on both backends (the JSON column is what reads return).
-		`CREATE TABLE sandbox_metadata (
-			sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
-			mkey       TEXT NOT NULL,
-			mvalue     TEXT NOT NULL,
-			PRIMARY KEY (sandbox_id, mkey)
-		)`,
-		`CREATE INDEX sandbox_metadata_kv ON sandbox_metadata (mkey, mvalue)`,
-	}},
-	{2, "snapshots, sandbox lineage and ttl policy", []string{
-		// Where a sandbox's memory came from (a fork's parent, a snapshot), and the ttl_seconds
-		// it was last given (children of a fork get the parent's; 0 means the server default).
-		`ALTER TABLE sandboxes ADD COLUMN fork_of TEXT NOT NULL DEFAULT ''`,
-		`ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT NOT NULL DEFAULT ''`,
-		`ALTER TABLE sandboxes ADD COLUMN ttl_seconds BIGINT NOT NULL DEFAULT 0`,
-		// A snapshot lives on the host that took it (host_id). Deleting one keeps the row
-		// (deleted = 1): a host that missed the delete is told again at its next reconcile.
-		`CREATE TABLE snapshots (
-			id         TEXT PRIMARY KEY,
-			team_id    TEXT NOT NULL REFERENCES teams(id),
-			sandbox_id TEXT NOT NULL,
-			host_id    TEXT NOT NULL,
-			template   TEXT NOT NULL,
-			size_bytes BIGINT NOT NULL DEFAULT 0,
-			created_at BIGINT NOT NULL,
-			deleted    INTEGER NOT NULL DEFAULT 0,
-			deleted_at BIGINT
-		)`,
-		`CREATE INDEX snapshots_team_created ON snapshots (team_id, deleted, created_at, id)`,
-	}},
-	{3, "volumes and their attachments", []string{
-		// A volume lives on the host that made it (host_id). Deleting one keeps the row
-		// (deleted = 1): a host that missed the delete is told again at its next reconcile.
-		// updated_at is also touched by every attach, which serialises attaches of one volume.
-		`CREATE TABLE volumes (
-			id         TEXT PRIMARY KEY,
-			team_id    TEXT NOT NULL REFERENCES teams(id),
-			name       TEXT NOT NULL DEFAULT '',
-			size_mib   BIGINT NOT NULL,
-			host_id    TEXT NOT NULL,
-			created_at BIGINT NOT NULL,
-			updated_at BIGINT NOT NULL,
-			deleted    INTEGER NOT NULL DEFAULT 0,
-			deleted_at BIGINT
-		)`,
-		`CREATE INDEX volumes_team_created ON volumes (team_id, deleted, created_at, id)`,
-		// The volumes a sandbox was created with. A row holds its volume while the sandbox is
-		// running, hibernated or in error (its host still has it); a killed or lost sandbox's
-		// rows are history and hold nothing.
-		`CREATE TABLE sandbox_volumes (
-			sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
-			volume_id  TEXT NOT NULL REFERENCES volumes(id),
-			mount_path TEXT NOT NULL,
-			read_only  INTEGER NOT NULL DEFAULT 0,
-			PRIMARY KEY (sandbox_id, volume_id)
-		)`,
-		`CREATE INDEX sandbox_volumes_volume ON sandbox_volumes (volume_id)`,
-	}},
-	{4, "team templates, catalog aliases and metadata", []string{
-		// What hosts report about catalog templates beyond their sizes (JSON).
-		`ALTER TABLE templates ADD COLUMN aliases TEXT NOT NULL DEFAULT '[]'`,
-		`ALTER TABLE templates ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'`,
-		// A template a team built through the API. It lives on one host (host_id) under
-		// agent_name, which is unique across teams; name is what the team calls it. spec is the
-		// spec as the team sent it (JSON), kept so other builds can start from it.
-		`CREATE TABLE team_templates (
-			team_id     TEXT NOT NULL REFERENCES teams(id),
-			name        TEXT NOT NULL,
-			agent_name  TEXT NOT NULL UNIQUE,
-			host_id     TEXT NOT NULL,
-			spec        TEXT NOT NULL,
-			description TEXT NOT NULL DEFAULT '',
-			vcpus       INTEGER NOT NULL DEFAULT 0,
-			memory_mib  INTEGER NOT NULL DEFAULT 0,
-			disk_mib    INTEGER NOT NULL DEFAULT 0,
-			size_bytes  BIGINT NOT NULL DEFAULT 0,
-			bake_ms     BIGINT NOT NULL DEFAULT 0,
-			created_at  BIGINT NOT NULL,
-			updated_at  BIGINT NOT NULL,
-			PRIMARY KEY (team_id, name)
-		)`,
-	}},
+// schemaStep is one domain's statements in migration version. Each domain file (teams.go,
+// hosts.go, …) declares its own steps; a migration is every domain's statements of that version.
+type schemaStep struct {
+	version int
+	stmts   []string
+}
+
+// versionNames names each migration (recorded in schema_migrations). Migrations are append-only:
+// never edit a released step (TestMigrationsUnchanged holds their checksums), add a new version.
+var versionNames = []string{
+	1: "initial schema",
+	2: "snapshots, sandbox lineage and ttl policy",
+	3: "volumes and their attachments",
+	4: "team templates, catalog aliases and metadata",
+}
+
+// migrations runs the domains' statements version by version; within a version, in this order
+// (tables before the tables that reference them).
+var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
+	volumesSchema, teamTemplatesSchema)
+
+// assemble groups the domains' steps into migrations by version.
+func assemble(domains ...[]schemaStep) []migration {
+	out := make([]migration, 0, len(versionNames)-1)
+	for v := 1; v < len(versionNames); v++ {
+		m := migration{version: v, name: versionNames[v]}
+		for _, steps := range domains {
+			for _, st := range steps {
+				if st.version == v {
+					m.stmts = append(m.stmts, st.stmts...)
+				}
+			}
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // SchemaVersion is the newest migration this binary knows.

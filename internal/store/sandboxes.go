@@ -315,3 +315,40 @@ func (s *Store) HostSandboxes(ctx context.Context, hostID string, states ...stri
 func (s *Store) CountSandboxesByState(ctx context.Context) (map[string]int64, error) {
 	return s.countBy(ctx, `SELECT state, COUNT(*) FROM sandboxes GROUP BY state`)
 }
+
+// sandboxesSchema is the sandboxes tables' part of each migration.
+var sandboxesSchema = []schemaStep{
+	{1, []string{
+		`CREATE TABLE sandboxes (
+			id         TEXT PRIMARY KEY,
+			team_id    TEXT NOT NULL REFERENCES teams(id),
+			template   TEXT NOT NULL,
+			state      TEXT NOT NULL,
+			host_id    TEXT NOT NULL DEFAULT '',
+			metadata   TEXT NOT NULL DEFAULT '{}',
+			error      TEXT NOT NULL DEFAULT '',
+			created_at BIGINT NOT NULL,
+			expires_at BIGINT NOT NULL,
+			updated_at BIGINT NOT NULL
+		)`,
+		`CREATE INDEX sandboxes_team_created ON sandboxes (team_id, created_at, id)`,
+		`CREATE INDEX sandboxes_state_expires ON sandboxes (state, expires_at)`,
+		`CREATE INDEX sandboxes_host_state ON sandboxes (host_id, state)`,
+		// Metadata is also kept as rows so `metadata.k=v` filters are one portable, indexed
+		// query on both backends (the JSON column is what reads return).
+		`CREATE TABLE sandbox_metadata (
+			sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+			mkey       TEXT NOT NULL,
+			mvalue     TEXT NOT NULL,
+			PRIMARY KEY (sandbox_id, mkey)
+		)`,
+		`CREATE INDEX sandbox_metadata_kv ON sandbox_metadata (mkey, mvalue)`,
+	}},
+	{2, []string{
+		// Where a sandbox's memory came from (a fork's parent, a snapshot), and the ttl_seconds
+		// it was last given (children of a fork get the parent's; 0 means the server default).
+		`ALTER TABLE sandboxes ADD COLUMN fork_of TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE sandboxes ADD COLUMN ttl_seconds BIGINT NOT NULL DEFAULT 0`,
+	}},
+}

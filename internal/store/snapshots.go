@@ -171,3 +171,23 @@ func (s *Store) CountSnapshots(ctx context.Context) (int64, error) {
 	err := s.queryRow(ctx, s.db, `SELECT COUNT(*) FROM snapshots WHERE deleted = 0`).Scan(&n)
 	return n, err
 }
+
+// snapshotsSchema is the snapshots table's part of each migration.
+var snapshotsSchema = []schemaStep{
+	{2, []string{
+		// A snapshot lives on the host that took it (host_id). Deleting one keeps the row
+		// (deleted = 1): a host that missed the delete is told again at its next reconcile.
+		`CREATE TABLE snapshots (
+			id         TEXT PRIMARY KEY,
+			team_id    TEXT NOT NULL REFERENCES teams(id),
+			sandbox_id TEXT NOT NULL,
+			host_id    TEXT NOT NULL,
+			template   TEXT NOT NULL,
+			size_bytes BIGINT NOT NULL DEFAULT 0,
+			created_at BIGINT NOT NULL,
+			deleted    INTEGER NOT NULL DEFAULT 0,
+			deleted_at BIGINT
+		)`,
+		`CREATE INDEX snapshots_team_created ON snapshots (team_id, deleted, created_at, id)`,
+	}},
+}

@@ -1,6 +1,7 @@
 // Package store owns the control plane's state of record: teams, API keys (hashed), hosts,
-// sandboxes and the template catalog. One schema and one set of versioned migrations serve both
-// backends: SQLite (modernc.org/sqlite, pure Go, WAL) for single-machine installs and PostgreSQL
+// sandboxes, snapshots, volumes, the template catalog and team templates — a file per domain,
+// each with its queries and its tables' part of every migration (migrate.go assembles them into
+// one set of versioned migrations). One schema serves both backends: SQLite (modernc.org/sqlite, pure Go, WAL) for single-machine installs and PostgreSQL
 // (pgx) for many server replicas. Queries are written once with `?` placeholders and portable
 // SQL; timestamps are stored as BIGINT Unix microseconds so both backends order and compare them
 // the same way.

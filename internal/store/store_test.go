@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -945,4 +947,34 @@ func TestConcurrentReadWriteAttachesOneWins(t *testing.T) {
 			t.Fatalf("%d read-write attaches succeeded, want 1", ok.Load())
 		}
 	})
+}
+
+// TestMigrationsUnchanged: released migrations are never edited (a database records only their
+// versions), however the domains' schema steps are laid out in the source.
+func TestMigrationsUnchanged(t *testing.T) {
+	released := []struct {
+		version int
+		name    string
+		sum     string
+	}{
+		{1, "initial schema", "cf181ae98a55180883be07a172be4284fdaa730963f43c9d91f3399135447ae8"},
+		{2, "snapshots, sandbox lineage and ttl policy", "10dbe497c7d6805c097fbc7e3996f014a1709af1770973c2fdc915f840a4f700"},
+		{3, "volumes and their attachments", "565f88612e49dc9ebffb60f542ecae602fa0f4b23867d797cf6ae526cf1de87b"},
+		{4, "team templates, catalog aliases and metadata", "adcb24eceaa4fcad58ba8bbc66aafd4513294dcc846475213b891862cd4694ae"},
+	}
+	if len(migrations) < len(released) {
+		t.Fatalf("%d migrations, %d released", len(migrations), len(released))
+	}
+	for i, r := range released {
+		m := migrations[i]
+		sum := fmt.Sprintf("%x", sha256.Sum256([]byte(strings.Join(m.stmts, "\x00"))))
+		if m.version != r.version || m.name != r.name || sum != r.sum {
+			t.Errorf("migration %d (%s) changed: version %d, sum %s", r.version, r.name, m.version, sum)
+		}
+	}
+	for i, m := range migrations {
+		if m.version != i+1 || len(m.stmts) == 0 {
+			t.Errorf("migration at %d: version %d with %d statements", i, m.version, len(m.stmts))
+		}
+	}
 }

@@ -196,3 +196,26 @@ func (s *Store) CountKeys(ctx context.Context) (int, error) {
 	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_keys`).Scan(&n)
 	return n, err
 }
+
+// teamsSchema is the teams and API keys tables' part of each migration.
+var teamsSchema = []schemaStep{
+	{1, []string{
+		`CREATE TABLE teams (
+			id         TEXT PRIMARY KEY,
+			name       TEXT NOT NULL UNIQUE,
+			created_at BIGINT NOT NULL
+		)`,
+		`CREATE TABLE api_keys (
+			id         TEXT PRIMARY KEY,
+			team_id    TEXT NOT NULL REFERENCES teams(id),
+			name       TEXT NOT NULL DEFAULT '',
+			prefix     TEXT NOT NULL,
+			hash       TEXT NOT NULL,
+			admin      INTEGER NOT NULL DEFAULT 0,
+			created_at BIGINT NOT NULL,
+			revoked_at BIGINT
+		)`,
+		`CREATE INDEX api_keys_prefix ON api_keys (prefix)`,
+		`CREATE INDEX api_keys_team ON api_keys (team_id, created_at)`,
+	}},
+}

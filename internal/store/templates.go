@@ -114,3 +114,28 @@ func (s *Store) TemplateUse(ctx context.Context, teamID, name string) (sandboxID
 	}
 	return sandboxID, snapshotID, nil
 }
+
+// teamTemplatesSchema is the team templates table's part of each migration.
+var teamTemplatesSchema = []schemaStep{
+	{4, []string{
+		// A template a team built through the API. It lives on one host (host_id) under
+		// agent_name, which is unique across teams; name is what the team calls it. spec is the
+		// spec as the team sent it (JSON), kept so other builds can start from it.
+		`CREATE TABLE team_templates (
+			team_id     TEXT NOT NULL REFERENCES teams(id),
+			name        TEXT NOT NULL,
+			agent_name  TEXT NOT NULL UNIQUE,
+			host_id     TEXT NOT NULL,
+			spec        TEXT NOT NULL,
+			description TEXT NOT NULL DEFAULT '',
+			vcpus       INTEGER NOT NULL DEFAULT 0,
+			memory_mib  INTEGER NOT NULL DEFAULT 0,
+			disk_mib    INTEGER NOT NULL DEFAULT 0,
+			size_bytes  BIGINT NOT NULL DEFAULT 0,
+			bake_ms     BIGINT NOT NULL DEFAULT 0,
+			created_at  BIGINT NOT NULL,
+			updated_at  BIGINT NOT NULL,
+			PRIMARY KEY (team_id, name)
+		)`,
+	}},
+}

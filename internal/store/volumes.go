@@ -343,3 +343,35 @@ func (s *Store) CountVolumes(ctx context.Context) (int64, error) {
 	err := s.queryRow(ctx, s.db, `SELECT COUNT(*) FROM volumes WHERE deleted = 0`).Scan(&n)
 	return n, err
 }
+
+// volumesSchema is the volumes tables' part of each migration.
+var volumesSchema = []schemaStep{
+	{3, []string{
+		// A volume lives on the host that made it (host_id). Deleting one keeps the row
+		// (deleted = 1): a host that missed the delete is told again at its next reconcile.
+		// updated_at is also touched by every attach, which serialises attaches of one volume.
+		`CREATE TABLE volumes (
+			id         TEXT PRIMARY KEY,
+			team_id    TEXT NOT NULL REFERENCES teams(id),
+			name       TEXT NOT NULL DEFAULT '',
+			size_mib   BIGINT NOT NULL,
+			host_id    TEXT NOT NULL,
+			created_at BIGINT NOT NULL,
+			updated_at BIGINT NOT NULL,
+			deleted    INTEGER NOT NULL DEFAULT 0,
+			deleted_at BIGINT
+		)`,
+		`CREATE INDEX volumes_team_created ON volumes (team_id, deleted, created_at, id)`,
+		// The volumes a sandbox was created with. A row holds its volume while the sandbox is
+		// running, hibernated or in error (its host still has it); a killed or lost sandbox's
+		// rows are history and hold nothing.
+		`CREATE TABLE sandbox_volumes (
+			sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+			volume_id  TEXT NOT NULL REFERENCES volumes(id),
+			mount_path TEXT NOT NULL,
+			read_only  INTEGER NOT NULL DEFAULT 0,
+			PRIMARY KEY (sandbox_id, volume_id)
+		)`,
+		`CREATE INDEX sandbox_volumes_volume ON sandbox_volumes (volume_id)`,
+	}},
+}

@@ -1,0 +1,112 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// catalogSchema is the template catalog's part of each migration.
+var catalogSchema = []schemaStep{
+	{1, []string{
+		`CREATE TABLE templates (
+			name        TEXT PRIMARY KEY,
+			description TEXT NOT NULL DEFAULT '',
+			vcpus       INTEGER NOT NULL DEFAULT 0,
+			memory_mib  INTEGER NOT NULL DEFAULT 0,
+			disk_mib    INTEGER NOT NULL DEFAULT 0,
+			created_at  BIGINT NOT NULL,
+			updated_at  BIGINT NOT NULL
+		)`,
+	}},
+	{4, []string{
+		// What hosts report about catalog templates beyond their sizes (JSON).
+		`ALTER TABLE templates ADD COLUMN aliases TEXT NOT NULL DEFAULT '[]'`,
+		`ALTER TABLE templates ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'`,
+	}},
+}
+
+// Template is a catalog entry: a template some host can build. The catalog is filled from what
+// host agents report at registration (templates teams built are in team_templates instead).
+type Template struct {
+	Name        string
+	Description string
+	VCPUs       int
+	MemoryMiB   int
+	DiskMiB     int
+	Aliases     []string
+	Metadata    map[string]string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+const templateCols = `name, description, vcpus, memory_mib, disk_mib, aliases, metadata, created_at, updated_at`
+
+func scanTemplate(sc interface{ Scan(...any) error }) (Template, error) {
+	var t Template
+	var c, u int64
+	var al, md string
+	if err := sc.Scan(&t.Name, &t.Description, &t.VCPUs, &t.MemoryMiB, &t.DiskMiB, &al, &md, &c, &u); err != nil {
+		return Template{}, err
+	}
+	if err := json.Unmarshal([]byte(al), &t.Aliases); err != nil {
+		return Template{}, fmt.Errorf("template %s: aliases: %w", t.Name, err)
+	}
+	if err := json.Unmarshal([]byte(md), &t.Metadata); err != nil {
+		return Template{}, fmt.Errorf("template %s: metadata: %w", t.Name, err)
+	}
+	t.CreatedAt, t.UpdatedAt = fromMicros(c), fromMicros(u)
+	return t, nil
+}
+
+// UpsertTemplate adds a catalog entry or refreshes it. An empty description, a zero size or no
+// aliases/metadata does not overwrite a known one.
+func (s *Store) UpsertTemplate(ctx context.Context, t Template) error {
+	now := micros(s.now())
+	al, _ := json.Marshal(nonNil(t.Aliases))
+	md := []byte("{}")
+	if len(t.Metadata) > 0 {
+		md, _ = json.Marshal(t.Metadata)
+	}
+	_, err := s.exec(ctx, s.db, `INSERT INTO templates (`+templateCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET
+			description = CASE WHEN excluded.description <> '' THEN excluded.description ELSE templates.description END,
+			vcpus = CASE WHEN excluded.vcpus > 0 THEN excluded.vcpus ELSE templates.vcpus END,
+			memory_mib = CASE WHEN excluded.memory_mib > 0 THEN excluded.memory_mib ELSE templates.memory_mib END,
+			disk_mib = CASE WHEN excluded.disk_mib > 0 THEN excluded.disk_mib ELSE templates.disk_mib END,
+			aliases = CASE WHEN excluded.aliases <> '[]' THEN excluded.aliases ELSE templates.aliases END,
+			metadata = CASE WHEN excluded.metadata <> '{}' THEN excluded.metadata ELSE templates.metadata END,
+			updated_at = excluded.updated_at`,
+		t.Name, t.Description, t.VCPUs, t.MemoryMiB, t.DiskMiB, string(al), string(md), now, now)
+	return err
+}
+
+// GetTemplate returns a catalog entry.
+func (s *Store) GetTemplate(ctx context.Context, name string) (Template, error) {
+	t, err := scanTemplate(s.queryRow(ctx, s.db, `SELECT `+templateCols+` FROM templates WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Template{}, ErrNotFound
+	}
+	return t, err
+}
+
+// ListTemplates returns the catalog by name.
+func (s *Store) ListTemplates(ctx context.Context) ([]Template, error) {
+	rows, err := s.query(ctx, s.db, `SELECT `+templateCols+` FROM templates ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Template
+	for rows.Next() {
+		t, err := scanTemplate(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
