@@ -1,0 +1,225 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// The files endpoints: the guest's files, relayed to the sandbox's host agent.
+
+// fileQuery copies the files query parameters the agent understands, rejecting others.
+func fileQuery(r *http.Request, allowed ...string) (url.Values, error) {
+	q := url.Values{}
+	allowed = append(allowed, "path", "user")
+	for k, vs := range r.URL.Query() {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || a == k
+		}
+		if !ok {
+			return nil, invalid("unknown query parameter %q (allowed: %s)", truncate(k), strings.Join(allowed, ", "))
+		}
+		q[k] = vs
+	}
+	if q.Get("path") == "" {
+		return nil, invalid("path is required (?path=/absolute/path)")
+	}
+	return q, nil
+}
+
+// passJSON forwards a small files call and relays the agent's answer (JSON or 204).
+func (s *Server) passJSON(w http.ResponseWriter, r *http.Request, method, sub string, q url.Values, body []byte) {
+	sb, c, err := s.target(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var rd io.Reader
+	hdr := http.Header{}
+	if body != nil {
+		rd = bytes.NewReader(body)
+		hdr.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Raw(r.Context(), method, "/v1/sandboxes/"+url.PathEscape(sb.ID)+"/files"+sub, q, rd, int64(len(body)), hdr)
+	s.touched(r.Context(), sb, c, err)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer resp.Body.Close()
+	relay(w, resp)
+}
+
+// relay copies an agent's 2xx answer (status, content headers, body) to the client.
+func relay(w http.ResponseWriter, resp *http.Response) {
+	for _, h := range []string{"Content-Type", "Content-Length", "Last-Modified"} {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	if resp.StatusCode != http.StatusNoContent {
+		io.Copy(w, resp.Body)
+	}
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
+	q, err := fileQuery(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.passJSON(w, r, "GET", "", q, nil) // the body streams through relay's io.Copy
+}
+
+func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
+	q, err := fileQuery(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.passJSON(w, r, "GET", "/stat", q, nil)
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
+	q, err := fileQuery(r, "depth")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if d := q.Get("depth"); d != "" {
+		if n, err := strconv.Atoi(d); err != nil || n < 1 || n > 10 {
+			s.writeError(w, r, invalid("depth must be an integer from 1 to 10"))
+			return
+		}
+	}
+	s.passJSON(w, r, "GET", "/list", q, nil)
+}
+
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
+	q, err := fileQuery(r, "recursive")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if v := q.Get("recursive"); v != "" && v != "true" && v != "false" {
+		s.writeError(w, r, invalid("recursive must be true or false"))
+		return
+	}
+	s.passJSON(w, r, "DELETE", "", q, nil)
+}
+
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Path string `json:"path"`
+		User string `json:"user,omitempty"`
+	}
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Path == "" {
+		s.writeError(w, r, invalid("path is required"))
+		return
+	}
+	b, _ := json.Marshal(req)
+	s.passJSON(w, r, "POST", "/mkdir", nil, b)
+}
+
+func (s *Server) move(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		From string `json:"from"`
+		To   string `json:"to"`
+		User string `json:"user,omitempty"`
+	}
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.From == "" || req.To == "" {
+		s.writeError(w, r, invalid("from and to are required"))
+		return
+	}
+	b, _ := json.Marshal(req)
+	s.passJSON(w, r, "POST", "/move", nil, b)
+}
+
+// limitedBody is the upload stream: it stops at max and remembers that it did, so a too-large
+// chunked upload is answered 413 whatever error the host reports for the cut stream.
+type limitedBody struct {
+	r        io.Reader
+	left     int64
+	exceeded bool
+}
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		// Probe one byte: exactly max bytes is fine, more is not.
+		var one [1]byte
+		n, err := l.r.Read(one[:])
+		if n > 0 {
+			l.exceeded = true
+			return 0, errors.New("upload exceeds the size limit")
+		}
+		return 0, err
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
+	q, err := fileQuery(r, "mode")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if m := q.Get("mode"); m != "" {
+		if v, err := strconv.ParseUint(m, 8, 32); err != nil || v > 0o7777 {
+			s.writeError(w, r, invalid("mode %q: give octal permission bits such as 0644", truncate(m)))
+			return
+		}
+	}
+	tooLarge := errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "file is larger than the %d-byte upload limit", s.cfg.MaxUploadBytes)
+	if r.ContentLength > s.cfg.MaxUploadBytes {
+		s.writeError(w, r, tooLarge)
+		return
+	}
+	sb, c, err := s.target(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	body := &limitedBody{r: r.Body, left: s.cfg.MaxUploadBytes}
+	hdr := http.Header{}
+	hdr.Set("Content-Type", "application/octet-stream")
+	// The body streams to the host as it arrives; nothing is held in memory or on disk here.
+	resp, err := c.Raw(r.Context(), "PUT", "/v1/sandboxes/"+url.PathEscape(sb.ID)+"/files", q, body, r.ContentLength, hdr)
+	s.touched(r.Context(), sb, c, err)
+	if body.exceeded {
+		if resp != nil {
+			resp.Body.Close()
+		}
+		s.writeError(w, r, tooLarge)
+		return
+	}
+	if err != nil {
+		if r.Context().Err() != nil || errors.Is(err, context.Canceled) {
+			return // the client went away mid-upload
+		}
+		s.writeError(w, r, err)
+		return
+	}
+	defer resp.Body.Close()
+	relay(w, resp)
+}
