@@ -133,6 +133,7 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 	f.StringVar(&agentCfg.ImageCacheDir, "image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "directory of built guest images, shareable between data dirs (default: $PANDASTACK_IMAGE_CACHE, else inside the data dir)")
 	netf.register(f)
 	registerConfineFlags(f, &agentCfg)
+	registerLimitFlags(f, &agentCfg)
 	f.IntVar(&agentCfg.PoolGiB, "pool-gib", 64, "size of the sparse XFS pool made when the data dir cannot reflink")
 	f.DurationVar(&agentCfg.IdleHibernate, "idle-hibernate", 0,
 		"hibernate sandboxes no call touched for this long, e.g. 5m (memory to disk, VM stopped; the next call wakes them); 0: never")

@@ -23,6 +23,15 @@ func (a *Agent) confine(drv *qemu.Driver) error {
 	if err != nil {
 		return err
 	}
+	// An operator-set host memory is enforced on all VMMs together (unset: no limit of our own).
+	var limit int64
+	if a.cfg.HostMemoryMiB > 0 && a.hostMemorySet {
+		limit = int64(a.cfg.HostMemoryMiB) << 20
+	}
+	if err := cg.SetMemoryLimit(limit); err != nil {
+		return err
+	}
+	a.cg = cg
 	drv.Confine(&qemu.Confinement{GID: a.cfg.JailUIDBase, DefaultUID: a.cfg.JailUIDBase, JailRoot: "/run/pandastack/jail-root",
 		Cgroups: cg, MemoryOverheadMiB: a.cfg.VMMOverheadMiB, PidsMax: 256})
 	a.confined = true
