@@ -346,3 +346,12 @@ func (m *Manager) Memory() (limit, used int64, err error) {
 	}
 	return limit, max(usage-inactive, 0), nil
 }
+
+// Dirs are the parent directories of the groups, one per hierarchy.
+func (m *Manager) Dirs() []string {
+	var out []string
+	for _, d := range m.parents {
+		out = append(out, d)
+	}
+	return out
+}
