@@ -98,6 +98,14 @@ type Info struct {
 	SlotsTotal  int64      `json:"slots_total"`
 	SlotsUsed   int64      `json:"slots_used"`
 	Templates   []Template `json:"templates"`
+	// The host's resource policy (0: an agent that reports none): the largest VM it runs, and
+	// the guest memory it has committed of what it admits (MemoryOvercommit × MemMiBTotal).
+	MaxVCPUs          int64   `json:"max_vcpus,omitempty"`
+	MaxMemoryMiB      int64   `json:"max_memory_mib,omitempty"`
+	MemoryOvercommit  float64 `json:"memory_overcommit,omitempty"`
+	MemMiBCommitted   int64   `json:"mem_mib_committed,omitempty"`
+	MemMiBCommitLimit int64   `json:"mem_mib_commit_limit,omitempty"`
+	MemMiBWatermark   int64   `json:"mem_mib_watermark,omitempty"`
 }
 
 // Sandbox is the agent's view of a sandbox.
