@@ -109,8 +109,9 @@ for i in range(35):
     time.sleep(0.3)
 "`
 	runHog := func(id string) {
-		if r := h.exec(id, map[string]any{"cmd": hog, "timeout_seconds": 300}); r.ExitCode != 0 {
-			t.Fatalf("hog in %s: exit %d: %s", id, r.ExitCode, r.Stderr)
+		var r ExecResponse
+		if code := h.call("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": hog, "timeout_seconds": 300}, &r); code != 200 || r.ExitCode != 0 {
+			t.Fatalf("hog in %s: status %d, exit %d: %s; sandboxes: %+v (OOM kills: %d)", id, code, r.ExitCode, r.Stderr, h.agent.List(), oomKills(h))
 		}
 		t.Logf("after the hog in %s: %d MiB available to VMs", id, h.agent.memAvailableMiB())
 	}
