@@ -69,8 +69,9 @@ func TestSizeLimits(t *testing.T) {
 // Memory policy on a small host: the agent's VMs may use 1 GiB together (a real cgroup limit, so
 // the hog cannot reach the shared machine), guest memory is committed up to 2 × that, and below a
 // 256 MiB watermark the idlest sandboxes are hibernated. Four 512 MiB sandboxes fill the commit
-// limit (a fifth is refused, `capacity`); two of them then write 350 MiB each, one after the
-// other, which keeps ~900 MiB taken: without the pressure path the cgroup's OOM killer ends a VMM.
+// limit (a fifth is refused, `capacity`); two of them then write 250 and 350 MiB, one after the
+// other, which would keep more than the 1 GiB taken: without the pressure path the cgroup's OOM
+// killer ends a VMM (the second writer's exec fails with a 502).
 func TestMemoryPressure(t *testing.T) {
 	logs := &syncBuffer{}
 	const watermark = 256
@@ -99,29 +100,32 @@ func TestMemoryPressure(t *testing.T) {
 	}
 	logIdleMemory(t, h, ids)
 
-	// The hog: 350 MiB, 10 MiB at a time; a guest's written pages stay taken on the host after
-	// the guest frees them.
-	hog := `python3 -c "
+	// The hog writes mib MiB, 10 MiB at a time; a guest's written pages stay taken on the host
+	// after the guest frees them.
+	runHog := func(id string, mib int) {
+		hog := fmt.Sprintf(`python3 -c "
 import time
 b = []
-for i in range(35):
+for i in range(%d):
     b.append(bytearray(b'\x01') * (10 << 20))
     time.sleep(0.3)
-"`
-	runHog := func(id string) {
+"`, mib/10)
 		var r ExecResponse
 		if code := h.call("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": hog, "timeout_seconds": 300}, &r); code != 200 || r.ExitCode != 0 {
 			t.Fatalf("hog in %s: status %d, exit %d: %s; sandboxes: %+v (OOM kills: %d)", id, code, r.ExitCode, r.Stderr, h.agent.List(), oomKills(h))
 		}
 		t.Logf("after the hog in %s: %d MiB available to VMs", id, h.agent.memAvailableMiB())
 	}
-	// Use order: ids[0] (a counter in its memory, then a hog) longest ago, then ids[2], ids[3];
-	// ids[1] hogs last, and is busy meanwhile.
+	// Use order: ids[0] (a counter in its memory, then a 250 MiB hog) longest ago, then ids[2],
+	// ids[3]; ids[1] writes 350 MiB last, and is busy meanwhile.
 	h.exec(ids[0], map[string]any{"cmd": counterServer}) // counts to 1
-	runHog(ids[0])
+	runHog(ids[0], 250)
+	if avail := h.agent.memAvailableMiB(); avail < watermark+64 {
+		t.Fatalf("%d MiB available after the first hog: too close to the watermark for this test", avail)
+	}
 	h.exec(ids[2], map[string]any{"cmd": "true"})
 	h.exec(ids[3], map[string]any{"cmd": "true"})
-	runHog(ids[1])
+	runHog(ids[1], 350)
 	// The idlest is hibernated first, then the next idlest, until memory is above the watermark.
 	waitState(t, h, ids[0], StateHibernated)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -154,12 +158,25 @@ for i in range(35):
 	if oom := oomKills(h); oom != 0 {
 		t.Errorf("the VMMs' cgroup saw %d OOM kills", oom)
 	}
-	// The hibernated sandbox wakes on its next call, with its memory.
+	// With ids[0] hibernated there is room to commit one more sandbox; then ids[0]'s wake is past
+	// the commit limit, so the idlest other sandbox with no call in flight (ids[2]) is hibernated
+	// to make room, and ids[0] wakes on its next call with its memory.
+	ids = append(ids, h.create().ID)
 	if got := h.inc(ids[0]); got != "2" {
 		t.Fatalf("counter after the wake: %q, want 2", got)
 	}
 	if sb, _ := h.agent.Get(ids[0]); sb.State != StateRunning {
 		t.Fatalf("woken sandbox: %+v", sb)
+	}
+	if sb, _ := h.agent.Get(ids[2]); sb.State != StateHibernated {
+		t.Errorf("the idlest sandbox after the wake: %+v, want hibernated", sb)
+	}
+	h.call("GET", "/v1/info", nil, &info)
+	if c, l := info["mem_mib_committed"].(float64), info["mem_mib_commit_limit"].(float64); c > l {
+		t.Errorf("committed %v MiB past the %v MiB limit", c, l)
+	}
+	if oom := oomKills(h); oom != 0 {
+		t.Errorf("the VMMs' cgroup saw %d OOM kills", oom)
 	}
 }
 
