@@ -64,6 +64,14 @@ func TestSizeLimits(t *testing.T) {
 	if len(h.agent.List()) != 0 {
 		t.Errorf("sandboxes left: %+v", h.agent.List())
 	}
+
+	// A bake VM counts against the commit limit like a sandbox: with 256 MiB to commit, the
+	// 512 MiB bake of base is refused before it boots.
+	tiny := newHarness(t, func(c *Config) { c.HostMemoryMiB, c.MemoryOvercommit = 1024, 0.25 })
+	if code := tiny.call("POST", "/v1/sandboxes", map[string]any{"template": "base"}, &e); code != 503 || e.Error.Code != "capacity" ||
+		!strings.Contains(e.Error.Message, "bake") {
+		t.Errorf("create needing a bake past the commit limit: status %d %+v, want 503 capacity naming the bake", code, e)
+	}
 }
 
 // Memory policy on a small host: the agent's VMs may use 1 GiB together (a real cgroup limit, so
