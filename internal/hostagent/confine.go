@@ -29,7 +29,9 @@ func (a *Agent) confine(drv *qemu.Driver) error {
 		limit = int64(a.cfg.HostMemoryMiB) << 20
 	}
 	if err := cg.SetMemoryLimit(limit); err != nil {
-		return err
+		// E.g. VMMs re-adopted from an earlier run already use more: admission and the
+		// pressure path still go by HostMemoryMiB.
+		a.log.Warn("cannot set the VMMs' memory limit", "host_memory_mib", a.cfg.HostMemoryMiB, "err", err)
 	}
 	a.cg = cg
 	drv.Confine(&qemu.Confinement{GID: a.cfg.JailUIDBase, DefaultUID: a.cfg.JailUIDBase, JailRoot: "/run/pandastack/jail-root",
