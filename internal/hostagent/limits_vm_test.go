@@ -78,8 +78,10 @@ func TestSizeLimits(t *testing.T) {
 // the hog cannot reach the shared machine), guest memory is committed up to 2 × that, and below a
 // 256 MiB watermark the idlest sandboxes are hibernated. Four 512 MiB sandboxes fill the commit
 // limit (a fifth is refused, `capacity`); two of them then write 250 and 350 MiB, one after the
-// other, which would keep more than the 1 GiB taken: without the pressure path the cgroup's OOM
-// killer ends a VMM (the second writer's exec fails with a 502).
+// other. Without the pressure path that leaves 48 MiB of the group's 1 GiB available (measured:
+// the kernel reclaims file pages first), and the next write anywhere meets the cgroup's OOM
+// killer (350 MiB for the first writer ended a VMM: its exec failed with a 502); with it, the
+// idlest sandbox is hibernated and memory stays above the watermark.
 func TestMemoryPressure(t *testing.T) {
 	logs := &syncBuffer{}
 	const watermark = 256
