@@ -88,6 +88,7 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 	netf.register(f)
 	registerConfineFlags(f, &cfg)
 	registerDiskFlags(f, &cfg)
+	registerLimitFlags(f, &cfg)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -108,6 +109,17 @@ func registerConfineFlags(f *pflag.FlagSet, cfg *hostagent.Config) {
 	f.IntVar(&cfg.JailUIDs, "jail-uids", 10000, "size of the VMM uid range")
 	f.IntVar(&cfg.VMMOverheadMiB, "vmm-overhead-mib", 512, "memory a VMM may use beyond its guest RAM (cgroup limit)")
 	cobra.OnInitialize(func() { cfg.Unconfined = !*confine })
+}
+
+// registerLimitFlags adds the host resource policy flags (docs/security.md, "Host resources").
+func registerLimitFlags(f *pflag.FlagSet, cfg *hostagent.Config) {
+	f.IntVar(&cfg.MaxVCPUs, "max-vcpus", 0, "most vCPUs one VM (sandbox, bake, build) may have (default: the host's CPUs)")
+	f.IntVar(&cfg.MaxMemoryMiB, "max-memory-mib", 0, "most memory one VM may have (default: half of --host-memory-mib)")
+	f.IntVar(&cfg.HostMemoryMiB, "host-memory-mib", 0, "memory all VMs may use together, enforced on their cgroup when set (default: the host's MemTotal, not enforced)")
+	f.Float64Var(&cfg.MemoryOvercommit, "memory-overcommit", hostagent.DefaultMemoryOvercommit,
+		"guest memory of running VMs may add up to this × the host's memory (restored sandboxes share clean pages)")
+	f.IntVar(&cfg.MemoryWatermarkMiB, "memory-watermark-mib", 0,
+		"below this much available memory the idlest sandboxes are hibernated (default 1/16 of the host's memory, 256-2048; -1: never)")
 }
 
 func isLoopback(addr string) bool {

@@ -139,6 +139,7 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 	netf.register(f)
 	registerConfineFlags(f, &agentCfg)
 	registerDiskFlags(f, &agentCfg)
+	registerLimitFlags(f, &agentCfg)
 	f.DurationVar(&agentCfg.IdleHibernate, "idle-hibernate", 0,
 		"hibernate sandboxes no call touched for this long, e.g. 5m (memory to disk, VM stopped; the next call wakes them); 0: never")
 	o.flags(cmd)

@@ -102,6 +102,14 @@ type Info struct {
 	// (volumes, snapshots) after its reserve and the volumes' promises (docs/volumes.md).
 	PoolMiBTotal int64 `json:"pool_mib_total,omitempty"`
 	PoolMiBFree  int64 `json:"pool_mib_free,omitempty"`
+	// The host's resource policy (0: an agent that reports none): the largest VM it runs, and
+	// the guest memory it has committed of what it admits (MemoryOvercommit × MemMiBTotal).
+	MaxVCPUs          int64   `json:"max_vcpus,omitempty"`
+	MaxMemoryMiB      int64   `json:"max_memory_mib,omitempty"`
+	MemoryOvercommit  float64 `json:"memory_overcommit,omitempty"`
+	MemMiBCommitted   int64   `json:"mem_mib_committed,omitempty"`
+	MemMiBCommitLimit int64   `json:"mem_mib_commit_limit,omitempty"`
+	MemMiBWatermark   int64   `json:"mem_mib_watermark,omitempty"`
 }
 
 // Sandbox is the agent's view of a sandbox.

@@ -51,6 +51,10 @@ func toAPIError(err error) (*Error, bool) {
 	if errors.As(err, &ae) {
 		return errorf(http.StatusUnauthorized, "unauthorized", "%s", ae.Message), true
 	}
+	var le *scheduler.LimitError
+	if errors.As(err, &le) {
+		return invalid("%s", le.Reason), true
+	}
 	var ce *scheduler.CapacityError
 	if errors.As(err, &ce) {
 		return errorf(http.StatusServiceUnavailable, "capacity", "%s", ce.Reason), true

@@ -122,8 +122,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		err = s.refuseWithVolumes(r.Context(), sb, "forks")
 	}
 	if err == nil {
-		// Children live on their parent's host: it must have room for all of them. Their memory
-		// is the parent's, shared until written, so only slots are counted.
+		// Children live on their parent's host: it must have room for all of them. Slots are
+		// counted here; the host admits their guest memory against its commit limit (a refusal
+		// there is 503 capacity too).
 		_, err = s.sched.PlaceOn(r.Context(), sb.HostID, count, 0)
 	}
 	if err != nil {

@@ -255,10 +255,18 @@ func (s *Server) buildTarget(ctx context.Context, teamID string, spec template.S
 			fromCatalog, out.From = cat.Name, cat.Name
 		}
 	}
+	// The sizes the spec sets (0: its parent's) are checked against the host's limits before a
+	// build starts; the host checks the resolved sizes again.
+	checkSize := func(h store.Host) error {
+		return s.sched.CheckSize(h.ID, "template "+spec.Name, int64(spec.VCPUs), int64(spec.MemoryMiB))
+	}
 	if hostID != "" {
 		h, err := s.store.GetHost(ctx, hostID)
 		if errors.Is(err, store.ErrNotFound) || err == nil && h.State != store.HostUp {
 			return spec, store.Host{}, errorf(http.StatusServiceUnavailable, "capacity", "host %s, where template %s is built, is down", hostID, spec.Name)
+		}
+		if err == nil {
+			err = checkSize(h)
 		}
 		return out, h, err
 	}
@@ -273,7 +281,12 @@ func (s *Server) buildTarget(ctx context.Context, teamID string, spec template.S
 	if err != nil {
 		return spec, store.Host{}, err
 	}
-	return out, hosts[0], nil
+	for _, h := range hosts { // the best host that is large enough
+		if err = checkSize(h); err == nil {
+			return out, h, nil
+		}
+	}
+	return spec, store.Host{}, err
 }
 
 // ndjson writes an NDJSON answer, starting it (200) with the first line.

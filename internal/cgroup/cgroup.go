@@ -317,3 +317,80 @@ func cgroupMounts() (map[string]string, error) {
 	}
 	return out, sc.Err()
 }
+
+// SetMemoryLimit bounds the memory of all groups together: the parent's own limit (0 or less:
+// none). An operator who tells the agent how much memory its VMs may use gets it enforced here.
+func (m *Manager) SetMemoryLimit(bytes int64) error {
+	if m.v2 {
+		v := "max"
+		if bytes > 0 {
+			v = strconv.FormatInt(bytes, 10)
+		}
+		if err := write(m.parents[""], "memory.max", v); err != nil {
+			return err
+		}
+		if bytes > 0 {
+			write(m.parents[""], "memory.swap.max", "0")
+		}
+		return nil
+	}
+	dir := m.parents["memory"]
+	v := "-1"
+	if bytes > 0 {
+		v = strconv.FormatInt(bytes, 10)
+	}
+	// memsw must stay >= the limit: raise it first, lower it last (absent without swap accounting).
+	write(dir, "memory.memsw.limit_in_bytes", v)
+	if err := write(dir, "memory.limit_in_bytes", v); err != nil {
+		return err
+	}
+	write(dir, "memory.memsw.limit_in_bytes", v)
+	return nil
+}
+
+// Memory reports the limit the groups are under together (the smallest on the parent's path;
+// 0: none) and their working set: usage less inactive file pages, the clean cache the kernel
+// reclaims first (what cAdvisor and the kubelet count too).
+func (m *Manager) Memory() (limit, used int64, err error) {
+	var dir, usageFile, inactiveKey string
+	if m.v2 {
+		dir, usageFile, inactiveKey = m.parents[""], "memory.current", "inactive_file"
+		// v2 files show a group's own limit: walk up to the root for the smallest.
+		for d := dir; ; d = filepath.Dir(d) {
+			b, err := os.ReadFile(filepath.Join(d, "memory.max"))
+			if err != nil {
+				break // the root has no memory.max
+			}
+			if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && (limit == 0 || v < limit) {
+				limit = v
+			}
+		}
+	} else {
+		dir, usageFile, inactiveKey = m.parents["memory"], "memory.usage_in_bytes", "total_inactive_file"
+	}
+	stat, err := os.ReadFile(filepath.Join(dir, "memory.stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	var inactive int64
+	for _, line := range strings.Split(string(stat), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch {
+		case k == inactiveKey:
+			inactive = n
+		case k == "hierarchical_memory_limit" && !m.v2 && n < 1<<62:
+			limit = n // v1 reports the smallest on the path itself; "none" is a huge number
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, usageFile))
+	if err != nil {
+		return 0, 0, err
+	}
+	usage, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, 0, err
+	}
+	return limit, max(usage-inactive, 0), nil
+}
+

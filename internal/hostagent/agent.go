@@ -80,6 +80,20 @@ type Config struct {
 	// Network, when set, gives every sandbox a NIC in its own network namespace (a slot of this
 	// pool) with its egress policy; templates are then baked with a NIC. Nil: no networking.
 	Network *network.Config
+	// MaxVCPUs and MaxMemoryMiB bound one VM: a sandbox, a template's bake VM or a build VM
+	// (default: the host's CPUs and half of HostMemoryMiB).
+	MaxVCPUs, MaxMemoryMiB int
+	// HostMemoryMiB is the memory this agent's VMs may use in all (default: the host's MemTotal).
+	// With confinement on it is enforced: it becomes the memory limit of the VMMs' parent cgroup.
+	HostMemoryMiB int
+	// MemoryOvercommit: the guest memory of running VMs may add up to this × HostMemoryMiB
+	// (default DefaultMemoryOvercommit).
+	MemoryOvercommit float64
+	// MemoryWatermarkMiB: below this much memory available to VMs, the idlest sandboxes are
+	// hibernated (default 1/16 of HostMemoryMiB, 256-2048; negative: never).
+	MemoryWatermarkMiB int
+	// PressureInterval is how often available memory is checked (default 1 s).
+	PressureInterval time.Duration
 }
 
 // Agent is a running host agent.
@@ -103,7 +117,13 @@ type Agent struct {
 	confined  bool
 	cg        *cgroup.Manager // the VMMs' parent cgroup (confinement on)
 	closed    bool
-	stop      context.CancelFunc // ends background loops
+	// reservedMiB is the guest memory of VMs admitted that are not running sandboxes: bake and
+	// build VMs, sandboxes being woken.
+	reservedMiB int
+	pressureMu  sync.Mutex // one pressure relief at a time
+	// hostMemorySet: the operator gave HostMemoryMiB (it is then enforced on the VMMs' cgroup).
+	hostMemorySet bool
+	stop          context.CancelFunc // ends background loops
 }
 
 // New opens the data dir, probes the accelerator, and re-adopts the sandboxes a previous agent
@@ -171,6 +191,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		uids:      map[string]int{},
 	}
 
+	a.setLimitDefaults()
 	a.images = &image.Builder{
 		CacheDir:   cfg.ImageCacheDir,
 		GuestAgent: cfg.GuestAgent,
@@ -209,6 +230,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.IdleHibernate > 0 {
 		go a.idleLoop(bg, cfg.IdleHibernate)
 	}
+	if a.cfg.MemoryWatermarkMiB > 0 {
+		go a.pressureLoop(bg)
+	}
+	a.log.Info("resource limits", "max_vcpus", a.cfg.MaxVCPUs, "max_memory_mib", a.cfg.MaxMemoryMiB, "host_memory_mib", a.cfg.HostMemoryMiB,
+		"memory_overcommit", a.cfg.MemoryOvercommit, "commit_limit_mib", a.commitLimitMiB(), "watermark_mib", a.cfg.MemoryWatermarkMiB)
 	return a, nil
 }
 

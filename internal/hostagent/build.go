@@ -59,10 +59,19 @@ func (a *Agent) runBuildVM(ctx context.Context, r template.Recipe, img image.Ima
 	if err := cloneOrCopy(img.Rootfs, disk); err != nil {
 		return out, err
 	}
-	say("build VM: booting (%d MiB RAM, no network)", buildVMMemMiB)
+	mem := min(buildVMMemMiB, a.cfg.MaxMemoryMiB)
+	release, err := a.reserve("the build VM of template "+r.Name, mem)
+	if err != nil {
+		return out, err
+	}
+	defer release()
+	if !a.relieve(ctx) {
+		return out, errorf(http.StatusServiceUnavailable, "capacity", "template %s: this host is low on memory and has no sandbox left to hibernate", r.Name)
+	}
+	say("build VM: booting (%d MiB RAM, no network)", mem)
 	runDir := a.runDir("build-" + key)
 	defer os.RemoveAll(runDir)
-	spec := runtime.Spec{VCPUs: 1, MemoryMiB: buildVMMemMiB, Kernel: img.Kernel, Initrd: img.Initrd, Disk: disk}
+	spec := runtime.Spec{VCPUs: 1, MemoryMiB: mem, Kernel: img.Kernel, Initrd: img.Initrd, Disk: disk}
 	vm, err := a.rt.Boot(ctx, runDir, spec, filepath.Join(tmp, "ram"))
 	if err != nil {
 		return out, err
@@ -286,10 +295,11 @@ func (a *Agent) checkBuild(spec template.Spec) error {
 	if _, ok := a.cfg.Templates[spec.Name]; ok {
 		return conflict("template %s is defined by this agent's configuration", spec.Name)
 	}
-	if _, err := template.Resolve(spec, a.templateSpec); err != nil {
+	r, err := template.Resolve(spec, a.templateSpec)
+	if err != nil {
 		return invalid("%v", err)
 	}
-	return nil
+	return a.checkSize("template "+spec.Name, r.VCPUs, r.MemoryMiB)
 }
 
 // BuildTemplate builds and bakes spec (a template built through the API) and registers it; a

@@ -24,6 +24,16 @@ func (a *Agent) confine(drv *qemu.Driver) error {
 	if err != nil {
 		return err
 	}
+	// An operator-set host memory is enforced on all VMMs together (unset: no limit of our own).
+	var limit int64
+	if a.cfg.HostMemoryMiB > 0 && a.hostMemorySet {
+		limit = int64(a.cfg.HostMemoryMiB) << 20
+	}
+	if err := cg.SetMemoryLimit(limit); err != nil {
+		// E.g. VMMs re-adopted from an earlier run already use more: admission and the
+		// pressure path still go by HostMemoryMiB.
+		a.log.Warn("cannot set the VMMs' memory limit", "host_memory_mib", a.cfg.HostMemoryMiB, "err", err)
+	}
 	drv.Confine(&qemu.Confinement{GID: a.cfg.JailUIDBase, DefaultUID: a.cfg.JailUIDBase, JailRoot: "/run/pandastack/jail-root",
 		Cgroups: cg, MemoryOverheadMiB: a.cfg.VMMOverheadMiB, PidsMax: 256})
 	a.confined, a.cg = true, cg

@@ -160,38 +160,24 @@ func (a *Agent) auth(next http.Handler) http.Handler {
 }
 
 func (a *Agent) handleInfo(w http.ResponseWriter, r *http.Request) {
-	total, free := memInfoMiB()
-	used := len(a.List())
 	sp := a.Space()
+	a.mu.Lock()
+	committed := a.committedLocked()
+	a.mu.Unlock()
+	limit := a.commitLimitMiB()
 	writeJSON(w, 200, map[string]any{
-		"host_id": a.hostID, "accel": a.rt.Accel(), "mem_mib_total": total, "mem_mib_free": free,
-		"slots_total": maxSlots(total), "slots_used": used, "templates": a.Templates(),
+		"host_id": a.hostID, "accel": a.rt.Accel(), "mem_mib_total": a.cfg.HostMemoryMiB, "mem_mib_free": a.memAvailableMiB(),
+		"slots_total": maxSlots(limit), "slots_used": len(a.List()), "templates": a.Templates(),
+		"max_vcpus": a.cfg.MaxVCPUs, "max_memory_mib": a.cfg.MaxMemoryMiB, "memory_overcommit": a.cfg.MemoryOvercommit,
+		"mem_mib_committed": committed, "mem_mib_commit_limit": limit, "mem_mib_watermark": a.cfg.MemoryWatermarkMiB,
 		"pool_mib_total": sp.TotalMiB, "pool_mib_free": sp.FreeMiB,
 	})
 }
 
-// maxSlots is how many sandboxes this host admits: memory-bound, assuming ~100 MiB host memory per
-// idle sandbox (RAM pages are shared until written).
-func maxSlots(totalMiB int) int {
-	return max(1, totalMiB/100)
-}
-
-func memInfoMiB() (total, avail int) {
-	data, _ := os.ReadFile("/proc/meminfo")
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.Atoi(f[1])
-		switch f[0] {
-		case "MemTotal:":
-			total = kb / 1024
-		case "MemAvailable:":
-			avail = kb / 1024
-		}
-	}
-	return
+// maxSlots bounds how many sandboxes this host counts: its commit limit over the smallest guest
+// a template may have. Placement goes by committed memory; slots only cap the count.
+func maxSlots(commitLimitMiB int) int {
+	return max(1, commitLimitMiB/template.MinMemoryMiB)
 }
 
 func (a *Agent) handleBake(w http.ResponseWriter, r *http.Request) {

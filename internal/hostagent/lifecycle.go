@@ -365,6 +365,11 @@ func (a *Agent) awake(ctx context.Context, id string) (*sandbox, error) {
 	if rec.State != StateHibernated { // another caller woke it meanwhile
 		return sb, nil
 	}
+	release, err := a.admitWake(ctx, id, rec.MemoryMiB)
+	if err != nil {
+		return nil, err
+	}
+	defer release() // once running, the sandbox counts itself
 	start := time.Now()
 	vm, client, slot, err := a.restoreVM(ctx, &rec, a.runDir(id), filepath.Join(sb.dir, "disk.img"))
 	if err != nil {

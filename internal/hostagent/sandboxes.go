@@ -186,6 +186,12 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 	if _, err := a.egressPolicy(req.Egress, req.EgressOpen, false); err != nil {
 		return SandboxInfo{}, invalid("%v", err)
 	}
+	if err := a.checkSize("template "+src.rec.Template, src.rec.VCPUs, src.rec.MemoryMiB); err != nil {
+		return SandboxInfo{}, err
+	}
+	if err := a.relieveForCreate(ctx, "sandbox "+req.ID); err != nil {
+		return SandboxInfo{}, err
+	}
 	vols, err := a.validateMounts(req.Volumes, src.rec.VolumeSlots)
 	if err != nil {
 		return SandboxInfo{}, err
@@ -210,6 +216,10 @@ func (a *Agent) launch(ctx context.Context, id string, src source) (SandboxInfo,
 		return SandboxInfo{}, conflict("sandbox %s already exists", id)
 	}
 	if err := a.checkAttachLocked(id, rec.Volumes); err != nil {
+		a.mu.Unlock()
+		return SandboxInfo{}, err
+	}
+	if err := a.admitLocked("sandbox "+id, rec.MemoryMiB); err != nil {
 		a.mu.Unlock()
 		return SandboxInfo{}, err
 	}

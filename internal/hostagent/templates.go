@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,6 +106,9 @@ func (a *Agent) EnsureTemplate(ctx context.Context, name string, progress func(s
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
+	if err := a.checkSize("template "+name, recipe.VCPUs, recipe.MemoryMiB); err != nil {
+		return nil, err
+	}
 	a.mu.Lock()
 	st := a.templates[name]
 	if st == nil {
@@ -171,11 +175,20 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 			need += allocated(fi)
 		}
 	}
-	release, err := a.admit("baking template "+spec.Name, need)
+	releaseDisk, err := a.admit("baking template "+spec.Name, need)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseDisk()
+	// The bake VM is a VM like a sandbox: it counts against the commit limit while it runs.
+	release, err := a.reserve("the bake of template "+spec.Name, spec.MemoryMiB)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	if !a.relieve(ctx) {
+		return nil, errorf(http.StatusServiceUnavailable, "capacity", "template %s: this host is low on memory and has no sandbox left to hibernate", spec.Name)
+	}
 	say("baking template %s: cold boot (%d vCPU, %d MiB RAM, %s)", spec.Name, spec.VCPUs, spec.MemoryMiB, a.rt.Accel())
 	start := time.Now()
 	tmp := dir + ".baking"

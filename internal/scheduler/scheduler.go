@@ -59,13 +59,39 @@ type Registration struct {
 	SlotsTotal  int64                  `json:"slots_total"`
 	SlotsUsed   int64                  `json:"slots_used"`
 	Templates   []agentclient.Template `json:"templates"`
+	HostLimits
+}
+
+// HostLimits is a host's resource policy as it reports it (zero: none reported).
+type HostLimits struct {
+	MaxVCPUs          int64 `json:"max_vcpus,omitempty"`
+	MaxMemoryMiB      int64 `json:"max_memory_mib,omitempty"`
+	MemMiBCommitted   int64 `json:"mem_mib_committed,omitempty"`
+	MemMiBCommitLimit int64 `json:"mem_mib_commit_limit,omitempty"`
+}
+
+// LimitError says a VM is larger than any host allows; the API answers it with 400.
+type LimitError struct{ Reason string }
+
+func (e *LimitError) Error() string { return e.Reason }
+
+// checkSize refuses a VM larger than the host's limits (a host reporting none takes anything).
+func (l HostLimits) checkSize(what string, vcpus, memMiB int64) error {
+	if l.MaxVCPUs > 0 && vcpus > l.MaxVCPUs {
+		return &LimitError{fmt.Sprintf("%s: %d vCPUs is more than the host's limit of %d (max_vcpus)", what, vcpus, l.MaxVCPUs)}
+	}
+	if l.MaxMemoryMiB > 0 && memMiB > l.MaxMemoryMiB {
+		return &LimitError{fmt.Sprintf("%s: %d MiB of memory is more than the host's limit of %d MiB per VM (max_memory_mib)", what, memMiB, l.MaxMemoryMiB)}
+	}
+	return nil
 }
 
 // RegistrationFromInfo builds a registration from an agent's /v1/info.
 func RegistrationFromInfo(info agentclient.Info, url, token string) Registration {
 	return Registration{HostID: info.HostID, URL: url, Token: token, Accel: info.Accel,
 		MemMiBTotal: info.MemMiBTotal, MemMiBFree: info.MemMiBFree, SlotsTotal: info.SlotsTotal,
-		SlotsUsed: info.SlotsUsed, Templates: info.Templates}
+		SlotsUsed: info.SlotsUsed, Templates: info.Templates, HostLimits: HostLimits{MaxVCPUs: info.MaxVCPUs,
+			MaxMemoryMiB: info.MaxMemoryMiB, MemMiBCommitted: info.MemMiBCommitted, MemMiBCommitLimit: info.MemMiBCommitLimit}}
 }
 
 // Scheduler is safe for concurrent use.
@@ -78,6 +104,8 @@ type Scheduler struct {
 	clients map[string]*agentclient.Client
 	static  []*staticAgent
 	tmplMem map[string]int            // template -> memory_mib, from reports
+	tmplCPU map[string]int            // template -> vcpus, from reports
+	limits  map[string]HostLimits     // host -> its last reported policy
 	seen    map[string]bool           // hosts this process has heard from
 	catalog map[string]store.Template // last catalog entry written per template
 }
@@ -111,7 +139,7 @@ func New(cfg Config) *Scheduler {
 		cfg.Logger = slog.Default()
 	}
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{},
-		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, seen: map[string]bool{}, catalog: map[string]store.Template{}}
+		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, catalog: map[string]store.Template{}}
 }
 
 // HeartbeatTimeout is the configured timeout.
@@ -157,9 +185,13 @@ func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
 	}
 	s.mu.Lock()
 	delete(s.pending, h.ID) // the report now counts what was placed before it
+	s.limits[h.ID] = reg.HostLimits
 	for _, t := range reg.Templates {
 		if t.MemoryMiB > 0 {
 			s.tmplMem[t.Name] = t.MemoryMiB
+		}
+		if t.VCPUs > 0 {
+			s.tmplCPU[t.Name] = t.VCPUs
 		}
 	}
 	firstSight := !s.seen[h.ID]
@@ -230,8 +262,10 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 		return nil, err
 	}
 	need := s.TemplateMemMiB(ctx, template)
+	vcpus := s.templateVCPUs(ctx, template)
 	var cands []hostRank
-	up, knows := 0, 0
+	up, knows, tooBig := 0, 0, 0
+	var sizeErr error
 	s.mu.Lock()
 	for _, h := range hosts {
 		if h.State != store.HostUp {
@@ -242,12 +276,16 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 			continue
 		}
 		knows++
+		if err := s.limits[h.ID].checkSize("template "+template, vcpus, need); err != nil {
+			tooBig, sizeErr = tooBig+1, err
+			continue
+		}
 		p := s.pending[h.ID]
 		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
 			continue
 		}
-		free := h.MemMiBFree - p.mem
-		if h.MemMiBTotal > 0 && free < need {
+		free, ok := s.roomLocked(h, p)
+		if !ok || free < need {
 			continue
 		}
 		cands = append(cands, hostRank{h, contains(h.Baked, template), free, h.SlotsUsed + p.slots})
@@ -255,6 +293,8 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 	s.mu.Unlock()
 	if len(cands) == 0 {
 		switch {
+		case knows > 0 && tooBig == knows:
+			return nil, sizeErr
 		case up == 0:
 			return nil, &CapacityError{"no host is up to run sandboxes"}
 		case knows == 0:
@@ -264,6 +304,38 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 		}
 	}
 	return rankHosts(cands, need), nil
+}
+
+// roomLocked is the guest memory a host can still take (s.mu held): what its commit limit leaves,
+// for a host that reports one, else its free memory; less what is being placed there. ok is false
+// for a host that says nothing of its memory.
+func (s *Scheduler) roomLocked(h store.Host, p reservation) (room int64, ok bool) {
+	if l := s.limits[h.ID]; l.MemMiBCommitLimit > 0 {
+		return l.MemMiBCommitLimit - l.MemMiBCommitted - p.mem, true
+	}
+	return h.MemMiBFree - p.mem, h.MemMiBTotal > 0
+}
+
+// templateVCPUs is the vCPUs a template has, as reported by hosts (0: unknown).
+func (s *Scheduler) templateVCPUs(ctx context.Context, template string) int64 {
+	s.mu.Lock()
+	n := s.tmplCPU[template]
+	s.mu.Unlock()
+	if n == 0 {
+		if t, err := s.cfg.Store.GetTemplate(ctx, template); err == nil {
+			n = t.VCPUs
+		}
+	}
+	return int64(n)
+}
+
+// CheckSize refuses (*LimitError) a VM of vcpus and memMiB (0: not given) that is larger than
+// hostID allows.
+func (s *Scheduler) CheckSize(hostID, what string, vcpus, memMiB int64) error {
+	s.mu.Lock()
+	l := s.limits[hostID]
+	s.mu.Unlock()
+	return l.checkSize(what, vcpus, memMiB)
 }
 
 // hostRank is a candidate host and what ranks it.
@@ -313,7 +385,8 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 			continue
 		}
 		p := s.pending[h.ID]
-		cands = append(cands, hostRank{h, h.SlotsTotal == 0 || h.SlotsTotal-h.SlotsUsed-p.slots > 0, h.MemMiBFree - p.mem, h.SlotsUsed + p.slots})
+		free, _ := s.roomLocked(h, p)
+		cands = append(cands, hostRank{h, h.SlotsTotal == 0 || h.SlotsTotal-h.SlotsUsed-p.slots > 0, free, h.SlotsUsed + p.slots})
 	}
 	s.mu.Unlock()
 	if len(cands) == 0 {
@@ -366,12 +439,13 @@ func (s *Scheduler) PlaceOn(ctx context.Context, hostID string, n int, memMiB in
 	}
 	s.mu.Lock()
 	p := s.pending[h.ID]
+	free, known := s.roomLocked(h, p)
 	s.mu.Unlock()
 	if free := h.SlotsTotal - h.SlotsUsed - p.slots; h.SlotsTotal > 0 && free < int64(n) {
 		return store.Host{}, &CapacityError{fmt.Sprintf("host %s has room for %d more sandboxes, not %d", hostID, max(free, 0), n)}
 	}
-	if free := h.MemMiBFree - p.mem; memMiB > 0 && h.MemMiBTotal > 0 && free < int64(n)*memMiB {
-		return store.Host{}, &CapacityError{fmt.Sprintf("host %s does not have %d MiB of memory free", hostID, int64(n)*memMiB)}
+	if memMiB > 0 && known && free < int64(n)*memMiB {
+		return store.Host{}, &CapacityError{fmt.Sprintf("host %s does not have %d MiB of guest memory left to commit", hostID, int64(n)*memMiB)}
 	}
 	return h, nil
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,5 +228,44 @@ func TestBuiltTemplatesStayOutOfTheCatalog(t *testing.T) {
 	h, _ := st.GetHost(ctx, "h")
 	if len(h.Templates) != 2 || s.TemplateMemMiB(ctx, built.Name) != 512 {
 		t.Fatalf("host %+v", h)
+	}
+}
+
+// Hosts' limits: a template larger than every host allows is a *LimitError (the API's 400);
+// placement counts committed guest memory against each host's commit limit, not free memory.
+func TestPlacementLimits(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newSched(t, Config{})
+	big := agentclient.Template{Name: "big", Baked: true, VCPUs: 1, MemoryMiB: 4096}
+	base := tmpl("base", true)
+	small := reg("small", 8000, 0, base, big)
+	small.HostLimits = HostLimits{MaxVCPUs: 2, MaxMemoryMiB: 2048, MemMiBCommitLimit: 2048}
+	full := reg("full", 8000, 0, base)
+	full.HostLimits = HostLimits{MaxVCPUs: 2, MaxMemoryMiB: 2048, MemMiBCommitted: 2048, MemMiBCommitLimit: 2048}
+	for _, r := range []Registration{small, full} {
+		if err := s.Register(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var le *LimitError
+	if _, err := s.Place(ctx, "big"); !errors.As(err, &le) || !strings.Contains(le.Reason, "max_memory_mib") {
+		t.Fatalf("template larger than the hosts allow: %v", err)
+	}
+	if err := s.CheckSize("small", "template x", 16, 0); !errors.As(err, &le) || !strings.Contains(le.Reason, "max_vcpus") {
+		t.Fatalf("16 vCPUs on a 2-vCPU host: %v", err)
+	}
+	// "full" has 8000 MiB free but nothing left to commit.
+	if got, err := s.Place(ctx, "base"); err != nil || !equal(ids(got), []string{"small"}) {
+		t.Fatalf("placement %v %v, want [small]", ids(got), err)
+	}
+	for range 4 {
+		s.Reserve("small", 512)
+	}
+	var ce *CapacityError
+	if _, err := s.Place(ctx, "base"); !errors.As(err, &ce) {
+		t.Fatalf("placement past the commit limits: %v", err)
+	}
+	if _, err := s.PlaceOn(ctx, "full", 1, 512); !errors.As(err, &ce) {
+		t.Fatalf("PlaceOn a host at its commit limit: %v", err)
 	}
 }

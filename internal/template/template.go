@@ -75,7 +75,9 @@ const (
 const (
 	DefaultVCPUs     = 1
 	DefaultMemoryMiB = 512
-	DefaultDiskMiB   = 2048
+	// MinMemoryMiB is the smallest guest memory a template may have.
+	MinMemoryMiB   = 128
+	DefaultDiskMiB = 2048
 )
 
 // Suites are the Debian releases a template can start from.
@@ -184,8 +186,8 @@ func (s Spec) Validate() error {
 	switch {
 	case s.VCPUs != 0 && (s.VCPUs < 1 || s.VCPUs > 16):
 		return bad("vcpus must be 1-16")
-	case s.MemoryMiB != 0 && (s.MemoryMiB < 128 || s.MemoryMiB > 65536):
-		return bad("memory_mib must be 128-65536")
+	case s.MemoryMiB != 0 && (s.MemoryMiB < MinMemoryMiB || s.MemoryMiB > 65536):
+		return bad("memory_mib must be %d-65536", MinMemoryMiB)
 	case s.DiskMiB != 0 && (s.DiskMiB < 1024 || s.DiskMiB > 1<<20):
 		return bad("disk_mib must be 1024-1048576")
 	}

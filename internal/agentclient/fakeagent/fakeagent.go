@@ -35,6 +35,7 @@ type Agent struct {
 	slotsTotal  int64
 	memTotal    int64
 	poolTotal   int64 // MiB; volumes take their whole size (the real agent's default)
+	maxVCPUs    int64
 	creates     int
 	kills       int
 	createErr   *agentclient.Error
@@ -95,7 +96,7 @@ func copyDirs(d map[string]bool) map[string]bool {
 
 // New starts a fake agent with the given templates (all baked) and 8 slots.
 func New(hostID, token string, templates ...string) *Agent {
-	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, volumes: map[string]*volume{}, built: map[string]template.Spec{}, slotsTotal: 8, memTotal: 8192, poolTotal: 64 << 20}
+	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{}, volumes: map[string]*volume{}, built: map[string]template.Spec{}, slotsTotal: 8, memTotal: 8192, maxVCPUs: 8, poolTotal: 64 << 20}
 	for _, t := range templates {
 		at := agentclient.Template{Name: t, Baked: true, VCPUs: 1, MemoryMiB: 256, DiskMiB: 1024}
 		if cs, ok := template.CatalogSpec(t); ok { // reported like the real agent reports its catalog
@@ -130,6 +131,9 @@ func (a *Agent) poolFree() int64 {
 	}
 	return free
 }
+
+// SetMaxVCPUs changes the largest VM (vCPUs) reported by /v1/info; max_memory_mib is half the memory.
+func (a *Agent) SetMaxVCPUs(n int64) { a.mu.Lock(); a.maxVCPUs = n; a.mu.Unlock() }
 
 // FailCreates makes every create answer err (nil to stop).
 func (a *Agent) FailCreates(err *agentclient.Error) { a.mu.Lock(); a.createErr = err; a.mu.Unlock() }
@@ -424,8 +428,11 @@ func (a *Agent) info(w http.ResponseWriter, r *http.Request) {
 	}
 	// Every sandbox holds a slot, hibernated ones too (like the real agent); only running ones
 	// hold memory.
+	// Limits like the real agent's defaults: half the memory per VM, 2 × the memory committed.
 	writeJSON(w, 200, agentclient.Info{HostID: a.HostID, Accel: "tcg", MemMiBTotal: a.memTotal, MemMiBFree: a.memTotal - 256*running,
 		SlotsTotal: a.slotsTotal, SlotsUsed: int64(len(a.sandboxes)), Templates: a.templates,
+		MaxVCPUs: a.maxVCPUs, MaxMemoryMiB: a.memTotal / 2, MemoryOvercommit: 2, MemMiBCommitted: 256 * running,
+		MemMiBCommitLimit: 2 * a.memTotal, MemMiBWatermark: 512,
 		PoolMiBTotal: a.poolTotal, PoolMiBFree: a.poolFree()})
 }
 

@@ -96,6 +96,13 @@ func (a *Agent) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, 400, "invalid_request", fmt.Sprintf("template %s: from %q: no such template", spec.Name, spec.From))
 		return
 	}
+	a.mu.Lock()
+	maxCPU, maxMem := a.maxVCPUs, a.memTotal/2
+	a.mu.Unlock()
+	if int64(spec.VCPUs) > maxCPU || int64(spec.MemoryMiB) > maxMem { // like the real agent's limits
+		writeErr(w, 400, "invalid_request", fmt.Sprintf("template %s is larger than this host's limits (max_vcpus %d, max_memory_mib %d)", spec.Name, maxCPU, maxMem))
+		return
+	}
 
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(200)

@@ -1,0 +1,252 @@
+package hostagent
+
+import (
+	"context"
+	"net/http"
+	"os"
+	goruntime "runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Memory and CPU policy (docs/security.md, "Host resources"):
+//
+//   - Size limits: no VM (sandbox, template bake, build VM) may have more vCPUs than MaxVCPUs or
+//     more memory than MaxMemoryMiB: 400 `invalid_request` naming the limit.
+//   - Commit limit: the guest memory of the VMs running on this host (sandboxes running or being
+//     made, bake and build VMs) may add up to MemoryOvercommit × HostMemoryMiB; past it a create,
+//     bake, build or wake is 503 `capacity`. Restored sandboxes share their template's clean
+//     pages, which is why the limit may exceed the host.
+//   - Pressure: the memory really available to VMs is checked every PressureInterval; below
+//     MemoryWatermarkMiB the idlest sandboxes are hibernated (least recently used first) until it
+//     is above again. A create while below the watermark first does the same, and is refused
+//     (`capacity`) only if that could not free enough.
+
+// DefaultMemoryOvercommit is the commit limit's ratio when none is configured (the figures behind
+// it are in docs/security.md).
+const DefaultMemoryOvercommit = 2.0
+
+// setLimitDefaults fills the limits the operator left unset from the host.
+func (a *Agent) setLimitDefaults() {
+	c := &a.cfg
+	a.hostMemorySet = c.HostMemoryMiB > 0
+	if c.HostMemoryMiB <= 0 {
+		c.HostMemoryMiB, _ = memInfoMiB()
+	}
+	if c.MaxVCPUs <= 0 {
+		c.MaxVCPUs = goruntime.NumCPU()
+	}
+	if c.MaxMemoryMiB <= 0 {
+		c.MaxMemoryMiB = c.HostMemoryMiB / 2
+	}
+	if c.MemoryOvercommit <= 0 {
+		c.MemoryOvercommit = DefaultMemoryOvercommit
+	}
+	if c.MemoryWatermarkMiB == 0 {
+		c.MemoryWatermarkMiB = min(max(c.HostMemoryMiB/16, 256), 2048)
+	}
+	if c.PressureInterval <= 0 {
+		c.PressureInterval = time.Second
+	}
+}
+
+// commitLimitMiB is the guest memory this host admits in all.
+func (a *Agent) commitLimitMiB() int {
+	return int(a.cfg.MemoryOvercommit * float64(a.cfg.HostMemoryMiB))
+}
+
+// checkSize refuses a VM larger than this host's limits.
+func (a *Agent) checkSize(what string, vcpus, memMiB int) error {
+	if vcpus > a.cfg.MaxVCPUs {
+		return invalid("%s: %d vCPUs is more than this host's limit of %d (max_vcpus)", what, vcpus, a.cfg.MaxVCPUs)
+	}
+	if memMiB > a.cfg.MaxMemoryMiB {
+		return invalid("%s: %d MiB of memory is more than this host's limit of %d MiB per VM (max_memory_mib)", what, memMiB, a.cfg.MaxMemoryMiB)
+	}
+	return nil
+}
+
+// committedLocked is the guest memory of what runs or is being started (call with a.mu held).
+func (a *Agent) committedLocked() int {
+	n := a.reservedMiB
+	for _, sb := range a.sandboxes {
+		sb.mu.Lock()
+		if sb.rec.State == StateRunning || sb.rec.State == "creating" {
+			n += sb.rec.MemoryMiB
+		}
+		sb.mu.Unlock()
+	}
+	return n
+}
+
+// admitLocked checks that memMiB more guest memory fits under the commit limit (a.mu held).
+func (a *Agent) admitLocked(what string, memMiB int) error {
+	if c, limit := a.committedLocked(), a.commitLimitMiB(); c+memMiB > limit {
+		return errorf(http.StatusServiceUnavailable, "capacity",
+			"%s needs %d MiB of guest memory; this host has committed %d of its %d MiB (%.2g × %d MiB, memory_overcommit)",
+			what, memMiB, c, limit, a.cfg.MemoryOvercommit, a.cfg.HostMemoryMiB)
+	}
+	return nil
+}
+
+// reserve admits a VM that is not a running sandbox (a bake or build VM, a sandbox waking) and
+// counts it until release.
+func (a *Agent) reserve(what string, memMiB int) (release func(), err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.admitLocked(what, memMiB); err != nil {
+		return nil, err
+	}
+	a.reservedMiB += memMiB
+	done := false
+	return func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if !done {
+			a.reservedMiB -= memMiB
+			done = true
+		}
+	}, nil
+}
+
+// memAvailableMiB is the memory VMs can still use: the host's MemAvailable, or less when the
+// VMMs' cgroup (or one above it, e.g. the agent's own) has a smaller limit.
+func (a *Agent) memAvailableMiB() int {
+	_, avail := memInfoMiB()
+	if a.cg != nil {
+		if limit, used, err := a.cg.Memory(); err == nil && limit > 0 {
+			avail = min(avail, int((limit-used)>>20))
+		}
+	}
+	return avail
+}
+
+// pressureLoop hibernates the idlest sandboxes whenever available memory is below the watermark.
+func (a *Agent) pressureLoop(ctx context.Context) {
+	tick := time.NewTicker(a.cfg.PressureInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		a.relieve(ctx)
+	}
+}
+
+// relieve hibernates sandboxes, idlest first, until available memory is above the watermark. It
+// reports whether it is. Sandboxes with no call in flight go first (least recently used first);
+// then, rather than let the host run out of memory, busy ones (their calls end with a conflict;
+// the sandbox wakes on its next call).
+func (a *Agent) relieve(ctx context.Context) bool {
+	if a.cfg.MemoryWatermarkMiB < 0 {
+		return true
+	}
+	a.pressureMu.Lock()
+	defer a.pressureMu.Unlock()
+	tried := map[string]bool{}
+	for {
+		avail := a.memAvailableMiB()
+		if avail >= a.cfg.MemoryWatermarkMiB {
+			return true
+		}
+		id, idle, busy := a.idlest(tried)
+		if id == "" {
+			a.log.Error("memory below the watermark and no sandbox left to hibernate", "available_mib", avail, "watermark_mib", a.cfg.MemoryWatermarkMiB)
+			return false
+		}
+		tried[id] = true
+		if _, err := a.Hibernate(ctx, id); err != nil {
+			a.log.Warn("memory pressure: hibernation failed", "sandbox", id, "err", err)
+			continue
+		}
+		a.log.Warn("memory pressure: hibernated the idlest sandbox", "sandbox", id, "available_mib", avail,
+			"watermark_mib", a.cfg.MemoryWatermarkMiB, "idle", idle.Round(time.Millisecond), "busy", busy)
+	}
+}
+
+// idlest is the running sandbox to hibernate first (not among skip): no call in flight before
+// any with one, then the longest untouched.
+func (a *Agent) idlest(skip map[string]bool) (id string, idle time.Duration, busy bool) {
+	type cand struct {
+		id       string
+		busy     bool
+		lastUsed time.Time
+	}
+	var cands []cand
+	a.mu.Lock()
+	for sid, sb := range a.sandboxes {
+		sb.mu.Lock()
+		if sb.rec.State == StateRunning && !skip[sid] {
+			cands = append(cands, cand{sid, sb.busy > 0, sb.lastUsed})
+		}
+		sb.mu.Unlock()
+	}
+	a.mu.Unlock()
+	if len(cands) == 0 {
+		return "", 0, false
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		if cands[i].busy != cands[j].busy {
+			return !cands[i].busy
+		}
+		return cands[i].lastUsed.Before(cands[j].lastUsed)
+	})
+	return cands[0].id, time.Since(cands[0].lastUsed), cands[0].busy
+}
+
+// relieveForCreate makes sure a new VM starts above the watermark: refused (`capacity`) only if
+// hibernating sandboxes could not get there.
+func (a *Agent) relieveForCreate(ctx context.Context, what string) error {
+	if a.relieve(ctx) {
+		return nil
+	}
+	return errorf(http.StatusServiceUnavailable, "capacity", "%s: this host is low on memory (%d MiB available, watermark %d MiB) and has no sandbox left to hibernate",
+		what, a.memAvailableMiB(), a.cfg.MemoryWatermarkMiB)
+}
+
+// memInfoMiB reads MemTotal and MemAvailable.
+func memInfoMiB() (total, avail int) {
+	data, _ := os.ReadFile("/proc/meminfo")
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.Atoi(f[1])
+		switch f[0] {
+		case "MemTotal:":
+			total = kb / 1024
+		case "MemAvailable:":
+			avail = kb / 1024
+		}
+	}
+	return
+}
+
+// admitWake admits a hibernated sandbox's memory back under the commit limit. Past the limit it
+// hibernates the idlest other sandboxes with no call in flight (a sandbox that is used again
+// takes the place of one that is not); with none left the wake is refused (`capacity`), and the
+// sandbox stays hibernated.
+func (a *Agent) admitWake(ctx context.Context, id string, memMiB int) (release func(), err error) {
+	skip := map[string]bool{id: true}
+	for {
+		release, err := a.reserve("waking sandbox "+id, memMiB)
+		if err == nil {
+			return release, nil
+		}
+		victim, _, busy := a.idlest(skip)
+		if victim == "" || busy {
+			return nil, err
+		}
+		skip[victim] = true
+		if _, herr := a.Hibernate(ctx, victim); herr != nil {
+			a.log.Warn("hibernation to make room for a wake failed", "sandbox", victim, "err", herr)
+			continue
+		}
+		a.log.Info("hibernated the idlest sandbox to make room for a wake", "sandbox", victim, "woken", id)
+	}
+}
