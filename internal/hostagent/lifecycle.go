@@ -393,7 +393,12 @@ func (a *Agent) awake(ctx context.Context, id string) (*sandbox, error) {
 
 // idleLoop hibernates sandboxes no call has touched for idle (checked every few seconds).
 func (a *Agent) idleLoop(ctx context.Context, idle time.Duration) {
-	tick := time.NewTicker(min(idle/4, 5*time.Second))
+	every(ctx, min(idle/4, 5*time.Second), func() { a.hibernateIdle(ctx, idle) })
+}
+
+// every calls fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
@@ -401,22 +406,27 @@ func (a *Agent) idleLoop(ctx context.Context, idle time.Duration) {
 			return
 		case <-tick.C:
 		}
-		a.mu.Lock()
-		var due []string
-		for id, sb := range a.sandboxes {
-			sb.mu.Lock()
-			if sb.rec.State == StateRunning && sb.busy == 0 && time.Since(sb.lastUsed) > idle {
-				due = append(due, id)
-			}
-			sb.mu.Unlock()
+		fn()
+	}
+}
+
+// hibernateIdle hibernates the running sandboxes no call has touched for idle.
+func (a *Agent) hibernateIdle(ctx context.Context, idle time.Duration) {
+	a.mu.Lock()
+	var due []string
+	for id, sb := range a.sandboxes {
+		sb.mu.Lock()
+		if sb.rec.State == StateRunning && sb.busy == 0 && time.Since(sb.lastUsed) > idle {
+			due = append(due, id)
 		}
-		a.mu.Unlock()
-		for _, id := range due {
-			if _, err := a.Hibernate(ctx, id); err != nil {
-				a.log.Warn("idle hibernation failed", "sandbox", id, "err", err)
-			} else {
-				a.log.Info("hibernated idle sandbox", "sandbox", id, "idle", idle)
-			}
+		sb.mu.Unlock()
+	}
+	a.mu.Unlock()
+	for _, id := range due {
+		if _, err := a.Hibernate(ctx, id); err != nil {
+			a.log.Warn("idle hibernation failed", "sandbox", id, "err", err)
+		} else {
+			a.log.Info("hibernated idle sandbox", "sandbox", id, "idle", idle)
 		}
 	}
 }

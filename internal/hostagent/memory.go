@@ -125,16 +125,7 @@ func (a *Agent) memAvailableMiB() int {
 
 // pressureLoop hibernates the idlest sandboxes whenever available memory is below the watermark.
 func (a *Agent) pressureLoop(ctx context.Context) {
-	tick := time.NewTicker(a.cfg.PressureInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		a.relieve(ctx)
-	}
+	every(ctx, a.cfg.PressureInterval, func() { a.relieve(ctx) })
 }
 
 // relieve hibernates sandboxes, idlest first, until available memory is above the watermark. It

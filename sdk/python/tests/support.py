@@ -20,6 +20,22 @@ import pandastack  # noqa: E402
 
 TEMPLATE = os.environ.get("PANDASTACK_TEST_TEMPLATE", "base")
 
+#: every API error (status, code) and the SDK class it becomes
+ERROR_CLASSES = {
+    (400, "invalid_request"): pandastack.InvalidRequest,
+    (401, "unauthorized"): pandastack.Unauthorized,
+    (403, "forbidden"): pandastack.Forbidden,
+    (404, "not_found"): pandastack.NotFound,
+    (409, "conflict"): pandastack.Conflict,
+    (413, "payload_too_large"): pandastack.PayloadTooLarge,
+    (429, "rate_limited"): pandastack.RateLimited,
+    (500, "internal"): pandastack.InternalError,
+    (501, "not_implemented"): pandastack.Unimplemented,
+    (503, "capacity"): pandastack.Capacity,
+    (504, "timeout"): pandastack.Timeout,
+    (507, "no_space"): pandastack.NoSpace,
+}
+
 
 def server_env() -> "tuple[str, str]":
     url = os.environ.get("PANDASTACK_BASE_URL", "")

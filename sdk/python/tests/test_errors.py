@@ -13,7 +13,7 @@ import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pandastack
-from support import TEMPLATE, LiveTestCase
+from support import ERROR_CLASSES, TEMPLATE, LiveTestCase
 
 
 def raw_api_error(base_url: str, key: str, method: str, path: str, body: Any) -> Tuple[int, Dict[str, Any]]:
@@ -361,20 +361,7 @@ class Unit(unittest.TestCase):
     def test_error_classes(self) -> None:
         from pandastack.errors import error_from_payload
 
-        cases = {
-            (400, "invalid_request"): pandastack.InvalidRequest,
-            (401, "unauthorized"): pandastack.Unauthorized,
-            (403, "forbidden"): pandastack.Forbidden,
-            (404, "not_found"): pandastack.NotFound,
-            (409, "conflict"): pandastack.Conflict,
-            (413, "payload_too_large"): pandastack.PayloadTooLarge,
-            (429, "rate_limited"): pandastack.RateLimited,
-            (500, "internal"): pandastack.InternalError,
-            (501, "not_implemented"): pandastack.NotImplemented,
-            (503, "capacity"): pandastack.Capacity,
-            (504, "timeout"): pandastack.Timeout,
-            (507, "no_space"): pandastack.NoSpace,
-        }
+        cases = ERROR_CLASSES
         for (status, code), cls in cases.items():
             e = error_from_payload(status, {"error": {"code": code, "message": "m"}}, "req_1")
             self.assertIs(type(e), cls)

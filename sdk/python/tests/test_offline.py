@@ -24,7 +24,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, List, Optional
 from unittest import mock
 
-from support import HERE, SRC
+from support import ERROR_CLASSES, HERE, SRC
 
 import pandastack
 from pandastack import HTTPRequest, HTTPResponse
@@ -300,20 +300,7 @@ class Files(OfflineCase):
 
 
 class ErrorMapping(OfflineCase):
-    CASES = {
-        (400, "invalid_request"): pandastack.InvalidRequest,
-        (401, "unauthorized"): pandastack.Unauthorized,
-        (403, "forbidden"): pandastack.Forbidden,
-        (404, "not_found"): pandastack.NotFound,
-        (409, "conflict"): pandastack.Conflict,
-        (413, "payload_too_large"): pandastack.PayloadTooLarge,
-        (429, "rate_limited"): pandastack.RateLimited,
-        (500, "internal"): pandastack.InternalError,
-        (501, "not_implemented"): pandastack.Unimplemented,
-        (503, "capacity"): pandastack.Capacity,
-        (504, "timeout"): pandastack.Timeout,
-        (507, "no_space"): pandastack.NoSpace,
-    }
+    CASES = ERROR_CLASSES
 
     def test_every_status_maps_to_its_class(self) -> None:
         c = pandastack.PandaStack(token="pds_x", base_url="http://h.invalid", max_retries=0, env={},

@@ -23,7 +23,7 @@ import {
   Timeout,
   NoSpace,
 } from "@pandastack/sdk";
-import { TEMPLATE, liveClient, serverEnv, tracker } from "./helpers.mjs";
+import { ERROR_CASES, TEMPLATE, liveClient, serverEnv, tracker } from "./helpers.mjs";
 
 async function rawApi(method, path, body) {
   const { baseUrl, apiKey } = serverEnv();
@@ -326,20 +326,7 @@ describe("retries and wire shapes (scripted server)", () => {
 
 describe("error classes", () => {
   it("map by code and status", () => {
-    const cases = [
-      [400, "invalid_request", InvalidRequest],
-      [401, "unauthorized", Unauthorized],
-      [403, "forbidden", Forbidden],
-      [404, "not_found", NotFound],
-      [409, "conflict", Conflict],
-      [413, "payload_too_large", PayloadTooLarge],
-      [429, "rate_limited", RateLimited],
-      [500, "internal", InternalError],
-      [501, "not_implemented", NotImplemented],
-      [503, "capacity", Capacity],
-      [504, "timeout", Timeout],
-      [507, "no_space", NoSpace],
-    ];
+    const cases = ERROR_CASES;
     for (const [status, code, cls] of cases) {
       const e = errorFromPayload(status, { error: { code, message: "m" } }, "req_1");
       assert.equal(e.constructor, cls);

@@ -1,8 +1,25 @@
 // Shared helpers of the TypeScript SDK tests. They run against a real PandaStack named by
 // PANDASTACK_BASE_URL and PANDASTACK_API_KEY (sdk/test.sh starts one and sets both).
+import * as sdk from "@pandastack/sdk";
 import { PandaStack, PandaStackError } from "@pandastack/sdk";
 
 export const TEMPLATE = process.env.PANDASTACK_TEST_TEMPLATE || "base";
+
+/** Every API error [status, code] and the SDK class it becomes. */
+export const ERROR_CASES = [
+  [400, "invalid_request", sdk.InvalidRequest],
+  [401, "unauthorized", sdk.Unauthorized],
+  [403, "forbidden", sdk.Forbidden],
+  [404, "not_found", sdk.NotFound],
+  [409, "conflict", sdk.Conflict],
+  [413, "payload_too_large", sdk.PayloadTooLarge],
+  [429, "rate_limited", sdk.RateLimited],
+  [500, "internal", sdk.InternalError],
+  [501, "not_implemented", sdk.NotImplemented],
+  [503, "capacity", sdk.Capacity],
+  [504, "timeout", sdk.Timeout],
+  [507, "no_space", sdk.NoSpace],
+];
 
 export function serverEnv() {
   const baseUrl = process.env.PANDASTACK_BASE_URL;

@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import * as sdk from "@pandastack/sdk";
+import { ERROR_CASES } from "./helpers.mjs";
 import {
   APIConnectionError,
   BuildFailed,
@@ -304,20 +305,7 @@ describe("offline: files", () => {
 // -- errors and retries ---------------------------------------------------------------------------
 
 describe("offline: errors", () => {
-  const CASES = [
-    [400, "invalid_request", InvalidRequest],
-    [401, "unauthorized", Unauthorized],
-    [403, "forbidden", Forbidden],
-    [404, "not_found", NotFound],
-    [409, "conflict", Conflict],
-    [413, "payload_too_large", PayloadTooLarge],
-    [429, "rate_limited", RateLimited],
-    [500, "internal", InternalError],
-    [501, "not_implemented", NotImplemented],
-    [503, "capacity", Capacity],
-    [504, "timeout", Timeout],
-    [507, "no_space", NoSpace],
-  ];
+  const CASES = ERROR_CASES;
 
   it("every status maps to its class, with the API's message and the answer's request id", async () => {
     const c = client(script(...CASES.map(([s, code]) => err(s, code, `said ${code}`, { "x-request-id": `req_${s}` }))), { maxRetries: 0 });
