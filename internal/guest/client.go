@@ -32,11 +32,13 @@ const dialRetry = 20 * time.Millisecond
 // agent and hold its port open, silent or speaking garbage, while the VM runs on. The host then
 // fails calls with ErrConnectionLost within about ReplyTimeout instead of waiting for the
 // caller to give up.
+// ReplyTimeout bounds a re-dial's handshake (the agent answers HELLO at once) and each ping a
+// waiting call sends (yamux answers pings in the guest whatever the command does). It must be
+// generous: a TCG guest thrashing under its own memory hog answered neither within 10 s, and
+// then recovered. 30 s is yamux's own write timeout here. (A variable only so tests can shorten it.)
+var ReplyTimeout = 30 * time.Second
+
 const (
-	// ReplyTimeout bounds a re-dial's handshake (the agent answers HELLO at once) and each ping
-	// a waiting call sends (yamux answers pings in the guest whatever the command does). Generous
-	// for a loaded TCG guest.
-	ReplyTimeout = 10 * time.Second
 	// probeAfter is how long a call waits for its next frame before pinging the guest.
 	probeAfter = time.Second
 	// probeEvery is how often a call that still waits pings again.
@@ -130,16 +132,17 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	c.mu.Lock()
 	redial := c.dialed
 	c.mu.Unlock()
+	noReady := errNoReady()
 	if redial {
 		var hcancel context.CancelFunc
-		hctx, hcancel = context.WithTimeoutCause(dctx, ReplyTimeout, errNoReady)
+		hctx, hcancel = context.WithTimeoutCause(dctx, ReplyTimeout, noReady)
 		defer hcancel()
 	}
 	rest, ready, err := hostHandshake(hctx, conn)
 	if err != nil {
 		conn.Close()
-		if ctx.Err() == nil && context.Cause(hctx) == errNoReady {
-			return nil, c.ctxErr(ctx, fmt.Errorf("%w: %v", ErrConnectionLost, errNoReady))
+		if ctx.Err() == nil && context.Cause(hctx) == noReady {
+			return nil, c.ctxErr(ctx, fmt.Errorf("%w: %v", ErrConnectionLost, noReady))
 		}
 		return nil, c.ctxErr(ctx, err)
 	}
@@ -165,7 +168,9 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	return sess, nil
 }
 
-var errNoReady = fmt.Errorf("guest handshake: no READY from the guest agent within %v (is another process holding its channel?)", ReplyTimeout)
+func errNoReady() error {
+	return fmt.Errorf("guest handshake: no READY from the guest agent within %v (is another process holding its channel?)", ReplyTimeout)
+}
 
 // probe pings the guest over sess and reports whether it stayed silent for ReplyTimeout (a
 // session that ended meanwhile is not silence: its calls fail anyway).

@@ -3,7 +3,15 @@ package guest
 import (
 	"context"
 	"net"
+	"time"
 )
+
+// SetReplyTimeoutForTest shortens ReplyTimeout until the test ends.
+func SetReplyTimeoutForTest(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := ReplyTimeout
+	ReplyTimeout = d
+	t.Cleanup(func() { ReplyTimeout = old })
+}
 
 // CloseConnForTest closes the client's current socket under it.
 func CloseConnForTest(c *Client) {

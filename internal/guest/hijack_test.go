@@ -90,8 +90,8 @@ func (p *hijackPort) relay(host net.Conn) {
 }
 
 // guard bounds a call so that a hang fails the test instead of stalling it: the client must
-// give up well before (guest.ReplyTimeout, 10 s, after a 1 s ping delay), and before yamux's own
-// keepalive would (15 s interval, 30 s ping timeout).
+// give up well before (guest.ReplyTimeout, shortened to 3 s here, after a 1 s ping delay), and
+// before yamux's own keepalive would (15 s interval, 30 s ping timeout).
 func guard(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	t.Cleanup(cancel)
@@ -111,6 +111,7 @@ func wantLost(t *testing.T, what string, err error) {
 // handshake gives up after ReplyTimeout instead of waiting for a READY that never comes. With the
 // agent back on its port, the same client works again.
 func TestHijackedPeerFailsCalls(t *testing.T) {
+	guest.SetReplyTimeoutForTest(t, 3*time.Second)
 	for _, peer := range []string{"silent", "junk"} {
 		t.Run(peer, func(t *testing.T) {
 			t.Parallel()

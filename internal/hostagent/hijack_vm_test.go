@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/pandastack/pandastack/internal/guest"
 )
 
 // portThief, run as root in the guest (detached, so the exec that starts it returns), kills the
@@ -51,10 +53,10 @@ func TestHijackedGuestPort(t *testing.T) {
 		t.Fatalf("start the thief: %+v", r)
 	}
 
-	// exec answers with a bound well under yamux's own keepalive (30-45 s): a hang fails here.
+	// exec answers within guest.ReplyTimeout (30 s) and a few seconds: a hang fails here.
 	execBounded := func() (int, apiErr) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), guest.ReplyTimeout+20*time.Second)
 		defer cancel()
 		body, _ := json.Marshal(map[string]any{"cmd": "echo ok", "timeout_seconds": 60})
 		req, _ := http.NewRequestWithContext(ctx, "POST", h.srv.URL+"/v1/sandboxes/"+sb.ID+"/exec", bytes.NewReader(body))
