@@ -17,7 +17,8 @@ import (
 // the control plane checks input and ownership, places the result (a fork's children on their
 // parent's host, a sandbox made from a snapshot on the snapshot's host), records it, and keeps
 // the recorded state following the host's: the host may hibernate an idle sandbox by itself,
-// and any call on a hibernated sandbox wakes it.
+// and any call on a hibernated sandbox wakes it. Forks, and following the host's state, are the
+// sandbox service's (internal/sandboxes); these handlers decode, check ownership and encode.
 
 // lifecycleTimeout bounds one snapshot, hibernate or wake on a host; refreshTimeout the state
 // check a GET makes on the sandbox's host.
