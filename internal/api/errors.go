@@ -11,6 +11,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -50,6 +51,15 @@ func toAPIError(err error) (*Error, bool) {
 	var ae *auth.Error
 	if errors.As(err, &ae) {
 		return errorf(http.StatusUnauthorized, "unauthorized", "%s", ae.Message), true
+	}
+	var se *sandboxes.Error
+	if errors.As(err, &se) {
+		switch se.Kind {
+		case sandboxes.NotFound:
+			return notFound("%s", se.Message), true
+		case sandboxes.Conflict:
+			return conflict("%s", se.Message), true
+		}
 	}
 	var le *scheduler.LimitError
 	if errors.As(err, &le) {

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -34,17 +33,8 @@ func (s *Server) target(r *http.Request) (store.Sandbox, *agentclient.Client, er
 	if err := usable(sb); err != nil {
 		return sb, nil, err
 	}
-	h, err := s.store.GetHost(r.Context(), sb.HostID)
-	if errors.Is(err, store.ErrNotFound) {
-		return sb, nil, conflict("sandbox %s has no known host", sb.ID)
-	}
-	if err != nil {
-		return sb, nil, err
-	}
-	if h.State != store.HostUp {
-		return sb, nil, conflict("sandbox %s is unreachable: its host %s is down", sb.ID, h.ID)
-	}
-	return sb, s.sched.Client(h), nil
+	c, err := s.svc.Client(r.Context(), sb)
+	return sb, c, err
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
@@ -80,7 +70,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		Cwd: req.Cwd, User: req.User, Stdin: req.Stdin}
 	if !strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
 		res, err := c.Exec(r.Context(), sb.ID, areq)
-		s.touched(r.Context(), sb, c, err)
+		s.svc.Touched(r.Context(), sb, c, err)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -89,7 +79,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := c.ExecStream(r.Context(), sb.ID, areq)
-	s.touched(r.Context(), sb, c, err) // the host answers the stream's headers once it is awake
+	s.svc.Touched(r.Context(), sb, c, err) // the host answers the stream's headers once it is awake
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -48,7 +48,7 @@ func (s *Server) passJSON(w http.ResponseWriter, r *http.Request, method, sub st
 		hdr.Set("Content-Type", "application/json")
 	}
 	resp, err := c.Raw(r.Context(), method, "/v1/sandboxes/"+url.PathEscape(sb.ID)+"/files"+sub, q, rd, int64(len(body)), hdr)
-	s.touched(r.Context(), sb, c, err)
+	s.svc.Touched(r.Context(), sb, c, err)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -205,7 +205,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Content-Type", "application/octet-stream")
 	// The body streams to the host as it arrives; nothing is held in memory or on disk here.
 	resp, err := c.Raw(r.Context(), "PUT", "/v1/sandboxes/"+url.PathEscape(sb.ID)+"/files", q, body, r.ContentLength, hdr)
-	s.touched(r.Context(), sb, c, err)
+	s.svc.Touched(r.Context(), sb, c, err)
 	if body.exceeded {
 		if resp != nil {
 			resp.Body.Close()

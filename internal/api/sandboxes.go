@@ -12,9 +12,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/template"
 	"github.com/pandastack/pandastack/internal/termtext"
@@ -130,13 +130,6 @@ func hasControl(s string) bool {
 	return strings.IndexFunc(s, termtext.Unsafe) >= 0
 }
 
-func truncate(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
-}
-
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	id, _ := auth.FromContext(r.Context())
@@ -150,15 +143,13 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var sb store.Sandbox
-	switch {
-	case len(req.volumes) > 0:
-		sb, err = s.createWithVolumes(r.Context(), id.TeamID, req, snap)
-	case snap != nil:
-		sb, err = s.createFromSnapshot(r.Context(), id.TeamID, req, *snap)
-	default:
-		sb, err = s.create(r.Context(), id.TeamID, req)
+	ttl := int64(0)
+	if req.TTLSeconds != nil {
+		ttl = *req.TTLSeconds
 	}
+	sb, err := s.svc.Create(r.Context(), id.TeamID, sandboxes.CreateParams{Template: req.Template, AgentTemplate: req.agentTemplate,
+		TemplateHost: req.templateHost, Snapshot: snap, Volumes: req.volumes, Env: req.Env, Egress: req.egress,
+		Metadata: req.Metadata, TTLSeconds: ttl})
 	if err != nil {
 		code := "internal"
 		if e, ok := toAPIError(err); ok {
@@ -243,116 +234,6 @@ func (s *Server) validateCreate(ctx context.Context, teamID string, req *createR
 	return nil, nil
 }
 
-// ttlOf returns the lifetime of a new sandbox: ttlSeconds when > 0, else the server default
-// (never above the maximum, which may have been lowered since the policy was recorded).
-func (s *Server) ttlOf(ttlSeconds int64) time.Duration {
-	if ttlSeconds <= 0 {
-		return s.cfg.DefaultTTL
-	}
-	return min(time.Duration(ttlSeconds)*time.Second, s.cfg.MaxTTL)
-}
-
-func reqTTL(req createRequest) int64 {
-	if req.TTLSeconds != nil {
-		return *req.TTLSeconds
-	}
-	return 0
-}
-
-// createTimeout bounds one create on a host: the first create of a template bakes it, which can
-// take minutes on a software-emulated CPU.
-const createTimeout = 15 * time.Minute
-
-// create places the sandbox, asks the host to start it and records it. It tries the next host
-// when one is full or does not answer. The work runs detached from the caller's connection, so a
-// client that goes away cannot leave a VM running that the store does not know.
-func (s *Server) create(ctx context.Context, teamID string, req createRequest) (store.Sandbox, error) {
-	mem := s.sched.TemplateMemMiB(ctx, req.agentTemplate)
-	var hosts []store.Host
-	var err error
-	if req.templateHost != "" { // a team template: only its host has it
-		var h store.Host
-		h, err = s.sched.PlaceOn(ctx, req.templateHost, 1, mem)
-		hosts = []store.Host{h}
-	} else {
-		hosts, err = s.sched.Place(ctx, req.agentTemplate)
-	}
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
-	defer cancel()
-	sbID := auth.NewID("sb_")
-	var lastErr error
-	for i, h := range hosts {
-		if i == 3 {
-			break
-		}
-		release := s.sched.Reserve(h.ID, mem)
-		_, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, Template: req.agentTemplate, Env: req.Env, Egress: req.egress, EgressOpen: s.egressOpen()})
-		if err != nil {
-			release()
-			lastErr = err
-			var ue *agentclient.Unreachable
-			var ae *agentclient.Error
-			if errors.As(err, &ue) || errors.As(err, &ae) && ae.Code == "capacity" {
-				s.log.Warn("host could not take a sandbox, trying the next", "host", h.ID, "err", err)
-				continue
-			}
-			return store.Sandbox{}, err
-		}
-		return s.record(ctx, h, store.Sandbox{ID: sbID, TeamID: teamID, Template: req.Template, HostID: h.ID,
-			Metadata: req.Metadata, TTLSeconds: reqTTL(req)})
-	}
-	return store.Sandbox{}, lastErr
-}
-
-// record stores a sandbox its host has just started (running, created now, expiring after its
-// ttl policy). When the store fails the VM is killed: an unrecorded VM is a leak.
-func (s *Server) record(ctx context.Context, h store.Host, sb store.Sandbox) (store.Sandbox, error) {
-	return s.recordWith(ctx, h, sb, nil)
-}
-
-// recordWith is record with the sandbox's volumes (checked again as they are recorded).
-func (s *Server) recordWith(ctx context.Context, h store.Host, sb store.Sandbox, vols []store.VolumeAttachment) (store.Sandbox, error) {
-	now := s.now()
-	sb.State, sb.CreatedAt, sb.ExpiresAt = store.StateRunning, now, now.Add(s.ttlOf(sb.TTLSeconds))
-	var rec store.Sandbox
-	var err error
-	if len(vols) > 0 {
-		rec, err = s.store.CreateSandboxWithVolumes(ctx, sb, vols)
-	} else {
-		rec, err = s.store.CreateSandbox(ctx, sb)
-	}
-	if err != nil {
-		if kerr := s.sched.Client(h).KillSandbox(ctx, sb.ID); kerr != nil {
-			s.log.Error("could not kill a sandbox the store failed to record", "sandbox", sb.ID, "host", h.ID, "err", kerr)
-		}
-		return store.Sandbox{}, err
-	}
-	return rec, nil
-}
-
-// createFromSnapshot starts a sandbox from a snapshot on the host that keeps the snapshot (the
-// only one that can): that host down or full is 503 capacity.
-func (s *Server) createFromSnapshot(ctx context.Context, teamID string, req createRequest, snap store.Snapshot) (store.Sandbox, error) {
-	mem := s.sched.TemplateMemMiB(ctx, req.agentTemplate)
-	h, err := s.sched.PlaceOn(ctx, snap.HostID, 1, mem)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
-	defer cancel()
-	release := s.sched.Reserve(h.ID, mem)
-	sbID := auth.NewID("sb_")
-	if _, err := s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sbID, SnapshotID: snap.ID, Env: req.Env, Egress: req.egress, EgressOpen: s.egressOpen()}); err != nil {
-		release()
-		return store.Sandbox{}, err
-	}
-	return s.record(ctx, h, store.Sandbox{ID: sbID, TeamID: teamID, Template: snap.Template, HostID: h.ID,
-		Metadata: req.Metadata, TTLSeconds: reqTTL(req), SnapshotID: snap.ID})
-}
-
 // sandbox loads the caller's sandbox; another team's is "not found", exactly like a missing one.
 func (s *Server) sandbox(r *http.Request) (store.Sandbox, error) {
 	id, _ := auth.FromContext(r.Context())
@@ -375,7 +256,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	if sb.State == store.StateRunning || sb.State == store.StateHibernated {
 		if h, err := s.store.GetHost(r.Context(), sb.HostID); err == nil && h.State == store.HostUp {
-			sb = s.refresh(r.Context(), sb, s.sched.Client(h), refreshTimeout)
+			sb = s.svc.Refresh(r.Context(), sb, s.sched.Client(h), refreshTimeout)
 		}
 	}
 	writeJSON(w, http.StatusOK, viewOf(sb))
@@ -524,25 +405,6 @@ func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewOf(sb))
 }
 
-// usable says why calls cannot reach a sandbox (409), or nil when it is running or hibernated
-// (its host wakes a hibernated sandbox for any call).
-func usable(sb store.Sandbox) error {
-	switch sb.State {
-	case store.StateRunning, store.StateHibernated:
-		return nil
-	case store.StateKilled:
-		if sb.Error != "" {
-			return conflict("sandbox %s was killed (%s)", sb.ID, sb.Error)
-		}
-		return conflict("sandbox %s was killed", sb.ID)
-	case store.StateLost:
-		return conflict("sandbox %s is lost: %s", sb.ID, sb.Error)
-	case store.StateError:
-		return conflict("sandbox %s failed: %s", sb.ID, sb.Error)
-	}
-	return conflict("sandbox %s is %s", sb.ID, sb.State)
-}
-
 // RunReaper kills expired sandboxes every ReapInterval until ctx ends.
 func (s *Server) RunReaper(ctx context.Context) {
 	t := time.NewTicker(s.cfg.ReapInterval)
@@ -580,3 +442,6 @@ func (s *Server) ReapOnce(ctx context.Context) (int, error) {
 		}
 	}
 }
+
+// usable and truncate are the service's, under the names the handlers use.
+var usable, truncate = sandboxes.Usable, sandboxes.Truncate

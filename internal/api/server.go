@@ -2,9 +2,10 @@
 // shared/design/API.md (sandboxes, exec, files, ttl, fork, snapshots, hibernate/wake, templates,
 // keys, teams), the internal host API agents register and heartbeat through, /healthz and
 // /metrics, plus the TTL reaper. It owns request ids, JSON error answers, body limits and input
-// validation; state lives in internal/store, placement in internal/scheduler, and sandbox work is
-// forwarded to host agents through internal/agentclient (exec streams and file bodies pass
-// through unbuffered).
+// validation; creates, forks and volume creates are done by the sandbox service
+// (internal/sandboxes), state lives in internal/store, placement in internal/scheduler, and other
+// sandbox work is forwarded to host agents through internal/agentclient (exec streams and file
+// bodies pass through unbuffered).
 package api
 
 import (
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -73,6 +75,7 @@ type Server struct {
 	cfg     Config
 	store   *store.Store
 	sched   *scheduler.Scheduler
+	svc     *sandboxes.Service
 	log     *slog.Logger
 	auth    *auth.Authenticator
 	metrics *metrics
@@ -107,6 +110,8 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger,
 		auth: &auth.Authenticator{Store: cfg.Store}, metrics: newMetrics()}
+	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
+		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen})
 	s.handler = s.routes()
 	return s
 }

@@ -7,11 +7,11 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -26,7 +26,7 @@ const (
 	MaxVolumesPerSandbox  = agentclient.MaxVolumesPerSandbox
 	MaxMountPathLen       = 256
 	MaxVolumeNameLen      = 64
-	volumeHostCallTimeout = 2 * time.Minute
+	volumeHostCallTimeout = sandboxes.VolumeHostCallTimeout
 )
 
 // systemDirs may not be mount points, nor hold one.
@@ -132,98 +132,6 @@ func validateVolumeSpecs(specs []VolumeSpec) ([]store.VolumeAttachment, error) {
 	return out, nil
 }
 
-// inUse words a volume held by a sandbox as the public 409.
-func inUse(err error, what string) error {
-	var iu *store.VolumeInUseError
-	if !errors.As(err, &iu) {
-		return err
-	}
-	mode := "read-write"
-	if iu.Holder.ReadOnly {
-		mode = "read-only"
-	}
-	return conflict("volume %s is attached %s to sandbox %s at %s: %s (kill that sandbox first)", iu.VolumeID, mode, iu.Holder.SandboxID, iu.Holder.MountPath, what)
-}
-
-// resolveVolumes loads the caller's volumes of a create, checks they are on one host and free
-// for the asked mode, and returns that host. Another team's, a deleted or a missing volume is 404.
-func (s *Server) resolveVolumes(ctx context.Context, teamID string, atts []store.VolumeAttachment) (string, error) {
-	host, first := "", ""
-	for _, a := range atts {
-		v, err := s.store.GetTeamVolume(ctx, teamID, a.VolumeID)
-		if errors.Is(err, store.ErrNotFound) {
-			return "", notFound("volume %s not found", truncate(a.VolumeID))
-		}
-		if err != nil {
-			return "", err
-		}
-		if host == "" {
-			host, first = v.HostID, v.ID
-		} else if v.HostID != host {
-			return "", conflict("volumes of one sandbox must be on one host: %s is on %s, %s on %s", first, host, v.ID, v.HostID)
-		}
-		if err := s.store.CheckAttach(ctx, v.ID, a.ReadOnly); err != nil {
-			return "", inUse(err, "it cannot also be attached "+map[bool]string{true: "read-only", false: "read-write"}[a.ReadOnly])
-		}
-	}
-	return host, nil
-}
-
-// createWithVolumes starts a sandbox on the host of its volumes (from a template, or from a
-// snapshot that must be on the same host) and records it with its attachments.
-func (s *Server) createWithVolumes(ctx context.Context, teamID string, req createRequest, snap *store.Snapshot) (store.Sandbox, error) {
-	hostID, err := s.resolveVolumes(ctx, teamID, req.volumes)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	if snap != nil && snap.HostID != hostID {
-		return store.Sandbox{}, conflict("snapshot %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", snap.ID, snap.HostID, hostID)
-	}
-	if snap == nil && req.templateHost != "" && req.templateHost != hostID {
-		return store.Sandbox{}, conflict("template %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", req.Template, req.templateHost, hostID)
-	}
-	mem := s.sched.TemplateMemMiB(ctx, req.agentTemplate)
-	h, err := s.sched.PlaceOn(ctx, hostID, 1, mem)
-	if err != nil {
-		return store.Sandbox{}, err
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
-	defer cancel()
-	release := s.sched.Reserve(h.ID, mem)
-	sbID := auth.NewID("sb_")
-	areq := agentclient.CreateRequest{ID: sbID, Template: req.agentTemplate, Env: req.Env, Egress: req.egress, EgressOpen: s.egressOpen()}
-	rec := store.Sandbox{ID: sbID, TeamID: teamID, Template: req.Template, HostID: h.ID, Metadata: req.Metadata, TTLSeconds: reqTTL(req)}
-	if snap != nil {
-		areq.Template, areq.SnapshotID, rec.SnapshotID = "", snap.ID, snap.ID
-	}
-	for i := range req.volumes {
-		req.volumes[i].SandboxID = sbID
-		v := req.volumes[i]
-		areq.Volumes = append(areq.Volumes, agentclient.VolumeMount{VolumeID: v.VolumeID, MountPath: v.MountPath, ReadOnly: v.ReadOnly})
-	}
-	if _, err := s.sched.Client(h).CreateSandbox(ctx, areq); err != nil {
-		release()
-		return store.Sandbox{}, err
-	}
-	out, err := s.recordWith(ctx, h, rec, req.volumes)
-	if errors.Is(err, store.ErrNotFound) {
-		err = notFound("a volume of this sandbox was deleted meanwhile")
-	}
-	return out, inUse(err, "another create took it meanwhile")
-}
-
-// refuseWithVolumes is the 409 of a snapshot or fork of a sandbox that has volumes.
-func (s *Server) refuseWithVolumes(ctx context.Context, sb store.Sandbox, what string) error {
-	vols, err := s.store.SandboxVolumes(ctx, sb.ID)
-	if err != nil {
-		return err
-	}
-	if len(vols) > 0 {
-		return conflict("sandbox %s has volumes (%s at %s): %s of a sandbox with volumes are refused", sb.ID, vols[0].VolumeID, vols[0].MountPath, what)
-	}
-	return nil
-}
-
 // volume loads the caller's volume named in the path; another team's is 404 like a missing one.
 func (s *Server) volume(r *http.Request) (store.Volume, error) {
 	id, _ := auth.FromContext(r.Context())
@@ -266,57 +174,13 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 	}
 	var v store.Volume
 	if err == nil {
-		v, err = s.makeVolume(r.Context(), id.TeamID, name, *req.SizeMiB)
+		v, err = s.svc.CreateVolume(r.Context(), id.TeamID, name, *req.SizeMiB)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, volumeViewOf(v))
-}
-
-// makeVolume makes the volume on the best host (the next one when a host is unreachable, full or
-// out of disk) and records it; if the store fails, the volume is deleted on the host again.
-func (s *Server) makeVolume(ctx context.Context, teamID, name string, sizeMiB int64) (store.Volume, error) {
-	hosts, err := s.sched.PlaceVolume(ctx)
-	if err != nil {
-		return store.Volume{}, err
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), volumeHostCallTimeout)
-	defer cancel()
-	volID := auth.NewID("vol_")
-	var lastErr error
-	for i, h := range hosts {
-		if i == 3 {
-			break
-		}
-		c := s.sched.Client(h)
-		av, err := c.CreateVolume(ctx, agentclient.CreateVolumeRequest{ID: volID, SizeMiB: sizeMiB})
-		if err != nil {
-			lastErr = err
-			var ue *agentclient.Unreachable
-			var ae *agentclient.Error
-			if errors.As(err, &ue) || errors.As(err, &ae) && (ae.Code == "capacity" || ae.Code == "no_space") {
-				s.log.Warn("host could not make a volume, trying the next", "host", h.ID, "err", err)
-				continue
-			}
-			return store.Volume{}, err
-		}
-		size := sizeMiB
-		if av.SizeMiB > 0 {
-			size = av.SizeMiB
-		}
-		rec, err := s.store.CreateVolume(ctx, store.Volume{ID: volID, TeamID: teamID, Name: name, SizeMiB: size, HostID: h.ID, CreatedAt: s.now()})
-		if err != nil {
-			if derr := c.DeleteVolume(ctx, volID); derr != nil {
-				s.log.Error("could not delete a volume the store failed to record", "volume", volID, "host", h.ID, "err", derr)
-			}
-			return store.Volume{}, err
-		}
-		s.log.Info("volume created", "volume", volID, "team", teamID, "host", h.ID, "size_mib", size)
-		return rec, nil
-	}
-	return store.Volume{}, lastErr
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
@@ -440,3 +304,5 @@ func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("volume deleted", "volume", v.ID, "host", v.HostID)
 	w.WriteHeader(http.StatusNoContent)
 }
+
+var inUse = sandboxes.InUse

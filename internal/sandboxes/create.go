@@ -1,0 +1,130 @@
+package sandboxes
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+// CreateTimeout bounds one create on a host: the first create of a template bakes it, which can
+// take minutes on a software-emulated CPU.
+const CreateTimeout = 15 * time.Minute
+
+// CreateParams is a validated create. Exactly one of Template (with AgentTemplate) or Snapshot
+// says what the sandbox starts from.
+type CreateParams struct {
+	// Template is the name recorded (and shown); AgentTemplate the one its host knows it by (a
+	// team template's agent name, a catalog alias's canonical name). For a snapshot both are the
+	// snapshot's template (AgentTemplate may be a team template's agent name: its memory size).
+	Template, AgentTemplate string
+	// TemplateHost is set for a team template: only that host has it.
+	TemplateHost string
+	// Snapshot, when set, is the caller's snapshot the sandbox starts from, on its host.
+	Snapshot *store.Snapshot
+	// Volumes are the caller's volumes to attach (SandboxID not set); the sandbox runs on their host.
+	Volumes    []store.VolumeAttachment
+	Env        map[string]string
+	Egress     *network.Egress
+	Metadata   map[string]string
+	TTLSeconds int64 // 0: the default
+}
+
+// Create places a sandbox, asks its host to start it and records it running. From a template it
+// tries the next candidate host when one is full or does not answer; from a snapshot or with
+// volumes only one host can start it. The work runs detached from ctx's cancellation, so a caller
+// that goes away cannot leave a VM running that the store does not know.
+func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (store.Sandbox, error) {
+	hosts, mem, err := s.place(ctx, teamID, p)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CreateTimeout)
+	defer cancel()
+	sbID := auth.NewID("sb_")
+	areq := agentclient.CreateRequest{ID: sbID, Template: p.AgentTemplate, Env: p.Env, Egress: p.Egress, EgressOpen: s.egressOpen}
+	rec := store.Sandbox{ID: sbID, TeamID: teamID, Template: p.Template, Metadata: p.Metadata, TTLSeconds: p.TTLSeconds}
+	if p.Snapshot != nil {
+		areq.Template, areq.SnapshotID = "", p.Snapshot.ID
+		rec.Template, rec.SnapshotID = p.Snapshot.Template, p.Snapshot.ID
+	}
+	vols := make([]store.VolumeAttachment, len(p.Volumes))
+	for i, v := range p.Volumes {
+		v.SandboxID = sbID
+		vols[i] = v
+		areq.Volumes = append(areq.Volumes, agentclient.VolumeMount{VolumeID: v.VolumeID, MountPath: v.MountPath, ReadOnly: v.ReadOnly})
+	}
+	var host store.Host
+	err = s.tryHosts("a sandbox", hosts, []string{"capacity"}, func(h store.Host) error {
+		release := s.sched.Reserve(h.ID, mem)
+		if _, err := s.sched.Client(h).CreateSandbox(ctx, areq); err != nil {
+			release()
+			return err
+		}
+		host = h
+		return nil
+	})
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	rec.HostID = host.ID
+	out, err := s.record(ctx, host, rec, vols)
+	if errors.Is(err, store.ErrNotFound) && len(vols) > 0 {
+		err = errorf(NotFound, "a volume of this sandbox was deleted meanwhile")
+	}
+	return out, InUse(err, "another create took it meanwhile")
+}
+
+// place returns the candidate hosts of a create, best first, and the guest memory to reserve.
+func (s *Service) place(ctx context.Context, teamID string, p CreateParams) ([]store.Host, int64, error) {
+	hostID := p.TemplateHost // a team template: only its host has it
+	if p.Snapshot != nil {
+		hostID = p.Snapshot.HostID // the only host that keeps the snapshot
+	}
+	if len(p.Volumes) > 0 {
+		volHost, err := s.resolveVolumes(ctx, teamID, p.Volumes)
+		if err != nil {
+			return nil, 0, err
+		}
+		switch {
+		case p.Snapshot != nil && p.Snapshot.HostID != volHost:
+			return nil, 0, errorf(Conflict, "snapshot %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", p.Snapshot.ID, p.Snapshot.HostID, volHost)
+		case p.Snapshot == nil && p.TemplateHost != "" && p.TemplateHost != volHost:
+			return nil, 0, errorf(Conflict, "template %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", p.Template, p.TemplateHost, volHost)
+		}
+		hostID = volHost
+	}
+	mem := s.sched.TemplateMemMiB(ctx, p.AgentTemplate)
+	if hostID == "" {
+		hosts, err := s.sched.Place(ctx, p.AgentTemplate)
+		return hosts, mem, err
+	}
+	h, err := s.sched.PlaceOn(ctx, hostID, 1, mem)
+	return []store.Host{h}, mem, err
+}
+
+// record stores a sandbox its host has just started (running, created now, expiring after its
+// ttl policy), with its volumes (checked again as they are recorded). When the store fails the
+// VM is killed: an unrecorded VM is a leak.
+func (s *Service) record(ctx context.Context, h store.Host, sb store.Sandbox, vols []store.VolumeAttachment) (store.Sandbox, error) {
+	now := s.clock()
+	sb.State, sb.CreatedAt, sb.ExpiresAt = store.StateRunning, now, now.Add(s.TTL(sb.TTLSeconds))
+	var rec store.Sandbox
+	var err error
+	if len(vols) > 0 {
+		rec, err = s.store.CreateSandboxWithVolumes(ctx, sb, vols)
+	} else {
+		rec, err = s.store.CreateSandbox(ctx, sb)
+	}
+	if err != nil {
+		if kerr := s.sched.Client(h).KillSandbox(ctx, sb.ID); kerr != nil {
+			s.log.Error("could not kill a sandbox the store failed to record", "sandbox", sb.ID, "host", h.ID, "err", kerr)
+		}
+		return store.Sandbox{}, err
+	}
+	return rec, nil
+}

@@ -1,0 +1,185 @@
+// Package sandboxes is the control plane's sandbox service: the one place that turns "a sandbox
+// (or a fork, or a volume) for this team" into a host chosen, its capacity reserved, the host
+// agent called and the result recorded, or everything undone. The HTTP API (internal/api) decodes
+// and validates requests, calls the service and encodes what it returns; products built on
+// sandboxes (databases, apps, functions) call the service the same way. It knows nothing of HTTP.
+package sandboxes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+// Scheduler is what the service needs from internal/scheduler: candidate hosts, reservations
+// while a host works, and a client for a host.
+type Scheduler interface {
+	TemplateMemMiB(ctx context.Context, template string) int64
+	Place(ctx context.Context, template string) ([]store.Host, error)
+	PlaceOn(ctx context.Context, hostID string, n int, memMiB int64) (store.Host, error)
+	PlaceVolume(ctx context.Context) ([]store.Host, error)
+	Reserve(hostID string, memMiB int64) (release func())
+	Client(h store.Host) *agentclient.Client
+}
+
+// Config configures a Service.
+type Config struct {
+	Store     *store.Store
+	Scheduler Scheduler
+	Logger    *slog.Logger
+	Now       func() time.Time
+	// DefaultTTL is a new sandbox's lifetime when it asks none; MaxTTL caps every lifetime
+	// (it may have been lowered since a sandbox's ttl policy was recorded).
+	DefaultTTL, MaxTTL time.Duration
+	// EgressOpen are the operator's open private ranges, passed to the host with every create.
+	EgressOpen []netip.Prefix
+}
+
+// Service places, starts, forks and records sandboxes. Create with New.
+type Service struct {
+	store      *store.Store
+	sched      Scheduler
+	log        *slog.Logger
+	now        func() time.Time
+	defaultTTL time.Duration
+	maxTTL     time.Duration
+	egressOpen []string
+}
+
+// New builds a service from cfg; cfg's TTLs must already be set (the API applies its defaults).
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	open := []string{}
+	for _, p := range cfg.EgressOpen {
+		open = append(open, p.String())
+	}
+	return &Service{store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger, now: cfg.Now,
+		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open}
+}
+
+// Kind is what went wrong, for the caller to word (the API maps it to a status).
+type Kind int
+
+const (
+	NotFound Kind = iota + 1 // something the request names does not exist (for this team)
+	Conflict                 // the request conflicts with the current state
+)
+
+// Error is a refusal of the service; Message is meant for the caller's user.
+type Error struct {
+	Kind    Kind
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func errorf(k Kind, format string, args ...any) *Error {
+	return &Error{Kind: k, Message: fmt.Sprintf(format, args...)}
+}
+
+// Truncate shortens user-supplied text quoted in a message.
+func Truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+// now is the clock in UTC.
+func (s *Service) clock() time.Time { return s.now().UTC() }
+
+// TTL returns the lifetime of a new sandbox: ttlSeconds when > 0, else the default (never above
+// the maximum).
+func (s *Service) TTL(ttlSeconds int64) time.Duration {
+	if ttlSeconds <= 0 {
+		return s.defaultTTL
+	}
+	return min(time.Duration(ttlSeconds)*time.Second, s.maxTTL)
+}
+
+// maxHostTries is how many hosts one create (or volume) tries before giving up.
+const maxHostTries = 3
+
+// retryable says whether another host may succeed where one failed: it did not answer, or
+// refused with one of codes (e.g. capacity).
+func retryable(err error, codes ...string) bool {
+	var ue *agentclient.Unreachable
+	if errors.As(err, &ue) {
+		return true
+	}
+	var ae *agentclient.Error
+	if errors.As(err, &ae) {
+		for _, c := range codes {
+			if ae.Code == c {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tryHosts calls try on the hosts in order (at most maxHostTries of them) until one succeeds,
+// moving on only when the failure is retryable with codes. It returns the last error.
+func (s *Service) tryHosts(what string, hosts []store.Host, codes []string, try func(store.Host) error) error {
+	var lastErr error
+	for i, h := range hosts {
+		if i == maxHostTries {
+			break
+		}
+		err := try(h)
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		if !retryable(err, codes...) {
+			return err
+		}
+		s.log.Warn("host could not take "+what+", trying the next", "host", h.ID, "err", err)
+	}
+	return lastErr
+}
+
+// Usable says why calls cannot reach a sandbox (a Conflict), or nil when it is running or
+// hibernated (its host wakes a hibernated sandbox for any call).
+func Usable(sb store.Sandbox) error {
+	switch sb.State {
+	case store.StateRunning, store.StateHibernated:
+		return nil
+	case store.StateKilled:
+		if sb.Error != "" {
+			return errorf(Conflict, "sandbox %s was killed (%s)", sb.ID, sb.Error)
+		}
+		return errorf(Conflict, "sandbox %s was killed", sb.ID)
+	case store.StateLost:
+		return errorf(Conflict, "sandbox %s is lost: %s", sb.ID, sb.Error)
+	case store.StateError:
+		return errorf(Conflict, "sandbox %s failed: %s", sb.ID, sb.Error)
+	}
+	return errorf(Conflict, "sandbox %s is %s", sb.ID, sb.State)
+}
+
+// Client returns a client for the host of a sandbox, which must be known and up (else Conflict).
+func (s *Service) Client(ctx context.Context, sb store.Sandbox) (*agentclient.Client, error) {
+	h, err := s.store.GetHost(ctx, sb.HostID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errorf(Conflict, "sandbox %s has no known host", sb.ID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if h.State != store.HostUp {
+		return nil, errorf(Conflict, "sandbox %s is unreachable: its host %s is down", sb.ID, h.ID)
+	}
+	return s.sched.Client(h), nil
+}

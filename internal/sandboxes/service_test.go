@@ -1,0 +1,221 @@
+package sandboxes
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+// The service over a SQLite store and fake host agents (no VMs); the HTTP side of the same paths
+// is covered by internal/api's tests.
+
+const token = "agent-secret"
+
+type env struct {
+	t     *testing.T
+	st    *store.Store
+	sched *scheduler.Scheduler
+	svc   *Service
+	a, b  *fakeagent.Agent // host-a ranks first (more memory)
+	team  string
+	now   time.Time
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e := &env{t: t, st: st, now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e.sched = scheduler.New(scheduler.Config{Store: st, Logger: log})
+	e.a = fakeagent.New("host-a", token, "base")
+	e.b = fakeagent.New("host-b", token, "base")
+	t.Cleanup(e.a.Close)
+	t.Cleanup(e.b.Close)
+	e.a.SetMemory(16384)
+	for _, ag := range []*fakeagent.Agent{e.a, e.b} {
+		e.sched.AddStaticAgent(ag.URL(), token)
+	}
+	if err := e.sched.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	team, err := st.CreateTeam(ctx, store.Team{ID: "team_1", Name: "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.team = team.ID
+	e.svc = New(Config{Store: st, Scheduler: e.sched, Logger: log, Now: func() time.Time { return e.now },
+		DefaultTTL: 300 * time.Second, MaxTTL: time.Hour})
+	return e
+}
+
+func (e *env) count() int {
+	e.t.Helper()
+	page, _, err := e.st.ListSandboxes(context.Background(), store.SandboxFilter{TeamID: e.team, Limit: 100})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return len(page)
+}
+
+func wantKind(t *testing.T, err error, k Kind) {
+	t.Helper()
+	var se *Error
+	if !errors.As(err, &se) || se.Kind != k {
+		t.Fatalf("got %v, want a service error of kind %d", err, k)
+	}
+}
+
+// TestCreateRecordsRunning: a create lands on the best host and is recorded running, expiring
+// after its ttl (capped by MaxTTL) or the default.
+func TestCreateRecordsRunning(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sb, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Metadata: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.HostID != "host-a" || sb.State != store.StateRunning || !sb.ExpiresAt.Equal(e.now.Add(300*time.Second)) || sb.Metadata["k"] != "v" {
+		t.Fatalf("recorded %+v", sb)
+	}
+	if got := e.a.State(sb.ID); got != store.StateRunning {
+		t.Fatalf("on host-a the sandbox is %q", got)
+	}
+	long, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", TTLSeconds: 7200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !long.ExpiresAt.Equal(e.now.Add(time.Hour)) || long.TTLSeconds != 7200 {
+		t.Fatalf("a ttl over the maximum: expires %v (policy %d)", long.ExpiresAt, long.TTLSeconds)
+	}
+}
+
+// TestCreateTriesNextHost: a host that is full or does not answer passes the create to the next
+// host; any other refusal is the answer, with nothing tried elsewhere and nothing recorded.
+func TestCreateTriesNextHost(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := CreateParams{Template: "base", AgentTemplate: "base"}
+
+	e.a.FailCreates(&agentclient.Error{Status: 503, Code: "capacity", Message: "no free slot"})
+	sb, err := e.svc.Create(ctx, e.team, p)
+	if err != nil || sb.HostID != "host-b" {
+		t.Fatalf("after a full host: %+v %v", sb, err)
+	}
+
+	e.a.FailCreates(&agentclient.Error{Status: 500, Code: "internal", Message: "bake exploded"})
+	_, err = e.svc.Create(ctx, e.team, p)
+	var ae *agentclient.Error
+	if !errors.As(err, &ae) || ae.Code != "internal" {
+		t.Fatalf("a failing host: %v", err)
+	}
+	if n := len(e.b.All()); n != 1 || e.count() != 1 {
+		t.Fatalf("a non-retryable failure went on: host-b has %d sandboxes, %d recorded", n, e.count())
+	}
+
+	// Both full: the caller gets the capacity error, and the reservations are given back.
+	e.b.FailCreates(&agentclient.Error{Status: 503, Code: "capacity", Message: "no free slot"})
+	e.a.FailCreates(&agentclient.Error{Status: 503, Code: "capacity", Message: "no free slot"})
+	for range 3 {
+		if _, err := e.svc.Create(ctx, e.team, p); !errors.As(err, &ae) || ae.Code != "capacity" {
+			t.Fatalf("all hosts full: %v", err)
+		}
+	}
+	e.a.FailCreates(nil)
+	if sb, err := e.svc.Create(ctx, e.team, p); err != nil || sb.HostID != "host-a" {
+		t.Fatalf("host-a with room again: %+v %v", sb, err)
+	}
+
+	// A host that does not answer is skipped too.
+	e.a.Close()
+	e.b.FailCreates(nil)
+	if sb, err := e.svc.Create(ctx, e.team, p); err != nil || sb.HostID != "host-b" {
+		t.Fatalf("host-a gone: %+v %v", sb, err)
+	}
+}
+
+// TestCreateWithVolumesOnTheirHost: a sandbox with volumes runs on their host, recorded with its
+// attachments; a missing volume is NotFound, a snapshot elsewhere or a held volume Conflict.
+func TestCreateWithVolumesOnTheirHost(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.a.SetPool(1024) // too small: the volume goes to host-b after a no_space
+	v, err := e.svc.CreateVolume(ctx, e.team, "data", 2048)
+	if err != nil || v.HostID != "host-b" {
+		t.Fatalf("volume: %+v %v", v, err)
+	}
+	att := []store.VolumeAttachment{{VolumeID: v.ID, MountPath: "/data"}}
+	sb, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Volumes: att})
+	if err != nil || sb.HostID != "host-b" || len(e.b.Mounts(sb.ID)) != 1 {
+		t.Fatalf("with a volume: %+v %v", sb, err)
+	}
+	if att[0].SandboxID != "" {
+		t.Fatal("Create changed the caller's attachments")
+	}
+	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Volumes: att})
+	wantKind(t, err, Conflict)
+	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base",
+		Volumes: []store.VolumeAttachment{{VolumeID: "vol_missing", MountPath: "/data"}}})
+	wantKind(t, err, NotFound)
+	snap := store.Snapshot{ID: "snap_x", HostID: "host-a", Template: "base"}
+	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Snapshot: &snap,
+		Volumes: []store.VolumeAttachment{{VolumeID: v.ID, MountPath: "/data", ReadOnly: true}}})
+	wantKind(t, err, Conflict)
+	if n := e.count(); n != 1 {
+		t.Fatalf("%d sandboxes recorded, want 1", n)
+	}
+	// Forks of a sandbox with volumes are refused.
+	_, err = e.svc.Fork(ctx, sb, 1)
+	wantKind(t, err, Conflict)
+}
+
+// TestForkRecordsChildren: fork children are recorded on the parent's host with its metadata,
+// ttl policy and fork_of; a parent that cannot be reached is Conflict; a failed record kills the
+// children on the host.
+func TestForkRecordsChildren(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	parent, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Metadata: map[string]string{"k": "v"}, TTLSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids, err := e.svc.Fork(ctx, parent, 2)
+	if err != nil || len(kids) != 2 {
+		t.Fatalf("fork: %v %v", kids, err)
+	}
+	for _, k := range kids {
+		if k.ForkOf != parent.ID || k.HostID != "host-a" || k.Metadata["k"] != "v" || k.TTLSeconds != 60 ||
+			!k.ExpiresAt.Equal(e.now.Add(time.Minute)) || e.a.State(k.ID) != store.StateRunning {
+			t.Fatalf("child %+v", k)
+		}
+	}
+	// The host answers a child id the store already has (a sandbox the host has forgotten):
+	// nothing new is recorded, and the host kills what it made.
+	if _, err := e.st.CreateSandbox(ctx, store.Sandbox{ID: "sb_taken", TeamID: e.team, Template: "base", State: store.StateKilled,
+		HostID: "host-a", CreatedAt: e.now, ExpiresAt: e.now}); err != nil {
+		t.Fatal(err)
+	}
+	e.a.ForkIDs("sb_taken")
+	if _, err := e.svc.Fork(ctx, parent, 1); err == nil {
+		t.Fatal("a fork whose child could not be recorded succeeded")
+	}
+	if n := e.count(); n != 4 || e.a.State("sb_taken") != "" {
+		t.Fatalf("%d sandboxes recorded (want 4); the unrecorded child is %q on its host", n, e.a.State("sb_taken"))
+	}
+	parent.State = store.StateKilled
+	_, err = e.svc.Fork(ctx, parent, 1)
+	wantKind(t, err, Conflict)
+}
