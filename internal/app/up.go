@@ -24,7 +24,8 @@ type UpConfig struct {
 	DataDir string
 	Addr    string   // listen address of the API
 	Bake    []string // templates to bake in the background once up
-	// ControlPlane's DatabaseURL and Agents are filled in here; PresetKey is the operator's key.
+	// ControlPlane's DatabaseURL and Agents are filled in here; PresetKey is the operator's key;
+	// its Version is the agent's too (one binary).
 	ControlPlane ControlPlaneConfig
 	Agent        hostagent.Config // DataDir, Token and Logger are filled in here
 	Network      NetworkConfig
