@@ -2,25 +2,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/pandastack/pandastack/internal/app"
 	"github.com/pandastack/pandastack/internal/hostagent"
-	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
 func init() {
-	var cfg hostagent.Config
-	var addr, serverURL, serverToken, advertise string
-	var netf netFlags
+	var cfg app.AgentConfig
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the host agent: owns the microVMs on this machine (HTTP API for the control plane)",
@@ -28,46 +23,17 @@ func init() {
 sandboxes from those snapshots, and serves exec and file calls for the control plane.
 Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept running.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cfg.Token == "" {
-				cfg.Token = os.Getenv("PANDASTACK_AGENT_TOKEN")
+			if cfg.Agent.Token == "" {
+				cfg.Agent.Token = os.Getenv("PANDASTACK_AGENT_TOKEN")
 			}
-			if cfg.Token == "" && !isLoopback(addr) {
-				return errors.New("an agent listening beyond loopback needs --token (or PANDASTACK_AGENT_TOKEN)")
+			if cfg.ServerToken == "" {
+				cfg.ServerToken = os.Getenv("PANDASTACK_CLUSTER_TOKEN")
 			}
-			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-			hostagent.Version = version
+			cfg.Agent.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+			cfg.Version = version
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			var err error
-			if cfg.Network, err = netf.config(cfg.DataDir); err != nil {
-				return err
-			}
-			agent, err := hostagent.New(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer agent.Close()
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return err
-			}
-			cfg.Logger.Info("host agent listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir, "accel", agent.Accel())
-			if serverURL != "" {
-				if serverToken == "" {
-					serverToken = os.Getenv("PANDASTACK_CLUSTER_TOKEN")
-				}
-				if advertise == "" {
-					advertise = "http://" + ln.Addr().String()
-				}
-				go scheduler.RunRegistrar(ctx, scheduler.RegistrarConfig{ServerURL: serverURL, ClusterToken: serverToken,
-					AgentURL: advertise, AgentToken: cfg.Token, LocalURL: "http://" + ln.Addr().String(), Logger: cfg.Logger})
-			}
-			srv := &http.Server{Handler: agent.Handler()}
-			go func() {
-				<-ctx.Done()
-				srv.Close()
-			}()
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := app.RunAgent(ctx, cfg); err != nil {
 				return err
 			}
 			fmt.Fprintln(os.Stderr, "host agent stopped; running sandboxes keep running and are re-adopted at the next start")
@@ -75,20 +41,20 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/pandastack/agent", "where images, templates and sandbox disks live")
-	f.StringVar(&addr, "addr", "127.0.0.1:7070", "listen address of the agent API")
-	f.StringVar(&cfg.Token, "token", "", "shared secret the control plane must send (default $PANDASTACK_AGENT_TOKEN)")
-	f.StringVar(&cfg.Accel, "accel", "", "force the accelerator: kvm or tcg (default: probe)")
-	f.StringVar(&cfg.GuestAgent, "guest-agent", "", "path of the pandastack-guest binary (default: next to this binary)")
-	f.StringVar(&serverURL, "server", "", "control plane URL to register with and heartbeat to")
-	f.StringVar(&serverToken, "server-token", "", "cluster token for the control plane (default $PANDASTACK_CLUSTER_TOKEN)")
-	f.StringVar(&advertise, "advertise-url", "", "URL the control plane uses to reach this agent (default http://ADDR)")
-	f.DurationVar(&cfg.IdleHibernate, "idle-hibernate", 0, "hibernate sandboxes idle this long (0: never)")
-	f.StringVar(&cfg.ImageCacheDir, "image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache dir (default: inside the data dir's pool)")
-	netf.register(f)
-	registerConfineFlags(f, &cfg)
-	registerDiskFlags(f, &cfg)
-	registerLimitFlags(f, &cfg)
+	f.StringVar(&cfg.Agent.DataDir, "data-dir", "/var/lib/pandastack/agent", "where images, templates and sandbox disks live")
+	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:7070", "listen address of the agent API")
+	f.StringVar(&cfg.Agent.Token, "token", "", "shared secret the control plane must send (default $PANDASTACK_AGENT_TOKEN)")
+	f.StringVar(&cfg.Agent.Accel, "accel", "", "force the accelerator: kvm or tcg (default: probe)")
+	f.StringVar(&cfg.Agent.GuestAgent, "guest-agent", "", "path of the pandastack-guest binary (default: next to this binary)")
+	f.StringVar(&cfg.ServerURL, "server", "", "control plane URL to register with and heartbeat to")
+	f.StringVar(&cfg.ServerToken, "server-token", "", "cluster token for the control plane (default $PANDASTACK_CLUSTER_TOKEN)")
+	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL the control plane uses to reach this agent (default http://ADDR)")
+	f.DurationVar(&cfg.Agent.IdleHibernate, "idle-hibernate", 0, "hibernate sandboxes idle this long (0: never)")
+	f.StringVar(&cfg.Agent.ImageCacheDir, "image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache dir (default: inside the data dir's pool)")
+	registerNetworkFlags(f, &cfg.Network)
+	registerConfineFlags(f, &cfg.Agent)
+	registerDiskFlags(f, &cfg.Agent)
+	registerLimitFlags(f, &cfg.Agent)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -120,16 +86,4 @@ func registerLimitFlags(f *pflag.FlagSet, cfg *hostagent.Config) {
 		"guest memory of running VMs may add up to this × the host's memory (restored sandboxes share clean pages)")
 	f.IntVar(&cfg.MemoryWatermarkMiB, "memory-watermark-mib", 0,
 		"below this much available memory the idlest sandboxes are hibernated (default 1/16 of the host's memory, 256-2048; -1: never)")
-}
-
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

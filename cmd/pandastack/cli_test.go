@@ -16,6 +16,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
 	"github.com/pandastack/pandastack/internal/api"
+	"github.com/pandastack/pandastack/internal/app"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/scheduler"
@@ -203,8 +204,8 @@ func TestCLIConnectionErrors(t *testing.T) {
 func TestUpBanner(t *testing.T) {
 	for in, want := range map[string]string{"127.0.0.1:8080": "http://127.0.0.1:8080", "0.0.0.0:9000": "http://127.0.0.1:9000",
 		"[::]:8080": "http://127.0.0.1:8080", "[::1]:8080": "http://[::1]:8080"} {
-		if got := baseURL(in); got != want {
-			t.Errorf("baseURL(%s) = %s, want %s", in, got, want)
+		if got := app.BaseURL(in); got != want {
+			t.Errorf("BaseURL(%s) = %s, want %s", in, got, want)
 		}
 	}
 	var b bytes.Buffer

@@ -1,0 +1,124 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A control plane on a fresh SQLite file makes the first key once, answers /healthz with its
+// version, stops serving when its context ends and closes its store on Close.
+func TestControlPlaneServesAndStops(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "state.db")
+	cfg := ControlPlaneConfig{DatabaseURL: db, Version: "v-test", Logger: quiet()}
+	cp, key, err := StartControlPlane(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key == "" {
+		t.Fatal("an empty store made no first key")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- cp.Serve(ctx, ln) }()
+
+	resp, err := http.Get(BaseURL(ln.Addr().String()) + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct {
+		OK      bool   `json:"ok"`
+		Version string `json:"version"`
+		Store   string `json:"store"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	if err != nil || !h.OK || h.Version != "v-test" || h.Store != "sqlite" {
+		t.Fatalf("healthz: %+v, %v", h, err)
+	}
+
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve after its context ended: %v", err)
+	}
+	cp.Close()
+	if err := cp.Store.Ping(context.Background()); err == nil {
+		t.Error("the store still answers after Close")
+	}
+
+	// A restart finds the key made before and makes none.
+	cp, key, err = StartControlPlane(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.Close()
+	if key != "" {
+		t.Errorf("a restart made another first key")
+	}
+}
+
+func TestControlPlaneBadAgent(t *testing.T) {
+	_, _, err := StartControlPlane(context.Background(), ControlPlaneConfig{DatabaseURL: filepath.Join(t.TempDir(), "s.db"),
+		Agents: []string{"10.0.0.5:7070"}, Logger: quiet()})
+	if err == nil || !strings.Contains(err.Error(), "expected URL=TOKEN") {
+		t.Fatalf("an agent without a token: %v", err)
+	}
+}
+
+// A start of `up` that fails part-way gives back what it took: the API port is free again.
+func TestStartUpFailureFreesPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = StartUp(context.Background(), UpConfig{DataDir: t.TempDir(), Addr: addr,
+		Network: NetworkConfig{On: true, CIDR: "bad"}, ControlPlane: ControlPlaneConfig{Logger: quiet()}})
+	if err == nil || !strings.Contains(err.Error(), "--network-cidr") {
+		t.Fatalf("up with a bad --network-cidr: %v", err)
+	}
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the API port stayed taken after a failed start: %v", err)
+	}
+	ln.Close()
+}
+
+func TestNetworkConfigPool(t *testing.T) {
+	if c, err := (NetworkConfig{}).Pool("/d"); c != nil || err != nil {
+		t.Errorf("networking off: %v, %v", c, err)
+	}
+	c, err := NetworkConfig{On: true, CIDR: "10.200.0.0/16"}.Pool("/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// --network-ready 0 means none kept ready, not the pool's default; the prefix is the data dir's.
+	if c.Ready != -1 || !strings.HasPrefix(c.Prefix, "ps") || len(c.Prefix) != 6 {
+		t.Errorf("pool config %+v", c)
+	}
+	if _, err := (NetworkConfig{On: true, CIDR: "10.200.0.0/16", DNS: "x"}).Pool("/d"); err == nil || !strings.Contains(err.Error(), "--dns") {
+		t.Errorf("bad --dns: %v", err)
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:7070": true, "localhost:1": true, "[::1]:1": true,
+		"0.0.0.0:7070": false, ":7070": false, "10.0.0.5:7070": false, "bad": false} {
+		if got := isLoopback(addr); got != want {
+			t.Errorf("isLoopback(%q) = %v", addr, got)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+// Package app assembles PandaStack's three modes from their parts: the control plane (`server`),
+// the host agent (`agent`) and both in one process (`up`). cmd/pandastack only binds flags to
+// these configs; what starts in which order, and how it stops, is decided here once.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/api"
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+// ControlPlaneConfig configures a control plane (`server`, and the one inside `up`).
+type ControlPlaneConfig struct {
+	DatabaseURL      string   // SQLite file path or postgres:// URL
+	Agents           []string // static host agents, as URL=TOKEN
+	ClusterToken     string   // agents present it to register; empty disables registration
+	DefaultTTL       time.Duration
+	MaxTTL           time.Duration
+	MaxUploadBytes   int64
+	HeartbeatTimeout time.Duration
+	PresetKey        string // becomes the first admin key of an empty store
+	ProxyDomain      string
+	EgressOpen       []string // IPv4 CIDRs, as --egress-open gives them
+	Version          string   // reported by /healthz
+	Logger           *slog.Logger
+}
+
+// ControlPlane is a running store + scheduler + API server and their background loops.
+type ControlPlane struct {
+	Store     *store.Store
+	Scheduler *scheduler.Scheduler
+	API       *api.Server
+	log       *slog.Logger
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+// StartControlPlane opens the store, makes the first key of an empty store, registers the static
+// agents and starts the background loops (heartbeat checks, polls, reaper). The returned key is
+// non-empty only when this call created it.
+func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane, string, error) {
+	open, err := network.ParseOpen(o.EgressOpen)
+	if err != nil {
+		return nil, "", fmt.Errorf("--egress-open: %w", err)
+	}
+	st, err := store.Open(ctx, o.DatabaseURL)
+	if err != nil {
+		return nil, "", err
+	}
+	key, created, err := auth.Bootstrap(ctx, st, o.PresetKey)
+	if err != nil {
+		st.Close()
+		return nil, "", fmt.Errorf("first API key: %w", err)
+	}
+	if !created {
+		key = ""
+	}
+	sched := scheduler.New(scheduler.Config{Store: st, Logger: o.Logger, HeartbeatTimeout: o.HeartbeatTimeout})
+	for _, a := range o.Agents {
+		u, tok, ok := strings.Cut(a, "=")
+		if !ok || !strings.HasPrefix(u, "http") {
+			st.Close()
+			return nil, "", fmt.Errorf("--agent %q: expected URL=TOKEN, e.g. http://10.0.0.5:7070=secret", a)
+		}
+		sched.AddStaticAgent(u, tok)
+	}
+	// One synchronous poll so the first requests already see the hosts.
+	if err := sched.PollStatic(ctx); err != nil {
+		o.Logger.Warn("a host agent did not answer at start-up; will keep trying", "err", err)
+	}
+	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
+		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open,
+		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, "."))})
+	// The loops outlive a cancelled start-up context: Close stops them, after the listener.
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cp := &ControlPlane{Store: st, Scheduler: sched, API: srv, log: o.Logger, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(cp.done)
+		go sched.Run(lctx)
+		srv.RunReaper(lctx)
+	}()
+	return cp, key, nil
+}
+
+// Serve answers on ln until ctx ends, then drains requests for up to 10 s.
+func (cp *ControlPlane) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{Handler: cp.API.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(cp.log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close()
+	}
+	return nil
+}
+
+// Close stops the background loops and then closes the store they use.
+func (cp *ControlPlane) Close() {
+	cp.cancel()
+	<-cp.done
+	cp.Store.Close()
+}
