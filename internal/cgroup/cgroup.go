@@ -393,4 +393,3 @@ func (m *Manager) Memory() (limit, used int64, err error) {
 	}
 	return limit, max(usage-inactive, 0), nil
 }
-
