@@ -17,6 +17,9 @@ func (a *Agent) BareRestore(ctx context.Context, templateName string) (float64, 
 	if err != nil {
 		return 0, err
 	}
+	if err := a.checkIdentity("template "+tmpl.Name, tmpl.Identity); err != nil {
+		return 0, err
+	}
 	id := "bare-" + newID()[3:]
 	dir := filepath.Join(a.sandboxesDir(), id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -43,6 +43,8 @@ type SnapshotInfo struct {
 	TemplateDir string `json:"template_dir"`
 	VCPUs       int    `json:"vcpus"`
 	MemoryMiB   int    `json:"memory_mib"`
+	// Identity is the VMM the snapshot was saved under; it restores only under the same.
+	Identity runtime.Identity `json:"identity,omitzero"`
 	// Internal snapshots back forks; they are deleted with their last child.
 	Internal bool `json:"internal,omitempty"`
 	Deleted  bool `json:"deleted,omitempty"`
@@ -64,6 +66,13 @@ func (a *Agent) loadSnapshot(id string) (*SnapshotInfo, error) {
 		return nil, notFound("snapshot %s not found", id)
 	}
 	s.dir = dir
+	if s.Identity.IsZero() {
+		// Saved before identities were recorded: taken as this host's VMM's, once.
+		s.Identity = a.rt.Identity()
+		if err := writeJSONFile(filepath.Join(dir, "snapshot.json"), s); err != nil {
+			return nil, err
+		}
+	}
 	return &s, nil
 }
 
@@ -167,7 +176,8 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 		}
 	}
 	snap := SnapshotInfo{ID: "snap_" + newID()[3:], SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
-		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Internal: internal, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots}
+		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Internal: internal, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots,
+		Identity: rec.Identity} // the VMM that runs the sandbox, which writes the state
 	final := filepath.Join(a.snapshotsDir(), snap.ID)
 	tmp := final + ".tmp"
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
@@ -243,7 +253,7 @@ func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, 
 			defer func() { <-sem }()
 			src := source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
 				MemoryMiB: snap.MemoryMiB, BaseDir: filepath.Join(a.snapshotsDir(), snap.ID), ForkOf: id, Env: env,
-				Egress: egress, EgressOpen: open, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots},
+				Egress: egress, EgressOpen: open, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots, Identity: snap.Identity},
 				diskSrc: filepath.Join(a.snapshotsDir(), snap.ID, "disk.img")}
 			children[i], errs[i] = a.launch(ctx, newID(), src)
 		}()
@@ -364,6 +374,10 @@ func (a *Agent) awake(ctx context.Context, id string) (*sandbox, error) {
 	sb.mu.Unlock()
 	if rec.State != StateHibernated { // another caller woke it meanwhile
 		return sb, nil
+	}
+	// Checked before the wake: a mismatch leaves the sandbox hibernated, not failed.
+	if err := a.checkIdentity("hibernated sandbox "+id, rec.Identity); err != nil {
+		return nil, err
 	}
 	release, err := a.admitWake(ctx, id, rec.MemoryMiB)
 	if err != nil {

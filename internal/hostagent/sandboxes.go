@@ -43,10 +43,13 @@ type record struct {
 	VM          runtime.VM        `json:"vm"`
 	// BaseDir holds the ram and state files the VM was restored from: its template's, a
 	// snapshot's, or (after a wake) the sandbox's own hibernation snapshot.
-	BaseDir    string `json:"base_dir"`
-	MemGen     int    `json:"mem_gen,omitempty"` // generation of the sandbox's own memory snapshots
-	SnapshotID string `json:"snapshot_id,omitempty"`
-	ForkOf     string `json:"fork_of,omitempty"`
+	BaseDir string `json:"base_dir"`
+	MemGen  int    `json:"mem_gen,omitempty"` // generation of the sandbox's own memory snapshots
+	// Identity is the VMM BaseDir was saved under, which is also the VMM the sandbox runs (or
+	// last ran) under: a restore must match it, and its snapshots record it.
+	Identity   runtime.Identity `json:"identity,omitzero"`
+	SnapshotID string           `json:"snapshot_id,omitempty"`
+	ForkOf     string           `json:"fork_of,omitempty"`
 	// NIC: the VM has a network device (its snapshot was baked with one); it then gets a network
 	// slot while it runs: Netns names it, GuestAddr is where the host reaches the guest's ports.
 	NIC bool `json:"nic,omitempty"`
@@ -167,14 +170,15 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 			return SandboxInfo{}, invalid("snapshot %s is of template %s, not %s", snap.ID, snap.Template, req.Template)
 		}
 		src = source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
-			MemoryMiB: snap.MemoryMiB, BaseDir: snap.dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots}, diskSrc: filepath.Join(snap.dir, "disk.img")}
+			MemoryMiB: snap.MemoryMiB, BaseDir: snap.dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots,
+			Identity: snap.Identity}, diskSrc: filepath.Join(snap.dir, "disk.img")}
 	case req.Template != "":
 		tmpl, err := a.EnsureTemplate(ctx, req.Template, nil)
 		if err != nil {
 			return SandboxInfo{}, err
 		}
 		src = source{rec: record{Template: tmpl.Name, TemplateDir: tmpl.Dir, VCPUs: tmpl.VCPUs, MemoryMiB: tmpl.MemoryMiB,
-			BaseDir: tmpl.Dir, NIC: tmpl.NIC, VolumeSlots: tmpl.VolumeSlots}, diskSrc: filepath.Join(tmpl.Dir, "disk.img")}
+			BaseDir: tmpl.Dir, NIC: tmpl.NIC, VolumeSlots: tmpl.VolumeSlots, Identity: tmpl.Identity}, diskSrc: filepath.Join(tmpl.Dir, "disk.img")}
 		if len(tmpl.Env) > 0 { // the template's env, under the sandbox's own
 			env := maps.Clone(tmpl.Env)
 			maps.Copy(env, req.Env)
@@ -273,6 +277,9 @@ func (a *Agent) launch(ctx context.Context, id string, src source) (SandboxInfo,
 // restoreVM starts rec's VM from rec.BaseDir with disk (and its network slot, if it has a NIC),
 // and connects to its guest agent.
 func (a *Agent) restoreVM(ctx context.Context, rec *record, runDir, disk string) (*runtime.VM, *guest.Client, *network.Slot, error) {
+	if err := a.checkIdentity("the memory of sandbox "+rec.ID, rec.Identity); err != nil {
+		return nil, nil, nil, err
+	}
 	base := snapIn(rec.BaseDir)
 	for _, f := range []string{base.RAMFile, base.StateFile, rec.spec(disk).Kernel} {
 		if _, err := os.Stat(f); err != nil {
@@ -317,6 +324,18 @@ func (a *Agent) restoreVM(ctx context.Context, rec *record, runDir, disk string)
 		return nil, nil, nil, fmt.Errorf("sandbox %s: guest agent did not answer after restore: %w", rec.ID, err)
 	}
 	return vm, client, slot, nil
+}
+
+// checkIdentity refuses to restore state saved under another VMM identity (runtime.Identity): a
+// 409, since the request is sound and this host healthy — the state can restore on a host whose
+// VMM matches, or be re-made here. Nothing is started, nothing changes.
+func (a *Agent) checkIdentity(what string, saved runtime.Identity) error {
+	cur := a.rt.Identity()
+	if saved.CanRestore(cur) {
+		return nil
+	}
+	return errorf(http.StatusConflict, "vmm_mismatch", "%s was saved under %s; this host runs %s, and a snapshot restores only under the VMM, version, machine type, CPU model and accelerator that saved it",
+		what, saved, cur)
 }
 
 // setRunning records a VM that just started for sb (call with sb.mu held).
@@ -370,6 +389,12 @@ func (a *Agent) adopt() {
 			continue
 		}
 		a.sandboxes[sb.rec.ID] = sb
+		if sb.rec.Identity.IsZero() {
+			// Written before identities were recorded: its VMM (or hibernation snapshot) is taken
+			// as this host's, once.
+			sb.rec.Identity = a.rt.Identity()
+			sb.persist()
+		}
 		if sb.rec.State == "creating" {
 			sb.rec.State, sb.rec.Error = StateError, "the host agent stopped while this sandbox was being created"
 			sb.persist()

@@ -43,6 +43,8 @@ type TemplateInfo struct {
 	Metadata    map[string]string `json:"metadata,omitempty"`
 	// Built: made through the template build API (not the catalog or the agent's config).
 	Built bool `json:"built,omitempty"`
+	// Identity is the VMM the snapshot was baked under; its sandboxes restore only under it.
+	Identity runtime.Identity `json:"identity,omitzero"`
 
 	Dir string `json:"-"` // the baked artifacts: kernel, initrd, disk.img, ram, state
 }
@@ -161,11 +163,25 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 	}
 	nic := a.net != nil
 	env, _ := json.Marshal(spec.Env)
-	key := shortHash("bake-v5", strconv.Itoa(VolumeSlots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
-		strconv.Itoa(spec.DiskMiB), a.rt.Name(), a.rt.Accel(), qemuVersion(), spec.Start, spec.Ready, string(env))
+	ident := a.rt.Identity()
+	// The VMM's identity is in the key: a new QEMU (or accelerator) bakes into a new directory and
+	// never replaces the files sandboxes restored under the old one still map.
+	key := shortHash("bake-v6", strconv.Itoa(VolumeSlots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
+		strconv.Itoa(spec.DiskMiB), ident.String(), spec.Start, spec.Ready, string(env))
 	dir := filepath.Join(a.templatesDir(), spec.Name+"-"+key)
 	if info, err := loadTemplate(dir); err == nil {
-		return info, nil
+		switch {
+		case info.Identity.IsZero():
+			// Baked before identities were recorded, under this key: taken as this VMM's, once.
+			info.Identity = ident
+			if err := writeJSONFile(filepath.Join(dir, "template.json"), info); err != nil {
+				return nil, err
+			}
+			return info, nil
+		case info.Identity.CanRestore(ident):
+			return info, nil
+		}
+		say("template %s was baked under %s, not this host's %s: re-baking", spec.Name, info.Identity, ident)
 	}
 	// The image's files are copied (sparse) when the cache cannot be reflinked into the pool, and
 	// the RAM file is written.
@@ -203,7 +219,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 		}
 	}
 	info := &TemplateInfo{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB, Dir: tmp, NIC: nic,
-		VolumeSlots: VolumeSlots, Env: spec.Env}
+		VolumeSlots: VolumeSlots, Env: spec.Env, Identity: ident}
 	runDir := a.runDir("bake-" + spec.Name)
 	mspec := info.spec(filepath.Join(tmp, "disk.img"))
 	if err := makePlaceholder(tmp); err != nil {
@@ -333,20 +349,6 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
-}
-
-var (
-	qemuVersionOnce sync.Once
-	qemuVersionStr  string
-)
-
-// qemuVersion is part of a template's identity: a snapshot restores only on the QEMU that saved it.
-func qemuVersion() string {
-	qemuVersionOnce.Do(func() {
-		out, _ := exec.Command("qemu-system-x86_64", "--version").Output()
-		qemuVersionStr = string(out)
-	})
-	return qemuVersionStr
 }
 
 func consoleTail(runDir string) string {

@@ -5,6 +5,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"time"
 )
@@ -89,9 +90,41 @@ type Exit struct {
 	Reason string // human-readable: exit status, guest panic, VMM error
 }
 
+// Identity is what a VMM's saved state depends on: which VMM and build wrote it, the machine
+// type and the CPU model the guest saw, and the accelerator. A snapshot holds device state in the
+// VMM's own migration format and CPU state for one CPU model, so it restores only under the same
+// identity. Every snapshot's metadata records it; every restore checks it (docs/hostagent-api.md).
+type Identity struct {
+	VMM string `json:"vmm"`
+	// Version is the VMM build, package revision included (distributions patch device models).
+	Version string `json:"version"`
+	// Machine is the machine type (QEMU's -M), CPU the CPU model the guest sees (QEMU's -cpu,
+	// with the host CPU's model when that passes the host's features through).
+	Machine string `json:"machine"`
+	CPU     string `json:"cpu"`
+	Accel   string `json:"accel"`
+}
+
+func (i Identity) String() string {
+	return fmt.Sprintf("%s %s, machine %s, cpu %s, accel %s", i.VMM, i.Version, i.Machine, i.CPU, i.Accel)
+}
+
+// IsZero: no identity recorded (a record written before identities were).
+func (i Identity) IsZero() bool { return i == Identity{} }
+
+// CanRestore reports whether state saved under i can be restored under cur. Every field must
+// match exactly: QEMU promises migration compatibility across versions only for versioned
+// machine types, which microvm is not; the device-state stream of one build is not guaranteed
+// to load in another; guest CPU state and the features the guest kernel chose at boot belong to
+// the CPU model; and a TCG CPU state does not load into KVM (nor back). An exact match is the
+// only rule that cannot resume a guest into subtly wrong hardware.
+func (i Identity) CanRestore(cur Identity) bool { return i == cur }
+
 // Runtime is one VMM driver.
 type Runtime interface {
 	Name() string
+	// Identity is what this driver's snapshots depend on (see Identity); fixed for its lifetime.
+	Identity() Identity
 	// Accel is the CPU accelerator in use ("kvm" or "tcg").
 	Accel() string
 	// Boot cold-boots spec with guest RAM in ramFile (created, shared), for a bake.

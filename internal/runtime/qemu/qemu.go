@@ -32,6 +32,7 @@ type Driver struct {
 	Binary string // qemu-system-x86_64
 	accel  string
 	tscKHz int
+	ident  runtime.Identity
 
 	confine *Confinement // nil: VMMs run as this process's user, unjailed
 
@@ -71,11 +72,59 @@ func New(accel string) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qemu-system-x86_64 not found (`make setup` installs qemu-system-x86): %w", err)
 	}
-	return &Driver{Binary: bin, accel: accel, tscKHz: hostTSCKHz(), children: map[int]chan runtime.Exit{}}, nil
+	version, err := binaryVersion(bin)
+	if err != nil {
+		return nil, err
+	}
+	cpu := cpuModel
+	if accel == "kvm" {
+		// Under KVM "max" is the host CPU passed through: the guest's features are the host's.
+		cpu += " (host " + hostCPUModel() + ")"
+	}
+	ident := runtime.Identity{VMM: "qemu", Version: version, Machine: machineType, CPU: cpu, Accel: accel}
+	return &Driver{Binary: bin, accel: accel, tscKHz: hostTSCKHz(), ident: ident, children: map[int]chan runtime.Exit{}}, nil
 }
 
-func (d *Driver) Name() string  { return "qemu" }
-func (d *Driver) Accel() string { return d.accel }
+// The machine type and CPU model every VM gets (args); part of the driver's Identity.
+const (
+	machineType = "microvm"
+	cpuModel    = "max"
+)
+
+func (d *Driver) Name() string               { return "qemu" }
+func (d *Driver) Accel() string              { return d.accel }
+func (d *Driver) Identity() runtime.Identity { return d.ident }
+
+// binaryVersion reads the QEMU build once: "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)" from
+// "QEMU emulator version 7.2.22 (Debian …)". The package revision is kept: distributions patch
+// device models between releases.
+func binaryVersion(bin string) (string, error) {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", bin, err)
+	}
+	return parseVersion(string(out))
+}
+
+func parseVersion(out string) (string, error) {
+	first, _, _ := strings.Cut(out, "\n")
+	_, v, ok := strings.Cut(first, "version ")
+	if !ok || strings.TrimSpace(v) == "" {
+		return "", fmt.Errorf("cannot read the QEMU version from %q", strings.TrimSpace(first))
+	}
+	return strings.TrimSpace(v), nil
+}
+
+// hostCPUModel is the host CPU's model name (/proc/cpuinfo).
+func hostCPUModel() string {
+	data, _ := os.ReadFile("/proc/cpuinfo")
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
 
 // hostTSCKHz is the host CPU clock in kHz. Under TCG the guest TSC ticks at the host rate; passing
 // it as tsc_early_khz skips PIT calibration, which hung ~1 in 12 boots on a loaded host.
@@ -125,9 +174,9 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		rootCache, volCache = "cache.direct=on,cache.no-flush=on", "cache.direct=on"
 	}
 	a := []string{
-		"-M", "microvm,memory-backend=mem",
+		"-M", machineType + ",memory-backend=mem",
 		"-accel", d.accel,
-		"-cpu", "max",
+		"-cpu", cpuModel,
 		"-smp", strconv.Itoa(spec.VCPUs),
 		"-m", strconv.Itoa(spec.MemoryMiB) + "M",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
