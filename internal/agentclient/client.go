@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/sandboxstate"
 )
 
 // ProxyTokenHeader carries the agent token on proxied requests (/v1/sandboxes/{id}/ports/...),
@@ -128,11 +129,11 @@ type Sandbox struct {
 	ForkOf     string `json:"fork_of,omitempty"`
 }
 
-// Agent-side sandbox states (a killed sandbox is gone from the agent).
+// Agent-side sandbox states (internal/sandboxstate's; a killed sandbox is gone from the agent).
 const (
-	StateRunning    = "running"
-	StateHibernated = "hibernated"
-	StateError      = "error"
+	StateRunning    = string(sandboxstate.Running)
+	StateHibernated = string(sandboxstate.Hibernated)
+	StateError      = string(sandboxstate.Error)
 )
 
 // MaxForkCount is the largest count one fork call takes (docs/hostagent-api.md).

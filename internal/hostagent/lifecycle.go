@@ -19,8 +19,6 @@ import (
 	"github.com/pandastack/pandastack/internal/storage"
 )
 
-// StateHibernated: memory and disk on disk, no VMM process; any call wakes it.
-const StateHibernated = "hibernated"
 
 // MaxForkCount bounds one fork call: each child is a VMM process on this host.
 const MaxForkCount = 16

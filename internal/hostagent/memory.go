@@ -73,7 +73,7 @@ func (a *Agent) committedLocked() int {
 	n := a.reservedMiB
 	for _, sb := range a.sandboxes {
 		sb.mu.Lock()
-		if sb.rec.State == StateRunning || sb.rec.State == "creating" {
+		if sb.rec.State == StateRunning || sb.rec.State == StateCreating {
 			n += sb.rec.MemoryMiB
 		}
 		sb.mu.Unlock()

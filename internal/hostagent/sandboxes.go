@@ -19,13 +19,16 @@ import (
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/storage"
 )
 
-// Sandbox states as this host sees them.
+// Sandbox states as this host sees them (internal/sandboxstate's; a killed sandbox is gone here).
 const (
-	StateRunning = "running"
-	StateError   = "error"
+	StateCreating   = string(sandboxstate.Creating)
+	StateRunning    = string(sandboxstate.Running)
+	StateHibernated = string(sandboxstate.Hibernated)
+	StateError      = string(sandboxstate.Error)
 )
 
 // record is what the agent persists per sandbox (sandbox.json), enough to re-adopt its VMM.
@@ -208,7 +211,7 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 func (a *Agent) launch(ctx context.Context, id string, src source) (SandboxInfo, error) {
 	start := time.Now()
 	rec := src.rec
-	rec.ID, rec.State, rec.CreatedAt = id, "creating", start.UTC()
+	rec.ID, rec.State, rec.CreatedAt = id, StateCreating, start.UTC()
 	sb := &sandbox{dir: filepath.Join(a.sandboxesDir(), id), rec: rec, lastUsed: start}
 	a.mu.Lock()
 	if a.closed {
@@ -395,7 +398,7 @@ func (a *Agent) adopt() {
 			sb.rec.Identity = a.rt.Identity()
 			sb.persist()
 		}
-		if sb.rec.State == "creating" {
+		if sb.rec.State == StateCreating {
 			sb.rec.State, sb.rec.Error = StateError, "the host agent stopped while this sandbox was being created"
 			sb.persist()
 		}
@@ -458,7 +461,7 @@ func (a *Agent) Kill(id string) error {
 	sb.op.Lock()
 	defer sb.op.Unlock()
 	sb.mu.Lock()
-	if sb.rec.State == "creating" {
+	if sb.rec.State == StateCreating {
 		sb.mu.Unlock()
 		return conflict("sandbox %s is still being created", id)
 	}

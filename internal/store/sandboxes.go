@@ -6,26 +6,30 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pandastack/pandastack/internal/sandboxstate"
 )
 
 // Sandbox states. `lost` means its host stopped heartbeating; the sandbox is reported, never
 // silently forgotten.
+// They are internal/sandboxstate's, spelled as strings.
 const (
-	StateRunning    = "running"
-	StateHibernated = "hibernated"
-	StateKilled     = "killed"
-	StateError      = "error"
-	StateLost       = "lost"
+	StateRunning    = string(sandboxstate.Running)
+	StateHibernated = string(sandboxstate.Hibernated)
+	StateKilled     = string(sandboxstate.Killed)
+	StateError      = string(sandboxstate.Error)
+	StateLost       = string(sandboxstate.Lost)
 )
 
-// States lists every sandbox state.
+// States lists every sandbox state the control plane records.
 var States = []string{StateRunning, StateHibernated, StateKilled, StateError, StateLost}
 
-// ValidState reports whether s is a sandbox state.
+// ValidState reports whether s is a sandbox state the control plane records.
 func ValidState(s string) bool {
 	for _, v := range States {
 		if v == s {
@@ -242,17 +246,30 @@ func decodeCursor(c string) (int64, string, error) {
 	return at, parts[2], nil
 }
 
-// SetSandboxState moves a sandbox to state (with reason, "" to clear it). When from is given the
-// change happens only if the current state is one of them; it reports whether a row changed.
+// SetSandboxState moves a sandbox to state (with reason, "" to clear it). The change happens only
+// if the current state may move there (sandboxstate.CanMove: nothing leaves killed) and, when
+// from is given, is one of them; it reports whether a row changed.
 func (s *Store) SetSandboxState(ctx context.Context, id, state, reason string, from ...string) (bool, error) {
-	q := `UPDATE sandboxes SET state = ?, error = ?, updated_at = ? WHERE id = ?`
-	args := []any{state, reason, micros(s.now()), id}
-	if len(from) > 0 {
-		q += ` AND state IN (?` + strings.Repeat(`, ?`, len(from)-1) + `)`
-		for _, f := range from {
-			args = append(args, f)
+	if !sandboxstate.Valid(state) {
+		return false, fmt.Errorf("store: %q is not a sandbox state", state)
+	}
+	if len(from) == 0 {
+		for _, st := range sandboxstate.All {
+			from = append(from, string(st))
 		}
 	}
+	var sources []any
+	for _, f := range from {
+		if sandboxstate.CanMove(sandboxstate.State(f), sandboxstate.State(state)) {
+			sources = append(sources, f)
+		}
+	}
+	if len(sources) == 0 {
+		return false, nil
+	}
+	q := `UPDATE sandboxes SET state = ?, error = ?, updated_at = ? WHERE id = ? AND state IN (?` +
+		strings.Repeat(`, ?`, len(sources)-1) + `)`
+	args := append([]any{state, reason, micros(s.now()), id}, sources...)
 	res, err := s.exec(ctx, s.db, q, args...)
 	if err != nil {
 		return false, err

@@ -978,3 +978,46 @@ func TestMigrationsUnchanged(t *testing.T) {
 		}
 	}
 }
+
+// TestStateMoves: the store applies only the moves internal/sandboxstate allows — nothing leaves
+// killed, with or without a from list — and refuses an unknown state.
+func TestStateMoves(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		if _, err := s.CreateTeam(ctx, Team{ID: "team_a", Name: "team_a"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateSandbox(ctx, Sandbox{ID: "sb_m", TeamID: "team_a", Template: "base", State: StateRunning,
+			ExpiresAt: time.Now().Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		state := func() string {
+			sb, err := s.GetSandbox(ctx, "sb_m")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sb.State
+		}
+		for _, c := range []struct {
+			to   string
+			from []string
+			ok   bool
+			want string
+		}{
+			{StateHibernated, nil, true, StateHibernated},
+			{StateLost, []string{StateRunning}, false, StateHibernated}, // from does not match
+			{StateKilled, nil, true, StateKilled},
+			{StateRunning, nil, false, StateKilled}, // nothing leaves killed
+			{StateRunning, []string{StateKilled}, false, StateKilled},
+			{StateKilled, nil, true, StateKilled}, // staying is fine (a second kill)
+		} {
+			ok, err := s.SetSandboxState(ctx, "sb_m", c.to, "", c.from...)
+			if err != nil || ok != c.ok || state() != c.want {
+				t.Errorf("to %s from %v: ok %v err %v, state %s; want ok %v, state %s", c.to, c.from, ok, err, state(), c.ok, c.want)
+			}
+		}
+		if _, err := s.SetSandboxState(ctx, "sb_m", "paused", ""); err == nil {
+			t.Error("unknown state accepted")
+		}
+	})
+}

@@ -231,7 +231,7 @@ func (a *Agent) Running() []string {
 	defer a.mu.Unlock()
 	var out []string
 	for id, sb := range a.sandboxes {
-		if sb.State == "running" {
+		if sb.State == agentclient.StateRunning {
 			out = append(out, id)
 		}
 	}
@@ -250,7 +250,7 @@ func (a *Agent) Counts() (creates, kills int) {
 func (a *Agent) AddSandbox(id, template string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.sandboxes[id] = &sandbox{Sandbox: agentclient.Sandbox{ID: id, Template: template, State: "running"}, files: map[string][]byte{}, dirs: map[string]bool{"/": true}}
+	a.sandboxes[id] = &sandbox{Sandbox: agentclient.Sandbox{ID: id, Template: template, State: agentclient.StateRunning}, files: map[string][]byte{}, dirs: map[string]bool{"/": true}}
 }
 
 func writeErr(w http.ResponseWriter, status int, code, msg string) {
