@@ -19,7 +19,6 @@ import (
 	"github.com/pandastack/pandastack/internal/storage"
 )
 
-
 // MaxForkCount bounds one fork call: each child is a VMM process on this host.
 const MaxForkCount = 16
 
