@@ -284,8 +284,8 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
 			continue
 		}
-		free, ok := s.roomLocked(h, p)
-		if !ok || free < need {
+		free, known := s.roomLocked(h, p)
+		if known && free < need {
 			continue
 		}
 		cands = append(cands, hostRank{h, contains(h.Baked, template), free, h.SlotsUsed + p.slots})
@@ -307,9 +307,9 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 }
 
 // roomLocked is the guest memory a host can still take (s.mu held): what its commit limit leaves,
-// for a host that reports one, else its free memory; less what is being placed there. ok is false
-// for a host that says nothing of its memory.
-func (s *Scheduler) roomLocked(h store.Host, p reservation) (room int64, ok bool) {
+// for a host that reports one, else its free memory; less what is being placed there. known is
+// false for a host that says nothing of its memory (it is then not checked).
+func (s *Scheduler) roomLocked(h store.Host, p reservation) (room int64, known bool) {
 	if l := s.limits[h.ID]; l.MemMiBCommitLimit > 0 {
 		return l.MemMiBCommitLimit - l.MemMiBCommitted - p.mem, true
 	}

@@ -269,3 +269,18 @@ func TestPlacementLimits(t *testing.T) {
 		t.Fatalf("PlaceOn a host at its commit limit: %v", err)
 	}
 }
+
+// TestPlaceHostWithoutMemoryReport: a host that reports no memory is placed on, unchecked, as
+// PlaceOn does (memory is checked only where a host says what it has).
+func TestPlaceHostWithoutMemoryReport(t *testing.T) {
+	s, _ := newSched(t, Config{})
+	ctx := context.Background()
+	quiet := Registration{HostID: "h_quiet", URL: "http://127.0.0.1:1/q", Token: "t", Templates: []agentclient.Template{tmpl("base", true)}}
+	if err := s.Register(ctx, quiet); err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := s.Place(ctx, "base")
+	if err != nil || len(hosts) != 1 || hosts[0].ID != "h_quiet" {
+		t.Fatalf("Place: %v %v", hosts, err)
+	}
+}
