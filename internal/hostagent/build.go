@@ -65,8 +65,8 @@ func (a *Agent) runBuildVM(ctx context.Context, r template.Recipe, img image.Ima
 		return out, err
 	}
 	defer release()
-	if !a.relieve(ctx) {
-		return out, errorf(http.StatusServiceUnavailable, "capacity", "template %s: this host is low on memory and has no sandbox left to hibernate", r.Name)
+	if err := a.relieveForCreate(ctx, "template "+r.Name); err != nil {
+		return out, err
 	}
 	say("build VM: booting (%d MiB RAM, no network)", mem)
 	runDir := a.runDir("build-" + key)

@@ -189,8 +189,8 @@ func (a *Agent) idlest(skip map[string]bool) (id string, idle time.Duration, bus
 	return cands[0].id, time.Since(cands[0].lastUsed), cands[0].busy
 }
 
-// relieveForCreate makes sure a new VM starts above the watermark: refused (`capacity`) only if
-// hibernating sandboxes could not get there.
+// relieveForCreate makes sure a new VM (sandbox, bake or build VM) starts above the watermark:
+// refused (`capacity`) only if hibernating sandboxes could not get there.
 func (a *Agent) relieveForCreate(ctx context.Context, what string) error {
 	if a.relieve(ctx) {
 		return nil

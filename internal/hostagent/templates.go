@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -202,8 +201,8 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 		return nil, err
 	}
 	defer release()
-	if !a.relieve(ctx) {
-		return nil, errorf(http.StatusServiceUnavailable, "capacity", "template %s: this host is low on memory and has no sandbox left to hibernate", spec.Name)
+	if err := a.relieveForCreate(ctx, "template "+spec.Name); err != nil {
+		return nil, err
 	}
 	say("baking template %s: cold boot (%d vCPU, %d MiB RAM, %s)", spec.Name, spec.VCPUs, spec.MemoryMiB, a.rt.Accel())
 	start := time.Now()
