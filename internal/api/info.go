@@ -41,17 +41,8 @@ func rangeViews(rs []network.Range) []RangeView {
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, InfoView{Version: s.cfg.Version, Egress: EgressInfo{
-		Blocked: rangeViews(network.Blocked), Private: rangeViews(network.Private), Open: s.egressOpen(),
+		Blocked: rangeViews(network.Blocked), Private: rangeViews(network.Private), Open: s.svc.EgressOpen(),
 		Also: []string{"every sandbox link of every host (other sandboxes and their gateways)",
 			"every address of the hosts themselves"},
 	}})
-}
-
-// egressOpen is the operator's open ranges as the host agents take them.
-func (s *Server) egressOpen() []string {
-	out := []string{}
-	for _, p := range s.cfg.EgressOpen {
-		out = append(out, p.String())
-	}
-	return out
 }

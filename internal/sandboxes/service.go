@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
@@ -67,6 +68,9 @@ func New(cfg Config) *Service {
 	return &Service{store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger, now: cfg.Now,
 		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open}
 }
+
+// EgressOpen is the operator's open private ranges, as the hosts are given them.
+func (s *Service) EgressOpen() []string { return slices.Clone(s.egressOpen) }
 
 // Kind is what went wrong, for the caller to word (the API maps it to a status).
 type Kind int
