@@ -86,32 +86,48 @@ func parsePrefix(s string) (netip.Prefix, error) {
 		}
 		p = netip.PrefixFrom(a, a.BitLen())
 	}
-	a, bits := p.Addr(), p.Bits()
-	if a.Is4In6() {
-		if bits < 96 {
-			return netip.Prefix{}, fmt.Errorf("not IPv4 (sandboxes have no IPv6)")
-		}
-		a, bits = a.Unmap(), bits-96
-	}
-	if !a.Is4() {
+	v4, ok := toIPv4(p)
+	if !ok {
 		return netip.Prefix{}, fmt.Errorf("not IPv4 (sandboxes have no IPv6)")
 	}
-	return netip.PrefixFrom(a, bits).Masked(), nil
+	return v4, nil
+}
+
+// toIPv4 returns p as a masked IPv4 prefix, reading an IPv4-mapped IPv6 prefix as the IPv4 one
+// it maps; ok is false for anything else.
+func toIPv4(p netip.Prefix) (netip.Prefix, bool) {
+	if !p.IsValid() {
+		return netip.Prefix{}, false
+	}
+	a, bits := p.Addr(), p.Bits()
+	if a.Is4In6() {
+		a, bits = a.Unmap(), bits-96
+	}
+	if !a.Is4() || bits < 0 {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a, bits).Masked(), true
+}
+
+// holds reports whether outer contains all of p.
+func holds(outer, p netip.Prefix) bool {
+	return outer.Bits() <= p.Bits() && outer.Contains(p.Addr())
 }
 
 // within reports the range of rs that holds all of p, if one does.
 func within(p netip.Prefix, rs []Range) (Range, bool) {
 	for _, r := range rs {
-		if r.Prefix.Bits() <= p.Bits() && r.Prefix.Contains(p.Addr()) {
+		if holds(r.Prefix, p) {
 			return r, true
 		}
 	}
 	return Range{}, false
 }
 
+// coveredBy reports whether one of ps holds all of p.
 func coveredBy(p netip.Prefix, ps []netip.Prefix) bool {
 	for _, q := range ps {
-		if q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
+		if holds(q, p) {
 			return true
 		}
 	}

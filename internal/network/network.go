@@ -64,18 +64,11 @@ func (p Policy) validate() (Policy, error) {
 	norm := func(ps []netip.Prefix) ([]netip.Prefix, error) {
 		out := make([]netip.Prefix, 0, len(ps))
 		for _, x := range ps {
-			if !x.IsValid() {
-				return nil, fmt.Errorf("network: invalid prefix %v", x)
-			}
-			a := x.Addr().Unmap()
-			bits := x.Bits()
-			if x.Addr().Is4In6() {
-				bits -= 96
-			}
-			if !a.Is4() || bits < 0 {
+			v4, ok := toIPv4(x)
+			if !ok {
 				return nil, fmt.Errorf("network: %v: only IPv4 prefixes are supported", x)
 			}
-			out = append(out, netip.PrefixFrom(a, bits).Masked())
+			out = append(out, v4)
 		}
 		return out, nil
 	}
