@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,18 +26,6 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // mountedAt reports whether something is mounted at dir.
 func mountedAt(t *testing.T, dir string) bool {
@@ -119,7 +105,7 @@ func TestUpHygiene(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "up", "--data-dir", dir, "--addr", "127.0.0.1:0", "--bake", "", "--pool-gib", "1",
 		"--network=false", "--guest-agent", testenv.GuestAgent(t), "--image-cache", testenv.ImageCache())
 	cmd.Env = append(os.Environ(), "PANDASTACK_TEST_MAIN=1", "PANDASTACK_API_KEY="+key)
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -1,37 +1,18 @@
 package hostagent
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	goruntime "runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/template"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
-
-// syncBuffer collects the agent's log lines for assertions.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The per-VM size limits: a template larger than the host allows is refused with a 400 that names
 // the limit, before any VM boots (a bake of 64 GiB / 16 vCPUs used to start on any host).
@@ -83,7 +64,7 @@ func TestSizeLimits(t *testing.T) {
 // killer (350 MiB for the first writer ended a VMM: its exec failed with a 502); with it, the
 // idlest sandbox is hibernated and memory stays above the watermark.
 func TestMemoryPressure(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	const watermark = 256
 	h := newHarness(t, func(c *Config) {
 		c.HostMemoryMiB, c.MemoryOvercommit, c.MemoryWatermarkMiB = 1024, 2.0, watermark
