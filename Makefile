@@ -1,5 +1,5 @@
 # PandaStack — the names scripts and operators rely on.
-#   make setup   install system packages (idempotent, non-interactive; needs root)
+#   make setup   install system packages and bin/versitygw (idempotent, non-interactive; needs root)
 #   make build   bin/pandastack and bin/pandastack-guest
 #   make up      setup + build + bin/pandastack up
 #   make test    setup + build + every test (real microVMs)
@@ -14,6 +14,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 DEB_PACKAGES := qemu-system-x86 qemu-utils debootstrap xfsprogs busybox-static cpio e2fsprogs \
 	iproute2 nftables procps util-linux postgresql python3 ca-certificates nodejs
 export PANDASTACK_VM_TESTS ?= 1
+VERSITYGW_VERSION := v1.8.0
 
 .PHONY: setup build up test test-catalog bench bench-templates vet clean
 
@@ -25,6 +26,8 @@ setup:
 		apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
 	else echo "make setup: system packages present"; fi
 	@command -v npm >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
+	@test -x bin/versitygw || { echo "make setup: installing versitygw $(VERSITYGW_VERSION) (the S3 server the blob-store tests use)"; \
+		GOBIN=$(CURDIR)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 
 build:
 	mkdir -p bin
