@@ -1,0 +1,377 @@
+// Package artifact moves a directory of files (a baked template, a snapshot, a hibernated
+// sandbox's memory and disk) between a host and a blob store, in the format every PandaStack
+// artifact shares:
+//
+//	chunks/<sha256>                   4 MiB of a file, named by its content
+//	manifests/<kind>/<name>.json      the files, each a list of chunk digests, and the artifact's
+//	                                  own record (its metadata, runtime identity included)
+//
+// Invariants: a chunk's key is the sha256 of its bytes, so identical chunks — a fork's unchanged
+// memory, two templates' shared base — are stored once and a push uploads only chunks the store
+// lacks; an all-zero chunk is not stored (a hole in the manifest, a hole in the pulled file); the
+// manifest is written after every chunk it names, so a push cut midway leaves no manifest that
+// points at a missing chunk; every chunk is verified on pull, and a mismatch or a missing chunk
+// fails the pull with an error naming the artifact and the chunk — nothing is resumed on bad
+// bytes, and a failed pull leaves no file behind. Sweep deletes only chunks no manifest names.
+package artifact
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/blob"
+	"github.com/pandastack/pandastack/internal/errdefs"
+)
+
+// ChunkSize is the unit of storage, dedupe and fetch.
+const ChunkSize = 4 << 20
+
+// FormatVersion is written in every manifest; Pull refuses a manifest of another version.
+const FormatVersion = 1
+
+// parallel is how many chunks move at once.
+const parallel = 8
+
+// Manifest describes one artifact.
+type Manifest struct {
+	Version int             `json:"version"`
+	Kind    string          `json:"kind"`
+	Name    string          `json:"name"`
+	Created time.Time       `json:"created"`
+	Record  json.RawMessage `json:"record,omitempty"` // the artifact's own metadata, opaque here
+	Files   []File          `json:"files"`
+}
+
+// File is one file of an artifact: its chunks in order, "" for an all-zero chunk.
+type File struct {
+	Path   string   `json:"path"` // slash-separated, relative to the artifact's directory
+	Size   int64    `json:"size"`
+	Mode   uint32   `json:"mode"`
+	Chunks []string `json:"chunks"`
+}
+
+// Stats says what a push or pull moved.
+type Stats struct {
+	Chunks      int   // chunks in the artifact's files (holes not counted)
+	Holes       int   // all-zero chunks, neither stored nor fetched
+	Transferred int   // chunks actually uploaded or downloaded
+	Bytes       int64 // bytes of those chunks
+}
+
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+
+// ManifestKey is where the manifest of kind/name is stored.
+func ManifestKey(kind, name string) string { return "manifests/" + kind + "/" + name + ".json" }
+
+func chunkKey(sum string) string { return "chunks/" + sum }
+
+func checkName(kind, name string) error {
+	if !namePattern.MatchString(kind) || !namePattern.MatchString(name) {
+		return errdefs.Invalidf("artifact %s/%s: kind and name are lowercase letters, digits, '.', '_' or '-' (at most 128)", kind, name)
+	}
+	return nil
+}
+
+// Push uploads the files (paths relative to dir) as artifact kind/name with record as its
+// metadata, replacing an earlier manifest of that name. Chunks the store holds are not sent again.
+func Push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any) (Manifest, Stats, error) {
+	if err := checkName(kind, name); err != nil {
+		return Manifest{}, Stats{}, err
+	}
+	m := Manifest{Version: FormatVersion, Kind: kind, Name: name, Created: time.Now().UTC()}
+	if record != nil {
+		raw, err := json.Marshal(record)
+		if err != nil {
+			return Manifest{}, Stats{}, err
+		}
+		m.Record = raw
+	}
+	var st stats
+	for _, rel := range files {
+		f, err := pushFile(ctx, s, dir, rel, &st)
+		if err != nil {
+			return Manifest{}, Stats{}, fmt.Errorf("push %s/%s: %s: %w", kind, name, rel, err)
+		}
+		m.Files = append(m.Files, f)
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return Manifest{}, Stats{}, err
+	}
+	if err := s.Put(ctx, ManifestKey(kind, name), bytes.NewReader(raw)); err != nil {
+		return Manifest{}, Stats{}, fmt.Errorf("push %s/%s: manifest: %w", kind, name, err)
+	}
+	return m, st.snapshot(), nil
+}
+
+// stats counts across the parallel workers.
+type stats struct{ chunks, holes, moved, bytes atomic.Int64 }
+
+func (s *stats) snapshot() Stats {
+	return Stats{Chunks: int(s.chunks.Load()), Holes: int(s.holes.Load()), Transferred: int(s.moved.Load()), Bytes: s.bytes.Load()}
+}
+
+func pushFile(ctx context.Context, s blob.Store, dir, rel string, st *stats) (File, error) {
+	if !filepath.IsLocal(rel) {
+		return File{}, errdefs.Invalidf("%q is not a path inside the artifact", rel)
+	}
+	f, err := os.Open(filepath.Join(dir, rel))
+	if err != nil {
+		return File{}, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return File{}, err
+	}
+	if !info.Mode().IsRegular() {
+		return File{}, errdefs.Invalidf("%s is not a regular file", rel)
+	}
+	n := int((info.Size() + ChunkSize - 1) / ChunkSize)
+	out := File{Path: filepath.ToSlash(rel), Size: info.Size(), Mode: uint32(info.Mode().Perm()), Chunks: make([]string, n)}
+	err = forEach(ctx, n, func(i int) error {
+		buf := make([]byte, chunkLen(info.Size(), i))
+		if _, err := f.ReadAt(buf, int64(i)*ChunkSize); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if allZero(buf) {
+			st.holes.Add(1)
+			return nil
+		}
+		sum := sha256.Sum256(buf)
+		out.Chunks[i] = hex.EncodeToString(sum[:])
+		st.chunks.Add(1)
+		if _, err := s.Stat(ctx, chunkKey(out.Chunks[i])); err == nil {
+			return nil // already stored: content addressing makes it the same bytes
+		} else if !errdefs.Is(err, errdefs.NotFound) {
+			return err
+		}
+		if err := s.Put(ctx, chunkKey(out.Chunks[i]), bytes.NewReader(buf)); err != nil {
+			return fmt.Errorf("chunk %d: %w", i, err)
+		}
+		st.moved.Add(1)
+		st.bytes.Add(int64(len(buf)))
+		return nil
+	})
+	return out, err
+}
+
+// Get reads the manifest of kind/name.
+func Get(ctx context.Context, s blob.Store, kind, name string) (Manifest, error) {
+	if err := checkName(kind, name); err != nil {
+		return Manifest{}, err
+	}
+	rc, err := s.Get(ctx, ManifestKey(kind, name))
+	if err != nil {
+		if errdefs.Is(err, errdefs.NotFound) {
+			return Manifest{}, errdefs.NotFoundf("artifact %s/%s is not in the blob store %s", kind, name, s)
+		}
+		return Manifest{}, err
+	}
+	defer rc.Close()
+	var m Manifest
+	if err := json.NewDecoder(io.LimitReader(rc, 64<<20)).Decode(&m); err != nil {
+		return Manifest{}, fmt.Errorf("artifact %s/%s: manifest is not valid JSON: %w", kind, name, err)
+	}
+	if m.Version != FormatVersion {
+		return Manifest{}, fmt.Errorf("artifact %s/%s: manifest format %d, this build reads %d", kind, name, m.Version, FormatVersion)
+	}
+	for _, f := range m.Files {
+		if !filepath.IsLocal(filepath.FromSlash(f.Path)) || f.Size < 0 || len(f.Chunks) != int((f.Size+ChunkSize-1)/ChunkSize) {
+			return Manifest{}, fmt.Errorf("artifact %s/%s: manifest names a bad file %q", kind, name, f.Path)
+		}
+	}
+	return m, nil
+}
+
+// Pull fetches artifact kind/name into dir (created if missing) and returns its manifest. Files
+// appear whole or not at all: each is written beside its place and renamed once every chunk of it
+// has been verified.
+func Pull(ctx context.Context, s blob.Store, kind, name, dir string) (Manifest, Stats, error) {
+	m, err := Get(ctx, s, kind, name)
+	if err != nil {
+		return Manifest{}, Stats{}, err
+	}
+	var st stats
+	for _, f := range m.Files {
+		if err := pullFile(ctx, s, dir, f, &st); err != nil {
+			return Manifest{}, Stats{}, fmt.Errorf("pull %s/%s: %s: %w", kind, name, f.Path, err)
+		}
+	}
+	return m, st.snapshot(), nil
+}
+
+func pullFile(ctx context.Context, s blob.Store, dir string, f File, st *stats) error {
+	dst := filepath.Join(dir, filepath.FromSlash(f.Path))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".pull-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	defer tmp.Close()
+	// The file starts as one hole of its size; all-zero chunks stay holes.
+	if err := tmp.Truncate(f.Size); err != nil {
+		return err
+	}
+	err = forEach(ctx, len(f.Chunks), func(i int) error {
+		sum := f.Chunks[i]
+		if sum == "" {
+			st.holes.Add(1)
+			return nil
+		}
+		st.chunks.Add(1)
+		buf, err := fetchChunk(ctx, s, sum, chunkLen(f.Size, i))
+		if err != nil {
+			return fmt.Errorf("chunk %d (%s): %w", i, sum, err)
+		}
+		st.moved.Add(1)
+		st.bytes.Add(int64(len(buf)))
+		_, err = tmp.WriteAt(buf, int64(i)*ChunkSize)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := tmp.Chmod(os.FileMode(f.Mode).Perm()); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
+
+// fetchChunk reads chunk sum and checks it is want bytes whose sha256 is sum.
+func fetchChunk(ctx context.Context, s blob.Store, sum string, want int) ([]byte, error) {
+	rc, err := s.Get(ctx, chunkKey(sum))
+	if err != nil {
+		if errdefs.Is(err, errdefs.NotFound) {
+			return nil, fmt.Errorf("missing from the blob store")
+		}
+		return nil, err
+	}
+	defer rc.Close()
+	buf, err := io.ReadAll(io.LimitReader(rc, ChunkSize+1))
+	if err != nil {
+		return nil, err
+	}
+	got := sha256.Sum256(buf)
+	if len(buf) != want || hex.EncodeToString(got[:]) != sum {
+		return nil, fmt.Errorf("corrupt: %d bytes with digest %x, want %d bytes", len(buf), got, want)
+	}
+	return buf, nil
+}
+
+// Delete removes the manifest of kind/name; its chunks go at the next Sweep unless another
+// manifest names them.
+func Delete(ctx context.Context, s blob.Store, kind, name string) error {
+	if err := checkName(kind, name); err != nil {
+		return err
+	}
+	return s.Delete(ctx, ManifestKey(kind, name))
+}
+
+// Sweep deletes every chunk no manifest names that is older than grace (a push in progress has
+// uploaded chunks its manifest does not yet name: grace must outlast the longest push). It
+// returns how many chunks it deleted.
+func Sweep(ctx context.Context, s blob.Store, grace time.Duration) (int, error) {
+	live := map[string]bool{}
+	err := s.List(ctx, "manifests/", func(in blob.Info) error {
+		kind, rest, _ := strings.Cut(strings.TrimPrefix(in.Key, "manifests/"), "/")
+		m, err := Get(ctx, s, kind, strings.TrimSuffix(rest, ".json"))
+		if err != nil {
+			return fmt.Errorf("sweep: %s: %w (nothing deleted)", in.Key, err)
+		}
+		for _, f := range m.Files {
+			for _, c := range f.Chunks {
+				live[c] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	cutoff := time.Now().Add(-grace)
+	var dead []string
+	err = s.List(ctx, "chunks/", func(in blob.Info) error {
+		if !live[strings.TrimPrefix(in.Key, "chunks/")] && in.Modified.Before(cutoff) {
+			dead = append(dead, in.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for i, k := range dead {
+		if err := s.Delete(ctx, k); err != nil {
+			return i, err
+		}
+	}
+	return len(dead), nil
+}
+
+func chunkLen(size int64, i int) int {
+	return int(min(ChunkSize, size-int64(i)*ChunkSize))
+}
+
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7] != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// forEach runs fn(0..n-1) on up to `parallel` goroutines; the first error cancels the rest and
+// is returned.
+func forEach(ctx context.Context, n int, fn func(i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range min(parallel, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(i); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}

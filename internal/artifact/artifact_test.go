@@ -1,0 +1,225 @@
+package artifact_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/blob"
+	"github.com/pandastack/pandastack/internal/blob/blobtest"
+	"github.com/pandastack/pandastack/internal/errdefs"
+)
+
+const chunk = artifact.ChunkSize
+
+// makeArtifact writes mem (6.5 chunks: random, zero, random, zero, zero, random, half random)
+// and a small config file into a new directory.
+func makeArtifact(t *testing.T) (dir string, mem []byte) {
+	dir = t.TempDir()
+	mem = make([]byte, 6*chunk+chunk/2)
+	for _, i := range []int{0, 2, 5, 6} {
+		end := min((i+1)*chunk, len(mem))
+		rand.Read(mem[i*chunk : end])
+	}
+	write(t, filepath.Join(dir, "mem"), mem, 0o600)
+	write(t, filepath.Join(dir, "sub", "config.json"), []byte(`{"a":1}`), 0o640)
+	return dir, mem
+}
+
+func write(t *testing.T, p string, data []byte, mode os.FileMode) {
+	t.Helper()
+	os.MkdirAll(filepath.Dir(p), 0o700)
+	if err := os.WriteFile(p, data, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fileStore(t *testing.T) blob.Store {
+	s, err := blob.OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func roundTrip(t *testing.T, s blob.Store) {
+	ctx := context.Background()
+	dir, mem := makeArtifact(t)
+	rec := map[string]string{"template": "base", "vmm": "qemu 7.2"}
+	m, st, err := artifact.Push(ctx, s, "snapshot", "snap_1", dir, []string{"mem", "sub/config.json"}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// mem: 4 data chunks + 3 holes; config: 1 chunk.
+	if st.Chunks != 5 || st.Holes != 3 || st.Transferred != 5 {
+		t.Fatalf("first push: %+v, want 5 chunks, 3 holes, 5 sent", st)
+	}
+	if string(m.Record) != `{"template":"base","vmm":"qemu 7.2"}` {
+		t.Fatalf("record = %s", m.Record)
+	}
+	out := filepath.Join(t.TempDir(), "pulled")
+	got, pst, err := artifact.Pull(ctx, s, "snapshot", "snap_1", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pst.Transferred != 5 || pst.Holes != 3 || string(got.Record) != string(m.Record) {
+		t.Fatalf("pull: %+v, record %s", pst, got.Record)
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "mem"))
+	if !bytes.Equal(b, mem) {
+		t.Fatal("pulled memory differs from the pushed one")
+	}
+	fi, _ := os.Stat(filepath.Join(out, "mem"))
+	if blocks := fi.Sys().(*syscall.Stat_t).Blocks * 512; blocks > int64(4*chunk+chunk/2) {
+		t.Errorf("pulled file allocates %d bytes: its all-zero chunks should stay holes", blocks)
+	}
+	ci, _ := os.Stat(filepath.Join(out, "sub", "config.json"))
+	if ci.Mode().Perm() != 0o640 {
+		t.Errorf("config mode %v, want 0640", ci.Mode().Perm())
+	}
+}
+
+func TestRoundTripFile(t *testing.T) { roundTrip(t, fileStore(t)) }
+
+func TestRoundTripS3(t *testing.T) {
+	srv := blobtest.StartS3(t)
+	srv.Env(t)
+	s, err := blob.Open(context.Background(), srv.URL("artifacts", "test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, s)
+}
+
+// A second artifact that changes one chunk uploads one chunk; the store holds the shared ones once.
+func TestDedupe(t *testing.T) {
+	ctx := context.Background()
+	s := fileStore(t)
+	dir, mem := makeArtifact(t)
+	if _, _, err := artifact.Push(ctx, s, "snapshot", "parent", dir, []string{"mem"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	mem[2*chunk+7] ^= 0xff // dirty one page of one chunk
+	write(t, filepath.Join(dir, "mem"), mem, 0o600)
+	_, st, err := artifact.Push(ctx, s, "snapshot", "child", dir, []string{"mem"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Transferred != 1 || st.Bytes != chunk {
+		t.Fatalf("child push sent %d chunks (%d bytes), want only the dirty one", st.Transferred, st.Bytes)
+	}
+	if n := count(t, s, "chunks/"); n != 5 {
+		t.Fatalf("store holds %d chunks, want 5 (4 shared + 1 dirty)", n)
+	}
+}
+
+func count(t *testing.T, s blob.Store, prefix string) int {
+	n := 0
+	if err := s.List(context.Background(), prefix, func(blob.Info) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A corrupt or missing chunk fails the pull naming artifact and chunk, and leaves no file.
+func TestBadChunks(t *testing.T) {
+	ctx := context.Background()
+	s := fileStore(t)
+	dir, _ := makeArtifact(t)
+	m, _, err := artifact.Push(ctx, s, "template", "base", dir, []string{"mem"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := m.Files[0].Chunks[2]
+	key := "chunks/" + victim
+	rc, _ := s.Get(ctx, key)
+	good, _ := io.ReadAll(rc)
+	rc.Close()
+	bad := bytes.Clone(good)
+	bad[100] ^= 1
+	s.Put(ctx, key, bytes.NewReader(bad))
+	out := t.TempDir()
+	_, _, err = artifact.Pull(ctx, s, "template", "base", out)
+	if err == nil || !strings.Contains(err.Error(), "template/base") || !strings.Contains(err.Error(), victim) || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("pull of a corrupt chunk: %v", err)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		t.Fatalf("a failed pull left %d files behind", len(ents))
+	}
+	s.Delete(ctx, key)
+	_, _, err = artifact.Pull(ctx, s, "template", "base", out)
+	if err == nil || !strings.Contains(err.Error(), victim) || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("pull of a missing chunk: %v", err)
+	}
+	if _, _, err := artifact.Pull(ctx, s, "template", "nope", out); !errdefs.Is(err, errdefs.NotFound) {
+		t.Fatalf("pull of an unknown artifact: %v", err)
+	}
+	for _, n := range []string{"", "../x", "A", "a/b"} {
+		if _, _, err := artifact.Push(ctx, s, "template", n, dir, []string{"mem"}, nil); !errdefs.Is(err, errdefs.Invalid) {
+			t.Errorf("push named %q: %v", n, err)
+		}
+	}
+	if _, _, err := artifact.Push(ctx, s, "template", "x", dir, []string{"../etc/passwd"}, nil); !errdefs.Is(err, errdefs.Invalid) {
+		t.Errorf("push of a path outside the directory: %v", err)
+	}
+}
+
+// failingStore fails every Put after the first n.
+type failingStore struct {
+	blob.Store
+	n atomic.Int64
+}
+
+func (f *failingStore) Put(ctx context.Context, key string, body io.ReadSeeker) error {
+	if f.n.Add(-1) < 0 {
+		return errors.New("connection reset")
+	}
+	return f.Store.Put(ctx, key, body)
+}
+
+// A push cut midway leaves no manifest; Sweep then removes its orphan chunks but never a chunk a
+// live manifest names.
+func TestCutPushAndSweep(t *testing.T) {
+	ctx := context.Background()
+	s := fileStore(t)
+	dir, mem := makeArtifact(t)
+	if _, _, err := artifact.Push(ctx, s, "snapshot", "kept", dir, []string{"mem"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range mem { // all new content for the second artifact, except chunk 0
+		if i >= chunk {
+			mem[i] ^= 0x5a
+		}
+	}
+	write(t, filepath.Join(dir, "mem"), mem, 0o600)
+	fs := &failingStore{Store: s}
+	fs.n.Store(3)
+	if _, _, err := artifact.Push(ctx, fs, "snapshot", "cut", dir, []string{"mem"}, nil); err == nil {
+		t.Fatal("a push whose uploads fail succeeded")
+	}
+	if _, err := artifact.Get(ctx, s, "snapshot", "cut"); !errdefs.Is(err, errdefs.NotFound) {
+		t.Fatalf("a cut push left a manifest: %v", err)
+	}
+	before := count(t, s, "chunks/")
+	n, err := artifact.Sweep(ctx, s, 0)
+	if err != nil || n != before-4 || n == 0 {
+		t.Fatalf("sweep deleted %d of %d chunks (%v), want the %d orphans", n, before, err, before-4)
+	}
+	if _, _, err := artifact.Pull(ctx, s, "snapshot", "kept", t.TempDir()); err != nil {
+		t.Fatalf("the live artifact no longer pulls after a sweep: %v", err)
+	}
+	// Deleting the manifest frees its chunks at the next sweep.
+	artifact.Delete(ctx, s, "snapshot", "kept")
+	if n, err := artifact.Sweep(ctx, s, 0); err != nil || n != 4 || count(t, s, "chunks/") != 0 {
+		t.Fatalf("sweep after delete: %d, %v, %d left", n, err, count(t, s, "chunks/"))
+	}
+}
