@@ -31,7 +31,7 @@ func main() {
 	guestAgent := flag.String("guest-agent", "bin/pandastack-guest", "pandastack-guest binary")
 	imageCache := flag.String("image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache (default: inside the data dir)")
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
-	suites := flag.String("suites", "sandbox,lifecycle,controlplane,network,volumes,confine", "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
+	suites := flag.String("suites", "sandbox,lifecycle,controlplane,network,volumes,confine,blob", "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
 	flag.Parse()
 	if err := run(*out, *dataDir, *guestAgent, *imageCache, *suites, *creates, *idle); err != nil {
@@ -100,8 +100,10 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.confineSuite(ctx, res, dataDir, guestAgent, imageCache, creates)
 		case "templates":
 			err = b.templateSuite(ctx, res, max(creates/3, 5))
+		case "blob":
+			err = blobSuite(ctx, res, dataDir)
 		default:
-			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, templates)", suite)
+			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, blob, templates)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

@@ -1,7 +1,6 @@
 package blobtest
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -23,42 +22,62 @@ type S3Server struct {
 // (PANDASTACK_VM_TESTS=1), where a missing server is a failure: it must not pass by not running.
 func StartS3(t *testing.T) *S3Server {
 	t.Helper()
-	bin := findVersitygw()
-	if bin == "" {
+	if FindVersitygw() == "" {
 		msg := "versitygw not found: run `make setup` (installs bin/versitygw) or set PANDASTACK_VERSITYGW"
 		if os.Getenv("PANDASTACK_VM_TESTS") == "1" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s, stop, err := RunS3(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(stop)
+	return s
+}
+
+// RunS3 starts versitygw on a free loopback port serving dir; stop ends it.
+func RunS3(dir string) (s *S3Server, stop func(), err error) {
+	bin := FindVersitygw()
+	if bin == "" {
+		return nil, nil, fmt.Errorf("versitygw not found: run `make setup` (installs bin/versitygw) or set PANDASTACK_VERSITYGW")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
 	addr := ln.Addr().String()
 	ln.Close()
-	s := &S3Server{Endpoint: "http://" + addr, Access: "vgw-test-access", Secret: "pandastack-test-secret"}
-	dir := t.TempDir()
+	s = &S3Server{Endpoint: "http://" + addr, Access: "vgw-test-access", Secret: "pandastack-test-secret"}
 	cmd := exec.Command(bin, "--access", s.Access, "--secret", s.Secret, "--port", addr, "--quiet", "posix", dir)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() { cmd.Process.Kill(); <-exited }
+	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			break
+			return s, stop, nil
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("versitygw did not listen on %s: %v", addr, err)
+		select {
+		case werr := <-exited:
+			return nil, nil, fmt.Errorf("versitygw exited before listening (%v); its output is above", werr)
+		case <-time.After(20 * time.Millisecond):
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Now().After(deadline) {
+			stop()
+			return nil, nil, fmt.Errorf("versitygw did not listen on %s: %v", addr, err)
+		}
 	}
-	return s
 }
 
 // URL is a blob store URL for bucket/prefix on this server.
@@ -72,7 +91,8 @@ func (s *S3Server) Env(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s.Secret)
 }
 
-func findVersitygw() string {
+// FindVersitygw is the versitygw binary to run, or "".
+func FindVersitygw() string {
 	if p := os.Getenv("PANDASTACK_VERSITYGW"); p != "" {
 		return p
 	}
