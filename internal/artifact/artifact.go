@@ -143,7 +143,7 @@ func pushFile(ctx context.Context, s blob.Store, dir, rel string, st *stats) (Fi
 	n := int((info.Size() + ChunkSize - 1) / ChunkSize)
 	out := File{Path: filepath.ToSlash(rel), Size: info.Size(), Mode: uint32(info.Mode().Perm()), Chunks: make([]string, n)}
 	err = forEach(ctx, n, func(i int) error {
-		buf := make([]byte, chunkLen(info.Size(), i))
+		buf := make([]byte, ChunkLen(info.Size(), i))
 		if _, err := f.ReadAt(buf, int64(i)*ChunkSize); err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}
@@ -236,7 +236,7 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, st *stats) 
 			return nil
 		}
 		st.chunks.Add(1)
-		buf, err := fetchChunk(ctx, s, sum, chunkLen(f.Size, i))
+		buf, err := FetchChunk(ctx, s, sum, ChunkLen(f.Size, i))
 		if err != nil {
 			return fmt.Errorf("chunk %d (%s): %w", i, sum, err)
 		}
@@ -257,8 +257,8 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, st *stats) 
 	return os.Rename(tmp.Name(), dst)
 }
 
-// fetchChunk reads chunk sum and checks it is want bytes whose sha256 is sum.
-func fetchChunk(ctx context.Context, s blob.Store, sum string, want int) ([]byte, error) {
+// FetchChunk reads chunk sum from the store and checks it is want bytes whose sha256 is sum.
+func FetchChunk(ctx context.Context, s blob.Store, sum string, want int) ([]byte, error) {
 	rc, err := s.Get(ctx, chunkKey(sum))
 	if err != nil {
 		if errdefs.Is(err, errdefs.NotFound) {
@@ -327,7 +327,8 @@ func Sweep(ctx context.Context, s blob.Store, grace time.Duration) (int, error) 
 	return len(dead), nil
 }
 
-func chunkLen(size int64, i int) int {
+// ChunkLen is the length of chunk i of a file of size bytes.
+func ChunkLen(size int64, i int) int {
 	return int(min(ChunkSize, size-int64(i)*ChunkSize))
 }
 

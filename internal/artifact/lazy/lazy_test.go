@@ -1,0 +1,184 @@
+package lazy_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/artifact/lazy"
+	"github.com/pandastack/pandastack/internal/blob"
+)
+
+const chunk = artifact.ChunkSize
+
+// setup pushes a 5.5-chunk memory file (chunk 1 all zero) and returns the store, its manifest
+// and the bytes.
+func setup(t *testing.T) (blob.Store, artifact.Manifest, []byte) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse on this machine")
+	}
+	ctx := context.Background()
+	s, err := blob.OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	mem := make([]byte, 5*chunk+chunk/2)
+	rand.Read(mem[:chunk])
+	rand.Read(mem[2*chunk:])
+	os.MkdirAll(filepath.Join(src, "snap"), 0o700)
+	if err := os.WriteFile(filepath.Join(src, "snap", "mem"), mem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := artifact.Push(ctx, s, "snapshot", "lazy", src, []string{"snap/mem"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, m, mem
+}
+
+func serve(t *testing.T, m artifact.Manifest, c *lazy.Cache) *lazy.Mount {
+	// Not under t.TempDir (mode 0700): another user must reach the mount.
+	dir, err := os.MkdirTemp("", "pandastack-lazy-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() { os.Remove(dir) }) // runs after the unmount below
+	mt, err := lazy.Serve(dir, m, c, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mt.Close() })
+	return mt
+}
+
+func TestLazyReadsOnlyWhatIsTouched(t *testing.T) {
+	s, m, mem := setup(t)
+	c, err := lazy.NewCache(t.TempDir(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt := serve(t, m, c)
+	p := filepath.Join(mt.Dir, "snap", "mem")
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	if st.Size() != int64(len(mem)) || st.Mode().Perm() != 0o444 {
+		t.Fatalf("served file: size %d mode %v", st.Size(), st.Mode())
+	}
+	// One page in chunk 3, one in the zero chunk 1: one fetch.
+	page := make([]byte, 4096)
+	if _, err := f.ReadAt(page, 3*chunk+8192); err != nil || !bytes.Equal(page, mem[3*chunk+8192:3*chunk+8192+4096]) {
+		t.Fatalf("page of chunk 3: %v", err)
+	}
+	if _, err := f.ReadAt(page, chunk+100); err != nil || !bytes.Equal(page, make([]byte, 4096)) {
+		t.Fatalf("page of the zero chunk: %v", err)
+	}
+	if n := c.Fetched.Load(); n != 1 {
+		t.Fatalf("%d chunks fetched for one touched data chunk", n)
+	}
+	// A private mapping (as QEMU maps guest RAM) sees the whole file byte-exact. It is made by
+	// another process: a Go process that faults on a file it serves itself can deadlock (a fault
+	// holds its thread where the garbage collector cannot stop it, and the server waits for it).
+	script := `import hashlib, mmap, sys
+f = open(sys.argv[1], "rb")
+m = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+print(hashlib.sha256(m).hexdigest())
+m[0] ^= 0xFF  # private: stays in this mapping
+`
+	out, err := exec.Command("python3", "-c", script, p).Output()
+	want := sha256.Sum256(mem)
+	if err != nil || strings.TrimSpace(string(out)) != hex.EncodeToString(want[:]) {
+		t.Fatalf("mapped file: %s %v, want digest %x", out, err, want)
+	}
+	if n := c.Fetched.Load(); n != 5 {
+		t.Fatalf("%d chunks fetched after reading all, want the 5 data chunks", n)
+	}
+	tr := mt.Trace()
+	if len(tr) != 6 || tr[0] != (lazy.Touch{Path: "snap/mem", Chunk: 3}) || tr[1].Chunk != 1 {
+		t.Fatalf("trace = %v, want chunk 3 then 1 first, and all 6", tr)
+	}
+	// Another user (the VMM runs unprivileged) can read it.
+	out, err = exec.Command("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "head", "-c", "16", p).Output()
+	if err != nil || !bytes.Equal(out, mem[:16]) {
+		t.Fatalf("read as an unprivileged user: %v", err)
+	}
+	if err := os.WriteFile(p, []byte("x"), 0o600); err == nil {
+		t.Fatal("a served file accepted a write")
+	}
+}
+
+func TestLazyPrefetchAndSharedCache(t *testing.T) {
+	s, m, mem := setup(t)
+	ctx := context.Background()
+	c, _ := lazy.NewCache(t.TempDir(), s)
+	order := []lazy.Touch{{"snap/mem", 5}, {"snap/mem", 0}, {"snap/mem", 1}, {"snap/mem", 99}}
+	if err := lazy.Prefetch(ctx, c, m, order, 4); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Fetched.Load(); n != 2 {
+		t.Fatalf("prefetch fetched %d, want 2 (the zero chunk and the bad index skipped)", n)
+	}
+	// Two mounts of one artifact share the cache: reading everything through both fetches each
+	// data chunk once.
+	for range 2 {
+		mt := serve(t, m, c)
+		b, err := os.ReadFile(filepath.Join(mt.Dir, "snap", "mem"))
+		if err != nil || !bytes.Equal(b, mem) {
+			t.Fatalf("read through a mount: %v", err)
+		}
+	}
+	if n := c.Fetched.Load(); n != 5 {
+		t.Fatalf("%d fetches for 5 data chunks over two mounts", n)
+	}
+}
+
+func TestLazyCorruptChunkIsEIO(t *testing.T) {
+	s, m, _ := setup(t)
+	ctx := context.Background()
+	bad := m.Files[0].Chunks[2]
+	s.Put(ctx, "chunks/"+bad, bytes.NewReader(make([]byte, chunk)))
+	var logged []string
+	c, _ := lazy.NewCache(t.TempDir(), s)
+	mt, err := lazy.Serve(t.TempDir(), m, c, func(msg string, args ...any) { logged = append(logged, msg) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mt.Close()
+	f, err := os.Open(filepath.Join(mt.Dir, "snap", "mem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	if _, err := f.ReadAt(buf, 2*chunk); err == nil || !errorIs(err, syscall.EIO) {
+		t.Fatalf("read of a corrupt chunk: %v, want EIO", err)
+	}
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		t.Fatalf("a good chunk after a bad one: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(c.Dir(), bad)); err == nil {
+		t.Fatal("a corrupt chunk entered the cache")
+	}
+	if len(logged) == 0 {
+		t.Fatal("the failed read was not logged")
+	}
+}
+
+func errorIs(err error, errno syscall.Errno) bool {
+	pe, ok := err.(*os.PathError)
+	return ok && pe.Err == errno
+}
