@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/pandastack/pandastack/internal/errdefs"
 )
 
 // The files endpoints: the guest's files, relayed to the sandbox's host agent.
@@ -190,7 +192,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	tooLarge := errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "file is larger than the %d-byte upload limit", s.cfg.MaxUploadBytes)
+	tooLarge := errdefs.New(errdefs.TooLarge, "file is larger than the %d-byte upload limit", s.cfg.MaxUploadBytes)
 	if r.ContentLength > s.cfg.MaxUploadBytes {
 		s.writeError(w, r, tooLarge)
 		return

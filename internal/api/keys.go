@@ -6,6 +6,7 @@ import (
 	"regexp"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -57,7 +58,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	// Any key may mint ordinary keys for its own team; only an admin may mint admin keys.
 	if req.Admin && !id.Admin {
-		s.writeError(w, r, errorf(http.StatusForbidden, "forbidden", "only an admin key can create admin keys"))
+		s.writeError(w, r, errdefs.New(errdefs.Forbidden, "only an admin key can create admin keys"))
 		return
 	}
 	k, secret, err := auth.IssueKey(r.Context(), s.store, id.TeamID, req.Name, req.Admin)
@@ -95,7 +96,7 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if k.Admin && !id.Admin {
-		s.writeError(w, r, errorf(http.StatusForbidden, "forbidden", "only an admin key can revoke an admin key"))
+		s.writeError(w, r, errdefs.New(errdefs.Forbidden, "only an admin key can revoke an admin key"))
 		return
 	}
 	if err := s.store.RevokeKey(r.Context(), id.TeamID, keyID); err != nil {
@@ -110,7 +111,7 @@ var teamNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 func (s *Server) createTeam(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	if !id.Admin {
-		s.writeError(w, r, errorf(http.StatusForbidden, "forbidden", "only an admin key can create teams"))
+		s.writeError(w, r, errdefs.New(errdefs.Forbidden, "only an admin key can create teams"))
 		return
 	}
 	var req struct {

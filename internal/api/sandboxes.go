@@ -153,7 +153,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		code := "internal"
 		if e, ok := toAPIError(err); ok {
-			code = e.Code
+			code = e.code
 		}
 		s.metrics.createFailed(code)
 		s.writeError(w, r, err)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
@@ -280,7 +281,7 @@ func (s *Server) cluster(h http.HandlerFunc) http.Handler {
 		}
 		tok, _ := auth.BearerToken(r)
 		if subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.ClusterToken)) != 1 {
-			s.writeError(w, r, errorf(http.StatusUnauthorized, "unauthorized", "wrong or missing cluster token"))
+			s.writeError(w, r, errdefs.New(errdefs.Unauthorized, "wrong or missing cluster token"))
 			return
 		}
 		h(w, r)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/template"
@@ -191,7 +192,7 @@ func (s *Server) readSpec(ctx context.Context, w http.ResponseWriter, r *http.Re
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, template.MaxSpecBytes))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return template.Spec{}, errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "the spec is larger than the %d-byte limit", template.MaxSpecBytes)
+		return template.Spec{}, errdefs.New(errdefs.TooLarge, "the spec is larger than the %d-byte limit", template.MaxSpecBytes)
 	}
 	if err != nil {
 		return template.Spec{}, invalid("could not read the spec: %v", err)
@@ -263,7 +264,7 @@ func (s *Server) buildTarget(ctx context.Context, teamID string, spec template.S
 	if hostID != "" {
 		h, err := s.store.GetHost(ctx, hostID)
 		if errors.Is(err, store.ErrNotFound) || err == nil && h.State != store.HostUp {
-			return spec, store.Host{}, errorf(http.StatusServiceUnavailable, "capacity", "host %s, where template %s is built, is down", hostID, spec.Name)
+			return spec, store.Host{}, errdefs.Capacityf("host %s, where template %s is built, is down", hostID, spec.Name)
 		}
 		if err == nil {
 			err = checkSize(h)
@@ -359,7 +360,7 @@ func (s *Server) streamError(w http.ResponseWriter, r *http.Request, err error) 
 		return map[string]string{"code": age.Code, "message": age.Message}
 	}
 	if e, ok := toAPIError(err); ok {
-		return map[string]string{"code": e.Code, "message": e.Message}
+		return map[string]string{"code": e.code, "message": e.message}
 	}
 	rid := w.Header().Get("X-Request-Id")
 	s.log.Error("internal error", "request_id", rid, "method", r.Method, "path", r.URL.Path, "err", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -115,7 +116,7 @@ func validateVolumeSpecs(specs []VolumeSpec) ([]store.VolumeAttachment, error) {
 			return nil, invalid("volumes[%d].mount_path is required (an absolute path such as /data)", i)
 		}
 		if err := validateMountPath(*sp.MountPath); err != nil {
-			e := err.(*Error)
+			e := err.(*errdefs.Error)
 			e.Message = "volumes[" + strconv.Itoa(i) + "]." + e.Message
 			return nil, e
 		}
@@ -147,7 +148,7 @@ func (s *Server) volume(r *http.Request) (store.Volume, error) {
 func (s *Server) volumeHost(ctx context.Context, v store.Volume) (store.Host, error) {
 	h, err := s.store.GetHost(ctx, v.HostID)
 	if errors.Is(err, store.ErrNotFound) || err == nil && h.State != store.HostUp {
-		return store.Host{}, errorf(http.StatusServiceUnavailable, "capacity", "host %s of volume %s is down", v.HostID, v.ID)
+		return store.Host{}, errdefs.Capacityf("host %s of volume %s is down", v.HostID, v.ID)
 	}
 	return h, err
 }

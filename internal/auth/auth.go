@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -32,16 +33,17 @@ const (
 
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
-// Error is an authentication failure; Message is safe to show the caller.
-type Error struct{ Message string }
+// Error is an authentication failure (kind errdefs.Unauthorized); Message is safe to show the
+// caller.
+type Error = errdefs.Error
 
-func (e *Error) Error() string { return e.Message }
+func unauthorized(msg string) *Error { return errdefs.New(errdefs.Unauthorized, "%s", msg) }
 
 var (
-	errMissing   = &Error{"missing API key: send the header `Authorization: Bearer pds_…` (set PANDASTACK_API_KEY for the SDKs and CLI)"}
-	errMalformed = &Error{fmt.Sprintf("malformed API key: expected %q followed by %d letters and digits", KeyPrefix, SecretLen)}
-	errUnknown   = &Error{"invalid API key: no such key"}
-	errRevoked   = &Error{"API key revoked"}
+	errMissing   = unauthorized("missing API key: send the header `Authorization: Bearer pds_…` (set PANDASTACK_API_KEY for the SDKs and CLI)")
+	errMalformed = unauthorized(fmt.Sprintf("malformed API key: expected %q followed by %d letters and digits", KeyPrefix, SecretLen))
+	errUnknown   = unauthorized("invalid API key: no such key")
+	errRevoked   = unauthorized("API key revoked")
 )
 
 // NewKey returns a fresh random key.
@@ -161,12 +163,12 @@ func FromContext(ctx context.Context) (Identity, bool) {
 }
 
 // Middleware authenticates every request before next. onError writes the failure: an *Error
-// becomes a 401, anything else (the store is down) a 500.
+// (Unauthorized) becomes a 401, anything else (the store is down) a 500.
 func (a *Authenticator) Middleware(next http.Handler, onError func(http.ResponseWriter, *http.Request, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, present := BearerToken(r)
 		if present && tok == "" {
-			onError(w, r, &Error{"malformed Authorization header: expected `Bearer pds_…`"})
+			onError(w, r, unauthorized("malformed Authorization header: expected `Bearer pds_…`"))
 			return
 		}
 		id, err := a.Authenticate(r.Context(), tok)

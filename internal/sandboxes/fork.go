@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -18,9 +19,6 @@ const LifecycleTimeout = 10 * time.Minute
 
 // RefreshTimeout bounds a state check on a sandbox's host.
 const RefreshTimeout = 2 * time.Second
-
-// agentConflict is the status of a host agent's 409 (kept literal: no net/http here).
-const agentConflict = 409
 
 // Fork makes count children of a usable parent on the parent's host and records them, all in one
 // transaction. A parent with volumes is refused; the host must have a slot for every child (the
@@ -156,7 +154,7 @@ func (s *Service) Touched(ctx context.Context, sb store.Sandbox, c *agentclient.
 		if _, err := s.store.SetSandboxState(context.WithoutCancel(ctx), sb.ID, store.StateRunning, "", store.StateHibernated); err != nil {
 			s.log.Warn("could not record a woken sandbox running", "sandbox", sb.ID, "err", err)
 		}
-	case callErr != nil && (sb.State == store.StateHibernated || errors.As(callErr, &ae) && ae.Status == agentConflict):
+	case callErr != nil && (sb.State == store.StateHibernated || errors.As(callErr, &ae) && ae.Status == errdefs.Conflict.Status()):
 		s.Refresh(ctx, sb, c, RefreshTimeout)
 	}
 }

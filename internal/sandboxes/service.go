@@ -8,13 +8,13 @@ package sandboxes
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -71,26 +71,6 @@ func New(cfg Config) *Service {
 
 // EgressOpen is the operator's open private ranges, as the hosts are given them.
 func (s *Service) EgressOpen() []string { return slices.Clone(s.egressOpen) }
-
-// Kind is what went wrong, for the caller to word (the API maps it to a status).
-type Kind int
-
-const (
-	NotFound Kind = iota + 1 // something the request names does not exist (for this team)
-	Conflict                 // the request conflicts with the current state
-)
-
-// Error is a refusal of the service; Message is meant for the caller's user.
-type Error struct {
-	Kind    Kind
-	Message string
-}
-
-func (e *Error) Error() string { return e.Message }
-
-func errorf(k Kind, format string, args ...any) *Error {
-	return &Error{Kind: k, Message: fmt.Sprintf(format, args...)}
-}
 
 // Truncate shortens user-supplied text quoted in a message.
 func Truncate(s string) string {
@@ -154,7 +134,7 @@ func (s *Service) tryHosts(what string, hosts []store.Host, codes []string, try 
 	return lastErr
 }
 
-// Usable says why calls cannot reach a sandbox (a Conflict), or nil when it is running or
+// Usable says why calls cannot reach a sandbox (errdefs.Conflict), or nil when it is running or
 // hibernated (its host wakes a hibernated sandbox for any call).
 func Usable(sb store.Sandbox) error {
 	switch sb.State {
@@ -162,28 +142,28 @@ func Usable(sb store.Sandbox) error {
 		return nil
 	case store.StateKilled:
 		if sb.Error != "" {
-			return errorf(Conflict, "sandbox %s was killed (%s)", sb.ID, sb.Error)
+			return errdefs.Conflictf("sandbox %s was killed (%s)", sb.ID, sb.Error)
 		}
-		return errorf(Conflict, "sandbox %s was killed", sb.ID)
+		return errdefs.Conflictf("sandbox %s was killed", sb.ID)
 	case store.StateLost:
-		return errorf(Conflict, "sandbox %s is lost: %s", sb.ID, sb.Error)
+		return errdefs.Conflictf("sandbox %s is lost: %s", sb.ID, sb.Error)
 	case store.StateError:
-		return errorf(Conflict, "sandbox %s failed: %s", sb.ID, sb.Error)
+		return errdefs.Conflictf("sandbox %s failed: %s", sb.ID, sb.Error)
 	}
-	return errorf(Conflict, "sandbox %s is %s", sb.ID, sb.State)
+	return errdefs.Conflictf("sandbox %s is %s", sb.ID, sb.State)
 }
 
-// Client returns a client for the host of a sandbox, which must be known and up (else Conflict).
+// Client returns a client for the host of a sandbox, which must be known and up (else errdefs.Conflict).
 func (s *Service) Client(ctx context.Context, sb store.Sandbox) (*agentclient.Client, error) {
 	h, err := s.store.GetHost(ctx, sb.HostID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, errorf(Conflict, "sandbox %s has no known host", sb.ID)
+		return nil, errdefs.Conflictf("sandbox %s has no known host", sb.ID)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if h.State != store.HostUp {
-		return nil, errorf(Conflict, "sandbox %s is unreachable: its host %s is down", sb.ID, h.ID)
+		return nil, errdefs.Conflictf("sandbox %s is unreachable: its host %s is down", sb.ID, h.ID)
 	}
 	return s.sched.Client(h), nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -23,7 +24,7 @@ func InUse(err error, what string) error {
 	if iu.Holder.ReadOnly {
 		mode = "read-only"
 	}
-	return errorf(Conflict, "volume %s is attached %s to sandbox %s at %s: %s (kill that sandbox first)", iu.VolumeID, mode, iu.Holder.SandboxID, iu.Holder.MountPath, what)
+	return errdefs.Conflictf("volume %s is attached %s to sandbox %s at %s: %s (kill that sandbox first)", iu.VolumeID, mode, iu.Holder.SandboxID, iu.Holder.MountPath, what)
 }
 
 // resolveVolumes loads the team's volumes of a create, checks they are on one host and free for
@@ -33,7 +34,7 @@ func (s *Service) resolveVolumes(ctx context.Context, teamID string, atts []stor
 	for _, a := range atts {
 		v, err := s.store.GetTeamVolume(ctx, teamID, a.VolumeID)
 		if errors.Is(err, store.ErrNotFound) {
-			return "", errorf(NotFound, "volume %s not found", Truncate(a.VolumeID))
+			return "", errdefs.NotFoundf("volume %s not found", Truncate(a.VolumeID))
 		}
 		if err != nil {
 			return "", err
@@ -41,7 +42,7 @@ func (s *Service) resolveVolumes(ctx context.Context, teamID string, atts []stor
 		if host == "" {
 			host, first = v.HostID, v.ID
 		} else if v.HostID != host {
-			return "", errorf(Conflict, "volumes of one sandbox must be on one host: %s is on %s, %s on %s", first, host, v.ID, v.HostID)
+			return "", errdefs.Conflictf("volumes of one sandbox must be on one host: %s is on %s, %s on %s", first, host, v.ID, v.HostID)
 		}
 		if err := s.store.CheckAttach(ctx, v.ID, a.ReadOnly); err != nil {
 			return "", InUse(err, "it cannot also be attached "+map[bool]string{true: "read-only", false: "read-write"}[a.ReadOnly])
@@ -57,7 +58,7 @@ func (s *Service) RefuseWithVolumes(ctx context.Context, sb store.Sandbox, what 
 		return err
 	}
 	if len(vols) > 0 {
-		return errorf(Conflict, "sandbox %s has volumes (%s at %s): %s of a sandbox with volumes are refused", sb.ID, vols[0].VolumeID, vols[0].MountPath, what)
+		return errdefs.Conflictf("sandbox %s has volumes (%s at %s): %s of a sandbox with volumes are refused", sb.ID, vols[0].VolumeID, vols[0].MountPath, what)
 	}
 	return nil
 }

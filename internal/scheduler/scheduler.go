@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -24,11 +25,6 @@ const DefaultHeartbeatTimeout = 15 * time.Second
 
 // DefaultTemplateMemMiB is assumed for a template whose size no host has reported.
 const DefaultTemplateMemMiB = 256
-
-// CapacityError says why nothing fits; the API answers it with 503 `capacity`.
-type CapacityError struct{ Reason string }
-
-func (e *CapacityError) Error() string { return e.Reason }
 
 // ErrUnknownHost answers a heartbeat from a host that never registered (it should register).
 var ErrUnknownHost = errors.New("unknown host: register first")
@@ -70,18 +66,14 @@ type HostLimits struct {
 	MemMiBCommitLimit int64 `json:"mem_mib_commit_limit,omitempty"`
 }
 
-// LimitError says a VM is larger than any host allows; the API answers it with 400.
-type LimitError struct{ Reason string }
-
-func (e *LimitError) Error() string { return e.Reason }
-
-// checkSize refuses a VM larger than the host's limits (a host reporting none takes anything).
+// checkSize refuses a VM larger than the host's limits (errdefs.Invalid: asking less is the only
+// fix; a host reporting none takes anything).
 func (l HostLimits) checkSize(what string, vcpus, memMiB int64) error {
 	if l.MaxVCPUs > 0 && vcpus > l.MaxVCPUs {
-		return &LimitError{fmt.Sprintf("%s: %d vCPUs is more than the host's limit of %d (max_vcpus)", what, vcpus, l.MaxVCPUs)}
+		return errdefs.Invalidf("%s: %d vCPUs is more than the host's limit of %d (max_vcpus)", what, vcpus, l.MaxVCPUs)
 	}
 	if l.MaxMemoryMiB > 0 && memMiB > l.MaxMemoryMiB {
-		return &LimitError{fmt.Sprintf("%s: %d MiB of memory is more than the host's limit of %d MiB per VM (max_memory_mib)", what, memMiB, l.MaxMemoryMiB)}
+		return errdefs.Invalidf("%s: %d MiB of memory is more than the host's limit of %d MiB per VM (max_memory_mib)", what, memMiB, l.MaxMemoryMiB)
 	}
 	return nil
 }
@@ -255,7 +247,7 @@ func (s *Scheduler) TemplateMemMiB(ctx context.Context, template string) int64 {
 }
 
 // Place returns the hosts that can take a sandbox of template, best first: hosts that have it
-// baked, then by most free memory, then fewest sandboxes. None fitting is a *CapacityError.
+// baked, then by most free memory, then fewest sandboxes. None fitting is an errdefs.Capacity.
 func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, error) {
 	hosts, err := s.cfg.Store.ListHosts(ctx)
 	if err != nil {
@@ -296,11 +288,11 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 		case knows > 0 && tooBig == knows:
 			return nil, sizeErr
 		case up == 0:
-			return nil, &CapacityError{"no host is up to run sandboxes"}
+			return nil, errdefs.Capacityf("no host is up to run sandboxes")
 		case knows == 0:
-			return nil, &CapacityError{fmt.Sprintf("no host that is up can run template %q", template)}
+			return nil, errdefs.Capacityf("no host that is up can run template %q", template)
 		default:
-			return nil, &CapacityError{fmt.Sprintf("no host has room for a %q sandbox (%d MiB): all are full", template, need)}
+			return nil, errdefs.Capacityf("no host has room for a %q sandbox (%d MiB): all are full", template, need)
 		}
 	}
 	return rankHosts(cands, need), nil
@@ -329,7 +321,7 @@ func (s *Scheduler) templateVCPUs(ctx context.Context, template string) int64 {
 	return int64(n)
 }
 
-// CheckSize refuses (*LimitError) a VM of vcpus and memMiB (0: not given) that is larger than
+// CheckSize refuses (errdefs.Invalid) a VM of vcpus and memMiB (0: not given) that is larger than
 // hostID allows.
 func (s *Scheduler) CheckSize(hostID, what string, vcpus, memMiB int64) error {
 	s.mu.Lock()
@@ -372,7 +364,7 @@ func rankHosts(cands []hostRank, tie int64) []store.Host {
 
 // PlaceVolume returns the hosts that can keep a new volume, best first: every host that is up,
 // those with a free slot first (a volume is used by sandboxes placed on its host), then by most
-// free memory, then fewest sandboxes. No host up is a *CapacityError.
+// free memory, then fewest sandboxes. No host up is an errdefs.Capacity.
 func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 	hosts, err := s.cfg.Store.ListHosts(ctx)
 	if err != nil {
@@ -390,7 +382,7 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 	}
 	s.mu.Unlock()
 	if len(cands) == 0 {
-		return nil, &CapacityError{"no host is up to keep volumes"}
+		return nil, errdefs.Capacityf("no host is up to keep volumes")
 	}
 	return rankHosts(cands, DefaultTemplateMemMiB), nil
 }
@@ -425,27 +417,27 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (release func()) {
 // PlaceOn checks that hostID, where a sandbox must go (a fork's children live with their
 // parent; a sandbox made from a snapshot lives where the snapshot is), is up and has room for n
 // more sandboxes of memMiB each (0: count slots only), counting sandboxes placed since its last
-// report. Not fitting is a *CapacityError.
+// report. Not fitting is an errdefs.Capacity.
 func (s *Scheduler) PlaceOn(ctx context.Context, hostID string, n int, memMiB int64) (store.Host, error) {
 	h, err := s.cfg.Store.GetHost(ctx, hostID)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Host{}, &CapacityError{fmt.Sprintf("host %s is not known", hostID)}
+		return store.Host{}, errdefs.Capacityf("host %s is not known", hostID)
 	}
 	if err != nil {
 		return store.Host{}, err
 	}
 	if h.State != store.HostUp {
-		return store.Host{}, &CapacityError{fmt.Sprintf("host %s is down", hostID)}
+		return store.Host{}, errdefs.Capacityf("host %s is down", hostID)
 	}
 	s.mu.Lock()
 	p := s.pending[h.ID]
 	free, known := s.roomLocked(h, p)
 	s.mu.Unlock()
 	if free := h.SlotsTotal - h.SlotsUsed - p.slots; h.SlotsTotal > 0 && free < int64(n) {
-		return store.Host{}, &CapacityError{fmt.Sprintf("host %s has room for %d more sandboxes, not %d", hostID, max(free, 0), n)}
+		return store.Host{}, errdefs.Capacityf("host %s has room for %d more sandboxes, not %d", hostID, max(free, 0), n)
 	}
 	if memMiB > 0 && known && free < int64(n)*memMiB {
-		return store.Host{}, &CapacityError{fmt.Sprintf("host %s does not have %d MiB of guest memory left to commit", hostID, int64(n)*memMiB)}
+		return store.Host{}, errdefs.Capacityf("host %s does not have %d MiB of guest memory left to commit", hostID, int64(n)*memMiB)
 	}
 	return h, nil
 }
