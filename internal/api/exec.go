@@ -7,7 +7,9 @@ import (
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // MaxExecTimeoutSeconds bounds timeout_seconds of one exec (the host agent's own limit).
@@ -75,7 +77,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, res)
+		writeJSON(w, http.StatusOK, v1.ExecResult(res))
 		return
 	}
 	body, err := c.ExecStream(r.Context(), sb.ID, areq)
@@ -91,8 +93,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	if err := copyFlushing(w, body); err != nil && r.Context().Err() == nil {
 		// Headers are gone; the stream's last line is the only place left for an error.
-		line, _ := json.Marshal(map[string]any{"error": map[string]string{"code": "internal",
-			"message": "the stream from the sandbox's host broke (request id " + w.Header().Get("X-Request-Id") + ")"}})
+		line, _ := json.Marshal(errorBody(errdefs.Internal.Code(),
+			"the stream from the sandbox's host broke (request id "+w.Header().Get("X-Request-Id")+")"))
 		w.Write(append(line, '\n'))
 		s.log.Warn("exec stream broke", "sandbox", sb.ID, "err", err)
 	}

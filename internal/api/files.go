@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // The files endpoints: the guest's files, relayed to the sandbox's host agent.
@@ -119,10 +120,7 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Path string `json:"path"`
-		User string `json:"user,omitempty"`
-	}
+	var req v1.PathRequest
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -136,11 +134,7 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) move(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		From string `json:"from"`
-		To   string `json:"to"`
-		User string `json:"user,omitempty"`
-	}
+	var req v1.MoveRequest
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		s.writeError(w, r, err)
 		return

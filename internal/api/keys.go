@@ -8,46 +8,14 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
-
-// KeyView is a key as listed: never the secret, only its display prefix.
-type KeyView struct {
-	ID        string  `json:"id"`
-	Name      string  `json:"name"`
-	Prefix    string  `json:"prefix"`
-	Admin     bool    `json:"admin"`
-	TeamID    string  `json:"team_id"`
-	CreatedAt string  `json:"created_at"`
-	RevokedAt *string `json:"revoked_at"`
-	// Key is the secret, present only in the answer that created it.
-	Key string `json:"key,omitempty"`
-}
-
-func keyView(k store.APIKey, secret string) KeyView {
-	v := KeyView{ID: k.ID, Name: k.Name, Prefix: k.Prefix + "…", Admin: k.Admin, TeamID: k.TeamID,
-		CreatedAt: Timestamp(k.CreatedAt), Key: secret}
-	if k.Revoked() {
-		t := Timestamp(k.RevokedAt)
-		v.RevokedAt = &t
-	}
-	return v
-}
-
-// TeamView is the public team object.
-type TeamView struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	CreatedAt string `json:"created_at"`
-}
 
 const maxKeyNameLen = 128
 
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	var req struct {
-		Name  string `json:"name"`
-		Admin bool   `json:"admin"`
-	}
+	var req v1.CreateKeyRequest
 	if err := decodeJSON(w, r, &req, true); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -76,11 +44,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := make([]KeyView, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, keyView(k, ""))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"keys": out})
+	writeJSON(w, http.StatusOK, v1.Keys{Keys: list(keys, func(k store.APIKey) v1.Key { return keyView(k, "") })})
 }
 
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
@@ -114,9 +78,7 @@ func (s *Server) createTeam(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.New(errdefs.Forbidden, "only an admin key can create teams"))
 		return
 	}
-	var req struct {
-		Name string `json:"name"`
-	}
+	var req v1.CreateTeamRequest
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -134,8 +96,5 @@ func (s *Server) createTeam(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{
-		"team": TeamView{ID: t.ID, Name: t.Name, CreatedAt: Timestamp(t.CreatedAt)},
-		"key":  keyView(k, secret),
-	})
+	writeJSON(w, http.StatusCreated, v1.NewTeam{Key: keyView(k, secret), Team: v1.Team{ID: t.ID, Name: t.Name, CreatedAt: Timestamp(t.CreatedAt)}})
 }

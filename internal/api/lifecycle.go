@@ -11,6 +11,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // Fork, snapshots, hibernate and wake. The host agent does the work (docs/hostagent-api.md);
@@ -26,19 +27,6 @@ const (
 	lifecycleTimeout = sandboxes.LifecycleTimeout
 	refreshTimeout   = sandboxes.RefreshTimeout
 )
-
-// SnapshotView is the public snapshot object.
-type SnapshotView struct {
-	ID        string `json:"id"`
-	SandboxID string `json:"sandbox_id"`
-	Template  string `json:"template"`
-	CreatedAt string `json:"created_at"`
-	SizeBytes int64  `json:"size_bytes"`
-}
-
-func snapshotViewOf(sn store.Snapshot) SnapshotView {
-	return SnapshotView{ID: sn.ID, SandboxID: sn.SandboxID, Template: sn.Template, CreatedAt: Timestamp(sn.CreatedAt), SizeBytes: sn.SizeBytes}
-}
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	var req struct {
@@ -65,11 +53,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := make([]SandboxView, len(children))
-	for i, ch := range children {
-		out[i] = viewOf(ch)
-	}
-	writeJSON(w, http.StatusCreated, map[string]any{"sandboxes": out})
+	writeJSON(w, http.StatusCreated, v1.Sandboxes{Sandboxes: list(children, viewOf)})
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -140,15 +124,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := make([]SnapshotView, 0, len(page))
-	for _, sn := range page {
-		out = append(out, snapshotViewOf(sn))
-	}
-	var nextp *string
-	if next != "" {
-		nextp = &next
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"snapshots": out, "next_cursor": nextp})
+	writeJSON(w, http.StatusOK, v1.SnapshotPage{NextCursor: cursor(next), Snapshots: list(page, snapshotViewOf)})
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {

@@ -18,42 +18,8 @@ import (
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/template"
 	"github.com/pandastack/pandastack/internal/termtext"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
-
-// SandboxView is the public sandbox object.
-type SandboxView struct {
-	ID        string            `json:"id"`
-	Template  string            `json:"template"`
-	State     string            `json:"state"`
-	CreatedAt string            `json:"created_at"`
-	ExpiresAt string            `json:"expires_at"`
-	Metadata  map[string]string `json:"metadata"`
-	Host      string            `json:"host"`
-	Error     string            `json:"error,omitempty"`
-	// ForkOf names the parent of a fork's child; SnapshotID the snapshot a sandbox was made from.
-	ForkOf     string `json:"fork_of,omitempty"`
-	SnapshotID string `json:"snapshot_id,omitempty"`
-}
-
-// Timestamp renders t as RFC 3339 UTC with milliseconds.
-func Timestamp(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
-}
-
-func viewOf(sb store.Sandbox) SandboxView {
-	v := SandboxView{ID: sb.ID, Template: sb.Template, State: sb.State, CreatedAt: Timestamp(sb.CreatedAt),
-		ExpiresAt: Timestamp(sb.ExpiresAt), Metadata: sb.Metadata, Host: sb.HostID, ForkOf: sb.ForkOf, SnapshotID: sb.SnapshotID}
-	if sb.State == store.StateError || sb.State == store.StateLost {
-		v.Error = sb.Error
-	}
-	if v.Metadata == nil {
-		v.Metadata = map[string]string{}
-	}
-	return v
-}
 
 type createRequest struct {
 	Template   string            `json:"template"`
@@ -303,15 +269,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := make([]SandboxView, 0, len(page))
-	for _, sb := range page {
-		out = append(out, viewOf(sb))
-	}
-	var nextp *string
-	if next != "" {
-		nextp = &next
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out, "next_cursor": nextp})
+	writeJSON(w, http.StatusOK, v1.SandboxPage{NextCursor: cursor(next), Sandboxes: list(page, viewOf)})
 }
 
 // parseStates reads state=a,b (repeatable); "all" means every state.

@@ -228,8 +228,7 @@ func (s *Server) outer(next http.Handler) http.Handler {
 				s.log.Error("panic serving request", "request_id", rid, "method", r.Method, "path", r.URL.Path,
 					"panic", p, "stack", string(debug.Stack()))
 				if rec.status == 0 {
-					writeJSON(rec, http.StatusInternalServerError, map[string]any{"error": map[string]string{
-						"code": "internal", "message": "internal error (request id " + rid + ")"}})
+					writeJSON(rec, http.StatusInternalServerError, errorBody(errdefs.Internal.Code(), "internal error (request id "+rid+")"))
 				}
 			}
 			status := rec.status

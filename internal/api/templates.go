@@ -18,6 +18,7 @@ import (
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/template"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // MaxTeamTemplateNameLen bounds a team template's name: its host knows it as
@@ -27,32 +28,6 @@ const MaxTeamTemplateNameLen = 50
 // buildTimeout bounds one template build (debootstrap, npm and steps on a software-emulated CPU
 // can take a long time).
 const buildTimeout = time.Hour
-
-// Template owners in TemplateView.Owner.
-const (
-	OwnerCatalog = "catalog"
-	OwnerTeam    = "team"
-)
-
-// TemplateView is the public template object: a catalog template, or one the caller's team
-// built (owner "team", private to the team).
-type TemplateView struct {
-	Name        string            `json:"name"`
-	Owner       string            `json:"owner"`
-	Description string            `json:"description,omitempty"`
-	VCPUs       int               `json:"vcpus"`
-	MemoryMiB   int               `json:"memory_mib"`
-	DiskMiB     int               `json:"disk_mib"`
-	SizeBytes   int64             `json:"size_bytes,omitempty"`
-	BakeMS      int64             `json:"bake_ms,omitempty"`
-	Aliases     []string          `json:"aliases"`
-	Metadata    map[string]string `json:"metadata"`
-	// Available: some host that is up can run it. Baked: some such host has it ready to restore.
-	Available bool   `json:"available"`
-	Baked     bool   `json:"baked"`
-	CreatedAt string `json:"created_at,omitempty"`
-	UpdatedAt string `json:"updated_at,omitempty"`
-}
 
 // agentTemplateName is the name a team template has on its host: unique across teams (two teams
 // may both call theirs "web") and still a valid template name.
@@ -68,42 +43,6 @@ func (s *Server) upHosts(ctx context.Context) ([]store.Host, error) {
 		return nil, err
 	}
 	return slices.DeleteFunc(hosts, func(h store.Host) bool { return h.State != store.HostUp }), nil
-}
-
-func catalogView(t store.Template, up []store.Host) TemplateView {
-	v := TemplateView{Name: t.Name, Owner: OwnerCatalog, Description: t.Description, VCPUs: t.VCPUs,
-		MemoryMiB: t.MemoryMiB, DiskMiB: t.DiskMiB, Aliases: t.Aliases, Metadata: t.Metadata}
-	for _, h := range up {
-		v.Available = v.Available || slices.Contains(h.Templates, t.Name)
-		v.Baked = v.Baked || slices.Contains(h.Baked, t.Name)
-	}
-	return fillView(v)
-}
-
-func teamView(t store.TeamTemplate, up []store.Host) TemplateView {
-	v := TemplateView{Name: t.Name, Owner: OwnerTeam, Description: t.Description, VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB,
-		DiskMiB: t.DiskMiB, SizeBytes: t.SizeBytes, BakeMS: t.BakeMS, CreatedAt: Timestamp(t.CreatedAt), UpdatedAt: Timestamp(t.UpdatedAt)}
-	if spec, err := template.Parse([]byte(t.Spec)); err == nil {
-		v.Metadata = spec.Metadata
-	}
-	for _, h := range up {
-		if h.ID == t.HostID {
-			v.Available = slices.Contains(h.Templates, t.AgentName)
-			v.Baked = slices.Contains(h.Baked, t.AgentName)
-		}
-	}
-	return fillView(v)
-}
-
-// fillView makes aliases and metadata empty rather than null.
-func fillView(v TemplateView) TemplateView {
-	if v.Aliases == nil {
-		v.Aliases = []string{}
-	}
-	if v.Metadata == nil {
-		v.Metadata = map[string]string{}
-	}
-	return v
 }
 
 // catalogTemplate finds a catalog template by name or alias (postgres-16 is postgres-17).
@@ -156,14 +95,14 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := make([]TemplateView, 0, len(cat)+len(own))
+	out := make([]v1.Template, 0, len(cat)+len(own))
 	for _, t := range cat {
 		out = append(out, catalogView(t, up))
 	}
 	for _, t := range own {
 		out = append(out, teamView(t, up))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"templates": out})
+	writeJSON(w, http.StatusOK, v1.Templates{Templates: out})
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
@@ -329,7 +268,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	out := &ndjson{w: w}
 	s.log.Info("template build", "team", id.TeamID, "template", spec.Name, "host", h.ID, "as", agentSpec.Name)
 	built, err := s.sched.Client(h).BuildTemplate(ctx, agentSpec, func(line string) {
-		out.send(map[string]string{"progress": line})
+		out.send(v1.BuildEvent{Progress: &line})
 	})
 	var rec store.TeamTemplate
 	if err == nil {
@@ -344,27 +283,27 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
-		out.send(map[string]any{"error": s.streamError(w, r, err)})
+		out.send(v1.BuildEvent{Error: s.streamError(w, r, err)})
 		return
 	}
 	s.refreshHost(ctx, h)
 	view := teamView(rec, nil)
 	view.Available, view.Baked = true, built.Baked
-	out.send(map[string]any{"template": view})
+	out.send(v1.BuildEvent{Template: &view})
 }
 
 // streamError words an error for the end of a stream, like writeError does for a whole answer.
-func (s *Server) streamError(w http.ResponseWriter, r *http.Request, err error) map[string]string {
+func (s *Server) streamError(w http.ResponseWriter, r *http.Request, err error) *v1.ErrorDetail {
 	var age *agentclient.Error
 	if errors.As(err, &age) && age.Status == 0 {
-		return map[string]string{"code": age.Code, "message": age.Message}
+		return &v1.ErrorDetail{Code: age.Code, Message: age.Message}
 	}
 	if e, ok := toAPIError(err); ok {
-		return map[string]string{"code": e.code, "message": e.message}
+		return &v1.ErrorDetail{Code: e.code, Message: e.message}
 	}
 	rid := w.Header().Get("X-Request-Id")
 	s.log.Error("internal error", "request_id", rid, "method", r.Method, "path", r.URL.Path, "err", err)
-	return map[string]string{"code": "internal", "message": "internal error: the build did not finish (request id " + rid + ")"}
+	return &v1.ErrorDetail{Code: errdefs.Internal.Code(), Message: "internal error: the build did not finish (request id " + rid + ")"}
 }
 
 // deleteTemplate is DELETE /v1/templates/{name}: only a team's own template, and only when

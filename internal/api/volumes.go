@@ -14,6 +14,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // Durable volumes (docs/volumes.md): persistent disks that outlive sandboxes. A volume lives on
@@ -32,32 +33,6 @@ const (
 
 // systemDirs may not be mount points, nor hold one.
 var systemDirs = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr", "/var"}
-
-// VolumeView is the public volume object.
-type VolumeView struct {
-	ID          string           `json:"id"`
-	Name        string           `json:"name"`
-	SizeMiB     int64            `json:"size_mib"`
-	HostID      string           `json:"host_id"`
-	CreatedAt   string           `json:"created_at"`
-	Attachments []AttachmentView `json:"attachments"`
-}
-
-// AttachmentView is a sandbox that holds a volume.
-type AttachmentView struct {
-	SandboxID string `json:"sandbox_id"`
-	MountPath string `json:"mount_path"`
-	ReadOnly  bool   `json:"read_only"`
-}
-
-func volumeViewOf(v store.Volume) VolumeView {
-	out := VolumeView{ID: v.ID, Name: v.Name, SizeMiB: v.SizeMiB, HostID: v.HostID, CreatedAt: Timestamp(v.CreatedAt),
-		Attachments: make([]AttachmentView, 0, len(v.Attachments))}
-	for _, a := range v.Attachments {
-		out.Attachments = append(out.Attachments, AttachmentView{SandboxID: a.SandboxID, MountPath: a.MountPath, ReadOnly: a.ReadOnly})
-	}
-	return out
-}
 
 // VolumeSpec is one entry of a create's `volumes`.
 type VolumeSpec struct {
@@ -195,11 +170,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := make([]VolumeView, 0, len(vols))
-	for _, v := range vols {
-		out = append(out, volumeViewOf(v))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"volumes": out})
+	writeJSON(w, http.StatusOK, v1.Volumes{Volumes: list(vols, volumeViewOf)})
 }
 
 func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {

@@ -200,7 +200,7 @@ func TestVolumeAttachRules(t *testing.T) {
 	}
 	e.wantErr(e.do("PUT", "/v1/sandboxes/"+r1.ID+"/files?path=/data/x", k, "x"), 403, "forbidden", "read-only")
 	got := e.getVolume(k, v.ID).Attachments
-	if want := []AttachmentView{{r1.ID, "/data", true}, {r2.ID, "/mnt/ref", true}}; !reflect.DeepEqual(got, want) {
+	if want := []AttachmentView{{SandboxID: r1.ID, MountPath: "/data", ReadOnly: true}, {SandboxID: r2.ID, MountPath: "/mnt/ref", ReadOnly: true}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("read-only attachments %+v, want %+v", got, want)
 	}
 	e.wantErr(e.do("POST", "/v1/sandboxes", k, mount("/data", false)), 409, "conflict", "attached read-only to sandbox "+r1.ID)
