@@ -96,5 +96,5 @@ func (s *Server) createTeam(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, v1.NewTeam{Key: keyView(k, secret), Team: v1.Team{ID: t.ID, Name: t.Name, CreatedAt: Timestamp(t.CreatedAt)}})
+	writeJSON(w, http.StatusCreated, v1.NewTeam{Key: keyView(k, secret), Team: v1.Team{ID: t.ID, Name: t.Name, CreatedAt: v1.Timestamp(t.CreatedAt)}})
 }

@@ -9,26 +9,7 @@ import (
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
-// The public objects are internal/wire/v1's; this file turns records into them. The names below
-// are the ones the handlers' tests have always used.
-type (
-	SandboxView    = v1.Sandbox
-	SnapshotView   = v1.Snapshot
-	VolumeView     = v1.Volume
-	AttachmentView = v1.VolumeAttachment
-	TemplateView   = v1.Template
-	KeyView        = v1.Key
-	InfoView       = v1.Info
-)
-
-// Template owners in v1.Template.Owner.
-const (
-	OwnerCatalog = v1.OwnerCatalog
-	OwnerTeam    = v1.OwnerTeam
-)
-
-// Timestamp is the API's time format.
-var Timestamp = v1.Timestamp
+// The public objects are internal/wire/v1's; this file turns records into them.
 
 // list converts records to their views; never null on the wire.
 func list[R, V any](recs []R, view func(R) V) []V {
@@ -48,8 +29,8 @@ func cursor(next string) *string {
 }
 
 func viewOf(sb store.Sandbox) v1.Sandbox {
-	v := v1.Sandbox{ID: sb.ID, Template: sb.Template, State: sb.State, CreatedAt: Timestamp(sb.CreatedAt),
-		ExpiresAt: Timestamp(sb.ExpiresAt), Metadata: sb.Metadata, Host: sb.HostID, ForkOf: sb.ForkOf, SnapshotID: sb.SnapshotID}
+	v := v1.Sandbox{ID: sb.ID, Template: sb.Template, State: sb.State, CreatedAt: v1.Timestamp(sb.CreatedAt),
+		ExpiresAt: v1.Timestamp(sb.ExpiresAt), Metadata: sb.Metadata, Host: sb.HostID, ForkOf: sb.ForkOf, SnapshotID: sb.SnapshotID}
 	if sb.State == store.StateError || sb.State == store.StateLost {
 		v.Error = sb.Error
 	}
@@ -60,11 +41,11 @@ func viewOf(sb store.Sandbox) v1.Sandbox {
 }
 
 func snapshotViewOf(sn store.Snapshot) v1.Snapshot {
-	return v1.Snapshot{ID: sn.ID, SandboxID: sn.SandboxID, Template: sn.Template, CreatedAt: Timestamp(sn.CreatedAt), SizeBytes: sn.SizeBytes}
+	return v1.Snapshot{ID: sn.ID, SandboxID: sn.SandboxID, Template: sn.Template, CreatedAt: v1.Timestamp(sn.CreatedAt), SizeBytes: sn.SizeBytes}
 }
 
 func volumeViewOf(v store.Volume) v1.Volume {
-	return v1.Volume{ID: v.ID, Name: v.Name, SizeMiB: v.SizeMiB, HostID: v.HostID, CreatedAt: Timestamp(v.CreatedAt),
+	return v1.Volume{ID: v.ID, Name: v.Name, SizeMiB: v.SizeMiB, HostID: v.HostID, CreatedAt: v1.Timestamp(v.CreatedAt),
 		Attachments: list(v.Attachments, func(a store.VolumeAttachment) v1.VolumeAttachment {
 			return v1.VolumeAttachment{SandboxID: a.SandboxID, MountPath: a.MountPath, ReadOnly: a.ReadOnly}
 		})}
@@ -72,9 +53,9 @@ func volumeViewOf(v store.Volume) v1.Volume {
 
 func keyView(k store.APIKey, secret string) v1.Key {
 	v := v1.Key{ID: k.ID, Name: k.Name, Prefix: k.Prefix + "…", Admin: k.Admin, TeamID: k.TeamID,
-		CreatedAt: Timestamp(k.CreatedAt), Key: secret}
+		CreatedAt: v1.Timestamp(k.CreatedAt), Key: secret}
 	if k.Revoked() {
-		t := Timestamp(k.RevokedAt)
+		t := v1.Timestamp(k.RevokedAt)
 		v.RevokedAt = &t
 	}
 	return v
@@ -100,7 +81,7 @@ func catalogView(t store.Template, up []store.Host) v1.Template {
 
 func teamView(t store.TeamTemplate, up []store.Host) v1.Template {
 	v := v1.Template{Name: t.Name, Owner: v1.OwnerTeam, Description: t.Description, VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB,
-		DiskMiB: t.DiskMiB, SizeBytes: t.SizeBytes, BakeMS: t.BakeMS, CreatedAt: Timestamp(t.CreatedAt), UpdatedAt: Timestamp(t.UpdatedAt)}
+		DiskMiB: t.DiskMiB, SizeBytes: t.SizeBytes, BakeMS: t.BakeMS, CreatedAt: v1.Timestamp(t.CreatedAt), UpdatedAt: v1.Timestamp(t.UpdatedAt)}
 	if spec, err := template.Parse([]byte(t.Spec)); err == nil {
 		v.Metadata = spec.Metadata
 	}
