@@ -32,10 +32,7 @@ func (s *Server) target(r *http.Request) (store.Sandbox, *agentclient.Client, er
 	if err != nil {
 		return sb, nil, err
 	}
-	if err := usable(sb); err != nil {
-		return sb, nil, err
-	}
-	c, err := s.svc.Client(r.Context(), sb)
+	c, err := s.svc.Target(r.Context(), sb)
 	return sb, c, err
 }
 

@@ -211,21 +211,14 @@ func (s *Server) sandbox(r *http.Request) (store.Sandbox, error) {
 	return sb, err
 }
 
-// getSandbox answers the record, first brought up to date from the sandbox's host when it is
-// running or hibernated there (the host may have hibernated it for idleness, or it may have
-// failed): one cheap call, skipped when the host is down or slow.
+// getSandbox answers the record, first brought up to date from the sandbox's host.
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sandbox(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if sb.State == store.StateRunning || sb.State == store.StateHibernated {
-		if h, err := s.store.GetHost(r.Context(), sb.HostID); err == nil && h.State == store.HostUp {
-			sb = s.svc.Refresh(r.Context(), sb, s.sched.Client(h), refreshTimeout)
-		}
-	}
-	writeJSON(w, http.StatusOK, viewOf(sb))
+	writeJSON(w, http.StatusOK, viewOf(s.svc.Current(r.Context(), sb)))
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
@@ -293,35 +286,13 @@ func parseStates(vals []string) ([]string, error) {
 func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sandbox(r)
 	if err == nil {
-		err = s.kill(r.Context(), sb, "")
+		err = s.svc.Kill(r.Context(), sb, "")
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// kill stops a sandbox on its host (if the host is up) and records it killed. A host that cannot
-// be reached does not block the kill: the sandbox is recorded killed, and the host's next
-// reconcile stops the VM.
-func (s *Server) kill(ctx context.Context, sb store.Sandbox, reason string) error {
-	if sb.State == store.StateKilled {
-		return nil
-	}
-	if sb.HostID != "" {
-		h, err := s.store.GetHost(ctx, sb.HostID)
-		if err == nil && h.State == store.HostUp {
-			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			err = s.sched.Client(h).KillSandbox(kctx, sb.ID)
-			cancel()
-		}
-		if err != nil {
-			s.log.Warn("killing on the host failed; recorded killed, the host's reconcile will stop it", "sandbox", sb.ID, "host", sb.HostID, "err", err)
-		}
-	}
-	_, err := s.store.SetSandboxState(context.WithoutCancel(ctx), sb.ID, store.StateKilled, reason)
-	return err
 }
 
 func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
@@ -388,7 +359,7 @@ func (s *Server) ReapOnce(ctx context.Context) (int, error) {
 			return n, err
 		}
 		for _, sb := range batch {
-			if err := s.kill(ctx, sb, "ttl expired"); err != nil {
+			if err := s.svc.Kill(ctx, sb, "ttl expired"); err != nil {
 				return n, err
 			}
 			s.log.Info("sandbox expired: killed", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)

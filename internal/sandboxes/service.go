@@ -15,6 +15,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -137,17 +138,19 @@ func (s *Service) tryHosts(what string, hosts []store.Host, codes []string, try 
 // Usable says why calls cannot reach a sandbox (errdefs.Conflict), or nil when it is running or
 // hibernated (its host wakes a hibernated sandbox for any call).
 func Usable(sb store.Sandbox) error {
-	switch sb.State {
-	case store.StateRunning, store.StateHibernated:
+	st := sandboxstate.State(sb.State)
+	if st.Reachable() {
 		return nil
-	case store.StateKilled:
+	}
+	switch st {
+	case sandboxstate.Killed:
 		if sb.Error != "" {
 			return errdefs.Conflictf("sandbox %s was killed (%s)", sb.ID, sb.Error)
 		}
 		return errdefs.Conflictf("sandbox %s was killed", sb.ID)
-	case store.StateLost:
+	case sandboxstate.Lost:
 		return errdefs.Conflictf("sandbox %s is lost: %s", sb.ID, sb.Error)
-	case store.StateError:
+	case sandboxstate.Error:
 		return errdefs.Conflictf("sandbox %s failed: %s", sb.ID, sb.Error)
 	}
 	return errdefs.Conflictf("sandbox %s is %s", sb.ID, sb.State)
