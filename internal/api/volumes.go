@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"path"
@@ -12,7 +11,6 @@ import (
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
-	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -24,11 +22,10 @@ import (
 
 // Volume limits (docs/volumes.md).
 const (
-	MaxVolumeMiB          = 1 << 20 // 1 TiB
-	MaxVolumesPerSandbox  = agentclient.MaxVolumesPerSandbox
-	MaxMountPathLen       = 256
-	MaxVolumeNameLen      = 64
-	volumeHostCallTimeout = sandboxes.VolumeHostCallTimeout
+	MaxVolumeMiB         = 1 << 20 // 1 TiB
+	MaxVolumesPerSandbox = agentclient.MaxVolumesPerSandbox
+	MaxMountPathLen      = 256
+	MaxVolumeNameLen     = 64
 )
 
 // systemDirs may not be mount points, nor hold one.
@@ -119,15 +116,6 @@ func (s *Server) volume(r *http.Request) (store.Volume, error) {
 	return v, err
 }
 
-// volumeHost returns the host of a volume, which must be up for calls that change it.
-func (s *Server) volumeHost(ctx context.Context, v store.Volume) (store.Host, error) {
-	h, err := s.store.GetHost(ctx, v.HostID)
-	if errors.Is(err, store.ErrNotFound) || err == nil && h.State != store.HostUp {
-		return store.Host{}, errdefs.Capacityf("host %s of volume %s is down", v.HostID, v.ID)
-	}
-	return h, err
-}
-
 func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	var req struct {
@@ -182,9 +170,8 @@ func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, volumeViewOf(v))
 }
 
-// resizeVolume grows a volume that no sandbox holds, on its host first.
+// resizeVolume grows a volume that no sandbox holds.
 func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
 	var req struct {
 		SizeMiB *int64 `json:"size_mib"`
 	}
@@ -196,85 +183,22 @@ func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		v, err = s.volume(r)
 	}
-	if err == nil && *req.SizeMiB < v.SizeMiB {
-		err = invalid("size_mib %d is smaller than the volume's %d: volumes only grow", *req.SizeMiB, v.SizeMiB)
+	if err == nil {
+		v, err = s.svc.ResizeVolume(r.Context(), v, *req.SizeMiB)
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if *req.SizeMiB == v.SizeMiB {
-		writeJSON(w, http.StatusOK, volumeViewOf(v))
-		return
-	}
-	err = inUse(s.store.CheckAttach(r.Context(), v.ID, false), "resizing is refused while attached")
-	var h store.Host
-	if err == nil {
-		h, err = s.volumeHost(r.Context(), v)
-	}
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), volumeHostCallTimeout)
-		_, err = s.sched.Client(h).ResizeVolume(ctx, v.ID, *req.SizeMiB)
-		cancel()
-	}
-	if err == nil {
-		v, err = s.store.ResizeVolume(context.WithoutCancel(r.Context()), id.TeamID, v.ID, *req.SizeMiB)
-		err = inUse(err, "resizing is refused while attached")
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.log.Info("volume resized", "volume", v.ID, "host", v.HostID, "size_mib", v.SizeMiB)
 	writeJSON(w, http.StatusOK, volumeViewOf(v))
 }
 
-// deleteVolume deletes a volume that no sandbox holds: on its host, then in the store. A host
-// that is down does not block the delete: the volume is recorded deleted, and the host's next
-// reconcile deletes it there. Deleting it again is 204.
+// deleteVolume deletes a volume that no sandbox holds, and its data.
 func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	volID := r.PathValue("id")
-	v, err := s.store.GetVolume(r.Context(), volID)
-	if errors.Is(err, store.ErrNotFound) || err == nil && v.TeamID != id.TeamID {
-		err = notFound("volume %s not found", truncate(volID))
-	}
-	if err != nil {
+	if err := s.svc.DeleteVolume(r.Context(), id.TeamID, r.PathValue("id")); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if v.Deleted {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	if err := inUse(s.store.CheckAttach(r.Context(), v.ID, false), "deleting is refused while attached"); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	h, err := s.store.GetHost(r.Context(), v.HostID)
-	if err == nil && h.State == store.HostUp {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), volumeHostCallTimeout)
-		err = s.sched.Client(h).DeleteVolume(ctx, v.ID)
-		cancel()
-		var ae *agentclient.Error
-		switch {
-		case err == nil, errors.As(err, &ae) && ae.Status == http.StatusNotFound:
-			err = nil
-		case errors.As(err, &ae):
-			// The host refused (e.g. a sandbox there still has it): nothing was deleted.
-			s.writeError(w, r, err)
-			return
-		}
-	}
-	if err != nil {
-		s.log.Warn("deleting a volume on its host failed; recorded deleted, the host's reconcile will delete it", "volume", v.ID, "host", v.HostID, "err", err)
-	}
-	if err := inUse(s.store.DeleteVolume(context.WithoutCancel(r.Context()), id.TeamID, v.ID), "deleting is refused while attached"); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.log.Info("volume deleted", "volume", v.ID, "host", v.HostID)
 	w.WriteHeader(http.StatusNoContent)
 }
-
-var inUse = sandboxes.InUse

@@ -99,3 +99,68 @@ func (s *Service) CreateVolume(ctx context.Context, teamID, name string, sizeMiB
 	s.log.Info("volume created", "volume", volID, "team", teamID, "host", host.ID, "size_mib", size)
 	return rec, nil
 }
+
+// ResizeVolume grows a volume that no sandbox holds, on its host first, then in the store.
+// Volumes only grow (smaller is Invalid); the same size changes nothing. Its host must be up.
+func (s *Service) ResizeVolume(ctx context.Context, v store.Volume, sizeMiB int64) (store.Volume, error) {
+	switch {
+	case sizeMiB < v.SizeMiB:
+		return store.Volume{}, errdefs.Invalidf("size_mib %d is smaller than the volume's %d: volumes only grow", sizeMiB, v.SizeMiB)
+	case sizeMiB == v.SizeMiB:
+		return v, nil
+	}
+	const refused = "resizing is refused while attached"
+	if err := InUse(s.store.CheckAttach(ctx, v.ID, false), refused); err != nil {
+		return store.Volume{}, err
+	}
+	err := s.onHost(ctx, v.HostID, VolumeHostCallTimeout, func(ctx context.Context, c *agentclient.Client) error {
+		_, err := c.ResizeVolume(ctx, v.ID, sizeMiB)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) || err == errHostDown {
+		return store.Volume{}, errdefs.Capacityf("host %s of volume %s is down", v.HostID, v.ID)
+	}
+	if err != nil {
+		return store.Volume{}, err
+	}
+	v, err = s.store.ResizeVolume(context.WithoutCancel(ctx), v.TeamID, v.ID, sizeMiB)
+	if err != nil {
+		return store.Volume{}, InUse(err, refused)
+	}
+	s.log.Info("volume resized", "volume", v.ID, "host", v.HostID, "size_mib", v.SizeMiB)
+	return v, nil
+}
+
+// DeleteVolume deletes the team's volume that no sandbox holds: on its host, then in the store.
+// A host that is down or does not answer does not block the delete: the volume is recorded
+// deleted, and the host's next reconcile deletes it there; a host that refuses (a sandbox there
+// still has it) does. Deleting it again is not an error; another team's is NotFound.
+func (s *Service) DeleteVolume(ctx context.Context, teamID, id string) error {
+	v, err := s.store.GetVolume(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && v.TeamID != teamID {
+		return errdefs.NotFoundf("volume %s not found", Truncate(id))
+	}
+	if err != nil || v.Deleted {
+		return err
+	}
+	const refused = "deleting is refused while attached"
+	if err := InUse(s.store.CheckAttach(ctx, v.ID, false), refused); err != nil {
+		return err
+	}
+	err = s.onHost(ctx, v.HostID, VolumeHostCallTimeout, func(ctx context.Context, c *agentclient.Client) error {
+		return c.DeleteVolume(ctx, v.ID)
+	})
+	var ae *agentclient.Error
+	switch {
+	case err == nil, err == errHostDown, isAgentStatus(err, errdefs.NotFound):
+	case errors.As(err, &ae):
+		return err // the host refused: nothing was deleted
+	default:
+		s.log.Warn("deleting a volume on its host failed; recorded deleted, the host's reconcile will delete it", "volume", v.ID, "host", v.HostID, "err", err)
+	}
+	if err := s.store.DeleteVolume(context.WithoutCancel(ctx), teamID, v.ID); err != nil {
+		return InUse(err, refused)
+	}
+	s.log.Info("volume deleted", "volume", v.ID, "host", v.HostID)
+	return nil
+}
