@@ -71,6 +71,124 @@ func (f *apiFlags) run(fn func(ctx context.Context, c *client.Client, cmd *cobra
 	}
 }
 
+// requireFlag is a PreRunE that refuses a command run without the named flag (checked before
+// anything else, the API key included).
+func requireFlag(name string) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if !cmd.Flags().Changed(name) {
+			return fmt.Errorf("--%s is required", name)
+		}
+		return nil
+	}
+}
+
+// printer prints objects of one kind: JSON (one object when single, else an array), or a table.
+type printer[T any] struct {
+	header []string
+	row    func(T) []string
+}
+
+func (p printer[T]) print(f *apiFlags, cmd *cobra.Command, items []T, single bool) error {
+	out := cmd.OutOrStdout()
+	if f.json {
+		if single {
+			return printJSON(out, items[0])
+		}
+		return printJSON(out, items)
+	}
+	rows := make([][]string, 0, len(items))
+	for _, it := range items {
+		rows = append(rows, p.row(it))
+	}
+	return table(out, p.header, rows)
+}
+
+// one prints a single object.
+func (p printer[T]) one(f *apiFlags, cmd *cobra.Command, item T) error {
+	return p.print(f, cmd, []T{item}, true)
+}
+
+// getCmd is a verb that calls the API with its one argument and prints the object it answers
+// (get, hibernate, wake).
+func getCmd[T any](f *apiFlags, p printer[T], use, short string, call func(*client.Client, context.Context, string) (T, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			v, err := call(c, ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return p.one(f, cmd, v)
+		}),
+	}
+}
+
+// listCmd is a `list` verb of an unpaged collection.
+func listCmd[T any](f *apiFlags, p printer[T], short string, call func(*client.Client, context.Context) ([]T, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			vs, err := call(c, ctx)
+			if err != nil {
+				return err
+			}
+			if vs == nil {
+				vs = []T{}
+			}
+			return p.print(f, cmd, vs, false)
+		}),
+	}
+}
+
+// pageFlags are a paged list's --limit, --cursor and --all.
+type pageFlags struct {
+	limit  *int
+	cursor *string
+	all    bool
+}
+
+func (pf *pageFlags) register(cmd *cobra.Command, limit *int, cursor *string) {
+	pf.limit, pf.cursor = limit, cursor
+	fl := cmd.Flags()
+	fl.IntVar(limit, "limit", 0, "page size (default 100, at most 1000)")
+	fl.StringVar(cursor, "cursor", "", "continue from a previous page")
+	fl.BoolVar(&pf.all, "all", false, "follow pages to the end")
+}
+
+// listPages prints one page (every page with --all) that page fetches from the cursor on; a page
+// left unread is mentioned on stderr after the table.
+func listPages[T any](f *apiFlags, pf *pageFlags, cmd *cobra.Command, p printer[T], page func() ([]T, string, error)) error {
+	items := []T{}
+	for {
+		got, next, err := page()
+		if err != nil {
+			return err
+		}
+		items = append(items, got...)
+		if next == "" || !pf.all {
+			err := p.print(f, cmd, items, false)
+			if next != "" && !f.json {
+				fmt.Fprintf(cmd.ErrOrStderr(), "(more: --all, or --cursor %s)\n", next)
+			}
+			return err
+		}
+		*pf.cursor = next
+	}
+}
+
+// quietID prints only an id when quiet, else the object.
+func quietID[T any](f *apiFlags, cmd *cobra.Command, p printer[T], quiet bool, id string, v T) error {
+	if quiet {
+		fmt.Fprintln(cmd.OutOrStdout(), id)
+		return nil
+	}
+	return p.one(f, cmd, v)
+}
+
 // signalContext ends on Ctrl-C so a long exec or transfer stops cleanly.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

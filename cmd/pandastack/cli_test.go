@@ -448,7 +448,7 @@ func TestCLITerminalEscapes(t *testing.T) {
 	cmd := &cobra.Command{}
 	cmd.SetOut(&tb)
 	legacy := []client.Sandbox{{ID: "sb_old", Template: "base", State: "running", Metadata: map[string]string{"k": evil, "n": "a\nb\x00"}}}
-	if err := printSandboxes(&apiFlags{}, cmd, legacy, false); err != nil {
+	if err := sandboxes.print(&apiFlags{}, cmd, legacy, false); err != nil {
 		t.Fatal(err)
 	}
 	noRaw(t, "sandbox list", tb.String())

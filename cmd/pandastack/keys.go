@@ -20,19 +20,15 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-func printKeys(f *apiFlags, cmd *cobra.Command, ks []client.Key) error {
-	if f.json {
-		return printJSON(cmd.OutOrStdout(), ks)
-	}
-	rows := make([][]string, 0, len(ks))
-	for _, k := range ks {
+var keys = printer[client.Key]{
+	header: []string{"ID", "NAME", "PREFIX", "ADMIN", "CREATED", "STATE"},
+	row: func(k client.Key) []string {
 		state := "active"
 		if k.RevokedAt != nil {
 			state = "revoked " + *k.RevokedAt
 		}
-		rows = append(rows, []string{k.ID, orDash(k.Name), k.Prefix, yesNo(k.Admin), k.CreatedAt, state})
-	}
-	return table(cmd.OutOrStdout(), []string{"ID", "NAME", "PREFIX", "ADMIN", "CREATED", "STATE"}, rows)
+		return []string{k.ID, orDash(k.Name), k.Prefix, yesNo(k.Admin), k.CreatedAt, state}
+	},
 }
 
 func keysCmd() *cobra.Command {
@@ -60,21 +56,7 @@ func keysCmd() *cobra.Command {
 	}
 	create.Flags().StringVar(&name, "name", "", "a label for the key")
 	create.Flags().BoolVar(&admin, "admin", false, "make an admin key (needs an admin key)")
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List your team's keys (prefixes only)",
-		Args:  cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			ks, err := c.ListKeys(ctx)
-			if err != nil {
-				return err
-			}
-			if ks == nil {
-				ks = []client.Key{}
-			}
-			return printKeys(&f, cmd, ks)
-		}),
-	}
+	list := listCmd(&f, keys, "List your team's keys (prefixes only)", (*client.Client).ListKeys)
 	revoke := &cobra.Command{
 		Use:   "revoke KEY_ID...",
 		Short: "Revoke keys (by id, as `keys list` shows)",

@@ -21,31 +21,24 @@ func init() {
 		Short:   "Create, list, exec in, move files in, fork, snapshot, hibernate and kill sandboxes",
 	}
 	f.register(sb)
-	sb.AddCommand(sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxGetCmd(&f), sandboxExecCmd(&f),
+	sb.AddCommand(sandboxCreateCmd(&f), sandboxListCmd(&f), getCmd(&f, sandboxes, "get ID", "Show one sandbox", (*client.Client).GetSandbox),
+		sandboxExecCmd(&f),
 		sandboxKillCmd(&f), sandboxTTLCmd(&f), sandboxFilesCmd(&f), sandboxForkCmd(&f), sandboxSnapshotCmd(&f),
-		sandboxStateCmd(&f, "hibernate", "Hibernate a sandbox: its memory goes to disk and its VM stops; any call wakes it",
+		getCmd(&f, sandboxes, "hibernate ID", "Hibernate a sandbox: its memory goes to disk and its VM stops; any call wakes it",
 			(*client.Client).Hibernate),
-		sandboxStateCmd(&f, "wake", "Wake a hibernated sandbox (any exec or files call also does)", (*client.Client).Wake))
+		getCmd(&f, sandboxes, "wake ID", "Wake a hibernated sandbox (any exec or files call also does)", (*client.Client).Wake))
 	rootCmd.AddCommand(sb)
 }
 
-func printSandboxes(f *apiFlags, cmd *cobra.Command, sbs []client.Sandbox, single bool) error {
-	out := cmd.OutOrStdout()
-	if f.json {
-		if single {
-			return printJSON(out, sbs[0])
-		}
-		return printJSON(out, sbs)
-	}
-	rows := make([][]string, 0, len(sbs))
-	for _, s := range sbs {
+var sandboxes = printer[client.Sandbox]{
+	header: []string{"ID", "TEMPLATE", "STATE", "HOST", "CREATED", "EXPIRES", "METADATA"},
+	row: func(s client.Sandbox) []string {
 		state := s.State
 		if s.Error != "" {
 			state += " (" + s.Error + ")"
 		}
-		rows = append(rows, []string{s.ID, s.Template, state, orDash(s.Host), s.CreatedAt, s.ExpiresAt, orDash(formatMetadata(s.Metadata))})
-	}
-	return table(out, []string{"ID", "TEMPLATE", "STATE", "HOST", "CREATED", "EXPIRES", "METADATA"}, rows)
+		return []string{s.ID, s.Template, state, orDash(s.Host), s.CreatedAt, s.ExpiresAt, orDash(formatMetadata(s.Metadata))}
+	},
 }
 
 func sandboxCreateCmd(f *apiFlags) *cobra.Command {
@@ -61,11 +54,8 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
   pandastack sandbox create --no-internet --allow 10.1.0.0/16
   pandastack sandbox create --volume vol_123:/data --volume vol_456:/ref:ro`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			var err error
 			if req.SnapshotID != "" && !cmd.Flags().Changed("template") {
 				req.Template = "" // the snapshot's own
 			}
@@ -82,18 +72,12 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 				internet := !noInternet
 				req.Egress = &network.Egress{Internet: &internet, Allow: allow, Deny: deny}
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
 			s, err := c.CreateSandbox(ctx, req)
 			if err != nil {
 				return err
 			}
-			if quiet {
-				fmt.Fprintln(cmd.OutOrStdout(), s.ID)
-				return nil
-			}
-			return printSandboxes(f, cmd, []client.Sandbox{s}, true)
-		},
+			return quietID(f, cmd, sandboxes, quiet, s.ID, s)
+		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&req.Template, "template", "t", "base", "template name (see `pandastack template list`)")
@@ -112,64 +96,24 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 func sandboxListCmd(f *apiFlags) *cobra.Command {
 	var o client.ListOptions
 	var md []string
-	var all bool
+	var pf pageFlags
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List sandboxes (all but killed ones, unless --state says otherwise)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			var err error
 			if o.Metadata, err = parsePairs("metadata", md); err != nil {
 				return err
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			var sbs []client.Sandbox
-			for {
-				page, next, err := c.ListSandboxes(ctx, o)
-				if err != nil {
-					return err
-				}
-				sbs = append(sbs, page...)
-				if next == "" || !all {
-					if next != "" && !f.json {
-						defer fmt.Fprintf(cmd.ErrOrStderr(), "(more: --all, or --cursor %s)\n", next)
-					}
-					break
-				}
-				o.Cursor = next
-			}
-			if sbs == nil {
-				sbs = []client.Sandbox{}
-			}
-			return printSandboxes(f, cmd, sbs, false)
-		},
+			return listPages(f, &pf, cmd, sandboxes, func() ([]client.Sandbox, string, error) { return c.ListSandboxes(ctx, o) })
+		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&o.State, "state", "", "running, hibernated, killed, error, lost (comma-separated) or all")
 	fl.StringArrayVarP(&md, "metadata", "m", nil, "KEY=VALUE metadata filter (repeatable; all must match)")
-	fl.IntVar(&o.Limit, "limit", 0, "page size (default 100, at most 1000)")
-	fl.StringVar(&o.Cursor, "cursor", "", "continue from a previous page")
-	fl.BoolVar(&all, "all", false, "follow pages to the end")
+	pf.register(cmd, &o.Limit, &o.Cursor)
 	return cmd
-}
-
-func sandboxGetCmd(f *apiFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "get ID",
-		Short: "Show one sandbox",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			s, err := c.GetSandbox(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return printSandboxes(f, cmd, []client.Sandbox{s}, true)
-		}),
-	}
 }
 
 func sandboxExecCmd(f *apiFlags) *cobra.Command {
@@ -187,11 +131,8 @@ printed as JSON (exit status 0 unless the call itself failed).`,
   pandastack sandbox exec sb_123 'ls /tmp | wc -l'
   echo hi | pandastack sandbox exec --stdin sb_123 -- cat`,
 		Args: cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			var err error
 			id, command := args[0], args[1:]
 			if len(command) > 0 && command[0] == "--" {
 				command = command[1:] // flag parsing stops at the id, so a "--" after it is still here
@@ -216,8 +157,6 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 				s := string(b)
 				req.Stdin = &s
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
 			if f.json {
 				r, err := c.Exec(ctx, id, req)
 				if err != nil {
@@ -243,7 +182,7 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 				return &exitError{r.ExitCode, fmt.Sprintf("command exited with status %d", r.ExitCode)}
 			}
 			return nil
-		},
+		}),
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false) // everything after the sandbox id belongs to the command
@@ -269,23 +208,17 @@ func sandboxTTLCmd(f *apiFlags) *cobra.Command {
 		Use:   "ttl ID SECONDS",
 		Short: "Make a sandbox expire SECONDS from now (refresh or extend its TTL)",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			secs, err := strconv.ParseInt(args[1], 10, 64)
 			if err != nil {
 				return fmt.Errorf("SECONDS must be an integer: %q", args[1])
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
 			s, err := c.SetTTL(ctx, args[0], secs)
 			if err != nil {
 				return err
 			}
-			return printSandboxes(f, cmd, []client.Sandbox{s}, true)
-		},
+			return sandboxes.one(f, cmd, s)
+		}),
 	}
 }
 
@@ -313,7 +246,7 @@ from the parent's ttl_seconds.`,
 				}
 				return nil
 			}
-			return printSandboxes(f, cmd, kids, false)
+			return sandboxes.print(f, cmd, kids, false)
 		}),
 	}
 	cmd.Flags().IntVarP(&count, "count", "n", 1, "how many children (1-16)")
@@ -332,48 +265,32 @@ func sandboxSnapshotCmd(f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if quiet {
-				fmt.Fprintln(cmd.OutOrStdout(), sn.ID)
-				return nil
-			}
-			return printSnapshots(f, cmd, []client.Snapshot{sn}, true)
+			return quietID(f, cmd, snapshots, quiet, sn.ID, sn)
 		}),
 	}
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the snapshot's id")
 	return cmd
 }
 
-// sandboxStateCmd is hibernate or wake: one call, the sandbox printed after it.
-func sandboxStateCmd(f *apiFlags, name, short string, call func(*client.Client, context.Context, string) (client.Sandbox, error)) *cobra.Command {
-	return &cobra.Command{
-		Use:   name + " ID",
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			s, err := call(c, ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return printSandboxes(f, cmd, []client.Sandbox{s}, true)
-		}),
-	}
+var stats = printer[client.Stat]{
+	header: []string{"TYPE", "MODE", "SIZE", "MODIFIED", "PATH"},
+	row: func(s client.Stat) []string {
+		name := s.Path
+		if s.Target != "" {
+			name += " -> " + s.Target
+		}
+		return []string{s.Type, s.Mode, strconv.FormatInt(s.Size, 10), s.MTime, name}
+	},
 }
 
 func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 	files := &cobra.Command{Use: "files", Short: "Read, write, list and move files in a sandbox"}
-	run := func(n int, use, short string, fn func(cmd *cobra.Command, c *client.Client, args []string) error) *cobra.Command {
-		return &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(n), RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			return fn(cmd, c, args)
-		}}
+	type body = func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error
+	run := func(n int, use, short string, fn body) *cobra.Command {
+		return &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(n), RunE: f.run(fn)}
 	}
 	var outFile string
-	read := run(2, "read ID PATH", "Print a file (or save it with -o)", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	read := run(2, "read ID PATH", "Print a file (or save it with -o)", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		body, _, err := c.ReadFile(ctx, args[0], args[1])
 		if err != nil {
 			return err
@@ -397,11 +314,7 @@ func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 		Use:   "write ID PATH [LOCAL_FILE|-]",
 		Short: "Write a file (from a local file, or stdin); parents are created",
 		Args:  cobra.RangeArgs(2, 3),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			var r io.Reader = cmd.InOrStdin()
 			size := int64(-1)
 			if len(args) == 3 && args[2] != "-" {
@@ -415,8 +328,6 @@ func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 				}
 				r = fh
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
 			st, err := c.WriteFile(ctx, args[0], args[1], r, size)
 			if err != nil {
 				return err
@@ -426,27 +337,11 @@ func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d bytes)\n", termtext.Escape(orDash(st.Path)), st.Size)
 			return nil
-		},
+		}),
 	}
 
-	printStats := func(cmd *cobra.Command, sts []client.Stat) error {
-		if f.json {
-			return printJSON(cmd.OutOrStdout(), sts)
-		}
-		rows := make([][]string, 0, len(sts))
-		for _, s := range sts {
-			name := s.Path
-			if s.Target != "" {
-				name += " -> " + s.Target
-			}
-			rows = append(rows, []string{s.Type, s.Mode, strconv.FormatInt(s.Size, 10), s.MTime, name})
-		}
-		return table(cmd.OutOrStdout(), []string{"TYPE", "MODE", "SIZE", "MODIFIED", "PATH"}, rows)
-	}
 	var depth int
-	list := run(2, "list ID PATH", "List a directory", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	list := run(2, "list ID PATH", "List a directory", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		sts, err := c.ListFiles(ctx, args[0], args[1], depth)
 		if err != nil {
 			return err
@@ -454,38 +349,27 @@ func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 		if sts == nil {
 			sts = []client.Stat{}
 		}
-		return printStats(cmd, sts)
+		return stats.print(f, cmd, sts, false)
 	})
 	list.Aliases = []string{"ls"}
 	list.Flags().IntVar(&depth, "depth", 1, "how many levels to descend (1-10)")
 
-	stat := run(2, "stat ID PATH", "Describe a path", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	stat := run(2, "stat ID PATH", "Describe a path", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		st, err := c.StatFile(ctx, args[0], args[1])
 		if err != nil {
 			return err
 		}
-		if f.json {
-			return printJSON(cmd.OutOrStdout(), st)
-		}
-		return printStats(cmd, []client.Stat{st})
+		return stats.one(f, cmd, st)
 	})
-	mkdir := run(2, "mkdir ID PATH", "Create a directory and its parents", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	mkdir := run(2, "mkdir ID PATH", "Create a directory and its parents", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		return c.Mkdir(ctx, args[0], args[1])
 	})
 	var recursive bool
-	rm := run(2, "rm ID PATH", "Remove a file (or a directory with -r)", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	rm := run(2, "rm ID PATH", "Remove a file (or a directory with -r)", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		return c.Remove(ctx, args[0], args[1], recursive)
 	})
 	rm.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove a directory and everything in it")
-	mv := run(3, "mv ID FROM TO", "Move or rename a path", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	mv := run(3, "mv ID FROM TO", "Move or rename a path", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		return c.Move(ctx, args[0], args[1], args[2])
 	})
 	files.AddCommand(read, write, list, stat, mkdir, rm, mv)

@@ -44,20 +44,12 @@ func bakeTime(ms int64) string {
 	return (time.Duration(ms) * time.Millisecond).Round(100 * time.Millisecond).String()
 }
 
-func printTemplates(f *apiFlags, cmd *cobra.Command, ts []client.Template, single bool) error {
-	out := cmd.OutOrStdout()
-	if f.json {
-		if single {
-			return printJSON(out, ts[0])
-		}
-		return printJSON(out, ts)
-	}
-	rows := make([][]string, 0, len(ts))
-	for _, t := range ts {
-		rows = append(rows, []string{t.Name, orDash(t.Owner), strconv.Itoa(t.VCPUs), humanMiB(t.MemoryMiB), humanMiB(t.DiskMiB),
-			humanBytes(t.SizeBytes), bakeTime(t.BakeMS), yesNo(t.Baked)})
-	}
-	return table(out, []string{"NAME", "OWNER", "VCPUS", "MEMORY", "DISK", "SIZE", "BAKE", "BAKED"}, rows)
+var templates = printer[client.Template]{
+	header: []string{"NAME", "OWNER", "VCPUS", "MEMORY", "DISK", "SIZE", "BAKE", "BAKED"},
+	row: func(t client.Template) []string {
+		return []string{t.Name, orDash(t.Owner), strconv.Itoa(t.VCPUs), humanMiB(t.MemoryMiB), humanMiB(t.DiskMiB),
+			humanBytes(t.SizeBytes), bakeTime(t.BakeMS), yesNo(t.Baked)}
+	},
 }
 
 // readSpecFile reads a template spec and inlines each files[].src, read relative to the spec's
@@ -97,33 +89,8 @@ func templateCmd() *cobra.Command {
 		Short:   "List the template catalog, and build and delete your team's own templates",
 	}
 	f.register(cmd)
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List the catalog's templates and your team's",
-		Args:  cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			ts, err := c.Templates(ctx)
-			if err != nil {
-				return err
-			}
-			if ts == nil {
-				ts = []client.Template{}
-			}
-			return printTemplates(&f, cmd, ts, false)
-		}),
-	}
-	get := &cobra.Command{
-		Use:   "get NAME",
-		Short: "Show one template (your team's by that name, else the catalog's; aliases resolve)",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			t, err := c.Template(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return printTemplates(&f, cmd, []client.Template{t}, true)
-		}),
-	}
+	list := listCmd(&f, templates, "List the catalog's templates and your team's", (*client.Client).Templates)
+	get := getCmd(&f, templates, "get NAME", "Show one template (your team's by that name, else the catalog's; aliases resolve)", (*client.Client).Template)
 	var file string
 	build := &cobra.Command{
 		Use:   "build -f SPEC.yaml",
@@ -148,7 +115,7 @@ it. Ctrl-C cancels the build.`,
 			if err != nil {
 				return err
 			}
-			return printTemplates(&f, cmd, []client.Template{t}, true)
+			return templates.one(&f, cmd, t)
 		}),
 	}
 	build.Flags().StringVarP(&file, "file", "f", "", "the spec file (YAML or JSON; - reads stdin)")
