@@ -12,12 +12,9 @@ func init() {
 	rootCmd.AddCommand(snapshotCmd())
 }
 
-var snapshots = printer[client.Snapshot]{
-	header: []string{"ID", "SANDBOX", "TEMPLATE", "SIZE_BYTES", "CREATED"},
-	row: func(s client.Snapshot) []string {
-		return []string{s.ID, s.SandboxID, s.Template, strconv.FormatInt(s.SizeBytes, 10), s.CreatedAt}
-	},
-}
+var snapshots = printer[client.Snapshot]{[]string{"ID", "SANDBOX", "TEMPLATE", "SIZE_BYTES", "CREATED"}, func(s client.Snapshot) []string {
+	return []string{s.ID, s.SandboxID, s.Template, strconv.FormatInt(s.SizeBytes, 10), s.CreatedAt}
+}}
 
 // snapshotCmd is `pandastack snapshot list|get|delete`; snapshots are taken with
 // `pandastack sandbox snapshot ID` and used with `pandastack sandbox create --snapshot ID`.

@@ -44,13 +44,10 @@ func bakeTime(ms int64) string {
 	return (time.Duration(ms) * time.Millisecond).Round(100 * time.Millisecond).String()
 }
 
-var templates = printer[client.Template]{
-	header: []string{"NAME", "OWNER", "VCPUS", "MEMORY", "DISK", "SIZE", "BAKE", "BAKED"},
-	row: func(t client.Template) []string {
-		return []string{t.Name, orDash(t.Owner), strconv.Itoa(t.VCPUs), humanMiB(t.MemoryMiB), humanMiB(t.DiskMiB),
-			humanBytes(t.SizeBytes), bakeTime(t.BakeMS), yesNo(t.Baked)}
-	},
-}
+var templates = printer[client.Template]{[]string{"NAME", "OWNER", "VCPUS", "MEMORY", "DISK", "SIZE", "BAKE", "BAKED"}, func(t client.Template) []string {
+	return []string{t.Name, orDash(t.Owner), strconv.Itoa(t.VCPUs), humanMiB(t.MemoryMiB), humanMiB(t.DiskMiB),
+		humanBytes(t.SizeBytes), bakeTime(t.BakeMS), yesNo(t.Baked)}
+}}
 
 // readSpecFile reads a template spec and inlines each files[].src, read relative to the spec's
 // directory (the API never reads paths on the server). "-" is stdin, with src relative to the

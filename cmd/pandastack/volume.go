@@ -49,12 +49,9 @@ func formatAttachments(as []client.VolumeAttachment) string {
 	return strings.Join(parts, ",")
 }
 
-var volumes = printer[client.Volume]{
-	header: []string{"ID", "NAME", "SIZE_MIB", "HOST", "CREATED", "ATTACHED"},
-	row: func(v client.Volume) []string {
-		return []string{v.ID, orDash(v.Name), strconv.FormatInt(v.SizeMiB, 10), orDash(v.HostID), v.CreatedAt, orDash(formatAttachments(v.Attachments))}
-	},
-}
+var volumes = printer[client.Volume]{[]string{"ID", "NAME", "SIZE_MIB", "HOST", "CREATED", "ATTACHED"}, func(v client.Volume) []string {
+	return []string{v.ID, orDash(v.Name), strconv.FormatInt(v.SizeMiB, 10), orDash(v.HostID), v.CreatedAt, orDash(formatAttachments(v.Attachments))}
+}}
 
 // volumeCmd is `pandastack volume create|list|get|resize|delete`; volumes are mounted with
 // `pandastack sandbox create --volume ID:/path[:ro]`.

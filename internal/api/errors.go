@@ -68,6 +68,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
+// reply answers err in the public error shape, else v with status (nothing for a nil v). v is
+// built before err is looked at, so it must be safe to build from a failed call's zero values.
+func (s *Server) reply(w http.ResponseWriter, r *http.Request, status int, v any, err error) {
+	switch {
+	case err != nil:
+		s.writeError(w, r, err)
+	case v == nil:
+		w.WriteHeader(status)
+	default:
+		writeJSON(w, status, v)
+	}
+}
+
 // errorBody is the public error object.
 func errorBody(code, message string) v1.ErrorBody {
 	return v1.ErrorBody{Error: v1.ErrorDetail{Code: code, Message: message}}

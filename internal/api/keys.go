@@ -30,31 +30,18 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k, secret, err := auth.IssueKey(r.Context(), s.store, id.TeamID, req.Name, req.Admin)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, keyView(k, secret))
+	s.reply(w, r, http.StatusCreated, keyView(k, secret), err)
 }
 
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	keys, err := s.store.ListKeys(r.Context(), id.TeamID)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v1.Keys{Keys: list(keys, func(k store.APIKey) v1.Key { return keyView(k, "") })})
+	s.reply(w, r, http.StatusOK, v1.Keys{Keys: list(keys, func(k store.APIKey) v1.Key { return keyView(k, "") })}, err)
 }
 
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	keyID := r.PathValue("id")
-	k, err := s.store.GetKey(r.Context(), id.TeamID, keyID)
-	if errors.Is(err, store.ErrNotFound) {
-		s.writeError(w, r, notFound("key %s not found", truncate(keyID)))
-		return
-	}
+	k, err := owned(r, "key", s.store.GetKey)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -63,11 +50,7 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.New(errdefs.Forbidden, "only an admin key can revoke an admin key"))
 		return
 	}
-	if err := s.store.RevokeKey(r.Context(), id.TeamID, keyID); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, r, http.StatusNoContent, nil, s.store.RevokeKey(r.Context(), id.TeamID, k.ID))
 }
 
 var teamNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -92,9 +75,5 @@ func (s *Server) createTeam(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, conflict("a team named %q already exists", req.Name))
 		return
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, v1.NewTeam{Key: keyView(k, secret), Team: v1.Team{ID: t.ID, Name: t.Name, CreatedAt: v1.Timestamp(t.CreatedAt)}})
+	s.reply(w, r, http.StatusCreated, v1.NewTeam{Key: keyView(k, secret), Team: v1.Team{ID: t.ID, Name: t.Name, CreatedAt: v1.Timestamp(t.CreatedAt)}}, err)
 }

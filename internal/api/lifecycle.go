@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
@@ -40,11 +38,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		children, err = s.svc.Fork(r.Context(), sb, count)
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, v1.Sandboxes{Sandboxes: list(children, viewOf)})
+	s.reply(w, r, http.StatusCreated, v1.Sandboxes{Sandboxes: list(children, viewOf)}, err)
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -58,64 +52,35 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		sn, err = s.svc.Snapshot(r.Context(), sb)
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, snapshotViewOf(sn))
+	s.reply(w, r, http.StatusCreated, snapshotViewOf(sn), err)
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	f := store.SnapshotFilter{TeamID: id.TeamID, Limit: DefaultListLimit}
-	for key, vals := range r.URL.Query() {
-		v := vals[len(vals)-1]
-		switch key {
-		case "sandbox_id":
-			f.SandboxID = v
-		case "limit":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > MaxListLimit {
-				s.writeError(w, r, invalid("limit must be an integer between 1 and %d", MaxListLimit))
-				return
-			}
-			f.Limit = n
-		case "cursor":
-			f.Cursor = v
-		default:
-			s.writeError(w, r, invalid("unknown query parameter %q (use sandbox_id, limit or cursor)", truncate(key)))
-			return
+	err := pageParams(r, &f.Limit, &f.Cursor, func(key, v string, _ []string) error {
+		if key != "sandbox_id" {
+			return invalid("unknown query parameter %q (use sandbox_id, limit or cursor)", truncate(key))
 		}
+		f.SandboxID = v
+		return nil
+	})
+	var page []store.Snapshot
+	var next string
+	if err == nil {
+		page, next, err = s.store.ListSnapshots(r.Context(), f)
 	}
-	page, next, err := s.store.ListSnapshots(r.Context(), f)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v1.SnapshotPage{NextCursor: cursor(next), Snapshots: list(page, snapshotViewOf)})
+	s.reply(w, r, http.StatusOK, v1.SnapshotPage{NextCursor: cursor(next), Snapshots: list(page, snapshotViewOf)}, err)
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	snID := r.PathValue("id")
-	sn, err := s.store.GetTeamSnapshot(r.Context(), id.TeamID, snID)
-	if errors.Is(err, store.ErrNotFound) {
-		err = notFound("snapshot %s not found", truncate(snID))
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, snapshotViewOf(sn))
+	sn, err := owned(r, "snapshot", s.store.GetTeamSnapshot)
+	s.reply(w, r, http.StatusOK, snapshotViewOf(sn), err)
 }
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	if err := s.svc.DeleteSnapshot(r.Context(), id.TeamID, r.PathValue("id")); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, r, http.StatusNoContent, nil, s.svc.DeleteSnapshot(r.Context(), id.TeamID, r.PathValue("id")))
 }
 
 func (s *Server) hibernate(w http.ResponseWriter, r *http.Request) {
@@ -137,9 +102,5 @@ func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, call func(con
 	if err == nil {
 		sb, err = call(r.Context(), sb)
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, viewOf(sb))
+	s.reply(w, r, http.StatusOK, viewOf(sb), err)
 }

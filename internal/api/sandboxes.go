@@ -202,23 +202,29 @@ func (s *Server) validateCreate(ctx context.Context, teamID string, req *createR
 
 // sandbox loads the caller's sandbox; another team's is "not found", exactly like a missing one.
 func (s *Server) sandbox(r *http.Request) (store.Sandbox, error) {
+	return owned(r, "sandbox", s.store.GetTeamSandbox)
+}
+
+// owned loads the caller's object (what) named by the path's {id} with get(ctx, team, id);
+// another team's is "not found", exactly like a missing one.
+func owned[T any](r *http.Request, what string, get func(context.Context, string, string) (T, error)) (T, error) {
 	id, _ := auth.FromContext(r.Context())
-	sbID := r.PathValue("id")
-	sb, err := s.store.GetTeamSandbox(r.Context(), id.TeamID, sbID)
+	key := r.PathValue("id")
+	v, err := get(r.Context(), id.TeamID, key)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Sandbox{}, notFound("sandbox %s not found", truncate(sbID))
+		var zero T
+		return zero, notFound("%s %s not found", what, truncate(key))
 	}
-	return sb, err
+	return v, err
 }
 
 // getSandbox answers the record, first brought up to date from the sandbox's host.
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sandbox(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
+	if err == nil {
+		sb = s.svc.Current(r.Context(), sb)
 	}
-	writeJSON(w, http.StatusOK, viewOf(s.svc.Current(r.Context(), sb)))
+	s.reply(w, r, http.StatusOK, viewOf(sb), err)
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
@@ -226,43 +232,51 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	f := store.SandboxFilter{TeamID: id.TeamID, Limit: DefaultListLimit, Metadata: map[string]string{}}
 	// Without a state filter, killed sandboxes are left out: they pile up and are rarely wanted.
 	f.States = []string{store.StateRunning, store.StateHibernated, store.StateError, store.StateLost}
-	for key, vals := range r.URL.Query() {
-		v := vals[len(vals)-1]
-		switch {
+	err := pageParams(r, &f.Limit, &f.Cursor, func(key, v string, vals []string) error {
+		switch k, isMD := strings.CutPrefix(key, "metadata."); {
 		case key == "state":
 			states, err := parseStates(vals)
-			if err != nil {
-				s.writeError(w, r, err)
-				return
-			}
 			f.States = states
-		case key == "limit":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > MaxListLimit {
-				s.writeError(w, r, invalid("limit must be an integer between 1 and %d", MaxListLimit))
-				return
-			}
-			f.Limit = n
-		case key == "cursor":
-			f.Cursor = v
-		case strings.HasPrefix(key, "metadata."):
-			k := strings.TrimPrefix(key, "metadata.")
-			if k == "" {
-				s.writeError(w, r, invalid("metadata filter needs a key: metadata.KEY=VALUE"))
-				return
-			}
+			return err
+		case isMD && k == "":
+			return invalid("metadata filter needs a key: metadata.KEY=VALUE")
+		case isMD:
 			f.Metadata[k] = v
+			return nil
+		}
+		return invalid("unknown query parameter %q (use state, limit, cursor or metadata.KEY)", truncate(key))
+	})
+	var page []store.Sandbox
+	var next string
+	if err == nil {
+		page, next, err = s.store.ListSandboxes(r.Context(), f)
+	}
+	s.reply(w, r, http.StatusOK, v1.SandboxPage{NextCursor: cursor(next), Sandboxes: list(page, viewOf)}, err)
+}
+
+// pageParams reads a paged list's query: limit and cursor into *limit and *cursor, every other
+// parameter (its last value, and all its values) through other. It stops at the first error.
+func pageParams(r *http.Request, limit *int, cursor *string, other func(key, v string, vals []string) error) error {
+	for key, vals := range r.URL.Query() {
+		v := vals[len(vals)-1]
+		var err error
+		switch key {
+		case "limit":
+			n, aerr := strconv.Atoi(v)
+			if aerr != nil || n < 1 || n > MaxListLimit {
+				return invalid("limit must be an integer between 1 and %d", MaxListLimit)
+			}
+			*limit = n
+		case "cursor":
+			*cursor = v
 		default:
-			s.writeError(w, r, invalid("unknown query parameter %q (use state, limit, cursor or metadata.KEY)", truncate(key)))
-			return
+			err = other(key, v, vals)
+		}
+		if err != nil {
+			return err
 		}
 	}
-	page, next, err := s.store.ListSandboxes(r.Context(), f)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v1.SandboxPage{NextCursor: cursor(next), Sandboxes: list(page, viewOf)})
+	return nil
 }
 
 // parseStates reads state=a,b (repeatable); "all" means every state.
@@ -288,11 +302,7 @@ func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.svc.Kill(r.Context(), sb, "")
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, r, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
@@ -327,11 +337,7 @@ func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		sb, err = s.store.GetSandbox(r.Context(), sb.ID)
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, viewOf(sb))
+	s.reply(w, r, http.StatusOK, viewOf(sb), err)
 }
 
 // RunReaper kills expired sandboxes every ReapInterval until ctx ends.

@@ -310,11 +310,7 @@ func (s *Server) streamError(w http.ResponseWriter, r *http.Request, err error) 
 // nothing of the team uses it.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	if err := s.removeTemplate(r.Context(), id.TeamID, r.PathValue("name")); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, r, http.StatusNoContent, nil, s.removeTemplate(r.Context(), id.TeamID, r.PathValue("name")))
 }
 
 func (s *Server) removeTemplate(ctx context.Context, teamID, name string) error {

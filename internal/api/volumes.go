@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 	"path"
 	"strconv"
@@ -107,13 +106,7 @@ func validateVolumeSpecs(specs []VolumeSpec) ([]store.VolumeAttachment, error) {
 
 // volume loads the caller's volume named in the path; another team's is 404 like a missing one.
 func (s *Server) volume(r *http.Request) (store.Volume, error) {
-	id, _ := auth.FromContext(r.Context())
-	volID := r.PathValue("id")
-	v, err := s.store.GetTeamVolume(r.Context(), id.TeamID, volID)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Volume{}, notFound("volume %s not found", truncate(volID))
-	}
-	return v, err
+	return owned(r, "volume", s.store.GetTeamVolume)
 }
 
 func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
@@ -140,11 +133,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		v, err = s.svc.CreateVolume(r.Context(), id.TeamID, name, *req.SizeMiB)
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, volumeViewOf(v))
+	s.reply(w, r, http.StatusCreated, volumeViewOf(v), err)
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
@@ -154,20 +143,12 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	vols, err := s.store.ListVolumes(r.Context(), id.TeamID)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v1.Volumes{Volumes: list(vols, volumeViewOf)})
+	s.reply(w, r, http.StatusOK, v1.Volumes{Volumes: list(vols, volumeViewOf)}, err)
 }
 
 func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
 	v, err := s.volume(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, volumeViewOf(v))
+	s.reply(w, r, http.StatusOK, volumeViewOf(v), err)
 }
 
 // resizeVolume grows a volume that no sandbox holds.
@@ -186,19 +167,11 @@ func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		v, err = s.svc.ResizeVolume(r.Context(), v, *req.SizeMiB)
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, volumeViewOf(v))
+	s.reply(w, r, http.StatusOK, volumeViewOf(v), err)
 }
 
 // deleteVolume deletes a volume that no sandbox holds, and its data.
 func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	if err := s.svc.DeleteVolume(r.Context(), id.TeamID, r.PathValue("id")); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, r, http.StatusNoContent, nil, s.svc.DeleteVolume(r.Context(), id.TeamID, r.PathValue("id")))
 }
