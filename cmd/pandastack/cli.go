@@ -34,6 +34,23 @@ func (f *apiFlags) register(cmd *cobra.Command) {
 	pf.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 }
 
+// group is a verb group (sandbox, template…): a command with the connection and output flags
+// its verbs share.
+func group(use, short string, aliases ...string) (*cobra.Command, *apiFlags) {
+	f := &apiFlags{}
+	cmd := &cobra.Command{Use: use, Aliases: aliases, Short: short}
+	f.register(cmd)
+	return cmd, f
+}
+
+// runFunc is a verb's body: an API client, a context that Ctrl-C ends, and cobra's arguments.
+type runFunc = func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error
+
+// verb is a command that runs body (see run).
+func (f *apiFlags) verb(use, short string, args cobra.PositionalArgs, body runFunc) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Args: args, RunE: f.run(body)}
+}
+
 // eachID is the RunE of verbs that act on every ID argument in turn (kill, revoke, delete):
 // it stops at the first failure and, for humans, prints "<done> ID" per success.
 func (f *apiFlags) eachID(done string, call func(*client.Client, context.Context, string) error) func(*cobra.Command, []string) error {
@@ -59,7 +76,7 @@ func (f *apiFlags) client() (*client.Client, error) {
 }
 
 // run adapts a verb's body to cobra: it gets an API client and a context that Ctrl-C ends.
-func (f *apiFlags) run(fn func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+func (f *apiFlags) run(fn runFunc) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		c, err := f.client()
 		if err != nil {
@@ -111,37 +128,27 @@ func (p printer[T]) one(f *apiFlags, cmd *cobra.Command, item T) error {
 // getCmd is a verb that calls the API with its one argument and prints the object it answers
 // (get, hibernate, wake).
 func getCmd[T any](f *apiFlags, p printer[T], use, short string, call func(*client.Client, context.Context, string) (T, error)) *cobra.Command {
-	return &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			v, err := call(c, ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return p.one(f, cmd, v)
-		}),
-	}
+	return f.verb(use, short, cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		v, err := call(c, ctx, args[0])
+		if err != nil {
+			return err
+		}
+		return p.one(f, cmd, v)
+	})
 }
 
 // listCmd is a `list` verb of an unpaged collection.
 func listCmd[T any](f *apiFlags, p printer[T], short string, call func(*client.Client, context.Context) ([]T, error)) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: short,
-		Args:  cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			vs, err := call(c, ctx)
-			if err != nil {
-				return err
-			}
-			if vs == nil {
-				vs = []T{}
-			}
-			return p.print(f, cmd, vs, false)
-		}),
-	}
+	return f.verb("list", short, cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		vs, err := call(c, ctx)
+		if err != nil {
+			return err
+		}
+		if vs == nil {
+			vs = []T{}
+		}
+		return p.print(f, cmd, vs, false)
+	})
 }
 
 // pageFlags are a paged list's --limit, --cursor and --all.

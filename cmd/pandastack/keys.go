@@ -32,31 +32,24 @@ var keys = printer[client.Key]{
 }
 
 func keysCmd() *cobra.Command {
-	var f apiFlags
-	cmd := &cobra.Command{Use: "keys", Aliases: []string{"key"}, Short: "Create, list and revoke API keys of your team"}
-	f.register(cmd)
+	cmd, f := group("keys", "Create, list and revoke API keys of your team", "key")
 	var name string
 	var admin bool
-	create := &cobra.Command{
-		Use:   "create",
-		Short: "Create an API key (its secret is shown once)",
-		Args:  cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			k, err := c.CreateKey(ctx, name, admin)
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), k)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
-			fmt.Fprintf(cmd.ErrOrStderr(), "key %s created; the secret above is shown only once\n", k.ID)
-			return nil
-		}),
-	}
+	create := f.verb("create", "Create an API key (its secret is shown once)", cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		k, err := c.CreateKey(ctx, name, admin)
+		if err != nil {
+			return err
+		}
+		if f.json {
+			return printJSON(cmd.OutOrStdout(), k)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
+		fmt.Fprintf(cmd.ErrOrStderr(), "key %s created; the secret above is shown only once\n", k.ID)
+		return nil
+	})
 	create.Flags().StringVar(&name, "name", "", "a label for the key")
 	create.Flags().BoolVar(&admin, "admin", false, "make an admin key (needs an admin key)")
-	list := listCmd(&f, keys, "List your team's keys (prefixes only)", (*client.Client).ListKeys)
+	list := listCmd(f, keys, "List your team's keys (prefixes only)", (*client.Client).ListKeys)
 	revoke := &cobra.Command{
 		Use:   "revoke KEY_ID...",
 		Short: "Revoke keys (by id, as `keys list` shows)",
@@ -68,26 +61,19 @@ func keysCmd() *cobra.Command {
 }
 
 func teamsCmd() *cobra.Command {
-	var f apiFlags
-	cmd := &cobra.Command{Use: "teams", Aliases: []string{"team"}, Short: "Create teams (admin keys only)"}
-	f.register(cmd)
-	create := &cobra.Command{
-		Use:   "create NAME",
-		Short: "Create a team and print its first key (shown once)",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			t, k, err := c.CreateTeam(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"team": t, "key": k})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
-			fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", termtext.Escape(t.Name), t.ID)
-			return nil
-		}),
-	}
+	cmd, f := group("teams", "Create teams (admin keys only)", "team")
+	create := f.verb("create NAME", "Create a team and print its first key (shown once)", cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		t, k, err := c.CreateTeam(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		if f.json {
+			return printJSON(cmd.OutOrStdout(), map[string]any{"team": t, "key": k})
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
+		fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", termtext.Escape(t.Name), t.ID)
+		return nil
+	})
 	cmd.AddCommand(create)
 	return cmd
 }

@@ -14,19 +14,13 @@ import (
 )
 
 func init() {
-	var f apiFlags
-	sb := &cobra.Command{
-		Use:     "sandbox",
-		Aliases: []string{"sandboxes", "sb"},
-		Short:   "Create, list, exec in, move files in, fork, snapshot, hibernate and kill sandboxes",
-	}
-	f.register(sb)
-	sb.AddCommand(sandboxCreateCmd(&f), sandboxListCmd(&f), getCmd(&f, sandboxes, "get ID", "Show one sandbox", (*client.Client).GetSandbox),
-		sandboxExecCmd(&f),
-		sandboxKillCmd(&f), sandboxTTLCmd(&f), sandboxFilesCmd(&f), sandboxForkCmd(&f), sandboxSnapshotCmd(&f),
-		getCmd(&f, sandboxes, "hibernate ID", "Hibernate a sandbox: its memory goes to disk and its VM stops; any call wakes it",
+	sb, f := group("sandbox", "Create, list, exec in, move files in, fork, snapshot, hibernate and kill sandboxes", "sandboxes", "sb")
+	sb.AddCommand(sandboxCreateCmd(f), sandboxListCmd(f), getCmd(f, sandboxes, "get ID", "Show one sandbox", (*client.Client).GetSandbox),
+		sandboxExecCmd(f),
+		sandboxKillCmd(f), sandboxTTLCmd(f), sandboxFilesCmd(f), sandboxForkCmd(f), sandboxSnapshotCmd(f),
+		getCmd(f, sandboxes, "hibernate ID", "Hibernate a sandbox: its memory goes to disk and its VM stops; any call wakes it",
 			(*client.Client).Hibernate),
-		getCmd(&f, sandboxes, "wake ID", "Wake a hibernated sandbox (any exec or files call also does)", (*client.Client).Wake))
+		getCmd(f, sandboxes, "wake ID", "Wake a hibernated sandbox (any exec or files call also does)", (*client.Client).Wake))
 	rootCmd.AddCommand(sb)
 }
 
@@ -97,18 +91,13 @@ func sandboxListCmd(f *apiFlags) *cobra.Command {
 	var o client.ListOptions
 	var md []string
 	var pf pageFlags
-	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List sandboxes (all but killed ones, unless --state says otherwise)",
-		Args:  cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			var err error
-			if o.Metadata, err = parsePairs("metadata", md); err != nil {
-				return err
-			}
-			return listPages(f, &pf, cmd, sandboxes, func() ([]client.Sandbox, string, error) { return c.ListSandboxes(ctx, o) })
-		}),
-	}
+	cmd := f.verb("list", "List sandboxes (all but killed ones, unless --state says otherwise)", cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		var err error
+		if o.Metadata, err = parsePairs("metadata", md); err != nil {
+			return err
+		}
+		return listPages(f, &pf, cmd, sandboxes, func() ([]client.Sandbox, string, error) { return c.ListSandboxes(ctx, o) })
+	})
 	fl := cmd.Flags()
 	fl.StringVar(&o.State, "state", "", "running, hibernated, killed, error, lost (comma-separated) or all")
 	fl.StringArrayVarP(&md, "metadata", "m", nil, "KEY=VALUE metadata filter (repeatable; all must match)")
@@ -204,22 +193,17 @@ func sandboxKillCmd(f *apiFlags) *cobra.Command {
 }
 
 func sandboxTTLCmd(f *apiFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "ttl ID SECONDS",
-		Short: "Make a sandbox expire SECONDS from now (refresh or extend its TTL)",
-		Args:  cobra.ExactArgs(2),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			secs, err := strconv.ParseInt(args[1], 10, 64)
-			if err != nil {
-				return fmt.Errorf("SECONDS must be an integer: %q", args[1])
-			}
-			s, err := c.SetTTL(ctx, args[0], secs)
-			if err != nil {
-				return err
-			}
-			return sandboxes.one(f, cmd, s)
-		}),
-	}
+	return f.verb("ttl ID SECONDS", "Make a sandbox expire SECONDS from now (refresh or extend its TTL)", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		secs, err := strconv.ParseInt(args[1], 10, 64)
+		if err != nil {
+			return fmt.Errorf("SECONDS must be an integer: %q", args[1])
+		}
+		s, err := c.SetTTL(ctx, args[0], secs)
+		if err != nil {
+			return err
+		}
+		return sandboxes.one(f, cmd, s)
+	})
 }
 
 func sandboxForkCmd(f *apiFlags) *cobra.Command {
@@ -256,18 +240,13 @@ from the parent's ttl_seconds.`,
 
 func sandboxSnapshotCmd(f *apiFlags) *cobra.Command {
 	var quiet bool
-	cmd := &cobra.Command{
-		Use:   "snapshot ID",
-		Short: "Snapshot a sandbox (memory and disk); it keeps running. Create from it with --snapshot",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			sn, err := c.CreateSnapshot(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return quietID(f, cmd, snapshots, quiet, sn.ID, sn)
-		}),
-	}
+	cmd := f.verb("snapshot ID", "Snapshot a sandbox (memory and disk); it keeps running. Create from it with --snapshot", cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		sn, err := c.CreateSnapshot(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		return quietID(f, cmd, snapshots, quiet, sn.ID, sn)
+	})
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the snapshot's id")
 	return cmd
 }
@@ -285,12 +264,8 @@ var stats = printer[client.Stat]{
 
 func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 	files := &cobra.Command{Use: "files", Short: "Read, write, list and move files in a sandbox"}
-	type body = func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error
-	run := func(n int, use, short string, fn body) *cobra.Command {
-		return &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(n), RunE: f.run(fn)}
-	}
 	var outFile string
-	read := run(2, "read ID PATH", "Print a file (or save it with -o)", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+	read := f.verb("read ID PATH", "Print a file (or save it with -o)", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		body, _, err := c.ReadFile(ctx, args[0], args[1])
 		if err != nil {
 			return err
@@ -310,38 +285,33 @@ func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 	})
 	read.Flags().StringVarP(&outFile, "output", "o", "", "write to this local file instead of stdout")
 
-	write := &cobra.Command{
-		Use:   "write ID PATH [LOCAL_FILE|-]",
-		Short: "Write a file (from a local file, or stdin); parents are created",
-		Args:  cobra.RangeArgs(2, 3),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			var r io.Reader = cmd.InOrStdin()
-			size := int64(-1)
-			if len(args) == 3 && args[2] != "-" {
-				fh, err := os.Open(args[2])
-				if err != nil {
-					return err
-				}
-				defer fh.Close()
-				if st, err := fh.Stat(); err == nil && st.Mode().IsRegular() {
-					size = st.Size()
-				}
-				r = fh
-			}
-			st, err := c.WriteFile(ctx, args[0], args[1], r, size)
+	write := f.verb("write ID PATH [LOCAL_FILE|-]", "Write a file (from a local file, or stdin); parents are created", cobra.RangeArgs(2, 3), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		var r io.Reader = cmd.InOrStdin()
+		size := int64(-1)
+		if len(args) == 3 && args[2] != "-" {
+			fh, err := os.Open(args[2])
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), st)
+			defer fh.Close()
+			if st, err := fh.Stat(); err == nil && st.Mode().IsRegular() {
+				size = st.Size()
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d bytes)\n", termtext.Escape(orDash(st.Path)), st.Size)
-			return nil
-		}),
-	}
+			r = fh
+		}
+		st, err := c.WriteFile(ctx, args[0], args[1], r, size)
+		if err != nil {
+			return err
+		}
+		if f.json {
+			return printJSON(cmd.OutOrStdout(), st)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d bytes)\n", termtext.Escape(orDash(st.Path)), st.Size)
+		return nil
+	})
 
 	var depth int
-	list := run(2, "list ID PATH", "List a directory", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+	list := f.verb("list ID PATH", "List a directory", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		sts, err := c.ListFiles(ctx, args[0], args[1], depth)
 		if err != nil {
 			return err
@@ -354,22 +324,22 @@ func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 	list.Aliases = []string{"ls"}
 	list.Flags().IntVar(&depth, "depth", 1, "how many levels to descend (1-10)")
 
-	stat := run(2, "stat ID PATH", "Describe a path", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+	stat := f.verb("stat ID PATH", "Describe a path", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		st, err := c.StatFile(ctx, args[0], args[1])
 		if err != nil {
 			return err
 		}
 		return stats.one(f, cmd, st)
 	})
-	mkdir := run(2, "mkdir ID PATH", "Create a directory and its parents", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+	mkdir := f.verb("mkdir ID PATH", "Create a directory and its parents", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		return c.Mkdir(ctx, args[0], args[1])
 	})
 	var recursive bool
-	rm := run(2, "rm ID PATH", "Remove a file (or a directory with -r)", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+	rm := f.verb("rm ID PATH", "Remove a file (or a directory with -r)", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		return c.Remove(ctx, args[0], args[1], recursive)
 	})
 	rm.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove a directory and everything in it")
-	mv := run(3, "mv ID FROM TO", "Move or rename a path", func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+	mv := f.verb("mv ID FROM TO", "Move or rename a path", cobra.ExactArgs(3), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		return c.Move(ctx, args[0], args[1], args[2])
 	})
 	files.AddCommand(read, write, list, stat, mkdir, rm, mv)

@@ -19,28 +19,17 @@ var snapshots = printer[client.Snapshot]{[]string{"ID", "SANDBOX", "TEMPLATE", "
 // snapshotCmd is `pandastack snapshot list|get|delete`; snapshots are taken with
 // `pandastack sandbox snapshot ID` and used with `pandastack sandbox create --snapshot ID`.
 func snapshotCmd() *cobra.Command {
-	var f apiFlags
-	cmd := &cobra.Command{
-		Use:     "snapshot",
-		Aliases: []string{"snapshots", "snap"},
-		Short:   "List, show and delete snapshots (take one with `sandbox snapshot ID`)",
-	}
-	f.register(cmd)
+	cmd, f := group("snapshot", "List, show and delete snapshots (take one with `sandbox snapshot ID`)", "snapshots", "snap")
 
 	var o client.SnapshotListOptions
 	var pf pageFlags
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List your team's snapshots, newest first",
-		Args:  cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			return listPages(&f, &pf, cmd, snapshots, func() ([]client.Snapshot, string, error) { return c.ListSnapshots(ctx, o) })
-		}),
-	}
+	list := f.verb("list", "List your team's snapshots, newest first", cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		return listPages(f, &pf, cmd, snapshots, func() ([]client.Snapshot, string, error) { return c.ListSnapshots(ctx, o) })
+	})
 	list.Flags().StringVar(&o.SandboxID, "sandbox", "", "only snapshots of this sandbox")
 	pf.register(list, &o.Limit, &o.Cursor)
 
-	get := getCmd(&f, snapshots, "get ID", "Show one snapshot", (*client.Client).GetSnapshot)
+	get := getCmd(f, snapshots, "get ID", "Show one snapshot", (*client.Client).GetSnapshot)
 	del := &cobra.Command{
 		Use:     "delete ID...",
 		Aliases: []string{"rm"},

@@ -79,15 +79,9 @@ func readSpecFile(path string, stdin io.Reader) ([]byte, error) {
 
 // templateCmd is `pandastack template list|get|build|delete`.
 func templateCmd() *cobra.Command {
-	var f apiFlags
-	cmd := &cobra.Command{
-		Use:     "template",
-		Aliases: []string{"templates", "tpl"},
-		Short:   "List the template catalog, and build and delete your team's own templates",
-	}
-	f.register(cmd)
-	list := listCmd(&f, templates, "List the catalog's templates and your team's", (*client.Client).Templates)
-	get := getCmd(&f, templates, "get NAME", "Show one template (your team's by that name, else the catalog's; aliases resolve)", (*client.Client).Template)
+	cmd, f := group("template", "List the template catalog, and build and delete your team's own templates", "templates", "tpl")
+	list := listCmd(f, templates, "List the catalog's templates and your team's", (*client.Client).Templates)
+	get := getCmd(f, templates, "get NAME", "Show one template (your team's by that name, else the catalog's; aliases resolve)", (*client.Client).Template)
 	var file string
 	build := &cobra.Command{
 		Use:   "build -f SPEC.yaml",
@@ -112,7 +106,7 @@ it. Ctrl-C cancels the build.`,
 			if err != nil {
 				return err
 			}
-			return templates.one(&f, cmd, t)
+			return templates.one(f, cmd, t)
 		}),
 	}
 	build.Flags().StringVarP(&file, "file", "f", "", "the spec file (YAML or JSON; - reads stdin)")

@@ -56,13 +56,7 @@ var volumes = printer[client.Volume]{[]string{"ID", "NAME", "SIZE_MIB", "HOST", 
 // volumeCmd is `pandastack volume create|list|get|resize|delete`; volumes are mounted with
 // `pandastack sandbox create --volume ID:/path[:ro]`.
 func volumeCmd() *cobra.Command {
-	var f apiFlags
-	cmd := &cobra.Command{
-		Use:     "volume",
-		Aliases: []string{"volumes", "vol"},
-		Short:   "Create, list, resize and delete volumes: persistent disks that outlive sandboxes",
-	}
-	f.register(cmd)
+	cmd, f := group("volume", "Create, list, resize and delete volumes: persistent disks that outlive sandboxes", "volumes", "vol")
 
 	var size int64
 	var name string
@@ -79,15 +73,15 @@ func volumeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return quietID(&f, cmd, volumes, quiet, v.ID, v)
+			return quietID(f, cmd, volumes, quiet, v.ID, v)
 		}),
 	}
 	create.Flags().Int64Var(&size, "size-mib", 0, "size in MiB (1 to 1048576)")
 	create.Flags().StringVar(&name, "name", "", "a name for people (ids are what calls take)")
 	create.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the volume's id")
 
-	list := listCmd(&f, volumes, "List your team's volumes, newest first", (*client.Client).ListVolumes)
-	get := getCmd(&f, volumes, "get ID", "Show one volume and the sandboxes that have it mounted", (*client.Client).GetVolume)
+	list := listCmd(f, volumes, "List your team's volumes, newest first", (*client.Client).ListVolumes)
+	get := getCmd(f, volumes, "get ID", "Show one volume and the sandboxes that have it mounted", (*client.Client).GetVolume)
 	var newSize int64
 	resize := &cobra.Command{
 		Use:     "resize ID --size-mib N",
@@ -99,7 +93,7 @@ func volumeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return volumes.one(&f, cmd, v)
+			return volumes.one(f, cmd, v)
 		}),
 	}
 	resize.Flags().Int64Var(&newSize, "size-mib", 0, "the new size in MiB (volumes only grow)")
