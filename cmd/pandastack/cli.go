@@ -67,6 +67,11 @@ func (f *apiFlags) eachID(done string, call func(*client.Client, context.Context
 	})
 }
 
+// deleteCmd is a `delete` (alias rm) verb of every ID argument.
+func (f *apiFlags) deleteCmd(use, short string, call func(*client.Client, context.Context, string) error) *cobra.Command {
+	return &cobra.Command{Use: use, Aliases: []string{"rm"}, Short: short, Args: cobra.MinimumNArgs(1), RunE: f.eachID("deleted", call)}
+}
+
 func (f *apiFlags) client() (*client.Client, error) {
 	c := client.New(f.baseURL, f.apiKey)
 	if c.APIKey == "" {

@@ -30,13 +30,7 @@ func snapshotCmd() *cobra.Command {
 	pf.register(list, &o.Limit, &o.Cursor)
 
 	get := getCmd(f, snapshots, "get ID", "Show one snapshot", (*client.Client).GetSnapshot)
-	del := &cobra.Command{
-		Use:     "delete ID...",
-		Aliases: []string{"rm"},
-		Short:   "Delete snapshots (sandboxes made from them keep running)",
-		Args:    cobra.MinimumNArgs(1),
-		RunE:    f.eachID("deleted", (*client.Client).DeleteSnapshot),
-	}
+	del := f.deleteCmd("delete ID...", "Delete snapshots (sandboxes made from them keep running)", (*client.Client).DeleteSnapshot)
 	cmd.AddCommand(list, get, del)
 	return cmd
 }

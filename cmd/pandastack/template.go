@@ -110,13 +110,7 @@ it. Ctrl-C cancels the build.`,
 		}),
 	}
 	build.Flags().StringVarP(&file, "file", "f", "", "the spec file (YAML or JSON; - reads stdin)")
-	del := &cobra.Command{
-		Use:     "delete NAME...",
-		Aliases: []string{"rm"},
-		Short:   "Delete your team's templates (refused while sandboxes or snapshots use one)",
-		Args:    cobra.MinimumNArgs(1),
-		RunE:    f.eachID("deleted", (*client.Client).DeleteTemplate),
-	}
+	del := f.deleteCmd("delete NAME...", "Delete your team's templates (refused while sandboxes or snapshots use one)", (*client.Client).DeleteTemplate)
 	cmd.AddCommand(list, get, build, del)
 	return cmd
 }

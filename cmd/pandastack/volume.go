@@ -97,13 +97,7 @@ func volumeCmd() *cobra.Command {
 		}),
 	}
 	resize.Flags().Int64Var(&newSize, "size-mib", 0, "the new size in MiB (volumes only grow)")
-	del := &cobra.Command{
-		Use:     "delete ID...",
-		Aliases: []string{"rm"},
-		Short:   "Delete volumes and their data (refused while a sandbox has one mounted)",
-		Args:    cobra.MinimumNArgs(1),
-		RunE:    f.eachID("deleted", (*client.Client).DeleteVolume),
-	}
+	del := f.deleteCmd("delete ID...", "Delete volumes and their data (refused while a sandbox has one mounted)", (*client.Client).DeleteVolume)
 	cmd.AddCommand(create, list, get, resize, del)
 	return cmd
 }
