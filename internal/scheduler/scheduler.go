@@ -17,6 +17,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -491,20 +492,21 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 		if !sb.UpdatedAt.Before(listedAt) {
 			continue
 		}
-		switch {
-		case present && (a.State == store.StateRunning || a.State == store.StateHibernated):
-			if sb.State == a.State {
+		// The host's report wins (sandboxstate allows every such move from running, hibernated or lost).
+		switch to := sandboxstate.State(a.State); {
+		case present && to.Reachable():
+			if sb.State == string(to) {
 				continue
 			}
-			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, a.State, "", sb.State); err != nil {
+			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, string(to), "", sb.State); err != nil {
 				return err
 			}
 			if sb.State == store.StateLost {
-				s.cfg.Logger.Info("lost sandbox found on its host again", "sandbox", sb.ID, "host", hostID, "state", a.State)
+				s.cfg.Logger.Info("lost sandbox found on its host again", "sandbox", sb.ID, "host", hostID, "state", to)
 			} else {
-				s.cfg.Logger.Debug("sandbox state taken from its host", "sandbox", sb.ID, "host", hostID, "from", sb.State, "to", a.State)
+				s.cfg.Logger.Debug("sandbox state taken from its host", "sandbox", sb.ID, "host", hostID, "from", sb.State, "to", to)
 			}
-		case present && a.State == store.StateError:
+		case present && to == sandboxstate.Error:
 			reason := a.Error
 			if reason == "" {
 				reason = "the host reports an error"
