@@ -75,10 +75,7 @@ func (s *Service) Snapshot(ctx context.Context, sb store.Sandbox) (store.Snapsho
 // there. Deleting it again is not an error; another team's is NotFound like a missing one.
 func (s *Service) DeleteSnapshot(ctx context.Context, teamID, id string) error {
 	sn, err := s.store.GetSnapshot(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || err == nil && sn.TeamID != teamID {
-		return errdefs.NotFoundf("snapshot %s not found", Truncate(id))
-	}
-	if err != nil || sn.Deleted {
+	if err := ownedBy(err, teamID, sn.TeamID, "snapshot", id); err != nil || sn.Deleted {
 		return err
 	}
 	if err := s.store.DeleteSnapshot(ctx, teamID, sn.ID); err != nil {

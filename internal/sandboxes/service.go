@@ -73,6 +73,15 @@ func New(cfg Config) *Service {
 // EgressOpen is the operator's open private ranges, as the hosts are given them.
 func (s *Service) EgressOpen() []string { return slices.Clone(s.egressOpen) }
 
+// ownedBy is err of loading a record (what, id) that owner has, as the caller's team sees it: a
+// missing record, or another team's, is NotFound alike.
+func ownedBy(err error, teamID, owner, what, id string) error {
+	if errors.Is(err, store.ErrNotFound) || err == nil && owner != teamID {
+		return errdefs.NotFoundf("%s %s not found", what, Truncate(id))
+	}
+	return err
+}
+
 // Truncate shortens user-supplied text quoted in a message.
 func Truncate(s string) string {
 	if len(s) > 40 {
@@ -81,7 +90,7 @@ func Truncate(s string) string {
 	return s
 }
 
-// now is the clock in UTC.
+// clock is the service's clock, in UTC.
 func (s *Service) clock() time.Time { return s.now().UTC() }
 
 // TTL returns the lifetime of a new sandbox: ttlSeconds when > 0, else the default (never above

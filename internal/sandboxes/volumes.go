@@ -137,10 +137,7 @@ func (s *Service) ResizeVolume(ctx context.Context, v store.Volume, sizeMiB int6
 // still has it) does. Deleting it again is not an error; another team's is NotFound.
 func (s *Service) DeleteVolume(ctx context.Context, teamID, id string) error {
 	v, err := s.store.GetVolume(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || err == nil && v.TeamID != teamID {
-		return errdefs.NotFoundf("volume %s not found", Truncate(id))
-	}
-	if err != nil || v.Deleted {
+	if err := ownedBy(err, teamID, v.TeamID, "volume", id); err != nil || v.Deleted {
 		return err
 	}
 	const refused = "deleting is refused while attached"
