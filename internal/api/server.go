@@ -1,11 +1,12 @@
 // Package api is `pandastack server`'s HTTP handler: the public /v1 API of
 // shared/design/API.md (sandboxes, exec, files, ttl, fork, snapshots, hibernate/wake, templates,
 // keys, teams), the internal host API agents register and heartbeat through, /healthz and
-// /metrics, plus the TTL reaper. It owns request ids, JSON error answers, body limits and input
-// validation; creates, forks and volume creates are done by the sandbox service
-// (internal/sandboxes), state lives in internal/store, placement in internal/scheduler, and other
-// sandbox work is forwarded to host agents through internal/agentclient (exec streams and file
-// bodies pass through unbuffered).
+// /metrics, plus the TTL reaper. It owns request ids, JSON error answers (errdefs kinds mapped
+// once, in errors.go), body limits and input validation; its objects are internal/wire/v1's.
+// Sandbox and volume operations (create, fork, snapshot, hibernate, wake, kill, volume changes)
+// are the sandbox service's (internal/sandboxes), state lives in internal/store, placement in
+// internal/scheduler, and exec and files are relayed to host agents through
+// internal/agentclient (exec streams and file bodies pass through unbuffered).
 package api
 
 import (
