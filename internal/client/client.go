@@ -131,9 +131,7 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	ae := &APIError{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
-	var env struct {
-		Error struct{ Code, Message string }
-	}
+	var env v1.ErrorBody
 	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
 		ae.Code, ae.Message = env.Error.Code, env.Error.Message
 	} else {
