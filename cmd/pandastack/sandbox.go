@@ -107,6 +107,7 @@ func sandboxListCmd(f *apiFlags) *cobra.Command {
 
 func sandboxExecCmd(f *apiFlags) *cobra.Command {
 	var req client.ExecRequest
+	var timeout float64
 	var env []string
 	var stdin bool
 	cmd := &cobra.Command{
@@ -137,7 +138,10 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 			if req.Env, err = parsePairs("env", env); err != nil {
 				return err
 			}
-			req.Stdin = nil
+			req.Stdin, req.TimeoutSeconds = nil, nil
+			if timeout != 0 {
+				req.TimeoutSeconds = &timeout // as before, 0 means the host's default
+			}
 			if stdin {
 				b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 900<<10))
 				if err != nil {
@@ -175,7 +179,7 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false) // everything after the sandbox id belongs to the command
-	fl.Float64Var(&req.TimeoutSeconds, "timeout", 0, "seconds before the command is killed (default: the host's, 60)")
+	fl.Float64Var(&timeout, "timeout", 0, "seconds before the command is killed (default: the host's, 60)")
 	fl.StringVar(&req.Cwd, "cwd", "", "working directory")
 	fl.StringVar(&req.User, "user", "", "user to run as (default: the template's)")
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")

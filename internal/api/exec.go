@@ -15,16 +15,6 @@ import (
 // MaxExecTimeoutSeconds bounds timeout_seconds of one exec (the host agent's own limit).
 const MaxExecTimeoutSeconds = 86400
 
-type execRequest struct {
-	Cmd            string            `json:"cmd"`
-	Argv           []string          `json:"argv"`
-	TimeoutSeconds *float64          `json:"timeout_seconds"`
-	Env            map[string]string `json:"env"`
-	Cwd            string            `json:"cwd"`
-	User           string            `json:"user"`
-	Stdin          *string           `json:"stdin"`
-}
-
 // target loads the caller's sandbox, if calls can reach it (running, or hibernated: its host wakes
 // it), and a client for its host.
 func (s *Server) target(r *http.Request) (store.Sandbox, *agentclient.Client, error) {
@@ -37,7 +27,7 @@ func (s *Server) target(r *http.Request) (store.Sandbox, *agentclient.Client, er
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	var req execRequest
+	var req v1.ExecRequest
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -65,8 +55,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	areq := agentclient.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, TimeoutSeconds: req.TimeoutSeconds, Env: req.Env,
-		Cwd: req.Cwd, User: req.User, Stdin: req.Stdin}
+	areq := agentclient.ExecRequest(req) // the host takes the same request
 	if !strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
 		res, err := c.Exec(r.Context(), sb.ID, areq)
 		s.svc.Touched(r.Context(), sb, c, err)

@@ -167,6 +167,9 @@ func (c *Client) call(ctx context.Context, method, path string, query url.Values
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
+// Seconds is a timeout for ExecRequest.TimeoutSeconds.
+func Seconds(s float64) *float64 { return &s }
+
 // send is call for an answer of type T.
 func send[T any](ctx context.Context, c *Client, method, path string, query url.Values, in any) (T, error) {
 	var out T

@@ -4,8 +4,9 @@
 // fields here are the contract: change them only with the API.
 //
 // Answers are plain types. Requests a client sends are here too, with omitempty so a zero field
-// is left out; the server decodes some of them into presence-aware forms of its own (pointers),
-// because "ttl_seconds": 0 is an error while no ttl_seconds is the default.
+// is left out; where the server must tell a zero from an absent field ("ttl_seconds": 0 is an
+// error, no ttl_seconds the default) it decodes a presence-aware form of its own (pointers),
+// unless the type here already has one (ExecRequest).
 package v1
 
 import (
@@ -92,11 +93,12 @@ type ForkRequest struct {
 	Count int `json:"count"`
 }
 
-// ExecRequest is the body of an exec: cmd (a shell command line) or argv.
+// ExecRequest is the body of an exec: cmd (a shell command line) or argv. TimeoutSeconds is nil
+// for the host's default (a given 0 is refused).
 type ExecRequest struct {
 	Cmd            string            `json:"cmd,omitempty"`
 	Argv           []string          `json:"argv,omitempty"`
-	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
+	TimeoutSeconds *float64          `json:"timeout_seconds,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
 	Cwd            string            `json:"cwd,omitempty"`
 	User           string            `json:"user,omitempty"`
