@@ -309,33 +309,19 @@ func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		TTLSeconds *int64 `json:"ttl_seconds"`
 	}
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if req.TTLSeconds == nil {
-		s.writeError(w, r, invalid("ttl_seconds is required"))
-		return
-	}
-	if err := s.validateTTL(*req.TTLSeconds); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, err := s.sandbox(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := usable(sb); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	ok, err := s.store.SetSandboxExpiry(r.Context(), sb.ID, s.now().Add(time.Duration(*req.TTLSeconds)*time.Second), *req.TTLSeconds)
-	if err == nil && !ok {
-		err = conflict("sandbox %s was killed", sb.ID)
+	err := decodeJSON(w, r, &req, false)
+	if err == nil && req.TTLSeconds == nil {
+		err = invalid("ttl_seconds is required")
 	}
 	if err == nil {
-		sb, err = s.store.GetSandbox(r.Context(), sb.ID)
+		err = s.validateTTL(*req.TTLSeconds)
+	}
+	var sb store.Sandbox
+	if err == nil {
+		sb, err = s.sandbox(r)
+	}
+	if err == nil {
+		sb, err = s.svc.SetTTL(r.Context(), sb, *req.TTLSeconds)
 	}
 	s.reply(w, r, http.StatusOK, viewOf(sb), err)
 }

@@ -143,6 +143,22 @@ func (s *Service) lifecycle(ctx context.Context, sb store.Sandbox, call func(*ag
 	return s.Follow(ctx, sb, a), nil
 }
 
+// SetTTL makes a usable sandbox expire ttlSeconds from now (and records that as its ttl policy,
+// which its forks inherit), and returns it as recorded.
+func (s *Service) SetTTL(ctx context.Context, sb store.Sandbox, ttlSeconds int64) (store.Sandbox, error) {
+	if err := Usable(sb); err != nil {
+		return sb, err
+	}
+	ok, err := s.store.SetSandboxExpiry(ctx, sb.ID, s.clock().Add(time.Duration(ttlSeconds)*time.Second), ttlSeconds)
+	if err == nil && !ok {
+		err = errdefs.Conflictf("sandbox %s was killed", sb.ID)
+	}
+	if err != nil {
+		return sb, err
+	}
+	return s.store.GetSandbox(ctx, sb.ID)
+}
+
 // Current is the record brought up to date from the sandbox's host when it is running or
 // hibernated there (the host may have hibernated it for idleness, or it may have failed): one
 // cheap call, skipped when the host is down or slow.
