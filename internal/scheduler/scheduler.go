@@ -545,11 +545,7 @@ func (s *Scheduler) reconcileVolumes(ctx context.Context, h store.Host) {
 	c := s.Client(h)
 	s.reconcileDeleted(ctx, h, "volume", func() ([]string, error) {
 		vols, err := c.ListVolumes(ctx)
-		ids := make([]string, len(vols))
-		for i, v := range vols {
-			ids[i] = v.ID
-		}
-		return ids, err
+		return idsOf(vols, func(v agentclient.Volume) string { return v.ID }), err
 	}, s.cfg.Store.DeletedVolumes, func(id string) error { return c.DeleteVolume(ctx, id) })
 }
 
@@ -559,12 +555,17 @@ func (s *Scheduler) reconcileSnapshots(ctx context.Context, h store.Host) {
 	c := s.Client(h)
 	s.reconcileDeleted(ctx, h, "snapshot", func() ([]string, error) {
 		snaps, err := c.ListSnapshots(ctx)
-		ids := make([]string, len(snaps))
-		for i, sn := range snaps {
-			ids[i] = sn.ID
-		}
-		return ids, err
+		return idsOf(snaps, func(sn agentclient.Snapshot) string { return sn.ID }), err
 	}, s.cfg.Store.DeletedSnapshots, func(id string) error { return c.DeleteSnapshot(ctx, id) })
+}
+
+// idsOf is the ids of xs.
+func idsOf[T any](xs []T, id func(T) string) []string {
+	ids := make([]string, len(xs))
+	for i, x := range xs {
+		ids[i] = id(x)
+	}
+	return ids
 }
 
 // reconcileDeleted deletes what a host still holds of the objects (of one kind) the store has
