@@ -233,14 +233,7 @@ func (s *Scheduler) Client(h store.Host) *agentclient.Client {
 
 // TemplateMemMiB is the guest memory a template needs, as reported by hosts.
 func (s *Scheduler) TemplateMemMiB(ctx context.Context, template string) int64 {
-	s.mu.Lock()
-	m := s.tmplMem[template]
-	s.mu.Unlock()
-	if m == 0 {
-		if t, err := s.cfg.Store.GetTemplate(ctx, template); err == nil {
-			m = t.MemoryMiB
-		}
-	}
+	m := s.templateSize(ctx, template, s.tmplMem, func(t store.Template) int { return t.MemoryMiB })
 	if m <= 0 {
 		m = DefaultTemplateMemMiB
 	}
@@ -311,15 +304,21 @@ func (s *Scheduler) roomLocked(h store.Host, p reservation) (room int64, known b
 
 // templateVCPUs is the vCPUs a template has, as reported by hosts (0: unknown).
 func (s *Scheduler) templateVCPUs(ctx context.Context, template string) int64 {
+	return int64(s.templateSize(ctx, template, s.tmplCPU, func(t store.Template) int { return t.VCPUs }))
+}
+
+// templateSize is one size of a template: as hosts reported it (reported, guarded by s.mu), else
+// as the store records it (0: unknown).
+func (s *Scheduler) templateSize(ctx context.Context, template string, reported map[string]int, stored func(store.Template) int) int {
 	s.mu.Lock()
-	n := s.tmplCPU[template]
+	n := reported[template]
 	s.mu.Unlock()
 	if n == 0 {
 		if t, err := s.cfg.Store.GetTemplate(ctx, template); err == nil {
-			n = t.VCPUs
+			n = stored(t)
 		}
 	}
-	return int64(n)
+	return n
 }
 
 // CheckSize refuses (errdefs.Invalid) a VM of vcpus and memMiB (0: not given) that is larger than
