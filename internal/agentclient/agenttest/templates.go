@@ -1,4 +1,4 @@
-package fakeagent
+package agenttest
 
 import (
 	"encoding/json"

@@ -5,7 +5,7 @@
 // command `inc`), which snapshots, forks and hibernation carry along like the real agent carries
 // guest memory. Never use it outside tests; the real agent is internal/hostagent, and the
 // end-to-end tests run against that.
-package fakeagent
+package agenttest
 
 import (
 	"encoding/json"
