@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 
@@ -18,56 +19,62 @@ import (
 // build.
 
 // BuiltSpec returns the spec a template was built from through the API (as the agent got it).
-func (a *Agent) BuiltSpec(name string) (template.Spec, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s, ok := a.built[name]
+func (a *Agent) BuiltSpec(name string) (s template.Spec, ok bool) {
+	a.with(func() { s, ok = a.built[name] })
 	return s, ok
-}
-
-// SandboxTemplate returns the template a sandbox on this host was created from ("" if none).
-func (a *Agent) SandboxTemplate(id string) string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if sb, ok := a.sandboxes[id]; ok {
-		return sb.Template
-	}
-	return ""
 }
 
 // HoldBuilds makes builds stop after their first progress line until release is called (to see
 // progress arrive while a build is still running). release may be called more than once.
 func (a *Agent) HoldBuilds() (release func()) {
 	ch := make(chan struct{})
-	a.mu.Lock()
-	a.buildGate = ch
-	a.mu.Unlock()
+	a.with(func() { a.buildGate = ch })
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			a.mu.Lock()
-			if a.buildGate == ch {
-				a.buildGate = nil
-			}
-			a.mu.Unlock()
+			a.with(func() {
+				if a.buildGate == ch {
+					a.buildGate = nil
+				}
+			})
 			close(ch)
 		})
 	}
 }
 
-func (a *Agent) knows(name string) (agentclient.Template, bool) {
-	for _, t := range a.templates {
-		if t.Name == name {
-			return t, true
+func (a *Agent) listTemplates(*http.Request) (int, any, *agentclient.Error) {
+	return 200, map[string]any{"templates": a.templates}, nil
+}
+
+// dropTemplate removes name from the list.
+func (a *Agent) dropTemplate(name string) {
+	a.templates = slices.DeleteFunc(a.templates, func(t agentclient.Template) bool { return t.Name == name })
+}
+
+// checkBuild refuses a spec before the build stream starts (a plain status, as on the real agent).
+func (a *Agent) checkBuild(spec template.Spec) (parent agentclient.Template, gate chan struct{}, err *agentclient.Error) {
+	a.with(func() {
+		_, wasBuilt := a.built[spec.Name]
+		maxCPU, maxMem := a.maxVCPUs, a.memTotal/2
+		if gate = a.buildGate; a.knows(spec.From) {
+			parent = a.template(spec.From)
 		}
-	}
-	return agentclient.Template{}, false
+		switch {
+		case a.knows(spec.Name) && !wasBuilt:
+			err = conflict("template %s is defined by this agent's configuration", spec.Name)
+		case !strings.HasPrefix(spec.From, "debian:") && !a.knows(spec.From):
+			err = invalid("template %s: from %q: no such template", spec.Name, spec.From)
+		case int64(spec.VCPUs) > maxCPU || int64(spec.MemoryMiB) > maxMem: // like the real agent's limits
+			err = invalid("template %s is larger than this host's limits (max_vcpus %d, max_memory_mib %d)", spec.Name, maxCPU, maxMem)
+		}
+	})
+	return parent, gate, err
 }
 
 func (a *Agent) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 2*template.MaxSpecBytes))
 	if err != nil {
-		writeErr(w, 400, "invalid_request", "spec: "+err.Error())
+		writeErr(w, invalid("spec: %v", err))
 		return
 	}
 	spec, err := template.Parse(data)
@@ -75,32 +82,16 @@ func (a *Agent) buildTemplate(w http.ResponseWriter, r *http.Request) {
 		err = spec.Validate()
 	}
 	if err != nil {
-		writeErr(w, 400, "invalid_request", err.Error())
+		writeErr(w, invalid("%v", err))
 		return
 	}
 	if _, ok := template.CatalogSpec(spec.Name); ok {
-		writeErr(w, 409, "conflict", "template "+spec.Name+" is a catalog template: pick another name")
+		writeErr(w, conflict("template %s is a catalog template: pick another name", spec.Name))
 		return
 	}
-	a.mu.Lock()
-	_, wasBuilt := a.built[spec.Name]
-	_, known := a.knows(spec.Name)
-	parent, parentKnown := a.knows(spec.From)
-	gate := a.buildGate
-	a.mu.Unlock()
-	if known && !wasBuilt {
-		writeErr(w, 409, "conflict", "template "+spec.Name+" is defined by this agent's configuration")
-		return
-	}
-	if !strings.HasPrefix(spec.From, "debian:") && !parentKnown {
-		writeErr(w, 400, "invalid_request", fmt.Sprintf("template %s: from %q: no such template", spec.Name, spec.From))
-		return
-	}
-	a.mu.Lock()
-	maxCPU, maxMem := a.maxVCPUs, a.memTotal/2
-	a.mu.Unlock()
-	if int64(spec.VCPUs) > maxCPU || int64(spec.MemoryMiB) > maxMem { // like the real agent's limits
-		writeErr(w, 400, "invalid_request", fmt.Sprintf("template %s is larger than this host's limits (max_vcpus %d, max_memory_mib %d)", spec.Name, maxCPU, maxMem))
+	parent, gate, aerr := a.checkBuild(spec)
+	if aerr != nil {
+		writeErr(w, aerr)
 		return
 	}
 
@@ -130,16 +121,11 @@ func (a *Agent) buildTemplate(w http.ResponseWriter, r *http.Request) {
 	t := agentclient.Template{Name: spec.Name, Baked: true, VCPUs: pick(spec.VCPUs, parent.VCPUs, 1),
 		MemoryMiB: pick(spec.MemoryMiB, parent.MemoryMiB, 512), DiskMiB: pick(spec.DiskMiB, parent.DiskMiB, 2048),
 		BakeMS: 1234, SizeBytes: 64 << 20, Description: spec.Description, Metadata: spec.Metadata, Built: true}
-	a.mu.Lock()
-	a.built[spec.Name] = spec
-	kept := a.templates[:0]
-	for _, old := range a.templates {
-		if old.Name != spec.Name {
-			kept = append(kept, old)
-		}
-	}
-	a.templates = append(kept, t)
-	a.mu.Unlock()
+	a.with(func() {
+		a.built[spec.Name] = spec
+		a.dropTemplate(spec.Name)
+		a.templates = append(a.templates, t)
+	})
 	send(map[string]string{"progress": "baked " + spec.Name})
 	send(map[string]any{"template": t})
 }
@@ -153,37 +139,30 @@ func pick(vs ...int) int {
 	return 0
 }
 
-func (a *Agent) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+func (a *Agent) deleteTemplate(r *http.Request) (int, any, *agentclient.Error) {
 	name := r.PathValue("name")
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.knows(name); !ok {
-		writeErr(w, 404, "not_found", "template "+name+" not found")
-		return
-	}
-	if _, ok := a.built[name]; !ok {
-		writeErr(w, 409, "conflict", "template "+name+" is a catalog or configured template: it cannot be deleted")
-		return
+	_, built := a.built[name]
+	var err *agentclient.Error
+	switch {
+	case !a.knows(name):
+		err = notFound("template %s not found", name)
+	case !built:
+		err = conflict("template %s is a catalog or configured template: it cannot be deleted", name)
 	}
 	for _, sb := range a.sandboxes {
-		if sb.Template == name {
-			writeErr(w, 409, "conflict", "template "+name+" is used by sandbox "+sb.ID)
-			return
+		if err == nil && sb.Template == name {
+			err = conflict("template %s is used by sandbox %s", name, sb.ID)
 		}
 	}
 	for _, sn := range a.snapshots {
-		if !sn.deleted && sn.Template == name {
-			writeErr(w, 409, "conflict", "template "+name+" is used by snapshot "+sn.ID)
-			return
+		if err == nil && !sn.deleted && sn.Template == name {
+			err = conflict("template %s is used by snapshot %s", name, sn.ID)
 		}
+	}
+	if err != nil {
+		return answer(0, nil, err)
 	}
 	delete(a.built, name)
-	kept := a.templates[:0]
-	for _, t := range a.templates {
-		if t.Name != name {
-			kept = append(kept, t)
-		}
-	}
-	a.templates = kept
-	w.WriteHeader(204)
+	a.dropTemplate(name)
+	return 204, nil, nil
 }
