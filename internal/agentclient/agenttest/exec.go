@@ -70,7 +70,7 @@ func (sb *sandbox) interpret(req agentclient.ExecRequest) (run, *agentclient.Err
 			return run{}, invalid("cwd must be absolute")
 		case sb.fs.isFile(p):
 			return run{}, invalid("cwd %s is not a directory", p)
-		case !sb.fs.dirs[p]:
+		case !sb.fs.isDir(p):
 			return run{}, notFound("cwd %s does not exist", p)
 		}
 		cwd = p

@@ -68,7 +68,7 @@ type sandbox struct {
 // guest is what a VM holds: its files and the toy "memory" counter that `inc` counts. Snapshots,
 // forks and hibernation carry it.
 type guest struct {
-	fs      *memFS
+	fs      memFS
 	counter int
 }
 
@@ -340,11 +340,11 @@ func (a *Agent) handler() http.Handler {
 		"GET /v1/volumes/{id}":                a.getVolume,
 		"POST /v1/volumes/{id}/resize":        a.resizeVolume,
 		"DELETE /v1/volumes/{id}":             a.deleteVolume,
-		"GET /v1/sandboxes/{id}/files":        a.readFile,
-		"PUT /v1/sandboxes/{id}/files":        a.writeFile,
-		"DELETE /v1/sandboxes/{id}/files":     a.removeFile,
-		"GET /v1/sandboxes/{id}/files/list":   a.listFiles,
-		"GET /v1/sandboxes/{id}/files/stat":   a.statFile,
+		"GET /v1/sandboxes/{id}/files":        a.fileCall(readFile),
+		"PUT /v1/sandboxes/{id}/files":        a.fileCall(writeFile),
+		"DELETE /v1/sandboxes/{id}/files":     a.fileCall(removeFile),
+		"GET /v1/sandboxes/{id}/files/list":   a.fileCall(listFiles),
+		"GET /v1/sandboxes/{id}/files/stat":   a.fileCall(statFile),
 		"POST /v1/sandboxes/{id}/files/mkdir": a.mkdir,
 		"POST /v1/sandboxes/{id}/files/move":  a.move,
 		"GET /healthz":                        a.health,

@@ -9,30 +9,30 @@ import (
 	"github.com/pandastack/pandastack/internal/agentclient"
 )
 
-// memFS is a fake guest's file tree: file contents and directories by absolute, clean path. Its
-// methods answer with the real agent's error codes for the same mistakes (a directory read as a
-// file is invalid_request, a full directory removed without recursive is a conflict…). No owners,
+// memFS is a fake guest's file tree: every file and directory by absolute, clean path. Its
+// methods answer the real agent's error codes for the same mistakes (a directory read as a file
+// is invalid_request, a full directory removed without recursive is a conflict…). No owners,
 // permissions, symlinks or times.
-type memFS struct {
-	files map[string][]byte
-	dirs  map[string]bool
+type memFS map[string]node
+
+type node struct {
+	dir  bool
+	data []byte
 }
 
 // newFS is the tree of a fresh guest: the default user's home (the default cwd) and /tmp.
-func newFS() *memFS {
-	f := &memFS{files: map[string][]byte{}, dirs: map[string]bool{"/": true}}
+func newFS() memFS {
+	f := memFS{"/": {dir: true}}
 	f.mkdirs("/home/user")
 	f.mkdirs("/tmp")
 	return f
 }
 
-func (f *memFS) clone() *memFS {
-	out := &memFS{files: make(map[string][]byte, len(f.files)), dirs: maps.Clone(f.dirs)}
-	for p, b := range f.files {
-		out.files[p] = slices.Clone(b)
-	}
-	return out
-}
+// clone copies the tree; contents are never changed in place, so they are shared.
+func (f memFS) clone() memFS { return maps.Clone(f) }
+
+func (f memFS) isDir(p string) bool  { return f[p].dir }
+func (f memFS) isFile(p string) bool { n, ok := f[p]; return ok && !n.dir }
 
 // absPath is the clean form of an absolute path p (false: p is empty or relative).
 func absPath(p string) (string, bool) {
@@ -49,46 +49,29 @@ func pathArg(p string) (string, *agentclient.Error) {
 	return "", invalid("path %q must be absolute", p)
 }
 
-func (f *memFS) stat(p string) (agentclient.Stat, bool) {
-	st := agentclient.Stat{Name: path.Base(p), Path: p, MTime: "2026-01-01T00:00:00Z"}
-	if b, ok := f.files[p]; ok {
-		st.Type, st.Size, st.Mode = "file", int64(len(b)), "0644"
-		return st, true
-	}
-	if f.dirs[p] {
+func (f memFS) stat(p string) (agentclient.Stat, bool) {
+	n, ok := f[p]
+	st := agentclient.Stat{Name: path.Base(p), Path: p, Type: "file", Size: int64(len(n.data)), Mode: "0644", MTime: "2026-01-01T00:00:00Z"}
+	if n.dir {
 		st.Type, st.Mode = "dir", "0755"
-		return st, true
 	}
-	return agentclient.Stat{}, false
+	return st, ok
 }
 
-func (f *memFS) isFile(p string) bool { _, ok := f.files[p]; return ok }
-func (f *memFS) exists(p string) bool { return f.dirs[p] || f.isFile(p) }
-
-// under lists p's entries (files and directories, any depth), sorted.
-func (f *memFS) under(p string) []string {
+// under lists what is below directory p, at any depth, sorted.
+func (f memFS) under(p string) []string {
 	var out []string
-	for _, m := range []map[string]bool{f.dirs, boolKeys(f.files)} {
-		for q := range m {
-			if strings.HasPrefix(q, strings.TrimSuffix(p, "/")+"/") {
-				out = append(out, q)
-			}
+	for q := range f {
+		if strings.HasPrefix(q, strings.TrimSuffix(p, "/")+"/") {
+			out = append(out, q)
 		}
 	}
 	slices.Sort(out)
 	return out
 }
 
-func boolKeys[V any](m map[string]V) map[string]bool {
-	out := make(map[string]bool, len(m))
-	for k := range m {
-		out[k] = true
-	}
-	return out
-}
-
 // parentsOK reports a file where one of p's parents should be (ENOTDIR on a real guest).
-func (f *memFS) parentsOK(p string) *agentclient.Error {
+func (f memFS) parentsOK(p string) *agentclient.Error {
 	for d := path.Dir(p); d != "/"; d = path.Dir(d) {
 		if f.isFile(d) {
 			return invalid("%s is not a directory", d)
@@ -98,67 +81,62 @@ func (f *memFS) parentsOK(p string) *agentclient.Error {
 }
 
 // mkdirs makes p and its parents (parentsOK checked).
-func (f *memFS) mkdirs(p string) {
+func (f memFS) mkdirs(p string) {
 	for ; p != "/"; p = path.Dir(p) {
-		f.dirs[p] = true
+		f[p] = node{dir: true}
 	}
 }
 
-func (f *memFS) mkdir(p string) *agentclient.Error {
+func (f memFS) mkdir(p string) *agentclient.Error {
 	if f.isFile(p) {
 		return conflict("%s exists and is not a directory", p)
 	}
-	if err := f.parentsOK(p); err != nil {
-		return err
+	err := f.parentsOK(p)
+	if err == nil {
+		f.mkdirs(p)
 	}
-	f.mkdirs(p)
-	return nil
+	return err
 }
 
-func (f *memFS) read(p string) ([]byte, *agentclient.Error) {
-	if f.dirs[p] {
+func (f memFS) read(p string) ([]byte, *agentclient.Error) {
+	switch n, ok := f[p]; {
+	case !ok:
+		return nil, notFound("no such file: %s", p)
+	case n.dir:
 		return nil, invalid("%s is a directory", p)
 	}
-	b, ok := f.files[p]
-	if !ok {
-		return nil, notFound("no such file: %s", p)
-	}
-	return b, nil
+	return append([]byte{}, f[p].data...), nil
 }
 
 // write replaces p's content, making its parents.
-func (f *memFS) write(p string, b []byte) *agentclient.Error {
-	if f.dirs[p] {
-		return invalid("%s is a directory", p)
+func (f memFS) write(p string, b []byte) *agentclient.Error {
+	err := f.parentsOK(p)
+	if f.isDir(p) {
+		err = invalid("%s is a directory", p)
 	}
-	if err := f.parentsOK(p); err != nil {
-		return err
+	if err == nil {
+		f.mkdirs(path.Dir(p))
+		f[p] = node{data: b}
 	}
-	f.mkdirs(path.Dir(p))
-	f.files[p] = b
-	return nil
+	return err
 }
 
 // list walks directory p depth levels down: each directory's entries by name, a directory
 // followed by its own entries (the real agent's order).
-func (f *memFS) list(p string, depth int) ([]agentclient.Stat, *agentclient.Error) {
-	if f.isFile(p) {
-		return nil, invalid("%s is not a directory", p)
-	}
-	if !f.dirs[p] {
-		return nil, notFound("no such directory: %s", p)
+func (f memFS) list(p string, depth int) ([]agentclient.Stat, *agentclient.Error) {
+	if n, ok := f[p]; !ok || !n.dir {
+		return nil, f.notDir(p)
 	}
 	out := []agentclient.Stat{}
 	var walk func(dir string, level int)
 	walk = func(dir string, level int) {
 		for _, q := range f.under(dir) {
-			if path.Dir(q) != dir {
-				continue
-			}
-			st, _ := f.stat(q)
-			out = append(out, st)
-			if st.Type == "dir" && level < depth {
-				walk(q, level+1)
+			if path.Dir(q) == dir {
+				st, _ := f.stat(q)
+				out = append(out, st)
+				if st.Type == "dir" && level < depth {
+					walk(q, level+1)
+				}
 			}
 		}
 	}
@@ -166,57 +144,53 @@ func (f *memFS) list(p string, depth int) ([]agentclient.Stat, *agentclient.Erro
 	return out, nil
 }
 
-func (f *memFS) remove(p string, recursive bool) *agentclient.Error {
-	switch {
+// notDir is the error for p where a directory is needed.
+func (f memFS) notDir(p string) *agentclient.Error {
+	if f.isFile(p) {
+		return invalid("%s is not a directory", p)
+	}
+	return notFound("no such directory: %s", p)
+}
+
+func (f memFS) remove(p string, recursive bool) *agentclient.Error {
+	switch _, ok := f[p]; {
 	case p == "/":
 		return invalid("refusing to remove /")
-	case !f.exists(p):
+	case !ok:
 		return notFound("no such file: %s", p)
-	case len(f.under(p)) > 0 && f.dirs[p] && !recursive:
+	case len(f.under(p)) > 0 && f.isDir(p) && !recursive:
 		return conflict("directory %s is not empty", p)
 	}
 	for _, q := range append(f.under(p), p) {
-		delete(f.files, q)
-		delete(f.dirs, q)
+		delete(f, q)
 	}
 	return nil
 }
 
 // move renames a file or a directory tree like rename(2): to's parent must exist, a file does
 // not replace a directory nor a directory a file, and a directory replaces only an empty one.
-func (f *memFS) move(from, to string) *agentclient.Error {
+func (f memFS) move(from, to string) *agentclient.Error {
+	src, ok := f[from]
+	dst, exists := f[to]
 	switch {
 	case from == "/" || to == "/":
 		return invalid("cannot move /")
-	case !f.exists(from):
+	case !ok:
 		return notFound("no such file: %s", from)
 	case from == to:
 		return nil
 	case strings.HasPrefix(to, from+"/"):
 		return invalid("cannot move %s into itself", from)
-	}
-	if err := f.parentsOK(to); err != nil {
-		return err
-	}
-	if !f.dirs[path.Dir(to)] {
-		return notFound("no such directory: %s", path.Dir(to))
-	}
-	switch {
-	case f.dirs[to] && !f.dirs[from], f.isFile(to) && f.dirs[from]:
+	case !f.isDir(path.Dir(to)):
+		return f.notDir(path.Dir(to))
+	case exists && src.dir != dst.dir:
 		return invalid("cannot move %s over %s", from, to)
-	case f.dirs[to] && len(f.under(to)) > 0:
+	case exists && len(f.under(to)) > 0:
 		return conflict("directory %s is not empty", to)
 	}
-	delete(f.dirs, to)
 	for _, q := range append(f.under(from), from) {
-		nq := to + strings.TrimPrefix(q, from)
-		if b, ok := f.files[q]; ok {
-			f.files[nq] = b
-			delete(f.files, q)
-		} else {
-			f.dirs[nq] = true
-			delete(f.dirs, q)
-		}
+		f[to+strings.TrimPrefix(q, from)] = f[q]
+		delete(f, q)
 	}
 	return nil
 }

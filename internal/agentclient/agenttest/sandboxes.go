@@ -184,8 +184,8 @@ func (a *Agent) snapshot(r *http.Request) (int, any, *agentclient.Error) {
 	}
 	sn := &snapshot{Snapshot: agentclient.Snapshot{ID: a.newID("snap_fake"), SandboxID: sb.ID, Template: sb.Template,
 		CreatedAt: time.Now().UTC(), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, SizeBytes: 4096}, guest: sb.guest.clone()}
-	for _, b := range sn.fs.files {
-		sn.SizeBytes += int64(len(b))
+	for _, n := range sn.fs {
+		sn.SizeBytes += int64(len(n.data))
 	}
 	a.snapshots[sn.ID] = sn
 	return 201, sn.Snapshot, nil
@@ -280,89 +280,94 @@ func (a *Agent) fork(r *http.Request) (int, any, *agentclient.Error) {
 }
 
 // fileCall is a files endpoint: op gets the (woken) sandbox and the clean ?path=.
-func (a *Agent) fileCall(op func(sb *sandbox, p string, r *http.Request) (int, any, *agentclient.Error)) call {
+func (a *Agent) fileCall(op func(sb *sandbox, p string, r *http.Request) (any, *agentclient.Error)) call {
 	return func(r *http.Request) (int, any, *agentclient.Error) {
 		sb, err := a.live(r)
-		if err != nil {
-			return answer(0, nil, err)
-		}
-		p, err := pathArg(r.URL.Query().Get("path"))
-		if err != nil {
-			return answer(0, nil, err)
-		}
-		return op(sb, p, r)
-	}
-}
-
-// writable refuses paths under a read-only mount (EROFS on a real guest).
-func (sb *sandbox) writable(paths ...string) *agentclient.Error {
-	for _, p := range paths {
-		for _, m := range sb.mounts {
-			if m.ReadOnly && within(p, m.MountPath) {
-				return apiErr(403, "forbidden", "read-only file system: %s", p)
-			}
-		}
-	}
-	return nil
-}
-
-func (a *Agent) readFile(r *http.Request) (int, any, *agentclient.Error) {
-	return a.fileCall(func(sb *sandbox, p string, _ *http.Request) (int, any, *agentclient.Error) {
-		b, err := sb.fs.read(p)
-		return answer(200, append([]byte{}, b...), err)
-	})(r)
-}
-
-func (a *Agent) writeFile(r *http.Request) (int, any, *agentclient.Error) {
-	return a.fileCall(func(sb *sandbox, p string, r *http.Request) (int, any, *agentclient.Error) {
-		if err := sb.writable(p); err != nil {
-			return answer(0, nil, err)
-		}
-		b, rerr := io.ReadAll(r.Body)
-		if rerr != nil {
-			return answer(0, nil, invalid("%v", rerr))
-		}
-		if err := sb.fs.write(p, b); err != nil {
-			return answer(0, nil, err)
-		}
-		st, _ := sb.fs.stat(p)
-		return 200, st, nil
-	})(r)
-}
-
-func (a *Agent) removeFile(r *http.Request) (int, any, *agentclient.Error) {
-	return a.fileCall(func(sb *sandbox, p string, r *http.Request) (int, any, *agentclient.Error) {
-		err := sb.writable(p)
+		var p string
 		if err == nil {
-			err = sb.fs.remove(p, r.URL.Query().Get("recursive") == "true")
+			p, err = pathArg(r.URL.Query().Get("path"))
+		}
+		var out any
+		if err == nil {
+			out, err = op(sb, p, r)
+		}
+		if out == nil { // nothing to say: 204, as on the real agent
+			return answer(204, nil, err)
+		}
+		return answer(200, out, err)
+	}
+}
+
+// bodyCall is a files endpoint whose paths come in a JSON body (mkdir, move): op gets the
+// (woken) sandbox; the answer is 204.
+func (a *Agent) bodyCall(body any, op func(sb *sandbox) *agentclient.Error) call {
+	return func(r *http.Request) (int, any, *agentclient.Error) {
+		err := decode(r, body)
+		var sb *sandbox
+		if err == nil {
+			sb, err = a.live(r)
+		}
+		if err == nil {
+			err = op(sb)
 		}
 		return answer(204, nil, err)
-	})(r)
+	}
 }
 
-func (a *Agent) listFiles(r *http.Request) (int, any, *agentclient.Error) {
-	return a.fileCall(func(sb *sandbox, p string, r *http.Request) (int, any, *agentclient.Error) {
-		depth := 1
-		if d := r.URL.Query().Get("depth"); d != "" {
-			if v, err := strconv.Atoi(d); err == nil && v >= 1 && v <= 10 {
-				depth = v
-			} else {
-				return answer(0, nil, invalid("depth must be 1-10"))
+// change cleans paths, refuses those under a read-only mount (EROFS on a real guest) and
+// applies op to the clean ones.
+func (sb *sandbox) change(op func(ps ...string) *agentclient.Error, paths ...string) *agentclient.Error {
+	clean := make([]string, len(paths))
+	for i, p := range paths {
+		var err *agentclient.Error
+		if clean[i], err = pathArg(p); err != nil {
+			return err
+		}
+		for _, m := range sb.mounts {
+			if m.ReadOnly && within(clean[i], m.MountPath) {
+				return apiErr(403, "forbidden", "read-only file system: %s", clean[i])
 			}
 		}
-		entries, err := sb.fs.list(p, depth)
-		return answer(200, map[string]any{"entries": entries}, err)
-	})(r)
+	}
+	return op(clean...)
 }
 
-func (a *Agent) statFile(r *http.Request) (int, any, *agentclient.Error) {
-	return a.fileCall(func(sb *sandbox, p string, _ *http.Request) (int, any, *agentclient.Error) {
-		st, ok := sb.fs.stat(p)
-		if !ok {
-			return answer(0, nil, notFound("no such file: %s", p))
+func readFile(sb *sandbox, p string, _ *http.Request) (any, *agentclient.Error) { return sb.fs.read(p) }
+
+func writeFile(sb *sandbox, p string, r *http.Request) (any, *agentclient.Error) {
+	err := sb.change(func(ps ...string) *agentclient.Error {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return invalid("%v", err)
 		}
-		return 200, st, nil
-	})(r)
+		return sb.fs.write(p, b)
+	}, p)
+	st, _ := sb.fs.stat(p)
+	return st, err
+}
+
+func removeFile(sb *sandbox, p string, r *http.Request) (any, *agentclient.Error) {
+	return nil, sb.change(func(ps ...string) *agentclient.Error {
+		return sb.fs.remove(p, r.URL.Query().Get("recursive") == "true")
+	}, p)
+}
+
+func listFiles(sb *sandbox, p string, r *http.Request) (any, *agentclient.Error) {
+	depth := 1
+	if d := r.URL.Query().Get("depth"); d != "" {
+		if depth, _ = strconv.Atoi(d); depth < 1 || depth > 10 {
+			return nil, invalid("depth must be 1-10")
+		}
+	}
+	entries, err := sb.fs.list(p, depth)
+	return map[string]any{"entries": entries}, err
+}
+
+func statFile(sb *sandbox, p string, _ *http.Request) (any, *agentclient.Error) {
+	if st, ok := sb.fs.stat(p); ok {
+		return st, nil
+	}
+	return nil, notFound("no such file: %s", p)
 }
 
 func (a *Agent) mkdir(r *http.Request) (int, any, *agentclient.Error) {
@@ -370,21 +375,9 @@ func (a *Agent) mkdir(r *http.Request) (int, any, *agentclient.Error) {
 		Path string `json:"path"`
 		User string `json:"user,omitempty"`
 	}
-	if err := decode(r, &req); err != nil {
-		return answer(0, nil, err)
-	}
-	sb, err := a.live(r)
-	if err != nil {
-		return answer(0, nil, err)
-	}
-	p, err := pathArg(req.Path)
-	if err == nil {
-		err = sb.writable(p)
-	}
-	if err == nil {
-		err = sb.fs.mkdir(p)
-	}
-	return answer(204, nil, err)
+	return a.bodyCall(&req, func(sb *sandbox) *agentclient.Error {
+		return sb.change(func(ps ...string) *agentclient.Error { return sb.fs.mkdir(ps[0]) }, req.Path)
+	})(r)
 }
 
 func (a *Agent) move(r *http.Request) (int, any, *agentclient.Error) {
@@ -393,23 +386,7 @@ func (a *Agent) move(r *http.Request) (int, any, *agentclient.Error) {
 		To   string `json:"to"`
 		User string `json:"user,omitempty"`
 	}
-	if err := decode(r, &req); err != nil {
-		return answer(0, nil, err)
-	}
-	sb, err := a.live(r)
-	if err != nil {
-		return answer(0, nil, err)
-	}
-	from, err := pathArg(req.From)
-	if err != nil {
-		return answer(0, nil, err)
-	}
-	to, err := pathArg(req.To)
-	if err == nil {
-		err = sb.writable(from, to)
-	}
-	if err == nil {
-		err = sb.fs.move(from, to)
-	}
-	return answer(204, nil, err)
+	return a.bodyCall(&req, func(sb *sandbox) *agentclient.Error {
+		return sb.change(func(ps ...string) *agentclient.Error { return sb.fs.move(ps[0], ps[1]) }, req.From, req.To)
+	})(r)
 }

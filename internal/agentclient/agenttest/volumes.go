@@ -3,7 +3,6 @@ package agenttest
 import (
 	"fmt"
 	"net/http"
-	"path"
 	"slices"
 	"strings"
 	"time"
@@ -205,8 +204,7 @@ func (a *Agent) mount(sb *sandbox) {
 	for _, m := range sb.mounts {
 		sb.fs.mkdirs(m.MountPath)
 		for rel, b := range a.volumes[m.VolumeID].files {
-			sb.fs.mkdirs(path.Dir(m.MountPath + rel))
-			sb.fs.files[m.MountPath+rel] = slices.Clone(b)
+			sb.fs.write(m.MountPath+rel, b)
 		}
 	}
 }
@@ -219,9 +217,9 @@ func (a *Agent) flushVolumes(sb *sandbox) {
 			continue
 		}
 		v.files = map[string][]byte{}
-		for p, b := range sb.fs.files {
-			if within(p, m.MountPath) {
-				v.files[strings.TrimPrefix(p, m.MountPath)] = slices.Clone(b)
+		for _, p := range sb.fs.under(m.MountPath) {
+			if sb.fs.isFile(p) {
+				v.files[strings.TrimPrefix(p, m.MountPath)] = sb.fs[p].data
 			}
 		}
 	}
