@@ -2,15 +2,15 @@ package agenttest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,11 +75,12 @@ const missingSandbox = "sb_nosuchsandbox"
 
 func ctx() context.Context { return context.Background() }
 
-// unique returns prefix followed by random lowercase hex (ids the agent accepts).
+var made atomic.Int64
+
+// unique returns prefix followed by lowercase letters and digits seen nowhere else (ids the
+// agent accepts).
 func unique(prefix string) string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	return prefix + hex.EncodeToString(b)
+	return prefix + strconv.FormatInt(time.Now().UnixNano(), 36) + strconv.FormatInt(made.Add(1), 36)
 }
 
 // wantErr asserts err is the agent's error answer with this status and code.

@@ -3,7 +3,9 @@ package agenttest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,19 +44,20 @@ type run struct {
 type chunk struct{ stream, data string }
 
 func validateExec(req *agentclient.ExecRequest) *agentclient.Error {
-	switch {
-	case req.Cmd == "" && len(req.Argv) == 0:
-		return invalid("exec needs cmd (a shell string) or argv")
-	case req.Cmd != "" && len(req.Argv) > 0:
-		return invalid("exec takes cmd or argv, not both")
-	case req.TimeoutSeconds != nil && (*req.TimeoutSeconds <= 0 || *req.TimeoutSeconds > maxExecTimeout.Seconds()):
-		return invalid("timeout_seconds must be > 0 and <= %d", int(maxExecTimeout.Seconds()))
-	case len(req.Env) > 256:
-		return invalid("env has more than 256 entries")
-	}
-	for k := range req.Env {
-		if k == "" || len(k) > 256 || strings.ContainsAny(k, "=\x00") {
-			return invalid("env name %q is not valid", k)
+	badName := func(k string) bool { return k == "" || len(k) > 256 || strings.ContainsAny(k, "=\x00") }
+	for _, c := range []struct {
+		bad  bool
+		what string
+	}{
+		{req.Cmd == "" && len(req.Argv) == 0, "exec needs cmd (a shell string) or argv"},
+		{req.Cmd != "" && len(req.Argv) > 0, "exec takes cmd or argv, not both"},
+		{req.TimeoutSeconds != nil && (*req.TimeoutSeconds <= 0 || *req.TimeoutSeconds > maxExecTimeout.Seconds()),
+			fmt.Sprintf("timeout_seconds must be > 0 and <= %d", int(maxExecTimeout.Seconds()))},
+		{len(req.Env) > 256, "env has more than 256 entries"},
+		{slices.ContainsFunc(slices.Collect(maps.Keys(req.Env)), badName), "an env name is not valid"},
+	} {
+		if c.bad {
+			return invalid("%s", c.what)
 		}
 	}
 	return nil

@@ -285,38 +285,35 @@ func decode(r *http.Request, v any) *agentclient.Error {
 	return nil
 }
 
-// call is one endpoint of the API: it runs with the agent's lock held and answers a status and
-// a body (nil: none; []byte: the bytes of a file), or an error.
-type call func(r *http.Request) (int, any, *agentclient.Error)
+// call is one endpoint of the API: it runs with the agent's lock held and answers a body or an
+// error. The body's type says the status: nil is 204 No Content, created{v} is v with 201,
+// []byte is a file's bytes, anything else JSON with 200.
+type call func(r *http.Request) (any, *agentclient.Error)
+
+type created struct{ v any }
 
 func (a *Agent) serve(fn call) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
-		status, body, err := fn(r)
+		body, err := fn(r)
 		a.mu.Unlock()
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
 		switch b := body.(type) {
 		case nil:
-			if err != nil {
-				writeErr(w, err)
-				return
-			}
-			w.WriteHeader(status)
+			w.WriteHeader(204)
+		case created:
+			writeJSON(w, 201, b.v)
 		case []byte:
 			w.Header().Set("Content-Type", "application/octet-stream")
 			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 			w.Write(b)
 		default:
-			writeJSON(w, status, b)
+			writeJSON(w, 200, b)
 		}
 	}
-}
-
-// answer is a call's result: v with status, or the error.
-func answer(status int, v any, err *agentclient.Error) (int, any, *agentclient.Error) {
-	if err != nil {
-		return 0, nil, err
-	}
-	return status, v, nil
 }
 
 func (a *Agent) handler() http.Handler {
@@ -380,24 +377,24 @@ func (a *Agent) handler() http.Handler {
 	})
 }
 
-func (a *Agent) health(*http.Request) (int, any, *agentclient.Error) {
-	return 200, agentclient.Health{OK: true, Version: "fake", Accel: "tcg"}, nil
+func (a *Agent) health(*http.Request) (any, *agentclient.Error) {
+	return agentclient.Health{OK: true, Version: "fake", Accel: "tcg"}, nil
 }
 
-func (a *Agent) noRoute(r *http.Request) (int, any, *agentclient.Error) {
-	return answer(0, nil, notFound("no route for %s %s", r.Method, r.URL.Path))
+func (a *Agent) noRoute(r *http.Request) (any, *agentclient.Error) {
+	return nil, notFound("no route for %s %s", r.Method, r.URL.Path)
 }
 
 // info reports a slot for every sandbox, hibernated ones too, and memory for running ones (like
 // the real agent), with limits like its defaults: half the memory per VM, 2 × the memory committed.
-func (a *Agent) info(*http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) info(*http.Request) (any, *agentclient.Error) {
 	var committed int64
 	for _, sb := range a.sandboxes {
 		if sb.State == agentclient.StateRunning {
 			committed += int64(sb.MemoryMiB)
 		}
 	}
-	return 200, agentclient.Info{HostID: a.HostID, Accel: "tcg", MemMiBTotal: a.memTotal, MemMiBFree: a.memTotal - committed,
+	return agentclient.Info{HostID: a.HostID, Accel: "tcg", MemMiBTotal: a.memTotal, MemMiBFree: a.memTotal - committed,
 		SlotsTotal: a.slotsTotal, SlotsUsed: int64(len(a.sandboxes)), Templates: a.templates,
 		MaxVCPUs: a.maxVCPUs, MaxMemoryMiB: a.memTotal / 2, MemoryOvercommit: 2, MemMiBCommitted: committed,
 		MemMiBCommitLimit: 2 * a.memTotal, MemMiBWatermark: 512,

@@ -14,43 +14,43 @@ import (
 
 // The sandbox, snapshot and file endpoints. Every call runs with a.mu held (Agent.serve).
 
-func (a *Agent) create(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 	var req agentclient.CreateRequest
 	if err := decode(r, &req); err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
 	if a.createErr != nil {
-		return answer(0, nil, a.createErr)
+		return nil, a.createErr
 	}
 	if req.ID != "" && !sandboxIDRE.MatchString(req.ID) {
-		return answer(0, nil, invalid("sandbox id %q: use sb_ followed by 1-60 lowercase letters or digits", req.ID))
+		return nil, invalid("sandbox id %q: use sb_ followed by 1-60 lowercase letters or digits", req.ID)
 	}
 	tpl, g, err := a.source(&req)
 	if err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
 	mounts, err := a.checkMounts(req.Volumes)
 	if err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
 	if req.ID == "" {
 		req.ID = a.newID("sb_fake")
 	}
 	if _, dup := a.sandboxes[req.ID]; dup {
-		return answer(0, nil, conflict("sandbox %s already exists", req.ID))
+		return nil, conflict("sandbox %s already exists", req.ID)
 	}
 	if err := a.checkAttach(mounts); err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
 	if int64(len(a.sandboxes)) >= a.slotsTotal {
-		return answer(0, nil, apiErr(503, "capacity", "no free slot"))
+		return nil, apiErr(503, "capacity", "no free slot")
 	}
 	sb := a.newSandbox(req.ID, tpl, g)
 	sb.SnapshotID, sb.env, sb.mounts = req.SnapshotID, req.Env, mounts
 	a.mount(sb)
 	a.sandboxes[sb.ID] = sb
 	a.creates++
-	return 201, sb.Sandbox, nil
+	return created{sb.Sandbox}, nil
 }
 
 // source is what a create starts from: a template's fresh guest, or a snapshot's guest (whose
@@ -117,54 +117,50 @@ func (a *Agent) live(r *http.Request) (*sandbox, *agentclient.Error) {
 }
 
 // listSandboxes lists every sandbox, oldest first.
-func (a *Agent) listSandboxes(*http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) listSandboxes(*http.Request) (any, *agentclient.Error) {
 	all := slices.Collect(maps.Values(a.sandboxes))
 	slices.SortFunc(all, func(x, y *sandbox) int { return x.order - y.order })
 	out := []agentclient.Sandbox{}
 	for _, sb := range all {
 		out = append(out, sb.Sandbox)
 	}
-	return 200, map[string]any{"sandboxes": out}, nil
+	return map[string]any{"sandboxes": out}, nil
 }
 
-func (a *Agent) getSandbox(r *http.Request) (int, any, *agentclient.Error) {
-	sb, err := a.sandbox(r)
+func (a *Agent) getSandbox(r *http.Request) (any, *agentclient.Error) { return view(a.sandbox(r)) }
+
+// view is a sandbox's API view, or the error.
+func view(sb *sandbox, err *agentclient.Error) (any, *agentclient.Error) {
 	if err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
-	return 200, sb.Sandbox, nil
+	return sb.Sandbox, nil
 }
 
 // kill removes the sandbox and its files, hibernated or not; an unknown one is not an error.
-func (a *Agent) kill(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) kill(r *http.Request) (any, *agentclient.Error) {
 	if sb, ok := a.sandboxes[r.PathValue("id")]; ok {
 		a.flushVolumes(sb)
 		delete(a.sandboxes, sb.ID)
 		a.kills++
 	}
-	return 204, nil, nil
+	return nil, nil
 }
 
-func (a *Agent) hibernate(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) hibernate(r *http.Request) (any, *agentclient.Error) {
 	sb, err := a.sandbox(r)
 	switch {
 	case err != nil:
-		return answer(0, nil, err)
+		return nil, err
 	case sb.State == agentclient.StateRunning:
 		sb.State, sb.PID = agentclient.StateHibernated, 0
 	case sb.State != agentclient.StateHibernated:
-		return answer(0, nil, conflict("sandbox %s is %s", sb.ID, sb.State))
+		return nil, conflict("sandbox %s is %s", sb.ID, sb.State)
 	}
-	return 200, sb.Sandbox, nil
+	return sb.Sandbox, nil
 }
 
-func (a *Agent) wake(r *http.Request) (int, any, *agentclient.Error) {
-	sb, err := a.awake(r)
-	if err != nil {
-		return answer(0, nil, err)
-	}
-	return 200, sb.Sandbox, nil
-}
+func (a *Agent) wake(r *http.Request) (any, *agentclient.Error) { return view(a.awake(r)) }
 
 // snapshotOf refuses a sandbox with volumes: its guest's memory holds their mounted filesystems.
 func snapshotOf(sb *sandbox, what string) *agentclient.Error {
@@ -174,13 +170,13 @@ func snapshotOf(sb *sandbox, what string) *agentclient.Error {
 	return nil
 }
 
-func (a *Agent) snapshot(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) snapshot(r *http.Request) (any, *agentclient.Error) {
 	sb, err := a.live(r)
 	if err == nil {
 		err = snapshotOf(sb, "snapshots")
 	}
 	if err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
 	sn := &snapshot{Snapshot: agentclient.Snapshot{ID: a.newID("snap_fake"), SandboxID: sb.ID, Template: sb.Template,
 		CreatedAt: time.Now().UTC(), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, SizeBytes: 4096}, guest: sb.guest.clone()}
@@ -188,10 +184,10 @@ func (a *Agent) snapshot(r *http.Request) (int, any, *agentclient.Error) {
 		sn.SizeBytes += int64(len(n.data))
 	}
 	a.snapshots[sn.ID] = sn
-	return 201, sn.Snapshot, nil
+	return created{sn.Snapshot}, nil
 }
 
-func (a *Agent) listSnapshots(*http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) listSnapshots(*http.Request) (any, *agentclient.Error) {
 	out := []agentclient.Snapshot{}
 	for _, sn := range a.snapshots {
 		if !sn.deleted {
@@ -199,7 +195,7 @@ func (a *Agent) listSnapshots(*http.Request) (int, any, *agentclient.Error) {
 		}
 	}
 	slices.SortFunc(out, func(x, y agentclient.Snapshot) int { return x.CreatedAt.Compare(y.CreatedAt) })
-	return 200, map[string]any{"snapshots": out}, nil
+	return map[string]any{"snapshots": out}, nil
 }
 
 func (a *Agent) liveSnapshot(r *http.Request) (*snapshot, *agentclient.Error) {
@@ -210,32 +206,31 @@ func (a *Agent) liveSnapshot(r *http.Request) (*snapshot, *agentclient.Error) {
 	return sn, nil
 }
 
-func (a *Agent) getSnapshot(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) getSnapshot(r *http.Request) (any, *agentclient.Error) {
 	sn, err := a.liveSnapshot(r)
 	if err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
-	return 200, sn.Snapshot, nil
+	return sn.Snapshot, nil
 }
 
 // deleteSnapshot hides it; sandboxes made from it keep working (they hold their own copy here).
-func (a *Agent) deleteSnapshot(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) deleteSnapshot(r *http.Request) (any, *agentclient.Error) {
 	sn, err := a.liveSnapshot(r)
-	if err != nil {
-		return answer(0, nil, err)
+	if err == nil {
+		sn.deleted = true
 	}
-	sn.deleted = true
-	return 204, nil, nil
+	return nil, err
 }
 
 // fork makes count children of the parent's guest, all or none.
-func (a *Agent) fork(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) fork(r *http.Request) (any, *agentclient.Error) {
 	var req struct {
 		Count *int `json:"count"`
 	}
 	if r.ContentLength != 0 {
 		if err := decode(r, &req); err != nil {
-			return answer(0, nil, err)
+			return nil, err
 		}
 	}
 	count := 1
@@ -243,7 +238,7 @@ func (a *Agent) fork(r *http.Request) (int, any, *agentclient.Error) {
 		count = *req.Count
 	}
 	if count < 1 || count > agentclient.MaxForkCount {
-		return answer(0, nil, invalid("count must be 1-%d", agentclient.MaxForkCount))
+		return nil, invalid("count must be 1-%d", agentclient.MaxForkCount)
 	}
 	parent, err := a.live(r)
 	if err == nil {
@@ -256,7 +251,7 @@ func (a *Agent) fork(r *http.Request) (int, any, *agentclient.Error) {
 		err = apiErr(503, "capacity", "no room for the children")
 	}
 	if err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
 	ids := make([]string, count)
 	for i := range ids {
@@ -266,7 +261,7 @@ func (a *Agent) fork(r *http.Request) (int, any, *agentclient.Error) {
 			ids[i] = a.newID("sb_fake")
 		}
 		if _, dup := a.sandboxes[ids[i]]; dup {
-			return answer(0, nil, conflict("fork of %s failed, no child kept: sandbox %s exists", parent.ID, ids[i]))
+			return nil, conflict("fork of %s failed, no child kept: sandbox %s exists", parent.ID, ids[i])
 		}
 	}
 	children := make([]agentclient.Sandbox, count)
@@ -276,32 +271,28 @@ func (a *Agent) fork(r *http.Request) (int, any, *agentclient.Error) {
 		a.sandboxes[id] = c
 		children[i] = c.Sandbox
 	}
-	return 201, map[string]any{"sandboxes": children}, nil
+	return created{map[string]any{"sandboxes": children}}, nil
 }
 
 // fileCall is a files endpoint: op gets the (woken) sandbox and the clean ?path=.
 func (a *Agent) fileCall(op func(sb *sandbox, p string, r *http.Request) (any, *agentclient.Error)) call {
-	return func(r *http.Request) (int, any, *agentclient.Error) {
+	return func(r *http.Request) (any, *agentclient.Error) {
 		sb, err := a.live(r)
 		var p string
 		if err == nil {
 			p, err = pathArg(r.URL.Query().Get("path"))
 		}
-		var out any
-		if err == nil {
-			out, err = op(sb, p, r)
+		if err != nil {
+			return nil, err
 		}
-		if out == nil { // nothing to say: 204, as on the real agent
-			return answer(204, nil, err)
-		}
-		return answer(200, out, err)
+		return op(sb, p, r)
 	}
 }
 
 // bodyCall is a files endpoint whose paths come in a JSON body (mkdir, move): op gets the
 // (woken) sandbox; the answer is 204.
 func (a *Agent) bodyCall(body any, op func(sb *sandbox) *agentclient.Error) call {
-	return func(r *http.Request) (int, any, *agentclient.Error) {
+	return func(r *http.Request) (any, *agentclient.Error) {
 		err := decode(r, body)
 		var sb *sandbox
 		if err == nil {
@@ -310,7 +301,7 @@ func (a *Agent) bodyCall(body any, op func(sb *sandbox) *agentclient.Error) call
 		if err == nil {
 			err = op(sb)
 		}
-		return answer(204, nil, err)
+		return nil, err
 	}
 }
 
@@ -370,7 +361,7 @@ func statFile(sb *sandbox, p string, _ *http.Request) (any, *agentclient.Error) 
 	return nil, notFound("no such file: %s", p)
 }
 
-func (a *Agent) mkdir(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) mkdir(r *http.Request) (any, *agentclient.Error) {
 	var req struct {
 		Path string `json:"path"`
 		User string `json:"user,omitempty"`
@@ -380,7 +371,7 @@ func (a *Agent) mkdir(r *http.Request) (int, any, *agentclient.Error) {
 	})(r)
 }
 
-func (a *Agent) move(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) move(r *http.Request) (any, *agentclient.Error) {
 	var req struct {
 		From string `json:"from"`
 		To   string `json:"to"`

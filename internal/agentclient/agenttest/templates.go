@@ -42,8 +42,8 @@ func (a *Agent) HoldBuilds() (release func()) {
 	}
 }
 
-func (a *Agent) listTemplates(*http.Request) (int, any, *agentclient.Error) {
-	return 200, map[string]any{"templates": a.templates}, nil
+func (a *Agent) listTemplates(*http.Request) (any, *agentclient.Error) {
+	return map[string]any{"templates": a.templates}, nil
 }
 
 // dropTemplate removes name from the list.
@@ -51,8 +51,17 @@ func (a *Agent) dropTemplate(name string) {
 	a.templates = slices.DeleteFunc(a.templates, func(t agentclient.Template) bool { return t.Name == name })
 }
 
-// checkBuild refuses a spec before the build stream starts (a plain status, as on the real agent).
-func (a *Agent) checkBuild(spec template.Spec) (parent agentclient.Template, gate chan struct{}, err *agentclient.Error) {
+// checkBuild reads the spec and refuses it before the build stream starts (a plain status, as
+// on the real agent). It returns the parent template (zero from debian:) and the HoldBuilds gate.
+func (a *Agent) checkBuild(w http.ResponseWriter, r *http.Request) (spec template.Spec, parent agentclient.Template, gate chan struct{}, err *agentclient.Error) {
+	data, rerr := io.ReadAll(http.MaxBytesReader(w, r.Body, 2*template.MaxSpecBytes))
+	if rerr != nil {
+		return spec, parent, nil, invalid("spec: %v", rerr)
+	}
+	if spec, rerr = template.Parse(data); rerr == nil {
+		rerr = spec.Validate()
+	}
+	_, catalog := template.CatalogSpec(spec.Name)
 	a.with(func() {
 		_, wasBuilt := a.built[spec.Name]
 		maxCPU, maxMem := a.maxVCPUs, a.memTotal/2
@@ -60,6 +69,10 @@ func (a *Agent) checkBuild(spec template.Spec) (parent agentclient.Template, gat
 			parent = a.template(spec.From)
 		}
 		switch {
+		case rerr != nil:
+			err = invalid("%v", rerr)
+		case catalog:
+			err = conflict("template %s is a catalog template: pick another name", spec.Name)
 		case a.knows(spec.Name) && !wasBuilt:
 			err = conflict("template %s is defined by this agent's configuration", spec.Name)
 		case !strings.HasPrefix(spec.From, "debian:") && !a.knows(spec.From):
@@ -68,33 +81,15 @@ func (a *Agent) checkBuild(spec template.Spec) (parent agentclient.Template, gat
 			err = invalid("template %s is larger than this host's limits (max_vcpus %d, max_memory_mib %d)", spec.Name, maxCPU, maxMem)
 		}
 	})
-	return parent, gate, err
+	return spec, parent, gate, err
 }
 
 func (a *Agent) buildTemplate(w http.ResponseWriter, r *http.Request) {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 2*template.MaxSpecBytes))
+	spec, parent, gate, err := a.checkBuild(w, r)
 	if err != nil {
-		writeErr(w, invalid("spec: %v", err))
+		writeErr(w, err)
 		return
 	}
-	spec, err := template.Parse(data)
-	if err == nil {
-		err = spec.Validate()
-	}
-	if err != nil {
-		writeErr(w, invalid("%v", err))
-		return
-	}
-	if _, ok := template.CatalogSpec(spec.Name); ok {
-		writeErr(w, conflict("template %s is a catalog template: pick another name", spec.Name))
-		return
-	}
-	parent, gate, aerr := a.checkBuild(spec)
-	if aerr != nil {
-		writeErr(w, aerr)
-		return
-	}
-
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(200)
 	enc := json.NewEncoder(w)
@@ -139,7 +134,7 @@ func pick(vs ...int) int {
 	return 0
 }
 
-func (a *Agent) deleteTemplate(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) deleteTemplate(r *http.Request) (any, *agentclient.Error) {
 	name := r.PathValue("name")
 	_, built := a.built[name]
 	var err *agentclient.Error
@@ -160,9 +155,9 @@ func (a *Agent) deleteTemplate(r *http.Request) (int, any, *agentclient.Error) {
 		}
 	}
 	if err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
 	delete(a.built, name)
 	a.dropTemplate(name)
-	return 204, nil, nil
+	return nil, nil
 }

@@ -80,7 +80,7 @@ func detached(v agentclient.Volume, change string) *agentclient.Error {
 	return nil
 }
 
-func (a *Agent) createVolume(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) createVolume(r *http.Request) (any, *agentclient.Error) {
 	var req agentclient.CreateVolumeRequest
 	err := decode(r, &req)
 	switch {
@@ -95,37 +95,37 @@ func (a *Agent) createVolume(r *http.Request) (int, any, *agentclient.Error) {
 		err = a.noSpace(fmt.Sprintf("volume %s (%d MiB)", req.ID, req.SizeMiB), req.SizeMiB)
 	}
 	if err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
 	a.volumes[req.ID] = &volume{Volume: agentclient.Volume{ID: req.ID, SizeMiB: req.SizeMiB, CreatedAt: time.Now().UTC()}, files: map[string][]byte{}}
 	_, view, _ := a.volume(req.ID)
-	return 201, view, nil
+	return created{view}, nil
 }
 
-func (a *Agent) listVolumes(*http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) listVolumes(*http.Request) (any, *agentclient.Error) {
 	out := []agentclient.Volume{}
 	for id := range a.volumes {
 		_, view, _ := a.volume(id)
 		out = append(out, view)
 	}
 	slices.SortFunc(out, func(x, y agentclient.Volume) int { return x.CreatedAt.Compare(y.CreatedAt) })
-	return 200, map[string]any{"volumes": out}, nil
+	return map[string]any{"volumes": out}, nil
 }
 
-func (a *Agent) getVolume(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) getVolume(r *http.Request) (any, *agentclient.Error) {
 	_, view, err := a.volume(r.PathValue("id"))
-	return answer(200, view, err)
+	return view, err
 }
 
 // resizeVolume grows a detached volume, checked in the real agent's order.
-func (a *Agent) resizeVolume(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) resizeVolume(r *http.Request) (any, *agentclient.Error) {
 	var req agentclient.ResizeVolumeRequest
 	err := decode(r, &req)
 	if err == nil {
 		err = validSize(req.SizeMiB)
 	}
 	if err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
 	v, view, err := a.volume(r.PathValue("id"))
 	switch {
@@ -138,22 +138,22 @@ func (a *Agent) resizeVolume(r *http.Request) (int, any, *agentclient.Error) {
 		err = a.noSpace("growing volume "+v.ID, req.SizeMiB-v.SizeMiB)
 	}
 	if err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
 	v.SizeMiB, view.SizeMiB = req.SizeMiB, req.SizeMiB
-	return 200, view, nil
+	return view, nil
 }
 
-func (a *Agent) deleteVolume(r *http.Request) (int, any, *agentclient.Error) {
+func (a *Agent) deleteVolume(r *http.Request) (any, *agentclient.Error) {
 	_, view, err := a.volume(r.PathValue("id"))
 	if err == nil {
 		err = detached(view, "kill it first")
 	}
 	if err != nil {
-		return answer(0, nil, err)
+		return nil, err
 	}
 	delete(a.volumes, view.ID)
-	return 204, nil, nil
+	return nil, nil
 }
 
 // checkMounts checks a create's volumes like the real agent: shape, paths, existence. It
