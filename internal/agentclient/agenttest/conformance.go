@@ -634,6 +634,11 @@ func (k *contract) volumes(t *testing.T) {
 		_, err := k.c.CreateVolume(ctx(), c.req)
 		wantErr(t, "volume with "+c.what, err, 400, "invalid_request")
 	}
+	// The pool admits what /v1/info says it does (with a margin: the host's disk is shared).
+	if size := must[agentclient.Info](t, "info")(k.c.Info(ctx())).PoolMiBFree + 1024; size <= MaxVolumeMiB {
+		_, err := k.c.CreateVolume(ctx(), agentclient.CreateVolumeRequest{ID: unique("vol_"), SizeMiB: size})
+		wantErr(t, "a volume larger than the pool admits", err, 507, "no_space")
+	}
 	vid, other := unique("vol_"), unique("vol_")
 	v := must[agentclient.Volume](t, "create volume")(k.c.CreateVolume(ctx(), agentclient.CreateVolumeRequest{ID: vid, SizeMiB: 16}))
 	defer k.c.DeleteVolume(ctx(), vid)
@@ -684,6 +689,12 @@ func (k *contract) volumes(t *testing.T) {
 		t.Errorf("attachments %+v, want %+v", got.Attachments, want)
 	}
 	k.write(t, writer.ID, "/data/kept", "on the volume")
+	// A hibernated sandbox keeps its volumes attached, and mounted when it wakes.
+	must[agentclient.Sandbox](t, "hibernate")(k.c.Hibernate(ctx(), writer.ID))
+	if got := must[agentclient.Volume](t, "get volume")(k.c.GetVolume(ctx(), vid)); !slices.Equal(got.Attachments, want) {
+		t.Errorf("attachments of a hibernated sandbox %+v, want %+v", got.Attachments, want)
+	}
+	k.wantFile(t, writer.ID, "/data/kept", "on the volume")
 	for _, c := range []struct {
 		what string
 		err  error

@@ -46,7 +46,7 @@ type Agent struct {
 	// Knobs the tests turn (the setters below).
 	slotsTotal  int64
 	memTotal    int64
-	poolTotal   int64 // MiB; volumes take their whole size (the real agent's default)
+	poolTotal   int64 // MiB (64 GiB, the real agent's default); volumes take their whole size (ditto)
 	maxVCPUs    int64
 	createErr   *agentclient.Error
 	createDelay time.Duration
@@ -85,7 +85,7 @@ type snapshot struct {
 func New(hostID, token string, templates ...string) *Agent {
 	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{},
 		volumes: map[string]*volume{}, built: map[string]template.Spec{},
-		slotsTotal: 8, memTotal: 8192, maxVCPUs: 8, poolTotal: 64 << 20}
+		slotsTotal: 8, memTotal: 8192, maxVCPUs: 8, poolTotal: 64 << 10}
 	for _, t := range templates {
 		at := agentclient.Template{Name: t, Baked: true, VCPUs: 1, MemoryMiB: 256, DiskMiB: 1024}
 		if cs, ok := template.CatalogSpec(t); ok { // reported like the real agent reports its catalog
