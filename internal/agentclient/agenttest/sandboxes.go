@@ -241,13 +241,13 @@ func (a *Agent) fork(r *http.Request) (any, *agentclient.Error) {
 		return nil, invalid("count must be 1-%d", agentclient.MaxForkCount)
 	}
 	parent, err := a.live(r)
-	if err == nil {
+	switch {
+	case err != nil:
+	case len(parent.mounts) > 0:
 		err = snapshotOf(parent, "snapshots and forks")
-	}
-	if err == nil {
+	case a.forkErr != nil:
 		err = a.forkErr
-	}
-	if err == nil && int64(len(a.sandboxes)+count) > a.slotsTotal {
+	case int64(len(a.sandboxes)+count) > a.slotsTotal:
 		err = apiErr(503, "capacity", "no room for the children")
 	}
 	if err != nil {
