@@ -33,7 +33,7 @@ type Host struct {
 
 const hostCols = `id, url, token, state, accel, mem_mib_total, mem_mib_free, slots_total, slots_used, templates, baked, registered_at, last_heartbeat`
 
-func scanHost(sc interface{ Scan(...any) error }) (Host, error) {
+func scanHost(sc scanner) (Host, error) {
 	var h Host
 	var tmpl, baked string
 	var reg, hb int64
@@ -86,29 +86,12 @@ func (s *Store) UpsertHost(ctx context.Context, h Host) (prev string, err error)
 
 // GetHost returns one host.
 func (s *Store) GetHost(ctx context.Context, id string) (Host, error) {
-	h, err := scanHost(s.queryRow(ctx, s.db, `SELECT `+hostCols+` FROM hosts WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Host{}, ErrNotFound
-	}
-	return h, err
+	return queryOne(ctx, s, `SELECT `+hostCols+` FROM hosts WHERE id = ?`, scanHost, id)
 }
 
 // ListHosts returns every host, by id.
 func (s *Store) ListHosts(ctx context.Context) ([]Host, error) {
-	rows, err := s.query(ctx, s.db, `SELECT `+hostCols+` FROM hosts ORDER BY id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Host
-	for rows.Next() {
-		h, err := scanHost(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, h)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s, s.db, `SELECT `+hostCols+` FROM hosts ORDER BY id`, scanHost)
 }
 
 // MarkStaleHostsDown marks down every up host whose last heartbeat is before staleBefore, and
@@ -117,21 +100,9 @@ func (s *Store) ListHosts(ctx context.Context) ([]Host, error) {
 func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time) ([]Host, error) {
 	var marked []Host
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		marked = nil
-		rows, err := s.query(ctx, tx, `SELECT `+hostCols+` FROM hosts WHERE state = ? AND last_heartbeat < ?`, HostUp, micros(staleBefore))
+		var err error
+		marked, err = queryAll(ctx, s, tx, `SELECT `+hostCols+` FROM hosts WHERE state = ? AND last_heartbeat < ?`, scanHost, HostUp, micros(staleBefore))
 		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			h, err := scanHost(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			marked = append(marked, h)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		now := micros(s.now())
