@@ -45,9 +45,9 @@ const templateCols = `name, description, vcpus, memory_mib, disk_mib, aliases, m
 
 func scanTemplate(sc scanner) (Template, error) {
 	var t Template
-	var c, u int64
 	var al, md string
-	if err := sc.Scan(&t.Name, &t.Description, &t.VCPUs, &t.MemoryMiB, &t.DiskMiB, &al, &md, &c, &u); err != nil {
+	if err := sc.Scan(&t.Name, &t.Description, &t.VCPUs, &t.MemoryMiB, &t.DiskMiB, &al, &md,
+		timeCol(&t.CreatedAt), timeCol(&t.UpdatedAt)); err != nil {
 		return Template{}, err
 	}
 	if err := json.Unmarshal([]byte(al), &t.Aliases); err != nil {
@@ -56,7 +56,6 @@ func scanTemplate(sc scanner) (Template, error) {
 	if err := json.Unmarshal([]byte(md), &t.Metadata); err != nil {
 		return Template{}, fmt.Errorf("template %s: metadata: %w", t.Name, err)
 	}
-	t.CreatedAt, t.UpdatedAt = fromMicros(c), fromMicros(u)
 	return t, nil
 }
 

@@ -36,9 +36,8 @@ const hostCols = `id, url, token, state, accel, mem_mib_total, mem_mib_free, slo
 func scanHost(sc scanner) (Host, error) {
 	var h Host
 	var tmpl, baked string
-	var reg, hb int64
 	if err := sc.Scan(&h.ID, &h.URL, &h.Token, &h.State, &h.Accel, &h.MemMiBTotal, &h.MemMiBFree,
-		&h.SlotsTotal, &h.SlotsUsed, &tmpl, &baked, &reg, &hb); err != nil {
+		&h.SlotsTotal, &h.SlotsUsed, &tmpl, &baked, timeCol(&h.RegisteredAt), timeCol(&h.LastHeartbeat)); err != nil {
 		return Host{}, err
 	}
 	if err := json.Unmarshal([]byte(tmpl), &h.Templates); err != nil {
@@ -47,8 +46,6 @@ func scanHost(sc scanner) (Host, error) {
 	if err := json.Unmarshal([]byte(baked), &h.Baked); err != nil {
 		return Host{}, err
 	}
-	h.RegisteredAt = fromMicros(reg)
-	h.LastHeartbeat = fromMicros(hb)
 	return h, nil
 }
 

@@ -63,16 +63,14 @@ const sandboxCols = `id, team_id, template, state, host_id, metadata, error, cre
 func scanSandbox(sc scanner) (Sandbox, error) {
 	var sb Sandbox
 	var md string
-	var c, e, u int64
-	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.Template, &sb.State, &sb.HostID, &md, &sb.Error, &c, &e, &u,
-		&sb.TTLSeconds, &sb.ForkOf, &sb.SnapshotID); err != nil {
+	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.Template, &sb.State, &sb.HostID, &md, &sb.Error,
+		timeCol(&sb.CreatedAt), timeCol(&sb.ExpiresAt), timeCol(&sb.UpdatedAt), &sb.TTLSeconds, &sb.ForkOf, &sb.SnapshotID); err != nil {
 		return Sandbox{}, err
 	}
 	sb.Metadata = map[string]string{}
 	if err := json.Unmarshal([]byte(md), &sb.Metadata); err != nil {
 		return Sandbox{}, err
 	}
-	sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromMicros(c), fromMicros(e), fromMicros(u)
 	return sb, nil
 }
 

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"time"
 )
 
@@ -22,19 +21,10 @@ type Snapshot struct {
 
 const snapshotCols = `id, team_id, sandbox_id, host_id, template, size_bytes, created_at, deleted, deleted_at`
 
-func scanSnapshot(sc scanner) (Snapshot, error) {
-	var sn Snapshot
-	var c int64
-	var del int
-	var delAt sql.NullInt64
-	if err := sc.Scan(&sn.ID, &sn.TeamID, &sn.SandboxID, &sn.HostID, &sn.Template, &sn.SizeBytes, &c, &del, &delAt); err != nil {
-		return Snapshot{}, err
-	}
-	sn.CreatedAt = fromMicros(c)
-	sn.Deleted = del != 0
-	sn.DeletedAt = nullMicros(delAt)
-	return sn, nil
-}
+var scanSnapshot = scanFields(func(sn *Snapshot) []any {
+	return []any{&sn.ID, &sn.TeamID, &sn.SandboxID, &sn.HostID, &sn.Template, &sn.SizeBytes,
+		timeCol(&sn.CreatedAt), boolCol(&sn.Deleted), timeCol(&sn.DeletedAt)}
+})
 
 // CreateSnapshot records a snapshot a host has taken. A duplicate id is ErrConflict.
 func (s *Store) CreateSnapshot(ctx context.Context, sn Snapshot) (Snapshot, error) {

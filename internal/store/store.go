@@ -214,6 +214,25 @@ func nullMicros(v sql.NullInt64) time.Time {
 	return fromMicros(v.Int64)
 }
 
+// timeCol is a Scan destination that reads a stored time (BIGINT Unix microseconds; 0 or NULL is
+// the zero time) into t.
+func timeCol(t *time.Time) sql.Scanner { return column(func(n sql.NullInt64) { *t = nullMicros(n) }) }
+
+// boolCol is a Scan destination that reads an INTEGER 0/1 column into b.
+func boolCol(b *bool) sql.Scanner { return column(func(n sql.NullInt64) { *b = n.Int64 != 0 }) }
+
+// column scans an integer column (as database/sql converts it into an int64) and hands it to set.
+type column func(sql.NullInt64)
+
+func (set column) Scan(src any) error {
+	var n sql.NullInt64
+	if err := n.Scan(src); err != nil {
+		return err
+	}
+	set(n)
+	return nil
+}
+
 func boolInt(b bool) int {
 	if b {
 		return 1
@@ -223,6 +242,19 @@ func boolInt(b bool) int {
 
 // scanner is what *sql.Row and *sql.Rows share: each table's scanX reads one row through it.
 type scanner interface{ Scan(...any) error }
+
+// scanFields makes the scan function of a row type from the Scan destinations of its columns,
+// in the order of the query's columns.
+func scanFields[T any](fields func(*T) []any) func(scanner) (T, error) {
+	return func(sc scanner) (T, error) {
+		var v T
+		if err := sc.Scan(fields(&v)...); err != nil {
+			var zero T
+			return zero, err
+		}
+		return v, nil
+	}
+}
 
 // scanOne reads a row of one column.
 func scanOne[T any](sc scanner) (T, error) {

@@ -76,15 +76,9 @@ func (s *Store) GetTeamByName(ctx context.Context, name string) (Team, error) {
 	return queryOne(ctx, s, `SELECT id, name, created_at FROM teams WHERE name = ?`, scanTeam, name)
 }
 
-func scanTeam(sc scanner) (Team, error) {
-	var t Team
-	var created int64
-	if err := sc.Scan(&t.ID, &t.Name, &created); err != nil {
-		return Team{}, err
-	}
-	t.CreatedAt = fromMicros(created)
-	return t, nil
-}
+var scanTeam = scanFields(func(t *Team) []any {
+	return []any{&t.ID, &t.Name, timeCol(&t.CreatedAt)}
+})
 
 // CreateKey stores a key for an existing team.
 func (s *Store) CreateKey(ctx context.Context, k APIKey) (APIKey, error) {
@@ -112,19 +106,9 @@ func (s *Store) insertKey(ctx context.Context, q querier, k APIKey) error {
 
 const keyCols = `id, team_id, name, prefix, hash, admin, created_at, revoked_at`
 
-func scanKey(sc scanner) (APIKey, error) {
-	var k APIKey
-	var admin int
-	var created int64
-	var revoked sql.NullInt64
-	if err := sc.Scan(&k.ID, &k.TeamID, &k.Name, &k.Prefix, &k.Hash, &admin, &created, &revoked); err != nil {
-		return APIKey{}, err
-	}
-	k.Admin = admin != 0
-	k.CreatedAt = fromMicros(created)
-	k.RevokedAt = nullMicros(revoked)
-	return k, nil
-}
+var scanKey = scanFields(func(k *APIKey) []any {
+	return []any{&k.ID, &k.TeamID, &k.Name, &k.Prefix, &k.Hash, boolCol(&k.Admin), timeCol(&k.CreatedAt), timeCol(&k.RevokedAt)}
+})
 
 func (s *Store) keys(ctx context.Context, query string, args ...any) ([]APIKey, error) {
 	return queryAll(ctx, s, s.db, query, scanKey, args...)

@@ -28,16 +28,10 @@ type TeamTemplate struct {
 
 const teamTemplateCols = `team_id, name, agent_name, host_id, spec, description, vcpus, memory_mib, disk_mib, size_bytes, bake_ms, created_at, updated_at`
 
-func scanTeamTemplate(sc scanner) (TeamTemplate, error) {
-	var t TeamTemplate
-	var c, u int64
-	if err := sc.Scan(&t.TeamID, &t.Name, &t.AgentName, &t.HostID, &t.Spec, &t.Description, &t.VCPUs, &t.MemoryMiB,
-		&t.DiskMiB, &t.SizeBytes, &t.BakeMS, &c, &u); err != nil {
-		return TeamTemplate{}, err
-	}
-	t.CreatedAt, t.UpdatedAt = fromMicros(c), fromMicros(u)
-	return t, nil
-}
+var scanTeamTemplate = scanFields(func(t *TeamTemplate) []any {
+	return []any{&t.TeamID, &t.Name, &t.AgentName, &t.HostID, &t.Spec, &t.Description, &t.VCPUs, &t.MemoryMiB, &t.DiskMiB,
+		&t.SizeBytes, &t.BakeMS, timeCol(&t.CreatedAt), timeCol(&t.UpdatedAt)}
+})
 
 // UpsertTeamTemplate records a team template, or replaces it after a rebuild (keeping its
 // created_at). It returns the record as stored.

@@ -53,31 +53,15 @@ func (e *VolumeInUseError) Error() string {
 
 const volumeCols = `id, team_id, name, size_mib, host_id, created_at, deleted, deleted_at`
 
-func scanVolume(sc scanner) (Volume, error) {
-	var v Volume
-	var c int64
-	var del int
-	var delAt sql.NullInt64
-	if err := sc.Scan(&v.ID, &v.TeamID, &v.Name, &v.SizeMiB, &v.HostID, &c, &del, &delAt); err != nil {
-		return Volume{}, err
-	}
-	v.CreatedAt = fromMicros(c)
-	v.Deleted = del != 0
-	v.DeletedAt = nullMicros(delAt)
-	return v, nil
-}
+var scanVolume = scanFields(func(v *Volume) []any {
+	return []any{&v.ID, &v.TeamID, &v.Name, &v.SizeMiB, &v.HostID, timeCol(&v.CreatedAt), boolCol(&v.Deleted), timeCol(&v.DeletedAt)}
+})
 
 const attachmentCols = `sandbox_id, volume_id, mount_path, read_only`
 
-func scanAttachment(sc scanner) (VolumeAttachment, error) {
-	var a VolumeAttachment
-	var ro int
-	if err := sc.Scan(&a.SandboxID, &a.VolumeID, &a.MountPath, &ro); err != nil {
-		return VolumeAttachment{}, err
-	}
-	a.ReadOnly = ro != 0
-	return a, nil
-}
+var scanAttachment = scanFields(func(a *VolumeAttachment) []any {
+	return []any{&a.SandboxID, &a.VolumeID, &a.MountPath, boolCol(&a.ReadOnly)}
+})
 
 func holdingIn() (string, []any) {
 	args := make([]any, len(HoldingStates))
