@@ -1,10 +1,12 @@
 // Package store owns the control plane's state of record: teams, API keys (hashed), hosts,
 // sandboxes, snapshots, volumes, the template catalog and team templates — a file per domain,
 // each with its queries and its tables' part of every migration (migrate.go assembles them into
-// one set of versioned migrations). One schema serves both backends: SQLite (modernc.org/sqlite, pure Go, WAL) for single-machine installs and PostgreSQL
-// (pgx) for many server replicas. Queries are written once with `?` placeholders and portable
-// SQL; timestamps are stored as BIGINT Unix microseconds so both backends order and compare them
-// the same way.
+// one set of versioned migrations); this file holds what the domains share (placeholders, row
+// scanning and paging, the soft-deleted tables' helpers). One schema serves both backends:
+// SQLite (modernc.org/sqlite, pure Go, WAL) for single-machine installs and PostgreSQL (pgx) for
+// many server replicas. Queries are written once with `?` placeholders and portable SQL;
+// timestamps are stored as BIGINT Unix microseconds so both backends order and compare them the
+// same way.
 package store
 
 import (
