@@ -69,21 +69,16 @@ func newPostgresDB(t *testing.T) string {
 	return url
 }
 
-// fakeClock pins the store's clock so timestamps are predictable.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeClock pins the store's clock so timestamps are predictable. It counts in Unix
+// microseconds, the store's own resolution.
+type fakeClock struct{ us atomic.Int64 }
 
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func (c *fakeClock) now() time.Time      { return time.UnixMicro(c.us.Load()).UTC() }
+func (c *fakeClock) add(d time.Duration) { c.us.Add(d.Microseconds()) }
 
 func withClock(s *Store) *fakeClock {
-	c := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	c := &fakeClock{}
+	c.us.Store(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMicro())
 	s.now = c.now
 	return c
 }
