@@ -141,31 +141,6 @@ func (s *Store) CountHostsByState(ctx context.Context) (map[string]int64, error)
 	return s.countBy(ctx, `SELECT state, COUNT(*) FROM hosts GROUP BY state`)
 }
 
-func (s *Store) countBy(ctx context.Context, q string) (map[string]int64, error) {
-	rows, err := s.db.QueryContext(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var k string
-		var n int64
-		if err := rows.Scan(&k, &n); err != nil {
-			return nil, err
-		}
-		out[k] = n
-	}
-	return out, rows.Err()
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
 // hostsSchema is the hosts table's part of each migration.
 var hostsSchema = []schemaStep{
 	{1, []string{

@@ -242,6 +242,33 @@ func boolInt(b bool) int {
 	return 0
 }
 
+// countBy runs q, a `SELECT key, COUNT(*) … GROUP BY key`, into a map.
+func (s *Store) countBy(ctx context.Context, q string) (map[string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, err
+		}
+		out[k] = n
+	}
+	return out, rows.Err()
+}
+
+// nonNil is s, or an empty list for nil (stored as `[]`, never `null`).
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
 // scanner is what *sql.Row and *sql.Rows share: each table's scanX reads one row through it.
 type scanner interface{ Scan(...any) error }
 
