@@ -91,6 +91,11 @@ func (s *Store) ListHosts(ctx context.Context) ([]Host, error) {
 	return queryAll(ctx, s, s.db, `SELECT `+hostCols+` FROM hosts ORDER BY id`, scanHost)
 }
 
+// CountHostsByState returns how many hosts are in each state.
+func (s *Store) CountHostsByState(ctx context.Context) (map[string]int64, error) {
+	return s.countBy(ctx, `SELECT state, COUNT(*) FROM hosts GROUP BY state`)
+}
+
 // MarkStaleHostsDown marks down every up host whose last heartbeat is before staleBefore, and
 // turns its running and hibernated sandboxes into `lost` (with a reason), in one transaction. It
 // returns the hosts it marked.
@@ -134,11 +139,6 @@ func (s *Store) MarkHostDown(ctx context.Context, id, reason string) error {
 			StateLost, reason, micros(s.now()), id, StateRunning, StateHibernated)
 		return err
 	})
-}
-
-// CountHostsByState returns how many hosts are in each state.
-func (s *Store) CountHostsByState(ctx context.Context) (map[string]int64, error) {
-	return s.countBy(ctx, `SELECT state, COUNT(*) FROM hosts GROUP BY state`)
 }
 
 // hostsSchema is the hosts table's part of each migration.
