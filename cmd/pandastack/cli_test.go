@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/api"
 	"github.com/pandastack/pandastack/internal/app"
 	"github.com/pandastack/pandastack/internal/auth"
@@ -36,7 +36,7 @@ func startServer(t *testing.T) (url, key string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	agent := fakeagent.New("host-a", "tok", "base")
+	agent := agenttest.New("host-a", "tok", "base")
 	t.Cleanup(agent.Close)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sched := scheduler.New(scheduler.Config{Store: st, Logger: log})

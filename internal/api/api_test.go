@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -432,7 +432,7 @@ func TestCapacityAndPlacement(t *testing.T) {
 	}
 
 	// A second host with room takes the next sandboxes; placement spreads by free memory.
-	b := fakeagent.New("host-b", agentToken, "base")
+	b := agenttest.New("host-b", agentToken, "base")
 	defer b.Close()
 	e.sched.AddStaticAgent(b.URL(), agentToken)
 	if err := e.sched.PollStatic(context.Background()); err != nil {
@@ -612,7 +612,7 @@ func TestReconcileMarksMissingSandboxesLost(t *testing.T) {
 	sb := e.create(e.admin, map[string]any{"template": "base"})
 	// The host lost the VM behind our back (e.g. the agent restarted without it).
 	e.agent.Close()
-	b := fakeagent.New("host-a", agentToken, "base")
+	b := agenttest.New("host-a", agentToken, "base")
 	defer b.Close()
 	// Reconcile reads the host's URL from the store: re-register host-a at the new address.
 	if err := e.sched.Register(context.Background(), scheduler.Registration{HostID: "host-a", URL: b.URL(), Token: agentToken,
@@ -645,7 +645,7 @@ func TestInternalHostAPI(t *testing.T) {
 	}
 
 	// The agent-side registrar, end to end over HTTP.
-	b := fakeagent.New("host-r", agentToken, "agent")
+	b := agenttest.New("host-r", agentToken, "agent")
 	defer b.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -254,7 +254,7 @@ func TestSnapshots(t *testing.T) {
 
 	// The snapshot outlives its sandbox and seeds new ones, on the host that keeps it, even when
 	// another host is emptier.
-	b := fakeagent.New("host-b", agentToken, "base", "code-interpreter")
+	b := agenttest.New("host-b", agentToken, "base", "code-interpreter")
 	defer b.Close()
 	e.sched.AddStaticAgent(b.URL(), agentToken)
 	if err := e.sched.PollStatic(context.Background()); err != nil {

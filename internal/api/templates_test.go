@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 )
 
 // buildEvent is one line of a build stream.
@@ -274,7 +274,7 @@ func (e *env) agentTemplates() []string {
 
 func TestTemplateAliases(t *testing.T) {
 	e := newEnv(t)
-	pg := fakeagent.New("host-pg", agentToken, "postgres-17")
+	pg := agenttest.New("host-pg", agentToken, "postgres-17")
 	t.Cleanup(pg.Close)
 	e.sched.AddStaticAgent(pg.URL(), agentToken)
 	if err := e.sched.PollStatic(context.Background()); err != nil {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 )
 
 func (e *env) createVolume(key string, body any) VolumeView {
@@ -227,7 +227,7 @@ func TestVolumesPlaceSandboxOnTheirHost(t *testing.T) {
 	k := e.admin
 	va := e.createVolume(k, `{"size_mib": 8}`)
 	// A second host; host-a has little memory free, so the next volume goes to host-b.
-	b := fakeagent.New("host-b", agentToken, "base", "code-interpreter")
+	b := agenttest.New("host-b", agentToken, "base", "code-interpreter")
 	t.Cleanup(b.Close)
 	e.sched.AddStaticAgent(b.URL(), agentToken)
 	e.agent.SetMemory(1024)
@@ -294,7 +294,7 @@ func TestVolumeNoSpace(t *testing.T) {
 	e := newEnv(t)
 	k := e.admin
 	e.agent.SetPool(1024)
-	b := fakeagent.New("host-b", agentToken, "base", "code-interpreter")
+	b := agenttest.New("host-b", agentToken, "base", "code-interpreter")
 	t.Cleanup(b.Close)
 	b.SetPool(4096)
 	e.sched.AddStaticAgent(b.URL(), agentToken)

@@ -30,10 +30,15 @@ func (a *Agent) BareRestore(ctx context.Context, templateName string) (float64, 
 	if err := storage.Clone(filepath.Join(tmpl.Dir, "disk.img"), disk); err != nil {
 		return 0, err
 	}
+	// The template's machine has spare volume drives: the restore must present the same ones.
+	spec := tmpl.spec(disk)
+	if spec.Drives, err = a.drives(&record{TemplateDir: tmpl.Dir, VolumeSlots: tmpl.VolumeSlots}, dir); err != nil {
+		return 0, err
+	}
 	runDir := a.runDir(id)
 	defer os.RemoveAll(runDir)
 	start := time.Now()
-	vm, err := a.rt.Restore(ctx, runDir, tmpl.spec(disk), tmpl.snapshot())
+	vm, err := a.rt.Restore(ctx, runDir, spec, tmpl.snapshot())
 	if err != nil {
 		return 0, err
 	}

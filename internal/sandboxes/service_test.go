@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
@@ -26,7 +26,7 @@ type env struct {
 	st    *store.Store
 	sched *scheduler.Scheduler
 	svc   *Service
-	a, b  *fakeagent.Agent // host-a ranks first (more memory)
+	a, b  *agenttest.Agent // host-a ranks first (more memory)
 	team  string
 	now   time.Time
 }
@@ -42,12 +42,12 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, st: st, now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e.sched = scheduler.New(scheduler.Config{Store: st, Logger: log})
-	e.a = fakeagent.New("host-a", token, "base")
-	e.b = fakeagent.New("host-b", token, "base")
+	e.a = agenttest.New("host-a", token, "base")
+	e.b = agenttest.New("host-b", token, "base")
 	t.Cleanup(e.a.Close)
 	t.Cleanup(e.b.Close)
 	e.a.SetMemory(16384)
-	for _, ag := range []*fakeagent.Agent{e.a, e.b} {
+	for _, ag := range []*agenttest.Agent{e.a, e.b} {
 		e.sched.AddStaticAgent(ag.URL(), token)
 	}
 	if err := e.sched.PollStatic(ctx); err != nil {

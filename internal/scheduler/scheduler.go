@@ -153,10 +153,7 @@ func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
 			h.Baked = append(h.Baked, t.Name)
 		}
 	}
-	prev, err := s.cfg.Store.UpsertHost(ctx, h)
-	if err != nil {
-		return err
-	}
+	// The catalog first: a host is seen up only once its templates can be asked for.
 	for _, t := range reg.Templates {
 		if t.Built {
 			continue // a team's template: private, recorded in team_templates by the build call
@@ -175,6 +172,10 @@ func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
 		s.mu.Lock()
 		s.catalog[t.Name] = ct
 		s.mu.Unlock()
+	}
+	prev, err := s.cfg.Store.UpsertHost(ctx, h)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	delete(s.pending, h.ID) // the report now counts what was placed before it

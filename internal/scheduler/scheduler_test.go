@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -121,7 +121,7 @@ func TestRunMarksSilentHostDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, st := newSched(t, Config{HeartbeatTimeout: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond})
-	a := fakeagent.New("host-a", "tok", "base")
+	a := agenttest.New("host-a", "tok", "base")
 	defer a.Close()
 	s.AddStaticAgent(a.URL(), "tok")
 	if err := s.PollStatic(ctx); err != nil {
@@ -161,7 +161,7 @@ func TestRunMarksSilentHostDown(t *testing.T) {
 func TestReconcileKillsWhatTheStoreKilled(t *testing.T) {
 	ctx := context.Background()
 	s, st := newSched(t, Config{})
-	a := fakeagent.New("host-a", "tok", "base")
+	a := agenttest.New("host-a", "tok", "base")
 	defer a.Close()
 	s.AddStaticAgent(a.URL(), "tok")
 	if err := s.PollStatic(ctx); err != nil {

@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -45,11 +43,11 @@ type Template struct {
 
 const templateCols = `name, description, vcpus, memory_mib, disk_mib, aliases, metadata, created_at, updated_at`
 
-func scanTemplate(sc interface{ Scan(...any) error }) (Template, error) {
+func scanTemplate(sc scanner) (Template, error) {
 	var t Template
-	var c, u int64
 	var al, md string
-	if err := sc.Scan(&t.Name, &t.Description, &t.VCPUs, &t.MemoryMiB, &t.DiskMiB, &al, &md, &c, &u); err != nil {
+	if err := sc.Scan(&t.Name, &t.Description, &t.VCPUs, &t.MemoryMiB, &t.DiskMiB, &al, &md,
+		timeCol(&t.CreatedAt), timeCol(&t.UpdatedAt)); err != nil {
 		return Template{}, err
 	}
 	if err := json.Unmarshal([]byte(al), &t.Aliases); err != nil {
@@ -58,7 +56,6 @@ func scanTemplate(sc interface{ Scan(...any) error }) (Template, error) {
 	if err := json.Unmarshal([]byte(md), &t.Metadata); err != nil {
 		return Template{}, fmt.Errorf("template %s: metadata: %w", t.Name, err)
 	}
-	t.CreatedAt, t.UpdatedAt = fromMicros(c), fromMicros(u)
 	return t, nil
 }
 
@@ -86,27 +83,10 @@ func (s *Store) UpsertTemplate(ctx context.Context, t Template) error {
 
 // GetTemplate returns a catalog entry.
 func (s *Store) GetTemplate(ctx context.Context, name string) (Template, error) {
-	t, err := scanTemplate(s.queryRow(ctx, s.db, `SELECT `+templateCols+` FROM templates WHERE name = ?`, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Template{}, ErrNotFound
-	}
-	return t, err
+	return queryOne(ctx, s, `SELECT `+templateCols+` FROM templates WHERE name = ?`, scanTemplate, name)
 }
 
 // ListTemplates returns the catalog by name.
 func (s *Store) ListTemplates(ctx context.Context) ([]Template, error) {
-	rows, err := s.query(ctx, s.db, `SELECT `+templateCols+` FROM templates ORDER BY name`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Template
-	for rows.Next() {
-		t, err := scanTemplate(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s, s.db, `SELECT `+templateCols+` FROM templates ORDER BY name`, scanTemplate)
 }
