@@ -1,4 +1,4 @@
-// Package client is a Go client of PandaStack's public /v1 API (shared/design/API.md). The CLI
+// Package client is a Go client of PandaStack's public /v1 API (docs/openapi.yaml). The CLI
 // verbs, the benchmarks and the end-to-end tests use it. It reads PANDASTACK_API_KEY (or
 // PANDASTACK_TOKEN) and PANDASTACK_BASE_URL when not given them explicitly.
 package client

@@ -1,6 +1,6 @@
-// Package v1 is the public /v1 API's wire contract (shared/design/API.md), defined once: the
-// server (internal/api) encodes these types, the Go client (internal/client) and the CLI decode
-// them. The SDKs spell the same JSON by hand, so a field's name, its omitempty and the order of
+// Package v1 is the public /v1 API's wire contract, defined once (docs/openapi.yaml describes
+// it; internal/api's tests hold the two together): the server (internal/api) encodes these
+// types, the Go client (internal/client) and the CLI decode them. The SDKs spell the same JSON by hand, so a field's name, its omitempty and the order of
 // fields here are the contract: change them only with the API.
 //
 // Answers are plain types. Requests a client sends are here too, with omitempty so a zero field
