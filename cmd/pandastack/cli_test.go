@@ -179,7 +179,7 @@ func TestCLI(t *testing.T) {
 	if _, _, err := run(t, "", "sandbox", "get", "sb_nope"); err == nil || !strings.Contains(err.Error(), "sandbox sb_nope not found") {
 		t.Fatalf("get missing: %v", err)
 	}
-	if _, _, err := run(t, "", "sandbox", "create", "--ttl", "0", "--template", "nope"); err == nil || !strings.Contains(err.Error(), "unknown template") {
+	if _, _, err := run(t, "", "sandbox", "create", "--template", "nope"); err == nil || !strings.Contains(err.Error(), "unknown template") {
 		t.Fatalf("bad create: %v", err)
 	}
 }

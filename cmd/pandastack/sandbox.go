@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/network"
@@ -39,6 +40,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var req client.CreateRequest
 	var md, env, allow, deny, volumes []string
 	var quiet, noInternet bool
+	var ttl time.Duration
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox from a template, or from a snapshot (--snapshot)",
@@ -50,6 +52,15 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			var err error
+			req.TTLSeconds = 0 // the server's default
+			if cmd.Flags().Changed("ttl") {
+				if req.TTLSeconds, err = wholeSeconds("--ttl", ttl); err != nil {
+					return err
+				}
+				if req.TTLSeconds < 1 { // as the API refuses ttl_seconds 0 (here it would read as "not given")
+					return fmt.Errorf("--ttl must be at least 1 second, got %s", ttl)
+				}
+			}
 			if req.SnapshotID != "" && !cmd.Flags().Changed("template") {
 				req.Template = "" // the snapshot's own
 			}
@@ -76,7 +87,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVarP(&req.Template, "template", "t", "base", "template name (see `pandastack template list`)")
 	fl.StringVar(&req.SnapshotID, "snapshot", "", "start from this snapshot (memory and disk) instead of a fresh template; it runs on the snapshot's host")
-	fl.Int64Var(&req.TTLSeconds, "ttl", 0, "seconds until the sandbox is killed (default: the server's, 300)")
+	durationVar(fl, &ttl, "ttl", 0, "time until the sandbox is killed: seconds (600) or a duration (10m) (default: the server's, 300s)")
 	fl.StringArrayVarP(&md, "metadata", "m", nil, "KEY=VALUE metadata (repeatable)")
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
 	fl.StringArrayVar(&volumes, "volume", nil, "VOLUME_ID:/path[:ro] mounts a volume (repeatable, at most 4); the sandbox runs on the volumes' host")
@@ -107,7 +118,7 @@ func sandboxListCmd(f *apiFlags) *cobra.Command {
 
 func sandboxExecCmd(f *apiFlags) *cobra.Command {
 	var req client.ExecRequest
-	var timeout float64
+	var timeout time.Duration
 	var env []string
 	var stdin bool
 	cmd := &cobra.Command{
@@ -120,15 +131,24 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 		Example: `  pandastack sandbox exec sb_123 -- python -c 'print(2 ** 10)'
   pandastack sandbox exec sb_123 'ls /tmp | wc -l'
   echo hi | pandastack sandbox exec --stdin sb_123 -- cat`,
-		Args: cobra.MinimumNArgs(2),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			var err error
-			id, command := args[0], args[1:]
+		Args: func(cmd *cobra.Command, args []string) error {
+			command := args[min(1, len(args)):]
 			if len(command) > 0 && command[0] == "--" {
 				command = command[1:] // flag parsing stops at the id, so a "--" after it is still here
 			}
-			if len(command) == 0 {
-				return fmt.Errorf("no command given: pandastack sandbox exec ID -- COMMAND [ARG...]")
+			switch {
+			case len(args) == 0:
+				return fmt.Errorf("missing sandbox id and command: pandastack sandbox exec ID -- COMMAND [ARG...]")
+			case len(command) == 0:
+				return fmt.Errorf("missing command: pandastack sandbox exec ID -- COMMAND [ARG...]")
+			}
+			return nil
+		},
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			var err error
+			id, command := args[0], args[1:]
+			if command[0] == "--" {
+				command = command[1:]
 			}
 			if len(command) == 1 {
 				req.Cmd, req.Cmd, req.Argv = "", command[0], nil
@@ -139,8 +159,9 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 				return err
 			}
 			req.Stdin, req.TimeoutSeconds = nil, nil
-			if timeout != 0 {
-				req.TimeoutSeconds = &timeout // as before, 0 means the host's default
+			if timeout != 0 { // 0 means the host's default
+				secs := timeout.Seconds()
+				req.TimeoutSeconds = &secs
 			}
 			if stdin {
 				b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 900<<10))
@@ -179,7 +200,7 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false) // everything after the sandbox id belongs to the command
-	fl.Float64Var(&timeout, "timeout", 0, "seconds before the command is killed (default: the host's, 60)")
+	durationVar(fl, &timeout, "timeout", 0, "time before the command is killed: seconds (30) or a duration (5m) (default: the host's, 60s)")
 	fl.StringVar(&req.Cwd, "cwd", "", "working directory")
 	fl.StringVar(&req.User, "user", "", "user to run as (default: the template's)")
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
@@ -197,10 +218,14 @@ func sandboxKillCmd(f *apiFlags) *cobra.Command {
 }
 
 func sandboxTTLCmd(f *apiFlags) *cobra.Command {
-	return f.verb("ttl ID SECONDS", "Make a sandbox expire SECONDS from now (refresh or extend its TTL)", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-		secs, err := strconv.ParseInt(args[1], 10, 64)
+	return f.verb("ttl ID TTL", "Make a sandbox expire TTL from now, in seconds (600) or a duration (10m): refresh or extend it", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		d, err := parseDuration(args[1])
 		if err != nil {
-			return fmt.Errorf("SECONDS must be an integer: %q", args[1])
+			return fmt.Errorf("TTL %w", err)
+		}
+		secs, err := wholeSeconds("TTL", d)
+		if err != nil {
+			return err
 		}
 		s, err := c.SetTTL(ctx, args[0], secs)
 		if err != nil {

@@ -74,7 +74,7 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 	registerConfineFlags(f, &cfg.Agent)
 	registerDiskFlags(f, &cfg.Agent)
 	registerLimitFlags(f, &cfg.Agent)
-	f.DurationVar(&cfg.Agent.IdleHibernate, "idle-hibernate", 0,
+	durationVar(f, &cfg.Agent.IdleHibernate, "idle-hibernate", 0,
 		"hibernate sandboxes no call touched for this long, e.g. 5m (memory to disk, VM stopped; the next call wakes them); 0: never")
 	registerControlPlaneFlags(f, &cfg.ControlPlane)
 	rootCmd.AddCommand(cmd)

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
@@ -147,6 +149,10 @@ func jsonError(err error) error {
 		if te.Field == "" {
 			return invalid("request body must be a JSON object, not %s", te.Value)
 		}
+		if n, ok := strings.CutPrefix(te.Value, "number "); ok && integerKind(te.Type) && integerLiteral.MatchString(n) {
+			// An integer, just too large (or negative for an unsigned field) for the field.
+			return invalid("%s is out of range: %s", te.Field, truncateNumber(n))
+		}
 		return invalid("%s must be %s, not %s", te.Field, jsonTypeName(te.Type), te.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return invalid("request body is truncated JSON")
@@ -156,6 +162,24 @@ func jsonError(err error) error {
 		return invalid("unknown field %s", f)
 	}
 	return invalid("request body: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+// integerLiteral is a JSON number without fraction or exponent.
+var integerLiteral = regexp.MustCompile(`^-?[0-9]+$`)
+
+func integerKind(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64
+}
+
+// truncateNumber keeps an absurdly long number readable in a message.
+func truncateNumber(n string) string {
+	if len(n) > 40 {
+		return n[:40] + "… (" + strconv.Itoa(len(n)) + " digits)"
+	}
+	return n
 }
 
 func jsonTypeName(t reflect.Type) string {
