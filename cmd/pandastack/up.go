@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/pandastack/pandastack/internal/app"
 	"github.com/pandastack/pandastack/internal/auth"
@@ -53,11 +55,30 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 			}
 			ctx, stop := signalContext()
 			defer stop()
+			// `down --kill-sandboxes` asks with SIGUSR2 (taken before the pid file tells anyone
+			// where to send it): end every sandbox, then stop.
+			killAll := make(chan os.Signal, 1)
+			signal.Notify(killAll, syscall.SIGUSR2)
+			defer signal.Stop(killAll)
 			s, err := app.StartUp(ctx, cfg)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
+			go func() {
+				select {
+				case <-killAll:
+					log.Info("pandastack down --kill-sandboxes: killing every sandbox, then stopping")
+					n, err := s.CP.API.KillAll(ctx, "pandastack down --kill-sandboxes")
+					if err != nil {
+						log.Error("killing every sandbox failed; stopping anyway", "killed", n, "err", err)
+					} else {
+						log.Info("killed every sandbox", "killed", n)
+					}
+					stop()
+				case <-ctx.Done():
+				}
+			}()
 			printBanner(cmd.OutOrStdout(), s.URL, s.Key, s.KeyPreset, s.DataDir)
 			return s.Serve(ctx)
 		},

@@ -231,7 +231,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	f := store.SandboxFilter{TeamID: id.TeamID, Limit: DefaultListLimit, Metadata: map[string]string{}}
 	// Without a state filter, killed sandboxes are left out: they pile up and are rarely wanted.
-	f.States = []string{store.StateRunning, store.StateHibernated, store.StateError, store.StateLost}
+	f.States = notKilled
 	err := pageParams(r, &f.Limit, &f.Cursor, func(key, v string, vals []string) error {
 		switch k, isMD := strings.CutPrefix(key, "metadata."); {
 		case key == "state":
@@ -362,6 +362,34 @@ func (s *Server) ReapOnce(ctx context.Context) (int, error) {
 			return n, nil
 		}
 	}
+}
+
+// notKilled are the states of a sandbox that has not ended (its host may still have it).
+var notKilled = []string{store.StateRunning, store.StateHibernated, store.StateError, store.StateLost}
+
+// KillAll kills every sandbox of every team that is not killed yet (`pandastack down
+// --kill-sandboxes`): its VM ends on its host, which frees its memory and disk, and its record
+// says killed, with reason. It returns how many it killed.
+func (s *Server) KillAll(ctx context.Context, reason string) (int, error) {
+	var all []store.Sandbox
+	f := store.SandboxFilter{States: notKilled, Limit: MaxListLimit}
+	for {
+		page, next, err := s.store.ListSandboxes(ctx, f)
+		if err != nil {
+			return 0, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			break
+		}
+		f.Cursor = next
+	}
+	for i, sb := range all {
+		if err := s.svc.Kill(ctx, sb, reason); err != nil {
+			return i, err
+		}
+	}
+	return len(all), nil
 }
 
 // usable and truncate are the service's, under the names the handlers use.

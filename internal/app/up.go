@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -114,8 +115,15 @@ func StartUp(ctx context.Context, cfg UpConfig) (_ *Stack, err error) {
 			s.Key, s.KeyPreset = o.PresetKey, true
 		}
 	}
+	if err := os.WriteFile(PIDFile(s.DataDir), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
+
+// PIDFile is where a running `up` records its process id, for `pandastack down`. It exists while
+// that `up` runs; one left behind by a killed `up` names a process that is gone, or is not `up`.
+func PIDFile(dataDir string) string { return filepath.Join(dataDir, "up.pid") }
 
 // Serve bakes the configured templates in the background and answers the API until ctx ends.
 func (s *Stack) Serve(ctx context.Context) error {
@@ -129,6 +137,9 @@ func (s *Stack) Serve(ctx context.Context) error {
 
 // Close stops what StartUp started, last first; the agent's VMs keep running for the next start.
 func (s *Stack) Close() {
+	if b, err := os.ReadFile(PIDFile(s.DataDir)); err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(os.Getpid()) {
+		os.Remove(PIDFile(s.DataDir))
+	}
 	if s.CP != nil {
 		s.CP.Close()
 	}
