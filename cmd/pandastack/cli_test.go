@@ -209,7 +209,7 @@ func TestUpBanner(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	printBanner(&b, "http://127.0.0.1:8080", "pds_x", false, "/d")
+	printBanner(&b, "http://127.0.0.1:8080", "pds_x", false, "/d", "")
 	out := b.String()
 	for _, want := range []string{"base URL:  http://127.0.0.1:8080", "export PANDASTACK_BASE_URL=http://127.0.0.1:8080 PANDASTACK_API_KEY=pds_x",
 		"sandbox create --template base -q", `sandbox exec "$id" -- python -c 'print(2 ** 10)'`} {
@@ -220,10 +220,17 @@ func TestUpBanner(t *testing.T) {
 	// A key from PANDASTACK_API_KEY is the operator's: only its prefix is printed.
 	preset := "pds_" + strings.Repeat("s3cr", 8)
 	b.Reset()
-	printBanner(&b, "http://127.0.0.1:8080", preset, true, "/d")
+	printBanner(&b, "http://127.0.0.1:8080", preset, true, "/d", "")
 	if out := b.String(); strings.Contains(out, preset) || strings.Contains(out, preset[12:]) ||
 		!strings.Contains(out, "API key:   pds_s3crs3cr…   (from PANDASTACK_API_KEY)") || !strings.Contains(out, "export PANDASTACK_BASE_URL=http://127.0.0.1:8080 ") {
 		t.Errorf("banner with a preset key:\n%s", out)
+	}
+	// A preset key the data dir does not have: the banner says so, and what to do.
+	b.Reset()
+	printBanner(&b, "http://127.0.0.1:8080", "", false, "/d", "pandastack keys create --admin --data-dir /d")
+	if out := b.String(); !strings.Contains(out, "PANDASTACK_API_KEY is NOT a key of this data dir") ||
+		!strings.Contains(out, "pandastack keys create --admin --data-dir /d") {
+		t.Errorf("banner with an unknown preset key:\n%s", out)
 	}
 }
 

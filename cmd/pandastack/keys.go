@@ -33,22 +33,46 @@ var keys = printer[client.Key]{
 
 func keysCmd() *cobra.Command {
 	cmd, f := group("keys", "Create, list and revoke API keys of your team", "key")
-	var name string
+	var name, dataDir, databaseURL string
 	var admin bool
-	create := f.verb("create", "Create an API key (its secret is shown once)", cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-		k, err := c.CreateKey(ctx, name, admin)
-		if err != nil {
-			return err
-		}
+	printKey := func(cmd *cobra.Command, k client.Key) error {
 		if f.json {
 			return printJSON(cmd.OutOrStdout(), k)
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
 		fmt.Fprintf(cmd.ErrOrStderr(), "key %s created; the secret above is shown only once\n", k.ID)
 		return nil
+	}
+	create := f.verb("create", "Create an API key (its secret is shown once)", cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		k, err := c.CreateKey(ctx, name, admin)
+		if err != nil {
+			return err
+		}
+		return printKey(cmd, k)
 	})
+	create.Long = `Create an API key of your team through the API (an admin key needs an admin key).
+
+Lost every admin key? On the machine of the store, as root, --data-dir DIR (the data dir of
+pandastack up) or --database-url (pandastack server's store) makes an admin key of the default
+team by writing to the store directly, with no API key and no running server needed; it is
+recorded in the key's name, in the log on stderr and, with --data-dir, in DIR/audit.log.`
+	create.Example = `  pandastack keys create --name ci
+  sudo pandastack keys create --admin --data-dir /var/lib/pandastack     # recovery, on the machine`
+	api := create.RunE
+	create.RunE = func(cmd *cobra.Command, args []string) error {
+		if dataDir == "" && databaseURL == "" {
+			return api(cmd, args)
+		}
+		k, err := recoverAdminKey(cmd, admin, name, dataDir, databaseURL)
+		if err != nil {
+			return err
+		}
+		return printKey(cmd, k)
+	}
 	create.Flags().StringVar(&name, "name", "", "a label for the key")
-	create.Flags().BoolVar(&admin, "admin", false, "make an admin key (needs an admin key)")
+	create.Flags().BoolVar(&admin, "admin", false, "make an admin key (needs an admin key, or --data-dir as root)")
+	create.Flags().StringVar(&dataDir, "data-dir", "", "recovery: make the key in this up data dir's store directly (root, on its machine)")
+	create.Flags().StringVar(&databaseURL, "database-url", "", "recovery: make the key in this store directly (SQLite path or postgres:// URL; root)")
 	list := listCmd(f, keys, "List your team's keys (prefixes only)", (*client.Client).ListKeys)
 	revoke := &cobra.Command{
 		Use:   "revoke KEY_ID...",

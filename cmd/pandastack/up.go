@@ -79,7 +79,11 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 				case <-ctx.Done():
 				}
 			}()
-			printBanner(cmd.OutOrStdout(), s.URL, s.Key, s.KeyPreset, s.DataDir)
+			rejected := ""
+			if s.KeyRejected {
+				rejected = s.KeyRecovery
+			}
+			printBanner(cmd.OutOrStdout(), s.URL, s.Key, s.KeyPreset, s.DataDir, rejected)
 			return s.Serve(ctx)
 		},
 	}
@@ -103,8 +107,9 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 
 // printBanner prints the base URL, the key and a quickstart. A preset key (from
 // PANDASTACK_API_KEY) is never printed, only its display prefix: the operator has it, and the
-// banner usually lands in a log.
-func printBanner(w io.Writer, url, key string, preset bool, dataDir string) {
+// banner usually lands in a log. rejected, when the operator's key is not one of the data dir's,
+// is the command that makes one.
+func printBanner(w io.Writer, url, key string, preset bool, dataDir, rejected string) {
 	self := "pandastack"
 	if strings.Contains(os.Args[0], "/") {
 		self = os.Args[0] // e.g. bin/pandastack: the quickstart then works from this directory
@@ -112,6 +117,10 @@ func printBanner(w io.Writer, url, key string, preset bool, dataDir string) {
 	keyLine := key + "   (shown once: keep it)"
 	export := "PANDASTACK_API_KEY=" + key
 	switch {
+	case rejected != "":
+		keyLine = "PANDASTACK_API_KEY is NOT a key of this data dir: calls with it get 401.\n" +
+			"             Use the key printed at its first start, or make one (as root): " + rejected
+		export = "PANDASTACK_API_KEY=<your key>"
 	case key == "":
 		keyLine = "the one printed when this data dir was first started (" + self + " keys create makes more)"
 		export = "PANDASTACK_API_KEY=<your key>"
