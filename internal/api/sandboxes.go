@@ -186,7 +186,7 @@ func (s *Server) validateCreate(ctx context.Context, teamID string, req *createR
 		}
 		return &snap, nil
 	}
-	tt, ct, err := s.findTemplate(ctx, teamID, req.Template)
+	tt, ct, err := s.tmpl.Find(ctx, teamID, req.Template)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, invalid("unknown template %q (see GET /v1/templates)", truncate(req.Template))

@@ -24,6 +24,7 @@ import (
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/templates"
 )
 
 // Defaults of Config.
@@ -78,6 +79,7 @@ type Server struct {
 	store   *store.Store
 	sched   *scheduler.Scheduler
 	svc     *sandboxes.Service
+	tmpl    *templates.Service
 	log     *slog.Logger
 	auth    *auth.Authenticator
 	metrics *metrics
@@ -114,6 +116,7 @@ func New(cfg Config) *Server {
 		auth: &auth.Authenticator{Store: cfg.Store}, metrics: newMetrics()}
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen})
+	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
 	s.handler = s.routes()
 	return s
 }

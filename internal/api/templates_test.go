@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/templates"
 )
 
 // buildEvent is one line of a build stream.
@@ -298,7 +299,7 @@ func TestTemplateAliases(t *testing.T) {
 	if evs[len(evs)-1].Template == nil {
 		t.Fatalf("build %+v", evs)
 	}
-	if spec, ok := pg.BuiltSpec(agentTemplateName(e.record(sb.ID).TeamID, "mydb")); !ok || spec.From != "postgres-17" {
+	if spec, ok := pg.BuiltSpec(templates.AgentName(e.record(sb.ID).TeamID, "mydb")); !ok || spec.From != "postgres-17" {
 		t.Fatal("the build did not reach the postgres host from postgres-17")
 	}
 	// Its host down: sandboxes of it cannot start elsewhere.

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"encoding/json"
+	"net/http"
 	"slices"
 
 	"github.com/pandastack/pandastack/internal/network"
@@ -103,4 +105,22 @@ func fillView(v v1.Template) v1.Template {
 		v.Metadata = map[string]string{}
 	}
 	return v
+}
+
+// ndjson writes an NDJSON answer, starting it (200) with the first line and flushing each line.
+type ndjson struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (n *ndjson) send(v any) {
+	if !n.started {
+		n.w.Header().Set("Content-Type", "application/x-ndjson")
+		n.w.WriteHeader(http.StatusOK)
+		n.started = true
+	}
+	enc := json.NewEncoder(n.w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v) // a client gone away is seen by the caller's context
+	http.NewResponseController(n.w).Flush()
 }
