@@ -46,7 +46,7 @@ func (b *bench) lifecycleSuite(ctx context.Context, res map[string]float64) erro
 		}
 		for _, full := range []bool{false, true} {
 			var pauses []float64
-			for i := 0; i < 3; i++ {
+			for range samples(3) {
 				snap := a.SnapshotSandbox
 				if full {
 					snap = a.SnapshotSandboxFull
@@ -83,12 +83,13 @@ func (b *bench) lifecycleSuite(ctx context.Context, res map[string]float64) erro
 	if err := b.post("/v1/sandboxes/"+parent.ID+"/exec", map[string]any{"cmd": fill, "user": "root"}, 200); err != nil {
 		return err
 	}
-	kids, err := a.Fork(ctx, parent.ID, 8)
+	n := samples(8)
+	kids, err := a.Fork(ctx, parent.ID, n)
 	if err != nil {
 		return err
 	}
 	var solo []string
-	for i := 0; i < 8; i++ {
+	for range n {
 		_, id, err := b.create("base")
 		if err != nil {
 			return err

@@ -30,13 +30,40 @@ func main() {
 	guestAgent := flag.String("guest-agent", "bin/pandastack-guest", "pandastack-guest binary")
 	imageCache := flag.String("image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache (default: inside the data dir)")
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
-	suites := flag.String("suites", "sandbox,lifecycle,controlplane,network,volumes,confine", "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
+	suites := flag.String("suites", defaultSuites, "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
+	smoke := flag.Bool("smoke", false, "check that every suite still runs: 2 samples of everything, figures not judged, no results file unless -out is given")
 	flag.Parse()
+	if *smoke {
+		samplesCap, *creates, *idle = 2, 2, 2
+		if !flagGiven("out") {
+			*out = ""
+		}
+	}
 	if err := run(*out, *dataDir, *guestAgent, *imageCache, *suites, *creates, *idle); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// defaultSuites are the suites a plain run (and the smoke test) runs.
+const defaultSuites = "sandbox,lifecycle,controlplane,network,volumes,confine"
+
+// samplesCap, when set (-smoke), caps every sample count: a quick run that shows each suite
+// still works, whose figures mean nothing.
+var samplesCap int
+
+// samples is n, or samplesCap if that is smaller.
+func samples(n int) int {
+	if samplesCap > 0 {
+		return min(n, samplesCap)
+	}
+	return n
+}
+
+func flagGiven(name string) (given bool) {
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // bench is the main agent (the suites' default; url serves its HTTP API) and what any extra agent
@@ -154,7 +181,7 @@ func (b *bench) sandboxSuite(ctx context.Context, res map[string]float64, create
 
 	// Host memory per idle sandbox: PSS of each VMM with `idle` running.
 	var ids []string
-	for i := 0; i < idle; i++ {
+	for range idle {
 		_, id, err := b.create("base")
 		if err != nil {
 			return err
@@ -252,8 +279,11 @@ func printTable(res map[string]float64) {
 		res["create_with_volume_over_plain"], res["create_confined_over_unconfined"])
 }
 
-// merge writes res into the results file, keeping keys other benchmarks wrote.
+// merge writes res into the results file, keeping keys other benchmarks wrote ("": no file).
 func merge(path string, res map[string]float64) error {
+	if path == "" {
+		return nil
+	}
 	all := map[string]any{}
 	if data, err := os.ReadFile(path); err == nil {
 		json.Unmarshal(data, &all)

@@ -17,10 +17,10 @@ type sample func() (float64, error)
 
 // interleaved runs every sample once per round, rounds times, so that all of them see the same
 // machine load; it returns each sample's latencies, in the order given.
-func interleaved(rounds int, samples ...sample) ([][]float64, error) {
-	out := make([][]float64, len(samples))
-	for range rounds {
-		for i, s := range samples {
+func interleaved(rounds int, ops ...sample) ([][]float64, error) {
+	out := make([][]float64, len(ops))
+	for range samples(rounds) {
+		for i, s := range ops {
 			d, err := s()
 			if err != nil {
 				return nil, err
