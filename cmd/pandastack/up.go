@@ -11,6 +11,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/app"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/image"
 	"github.com/spf13/cobra"
 )
 
@@ -94,7 +95,7 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 	f.StringVar(&bake, "bake", "base,code-interpreter", "templates to bake in the background at start (comma-separated; empty: none)")
 	f.StringVar(&cfg.Agent.Accel, "accel", "", "force the accelerator: kvm or tcg (default: probe)")
 	f.StringVar(&cfg.Agent.GuestAgent, "guest-agent", "", "path of the pandastack-guest binary (default: next to this binary)")
-	f.StringVar(&cfg.Agent.ImageCacheDir, "image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "directory of built guest images, shareable between data dirs (default: $PANDASTACK_IMAGE_CACHE, else inside the data dir)")
+	f.StringVar(&cfg.Agent.ImageCacheDir, "image-cache", image.CacheDir(), "directory of built guest images, the machine's one cache shared with the tests and benchmarks (default: $PANDASTACK_IMAGE_CACHE, else "+image.DefaultCacheDir+")")
 	registerNetworkFlags(f, &cfg.Network)
 	registerConfineFlags(f, &cfg.Agent)
 	registerDiskFlags(f, &cfg.Agent)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/templates"
 )
 
@@ -308,4 +309,21 @@ func TestTemplateAliases(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wantErr(e.do("POST", "/v1/sandboxes", k, map[string]any{"template": "mydb"}), 503, "capacity", "host-pg")
+}
+
+// A catalog template shows the size and bake time its host reported (`template list` prints them).
+func TestCatalogTemplateSizeAndBake(t *testing.T) {
+	e := newEnv(t)
+	reg := `{"host_id": "host-z", "url": "http://127.0.0.1:9", "token": "t", "slots_total": 4, "templates": [
+		{"name": "sized", "vcpus": 1, "memory_mib": 256, "disk_mib": 2048, "baked": true, "bake_ms": 4321, "size_bytes": 123456}]}`
+	e.mustStatus(e.do("POST", scheduler.RegisterPath, clusterToken, reg), 200)
+	got := e.mustStatus(e.do("GET", "/v1/templates/sized", e.admin, nil), 200).json(t)
+	if got["size_bytes"] != float64(123456) || got["bake_ms"] != float64(4321) || got["owner"] != "catalog" {
+		t.Fatalf("catalog template: %v", got)
+	}
+	// A later report without them (an agent that restarted, say) keeps the known figures.
+	e.mustStatus(e.do("POST", scheduler.HeartbeatPath, clusterToken, strings.Replace(reg, `"bake_ms": 4321, "size_bytes": 123456`, `"baked": false`, 1)), 200)
+	if got := e.mustStatus(e.do("GET", "/v1/templates/sized", e.admin, nil), 200).json(t); got["size_bytes"] != float64(123456) {
+		t.Fatalf("after a report without sizes: %v", got)
+	}
 }

@@ -73,7 +73,7 @@ func rangeViews(rs []network.Range) []v1.Range {
 
 func catalogView(t store.Template, up []store.Host) v1.Template {
 	v := v1.Template{Name: t.Name, Owner: v1.OwnerCatalog, Description: t.Description, VCPUs: t.VCPUs,
-		MemoryMiB: t.MemoryMiB, DiskMiB: t.DiskMiB, Aliases: t.Aliases, Metadata: t.Metadata}
+		MemoryMiB: t.MemoryMiB, DiskMiB: t.DiskMiB, SizeBytes: t.SizeBytes, BakeMS: t.BakeMS, Aliases: t.Aliases, Metadata: t.Metadata}
 	for _, h := range up {
 		v.Available = v.Available || slices.Contains(h.Templates, t.Name)
 		v.Baked = v.Baked || slices.Contains(h.Baked, t.Name)

@@ -159,7 +159,7 @@ func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
 			continue // a team's template: private, recorded in team_templates by the build call
 		}
 		ct := store.Template{Name: t.Name, Description: t.Description, VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB,
-			DiskMiB: t.DiskMiB, Aliases: t.Aliases, Metadata: t.Metadata}
+			DiskMiB: t.DiskMiB, Aliases: t.Aliases, Metadata: t.Metadata, SizeBytes: t.SizeBytes, BakeMS: t.BakeMS}
 		s.mu.Lock()
 		same := reflect.DeepEqual(s.catalog[t.Name], ct)
 		s.mu.Unlock()

@@ -25,6 +25,11 @@ var catalogSchema = []schemaStep{
 		`ALTER TABLE templates ADD COLUMN aliases TEXT NOT NULL DEFAULT '[]'`,
 		`ALTER TABLE templates ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'`,
 	}},
+	{5, []string{
+		// A host's last report of its bake: what `template list` shows for catalog templates.
+		`ALTER TABLE templates ADD COLUMN size_bytes BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE templates ADD COLUMN bake_ms BIGINT NOT NULL DEFAULT 0`,
+	}},
 }
 
 // Template is a catalog entry: a template some host can build. The catalog is filled from what
@@ -37,16 +42,19 @@ type Template struct {
 	DiskMiB     int
 	Aliases     []string
 	Metadata    map[string]string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// SizeBytes and BakeMS are the last bake a host reported (0: none baked it yet).
+	SizeBytes int64
+	BakeMS    int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
-const templateCols = `name, description, vcpus, memory_mib, disk_mib, aliases, metadata, created_at, updated_at`
+const templateCols = `name, description, vcpus, memory_mib, disk_mib, aliases, metadata, size_bytes, bake_ms, created_at, updated_at`
 
 func scanTemplate(sc scanner) (Template, error) {
 	var t Template
 	var al, md string
-	if err := sc.Scan(&t.Name, &t.Description, &t.VCPUs, &t.MemoryMiB, &t.DiskMiB, &al, &md,
+	if err := sc.Scan(&t.Name, &t.Description, &t.VCPUs, &t.MemoryMiB, &t.DiskMiB, &al, &md, &t.SizeBytes, &t.BakeMS,
 		timeCol(&t.CreatedAt), timeCol(&t.UpdatedAt)); err != nil {
 		return Template{}, err
 	}
@@ -59,8 +67,8 @@ func scanTemplate(sc scanner) (Template, error) {
 	return t, nil
 }
 
-// UpsertTemplate adds a catalog entry or refreshes it. An empty description, a zero size or no
-// aliases/metadata does not overwrite a known one.
+// UpsertTemplate adds a catalog entry or refreshes it. An empty description, a zero size (or
+// bake time) or no aliases/metadata does not overwrite a known one.
 func (s *Store) UpsertTemplate(ctx context.Context, t Template) error {
 	now := micros(s.now())
 	al, _ := json.Marshal(nonNil(t.Aliases))
@@ -68,7 +76,7 @@ func (s *Store) UpsertTemplate(ctx context.Context, t Template) error {
 	if len(t.Metadata) > 0 {
 		md, _ = json.Marshal(t.Metadata)
 	}
-	_, err := s.exec(ctx, s.db, `INSERT INTO templates (`+templateCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := s.exec(ctx, s.db, `INSERT INTO templates (`+templateCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET
 			description = CASE WHEN excluded.description <> '' THEN excluded.description ELSE templates.description END,
 			vcpus = CASE WHEN excluded.vcpus > 0 THEN excluded.vcpus ELSE templates.vcpus END,
@@ -76,8 +84,10 @@ func (s *Store) UpsertTemplate(ctx context.Context, t Template) error {
 			disk_mib = CASE WHEN excluded.disk_mib > 0 THEN excluded.disk_mib ELSE templates.disk_mib END,
 			aliases = CASE WHEN excluded.aliases <> '[]' THEN excluded.aliases ELSE templates.aliases END,
 			metadata = CASE WHEN excluded.metadata <> '{}' THEN excluded.metadata ELSE templates.metadata END,
+			size_bytes = CASE WHEN excluded.size_bytes > 0 THEN excluded.size_bytes ELSE templates.size_bytes END,
+			bake_ms = CASE WHEN excluded.bake_ms > 0 THEN excluded.bake_ms ELSE templates.bake_ms END,
 			updated_at = excluded.updated_at`,
-		t.Name, t.Description, t.VCPUs, t.MemoryMiB, t.DiskMiB, string(al), string(md), now, now)
+		t.Name, t.Description, t.VCPUs, t.MemoryMiB, t.DiskMiB, string(al), string(md), t.SizeBytes, t.BakeMS, now, now)
 	return err
 }
 

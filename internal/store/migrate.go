@@ -28,6 +28,7 @@ var versionNames = []string{
 	2: "snapshots, sandbox lineage and ttl policy",
 	3: "volumes and their attachments",
 	4: "team templates, catalog aliases and metadata",
+	5: "catalog template sizes and bake times",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
