@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -23,8 +24,14 @@ func TestBenchSmoke(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building pandastack: %v\n%s", err, out)
 	}
-	// Its own data dir, kept between runs like `make bench`'s, so its bakes are made once.
-	if err := run("", "/var/tmp/pandastack-bench-smoke", guest, testenv.ImageCache(), defaultSuites, 2, 2); err != nil {
+	// Its own data dir, removed afterwards: its pool holds several GiB of bakes (made again each
+	// run, a few seconds each), too much to leave on a CI machine.
+	dir, err := os.MkdirTemp("/var/tmp", "pandastack-bench-smoke-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := run("", dir, guest, testenv.ImageCache(), defaultSuites, 2, 2); err != nil {
 		t.Fatal(err)
 	}
 }
