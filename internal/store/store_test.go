@@ -935,6 +935,7 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{2, "snapshots, sandbox lineage and ttl policy", "10dbe497c7d6805c097fbc7e3996f014a1709af1770973c2fdc915f840a4f700"},
 		{3, "volumes and their attachments", "565f88612e49dc9ebffb60f542ecae602fa0f4b23867d797cf6ae526cf1de87b"},
 		{4, "team templates, catalog aliases and metadata", "adcb24eceaa4fcad58ba8bbc66aafd4513294dcc846475213b891862cd4694ae"},
+		{5, "catalog template sizes and bake times", "23db207cf3a3f000e9a8e71166bd8f390f5092ec2d4a403d547fdc0da54dda0d"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))
