@@ -18,16 +18,21 @@ VERSITYGW_VERSION := v1.8.0
 
 .PHONY: setup build up test test-catalog bench bench-templates vet clean
 
+# apt's own output goes to SETUP_LOG (its end is shown if apt fails): one line per stage here.
+SETUP_LOG ?= /var/log/pandastack-setup.log
+APT_FAILED = { tail -n 30 $(SETUP_LOG); echo "make setup: apt failed (above: the end of $(SETUP_LOG))"; exit 1; }
+
 setup:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ] || ! apt-cache show linux-image-cloud-amd64 >/dev/null 2>&1; then \
-		echo "make setup: installing $$missing"; \
+		echo "make setup: installing" $$missing "(apt's output: $(SETUP_LOG))"; \
 		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
+		{ apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; } >>$(SETUP_LOG) 2>&1 || $(APT_FAILED); \
 	else echo "make setup: system packages present"; fi
-	@command -v npm >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm
+	@command -v npm >/dev/null || { echo "make setup: installing npm (apt's output: $(SETUP_LOG))"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm >>$(SETUP_LOG) 2>&1 || $(APT_FAILED); }
 	@test -x bin/versitygw || { echo "make setup: installing versitygw $(VERSITYGW_VERSION) (the S3 server the blob-store tests use)"; \
-		GOBIN=$(CURDIR)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
+		GOBIN=$(CURDIR)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION) >>$(SETUP_LOG) 2>&1; }
 
 build:
 	mkdir -p bin

@@ -17,22 +17,21 @@ func (b *bench) lifecycleSuite(ctx context.Context, res map[string]float64) erro
 		return err
 	}
 	defer a.Kill(parent.ID)
-	var forks, creates []float64
-	for i := 0; i < 20; i++ {
+	fork := func() (float64, error) {
 		t := time.Now()
 		kids, err := a.Fork(ctx, parent.ID, 1)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		forks = append(forks, ms(time.Since(t)))
+		d := ms(time.Since(t))
 		a.Kill(kids[0].ID)
-		d, id, err := b.create("base")
-		if err != nil {
-			return err
-		}
-		creates = append(creates, d)
-		a.Kill(id)
+		return d, nil
 	}
+	lat, err := interleaved(20, fork, b.createViaAPI("base"))
+	if err != nil {
+		return err
+	}
+	forks, creates := lat[0], lat[1]
 	res["fork_p50_ms"], res["fork_p99_ms"], res["fork_create_p50_ms"] = pct(forks, 50), pct(forks, 99), pct(creates, 50)
 	res["fork_over_create"] = res["fork_p50_ms"] / res["fork_create_p50_ms"]
 
@@ -47,7 +46,7 @@ func (b *bench) lifecycleSuite(ctx context.Context, res map[string]float64) erro
 		}
 		for _, full := range []bool{false, true} {
 			var pauses []float64
-			for i := 0; i < 3; i++ {
+			for range samples(3) {
 				snap := a.SnapshotSandbox
 				if full {
 					snap = a.SnapshotSandboxFull
@@ -70,19 +69,13 @@ func (b *bench) lifecycleSuite(ctx context.Context, res map[string]float64) erro
 	res["snapshot_full_over_diff_dirty16m"] = res["snapshot_full_1g_dirty16m_pause_ms"] / res["snapshot_diff_1g_dirty16m_pause_ms"]
 
 	// Hibernate and wake.
-	var hib, wake []float64
-	for i := 0; i < 10; i++ {
-		t := time.Now()
-		if _, err := a.Hibernate(ctx, parent.ID); err != nil {
-			return err
-		}
-		hib = append(hib, ms(time.Since(t)))
-		t = time.Now()
-		if _, err := a.Wake(ctx, parent.ID); err != nil {
-			return err
-		}
-		wake = append(wake, ms(time.Since(t)))
+	lat, err = interleaved(10,
+		timed(func() error { _, err := a.Hibernate(ctx, parent.ID); return err }),
+		timed(func() error { _, err := a.Wake(ctx, parent.ID); return err }))
+	if err != nil {
+		return err
 	}
+	hib, wake := lat[0], lat[1]
 	res["hibernate_p50_ms"], res["wake_p50_ms"] = pct(hib, 50), pct(wake, 50)
 
 	// Host memory: 8 children of one parent that holds 64 MiB vs 8 sandboxes that each wrote it.
@@ -90,12 +83,13 @@ func (b *bench) lifecycleSuite(ctx context.Context, res map[string]float64) erro
 	if err := b.post("/v1/sandboxes/"+parent.ID+"/exec", map[string]any{"cmd": fill, "user": "root"}, 200); err != nil {
 		return err
 	}
-	kids, err := a.Fork(ctx, parent.ID, 8)
+	n := samples(8)
+	kids, err := a.Fork(ctx, parent.ID, n)
 	if err != nil {
 		return err
 	}
 	var solo []string
-	for i := 0; i < 8; i++ {
+	for range n {
 		_, id, err := b.create("base")
 		if err != nil {
 			return err
@@ -126,17 +120,13 @@ func (b *bench) lifecycleSuite(ctx context.Context, res map[string]float64) erro
 }
 
 func (b *bench) sumPSS(ids []string) (float64, error) {
+	pss, err := b.pssMiB(ids)
+	if err != nil {
+		return 0, err
+	}
 	var sum float64
-	for _, id := range ids {
-		info, err := b.agent.Get(id)
-		if err != nil {
-			return 0, err
-		}
-		kb, err := pssKB(info.Pid)
-		if err != nil {
-			return 0, err
-		}
-		sum += kb / 1024
+	for _, p := range pss {
+		sum += p
 	}
 	return sum, nil
 }

@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,18 +30,51 @@ func main() {
 	guestAgent := flag.String("guest-agent", "bin/pandastack-guest", "pandastack-guest binary")
 	imageCache := flag.String("image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache (default: inside the data dir)")
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
-	suites := flag.String("suites", "sandbox,lifecycle,controlplane,network,volumes,confine,blob", "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
+	suites := flag.String("suites", defaultSuites, "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
+	smoke := flag.Bool("smoke", false, "check that every suite still runs: 2 samples of everything, figures not judged, no results file unless -out is given")
 	flag.Parse()
+	if *smoke {
+		samplesCap, *creates, *idle = 2, 2, 2
+		if !flagGiven("out") {
+			*out = ""
+		}
+	}
 	if err := run(*out, *dataDir, *guestAgent, *imageCache, *suites, *creates, *idle); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
+// defaultSuites are the suites a plain run (and the smoke test) runs.
+const defaultSuites = "sandbox,lifecycle,controlplane,network,volumes,confine,blob"
+
+// samplesCap, when set (-smoke), caps every sample count: a quick run that shows each suite
+// still works, whose figures mean nothing.
+var samplesCap int
+
+// samples is n, or samplesCap if that is smaller.
+func samples(n int) int {
+	if samplesCap > 0 {
+		return min(n, samplesCap)
+	}
+	return n
+}
+
+func flagGiven(name string) (given bool) {
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// bench is the main agent (the suites' default; url serves its HTTP API) and what any extra agent
+// is made from: the data dir the extra ones live under, the guest agent (an absolute path), the
+// image cache.
 type bench struct {
-	agent *hostagent.Agent
-	url   string
+	agent      *hostagent.Agent
+	url        string
+	dataDir    string
+	guestAgent string
+	imageCache string
 }
 
 func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int) error {
@@ -51,20 +83,20 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		return err
 	}
 	ctx := context.Background()
-	a, err := hostagent.New(ctx, hostagent.Config{
-		DataDir: dataDir, GuestAgent: abs, ImageCacheDir: imageCache, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Templates: map[string]template.Spec{
-			"bench-256m": {Name: "bench-256m", From: "base", VCPUs: 1, MemoryMiB: 256},
-			"bench-1g":   {Name: "bench-1g", From: "base", VCPUs: 1, MemoryMiB: 1024},
-		},
-	})
+	b := &bench{dataDir: dataDir, guestAgent: abs, imageCache: imageCache}
+	cfg := b.agentConfig(dataDir)
+	cfg.Templates = map[string]template.Spec{
+		"bench-256m": {Name: "bench-256m", From: "base", VCPUs: 1, MemoryMiB: 256},
+		"bench-1g":   {Name: "bench-1g", From: "base", VCPUs: 1, MemoryMiB: 1024},
+	}
+	a, err := hostagent.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
 	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
-	b := &bench{agent: a, url: srv.URL}
+	b.agent, b.url = a, srv.URL
 	for _, sb := range a.List() { // leftovers of an interrupted run
 		a.Kill(sb.ID)
 	}
@@ -73,7 +105,7 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 
 	for _, name := range []string{"base", "bench-256m", "bench-1g"} {
 		t := time.Now()
-		info, err := a.EnsureTemplate(ctx, name, func(s string) { fmt.Println("  " + s) })
+		info, err := a.EnsureTemplate(ctx, name, progress)
 		if err != nil {
 			return err
 		}
@@ -93,11 +125,11 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		case "controlplane":
 			err = controlPlaneSuite(ctx, res, guestAgent, imageCache, creates)
 		case "network":
-			err = b.networkSuite(ctx, res, dataDir, guestAgent, imageCache, creates)
+			err = b.networkSuite(ctx, res, creates)
 		case "volumes":
 			err = b.volumeSuite(ctx, res, creates)
 		case "confine":
-			err = b.confineSuite(ctx, res, dataDir, guestAgent, imageCache, creates)
+			err = b.confineSuite(ctx, res, creates)
 		case "templates":
 			err = b.templateSuite(ctx, res, max(creates/3, 5))
 		case "blob":
@@ -120,38 +152,19 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 func (b *bench) sandboxSuite(ctx context.Context, res map[string]float64, creates, idle int) error {
 	// Create (API call to ready-for-exec) and the bare restore of the same snapshot, interleaved so
 	// both see the same machine load.
-	var create, bare []float64
-	for i := 0; i < creates; i++ {
-		d, id, err := b.create("base")
-		if err != nil {
-			return err
-		}
-		create = append(create, d)
-		b.agent.Kill(id)
-		d, err = b.agent.BareRestore(ctx, "base")
-		if err != nil {
-			return err
-		}
-		bare = append(bare, d)
+	lat, err := interleaved(creates, b.createViaAPI("base"), func() (float64, error) { return b.agent.BareRestore(ctx, "base") })
+	if err != nil {
+		return err
 	}
+	create, bare := lat[0], lat[1]
 	res["create_p50_ms"], res["create_p99_ms"] = pct(create, 50), pct(create, 99)
 	res["bare_restore_p50_ms"] = pct(bare, 50)
 	res["create_over_bare_restore"] = res["create_p50_ms"] / res["bare_restore_p50_ms"]
 
-	var c256, c1g []float64
-	for i := 0; i < creates/2; i++ {
-		for _, tc := range []struct {
-			name string
-			into *[]float64
-		}{{"bench-256m", &c256}, {"bench-1g", &c1g}} {
-			d, id, err := b.create(tc.name)
-			if err != nil {
-				return err
-			}
-			*tc.into = append(*tc.into, d)
-			b.agent.Kill(id)
-		}
+	if lat, err = interleaved(creates/2, b.createViaAPI("bench-256m"), b.createViaAPI("bench-1g")); err != nil {
+		return err
 	}
+	c256, c1g := lat[0], lat[1]
 	res["create_256m_p50_ms"], res["create_1g_p50_ms"] = pct(c256, 50), pct(c1g, 50)
 	res["create_1g_over_256m"] = res["create_1g_p50_ms"] / res["create_256m_p50_ms"]
 
@@ -160,20 +173,17 @@ func (b *bench) sandboxSuite(ctx context.Context, res map[string]float64, create
 	if err != nil {
 		return err
 	}
-	var execs []float64
-	for i := 0; i < 100; i++ {
-		t := time.Now()
-		if err := b.post("/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": "true"}, 200); err != nil {
-			return err
-		}
-		execs = append(execs, ms(time.Since(t)))
+	lat, err = interleaved(100, timed(func() error { return b.post("/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": "true"}, 200) }))
+	if err != nil {
+		return err
 	}
+	execs := lat[0]
 	b.agent.Kill(id)
 	res["exec_true_p50_ms"], res["exec_true_p99_ms"] = pct(execs, 50), pct(execs, 99)
 
 	// Host memory per idle sandbox: PSS of each VMM with `idle` running.
 	var ids []string
-	for i := 0; i < idle; i++ {
+	for range idle {
 		_, id, err := b.create("base")
 		if err != nil {
 			return err
@@ -181,17 +191,9 @@ func (b *bench) sandboxSuite(ctx context.Context, res map[string]float64, create
 		ids = append(ids, id)
 	}
 	time.Sleep(5 * time.Second)
-	var pss []float64
-	for _, id := range ids {
-		info, err := b.agent.Get(id)
-		if err != nil {
-			return err
-		}
-		kb, err := pssKB(info.Pid)
-		if err != nil {
-			return err
-		}
-		pss = append(pss, kb/1024)
+	pss, err := b.pssMiB(ids)
+	if err != nil {
+		return err
 	}
 	for _, id := range ids {
 		b.agent.Kill(id)
@@ -279,8 +281,11 @@ func printTable(res map[string]float64) {
 		res["create_with_volume_over_plain"], res["create_confined_over_unconfined"])
 }
 
-// merge writes res into the results file, keeping keys other benchmarks wrote.
+// merge writes res into the results file, keeping keys other benchmarks wrote ("": no file).
 func merge(path string, res map[string]float64) error {
+	if path == "" {
+		return nil
+	}
 	all := map[string]any{}
 	if data, err := os.ReadFile(path); err == nil {
 		json.Unmarshal(data, &all)

@@ -17,7 +17,7 @@ func (b *bench) templateSuite(ctx context.Context, res map[string]float64, creat
 	names := template.CatalogNames()
 	largest, largestSize := "", int64(0)
 	for _, name := range names {
-		info, err := b.agent.EnsureTemplate(ctx, name, func(s string) { fmt.Println("  " + s) })
+		info, err := b.agent.EnsureTemplate(ctx, name, progress)
 		if err != nil {
 			return fmt.Errorf("template %s: %w", name, err)
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"time"
 
 	"github.com/pandastack/pandastack/internal/hostagent"
 )
@@ -16,29 +15,13 @@ func (b *bench) volumeSuite(ctx context.Context, res map[string]float64, creates
 		return err
 	}
 	defer a.DeleteVolume("vol_bench")
-	timed := func(req hostagent.CreateRequest) (float64, error) {
-		t := time.Now()
-		info, err := a.Create(ctx, req)
-		if err != nil {
-			return 0, err
-		}
-		d := ms(time.Since(t))
-		return d, a.Kill(info.ID)
+	lat, err := interleaved(creates, createOn(ctx, a, hostagent.CreateRequest{Template: "base"}),
+		createOn(ctx, a, hostagent.CreateRequest{Template: "base",
+			Volumes: []hostagent.VolumeMount{{VolumeID: "vol_bench", MountPath: "/data"}}}))
+	if err != nil {
+		return err
 	}
-	var plain, withVol []float64
-	for range creates {
-		d, err := timed(hostagent.CreateRequest{Template: "base"})
-		if err != nil {
-			return err
-		}
-		plain = append(plain, d)
-		d, err = timed(hostagent.CreateRequest{Template: "base",
-			Volumes: []hostagent.VolumeMount{{VolumeID: "vol_bench", MountPath: "/data"}}})
-		if err != nil {
-			return err
-		}
-		withVol = append(withVol, d)
-	}
+	plain, withVol := lat[0], lat[1]
 	res["create_plain_p50_ms"] = pct(plain, 50)
 	res["create_with_volume_p50_ms"], res["create_with_volume_p99_ms"] = pct(withVol, 50), pct(withVol, 99)
 	res["create_with_volume_over_plain"] = res["create_with_volume_p50_ms"] / res["create_plain_p50_ms"]

@@ -49,7 +49,7 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 	f.StringVar(&cfg.ServerURL, "server", "", "control plane URL to register with and heartbeat to")
 	f.StringVar(&cfg.ServerToken, "server-token", "", "cluster token for the control plane (default $PANDASTACK_CLUSTER_TOKEN)")
 	f.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL the control plane uses to reach this agent (default http://ADDR)")
-	f.DurationVar(&cfg.Agent.IdleHibernate, "idle-hibernate", 0, "hibernate sandboxes idle this long (0: never)")
+	durationVar(f, &cfg.Agent.IdleHibernate, "idle-hibernate", 0, "hibernate sandboxes idle this long (0: never)")
 	f.StringVar(&cfg.Agent.ImageCacheDir, "image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache dir (default: inside the data dir's pool)")
 	registerNetworkFlags(f, &cfg.Network)
 	registerConfineFlags(f, &cfg.Agent)

@@ -34,6 +34,23 @@ func (f *apiFlags) register(cmd *cobra.Command) {
 	pf.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 }
 
+// group is a verb group (sandbox, template…): a command with the connection and output flags
+// its verbs share.
+func group(use, short string, aliases ...string) (*cobra.Command, *apiFlags) {
+	f := &apiFlags{}
+	cmd := &cobra.Command{Use: use, Aliases: aliases, Short: short}
+	f.register(cmd)
+	return cmd, f
+}
+
+// runFunc is a verb's body: an API client, a context that Ctrl-C ends, and cobra's arguments.
+type runFunc = func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error
+
+// verb is a command that runs body (see run).
+func (f *apiFlags) verb(use, short string, args cobra.PositionalArgs, body runFunc) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Args: args, RunE: f.run(body)}
+}
+
 // eachID is the RunE of verbs that act on every ID argument in turn (kill, revoke, delete):
 // it stops at the first failure and, for humans, prints "<done> ID" per success.
 func (f *apiFlags) eachID(done string, call func(*client.Client, context.Context, string) error) func(*cobra.Command, []string) error {
@@ -50,6 +67,11 @@ func (f *apiFlags) eachID(done string, call func(*client.Client, context.Context
 	})
 }
 
+// deleteCmd is a `delete` (alias rm) verb of every ID argument.
+func (f *apiFlags) deleteCmd(use, short string, call func(*client.Client, context.Context, string) error) *cobra.Command {
+	return &cobra.Command{Use: use, Aliases: []string{"rm"}, Short: short, Args: cobra.MinimumNArgs(1), RunE: f.eachID("deleted", call)}
+}
+
 func (f *apiFlags) client() (*client.Client, error) {
 	c := client.New(f.baseURL, f.apiKey)
 	if c.APIKey == "" {
@@ -59,7 +81,7 @@ func (f *apiFlags) client() (*client.Client, error) {
 }
 
 // run adapts a verb's body to cobra: it gets an API client and a context that Ctrl-C ends.
-func (f *apiFlags) run(fn func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+func (f *apiFlags) run(fn runFunc) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		c, err := f.client()
 		if err != nil {
@@ -69,6 +91,114 @@ func (f *apiFlags) run(fn func(ctx context.Context, c *client.Client, cmd *cobra
 		defer cancel()
 		return fn(ctx, c, cmd, args)
 	}
+}
+
+// requireFlag is a PreRunE that refuses a command run without the named flag (checked before
+// anything else, the API key included).
+func requireFlag(name string) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if !cmd.Flags().Changed(name) {
+			return fmt.Errorf("--%s is required", name)
+		}
+		return nil
+	}
+}
+
+// printer prints objects of one kind: JSON (one object when single, else an array), or a table.
+type printer[T any] struct {
+	header []string
+	row    func(T) []string
+}
+
+func (p printer[T]) print(f *apiFlags, cmd *cobra.Command, items []T, single bool) error {
+	out := cmd.OutOrStdout()
+	if f.json {
+		if single {
+			return printJSON(out, items[0])
+		}
+		return printJSON(out, items)
+	}
+	rows := make([][]string, 0, len(items))
+	for _, it := range items {
+		rows = append(rows, p.row(it))
+	}
+	return table(out, p.header, rows)
+}
+
+// one prints a single object.
+func (p printer[T]) one(f *apiFlags, cmd *cobra.Command, item T) error {
+	return p.print(f, cmd, []T{item}, true)
+}
+
+// getCmd is a verb that calls the API with its one argument and prints the object it answers
+// (get, hibernate, wake).
+func getCmd[T any](f *apiFlags, p printer[T], use, short string, call func(*client.Client, context.Context, string) (T, error)) *cobra.Command {
+	return f.verb(use, short, cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		v, err := call(c, ctx, args[0])
+		if err != nil {
+			return err
+		}
+		return p.one(f, cmd, v)
+	})
+}
+
+// listCmd is a `list` verb of an unpaged collection.
+func listCmd[T any](f *apiFlags, p printer[T], short string, call func(*client.Client, context.Context) ([]T, error)) *cobra.Command {
+	return f.verb("list", short, cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		vs, err := call(c, ctx)
+		if err != nil {
+			return err
+		}
+		if vs == nil {
+			vs = []T{}
+		}
+		return p.print(f, cmd, vs, false)
+	})
+}
+
+// pageFlags are a paged list's --limit, --cursor and --all.
+type pageFlags struct {
+	limit  *int
+	cursor *string
+	all    bool
+}
+
+func (pf *pageFlags) register(cmd *cobra.Command, limit *int, cursor *string) {
+	pf.limit, pf.cursor = limit, cursor
+	fl := cmd.Flags()
+	fl.IntVar(limit, "limit", 0, "page size (default 100, at most 1000)")
+	fl.StringVar(cursor, "cursor", "", "continue from a previous page")
+	fl.BoolVar(&pf.all, "all", false, "follow pages to the end")
+}
+
+// listPages prints one page (every page with --all) that page fetches from the cursor on; a page
+// left unread is mentioned on stderr after the table.
+func listPages[T any](f *apiFlags, pf *pageFlags, cmd *cobra.Command, p printer[T], page func() ([]T, string, error)) error {
+	items := []T{}
+	for {
+		got, next, err := page()
+		if err != nil {
+			return err
+		}
+		items = append(items, got...)
+		if next == "" || !pf.all {
+			err := p.print(f, cmd, items, false)
+			if next != "" && !f.json {
+				fmt.Fprintf(cmd.ErrOrStderr(), "(more: --all, or --cursor %s)\n", next)
+			}
+			return err
+		}
+		*pf.cursor = next
+	}
+}
+
+// quietID prints only an id when quiet, else the object.
+func quietID[T any](f *apiFlags, cmd *cobra.Command, p printer[T], quiet bool, id string, v T) error {
+	if quiet {
+		fmt.Fprintln(cmd.OutOrStdout(), id)
+		return nil
+	}
+	return p.one(f, cmd, v)
 }
 
 // signalContext ends on Ctrl-C so a long exec or transfer stops cleanly.

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/api"
 	"github.com/pandastack/pandastack/internal/app"
 	"github.com/pandastack/pandastack/internal/auth"
@@ -36,7 +36,7 @@ func startServer(t *testing.T) (url, key string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	agent := fakeagent.New("host-a", "tok", "base")
+	agent := agenttest.New("host-a", "tok", "base")
 	t.Cleanup(agent.Close)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sched := scheduler.New(scheduler.Config{Store: st, Logger: log})
@@ -179,7 +179,7 @@ func TestCLI(t *testing.T) {
 	if _, _, err := run(t, "", "sandbox", "get", "sb_nope"); err == nil || !strings.Contains(err.Error(), "sandbox sb_nope not found") {
 		t.Fatalf("get missing: %v", err)
 	}
-	if _, _, err := run(t, "", "sandbox", "create", "--ttl", "0", "--template", "nope"); err == nil || !strings.Contains(err.Error(), "unknown template") {
+	if _, _, err := run(t, "", "sandbox", "create", "--template", "nope"); err == nil || !strings.Contains(err.Error(), "unknown template") {
 		t.Fatalf("bad create: %v", err)
 	}
 }
@@ -209,7 +209,7 @@ func TestUpBanner(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	printBanner(&b, "http://127.0.0.1:8080", "pds_x", false, "/d")
+	printBanner(&b, "http://127.0.0.1:8080", "pds_x", false, "/d", "")
 	out := b.String()
 	for _, want := range []string{"base URL:  http://127.0.0.1:8080", "export PANDASTACK_BASE_URL=http://127.0.0.1:8080 PANDASTACK_API_KEY=pds_x",
 		"sandbox create --template base -q", `sandbox exec "$id" -- python -c 'print(2 ** 10)'`} {
@@ -220,10 +220,17 @@ func TestUpBanner(t *testing.T) {
 	// A key from PANDASTACK_API_KEY is the operator's: only its prefix is printed.
 	preset := "pds_" + strings.Repeat("s3cr", 8)
 	b.Reset()
-	printBanner(&b, "http://127.0.0.1:8080", preset, true, "/d")
+	printBanner(&b, "http://127.0.0.1:8080", preset, true, "/d", "")
 	if out := b.String(); strings.Contains(out, preset) || strings.Contains(out, preset[12:]) ||
 		!strings.Contains(out, "API key:   pds_s3crs3cr…   (from PANDASTACK_API_KEY)") || !strings.Contains(out, "export PANDASTACK_BASE_URL=http://127.0.0.1:8080 ") {
 		t.Errorf("banner with a preset key:\n%s", out)
+	}
+	// A preset key the data dir does not have: the banner says so, and what to do.
+	b.Reset()
+	printBanner(&b, "http://127.0.0.1:8080", "", false, "/d", "pandastack keys create --admin --data-dir /d")
+	if out := b.String(); !strings.Contains(out, "PANDASTACK_API_KEY is NOT a key of this data dir") ||
+		!strings.Contains(out, "pandastack keys create --admin --data-dir /d") {
+		t.Errorf("banner with an unknown preset key:\n%s", out)
 	}
 }
 
@@ -448,7 +455,7 @@ func TestCLITerminalEscapes(t *testing.T) {
 	cmd := &cobra.Command{}
 	cmd.SetOut(&tb)
 	legacy := []client.Sandbox{{ID: "sb_old", Template: "base", State: "running", Metadata: map[string]string{"k": evil, "n": "a\nb\x00"}}}
-	if err := printSandboxes(&apiFlags{}, cmd, legacy, false); err != nil {
+	if err := sandboxes.print(&apiFlags{}, cmd, legacy, false); err != nil {
 		t.Fatal(err)
 	}
 	noRaw(t, "sandbox list", tb.String())

@@ -49,7 +49,7 @@ func init() {
 			return nil
 		},
 	}
-	build.Flags().StringVar(&cacheDir, "cache-dir", envOr("PANDASTACK_IMAGE_CACHE", "/var/tmp/pandastack-images"), "image cache dir")
+	build.Flags().StringVar(&cacheDir, "cache-dir", image.CacheDir(), "image cache dir (default $PANDASTACK_IMAGE_CACHE, else "+image.DefaultCacheDir+")")
 	build.Flags().StringVar(&guestAgent, "guest-agent", "", "pandastack-guest binary (default: next to this binary)")
 	cmd.AddCommand(build)
 	rootCmd.AddCommand(cmd)

@@ -20,61 +20,60 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-func printKeys(f *apiFlags, cmd *cobra.Command, ks []client.Key) error {
-	if f.json {
-		return printJSON(cmd.OutOrStdout(), ks)
-	}
-	rows := make([][]string, 0, len(ks))
-	for _, k := range ks {
+var keys = printer[client.Key]{
+	header: []string{"ID", "NAME", "PREFIX", "ADMIN", "CREATED", "STATE"},
+	row: func(k client.Key) []string {
 		state := "active"
 		if k.RevokedAt != nil {
 			state = "revoked " + *k.RevokedAt
 		}
-		rows = append(rows, []string{k.ID, orDash(k.Name), k.Prefix, yesNo(k.Admin), k.CreatedAt, state})
-	}
-	return table(cmd.OutOrStdout(), []string{"ID", "NAME", "PREFIX", "ADMIN", "CREATED", "STATE"}, rows)
+		return []string{k.ID, orDash(k.Name), k.Prefix, yesNo(k.Admin), k.CreatedAt, state}
+	},
 }
 
 func keysCmd() *cobra.Command {
-	var f apiFlags
-	cmd := &cobra.Command{Use: "keys", Aliases: []string{"key"}, Short: "Create, list and revoke API keys of your team"}
-	f.register(cmd)
-	var name string
+	cmd, f := group("keys", "Create, list and revoke API keys of your team", "key")
+	var name, dataDir, databaseURL string
 	var admin bool
-	create := &cobra.Command{
-		Use:   "create",
-		Short: "Create an API key (its secret is shown once)",
-		Args:  cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			k, err := c.CreateKey(ctx, name, admin)
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), k)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
-			fmt.Fprintf(cmd.ErrOrStderr(), "key %s created; the secret above is shown only once\n", k.ID)
-			return nil
-		}),
+	printKey := func(cmd *cobra.Command, k client.Key) error {
+		if f.json {
+			return printJSON(cmd.OutOrStdout(), k)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
+		fmt.Fprintf(cmd.ErrOrStderr(), "key %s created; the secret above is shown only once\n", k.ID)
+		return nil
+	}
+	create := f.verb("create", "Create an API key (its secret is shown once)", cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		k, err := c.CreateKey(ctx, name, admin)
+		if err != nil {
+			return err
+		}
+		return printKey(cmd, k)
+	})
+	create.Long = `Create an API key of your team through the API (an admin key needs an admin key).
+
+Lost every admin key? On the machine of the store, as root, --data-dir DIR (the data dir of
+pandastack up) or --database-url (pandastack server's store) makes an admin key of the default
+team by writing to the store directly, with no API key and no running server needed; it is
+recorded in the key's name, in the log on stderr and, with --data-dir, in DIR/audit.log.`
+	create.Example = `  pandastack keys create --name ci
+  sudo pandastack keys create --admin --data-dir /var/lib/pandastack     # recovery, on the machine`
+	api := create.RunE
+	create.RunE = func(cmd *cobra.Command, args []string) error {
+		if dataDir == "" && databaseURL == "" {
+			return api(cmd, args)
+		}
+		k, err := recoverAdminKey(cmd, admin, name, dataDir, databaseURL)
+		if err != nil {
+			return err
+		}
+		return printKey(cmd, k)
 	}
 	create.Flags().StringVar(&name, "name", "", "a label for the key")
-	create.Flags().BoolVar(&admin, "admin", false, "make an admin key (needs an admin key)")
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List your team's keys (prefixes only)",
-		Args:  cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			ks, err := c.ListKeys(ctx)
-			if err != nil {
-				return err
-			}
-			if ks == nil {
-				ks = []client.Key{}
-			}
-			return printKeys(&f, cmd, ks)
-		}),
-	}
+	create.Flags().BoolVar(&admin, "admin", false, "make an admin key (needs an admin key, or --data-dir as root)")
+	create.Flags().StringVar(&dataDir, "data-dir", "", "recovery: make the key in this up data dir's store directly (root, on its machine)")
+	create.Flags().StringVar(&databaseURL, "database-url", "", "recovery: make the key in this store directly (SQLite path or postgres:// URL; root)")
+	list := listCmd(f, keys, "List your team's keys (prefixes only)", (*client.Client).ListKeys)
 	revoke := &cobra.Command{
 		Use:   "revoke KEY_ID...",
 		Short: "Revoke keys (by id, as `keys list` shows)",
@@ -86,26 +85,19 @@ func keysCmd() *cobra.Command {
 }
 
 func teamsCmd() *cobra.Command {
-	var f apiFlags
-	cmd := &cobra.Command{Use: "teams", Aliases: []string{"team"}, Short: "Create teams (admin keys only)"}
-	f.register(cmd)
-	create := &cobra.Command{
-		Use:   "create NAME",
-		Short: "Create a team and print its first key (shown once)",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			t, k, err := c.CreateTeam(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"team": t, "key": k})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
-			fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", termtext.Escape(t.Name), t.ID)
-			return nil
-		}),
-	}
+	cmd, f := group("teams", "Create teams (admin keys only)", "team")
+	create := f.verb("create NAME", "Create a team and print its first key (shown once)", cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		t, k, err := c.CreateTeam(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		if f.json {
+			return printJSON(cmd.OutOrStdout(), map[string]any{"team": t, "key": k})
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s\n", k.Key)
+		fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", termtext.Escape(t.Name), t.ID)
+		return nil
+	})
 	cmd.AddCommand(create)
 	return cmd
 }

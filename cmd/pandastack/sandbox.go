@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/network"
@@ -14,44 +15,32 @@ import (
 )
 
 func init() {
-	var f apiFlags
-	sb := &cobra.Command{
-		Use:     "sandbox",
-		Aliases: []string{"sandboxes", "sb"},
-		Short:   "Create, list, exec in, move files in, fork, snapshot, hibernate and kill sandboxes",
-	}
-	f.register(sb)
-	sb.AddCommand(sandboxCreateCmd(&f), sandboxListCmd(&f), sandboxGetCmd(&f), sandboxExecCmd(&f),
-		sandboxKillCmd(&f), sandboxTTLCmd(&f), sandboxFilesCmd(&f), sandboxForkCmd(&f), sandboxSnapshotCmd(&f),
-		sandboxStateCmd(&f, "hibernate", "Hibernate a sandbox: its memory goes to disk and its VM stops; any call wakes it",
+	sb, f := group("sandbox", "Create, list, exec in, move files in, fork, snapshot, hibernate and kill sandboxes", "sandboxes", "sb")
+	sb.AddCommand(sandboxCreateCmd(f), sandboxListCmd(f), getCmd(f, sandboxes, "get ID", "Show one sandbox", (*client.Client).GetSandbox),
+		sandboxExecCmd(f),
+		sandboxKillCmd(f), sandboxTTLCmd(f), sandboxFilesCmd(f), sandboxForkCmd(f), sandboxSnapshotCmd(f),
+		getCmd(f, sandboxes, "hibernate ID", "Hibernate a sandbox: its memory goes to disk and its VM stops; any call wakes it",
 			(*client.Client).Hibernate),
-		sandboxStateCmd(&f, "wake", "Wake a hibernated sandbox (any exec or files call also does)", (*client.Client).Wake))
+		getCmd(f, sandboxes, "wake ID", "Wake a hibernated sandbox (any exec or files call also does)", (*client.Client).Wake))
 	rootCmd.AddCommand(sb)
 }
 
-func printSandboxes(f *apiFlags, cmd *cobra.Command, sbs []client.Sandbox, single bool) error {
-	out := cmd.OutOrStdout()
-	if f.json {
-		if single {
-			return printJSON(out, sbs[0])
-		}
-		return printJSON(out, sbs)
-	}
-	rows := make([][]string, 0, len(sbs))
-	for _, s := range sbs {
+var sandboxes = printer[client.Sandbox]{
+	header: []string{"ID", "TEMPLATE", "STATE", "HOST", "CREATED", "EXPIRES", "METADATA"},
+	row: func(s client.Sandbox) []string {
 		state := s.State
 		if s.Error != "" {
 			state += " (" + s.Error + ")"
 		}
-		rows = append(rows, []string{s.ID, s.Template, state, orDash(s.Host), s.CreatedAt, s.ExpiresAt, orDash(formatMetadata(s.Metadata))})
-	}
-	return table(out, []string{"ID", "TEMPLATE", "STATE", "HOST", "CREATED", "EXPIRES", "METADATA"}, rows)
+		return []string{s.ID, s.Template, state, orDash(s.Host), s.CreatedAt, s.ExpiresAt, orDash(formatMetadata(s.Metadata))}
+	},
 }
 
 func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var req client.CreateRequest
 	var md, env, allow, deny, volumes []string
 	var quiet, noInternet bool
+	var ttl time.Duration
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox from a template, or from a snapshot (--snapshot)",
@@ -61,10 +50,16 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
   pandastack sandbox create --no-internet --allow 10.1.0.0/16
   pandastack sandbox create --volume vol_123:/data --volume vol_456:/ref:ro`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			var err error
+			req.TTLSeconds = 0 // the server's default
+			if cmd.Flags().Changed("ttl") {
+				if req.TTLSeconds, err = wholeSeconds("--ttl", ttl); err != nil {
+					return err
+				}
+				if req.TTLSeconds < 1 { // as the API refuses ttl_seconds 0 (here it would read as "not given")
+					return fmt.Errorf("--ttl must be at least 1 second, got %s", ttl)
+				}
 			}
 			if req.SnapshotID != "" && !cmd.Flags().Changed("template") {
 				req.Template = "" // the snapshot's own
@@ -82,23 +77,17 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 				internet := !noInternet
 				req.Egress = &network.Egress{Internet: &internet, Allow: allow, Deny: deny}
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
 			s, err := c.CreateSandbox(ctx, req)
 			if err != nil {
 				return err
 			}
-			if quiet {
-				fmt.Fprintln(cmd.OutOrStdout(), s.ID)
-				return nil
-			}
-			return printSandboxes(f, cmd, []client.Sandbox{s}, true)
-		},
+			return quietID(f, cmd, sandboxes, quiet, s.ID, s)
+		}),
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&req.Template, "template", "t", "base", "template name (see `pandastack template list`)")
 	fl.StringVar(&req.SnapshotID, "snapshot", "", "start from this snapshot (memory and disk) instead of a fresh template; it runs on the snapshot's host")
-	fl.Int64Var(&req.TTLSeconds, "ttl", 0, "seconds until the sandbox is killed (default: the server's, 300)")
+	durationVar(fl, &ttl, "ttl", 0, "time until the sandbox is killed: seconds (600) or a duration (10m) (default: the server's, 300s)")
 	fl.StringArrayVarP(&md, "metadata", "m", nil, "KEY=VALUE metadata (repeatable)")
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
 	fl.StringArrayVar(&volumes, "volume", nil, "VOLUME_ID:/path[:ro] mounts a volume (repeatable, at most 4); the sandbox runs on the volumes' host")
@@ -112,68 +101,24 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 func sandboxListCmd(f *apiFlags) *cobra.Command {
 	var o client.ListOptions
 	var md []string
-	var all bool
-	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List sandboxes (all but killed ones, unless --state says otherwise)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			if o.Metadata, err = parsePairs("metadata", md); err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			var sbs []client.Sandbox
-			for {
-				page, next, err := c.ListSandboxes(ctx, o)
-				if err != nil {
-					return err
-				}
-				sbs = append(sbs, page...)
-				if next == "" || !all {
-					if next != "" && !f.json {
-						defer fmt.Fprintf(cmd.ErrOrStderr(), "(more: --all, or --cursor %s)\n", next)
-					}
-					break
-				}
-				o.Cursor = next
-			}
-			if sbs == nil {
-				sbs = []client.Sandbox{}
-			}
-			return printSandboxes(f, cmd, sbs, false)
-		},
-	}
+	var pf pageFlags
+	cmd := f.verb("list", "List sandboxes (all but killed ones, unless --state says otherwise)", cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		var err error
+		if o.Metadata, err = parsePairs("metadata", md); err != nil {
+			return err
+		}
+		return listPages(f, &pf, cmd, sandboxes, func() ([]client.Sandbox, string, error) { return c.ListSandboxes(ctx, o) })
+	})
 	fl := cmd.Flags()
 	fl.StringVar(&o.State, "state", "", "running, hibernated, killed, error, lost (comma-separated) or all")
 	fl.StringArrayVarP(&md, "metadata", "m", nil, "KEY=VALUE metadata filter (repeatable; all must match)")
-	fl.IntVar(&o.Limit, "limit", 0, "page size (default 100, at most 1000)")
-	fl.StringVar(&o.Cursor, "cursor", "", "continue from a previous page")
-	fl.BoolVar(&all, "all", false, "follow pages to the end")
+	pf.register(cmd, &o.Limit, &o.Cursor)
 	return cmd
-}
-
-func sandboxGetCmd(f *apiFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "get ID",
-		Short: "Show one sandbox",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			s, err := c.GetSandbox(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return printSandboxes(f, cmd, []client.Sandbox{s}, true)
-		}),
-	}
 }
 
 func sandboxExecCmd(f *apiFlags) *cobra.Command {
 	var req client.ExecRequest
+	var timeout time.Duration
 	var env []string
 	var stdin bool
 	cmd := &cobra.Command{
@@ -186,18 +131,24 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 		Example: `  pandastack sandbox exec sb_123 -- python -c 'print(2 ** 10)'
   pandastack sandbox exec sb_123 'ls /tmp | wc -l'
   echo hi | pandastack sandbox exec --stdin sb_123 -- cat`,
-		Args: cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			id, command := args[0], args[1:]
+		Args: func(cmd *cobra.Command, args []string) error {
+			command := args[min(1, len(args)):]
 			if len(command) > 0 && command[0] == "--" {
 				command = command[1:] // flag parsing stops at the id, so a "--" after it is still here
 			}
-			if len(command) == 0 {
-				return fmt.Errorf("no command given: pandastack sandbox exec ID -- COMMAND [ARG...]")
+			switch {
+			case len(args) == 0:
+				return fmt.Errorf("missing sandbox id and command: pandastack sandbox exec ID -- COMMAND [ARG...]")
+			case len(command) == 0:
+				return fmt.Errorf("missing command: pandastack sandbox exec ID -- COMMAND [ARG...]")
+			}
+			return nil
+		},
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			var err error
+			id, command := args[0], args[1:]
+			if command[0] == "--" {
+				command = command[1:]
 			}
 			if len(command) == 1 {
 				req.Cmd, req.Cmd, req.Argv = "", command[0], nil
@@ -207,7 +158,11 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 			if req.Env, err = parsePairs("env", env); err != nil {
 				return err
 			}
-			req.Stdin = nil
+			req.Stdin, req.TimeoutSeconds = nil, nil
+			if timeout != 0 { // 0 means the host's default
+				secs := timeout.Seconds()
+				req.TimeoutSeconds = &secs
+			}
 			if stdin {
 				b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 900<<10))
 				if err != nil {
@@ -216,8 +171,6 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 				s := string(b)
 				req.Stdin = &s
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
 			if f.json {
 				r, err := c.Exec(ctx, id, req)
 				if err != nil {
@@ -243,11 +196,11 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 				return &exitError{r.ExitCode, fmt.Sprintf("command exited with status %d", r.ExitCode)}
 			}
 			return nil
-		},
+		}),
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false) // everything after the sandbox id belongs to the command
-	fl.Float64Var(&req.TimeoutSeconds, "timeout", 0, "seconds before the command is killed (default: the host's, 60)")
+	durationVar(fl, &timeout, "timeout", 0, "time before the command is killed: seconds (30) or a duration (5m) (default: the host's, 60s)")
 	fl.StringVar(&req.Cwd, "cwd", "", "working directory")
 	fl.StringVar(&req.User, "user", "", "user to run as (default: the template's)")
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
@@ -265,28 +218,21 @@ func sandboxKillCmd(f *apiFlags) *cobra.Command {
 }
 
 func sandboxTTLCmd(f *apiFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "ttl ID SECONDS",
-		Short: "Make a sandbox expire SECONDS from now (refresh or extend its TTL)",
-		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			secs, err := strconv.ParseInt(args[1], 10, 64)
-			if err != nil {
-				return fmt.Errorf("SECONDS must be an integer: %q", args[1])
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := c.SetTTL(ctx, args[0], secs)
-			if err != nil {
-				return err
-			}
-			return printSandboxes(f, cmd, []client.Sandbox{s}, true)
-		},
-	}
+	return f.verb("ttl ID TTL", "Make a sandbox expire TTL from now, in seconds (600) or a duration (10m): refresh or extend it", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		d, err := parseDuration(args[1])
+		if err != nil {
+			return fmt.Errorf("TTL %w", err)
+		}
+		secs, err := wholeSeconds("TTL", d)
+		if err != nil {
+			return err
+		}
+		s, err := c.SetTTL(ctx, args[0], secs)
+		if err != nil {
+			return err
+		}
+		return sandboxes.one(f, cmd, s)
+	})
 }
 
 func sandboxForkCmd(f *apiFlags) *cobra.Command {
@@ -313,7 +259,7 @@ from the parent's ttl_seconds.`,
 				}
 				return nil
 			}
-			return printSandboxes(f, cmd, kids, false)
+			return sandboxes.print(f, cmd, kids, false)
 		}),
 	}
 	cmd.Flags().IntVarP(&count, "count", "n", 1, "how many children (1-16)")
@@ -323,57 +269,32 @@ from the parent's ttl_seconds.`,
 
 func sandboxSnapshotCmd(f *apiFlags) *cobra.Command {
 	var quiet bool
-	cmd := &cobra.Command{
-		Use:   "snapshot ID",
-		Short: "Snapshot a sandbox (memory and disk); it keeps running. Create from it with --snapshot",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			sn, err := c.CreateSnapshot(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if quiet {
-				fmt.Fprintln(cmd.OutOrStdout(), sn.ID)
-				return nil
-			}
-			return printSnapshots(f, cmd, []client.Snapshot{sn}, true)
-		}),
-	}
+	cmd := f.verb("snapshot ID", "Snapshot a sandbox (memory and disk); it keeps running. Create from it with --snapshot", cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		sn, err := c.CreateSnapshot(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		return quietID(f, cmd, snapshots, quiet, sn.ID, sn)
+	})
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the snapshot's id")
 	return cmd
 }
 
-// sandboxStateCmd is hibernate or wake: one call, the sandbox printed after it.
-func sandboxStateCmd(f *apiFlags, name, short string, call func(*client.Client, context.Context, string) (client.Sandbox, error)) *cobra.Command {
-	return &cobra.Command{
-		Use:   name + " ID",
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			s, err := call(c, ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return printSandboxes(f, cmd, []client.Sandbox{s}, true)
-		}),
-	}
+var stats = printer[client.Stat]{
+	header: []string{"TYPE", "MODE", "SIZE", "MODIFIED", "PATH"},
+	row: func(s client.Stat) []string {
+		name := s.Path
+		if s.Target != "" {
+			name += " -> " + s.Target
+		}
+		return []string{s.Type, s.Mode, strconv.FormatInt(s.Size, 10), s.MTime, name}
+	},
 }
 
 func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 	files := &cobra.Command{Use: "files", Short: "Read, write, list and move files in a sandbox"}
-	run := func(n int, use, short string, fn func(cmd *cobra.Command, c *client.Client, args []string) error) *cobra.Command {
-		return &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(n), RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			return fn(cmd, c, args)
-		}}
-	}
 	var outFile string
-	read := run(2, "read ID PATH", "Print a file (or save it with -o)", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	read := f.verb("read ID PATH", "Print a file (or save it with -o)", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		body, _, err := c.ReadFile(ctx, args[0], args[1])
 		if err != nil {
 			return err
@@ -393,60 +314,33 @@ func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 	})
 	read.Flags().StringVarP(&outFile, "output", "o", "", "write to this local file instead of stdout")
 
-	write := &cobra.Command{
-		Use:   "write ID PATH [LOCAL_FILE|-]",
-		Short: "Write a file (from a local file, or stdin); parents are created",
-		Args:  cobra.RangeArgs(2, 3),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
+	write := f.verb("write ID PATH [LOCAL_FILE|-]", "Write a file (from a local file, or stdin); parents are created", cobra.RangeArgs(2, 3), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		var r io.Reader = cmd.InOrStdin()
+		size := int64(-1)
+		if len(args) == 3 && args[2] != "-" {
+			fh, err := os.Open(args[2])
 			if err != nil {
 				return err
 			}
-			var r io.Reader = cmd.InOrStdin()
-			size := int64(-1)
-			if len(args) == 3 && args[2] != "-" {
-				fh, err := os.Open(args[2])
-				if err != nil {
-					return err
-				}
-				defer fh.Close()
-				if st, err := fh.Stat(); err == nil && st.Mode().IsRegular() {
-					size = st.Size()
-				}
-				r = fh
+			defer fh.Close()
+			if st, err := fh.Stat(); err == nil && st.Mode().IsRegular() {
+				size = st.Size()
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			st, err := c.WriteFile(ctx, args[0], args[1], r, size)
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), st)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d bytes)\n", termtext.Escape(orDash(st.Path)), st.Size)
-			return nil
-		},
-	}
-
-	printStats := func(cmd *cobra.Command, sts []client.Stat) error {
+			r = fh
+		}
+		st, err := c.WriteFile(ctx, args[0], args[1], r, size)
+		if err != nil {
+			return err
+		}
 		if f.json {
-			return printJSON(cmd.OutOrStdout(), sts)
+			return printJSON(cmd.OutOrStdout(), st)
 		}
-		rows := make([][]string, 0, len(sts))
-		for _, s := range sts {
-			name := s.Path
-			if s.Target != "" {
-				name += " -> " + s.Target
-			}
-			rows = append(rows, []string{s.Type, s.Mode, strconv.FormatInt(s.Size, 10), s.MTime, name})
-		}
-		return table(cmd.OutOrStdout(), []string{"TYPE", "MODE", "SIZE", "MODIFIED", "PATH"}, rows)
-	}
+		fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d bytes)\n", termtext.Escape(orDash(st.Path)), st.Size)
+		return nil
+	})
+
 	var depth int
-	list := run(2, "list ID PATH", "List a directory", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	list := f.verb("list ID PATH", "List a directory", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		sts, err := c.ListFiles(ctx, args[0], args[1], depth)
 		if err != nil {
 			return err
@@ -454,38 +348,27 @@ func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 		if sts == nil {
 			sts = []client.Stat{}
 		}
-		return printStats(cmd, sts)
+		return stats.print(f, cmd, sts, false)
 	})
 	list.Aliases = []string{"ls"}
 	list.Flags().IntVar(&depth, "depth", 1, "how many levels to descend (1-10)")
 
-	stat := run(2, "stat ID PATH", "Describe a path", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	stat := f.verb("stat ID PATH", "Describe a path", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		st, err := c.StatFile(ctx, args[0], args[1])
 		if err != nil {
 			return err
 		}
-		if f.json {
-			return printJSON(cmd.OutOrStdout(), st)
-		}
-		return printStats(cmd, []client.Stat{st})
+		return stats.one(f, cmd, st)
 	})
-	mkdir := run(2, "mkdir ID PATH", "Create a directory and its parents", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	mkdir := f.verb("mkdir ID PATH", "Create a directory and its parents", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		return c.Mkdir(ctx, args[0], args[1])
 	})
 	var recursive bool
-	rm := run(2, "rm ID PATH", "Remove a file (or a directory with -r)", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	rm := f.verb("rm ID PATH", "Remove a file (or a directory with -r)", cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		return c.Remove(ctx, args[0], args[1], recursive)
 	})
 	rm.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove a directory and everything in it")
-	mv := run(3, "mv ID FROM TO", "Move or rename a path", func(cmd *cobra.Command, c *client.Client, args []string) error {
-		ctx, cancel := signalContext()
-		defer cancel()
+	mv := f.verb("mv ID FROM TO", "Move or rename a path", cobra.ExactArgs(3), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		return c.Move(ctx, args[0], args[1], args[2])
 	})
 	files.AddCommand(read, write, list, stat, mkdir, rm, mv)

@@ -15,12 +15,12 @@ import (
 
 // registerControlPlaneFlags adds the control plane's policy flags to server and up.
 func registerControlPlaneFlags(f *pflag.FlagSet, o *app.ControlPlaneConfig) {
-	f.DurationVar(&o.DefaultTTL, "default-ttl", api.DefaultTTL, "TTL of a sandbox created without ttl_seconds")
-	f.DurationVar(&o.MaxTTL, "max-ttl", api.DefaultMaxTTL, "largest ttl_seconds accepted")
+	durationVar(f, &o.DefaultTTL, "default-ttl", api.DefaultTTL, "TTL of a sandbox created without ttl_seconds")
+	durationVar(f, &o.MaxTTL, "max-ttl", api.DefaultMaxTTL, "largest ttl_seconds accepted")
 	f.Int64Var(&o.MaxUploadBytes, "max-upload-bytes", api.DefaultMaxUploadBytes, "largest file upload accepted")
 	f.StringVar(&o.ProxyDomain, "proxy-domain", "localhost", `sandbox ports are served at <port>-<sandbox id>.<domain> through this server (empty: no proxy); point a wildcard DNS record *.<domain> at it`)
 	f.StringArrayVar(&o.EgressOpen, "egress-open", nil, "a private range (IPv4 CIDR) every sandbox may reach, e.g. a corporate proxy's (repeatable; teams may then allow inside it); loopback, link-local, multicast, the sandboxes' links and the hosts' own addresses stay blocked")
-	f.DurationVar(&o.HeartbeatTimeout, "heartbeat-timeout", scheduler.DefaultHeartbeatTimeout, "a host silent this long is marked down and its sandboxes lost")
+	durationVar(f, &o.HeartbeatTimeout, "heartbeat-timeout", scheduler.DefaultHeartbeatTimeout, "a host silent this long is marked down and its sandboxes lost")
 }
 
 func newLogger(level string) (*slog.Logger, error) {

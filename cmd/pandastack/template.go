@@ -44,21 +44,10 @@ func bakeTime(ms int64) string {
 	return (time.Duration(ms) * time.Millisecond).Round(100 * time.Millisecond).String()
 }
 
-func printTemplates(f *apiFlags, cmd *cobra.Command, ts []client.Template, single bool) error {
-	out := cmd.OutOrStdout()
-	if f.json {
-		if single {
-			return printJSON(out, ts[0])
-		}
-		return printJSON(out, ts)
-	}
-	rows := make([][]string, 0, len(ts))
-	for _, t := range ts {
-		rows = append(rows, []string{t.Name, orDash(t.Owner), strconv.Itoa(t.VCPUs), humanMiB(t.MemoryMiB), humanMiB(t.DiskMiB),
-			humanBytes(t.SizeBytes), bakeTime(t.BakeMS), yesNo(t.Baked)})
-	}
-	return table(out, []string{"NAME", "OWNER", "VCPUS", "MEMORY", "DISK", "SIZE", "BAKE", "BAKED"}, rows)
-}
+var templates = printer[client.Template]{[]string{"NAME", "OWNER", "VCPUS", "MEMORY", "DISK", "SIZE", "BAKE", "BAKED"}, func(t client.Template) []string {
+	return []string{t.Name, orDash(t.Owner), strconv.Itoa(t.VCPUs), humanMiB(t.MemoryMiB), humanMiB(t.DiskMiB),
+		humanBytes(t.SizeBytes), bakeTime(t.BakeMS), yesNo(t.Baked)}
+}}
 
 // readSpecFile reads a template spec and inlines each files[].src, read relative to the spec's
 // directory (the API never reads paths on the server). "-" is stdin, with src relative to the
@@ -90,40 +79,9 @@ func readSpecFile(path string, stdin io.Reader) ([]byte, error) {
 
 // templateCmd is `pandastack template list|get|build|delete`.
 func templateCmd() *cobra.Command {
-	var f apiFlags
-	cmd := &cobra.Command{
-		Use:     "template",
-		Aliases: []string{"templates", "tpl"},
-		Short:   "List the template catalog, and build and delete your team's own templates",
-	}
-	f.register(cmd)
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List the catalog's templates and your team's",
-		Args:  cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			ts, err := c.Templates(ctx)
-			if err != nil {
-				return err
-			}
-			if ts == nil {
-				ts = []client.Template{}
-			}
-			return printTemplates(&f, cmd, ts, false)
-		}),
-	}
-	get := &cobra.Command{
-		Use:   "get NAME",
-		Short: "Show one template (your team's by that name, else the catalog's; aliases resolve)",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			t, err := c.Template(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return printTemplates(&f, cmd, []client.Template{t}, true)
-		}),
-	}
+	cmd, f := group("template", "List the template catalog, and build and delete your team's own templates", "templates", "tpl")
+	list := listCmd(f, templates, "List the catalog's templates and your team's", (*client.Client).Templates)
+	get := getCmd(f, templates, "get NAME", "Show one template (your team's by that name, else the catalog's; aliases resolve)", (*client.Client).Template)
 	var file string
 	build := &cobra.Command{
 		Use:   "build -f SPEC.yaml",
@@ -148,17 +106,11 @@ it. Ctrl-C cancels the build.`,
 			if err != nil {
 				return err
 			}
-			return printTemplates(&f, cmd, []client.Template{t}, true)
+			return templates.one(f, cmd, t)
 		}),
 	}
 	build.Flags().StringVarP(&file, "file", "f", "", "the spec file (YAML or JSON; - reads stdin)")
-	del := &cobra.Command{
-		Use:     "delete NAME...",
-		Aliases: []string{"rm"},
-		Short:   "Delete your team's templates (refused while sandboxes or snapshots use one)",
-		Args:    cobra.MinimumNArgs(1),
-		RunE:    f.eachID("deleted", (*client.Client).DeleteTemplate),
-	}
+	del := f.deleteCmd("delete NAME...", "Delete your team's templates (refused while sandboxes or snapshots use one)", (*client.Client).DeleteTemplate)
 	cmd.AddCommand(list, get, build, del)
 	return cmd
 }

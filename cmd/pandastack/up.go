@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/pandastack/pandastack/internal/app"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/image"
 	"github.com/spf13/cobra"
 )
 
@@ -53,12 +56,35 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 			}
 			ctx, stop := signalContext()
 			defer stop()
+			// `down --kill-sandboxes` asks with SIGUSR2 (taken before the pid file tells anyone
+			// where to send it): end every sandbox, then stop.
+			killAll := make(chan os.Signal, 1)
+			signal.Notify(killAll, syscall.SIGUSR2)
+			defer signal.Stop(killAll)
 			s, err := app.StartUp(ctx, cfg)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			printBanner(cmd.OutOrStdout(), s.URL, s.Key, s.KeyPreset, s.DataDir)
+			go func() {
+				select {
+				case <-killAll:
+					log.Info("pandastack down --kill-sandboxes: killing every sandbox, then stopping")
+					n, err := s.CP.API.KillAll(ctx, "pandastack down --kill-sandboxes")
+					if err != nil {
+						log.Error("killing every sandbox failed; stopping anyway", "killed", n, "err", err)
+					} else {
+						log.Info("killed every sandbox", "killed", n)
+					}
+					stop()
+				case <-ctx.Done():
+				}
+			}()
+			rejected := ""
+			if s.KeyRejected {
+				rejected = s.KeyRecovery
+			}
+			printBanner(cmd.OutOrStdout(), s.URL, s.Key, s.KeyPreset, s.DataDir, rejected)
 			return s.Serve(ctx)
 		},
 	}
@@ -69,12 +95,12 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 	f.StringVar(&bake, "bake", "base,code-interpreter", "templates to bake in the background at start (comma-separated; empty: none)")
 	f.StringVar(&cfg.Agent.Accel, "accel", "", "force the accelerator: kvm or tcg (default: probe)")
 	f.StringVar(&cfg.Agent.GuestAgent, "guest-agent", "", "path of the pandastack-guest binary (default: next to this binary)")
-	f.StringVar(&cfg.Agent.ImageCacheDir, "image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "directory of built guest images, shareable between data dirs (default: $PANDASTACK_IMAGE_CACHE, else inside the data dir)")
+	f.StringVar(&cfg.Agent.ImageCacheDir, "image-cache", image.CacheDir(), "directory of built guest images, the machine's one cache shared with the tests and benchmarks (default: $PANDASTACK_IMAGE_CACHE, else "+image.DefaultCacheDir+")")
 	registerNetworkFlags(f, &cfg.Network)
 	registerConfineFlags(f, &cfg.Agent)
 	registerDiskFlags(f, &cfg.Agent)
 	registerLimitFlags(f, &cfg.Agent)
-	f.DurationVar(&cfg.Agent.IdleHibernate, "idle-hibernate", 0,
+	durationVar(f, &cfg.Agent.IdleHibernate, "idle-hibernate", 0,
 		"hibernate sandboxes no call touched for this long, e.g. 5m (memory to disk, VM stopped; the next call wakes them); 0: never")
 	registerControlPlaneFlags(f, &cfg.ControlPlane)
 	rootCmd.AddCommand(cmd)
@@ -82,8 +108,9 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 
 // printBanner prints the base URL, the key and a quickstart. A preset key (from
 // PANDASTACK_API_KEY) is never printed, only its display prefix: the operator has it, and the
-// banner usually lands in a log.
-func printBanner(w io.Writer, url, key string, preset bool, dataDir string) {
+// banner usually lands in a log. rejected, when the operator's key is not one of the data dir's,
+// is the command that makes one.
+func printBanner(w io.Writer, url, key string, preset bool, dataDir, rejected string) {
 	self := "pandastack"
 	if strings.Contains(os.Args[0], "/") {
 		self = os.Args[0] // e.g. bin/pandastack: the quickstart then works from this directory
@@ -91,6 +118,10 @@ func printBanner(w io.Writer, url, key string, preset bool, dataDir string) {
 	keyLine := key + "   (shown once: keep it)"
 	export := "PANDASTACK_API_KEY=" + key
 	switch {
+	case rejected != "":
+		keyLine = "PANDASTACK_API_KEY is NOT a key of this data dir: calls with it get 401.\n" +
+			"             Use the key printed at its first start, or make one (as root): " + rejected
+		export = "PANDASTACK_API_KEY=<your key>"
 	case key == "":
 		keyLine = "the one printed when this data dir was first started (" + self + " keys create makes more)"
 		export = "PANDASTACK_API_KEY=<your key>"

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -79,64 +80,115 @@ func agentCgroups(t *testing.T, agentDir string) []string {
 	return out
 }
 
-// `up` with an operator's key never prints it, and a clean SIGTERM with no sandboxes leaves no
-// loop-mounted pool and no cgroup folder behind.
-func TestUpHygiene(t *testing.T) {
-	testenv.NeedVMs(t) // root: loop devices, mounts, cgroups
-	dir := t.TempDir()
+// upProcess is `pandastack up` running in a child process (see TestMain).
+type upProcess struct {
+	cmd    *exec.Cmd
+	stdout strings.Builder // the banner, then the rest once wait has read it
+	stderr testenv.SyncBuffer
+	out    io.Reader
+}
+
+// startUp starts `up` on dir with key (no bake, no network, a poolGiB disk pool) and returns once
+// its banner says it is up.
+func startUp(t *testing.T, dir, key string, poolGiB int) *upProcess {
+	t.Helper()
+	u := &upProcess{cmd: exec.Command(os.Args[0], "up", "--data-dir", dir, "--addr", "127.0.0.1:0", "--bake", "",
+		"--pool-gib", strconv.Itoa(poolGiB), "--network=false", "--guest-agent", testenv.GuestAgent(t), "--image-cache", testenv.ImageCache())}
+	u.cmd.Env = append(os.Environ(), "PANDASTACK_TEST_MAIN=1", "PANDASTACK_API_KEY="+key)
+	u.cmd.Stderr = &u.stderr
+	var err error
+	if u.out, err = u.cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(u.out)
+		for sc.Scan() {
+			u.stdout.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "sandbox exec") { // the banner's last line: up is up
+				break
+			}
+		}
+		close(started)
+	}()
+	select {
+	case <-started:
+	case <-time.After(120 * time.Second):
+		u.cmd.Process.Kill()
+		t.Fatalf("up did not start:\n%s\n%s", u.stdout.String(), u.stderr.String())
+	}
+	if !strings.Contains(u.stdout.String(), "PandaStack is up.") {
+		u.cmd.Process.Kill()
+		u.cmd.Wait()
+		t.Fatalf("up did not print its banner:\n%s\n%s", u.stdout.String(), u.stderr.String())
+	}
+	return u
+}
+
+// baseURL is the URL the banner printed.
+func (u *upProcess) baseURL(t *testing.T) string {
+	for _, f := range strings.Fields(u.stdout.String()) {
+		if strings.HasPrefix(f, "http://") {
+			return f
+		}
+	}
+	t.Fatalf("no URL in the banner:\n%s", u.stdout.String())
+	return ""
+}
+
+// wait waits (at most 2 minutes) for up to exit, once told to, and returns how it ended.
+func (u *upProcess) wait(t *testing.T) error {
+	t.Helper()
+	exited := make(chan error, 1)
+	go func() { io.Copy(&u.stdout, u.out); exited <- u.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		return err
+	case <-time.After(120 * time.Second):
+		u.cmd.Process.Kill()
+		t.Fatalf("up did not stop:\n%s", u.stderr.String())
+		return nil
+	}
+}
+
+// upDataDir is a data dir for `up`, an operator's key, and the paths of the disk pool up will
+// make there (its mount point and image), which cleanup unmounts and detaches whatever a failure
+// left (off the shared machine).
+func upDataDir(t *testing.T) (dir, key, pool, img string) {
+	dir = t.TempDir()
 	key, err := auth.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, img := filepath.Join(dir, "agent", "pool"), filepath.Join(dir, "agent", "pool.xfs")
-	var cgroups []string
-	t.Cleanup(func() { // whatever a failure left, off the shared machine
+	pool, img = filepath.Join(dir, "agent", "pool"), filepath.Join(dir, "agent", "pool.xfs")
+	t.Cleanup(func() {
 		if mountedAt(t, pool) {
 			syscall.Unmount(pool, 0)
 		}
 		for _, dev := range loopsOf(img) {
 			exec.Command("losetup", "-d", dev).Run()
 		}
+	})
+	return dir, key, pool, img
+}
+
+// `up` with an operator's key never prints it, and a clean SIGTERM with no sandboxes leaves no
+// loop-mounted pool and no cgroup folder behind.
+func TestUpHygiene(t *testing.T) {
+	testenv.NeedVMs(t) // root: loop devices, mounts, cgroups
+	dir, key, pool, img := upDataDir(t)
+	var cgroups []string
+	t.Cleanup(func() {
 		for i := len(cgroups) - 1; i >= 0; i-- {
 			syscall.Rmdir(cgroups[i])
 		}
 	})
 
-	cmd := exec.Command(os.Args[0], "up", "--data-dir", dir, "--addr", "127.0.0.1:0", "--bake", "", "--pool-gib", "1",
-		"--network=false", "--guest-agent", testenv.GuestAgent(t), "--image-cache", testenv.ImageCache())
-	cmd.Env = append(os.Environ(), "PANDASTACK_TEST_MAIN=1", "PANDASTACK_API_KEY="+key)
-	var stderr testenv.SyncBuffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	var stdout strings.Builder
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			stdout.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), "sandbox exec") { // the banner's last line: up is up
-				break
-			}
-		}
-		exited <- nil
-	}()
-	select {
-	case <-exited:
-	case <-time.After(120 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("up did not start:\n%s\n%s", stdout.String(), stderr.String())
-	}
-	if !strings.Contains(stdout.String(), "PandaStack is up.") {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("up did not print its banner:\n%s\n%s", stdout.String(), stderr.String())
-	}
+	u := startUp(t, dir, key, 1)
+	cmd, stdout, stderr := u.cmd, &u.stdout, &u.stderr
 
 	// Running: the pool is a loop mount and the agent has its cgroups.
 	if !mountedAt(t, pool) || len(loopsOf(img)) == 0 {
@@ -151,15 +203,8 @@ func TestUpHygiene(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	go func() { io.Copy(&stdout, out); exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("up after SIGTERM: %v", err)
-		}
-	case <-time.After(120 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("up did not stop on SIGTERM:\n%s", stderr.String())
+	if err := u.wait(t); err != nil {
+		t.Errorf("up after SIGTERM: %v", err)
 	}
 
 	all := stdout.String() + stderr.String()

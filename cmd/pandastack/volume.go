@@ -49,31 +49,14 @@ func formatAttachments(as []client.VolumeAttachment) string {
 	return strings.Join(parts, ",")
 }
 
-func printVolumes(f *apiFlags, cmd *cobra.Command, vs []client.Volume, single bool) error {
-	out := cmd.OutOrStdout()
-	if f.json {
-		if single {
-			return printJSON(out, vs[0])
-		}
-		return printJSON(out, vs)
-	}
-	rows := make([][]string, 0, len(vs))
-	for _, v := range vs {
-		rows = append(rows, []string{v.ID, orDash(v.Name), strconv.FormatInt(v.SizeMiB, 10), orDash(v.HostID), v.CreatedAt, orDash(formatAttachments(v.Attachments))})
-	}
-	return table(out, []string{"ID", "NAME", "SIZE_MIB", "HOST", "CREATED", "ATTACHED"}, rows)
-}
+var volumes = printer[client.Volume]{[]string{"ID", "NAME", "SIZE_MIB", "HOST", "CREATED", "ATTACHED"}, func(v client.Volume) []string {
+	return []string{v.ID, orDash(v.Name), strconv.FormatInt(v.SizeMiB, 10), orDash(v.HostID), v.CreatedAt, orDash(formatAttachments(v.Attachments))}
+}}
 
 // volumeCmd is `pandastack volume create|list|get|resize|delete`; volumes are mounted with
 // `pandastack sandbox create --volume ID:/path[:ro]`.
 func volumeCmd() *cobra.Command {
-	var f apiFlags
-	cmd := &cobra.Command{
-		Use:     "volume",
-		Aliases: []string{"volumes", "vol"},
-		Short:   "Create, list, resize and delete volumes: persistent disks that outlive sandboxes",
-	}
-	f.register(cmd)
+	cmd, f := group("volume", "Create, list, resize and delete volumes: persistent disks that outlive sandboxes", "volumes", "vol")
 
 	var size int64
 	var name string
@@ -83,89 +66,38 @@ func volumeCmd() *cobra.Command {
 		Short: "Create a volume (mount it with `sandbox create --volume ID:/path`)",
 		Example: `  vol=$(pandastack volume create --size-mib 1024 --name data -q)
   pandastack sandbox create --template base --volume "$vol:/data"`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if !cmd.Flags().Changed("size-mib") {
-				return fmt.Errorf("--size-mib is required")
-			}
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		Args:    cobra.NoArgs,
+		PreRunE: requireFlag("size-mib"),
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			v, err := c.CreateVolume(ctx, size, name)
 			if err != nil {
 				return err
 			}
-			if quiet {
-				fmt.Fprintln(cmd.OutOrStdout(), v.ID)
-				return nil
-			}
-			return printVolumes(&f, cmd, []client.Volume{v}, true)
-		},
+			return quietID(f, cmd, volumes, quiet, v.ID, v)
+		}),
 	}
 	create.Flags().Int64Var(&size, "size-mib", 0, "size in MiB (1 to 1048576)")
 	create.Flags().StringVar(&name, "name", "", "a name for people (ids are what calls take)")
 	create.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the volume's id")
 
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List your team's volumes, newest first",
-		Args:  cobra.NoArgs,
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			vs, err := c.ListVolumes(ctx)
-			if err != nil {
-				return err
-			}
-			if vs == nil {
-				vs = []client.Volume{}
-			}
-			return printVolumes(&f, cmd, vs, false)
-		}),
-	}
-	get := &cobra.Command{
-		Use:   "get ID",
-		Short: "Show one volume and the sandboxes that have it mounted",
-		Args:  cobra.ExactArgs(1),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			v, err := c.GetVolume(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			return printVolumes(&f, cmd, []client.Volume{v}, true)
-		}),
-	}
+	list := listCmd(f, volumes, "List your team's volumes, newest first", (*client.Client).ListVolumes)
+	get := getCmd(f, volumes, "get ID", "Show one volume and the sandboxes that have it mounted", (*client.Client).GetVolume)
 	var newSize int64
 	resize := &cobra.Command{
-		Use:   "resize ID --size-mib N",
-		Short: "Grow a volume (refused while a sandbox has it mounted)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if !cmd.Flags().Changed("size-mib") {
-				return fmt.Errorf("--size-mib is required")
-			}
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := signalContext()
-			defer cancel()
+		Use:     "resize ID --size-mib N",
+		Short:   "Grow a volume (refused while a sandbox has it mounted)",
+		Args:    cobra.ExactArgs(1),
+		PreRunE: requireFlag("size-mib"),
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			v, err := c.ResizeVolume(ctx, args[0], newSize)
 			if err != nil {
 				return err
 			}
-			return printVolumes(&f, cmd, []client.Volume{v}, true)
-		},
+			return volumes.one(f, cmd, v)
+		}),
 	}
 	resize.Flags().Int64Var(&newSize, "size-mib", 0, "the new size in MiB (volumes only grow)")
-	del := &cobra.Command{
-		Use:     "delete ID...",
-		Aliases: []string{"rm"},
-		Short:   "Delete volumes and their data (refused while a sandbox has one mounted)",
-		Args:    cobra.MinimumNArgs(1),
-		RunE:    f.eachID("deleted", (*client.Client).DeleteVolume),
-	}
+	del := f.deleteCmd("delete ID...", "Delete volumes and their data (refused while a sandbox has one mounted)", (*client.Client).DeleteVolume)
 	cmd.AddCommand(create, list, get, resize, del)
 	return cmd
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -192,6 +192,7 @@ func TestBadInputCreatesNothing(t *testing.T) {
 		{"ttl zero", `{"template": "base", "ttl_seconds": 0}`, 400, "invalid_request", "ttl_seconds must be between 1 and 86400"},
 		{"ttl negative", `{"template": "base", "ttl_seconds": -5}`, 400, "invalid_request", "ttl_seconds"},
 		{"ttl too big", `{"template": "base", "ttl_seconds": 86401}`, 400, "invalid_request", "ttl_seconds must be between 1 and 86400"},
+		{"ttl 23 digits", `{"template": "base", "ttl_seconds": 12345678901234567890123}`, 400, "invalid_request", "ttl_seconds is out of range: 12345678901234567890123"},
 		{"template wrong type", `{"template": 7}`, 400, "invalid_request", "template must be a string"},
 		{"metadata wrong type", `{"template": "base", "metadata": {"n": 1}}`, 400, "invalid_request", "must be a string"},
 		{"metadata not object", `{"template": "base", "metadata": ["a"]}`, 400, "invalid_request", "metadata must be an object"},
@@ -295,6 +296,7 @@ func TestBadInputOtherCalls(t *testing.T) {
 		{"POST", p + "/exec", `{"cmd": "a", "shell": true}`, 400, `unknown field "shell"`},
 		{"POST", p + "/ttl", `{"ttl_seconds": 0}`, 400, "ttl_seconds"},
 		{"POST", p + "/ttl", `{"ttl_seconds": 999999}`, 400, "ttl_seconds"},
+		{"POST", p + "/ttl", `{"ttl_seconds": 12345678901234567890123}`, 400, "ttl_seconds is out of range"},
 		{"POST", p + "/ttl", `{}`, 400, "required"},
 		{"GET", "/v1/sandboxes?limit=0", nil, 400, "limit"},
 		{"GET", "/v1/sandboxes?limit=abc", nil, 400, "limit"},
@@ -432,7 +434,7 @@ func TestCapacityAndPlacement(t *testing.T) {
 	}
 
 	// A second host with room takes the next sandboxes; placement spreads by free memory.
-	b := fakeagent.New("host-b", agentToken, "base")
+	b := agenttest.New("host-b", agentToken, "base")
 	defer b.Close()
 	e.sched.AddStaticAgent(b.URL(), agentToken)
 	if err := e.sched.PollStatic(context.Background()); err != nil {
@@ -612,7 +614,7 @@ func TestReconcileMarksMissingSandboxesLost(t *testing.T) {
 	sb := e.create(e.admin, map[string]any{"template": "base"})
 	// The host lost the VM behind our back (e.g. the agent restarted without it).
 	e.agent.Close()
-	b := fakeagent.New("host-a", agentToken, "base")
+	b := agenttest.New("host-a", agentToken, "base")
 	defer b.Close()
 	// Reconcile reads the host's URL from the store: re-register host-a at the new address.
 	if err := e.sched.Register(context.Background(), scheduler.Registration{HostID: "host-a", URL: b.URL(), Token: agentToken,
@@ -645,7 +647,7 @@ func TestInternalHostAPI(t *testing.T) {
 	}
 
 	// The agent-side registrar, end to end over HTTP.
-	b := fakeagent.New("host-r", agentToken, "agent")
+	b := agenttest.New("host-r", agentToken, "agent")
 	defer b.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -97,7 +97,7 @@ func TestE2EEgressContainment(t *testing.T) {
 	}
 	fetch := func(addr string) (string, bool) {
 		t.Helper()
-		r, err := b.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "curl -sS --connect-timeout 3 -m 5 http://" + addr + "/", TimeoutSeconds: 30})
+		r, err := b.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "curl -sS --connect-timeout 3 -m 5 http://" + addr + "/", TimeoutSeconds: client.Seconds(30)})
 		if err != nil {
 			t.Fatalf("exec: %v", err)
 		}

@@ -186,7 +186,7 @@ func TestE2EFlow(t *testing.T) {
 	if sb.State != "running" || sb.Host == "" {
 		t.Fatalf("created %+v", sb)
 	}
-	r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "python -c 'print(2 ** 10)'", TimeoutSeconds: 30})
+	r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "python -c 'print(2 ** 10)'", TimeoutSeconds: client.Seconds(30)})
 	if err != nil || r.Stdout != "1024\n" || r.ExitCode != 0 {
 		t.Fatalf("exec: %+v %v", r, err)
 	}
@@ -411,7 +411,7 @@ exit 1`
 func e2eInc(t *testing.T, ctx context.Context, c *client.Client, id string) string {
 	t.Helper()
 	r, err := c.Exec(ctx, id, client.ExecRequest{Argv: []string{"bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/7777 && printf "inc\n" >&3 && cat <&3`},
-		TimeoutSeconds: 60})
+		TimeoutSeconds: client.Seconds(60)})
 	if err != nil || r.ExitCode != 0 {
 		t.Fatalf("inc in %s: %+v %v", id, r, err)
 	}
@@ -430,7 +430,7 @@ func TestE2EForkSnapshotHibernate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	if r, err := c.Exec(ctx, parent.ID, client.ExecRequest{Argv: []string{"bash", "-c", e2eCounter}, TimeoutSeconds: 120}); err != nil || r.ExitCode != 0 || r.Stdout != "0" {
+	if r, err := c.Exec(ctx, parent.ID, client.ExecRequest{Argv: []string{"bash", "-c", e2eCounter}, TimeoutSeconds: client.Seconds(120)}); err != nil || r.ExitCode != 0 || r.Stdout != "0" {
 		t.Fatalf("start the counter: %+v %v", r, err)
 	}
 	for i, want := range []string{"1", "2", "3"} {

@@ -3,95 +3,63 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/auth"
-	"github.com/pandastack/pandastack/internal/sandboxes"
-	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
-// Error is an answer in the public error shape: {"error": {"code", "message"}}.
-type Error struct {
-	Status  int
-	Code    string
-	Message string
+// The handlers' shorthands for the common kinds (errdefs words every kind's status and code).
+var (
+	invalid  = errdefs.Invalidf
+	notFound = errdefs.NotFoundf
+	conflict = errdefs.Conflictf
+)
+
+// answer is an error as the API puts it on the wire.
+type answer struct {
+	status        int
+	code, message string
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-func errorf(status int, code, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-func invalid(format string, args ...any) *Error {
-	return errorf(http.StatusBadRequest, "invalid_request", format, args...)
-}
-
-func notFound(format string, args ...any) *Error {
-	return errorf(http.StatusNotFound, "not_found", format, args...)
-}
-
-func conflict(format string, args ...any) *Error {
-	return errorf(http.StatusConflict, "conflict", format, args...)
-}
-
-// toAPIError maps any error to the public shape. Unknown errors become `internal`: their text is
-// logged, not shown (the caller gets the request id to quote instead).
-func toAPIError(err error) (*Error, bool) {
-	var e *Error
-	if errors.As(err, &e) {
-		return e, true
-	}
-	var ae *auth.Error
-	if errors.As(err, &ae) {
-		return errorf(http.StatusUnauthorized, "unauthorized", "%s", ae.Message), true
-	}
-	var se *sandboxes.Error
-	if errors.As(err, &se) {
-		switch se.Kind {
-		case sandboxes.NotFound:
-			return notFound("%s", se.Message), true
-		case sandboxes.Conflict:
-			return conflict("%s", se.Message), true
-		}
-	}
-	var le *scheduler.LimitError
-	if errors.As(err, &le) {
-		return invalid("%s", le.Reason), true
-	}
-	var ce *scheduler.CapacityError
-	if errors.As(err, &ce) {
-		return errorf(http.StatusServiceUnavailable, "capacity", "%s", ce.Reason), true
-	}
+// toAPIError maps any error to the public shape: an errdefs kind by its status and code, a host
+// agent's refusal passed through. Unknown errors become `internal`: their text is logged, not
+// shown (the caller gets the request id to quote instead).
+func toAPIError(err error) (answer, bool) {
 	var age *agentclient.Error
 	if errors.As(err, &age) {
 		switch age.Status {
 		case http.StatusUnauthorized:
 			// The agent rejected *our* token: an operator problem, not the caller's. (Its 403s are
 			// the guest refusing a file operation, and pass through as `forbidden`.)
-			return nil, false
+			return answer{}, false
 		case http.StatusNotImplemented:
-			return errorf(age.Status, "not_implemented", "%s", age.Message), true
+			return answer{age.Status, errdefs.NotImplemented.Code(), age.Message}, true
 		}
 		if age.Status >= 400 && age.Status < 600 && age.Status != http.StatusInternalServerError {
-			return &Error{Status: age.Status, Code: age.Code, Message: age.Message}, true
+			return answer{age.Status, age.Code, age.Message}, true
 		}
-		return nil, false // writeError words it, with the request id
+		return answer{}, false // writeError words it, with the request id
 	}
 	var ue *agentclient.Unreachable
 	if errors.As(err, &ue) {
-		return nil, false
+		return answer{}, false // writeError words it, with the request id
+	}
+	if e, ok := errdefs.As(err); ok && e.Kind != errdefs.Internal {
+		return answer{e.Kind.Status(), e.WireCode(), e.Message}, true
 	}
 	if errors.Is(err, store.ErrBadCursor) {
-		return invalid("cursor is malformed: pass next_cursor from a previous page unchanged"), true
+		e := invalid("cursor is malformed: pass next_cursor from a previous page unchanged")
+		return answer{e.Kind.Status(), e.WireCode(), e.Message}, true
 	}
-	return nil, false
+	return answer{}, false
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -100,6 +68,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
+}
+
+// reply answers err in the public error shape, else v with status (nothing for a nil v). v is
+// built before err is looked at, so it must be safe to build from a failed call's zero values.
+func (s *Server) reply(w http.ResponseWriter, r *http.Request, status int, v any, err error) {
+	switch {
+	case err != nil:
+		s.writeError(w, r, err)
+	case v == nil:
+		w.WriteHeader(status)
+	default:
+		writeJSON(w, status, v)
+	}
+}
+
+// errorBody is the public error object.
+func errorBody(code, message string) v1.ErrorBody {
+	return v1.ErrorBody{Error: v1.ErrorDetail{Code: code, Message: message}}
 }
 
 // writeError answers err in the public shape. Internal errors carry the request id and are logged
@@ -118,9 +104,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		case errors.As(err, &age) && age.Status != http.StatusUnauthorized && age.Status != http.StatusForbidden:
 			msg = "the sandbox's host failed: " + age.Message + " (request id " + rid + ")"
 		}
-		e = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: msg}
+		e = answer{http.StatusInternalServerError, errdefs.Internal.Code(), msg}
 	}
-	writeJSON(w, e.Status, map[string]any{"error": map[string]string{"code": e.Code, "message": e.Message}})
+	writeJSON(w, e.status, errorBody(e.code, e.message))
 }
 
 const maxJSONBody = 1 << 20
@@ -156,12 +142,16 @@ func jsonError(err error) error {
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &mbe):
-		return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "request body is larger than the %d-byte limit for JSON bodies", maxJSONBody)
+		return errdefs.New(errdefs.TooLarge, "request body is larger than the %d-byte limit for JSON bodies", maxJSONBody)
 	case errors.As(err, &se):
 		return invalid("request body is not valid JSON (at byte %d): %s", se.Offset, se.Error())
 	case errors.As(err, &te):
 		if te.Field == "" {
 			return invalid("request body must be a JSON object, not %s", te.Value)
+		}
+		if n, ok := strings.CutPrefix(te.Value, "number "); ok && integerKind(te.Type) && integerLiteral.MatchString(n) {
+			// An integer, just too large (or negative for an unsigned field) for the field.
+			return invalid("%s is out of range: %s", te.Field, truncateNumber(n))
 		}
 		return invalid("%s must be %s, not %s", te.Field, jsonTypeName(te.Type), te.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -172,6 +162,24 @@ func jsonError(err error) error {
 		return invalid("unknown field %s", f)
 	}
 	return invalid("request body: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+// integerLiteral is a JSON number without fraction or exponent.
+var integerLiteral = regexp.MustCompile(`^-?[0-9]+$`)
+
+func integerKind(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64
+}
+
+// truncateNumber keeps an absurdly long number readable in a message.
+func truncateNumber(n string) string {
+	if len(n) > 40 {
+		return n[:40] + "… (" + strconv.Itoa(len(n)) + " digits)"
+	}
+	return n
 }
 
 func jsonTypeName(t reflect.Type) string {

@@ -7,21 +7,13 @@ import (
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // MaxExecTimeoutSeconds bounds timeout_seconds of one exec (the host agent's own limit).
 const MaxExecTimeoutSeconds = 86400
-
-type execRequest struct {
-	Cmd            string            `json:"cmd"`
-	Argv           []string          `json:"argv"`
-	TimeoutSeconds *float64          `json:"timeout_seconds"`
-	Env            map[string]string `json:"env"`
-	Cwd            string            `json:"cwd"`
-	User           string            `json:"user"`
-	Stdin          *string           `json:"stdin"`
-}
 
 // target loads the caller's sandbox, if calls can reach it (running, or hibernated: its host wakes
 // it), and a client for its host.
@@ -30,15 +22,12 @@ func (s *Server) target(r *http.Request) (store.Sandbox, *agentclient.Client, er
 	if err != nil {
 		return sb, nil, err
 	}
-	if err := usable(sb); err != nil {
-		return sb, nil, err
-	}
-	c, err := s.svc.Client(r.Context(), sb)
+	c, err := s.svc.Target(r.Context(), sb)
 	return sb, c, err
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	var req execRequest
+	var req v1.ExecRequest
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -66,8 +55,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	areq := agentclient.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, TimeoutSeconds: req.TimeoutSeconds, Env: req.Env,
-		Cwd: req.Cwd, User: req.User, Stdin: req.Stdin}
+	areq := agentclient.ExecRequest(req) // the host takes the same request
 	if !strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
 		res, err := c.Exec(r.Context(), sb.ID, areq)
 		s.svc.Touched(r.Context(), sb, c, err)
@@ -75,7 +63,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, res)
+		writeJSON(w, http.StatusOK, v1.ExecResult(res))
 		return
 	}
 	body, err := c.ExecStream(r.Context(), sb.ID, areq)
@@ -91,8 +79,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	if err := copyFlushing(w, body); err != nil && r.Context().Err() == nil {
 		// Headers are gone; the stream's last line is the only place left for an error.
-		line, _ := json.Marshal(map[string]any{"error": map[string]string{"code": "internal",
-			"message": "the stream from the sandbox's host broke (request id " + w.Header().Get("X-Request-Id") + ")"}})
+		line, _ := json.Marshal(errorBody(errdefs.Internal.Code(),
+			"the stream from the sandbox's host broke (request id "+w.Header().Get("X-Request-Id")+")"))
 		w.Write(append(line, '\n'))
 		s.log.Warn("exec stream broke", "sandbox", sb.ID, "err", err)
 	}

@@ -10,6 +10,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/pandastack/pandastack/internal/errdefs"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // The files endpoints: the guest's files, relayed to the sandbox's host agent.
@@ -70,85 +73,80 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 	}
 }
 
-func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
-	q, err := fileQuery(r)
+// relayQuery is a files call whose query (path, user and the extra parameters) goes to the host as
+// it came, once check (if any) accepts it.
+func (s *Server) relayQuery(w http.ResponseWriter, r *http.Request, method, sub string, check func(url.Values) error, extra ...string) {
+	q, err := fileQuery(r, extra...)
+	if err == nil && check != nil {
+		err = check(q)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	s.passJSON(w, r, "GET", "", q, nil) // the body streams through relay's io.Copy
+	s.passJSON(w, r, method, sub, q, nil) // a file's body streams through relay's io.Copy
+}
+
+// relayBody is a files call with a JSON body, which goes to the host re-encoded once check
+// accepts it.
+func relayBody[T any](s *Server, w http.ResponseWriter, r *http.Request, sub string, check func(T) error) {
+	var req T
+	err := decodeJSON(w, r, &req, false)
+	if err == nil {
+		err = check(req)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	b, _ := json.Marshal(req)
+	s.passJSON(w, r, "POST", sub, nil, b)
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
+	s.relayQuery(w, r, "GET", "", nil)
 }
 
 func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
-	q, err := fileQuery(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.passJSON(w, r, "GET", "/stat", q, nil)
+	s.relayQuery(w, r, "GET", "/stat", nil)
 }
 
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
-	q, err := fileQuery(r, "depth")
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if d := q.Get("depth"); d != "" {
-		if n, err := strconv.Atoi(d); err != nil || n < 1 || n > 10 {
-			s.writeError(w, r, invalid("depth must be an integer from 1 to 10"))
-			return
+	s.relayQuery(w, r, "GET", "/list", func(q url.Values) error {
+		if d := q.Get("depth"); d != "" {
+			if n, err := strconv.Atoi(d); err != nil || n < 1 || n > 10 {
+				return invalid("depth must be an integer from 1 to 10")
+			}
 		}
-	}
-	s.passJSON(w, r, "GET", "/list", q, nil)
+		return nil
+	}, "depth")
 }
 
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
-	q, err := fileQuery(r, "recursive")
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if v := q.Get("recursive"); v != "" && v != "true" && v != "false" {
-		s.writeError(w, r, invalid("recursive must be true or false"))
-		return
-	}
-	s.passJSON(w, r, "DELETE", "", q, nil)
+	s.relayQuery(w, r, "DELETE", "", func(q url.Values) error {
+		if v := q.Get("recursive"); v != "" && v != "true" && v != "false" {
+			return invalid("recursive must be true or false")
+		}
+		return nil
+	}, "recursive")
 }
 
 func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Path string `json:"path"`
-		User string `json:"user,omitempty"`
-	}
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if req.Path == "" {
-		s.writeError(w, r, invalid("path is required"))
-		return
-	}
-	b, _ := json.Marshal(req)
-	s.passJSON(w, r, "POST", "/mkdir", nil, b)
+	relayBody(s, w, r, "/mkdir", func(req v1.PathRequest) error {
+		if req.Path == "" {
+			return invalid("path is required")
+		}
+		return nil
+	})
 }
 
 func (s *Server) move(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		From string `json:"from"`
-		To   string `json:"to"`
-		User string `json:"user,omitempty"`
-	}
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if req.From == "" || req.To == "" {
-		s.writeError(w, r, invalid("from and to are required"))
-		return
-	}
-	b, _ := json.Marshal(req)
-	s.passJSON(w, r, "POST", "/move", nil, b)
+	relayBody(s, w, r, "/move", func(req v1.MoveRequest) error {
+		if req.From == "" || req.To == "" {
+			return invalid("from and to are required")
+		}
+		return nil
+	})
 }
 
 // limitedBody is the upload stream: it stops at max and remembers that it did, so a too-large
@@ -190,7 +188,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	tooLarge := errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "file is larger than the %d-byte upload limit", s.cfg.MaxUploadBytes)
+	tooLarge := errdefs.New(errdefs.TooLarge, "file is larger than the %d-byte upload limit", s.cfg.MaxUploadBytes)
 	if r.ContentLength > s.cfg.MaxUploadBytes {
 		s.writeError(w, r, tooLarge)
 		return

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
@@ -46,7 +46,7 @@ type env struct {
 	srv    *Server
 	hs     *httptest.Server
 	admin  string
-	agent  *fakeagent.Agent
+	agent  *agenttest.Agent
 	clock  *clock
 	cfg    Config
 }
@@ -60,7 +60,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
 	e := &env{t: t, dbPath: filepath.Join(t.TempDir(), "state.db"), clock: &clock{t: time.Now().UTC()}}
-	e.agent = fakeagent.New("host-a", agentToken, "base", "code-interpreter")
+	e.agent = agenttest.New("host-a", agentToken, "base", "code-interpreter")
 	t.Cleanup(e.agent.Close)
 	e.cfg = Config{ClusterToken: clusterToken, Now: e.clock.Now, Logger: quietLogger()}
 	for _, o := range opts {

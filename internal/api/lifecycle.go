@@ -2,43 +2,20 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
-	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // Fork, snapshots, hibernate and wake. The host agent does the work (docs/hostagent-api.md);
 // the control plane checks input and ownership, places the result (a fork's children on their
 // parent's host, a sandbox made from a snapshot on the snapshot's host), records it, and keeps
 // the recorded state following the host's: the host may hibernate an idle sandbox by itself,
-// and any call on a hibernated sandbox wakes it. Forks, and following the host's state, are the
-// sandbox service's (internal/sandboxes); these handlers decode, check ownership and encode.
-
-// lifecycleTimeout bounds one snapshot, hibernate or wake on a host; refreshTimeout the state
-// check a GET makes on the sandbox's host.
-const (
-	lifecycleTimeout = sandboxes.LifecycleTimeout
-	refreshTimeout   = sandboxes.RefreshTimeout
-)
-
-// SnapshotView is the public snapshot object.
-type SnapshotView struct {
-	ID        string `json:"id"`
-	SandboxID string `json:"sandbox_id"`
-	Template  string `json:"template"`
-	CreatedAt string `json:"created_at"`
-	SizeBytes int64  `json:"size_bytes"`
-}
-
-func snapshotViewOf(sn store.Snapshot) SnapshotView {
-	return SnapshotView{ID: sn.ID, SandboxID: sn.SandboxID, Template: sn.Template, CreatedAt: Timestamp(sn.CreatedAt), SizeBytes: sn.SizeBytes}
-}
+// and any call on a hibernated sandbox wakes it. All of that is the sandbox service's
+// (internal/sandboxes); these handlers decode, check ownership and encode.
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	var req struct {
@@ -61,172 +38,69 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		children, err = s.svc.Fork(r.Context(), sb, count)
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := make([]SandboxView, len(children))
-	for i, ch := range children {
-		out[i] = viewOf(ch)
-	}
-	writeJSON(w, http.StatusCreated, map[string]any{"sandboxes": out})
+	s.reply(w, r, http.StatusCreated, v1.Sandboxes{Sandboxes: list(children, viewOf)}, err)
 }
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req struct{}
-	if err := decodeJSON(w, r, &req, true); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, c, err := s.target(r)
+	err := decodeJSON(w, r, &req, true)
+	var sb store.Sandbox
 	if err == nil {
-		err = s.svc.RefuseWithVolumes(r.Context(), sb, "snapshots")
+		sb, err = s.sandbox(r)
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
+	var sn store.Snapshot
+	if err == nil {
+		sn, err = s.svc.Snapshot(r.Context(), sb)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), lifecycleTimeout)
-	defer cancel()
-	sn, err := c.CreateSnapshot(ctx, sb.ID)
-	if err != nil {
-		s.svc.Touched(ctx, sb, c, err)
-		s.writeError(w, r, err)
-		return
-	}
-	s.svc.Touched(ctx, sb, c, nil) // a hibernated sandbox was woken for its snapshot
-	tmpl := sb.Template
-	if sn.Template != "" {
-		tmpl = sn.Template
-	}
-	rec, err := s.store.CreateSnapshot(ctx, store.Snapshot{ID: sn.ID, TeamID: sb.TeamID, SandboxID: sb.ID, HostID: sb.HostID,
-		Template: tmpl, SizeBytes: sn.SizeBytes, CreatedAt: s.now()})
-	if err != nil {
-		// An unrecorded snapshot would only take disk: drop it.
-		if derr := c.DeleteSnapshot(ctx, sn.ID); derr != nil {
-			s.log.Error("could not delete a snapshot the store failed to record", "snapshot", sn.ID, "host", sb.HostID, "err", derr)
-		}
-		s.writeError(w, r, err)
-		return
-	}
-	s.log.Info("snapshot taken", "sandbox", sb.ID, "snapshot", rec.ID, "host", rec.HostID, "size_bytes", rec.SizeBytes)
-	writeJSON(w, http.StatusCreated, snapshotViewOf(rec))
+	s.reply(w, r, http.StatusCreated, snapshotViewOf(sn), err)
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	f := store.SnapshotFilter{TeamID: id.TeamID, Limit: DefaultListLimit}
-	for key, vals := range r.URL.Query() {
-		v := vals[len(vals)-1]
-		switch key {
-		case "sandbox_id":
-			f.SandboxID = v
-		case "limit":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > MaxListLimit {
-				s.writeError(w, r, invalid("limit must be an integer between 1 and %d", MaxListLimit))
-				return
-			}
-			f.Limit = n
-		case "cursor":
-			f.Cursor = v
-		default:
-			s.writeError(w, r, invalid("unknown query parameter %q (use sandbox_id, limit or cursor)", truncate(key)))
-			return
+	err := pageParams(r, &f.Limit, &f.Cursor, func(key, v string, _ []string) error {
+		if key != "sandbox_id" {
+			return invalid("unknown query parameter %q (use sandbox_id, limit or cursor)", truncate(key))
 		}
+		f.SandboxID = v
+		return nil
+	})
+	var page []store.Snapshot
+	var next string
+	if err == nil {
+		page, next, err = s.store.ListSnapshots(r.Context(), f)
 	}
-	page, next, err := s.store.ListSnapshots(r.Context(), f)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := make([]SnapshotView, 0, len(page))
-	for _, sn := range page {
-		out = append(out, snapshotViewOf(sn))
-	}
-	var nextp *string
-	if next != "" {
-		nextp = &next
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"snapshots": out, "next_cursor": nextp})
+	s.reply(w, r, http.StatusOK, v1.SnapshotPage{NextCursor: cursor(next), Snapshots: list(page, snapshotViewOf)}, err)
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	snID := r.PathValue("id")
-	sn, err := s.store.GetTeamSnapshot(r.Context(), id.TeamID, snID)
-	if errors.Is(err, store.ErrNotFound) {
-		err = notFound("snapshot %s not found", truncate(snID))
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, snapshotViewOf(sn))
+	sn, err := owned(r, "snapshot", s.store.GetTeamSnapshot)
+	s.reply(w, r, http.StatusOK, snapshotViewOf(sn), err)
 }
 
-// deleteSnapshot records the snapshot deleted, then deletes it on its host. Sandboxes made from
-// it keep running (the host keeps its files until the last of them is gone). A host that is down
-// or does not answer does not block the delete: its next reconcile deletes the snapshot there.
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	snID := r.PathValue("id")
-	sn, err := s.store.GetSnapshot(r.Context(), snID)
-	if errors.Is(err, store.ErrNotFound) || err == nil && sn.TeamID != id.TeamID {
-		err = notFound("snapshot %s not found", truncate(snID))
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if !sn.Deleted {
-		if err := s.store.DeleteSnapshot(r.Context(), id.TeamID, sn.ID); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		h, err := s.store.GetHost(r.Context(), sn.HostID)
-		if err == nil && h.State == store.HostUp {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
-			err = s.sched.Client(h).DeleteSnapshot(dctx, sn.ID)
-			cancel()
-		}
-		var ae *agentclient.Error
-		if err != nil && !(errors.As(err, &ae) && ae.Status == http.StatusNotFound) {
-			s.log.Warn("deleting a snapshot on its host failed; recorded deleted, the host's reconcile will delete it",
-				"snapshot", sn.ID, "host", sn.HostID, "err", err)
-		}
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, r, http.StatusNoContent, nil, s.svc.DeleteSnapshot(r.Context(), id.TeamID, r.PathValue("id")))
 }
 
 func (s *Server) hibernate(w http.ResponseWriter, r *http.Request) {
-	s.lifecycle(w, r, (*agentclient.Client).Hibernate)
+	s.lifecycle(w, r, s.svc.Hibernate)
 }
 
 func (s *Server) wake(w http.ResponseWriter, r *http.Request) {
-	s.lifecycle(w, r, (*agentclient.Client).Wake)
+	s.lifecycle(w, r, s.svc.Wake)
 }
 
-// lifecycle runs hibernate or wake on the sandbox's host and answers the sandbox in the state the
-// host reports.
-func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, call func(*agentclient.Client, context.Context, string) (agentclient.Sandbox, error)) {
+// lifecycle answers hibernate or wake: the sandbox in the state its host reports.
+func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, call func(context.Context, store.Sandbox) (store.Sandbox, error)) {
 	var req struct{}
-	if err := decodeJSON(w, r, &req, true); err != nil {
-		s.writeError(w, r, err)
-		return
+	err := decodeJSON(w, r, &req, true)
+	var sb store.Sandbox
+	if err == nil {
+		sb, err = s.sandbox(r)
 	}
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
+	if err == nil {
+		sb, err = call(r.Context(), sb)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), lifecycleTimeout)
-	defer cancel()
-	a, err := call(c, ctx, sb.ID)
-	if err != nil {
-		s.svc.Refresh(ctx, sb, c, refreshTimeout) // a failed wake leaves it in state error
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, viewOf(s.svc.Follow(ctx, sb, a)))
+	s.reply(w, r, http.StatusOK, viewOf(sb), err)
 }

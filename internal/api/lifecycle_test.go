@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -254,7 +254,7 @@ func TestSnapshots(t *testing.T) {
 
 	// The snapshot outlives its sandbox and seeds new ones, on the host that keeps it, even when
 	// another host is emptier.
-	b := fakeagent.New("host-b", agentToken, "base", "code-interpreter")
+	b := agenttest.New("host-b", agentToken, "base", "code-interpreter")
 	defer b.Close()
 	e.sched.AddStaticAgent(b.URL(), agentToken)
 	if err := e.sched.PollStatic(context.Background()); err != nil {
@@ -583,5 +583,30 @@ func TestHostHibernatesByItself(t *testing.T) {
 	}
 	if rec := e.record(third.ID); rec.State != store.StateError {
 		t.Fatalf("reconcile of an errored sandbox: %+v", rec)
+	}
+}
+
+// KillAll (`pandastack down --kill-sandboxes`) ends every team's sandboxes, hibernated and lost
+// ones included, on the host and in the store; killed ones stay as they were.
+func TestKillAll(t *testing.T) {
+	e := newEnv(t)
+	tm := e.mustStatus(e.do("POST", "/v1/teams", e.admin, map[string]string{"name": "beta"}), 201).json(t)
+	other := tm["key"].(map[string]any)["key"].(string)
+	a, b, c := e.create(e.admin, map[string]any{"template": "base"}), e.create(other, map[string]any{"template": "base"}),
+		e.create(e.admin, map[string]any{"template": "base"})
+	e.mustStatus(e.do("POST", "/v1/sandboxes/"+b.ID+"/hibernate", other, nil), 200)
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+c.ID, e.admin, nil), 204)
+	n, err := e.srv.KillAll(context.Background(), "pandastack down --kill-sandboxes")
+	if err != nil || n != 2 {
+		t.Fatalf("KillAll = %d, %v; want 2 (a and b)", n, err)
+	}
+	if left := e.agent.All(); len(left) != 0 {
+		t.Errorf("the host still has %v", left)
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		sb, err := e.st.GetSandbox(context.Background(), id)
+		if err != nil || sb.State != "killed" || sb.Error != "pandastack down --kill-sandboxes" {
+			t.Errorf("%s after KillAll: %s %q %v", id, sb.State, sb.Error, err)
+		}
 	}
 }

@@ -18,42 +18,8 @@ import (
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/template"
 	"github.com/pandastack/pandastack/internal/termtext"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
-
-// SandboxView is the public sandbox object.
-type SandboxView struct {
-	ID        string            `json:"id"`
-	Template  string            `json:"template"`
-	State     string            `json:"state"`
-	CreatedAt string            `json:"created_at"`
-	ExpiresAt string            `json:"expires_at"`
-	Metadata  map[string]string `json:"metadata"`
-	Host      string            `json:"host"`
-	Error     string            `json:"error,omitempty"`
-	// ForkOf names the parent of a fork's child; SnapshotID the snapshot a sandbox was made from.
-	ForkOf     string `json:"fork_of,omitempty"`
-	SnapshotID string `json:"snapshot_id,omitempty"`
-}
-
-// Timestamp renders t as RFC 3339 UTC with milliseconds.
-func Timestamp(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
-}
-
-func viewOf(sb store.Sandbox) SandboxView {
-	v := SandboxView{ID: sb.ID, Template: sb.Template, State: sb.State, CreatedAt: Timestamp(sb.CreatedAt),
-		ExpiresAt: Timestamp(sb.ExpiresAt), Metadata: sb.Metadata, Host: sb.HostID, ForkOf: sb.ForkOf, SnapshotID: sb.SnapshotID}
-	if sb.State == store.StateError || sb.State == store.StateLost {
-		v.Error = sb.Error
-	}
-	if v.Metadata == nil {
-		v.Metadata = map[string]string{}
-	}
-	return v
-}
 
 type createRequest struct {
 	Template   string            `json:"template"`
@@ -153,7 +119,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		code := "internal"
 		if e, ok := toAPIError(err); ok {
-			code = e.Code
+			code = e.code
 		}
 		s.metrics.createFailed(code)
 		s.writeError(w, r, err)
@@ -220,7 +186,7 @@ func (s *Server) validateCreate(ctx context.Context, teamID string, req *createR
 		}
 		return &snap, nil
 	}
-	tt, ct, err := s.findTemplate(ctx, teamID, req.Template)
+	tt, ct, err := s.tmpl.Find(ctx, teamID, req.Template)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, invalid("unknown template %q (see GET /v1/templates)", truncate(req.Template))
@@ -236,82 +202,81 @@ func (s *Server) validateCreate(ctx context.Context, teamID string, req *createR
 
 // sandbox loads the caller's sandbox; another team's is "not found", exactly like a missing one.
 func (s *Server) sandbox(r *http.Request) (store.Sandbox, error) {
-	id, _ := auth.FromContext(r.Context())
-	sbID := r.PathValue("id")
-	sb, err := s.store.GetTeamSandbox(r.Context(), id.TeamID, sbID)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Sandbox{}, notFound("sandbox %s not found", truncate(sbID))
-	}
-	return sb, err
+	return owned(r, "sandbox", s.store.GetTeamSandbox)
 }
 
-// getSandbox answers the record, first brought up to date from the sandbox's host when it is
-// running or hibernated there (the host may have hibernated it for idleness, or it may have
-// failed): one cheap call, skipped when the host is down or slow.
+// owned loads the caller's object (what) named by the path's {id} with get(ctx, team, id);
+// another team's is "not found", exactly like a missing one.
+func owned[T any](r *http.Request, what string, get func(context.Context, string, string) (T, error)) (T, error) {
+	id, _ := auth.FromContext(r.Context())
+	key := r.PathValue("id")
+	v, err := get(r.Context(), id.TeamID, key)
+	if errors.Is(err, store.ErrNotFound) {
+		var zero T
+		return zero, notFound("%s %s not found", what, truncate(key))
+	}
+	return v, err
+}
+
+// getSandbox answers the record, first brought up to date from the sandbox's host.
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sandbox(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
+	if err == nil {
+		sb = s.svc.Current(r.Context(), sb)
 	}
-	if sb.State == store.StateRunning || sb.State == store.StateHibernated {
-		if h, err := s.store.GetHost(r.Context(), sb.HostID); err == nil && h.State == store.HostUp {
-			sb = s.svc.Refresh(r.Context(), sb, s.sched.Client(h), refreshTimeout)
-		}
-	}
-	writeJSON(w, http.StatusOK, viewOf(sb))
+	s.reply(w, r, http.StatusOK, viewOf(sb), err)
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	f := store.SandboxFilter{TeamID: id.TeamID, Limit: DefaultListLimit, Metadata: map[string]string{}}
 	// Without a state filter, killed sandboxes are left out: they pile up and are rarely wanted.
-	f.States = []string{store.StateRunning, store.StateHibernated, store.StateError, store.StateLost}
-	for key, vals := range r.URL.Query() {
-		v := vals[len(vals)-1]
-		switch {
+	f.States = notKilled
+	err := pageParams(r, &f.Limit, &f.Cursor, func(key, v string, vals []string) error {
+		switch k, isMD := strings.CutPrefix(key, "metadata."); {
 		case key == "state":
 			states, err := parseStates(vals)
-			if err != nil {
-				s.writeError(w, r, err)
-				return
-			}
 			f.States = states
-		case key == "limit":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > MaxListLimit {
-				s.writeError(w, r, invalid("limit must be an integer between 1 and %d", MaxListLimit))
-				return
-			}
-			f.Limit = n
-		case key == "cursor":
-			f.Cursor = v
-		case strings.HasPrefix(key, "metadata."):
-			k := strings.TrimPrefix(key, "metadata.")
-			if k == "" {
-				s.writeError(w, r, invalid("metadata filter needs a key: metadata.KEY=VALUE"))
-				return
-			}
+			return err
+		case isMD && k == "":
+			return invalid("metadata filter needs a key: metadata.KEY=VALUE")
+		case isMD:
 			f.Metadata[k] = v
+			return nil
+		}
+		return invalid("unknown query parameter %q (use state, limit, cursor or metadata.KEY)", truncate(key))
+	})
+	var page []store.Sandbox
+	var next string
+	if err == nil {
+		page, next, err = s.store.ListSandboxes(r.Context(), f)
+	}
+	s.reply(w, r, http.StatusOK, v1.SandboxPage{NextCursor: cursor(next), Sandboxes: list(page, viewOf)}, err)
+}
+
+// pageParams reads a paged list's query: limit and cursor into *limit and *cursor, every other
+// parameter (its last value, and all its values) through other. It stops at the first error.
+func pageParams(r *http.Request, limit *int, cursor *string, other func(key, v string, vals []string) error) error {
+	for key, vals := range r.URL.Query() {
+		v := vals[len(vals)-1]
+		var err error
+		switch key {
+		case "limit":
+			n, aerr := strconv.Atoi(v)
+			if aerr != nil || n < 1 || n > MaxListLimit {
+				return invalid("limit must be an integer between 1 and %d", MaxListLimit)
+			}
+			*limit = n
+		case "cursor":
+			*cursor = v
 		default:
-			s.writeError(w, r, invalid("unknown query parameter %q (use state, limit, cursor or metadata.KEY)", truncate(key)))
-			return
+			err = other(key, v, vals)
+		}
+		if err != nil {
+			return err
 		}
 	}
-	page, next, err := s.store.ListSandboxes(r.Context(), f)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := make([]SandboxView, 0, len(page))
-	for _, sb := range page {
-		out = append(out, viewOf(sb))
-	}
-	var nextp *string
-	if next != "" {
-		nextp = &next
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out, "next_cursor": nextp})
+	return nil
 }
 
 // parseStates reads state=a,b (repeatable); "all" means every state.
@@ -335,74 +300,30 @@ func parseStates(vals []string) ([]string, error) {
 func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sandbox(r)
 	if err == nil {
-		err = s.kill(r.Context(), sb, "")
+		err = s.svc.Kill(r.Context(), sb, "")
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// kill stops a sandbox on its host (if the host is up) and records it killed. A host that cannot
-// be reached does not block the kill: the sandbox is recorded killed, and the host's next
-// reconcile stops the VM.
-func (s *Server) kill(ctx context.Context, sb store.Sandbox, reason string) error {
-	if sb.State == store.StateKilled {
-		return nil
-	}
-	if sb.HostID != "" {
-		h, err := s.store.GetHost(ctx, sb.HostID)
-		if err == nil && h.State == store.HostUp {
-			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			err = s.sched.Client(h).KillSandbox(kctx, sb.ID)
-			cancel()
-		}
-		if err != nil {
-			s.log.Warn("killing on the host failed; recorded killed, the host's reconcile will stop it", "sandbox", sb.ID, "host", sb.HostID, "err", err)
-		}
-	}
-	_, err := s.store.SetSandboxState(context.WithoutCancel(ctx), sb.ID, store.StateKilled, reason)
-	return err
+	s.reply(w, r, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		TTLSeconds *int64 `json:"ttl_seconds"`
 	}
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if req.TTLSeconds == nil {
-		s.writeError(w, r, invalid("ttl_seconds is required"))
-		return
-	}
-	if err := s.validateTTL(*req.TTLSeconds); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, err := s.sandbox(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := usable(sb); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	ok, err := s.store.SetSandboxExpiry(r.Context(), sb.ID, s.now().Add(time.Duration(*req.TTLSeconds)*time.Second), *req.TTLSeconds)
-	if err == nil && !ok {
-		err = conflict("sandbox %s was killed", sb.ID)
+	err := decodeJSON(w, r, &req, false)
+	if err == nil && req.TTLSeconds == nil {
+		err = invalid("ttl_seconds is required")
 	}
 	if err == nil {
-		sb, err = s.store.GetSandbox(r.Context(), sb.ID)
+		err = s.validateTTL(*req.TTLSeconds)
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
+	var sb store.Sandbox
+	if err == nil {
+		sb, err = s.sandbox(r)
 	}
-	writeJSON(w, http.StatusOK, viewOf(sb))
+	if err == nil {
+		sb, err = s.svc.SetTTL(r.Context(), sb, *req.TTLSeconds)
+	}
+	s.reply(w, r, http.StatusOK, viewOf(sb), err)
 }
 
 // RunReaper kills expired sandboxes every ReapInterval until ctx ends.
@@ -430,7 +351,7 @@ func (s *Server) ReapOnce(ctx context.Context) (int, error) {
 			return n, err
 		}
 		for _, sb := range batch {
-			if err := s.kill(ctx, sb, "ttl expired"); err != nil {
+			if err := s.svc.Kill(ctx, sb, "ttl expired"); err != nil {
 				return n, err
 			}
 			s.log.Info("sandbox expired: killed", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
@@ -441,6 +362,34 @@ func (s *Server) ReapOnce(ctx context.Context) (int, error) {
 			return n, nil
 		}
 	}
+}
+
+// notKilled are the states of a sandbox that has not ended (its host may still have it).
+var notKilled = []string{store.StateRunning, store.StateHibernated, store.StateError, store.StateLost}
+
+// KillAll kills every sandbox of every team that is not killed yet (`pandastack down
+// --kill-sandboxes`): its VM ends on its host, which frees its memory and disk, and its record
+// says killed, with reason. It returns how many it killed.
+func (s *Server) KillAll(ctx context.Context, reason string) (int, error) {
+	var all []store.Sandbox
+	f := store.SandboxFilter{States: notKilled, Limit: MaxListLimit}
+	for {
+		page, next, err := s.store.ListSandboxes(ctx, f)
+		if err != nil {
+			return 0, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			break
+		}
+		f.Cursor = next
+	}
+	for i, sb := range all {
+		if err := s.svc.Kill(ctx, sb, reason); err != nil {
+			return i, err
+		}
+	}
+	return len(all), nil
 }
 
 // usable and truncate are the service's, under the names the handlers use.

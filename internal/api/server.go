@@ -1,11 +1,12 @@
 // Package api is `pandastack server`'s HTTP handler: the public /v1 API of
-// shared/design/API.md (sandboxes, exec, files, ttl, fork, snapshots, hibernate/wake, templates,
+// docs/openapi.yaml (sandboxes, exec, files, ttl, fork, snapshots, hibernate/wake, templates,
 // keys, teams), the internal host API agents register and heartbeat through, /healthz and
-// /metrics, plus the TTL reaper. It owns request ids, JSON error answers, body limits and input
-// validation; creates, forks and volume creates are done by the sandbox service
-// (internal/sandboxes), state lives in internal/store, placement in internal/scheduler, and other
-// sandbox work is forwarded to host agents through internal/agentclient (exec streams and file
-// bodies pass through unbuffered).
+// /metrics, plus the TTL reaper. It owns request ids, JSON error answers (errdefs kinds mapped
+// once, in errors.go), body limits and input validation; its objects are internal/wire/v1's.
+// Sandbox and volume operations (create, fork, snapshot, hibernate, wake, kill, volume changes)
+// are the sandbox service's (internal/sandboxes), state lives in internal/store, placement in
+// internal/scheduler, and exec and files are relayed to host agents through
+// internal/agentclient (exec streams and file bodies pass through unbuffered).
 package api
 
 import (
@@ -19,9 +20,11 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/templates"
 )
 
 // Defaults of Config.
@@ -76,6 +79,7 @@ type Server struct {
 	store   *store.Store
 	sched   *scheduler.Scheduler
 	svc     *sandboxes.Service
+	tmpl    *templates.Service
 	log     *slog.Logger
 	auth    *auth.Authenticator
 	metrics *metrics
@@ -112,6 +116,7 @@ func New(cfg Config) *Server {
 		auth: &auth.Authenticator{Store: cfg.Store}, metrics: newMetrics()}
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen})
+	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
 	s.handler = s.routes()
 	return s
 }
@@ -121,50 +126,83 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
 
+// access says what a route asks of its caller.
+type access int
+
+const (
+	open    access = iota // nothing: health, metrics, the API's own description
+	cluster               // the cluster token: host agents registering and heartbeating
+	apiKey                // an API key; the handler acts for the key's team
+)
+
+// route is one entry of the route table, the one list the mux is built from (and that the
+// OpenAPI test holds docs/openapi.yaml to).
+type route struct {
+	method, path string
+	access       access
+	handler      http.HandlerFunc
+}
+
+// routeTable is every route the server answers, besides the port proxy (chosen by Host, not by
+// path) and the JSON 404 of every miss.
+func (s *Server) routeTable() []route {
+	return []route{
+		{"GET", "/healthz", open, s.healthz},
+		{"GET", "/metrics", open, s.metricsHandler},
+		{"GET", "/v1/openapi.json", open, s.openAPI},
+
+		{"POST", scheduler.RegisterPath, cluster, s.registerHost},
+		{"POST", scheduler.HeartbeatPath, cluster, s.heartbeatHost},
+
+		{"GET", "/v1/info", apiKey, s.info},
+		{"POST", "/v1/sandboxes", apiKey, s.createSandbox},
+		{"GET", "/v1/sandboxes", apiKey, s.listSandboxes},
+		{"GET", "/v1/sandboxes/{id}", apiKey, s.getSandbox},
+		{"DELETE", "/v1/sandboxes/{id}", apiKey, s.killSandbox},
+		{"POST", "/v1/sandboxes/{id}/ttl", apiKey, s.setTTL},
+		{"POST", "/v1/sandboxes/{id}/exec", apiKey, s.exec},
+		{"GET", "/v1/sandboxes/{id}/files", apiKey, s.readFile},
+		{"PUT", "/v1/sandboxes/{id}/files", apiKey, s.writeFile},
+		{"DELETE", "/v1/sandboxes/{id}/files", apiKey, s.removeFile},
+		{"GET", "/v1/sandboxes/{id}/files/list", apiKey, s.listFiles},
+		{"GET", "/v1/sandboxes/{id}/files/stat", apiKey, s.statFile},
+		{"POST", "/v1/sandboxes/{id}/files/mkdir", apiKey, s.mkdir},
+		{"POST", "/v1/sandboxes/{id}/files/move", apiKey, s.move},
+		{"POST", "/v1/sandboxes/{id}/fork", apiKey, s.fork},
+		{"POST", "/v1/sandboxes/{id}/snapshots", apiKey, s.createSnapshot},
+		{"POST", "/v1/sandboxes/{id}/hibernate", apiKey, s.hibernate},
+		{"POST", "/v1/sandboxes/{id}/wake", apiKey, s.wake},
+		{"GET", "/v1/snapshots", apiKey, s.listSnapshots},
+		{"GET", "/v1/snapshots/{id}", apiKey, s.getSnapshot},
+		{"DELETE", "/v1/snapshots/{id}", apiKey, s.deleteSnapshot},
+		{"POST", "/v1/volumes", apiKey, s.createVolume},
+		{"GET", "/v1/volumes", apiKey, s.listVolumes},
+		{"GET", "/v1/volumes/{id}", apiKey, s.getVolume},
+		{"POST", "/v1/volumes/{id}/resize", apiKey, s.resizeVolume},
+		{"DELETE", "/v1/volumes/{id}", apiKey, s.deleteVolume},
+		{"POST", "/v1/templates", apiKey, s.buildTemplate},
+		{"DELETE", "/v1/templates/{name}", apiKey, s.deleteTemplate},
+		{"GET", "/v1/templates", apiKey, s.listTemplates},
+		{"GET", "/v1/templates/{name}", apiKey, s.getTemplate},
+		{"POST", "/v1/keys", apiKey, s.createKey},
+		{"GET", "/v1/keys", apiKey, s.listKeys},
+		{"DELETE", "/v1/keys/{id}", apiKey, s.revokeKey},
+		{"POST", "/v1/teams", apiKey, s.createTeam},
+	}
+}
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /metrics", s.metricsHandler)
-
-	mux.Handle("POST "+scheduler.RegisterPath, s.cluster(s.registerHost))
-	mux.Handle("POST "+scheduler.HeartbeatPath, s.cluster(s.heartbeatHost))
-
-	v1 := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.auth.Middleware(h, s.writeError)) }
-	v1("GET /v1/info", s.info)
-	v1("POST /v1/sandboxes", s.createSandbox)
-	v1("GET /v1/sandboxes", s.listSandboxes)
-	v1("GET /v1/sandboxes/{id}", s.getSandbox)
-	v1("DELETE /v1/sandboxes/{id}", s.killSandbox)
-	v1("POST /v1/sandboxes/{id}/ttl", s.setTTL)
-	v1("POST /v1/sandboxes/{id}/exec", s.exec)
-	v1("GET /v1/sandboxes/{id}/files", s.readFile)
-	v1("PUT /v1/sandboxes/{id}/files", s.writeFile)
-	v1("DELETE /v1/sandboxes/{id}/files", s.removeFile)
-	v1("GET /v1/sandboxes/{id}/files/list", s.listFiles)
-	v1("GET /v1/sandboxes/{id}/files/stat", s.statFile)
-	v1("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir)
-	v1("POST /v1/sandboxes/{id}/files/move", s.move)
-	v1("POST /v1/sandboxes/{id}/fork", s.fork)
-	v1("POST /v1/sandboxes/{id}/snapshots", s.createSnapshot)
-	v1("POST /v1/sandboxes/{id}/hibernate", s.hibernate)
-	v1("POST /v1/sandboxes/{id}/wake", s.wake)
-	v1("GET /v1/snapshots", s.listSnapshots)
-	v1("GET /v1/snapshots/{id}", s.getSnapshot)
-	v1("DELETE /v1/snapshots/{id}", s.deleteSnapshot)
-	v1("POST /v1/volumes", s.createVolume)
-	v1("GET /v1/volumes", s.listVolumes)
-	v1("GET /v1/volumes/{id}", s.getVolume)
-	v1("POST /v1/volumes/{id}/resize", s.resizeVolume)
-	v1("DELETE /v1/volumes/{id}", s.deleteVolume)
-	v1("POST /v1/templates", s.buildTemplate)
-	v1("DELETE /v1/templates/{name}", s.deleteTemplate)
-	v1("GET /v1/templates", s.listTemplates)
-	v1("GET /v1/templates/{name}", s.getTemplate)
-	v1("POST /v1/keys", s.createKey)
-	v1("GET /v1/keys", s.listKeys)
-	v1("DELETE /v1/keys/{id}", s.revokeKey)
-	v1("POST /v1/teams", s.createTeam)
-
+	for _, rt := range s.routeTable() {
+		var h http.Handler = rt.handler
+		switch rt.access {
+		case cluster:
+			h = s.cluster(rt.handler)
+		case apiKey:
+			h = s.auth.Middleware(rt.handler, s.writeError)
+		}
+		mux.Handle(rt.method+" "+rt.path, h)
+	}
 	// A catch-all keeps every miss (unknown path or method) in the JSON error shape.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, notFound("no API route for %s %s", r.Method, r.URL.Path))
@@ -227,8 +265,7 @@ func (s *Server) outer(next http.Handler) http.Handler {
 				s.log.Error("panic serving request", "request_id", rid, "method", r.Method, "path", r.URL.Path,
 					"panic", p, "stack", string(debug.Stack()))
 				if rec.status == 0 {
-					writeJSON(rec, http.StatusInternalServerError, map[string]any{"error": map[string]string{
-						"code": "internal", "message": "internal error (request id " + rid + ")"}})
+					writeJSON(rec, http.StatusInternalServerError, errorBody(errdefs.Internal.Code(), "internal error (request id "+rid+")"))
 				}
 			}
 			status := rec.status
@@ -280,7 +317,7 @@ func (s *Server) cluster(h http.HandlerFunc) http.Handler {
 		}
 		tok, _ := auth.BearerToken(r)
 		if subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.ClusterToken)) != 1 {
-			s.writeError(w, r, errorf(http.StatusUnauthorized, "unauthorized", "wrong or missing cluster token"))
+			s.writeError(w, r, errdefs.New(errdefs.Unauthorized, "wrong or missing cluster token"))
 			return
 		}
 		h(w, r)

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/templates"
 )
 
 // buildEvent is one line of a build stream.
@@ -274,7 +276,7 @@ func (e *env) agentTemplates() []string {
 
 func TestTemplateAliases(t *testing.T) {
 	e := newEnv(t)
-	pg := fakeagent.New("host-pg", agentToken, "postgres-17")
+	pg := agenttest.New("host-pg", agentToken, "postgres-17")
 	t.Cleanup(pg.Close)
 	e.sched.AddStaticAgent(pg.URL(), agentToken)
 	if err := e.sched.PollStatic(context.Background()); err != nil {
@@ -298,7 +300,7 @@ func TestTemplateAliases(t *testing.T) {
 	if evs[len(evs)-1].Template == nil {
 		t.Fatalf("build %+v", evs)
 	}
-	if spec, ok := pg.BuiltSpec(agentTemplateName(e.record(sb.ID).TeamID, "mydb")); !ok || spec.From != "postgres-17" {
+	if spec, ok := pg.BuiltSpec(templates.AgentName(e.record(sb.ID).TeamID, "mydb")); !ok || spec.From != "postgres-17" {
 		t.Fatal("the build did not reach the postgres host from postgres-17")
 	}
 	// Its host down: sandboxes of it cannot start elsewhere.
@@ -307,4 +309,21 @@ func TestTemplateAliases(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wantErr(e.do("POST", "/v1/sandboxes", k, map[string]any{"template": "mydb"}), 503, "capacity", "host-pg")
+}
+
+// A catalog template shows the size and bake time its host reported (`template list` prints them).
+func TestCatalogTemplateSizeAndBake(t *testing.T) {
+	e := newEnv(t)
+	reg := `{"host_id": "host-z", "url": "http://127.0.0.1:9", "token": "t", "slots_total": 4, "templates": [
+		{"name": "sized", "vcpus": 1, "memory_mib": 256, "disk_mib": 2048, "baked": true, "bake_ms": 4321, "size_bytes": 123456}]}`
+	e.mustStatus(e.do("POST", scheduler.RegisterPath, clusterToken, reg), 200)
+	got := e.mustStatus(e.do("GET", "/v1/templates/sized", e.admin, nil), 200).json(t)
+	if got["size_bytes"] != float64(123456) || got["bake_ms"] != float64(4321) || got["owner"] != "catalog" {
+		t.Fatalf("catalog template: %v", got)
+	}
+	// A later report without them (an agent that restarted, say) keeps the known figures.
+	e.mustStatus(e.do("POST", scheduler.HeartbeatPath, clusterToken, strings.Replace(reg, `"bake_ms": 4321, "size_bytes": 123456`, `"baked": false`, 1)), 200)
+	if got := e.mustStatus(e.do("GET", "/v1/templates/sized", e.admin, nil), 200).json(t); got["size_bytes"] != float64(123456) {
+		t.Fatalf("after a report without sizes: %v", got)
+	}
 }

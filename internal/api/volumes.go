@@ -1,8 +1,6 @@
 package api
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"path"
 	"strconv"
@@ -11,8 +9,9 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
-	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // Durable volumes (docs/volumes.md): persistent disks that outlive sandboxes. A volume lives on
@@ -22,41 +21,14 @@ import (
 
 // Volume limits (docs/volumes.md).
 const (
-	MaxVolumeMiB          = 1 << 20 // 1 TiB
-	MaxVolumesPerSandbox  = agentclient.MaxVolumesPerSandbox
-	MaxMountPathLen       = 256
-	MaxVolumeNameLen      = 64
-	volumeHostCallTimeout = sandboxes.VolumeHostCallTimeout
+	MaxVolumeMiB         = 1 << 20 // 1 TiB
+	MaxVolumesPerSandbox = agentclient.MaxVolumesPerSandbox
+	MaxMountPathLen      = 256
+	MaxVolumeNameLen     = 64
 )
 
 // systemDirs may not be mount points, nor hold one.
 var systemDirs = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr", "/var"}
-
-// VolumeView is the public volume object.
-type VolumeView struct {
-	ID          string           `json:"id"`
-	Name        string           `json:"name"`
-	SizeMiB     int64            `json:"size_mib"`
-	HostID      string           `json:"host_id"`
-	CreatedAt   string           `json:"created_at"`
-	Attachments []AttachmentView `json:"attachments"`
-}
-
-// AttachmentView is a sandbox that holds a volume.
-type AttachmentView struct {
-	SandboxID string `json:"sandbox_id"`
-	MountPath string `json:"mount_path"`
-	ReadOnly  bool   `json:"read_only"`
-}
-
-func volumeViewOf(v store.Volume) VolumeView {
-	out := VolumeView{ID: v.ID, Name: v.Name, SizeMiB: v.SizeMiB, HostID: v.HostID, CreatedAt: Timestamp(v.CreatedAt),
-		Attachments: make([]AttachmentView, 0, len(v.Attachments))}
-	for _, a := range v.Attachments {
-		out.Attachments = append(out.Attachments, AttachmentView{SandboxID: a.SandboxID, MountPath: a.MountPath, ReadOnly: a.ReadOnly})
-	}
-	return out
-}
 
 // VolumeSpec is one entry of a create's `volumes`.
 type VolumeSpec struct {
@@ -115,7 +87,7 @@ func validateVolumeSpecs(specs []VolumeSpec) ([]store.VolumeAttachment, error) {
 			return nil, invalid("volumes[%d].mount_path is required (an absolute path such as /data)", i)
 		}
 		if err := validateMountPath(*sp.MountPath); err != nil {
-			e := err.(*Error)
+			e := err.(*errdefs.Error)
 			e.Message = "volumes[" + strconv.Itoa(i) + "]." + e.Message
 			return nil, e
 		}
@@ -134,22 +106,7 @@ func validateVolumeSpecs(specs []VolumeSpec) ([]store.VolumeAttachment, error) {
 
 // volume loads the caller's volume named in the path; another team's is 404 like a missing one.
 func (s *Server) volume(r *http.Request) (store.Volume, error) {
-	id, _ := auth.FromContext(r.Context())
-	volID := r.PathValue("id")
-	v, err := s.store.GetTeamVolume(r.Context(), id.TeamID, volID)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Volume{}, notFound("volume %s not found", truncate(volID))
-	}
-	return v, err
-}
-
-// volumeHost returns the host of a volume, which must be up for calls that change it.
-func (s *Server) volumeHost(ctx context.Context, v store.Volume) (store.Host, error) {
-	h, err := s.store.GetHost(ctx, v.HostID)
-	if errors.Is(err, store.ErrNotFound) || err == nil && h.State != store.HostUp {
-		return store.Host{}, errorf(http.StatusServiceUnavailable, "capacity", "host %s of volume %s is down", v.HostID, v.ID)
-	}
-	return h, err
+	return owned(r, "volume", s.store.GetTeamVolume)
 }
 
 func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
@@ -176,11 +133,7 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		v, err = s.svc.CreateVolume(r.Context(), id.TeamID, name, *req.SizeMiB)
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, volumeViewOf(v))
+	s.reply(w, r, http.StatusCreated, volumeViewOf(v), err)
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
@@ -190,29 +143,16 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	vols, err := s.store.ListVolumes(r.Context(), id.TeamID)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := make([]VolumeView, 0, len(vols))
-	for _, v := range vols {
-		out = append(out, volumeViewOf(v))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"volumes": out})
+	s.reply(w, r, http.StatusOK, v1.Volumes{Volumes: list(vols, volumeViewOf)}, err)
 }
 
 func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
 	v, err := s.volume(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, volumeViewOf(v))
+	s.reply(w, r, http.StatusOK, volumeViewOf(v), err)
 }
 
-// resizeVolume grows a volume that no sandbox holds, on its host first.
+// resizeVolume grows a volume that no sandbox holds.
 func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
 	var req struct {
 		SizeMiB *int64 `json:"size_mib"`
 	}
@@ -224,85 +164,14 @@ func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		v, err = s.volume(r)
 	}
-	if err == nil && *req.SizeMiB < v.SizeMiB {
-		err = invalid("size_mib %d is smaller than the volume's %d: volumes only grow", *req.SizeMiB, v.SizeMiB)
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if *req.SizeMiB == v.SizeMiB {
-		writeJSON(w, http.StatusOK, volumeViewOf(v))
-		return
-	}
-	err = inUse(s.store.CheckAttach(r.Context(), v.ID, false), "resizing is refused while attached")
-	var h store.Host
 	if err == nil {
-		h, err = s.volumeHost(r.Context(), v)
+		v, err = s.svc.ResizeVolume(r.Context(), v, *req.SizeMiB)
 	}
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), volumeHostCallTimeout)
-		_, err = s.sched.Client(h).ResizeVolume(ctx, v.ID, *req.SizeMiB)
-		cancel()
-	}
-	if err == nil {
-		v, err = s.store.ResizeVolume(context.WithoutCancel(r.Context()), id.TeamID, v.ID, *req.SizeMiB)
-		err = inUse(err, "resizing is refused while attached")
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.log.Info("volume resized", "volume", v.ID, "host", v.HostID, "size_mib", v.SizeMiB)
-	writeJSON(w, http.StatusOK, volumeViewOf(v))
+	s.reply(w, r, http.StatusOK, volumeViewOf(v), err)
 }
 
-// deleteVolume deletes a volume that no sandbox holds: on its host, then in the store. A host
-// that is down does not block the delete: the volume is recorded deleted, and the host's next
-// reconcile deletes it there. Deleting it again is 204.
+// deleteVolume deletes a volume that no sandbox holds, and its data.
 func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	volID := r.PathValue("id")
-	v, err := s.store.GetVolume(r.Context(), volID)
-	if errors.Is(err, store.ErrNotFound) || err == nil && v.TeamID != id.TeamID {
-		err = notFound("volume %s not found", truncate(volID))
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if v.Deleted {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	if err := inUse(s.store.CheckAttach(r.Context(), v.ID, false), "deleting is refused while attached"); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	h, err := s.store.GetHost(r.Context(), v.HostID)
-	if err == nil && h.State == store.HostUp {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), volumeHostCallTimeout)
-		err = s.sched.Client(h).DeleteVolume(ctx, v.ID)
-		cancel()
-		var ae *agentclient.Error
-		switch {
-		case err == nil, errors.As(err, &ae) && ae.Status == http.StatusNotFound:
-			err = nil
-		case errors.As(err, &ae):
-			// The host refused (e.g. a sandbox there still has it): nothing was deleted.
-			s.writeError(w, r, err)
-			return
-		}
-	}
-	if err != nil {
-		s.log.Warn("deleting a volume on its host failed; recorded deleted, the host's reconcile will delete it", "volume", v.ID, "host", v.HostID, "err", err)
-	}
-	if err := inUse(s.store.DeleteVolume(context.WithoutCancel(r.Context()), id.TeamID, v.ID), "deleting is refused while attached"); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.log.Info("volume deleted", "volume", v.ID, "host", v.HostID)
-	w.WriteHeader(http.StatusNoContent)
+	s.reply(w, r, http.StatusNoContent, nil, s.svc.DeleteVolume(r.Context(), id.TeamID, r.PathValue("id")))
 }
-
-var inUse = sandboxes.InUse

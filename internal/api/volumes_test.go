@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 )
 
 func (e *env) createVolume(key string, body any) VolumeView {
@@ -200,7 +200,7 @@ func TestVolumeAttachRules(t *testing.T) {
 	}
 	e.wantErr(e.do("PUT", "/v1/sandboxes/"+r1.ID+"/files?path=/data/x", k, "x"), 403, "forbidden", "read-only")
 	got := e.getVolume(k, v.ID).Attachments
-	if want := []AttachmentView{{r1.ID, "/data", true}, {r2.ID, "/mnt/ref", true}}; !reflect.DeepEqual(got, want) {
+	if want := []AttachmentView{{SandboxID: r1.ID, MountPath: "/data", ReadOnly: true}, {SandboxID: r2.ID, MountPath: "/mnt/ref", ReadOnly: true}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("read-only attachments %+v, want %+v", got, want)
 	}
 	e.wantErr(e.do("POST", "/v1/sandboxes", k, mount("/data", false)), 409, "conflict", "attached read-only to sandbox "+r1.ID)
@@ -227,7 +227,7 @@ func TestVolumesPlaceSandboxOnTheirHost(t *testing.T) {
 	k := e.admin
 	va := e.createVolume(k, `{"size_mib": 8}`)
 	// A second host; host-a has little memory free, so the next volume goes to host-b.
-	b := fakeagent.New("host-b", agentToken, "base", "code-interpreter")
+	b := agenttest.New("host-b", agentToken, "base", "code-interpreter")
 	t.Cleanup(b.Close)
 	e.sched.AddStaticAgent(b.URL(), agentToken)
 	e.agent.SetMemory(1024)
@@ -294,7 +294,7 @@ func TestVolumeNoSpace(t *testing.T) {
 	e := newEnv(t)
 	k := e.admin
 	e.agent.SetPool(1024)
-	b := fakeagent.New("host-b", agentToken, "base", "code-interpreter")
+	b := agenttest.New("host-b", agentToken, "base", "code-interpreter")
 	t.Cleanup(b.Close)
 	b.SetPool(4096)
 	e.sched.AddStaticAgent(b.URL(), agentToken)

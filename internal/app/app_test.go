@@ -122,3 +122,32 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
+
+// An operator's key (PANDASTACK_API_KEY) that a store with keys does not know is said loudly at
+// start, with the command that makes one; a key it knows is not.
+func TestUnknownPresetKeyIsSaid(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "state.db")
+	start := func(preset string) (*ControlPlane, string) {
+		t.Helper()
+		var log strings.Builder
+		cp, _, err := StartControlPlane(context.Background(), ControlPlaneConfig{DatabaseURL: db, PresetKey: preset,
+			Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp.Close()
+		return cp, log.String()
+	}
+	first, other := "pds_"+strings.Repeat("a", 32), "pds_"+strings.Repeat("b", 32)
+	if cp, log := start(first); !cp.PresetKeyOK || strings.Contains(log, "NOT A KEY") {
+		t.Fatalf("first start with a preset key: ok=%v\n%s", cp.PresetKeyOK, log)
+	}
+	if cp, log := start(first); !cp.PresetKeyOK || strings.Contains(log, "NOT A KEY") {
+		t.Fatalf("restart with the same key: ok=%v\n%s", cp.PresetKeyOK, log)
+	}
+	cp, log := start(other)
+	if cp.PresetKeyOK || !strings.Contains(log, "level=WARN") || !strings.Contains(log, "PANDASTACK_API_KEY IS NOT A KEY OF THIS STORE") ||
+		!strings.Contains(log, "pandastack keys create --admin --database-url "+db) || strings.Contains(log, other) {
+		t.Fatalf("restart with another key: ok=%v\n%s", cp.PresetKeyOK, log)
+	}
+}

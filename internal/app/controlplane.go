@@ -29,10 +29,13 @@ type ControlPlaneConfig struct {
 	MaxUploadBytes   int64
 	HeartbeatTimeout time.Duration
 	PresetKey        string // becomes the first admin key of an empty store
-	ProxyDomain      string
-	EgressOpen       []string // IPv4 CIDRs, as --egress-open gives them
-	Version          string   // reported by /healthz
-	Logger           *slog.Logger
+	// KeyRecovery is the command that makes an admin key of this store on its machine, named
+	// when PresetKey is not one of the store's keys (default: keys create --database-url).
+	KeyRecovery string
+	ProxyDomain string
+	EgressOpen  []string // IPv4 CIDRs, as --egress-open gives them
+	Version     string   // reported by /healthz
+	Logger      *slog.Logger
 }
 
 // ControlPlane is a running store + scheduler + API server and their background loops.
@@ -40,9 +43,11 @@ type ControlPlane struct {
 	Store     *store.Store
 	Scheduler *scheduler.Scheduler
 	API       *api.Server
-	log       *slog.Logger
-	cancel    context.CancelFunc
-	done      chan struct{}
+	// PresetKeyOK: the config's PresetKey is a usable key of the store (made now, or known).
+	PresetKeyOK bool
+	log         *slog.Logger
+	cancel      context.CancelFunc
+	done        chan struct{}
 }
 
 // StartControlPlane opens the store, makes the first key of an empty store, registers the static
@@ -65,6 +70,13 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	if !created {
 		key = ""
 	}
+	presetOK := created && key == o.PresetKey
+	if !created && o.PresetKey != "" {
+		_, aerr := (&auth.Authenticator{Store: st}).Authenticate(ctx, o.PresetKey)
+		if presetOK = aerr == nil; !presetOK {
+			warnPresetKey(o, aerr)
+		}
+	}
 	sched := scheduler.New(scheduler.Config{Store: st, Logger: o.Logger, HeartbeatTimeout: o.HeartbeatTimeout})
 	for _, a := range o.Agents {
 		u, tok, ok := strings.Cut(a, "=")
@@ -83,13 +95,31 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, "."))})
 	// The loops outlive a cancelled start-up context: Close stops them, after the listener.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	cp := &ControlPlane{Store: st, Scheduler: sched, API: srv, log: o.Logger, cancel: cancel, done: make(chan struct{})}
+	cp := &ControlPlane{Store: st, Scheduler: sched, API: srv, PresetKeyOK: presetOK, log: o.Logger, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(cp.done)
 		go sched.Run(lctx)
 		srv.RunReaper(lctx)
 	}()
 	return cp, key, nil
+}
+
+// warnPresetKey says, loudly, that the operator's PANDASTACK_API_KEY is not a key of this store
+// (it already had keys, so it was not made one): every call with it would be a 401 whose cause
+// is not visible from the client. The line says what to do.
+func warnPresetKey(o ControlPlaneConfig, why error) {
+	recovery := o.KeyRecovery
+	if recovery == "" {
+		url := o.DatabaseURL
+		if strings.Contains(url, "://") {
+			url = "URL" // a postgres URL may hold a password: not for a log
+		}
+		recovery = "pandastack keys create --admin --database-url " + url
+	}
+	o.Logger.Warn("PANDASTACK_API_KEY IS NOT A KEY OF THIS STORE: every call with it will be refused (401). "+
+		"Use the key printed when this store was first started, or make an admin key on this machine, as root: "+
+		recovery+" (then export PANDASTACK_API_KEY=<the key it prints>)",
+		"key", auth.DisplayPrefix(o.PresetKey)+"…", "why", why.Error())
 }
 
 // Serve answers on ln until ctx ends, then drains requests for up to 10 s.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +41,10 @@ type Stack struct {
 	// knows it (KeyPreset); empty when neither (a restart without a key given).
 	Key       string
 	KeyPreset bool
+	// KeyRejected: the operator gave a key (PANDASTACK_API_KEY) that is not one of this data
+	// dir's; KeyRecovery is the command that makes one.
+	KeyRejected bool
+	KeyRecovery string
 
 	cfg        UpConfig
 	log        *slog.Logger
@@ -96,6 +101,8 @@ func StartUp(ctx context.Context, cfg UpConfig) (_ *Stack, err error) {
 
 	o := cfg.ControlPlane
 	o.DatabaseURL = filepath.Join(s.DataDir, "state.db")
+	s.KeyRecovery = "pandastack keys create --admin --data-dir " + s.DataDir
+	o.KeyRecovery = s.KeyRecovery
 	o.Agents = []string{s.agentURL + "=" + s.agentToken}
 	cp, key, err := StartControlPlane(ctx, o)
 	if err != nil {
@@ -107,15 +114,21 @@ func StartUp(ctx context.Context, cfg UpConfig) (_ *Stack, err error) {
 	// prefix only. A key made here is printed in full, once.
 	s.Key = key
 	switch {
-	case key != "" && key == o.PresetKey:
-		s.KeyPreset = true
-	case key == "" && o.PresetKey != "":
-		if _, err := (&auth.Authenticator{Store: cp.Store}).Authenticate(ctx, o.PresetKey); err == nil {
-			s.Key, s.KeyPreset = o.PresetKey, true
-		}
+	case o.PresetKey == "":
+	case cp.PresetKeyOK:
+		s.Key, s.KeyPreset = o.PresetKey, true
+	default:
+		s.KeyRejected = true
+	}
+	if err := os.WriteFile(PIDFile(s.DataDir), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
+
+// PIDFile is where a running `up` records its process id, for `pandastack down`. It exists while
+// that `up` runs; one left behind by a killed `up` names a process that is gone, or is not `up`.
+func PIDFile(dataDir string) string { return filepath.Join(dataDir, "up.pid") }
 
 // Serve bakes the configured templates in the background and answers the API until ctx ends.
 func (s *Stack) Serve(ctx context.Context) error {
@@ -129,6 +142,9 @@ func (s *Stack) Serve(ctx context.Context) error {
 
 // Close stops what StartUp started, last first; the agent's VMs keep running for the next start.
 func (s *Stack) Close() {
+	if b, err := os.ReadFile(PIDFile(s.DataDir)); err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(os.Getpid()) {
+		os.Remove(PIDFile(s.DataDir))
+	}
 	if s.CP != nil {
 		s.CP.Close()
 	}

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -32,16 +33,17 @@ const (
 
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
-// Error is an authentication failure; Message is safe to show the caller.
-type Error struct{ Message string }
+// Error is an authentication failure (kind errdefs.Unauthorized); Message is safe to show the
+// caller.
+type Error = errdefs.Error
 
-func (e *Error) Error() string { return e.Message }
+func unauthorized(msg string) *Error { return errdefs.New(errdefs.Unauthorized, "%s", msg) }
 
 var (
-	errMissing   = &Error{"missing API key: send the header `Authorization: Bearer pds_…` (set PANDASTACK_API_KEY for the SDKs and CLI)"}
-	errMalformed = &Error{fmt.Sprintf("malformed API key: expected %q followed by %d letters and digits", KeyPrefix, SecretLen)}
-	errUnknown   = &Error{"invalid API key: no such key"}
-	errRevoked   = &Error{"API key revoked"}
+	errMissing   = unauthorized("missing API key: send the header `Authorization: Bearer pds_…` (set PANDASTACK_API_KEY for the SDKs and CLI)")
+	errMalformed = unauthorized(fmt.Sprintf("malformed API key: expected %q followed by %d letters and digits", KeyPrefix, SecretLen))
+	errUnknown   = unauthorized("invalid API key: no such key (use a key this server made; a lost admin key is replaced on the server's machine, as root: pandastack keys create --admin --data-dir DIR)")
+	errRevoked   = unauthorized("API key revoked")
 )
 
 // NewKey returns a fresh random key.
@@ -161,12 +163,12 @@ func FromContext(ctx context.Context) (Identity, bool) {
 }
 
 // Middleware authenticates every request before next. onError writes the failure: an *Error
-// becomes a 401, anything else (the store is down) a 500.
+// (Unauthorized) becomes a 401, anything else (the store is down) a 500.
 func (a *Authenticator) Middleware(next http.Handler, onError func(http.ResponseWriter, *http.Request, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, present := BearerToken(r)
 		if present && tok == "" {
-			onError(w, r, &Error{"malformed Authorization header: expected `Bearer pds_…`"})
+			onError(w, r, unauthorized("malformed Authorization header: expected `Bearer pds_…`"))
 			return
 		}
 		id, err := a.Authenticate(r.Context(), tok)
@@ -212,6 +214,31 @@ func CreateTeam(ctx context.Context, st *store.Store, name string) (store.Team, 
 	return t, k, secret, err
 }
 
+// addToDefaultTeam stores key rec in the default team, making the team if there is none yet.
+func addToDefaultTeam(ctx context.Context, st *store.Store, rec store.APIKey) (store.APIKey, error) {
+	team, err := st.GetTeamByName(ctx, DefaultTeam)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		_, rec, err = st.CreateTeamWithKey(ctx, store.Team{ID: NewID("team_"), Name: DefaultTeam}, rec)
+	case err == nil:
+		rec.TeamID = team.ID
+		rec, err = st.CreateKey(ctx, rec)
+	}
+	return rec, err
+}
+
+// RecoverAdminKey makes a new admin key of the default team, whatever keys the store has: the
+// local recovery of `pandastack keys create --admin --data-dir` (root on the store's machine,
+// reading the store directly) when no admin key is at hand. It returns the record and the secret.
+func RecoverAdminKey(ctx context.Context, st *store.Store, name string) (store.APIKey, string, error) {
+	secret, err := NewKey()
+	if err != nil {
+		return store.APIKey{}, "", err
+	}
+	k, err := addToDefaultTeam(ctx, st, keyRecord("", name, true, secret))
+	return k, secret, err
+}
+
 // Bootstrap makes the first admin key of a store that has no keys at all: preset (if not empty,
 // e.g. PANDASTACK_API_KEY) becomes that key, otherwise a random one is made. It returns the
 // secret and true when it created the key; on a store that already has keys it does nothing.
@@ -228,15 +255,7 @@ func Bootstrap(ctx context.Context, st *store.Store, preset string) (string, boo
 	} else if err := Validate(secret); err != nil {
 		return "", false, fmt.Errorf("the preset API key is not usable: %w", err)
 	}
-	rec := keyRecord("", "bootstrap admin key", true, secret)
-	team, err := st.GetTeamByName(ctx, DefaultTeam)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		_, _, err = st.CreateTeamWithKey(ctx, store.Team{ID: NewID("team_"), Name: DefaultTeam}, rec)
-	case err == nil:
-		rec.TeamID = team.ID
-		_, err = st.CreateKey(ctx, rec)
-	}
+	_, err = addToDefaultTeam(ctx, st, keyRecord("", "bootstrap admin key", true, secret))
 	if errors.Is(err, store.ErrConflict) {
 		// Another replica bootstrapped at the same moment; its key stands.
 		return "", false, nil

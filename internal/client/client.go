@@ -1,4 +1,4 @@
-// Package client is a Go client of PandaStack's public /v1 API (shared/design/API.md). The CLI
+// Package client is a Go client of PandaStack's public /v1 API (docs/openapi.yaml). The CLI
 // verbs, the benchmarks and the end-to-end tests use it. It reads PANDASTACK_API_KEY (or
 // PANDASTACK_TOKEN) and PANDASTACK_BASE_URL when not given them explicitly.
 package client
@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/pandastack/pandastack/internal/network"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // DefaultBaseURL is used when neither an argument nor PANDASTACK_BASE_URL names a server.
@@ -76,137 +76,24 @@ func (e *ConnError) Error() string {
 
 func (e *ConnError) Unwrap() error { return e.Err }
 
-// Sandbox is the public sandbox object.
-type Sandbox struct {
-	ID        string            `json:"id"`
-	Template  string            `json:"template"`
-	State     string            `json:"state"`
-	CreatedAt string            `json:"created_at"`
-	ExpiresAt string            `json:"expires_at"`
-	Metadata  map[string]string `json:"metadata"`
-	Host      string            `json:"host"`
-	IP        string            `json:"ip,omitempty"`
-	Error     string            `json:"error,omitempty"`
-	// ForkOf names the parent of a fork's child; SnapshotID the snapshot it was made from.
-	ForkOf     string `json:"fork_of,omitempty"`
-	SnapshotID string `json:"snapshot_id,omitempty"`
-}
-
-// CreateRequest is the body of a create: from a template, or from a snapshot (SnapshotID; the
-// template may then be left empty).
-type CreateRequest struct {
-	Template   string            `json:"template,omitempty"`
-	SnapshotID string            `json:"snapshot_id,omitempty"`
-	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
-	Metadata   map[string]string `json:"metadata,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Egress     *network.Egress   `json:"egress,omitempty"`
-	Volumes    []VolumeMount     `json:"volumes,omitempty"`
-}
-
-// VolumeMount is a volume a create mounts in the sandbox, read-only or not.
-type VolumeMount struct {
-	VolumeID  string `json:"volume_id"`
-	MountPath string `json:"mount_path"`
-	ReadOnly  bool   `json:"read_only,omitempty"`
-}
-
-// Volume is the public volume object: a persistent disk on one host that outlives sandboxes.
-type Volume struct {
-	ID          string             `json:"id"`
-	Name        string             `json:"name"`
-	SizeMiB     int64              `json:"size_mib"`
-	HostID      string             `json:"host_id"`
-	CreatedAt   string             `json:"created_at"`
-	Attachments []VolumeAttachment `json:"attachments"`
-}
-
-// VolumeAttachment is a sandbox that has a volume mounted.
-type VolumeAttachment struct {
-	SandboxID string `json:"sandbox_id"`
-	MountPath string `json:"mount_path"`
-	ReadOnly  bool   `json:"read_only"`
-}
-
-// Snapshot is the public snapshot object: a sandbox's memory and disk at one instant.
-type Snapshot struct {
-	ID        string `json:"id"`
-	SandboxID string `json:"sandbox_id"`
-	Template  string `json:"template"`
-	CreatedAt string `json:"created_at"`
-	SizeBytes int64  `json:"size_bytes"`
-}
-
-// ExecRequest is the body of an exec.
-type ExecRequest struct {
-	Cmd            string            `json:"cmd,omitempty"`
-	Argv           []string          `json:"argv,omitempty"`
-	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Cwd            string            `json:"cwd,omitempty"`
-	User           string            `json:"user,omitempty"`
-	Stdin          *string           `json:"stdin,omitempty"`
-}
-
-// ExecResult is a finished exec.
-type ExecResult struct {
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	ExitCode        int    `json:"exit_code"`
-	TimedOut        bool   `json:"timed_out"`
-	DurationMS      int64  `json:"duration_ms"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
-}
-
-// Stat describes a file in a sandbox.
-type Stat struct {
-	Name   string `json:"name"`
-	Path   string `json:"path"`
-	Type   string `json:"type"`
-	Size   int64  `json:"size"`
-	Mode   string `json:"mode"`
-	MTime  string `json:"mtime"`
-	Target string `json:"target,omitempty"`
-}
-
-// Template is a catalog template (Owner "catalog") or one the caller's team built (Owner
-// "team").
-type Template struct {
-	Name        string            `json:"name"`
-	Owner       string            `json:"owner"`
-	Description string            `json:"description,omitempty"`
-	VCPUs       int               `json:"vcpus"`
-	MemoryMiB   int               `json:"memory_mib"`
-	DiskMiB     int               `json:"disk_mib"`
-	SizeBytes   int64             `json:"size_bytes,omitempty"`
-	BakeMS      int64             `json:"bake_ms,omitempty"`
-	Aliases     []string          `json:"aliases"`
-	Metadata    map[string]string `json:"metadata"`
-	Available   bool              `json:"available"`
-	Baked       bool              `json:"baked"`
-	CreatedAt   string            `json:"created_at,omitempty"`
-	UpdatedAt   string            `json:"updated_at,omitempty"`
-}
-
-// Key is an API key record; Key holds the secret only when just created.
-type Key struct {
-	ID        string  `json:"id"`
-	Name      string  `json:"name"`
-	Prefix    string  `json:"prefix"`
-	Admin     bool    `json:"admin"`
-	TeamID    string  `json:"team_id"`
-	CreatedAt string  `json:"created_at"`
-	RevokedAt *string `json:"revoked_at"`
-	Key       string  `json:"key,omitempty"`
-}
-
-// Team is a team record.
-type Team struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	CreatedAt string `json:"created_at"`
-}
+// The API's objects, as internal/wire/v1 defines them.
+type (
+	Sandbox          = v1.Sandbox
+	CreateRequest    = v1.CreateRequest
+	VolumeMount      = v1.VolumeMount
+	Volume           = v1.Volume
+	VolumeAttachment = v1.VolumeAttachment
+	Snapshot         = v1.Snapshot
+	ExecRequest      = v1.ExecRequest
+	ExecResult       = v1.ExecResult
+	ExecEvent        = v1.ExecEvent
+	Stat             = v1.Stat
+	Template         = v1.Template
+	Key              = v1.Key
+	Team             = v1.Team
+	Info             = v1.Info
+	InfoRange        = v1.Range
+)
 
 // Do sends a request and returns a 2xx response with its body open; other answers become
 // *APIError and transport failures *ConnError.
@@ -244,9 +131,7 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	ae := &APIError{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
-	var env struct {
-		Error struct{ Code, Message string }
-	}
+	var env v1.ErrorBody
 	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
 		ae.Code, ae.Message = env.Error.Code, env.Error.Message
 	} else {
@@ -282,41 +167,52 @@ func (c *Client) call(ctx context.Context, method, path string, query url.Values
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
-func sbPath(id string, sub string) string { return "/v1/sandboxes/" + url.PathEscape(id) + sub }
+// Seconds is a timeout for ExecRequest.TimeoutSeconds.
+func Seconds(s float64) *float64 { return &s }
 
-// Info is GET /v1/info: what the deployment enforces for every team.
-type Info struct {
-	Version string `json:"version"`
-	Egress  struct {
-		Blocked []InfoRange `json:"blocked"`
-		Private []InfoRange `json:"private"`
-		Open    []string    `json:"open"`
-		Also    []string    `json:"also_blocked"`
-	} `json:"egress"`
+// send is call for an answer of type T.
+func send[T any](ctx context.Context, c *Client, method, path string, query url.Values, in any) (T, error) {
+	var out T
+	return out, c.call(ctx, method, path, query, in, &out)
 }
 
-// InfoRange is a range and why it is special.
-type InfoRange struct {
-	Range string `json:"range"`
-	Why   string `json:"why"`
+func sbPath(id string, sub string) string { return "/v1/sandboxes/" + url.PathEscape(id) + sub }
+
+// objPath is the path of one object of a collection (/v1/snapshots, /v1/volumes…).
+func objPath(collection, id string) string { return collection + "/" + url.PathEscape(id) }
+
+// pageQuery adds a list's limit and cursor to q.
+func pageQuery(q url.Values, limit int, cursor string) url.Values {
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	return q
+}
+
+// next is a page's next_cursor, "" at the end.
+func next(cursor *string) string {
+	if cursor == nil {
+		return ""
+	}
+	return *cursor
 }
 
 // Info returns the deployment's rules.
 func (c *Client) Info(ctx context.Context) (Info, error) {
-	var i Info
-	return i, c.call(ctx, "GET", "/v1/info", nil, nil, &i)
+	return send[Info](ctx, c, "GET", "/v1/info", nil, nil)
 }
 
 // CreateSandbox creates a sandbox.
 func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (Sandbox, error) {
-	var sb Sandbox
-	return sb, c.call(ctx, "POST", "/v1/sandboxes", nil, req, &sb)
+	return send[Sandbox](ctx, c, "POST", "/v1/sandboxes", nil, req)
 }
 
 // GetSandbox returns one sandbox.
 func (c *Client) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
-	var sb Sandbox
-	return sb, c.call(ctx, "GET", sbPath(id, ""), nil, nil, &sb)
+	return send[Sandbox](ctx, c, "GET", sbPath(id, ""), nil, nil)
 }
 
 // ListOptions filters a list.
@@ -336,24 +232,8 @@ func (c *Client) ListSandboxes(ctx context.Context, o ListOptions) ([]Sandbox, s
 	for k, v := range o.Metadata {
 		q.Set("metadata."+k, v)
 	}
-	if o.Limit > 0 {
-		q.Set("limit", strconv.Itoa(o.Limit))
-	}
-	if o.Cursor != "" {
-		q.Set("cursor", o.Cursor)
-	}
-	var out struct {
-		Sandboxes  []Sandbox `json:"sandboxes"`
-		NextCursor *string   `json:"next_cursor"`
-	}
-	if err := c.call(ctx, "GET", "/v1/sandboxes", q, nil, &out); err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if out.NextCursor != nil {
-		next = *out.NextCursor
-	}
-	return out.Sandboxes, next, nil
+	p, err := send[v1.SandboxPage](ctx, c, "GET", "/v1/sandboxes", pageQuery(q, o.Limit, o.Cursor), nil)
+	return p.Sandboxes, next(p.NextCursor), err
 }
 
 // KillSandbox kills a sandbox (idempotent).
@@ -363,27 +243,43 @@ func (c *Client) KillSandbox(ctx context.Context, id string) error {
 
 // SetTTL makes the sandbox expire ttlSeconds from now.
 func (c *Client) SetTTL(ctx context.Context, id string, ttlSeconds int64) (Sandbox, error) {
-	var sb Sandbox
-	return sb, c.call(ctx, "POST", sbPath(id, "/ttl"), nil, map[string]int64{"ttl_seconds": ttlSeconds}, &sb)
+	return send[Sandbox](ctx, c, "POST", sbPath(id, "/ttl"), nil, v1.TTLRequest{TTLSeconds: ttlSeconds})
 }
 
 // Exec runs a command and returns its buffered result.
 func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
-	var r ExecResult
-	return r, c.call(ctx, "POST", sbPath(id, "/exec"), nil, req, &r)
+	return send[ExecResult](ctx, c, "POST", sbPath(id, "/exec"), nil, req)
 }
 
-// ExecEvent is one line of a streamed exec.
-type ExecEvent struct {
-	Stdout     *string `json:"stdout,omitempty"`
-	Stderr     *string `json:"stderr,omitempty"`
-	ExitCode   *int    `json:"exit_code,omitempty"`
-	TimedOut   bool    `json:"timed_out,omitempty"`
-	DurationMS int64   `json:"duration_ms,omitempty"`
-	Error      *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error,omitempty"`
+// stream sends body and reads the NDJSON answer line by line (blank lines skipped, lines up to
+// maxLine bytes) into each, until each says it is done; a stream that ends first is the error
+// unfinished.
+func (c *Client) stream(ctx context.Context, path string, body []byte, contentType, unfinished string, maxLine int, each func(line []byte, rid string) (done bool, err error)) error {
+	resp, err := c.Do(ctx, "POST", path, nil, bytes.NewReader(body), int64(len(body)), contentType, "application/x-ndjson")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	rid := resp.Header.Get("X-Request-Id")
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		if done, err := each(sc.Bytes(), rid); done || err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return errors.New(unfinished)
+}
+
+// streamError is the error line that ends a stream.
+func streamError(e *v1.ErrorDetail, rid string) error {
+	return &APIError{Status: 200, Code: e.Code, Message: e.Message, RequestID: rid}
 }
 
 // ExecStream runs a command, calling onOutput for each chunk of stdout or stderr as it arrives,
@@ -393,17 +289,11 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, onO
 	if err != nil {
 		return ExecResult{}, err
 	}
-	resp, err := c.Do(ctx, "POST", sbPath(id, "/exec"), nil, bytes.NewReader(b), int64(len(b)), "application/json", "application/x-ndjson")
-	if err != nil {
-		return ExecResult{}, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
+	var res ExecResult
+	err = c.stream(ctx, sbPath(id, "/exec"), b, "application/json", "exec stream ended without an exit code", 64<<20, func(line []byte, rid string) (bool, error) {
 		var ev ExecEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return ExecResult{}, fmt.Errorf("bad line in exec stream: %w", err)
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return false, fmt.Errorf("bad line in exec stream: %w", err)
 		}
 		switch {
 		case ev.Stdout != nil:
@@ -411,15 +301,17 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, onO
 		case ev.Stderr != nil:
 			onOutput("stderr", *ev.Stderr)
 		case ev.Error != nil:
-			return ExecResult{}, &APIError{Status: 200, Code: ev.Error.Code, Message: ev.Error.Message, RequestID: resp.Header.Get("X-Request-Id")}
+			return true, streamError(ev.Error, rid)
 		case ev.ExitCode != nil:
-			return ExecResult{ExitCode: *ev.ExitCode, TimedOut: ev.TimedOut, DurationMS: ev.DurationMS}, nil
+			res = ExecResult{ExitCode: *ev.ExitCode, TimedOut: ev.TimedOut, DurationMS: ev.DurationMS}
+			return true, nil
 		}
-	}
-	if err := sc.Err(); err != nil {
+		return false, nil
+	})
+	if err != nil {
 		return ExecResult{}, err
 	}
-	return ExecResult{}, errors.New("exec stream ended without an exit code")
+	return res, nil
 }
 
 // ReadFile opens a file of the sandbox; the caller closes it.
@@ -451,21 +343,18 @@ func (c *Client) ListFiles(ctx context.Context, id, path string, depth int) ([]S
 	if depth > 0 {
 		q.Set("depth", strconv.Itoa(depth))
 	}
-	var out struct {
-		Entries []Stat `json:"entries"`
-	}
-	return out.Entries, c.call(ctx, "GET", sbPath(id, "/files/list"), q, nil, &out)
+	out, err := send[v1.Entries](ctx, c, "GET", sbPath(id, "/files/list"), q, nil)
+	return out.Entries, err
 }
 
 // StatFile describes a path.
 func (c *Client) StatFile(ctx context.Context, id, path string) (Stat, error) {
-	var st Stat
-	return st, c.call(ctx, "GET", sbPath(id, "/files/stat"), url.Values{"path": {path}}, nil, &st)
+	return send[Stat](ctx, c, "GET", sbPath(id, "/files/stat"), url.Values{"path": {path}}, nil)
 }
 
 // Mkdir creates a directory and its parents.
 func (c *Client) Mkdir(ctx context.Context, id, path string) error {
-	return c.call(ctx, "POST", sbPath(id, "/files/mkdir"), nil, map[string]string{"path": path}, nil)
+	return c.call(ctx, "POST", sbPath(id, "/files/mkdir"), nil, v1.PathRequest{Path: path}, nil)
 }
 
 // Remove deletes a path (recursive for a non-empty directory).
@@ -479,7 +368,7 @@ func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) er
 
 // Move renames a path.
 func (c *Client) Move(ctx context.Context, id, from, to string) error {
-	return c.call(ctx, "POST", sbPath(id, "/files/move"), nil, map[string]string{"from": from, "to": to}, nil)
+	return c.call(ctx, "POST", sbPath(id, "/files/move"), nil, v1.MoveRequest{From: from, To: to}, nil)
 }
 
 // Fork makes count children of a sandbox (0 means the server's default, one); each starts from
@@ -487,30 +376,25 @@ func (c *Client) Move(ctx context.Context, id, from, to string) error {
 func (c *Client) Fork(ctx context.Context, id string, count int) ([]Sandbox, error) {
 	var in any
 	if count > 0 {
-		in = map[string]int{"count": count}
+		in = v1.ForkRequest{Count: count}
 	}
-	var out struct {
-		Sandboxes []Sandbox `json:"sandboxes"`
-	}
-	return out.Sandboxes, c.call(ctx, "POST", sbPath(id, "/fork"), nil, in, &out)
+	out, err := send[v1.Sandboxes](ctx, c, "POST", sbPath(id, "/fork"), nil, in)
+	return out.Sandboxes, err
 }
 
 // Hibernate saves a sandbox's memory to disk and stops its VM; any later call wakes it.
 func (c *Client) Hibernate(ctx context.Context, id string) (Sandbox, error) {
-	var sb Sandbox
-	return sb, c.call(ctx, "POST", sbPath(id, "/hibernate"), nil, nil, &sb)
+	return send[Sandbox](ctx, c, "POST", sbPath(id, "/hibernate"), nil, nil)
 }
 
 // Wake restores a hibernated sandbox.
 func (c *Client) Wake(ctx context.Context, id string) (Sandbox, error) {
-	var sb Sandbox
-	return sb, c.call(ctx, "POST", sbPath(id, "/wake"), nil, nil, &sb)
+	return send[Sandbox](ctx, c, "POST", sbPath(id, "/wake"), nil, nil)
 }
 
 // CreateSnapshot snapshots a sandbox (memory and disk); it keeps running.
 func (c *Client) CreateSnapshot(ctx context.Context, sandboxID string) (Snapshot, error) {
-	var sn Snapshot
-	return sn, c.call(ctx, "POST", sbPath(sandboxID, "/snapshots"), nil, nil, &sn)
+	return send[Snapshot](ctx, c, "POST", sbPath(sandboxID, "/snapshots"), nil, nil)
 }
 
 // SnapshotListOptions filters a snapshot list.
@@ -527,155 +411,108 @@ func (c *Client) ListSnapshots(ctx context.Context, o SnapshotListOptions) ([]Sn
 	if o.SandboxID != "" {
 		q.Set("sandbox_id", o.SandboxID)
 	}
-	if o.Limit > 0 {
-		q.Set("limit", strconv.Itoa(o.Limit))
-	}
-	if o.Cursor != "" {
-		q.Set("cursor", o.Cursor)
-	}
-	var out struct {
-		Snapshots  []Snapshot `json:"snapshots"`
-		NextCursor *string    `json:"next_cursor"`
-	}
-	if err := c.call(ctx, "GET", "/v1/snapshots", q, nil, &out); err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if out.NextCursor != nil {
-		next = *out.NextCursor
-	}
-	return out.Snapshots, next, nil
+	p, err := send[v1.SnapshotPage](ctx, c, "GET", "/v1/snapshots", pageQuery(q, o.Limit, o.Cursor), nil)
+	return p.Snapshots, next(p.NextCursor), err
 }
 
 // GetSnapshot returns one snapshot.
 func (c *Client) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
-	var sn Snapshot
-	return sn, c.call(ctx, "GET", "/v1/snapshots/"+url.PathEscape(id), nil, nil, &sn)
+	return send[Snapshot](ctx, c, "GET", objPath("/v1/snapshots", id), nil, nil)
 }
 
 // DeleteSnapshot deletes a snapshot; sandboxes made from it keep working.
 func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
-	return c.call(ctx, "DELETE", "/v1/snapshots/"+url.PathEscape(id), nil, nil, nil)
+	return c.call(ctx, "DELETE", objPath("/v1/snapshots", id), nil, nil, nil)
 }
 
 // CreateVolume makes a volume of sizeMiB (name may be empty).
 func (c *Client) CreateVolume(ctx context.Context, sizeMiB int64, name string) (Volume, error) {
-	in := map[string]any{"size_mib": sizeMiB}
-	if name != "" {
-		in["name"] = name
-	}
-	var v Volume
-	return v, c.call(ctx, "POST", "/v1/volumes", nil, in, &v)
+	return send[Volume](ctx, c, "POST", "/v1/volumes", nil, v1.CreateVolumeRequest{Name: name, SizeMiB: sizeMiB})
 }
 
 // ListVolumes returns the team's volumes, newest first.
 func (c *Client) ListVolumes(ctx context.Context) ([]Volume, error) {
-	var out struct {
-		Volumes []Volume `json:"volumes"`
-	}
-	return out.Volumes, c.call(ctx, "GET", "/v1/volumes", nil, nil, &out)
+	out, err := send[v1.Volumes](ctx, c, "GET", "/v1/volumes", nil, nil)
+	return out.Volumes, err
 }
 
 // GetVolume returns one volume.
 func (c *Client) GetVolume(ctx context.Context, id string) (Volume, error) {
-	var v Volume
-	return v, c.call(ctx, "GET", "/v1/volumes/"+url.PathEscape(id), nil, nil, &v)
+	return send[Volume](ctx, c, "GET", objPath("/v1/volumes", id), nil, nil)
 }
 
 // ResizeVolume grows a volume that no sandbox has mounted.
 func (c *Client) ResizeVolume(ctx context.Context, id string, sizeMiB int64) (Volume, error) {
-	var v Volume
-	return v, c.call(ctx, "POST", "/v1/volumes/"+url.PathEscape(id)+"/resize", nil, map[string]int64{"size_mib": sizeMiB}, &v)
+	return send[Volume](ctx, c, "POST", objPath("/v1/volumes", id)+"/resize", nil, v1.ResizeVolumeRequest{SizeMiB: sizeMiB})
 }
 
 // DeleteVolume deletes a volume that no sandbox has mounted, and its data.
 func (c *Client) DeleteVolume(ctx context.Context, id string) error {
-	return c.call(ctx, "DELETE", "/v1/volumes/"+url.PathEscape(id), nil, nil, nil)
+	return c.call(ctx, "DELETE", objPath("/v1/volumes", id), nil, nil, nil)
 }
 
 // Templates lists the catalog and the team's own templates.
 func (c *Client) Templates(ctx context.Context) ([]Template, error) {
-	var out struct {
-		Templates []Template `json:"templates"`
-	}
-	return out.Templates, c.call(ctx, "GET", "/v1/templates", nil, nil, &out)
+	out, err := send[v1.Templates](ctx, c, "GET", "/v1/templates", nil, nil)
+	return out.Templates, err
 }
 
 // Template returns one template: the team's own by that name, else the catalog's (aliases
 // resolve).
 func (c *Client) Template(ctx context.Context, name string) (Template, error) {
-	var t Template
-	return t, c.call(ctx, "GET", "/v1/templates/"+url.PathEscape(name), nil, nil, &t)
+	return send[Template](ctx, c, "GET", objPath("/v1/templates", name), nil, nil)
 }
 
 // BuildTemplate builds a team template from spec (YAML or JSON, files[].src already read),
 // calling onProgress (may be nil) with each line of the build log as it comes. A build that
 // fails is an *APIError (code build_failed for a failing step or ready check).
 func (c *Client) BuildTemplate(ctx context.Context, spec []byte, onProgress func(line string)) (Template, error) {
-	resp, err := c.Do(ctx, "POST", "/v1/templates", nil, bytes.NewReader(spec), int64(len(spec)), "application/yaml", "application/x-ndjson")
-	if err != nil {
-		return Template{}, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
-		}
-		var ev struct {
-			Progress *string   `json:"progress"`
-			Template *Template `json:"template"`
-			Error    *struct{ Code, Message string }
-		}
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return Template{}, fmt.Errorf("bad line in build stream: %w", err)
+	var t Template
+	err := c.stream(ctx, "/v1/templates", spec, "application/yaml", "build stream ended without a result", 16<<20, func(line []byte, rid string) (bool, error) {
+		var ev v1.BuildEvent
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return false, fmt.Errorf("bad line in build stream: %w", err)
 		}
 		switch {
 		case ev.Error != nil:
-			return Template{}, &APIError{Status: 200, Code: ev.Error.Code, Message: ev.Error.Message, RequestID: resp.Header.Get("X-Request-Id")}
+			return true, streamError(ev.Error, rid)
 		case ev.Template != nil:
-			return *ev.Template, nil
+			t = *ev.Template
+			return true, nil
 		case ev.Progress != nil && onProgress != nil:
 			onProgress(*ev.Progress)
 		}
-	}
-	if err := sc.Err(); err != nil {
+		return false, nil
+	})
+	if err != nil {
 		return Template{}, err
 	}
-	return Template{}, errors.New("build stream ended without a result")
+	return t, nil
 }
 
 // DeleteTemplate deletes one of the team's templates (not while sandboxes or snapshots use it).
 func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
-	return c.call(ctx, "DELETE", "/v1/templates/"+url.PathEscape(name), nil, nil, nil)
+	return c.call(ctx, "DELETE", objPath("/v1/templates", name), nil, nil, nil)
 }
 
 // CreateKey makes a key for the caller's team.
 func (c *Client) CreateKey(ctx context.Context, name string, admin bool) (Key, error) {
-	var k Key
-	return k, c.call(ctx, "POST", "/v1/keys", nil, map[string]any{"name": name, "admin": admin}, &k)
+	return send[Key](ctx, c, "POST", "/v1/keys", nil, v1.CreateKeyRequest{Admin: admin, Name: name})
 }
 
 // ListKeys lists the caller's team's keys.
 func (c *Client) ListKeys(ctx context.Context) ([]Key, error) {
-	var out struct {
-		Keys []Key `json:"keys"`
-	}
-	return out.Keys, c.call(ctx, "GET", "/v1/keys", nil, nil, &out)
+	out, err := send[v1.Keys](ctx, c, "GET", "/v1/keys", nil, nil)
+	return out.Keys, err
 }
 
 // RevokeKey revokes a key of the caller's team.
 func (c *Client) RevokeKey(ctx context.Context, id string) error {
-	return c.call(ctx, "DELETE", "/v1/keys/"+url.PathEscape(id), nil, nil, nil)
+	return c.call(ctx, "DELETE", objPath("/v1/keys", id), nil, nil, nil)
 }
 
 // CreateTeam makes a team and its first key (admin keys only).
 func (c *Client) CreateTeam(ctx context.Context, name string) (Team, Key, error) {
-	var out struct {
-		Team Team `json:"team"`
-		Key  Key  `json:"key"`
-	}
-	err := c.call(ctx, "POST", "/v1/teams", nil, map[string]string{"name": name}, &out)
+	out, err := send[v1.NewTeam](ctx, c, "POST", "/v1/teams", nil, v1.CreateTeamRequest{Name: name})
 	return out.Team, out.Key, err
 }

@@ -56,6 +56,19 @@ type RootfsSpec struct {
 // DefaultDiskMiB sizes an image whose spec gives no size.
 const DefaultDiskMiB = 2048
 
+// DefaultCacheDir is where built images are kept when PANDASTACK_IMAGE_CACHE does not say: one
+// cache for `up`, `image build`, the tests and the benchmarks, so an image is built once per
+// machine whichever of them runs first.
+const DefaultCacheDir = "/var/tmp/pandastack-images"
+
+// CacheDir is $PANDASTACK_IMAGE_CACHE, else DefaultCacheDir.
+func CacheDir() string {
+	if d := os.Getenv("PANDASTACK_IMAGE_CACHE"); d != "" {
+		return d
+	}
+	return DefaultCacheDir
+}
+
 // logf reports a build step: to the caller's progress callback when Build got one (the caller
 // logs it as it likes), else to Log.
 func (b *Builder) logf(format string, args ...any) {

@@ -144,15 +144,28 @@ func one(p netip.Addr) netip.Prefix { return netip.PrefixFrom(p, 32) }
 
 func policyPtr(p nftables.ChainPolicy) *nftables.ChainPolicy { return &p }
 
+// baseChains are the hooked chains the tables use, by name: NAT before and after routing, and
+// filters on input and forward.
+var baseChains = map[string]nftables.Chain{
+	"prerouting":  {Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest},
+	"postrouting": {Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource},
+	"input":       {Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter},
+	"forward":     {Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter},
+}
+
+// baseChain queues the hooked chain name (see baseChains) in t.
+func baseChain(c *nftables.Conn, t *nftables.Table, name string) *nftables.Chain {
+	ch := baseChains[name]
+	ch.Name, ch.Table = name, t
+	return c.AddChain(&ch)
+}
+
 // addSlotTable queues the creation of a slot namespace's table (see the top of this file).
 func addSlotTable(c *nftables.Conn, s *Slot, dns netip.Addr) {
 	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: nftTable})
-	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
-	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
-	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter})
+	pre := baseChain(c, t, "prerouting")
+	post := baseChain(c, t, "postrouting")
+	in := baseChain(c, t, "input")
 	fw := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
 		Policy: policyPtr(nftables.ChainPolicyDrop)})
@@ -248,12 +261,9 @@ func (p *Pool) resetHostTable(c *nftables.Conn) {
 	c.AddTable(t)
 	c.DelTable(t)
 	c.AddTable(t)
-	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
-	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter})
-	fw := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
+	post := baseChain(c, t, "postrouting")
+	in := baseChain(c, t, "input")
+	fw := baseChain(c, t, "forward")
 	si := c.AddChain(&nftables.Chain{Name: chSlotInput, Table: t})
 
 	add := func(ch *nftables.Chain, e ...[]expr.Any) {

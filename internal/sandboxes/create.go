@@ -7,6 +7,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -74,7 +75,7 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 	rec.HostID = host.ID
 	out, err := s.record(ctx, host, rec, vols)
 	if errors.Is(err, store.ErrNotFound) && len(vols) > 0 {
-		err = errorf(NotFound, "a volume of this sandbox was deleted meanwhile")
+		err = errdefs.NotFoundf("a volume of this sandbox was deleted meanwhile")
 	}
 	return out, InUse(err, "another create took it meanwhile")
 }
@@ -92,9 +93,9 @@ func (s *Service) place(ctx context.Context, teamID string, p CreateParams) ([]s
 		}
 		switch {
 		case p.Snapshot != nil && p.Snapshot.HostID != volHost:
-			return nil, 0, errorf(Conflict, "snapshot %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", p.Snapshot.ID, p.Snapshot.HostID, volHost)
+			return nil, 0, errdefs.Conflictf("snapshot %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", p.Snapshot.ID, p.Snapshot.HostID, volHost)
 		case p.Snapshot == nil && p.TemplateHost != "" && p.TemplateHost != volHost:
-			return nil, 0, errorf(Conflict, "template %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", p.Template, p.TemplateHost, volHost)
+			return nil, 0, errdefs.Conflictf("template %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", p.Template, p.TemplateHost, volHost)
 		}
 		hostID = volHost
 	}

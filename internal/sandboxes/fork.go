@@ -5,22 +5,9 @@ import (
 	"errors"
 	"maps"
 	"strconv"
-	"time"
 
-	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/store"
 )
-
-// LifecycleTimeout bounds one fork, snapshot, hibernate or wake on a host (restores on a
-// software-emulated CPU are slow). Like creates, they run detached from the caller's
-// cancellation so that what a host made is always recorded or undone.
-const LifecycleTimeout = 10 * time.Minute
-
-// RefreshTimeout bounds a state check on a sandbox's host.
-const RefreshTimeout = 2 * time.Second
-
-// agentConflict is the status of a host agent's 409 (kept literal: no net/http here).
-const agentConflict = 409
 
 // Fork makes count children of a usable parent on the parent's host and records them, all in one
 // transaction. A parent with volumes is refused; the host must have a slot for every child (the
@@ -97,66 +84,4 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	}
 	s.log.Info("forked sandbox", "sandbox", parent.ID, "host", parent.HostID, "children", count)
 	return out, nil
-}
-
-// Follow makes the record take the state the host reports for the sandbox (running, hibernated,
-// or error with its reason), if the record is still in the state it was read in. It returns the
-// record as it now is.
-func (s *Service) Follow(ctx context.Context, sb store.Sandbox, a agentclient.Sandbox) store.Sandbox {
-	reason := ""
-	switch a.State {
-	case store.StateRunning, store.StateHibernated:
-	case store.StateError:
-		reason = a.Error
-		if reason == "" {
-			reason = "the host reports an error"
-		}
-	default:
-		return sb
-	}
-	if a.State == sb.State && reason == sb.Error {
-		return sb
-	}
-	ctx = context.WithoutCancel(ctx)
-	ok, err := s.store.SetSandboxState(ctx, sb.ID, a.State, reason, sb.State)
-	if err != nil {
-		s.log.Warn("could not record a sandbox's state from its host", "sandbox", sb.ID, "state", a.State, "err", err)
-		return sb
-	}
-	if !ok { // changed meanwhile: answer what is recorded now
-		if cur, err := s.store.GetSandbox(ctx, sb.ID); err == nil {
-			return cur
-		}
-		return sb
-	}
-	sb.State, sb.Error = a.State, reason
-	return sb
-}
-
-// Refresh asks the sandbox's host for its state and follows it. Any failure (the host slow or
-// not answering, the sandbox unknown there: the reconcile decides about that) keeps the record.
-func (s *Service) Refresh(ctx context.Context, sb store.Sandbox, c *agentclient.Client, timeout time.Duration) store.Sandbox {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	a, err := c.GetSandbox(rctx, sb.ID)
-	if err != nil {
-		s.log.Debug("sandbox state check on its host failed; answering the record", "sandbox", sb.ID, "err", err)
-		return sb
-	}
-	return s.Follow(ctx, sb, a)
-}
-
-// Touched updates the record after a call went to the sandbox's host: a hibernated sandbox was
-// woken by it, so it is running; a call that failed on a hibernated sandbox, or that the host
-// refused as a conflict, may have left it in state error (a wake that failed), so ask.
-func (s *Service) Touched(ctx context.Context, sb store.Sandbox, c *agentclient.Client, callErr error) {
-	var ae *agentclient.Error
-	switch {
-	case callErr == nil && sb.State == store.StateHibernated:
-		if _, err := s.store.SetSandboxState(context.WithoutCancel(ctx), sb.ID, store.StateRunning, "", store.StateHibernated); err != nil {
-			s.log.Warn("could not record a woken sandbox running", "sandbox", sb.ID, "err", err)
-		}
-	case callErr != nil && (sb.State == store.StateHibernated || errors.As(callErr, &ae) && ae.Status == agentConflict):
-		s.Refresh(ctx, sb, c, RefreshTimeout)
-	}
 }

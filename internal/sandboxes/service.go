@@ -8,13 +8,14 @@ package sandboxes
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -72,24 +73,13 @@ func New(cfg Config) *Service {
 // EgressOpen is the operator's open private ranges, as the hosts are given them.
 func (s *Service) EgressOpen() []string { return slices.Clone(s.egressOpen) }
 
-// Kind is what went wrong, for the caller to word (the API maps it to a status).
-type Kind int
-
-const (
-	NotFound Kind = iota + 1 // something the request names does not exist (for this team)
-	Conflict                 // the request conflicts with the current state
-)
-
-// Error is a refusal of the service; Message is meant for the caller's user.
-type Error struct {
-	Kind    Kind
-	Message string
-}
-
-func (e *Error) Error() string { return e.Message }
-
-func errorf(k Kind, format string, args ...any) *Error {
-	return &Error{Kind: k, Message: fmt.Sprintf(format, args...)}
+// ownedBy is err of loading a record (what, id) that owner has, as the caller's team sees it: a
+// missing record, or another team's, is NotFound alike.
+func ownedBy(err error, teamID, owner, what, id string) error {
+	if errors.Is(err, store.ErrNotFound) || err == nil && owner != teamID {
+		return errdefs.NotFoundf("%s %s not found", what, Truncate(id))
+	}
+	return err
 }
 
 // Truncate shortens user-supplied text quoted in a message.
@@ -100,7 +90,7 @@ func Truncate(s string) string {
 	return s
 }
 
-// now is the clock in UTC.
+// clock is the service's clock, in UTC.
 func (s *Service) clock() time.Time { return s.now().UTC() }
 
 // TTL returns the lifetime of a new sandbox: ttlSeconds when > 0, else the default (never above
@@ -154,36 +144,38 @@ func (s *Service) tryHosts(what string, hosts []store.Host, codes []string, try 
 	return lastErr
 }
 
-// Usable says why calls cannot reach a sandbox (a Conflict), or nil when it is running or
+// Usable says why calls cannot reach a sandbox (errdefs.Conflict), or nil when it is running or
 // hibernated (its host wakes a hibernated sandbox for any call).
 func Usable(sb store.Sandbox) error {
-	switch sb.State {
-	case store.StateRunning, store.StateHibernated:
+	st := sandboxstate.State(sb.State)
+	if st.Reachable() {
 		return nil
-	case store.StateKilled:
-		if sb.Error != "" {
-			return errorf(Conflict, "sandbox %s was killed (%s)", sb.ID, sb.Error)
-		}
-		return errorf(Conflict, "sandbox %s was killed", sb.ID)
-	case store.StateLost:
-		return errorf(Conflict, "sandbox %s is lost: %s", sb.ID, sb.Error)
-	case store.StateError:
-		return errorf(Conflict, "sandbox %s failed: %s", sb.ID, sb.Error)
 	}
-	return errorf(Conflict, "sandbox %s is %s", sb.ID, sb.State)
+	switch st {
+	case sandboxstate.Killed:
+		if sb.Error != "" {
+			return errdefs.Conflictf("sandbox %s was killed (%s)", sb.ID, sb.Error)
+		}
+		return errdefs.Conflictf("sandbox %s was killed", sb.ID)
+	case sandboxstate.Lost:
+		return errdefs.Conflictf("sandbox %s is lost: %s", sb.ID, sb.Error)
+	case sandboxstate.Error:
+		return errdefs.Conflictf("sandbox %s failed: %s", sb.ID, sb.Error)
+	}
+	return errdefs.Conflictf("sandbox %s is %s", sb.ID, sb.State)
 }
 
-// Client returns a client for the host of a sandbox, which must be known and up (else Conflict).
+// Client returns a client for the host of a sandbox, which must be known and up (else errdefs.Conflict).
 func (s *Service) Client(ctx context.Context, sb store.Sandbox) (*agentclient.Client, error) {
 	h, err := s.store.GetHost(ctx, sb.HostID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, errorf(Conflict, "sandbox %s has no known host", sb.ID)
+		return nil, errdefs.Conflictf("sandbox %s has no known host", sb.ID)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if h.State != store.HostUp {
-		return nil, errorf(Conflict, "sandbox %s is unreachable: its host %s is down", sb.ID, h.ID)
+		return nil, errdefs.Conflictf("sandbox %s is unreachable: its host %s is down", sb.ID, h.ID)
 	}
 	return s.sched.Client(h), nil
 }

@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -25,7 +26,7 @@ type env struct {
 	st    *store.Store
 	sched *scheduler.Scheduler
 	svc   *Service
-	a, b  *fakeagent.Agent // host-a ranks first (more memory)
+	a, b  *agenttest.Agent // host-a ranks first (more memory)
 	team  string
 	now   time.Time
 }
@@ -41,12 +42,12 @@ func newEnv(t *testing.T) *env {
 	e := &env{t: t, st: st, now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e.sched = scheduler.New(scheduler.Config{Store: st, Logger: log})
-	e.a = fakeagent.New("host-a", token, "base")
-	e.b = fakeagent.New("host-b", token, "base")
+	e.a = agenttest.New("host-a", token, "base")
+	e.b = agenttest.New("host-b", token, "base")
 	t.Cleanup(e.a.Close)
 	t.Cleanup(e.b.Close)
 	e.a.SetMemory(16384)
-	for _, ag := range []*fakeagent.Agent{e.a, e.b} {
+	for _, ag := range []*agenttest.Agent{e.a, e.b} {
 		e.sched.AddStaticAgent(ag.URL(), token)
 	}
 	if err := e.sched.PollStatic(ctx); err != nil {
@@ -71,11 +72,10 @@ func (e *env) count() int {
 	return len(page)
 }
 
-func wantKind(t *testing.T, err error, k Kind) {
+func wantKind(t *testing.T, err error, k errdefs.Kind) {
 	t.Helper()
-	var se *Error
-	if !errors.As(err, &se) || se.Kind != k {
-		t.Fatalf("got %v, want a service error of kind %d", err, k)
+	if !errdefs.Is(err, k) {
+		t.Fatalf("got %v, want an error of kind %s", err, k.Code())
 	}
 }
 
@@ -166,20 +166,20 @@ func TestCreateWithVolumesOnTheirHost(t *testing.T) {
 		t.Fatal("Create changed the caller's attachments")
 	}
 	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Volumes: att})
-	wantKind(t, err, Conflict)
+	wantKind(t, err, errdefs.Conflict)
 	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base",
 		Volumes: []store.VolumeAttachment{{VolumeID: "vol_missing", MountPath: "/data"}}})
-	wantKind(t, err, NotFound)
+	wantKind(t, err, errdefs.NotFound)
 	snap := store.Snapshot{ID: "snap_x", HostID: "host-a", Template: "base"}
 	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Snapshot: &snap,
 		Volumes: []store.VolumeAttachment{{VolumeID: v.ID, MountPath: "/data", ReadOnly: true}}})
-	wantKind(t, err, Conflict)
+	wantKind(t, err, errdefs.Conflict)
 	if n := e.count(); n != 1 {
 		t.Fatalf("%d sandboxes recorded, want 1", n)
 	}
 	// Forks of a sandbox with volumes are refused.
 	_, err = e.svc.Fork(ctx, sb, 1)
-	wantKind(t, err, Conflict)
+	wantKind(t, err, errdefs.Conflict)
 }
 
 // TestForkRecordsChildren: fork children are recorded on the parent's host with its metadata,
@@ -217,5 +217,5 @@ func TestForkRecordsChildren(t *testing.T) {
 	}
 	parent.State = store.StateKilled
 	_, err = e.svc.Fork(ctx, parent, 1)
-	wantKind(t, err, Conflict)
+	wantKind(t, err, errdefs.Conflict)
 }

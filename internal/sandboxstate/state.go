@@ -59,5 +59,9 @@ func CanMove(from, to State) bool {
 	return false
 }
 
+// Reachable reports whether calls reach a sandbox in s: its VM runs, or it is hibernated and its
+// host wakes it for the call.
+func (s State) Reachable() bool { return s == Running || s == Hibernated }
+
 // Final reports whether nothing can move a sandbox out of s.
 func (s State) Final() bool { return s == Killed }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -24,11 +26,6 @@ const DefaultHeartbeatTimeout = 15 * time.Second
 
 // DefaultTemplateMemMiB is assumed for a template whose size no host has reported.
 const DefaultTemplateMemMiB = 256
-
-// CapacityError says why nothing fits; the API answers it with 503 `capacity`.
-type CapacityError struct{ Reason string }
-
-func (e *CapacityError) Error() string { return e.Reason }
 
 // ErrUnknownHost answers a heartbeat from a host that never registered (it should register).
 var ErrUnknownHost = errors.New("unknown host: register first")
@@ -70,18 +67,14 @@ type HostLimits struct {
 	MemMiBCommitLimit int64 `json:"mem_mib_commit_limit,omitempty"`
 }
 
-// LimitError says a VM is larger than any host allows; the API answers it with 400.
-type LimitError struct{ Reason string }
-
-func (e *LimitError) Error() string { return e.Reason }
-
-// checkSize refuses a VM larger than the host's limits (a host reporting none takes anything).
+// checkSize refuses a VM larger than the host's limits (errdefs.Invalid: asking less is the only
+// fix; a host reporting none takes anything).
 func (l HostLimits) checkSize(what string, vcpus, memMiB int64) error {
 	if l.MaxVCPUs > 0 && vcpus > l.MaxVCPUs {
-		return &LimitError{fmt.Sprintf("%s: %d vCPUs is more than the host's limit of %d (max_vcpus)", what, vcpus, l.MaxVCPUs)}
+		return errdefs.Invalidf("%s: %d vCPUs is more than the host's limit of %d (max_vcpus)", what, vcpus, l.MaxVCPUs)
 	}
 	if l.MaxMemoryMiB > 0 && memMiB > l.MaxMemoryMiB {
-		return &LimitError{fmt.Sprintf("%s: %d MiB of memory is more than the host's limit of %d MiB per VM (max_memory_mib)", what, memMiB, l.MaxMemoryMiB)}
+		return errdefs.Invalidf("%s: %d MiB of memory is more than the host's limit of %d MiB per VM (max_memory_mib)", what, memMiB, l.MaxMemoryMiB)
 	}
 	return nil
 }
@@ -160,16 +153,13 @@ func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
 			h.Baked = append(h.Baked, t.Name)
 		}
 	}
-	prev, err := s.cfg.Store.UpsertHost(ctx, h)
-	if err != nil {
-		return err
-	}
+	// The catalog first: a host is seen up only once its templates can be asked for.
 	for _, t := range reg.Templates {
 		if t.Built {
 			continue // a team's template: private, recorded in team_templates by the build call
 		}
 		ct := store.Template{Name: t.Name, Description: t.Description, VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB,
-			DiskMiB: t.DiskMiB, Aliases: t.Aliases, Metadata: t.Metadata}
+			DiskMiB: t.DiskMiB, Aliases: t.Aliases, Metadata: t.Metadata, SizeBytes: t.SizeBytes, BakeMS: t.BakeMS}
 		s.mu.Lock()
 		same := reflect.DeepEqual(s.catalog[t.Name], ct)
 		s.mu.Unlock()
@@ -182,6 +172,10 @@ func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
 		s.mu.Lock()
 		s.catalog[t.Name] = ct
 		s.mu.Unlock()
+	}
+	prev, err := s.cfg.Store.UpsertHost(ctx, h)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	delete(s.pending, h.ID) // the report now counts what was placed before it
@@ -240,14 +234,7 @@ func (s *Scheduler) Client(h store.Host) *agentclient.Client {
 
 // TemplateMemMiB is the guest memory a template needs, as reported by hosts.
 func (s *Scheduler) TemplateMemMiB(ctx context.Context, template string) int64 {
-	s.mu.Lock()
-	m := s.tmplMem[template]
-	s.mu.Unlock()
-	if m == 0 {
-		if t, err := s.cfg.Store.GetTemplate(ctx, template); err == nil {
-			m = t.MemoryMiB
-		}
-	}
+	m := s.templateSize(ctx, template, s.tmplMem, func(t store.Template) int { return t.MemoryMiB })
 	if m <= 0 {
 		m = DefaultTemplateMemMiB
 	}
@@ -255,7 +242,7 @@ func (s *Scheduler) TemplateMemMiB(ctx context.Context, template string) int64 {
 }
 
 // Place returns the hosts that can take a sandbox of template, best first: hosts that have it
-// baked, then by most free memory, then fewest sandboxes. None fitting is a *CapacityError.
+// baked, then by most free memory, then fewest sandboxes. None fitting is an errdefs.Capacity.
 func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, error) {
 	hosts, err := s.cfg.Store.ListHosts(ctx)
 	if err != nil {
@@ -296,11 +283,11 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 		case knows > 0 && tooBig == knows:
 			return nil, sizeErr
 		case up == 0:
-			return nil, &CapacityError{"no host is up to run sandboxes"}
+			return nil, errdefs.Capacityf("no host is up to run sandboxes")
 		case knows == 0:
-			return nil, &CapacityError{fmt.Sprintf("no host that is up can run template %q", template)}
+			return nil, errdefs.Capacityf("no host that is up can run template %q", template)
 		default:
-			return nil, &CapacityError{fmt.Sprintf("no host has room for a %q sandbox (%d MiB): all are full", template, need)}
+			return nil, errdefs.Capacityf("no host has room for a %q sandbox (%d MiB): all are full", template, need)
 		}
 	}
 	return rankHosts(cands, need), nil
@@ -318,18 +305,24 @@ func (s *Scheduler) roomLocked(h store.Host, p reservation) (room int64, known b
 
 // templateVCPUs is the vCPUs a template has, as reported by hosts (0: unknown).
 func (s *Scheduler) templateVCPUs(ctx context.Context, template string) int64 {
+	return int64(s.templateSize(ctx, template, s.tmplCPU, func(t store.Template) int { return t.VCPUs }))
+}
+
+// templateSize is one size of a template: as hosts reported it (reported, guarded by s.mu), else
+// as the store records it (0: unknown).
+func (s *Scheduler) templateSize(ctx context.Context, template string, reported map[string]int, stored func(store.Template) int) int {
 	s.mu.Lock()
-	n := s.tmplCPU[template]
+	n := reported[template]
 	s.mu.Unlock()
 	if n == 0 {
 		if t, err := s.cfg.Store.GetTemplate(ctx, template); err == nil {
-			n = t.VCPUs
+			n = stored(t)
 		}
 	}
-	return int64(n)
+	return n
 }
 
-// CheckSize refuses (*LimitError) a VM of vcpus and memMiB (0: not given) that is larger than
+// CheckSize refuses (errdefs.Invalid) a VM of vcpus and memMiB (0: not given) that is larger than
 // hostID allows.
 func (s *Scheduler) CheckSize(hostID, what string, vcpus, memMiB int64) error {
 	s.mu.Lock()
@@ -372,7 +365,7 @@ func rankHosts(cands []hostRank, tie int64) []store.Host {
 
 // PlaceVolume returns the hosts that can keep a new volume, best first: every host that is up,
 // those with a free slot first (a volume is used by sandboxes placed on its host), then by most
-// free memory, then fewest sandboxes. No host up is a *CapacityError.
+// free memory, then fewest sandboxes. No host up is an errdefs.Capacity.
 func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 	hosts, err := s.cfg.Store.ListHosts(ctx)
 	if err != nil {
@@ -390,7 +383,7 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 	}
 	s.mu.Unlock()
 	if len(cands) == 0 {
-		return nil, &CapacityError{"no host is up to keep volumes"}
+		return nil, errdefs.Capacityf("no host is up to keep volumes")
 	}
 	return rankHosts(cands, DefaultTemplateMemMiB), nil
 }
@@ -425,27 +418,27 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (release func()) {
 // PlaceOn checks that hostID, where a sandbox must go (a fork's children live with their
 // parent; a sandbox made from a snapshot lives where the snapshot is), is up and has room for n
 // more sandboxes of memMiB each (0: count slots only), counting sandboxes placed since its last
-// report. Not fitting is a *CapacityError.
+// report. Not fitting is an errdefs.Capacity.
 func (s *Scheduler) PlaceOn(ctx context.Context, hostID string, n int, memMiB int64) (store.Host, error) {
 	h, err := s.cfg.Store.GetHost(ctx, hostID)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Host{}, &CapacityError{fmt.Sprintf("host %s is not known", hostID)}
+		return store.Host{}, errdefs.Capacityf("host %s is not known", hostID)
 	}
 	if err != nil {
 		return store.Host{}, err
 	}
 	if h.State != store.HostUp {
-		return store.Host{}, &CapacityError{fmt.Sprintf("host %s is down", hostID)}
+		return store.Host{}, errdefs.Capacityf("host %s is down", hostID)
 	}
 	s.mu.Lock()
 	p := s.pending[h.ID]
 	free, known := s.roomLocked(h, p)
 	s.mu.Unlock()
 	if free := h.SlotsTotal - h.SlotsUsed - p.slots; h.SlotsTotal > 0 && free < int64(n) {
-		return store.Host{}, &CapacityError{fmt.Sprintf("host %s has room for %d more sandboxes, not %d", hostID, max(free, 0), n)}
+		return store.Host{}, errdefs.Capacityf("host %s has room for %d more sandboxes, not %d", hostID, max(free, 0), n)
 	}
 	if memMiB > 0 && known && free < int64(n)*memMiB {
-		return store.Host{}, &CapacityError{fmt.Sprintf("host %s does not have %d MiB of guest memory left to commit", hostID, int64(n)*memMiB)}
+		return store.Host{}, errdefs.Capacityf("host %s does not have %d MiB of guest memory left to commit", hostID, int64(n)*memMiB)
 	}
 	return h, nil
 }
@@ -499,20 +492,21 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 		if !sb.UpdatedAt.Before(listedAt) {
 			continue
 		}
-		switch {
-		case present && (a.State == store.StateRunning || a.State == store.StateHibernated):
-			if sb.State == a.State {
+		// The host's report wins (sandboxstate allows every such move from running, hibernated or lost).
+		switch to := sandboxstate.State(a.State); {
+		case present && to.Reachable():
+			if sb.State == string(to) {
 				continue
 			}
-			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, a.State, "", sb.State); err != nil {
+			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, string(to), "", sb.State); err != nil {
 				return err
 			}
 			if sb.State == store.StateLost {
-				s.cfg.Logger.Info("lost sandbox found on its host again", "sandbox", sb.ID, "host", hostID, "state", a.State)
+				s.cfg.Logger.Info("lost sandbox found on its host again", "sandbox", sb.ID, "host", hostID, "state", to)
 			} else {
-				s.cfg.Logger.Debug("sandbox state taken from its host", "sandbox", sb.ID, "host", hostID, "from", sb.State, "to", a.State)
+				s.cfg.Logger.Debug("sandbox state taken from its host", "sandbox", sb.ID, "host", hostID, "from", sb.State, "to", to)
 			}
-		case present && a.State == store.StateError:
+		case present && to == sandboxstate.Error:
 			reason := a.Error
 			if reason == "" {
 				reason = "the host reports an error"
@@ -551,11 +545,7 @@ func (s *Scheduler) reconcileVolumes(ctx context.Context, h store.Host) {
 	c := s.Client(h)
 	s.reconcileDeleted(ctx, h, "volume", func() ([]string, error) {
 		vols, err := c.ListVolumes(ctx)
-		ids := make([]string, len(vols))
-		for i, v := range vols {
-			ids[i] = v.ID
-		}
-		return ids, err
+		return idsOf(vols, func(v agentclient.Volume) string { return v.ID }), err
 	}, s.cfg.Store.DeletedVolumes, func(id string) error { return c.DeleteVolume(ctx, id) })
 }
 
@@ -565,12 +555,17 @@ func (s *Scheduler) reconcileSnapshots(ctx context.Context, h store.Host) {
 	c := s.Client(h)
 	s.reconcileDeleted(ctx, h, "snapshot", func() ([]string, error) {
 		snaps, err := c.ListSnapshots(ctx)
-		ids := make([]string, len(snaps))
-		for i, sn := range snaps {
-			ids[i] = sn.ID
-		}
-		return ids, err
+		return idsOf(snaps, func(sn agentclient.Snapshot) string { return sn.ID }), err
 	}, s.cfg.Store.DeletedSnapshots, func(id string) error { return c.DeleteSnapshot(ctx, id) })
+}
+
+// idsOf is the ids of xs.
+func idsOf[T any](xs []T, id func(T) string) []string {
+	ids := make([]string, len(xs))
+	for i, x := range xs {
+		ids[i] = id(x)
+	}
+	return ids
 }
 
 // reconcileDeleted deletes what a host still holds of the objects (of one kind) the store has

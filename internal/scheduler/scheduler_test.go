@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/fakeagent"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -47,8 +48,7 @@ func ids(hs []store.Host) []string {
 func TestPlacement(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newSched(t, Config{})
-	var ce *CapacityError
-	if _, err := s.Place(ctx, "base"); !errors.As(err, &ce) || ce.Reason != "no host is up to run sandboxes" {
+	if _, err := s.Place(ctx, "base"); !errdefs.Is(err, errdefs.Capacity) || err.Error() != "no host is up to run sandboxes" {
 		t.Fatalf("no hosts: %v", err)
 	}
 	for _, r := range []Registration{
@@ -73,7 +73,7 @@ func TestPlacement(t *testing.T) {
 	if got, _ := s.Place(ctx, "agent"); !equal(ids(got), []string{"big-baked"}) {
 		t.Fatalf("agent placement %v", ids(got))
 	}
-	if _, err := s.Place(ctx, "browser"); !errors.As(err, &ce) {
+	if _, err := s.Place(ctx, "browser"); !errdefs.Is(err, errdefs.Capacity) {
 		t.Fatalf("unknown template: %v", err)
 	}
 	if s.TemplateMemMiB(ctx, "base") != 512 || s.TemplateMemMiB(ctx, "unheard-of") != DefaultTemplateMemMiB {
@@ -121,7 +121,7 @@ func TestRunMarksSilentHostDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, st := newSched(t, Config{HeartbeatTimeout: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond})
-	a := fakeagent.New("host-a", "tok", "base")
+	a := agenttest.New("host-a", "tok", "base")
 	defer a.Close()
 	s.AddStaticAgent(a.URL(), "tok")
 	if err := s.PollStatic(ctx); err != nil {
@@ -161,7 +161,7 @@ func TestRunMarksSilentHostDown(t *testing.T) {
 func TestReconcileKillsWhatTheStoreKilled(t *testing.T) {
 	ctx := context.Background()
 	s, st := newSched(t, Config{})
-	a := fakeagent.New("host-a", "tok", "base")
+	a := agenttest.New("host-a", "tok", "base")
 	defer a.Close()
 	s.AddStaticAgent(a.URL(), "tok")
 	if err := s.PollStatic(ctx); err != nil {
@@ -231,7 +231,7 @@ func TestBuiltTemplatesStayOutOfTheCatalog(t *testing.T) {
 	}
 }
 
-// Hosts' limits: a template larger than every host allows is a *LimitError (the API's 400);
+// Hosts' limits: a template larger than every host allows is errdefs.Invalid (the API's 400);
 // placement counts committed guest memory against each host's commit limit, not free memory.
 func TestPlacementLimits(t *testing.T) {
 	ctx := context.Background()
@@ -247,11 +247,10 @@ func TestPlacementLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var le *LimitError
-	if _, err := s.Place(ctx, "big"); !errors.As(err, &le) || !strings.Contains(le.Reason, "max_memory_mib") {
+	if _, err := s.Place(ctx, "big"); !errdefs.Is(err, errdefs.Invalid) || !strings.Contains(err.Error(), "max_memory_mib") {
 		t.Fatalf("template larger than the hosts allow: %v", err)
 	}
-	if err := s.CheckSize("small", "template x", 16, 0); !errors.As(err, &le) || !strings.Contains(le.Reason, "max_vcpus") {
+	if err := s.CheckSize("small", "template x", 16, 0); !errdefs.Is(err, errdefs.Invalid) || !strings.Contains(err.Error(), "max_vcpus") {
 		t.Fatalf("16 vCPUs on a 2-vCPU host: %v", err)
 	}
 	// "full" has 8000 MiB free but nothing left to commit.
@@ -261,11 +260,10 @@ func TestPlacementLimits(t *testing.T) {
 	for range 4 {
 		s.Reserve("small", 512)
 	}
-	var ce *CapacityError
-	if _, err := s.Place(ctx, "base"); !errors.As(err, &ce) {
+	if _, err := s.Place(ctx, "base"); !errdefs.Is(err, errdefs.Capacity) {
 		t.Fatalf("placement past the commit limits: %v", err)
 	}
-	if _, err := s.PlaceOn(ctx, "full", 1, 512); !errors.As(err, &ce) {
+	if _, err := s.PlaceOn(ctx, "full", 1, 512); !errdefs.Is(err, errdefs.Capacity) {
 		t.Fatalf("PlaceOn a host at its commit limit: %v", err)
 	}
 }

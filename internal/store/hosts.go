@@ -33,12 +33,11 @@ type Host struct {
 
 const hostCols = `id, url, token, state, accel, mem_mib_total, mem_mib_free, slots_total, slots_used, templates, baked, registered_at, last_heartbeat`
 
-func scanHost(sc interface{ Scan(...any) error }) (Host, error) {
+func scanHost(sc scanner) (Host, error) {
 	var h Host
 	var tmpl, baked string
-	var reg, hb int64
 	if err := sc.Scan(&h.ID, &h.URL, &h.Token, &h.State, &h.Accel, &h.MemMiBTotal, &h.MemMiBFree,
-		&h.SlotsTotal, &h.SlotsUsed, &tmpl, &baked, &reg, &hb); err != nil {
+		&h.SlotsTotal, &h.SlotsUsed, &tmpl, &baked, timeCol(&h.RegisteredAt), timeCol(&h.LastHeartbeat)); err != nil {
 		return Host{}, err
 	}
 	if err := json.Unmarshal([]byte(tmpl), &h.Templates); err != nil {
@@ -47,8 +46,6 @@ func scanHost(sc interface{ Scan(...any) error }) (Host, error) {
 	if err := json.Unmarshal([]byte(baked), &h.Baked); err != nil {
 		return Host{}, err
 	}
-	h.RegisteredAt = fromMicros(reg)
-	h.LastHeartbeat = fromMicros(hb)
 	return h, nil
 }
 
@@ -86,29 +83,17 @@ func (s *Store) UpsertHost(ctx context.Context, h Host) (prev string, err error)
 
 // GetHost returns one host.
 func (s *Store) GetHost(ctx context.Context, id string) (Host, error) {
-	h, err := scanHost(s.queryRow(ctx, s.db, `SELECT `+hostCols+` FROM hosts WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Host{}, ErrNotFound
-	}
-	return h, err
+	return queryOne(ctx, s, `SELECT `+hostCols+` FROM hosts WHERE id = ?`, scanHost, id)
 }
 
 // ListHosts returns every host, by id.
 func (s *Store) ListHosts(ctx context.Context) ([]Host, error) {
-	rows, err := s.query(ctx, s.db, `SELECT `+hostCols+` FROM hosts ORDER BY id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Host
-	for rows.Next() {
-		h, err := scanHost(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, h)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s, s.db, `SELECT `+hostCols+` FROM hosts ORDER BY id`, scanHost)
+}
+
+// CountHostsByState returns how many hosts are in each state.
+func (s *Store) CountHostsByState(ctx context.Context) (map[string]int64, error) {
+	return s.countBy(ctx, `SELECT state, COUNT(*) FROM hosts GROUP BY state`)
 }
 
 // MarkStaleHostsDown marks down every up host whose last heartbeat is before staleBefore, and
@@ -117,21 +102,9 @@ func (s *Store) ListHosts(ctx context.Context) ([]Host, error) {
 func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time) ([]Host, error) {
 	var marked []Host
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		marked = nil
-		rows, err := s.query(ctx, tx, `SELECT `+hostCols+` FROM hosts WHERE state = ? AND last_heartbeat < ?`, HostUp, micros(staleBefore))
+		var err error
+		marked, err = queryAll(ctx, s, tx, `SELECT `+hostCols+` FROM hosts WHERE state = ? AND last_heartbeat < ?`, scanHost, HostUp, micros(staleBefore))
 		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			h, err := scanHost(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			marked = append(marked, h)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		now := micros(s.now())
@@ -166,36 +139,6 @@ func (s *Store) MarkHostDown(ctx context.Context, id, reason string) error {
 			StateLost, reason, micros(s.now()), id, StateRunning, StateHibernated)
 		return err
 	})
-}
-
-// CountHostsByState returns how many hosts are in each state.
-func (s *Store) CountHostsByState(ctx context.Context) (map[string]int64, error) {
-	return s.countBy(ctx, `SELECT state, COUNT(*) FROM hosts GROUP BY state`)
-}
-
-func (s *Store) countBy(ctx context.Context, q string) (map[string]int64, error) {
-	rows, err := s.db.QueryContext(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var k string
-		var n int64
-		if err := rows.Scan(&k, &n); err != nil {
-			return nil, err
-		}
-		out[k] = n
-	}
-	return out, rows.Err()
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 // hostsSchema is the hosts table's part of each migration.

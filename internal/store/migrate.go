@@ -28,6 +28,7 @@ var versionNames = []string{
 	2: "snapshots, sandbox lineage and ttl policy",
 	3: "volumes and their attachments",
 	4: "team templates, catalog aliases and metadata",
+	5: "catalog template sizes and bake times",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
@@ -122,18 +123,5 @@ func (s *Store) applyMigration(ctx context.Context, conn *sql.Conn, m migration)
 
 // AppliedMigrations lists the versions recorded in schema_migrations, oldest first.
 func (s *Store) AppliedMigrations(ctx context.Context) ([]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT version FROM schema_migrations ORDER BY version`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s, s.db, `SELECT version FROM schema_migrations ORDER BY version`, scanOne[int])
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -61,19 +60,17 @@ type Sandbox struct {
 
 const sandboxCols = `id, team_id, template, state, host_id, metadata, error, created_at, expires_at, updated_at, ttl_seconds, fork_of, snapshot_id`
 
-func scanSandbox(sc interface{ Scan(...any) error }) (Sandbox, error) {
+func scanSandbox(sc scanner) (Sandbox, error) {
 	var sb Sandbox
 	var md string
-	var c, e, u int64
-	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.Template, &sb.State, &sb.HostID, &md, &sb.Error, &c, &e, &u,
-		&sb.TTLSeconds, &sb.ForkOf, &sb.SnapshotID); err != nil {
+	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.Template, &sb.State, &sb.HostID, &md, &sb.Error,
+		timeCol(&sb.CreatedAt), timeCol(&sb.ExpiresAt), timeCol(&sb.UpdatedAt), &sb.TTLSeconds, &sb.ForkOf, &sb.SnapshotID); err != nil {
 		return Sandbox{}, err
 	}
 	sb.Metadata = map[string]string{}
 	if err := json.Unmarshal([]byte(md), &sb.Metadata); err != nil {
 		return Sandbox{}, err
 	}
-	sb.CreatedAt, sb.ExpiresAt, sb.UpdatedAt = fromMicros(c), fromMicros(e), fromMicros(u)
 	return sb, nil
 }
 
@@ -95,11 +92,8 @@ func (s *Store) CreateSandboxes(ctx context.Context, sbs []Sandbox) ([]Sandbox, 
 		out, err = s.insertSandboxes(ctx, tx, sbs)
 		return err
 	})
-	if isUnique(err) {
-		return nil, ErrConflict
-	}
 	if err != nil {
-		return nil, err
+		return nil, conflictOr(err)
 	}
 	return out, nil
 }
@@ -143,21 +137,13 @@ func (s *Store) insertSandboxes(ctx context.Context, tx *sql.Tx, sbs []Sandbox) 
 
 // GetSandbox returns a sandbox of any team (internal callers: reaper, scheduler).
 func (s *Store) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
-	sb, err := scanSandbox(s.queryRow(ctx, s.db, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Sandbox{}, ErrNotFound
-	}
-	return sb, err
+	return queryOne(ctx, s, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, scanSandbox, id)
 }
 
 // GetTeamSandbox returns a sandbox only if it belongs to teamID: another team's sandbox is
 // ErrNotFound, exactly like a missing one.
 func (s *Store) GetTeamSandbox(ctx context.Context, teamID, id string) (Sandbox, error) {
-	sb, err := scanSandbox(s.queryRow(ctx, s.db, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ? AND team_id = ?`, id, teamID))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Sandbox{}, ErrNotFound
-	}
-	return sb, err
+	return queryOne(ctx, s, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ? AND team_id = ?`, scanSandbox, id, teamID)
 }
 
 // SandboxFilter selects sandboxes for ListSandboxes.
@@ -172,10 +158,6 @@ type SandboxFilter struct {
 
 // ListSandboxes returns one page, newest first, and the cursor of the next page ("" at the end).
 func (s *Store) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, string, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
 	var where []string
 	var args []any
 	if f.TeamID != "" {
@@ -201,20 +183,8 @@ func (s *Store) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, 
 		where = append(where, `EXISTS (SELECT 1 FROM sandbox_metadata m WHERE m.sandbox_id = s.id AND m.mkey = ? AND m.mvalue = ?)`)
 		args = append(args, k, f.Metadata[k])
 	}
-	if f.Cursor != "" {
-		at, id, err := decodeCursor(f.Cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		where = append(where, `(s.created_at < ? OR (s.created_at = ? AND s.id < ?))`)
-		args = append(args, at, at, id)
-	}
-	q := `SELECT ` + prefixCols("s.", sandboxCols) + ` FROM sandboxes s`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, ` AND `)
-	}
-	q += ` ORDER BY s.created_at DESC, s.id DESC`
-	return queryPage(ctx, s, q, args, limit, scanSandbox, func(sb Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID })
+	lq := listQuery{sel: `SELECT ` + prefixCols("s.", sandboxCols) + ` FROM sandboxes s`, at: "s.", where: where, args: args}
+	return queryPage(ctx, s, lq, f.Limit, f.Cursor, scanSandbox, func(sb Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID })
 }
 
 func prefixCols(p, cols string) string {
@@ -294,21 +264,8 @@ func (s *Store) SetSandboxExpiry(ctx context.Context, id string, at time.Time, t
 // ExpiredSandboxes returns up to limit sandboxes that are not killed and whose expiry is at or
 // before now, oldest expiry first.
 func (s *Store) ExpiredSandboxes(ctx context.Context, now time.Time, limit int) ([]Sandbox, error) {
-	rows, err := s.query(ctx, s.db, `SELECT `+sandboxCols+` FROM sandboxes WHERE state <> ? AND expires_at <= ? ORDER BY expires_at LIMIT ?`,
-		StateKilled, micros(now), limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Sandbox
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sb)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s, s.db, `SELECT `+sandboxCols+` FROM sandboxes WHERE state <> ? AND expires_at <= ? ORDER BY expires_at LIMIT ?`,
+		scanSandbox, StateKilled, micros(now), limit)
 }
 
 // HostSandboxes returns every sandbox on hostID in one of states (all states if none given).

@@ -1,10 +1,12 @@
 // Package store owns the control plane's state of record: teams, API keys (hashed), hosts,
 // sandboxes, snapshots, volumes, the template catalog and team templates — a file per domain,
 // each with its queries and its tables' part of every migration (migrate.go assembles them into
-// one set of versioned migrations). One schema serves both backends: SQLite (modernc.org/sqlite, pure Go, WAL) for single-machine installs and PostgreSQL
-// (pgx) for many server replicas. Queries are written once with `?` placeholders and portable
-// SQL; timestamps are stored as BIGINT Unix microseconds so both backends order and compare them
-// the same way.
+// one set of versioned migrations); this file holds what the domains share (placeholders, row
+// scanning and paging, the soft-deleted tables' helpers). One schema serves both backends:
+// SQLite (modernc.org/sqlite, pure Go, WAL) for single-machine installs and PostgreSQL (pgx) for
+// many server replicas. Queries are written once with `?` placeholders and portable SQL;
+// timestamps are stored as BIGINT Unix microseconds so both backends order and compare them the
+// same way.
 package store
 
 import (
@@ -214,6 +216,25 @@ func nullMicros(v sql.NullInt64) time.Time {
 	return fromMicros(v.Int64)
 }
 
+// timeCol is a Scan destination that reads a stored time (BIGINT Unix microseconds; 0 or NULL is
+// the zero time) into t.
+func timeCol(t *time.Time) sql.Scanner { return column(func(n sql.NullInt64) { *t = nullMicros(n) }) }
+
+// boolCol is a Scan destination that reads an INTEGER 0/1 column into b.
+func boolCol(b *bool) sql.Scanner { return column(func(n sql.NullInt64) { *b = n.Int64 != 0 }) }
+
+// column scans an integer column (as database/sql converts it into an int64) and hands it to set.
+type column func(sql.NullInt64)
+
+func (set column) Scan(src any) error {
+	var n sql.NullInt64
+	if err := n.Scan(src); err != nil {
+		return err
+	}
+	set(n)
+	return nil
+}
+
 func boolInt(b bool) int {
 	if b {
 		return 1
@@ -221,24 +242,171 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// queryPage runs a list query (q ends with its newest-first ORDER BY; the LIMIT is added here)
-// and cuts one page: up to limit rows, and the cursor of the next page ("" on the last one).
-func queryPage[T any](ctx context.Context, s *Store, q string, args []any, limit int,
-	scan func(interface{ Scan(...any) error }) (T, error), key func(T) (time.Time, string)) ([]T, string, error) {
-	rows, err := s.query(ctx, s.db, q+` LIMIT ?`, append(args, limit+1)...)
+// countBy runs q, a `SELECT key, COUNT(*) … GROUP BY key`, into a map.
+func (s *Store) countBy(ctx context.Context, q string) (map[string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, q)
 	if err != nil {
-		return nil, "", err
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, err
+		}
+		out[k] = n
+	}
+	return out, rows.Err()
+}
+
+// nonNil is s, or an empty list for nil (stored as `[]`, never `null`).
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// scanner is what *sql.Row and *sql.Rows share: each table's scanX reads one row through it.
+type scanner interface{ Scan(...any) error }
+
+// scanFields makes the scan function of a row type from the Scan destinations of its columns,
+// in the order of the query's columns.
+func scanFields[T any](fields func(*T) []any) func(scanner) (T, error) {
+	return func(sc scanner) (T, error) {
+		var v T
+		if err := sc.Scan(fields(&v)...); err != nil {
+			var zero T
+			return zero, err
+		}
+		return v, nil
+	}
+}
+
+// scanOne reads a row of one column.
+func scanOne[T any](sc scanner) (T, error) {
+	var v T
+	err := sc.Scan(&v)
+	return v, err
+}
+
+// queryAll runs query on q and scans every row with scan (nil when there is none). The rows are
+// closed when it returns, so a transaction may run its next statement at once.
+func queryAll[T any](ctx context.Context, s *Store, q querier, query string, scan func(scanner) (T, error), args ...any) ([]T, error) {
+	rows, err := s.query(ctx, q, query, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []T
 	for rows.Next() {
 		v, err := scan(rows)
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		out = append(out, v)
 	}
-	if err := rows.Err(); err != nil {
+	return out, rows.Err()
+}
+
+// queryOne scans the single row query returns; no row is ErrNotFound.
+func queryOne[T any](ctx context.Context, s *Store, query string, scan func(scanner) (T, error), args ...any) (T, error) {
+	v, err := scan(s.queryRow(ctx, s.db, query, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		var zero T
+		return zero, ErrNotFound
+	}
+	return v, err
+}
+
+// conflictOr maps a unique-constraint violation to ErrConflict and returns any other err as is.
+func conflictOr(err error) error {
+	if isUnique(err) {
+		return ErrConflict
+	}
+	return err
+}
+
+// Snapshots and volumes live on the host that made them and are deleted softly: the row stays,
+// marked deleted = 1, so that a host that missed the delete is told again at its next reconcile.
+// deletedIn, countLive and ownedRow serve both tables (table is one of ours, never caller input).
+
+// deletedIn returns which of ids are rows of table marked deleted, in batches of 500.
+func (s *Store) deletedIn(ctx context.Context, table string, ids []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for len(ids) > 0 {
+		n := min(len(ids), 500)
+		batch := ids[:n]
+		ids = ids[n:]
+		args := make([]any, len(batch))
+		for i, id := range batch {
+			args[i] = id
+		}
+		deleted, err := queryAll(ctx, s, s.db, `SELECT id FROM `+table+` WHERE deleted = 1 AND id IN (?`+strings.Repeat(`, ?`, n-1)+`)`,
+			scanOne[string], args...)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range deleted {
+			out[id] = true
+		}
+	}
+	return out, nil
+}
+
+// countLive counts the rows of table that are not marked deleted.
+func (s *Store) countLive(ctx context.Context, table string) (int64, error) {
+	var n int64
+	err := s.queryRow(ctx, s.db, `SELECT COUNT(*) FROM `+table+` WHERE deleted = 0`).Scan(&n)
+	return n, err
+}
+
+// ownedRow reports whether table has a row id of teamID, deleted or not: nil, ErrNotFound, or the
+// query's error.
+func (s *Store) ownedRow(ctx context.Context, table, teamID, id string) error {
+	var one int
+	err := s.queryRow(ctx, s.db, `SELECT 1 FROM `+table+` WHERE id = ? AND team_id = ?`, id, teamID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// listQuery is a list query before paging: `SELECT … FROM …`, its conditions (ANDed) and their
+// arguments. at prefixes the created_at and id columns that order and cut pages ("s." or "").
+type listQuery struct {
+	sel   string
+	at    string
+	where []string
+	args  []any
+}
+
+// queryPage runs a list query newest first (created_at, then id, descending) from after cursor
+// ("" for the first page) and cuts one page: up to limit rows (<= 0 means 100), and the cursor of
+// the next page ("" on the last one).
+func queryPage[T any](ctx context.Context, s *Store, lq listQuery, limit int, cursor string,
+	scan func(scanner) (T, error), key func(T) (time.Time, string)) ([]T, string, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	where, args := lq.where, lq.args
+	if cursor != "" {
+		at, id, err := decodeCursor(cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		where = append(where, `(`+lq.at+`created_at < ? OR (`+lq.at+`created_at = ? AND `+lq.at+`id < ?))`)
+		args = append(args, at, at, id)
+	}
+	q := lq.sel
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY ` + lq.at + `created_at DESC, ` + lq.at + `id DESC LIMIT ?`
+	out, err := queryAll(ctx, s, s.db, q, scan, append(args, limit+1)...)
+	if err != nil {
 		return nil, "", err
 	}
 	next := ""

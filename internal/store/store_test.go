@@ -69,23 +69,95 @@ func newPostgresDB(t *testing.T) string {
 	return url
 }
 
-// fakeClock pins the store's clock so timestamps are predictable.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeClock pins the store's clock so timestamps are predictable. It counts in Unix
+// microseconds, the store's own resolution.
+type fakeClock struct{ us atomic.Int64 }
 
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func (c *fakeClock) now() time.Time      { return time.UnixMicro(c.us.Load()).UTC() }
+func (c *fakeClock) add(d time.Duration) { c.us.Add(d.Microseconds()) }
 
 func withClock(s *Store) *fakeClock {
-	c := &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	c := &fakeClock{}
+	c.us.Store(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixMicro())
 	s.now = c.now
 	return c
+}
+
+// mkTeams creates a team per id, named like its id.
+func mkTeams(t *testing.T, s *Store, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if _, err := s.CreateTeam(context.Background(), Team{ID: id, Name: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// withTeams pins the store's clock, then creates the teams.
+func withTeams(t *testing.T, s *Store, ids ...string) *fakeClock {
+	t.Helper()
+	clk := withClock(s)
+	mkTeams(t, s, ids...)
+	return clk
+}
+
+// pageIDs turns a list method into one that returns a page's ids and the next cursor.
+func pageIDs[T, F any](t *testing.T, list func(context.Context, F) ([]T, string, error), id func(T) string) func(F) ([]string, string) {
+	return func(f F) ([]string, string) {
+		t.Helper()
+		page, next, err := list(context.Background(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, v := range page {
+			out = append(out, id(v))
+		}
+		return out, next
+	}
+}
+
+// softDeletes is what snapshots and volumes share: deletes scoped to a team that keep the row.
+type softDeletes[T any] struct {
+	delete    func(ctx context.Context, teamID, id string) error
+	getTeam   func(ctx context.Context, teamID, id string) (T, error)
+	get       func(ctx context.Context, id string) (T, error)
+	deletedIn func(ctx context.Context, ids []string) (map[string]bool, error)
+	count     func(ctx context.Context) (int64, error)
+	marked    func(T) bool // the record says deleted, and when
+}
+
+// checkSoftDelete deletes team_a's id: another team cannot, a second delete is fine, a missing
+// one is ErrNotFound; afterwards the team cannot read it, the record says deleted, the reconcile
+// set names it (and not other, still live) and wantLive rows are counted.
+func checkSoftDelete[T any](t *testing.T, d softDeletes[T], id, other string, wantLive int64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := d.delete(ctx, "team_b", id); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete another team's: %v", err)
+	}
+	if err := d.delete(ctx, "team_a", id); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.delete(ctx, "team_a", id); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
+	if err := d.delete(ctx, "team_a", id+"_nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete missing: %v", err)
+	}
+	if _, err := d.getTeam(ctx, "team_a", id); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleted %s readable: %v", id, err)
+	}
+	if raw, err := d.get(ctx, id); err != nil || !d.marked(raw) {
+		t.Fatalf("deleted record %+v %v", raw, err)
+	}
+	del, err := d.deletedIn(ctx, []string{id, other, id + "_unknown"})
+	if err != nil || !reflect.DeepEqual(del, map[string]bool{id: true}) {
+		t.Fatalf("deleted set %v %v", del, err)
+	}
+	if n, err := d.count(ctx); err != nil || n != wantLive {
+		t.Fatalf("count %d %v", n, err)
+	}
 }
 
 func TestMigrations(t *testing.T) {
@@ -215,12 +287,7 @@ func TestTeamsAndKeys(t *testing.T) {
 func TestSandboxes(t *testing.T) {
 	eachBackend(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		clk := withClock(s)
-		for _, id := range []string{"team_a", "team_b"} {
-			if _, err := s.CreateTeam(ctx, Team{ID: id, Name: id}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		clk := withTeams(t, s, "team_a", "team_b")
 		mk := func(id, team string, md map[string]string) Sandbox {
 			t.Helper()
 			sb, err := s.CreateSandbox(ctx, Sandbox{ID: id, TeamID: team, Template: "base", State: StateRunning, HostID: "h1",
@@ -255,18 +322,7 @@ func TestSandboxes(t *testing.T) {
 			t.Fatalf("nil metadata read back as %#v %v", sb.Metadata, err)
 		}
 
-		ids := func(f SandboxFilter) ([]string, string) {
-			t.Helper()
-			page, next, err := s.ListSandboxes(ctx, f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out []string
-			for _, sb := range page {
-				out = append(out, sb.ID)
-			}
-			return out, next
-		}
+		ids := pageIDs(t, s.ListSandboxes, func(sb Sandbox) string { return sb.ID })
 		eq := func(got, want []string) {
 			t.Helper()
 			if !reflect.DeepEqual(got, want) {
@@ -354,10 +410,7 @@ func TestSandboxes(t *testing.T) {
 func TestHostsAndTemplates(t *testing.T) {
 	eachBackend(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		clk := withClock(s)
-		if _, err := s.CreateTeam(ctx, Team{ID: "team_a", Name: "a"}); err != nil {
-			t.Fatal(err)
-		}
+		clk := withTeams(t, s, "team_a")
 		h := Host{ID: "h1", URL: "http://127.0.0.1:1", Token: "t", Accel: "tcg", MemMiBTotal: 4096, MemMiBFree: 3000,
 			SlotsTotal: 10, SlotsUsed: 1, Templates: []string{"base", "agent"}, Baked: []string{"base"}}
 		prev, err := s.UpsertHost(ctx, h)
@@ -450,12 +503,7 @@ func TestHostsAndTemplates(t *testing.T) {
 func TestTeamTemplates(t *testing.T) {
 	eachBackend(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		clk := withClock(s)
-		for _, id := range []string{"team_a", "team_b"} {
-			if _, err := s.CreateTeam(ctx, Team{ID: id, Name: id}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		clk := withTeams(t, s, "team_a", "team_b")
 		a := TeamTemplate{TeamID: "team_a", Name: "web", AgentName: "web-aaaaaaaa", HostID: "h1", Spec: `{"name":"web"}`,
 			Description: "d", VCPUs: 1, MemoryMiB: 512, DiskMiB: 2048, SizeBytes: 1 << 20, BakeMS: 1500}
 		got, err := s.UpsertTeamTemplate(ctx, a)
@@ -536,9 +584,7 @@ func TestConcurrentWrites(t *testing.T) {
 	// Many API requests write at once; SQLite must wait for its lock rather than fail.
 	eachBackend(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		if _, err := s.CreateTeam(ctx, Team{ID: "team_a", Name: "a"}); err != nil {
-			t.Fatal(err)
-		}
+		mkTeams(t, s, "team_a")
 		var wg sync.WaitGroup
 		errs := make(chan error, 8*20)
 		for w := 0; w < 8; w++ {
@@ -590,10 +636,7 @@ func TestOpenDSN(t *testing.T) {
 func TestForkChildrenAreAllOrNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		clk := withClock(s)
-		if _, err := s.CreateTeam(ctx, Team{ID: "team_a", Name: "a"}); err != nil {
-			t.Fatal(err)
-		}
+		clk := withTeams(t, s, "team_a")
 		parent, err := s.CreateSandbox(ctx, Sandbox{ID: "sb_p", TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1",
 			Metadata: map[string]string{"task": "x"}, ExpiresAt: clk.now().Add(time.Minute), TTLSeconds: 60})
 		if err != nil {
@@ -638,12 +681,7 @@ func TestForkChildrenAreAllOrNothing(t *testing.T) {
 func TestSnapshots(t *testing.T) {
 	eachBackend(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		clk := withClock(s)
-		for _, id := range []string{"team_a", "team_b"} {
-			if _, err := s.CreateTeam(ctx, Team{ID: id, Name: id}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		clk := withTeams(t, s, "team_a", "team_b")
 		mk := func(id, team, sb string) Snapshot {
 			t.Helper()
 			sn, err := s.CreateSnapshot(ctx, Snapshot{ID: id, TeamID: team, SandboxID: sb, HostID: "h1", Template: "base", SizeBytes: 4096})
@@ -667,18 +705,7 @@ func TestSnapshots(t *testing.T) {
 		if _, err := s.GetTeamSnapshot(ctx, "team_b", "snap_1"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("another team's snapshot: %v", err)
 		}
-		ids := func(f SnapshotFilter) ([]string, string) {
-			t.Helper()
-			page, next, err := s.ListSnapshots(ctx, f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out []string
-			for _, sn := range page {
-				out = append(out, sn.ID)
-			}
-			return out, next
-		}
+		ids := pageIDs(t, s.ListSnapshots, func(sn Snapshot) string { return sn.ID })
 		all, _ := ids(SnapshotFilter{TeamID: "team_a"})
 		if !reflect.DeepEqual(all, []string{"snap_3", "snap_2", "snap_1"}) {
 			t.Fatalf("list %v", all)
@@ -694,33 +721,10 @@ func TestSnapshots(t *testing.T) {
 		}
 
 		// Delete: team-scoped, idempotent; a deleted snapshot is gone from reads but remembered.
-		if err := s.DeleteSnapshot(ctx, "team_b", "snap_1"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("delete another team's: %v", err)
-		}
-		if err := s.DeleteSnapshot(ctx, "team_a", "snap_1"); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.DeleteSnapshot(ctx, "team_a", "snap_1"); err != nil {
-			t.Fatalf("second delete: %v", err)
-		}
-		if err := s.DeleteSnapshot(ctx, "team_a", "snap_nope"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("delete missing: %v", err)
-		}
-		if _, err := s.GetTeamSnapshot(ctx, "team_a", "snap_1"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("deleted snapshot readable: %v", err)
-		}
-		if raw, err := s.GetSnapshot(ctx, "snap_1"); err != nil || !raw.Deleted || raw.DeletedAt.IsZero() {
-			t.Fatalf("deleted record %+v %v", raw, err)
-		}
+		checkSoftDelete(t, softDeletes[Snapshot]{s.DeleteSnapshot, s.GetTeamSnapshot, s.GetSnapshot, s.DeletedSnapshots, s.CountSnapshots,
+			func(sn Snapshot) bool { return sn.Deleted && !sn.DeletedAt.IsZero() }}, "snap_1", "snap_2", 3)
 		if all, _ := ids(SnapshotFilter{TeamID: "team_a"}); !reflect.DeepEqual(all, []string{"snap_3", "snap_2"}) {
 			t.Fatalf("list after delete %v", all)
-		}
-		del, err := s.DeletedSnapshots(ctx, []string{"snap_1", "snap_2", "snap_unknown"})
-		if err != nil || !reflect.DeepEqual(del, map[string]bool{"snap_1": true}) {
-			t.Fatalf("deleted set %v %v", del, err)
-		}
-		if n, err := s.CountSnapshots(ctx); err != nil || n != 3 {
-			t.Fatalf("count %d %v", n, err)
 		}
 	})
 }
@@ -770,12 +774,7 @@ func TestUpgradeFromVersion1KeepsSandboxes(t *testing.T) {
 func TestVolumes(t *testing.T) {
 	eachBackend(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		clk := withClock(s)
-		for _, id := range []string{"team_a", "team_b"} {
-			if _, err := s.CreateTeam(ctx, Team{ID: id, Name: id}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		clk := withTeams(t, s, "team_a", "team_b")
 		first, err := s.CreateVolume(ctx, Volume{ID: "vol_1", TeamID: "team_a", Name: "data", SizeMiB: 64, HostID: "h1"})
 		if err != nil {
 			t.Fatal(err)
@@ -883,33 +882,10 @@ func TestVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		if err := s.DeleteVolume(ctx, "team_b", "vol_1"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("delete another team's: %v", err)
-		}
-		if err := s.DeleteVolume(ctx, "team_a", "vol_1"); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.DeleteVolume(ctx, "team_a", "vol_1"); err != nil {
-			t.Fatalf("second delete: %v", err)
-		}
-		if err := s.DeleteVolume(ctx, "team_a", "vol_nope"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("delete missing: %v", err)
-		}
-		if _, err := s.GetTeamVolume(ctx, "team_a", "vol_1"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("deleted volume readable: %v", err)
-		}
-		if raw, err := s.GetVolume(ctx, "vol_1"); err != nil || !raw.Deleted || raw.DeletedAt.IsZero() {
-			t.Fatalf("deleted record %+v %v", raw, err)
-		}
+		checkSoftDelete(t, softDeletes[Volume]{s.DeleteVolume, s.GetTeamVolume, s.GetVolume, s.DeletedVolumes, s.CountVolumes,
+			func(v Volume) bool { return v.Deleted && !v.DeletedAt.IsZero() }}, "vol_1", "vol_2", 2)
 		if err := mk("sb_7", rw("sb_7", "vol_1", "/data")); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("attach deleted volume: %v", err)
-		}
-		del, err := s.DeletedVolumes(ctx, []string{"vol_1", "vol_2", "vol_unknown"})
-		if err != nil || !reflect.DeepEqual(del, map[string]bool{"vol_1": true}) {
-			t.Fatalf("deleted set %v %v", del, err)
-		}
-		if n, err := s.CountVolumes(ctx); err != nil || n != 2 {
-			t.Fatalf("count %d %v", n, err)
 		}
 	})
 }
@@ -917,9 +893,7 @@ func TestVolumes(t *testing.T) {
 func TestConcurrentReadWriteAttachesOneWins(t *testing.T) {
 	eachBackend(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		if _, err := s.CreateTeam(ctx, Team{ID: "team_a", Name: "a"}); err != nil {
-			t.Fatal(err)
-		}
+		mkTeams(t, s, "team_a")
 		if _, err := s.CreateVolume(ctx, Volume{ID: "vol_1", TeamID: "team_a", SizeMiB: 8, HostID: "h1"}); err != nil {
 			t.Fatal(err)
 		}
@@ -961,6 +935,7 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{2, "snapshots, sandbox lineage and ttl policy", "10dbe497c7d6805c097fbc7e3996f014a1709af1770973c2fdc915f840a4f700"},
 		{3, "volumes and their attachments", "565f88612e49dc9ebffb60f542ecae602fa0f4b23867d797cf6ae526cf1de87b"},
 		{4, "team templates, catalog aliases and metadata", "adcb24eceaa4fcad58ba8bbc66aafd4513294dcc846475213b891862cd4694ae"},
+		{5, "catalog template sizes and bake times", "23db207cf3a3f000e9a8e71166bd8f390f5092ec2d4a403d547fdc0da54dda0d"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))
@@ -984,9 +959,7 @@ func TestMigrationsUnchanged(t *testing.T) {
 func TestStateMoves(t *testing.T) {
 	eachBackend(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		if _, err := s.CreateTeam(ctx, Team{ID: "team_a", Name: "team_a"}); err != nil {
-			t.Fatal(err)
-		}
+		mkTeams(t, s, "team_a")
 		if _, err := s.CreateSandbox(ctx, Sandbox{ID: "sb_m", TeamID: "team_a", Template: "base", State: StateRunning,
 			ExpiresAt: time.Now().Add(time.Minute)}); err != nil {
 			t.Fatal(err)

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"time"
 )
 
@@ -36,11 +35,8 @@ func (s *Store) CreateTeam(ctx context.Context, t Team) (Team, error) {
 		t.CreatedAt = s.now().UTC()
 	}
 	_, err := s.exec(ctx, s.db, `INSERT INTO teams (id, name, created_at) VALUES (?, ?, ?)`, t.ID, t.Name, micros(t.CreatedAt))
-	if isUnique(err) {
-		return Team{}, ErrConflict
-	}
 	if err != nil {
-		return Team{}, err
+		return Team{}, conflictOr(err)
 	}
 	t.CreatedAt = fromMicros(micros(t.CreatedAt))
 	return t, nil
@@ -62,11 +58,8 @@ func (s *Store) CreateTeamWithKey(ctx context.Context, t Team, k APIKey) (Team, 
 		}
 		return s.insertKey(ctx, tx, k)
 	})
-	if isUnique(err) {
-		return Team{}, APIKey{}, ErrConflict
-	}
 	if err != nil {
-		return Team{}, APIKey{}, err
+		return Team{}, APIKey{}, conflictOr(err)
 	}
 	t.CreatedAt = fromMicros(micros(t.CreatedAt))
 	k.CreatedAt = fromMicros(micros(k.CreatedAt))
@@ -75,24 +68,17 @@ func (s *Store) CreateTeamWithKey(ctx context.Context, t Team, k APIKey) (Team, 
 
 // GetTeam returns the team with id.
 func (s *Store) GetTeam(ctx context.Context, id string) (Team, error) {
-	return s.scanTeam(s.queryRow(ctx, s.db, `SELECT id, name, created_at FROM teams WHERE id = ?`, id))
+	return queryOne(ctx, s, `SELECT id, name, created_at FROM teams WHERE id = ?`, scanTeam, id)
 }
 
 // GetTeamByName returns the team called name.
 func (s *Store) GetTeamByName(ctx context.Context, name string) (Team, error) {
-	return s.scanTeam(s.queryRow(ctx, s.db, `SELECT id, name, created_at FROM teams WHERE name = ?`, name))
+	return queryOne(ctx, s, `SELECT id, name, created_at FROM teams WHERE name = ?`, scanTeam, name)
 }
 
-func (s *Store) scanTeam(row *sql.Row) (Team, error) {
-	var t Team
-	var created int64
-	err := row.Scan(&t.ID, &t.Name, &created)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Team{}, ErrNotFound
-	}
-	t.CreatedAt = fromMicros(created)
-	return t, err
-}
+var scanTeam = scanFields(func(t *Team) []any {
+	return []any{&t.ID, &t.Name, timeCol(&t.CreatedAt)}
+})
 
 // CreateKey stores a key for an existing team.
 func (s *Store) CreateKey(ctx context.Context, k APIKey) (APIKey, error) {
@@ -100,11 +86,8 @@ func (s *Store) CreateKey(ctx context.Context, k APIKey) (APIKey, error) {
 		k.CreatedAt = s.now().UTC()
 	}
 	err := s.insertKey(ctx, s.db, k)
-	if isUnique(err) {
-		return APIKey{}, ErrConflict
-	}
 	if err != nil {
-		return APIKey{}, err
+		return APIKey{}, conflictOr(err)
 	}
 	k.CreatedAt = fromMicros(micros(k.CreatedAt))
 	return k, nil
@@ -123,35 +106,12 @@ func (s *Store) insertKey(ctx context.Context, q querier, k APIKey) error {
 
 const keyCols = `id, team_id, name, prefix, hash, admin, created_at, revoked_at`
 
-func scanKey(sc interface{ Scan(...any) error }) (APIKey, error) {
-	var k APIKey
-	var admin int
-	var created int64
-	var revoked sql.NullInt64
-	if err := sc.Scan(&k.ID, &k.TeamID, &k.Name, &k.Prefix, &k.Hash, &admin, &created, &revoked); err != nil {
-		return APIKey{}, err
-	}
-	k.Admin = admin != 0
-	k.CreatedAt = fromMicros(created)
-	k.RevokedAt = nullMicros(revoked)
-	return k, nil
-}
+var scanKey = scanFields(func(k *APIKey) []any {
+	return []any{&k.ID, &k.TeamID, &k.Name, &k.Prefix, &k.Hash, boolCol(&k.Admin), timeCol(&k.CreatedAt), timeCol(&k.RevokedAt)}
+})
 
 func (s *Store) keys(ctx context.Context, query string, args ...any) ([]APIKey, error) {
-	rows, err := s.query(ctx, s.db, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []APIKey
-	for rows.Next() {
-		k, err := scanKey(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s, s.db, query, scanKey, args...)
 }
 
 // KeysByPrefix returns every key (revoked ones too) whose display prefix is prefix; the caller
@@ -167,11 +127,7 @@ func (s *Store) ListKeys(ctx context.Context, teamID string) ([]APIKey, error) {
 
 // GetKey returns a team's key by id (ErrNotFound for another team's key).
 func (s *Store) GetKey(ctx context.Context, teamID, id string) (APIKey, error) {
-	k, err := scanKey(s.queryRow(ctx, s.db, `SELECT `+keyCols+` FROM api_keys WHERE team_id = ? AND id = ?`, teamID, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return APIKey{}, ErrNotFound
-	}
-	return k, err
+	return queryOne(ctx, s, `SELECT `+keyCols+` FROM api_keys WHERE team_id = ? AND id = ?`, scanKey, teamID, id)
 }
 
 // RevokeKey marks a team's key revoked. Revoking a revoked key is a no-op; another team's key is

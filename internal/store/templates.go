@@ -28,16 +28,10 @@ type TeamTemplate struct {
 
 const teamTemplateCols = `team_id, name, agent_name, host_id, spec, description, vcpus, memory_mib, disk_mib, size_bytes, bake_ms, created_at, updated_at`
 
-func scanTeamTemplate(sc interface{ Scan(...any) error }) (TeamTemplate, error) {
-	var t TeamTemplate
-	var c, u int64
-	if err := sc.Scan(&t.TeamID, &t.Name, &t.AgentName, &t.HostID, &t.Spec, &t.Description, &t.VCPUs, &t.MemoryMiB,
-		&t.DiskMiB, &t.SizeBytes, &t.BakeMS, &c, &u); err != nil {
-		return TeamTemplate{}, err
-	}
-	t.CreatedAt, t.UpdatedAt = fromMicros(c), fromMicros(u)
-	return t, nil
-}
+var scanTeamTemplate = scanFields(func(t *TeamTemplate) []any {
+	return []any{&t.TeamID, &t.Name, &t.AgentName, &t.HostID, &t.Spec, &t.Description, &t.VCPUs, &t.MemoryMiB, &t.DiskMiB,
+		&t.SizeBytes, &t.BakeMS, timeCol(&t.CreatedAt), timeCol(&t.UpdatedAt)}
+})
 
 // UpsertTeamTemplate records a team template, or replaces it after a rebuild (keeping its
 // created_at). It returns the record as stored.
@@ -59,29 +53,12 @@ func (s *Store) UpsertTeamTemplate(ctx context.Context, t TeamTemplate) (TeamTem
 
 // GetTeamTemplate returns a team's template; another team's is ErrNotFound like a missing one.
 func (s *Store) GetTeamTemplate(ctx context.Context, teamID, name string) (TeamTemplate, error) {
-	t, err := scanTeamTemplate(s.queryRow(ctx, s.db, `SELECT `+teamTemplateCols+` FROM team_templates WHERE team_id = ? AND name = ?`, teamID, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return TeamTemplate{}, ErrNotFound
-	}
-	return t, err
+	return queryOne(ctx, s, `SELECT `+teamTemplateCols+` FROM team_templates WHERE team_id = ? AND name = ?`, scanTeamTemplate, teamID, name)
 }
 
 // ListTeamTemplates returns a team's templates by name.
 func (s *Store) ListTeamTemplates(ctx context.Context, teamID string) ([]TeamTemplate, error) {
-	rows, err := s.query(ctx, s.db, `SELECT `+teamTemplateCols+` FROM team_templates WHERE team_id = ? ORDER BY name`, teamID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []TeamTemplate
-	for rows.Next() {
-		t, err := scanTeamTemplate(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s, s.db, `SELECT `+teamTemplateCols+` FROM team_templates WHERE team_id = ? ORDER BY name`, scanTeamTemplate, teamID)
 }
 
 // DeleteTeamTemplate forgets a team's template (ErrNotFound when the team has none by that name).

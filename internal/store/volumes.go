@@ -53,19 +53,15 @@ func (e *VolumeInUseError) Error() string {
 
 const volumeCols = `id, team_id, name, size_mib, host_id, created_at, deleted, deleted_at`
 
-func scanVolume(sc interface{ Scan(...any) error }) (Volume, error) {
-	var v Volume
-	var c int64
-	var del int
-	var delAt sql.NullInt64
-	if err := sc.Scan(&v.ID, &v.TeamID, &v.Name, &v.SizeMiB, &v.HostID, &c, &del, &delAt); err != nil {
-		return Volume{}, err
-	}
-	v.CreatedAt = fromMicros(c)
-	v.Deleted = del != 0
-	v.DeletedAt = nullMicros(delAt)
-	return v, nil
-}
+var scanVolume = scanFields(func(v *Volume) []any {
+	return []any{&v.ID, &v.TeamID, &v.Name, &v.SizeMiB, &v.HostID, timeCol(&v.CreatedAt), boolCol(&v.Deleted), timeCol(&v.DeletedAt)}
+})
+
+const attachmentCols = `sandbox_id, volume_id, mount_path, read_only`
+
+var scanAttachment = scanFields(func(a *VolumeAttachment) []any {
+	return []any{&a.SandboxID, &a.VolumeID, &a.MountPath, boolCol(&a.ReadOnly)}
+})
 
 func holdingIn() (string, []any) {
 	args := make([]any, len(HoldingStates))
@@ -83,27 +79,20 @@ func (s *Store) attachments(ctx context.Context, q querier, volumeIDs ...string)
 		return out, nil
 	}
 	in, args := holdingIn()
-	query := `SELECT a.sandbox_id, a.volume_id, a.mount_path, a.read_only FROM sandbox_volumes a JOIN sandboxes s ON s.id = a.sandbox_id
+	query := `SELECT ` + prefixCols("a.", attachmentCols) + ` FROM sandbox_volumes a JOIN sandboxes s ON s.id = a.sandbox_id
 		WHERE s.state IN ` + in + ` AND a.volume_id IN (?` + strings.Repeat(`, ?`, len(volumeIDs)-1) + `)
 		ORDER BY s.created_at, s.id`
 	for _, id := range volumeIDs {
 		args = append(args, id)
 	}
-	rows, err := s.query(ctx, q, query, args...)
+	all, err := queryAll(ctx, s, q, query, scanAttachment, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var a VolumeAttachment
-		var ro int
-		if err := rows.Scan(&a.SandboxID, &a.VolumeID, &a.MountPath, &ro); err != nil {
-			return nil, err
-		}
-		a.ReadOnly = ro != 0
+	for _, a := range all {
 		out[a.VolumeID] = append(out[a.VolumeID], a)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func (s *Store) withAttachments(ctx context.Context, vols []Volume) ([]Volume, error) {
@@ -130,11 +119,8 @@ func (s *Store) CreateVolume(ctx context.Context, v Volume) (Volume, error) {
 	v.Deleted, v.DeletedAt, v.Attachments = false, time.Time{}, nil
 	_, err := s.exec(ctx, s.db, `INSERT INTO volumes (`+volumeCols+`, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?)`,
 		v.ID, v.TeamID, v.Name, v.SizeMiB, v.HostID, micros(v.CreatedAt), micros(v.CreatedAt))
-	if isUnique(err) {
-		return Volume{}, ErrConflict
-	}
 	if err != nil {
-		return Volume{}, err
+		return Volume{}, conflictOr(err)
 	}
 	return v, nil
 }
@@ -149,6 +135,17 @@ func (s *Store) GetVolume(ctx context.Context, id string) (Volume, error) {
 // deleted: another team's volume, or a deleted one, is ErrNotFound exactly like a missing one.
 func (s *Store) GetTeamVolume(ctx context.Context, teamID, id string) (Volume, error) {
 	return s.getVolume(ctx, `SELECT `+volumeCols+` FROM volumes WHERE id = ? AND team_id = ? AND deleted = 0`, id, teamID)
+}
+
+// DeletedVolumes returns which of ids are recorded deleted (a host's reconcile deletes those it
+// still holds).
+func (s *Store) DeletedVolumes(ctx context.Context, ids []string) (map[string]bool, error) {
+	return s.deletedIn(ctx, "volumes", ids)
+}
+
+// CountVolumes returns how many volumes are not deleted (for /metrics).
+func (s *Store) CountVolumes(ctx context.Context) (int64, error) {
+	return s.countLive(ctx, "volumes")
 }
 
 func (s *Store) getVolume(ctx context.Context, q string, args ...any) (Volume, error) {
@@ -169,21 +166,9 @@ func (s *Store) getVolume(ctx context.Context, q string, args ...any) (Volume, e
 // ListVolumes returns a team's volumes that are not deleted, newest first, with their
 // attachments.
 func (s *Store) ListVolumes(ctx context.Context, teamID string) ([]Volume, error) {
-	rows, err := s.query(ctx, s.db, `SELECT `+volumeCols+` FROM volumes WHERE team_id = ? AND deleted = 0 ORDER BY created_at DESC, id DESC`, teamID)
+	out, err := queryAll(ctx, s, s.db, `SELECT `+volumeCols+` FROM volumes WHERE team_id = ? AND deleted = 0 ORDER BY created_at DESC, id DESC`,
+		scanVolume, teamID)
 	if err != nil {
-		return nil, err
-	}
-	var out []Volume
-	for rows.Next() {
-		v, err := scanVolume(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	return s.withAttachments(ctx, out)
@@ -267,12 +252,7 @@ func (s *Store) DeleteVolume(ctx context.Context, teamID, id string) error {
 	if !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	var one int
-	err = s.queryRow(ctx, s.db, `SELECT 1 FROM volumes WHERE id = ? AND team_id = ?`, id, teamID).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return ErrNotFound
-	}
-	return err
+	return s.ownedRow(ctx, "volumes", teamID, id)
 }
 
 // CreateSandboxWithVolumes records a new sandbox and its volumes in one transaction, checking
@@ -301,11 +281,8 @@ func (s *Store) CreateSandboxWithVolumes(ctx context.Context, sb Sandbox, vols [
 		}
 		return nil
 	})
-	if isUnique(err) {
-		return Sandbox{}, ErrConflict
-	}
 	if err != nil {
-		return Sandbox{}, err
+		return Sandbox{}, conflictOr(err)
 	}
 	return out[0], nil
 }
@@ -313,43 +290,15 @@ func (s *Store) CreateSandboxWithVolumes(ctx context.Context, sb Sandbox, vols [
 // SandboxVolumes returns the volumes a sandbox was created with (whatever its state), in mount
 // path order.
 func (s *Store) SandboxVolumes(ctx context.Context, sandboxID string) ([]VolumeAttachment, error) {
-	rows, err := s.query(ctx, s.db, `SELECT sandbox_id, volume_id, mount_path, read_only FROM sandbox_volumes WHERE sandbox_id = ? ORDER BY mount_path`, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []VolumeAttachment
-	for rows.Next() {
-		var a VolumeAttachment
-		var ro int
-		if err := rows.Scan(&a.SandboxID, &a.VolumeID, &a.MountPath, &ro); err != nil {
-			return nil, err
-		}
-		a.ReadOnly = ro != 0
-		out = append(out, a)
-	}
-	return out, rows.Err()
-}
-
-// DeletedVolumes returns which of ids are recorded deleted (a host's reconcile deletes those it
-// still holds).
-func (s *Store) DeletedVolumes(ctx context.Context, ids []string) (map[string]bool, error) {
-	return s.deletedIn(ctx, "volumes", ids)
-}
-
-// CountVolumes returns how many volumes are not deleted (for /metrics).
-func (s *Store) CountVolumes(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.queryRow(ctx, s.db, `SELECT COUNT(*) FROM volumes WHERE deleted = 0`).Scan(&n)
-	return n, err
+	return queryAll(ctx, s, s.db, `SELECT `+attachmentCols+` FROM sandbox_volumes WHERE sandbox_id = ? ORDER BY mount_path`,
+		scanAttachment, sandboxID)
 }
 
 // volumesSchema is the volumes tables' part of each migration.
 var volumesSchema = []schemaStep{
 	{3, []string{
-		// A volume lives on the host that made it (host_id). Deleting one keeps the row
-		// (deleted = 1): a host that missed the delete is told again at its next reconcile.
-		// updated_at is also touched by every attach, which serialises attaches of one volume.
+		// On the host that made it (host_id); deleted softly (see deletedIn). updated_at is
+		// also touched by every attach, which serialises attaches of one volume.
 		`CREATE TABLE volumes (
 			id         TEXT PRIMARY KEY,
 			team_id    TEXT NOT NULL REFERENCES teams(id),

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/pandastack/pandastack/internal/image"
 )
 
 // VMTestsEnv is the one switch for slow, VM-backed tests (`make test` and CI set it).
@@ -25,13 +27,9 @@ func NeedVMs(t testing.TB) {
 	}
 }
 
-// ImageCache is where built guest images are kept between test runs, so debootstrap runs once.
-func ImageCache() string {
-	if d := os.Getenv("PANDASTACK_IMAGE_CACHE"); d != "" {
-		return d
-	}
-	return "/var/tmp/pandastack-images"
-}
+// ImageCache is where built guest images are kept between test runs, so debootstrap runs once:
+// the machine's one cache (image.CacheDir), which `up` uses too.
+func ImageCache() string { return image.CacheDir() }
 
 // DataDir is a fresh agent data dir for one test.
 func DataDir(t testing.TB) string {

@@ -82,15 +82,21 @@ type qmpError struct {
 	Desc  string `json:"desc"`
 }
 
-// run executes one command; out (may be nil) receives the "return" value.
-func (q *qmp) run(ctx context.Context, cmd string, args any, out any) error {
+// lock takes the connection for one exchange, bounded by ctx's deadline (30 s without one), and
+// returns its unlock.
+func (q *qmp) lock(ctx context.Context) (unlock func()) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if dl, ok := ctx.Deadline(); ok {
 		q.conn.SetDeadline(dl)
 	} else {
 		q.conn.SetDeadline(time.Now().Add(30 * time.Second))
 	}
+	return q.mu.Unlock
+}
+
+// run executes one command; out (may be nil) receives the "return" value.
+func (q *qmp) run(ctx context.Context, cmd string, args any, out any) error {
+	defer q.lock(ctx)()
 	msg := map[string]any{"execute": cmd}
 	if args != nil {
 		msg["arguments"] = args
@@ -104,13 +110,7 @@ func (q *qmp) run(ctx context.Context, cmd string, args any, out any) error {
 
 // reply reads the answer to a command sent by other means (passFD).
 func (q *qmp) reply(ctx context.Context, cmd string, out any) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if dl, ok := ctx.Deadline(); ok {
-		q.conn.SetDeadline(dl)
-	} else {
-		q.conn.SetDeadline(time.Now().Add(30 * time.Second))
-	}
+	defer q.lock(ctx)()
 	return q.readReply(cmd, out)
 }
 

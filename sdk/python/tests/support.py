@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import unittest
-from typing import List
+from typing import Callable, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
@@ -64,16 +64,53 @@ class LiveTestCase(unittest.TestCase):
         kw.setdefault("template", TEMPLATE)
         kw.setdefault("ttl_seconds", 600)
         sb = self.client.sandboxes.create(**kw)
-        self.addCleanup(self._kill_quietly, sb)
+        self.cleanup_quietly(sb.kill)
         return sb
 
     def track(self, sbs: "List[pandastack.Sandbox]") -> None:
         for sb in sbs:
-            self.addCleanup(self._kill_quietly, sb)
+            self.cleanup_quietly(sb.kill)
 
-    @staticmethod
-    def _kill_quietly(sb: pandastack.Sandbox) -> None:
-        try:
-            sb.kill()
-        except pandastack.PandaStackError:
-            pass
+    def cleanup_quietly(self, fn: Callable[..., object], *args: object) -> None:
+        """After the test, call fn(*args), ignoring the API's errors (the thing may be gone)."""
+        self.addCleanup(_quietly, fn, *args)
+
+
+class EachSeed:
+    """A test per seed snippet in fixtures/; the test class says how to run one (run_fixture)."""
+
+    def run_fixture(self, name: str) -> None:
+        raise NotImplementedError
+
+    def test_seed_000_northflank(self) -> None:
+        self.run_fixture("seed_000_northflank.py")
+
+    def test_seed_001_e2b(self) -> None:
+        self.run_fixture("seed_001_e2b.py")
+
+    def test_seed_003_daytona(self) -> None:
+        self.run_fixture("seed_003_daytona.py")
+
+
+class SuiteSandboxTestCase(LiveTestCase):
+    """A live test class whose tests share one sandbox, ``self.sb``, made for the class (ttl 900 s,
+    metadata ``suite`` = SUITE) and killed after it."""
+
+    SUITE = ""
+    sb: pandastack.Sandbox
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls.sb = cls.client.sandboxes.create(template=TEMPLATE, ttl_seconds=900, metadata={"suite": cls.SUITE})
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.sb.kill()
+
+
+def _quietly(fn: Callable[..., object], *args: object) -> None:
+    try:
+        fn(*args)
+    except pandastack.PandaStackError:
+        pass

@@ -187,17 +187,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = _any
 
 
+def reply(h: Handler, status: int, data: bytes, headers: Dict[str, str]) -> None:
+    """Send status, the headers (in order), Content-Length and data."""
+    h.send_response(status)
+    for k, v in headers.items():
+        h.send_header(k, v)
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)
+
+
 def answer(status: int, body: Any, headers: Optional[Dict[str, str]] = None) -> Callable[[Handler], None]:
     def step(h: Handler) -> None:
         data = json.dumps(body).encode() if body is not None else b""
-        h.send_response(status)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        h.send_header("X-Request-Id", "req_fake%d" % len(h.seen))
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
-        h.end_headers()
-        h.wfile.write(data)
+        reply(h, status, data, {"Content-Type": "application/json", "X-Request-Id": "req_fake%d" % len(h.seen),
+                                **(headers or {})})
 
     return step
 
@@ -273,12 +277,7 @@ class Retries(unittest.TestCase):
 
     def test_non_json_error_body(self) -> None:
         def html(h: Handler) -> None:
-            data = b"<html>bad gateway</html>"
-            h.send_response(502)
-            h.send_header("Content-Type", "text/html")
-            h.send_header("Content-Length", str(len(data)))
-            h.end_headers()
-            h.wfile.write(data)
+            reply(h, 502, b"<html>bad gateway</html>", {"Content-Type": "text/html"})
 
         Handler.script = [html]
         with self.assertRaises(pandastack.InternalError) as cm:
@@ -292,12 +291,7 @@ class Retries(unittest.TestCase):
     def test_error_inside_a_stream(self) -> None:
         def stream(h: Handler) -> None:
             lines = b'{"stdout":"partial\\n"}\n{"error":{"code":"internal","message":"the stream broke"}}\n'
-            h.send_response(200)
-            h.send_header("Content-Type", "application/x-ndjson")
-            h.send_header("Content-Length", str(len(lines)))
-            h.send_header("X-Request-Id", "req_stream")
-            h.end_headers()
-            h.wfile.write(lines)
+            reply(h, 200, lines, {"Content-Type": "application/x-ndjson", "X-Request-Id": "req_stream"})
 
         Handler.script = [stream]
         sb = pandastack.Sandbox(self.client, SB)
@@ -310,11 +304,7 @@ class Retries(unittest.TestCase):
 
     def test_stream_cut_short(self) -> None:
         def stream(h: Handler) -> None:
-            lines = b'{"stdout":"partial\\n"}\n'
-            h.send_response(200)
-            h.send_header("Content-Length", str(len(lines)))
-            h.end_headers()
-            h.wfile.write(lines)
+            reply(h, 200, b'{"stdout":"partial\\n"}\n', {})
 
         Handler.script = [stream]
         with self.assertRaises(pandastack.APIConnectionError):

@@ -24,7 +24,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, List, Optional
 from unittest import mock
 
-from support import ERROR_CLASSES, HERE, SRC
+from support import ERROR_CLASSES, HERE, SRC, EachSeed
 
 import pandastack
 from pandastack import HTTPRequest, HTTPResponse
@@ -744,7 +744,7 @@ class FakeAPI:
         return err(404, "not_found", "no route %s" % u.path)
 
 
-class SeedSnippetsOffline(unittest.TestCase):
+class SeedSnippetsOffline(EachSeed, unittest.TestCase):
     """The seeds' Python snippets (tests/fixtures/, verbatim) run in this process against FakeAPI,
     put in place of the default send: the public calls they make still exist, take what the
     snippets pass, and produce what they print. test_seeds.py runs them against the real server."""
@@ -755,7 +755,7 @@ class SeedSnippetsOffline(unittest.TestCase):
         "seed_003_daytona.py": ("PANDASTACK_TOKEN", ["4", "checkpoint"], 5),
     }
 
-    def run_snippet(self, name: str) -> None:
+    def run_fixture(self, name: str) -> None:
         key_var, want, n_requests = self.CASES[name]
         api = FakeAPI("pds_seed")
         out = io.StringIO()
@@ -768,15 +768,6 @@ class SeedSnippetsOffline(unittest.TestCase):
         self.assertEqual(len(api.requests), n_requests)
         self.assertTrue(all(r.url.startswith("http://seed.invalid/v1/") for r in api.requests))
         self.assertTrue(any(s.get("fork_of") for s in api.sandboxes.values()), "the snippet forks")
-
-    def test_seed_000_northflank(self) -> None:
-        self.run_snippet("seed_000_northflank.py")
-
-    def test_seed_001_e2b(self) -> None:
-        self.run_snippet("seed_001_e2b.py")
-
-    def test_seed_003_daytona(self) -> None:
-        self.run_snippet("seed_003_daytona.py")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import unittest
 import uuid
 
 import pandastack
-from support import TEMPLATE, LiveTestCase
+from support import TEMPLATE, LiveTestCase, SuiteSandboxTestCase
 
 
 class ClientSurface(LiveTestCase):
@@ -91,17 +91,8 @@ class ClientSurface(LiveTestCase):
         self.assertEqual(self.client.sandboxes.get(sb.id).state, "killed")
 
 
-class Exec(LiveTestCase):
-    sb: pandastack.Sandbox
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.sb = cls.client.sandboxes.create(template=TEMPLATE, ttl_seconds=900, metadata={"suite": "py-exec"})
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.sb.kill()
+class Exec(SuiteSandboxTestCase):
+    SUITE = "py-exec"
 
     def test_python_in_guest(self) -> None:
         r = self.sb.exec("python -c 'print(2 ** 10)'", timeout_seconds=30)
@@ -208,17 +199,8 @@ class Exec(LiveTestCase):
         self.assertEqual(results, {i: "%d\n" % i for i in range(4)})
 
 
-class Files(LiveTestCase):
-    sb: pandastack.Sandbox
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.sb = cls.client.sandboxes.create(template=TEMPLATE, ttl_seconds=900, metadata={"suite": "py-files"})
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.sb.kill()
+class Files(SuiteSandboxTestCase):
+    SUITE = "py-files"
 
     def setUp(self) -> None:
         self.dir = "/tmp/py-" + uuid.uuid4().hex[:8]

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import unittest
 
-from support import HERE, SRC, LiveTestCase
+from support import HERE, SRC, EachSeed, LiveTestCase
 
 FIXTURES = os.path.join(HERE, "fixtures")
 SEEDS_DIR = os.environ.get("PANDASTACK_SEEDS_DIR", os.path.join(os.sep, "work", "shared", "seeds"))
@@ -25,7 +25,7 @@ SEEDS = {
 }
 
 
-class SeedSnippets(LiveTestCase):
+class SeedSnippets(EachSeed, LiveTestCase):
     def running_ids(self) -> "set[str]":
         return {sb.id for sb in self.client.sandboxes.list(state=["running", "hibernated"])}
 
@@ -65,14 +65,6 @@ class SeedSnippets(LiveTestCase):
         lines = [line.strip() for line in p.stdout.splitlines() if line.strip()]
         self.assertEqual(lines, want, "%s printed %r" % (name, p.stdout))
 
-    def test_seed_000_northflank(self) -> None:
-        self.run_fixture("seed_000_northflank.py")
-
-    def test_seed_001_e2b(self) -> None:
-        self.run_fixture("seed_001_e2b.py")
-
-    def test_seed_003_daytona(self) -> None:
-        self.run_fixture("seed_003_daytona.py")
 
     # The same snippets with only what depends on the server's catalog and guest image swapped
     # (template "code-interpreter" -> "base", /work -> /tmp/work). When the verbatim test fails

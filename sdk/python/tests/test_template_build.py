@@ -26,15 +26,9 @@ ready: curl -sf http://127.0.0.1:8081/step.txt
 
 
 class TemplateBuild(LiveTestCase):
-    def _delete_quietly(self, name: str) -> None:
-        try:
-            self.client.templates.delete(name)
-        except pandastack.PandaStackError:
-            pass
-
     def test_build_create_delete(self) -> None:
         name = "py-" + uuid.uuid4().hex[:8]
-        self.addCleanup(self._delete_quietly, name)
+        self.cleanup_quietly(self.client.templates.delete, name)
         log = []
         t = self.client.templates.build(SPEC.format(name=name), on_progress=log.append)
         self.assertEqual(t.name, name)
@@ -51,7 +45,7 @@ class TemplateBuild(LiveTestCase):
 
     def test_failing_step(self) -> None:
         name = "py-" + uuid.uuid4().hex[:8]
-        self.addCleanup(self._delete_quietly, name)
+        self.cleanup_quietly(self.client.templates.delete, name)
         with self.assertRaises(pandastack.BuildFailed) as cm:
             self.client.templates.build({"name": name, "from": "base", "steps": ["echo nope >&2; exit 7"]})
         self.assertIn("exit code 7", cm.exception.message)

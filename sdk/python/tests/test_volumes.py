@@ -16,14 +16,8 @@ from support import LiveTestCase
 class Volumes(LiveTestCase):
     def make_volume(self, size_mib: int = 64, name: "str | None" = None) -> pandastack.Volume:
         v = self.client.volumes.create(size_mib=size_mib, name=name)
-        self.addCleanup(self._delete_quietly, v.id)
+        self.cleanup_quietly(self.client.volumes.delete, v.id)
         return v
-
-    def _delete_quietly(self, volume_id: str) -> None:
-        try:
-            self.client.volumes.delete(volume_id)
-        except pandastack.PandaStackError:
-            pass
 
     def test_calls_and_validation(self) -> None:
         name = "py-" + uuid.uuid4().hex[:8]

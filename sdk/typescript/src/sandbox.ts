@@ -615,20 +615,18 @@ export class Sandbox {
 
   /** Save the sandbox to disk and stop its VM; any later call resumes it. */
   async hibernate(): Promise<this> {
-    await this.updateFrom(
-      await this.client.http.json("POST", this.path("/hibernate"), {
-        json: {},
-        idempotent: true,
-        timeoutMs: this.client.createTimeoutMs,
-      }),
-    );
-    return this;
+    return this.move("/hibernate");
   }
 
   /** Resume a hibernated sandbox (a no-op on a running one). */
   async wake(): Promise<this> {
+    return this.move("/wake");
+  }
+
+  /** POST a state change that is safe to repeat (hibernate, wake); take the state answered. */
+  private async move(sub: string): Promise<this> {
     await this.updateFrom(
-      await this.client.http.json("POST", this.path("/wake"), {
+      await this.client.http.json("POST", this.path(sub), {
         json: {},
         idempotent: true,
         timeoutMs: this.client.createTimeoutMs,

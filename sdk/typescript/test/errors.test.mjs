@@ -1,5 +1,5 @@
 // Error mapping against the real server, and retries against a scripted local server.
-import { after, afterEach, before, beforeEach, describe, it } from "node:test";
+import { afterEach, beforeEach, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { createServer as createNetServer } from "node:net";
@@ -23,7 +23,7 @@ import {
   Timeout,
   NoSpace,
 } from "@pandastack/sdk";
-import { ERROR_CASES, TEMPLATE, liveClient, serverEnv, tracker } from "./helpers.mjs";
+import { ERROR_CASES, TEMPLATE, liveSuite, serverEnv } from "./helpers.mjs";
 
 async function rawApi(method, path, body) {
   const { baseUrl, apiKey } = serverEnv();
@@ -36,13 +36,8 @@ async function rawApi(method, path, body) {
 }
 
 describe("errors from the real server", () => {
-  let client;
-  let t;
-  before(() => {
-    client = liveClient();
-    t = tracker(client);
-  });
-  after(() => t.cleanup());
+  let client, t;
+  liveSuite((live) => ({ client, t } = live));
 
   it("a bad key is Unauthorized", async () => {
     const { baseUrl } = serverEnv();

@@ -1,5 +1,6 @@
 // Shared helpers of the TypeScript SDK tests. They run against a real PandaStack named by
 // PANDASTACK_BASE_URL and PANDASTACK_API_KEY (sdk/test.sh starts one and sets both).
+import { after, before } from "node:test";
 import * as sdk from "@pandastack/sdk";
 import { PandaStack, PandaStackError } from "@pandastack/sdk";
 
@@ -53,6 +54,22 @@ export function tracker(client) {
       })));
     },
   };
+}
+
+/**
+ * Registers the hooks of a suite against the live server. Before its first test, bind gets the
+ * suite's handles: `client`, `t` (a tracker: its sandboxes are killed after the suite) and, when
+ * sandbox params are given, `sb`, one sandbox made for the whole suite (ttl 900 s).
+ */
+export function liveSuite(bind, sandbox) {
+  let t;
+  before(async () => {
+    const client = liveClient();
+    t = tracker(client);
+    const sb = sandbox ? await t.create({ ttlSeconds: 900, ...sandbox }) : undefined;
+    bind({ client, t, sb });
+  });
+  after(() => t.cleanup());
 }
 
 export const LONG = { timeout: 300_000 };

@@ -1,10 +1,10 @@
 // fork, snapshot, hibernate and wake against a real PandaStack. These assert real behaviour: a
 // server that does not support a call yet answers 501 not_implemented and these tests FAIL.
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { NotFound, Sandbox } from "@pandastack/sdk";
-import { LONG, liveClient, tracker } from "./helpers.mjs";
+import { LONG, liveSuite } from "./helpers.mjs";
 
 // A process whose state lives only in guest memory: it survives fork/hibernate only if memory does.
 const START_DAEMON =
@@ -12,13 +12,8 @@ const START_DAEMON =
 const alive = async (sb, pid) => (await sb.exec(`kill -0 ${pid} && echo alive || echo gone`)).stdout.trim() === "alive";
 
 describe("lifecycle", () => {
-  let client;
-  let t;
-  before(() => {
-    client = liveClient();
-    t = tracker(client);
-  });
-  after(() => t.cleanup());
+  let client, t;
+  liveSuite((live) => ({ client, t } = live));
 
   it("fork() makes one copy-on-write child", LONG, async () => {
     const sb = await t.create({ metadata: { suite: "ts-fork" } });

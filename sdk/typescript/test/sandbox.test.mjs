@@ -1,20 +1,15 @@
 // Every call of the sandbox surface against a real PandaStack.
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomUUID } from "node:crypto";
 import { Conflict, ExecResult, NotFound, PandaStack, Sandbox } from "@pandastack/sdk";
-import { LONG, TEMPLATE, liveClient, tracker } from "./helpers.mjs";
+import { LONG, TEMPLATE, liveSuite } from "./helpers.mjs";
 
 const tag = () => randomUUID().replace(/-/g, "");
 
 describe("client and sandboxes", () => {
-  let client;
-  let t;
-  before(() => {
-    client = liveClient();
-    t = tracker(client);
-  });
-  after(() => t.cleanup());
+  let client, t;
+  liveSuite((live) => ({ client, t } = live));
 
   it("client.sandbox is client.sandboxes", () => {
     assert.equal(client.sandbox, client.sandboxes);
@@ -97,13 +92,8 @@ describe("client and sandboxes", () => {
 });
 
 describe("exec", () => {
-  let client;
-  let sb;
-  before(async () => {
-    client = liveClient();
-    sb = await client.sandboxes.create({ template: TEMPLATE, ttlSeconds: 900, metadata: { suite: "ts-exec" } });
-  });
-  after(() => sb?.kill());
+  let client, sb;
+  liveSuite((live) => ({ client, sb } = live), { metadata: { suite: "ts-exec" } });
 
   it("runs python in the guest", async () => {
     const r = await sb.exec("python -c 'print(2 ** 10)'", { timeoutSeconds: 30 });
@@ -221,13 +211,8 @@ describe("exec", () => {
 });
 
 describe("filesystem", () => {
-  let client;
-  let sb;
-  before(async () => {
-    client = liveClient();
-    sb = await client.sandboxes.create({ template: TEMPLATE, ttlSeconds: 900, metadata: { suite: "ts-files" } });
-  });
-  after(() => sb?.kill());
+  let client, sb;
+  liveSuite((live) => ({ client, sb } = live), { metadata: { suite: "ts-files" } });
   const dir = () => `/tmp/ts-${tag().slice(0, 8)}`;
 
   it("write and read text and bytes", async () => {

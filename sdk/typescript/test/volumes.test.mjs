@@ -1,22 +1,18 @@
 // Durable volumes against a real PandaStack (docs/volumes.md): what one sandbox writes under the
 // mount path, a later sandbox reads back. One read-write holder at a time, or any number of
 // read-only ones.
-import { after, before, describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { Conflict, InvalidRequest, NotFound, PandaStackError } from "@pandastack/sdk";
-import { LONG, liveClient, tracker } from "./helpers.mjs";
+import { LONG, liveSuite } from "./helpers.mjs";
 
 describe("volumes", () => {
-  let client;
-  let t;
+  let client, t;
   const made = [];
-  before(() => {
-    client = liveClient();
-    t = tracker(client);
-  });
+  liveSuite((live) => ({ client, t } = live));
+  // (after the suite's sandboxes are killed: those hooks run in the order they were registered)
   after(async () => {
-    await t.cleanup();
     for (const id of made) await client.volumes.delete(id).catch(() => {});
   });
   const makeVolume = async (params) => {

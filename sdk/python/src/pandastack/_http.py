@@ -299,21 +299,14 @@ class Transport:
                 finally:
                     resp.close()
             except (socket.timeout, TimeoutError) as e:
-                raise errors.Timeout(
-                    "no answer from %s within %s s (%s %s)" % (self.base_url, timeout, method, path),
-                    code="client_timeout",
-                    request_id=h["X-Request-Id"],
-                ) from e
+                raise self._timeout_error(method, path, timeout, h) from e
             except (ConnectionError, http.client.HTTPException, OSError) as e:
                 # Refused, reset, or closed before the answer: safe to repeat only if idempotent.
                 if idempotent and attempt < self.max_retries:
                     attempt += 1
                     self._sleep(self._backoff(attempt, None))
                     continue
-                raise errors.APIConnectionError(
-                    "cannot reach the PandaStack API at %s: %s" % (self.base_url, e or type(e).__name__),
-                    request_id=h["X-Request-Id"],
-                ) from e
+                raise self._connection_error(e, h) from e
             if 200 <= resp.status < 300:
                 return Response(resp.status, resp.headers, raw)
             if idempotent and resp.status in RETRY_STATUSES and attempt < self.max_retries:
@@ -321,6 +314,21 @@ class Transport:
                 self._sleep(self._backoff(attempt, resp.headers.get("Retry-After")))
                 continue
             self._raise_for(resp.status, resp.headers, raw, h["X-Request-Id"])
+
+    # The errors of a request that got no answer; ``h`` holds its X-Request-Id.
+
+    def _timeout_error(self, method: str, path: str, timeout: Optional[float], h: Dict[str, str]) -> errors.Timeout:
+        return errors.Timeout(
+            "no answer from %s within %s s (%s %s)" % (self.base_url, timeout, method, path),
+            code="client_timeout",
+            request_id=h["X-Request-Id"],
+        )
+
+    def _connection_error(self, e: BaseException, h: Dict[str, str]) -> errors.APIConnectionError:
+        return errors.APIConnectionError(
+            "cannot reach the PandaStack API at %s: %s" % (self.base_url, e or type(e).__name__),
+            request_id=h["X-Request-Id"],
+        )
 
     def stream_lines(
         self,
@@ -343,16 +351,9 @@ class Transport:
         try:
             resp = self._open(method, path, None, body, h, timeout)
         except (socket.timeout, TimeoutError) as e:
-            raise errors.Timeout(
-                "no answer from %s within %s s (%s %s)" % (self.base_url, timeout, method, path),
-                code="client_timeout",
-                request_id=h["X-Request-Id"],
-            ) from e
+            raise self._timeout_error(method, path, timeout, h) from e
         except (ConnectionError, http.client.HTTPException, OSError) as e:
-            raise errors.APIConnectionError(
-                "cannot reach the PandaStack API at %s: %s" % (self.base_url, e or type(e).__name__),
-                request_id=h["X-Request-Id"],
-            ) from e
+            raise self._connection_error(e, h) from e
         if not 200 <= resp.status < 300:
             try:
                 raw = resp.read()

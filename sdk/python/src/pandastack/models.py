@@ -70,13 +70,13 @@ class ExecResult:
         return self.exit_code == 0 and not self.timed_out
 
     def __repr__(self) -> str:
-        return "ExecResult(exit_code=%r, timed_out=%r, stdout=%r, stderr=%r, duration_ms=%r)" % (
-            self.exit_code,
-            self.timed_out,
-            _clip(self.stdout),
-            _clip(self.stderr),
-            self.duration_ms,
-        )
+        return _repr("ExecResult", exit_code=self.exit_code, timed_out=self.timed_out, stdout=_clip(self.stdout),
+                     stderr=_clip(self.stderr), duration_ms=self.duration_ms)
+
+
+def _repr(cls: str, /, **fields: Any) -> str:
+    """``cls(field=value, ...)`` with each value's repr, in the order given."""
+    return "%s(%s)" % (cls, ", ".join("%s=%r" % kv for kv in fields.items()))
 
 
 def _clip(s: str, n: int = 80) -> str:
@@ -108,12 +108,9 @@ class ExecEvent:
 
     def __repr__(self) -> str:
         if self.type == "exit":
-            return "ExecEvent(type='exit', exit_code=%r, timed_out=%r, duration_ms=%r)" % (
-                self.exit_code,
-                self.timed_out,
-                self.duration_ms,
-            )
-        return "ExecEvent(type=%r, data=%r)" % (self.type, self.data)
+            return _repr("ExecEvent", type="exit", exit_code=self.exit_code, timed_out=self.timed_out,
+                         duration_ms=self.duration_ms)
+        return _repr("ExecEvent", type=self.type, data=self.data)
 
 
 class FileInfo:
@@ -140,7 +137,7 @@ class FileInfo:
         return self.type == "file"
 
     def __repr__(self) -> str:
-        return "FileInfo(path=%r, type=%r, size=%r, mode=%r)" % (self.path, self.type, self.size, self.mode)
+        return _repr("FileInfo", path=self.path, type=self.type, size=self.size, mode=self.mode)
 
 
 class Snapshot:
@@ -160,12 +157,8 @@ class Snapshot:
         self._client._http.request("DELETE", "/v1/snapshots/%s" % quote_segment(self.id), idempotent=True)
 
     def __repr__(self) -> str:
-        return "Snapshot(id=%r, sandbox_id=%r, template=%r, size_bytes=%r)" % (
-            self.id,
-            self.sandbox_id,
-            self.template,
-            self.size_bytes,
-        )
+        return _repr("Snapshot", id=self.id, sandbox_id=self.sandbox_id, template=self.template,
+                     size_bytes=self.size_bytes)
 
 
 class Template:
@@ -190,13 +183,8 @@ class Template:
         self.available: Optional[bool] = d.get("available")
 
     def __repr__(self) -> str:
-        return "Template(name=%r, owner=%r, vcpus=%r, memory_mib=%r, baked=%r)" % (
-            self.name,
-            self.owner,
-            self.vcpus,
-            self.memory_mib,
-            self.baked,
-        )
+        return _repr("Template", name=self.name, owner=self.owner, vcpus=self.vcpus, memory_mib=self.memory_mib,
+                     baked=self.baked)
 
 
 def as_list(x: Any) -> List[Any]:
@@ -214,11 +202,8 @@ class VolumeAttachment:
         self.read_only: bool = bool(d.get("read_only", False))
 
     def __repr__(self) -> str:
-        return "VolumeAttachment(sandbox_id=%r, mount_path=%r, read_only=%r)" % (
-            self.sandbox_id,
-            self.mount_path,
-            self.read_only,
-        )
+        return _repr("VolumeAttachment", sandbox_id=self.sandbox_id, mount_path=self.mount_path,
+                     read_only=self.read_only)
 
 
 class Volume:
@@ -270,10 +255,5 @@ class Volume:
         return "/v1/volumes/%s%s" % (quote_segment(self.id), sub)
 
     def __repr__(self) -> str:
-        return "Volume(id=%r, name=%r, size_mib=%r, host_id=%r, attachments=%r)" % (
-            self.id,
-            self.name,
-            self.size_mib,
-            self.host_id,
-            self.attachments,
-        )
+        return _repr("Volume", id=self.id, name=self.name, size_mib=self.size_mib, host_id=self.host_id,
+                     attachments=self.attachments)

@@ -1,0 +1,417 @@
+// Package agenttest is the host-agent API's test kit: Run, the contract every host agent meets,
+// and New, a fake host agent for the control plane's own tests.
+//
+// The fake is a fake of our own API (docs/hostagent-api.md), not of a machine: an in-memory HTTP
+// server that lets the api, scheduler, sandboxes and CLI tests run without VMs. It boots nothing.
+// Exec interprets a few toy commands (exec.go), files live in a map (memfs.go), and a sandbox's
+// "memory" is one counter (the toy command `inc`) that snapshots, forks and hibernation carry
+// along as the real agent carries guest memory. What keeps it honest is the contract suite:
+// TestContractFake runs Run against it on every `go test`, TestContractHostAgent runs the same
+// checks against the real agent (internal/hostagent, real microVMs), and where the two disagree
+// the real agent is right. Never use the fake outside tests.
+package agenttest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/template"
+)
+
+// Agent is one fake host agent listening on loopback.
+type Agent struct {
+	HostID string
+	Token  string
+
+	mu        sync.Mutex
+	templates []agentclient.Template
+	built     map[string]template.Spec // templates built through the API, by name
+	sandboxes map[string]*sandbox
+	snapshots map[string]*snapshot
+	volumes   map[string]*volume
+	seq       int // for ids, pids and the order sandboxes are listed in
+	creates   int
+	kills     int
+	srv       *httptest.Server
+
+	// Knobs the tests turn (the setters below).
+	slotsTotal  int64
+	memTotal    int64
+	poolTotal   int64 // MiB (64 GiB, the real agent's default); volumes take their whole size (ditto)
+	maxVCPUs    int64
+	createErr   *agentclient.Error
+	createDelay time.Duration
+	forkErr     *agentclient.Error
+	forkIDs     []string
+	buildGate   chan struct{} // HoldBuilds
+}
+
+// sandbox is a fake sandbox: its API view, its guest and what it was created with.
+type sandbox struct {
+	agentclient.Sandbox
+	guest
+	order  int
+	env    map[string]string // the create's (a fork's parent's)
+	mounts []agentclient.VolumeMount
+	noWake bool // the next wake fails as if its memory files were gone
+}
+
+// guest is what a VM holds: its files and the toy "memory" counter that `inc` counts. Snapshots,
+// forks and hibernation carry it.
+type guest struct {
+	fs      memFS
+	counter int
+}
+
+func (g guest) clone() guest { return guest{fs: g.fs.clone(), counter: g.counter} }
+
+type snapshot struct {
+	agentclient.Snapshot
+	guest
+	deleted bool
+}
+
+// New starts a fake agent with the given templates (all baked, 1 vCPU and 256 MiB each: the
+// control-plane tests count capacity in those) and 8 slots.
+func New(hostID, token string, templates ...string) *Agent {
+	a := &Agent{HostID: hostID, Token: token, sandboxes: map[string]*sandbox{}, snapshots: map[string]*snapshot{},
+		volumes: map[string]*volume{}, built: map[string]template.Spec{},
+		slotsTotal: 8, memTotal: 8192, maxVCPUs: 8, poolTotal: 64 << 10}
+	for _, t := range templates {
+		at := agentclient.Template{Name: t, Baked: true, VCPUs: 1, MemoryMiB: 256, DiskMiB: 1024}
+		if cs, ok := template.CatalogSpec(t); ok { // reported like the real agent reports its catalog
+			at.Description, at.Aliases, at.Metadata = cs.Description, cs.Aliases, cs.Metadata
+		}
+		a.templates = append(a.templates, at)
+	}
+	a.srv = httptest.NewServer(a.handler())
+	return a
+}
+
+// URL is the agent's base URL.
+func (a *Agent) URL() string { return a.srv.URL }
+
+// Close stops the server (as if the host died).
+func (a *Agent) Close() { a.srv.CloseClientConnections(); a.srv.Close() }
+
+// with runs fn with the agent's lock held.
+func (a *Agent) with(fn func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	fn()
+}
+
+// SetSlots changes the slot capacity reported by /v1/info.
+func (a *Agent) SetSlots(n int64) { a.with(func() { a.slotsTotal = n }) }
+
+// SetMemory changes the total memory reported by /v1/info.
+func (a *Agent) SetMemory(mib int64) { a.with(func() { a.memTotal = mib }) }
+
+// SetPool changes the size of the disk pool (MiB) that volumes are admitted against.
+func (a *Agent) SetPool(mib int64) { a.with(func() { a.poolTotal = mib }) }
+
+// SetMaxVCPUs changes the largest VM (vCPUs) reported by /v1/info; max_memory_mib is half the memory.
+func (a *Agent) SetMaxVCPUs(n int64) { a.with(func() { a.maxVCPUs = n }) }
+
+// FailCreates makes every create answer err (nil to stop).
+func (a *Agent) FailCreates(err *agentclient.Error) { a.with(func() { a.createErr = err }) }
+
+// SetCreateDelay makes creates take d (to widen race windows).
+func (a *Agent) SetCreateDelay(d time.Duration) { a.with(func() { a.createDelay = d }) }
+
+// FailForks makes every fork answer err (nil to stop); no child is made.
+func (a *Agent) FailForks(err *agentclient.Error) { a.with(func() { a.forkErr = err }) }
+
+// ForkIDs makes the next fork name its children ids (in order) instead of fresh ones.
+func (a *Agent) ForkIDs(ids ...string) { a.with(func() { a.forkIDs = ids }) }
+
+// onSandbox runs fn on sandbox id, if this host has it, with the lock held.
+func (a *Agent) onSandbox(id string, fn func(*sandbox)) {
+	a.with(func() {
+		if sb, ok := a.sandboxes[id]; ok {
+			fn(sb)
+		}
+	})
+}
+
+// Hibernate hibernates a running sandbox behind the control plane's back, as the real agent's
+// --idle-hibernate does.
+func (a *Agent) Hibernate(id string) {
+	a.onSandbox(id, func(sb *sandbox) {
+		if sb.State == agentclient.StateRunning {
+			sb.State, sb.PID = agentclient.StateHibernated, 0
+		}
+	})
+}
+
+// BreakWake makes the next wake of a sandbox fail as if its memory files were missing: it then
+// goes to state error with the reason, like the real agent.
+func (a *Agent) BreakWake(id string) { a.onSandbox(id, func(sb *sandbox) { sb.noWake = true }) }
+
+// State returns a sandbox's state on this host ("" when the host does not have it).
+func (a *Agent) State(id string) (state string) {
+	a.onSandbox(id, func(sb *sandbox) { state = sb.State })
+	return state
+}
+
+// Mounts returns the volumes a sandbox on this host was created with.
+func (a *Agent) Mounts(id string) (ms []agentclient.VolumeMount) {
+	a.onSandbox(id, func(sb *sandbox) { ms = slices.Clone(sb.mounts) })
+	return ms
+}
+
+// SandboxTemplate returns the template a sandbox on this host was created from ("" if none).
+func (a *Agent) SandboxTemplate(id string) (name string) {
+	a.onSandbox(id, func(sb *sandbox) { name = sb.Template })
+	return name
+}
+
+// keys returns the keys of m whose values pass keep, sorted, with a's lock held.
+func keys[V any](a *Agent, m map[string]V, keep func(V) bool) []string {
+	var out []string
+	a.with(func() {
+		for k, v := range m {
+			if keep(v) {
+				out = append(out, k)
+			}
+		}
+	})
+	slices.Sort(out)
+	return out
+}
+
+// Snapshots returns the ids of the snapshots this host keeps (not deleted), sorted.
+func (a *Agent) Snapshots() []string {
+	return keys(a, a.snapshots, func(sn *snapshot) bool { return !sn.deleted })
+}
+
+// Volumes returns the ids of the volumes this host keeps, sorted.
+func (a *Agent) Volumes() []string { return keys(a, a.volumes, func(*volume) bool { return true }) }
+
+// All returns the ids of every sandbox this host has, in any state, sorted.
+func (a *Agent) All() []string { return keys(a, a.sandboxes, func(*sandbox) bool { return true }) }
+
+// Running returns the ids of running sandboxes, sorted.
+func (a *Agent) Running() []string {
+	return keys(a, a.sandboxes, func(sb *sandbox) bool { return sb.State == agentclient.StateRunning })
+}
+
+// Counts returns how many creates and kills the agent served.
+func (a *Agent) Counts() (creates, kills int) {
+	a.with(func() { creates, kills = a.creates, a.kills })
+	return creates, kills
+}
+
+// AddSandbox injects a running sandbox (e.g. one the control plane never recorded).
+func (a *Agent) AddSandbox(id, template string) {
+	a.with(func() { a.sandboxes[id] = a.newSandbox(id, a.template(template), guest{fs: newFS()}) })
+}
+
+// newSandbox is a running sandbox of template tpl with guest g (a.mu held).
+func (a *Agent) newSandbox(id string, tpl agentclient.Template, g guest) *sandbox {
+	a.seq++
+	return &sandbox{Sandbox: agentclient.Sandbox{ID: id, Template: tpl.Name, State: agentclient.StateRunning, PID: 1000 + a.seq,
+		CreatedAt: time.Now().UTC().Format(time.RFC3339), MemoryMiB: tpl.MemoryMiB, VCPUs: tpl.VCPUs}, guest: g, order: a.seq}
+}
+
+// template returns a template this agent lists; an unknown one is reported with the fake's
+// default size (for AddSandbox).
+func (a *Agent) template(name string) agentclient.Template {
+	for _, t := range a.templates {
+		if t.Name == name {
+			return t
+		}
+	}
+	return agentclient.Template{Name: name, VCPUs: 1, MemoryMiB: 256}
+}
+
+func (a *Agent) knows(name string) bool {
+	return slices.ContainsFunc(a.templates, func(t agentclient.Template) bool { return t.Name == name })
+}
+
+func (a *Agent) newID(prefix string) string {
+	a.seq++
+	return prefix + strconv.Itoa(a.seq)
+}
+
+// Ids the real agent accepts.
+var (
+	sandboxIDRE = regexp.MustCompile(`^sb_[a-z0-9]{1,60}$`)
+	volumeIDRE  = regexp.MustCompile(`^vol_[a-z0-9]{1,60}$`)
+)
+
+func apiErr(status int, code, format string, args ...any) *agentclient.Error {
+	return &agentclient.Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func invalid(format string, args ...any) *agentclient.Error {
+	return apiErr(400, "invalid_request", format, args...)
+}
+
+func notFound(format string, args ...any) *agentclient.Error {
+	return apiErr(404, "not_found", format, args...)
+}
+
+func conflict(format string, args ...any) *agentclient.Error {
+	return apiErr(409, "conflict", format, args...)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, e *agentclient.Error) {
+	writeJSON(w, e.Status, map[string]any{"error": map[string]string{"code": e.Code, "message": e.Message}})
+}
+
+// decode reads a JSON body strictly, like the real agent.
+func decode(r *http.Request, v any) *agentclient.Error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return invalid("request body: %v", err)
+	}
+	return nil
+}
+
+// call is one endpoint of the API: it runs with the agent's lock held and answers a body or an
+// error. The body's type says the status: nil is 204 No Content, created{v} is v with 201,
+// []byte is a file's bytes, anything else JSON with 200.
+type call func(r *http.Request) (any, *agentclient.Error)
+
+type created struct{ v any }
+
+func (a *Agent) serve(fn call) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		body, err := fn(r)
+		a.mu.Unlock()
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		switch b := body.(type) {
+		case nil:
+			w.WriteHeader(204)
+		case created:
+			writeJSON(w, 201, b.v)
+		case []byte:
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			w.Write(b)
+		default:
+			writeJSON(w, 200, b)
+		}
+	}
+}
+
+func (a *Agent) handler() http.Handler {
+	api := http.NewServeMux()
+	for pattern, fn := range map[string]call{
+		"GET /v1/info":                        a.info,
+		"GET /v1/templates":                   a.listTemplates,
+		"DELETE /v1/templates/{name}":         a.deleteTemplate,
+		"GET /v1/sandboxes":                   a.listSandboxes,
+		"GET /v1/sandboxes/{id}":              a.getSandbox,
+		"DELETE /v1/sandboxes/{id}":           a.kill,
+		"POST /v1/sandboxes/{id}/fork":        a.fork,
+		"POST /v1/sandboxes/{id}/hibernate":   a.hibernate,
+		"POST /v1/sandboxes/{id}/wake":        a.wake,
+		"POST /v1/sandboxes/{id}/snapshots":   a.snapshot,
+		"GET /v1/snapshots":                   a.listSnapshots,
+		"GET /v1/snapshots/{id}":              a.getSnapshot,
+		"DELETE /v1/snapshots/{id}":           a.deleteSnapshot,
+		"POST /v1/volumes":                    a.createVolume,
+		"GET /v1/volumes":                     a.listVolumes,
+		"GET /v1/volumes/{id}":                a.getVolume,
+		"POST /v1/volumes/{id}/resize":        a.resizeVolume,
+		"DELETE /v1/volumes/{id}":             a.deleteVolume,
+		"GET /v1/sandboxes/{id}/files":        a.fileCall(readFile),
+		"PUT /v1/sandboxes/{id}/files":        a.fileCall(writeFile),
+		"DELETE /v1/sandboxes/{id}/files":     a.fileCall(removeFile),
+		"GET /v1/sandboxes/{id}/files/list":   a.fileCall(listFiles),
+		"GET /v1/sandboxes/{id}/files/stat":   a.fileCall(statFile),
+		"POST /v1/sandboxes/{id}/files/mkdir": a.mkdir,
+		"POST /v1/sandboxes/{id}/files/move":  a.move,
+		"GET /healthz":                        a.health,
+		"/":                                   a.noRoute,
+	} {
+		api.HandleFunc(pattern, a.serve(fn))
+	}
+	api.HandleFunc("POST /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		delay := a.createDelay
+		a.mu.Unlock()
+		time.Sleep(delay)
+		a.serve(a.create)(w, r)
+	})
+	api.HandleFunc("POST /v1/sandboxes/{id}/exec", a.exec)
+	api.HandleFunc("POST /v1/templates", a.buildTemplate)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get("Authorization")
+		if t := r.Header.Get(agentclient.ProxyTokenHeader); t != "" {
+			got = "Bearer " + t
+			r.Header.Del(agentclient.ProxyTokenHeader)
+		}
+		if r.URL.Path != "/healthz" && got != "Bearer "+a.Token {
+			writeErr(w, apiErr(401, "unauthorized", "bad agent token"))
+			return
+		}
+		// Proxied requests skip the mux, as on the real agent: their path passes through as sent.
+		if id, port, rest, ok := agentclient.PortPath(r.URL.EscapedPath()); ok {
+			a.port(w, r, id, port, rest)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+func (a *Agent) health(*http.Request) (any, *agentclient.Error) {
+	return agentclient.Health{OK: true, Version: "fake", Accel: "tcg"}, nil
+}
+
+func (a *Agent) noRoute(r *http.Request) (any, *agentclient.Error) {
+	return nil, notFound("no route for %s %s", r.Method, r.URL.Path)
+}
+
+// info reports a slot for every sandbox, hibernated ones too, and memory for running ones (like
+// the real agent), with limits like its defaults: half the memory per VM, 2 × the memory committed.
+func (a *Agent) info(*http.Request) (any, *agentclient.Error) {
+	var committed int64
+	for _, sb := range a.sandboxes {
+		if sb.State == agentclient.StateRunning {
+			committed += int64(sb.MemoryMiB)
+		}
+	}
+	return agentclient.Info{HostID: a.HostID, Accel: "tcg", MemMiBTotal: a.memTotal, MemMiBFree: a.memTotal - committed,
+		SlotsTotal: a.slotsTotal, SlotsUsed: int64(len(a.sandboxes)), Templates: a.templates,
+		MaxVCPUs: a.maxVCPUs, MaxMemoryMiB: a.memTotal / 2, MemoryOvercommit: 2, MemMiBCommitted: committed,
+		MemMiBCommitLimit: 2 * a.memTotal, MemMiBWatermark: 512,
+		PoolMiBTotal: a.poolTotal, PoolMiBFree: a.poolFree()}, nil
+}
+
+// port stands in for the agent's port proxy: instead of a guest server it describes the request
+// it got, so tests can check what the control plane forwarded.
+func (a *Agent) port(w http.ResponseWriter, r *http.Request, id, port, rest string) {
+	a.mu.Lock()
+	_, ok := a.sandboxes[id]
+	a.mu.Unlock()
+	if !ok {
+		writeErr(w, notFound("no such sandbox"))
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	writeJSON(w, 200, map[string]any{"method": r.Method, "port": port, "path": rest,
+		"query": r.URL.RawQuery, "host": r.Host, "authorization": r.Header.Get("Authorization"), "body": string(body)})
+}

@@ -1,0 +1,311 @@
+// Package v1 is the public /v1 API's wire contract, defined once (docs/openapi.yaml describes
+// it; internal/api's tests hold the two together): the server (internal/api) encodes these
+// types, the Go client (internal/client) and the CLI decode them. The SDKs spell the same JSON by hand, so a field's name, its omitempty and the order of
+// fields here are the contract: change them only with the API.
+//
+// Answers are plain types. Requests a client sends are here too, with omitempty so a zero field
+// is left out; where the server must tell a zero from an absent field ("ttl_seconds": 0 is an
+// error, no ttl_seconds the default) it decodes a presence-aware form of its own (pointers),
+// unless the type here already has one (ExecRequest).
+package v1
+
+import (
+	"time"
+
+	"github.com/pandastack/pandastack/internal/network"
+)
+
+// Timestamp renders t as RFC 3339 UTC with milliseconds, the API's one time format ("" for the
+// zero time).
+func Timestamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// ErrorBody is every non-2xx answer: {"error": {"code", "message"}}. An NDJSON stream (exec,
+// template build) ends with the same object as its last line when it fails after it started.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inside of an ErrorBody.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Sandbox is the public sandbox object.
+type Sandbox struct {
+	ID        string            `json:"id"`
+	Template  string            `json:"template"`
+	State     string            `json:"state"`
+	CreatedAt string            `json:"created_at"`
+	ExpiresAt string            `json:"expires_at"`
+	Metadata  map[string]string `json:"metadata"`
+	Host      string            `json:"host"`
+	IP        string            `json:"ip,omitempty"`
+	// Error is the reason of a sandbox in state error or lost.
+	Error string `json:"error,omitempty"`
+	// ForkOf names the parent of a fork's child; SnapshotID the snapshot a sandbox was made from.
+	ForkOf     string `json:"fork_of,omitempty"`
+	SnapshotID string `json:"snapshot_id,omitempty"`
+}
+
+// SandboxPage is GET /v1/sandboxes: one page, and the cursor of the next (null at the end).
+type SandboxPage struct {
+	NextCursor *string   `json:"next_cursor"`
+	Sandboxes  []Sandbox `json:"sandboxes"`
+}
+
+// Sandboxes is a fork's answer: its children.
+type Sandboxes struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// CreateRequest is the body of a create: from a template, or from a snapshot (SnapshotID; the
+// template may then be left empty).
+type CreateRequest struct {
+	Template   string            `json:"template,omitempty"`
+	SnapshotID string            `json:"snapshot_id,omitempty"`
+	TTLSeconds int64             `json:"ttl_seconds,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Egress     *network.Egress   `json:"egress,omitempty"`
+	Volumes    []VolumeMount     `json:"volumes,omitempty"`
+}
+
+// VolumeMount is a volume a create mounts in the sandbox, read-only or not.
+type VolumeMount struct {
+	VolumeID  string `json:"volume_id"`
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only,omitempty"`
+}
+
+// TTLRequest is the body of POST /v1/sandboxes/{id}/ttl.
+type TTLRequest struct {
+	TTLSeconds int64 `json:"ttl_seconds"`
+}
+
+// ForkRequest is the body of a fork (no body: one child).
+type ForkRequest struct {
+	Count int `json:"count"`
+}
+
+// ExecRequest is the body of an exec: cmd (a shell command line) or argv. TimeoutSeconds is nil
+// for the host's default (a given 0 is refused).
+type ExecRequest struct {
+	Cmd            string            `json:"cmd,omitempty"`
+	Argv           []string          `json:"argv,omitempty"`
+	TimeoutSeconds *float64          `json:"timeout_seconds,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Cwd            string            `json:"cwd,omitempty"`
+	User           string            `json:"user,omitempty"`
+	Stdin          *string           `json:"stdin,omitempty"`
+}
+
+// ExecResult is a finished exec.
+type ExecResult struct {
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	ExitCode        int    `json:"exit_code"`
+	TimedOut        bool   `json:"timed_out"`
+	DurationMS      int64  `json:"duration_ms"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+}
+
+// ExecEvent is one line of a streamed exec (Accept: application/x-ndjson): output as it comes,
+// then the exit (or an error).
+type ExecEvent struct {
+	Stdout     *string      `json:"stdout,omitempty"`
+	Stderr     *string      `json:"stderr,omitempty"`
+	ExitCode   *int         `json:"exit_code,omitempty"`
+	TimedOut   bool         `json:"timed_out,omitempty"`
+	DurationMS int64        `json:"duration_ms,omitempty"`
+	Error      *ErrorDetail `json:"error,omitempty"`
+}
+
+// Stat describes a file in a sandbox (the files endpoints relay the host's answer).
+type Stat struct {
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Type   string `json:"type"`
+	Size   int64  `json:"size"`
+	Mode   string `json:"mode"`
+	MTime  string `json:"mtime"`
+	Target string `json:"target,omitempty"`
+}
+
+// Entries is GET /v1/sandboxes/{id}/files/list.
+type Entries struct {
+	Entries []Stat `json:"entries"`
+}
+
+// PathRequest is the body of POST …/files/mkdir.
+type PathRequest struct {
+	Path string `json:"path"`
+	User string `json:"user,omitempty"`
+}
+
+// MoveRequest is the body of POST …/files/move.
+type MoveRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	User string `json:"user,omitempty"`
+}
+
+// Snapshot is the public snapshot object: a sandbox's memory and disk at one instant.
+type Snapshot struct {
+	ID        string `json:"id"`
+	SandboxID string `json:"sandbox_id"`
+	Template  string `json:"template"`
+	CreatedAt string `json:"created_at"`
+	SizeBytes int64  `json:"size_bytes"`
+}
+
+// SnapshotPage is GET /v1/snapshots: one page, newest first, and the next page's cursor.
+type SnapshotPage struct {
+	NextCursor *string    `json:"next_cursor"`
+	Snapshots  []Snapshot `json:"snapshots"`
+}
+
+// Template owners in Template.Owner.
+const (
+	OwnerCatalog = "catalog"
+	OwnerTeam    = "team"
+)
+
+// Template is a catalog template (Owner "catalog") or one the caller's team built (Owner
+// "team", private to the team).
+type Template struct {
+	Name        string            `json:"name"`
+	Owner       string            `json:"owner"`
+	Description string            `json:"description,omitempty"`
+	VCPUs       int               `json:"vcpus"`
+	MemoryMiB   int               `json:"memory_mib"`
+	DiskMiB     int               `json:"disk_mib"`
+	SizeBytes   int64             `json:"size_bytes,omitempty"`
+	BakeMS      int64             `json:"bake_ms,omitempty"`
+	Aliases     []string          `json:"aliases"`
+	Metadata    map[string]string `json:"metadata"`
+	// Available: some host that is up can run it. Baked: some such host has it ready to restore.
+	Available bool   `json:"available"`
+	Baked     bool   `json:"baked"`
+	CreatedAt string `json:"created_at,omitempty"`
+	UpdatedAt string `json:"updated_at,omitempty"`
+}
+
+// Templates is GET /v1/templates.
+type Templates struct {
+	Templates []Template `json:"templates"`
+}
+
+// BuildEvent is one line of a template build's NDJSON answer: progress lines, then the template
+// or an error.
+type BuildEvent struct {
+	Progress *string      `json:"progress,omitempty"`
+	Template *Template    `json:"template,omitempty"`
+	Error    *ErrorDetail `json:"error,omitempty"`
+}
+
+// Volume is the public volume object: a persistent disk on one host that outlives sandboxes.
+type Volume struct {
+	ID          string             `json:"id"`
+	Name        string             `json:"name"`
+	SizeMiB     int64              `json:"size_mib"`
+	HostID      string             `json:"host_id"`
+	CreatedAt   string             `json:"created_at"`
+	Attachments []VolumeAttachment `json:"attachments"`
+}
+
+// VolumeAttachment is a sandbox that has a volume mounted.
+type VolumeAttachment struct {
+	SandboxID string `json:"sandbox_id"`
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only"`
+}
+
+// Volumes is GET /v1/volumes.
+type Volumes struct {
+	Volumes []Volume `json:"volumes"`
+}
+
+// CreateVolumeRequest is the body of POST /v1/volumes.
+type CreateVolumeRequest struct {
+	Name    string `json:"name,omitempty"`
+	SizeMiB int64  `json:"size_mib"`
+}
+
+// ResizeVolumeRequest is the body of POST /v1/volumes/{id}/resize.
+type ResizeVolumeRequest struct {
+	SizeMiB int64 `json:"size_mib"`
+}
+
+// Key is an API key record: never the secret, only its display prefix — but Key holds the
+// secret in the answer that created it.
+type Key struct {
+	ID        string  `json:"id"`
+	Name      string  `json:"name"`
+	Prefix    string  `json:"prefix"`
+	Admin     bool    `json:"admin"`
+	TeamID    string  `json:"team_id"`
+	CreatedAt string  `json:"created_at"`
+	RevokedAt *string `json:"revoked_at"`
+	Key       string  `json:"key,omitempty"`
+}
+
+// Keys is GET /v1/keys.
+type Keys struct {
+	Keys []Key `json:"keys"`
+}
+
+// CreateKeyRequest is the body of POST /v1/keys.
+type CreateKeyRequest struct {
+	Admin bool   `json:"admin"`
+	Name  string `json:"name"`
+}
+
+// Team is the public team object.
+type Team struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	CreatedAt string `json:"created_at"`
+}
+
+// CreateTeamRequest is the body of POST /v1/teams.
+type CreateTeamRequest struct {
+	Name string `json:"name"`
+}
+
+// NewTeam is POST /v1/teams's answer: the team and its first key (with its secret).
+type NewTeam struct {
+	Key  Key  `json:"key"`
+	Team Team `json:"team"`
+}
+
+// Info is GET /v1/info: what this deployment enforces for every team.
+type Info struct {
+	Version string     `json:"version"`
+	Egress  EgressInfo `json:"egress"`
+}
+
+// EgressInfo states the egress rules no team can change (docs/security.md).
+type EgressInfo struct {
+	// Blocked: never reached by any sandbox, whatever its policy or the operator's settings;
+	// every host's sandbox links and the hosts' own addresses are blocked too.
+	Blocked []Range `json:"blocked"`
+	// Private: blocked unless listed in Open.
+	Private []Range `json:"private"`
+	// Open: private ranges the operator opened for all sandboxes (--egress-open).
+	Open []string `json:"open"`
+	// Also states the host-specific blocked destinations in words.
+	Also []string `json:"also_blocked"`
+}
+
+// Range is one range and why it is special.
+type Range struct {
+	Range string `json:"range"`
+	Why   string `json:"why"`
+}
