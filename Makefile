@@ -32,7 +32,8 @@ setup:
 	@command -v npm >/dev/null || { echo "make setup: installing npm (apt's output: $(SETUP_LOG))"; \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm >>$(SETUP_LOG) 2>&1 || $(APT_FAILED); }
 	@test -x bin/versitygw || { echo "make setup: installing versitygw $(VERSITYGW_VERSION) (the S3 server the blob-store tests use)"; \
-		GOBIN=$(CURDIR)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION) >>$(SETUP_LOG) 2>&1; }
+		GOBIN=$(CURDIR)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION) >>$(SETUP_LOG) 2>&1 \
+		|| { tail -n 20 $(SETUP_LOG); echo "make setup: go install versitygw failed (above: the end of $(SETUP_LOG))"; exit 1; }; }
 
 build:
 	mkdir -p bin
