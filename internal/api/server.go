@@ -68,6 +68,9 @@ type Config struct {
 	// EgressOpen are private ranges the operator opens for every sandbox's egress (--egress-open,
 	// validated with network.ParseOpen); teams may then allow inside them. Shown by GET /v1/info.
 	EgressOpen []netip.Prefix
+	// BlobStore is the blob store's URL (without credentials) that registering hosts are told,
+	// or "" when artifacts stay on their host.
+	BlobStore string
 	// Version is reported by /healthz.
 	Version string
 	Now     func() time.Time
@@ -338,7 +341,8 @@ func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"host_id": reg.HostID, "heartbeat_timeout_seconds": s.sched.HeartbeatTimeout().Seconds()})
+	writeJSON(w, http.StatusOK, scheduler.Registered{HostID: reg.HostID, HeartbeatTimeoutSeconds: s.sched.HeartbeatTimeout().Seconds(),
+		BlobStore: s.cfg.BlobStore})
 }
 
 func (s *Server) heartbeatHost(w http.ResponseWriter, r *http.Request) {

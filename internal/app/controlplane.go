@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/api"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/scheduler"
@@ -34,6 +35,9 @@ type ControlPlaneConfig struct {
 	KeyRecovery string
 	ProxyDomain string
 	EgressOpen  []string // IPv4 CIDRs, as --egress-open gives them
+	// BlobStore is where artifacts go to leave their host (file:///dir or s3://bucket/prefix?…,
+	// see internal/blob); hosts learn it when they register. Empty: artifacts stay on their host.
+	BlobStore string
 	Version     string   // reported by /healthz
 	Logger      *slog.Logger
 }
@@ -43,6 +47,7 @@ type ControlPlane struct {
 	Store     *store.Store
 	Scheduler *scheduler.Scheduler
 	API       *api.Server
+	Blob      blob.Store // nil without --blob-store
 	// PresetKeyOK: the config's PresetKey is a usable key of the store (made now, or known).
 	PresetKeyOK bool
 	log         *slog.Logger
@@ -57,6 +62,14 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	open, err := network.ParseOpen(o.EgressOpen)
 	if err != nil {
 		return nil, "", fmt.Errorf("--egress-open: %w", err)
+	}
+	var bs blob.Store
+	if o.BlobStore != "" {
+		// Opened first: a store that is unreachable or misconfigured stops the start, with why.
+		if bs, err = blob.Open(ctx, o.BlobStore); err != nil {
+			return nil, "", fmt.Errorf("--blob-store: %w", err)
+		}
+		o.Logger.Info("blob store", "url", bs.String())
 	}
 	st, err := store.Open(ctx, o.DatabaseURL)
 	if err != nil {
@@ -92,10 +105,10 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	}
 	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
 		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open,
-		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, "."))})
+		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), BlobStore: blobURL(bs)})
 	// The loops outlive a cancelled start-up context: Close stops them, after the listener.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	cp := &ControlPlane{Store: st, Scheduler: sched, API: srv, PresetKeyOK: presetOK, log: o.Logger, cancel: cancel, done: make(chan struct{})}
+	cp := &ControlPlane{Store: st, Scheduler: sched, API: srv, Blob: bs, PresetKeyOK: presetOK, log: o.Logger, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(cp.done)
 		go sched.Run(lctx)
@@ -146,4 +159,12 @@ func (cp *ControlPlane) Close() {
 	cp.cancel()
 	<-cp.done
 	cp.Store.Close()
+}
+
+// blobURL is the store's URL as hosts are told it (never with credentials), or "".
+func blobURL(bs blob.Store) string {
+	if bs == nil {
+		return ""
+	}
+	return bs.String()
 }

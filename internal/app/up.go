@@ -104,6 +104,9 @@ func StartUp(ctx context.Context, cfg UpConfig) (_ *Stack, err error) {
 	s.KeyRecovery = "pandastack keys create --admin --data-dir " + s.DataDir
 	o.KeyRecovery = s.KeyRecovery
 	o.Agents = []string{s.agentURL + "=" + s.agentToken}
+	if o.BlobStore == "" {
+		o.BlobStore = "file://" + filepath.Join(s.DataDir, "blobs")
+	}
 	cp, key, err := StartControlPlane(ctx, o)
 	if err != nil {
 		return nil, err

@@ -38,6 +38,18 @@ type RegistrarConfig struct {
 	Logger   *slog.Logger
 	// HTTP is the client for the server calls (default: 10 s timeout).
 	HTTP *http.Client
+	// OnRegistered, if set, is given the server's answer to each registration (what the control
+	// plane tells its hosts: the blob store, the heartbeat timeout).
+	OnRegistered func(Registered)
+}
+
+// Registered is the control plane's answer to a registration.
+type Registered struct {
+	HostID                  string  `json:"host_id"`
+	HeartbeatTimeoutSeconds float64 `json:"heartbeat_timeout_seconds"`
+	// BlobStore is where the control plane keeps artifacts (a URL without credentials; the host
+	// brings its own, e.g. AWS_ACCESS_KEY_ID), or "" when artifacts stay on their host.
+	BlobStore string `json:"blob_store,omitempty"`
 }
 
 // RunRegistrar registers the agent and heartbeats until ctx ends. Failures are logged and
@@ -75,16 +87,20 @@ func RunRegistrar(ctx context.Context, cfg RegistrarConfig) error {
 			if !registered {
 				path = RegisterPath
 			}
-			status, err := postJSON(ictx, cfg.HTTP, strings.TrimRight(cfg.ServerURL, "/")+path, cfg.ClusterToken, reg)
+			var ans Registered
+			status, err := postJSON(ictx, cfg.HTTP, strings.TrimRight(cfg.ServerURL, "/")+path, cfg.ClusterToken, reg, &ans)
 			if status == http.StatusNotFound && path == HeartbeatPath {
 				registered = false
-				status, err = postJSON(ictx, cfg.HTTP, strings.TrimRight(cfg.ServerURL, "/")+RegisterPath, cfg.ClusterToken, reg)
+				status, err = postJSON(ictx, cfg.HTTP, strings.TrimRight(cfg.ServerURL, "/")+RegisterPath, cfg.ClusterToken, reg, &ans)
 			}
 			if err != nil {
 				return err
 			}
 			if !registered {
 				cfg.Logger.Info("registered with the control plane", "server", cfg.ServerURL, "host", reg.HostID, "advertised_url", cfg.AgentURL)
+				if cfg.OnRegistered != nil {
+					cfg.OnRegistered(ans)
+				}
 			}
 			registered = true
 			return nil
@@ -103,7 +119,8 @@ func RunRegistrar(ctx context.Context, cfg RegistrarConfig) error {
 	}
 }
 
-func postJSON(ctx context.Context, c *http.Client, url, token string, body any) (int, error) {
+// postJSON posts body as JSON and reads a 2xx answer into out (if not nil; at most 64 KiB).
+func postJSON(ctx context.Context, c *http.Client, url, token string, body, out any) (int, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return 0, err
@@ -120,6 +137,11 @@ func postJSON(ctx context.Context, c *http.Client, url, token string, body any) 
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 == 2 {
+		if out != nil {
+			if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(out); err != nil {
+				return resp.StatusCode, fmt.Errorf("%s answered %s with a body that is not the expected JSON: %w", url, resp.Status, err)
+			}
+		}
 		io.Copy(io.Discard, resp.Body)
 		return resp.StatusCode, nil
 	}
