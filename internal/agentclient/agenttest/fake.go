@@ -41,6 +41,8 @@ type Agent struct {
 	seq       int // for ids, pids and the order sandboxes are listed in
 	creates   int
 	kills     int
+	refused   int                       // creates refused for want of a free slot
+	onKill    func(id string, had bool) // OnKill
 	srv       *httptest.Server
 
 	// Knobs the tests turn (the setters below).
@@ -210,6 +212,17 @@ func (a *Agent) Counts() (creates, kills int) {
 	a.with(func() { creates, kills = a.creates, a.kills })
 	return creates, kills
 }
+
+// Refused returns how many creates the agent refused for want of a free slot. A fleet bench
+// counts them as over-commits: the real agent admits beyond its slots (issue 28), the fake does not.
+func (a *Agent) Refused() (n int) {
+	a.with(func() { n = a.refused })
+	return n
+}
+
+// OnKill makes every kill call fn with the sandbox id and whether this host had it (a kill of a
+// sandbox already gone is a duplicate). fn runs with the agent's lock held: keep it short.
+func (a *Agent) OnKill(fn func(id string, had bool)) { a.with(func() { a.onKill = fn }) }
 
 // AddSandbox injects a running sandbox (e.g. one the control plane never recorded).
 func (a *Agent) AddSandbox(id, template string) {

@@ -43,6 +43,7 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 		return nil, err
 	}
 	if int64(len(a.sandboxes)) >= a.slotsTotal {
+		a.refused++
 		return nil, apiErr(503, "capacity", "no free slot")
 	}
 	sb := a.newSandbox(req.ID, tpl, g)
@@ -139,7 +140,11 @@ func view(sb *sandbox, err *agentclient.Error) (any, *agentclient.Error) {
 
 // kill removes the sandbox and its files, hibernated or not; an unknown one is not an error.
 func (a *Agent) kill(r *http.Request) (any, *agentclient.Error) {
-	if sb, ok := a.sandboxes[r.PathValue("id")]; ok {
+	sb, ok := a.sandboxes[r.PathValue("id")]
+	if a.onKill != nil {
+		a.onKill(r.PathValue("id"), ok)
+	}
+	if ok {
 		a.flushVolumes(sb)
 		delete(a.sandboxes, sb.ID)
 		a.kills++
