@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pandastack/pandastack/bench/results"
 	"github.com/pandastack/pandastack/internal/hostagent"
 	"github.com/pandastack/pandastack/internal/template"
 )
@@ -238,19 +239,7 @@ func (b *bench) post(path string, v any, want int) error {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // pct is the p-th percentile with linear interpolation.
-func pct(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	k := (float64(len(s)) - 1) * p / 100
-	f := int(k)
-	if f+1 >= len(s) {
-		return s[f]
-	}
-	return s[f] + (s[f+1]-s[f])*(k-float64(f))
-}
+func pct(xs []float64, p float64) float64 { return results.Pct(xs, p) }
 
 func pssKB(pid int) (float64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
@@ -286,17 +275,5 @@ func merge(path string, res map[string]float64) error {
 	if path == "" {
 		return nil
 	}
-	all := map[string]any{}
-	if data, err := os.ReadFile(path); err == nil {
-		json.Unmarshal(data, &all)
-	}
-	for k, v := range res {
-		all[k] = float64(int64(v*100+0.5)) / 100
-	}
-	all["measured_at"] = time.Now().UTC().Format(time.RFC3339)
-	data, _ := json.MarshalIndent(all, "", "  ")
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(data, '\n'), 0o644)
+	return results.Merge(path, res)
 }
