@@ -18,7 +18,7 @@ func main() {
 	phases := flag.String("phases", strings.Join(AllPhases, ","), "comma-separated phases, in order")
 	flag.IntVar(&c.Hosts, "hosts", 1000, "fake host agents")
 	flag.IntVar(&c.Live, "live", 100_000, "live sandboxes the fill reaches and the churn keeps")
-	flag.IntVar(&c.Slots, "slots", 0, "slots per host (default: live × 1.3 / hosts)")
+	flag.IntVar(&c.Slots, "slots", 0, "slots per host (default: live × 1.5 / hosts)")
 	flag.DurationVar(&c.Phase, "phase", 0, "length of each timed phase (default 1m; peaks take a third)")
 	flag.DurationVar(&c.FillMax, "fill-max", 0, "the fill stops after this even short of -live (default 8m)")
 	flag.IntVar(&c.Clients, "clients", 64, "closed-loop clients (fill, peaks)")

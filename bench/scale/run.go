@@ -28,7 +28,7 @@ import (
 type Config struct {
 	Hosts int // fake host agents
 	Live  int // live sandboxes the fill reaches and the churn keeps
-	Slots int // per host (default: Live × 1.3 / Hosts, at least 4)
+	Slots int // per host (default: Live × 1.5 / Hosts, at least 4: room for the peaks)
 
 	Phase   time.Duration // length of each timed phase
 	FillMax time.Duration // the fill stops here even short of Live
@@ -57,7 +57,7 @@ func (c *Config) defaults() {
 	}
 	setDefault(&c.Hosts, 1000)
 	setDefault(&c.Live, 100_000)
-	setDefault(&c.Slots, max(4, (c.Live*13/10+c.Hosts-1)/c.Hosts))
+	setDefault(&c.Slots, max(4, (c.Live*3/2+c.Hosts-1)/c.Hosts))
 	setDefault(&c.Clients, 64)
 	setDefault(&c.HostsKilled, min(10, c.Hosts/5))
 	for _, d := range []struct {
@@ -203,9 +203,10 @@ func (r *run) phase(ctx context.Context, name string) error {
 				return err
 			}
 		}
-		ttl := r.churnTTL()
+		// A peak's sandboxes expire within a phase after it, so the next phase starts near Live.
+		ttl := func() int64 { return int64(r.cfg.Phase.Seconds()/3 + rand.Float64()*r.cfg.Phase.Seconds()/2 + 1) }
 		return r.measure(ctx, name, func() {
-			r.load.closed(ctx, r.cfg.Clients, r.cfg.Phase/3, func() bool { return false }, func() int64 { return ttl })
+			r.load.closed(ctx, r.cfg.Clients, r.cfg.Phase/3, func() bool { return false }, ttl)
 		})
 	case "two-servers":
 		if err := r.twoServers(ctx); err != nil {
