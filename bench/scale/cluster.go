@@ -125,7 +125,7 @@ func (r *run) startServer(ctx context.Context, name string) (*server, error) {
 		s.cmd = exec.Command(r.bin, "server", "--addr", addr, "--database-url", r.db.url, "--cluster-token", r.clusterToken,
 			"--heartbeat-timeout", r.cfg.HeartbeatTimeout.String(), "--log-level", "warn")
 		s.cmd.Env = append(os.Environ(), "PANDASTACK_API_KEY="+r.apiKey)
-		logf, err := os.Create(filepath.Join(r.dir, name+".log"))
+		logf, err := os.Create(filepath.Join(r.logs, name+".log"))
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +148,7 @@ func (r *run) startServer(ctx context.Context, name string) (*server, error) {
 		}
 		select {
 		case <-s.done:
-			return nil, fmt.Errorf("server %s exited while starting (log: %s)", name, filepath.Join(r.dir, name+".log"))
+			return nil, fmt.Errorf("server %s exited while starting (log: %s)", name, filepath.Join(r.logs, name+".log"))
 		default:
 		}
 		if time.Now().After(deadline) {

@@ -28,6 +28,7 @@ func main() {
 	flag.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 0, "the servers' --heartbeat-timeout (default 15s)")
 	flag.IntVar(&c.HostsKilled, "hosts-killed", 0, "hosts taken away in the hosts-down phase (default 10)")
 	flag.BoolVar(&c.InProcess, "in-process", false, "run the servers inside this process (their CPU then includes the fleet and the load)")
+	flag.StringVar(&c.Logs, "logs", "", "directory to keep the servers' logs in (default: removed at the end)")
 	flag.StringVar(&c.Bin, "bin", "", "pandastack binary for the servers (default: built from this tree)")
 	flag.Parse()
 	c.Phases = strings.Split(*phases, ",")

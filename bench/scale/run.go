@@ -42,6 +42,7 @@ type Config struct {
 
 	Phases    []string // in order; default AllPhases
 	InProcess bool     // servers in this process instead of `pandastack server` processes
+	Logs      string   // directory for the servers' logs (default: a temp dir removed at the end)
 	Bin       string   // pandastack binary (default: built from this tree)
 	Out       io.Writer
 }
@@ -100,6 +101,7 @@ type Audit struct {
 type run struct {
 	cfg          Config
 	dir          string
+	logs         string
 	bin          string
 	db           *database
 	lb           *balancer
@@ -110,18 +112,22 @@ type run struct {
 	clusterToken string
 	figures      map[string]float64
 	fillRate     float64
+	live         int // sandboxes the churn keeps alive: Live, or what the fill reached
 	killedCPU    float64 // CPU of servers that were killed, at their death
 }
 
 // Run runs the phases and returns the figures.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
-	r := &run{cfg: cfg, apiKey: "pds_" + randomString(32), clusterToken: randomString(32), figures: map[string]float64{}}
+	r := &run{cfg: cfg, live: cfg.Live, logs: cfg.Logs, apiKey: "pds_" + randomString(32), clusterToken: randomString(32), figures: map[string]float64{}}
 	var err error
 	if r.dir, err = os.MkdirTemp("", "pandastack-scale-"); err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(r.dir)
+	if r.logs == "" {
+		r.logs = r.dir
+	}
 	if !cfg.InProcess {
 		if r.bin = cfg.Bin; r.bin == "" {
 			if r.bin, err = buildBinary(ctx, r.dir); err != nil {
@@ -185,8 +191,8 @@ func (r *run) churnRate() float64 {
 	return 20
 }
 
-// churnTTL keeps Live sandboxes alive at the churn rate (Little's law).
-func (r *run) churnTTL() int64 { return max(int64(float64(r.cfg.Live)/r.churnRate()), 5) }
+// churnTTL keeps r.live sandboxes alive at the churn rate (Little's law).
+func (r *run) churnTTL() int64 { return max(int64(float64(r.live)/r.churnRate()), 5) }
 
 func (r *run) phase(ctx context.Context, name string) error {
 	r.printf("\n== %s\n", name)
@@ -251,8 +257,9 @@ func (r *run) fill(ctx context.Context) error {
 		if churn <= 0 {
 			churn = 0.7 * rate
 		}
-		left := float64(r.cfg.Live-n) / rate
-		return int64(left + rand.Float64()*float64(r.cfg.Live)/churn + 1)
+		left := min(float64(r.cfg.Live-n)/rate, (r.cfg.FillMax - time.Since(start)).Seconds())
+		reach := min(float64(r.cfg.Live), float64(n)+left*rate)
+		return int64(max(left, 0) + rand.Float64()*reach/churn + 1)
 	}
 	b, seen := r.snapshot(ctx), 0
 	for lo := 0; lo < r.cfg.Live && time.Since(start) < r.cfg.FillMax && ctx.Err() == nil; lo += bucket {
@@ -271,6 +278,7 @@ func (r *run) fill(ctx context.Context) error {
 			r.figures[key+"pg_cpu_ms_per_create"], r.figures[key+"create_p99_ms"])
 		b, seen = e, len(lat)
 	}
+	r.live = min(r.cfg.Live, made()) // what the churn keeps when the fill stopped short
 	r.fillRate = float64(made()) / time.Since(start).Seconds()
 	r.phaseFigures(ctx, "fill", s0)
 	return nil
@@ -289,7 +297,7 @@ func (r *run) hostsDown(ctx context.Context) error {
 		t := time.Now()
 		go func() {
 			for ctx.Err() == nil && time.Since(t) < r.cfg.Phase {
-				if r.hostsUp(ctx) <= up-len(ids) {
+				if n := r.hostsUp(ctx); n >= 0 && n <= up-len(ids) {
 					r.figures["scale_hosts-down_marked_down_s"] = time.Since(t).Seconds()
 					return
 				}
@@ -297,6 +305,8 @@ func (r *run) hostsDown(ctx context.Context) error {
 			}
 		}()
 		r.load.open(ctx, r.churnRate(), r.churnTTL(), r.cfg.Phase)
+		r.figures["scale_hosts-down_hosts_up_before"], r.figures["scale_hosts-down_hosts_up_after"] = float64(up), float64(r.hostsUp(ctx))
+		r.printf("  hosts up: %d before, %d after\n", up, int(r.figures["scale_hosts-down_hosts_up_after"]))
 	})
 }
 
@@ -424,12 +434,14 @@ func (r *run) liveInStore(ctx context.Context) int {
 	return n
 }
 
-// hostsUp is what a server's /healthz says.
+// hostsUp is what a server's /healthz says (-1 when it does not answer).
 func (r *run) hostsUp(ctx context.Context) int {
 	var h struct {
 		HostsUp int `json:"hosts_up"`
 	}
-	r.load.call(ctx, "healthz", "GET", "/healthz", nil, 200, &h)
+	if !r.load.call(ctx, "healthz", "GET", "/healthz", nil, 200, &h) {
+		return -1
+	}
 	return h.HostsUp
 }
 
