@@ -6,6 +6,7 @@
 #   make bench   benchmarks; writes bench/results.json
 #   make test-catalog     build every catalog template and check its job (slow)
 #   make bench-templates  per-template size, cold bake and create p50 (slow)
+#   make bench-scale      the fleet bench: PostgreSQL, 2 servers, 1,000 fake hosts (~15 min; SCALE_ARGS)
 
 SHELL := /bin/bash
 GO ?= go
@@ -16,7 +17,7 @@ DEB_PACKAGES := qemu-system-x86 qemu-utils debootstrap xfsprogs busybox-static c
 export PANDASTACK_VM_TESTS ?= 1
 VERSITYGW_VERSION := v1.8.0
 
-.PHONY: setup build up test test-catalog bench bench-templates vet clean
+.PHONY: setup build up test test-catalog bench bench-templates bench-scale vet clean
 
 # apt's own output goes to SETUP_LOG (its end is shown if apt fails): one line per stage here.
 SETUP_LOG ?= /var/log/pandastack-setup.log
@@ -62,6 +63,10 @@ test-catalog: setup build
 
 bench-templates: setup build
 	$(GO) run ./bench -out bench/results.json -image-cache $(IMAGE_CACHE) -suites templates
+
+# No VMs: docs/operations.md "The scale bench". SCALE_ARGS="-hosts 50 -live 2000 -phase 20s" for a quick look.
+bench-scale: setup build
+	$(GO) run ./bench/scale -out bench/results.json -bin bin/pandastack $(SCALE_ARGS)
 
 clean:
 	rm -rf bin
