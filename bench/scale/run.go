@@ -112,7 +112,7 @@ type run struct {
 	clusterToken string
 	figures      map[string]float64
 	fillRate     float64
-	live         int // sandboxes the churn keeps alive: Live, or what the fill reached
+	live         int     // sandboxes the churn keeps alive: Live, or what the fill reached
 	killedCPU    float64 // CPU of servers that were killed, at their death
 }
 
