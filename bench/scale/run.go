@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -480,10 +481,10 @@ func (r *run) audit(ctx context.Context) (Audit, error) {
 		a.RecordsTotal, a.LiveOnHosts, a.LiveInStore, a.Stuck = len(recs), len(onHosts), 0, 0
 		missing, extra := map[string]bool{}, map[string]bool{}
 		for id, x := range recs {
-			switch x.state {
+			switch x.state() {
 			case "running", "hibernated":
 				a.LiveInStore++
-				if _, ok := onHosts[id]; !ok && !down[x.host] && (pass == 0 || notOnHost[id]) {
+				if _, ok := onHosts[id]; !ok && !down[x.host()] && (pass == 0 || notOnHost[id]) {
 					missing[id] = true
 				}
 			case "killed", "error", "lost":
@@ -492,7 +493,7 @@ func (r *run) audit(ctx context.Context) (Audit, error) {
 			}
 		}
 		for id := range onHosts {
-			if x, ok := recs[id]; (!ok || x.state != "running" && x.state != "hibernated") && (pass == 0 || notRecorded[id]) {
+			if x, ok := recs[id]; (!ok || x.state() != "running" && x.state() != "hibernated") && (pass == 0 || notRecorded[id]) {
 				extra[id] = true
 			}
 		}
@@ -519,25 +520,21 @@ func (r *run) audit(ctx context.Context) (Audit, error) {
 	return a, nil
 }
 
-type storeRecord struct{ state, host string }
+// storeRecord is a sandbox's [state, host] in the store.
+type storeRecord [2]string
 
-// records is every sandbox in the store.
+func (x storeRecord) state() string { return x[0] }
+func (x storeRecord) host() string  { return x[1] }
+
+// records is every sandbox in the store, read in one row (one JSON object) to keep it cheap.
 func (r *run) records(ctx context.Context) (map[string]storeRecord, error) {
-	rows, err := r.db.db.QueryContext(ctx, `SELECT id, state, host_id FROM sandboxes`)
+	var data []byte
+	err := r.db.db.QueryRowContext(ctx, `SELECT coalesce(json_object_agg(id, json_build_array(state, host_id)), '{}') FROM sandboxes`).Scan(&data)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	recs := map[string]storeRecord{}
-	for rows.Next() {
-		var id string
-		var x storeRecord
-		if err := rows.Scan(&id, &x.state, &x.host); err != nil {
-			return nil, err
-		}
-		recs[id] = x
-	}
-	return recs, rows.Err()
+	return recs, json.Unmarshal(data, &recs)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
