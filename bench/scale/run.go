@@ -295,17 +295,21 @@ func (r *run) hostsDown(ctx context.Context) error {
 			r.load.down[id] = true
 		}
 		r.load.mu.Unlock()
-		t := time.Now()
+		t, markedDown := time.Now(), make(chan float64, 1)
 		go func() {
+			defer close(markedDown)
 			for ctx.Err() == nil && time.Since(t) < r.cfg.Phase {
 				if n := r.hostsUp(ctx); n >= 0 && n <= up-len(ids) {
-					r.figures["scale_hosts-down_marked_down_s"] = time.Since(t).Seconds()
+					markedDown <- time.Since(t).Seconds()
 					return
 				}
 				sleep(ctx, 250*time.Millisecond)
 			}
 		}()
 		r.load.open(ctx, r.churnRate(), r.churnTTL(), r.cfg.Phase)
+		if d, ok := <-markedDown; ok {
+			r.figures["scale_hosts-down_marked_down_s"] = d
+		}
 		r.figures["scale_hosts-down_hosts_up_before"], r.figures["scale_hosts-down_hosts_up_after"] = float64(up), float64(r.hostsUp(ctx))
 		r.printf("  hosts up: %d before, %d after\n", up, int(r.figures["scale_hosts-down_hosts_up_after"]))
 	})
@@ -318,8 +322,9 @@ func (r *run) serverKilled(ctx context.Context) error {
 		return err
 	}
 	return r.measure(ctx, "server-killed", func() {
-		victim := r.servers[len(r.servers)-1]
+		victim, killed := r.servers[len(r.servers)-1], make(chan struct{})
 		go func() {
+			defer close(killed)
 			sleep(ctx, r.cfg.Phase/2)
 			r.killedCPU += cpuMs(victim.pid(), false)
 			victim.kill()
@@ -334,6 +339,7 @@ func (r *run) serverKilled(ctx context.Context) error {
 			r.printf("  killed %s at %s\n", victim.name, r.cfg.Phase/2)
 		}()
 		r.load.open(ctx, r.churnRate(), r.churnTTL(), r.cfg.Phase)
+		<-killed
 	})
 }
 
