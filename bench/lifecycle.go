@@ -55,7 +55,7 @@ func (b *bench) lifecycleSuite(ctx context.Context, res map[string]float64) erro
 				if err != nil {
 					return err
 				}
-				pauses = append(pauses, s.PauseMs)
+				pauses = append(pauses, s.PauseMS)
 				a.DeleteSnapshot(s.ID)
 			}
 			path := "diff"

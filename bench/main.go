@@ -110,9 +110,9 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("template %s ready (bake took %d ms; this call %d ms)\n", name, info.BakeMs, time.Since(t).Milliseconds())
+		fmt.Printf("template %s ready (bake took %d ms; this call %d ms)\n", name, info.BakeMS, time.Since(t).Milliseconds())
 		if name == "base" {
-			res["cold_bake_ms"] = float64(info.BakeMs)
+			res["cold_bake_ms"] = float64(info.BakeMS)
 		}
 	}
 

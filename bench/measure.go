@@ -102,7 +102,7 @@ func (b *bench) pssMiB(ids []string) ([]float64, error) {
 		if err != nil {
 			return nil, err
 		}
-		kb, err := pssKB(info.Pid)
+		kb, err := pssKB(info.PID)
 		if err != nil {
 			return nil, err
 		}

@@ -23,7 +23,7 @@ func (b *bench) templateSuite(ctx context.Context, res map[string]float64, creat
 		}
 		size := allocatedBytes(filepath.Join(info.Dir, "disk.img"))
 		res["template_"+name+"_rootfs_mib"] = float64(size >> 20)
-		res["template_"+name+"_cold_bake_ms"] = float64(info.BakeMs)
+		res["template_"+name+"_cold_bake_ms"] = float64(info.BakeMS)
 		if size > largestSize {
 			largest, largestSize = name, size
 		}

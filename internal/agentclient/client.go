@@ -17,13 +17,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
-// ProxyTokenHeader carries the agent token on proxied requests (/v1/sandboxes/{id}/ports/...),
-// whose Authorization header belongs to the application in the sandbox and passes through.
-const ProxyTokenHeader = "X-Pandastack-Agent-Token"
+// ProxyTokenHeader carries the agent token on proxied requests (hostapi.ProxyTokenHeader).
+const ProxyTokenHeader = hostapi.ProxyTokenHeader
 
 // Client talks to one host agent. The zero value is not usable: use New.
 type Client struct {
@@ -65,69 +64,24 @@ type Unreachable struct{ Err error }
 func (e *Unreachable) Error() string { return "host agent unreachable: " + e.Err.Error() }
 func (e *Unreachable) Unwrap() error { return e.Err }
 
-// Health is GET /healthz.
-type Health struct {
-	OK      bool   `json:"ok"`
-	Version string `json:"version"`
-	Accel   string `json:"accel"`
-}
-
-// Template is one entry of the agent's template list.
-type Template struct {
-	Name      string `json:"name"`
-	Baked     bool   `json:"baked"`
-	VCPUs     int    `json:"vcpus"`
-	MemoryMiB int    `json:"memory_mib"`
-	DiskMiB   int    `json:"disk_mib"`
-	BakeMS    int64  `json:"bake_ms,omitempty"`
-	SizeBytes int64  `json:"size_bytes,omitempty"`
-	BakedAt   string `json:"baked_at,omitempty"`
-	// Description, Aliases and Metadata are what the template's spec says about itself.
-	Description string            `json:"description,omitempty"`
-	Aliases     []string          `json:"aliases,omitempty"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-	// Built: made through the template build API (a team's template, not the catalog's).
-	Built bool `json:"built,omitempty"`
-}
-
-// Info is GET /v1/info.
-type Info struct {
-	HostID      string     `json:"host_id"`
-	Accel       string     `json:"accel"`
-	MemMiBTotal int64      `json:"mem_mib_total"`
-	MemMiBFree  int64      `json:"mem_mib_free"`
-	SlotsTotal  int64      `json:"slots_total"`
-	SlotsUsed   int64      `json:"slots_used"`
-	Templates   []Template `json:"templates"`
-	// PoolMiBTotal is the size of the agent's disk pool; PoolMiBFree what it still admits
-	// (volumes, snapshots) after its reserve and the volumes' promises (docs/volumes.md).
-	PoolMiBTotal int64 `json:"pool_mib_total,omitempty"`
-	PoolMiBFree  int64 `json:"pool_mib_free,omitempty"`
-	// The host's resource policy (0: an agent that reports none): the largest VM it runs, and
-	// the guest memory it has committed of what it admits (MemoryOvercommit × MemMiBTotal).
-	MaxVCPUs          int64   `json:"max_vcpus,omitempty"`
-	MaxMemoryMiB      int64   `json:"max_memory_mib,omitempty"`
-	MemoryOvercommit  float64 `json:"memory_overcommit,omitempty"`
-	MemMiBCommitted   int64   `json:"mem_mib_committed,omitempty"`
-	MemMiBCommitLimit int64   `json:"mem_mib_commit_limit,omitempty"`
-	MemMiBWatermark   int64   `json:"mem_mib_watermark,omitempty"`
-}
-
-// Sandbox is the agent's view of a sandbox.
-type Sandbox struct {
-	ID        string `json:"id"`
-	Template  string `json:"template"`
-	State     string `json:"state"`
-	Error     string `json:"error,omitempty"`
-	CreatedAt string `json:"created_at,omitempty"`
-	PID       int    `json:"pid,omitempty"`
-	MemoryMiB int    `json:"memory_mib,omitempty"`
-	VCPUs     int    `json:"vcpus,omitempty"`
-	ReadyMS   int64  `json:"ready_ms,omitempty"`
-	// Where its memory came from, when not a template.
-	SnapshotID string `json:"snapshot_id,omitempty"`
-	ForkOf     string `json:"fork_of,omitempty"`
-}
+// The API's bodies are internal/wire/hostapi's; these names keep the control plane's callers
+// (and the fake agent) as they were.
+type (
+	Health              = hostapi.Health
+	Template            = hostapi.Template
+	Info                = hostapi.Info
+	Sandbox             = hostapi.Sandbox
+	CreateRequest       = hostapi.CreateRequest
+	VolumeMount         = hostapi.VolumeMount
+	VolumeAttachment    = hostapi.VolumeAttachment
+	Volume              = hostapi.Volume
+	CreateVolumeRequest = hostapi.CreateVolumeRequest
+	ResizeVolumeRequest = hostapi.ResizeVolumeRequest
+	Snapshot            = hostapi.Snapshot
+	ExecRequest         = hostapi.ExecRequest
+	ExecResult          = hostapi.ExecResult
+	Stat                = hostapi.Stat
+)
 
 // Agent-side sandbox states (internal/sandboxstate's; a killed sandbox is gone from the agent).
 const (
@@ -136,104 +90,11 @@ const (
 	StateError      = string(sandboxstate.Error)
 )
 
-// MaxForkCount is the largest count one fork call takes (docs/hostagent-api.md).
-const MaxForkCount = 16
-
-// CreateRequest is POST /v1/sandboxes: from a template, or from a snapshot on this host
-// (Template may then be empty; if given it must be the snapshot's).
-type CreateRequest struct {
-	ID         string            `json:"id,omitempty"`
-	Template   string            `json:"template,omitempty"`
-	SnapshotID string            `json:"snapshot_id,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Egress     *network.Egress   `json:"egress,omitempty"`
-	// EgressOpen: private ranges the operator opened for all sandboxes (never a team's input).
-	EgressOpen []string `json:"egress_open,omitempty"`
-	// Volumes are this host's volumes to mount (at most MaxVolumesPerSandbox).
-	Volumes []VolumeMount `json:"volumes,omitempty"`
-}
-
-// MaxVolumesPerSandbox is how many volumes one sandbox may mount (docs/volumes.md).
-const MaxVolumesPerSandbox = 4
-
-// VolumeMount is one volume of a create: mounted at MountPath in the guest, read-only or not.
-type VolumeMount struct {
-	VolumeID  string `json:"volume_id"`
-	MountPath string `json:"mount_path"`
-	ReadOnly  bool   `json:"read_only,omitempty"`
-}
-
-// VolumeAttachment is a sandbox that has a volume mounted.
-type VolumeAttachment struct {
-	SandboxID string `json:"sandbox_id"`
-	MountPath string `json:"mount_path"`
-	ReadOnly  bool   `json:"read_only"`
-}
-
-// Volume is the agent's volume object (docs/volumes.md).
-type Volume struct {
-	ID          string             `json:"id"`
-	SizeMiB     int64              `json:"size_mib"`
-	CreatedAt   time.Time          `json:"created_at"`
-	Attachments []VolumeAttachment `json:"attachments"`
-}
-
-// CreateVolumeRequest is POST /v1/volumes: the control plane names the volume.
-type CreateVolumeRequest struct {
-	ID      string `json:"id"`
-	SizeMiB int64  `json:"size_mib"`
-}
-
-// ResizeVolumeRequest is POST /v1/volumes/{id}/resize (grow only).
-type ResizeVolumeRequest struct {
-	SizeMiB int64 `json:"size_mib"`
-}
-
-// Snapshot is the agent's snapshot object.
-type Snapshot struct {
-	ID         string    `json:"id"`
-	SandboxID  string    `json:"sandbox_id"`
-	Template   string    `json:"template"`
-	CreatedAt  time.Time `json:"created_at"`
-	SizeBytes  int64     `json:"size_bytes"`
-	PauseMS    float64   `json:"pause_ms,omitempty"`
-	DirtyBytes int64     `json:"dirty_bytes,omitempty"`
-	VCPUs      int       `json:"vcpus,omitempty"`
-	MemoryMiB  int       `json:"memory_mib,omitempty"`
-}
-
-// ExecRequest is POST /v1/sandboxes/{id}/exec.
-type ExecRequest struct {
-	Cmd            string            `json:"cmd,omitempty"`
-	Argv           []string          `json:"argv,omitempty"`
-	TimeoutSeconds *float64          `json:"timeout_seconds,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Cwd            string            `json:"cwd,omitempty"`
-	User           string            `json:"user,omitempty"`
-	Stdin          *string           `json:"stdin,omitempty"`
-}
-
-// ExecResult is the buffered exec answer.
-type ExecResult struct {
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	ExitCode        int    `json:"exit_code"`
-	TimedOut        bool   `json:"timed_out"`
-	DurationMS      int64  `json:"duration_ms"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
-}
-
-// Stat describes a file in a sandbox.
-type Stat struct {
-	Name   string `json:"name"`
-	Path   string `json:"path"`
-	Type   string `json:"type"`
-	Size   int64  `json:"size"`
-	Mode   string `json:"mode"`
-	MTime  string `json:"mtime"`
-	Target string `json:"target,omitempty"`
-}
+// Limits of the API (docs/hostagent-api.md).
+const (
+	MaxForkCount         = hostapi.MaxForkCount
+	MaxVolumesPerSandbox = hostapi.MaxVolumesPerSandbox
+)
 
 // Raw sends a request and returns the response of a 2xx answer with its body open (the caller
 // closes it). A non-2xx answer is read and returned as *Error; a transport failure as
@@ -272,12 +133,9 @@ func (c *Client) Raw(ctx context.Context, method, path string, query url.Values,
 
 func decodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var env struct {
-		Error *Error `json:"error"`
-	}
-	if json.Unmarshal(b, &env) == nil && env.Error != nil && env.Error.Code != "" {
-		env.Error.Status = resp.StatusCode
-		return env.Error
+	var env hostapi.ErrorBody
+	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
+		return &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
 	}
 	msg := strings.TrimSpace(string(b))
 	if msg == "" {
@@ -352,9 +210,7 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 
 // Templates calls GET /v1/templates.
 func (c *Client) Templates(ctx context.Context) ([]Template, error) {
-	var out struct {
-		Templates []Template `json:"templates"`
-	}
+	var out hostapi.TemplateList
 	return out.Templates, c.call(ctx, "GET", "/v1/templates", nil, &out)
 }
 
@@ -385,11 +241,7 @@ func (c *Client) BuildTemplate(ctx context.Context, spec any, onProgress func(st
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
-		var ev struct {
-			Progress *string   `json:"progress"`
-			Template *Template `json:"template"`
-			Error    *Error    `json:"error"`
-		}
+		var ev hostapi.BuildEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return Template{}, fmt.Errorf("host agent: bad build stream line: %w", err)
 		}
@@ -398,7 +250,7 @@ func (c *Client) BuildTemplate(ctx context.Context, spec any, onProgress func(st
 			if ev.Error.Code == "" {
 				ev.Error.Code = "build_failed"
 			}
-			return Template{}, ev.Error
+			return Template{}, &Error{Code: ev.Error.Code, Message: ev.Error.Message}
 		case ev.Template != nil:
 			return *ev.Template, nil
 		case ev.Progress != nil && onProgress != nil:
@@ -433,9 +285,7 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 
 // ListSandboxes calls GET /v1/sandboxes.
 func (c *Client) ListSandboxes(ctx context.Context) ([]Sandbox, error) {
-	var out struct {
-		Sandboxes []Sandbox `json:"sandboxes"`
-	}
+	var out hostapi.SandboxList
 	return out.Sandboxes, c.call(ctx, "GET", "/v1/sandboxes", nil, &out)
 }
 
@@ -447,10 +297,8 @@ func (c *Client) KillSandbox(ctx context.Context, id string) error {
 // Fork calls POST /v1/sandboxes/{id}/fork: count children of a running (or hibernated) sandbox,
 // all or none.
 func (c *Client) Fork(ctx context.Context, id string, count int) ([]Sandbox, error) {
-	var out struct {
-		Sandboxes []Sandbox `json:"sandboxes"`
-	}
-	err := c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/fork", map[string]int{"count": count}, &out)
+	var out hostapi.SandboxList
+	err := c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/fork", hostapi.ForkRequest{Count: &count}, &out)
 	return out.Sandboxes, err
 }
 
@@ -474,9 +322,7 @@ func (c *Client) CreateSnapshot(ctx context.Context, sandboxID string) (Snapshot
 
 // ListSnapshots calls GET /v1/snapshots.
 func (c *Client) ListSnapshots(ctx context.Context) ([]Snapshot, error) {
-	var out struct {
-		Snapshots []Snapshot `json:"snapshots"`
-	}
+	var out hostapi.SnapshotList
 	return out.Snapshots, c.call(ctx, "GET", "/v1/snapshots", nil, &out)
 }
 
@@ -499,9 +345,7 @@ func (c *Client) CreateVolume(ctx context.Context, req CreateVolumeRequest) (Vol
 
 // ListVolumes calls GET /v1/volumes.
 func (c *Client) ListVolumes(ctx context.Context) ([]Volume, error) {
-	var out struct {
-		Volumes []Volume `json:"volumes"`
-	}
+	var out hostapi.VolumeList
 	return out.Volumes, c.call(ctx, "GET", "/v1/volumes", nil, &out)
 }
 
@@ -578,9 +422,7 @@ func (c *Client) ListFiles(ctx context.Context, id, path string, depth int) ([]S
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var out struct {
-		Entries []Stat `json:"entries"`
-	}
+	var out hostapi.StatList
 	return out.Entries, json.NewDecoder(resp.Body).Decode(&out)
 }
 
@@ -597,7 +439,7 @@ func (c *Client) StatFile(ctx context.Context, id, path string) (Stat, error) {
 
 // Mkdir creates a directory (and parents).
 func (c *Client) Mkdir(ctx context.Context, id, path string) error {
-	return c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/files/mkdir", map[string]string{"path": path}, nil)
+	return c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/files/mkdir", hostapi.MkdirRequest{Path: path}, nil)
 }
 
 // Remove deletes a path.
@@ -616,5 +458,5 @@ func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) er
 
 // Move renames a path.
 func (c *Client) Move(ctx context.Context, id, from, to string) error {
-	return c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/files/move", map[string]string{"from": from, "to": to}, nil)
+	return c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/files/move", hostapi.MoveRequest{From: from, To: to}, nil)
 }

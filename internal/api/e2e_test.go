@@ -531,7 +531,7 @@ func TestE2EForkSnapshotHibernate(t *testing.T) {
 	if got, err := c.GetSandbox(ctx, child); err != nil || got.State != "hibernated" {
 		t.Fatalf("get hibernated: %+v %v", got, err)
 	}
-	if info, err := host.agent.Get(child); err != nil || info.State != "hibernated" || info.Pid != 0 {
+	if info, err := host.agent.Get(child); err != nil || info.State != "hibernated" || info.PID != 0 {
 		t.Fatalf("on the host: %+v %v", info, err)
 	}
 	if got := e2eInc(t, ctx, c, child); got != "5" {

@@ -63,7 +63,9 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, v1.ExecResult(res))
+		// The host's answer also names a killing signal; the public one does not.
+		writeJSON(w, http.StatusOK, v1.ExecResult{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode, TimedOut: res.TimedOut,
+			DurationMS: res.DurationMS, StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated})
 		return
 	}
 	body, err := c.ExecStream(r.Context(), sb.ID, areq)

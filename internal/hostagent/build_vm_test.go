@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // buildEvents posts a spec to POST /v1/templates and returns the NDJSON events.
@@ -42,10 +44,10 @@ func buildEvents(t *testing.T, h *harness, spec map[string]any) (progress []stri
 	return progress, final
 }
 
-func (h *harness) templateNames() map[string]TemplateInfo {
-	var out struct{ Templates []TemplateInfo }
+func (h *harness) templateNames() map[string]hostapi.Template {
+	var out struct{ Templates []hostapi.Template }
 	h.call("GET", "/v1/templates", nil, &out)
-	m := map[string]TemplateInfo{}
+	m := map[string]hostapi.Template{}
 	for _, t := range out.Templates {
 		m[t.Name] = t
 	}
@@ -95,11 +97,11 @@ func TestTemplateBuild(t *testing.T) {
 		t.Errorf("rebuilding the same spec should hit the cache: %v\n%s", final, strings.Join(progress, "\n"))
 	}
 	info := h.templateNames()["web-demo"]
-	if !info.Baked || !info.Built || info.BakeMs <= 0 || info.SizeBytes <= 0 {
+	if !info.Baked || !info.Built || info.BakeMS <= 0 || info.SizeBytes <= 0 {
 		t.Errorf("template list entry: %+v", info)
 	}
 	for i := 0; i < 2; i++ {
-		var sb SandboxInfo
+		var sb hostapi.Sandbox
 		if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": "web-demo"}, &sb); code != 201 {
 			t.Fatalf("create from built template: %d", code)
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // TestCatalogTemplates builds every catalog template and checks that each does its job in a
@@ -41,7 +43,7 @@ func TestCatalogTemplates(t *testing.T) {
 				t.Fatalf("build: %v", err)
 			}
 			t.Logf("%s: built in %s, %d MiB baked", info.Name, time.Since(start).Round(time.Second), info.SizeBytes>>20)
-			var sb SandboxInfo
+			var sb hostapi.Sandbox
 			if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": c.template}, &sb); code != 201 {
 				t.Fatalf("create: %d", code)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // portThief, run as root in the guest (detached, so the exec that starts it returns), kills the
@@ -44,7 +45,7 @@ time.sleep(3600)
 func TestHijackedGuestPort(t *testing.T) {
 	h := newHarness(t)
 	sb := h.create()
-	var r ExecResponse
+	var r hostapi.ExecResult
 	if code := h.call("PUT", "/v1/sandboxes/"+sb.ID+"/files?path=/tmp/thief.py", []byte(portThief), nil); code != 200 && code != 204 {
 		t.Fatalf("upload: %d", code)
 	}
@@ -90,7 +91,7 @@ func TestHijackedGuestPort(t *testing.T) {
 
 	// The host agent itself is fine and the sandbox can be killed.
 	var list struct {
-		Sandboxes []SandboxInfo `json:"sandboxes"`
+		Sandboxes []hostapi.Sandbox `json:"sandboxes"`
 	}
 	if code := h.call("GET", "/v1/sandboxes", nil, &list); code != 200 {
 		t.Fatalf("list: %d", code)

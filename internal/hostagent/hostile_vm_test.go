@@ -14,6 +14,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // TestHostileGuests is the hostile-guest suite (docs/security.md): from inside sandboxes, each
@@ -30,7 +31,7 @@ func TestHostileGuests(t *testing.T) {
 			t.Fatalf("bystander sandbox: %+v", r)
 		}
 		var list struct {
-			Sandboxes []SandboxInfo `json:"sandboxes"`
+			Sandboxes []hostapi.Sandbox `json:"sandboxes"`
 		}
 		if code := h.call("GET", "/v1/sandboxes", nil, &list); code != 200 || len(list.Sandboxes) == 0 {
 			t.Fatalf("agent list: %d %+v", code, list)
@@ -206,10 +207,10 @@ func TestHostileGuests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r ExecResponse
+		var r hostapi.ExecResult
 		code := h.call("POST", "/v1/sandboxes/"+filler.ID+"/exec", map[string]any{"user": "root", "timeout_seconds": 600,
 			"cmd": "dd if=/dev/zero of=/var/fill bs=1M 2>&1 | grep -E 'No space|copied'; sync; df -B1M / | tail -1"}, &r)
-		var got SandboxInfo
+		var got hostapi.Sandbox
 		h.call("GET", "/v1/sandboxes/"+filler.ID, nil, &got)
 		switch {
 		case code == 200 && strings.Contains(r.Stdout, "No space left"):
@@ -259,7 +260,7 @@ func TestHostileGuests(t *testing.T) {
 		for {
 			var after map[string]any
 			code = h.call("POST", "/v1/sandboxes/"+offender.ID+"/exec", map[string]any{"cmd": "echo after", "timeout_seconds": 60}, &after)
-			var got SandboxInfo
+			var got hostapi.Sandbox
 			h.call("GET", "/v1/sandboxes/"+offender.ID, nil, &got)
 			if code == 200 && after["stdout"] == "after\n" || got.State == StateError {
 				t.Logf("offender after the hog: %d, state %s, %v after the hog", code, got.State, time.Since(start).Round(time.Second))

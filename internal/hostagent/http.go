@@ -17,6 +17,7 @@ import (
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/template"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // maxJSONBody bounds every JSON request body.
@@ -26,11 +27,11 @@ const maxJSONBody = 1 << 20
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, map[string]any{"ok": true, "version": Version, "accel": a.rt.Accel()})
+		writeJSON(w, 200, hostapi.Health{OK: true, Version: Version, Accel: a.rt.Accel()})
 	})
 	mux.HandleFunc("GET /v1/info", a.handleInfo)
 	mux.HandleFunc("GET /v1/templates", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, map[string]any{"templates": a.Templates()})
+		writeJSON(w, 200, hostapi.TemplateList{Templates: a.Templates()})
 	})
 	mux.HandleFunc("POST /v1/templates/{name}/bake", a.handleBake)
 	mux.HandleFunc("POST /v1/templates", a.handleBuild)
@@ -43,7 +44,7 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/sandboxes", a.handleCreate)
 	mux.HandleFunc("GET /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, map[string]any{"sandboxes": a.List()})
+		writeJSON(w, 200, hostapi.SandboxList{Sandboxes: a.List()})
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, 200)(a.Get(r.PathValue("id")))
@@ -67,10 +68,7 @@ func (a *Agent) Handler() http.Handler {
 		answer(w, 200)(a.Wake(r.Context(), r.PathValue("id")))
 	})
 	mux.HandleFunc("POST /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			ID      string `json:"id"`
-			SizeMiB int64  `json:"size_mib"`
-		}
+		var req hostapi.CreateVolumeRequest
 		if err := decodeJSON(w, r, &req); err != nil {
 			writeError(w, err)
 			return
@@ -78,15 +76,13 @@ func (a *Agent) Handler() http.Handler {
 		answer(w, http.StatusCreated)(a.CreateVolume(r.Context(), req.ID, req.SizeMiB))
 	})
 	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, map[string]any{"volumes": a.Volumes()})
+		writeJSON(w, 200, hostapi.VolumeList{Volumes: a.Volumes()})
 	})
 	mux.HandleFunc("GET /v1/volumes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, 200)(a.GetVolume(r.PathValue("id")))
 	})
 	mux.HandleFunc("POST /v1/volumes/{id}/resize", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			SizeMiB int64 `json:"size_mib"`
-		}
+		var req hostapi.ResizeVolumeRequest
 		if err := decodeJSON(w, r, &req); err != nil {
 			writeError(w, err)
 			return
@@ -101,7 +97,7 @@ func (a *Agent) Handler() http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET /v1/snapshots", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, map[string]any{"snapshots": a.Snapshots()})
+		writeJSON(w, 200, hostapi.SnapshotList{Snapshots: a.Snapshots()})
 	})
 	mux.HandleFunc("GET /v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, 200)(a.GetSnapshot(r.PathValue("id")))
@@ -165,12 +161,12 @@ func (a *Agent) handleInfo(w http.ResponseWriter, r *http.Request) {
 	committed := a.committedLocked()
 	a.mu.Unlock()
 	limit := a.commitLimitMiB()
-	writeJSON(w, 200, map[string]any{
-		"host_id": a.hostID, "accel": a.rt.Accel(), "mem_mib_total": a.cfg.HostMemoryMiB, "mem_mib_free": a.memAvailableMiB(),
-		"slots_total": maxSlots(limit), "slots_used": len(a.List()), "templates": a.Templates(),
-		"max_vcpus": a.cfg.MaxVCPUs, "max_memory_mib": a.cfg.MaxMemoryMiB, "memory_overcommit": a.cfg.MemoryOvercommit,
-		"mem_mib_committed": committed, "mem_mib_commit_limit": limit, "mem_mib_watermark": a.cfg.MemoryWatermarkMiB,
-		"pool_mib_total": sp.TotalMiB, "pool_mib_free": sp.FreeMiB,
+	writeJSON(w, 200, hostapi.Info{
+		HostID: a.hostID, Accel: a.rt.Accel(), MemMiBTotal: int64(a.cfg.HostMemoryMiB), MemMiBFree: int64(a.memAvailableMiB()),
+		SlotsTotal: int64(maxSlots(limit)), SlotsUsed: int64(len(a.List())), Templates: a.Templates(),
+		MaxVCPUs: int64(a.cfg.MaxVCPUs), MaxMemoryMiB: int64(a.cfg.MaxMemoryMiB), MemoryOvercommit: a.cfg.MemoryOvercommit,
+		MemMiBCommitted: int64(committed), MemMiBCommitLimit: int64(limit), MemMiBWatermark: int64(a.cfg.MemoryWatermarkMiB),
+		PoolMiBTotal: sp.TotalMiB, PoolMiBFree: sp.FreeMiB,
 	})
 }
 
@@ -181,15 +177,21 @@ func maxSlots(commitLimitMiB int) int {
 }
 
 func (a *Agent) handleBake(w http.ResponseWriter, r *http.Request) {
-	nd := newNDJSON(w)
-	info, err := a.EnsureTemplate(r.Context(), r.PathValue("name"), func(line string) {
-		nd.send(map[string]string{"progress": line})
+	streamBuild(w, func(progress func(string)) (*TemplateInfo, error) {
+		return a.EnsureTemplate(r.Context(), r.PathValue("name"), progress)
 	})
+}
+
+// streamBuild answers a bake or a build: its progress lines as NDJSON, then the template or the
+// error (a status can no longer change once the stream started).
+func streamBuild(w http.ResponseWriter, run func(progress func(string)) (*TemplateInfo, error)) {
+	nd := newNDJSON(w)
+	info, err := run(func(line string) { nd.send(hostapi.BuildEvent{Progress: &line}) })
 	if err != nil {
 		nd.send(errorBody(asAPIError(err)))
 		return
 	}
-	nd.send(map[string]any{"template": info})
+	nd.send(hostapi.BuildEvent{Template: &info.Template})
 }
 
 // handleBuild is POST /v1/templates: the body is a spec (JSON); the answer streams the build log
@@ -209,15 +211,9 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	nd := newNDJSON(w)
-	info, err := a.BuildTemplate(r.Context(), spec, func(line string) {
-		nd.send(map[string]string{"progress": line})
+	streamBuild(w, func(progress func(string)) (*TemplateInfo, error) {
+		return a.BuildTemplate(r.Context(), spec, progress)
 	})
-	if err != nil {
-		nd.send(errorBody(asAPIError(err)))
-		return
-	}
-	nd.send(map[string]any{"template": info})
 }
 
 // answer writes v with status, or the error.
@@ -232,9 +228,7 @@ func answer(w http.ResponseWriter, status int) func(any, error) {
 }
 
 func (a *Agent) handleFork(w http.ResponseWriter, r *http.Request) {
-	body := struct {
-		Count *int `json:"count,omitempty"`
-	}{}
+	var body hostapi.ForkRequest
 	if r.ContentLength != 0 {
 		if err := decodeJSON(w, r, &body); err != nil {
 			writeError(w, err)
@@ -250,7 +244,7 @@ func (a *Agent) handleFork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"sandboxes": children})
+	writeJSON(w, http.StatusCreated, hostapi.SandboxList{Sandboxes: children})
 }
 
 func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {
@@ -265,18 +259,6 @@ func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, info)
-}
-
-// ExecResponse is the buffered exec answer.
-type ExecResponse struct {
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	ExitCode        int    `json:"exit_code"`
-	TimedOut        bool   `json:"timed_out"`
-	DurationMs      int64  `json:"duration_ms"`
-	Signal          string `json:"signal,omitempty"`
-	StdoutTruncated bool   `json:"stdout_truncated"`
-	StderrTruncated bool   `json:"stderr_truncated"`
 }
 
 func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
@@ -297,9 +279,9 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, 200, ExecResponse{
+	writeJSON(w, 200, hostapi.ExecResult{
 		Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
-		DurationMs: res.DurationMs, Signal: res.Signal, StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated,
+		DurationMS: res.DurationMs, Signal: res.Signal, StdoutTruncated: stdout.truncated, StderrTruncated: stderr.truncated,
 	})
 }
 
@@ -311,8 +293,8 @@ func (a *Agent) streamExec(w http.ResponseWriter, r *http.Request, id string, re
 		return
 	}
 	nd := newNDJSON(w)
-	stdout := &utf8Lines{key: "stdout", nd: nd}
-	stderr := &utf8Lines{key: "stderr", nd: nd}
+	stdout := &utf8Lines{nd: nd, chunk: func(s string) hostapi.ExecChunk { return hostapi.ExecChunk{Stdout: s} }}
+	stderr := &utf8Lines{nd: nd, chunk: func(s string) hostapi.ExecChunk { return hostapi.ExecChunk{Stderr: s} }}
 	res, err := a.Exec(r.Context(), id, req, stdout, stderr)
 	stdout.flush()
 	stderr.flush()
@@ -320,11 +302,7 @@ func (a *Agent) streamExec(w http.ResponseWriter, r *http.Request, id string, re
 		nd.send(errorBody(asAPIError(err)))
 		return
 	}
-	end := map[string]any{"exit_code": res.ExitCode, "timed_out": res.TimedOut, "duration_ms": res.DurationMs}
-	if res.Signal != "" {
-		end["signal"] = res.Signal
-	}
-	nd.send(end)
+	nd.send(hostapi.ExecEnd{ExitCode: res.ExitCode, TimedOut: res.TimedOut, DurationMS: res.DurationMs, Signal: res.Signal})
 }
 
 // fileUser returns the `user` query parameter (files run with that user's permissions).
@@ -395,12 +373,18 @@ func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, a.callErr(sb, err))
 		return
 	}
-	writeJSON(w, 200, fi)
+	writeJSON(w, 200, wireStat(fi))
+}
+
+// wireStat is the API's view of a guest file.
+func wireStat(fi guest.FileInfo) hostapi.Stat {
+	return hostapi.Stat{Name: fi.Name, Path: fi.Path, Type: fi.Type, Size: fi.Size, Mode: fi.Mode, MTime: hostapi.Time(fi.Mtime), Target: fi.Target}
 }
 
 func (a *Agent) handleStat(w http.ResponseWriter, r *http.Request) {
 	a.fileCall(w, r, func(ctx context.Context, c *guest.Client, path, user string) (any, error) {
-		return c.Stat(ctx, path, user)
+		fi, err := c.Stat(ctx, path, user)
+		return wireStat(fi), err
 	})
 }
 
@@ -416,10 +400,11 @@ func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
 	}
 	a.fileCall(w, r, func(ctx context.Context, c *guest.Client, path, user string) (any, error) {
 		entries, err := c.List(ctx, path, user, depth)
-		if entries == nil {
-			entries = []guest.FileInfo{}
+		out := hostapi.StatList{Entries: make([]hostapi.Stat, len(entries))}
+		for i, fi := range entries {
+			out.Entries[i] = wireStat(fi)
 		}
-		return map[string]any{"entries": entries}, err
+		return out, err
 	})
 }
 
@@ -431,10 +416,7 @@ func (a *Agent) handleRemove(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Path string `json:"path"`
-		User string `json:"user,omitempty"`
-	}
+	var body hostapi.MkdirRequest
 	if err := decodeJSON(w, r, &body); err != nil {
 		writeError(w, err)
 		return
@@ -448,11 +430,7 @@ func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleMove(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		From string `json:"from"`
-		To   string `json:"to"`
-		User string `json:"user,omitempty"`
-	}
+	var body hostapi.MoveRequest
 	if err := decodeJSON(w, r, &body); err != nil {
 		writeError(w, err)
 		return
@@ -517,8 +495,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func errorBody(e *Error) map[string]any {
-	return map[string]any{"error": map[string]string{"code": e.Code, "message": e.Message}}
+func errorBody(e *Error) hostapi.ErrorBody {
+	return hostapi.ErrorBody{Error: hostapi.ErrorDetail{Code: e.Code, Message: e.Message}}
 }
 
 func writeError(w http.ResponseWriter, err error) {
@@ -553,9 +531,9 @@ func (n *ndjson) send(v any) {
 // utf8Lines turns an output stream into NDJSON events, holding back an incomplete UTF-8 sequence
 // at a chunk's end so a character split across reads is not mangled.
 type utf8Lines struct {
-	key  string
-	nd   *ndjson
-	hold []byte
+	nd    *ndjson
+	chunk func(string) hostapi.ExecChunk // the line for some output
+	hold  []byte
 }
 
 func (u *utf8Lines) Write(p []byte) (int, error) {
@@ -570,7 +548,7 @@ func (u *utf8Lines) Write(p []byte) (int, error) {
 		}
 	}
 	if cut > 0 {
-		u.nd.send(map[string]string{u.key: string(buf[:cut])})
+		u.nd.send(u.chunk(string(buf[:cut])))
 	}
 	u.hold = append([]byte(nil), buf[cut:]...)
 	return len(p), nil
@@ -578,7 +556,7 @@ func (u *utf8Lines) Write(p []byte) (int, error) {
 
 func (u *utf8Lines) flush() {
 	if len(u.hold) > 0 {
-		u.nd.send(map[string]string{u.key: string(u.hold)})
+		u.nd.send(u.chunk(string(u.hold)))
 		u.hold = nil
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // setIdentity rewrites the "identity" of a JSON record: version "" removes it (a record written
@@ -55,7 +57,7 @@ func TestVMMIdentity(t *testing.T) {
 	if v := recordedVersion(t, tmplFile); v != cur.Version {
 		t.Fatalf("template.json identity version %q, want %q", v, cur.Version)
 	}
-	var snap SnapshotInfo
+	var snap hostapi.Snapshot
 	if code := h.call("POST", "/v1/sandboxes/"+sb+"/snapshots", nil, &snap); code != 201 {
 		t.Fatalf("snapshot: %d", code)
 	}
@@ -77,7 +79,7 @@ func TestVMMIdentity(t *testing.T) {
 	}
 	// A snapshot without an identity is taken as this VMM's (and gets it written).
 	setIdentity(t, snapFile, "")
-	var restored SandboxInfo
+	var restored hostapi.Sandbox
 	if code := h.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID}, &restored); code != 201 {
 		t.Fatalf("restore of a snapshot without identity: %d", code)
 	}
@@ -94,7 +96,7 @@ func TestVMMIdentity(t *testing.T) {
 	if v := recordedVersion(t, sbFile); v != cur.Version {
 		t.Fatalf("hibernated sandbox.json identity version %q, want %q", v, cur.Version)
 	}
-	var before TemplateInfo
+	var before hostapi.Template
 	readJSONFile(tmplFile, &before)
 	// Edited while the agent runs (a stopped agent with no VMM unmounts the pool); it reads its
 	// records again at start.
@@ -115,7 +117,7 @@ func TestVMMIdentity(t *testing.T) {
 
 	// A template baked under another VMM is re-baked on its next use.
 	fresh := h.create()
-	var after TemplateInfo
+	var after hostapi.Template
 	readJSONFile(tmplFile, &after)
 	if after.Identity != cur || !after.BakedAt.After(before.BakedAt) {
 		t.Fatalf("template not re-baked: identity %+v, baked at %v (before %v)", after.Identity, after.BakedAt, before.BakedAt)

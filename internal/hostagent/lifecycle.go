@@ -17,31 +17,15 @@ import (
 
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // MaxForkCount bounds one fork call: each child is a VMM process on this host.
 const MaxForkCount = 16
 
-// SnapshotInfo is a snapshot object: memory + disk of a sandbox at one instant.
+// SnapshotInfo is a snapshot's record (snapshot.json): its wire view and the host's flags.
 type SnapshotInfo struct {
-	ID        string    `json:"id"`
-	SandboxID string    `json:"sandbox_id"`
-	Template  string    `json:"template"`
-	CreatedAt time.Time `json:"created_at"`
-	SizeBytes int64     `json:"size_bytes"`
-	PauseMs   float64   `json:"pause_ms"`
-	// NIC: the snapshot's machine has a network device.
-	NIC bool `json:"nic,omitempty"`
-	// VolumeSlots: spare drives of the snapshot's machine (always empty in a snapshot).
-	VolumeSlots int `json:"volume_slots,omitempty"`
-	// DirtyBytes is the guest memory that differed from the sandbox's base (what was copied).
-	DirtyBytes int64 `json:"dirty_bytes"`
-
-	TemplateDir string `json:"template_dir"`
-	VCPUs       int    `json:"vcpus"`
-	MemoryMiB   int    `json:"memory_mib"`
-	// Identity is the VMM the snapshot was saved under; it restores only under the same.
-	Identity runtime.Identity `json:"identity,omitzero"`
+	hostapi.Snapshot
 	// Internal snapshots back forks; they are deleted with their last child.
 	Internal bool `json:"internal,omitempty"`
 	Deleted  bool `json:"deleted,omitempty"`
@@ -74,13 +58,13 @@ func (a *Agent) loadSnapshot(id string) (*SnapshotInfo, error) {
 }
 
 // Snapshots lists the snapshot objects on this host (not the internal ones behind forks).
-func (a *Agent) Snapshots() []SnapshotInfo {
+func (a *Agent) Snapshots() []hostapi.Snapshot {
 	files, _ := filepath.Glob(filepath.Join(a.snapshotsDir(), "*", "snapshot.json"))
-	out := []SnapshotInfo{}
+	out := []hostapi.Snapshot{}
 	for _, f := range files {
 		var s SnapshotInfo
 		if readJSONFile(f, &s) == nil && !s.Deleted && !s.Internal {
-			out = append(out, s)
+			out = append(out, s.Snapshot)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
@@ -88,12 +72,12 @@ func (a *Agent) Snapshots() []SnapshotInfo {
 }
 
 // GetSnapshot returns one snapshot object.
-func (a *Agent) GetSnapshot(id string) (SnapshotInfo, error) {
+func (a *Agent) GetSnapshot(id string) (hostapi.Snapshot, error) {
 	s, err := a.loadSnapshot(id)
 	if err != nil || s.Internal {
-		return SnapshotInfo{}, notFound("snapshot %s not found", id)
+		return hostapi.Snapshot{}, notFound("snapshot %s not found", id)
 	}
-	return *s, nil
+	return s.Snapshot, nil
 }
 
 // DeleteSnapshot removes a snapshot. Sandboxes restored from it keep running: its files go only
@@ -132,13 +116,15 @@ func (a *Agent) gcSnapshots() {
 
 // SnapshotSandbox saves a running sandbox's memory and disk as a snapshot object. The sandbox is
 // paused only for the copy of what its guest wrote and keeps running after.
-func (a *Agent) SnapshotSandbox(ctx context.Context, id string) (SnapshotInfo, error) {
-	return a.snapshot(ctx, id, false, a.cfg.FullSnapshots)
+func (a *Agent) SnapshotSandbox(ctx context.Context, id string) (hostapi.Snapshot, error) {
+	s, err := a.snapshot(ctx, id, false, a.cfg.FullSnapshots)
+	return s.Snapshot, err
 }
 
 // SnapshotSandboxFull is SnapshotSandbox on the full-RAM path (for comparisons).
-func (a *Agent) SnapshotSandboxFull(ctx context.Context, id string) (SnapshotInfo, error) {
-	return a.snapshot(ctx, id, false, true)
+func (a *Agent) SnapshotSandboxFull(ctx context.Context, id string) (hostapi.Snapshot, error) {
+	s, err := a.snapshot(ctx, id, false, true)
+	return s.Snapshot, err
 }
 
 func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (SnapshotInfo, error) {
@@ -172,9 +158,10 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 			return SnapshotInfo{}, a.callErr(sb, err)
 		}
 	}
-	snap := SnapshotInfo{ID: "snap_" + newID()[3:], SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
-		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, Internal: internal, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots,
-		Identity: rec.Identity} // the VMM that runs the sandbox, which writes the state
+	snap := SnapshotInfo{Snapshot: hostapi.Snapshot{ID: "snap_" + newID()[3:], SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
+		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots,
+		Identity: rec.Identity}, // the VMM that runs the sandbox, which writes the state
+		Internal: internal}
 	final := filepath.Join(a.snapshotsDir(), snap.ID)
 	tmp := final + ".tmp"
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
@@ -192,7 +179,7 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 		return SnapshotInfo{}, snapshotErr(id, err)
 	}
 	snap.CreatedAt = time.Now().UTC()
-	snap.PauseMs = float64(st.Pause.Microseconds()) / 1000
+	snap.PauseMS = float64(st.Pause.Microseconds()) / 1000
 	snap.DirtyBytes = st.DirtyBytes
 	snap.SizeBytes = dirSize(tmp)
 	if err := writeJSONFile(filepath.Join(tmp, "snapshot.json"), snap); err != nil {
@@ -202,7 +189,7 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 		return SnapshotInfo{}, err
 	}
 	snap.dir = final
-	a.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMs, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
+	a.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMS, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
 	return snap, nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // counterServer is a python3 process that keeps a counter in its memory only: each request to
@@ -40,7 +42,7 @@ func TestForkSnapshotHibernate(t *testing.T) {
 	} // the server answered 1 at start-up, then 2..5
 	h.call("PUT", "/v1/sandboxes/"+parent+"/files?path=/home/user/before-fork.txt", []byte("written before the fork"), nil)
 
-	var fork struct{ Sandboxes []SandboxInfo }
+	var fork struct{ Sandboxes []hostapi.Sandbox }
 	if code := h.call("POST", "/v1/sandboxes/"+parent+"/fork", map[string]any{"count": 3}, &fork); code != 201 || len(fork.Sandboxes) != 3 {
 		t.Fatalf("fork: %d %+v", code, fork)
 	}
@@ -72,9 +74,9 @@ func TestForkSnapshotHibernate(t *testing.T) {
 	}
 
 	// Hibernate frees the VMM; the next exec wakes it with memory intact.
-	var info SandboxInfo
+	var info hostapi.Sandbox
 	h.call("GET", "/v1/sandboxes/"+parent, nil, &info)
-	pid := info.Pid
+	pid := info.PID
 	if code := h.call("POST", "/v1/sandboxes/"+parent+"/hibernate", nil, &info); code != 200 || info.State != StateHibernated {
 		t.Fatalf("hibernate: %d %+v", code, info)
 	}
@@ -87,7 +89,7 @@ func TestForkSnapshotHibernate(t *testing.T) {
 		t.Fatalf("after wake: %q, want 7", got)
 	}
 	h.call("GET", "/v1/sandboxes/"+parent, nil, &info)
-	if info.State != StateRunning || info.Pid == pid {
+	if info.State != StateRunning || info.PID == pid {
 		t.Fatalf("after wake: %+v", info)
 	}
 	// Hibernate twice in a row: the second snapshot's base is the first one's memory.
@@ -98,12 +100,12 @@ func TestForkSnapshotHibernate(t *testing.T) {
 	}
 
 	// A snapshot outlives its sandbox and seeds new ones.
-	var snap SnapshotInfo
+	var snap hostapi.Snapshot
 	if code := h.call("POST", "/v1/sandboxes/"+fork.Sandboxes[2].ID+"/snapshots", nil, &snap); code != 201 || snap.ID == "" {
 		t.Fatalf("snapshot: %d %+v", code, snap)
 	}
 	h.call("DELETE", "/v1/sandboxes/"+fork.Sandboxes[2].ID, nil, nil)
-	var seeded SandboxInfo
+	var seeded hostapi.Sandbox
 	if code := h.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID}, &seeded); code != 201 {
 		t.Fatalf("create from snapshot: %d", code)
 	}
@@ -190,14 +192,14 @@ func TestFullSnapshotPath(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.FullSnapshots = true })
 	id := h.create().ID
 	h.exec(id, map[string]any{"cmd": counterServer})
-	var snap SnapshotInfo
+	var snap hostapi.Snapshot
 	if code := h.call("POST", "/v1/sandboxes/"+id+"/snapshots", nil, &snap); code != 201 {
 		t.Fatalf("full snapshot: %d", code)
 	}
 	if snap.DirtyBytes < 64<<20 { // the whole RAM stream, not a diff
 		t.Fatalf("full snapshot streamed only %d bytes", snap.DirtyBytes)
 	}
-	var child SandboxInfo
+	var child hostapi.Sandbox
 	if code := h.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID}, &child); code != 201 {
 		t.Fatalf("create from full snapshot: %d", code)
 	}
@@ -234,7 +236,7 @@ func TestSnapshotOnFullDisk(t *testing.T) {
 	if code := h.call("POST", "/v1/sandboxes/"+id+"/snapshots", nil, &e); code != 507 || e.Error.Code != "no_space" {
 		t.Fatalf("snapshot on a full disk: %d %+v", code, e)
 	}
-	var list struct{ Snapshots []SnapshotInfo }
+	var list struct{ Snapshots []hostapi.Snapshot }
 	h.call("GET", "/v1/snapshots", nil, &list)
 	leftovers, _ := filepath.Glob(filepath.Join(h.agent.snapshotsDir(), "*"))
 	if len(list.Snapshots) != 0 || len(leftovers) != 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/template"
 	"github.com/pandastack/pandastack/internal/testenv"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // The per-VM size limits: a template larger than the host allows is refused with a 400 that names
@@ -101,7 +102,7 @@ for i in range(%d):
     b.append(bytearray(b'\x01') * (10 << 20))
     time.sleep(0.3)
 "`, mib/10)
-		var r ExecResponse
+		var r hostapi.ExecResult
 		if code := h.call("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": hog, "timeout_seconds": 300}, &r); code != 200 || r.ExitCode != 0 {
 			t.Fatalf("hog in %s: status %d, exit %d: %s; sandboxes: %+v (OOM kills: %d)", id, code, r.ExitCode, r.Stderr, h.agent.List(), oomKills(h))
 		}
@@ -176,7 +177,7 @@ for i in range(%d):
 func logIdleMemory(t *testing.T, h *harness, ids []string) {
 	for _, id := range ids {
 		sb, _ := h.agent.Get(id)
-		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", sb.Pid))
+		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", sb.PID))
 		var parts []string
 		for _, line := range strings.Split(string(data), "\n") {
 			f := strings.Fields(line)

@@ -19,6 +19,7 @@ import (
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/network/nettest"
 	"github.com/pandastack/pandastack/internal/testenv"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // TestNetworking runs real microVMs with NICs in network slots. Its "internet" is a namespace the
@@ -34,13 +35,13 @@ func TestNetworking(t *testing.T) {
 		c.Network = &network.Config{CIDR: cidr, Prefix: prefix, Ready: 2, DNS: out.Addr}
 	})
 
-	create := func(egress map[string]any) SandboxInfo {
+	create := func(egress map[string]any) hostapi.Sandbox {
 		t.Helper()
 		body := map[string]any{"template": "base"}
 		if egress != nil {
 			body["egress"] = egress
 		}
-		var sb SandboxInfo
+		var sb hostapi.Sandbox
 		if code := h.call("POST", "/v1/sandboxes", body, &sb); code != 201 {
 			t.Fatalf("create with egress %v: status %d", egress, code)
 		}
@@ -128,7 +129,7 @@ func TestNetworking(t *testing.T) {
 
 	// A hibernated sandbox is woken by a proxied request, its server still there, its network
 	// policy still applied.
-	var info SandboxInfo
+	var info hostapi.Sandbox
 	if code := h.call("POST", "/v1/sandboxes/"+closed.ID+"/hibernate", nil, &info); code != 200 || info.State != StateHibernated {
 		t.Fatalf("hibernate: %d %+v", code, info)
 	}

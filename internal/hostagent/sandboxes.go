@@ -21,6 +21,7 @@ import (
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // Sandbox states as this host sees them (internal/sandboxstate's; a killed sandbox is gone here).
@@ -78,22 +79,6 @@ func snapIn(dir string) runtime.Snapshot {
 	return runtime.Snapshot{RAMFile: filepath.Join(dir, "ram"), StateFile: filepath.Join(dir, "state")}
 }
 
-// SandboxInfo is the API view of a sandbox.
-type SandboxInfo struct {
-	ID        string    `json:"id"`
-	Template  string    `json:"template"`
-	State     string    `json:"state"`
-	Error     string    `json:"error,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	Pid       int       `json:"pid"`
-	VCPUs     int       `json:"vcpus"`
-	MemoryMiB int       `json:"memory_mib"`
-	ReadyMs   int64     `json:"ready_ms"`
-	// SnapshotID and ForkOf say where the sandbox's memory came from, when not a template.
-	SnapshotID string `json:"snapshot_id,omitempty"`
-	ForkOf     string `json:"fork_of,omitempty"`
-}
-
 type sandbox struct {
 	// op serialises lifecycle changes (snapshot, hibernate, wake, kill) of one sandbox; mu guards
 	// the fields and is never held across a slow call.
@@ -114,10 +99,10 @@ func (sb *sandbox) info() SandboxInfo {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	r := sb.rec
-	info := SandboxInfo{ID: r.ID, Template: r.Template, State: r.State, Error: r.Error, CreatedAt: r.CreatedAt,
-		Pid: r.VM.Pid, VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, ReadyMs: r.ReadyMs, SnapshotID: r.SnapshotID, ForkOf: r.ForkOf}
+	info := SandboxInfo{ID: r.ID, Template: r.Template, State: r.State, Error: r.Error, CreatedAt: hostapi.Time(r.CreatedAt),
+		PID: r.VM.Pid, VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, ReadyMS: r.ReadyMs, SnapshotID: r.SnapshotID, ForkOf: r.ForkOf}
 	if r.State != StateRunning {
-		info.Pid = 0
+		info.PID = 0
 	}
 	return info
 }
@@ -134,18 +119,6 @@ func (sb *sandbox) closeGuest() {
 	if c != nil {
 		c.Close()
 	}
-}
-
-// CreateRequest is the body of POST /v1/sandboxes.
-type CreateRequest struct {
-	ID         string            `json:"id,omitempty"`
-	Template   string            `json:"template,omitempty"`
-	SnapshotID string            `json:"snapshot_id,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Egress     *network.Egress   `json:"egress,omitempty"`
-	// EgressOpen: private ranges the operator (never a team) opened for all sandboxes.
-	EgressOpen []string      `json:"egress_open,omitempty"`
-	Volumes    []VolumeMount `json:"volumes,omitempty"`
 }
 
 // source is what a new sandbox is restored from.
@@ -439,13 +412,24 @@ func (a *Agent) Get(id string) (SandboxInfo, error) {
 
 // List returns every sandbox on this host, oldest first.
 func (a *Agent) List() []SandboxInfo {
+	type dated struct {
+		at   time.Time
+		info SandboxInfo
+	}
 	a.mu.Lock()
-	out := make([]SandboxInfo, 0, len(a.sandboxes))
+	all := make([]dated, 0, len(a.sandboxes))
 	for _, sb := range a.sandboxes {
-		out = append(out, sb.info())
+		info := sb.info()
+		sb.mu.Lock()
+		all = append(all, dated{sb.rec.CreatedAt, info})
+		sb.mu.Unlock()
 	}
 	a.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	sort.Slice(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
+	out := make([]SandboxInfo, len(all))
+	for i, d := range all {
+		out[i] = d.info
+	}
 	return out
 }
 
@@ -572,24 +556,13 @@ func (a *Agent) callErr(sb *sandbox, err error) error {
 	return errorf(http.StatusBadGateway, "guest_unreachable", "sandbox %s: lost the connection to its guest agent: %v", sb.rec.ID, err)
 }
 
-// ExecRequest is the body of an exec call.
-type ExecRequest struct {
-	Cmd            string            `json:"cmd,omitempty"`
-	Argv           []string          `json:"argv,omitempty"`
-	TimeoutSeconds *float64          `json:"timeout_seconds,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Cwd            string            `json:"cwd,omitempty"`
-	User           string            `json:"user,omitempty"`
-	Stdin          *string           `json:"stdin,omitempty"`
-}
-
 // Exec limits.
 const (
 	DefaultExecTimeout = 60 * time.Second
 	MaxExecTimeout     = 24 * time.Hour
 )
 
-func (r *ExecRequest) validate() error {
+func validateExec(r *ExecRequest) error {
 	switch {
 	case r.Cmd == "" && len(r.Argv) == 0:
 		return invalid("exec needs cmd (a shell string) or argv")
@@ -621,7 +594,7 @@ func containsAny(s, chars string) bool {
 
 // Exec runs a command in the sandbox, streaming its output to stdout and stderr.
 func (a *Agent) Exec(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (guest.ExecResult, error) {
-	if err := req.validate(); err != nil {
+	if err := validateExec(&req); err != nil {
 		return guest.ExecResult{}, err
 	}
 	c, sb, err := a.guest(ctx, id)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // Disk admission (docs/volumes.md "Disk space"). What the agent itself writes into the pool on a
@@ -23,15 +25,6 @@ const DefaultDiskReserveMiB = 4096
 // snapshotDiskMiB is admitted for a snapshot's disk on top of its memory: the disk is a reflink
 // (free when made) that pins the sandbox's blocks, so the sandbox's next writes allocate anew.
 const snapshotDiskMiB = 256
-
-// PoolSpace is the pool's room, as /v1/info reports it (MiB).
-type PoolSpace struct {
-	// TotalMiB is the pool filesystem's size.
-	TotalMiB int64 `json:"pool_mib_total"`
-	// FreeMiB is what admission can still give: the pool's real free space (and its disk's, for a
-	// loop pool), less the reserve, the volumes' unwritten promises and operations in flight.
-	FreeMiB int64 `json:"pool_mib_free"`
-}
 
 // space is the admission arithmetic at one instant (bytes).
 type space struct {
@@ -62,15 +55,17 @@ func (a *Agent) measure() (space, error) {
 		promised: a.volumesPromised(), pending: a.pending, loop: a.pool.Image != ""}, nil
 }
 
-// Space reports the pool's size and what admission can still give.
-func (a *Agent) Space() PoolSpace {
+// Space reports the pool's size and what admission can still give: the pool's real free space
+// (and its disk's, for a loop pool), less the reserve, the volumes' unwritten promises and
+// operations in flight.
+func (a *Agent) Space() hostapi.PoolSpace {
 	a.spaceMu.Lock()
 	defer a.spaceMu.Unlock()
 	s, err := a.measure()
 	if err != nil {
-		return PoolSpace{}
+		return hostapi.PoolSpace{}
 	}
-	return PoolSpace{TotalMiB: s.total >> 20, FreeMiB: max(0, s.available()) >> 20}
+	return hostapi.PoolSpace{TotalMiB: s.total >> 20, FreeMiB: max(0, s.available()) >> 20}
 }
 
 // admit reserves need bytes of the pool for an operation about to write them (what names it for
@@ -111,7 +106,7 @@ func (a *Agent) volumesPromised() int64 {
 	files, _ := filepath.Glob(filepath.Join(a.volumesDir(), "vol_*.json"))
 	var sum int64
 	for _, f := range files {
-		var v VolumeInfo
+		var v hostapi.Volume
 		var st syscall.Stat_t
 		if readJSONFile(f, &v) != nil || syscall.Stat(strings.TrimSuffix(f, ".json")+".ext4", &st) != nil {
 			continue

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // TestSnapshotAdmission: on a 5 GiB pool, snapshots of a running sandbox are admitted against
@@ -22,11 +24,11 @@ func TestSnapshotAdmission(t *testing.T) {
 	if r := h.exec(sb.ID, map[string]any{"cmd": "head -c 200M /dev/urandom > /dev/shm/ballast && echo ok"}); r.Stdout != "ok\n" {
 		t.Fatalf("ballast: %+v", r)
 	}
-	var ok []SnapshotInfo
+	var ok []hostapi.Snapshot
 	var e apiErr
 	code := 0
 	for range 40 {
-		var snap SnapshotInfo
+		var snap hostapi.Snapshot
 		var raw []byte
 		if code = h.call("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", nil, &raw); code != 201 {
 			jsonInto(t, raw, &e)

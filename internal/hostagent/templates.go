@@ -19,32 +19,13 @@ import (
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
 	"github.com/pandastack/pandastack/internal/template"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
-// TemplateInfo is a template as this host knows it.
+// TemplateInfo is a template as this host knows it: its wire view, and where a baked one's files
+// are. template.json in Dir is the wire view.
 type TemplateInfo struct {
-	Name      string    `json:"name"`
-	Baked     bool      `json:"baked"`
-	VCPUs     int       `json:"vcpus"`
-	MemoryMiB int       `json:"memory_mib"`
-	DiskMiB   int       `json:"disk_mib"`
-	BakeMs    int64     `json:"bake_ms,omitempty"`
-	SizeBytes int64     `json:"size_bytes,omitempty"`
-	BakedAt   time.Time `json:"baked_at,omitzero"`
-	// NIC: baked with a network device, so its sandboxes have one.
-	NIC bool `json:"nic,omitempty"`
-	// VolumeSlots: spare drives baked in, where volumes are attached on restore.
-	VolumeSlots int `json:"volume_slots,omitempty"`
-	// Env is the template's env, under every exec's own.
-	Env         map[string]string `json:"env,omitempty"`
-	Description string            `json:"description,omitempty"`
-	Aliases     []string          `json:"aliases,omitempty"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-	// Built: made through the template build API (not the catalog or the agent's config).
-	Built bool `json:"built,omitempty"`
-	// Identity is the VMM the snapshot was baked under; its sandboxes restore only under it.
-	Identity runtime.Identity `json:"identity,omitzero"`
-
+	hostapi.Template
 	Dir string `json:"-"` // the baked artifacts: kernel, initrd, disk.img, ram, state
 }
 
@@ -67,11 +48,11 @@ type bakeState struct {
 }
 
 // Templates lists every template this host can serve, baked or not.
-func (a *Agent) Templates() []TemplateInfo {
-	var out []TemplateInfo
+func (a *Agent) Templates() []hostapi.Template {
+	var out []hostapi.Template
 	for _, name := range a.TemplateNames() {
 		spec, _ := a.templateSpec(name)
-		info := TemplateInfo{Name: name, Description: spec.Description, Aliases: spec.Aliases, Metadata: spec.Metadata}
+		info := hostapi.Template{Name: name, Description: spec.Description, Aliases: spec.Aliases, Metadata: spec.Metadata}
 		if r, err := template.Resolve(spec, a.templateSpec); err == nil {
 			info.VCPUs, info.MemoryMiB, info.DiskMiB, info.Env = r.VCPUs, r.MemoryMiB, r.DiskMiB, r.Env
 		}
@@ -84,7 +65,7 @@ func (a *Agent) Templates() []TemplateInfo {
 		if st != nil && st.mu.TryLock() {
 			if st.info != nil {
 				built := info.Built
-				info = *st.info
+				info = st.info.Template
 				info.Built = built
 			}
 			st.mu.Unlock()
@@ -217,8 +198,8 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 			return nil, err
 		}
 	}
-	info := &TemplateInfo{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB, Dir: tmp, NIC: nic,
-		VolumeSlots: VolumeSlots, Env: spec.Env, Identity: ident}
+	info := &TemplateInfo{Template: hostapi.Template{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB,
+		NIC: nic, VolumeSlots: VolumeSlots, Env: spec.Env, Identity: ident}, Dir: tmp}
 	runDir := a.runDir("bake-" + spec.Name)
 	mspec := info.spec(filepath.Join(tmp, "disk.img"))
 	if err := makePlaceholder(tmp); err != nil {
@@ -299,7 +280,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 	say("snapshot saved in %d ms", time.Since(t).Milliseconds())
 	a.rt.Kill(vm)
 	os.RemoveAll(bakeSlots) // the bake VM's empty slot disks; clones get their own
-	info.BakeMs = time.Since(start).Milliseconds()
+	info.BakeMS = time.Since(start).Milliseconds()
 	info.BakedAt = time.Now().UTC()
 	info.Baked = true
 	info.SizeBytes = dirSize(tmp)
@@ -311,7 +292,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 		return nil, err
 	}
 	info.Dir = dir
-	say("baked template %s in %.1f s", spec.Name, float64(info.BakeMs)/1000)
+	say("baked template %s in %.1f s", spec.Name, float64(info.BakeMS)/1000)
 	return info, nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/testenv"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // harness is a host agent on a fresh data dir, served over real HTTP.
@@ -108,18 +109,18 @@ func (h *harness) call(method, path string, body any, out any) int {
 	return resp.StatusCode
 }
 
-func (h *harness) create() SandboxInfo {
+func (h *harness) create() hostapi.Sandbox {
 	h.t.Helper()
-	var sb SandboxInfo
+	var sb hostapi.Sandbox
 	if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": "base"}, &sb); code != 201 {
 		h.t.Fatalf("create: status %d", code)
 	}
 	return sb
 }
 
-func (h *harness) exec(id string, body map[string]any) ExecResponse {
+func (h *harness) exec(id string, body map[string]any) hostapi.ExecResult {
 	h.t.Helper()
-	var r ExecResponse
+	var r hostapi.ExecResult
 	if code := h.call("POST", "/v1/sandboxes/"+id+"/exec", body, &r); code != 200 {
 		h.t.Fatalf("exec %v: status %d", body, code)
 	}
@@ -134,7 +135,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	h := newHarness(t)
 
 	// Ten restores of one baked snapshot, each running Python.
-	var sbs []SandboxInfo
+	var sbs []hostapi.Sandbox
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i := 0; i < 10; i++ {
@@ -165,9 +166,9 @@ func TestSandboxLifecycle(t *testing.T) {
 	// Every VMM runs under QEMU's seccomp filter.
 	for _, sb := range sbs[:2] {
 		info, _ := h.agent.Get(sb.ID)
-		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", info.Pid))
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", info.PID))
 		if err != nil || !strings.Contains(string(status), "\nSeccomp:\t2\n") {
-			t.Errorf("VMM of %s (pid %d) is not in seccomp filter mode: %v", sb.ID, info.Pid, err)
+			t.Errorf("VMM of %s (pid %d) is not in seccomp filter mode: %v", sb.ID, info.PID, err)
 		}
 	}
 
@@ -190,9 +191,9 @@ func TestSandboxLifecycle(t *testing.T) {
 	if code := h.call("DELETE", "/v1/sandboxes/"+victim.ID, nil, nil); code != 204 {
 		t.Fatalf("kill: %d", code)
 	}
-	if syscall.Kill(victim.Pid, 0) == nil {
-		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", victim.Pid)); strings.Contains(string(st), victim.ID) {
-			t.Fatalf("VMM pid %d still running after kill", victim.Pid)
+	if syscall.Kill(victim.PID, 0) == nil {
+		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", victim.PID)); strings.Contains(string(st), victim.ID) {
+			t.Fatalf("VMM pid %d still running after kill", victim.PID)
 		}
 	}
 	if _, err := os.Stat(diskDir); !os.IsNotExist(err) {
@@ -208,9 +209,9 @@ func TestSandboxLifecycle(t *testing.T) {
 	// Agent restart (without killing VMs) then exec still works; the VMM is the same process.
 	h.stop()
 	h.start()
-	var got SandboxInfo
-	if code := h.call("GET", "/v1/sandboxes/"+a, nil, &got); code != 200 || got.State != StateRunning || got.Pid != sbs[0].Pid {
-		t.Fatalf("after restart: status %d, %+v (pid before %d)", code, got, sbs[0].Pid)
+	var got hostapi.Sandbox
+	if code := h.call("GET", "/v1/sandboxes/"+a, nil, &got); code != 200 || got.State != StateRunning || got.PID != sbs[0].PID {
+		t.Fatalf("after restart: status %d, %+v (pid before %d)", code, got, sbs[0].PID)
 	}
 	r := h.exec(a, map[string]any{"cmd": "cat /home/user/secret.txt"})
 	if r.Stdout != "only in a" {
@@ -218,7 +219,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 
 	// A VMM killed behind the agent's back shows as error with a reason; exec answers 409.
-	if err := syscall.Kill(sbs[2].Pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(sbs[2].PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, h, sbs[2].ID, StateError)
@@ -227,11 +228,11 @@ func TestSandboxLifecycle(t *testing.T) {
 	}
 }
 
-func waitState(t *testing.T, h *harness, id, state string) SandboxInfo {
+func waitState(t *testing.T, h *harness, id, state string) hostapi.Sandbox {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		var got SandboxInfo
+		var got hostapi.Sandbox
 		h.call("GET", "/v1/sandboxes/"+id, nil, &got)
 		if got.State == state {
 			if state == StateError && got.Error == "" {
@@ -367,9 +368,9 @@ func TestExecAndFiles(t *testing.T) {
 			t.Errorf("%s %s: status %d %+v, want %d with a code and message", c.method, c.path, code, e, c.status)
 		}
 	}
-	var list2 []SandboxInfo
+	var list2 []hostapi.Sandbox
 	var lr struct {
-		Sandboxes []SandboxInfo `json:"sandboxes"`
+		Sandboxes []hostapi.Sandbox `json:"sandboxes"`
 	}
 	h.call("GET", "/v1/sandboxes", nil, &lr)
 	list2 = lr.Sandboxes
@@ -413,7 +414,7 @@ func triggerPanic(t *testing.T, h *harness, id string) {
 		var raw map[string]any
 		code := h.call("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": "echo c > /proc/sysrq-trigger", "user": "root", "timeout_seconds": 30}, &raw)
 		t.Logf("panic trigger %d: HTTP %d %v", attempt, code, raw)
-		var got SandboxInfo
+		var got hostapi.Sandbox
 		for i := 0; i < 100; i++ {
 			h.call("GET", "/v1/sandboxes/"+id, nil, &got)
 			if got.State != StateRunning {

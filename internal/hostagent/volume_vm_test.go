@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 func jsonInto(t *testing.T, data []byte, v any) {
@@ -28,7 +30,7 @@ func dfTotalMiB(line string) int {
 // at a time; a full volume is ENOSPC in the guest, not a broken sandbox.
 func TestVolumes(t *testing.T) {
 	h := newHarness(t)
-	var vol VolumeInfo
+	var vol hostapi.Volume
 	if code := h.call("POST", "/v1/volumes", map[string]any{"id": "vol_data", "size_mib": 256}, &vol); code != 201 || vol.SizeMiB != 256 {
 		t.Fatalf("create volume: %d %+v", code, vol)
 	}
@@ -47,9 +49,9 @@ func TestVolumes(t *testing.T) {
 		}
 	}
 
-	createWith := func(mounts ...map[string]any) (SandboxInfo, int, apiErr) {
+	createWith := func(mounts ...map[string]any) (hostapi.Sandbox, int, apiErr) {
 		t.Helper()
-		var sb SandboxInfo
+		var sb hostapi.Sandbox
 		var e apiErr
 		var raw []byte
 		code := h.call("POST", "/v1/sandboxes", map[string]any{"template": "base", "volumes": mounts}, &raw)
@@ -96,14 +98,14 @@ func TestVolumes(t *testing.T) {
 	if code := h.call("POST", "/v1/sandboxes/"+s1.ID+"/fork", map[string]any{"count": 1}, &e2); code != 409 {
 		t.Errorf("fork with a volume: %d %+v", code, e2)
 	}
-	var got VolumeInfo
+	var got hostapi.Volume
 	h.call("GET", "/v1/volumes/vol_data", nil, &got)
 	if len(got.Attachments) != 1 || got.Attachments[0].SandboxID != s1.ID || got.Attachments[0].MountPath != "/data" {
 		t.Errorf("attachments: %+v", got.Attachments)
 	}
 
 	// Hibernate and wake keep the volume; then a last write, flushed by the kill.
-	var info SandboxInfo
+	var info hostapi.Sandbox
 	if code := h.call("POST", "/v1/sandboxes/"+s1.ID+"/hibernate", nil, &info); code != 200 {
 		t.Fatalf("hibernate: %d", code)
 	}

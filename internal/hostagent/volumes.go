@@ -19,6 +19,7 @@ import (
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // Volumes: persistent ext4 images in the pool, attached to sandboxes through spare virtio-blk
@@ -37,30 +38,6 @@ var volIDRE = regexp.MustCompile(`^vol_[a-z0-9]{1,60}$`)
 // systemDirs may not be mount points (nor hold one): mounting over them breaks the guest.
 var systemDirs = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr", "/var"}
 
-// VolumeMount attaches a volume to a sandbox at create.
-type VolumeMount struct {
-	VolumeID  string `json:"volume_id"`
-	MountPath string `json:"mount_path"`
-	ReadOnly  bool   `json:"read_only,omitempty"`
-}
-
-// Attachment is one sandbox using a volume.
-type Attachment struct {
-	SandboxID string `json:"sandbox_id"`
-	MountPath string `json:"mount_path"`
-	ReadOnly  bool   `json:"read_only"`
-}
-
-// VolumeInfo is the API view of a volume.
-type VolumeInfo struct {
-	ID          string       `json:"id"`
-	SizeMiB     int64        `json:"size_mib"`
-	CreatedAt   time.Time    `json:"created_at"`
-	Attachments []Attachment `json:"attachments"`
-	// GrowPending: resized since its last read-write mount; the next one runs resize2fs.
-	GrowPending bool `json:"grow_pending,omitempty"`
-}
-
 func (a *Agent) volumesDir() string          { return filepath.Join(a.pool.Dir, "volumes") }
 func (a *Agent) volumeFile(id string) string { return filepath.Join(a.volumesDir(), id+".ext4") }
 func (a *Agent) volumeMeta(id string) string { return filepath.Join(a.volumesDir(), id+".json") }
@@ -73,49 +50,49 @@ func validSize(sizeMiB int64) error {
 }
 
 // CreateVolume makes an empty ext4 volume, its root owned by the guest's default user.
-func (a *Agent) CreateVolume(ctx context.Context, id string, sizeMiB int64) (VolumeInfo, error) {
+func (a *Agent) CreateVolume(ctx context.Context, id string, sizeMiB int64) (hostapi.Volume, error) {
 	if !volIDRE.MatchString(id) {
-		return VolumeInfo{}, invalid("volume id %q: use vol_ followed by 1-60 lowercase letters or digits", id)
+		return hostapi.Volume{}, invalid("volume id %q: use vol_ followed by 1-60 lowercase letters or digits", id)
 	}
 	if err := validSize(sizeMiB); err != nil {
-		return VolumeInfo{}, err
+		return hostapi.Volume{}, err
 	}
 	a.volMu.Lock()
 	defer a.volMu.Unlock()
 	if _, err := os.Stat(a.volumeMeta(id)); err == nil {
-		return VolumeInfo{}, conflict("volume %s already exists", id)
+		return hostapi.Volume{}, conflict("volume %s already exists", id)
 	}
 	if err := os.MkdirAll(a.volumesDir(), 0o700); err != nil {
-		return VolumeInfo{}, err
+		return hostapi.Volume{}, err
 	}
 	// What mkfs writes now, or the volume's promise if larger (it is then part of the promise).
 	release, err := a.admit(fmt.Sprintf("volume %s (%d MiB)", id, sizeMiB), max(a.volumePromise(sizeMiB<<20), mkfsCost(sizeMiB<<20)))
 	if err != nil {
-		return VolumeInfo{}, err
+		return hostapi.Volume{}, err
 	}
 	defer release()
 	tmp := a.volumeFile(id) + ".tmp"
 	defer os.Remove(tmp)
 	if err := os.WriteFile(tmp, nil, 0o600); err != nil {
-		return VolumeInfo{}, err
+		return hostapi.Volume{}, err
 	}
 	if err := os.Truncate(tmp, sizeMiB<<20); err != nil {
-		return VolumeInfo{}, volumeErr(err)
+		return hostapi.Volume{}, volumeErr(err)
 	}
 	// mkfs of a file we just made: no guest data is parsed on the host.
 	out, err := runCmd(ctx, "mkfs.ext4", "-q", "-F", "-L", "volume", "-E", "root_owner=1000:1000,lazy_itable_init=0,lazy_journal_init=0", "-m", "0", tmp)
 	if err != nil {
-		return VolumeInfo{}, volumeErr(fmt.Errorf("mkfs.ext4: %v: %s", err, out))
+		return hostapi.Volume{}, volumeErr(fmt.Errorf("mkfs.ext4: %v: %s", err, out))
 	}
 	if err := os.Rename(tmp, a.volumeFile(id)); err != nil {
-		return VolumeInfo{}, err
+		return hostapi.Volume{}, err
 	}
-	v := VolumeInfo{ID: id, SizeMiB: sizeMiB, CreatedAt: time.Now().UTC()}
+	v := hostapi.Volume{ID: id, SizeMiB: sizeMiB, CreatedAt: time.Now().UTC()}
 	if err := writeJSONFile(a.volumeMeta(id), v); err != nil {
 		os.Remove(a.volumeFile(id))
-		return VolumeInfo{}, err
+		return hostapi.Volume{}, err
 	}
-	v.Attachments = []Attachment{}
+	v.Attachments = []hostapi.VolumeAttachment{}
 	return v, nil
 }
 
@@ -134,19 +111,19 @@ func volumeErr(err error) error {
 }
 
 // GetVolume returns one volume with its attachments.
-func (a *Agent) GetVolume(id string) (VolumeInfo, error) {
-	var v VolumeInfo
+func (a *Agent) GetVolume(id string) (hostapi.Volume, error) {
+	var v hostapi.Volume
 	if !volIDRE.MatchString(id) || readJSONFile(a.volumeMeta(id), &v) != nil {
-		return VolumeInfo{}, notFound("volume %s not found", id)
+		return hostapi.Volume{}, notFound("volume %s not found", id)
 	}
 	v.Attachments = a.attachments(id)
 	return v, nil
 }
 
 // Volumes lists this host's volumes, oldest first.
-func (a *Agent) Volumes() []VolumeInfo {
+func (a *Agent) Volumes() []hostapi.Volume {
 	files, _ := filepath.Glob(filepath.Join(a.volumesDir(), "vol_*.json"))
-	out := []VolumeInfo{}
+	out := []hostapi.Volume{}
 	for _, f := range files {
 		if v, err := a.GetVolume(strings.TrimSuffix(filepath.Base(f), ".json")); err == nil {
 			out = append(out, v)
@@ -158,43 +135,43 @@ func (a *Agent) Volumes() []VolumeInfo {
 
 // ResizeVolume grows a detached volume's file; the filesystem grows inside the guest at its next
 // read-write mount (resize2fs there, so the host never parses guest-written metadata).
-func (a *Agent) ResizeVolume(id string, sizeMiB int64) (VolumeInfo, error) {
+func (a *Agent) ResizeVolume(id string, sizeMiB int64) (hostapi.Volume, error) {
 	if err := validSize(sizeMiB); err != nil {
-		return VolumeInfo{}, err
+		return hostapi.Volume{}, err
 	}
 	a.volMu.Lock()
 	defer a.volMu.Unlock()
 	v, err := a.GetVolume(id)
 	if err != nil {
-		return VolumeInfo{}, err
+		return hostapi.Volume{}, err
 	}
 	if len(v.Attachments) > 0 {
-		return VolumeInfo{}, conflict("volume %s is attached to sandbox %s; resize it while detached", id, v.Attachments[0].SandboxID)
+		return hostapi.Volume{}, conflict("volume %s is attached to sandbox %s; resize it while detached", id, v.Attachments[0].SandboxID)
 	}
 	if sizeMiB < v.SizeMiB {
-		return VolumeInfo{}, invalid("volumes only grow: %s is %d MiB, asked for %d", id, v.SizeMiB, sizeMiB)
+		return hostapi.Volume{}, invalid("volumes only grow: %s is %d MiB, asked for %d", id, v.SizeMiB, sizeMiB)
 	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(a.volumeFile(id), &st); err != nil {
-		return VolumeInfo{}, err
+		return hostapi.Volume{}, err
 	}
 	// The volume holds max(written, promise) already; growing it raises its promise.
 	written := st.Blocks * 512
 	grow := max(written, a.volumePromise(sizeMiB<<20)) - max(written, a.volumePromise(v.SizeMiB<<20))
 	release, err := a.admit(fmt.Sprintf("growing volume %s from %d to %d MiB", id, v.SizeMiB, sizeMiB), grow)
 	if err != nil {
-		return VolumeInfo{}, err
+		return hostapi.Volume{}, err
 	}
 	defer release()
 	if err := os.Truncate(a.volumeFile(id), sizeMiB<<20); err != nil {
-		return VolumeInfo{}, volumeErr(err)
+		return hostapi.Volume{}, volumeErr(err)
 	}
 	v.SizeMiB = sizeMiB
 	v.GrowPending = true
 	meta := v
 	meta.Attachments = nil
 	if err := writeJSONFile(a.volumeMeta(id), meta); err != nil {
-		return VolumeInfo{}, err
+		return hostapi.Volume{}, err
 	}
 	return v, nil
 }
@@ -217,14 +194,14 @@ func (a *Agent) DeleteVolume(id string) error {
 }
 
 // attachments lists the sandboxes that use volume id.
-func (a *Agent) attachments(id string) []Attachment {
+func (a *Agent) attachments(id string) []hostapi.VolumeAttachment {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.attachmentsLocked(id, "")
 }
 
-func (a *Agent) attachmentsLocked(id, except string) []Attachment {
-	out := []Attachment{}
+func (a *Agent) attachmentsLocked(id, except string) []hostapi.VolumeAttachment {
+	out := []hostapi.VolumeAttachment{}
 	for _, sb := range a.sandboxes {
 		sb.mu.Lock()
 		// A sandbox holds its volumes until it is gone from the map: a kill still flushing, a
@@ -232,7 +209,7 @@ func (a *Agent) attachmentsLocked(id, except string) []Attachment {
 		if sb.rec.ID != except {
 			for _, m := range sb.rec.Volumes {
 				if m.VolumeID == id {
-					out = append(out, Attachment{SandboxID: sb.rec.ID, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
+					out = append(out, hostapi.VolumeAttachment{SandboxID: sb.rec.ID, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
 				}
 			}
 		}
@@ -346,7 +323,7 @@ func (a *Agent) mountVolumes(ctx context.Context, rec *record, vm *runtime.VM, c
 		if err != nil {
 			return fmt.Errorf("volume %s: %w", m.VolumeID, err)
 		}
-		var meta VolumeInfo
+		var meta hostapi.Volume
 		readJSONFile(a.volumeMeta(m.VolumeID), &meta)
 		grow := meta.GrowPending && !m.ReadOnly
 		if err := c.Mount(ctx, serial, m.MountPath, st.Size(), m.ReadOnly, grow); err != nil {

@@ -1,0 +1,323 @@
+// Package hostapi is the host-agent HTTP API's wire contract (docs/hostagent-api.md): the bodies
+// the host agent (internal/hostagent) answers and reads, and its client (internal/agentclient)
+// sends and decodes, defined once. Nothing here does I/O.
+//
+// Invariant: these types are what is on the wire, byte for byte (names, omitempty, field order).
+// Where an answer was once written as a Go map, its struct lists the fields in key order, as a map
+// marshals them. Times that the fake agent fills as strings (Sandbox.CreatedAt, Stat.MTime) are
+// strings here, in RFC 3339 with nanoseconds (Time), as a time.Time marshals.
+package hostapi
+
+import (
+	"strings"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/runtime"
+)
+
+// Limits both sides check.
+const (
+	// MaxForkCount bounds one fork call: each child is a VMM process on the parent's host.
+	MaxForkCount = 16
+	// MaxVolumesPerSandbox is how many volumes one sandbox may mount (the spare drives every
+	// template is baked with, docs/volumes.md).
+	MaxVolumesPerSandbox = 4
+)
+
+// ProxyTokenHeader carries the agent token on proxied requests (/v1/sandboxes/{id}/ports/...),
+// whose Authorization header belongs to the application in the sandbox and passes through.
+const ProxyTokenHeader = "X-Pandastack-Agent-Token"
+
+// Time is t as the wire carries it (what a time.Time marshals to, unquoted).
+func Time(t time.Time) string { return t.Format(time.RFC3339Nano) }
+
+// ErrorBody is every error answer: {"error": {"code", "message"}}; also the last line of a
+// stream that failed after it started.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is a stable code (internal/errdefs' wire codes) and a message for people.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Health is GET /healthz (no token needed).
+type Health struct {
+	Accel   string `json:"accel"`
+	OK      bool   `json:"ok"`
+	Version string `json:"version"`
+}
+
+// Info is GET /v1/info: the host's capacity and policy, which placement reads.
+type Info struct {
+	Accel        string `json:"accel"`
+	HostID       string `json:"host_id"`
+	MaxMemoryMiB int64  `json:"max_memory_mib"`
+	// MaxVCPUs and MaxMemoryMiB bound one VM on this host.
+	MaxVCPUs int64 `json:"max_vcpus"`
+	// MemMiBCommitLimit is MemoryOvercommit × MemMiBTotal: the guest memory the host admits;
+	// MemMiBCommitted what it has admitted.
+	MemMiBCommitLimit int64 `json:"mem_mib_commit_limit"`
+	MemMiBCommitted   int64 `json:"mem_mib_committed"`
+	MemMiBFree        int64 `json:"mem_mib_free"`
+	MemMiBTotal       int64 `json:"mem_mib_total"`
+	// MemMiBWatermark: below it the idlest sandboxes are hibernated.
+	MemMiBWatermark  int64   `json:"mem_mib_watermark"`
+	MemoryOvercommit float64 `json:"memory_overcommit"`
+	// PoolMiBFree is what the disk pool still admits (after its reserve, the volumes' promises
+	// and writes in flight); PoolMiBTotal its size (docs/volumes.md).
+	PoolMiBFree  int64      `json:"pool_mib_free"`
+	PoolMiBTotal int64      `json:"pool_mib_total"`
+	SlotsTotal   int64      `json:"slots_total"`
+	SlotsUsed    int64      `json:"slots_used"`
+	Templates    []Template `json:"templates"`
+}
+
+// PoolSpace is the disk pool's room (MiB), as Info reports it.
+type PoolSpace struct {
+	TotalMiB int64 `json:"pool_mib_total"`
+	FreeMiB  int64 `json:"pool_mib_free"`
+}
+
+// Template is a template as one host knows it, baked or not (GET /v1/templates, a bake's or a
+// build's last line).
+type Template struct {
+	Name      string    `json:"name"`
+	Baked     bool      `json:"baked"`
+	VCPUs     int       `json:"vcpus"`
+	MemoryMiB int       `json:"memory_mib"`
+	DiskMiB   int       `json:"disk_mib"`
+	BakeMS    int64     `json:"bake_ms,omitempty"`
+	SizeBytes int64     `json:"size_bytes,omitempty"`
+	BakedAt   time.Time `json:"baked_at,omitzero"`
+	// NIC: baked with a network device, so its sandboxes have one.
+	NIC bool `json:"nic,omitempty"`
+	// VolumeSlots: spare drives baked in, where volumes are attached on restore.
+	VolumeSlots int `json:"volume_slots,omitempty"`
+	// Env is the template's env, under every exec's own.
+	Env map[string]string `json:"env,omitempty"`
+	// Description, Aliases and Metadata are what the template's spec says about itself.
+	Description string            `json:"description,omitempty"`
+	Aliases     []string          `json:"aliases,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	// Built: made through the template build API (not the catalog or the agent's config).
+	Built bool `json:"built,omitempty"`
+	// Identity is the VMM the snapshot was baked under; its sandboxes restore only under it.
+	Identity runtime.Identity `json:"identity,omitzero"`
+}
+
+// TemplateList is GET /v1/templates.
+type TemplateList struct {
+	Templates []Template `json:"templates"`
+}
+
+// BuildEvent is one NDJSON line of a bake (POST /v1/templates/{name}/bake) or a build
+// (POST /v1/templates): progress lines, then a template or an error.
+type BuildEvent struct {
+	Progress *string      `json:"progress,omitempty"`
+	Template *Template    `json:"template,omitempty"`
+	Error    *ErrorDetail `json:"error,omitempty"`
+}
+
+// Sandbox is the host's view of a sandbox (its state is internal/sandboxstate's; a killed
+// sandbox is gone from the host).
+type Sandbox struct {
+	ID        string `json:"id"`
+	Template  string `json:"template"`
+	State     string `json:"state"`
+	Error     string `json:"error,omitempty"`
+	CreatedAt string `json:"created_at"`
+	// PID is the VMM's process while the sandbox runs, else 0.
+	PID       int   `json:"pid"`
+	VCPUs     int   `json:"vcpus"`
+	MemoryMiB int   `json:"memory_mib"`
+	ReadyMS   int64 `json:"ready_ms"`
+	// SnapshotID and ForkOf say where its memory came from, when not a template.
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	ForkOf     string `json:"fork_of,omitempty"`
+}
+
+// SandboxList is GET /v1/sandboxes and a fork's answer.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// CreateRequest is POST /v1/sandboxes: from a template (baked first if this host has not), or
+// from a snapshot on this host (Template may then be empty; if given it must be the snapshot's).
+type CreateRequest struct {
+	ID         string            `json:"id,omitempty"`
+	Template   string            `json:"template,omitempty"`
+	SnapshotID string            `json:"snapshot_id,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Egress     *network.Egress   `json:"egress,omitempty"`
+	// EgressOpen: private ranges the operator (never a team) opened for all sandboxes.
+	EgressOpen []string `json:"egress_open,omitempty"`
+	// Volumes are this host's volumes to mount (at most MaxVolumesPerSandbox).
+	Volumes []VolumeMount `json:"volumes,omitempty"`
+}
+
+// ForkRequest is POST /v1/sandboxes/{id}/fork (an empty body is one child).
+type ForkRequest struct {
+	Count *int `json:"count,omitempty"`
+}
+
+// ExecRequest is POST /v1/sandboxes/{id}/exec: a shell string or an argv.
+type ExecRequest struct {
+	Cmd            string            `json:"cmd,omitempty"`
+	Argv           []string          `json:"argv,omitempty"`
+	TimeoutSeconds *float64          `json:"timeout_seconds,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Cwd            string            `json:"cwd,omitempty"`
+	User           string            `json:"user,omitempty"`
+	Stdin          *string           `json:"stdin,omitempty"`
+}
+
+// ExecResult is the buffered exec answer; each stream is cut at the agent's limit (Truncated).
+type ExecResult struct {
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	ExitCode        int    `json:"exit_code"`
+	TimedOut        bool   `json:"timed_out"`
+	DurationMS      int64  `json:"duration_ms"`
+	Signal          string `json:"signal,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+}
+
+// ExecChunk is an output line of a streamed exec (Accept: application/x-ndjson): one of the two.
+type ExecChunk struct {
+	Stderr string `json:"stderr,omitempty"`
+	Stdout string `json:"stdout,omitempty"`
+}
+
+// ExecEnd is the last line of a streamed exec that ran (one that failed ends with ErrorBody).
+type ExecEnd struct {
+	DurationMS int64  `json:"duration_ms"`
+	ExitCode   int    `json:"exit_code"`
+	Signal     string `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timed_out"`
+}
+
+// Stat describes a file in a sandbox.
+type Stat struct {
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Type   string `json:"type"` // "file" | "dir" | "symlink" | "other"
+	Size   int64  `json:"size"`
+	Mode   string `json:"mode"` // octal permission bits, e.g. "0644"
+	MTime  string `json:"mtime"`
+	Target string `json:"target,omitempty"` // a symlink's target
+}
+
+// StatList is GET /v1/sandboxes/{id}/files/list.
+type StatList struct {
+	Entries []Stat `json:"entries"`
+}
+
+// MkdirRequest is POST /v1/sandboxes/{id}/files/mkdir (parents too).
+type MkdirRequest struct {
+	Path string `json:"path"`
+	User string `json:"user,omitempty"`
+}
+
+// MoveRequest is POST /v1/sandboxes/{id}/files/move.
+type MoveRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	User string `json:"user,omitempty"`
+}
+
+// VolumeMount attaches a volume to a sandbox at create: mounted at MountPath in the guest.
+type VolumeMount struct {
+	VolumeID  string `json:"volume_id"`
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only,omitempty"`
+}
+
+// VolumeAttachment is one sandbox using a volume (until it is killed, hibernated ones too).
+type VolumeAttachment struct {
+	SandboxID string `json:"sandbox_id"`
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only"`
+}
+
+// Volume is a volume on one host (docs/volumes.md).
+type Volume struct {
+	ID          string             `json:"id"`
+	SizeMiB     int64              `json:"size_mib"`
+	CreatedAt   time.Time          `json:"created_at"`
+	Attachments []VolumeAttachment `json:"attachments"`
+	// GrowPending: resized since its last read-write mount; the next one grows its filesystem.
+	GrowPending bool `json:"grow_pending,omitempty"`
+}
+
+// VolumeList is GET /v1/volumes.
+type VolumeList struct {
+	Volumes []Volume `json:"volumes"`
+}
+
+// CreateVolumeRequest is POST /v1/volumes: the control plane names the volume.
+type CreateVolumeRequest struct {
+	ID      string `json:"id"`
+	SizeMiB int64  `json:"size_mib"`
+}
+
+// ResizeVolumeRequest is POST /v1/volumes/{id}/resize (grow only, while detached).
+type ResizeVolumeRequest struct {
+	SizeMiB int64 `json:"size_mib"`
+}
+
+// Snapshot is a snapshot object: a sandbox's memory and disk at one instant, on one host.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	SandboxID string    `json:"sandbox_id"`
+	Template  string    `json:"template"`
+	CreatedAt time.Time `json:"created_at"`
+	SizeBytes int64     `json:"size_bytes"`
+	PauseMS   float64   `json:"pause_ms"`
+	// NIC: the snapshot's machine has a network device.
+	NIC bool `json:"nic,omitempty"`
+	// VolumeSlots: spare drives of the snapshot's machine (always empty in a snapshot).
+	VolumeSlots int `json:"volume_slots,omitempty"`
+	// DirtyBytes is the guest memory that differed from the sandbox's base (what was copied).
+	DirtyBytes int64 `json:"dirty_bytes"`
+	// TemplateDir is where on this host its kernel and initrd are (a host detail, on the wire
+	// since the first version).
+	TemplateDir string `json:"template_dir"`
+	VCPUs       int    `json:"vcpus"`
+	MemoryMiB   int    `json:"memory_mib"`
+	// Identity is the VMM the snapshot was saved under; it restores only under the same.
+	Identity runtime.Identity `json:"identity,omitzero"`
+}
+
+// SnapshotList is GET /v1/snapshots.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// PortPath splits a proxied request's escaped path, /v1/sandboxes/{id}/ports/{port}{rest}, into
+// its parts; rest is the application's path exactly as the client sent it ("//etc", "/a/../b",
+// "%2F" stay as they are) and "/" when empty. Agents route proxied requests with it before their
+// ServeMux, which would clean such a path and redirect the client to the internal route.
+func PortPath(escaped string) (id, port, rest string, ok bool) {
+	s, ok := strings.CutPrefix(escaped, "/v1/sandboxes/")
+	if !ok {
+		return "", "", "", false
+	}
+	id, s, ok = strings.Cut(s, "/")
+	if !ok || id == "" {
+		return "", "", "", false
+	}
+	s, ok = strings.CutPrefix(s, "ports/")
+	if !ok {
+		return "", "", "", false
+	}
+	port, rest, _ = strings.Cut(s, "/")
+	if port == "" {
+		return "", "", "", false
+	}
+	return id, port, "/" + rest, true
+}
