@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
@@ -57,6 +58,13 @@ type Error struct {
 func (e *Error) Error() string {
 	return fmt.Sprintf("host agent: %s (%d): %s", e.Code, e.Status, e.Message)
 }
+
+// Def is e as an internal/errdefs error: the kind its code names (else its status; a stream's
+// error has no status), with its code and message kept. Callers that go by kind use it.
+func (e *Error) Def() *errdefs.Error { return errdefs.FromHTTP(e.Status, e.Code, e.Message) }
+
+// Kind is e's internal/errdefs kind.
+func (e *Error) Kind() errdefs.Kind { return e.Def().Kind }
 
 // Unreachable wraps a transport failure (the agent did not answer at all).
 type Unreachable struct{ Err error }

@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/image"
 	"github.com/pandastack/pandastack/internal/runtime"
@@ -35,8 +35,8 @@ const buildStepTimeout = 30 * time.Minute
 // maxStepLogBytes caps the build log one step may write (the rest is counted, not streamed).
 const maxStepLogBytes = 1 << 20
 
-func buildFailed(format string, args ...any) *Error {
-	return errorf(http.StatusUnprocessableEntity, "build_failed", format, args...)
+func buildFailed(format string, args ...any) *errdefs.Error {
+	return errdefs.New(errdefs.Failed, format, args...)
 }
 
 // runBuildVM runs the recipe's files, npm scripts and steps in a build microVM on a copy of img's
@@ -287,17 +287,17 @@ var buildMu sync.Mutex // one API build at a time per agent: builds are CPU- and
 // that does not resolve.
 func (a *Agent) checkBuild(spec template.Spec) error {
 	if err := spec.Validate(); err != nil {
-		return invalid("%v", err)
+		return errdefs.Invalidf("%v", err)
 	}
 	if _, ok := template.CatalogSpec(spec.Name); ok {
-		return conflict("template %s is a catalog template: pick another name", spec.Name)
+		return errdefs.Conflictf("template %s is a catalog template: pick another name", spec.Name)
 	}
 	if _, ok := a.cfg.Templates[spec.Name]; ok {
-		return conflict("template %s is defined by this agent's configuration", spec.Name)
+		return errdefs.Conflictf("template %s is defined by this agent's configuration", spec.Name)
 	}
 	r, err := template.Resolve(spec, a.templateSpec)
 	if err != nil {
-		return invalid("%v", err)
+		return errdefs.Invalidf("%v", err)
 	}
 	return a.checkSize("template "+spec.Name, r.VCPUs, r.MemoryMiB)
 }
@@ -358,15 +358,15 @@ func (a *Agent) DeleteTemplate(name string) error {
 	a.mu.Unlock()
 	if !ok {
 		if _, cat := a.templateSpec(name); cat {
-			return conflict("template %s is not one built through the API: catalog and configured templates cannot be deleted", name)
+			return errdefs.Conflictf("template %s is not one built through the API: catalog and configured templates cannot be deleted", name)
 		}
-		return notFound("template %s not found", name)
+		return errdefs.NotFoundf("template %s not found", name)
 	}
 	if users > 0 {
-		return conflict("template %s is used by %d sandbox(es) on this host: kill them first", name, users)
+		return errdefs.Conflictf("template %s is used by %d sandbox(es) on this host: kill them first", name, users)
 	}
 	if n := a.snapshotsOf(name); n > 0 {
-		return conflict("template %s is used by %d snapshot(s) on this host: delete them first", name, n)
+		return errdefs.Conflictf("template %s is used by %d snapshot(s) on this host: delete them first", name, n)
 	}
 	a.mu.Lock()
 	delete(a.built, name)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/cgroup"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/runtime/qemu"
 )
 
@@ -63,7 +64,7 @@ func (a *Agent) uidFor(id string) (int, error) {
 			return uid, nil
 		}
 	}
-	return 0, errorf(503, "capacity", "all %d VMM uids of this host are in use", a.cfg.JailUIDs-1)
+	return 0, errdefs.Capacityf("all %d VMM uids of this host are in use", a.cfg.JailUIDs-1)
 }
 
 // releaseUID frees a killed sandbox's uid.

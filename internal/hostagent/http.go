@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/template"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
@@ -117,7 +118,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.busy(a.handleMkdir))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.busy(a.handleMove))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, notFound("no route for %s %s", r.Method, r.URL.Path))
+		writeError(w, errdefs.NotFoundf("no route for %s %s", r.Method, r.URL.Path))
 	})
 	return a.auth(a.ports(mux))
 }
@@ -148,7 +149,7 @@ func (a *Agent) auth(next http.Handler) http.Handler {
 		}
 		if a.cfg.Token != "" && r.URL.Path != "/healthz" &&
 			subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			writeError(w, errorf(http.StatusUnauthorized, "unauthorized", "missing or wrong agent token"))
+			writeError(w, errdefs.New(errdefs.Unauthorized, "missing or wrong agent token"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -188,7 +189,7 @@ func streamBuild(w http.ResponseWriter, run func(progress func(string)) (*Templa
 	nd := newNDJSON(w)
 	info, err := run(func(line string) { nd.send(hostapi.BuildEvent{Progress: &line}) })
 	if err != nil {
-		nd.send(errorBody(asAPIError(err)))
+		nd.send(errorBody(err))
 		return
 	}
 	nd.send(hostapi.BuildEvent{Template: &info.Template})
@@ -199,12 +200,12 @@ func streamBuild(w http.ResponseWriter, run func(progress func(string)) (*Templa
 func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 2*template.MaxSpecBytes))
 	if err != nil {
-		writeError(w, invalid("spec: %v", err))
+		writeError(w, errdefs.Invalidf("spec: %v", err))
 		return
 	}
 	spec, err := template.Parse(data)
 	if err != nil {
-		writeError(w, invalid("%v", err))
+		writeError(w, errdefs.Invalidf("%v", err))
 		return
 	}
 	if err := a.checkBuild(spec); err != nil { // refused before the stream starts: a plain status
@@ -299,7 +300,7 @@ func (a *Agent) streamExec(w http.ResponseWriter, r *http.Request, id string, re
 	stdout.flush()
 	stderr.flush()
 	if err != nil {
-		nd.send(errorBody(asAPIError(err)))
+		nd.send(errorBody(err))
 		return
 	}
 	nd.send(hostapi.ExecEnd{ExitCode: res.ExitCode, TimedOut: res.TimedOut, DurationMS: res.DurationMs, Signal: res.Signal})
@@ -311,7 +312,7 @@ func fileUser(r *http.Request) string { return r.URL.Query().Get("user") }
 func filePath(r *http.Request) (string, error) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		return "", invalid("path is required")
+		return "", errdefs.Invalidf("path is required")
 	}
 	return p, nil
 }
@@ -349,13 +350,13 @@ func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	if m := r.URL.Query().Get("mode"); m != "" {
 		v, err := strconv.ParseUint(m, 8, 32)
 		if err != nil || v > 0o7777 {
-			writeError(w, invalid("mode %q: give octal permission bits such as 0644", m))
+			writeError(w, errdefs.Invalidf("mode %q: give octal permission bits such as 0644", m))
 			return
 		}
 		mode = os.FileMode(v)
 	}
 	if r.ContentLength > a.cfg.MaxUpload {
-		writeError(w, errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "file is larger than the %d-byte limit", a.cfg.MaxUpload))
+		writeError(w, errdefs.New(errdefs.TooLarge, "file is larger than the %d-byte limit", a.cfg.MaxUpload))
 		return
 	}
 	c, sb, err := a.guest(r.Context(), r.PathValue("id"))
@@ -368,7 +369,7 @@ func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			err = errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "file is larger than the %d-byte limit", a.cfg.MaxUpload)
+			err = errdefs.New(errdefs.TooLarge, "file is larger than the %d-byte limit", a.cfg.MaxUpload)
 		}
 		writeError(w, a.callErr(sb, err))
 		return
@@ -393,7 +394,7 @@ func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
 	if d := r.URL.Query().Get("depth"); d != "" {
 		v, err := strconv.Atoi(d)
 		if err != nil || v < 1 || v > 10 {
-			writeError(w, invalid("depth must be 1-10"))
+			writeError(w, errdefs.Invalidf("depth must be 1-10"))
 			return
 		}
 		depth = v
@@ -423,7 +424,7 @@ func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request) {
 	}
 	a.guestCall(w, r, func(ctx context.Context, c *guest.Client) (any, error) {
 		if body.Path == "" {
-			return nil, invalid("path is required")
+			return nil, errdefs.Invalidf("path is required")
 		}
 		return nil, c.Mkdir(ctx, body.Path, body.User)
 	})
@@ -437,7 +438,7 @@ func (a *Agent) handleMove(w http.ResponseWriter, r *http.Request) {
 	}
 	a.guestCall(w, r, func(ctx context.Context, c *guest.Client) (any, error) {
 		if body.From == "" || body.To == "" {
-			return nil, invalid("from and to are required")
+			return nil, errdefs.Invalidf("from and to are required")
 		}
 		return nil, c.Move(ctx, body.From, body.To, body.User)
 	})
@@ -479,12 +480,12 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "request body is larger than %d bytes", maxJSONBody)
+			return errdefs.New(errdefs.TooLarge, "request body is larger than %d bytes", maxJSONBody)
 		}
-		return invalid("request body: %v", err)
+		return errdefs.Invalidf("request body: %v", err)
 	}
 	if dec.More() {
-		return invalid("request body: more than one JSON value")
+		return errdefs.Invalidf("request body: more than one JSON value")
 	}
 	return nil
 }
@@ -495,13 +496,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func errorBody(e *Error) hostapi.ErrorBody {
-	return hostapi.ErrorBody{Error: hostapi.ErrorDetail{Code: e.Code, Message: e.Message}}
+// errorBody is err as an answer's body (or a stream's last line).
+func errorBody(err error) hostapi.ErrorBody {
+	e := apiError(err)
+	return hostapi.ErrorBody{Error: hostapi.ErrorDetail{Code: e.WireCode(), Message: e.Message}}
 }
 
+// writeError answers err with its kind's status and its wire code.
 func writeError(w http.ResponseWriter, err error) {
-	e := asAPIError(err)
-	writeJSON(w, e.Status, errorBody(e))
+	writeJSON(w, apiError(err).Kind.Status(), errorBody(err))
 }
 
 // ndjson writes one JSON value per line and flushes each, for streaming answers.

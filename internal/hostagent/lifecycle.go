@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
@@ -39,12 +40,12 @@ func (a *Agent) snapshotsDir() string { return filepath.Join(a.pool.Dir, "snapsh
 
 func (a *Agent) loadSnapshot(id string) (*SnapshotInfo, error) {
 	if !snapIDRE.MatchString(id) {
-		return nil, notFound("snapshot %s not found", id)
+		return nil, errdefs.NotFoundf("snapshot %s not found", id)
 	}
 	dir := filepath.Join(a.snapshotsDir(), id)
 	var s SnapshotInfo
 	if err := readJSONFile(filepath.Join(dir, "snapshot.json"), &s); err != nil || s.Deleted {
-		return nil, notFound("snapshot %s not found", id)
+		return nil, errdefs.NotFoundf("snapshot %s not found", id)
 	}
 	s.dir = dir
 	if s.Identity.IsZero() {
@@ -75,7 +76,7 @@ func (a *Agent) Snapshots() []hostapi.Snapshot {
 func (a *Agent) GetSnapshot(id string) (hostapi.Snapshot, error) {
 	s, err := a.loadSnapshot(id)
 	if err != nil || s.Internal {
-		return hostapi.Snapshot{}, notFound("snapshot %s not found", id)
+		return hostapi.Snapshot{}, errdefs.NotFoundf("snapshot %s not found", id)
 	}
 	return s.Snapshot, nil
 }
@@ -139,11 +140,11 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 	c := sb.client
 	sb.mu.Unlock()
 	if rec.State != StateRunning {
-		return SnapshotInfo{}, conflict("sandbox %s is %s", id, rec.State)
+		return SnapshotInfo{}, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
 	}
 	if len(rec.Volumes) > 0 {
 		// The guest's memory holds the volume's mounted filesystem: a clone could not share it.
-		return SnapshotInfo{}, conflict("sandbox %s has volumes mounted; snapshots and forks of it are refused (docs/volumes.md)", id)
+		return SnapshotInfo{}, errdefs.Conflictf("sandbox %s has volumes mounted; snapshots and forks of it are refused (docs/volumes.md)", id)
 	}
 	// Admitted before anything is written: the memory file (at most the guest's RAM) and room for
 	// the disk blocks the snapshot pins.
@@ -196,7 +197,7 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 // snapshotErr names a full disk as such: the caller can free space and retry.
 func snapshotErr(id string, err error) error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return errorf(http.StatusInsufficientStorage, "no_space", "snapshot of %s: the host's disk is full; the sandbox keeps running", id)
+		return errdefs.New(errdefs.NoSpace, "snapshot of %s: the host's disk is full; the sandbox keeps running", id)
 	}
 	return fmt.Errorf("snapshot of %s: %w", id, err)
 }
@@ -206,7 +207,7 @@ func snapshotErr(id string, err error) error {
 // one RAM file) and disk blocks (reflinks). Either all children are made or none.
 func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, error) {
 	if count < 1 || count > MaxForkCount {
-		return nil, invalid("count must be 1-%d", MaxForkCount)
+		return nil, errdefs.Invalidf("count must be 1-%d", MaxForkCount)
 	}
 	snap, err := a.snapshot(ctx, id, true, a.cfg.FullSnapshots)
 	if err != nil {
@@ -272,7 +273,7 @@ func (a *Agent) Hibernate(ctx context.Context, id string) (SandboxInfo, error) {
 		return sb.info(), nil
 	case StateRunning:
 	default:
-		return SandboxInfo{}, conflict("sandbox %s is %s", id, rec.State)
+		return SandboxInfo{}, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
 	}
 	release, err := a.admit("hibernating "+id, int64(rec.MemoryMiB)<<20)
 	if err != nil {
@@ -376,7 +377,7 @@ func (a *Agent) awake(ctx context.Context, id string) (*sandbox, error) {
 		sb.rec.Error = "wake failed: " + err.Error()
 		sb.persist()
 		sb.mu.Unlock()
-		return nil, conflict("sandbox %s could not be woken: %v", id, err)
+		return nil, errdefs.Conflictf("sandbox %s could not be woken: %v", id, err)
 	}
 	sb.mu.Lock()
 	sb.setRunning(vm, client, slot)

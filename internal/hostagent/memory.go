@@ -2,13 +2,14 @@ package hostagent
 
 import (
 	"context"
-	"net/http"
 	"os"
 	goruntime "runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pandastack/pandastack/internal/errdefs"
 )
 
 // Memory and CPU policy (docs/security.md, "Host resources"):
@@ -60,10 +61,10 @@ func (a *Agent) commitLimitMiB() int {
 // checkSize refuses a VM larger than this host's limits.
 func (a *Agent) checkSize(what string, vcpus, memMiB int) error {
 	if vcpus > a.cfg.MaxVCPUs {
-		return invalid("%s: %d vCPUs is more than this host's limit of %d (max_vcpus)", what, vcpus, a.cfg.MaxVCPUs)
+		return errdefs.Invalidf("%s: %d vCPUs is more than this host's limit of %d (max_vcpus)", what, vcpus, a.cfg.MaxVCPUs)
 	}
 	if memMiB > a.cfg.MaxMemoryMiB {
-		return invalid("%s: %d MiB of memory is more than this host's limit of %d MiB per VM (max_memory_mib)", what, memMiB, a.cfg.MaxMemoryMiB)
+		return errdefs.Invalidf("%s: %d MiB of memory is more than this host's limit of %d MiB per VM (max_memory_mib)", what, memMiB, a.cfg.MaxMemoryMiB)
 	}
 	return nil
 }
@@ -84,8 +85,7 @@ func (a *Agent) committedLocked() int {
 // admitLocked checks that memMiB more guest memory fits under the commit limit (a.mu held).
 func (a *Agent) admitLocked(what string, memMiB int) error {
 	if c, limit := a.committedLocked(), a.commitLimitMiB(); c+memMiB > limit {
-		return errorf(http.StatusServiceUnavailable, "capacity",
-			"%s needs %d MiB of guest memory; this host has committed %d of its %d MiB (%.2g × %d MiB, memory_overcommit)",
+		return errdefs.Capacityf("%s needs %d MiB of guest memory; this host has committed %d of its %d MiB (%.2g × %d MiB, memory_overcommit)",
 			what, memMiB, c, limit, a.cfg.MemoryOvercommit, a.cfg.HostMemoryMiB)
 	}
 	return nil
@@ -195,7 +195,7 @@ func (a *Agent) relieveForCreate(ctx context.Context, what string) error {
 	if a.relieve(ctx) {
 		return nil
 	}
-	return errorf(http.StatusServiceUnavailable, "capacity", "%s: this host is low on memory (%d MiB available, watermark %d MiB) and has no sandbox left to hibernate",
+	return errdefs.Capacityf("%s: this host is low on memory (%d MiB available, watermark %d MiB) and has no sandbox left to hibernate",
 		what, a.memAvailableMiB(), a.cfg.MemoryWatermarkMiB)
 }
 

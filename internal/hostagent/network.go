@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/network"
 )
 
@@ -117,7 +118,7 @@ const maxPort = 65535
 func (a *Agent) handleProxy(w http.ResponseWriter, r *http.Request, id, portStr, rest string) {
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 1 || port > maxPort {
-		writeError(w, invalid("port must be 1-%d", maxPort))
+		writeError(w, errdefs.Invalidf("port must be 1-%d", maxPort))
 		return
 	}
 	sb, err := a.awake(r.Context(), id)
@@ -129,11 +130,11 @@ func (a *Agent) handleProxy(w http.ResponseWriter, r *http.Request, id, portStr,
 	addr, state := sb.rec.GuestAddr, sb.rec.State
 	sb.mu.Unlock()
 	if state != StateRunning {
-		writeError(w, conflict("sandbox %s is %s", id, state))
+		writeError(w, errdefs.Conflictf("sandbox %s is %s", id, state))
 		return
 	}
 	if addr == "" {
-		writeError(w, conflict("sandbox %s has no network", id))
+		writeError(w, errdefs.Conflictf("sandbox %s has no network", id))
 		return
 	}
 	done := a.inUse(id)
@@ -141,7 +142,7 @@ func (a *Agent) handleProxy(w http.ResponseWriter, r *http.Request, id, portStr,
 	target := &url.URL{Scheme: "http", Host: addr + ":" + strconv.Itoa(port)}
 	restPath, err := url.PathUnescape(rest)
 	if err != nil {
-		writeError(w, invalid("bad path: %v", err))
+		writeError(w, errdefs.Invalidf("bad path: %v", err))
 		return
 	}
 	rp := &httputil.ReverseProxy{
@@ -161,7 +162,7 @@ func (a *Agent) handleProxy(w http.ResponseWriter, r *http.Request, id, portStr,
 			if strings.Contains(msg, "connection refused") {
 				msg = fmt.Sprintf("nothing listens on port %d in sandbox %s", port, id)
 			}
-			writeError(w, errorf(http.StatusBadGateway, "upstream_unreachable", "%s", msg))
+			writeError(w, errdefs.New(errdefs.Unavailable, "%s", msg))
 		},
 	}
 	rp.ServeHTTP(w, r)

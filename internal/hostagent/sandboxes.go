@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
@@ -133,7 +133,7 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 	if req.ID == "" {
 		req.ID = newID()
 	} else if !idRE.MatchString(req.ID) {
-		return SandboxInfo{}, invalid("sandbox id %q: use sb_ followed by 1-60 lowercase letters or digits", req.ID)
+		return SandboxInfo{}, errdefs.Invalidf("sandbox id %q: use sb_ followed by 1-60 lowercase letters or digits", req.ID)
 	}
 	var src source
 	switch {
@@ -143,7 +143,7 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 			return SandboxInfo{}, err
 		}
 		if req.Template != "" && req.Template != snap.Template {
-			return SandboxInfo{}, invalid("snapshot %s is of template %s, not %s", snap.ID, snap.Template, req.Template)
+			return SandboxInfo{}, errdefs.Invalidf("snapshot %s is of template %s, not %s", snap.ID, snap.Template, req.Template)
 		}
 		src = source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
 			MemoryMiB: snap.MemoryMiB, BaseDir: snap.dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots,
@@ -161,10 +161,10 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 			req.Env = env
 		}
 	default:
-		return SandboxInfo{}, invalid("template (or snapshot_id) is required")
+		return SandboxInfo{}, errdefs.Invalidf("template (or snapshot_id) is required")
 	}
 	if _, err := a.egressPolicy(req.Egress, req.EgressOpen, false); err != nil {
-		return SandboxInfo{}, invalid("%v", err)
+		return SandboxInfo{}, errdefs.Invalidf("%v", err)
 	}
 	if err := a.checkSize("template "+src.rec.Template, src.rec.VCPUs, src.rec.MemoryMiB); err != nil {
 		return SandboxInfo{}, err
@@ -189,11 +189,11 @@ func (a *Agent) launch(ctx context.Context, id string, src source) (SandboxInfo,
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
-		return SandboxInfo{}, errorf(http.StatusServiceUnavailable, "capacity", "host agent is shutting down")
+		return SandboxInfo{}, errdefs.Capacityf("host agent is shutting down")
 	}
 	if _, dup := a.sandboxes[id]; dup {
 		a.mu.Unlock()
-		return SandboxInfo{}, conflict("sandbox %s already exists", id)
+		return SandboxInfo{}, errdefs.Conflictf("sandbox %s already exists", id)
 	}
 	if err := a.checkAttachLocked(id, rec.Volumes); err != nil {
 		a.mu.Unlock()
@@ -310,7 +310,7 @@ func (a *Agent) checkIdentity(what string, saved runtime.Identity) error {
 	if saved.CanRestore(cur) {
 		return nil
 	}
-	return errorf(http.StatusConflict, "vmm_mismatch", "%s was saved under %s; this host runs %s, and a snapshot restores only under the VMM, version, machine type, CPU model and accelerator that saved it",
+	return errdefs.WithCode(errdefs.Conflict, "vmm_mismatch", "%s was saved under %s; this host runs %s, and a snapshot restores only under the VMM, version, machine type, CPU model and accelerator that saved it",
 		what, saved, cur)
 }
 
@@ -396,7 +396,7 @@ func (a *Agent) get(id string) (*sandbox, error) {
 	sb := a.sandboxes[id]
 	a.mu.Unlock()
 	if sb == nil {
-		return nil, notFound("sandbox %s not found", id)
+		return nil, errdefs.NotFoundf("sandbox %s not found", id)
 	}
 	return sb, nil
 }
@@ -447,7 +447,7 @@ func (a *Agent) Kill(id string) error {
 	sb.mu.Lock()
 	if sb.rec.State == StateCreating {
 		sb.mu.Unlock()
-		return conflict("sandbox %s is still being created", id)
+		return errdefs.Conflictf("sandbox %s is still being created", id)
 	}
 	sb.killed = true
 	vm := sb.rec.VM
@@ -498,9 +498,9 @@ func (a *Agent) guest(ctx context.Context, id string) (*guest.Client, *sandbox, 
 	defer sb.mu.Unlock()
 	if sb.rec.State != StateRunning {
 		if sb.rec.State == StateError {
-			return nil, nil, conflict("sandbox %s is in state error: %s", id, sb.rec.Error)
+			return nil, nil, errdefs.Conflictf("sandbox %s is in state error: %s", id, sb.rec.Error)
 		}
-		return nil, nil, conflict("sandbox %s is %s", id, sb.rec.State)
+		return nil, nil, errdefs.Conflictf("sandbox %s is %s", id, sb.rec.State)
 	}
 	if sb.client == nil {
 		c, err := guestConnect(ctx, sb.rec.VM.AgentSocket, 15*time.Second)
@@ -508,7 +508,7 @@ func (a *Agent) guest(ctx context.Context, id string) (*guest.Client, *sandbox, 
 			if ctx.Err() != nil {
 				return nil, nil, err // the caller went away
 			}
-			return nil, nil, errorf(http.StatusBadGateway, "guest_unreachable", "sandbox %s: guest agent unreachable: %v", id, err)
+			return nil, nil, errdefs.WithCode(errdefs.Unavailable, "guest_unreachable", "sandbox %s: guest agent unreachable: %v", id, err)
 		}
 		sb.client = c
 	}
@@ -537,7 +537,7 @@ func (a *Agent) callErr(sb *sandbox, err error) error {
 		killed := sb.killed && sb.rec.State == StateRunning
 		sb.mu.Unlock()
 		if killed {
-			return conflict("sandbox %s was stopped (killed or hibernated) during the call", sb.rec.ID)
+			return errdefs.Conflictf("sandbox %s was stopped (killed or hibernated) during the call", sb.rec.ID)
 		}
 		var reason string
 		for i := 0; i < 20 && reason == ""; i++ { // the watcher records the reason
@@ -551,9 +551,9 @@ func (a *Agent) callErr(sb *sandbox, err error) error {
 		if reason == "" {
 			reason = "VMM exited"
 		}
-		return conflict("sandbox %s stopped: %s", sb.rec.ID, reason)
+		return errdefs.Conflictf("sandbox %s stopped: %s", sb.rec.ID, reason)
 	}
-	return errorf(http.StatusBadGateway, "guest_unreachable", "sandbox %s: lost the connection to its guest agent: %v", sb.rec.ID, err)
+	return errdefs.WithCode(errdefs.Unavailable, "guest_unreachable", "sandbox %s: lost the connection to its guest agent: %v", sb.rec.ID, err)
 }
 
 // Exec limits.
@@ -565,17 +565,17 @@ const (
 func validateExec(r *ExecRequest) error {
 	switch {
 	case r.Cmd == "" && len(r.Argv) == 0:
-		return invalid("exec needs cmd (a shell string) or argv")
+		return errdefs.Invalidf("exec needs cmd (a shell string) or argv")
 	case r.Cmd != "" && len(r.Argv) > 0:
-		return invalid("exec takes cmd or argv, not both")
+		return errdefs.Invalidf("exec takes cmd or argv, not both")
 	case r.TimeoutSeconds != nil && (*r.TimeoutSeconds <= 0 || *r.TimeoutSeconds > MaxExecTimeout.Seconds()):
-		return invalid("timeout_seconds must be > 0 and <= %d", int(MaxExecTimeout.Seconds()))
+		return errdefs.Invalidf("timeout_seconds must be > 0 and <= %d", int(MaxExecTimeout.Seconds()))
 	case len(r.Env) > 256:
-		return invalid("env has more than 256 entries")
+		return errdefs.Invalidf("env has more than 256 entries")
 	}
 	for k := range r.Env {
 		if k == "" || len(k) > 256 || containsAny(k, "=\x00") {
-			return invalid("env name %q is not valid", k)
+			return errdefs.Invalidf("env name %q is not valid", k)
 		}
 	}
 	return nil

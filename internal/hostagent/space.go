@@ -2,11 +2,11 @@ package hostagent
 
 import (
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"syscall"
 
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -85,7 +85,7 @@ func (a *Agent) admit(what string, need int64) (release func(), err error) {
 		}
 	}
 	if need > s.available() {
-		return nil, errorf(http.StatusInsufficientStorage, "no_space", "%s needs %d MiB of the host's disk pool but only %s",
+		return nil, errdefs.New(errdefs.NoSpace, "%s needs %d MiB of the host's disk pool but only %s",
 			what, (need+1<<20-1)>>20, s)
 	}
 	a.pending += need

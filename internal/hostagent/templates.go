@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/image"
 	"github.com/pandastack/pandastack/internal/network"
@@ -82,11 +83,11 @@ func (a *Agent) EnsureTemplate(ctx context.Context, name string, progress func(s
 	name = template.Canonical(name)
 	spec, ok := a.templateSpec(name)
 	if !ok {
-		return nil, notFound("template %q not found (known: %v)", name, a.TemplateNames())
+		return nil, errdefs.NotFoundf("template %q not found (known: %v)", name, a.TemplateNames())
 	}
 	recipe, err := template.Resolve(spec, a.templateSpec)
 	if err != nil {
-		return nil, invalid("%v", err)
+		return nil, errdefs.Invalidf("%v", err)
 	}
 	if err := a.checkSize("template "+name, recipe.VCPUs, recipe.MemoryMiB); err != nil {
 		return nil, err

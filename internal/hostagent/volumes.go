@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -16,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
@@ -44,7 +44,7 @@ func (a *Agent) volumeMeta(id string) string { return filepath.Join(a.volumesDir
 
 func validSize(sizeMiB int64) error {
 	if sizeMiB < 1 || sizeMiB > MaxVolumeMiB {
-		return invalid("size_mib must be 1-%d, got %d", MaxVolumeMiB, sizeMiB)
+		return errdefs.Invalidf("size_mib must be 1-%d, got %d", MaxVolumeMiB, sizeMiB)
 	}
 	return nil
 }
@@ -52,7 +52,7 @@ func validSize(sizeMiB int64) error {
 // CreateVolume makes an empty ext4 volume, its root owned by the guest's default user.
 func (a *Agent) CreateVolume(ctx context.Context, id string, sizeMiB int64) (hostapi.Volume, error) {
 	if !volIDRE.MatchString(id) {
-		return hostapi.Volume{}, invalid("volume id %q: use vol_ followed by 1-60 lowercase letters or digits", id)
+		return hostapi.Volume{}, errdefs.Invalidf("volume id %q: use vol_ followed by 1-60 lowercase letters or digits", id)
 	}
 	if err := validSize(sizeMiB); err != nil {
 		return hostapi.Volume{}, err
@@ -60,7 +60,7 @@ func (a *Agent) CreateVolume(ctx context.Context, id string, sizeMiB int64) (hos
 	a.volMu.Lock()
 	defer a.volMu.Unlock()
 	if _, err := os.Stat(a.volumeMeta(id)); err == nil {
-		return hostapi.Volume{}, conflict("volume %s already exists", id)
+		return hostapi.Volume{}, errdefs.Conflictf("volume %s already exists", id)
 	}
 	if err := os.MkdirAll(a.volumesDir(), 0o700); err != nil {
 		return hostapi.Volume{}, err
@@ -105,7 +105,7 @@ func runCmd(ctx context.Context, name string, args ...string) (string, error) {
 // volumeErr names a full host disk as such (a failed truncate, or mkfs saying so in its output).
 func volumeErr(err error) error {
 	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "No space left") {
-		return errorf(http.StatusInsufficientStorage, "no_space", "the host's disk is full")
+		return errdefs.New(errdefs.NoSpace, "the host's disk is full")
 	}
 	return err
 }
@@ -114,7 +114,7 @@ func volumeErr(err error) error {
 func (a *Agent) GetVolume(id string) (hostapi.Volume, error) {
 	var v hostapi.Volume
 	if !volIDRE.MatchString(id) || readJSONFile(a.volumeMeta(id), &v) != nil {
-		return hostapi.Volume{}, notFound("volume %s not found", id)
+		return hostapi.Volume{}, errdefs.NotFoundf("volume %s not found", id)
 	}
 	v.Attachments = a.attachments(id)
 	return v, nil
@@ -146,10 +146,10 @@ func (a *Agent) ResizeVolume(id string, sizeMiB int64) (hostapi.Volume, error) {
 		return hostapi.Volume{}, err
 	}
 	if len(v.Attachments) > 0 {
-		return hostapi.Volume{}, conflict("volume %s is attached to sandbox %s; resize it while detached", id, v.Attachments[0].SandboxID)
+		return hostapi.Volume{}, errdefs.Conflictf("volume %s is attached to sandbox %s; resize it while detached", id, v.Attachments[0].SandboxID)
 	}
 	if sizeMiB < v.SizeMiB {
-		return hostapi.Volume{}, invalid("volumes only grow: %s is %d MiB, asked for %d", id, v.SizeMiB, sizeMiB)
+		return hostapi.Volume{}, errdefs.Invalidf("volumes only grow: %s is %d MiB, asked for %d", id, v.SizeMiB, sizeMiB)
 	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(a.volumeFile(id), &st); err != nil {
@@ -185,7 +185,7 @@ func (a *Agent) DeleteVolume(id string) error {
 		return err
 	}
 	if len(v.Attachments) > 0 {
-		return conflict("volume %s is attached to sandbox %s; kill it first", id, v.Attachments[0].SandboxID)
+		return errdefs.Conflictf("volume %s is attached to sandbox %s; kill it first", id, v.Attachments[0].SandboxID)
 	}
 	if err := os.Remove(a.volumeFile(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -226,10 +226,10 @@ func (a *Agent) validateMounts(ms []VolumeMount, slots int) ([]VolumeMount, erro
 		return nil, nil
 	}
 	if slots == 0 {
-		return nil, conflict("this template was baked without volume slots; re-bake it to mount volumes")
+		return nil, errdefs.Conflictf("this template was baked without volume slots; re-bake it to mount volumes")
 	}
 	if len(ms) > slots {
-		return nil, invalid("at most %d volumes per sandbox, got %d", slots, len(ms))
+		return nil, errdefs.Invalidf("at most %d volumes per sandbox, got %d", slots, len(ms))
 	}
 	seenPath, seenVol := map[string]bool{}, map[string]bool{}
 	out := make([]VolumeMount, len(ms))
@@ -237,28 +237,28 @@ func (a *Agent) validateMounts(ms []VolumeMount, slots int) ([]VolumeMount, erro
 		p := m.MountPath
 		switch {
 		case p == "" || !strings.HasPrefix(p, "/"):
-			return nil, invalid("volumes[%d].mount_path %q must be an absolute path", i, p)
+			return nil, errdefs.Invalidf("volumes[%d].mount_path %q must be an absolute path", i, p)
 		case len(p) > 256:
-			return nil, invalid("volumes[%d].mount_path is longer than 256 bytes", i)
+			return nil, errdefs.Invalidf("volumes[%d].mount_path is longer than 256 bytes", i)
 		case strings.ContainsAny(p, "\x00\n"):
-			return nil, invalid("volumes[%d].mount_path contains a NUL or newline", i)
+			return nil, errdefs.Invalidf("volumes[%d].mount_path contains a NUL or newline", i)
 		}
 		p = path.Clean(p)
 		if p == "/" {
-			return nil, invalid("volumes[%d].mount_path may not be /", i)
+			return nil, errdefs.Invalidf("volumes[%d].mount_path may not be /", i)
 		}
 		for _, d := range systemDirs {
 			if p == d || strings.HasPrefix(p, d+"/") {
-				return nil, invalid("volumes[%d].mount_path %q is a system directory (%s); use e.g. /data or /work/data", i, p, d)
+				return nil, errdefs.Invalidf("volumes[%d].mount_path %q is a system directory (%s); use e.g. /data or /work/data", i, p, d)
 			}
 		}
 		for q := range seenPath {
 			if q == p || strings.HasPrefix(p, q+"/") || strings.HasPrefix(q, p+"/") {
-				return nil, invalid("volumes[%d].mount_path %q overlaps %q", i, p, q)
+				return nil, errdefs.Invalidf("volumes[%d].mount_path %q overlaps %q", i, p, q)
 			}
 		}
 		if seenVol[m.VolumeID] {
-			return nil, invalid("volume %s is listed twice", m.VolumeID)
+			return nil, errdefs.Invalidf("volume %s is listed twice", m.VolumeID)
 		}
 		if _, err := a.GetVolume(m.VolumeID); err != nil {
 			return nil, err
@@ -279,7 +279,7 @@ func (a *Agent) checkAttachLocked(id string, ms []VolumeMount) error {
 				if at.ReadOnly {
 					mode = "read-only"
 				}
-				return conflict("volume %s is attached %s to sandbox %s; a volume has one read-write user, or only read-only ones",
+				return errdefs.Conflictf("volume %s is attached %s to sandbox %s; a volume has one read-write user, or only read-only ones",
 					m.VolumeID, mode, at.SandboxID)
 			}
 		}
