@@ -6,10 +6,6 @@ package hostagent
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +20,10 @@ import (
 
 	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/host/disk"
+	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/host/snapshot"
+	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/image"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
@@ -52,7 +52,7 @@ type Config struct {
 	PoolGiB int
 	// DiskReserveMiB is kept free on the pool's filesystem and on the disk under a loop pool:
 	// volume creates and resizes, snapshots, hibernations and bakes that would eat into it are
-	// refused with 507 no_space (0: a sixteenth of the pool, at most DefaultDiskReserveMiB).
+	// refused with 507 no_space (0: a sixteenth of the pool, at most disk.DefaultReserveMiB).
 	DiskReserveMiB int64
 	// VolumeOvercommit: a volume is promised 1/VolumeOvercommit of its size in real pool space
 	// (default 1: every volume's whole size is backed; must be >= 1).
@@ -98,21 +98,22 @@ type Config struct {
 
 // Agent is a running host agent.
 type Agent struct {
-	cfg    Config
-	log    *slog.Logger
-	rt     runtime.Runtime
-	pool   *storage.Pool
-	images *image.Builder
-	hostID string
-	net    *network.Pool // nil: networking off
+	cfg       Config
+	log       *slog.Logger
+	rt        runtime.Runtime
+	pool      *storage.Pool
+	images    *image.Builder
+	layout    layout.Layout
+	disk      *disk.Admission
+	volumes   *volume.Store
+	snapshots *snapshot.Store
+	hostID    string
+	net       *network.Pool // nil: networking off
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	templates map[string]*bakeState
 	built     map[string]template.Spec // templates built through the API (persisted in templates/specs)
-	volMu     sync.Mutex               // serialises volume create, resize and delete
-	spaceMu   sync.Mutex               // guards pending
-	pending   int64                    // bytes admitted to operations still writing them
 	uids      map[string]int           // sandbox id -> its VMMs' uid (confinement on)
 	confined  bool
 	cg        *cgroup.Manager // the VMMs' parent cgroup (confinement on)
@@ -160,7 +161,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	fitReserve := cfg.DiskReserveMiB
 	if fitReserve <= 0 {
-		fitReserve = DefaultDiskReserveMiB
+		fitReserve = disk.DefaultReserveMiB
 	}
 	pool, err := storage.Open(cfg.DataDir, cfg.PoolGiB, fitReserve<<20)
 	if err != nil {
@@ -172,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("disk pool: %w", err)
 		}
-		cfg.DiskReserveMiB = min(DefaultDiskReserveMiB, sp.Total>>20/16)
+		cfg.DiskReserveMiB = min(disk.DefaultReserveMiB, sp.Total>>20/16)
 	}
 	for _, w := range pool.Warnings {
 		cfg.Logger.Warn(w)
@@ -189,7 +190,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		built:     map[string]template.Spec{},
 		hostID:    hostID(cfg.DataDir),
 		uids:      map[string]int{},
+		layout:    layout.Layout{DataDir: cfg.DataDir, Pool: pool.Dir},
 	}
+	a.disk = disk.New(pool, cfg.DiskReserveMiB)
+	a.volumes = volume.New(a.layout, a.disk, cfg.VolumeOvercommit)
+	a.disk.Promised, a.volumes.Attached = a.volumes.Promised, a.attachments
 
 	a.setLimitDefaults()
 	a.images = &image.Builder{
@@ -206,6 +211,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.rt = drv
+	a.snapshots = snapshot.New(a.layout, drv.Identity())
+	a.snapshots.InUse = a.baseDirs
 	if !cfg.Unconfined && os.Geteuid() == 0 {
 		if err := a.confine(drv); err != nil {
 			return nil, fmt.Errorf("VMM confinement: %w (run unconfined to go without)", err)
@@ -301,18 +308,10 @@ func (a *Agent) Close() error {
 // Accel reports the CPU accelerator in use.
 func (a *Agent) Accel() string { return a.rt.Accel() }
 
-func (a *Agent) sandboxesDir() string { return filepath.Join(a.pool.Dir, "sandboxes") }
-func (a *Agent) templatesDir() string { return filepath.Join(a.pool.Dir, "templates") }
-
-// runDir is where a VMM's sockets go. Unix socket paths are limited to 108 bytes, so a long data
-// dir falls back to a short directory under /run.
-func (a *Agent) runDir(id string) string {
-	d := filepath.Join(a.cfg.DataDir, "run", id)
-	if len(d)+len("/agent.sock") < 100 {
-		return d
-	}
-	return filepath.Join("/run/pandastack", shortHash(a.cfg.DataDir), id)
-}
+func (a *Agent) sandboxesDir() string    { return a.layout.Sandboxes() }
+func (a *Agent) templatesDir() string    { return a.layout.Templates() }
+func (a *Agent) snapshotsDir() string    { return a.layout.Snapshots() }
+func (a *Agent) runDir(id string) string { return a.layout.RunDir(id) }
 
 // templateSpec finds a template by name: the agent's config, the templates built through its API,
 // then the catalog (aliases too: postgres-16 is postgres-17).
@@ -353,20 +352,9 @@ func (a *Agent) TemplateNames() []string {
 
 var idRE = regexp.MustCompile(`^sb_[a-z0-9]{1,60}$`)
 
-func newID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 20)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return "sb_" + string(b)
-}
+func newID() string { return layout.NewID("sb_") }
 
-func shortHash(parts ...string) string {
-	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
-	return hex.EncodeToString(h[:])[:12]
-}
+var shortHash = layout.ShortHash
 
 func hostID(dataDir string) string {
 	name, _ := os.Hostname()
@@ -387,17 +375,7 @@ func findGuestAgent() string {
 	return ""
 }
 
-func writeJSONFile(path string, v any) error {
-	data, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
+var writeJSONFile, readJSONFile = layout.WriteJSON, layout.ReadJSON
 
 // guestConnect opens the guest agent's channel, bounded so a dead guest fails instead of hanging.
 func guestConnect(ctx context.Context, socket string, timeout time.Duration) (*guest.Client, error) {

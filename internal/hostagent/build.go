@@ -365,7 +365,7 @@ func (a *Agent) DeleteTemplate(name string) error {
 	if users > 0 {
 		return errdefs.Conflictf("template %s is used by %d sandbox(es) on this host: kill them first", name, users)
 	}
-	if n := a.snapshotsOf(name); n > 0 {
+	if n := a.snapshots.CountOf(name); n > 0 {
 		return errdefs.Conflictf("template %s is used by %d snapshot(s) on this host: delete them first", name, n)
 	}
 	a.mu.Lock()
@@ -380,18 +380,6 @@ func (a *Agent) DeleteTemplate(name string) error {
 		}
 	}
 	return nil
-}
-
-// snapshotsOf counts the snapshots on this host taken of sandboxes of template name.
-func (a *Agent) snapshotsOf(name string) int {
-	n := 0
-	dirs, _ := os.ReadDir(a.snapshotsDir())
-	for _, d := range dirs {
-		if snap, err := a.loadSnapshot(d.Name()); err == nil && snap.Template == name {
-			n++
-		}
-	}
-	return n
 }
 
 var _ io.Writer = (*logLines)(nil)

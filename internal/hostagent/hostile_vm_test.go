@@ -14,6 +14,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -225,10 +226,10 @@ func TestHostileGuests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if after.Size() != before.Size() || allocated(after) > before.Size() {
-			t.Fatalf("disk clone grew: %d -> %d bytes (allocated %d)", before.Size(), after.Size(), allocated(after))
+		if after.Size() != before.Size() || layout.Allocated(after) > before.Size() {
+			t.Fatalf("disk clone grew: %d -> %d bytes (allocated %d)", before.Size(), after.Size(), layout.Allocated(after))
 		}
-		t.Logf("host clone: %d MiB, %d MiB allocated", before.Size()>>20, allocated(after)>>20)
+		t.Logf("host clone: %d MiB, %d MiB allocated", before.Size()>>20, layout.Allocated(after)>>20)
 		stillFine(t)
 	})
 

@@ -74,13 +74,13 @@ func (a *Agent) Handler() http.Handler {
 			writeError(w, err)
 			return
 		}
-		answer(w, http.StatusCreated)(a.CreateVolume(r.Context(), req.ID, req.SizeMiB))
+		answer(w, http.StatusCreated)(a.volumes.Create(r.Context(), req.ID, req.SizeMiB))
 	})
 	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, hostapi.VolumeList{Volumes: a.Volumes()})
+		writeJSON(w, 200, hostapi.VolumeList{Volumes: a.volumes.List()})
 	})
 	mux.HandleFunc("GET /v1/volumes/{id}", func(w http.ResponseWriter, r *http.Request) {
-		answer(w, 200)(a.GetVolume(r.PathValue("id")))
+		answer(w, 200)(a.volumes.Get(r.PathValue("id")))
 	})
 	mux.HandleFunc("POST /v1/volumes/{id}/resize", func(w http.ResponseWriter, r *http.Request) {
 		var req hostapi.ResizeVolumeRequest
@@ -88,23 +88,23 @@ func (a *Agent) Handler() http.Handler {
 			writeError(w, err)
 			return
 		}
-		answer(w, 200)(a.ResizeVolume(r.PathValue("id"), req.SizeMiB))
+		answer(w, 200)(a.volumes.Resize(r.PathValue("id"), req.SizeMiB))
 	})
 	mux.HandleFunc("DELETE /v1/volumes/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.DeleteVolume(r.PathValue("id")); err != nil {
+		if err := a.volumes.Delete(r.PathValue("id")); err != nil {
 			writeError(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("GET /v1/snapshots", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, hostapi.SnapshotList{Snapshots: a.Snapshots()})
+		writeJSON(w, 200, hostapi.SnapshotList{Snapshots: a.snapshots.List()})
 	})
 	mux.HandleFunc("GET /v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
-		answer(w, 200)(a.GetSnapshot(r.PathValue("id")))
+		answer(w, 200)(a.snapshots.Get(r.PathValue("id")))
 	})
 	mux.HandleFunc("DELETE /v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.DeleteSnapshot(r.PathValue("id")); err != nil {
+		if err := a.snapshots.Delete(r.PathValue("id")); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -157,7 +157,7 @@ func (a *Agent) auth(next http.Handler) http.Handler {
 }
 
 func (a *Agent) handleInfo(w http.ResponseWriter, r *http.Request) {
-	sp := a.Space()
+	sp := a.disk.Space()
 	a.mu.Lock()
 	committed := a.committedLocked()
 	a.mu.Unlock()

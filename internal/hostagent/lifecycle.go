@@ -2,20 +2,18 @@ package hostagent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
-	"sort"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/host/snapshot"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
@@ -24,80 +22,12 @@ import (
 // MaxForkCount bounds one fork call: each child is a VMM process on this host.
 const MaxForkCount = 16
 
-// SnapshotInfo is a snapshot's record (snapshot.json): its wire view and the host's flags.
-type SnapshotInfo struct {
-	hostapi.Snapshot
-	// Internal snapshots back forks; they are deleted with their last child.
-	Internal bool `json:"internal,omitempty"`
-	Deleted  bool `json:"deleted,omitempty"`
+// snapshotDiskMiB is admitted for a snapshot's disk on top of its memory: the disk is a reflink
+// (free when made) that pins the sandbox's blocks, so the sandbox's next writes allocate anew.
+const snapshotDiskMiB = 256
 
-	dir string
-}
-
-var snapIDRE = regexp.MustCompile(`^snap_[a-z0-9]{1,60}$`)
-
-func (a *Agent) snapshotsDir() string { return filepath.Join(a.pool.Dir, "snapshots") }
-
-func (a *Agent) loadSnapshot(id string) (*SnapshotInfo, error) {
-	if !snapIDRE.MatchString(id) {
-		return nil, errdefs.NotFoundf("snapshot %s not found", id)
-	}
-	dir := filepath.Join(a.snapshotsDir(), id)
-	var s SnapshotInfo
-	if err := readJSONFile(filepath.Join(dir, "snapshot.json"), &s); err != nil || s.Deleted {
-		return nil, errdefs.NotFoundf("snapshot %s not found", id)
-	}
-	s.dir = dir
-	if s.Identity.IsZero() {
-		// Saved before identities were recorded: taken as this host's VMM's, once.
-		s.Identity = a.rt.Identity()
-		if err := writeJSONFile(filepath.Join(dir, "snapshot.json"), s); err != nil {
-			return nil, err
-		}
-	}
-	return &s, nil
-}
-
-// Snapshots lists the snapshot objects on this host (not the internal ones behind forks).
-func (a *Agent) Snapshots() []hostapi.Snapshot {
-	files, _ := filepath.Glob(filepath.Join(a.snapshotsDir(), "*", "snapshot.json"))
-	out := []hostapi.Snapshot{}
-	for _, f := range files {
-		var s SnapshotInfo
-		if readJSONFile(f, &s) == nil && !s.Deleted && !s.Internal {
-			out = append(out, s.Snapshot)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out
-}
-
-// GetSnapshot returns one snapshot object.
-func (a *Agent) GetSnapshot(id string) (hostapi.Snapshot, error) {
-	s, err := a.loadSnapshot(id)
-	if err != nil || s.Internal {
-		return hostapi.Snapshot{}, errdefs.NotFoundf("snapshot %s not found", id)
-	}
-	return s.Snapshot, nil
-}
-
-// DeleteSnapshot removes a snapshot. Sandboxes restored from it keep running: its files go only
-// when the last of them is gone.
-func (a *Agent) DeleteSnapshot(id string) error {
-	s, err := a.loadSnapshot(id)
-	if err != nil {
-		return err
-	}
-	s.Deleted = true
-	if err := writeJSONFile(filepath.Join(s.dir, "snapshot.json"), s); err != nil {
-		return err
-	}
-	a.gcSnapshots()
-	return nil
-}
-
-// gcSnapshots frees deleted snapshots that no sandbox uses as its memory base any more.
-func (a *Agent) gcSnapshots() {
+// baseDirs is the set of directories sandboxes restore from (snapshot.Store.InUse).
+func (a *Agent) baseDirs() map[string]bool {
 	used := map[string]bool{}
 	a.mu.Lock()
 	for _, sb := range a.sandboxes {
@@ -106,13 +36,7 @@ func (a *Agent) gcSnapshots() {
 		sb.mu.Unlock()
 	}
 	a.mu.Unlock()
-	files, _ := filepath.Glob(filepath.Join(a.snapshotsDir(), "*", "snapshot.json"))
-	for _, f := range files {
-		var s SnapshotInfo
-		if readJSONFile(f, &s) == nil && s.Deleted && !used[filepath.Dir(f)] {
-			os.RemoveAll(filepath.Dir(f))
-		}
-	}
+	return used
 }
 
 // SnapshotSandbox saves a running sandbox's memory and disk as a snapshot object. The sandbox is
@@ -128,10 +52,10 @@ func (a *Agent) SnapshotSandboxFull(ctx context.Context, id string) (hostapi.Sna
 	return s.Snapshot, err
 }
 
-func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (SnapshotInfo, error) {
+func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (snapshot.Record, error) {
 	sb, err := a.awake(ctx, id)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return snapshot.Record{}, err
 	}
 	sb.op.Lock()
 	defer sb.op.Unlock()
@@ -140,35 +64,34 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 	c := sb.client
 	sb.mu.Unlock()
 	if rec.State != StateRunning {
-		return SnapshotInfo{}, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
+		return snapshot.Record{}, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
 	}
 	if len(rec.Volumes) > 0 {
 		// The guest's memory holds the volume's mounted filesystem: a clone could not share it.
-		return SnapshotInfo{}, errdefs.Conflictf("sandbox %s has volumes mounted; snapshots and forks of it are refused (docs/volumes.md)", id)
+		return snapshot.Record{}, errdefs.Conflictf("sandbox %s has volumes mounted; snapshots and forks of it are refused (docs/volumes.md)", id)
 	}
 	// Admitted before anything is written: the memory file (at most the guest's RAM) and room for
 	// the disk blocks the snapshot pins.
-	release, err := a.admit("a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB)<<20)
+	release, err := a.disk.Admit("a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB)<<20)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return snapshot.Record{}, err
 	}
 	defer release()
 	// The guest's own buffers first: what it wrote reaches its disk before the disk is copied.
 	if c != nil {
 		if err := c.Sync(ctx); err != nil {
-			return SnapshotInfo{}, a.callErr(sb, err)
+			return snapshot.Record{}, a.callErr(sb, err)
 		}
 	}
-	snap := SnapshotInfo{Snapshot: hostapi.Snapshot{ID: "snap_" + newID()[3:], SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
+	snap := snapshot.Record{Snapshot: hostapi.Snapshot{ID: snapshot.NewID(), SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots,
 		Identity: rec.Identity}, // the VMM that runs the sandbox, which writes the state
 		Internal: internal}
-	final := filepath.Join(a.snapshotsDir(), snap.ID)
-	tmp := final + ".tmp"
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return SnapshotInfo{}, err
-	}
+	tmp, err := a.snapshots.Begin(snap.ID)
 	defer os.RemoveAll(tmp) // nothing half-made is ever visible
+	if err != nil {
+		return snapshot.Record{}, err
+	}
 	vm := rec.VM
 	st, err := a.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(tmp), runtime.SnapshotOptions{
 		Full: full,
@@ -177,19 +100,14 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (S
 		},
 	})
 	if err != nil {
-		return SnapshotInfo{}, snapshotErr(id, err)
+		return snapshot.Record{}, snapshotErr(id, err)
 	}
 	snap.CreatedAt = time.Now().UTC()
 	snap.PauseMS = float64(st.Pause.Microseconds()) / 1000
 	snap.DirtyBytes = st.DirtyBytes
-	snap.SizeBytes = dirSize(tmp)
-	if err := writeJSONFile(filepath.Join(tmp, "snapshot.json"), snap); err != nil {
-		return SnapshotInfo{}, snapshotErr(id, err)
+	if err := a.snapshots.Commit(tmp, &snap); err != nil {
+		return snapshot.Record{}, snapshotErr(id, err)
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		return SnapshotInfo{}, err
-	}
-	snap.dir = final
 	a.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMS, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
 	return snap, nil
 }
@@ -214,11 +132,7 @@ func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, 
 		return nil, err
 	}
 	// The fork's snapshot is internal: marked deleted now, freed with its last child.
-	defer func() {
-		if s, err := a.loadSnapshot(snap.ID); err == nil {
-			a.DeleteSnapshot(s.ID)
-		}
-	}()
+	defer a.snapshots.Delete(snap.ID)
 	parent, err := a.get(id)
 	if err != nil {
 		return nil, err
@@ -237,9 +151,9 @@ func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, 
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			src := source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
-				MemoryMiB: snap.MemoryMiB, BaseDir: filepath.Join(a.snapshotsDir(), snap.ID), ForkOf: id, Env: env,
+				MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, ForkOf: id, Env: env,
 				Egress: egress, EgressOpen: open, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots, Identity: snap.Identity},
-				diskSrc: filepath.Join(a.snapshotsDir(), snap.ID, "disk.img")}
+				diskSrc: snap.File("disk.img")}
 			children[i], errs[i] = a.launch(ctx, newID(), src)
 		}()
 	}
@@ -275,7 +189,7 @@ func (a *Agent) Hibernate(ctx context.Context, id string) (SandboxInfo, error) {
 	default:
 		return SandboxInfo{}, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
 	}
-	release, err := a.admit("hibernating "+id, int64(rec.MemoryMiB)<<20)
+	release, err := a.disk.Admit("hibernating "+id, int64(rec.MemoryMiB)<<20)
 	if err != nil {
 		return SandboxInfo{}, err
 	}
@@ -318,7 +232,7 @@ func (a *Agent) Hibernate(ctx context.Context, id string) (SandboxInfo, error) {
 	err = sb.persist()
 	sb.mu.Unlock()
 	a.dropOwnMem(sb, oldBase)
-	a.gcSnapshots()
+	a.snapshots.GC()
 	return sb.info(), err
 }
 
@@ -456,12 +370,4 @@ func (a *Agent) busy(h http.HandlerFunc) http.HandlerFunc {
 		defer a.inUse(r.PathValue("id"))()
 		h(w, r)
 	}
-}
-
-func readJSONFile(path string, v any) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(data, v)
 }

@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
@@ -58,9 +57,9 @@ type record struct {
 	// slot while it runs: Netns names it, GuestAddr is where the host reaches the guest's ports.
 	NIC bool `json:"nic,omitempty"`
 	// VolumeSlots is how many spare drives the machine has; Volumes are mounted in the first ones.
-	VolumeSlots int             `json:"volume_slots,omitempty"`
-	Volumes     []VolumeMount   `json:"volumes,omitempty"`
-	Egress      *network.Egress `json:"egress,omitempty"`
+	VolumeSlots int                   `json:"volume_slots,omitempty"`
+	Volumes     []hostapi.VolumeMount `json:"volumes,omitempty"`
+	Egress      *network.Egress       `json:"egress,omitempty"`
 	// EgressOpen are the private ranges the operator opened for all sandboxes (the control
 	// plane's --egress-open) when this sandbox was made.
 	EgressOpen []string `json:"egress_open,omitempty"`
@@ -138,7 +137,7 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 	var src source
 	switch {
 	case req.SnapshotID != "":
-		snap, err := a.loadSnapshot(req.SnapshotID)
+		snap, err := a.snapshots.Load(req.SnapshotID)
 		if err != nil {
 			return SandboxInfo{}, err
 		}
@@ -146,8 +145,8 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 			return SandboxInfo{}, errdefs.Invalidf("snapshot %s is of template %s, not %s", snap.ID, snap.Template, req.Template)
 		}
 		src = source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
-			MemoryMiB: snap.MemoryMiB, BaseDir: snap.dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots,
-			Identity: snap.Identity}, diskSrc: filepath.Join(snap.dir, "disk.img")}
+			MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots,
+			Identity: snap.Identity}, diskSrc: snap.File("disk.img")}
 	case req.Template != "":
 		tmpl, err := a.EnsureTemplate(ctx, req.Template, nil)
 		if err != nil {
@@ -172,7 +171,7 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 	if err := a.relieveForCreate(ctx, "sandbox "+req.ID); err != nil {
 		return SandboxInfo{}, err
 	}
-	vols, err := a.validateMounts(req.Volumes, src.rec.VolumeSlots)
+	vols, err := a.volumes.ValidateMounts(req.Volumes, src.rec.VolumeSlots)
 	if err != nil {
 		return SandboxInfo{}, err
 	}
@@ -227,7 +226,7 @@ func (a *Agent) launch(ctx context.Context, id string, src source) (SandboxInfo,
 	if err != nil {
 		return fail(err)
 	}
-	if err := a.mountVolumes(ctx, &rec, vm, client); err != nil {
+	if err := a.volumes.Mount(ctx, a.rt, vm, client, rec.Volumes); err != nil {
 		client.Close()
 		a.rt.Kill(vm)
 		if slot != nil {
@@ -483,7 +482,7 @@ func (a *Agent) Kill(id string) error {
 	delete(a.sandboxes, id)
 	delete(a.uids, id)
 	a.mu.Unlock()
-	a.gcSnapshots()
+	a.snapshots.GC()
 	return nil
 }
 
@@ -622,12 +621,4 @@ func (a *Agent) Exec(ctx context.Context, id string, req ExecRequest, stdout, st
 		return res, a.callErr(sb, err)
 	}
 	return res, nil
-}
-
-// allocated is the space a file takes on disk (its blocks), not its apparent size.
-func allocated(fi os.FileInfo) int64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return st.Blocks * 512
-	}
-	return fi.Size()
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pandastack/pandastack/internal/host/volume"
 	"golang.org/x/sys/unix"
 )
 
@@ -91,10 +92,10 @@ func TestDiskAdmission(t *testing.T) {
 		}
 	}
 	// Five 1 TiB volumes took 0.47 s and ~1 GiB of real pool each: now the first is refused.
-	code, body = apiCall(t, a, "POST", "/v1/volumes", map[string]any{"id": "vol_huge", "size_mib": MaxVolumeMiB})
+	code, body = apiCall(t, a, "POST", "/v1/volumes", map[string]any{"id": "vol_huge", "size_mib": volume.MaxMiB})
 	noSpace(code, body, "1 TiB volume")
 	t.Logf("refused: %s", body)
-	if left, _ := filepath.Glob(filepath.Join(a.volumesDir(), "*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(a.volumes.Dir(), "*")); len(left) > 0 {
 		t.Fatalf("a refused volume left %v", left)
 	}
 
@@ -111,25 +112,25 @@ func TestDiskAdmission(t *testing.T) {
 	if max := (info.Free + 511) / 512; n == 0 || int64(n) > max {
 		t.Fatalf("%d volumes of 512 MiB admitted with %d MiB free", n, info.Free)
 	}
-	if _, err := os.Stat(a.volumeFile(fmt.Sprintf("vol_v%d", n))); err == nil || len(a.Volumes()) != n {
-		t.Fatalf("refused volume was kept: %d volumes", len(a.Volumes()))
+	if _, err := os.Stat(a.volumes.File(fmt.Sprintf("vol_v%d", n))); err == nil || len(a.volumes.List()) != n {
+		t.Fatalf("refused volume was kept: %d volumes", len(a.volumes.List()))
 	}
 	sp, _ := a.pool.Space()
 	if sp.Free() < reserveMiB<<20 {
 		t.Fatalf("pool has %d MiB free after admission stopped; the reserve is %d", sp.Free()>>20, reserveMiB)
 	}
 	// Growing one is admitted against the same room.
-	code, body = apiCall(t, a, "POST", "/v1/volumes/vol_v0/resize", map[string]any{"size_mib": MaxVolumeMiB})
+	code, body = apiCall(t, a, "POST", "/v1/volumes/vol_v0/resize", map[string]any{"size_mib": volume.MaxMiB})
 	noSpace(code, body, "resize to 1 TiB")
-	if v, _ := a.GetVolume("vol_v0"); v.SizeMiB != 512 || v.GrowPending {
+	if v, _ := a.volumes.Get("vol_v0"); v.SizeMiB != 512 || v.GrowPending {
 		t.Fatalf("refused resize changed the volume: %+v", v)
 	}
-	if st, _ := os.Stat(a.volumeFile("vol_v0")); st.Size() != 512<<20 {
+	if st, _ := os.Stat(a.volumes.File("vol_v0")); st.Size() != 512<<20 {
 		t.Fatalf("refused resize changed the file: %d bytes", st.Size())
 	}
 	// Deleting volumes gives their room back.
 	for i := range n {
-		if err := a.DeleteVolume(fmt.Sprintf("vol_v%d", i)); err != nil {
+		if err := a.volumes.Delete(fmt.Sprintf("vol_v%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,7 +138,7 @@ func TestDiskAdmission(t *testing.T) {
 	if code != 201 {
 		t.Fatalf("create after deletes: %d %s", code, body)
 	}
-	a.DeleteVolume("vol_again")
+	a.volumes.Delete("vol_again")
 
 	// Overcommit 1024: a 1 TiB volume is promised 1 GiB, and costs mkfs's ~1 GiB now; the pool
 	// takes one or two, never five.
@@ -150,7 +151,7 @@ func TestDiskAdmission(t *testing.T) {
 	defer a2.Close()
 	made := 0
 	for i := range 5 {
-		code, body = apiCall(t, a2, "POST", "/v1/volumes", map[string]any{"id": fmt.Sprintf("vol_t%d", i), "size_mib": MaxVolumeMiB})
+		code, body = apiCall(t, a2, "POST", "/v1/volumes", map[string]any{"id": fmt.Sprintf("vol_t%d", i), "size_mib": volume.MaxMiB})
 		if code != 201 {
 			break
 		}

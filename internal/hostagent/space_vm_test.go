@@ -49,13 +49,13 @@ func TestSnapshotAdmission(t *testing.T) {
 		t.Fatalf("pool has %d MiB free when snapshots stop; the reserve is %d MiB", sp.Free()>>20, reserveMiB)
 	}
 	dirs, _ := filepath.Glob(filepath.Join(h.agent.snapshotsDir(), "*"))
-	if len(dirs) != len(ok) || len(h.agent.Snapshots()) != len(ok) {
+	if len(dirs) != len(ok) || len(h.agent.snapshots.List()) != len(ok) {
 		t.Fatalf("snapshot dirs %v for %d snapshots taken: a refused one left something", dirs, len(ok))
 	}
 	// Hibernation writes the memory too (less than a snapshot's estimate): with the pool's other
 	// room taken by a file, it is refused the same way and the sandbox stays up.
 	filler := filepath.Join(h.agent.pool.Dir, "filler")
-	if out, err := exec.Command("fallocate", "-l", strconv.FormatInt(h.agent.Space().FreeMiB-100, 10)+"MiB", filler).CombinedOutput(); err != nil {
+	if out, err := exec.Command("fallocate", "-l", strconv.FormatInt(h.agent.disk.Space().FreeMiB-100, 10)+"MiB", filler).CombinedOutput(); err != nil {
 		t.Fatalf("fallocate: %v %s", err, out)
 	}
 	if code := h.call("POST", "/v1/sandboxes/"+sb.ID+"/hibernate", nil, &e); code != 507 || e.Error.Code != "no_space" {

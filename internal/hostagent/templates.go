@@ -15,6 +15,8 @@ import (
 
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/image"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
@@ -147,7 +149,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 	ident := a.rt.Identity()
 	// The VMM's identity is in the key: a new QEMU (or accelerator) bakes into a new directory and
 	// never replaces the files sandboxes restored under the old one still map.
-	key := shortHash("bake-v6", strconv.Itoa(VolumeSlots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
+	key := shortHash("bake-v6", strconv.Itoa(volume.Slots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
 		strconv.Itoa(spec.DiskMiB), ident.String(), spec.Start, spec.Ready, string(env))
 	dir := filepath.Join(a.templatesDir(), spec.Name+"-"+key)
 	if info, err := loadTemplate(dir); err == nil {
@@ -169,10 +171,10 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 	need := int64(spec.MemoryMiB) << 20
 	for _, f := range []string{img.Rootfs, img.Kernel, img.Initrd} {
 		if fi, err := os.Stat(f); err == nil {
-			need += allocated(fi)
+			need += layout.Allocated(fi)
 		}
 	}
-	releaseDisk, err := a.admit("baking template "+spec.Name, need)
+	releaseDisk, err := a.disk.Admit("baking template "+spec.Name, need)
 	if err != nil {
 		return nil, err
 	}
@@ -200,10 +202,10 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 		}
 	}
 	info := &TemplateInfo{Template: hostapi.Template{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB,
-		NIC: nic, VolumeSlots: VolumeSlots, Env: spec.Env, Identity: ident}, Dir: tmp}
+		NIC: nic, VolumeSlots: volume.Slots, Env: spec.Env, Identity: ident}, Dir: tmp}
 	runDir := a.runDir("bake-" + spec.Name)
 	mspec := info.spec(filepath.Join(tmp, "disk.img"))
-	if err := makePlaceholder(tmp); err != nil {
+	if err := volume.MakePlaceholder(tmp); err != nil {
 		return nil, err
 	}
 	bakeSlots := filepath.Join(tmp, "bake-slots")
@@ -211,7 +213,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 	if err := os.MkdirAll(bakeSlots, 0o700); err != nil {
 		return nil, err
 	}
-	if mspec.Drives, err = a.drives(&record{TemplateDir: tmp, VolumeSlots: VolumeSlots}, bakeSlots); err != nil {
+	if mspec.Drives, err = a.volumes.Drives(tmp, volume.Slots, nil, bakeSlots); err != nil {
 		return nil, err
 	}
 	if nic {
@@ -284,7 +286,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 	info.BakeMS = time.Since(start).Milliseconds()
 	info.BakedAt = time.Now().UTC()
 	info.Baked = true
-	info.SizeBytes = dirSize(tmp)
+	info.SizeBytes = layout.DirSize(tmp)
 	if err := writeJSONFile(filepath.Join(tmp, "template.json"), info); err != nil {
 		return nil, err
 	}
@@ -318,18 +320,6 @@ func cloneOrCopy(src, dst string) error {
 		return fmt.Errorf("copy %s: %v: %s", filepath.Base(src), err, strings.TrimSpace(string(out)))
 	}
 	return nil
-}
-
-// dirSize is the disk space the files really take (RAM files and disks are sparse).
-func dirSize(dir string) int64 {
-	var n int64
-	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() {
-			n += allocated(fi)
-		}
-		return nil
-	})
-	return n
 }
 
 func consoleTail(runDir string) string {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -39,7 +40,7 @@ func TestVolumes(t *testing.T) {
 		status int
 	}{
 		{map[string]any{"id": "vol_zero", "size_mib": 0}, 400},
-		{map[string]any{"id": "vol_huge", "size_mib": MaxVolumeMiB + 1}, 400},
+		{map[string]any{"id": "vol_huge", "size_mib": volume.MaxMiB + 1}, 400},
 		{map[string]any{"id": "Vol-Bad", "size_mib": 10}, 400},
 		{map[string]any{"id": "vol_data", "size_mib": 10}, 409},
 	} {
