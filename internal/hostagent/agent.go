@@ -13,13 +13,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/host/bake"
 	"github.com/pandastack/pandastack/internal/host/disk"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
@@ -112,9 +112,8 @@ type Agent struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
-	templates map[string]*bakeState
-	built     map[string]template.Spec // templates built through the API (persisted in templates/specs)
-	uids      map[string]int           // sandbox id -> its VMMs' uid (confinement on)
+	templates *bake.Templates
+	uids      map[string]int // sandbox id -> its VMMs' uid (confinement on)
 	confined  bool
 	cg        *cgroup.Manager // the VMMs' parent cgroup (confinement on)
 	closed    bool
@@ -186,8 +185,6 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		log:       cfg.Logger,
 		pool:      pool,
 		sandboxes: map[string]*sandbox{},
-		templates: map[string]*bakeState{},
-		built:     map[string]template.Spec{},
 		hostID:    hostID(cfg.DataDir),
 		uids:      map[string]int{},
 		layout:    layout.Layout{DataDir: cfg.DataDir, Pool: pool.Dir},
@@ -230,7 +227,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("networking: %w (run with networking off to go without)", err)
 		}
 	}
-	a.loadBuiltSpecs()
+	a.templates = bake.New(bake.Config{Layout: a.layout, Runtime: a.rt, Images: a.images, GuestAgent: cfg.GuestAgent,
+		Templates: cfg.Templates, Net: a.net, Disk: a.disk, Volumes: a.volumes, Snapshots: a.snapshots,
+		MaxMemoryMiB: a.cfg.MaxMemoryMiB, Log: a.log}, vms{a})
 	a.adopt()
 	var bg context.Context
 	bg, a.stop = context.WithCancel(context.Background())
@@ -254,7 +253,7 @@ func (a *Agent) probeAccel(ctx context.Context) string {
 	}
 	base, _ := template.CatalogSpec("base")
 	recipe, _ := template.Resolve(base, template.CatalogSpec)
-	img, err := a.images.Build(ctx, ImageSpec(recipe), nil)
+	img, err := a.images.Build(ctx, bake.ImageSpec(recipe), nil)
 	if err != nil {
 		a.log.Warn("using TCG: cannot build the guest image for the KVM probe", "err", err)
 		return "tcg"
@@ -312,43 +311,6 @@ func (a *Agent) sandboxesDir() string    { return a.layout.Sandboxes() }
 func (a *Agent) templatesDir() string    { return a.layout.Templates() }
 func (a *Agent) snapshotsDir() string    { return a.layout.Snapshots() }
 func (a *Agent) runDir(id string) string { return a.layout.RunDir(id) }
-
-// templateSpec finds a template by name: the agent's config, the templates built through its API,
-// then the catalog (aliases too: postgres-16 is postgres-17).
-func (a *Agent) templateSpec(name string) (template.Spec, bool) {
-	if s, ok := a.cfg.Templates[name]; ok {
-		return s, true
-	}
-	a.mu.Lock()
-	s, ok := a.built[name]
-	a.mu.Unlock()
-	if ok {
-		return s, true
-	}
-	return template.CatalogSpec(name)
-}
-
-// TemplateNames lists the templates this agent can bake (aliases not repeated).
-func (a *Agent) TemplateNames() []string {
-	names := map[string]bool{}
-	for _, n := range template.CatalogNames() {
-		names[n] = true
-	}
-	for n := range a.cfg.Templates {
-		names[n] = true
-	}
-	a.mu.Lock()
-	for n := range a.built {
-		names[n] = true
-	}
-	a.mu.Unlock()
-	out := make([]string, 0, len(names))
-	for n := range names {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
 
 var idRE = regexp.MustCompile(`^sb_[a-z0-9]{1,60}$`)
 

@@ -13,7 +13,7 @@ import (
 // agent's first answer, with nothing of the agent around it (no HTTP, no record, no bookkeeping;
 // the disk clone is made before the clock starts). It returns the milliseconds that took.
 func (a *Agent) BareRestore(ctx context.Context, templateName string) (float64, error) {
-	tmpl, err := a.EnsureTemplate(ctx, templateName, nil)
+	tmpl, err := a.templates.Ensure(ctx, templateName, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -31,14 +31,14 @@ func (a *Agent) BareRestore(ctx context.Context, templateName string) (float64, 
 		return 0, err
 	}
 	// The template's machine has spare volume drives: the restore must present the same ones.
-	spec := tmpl.spec(disk)
+	spec := tmpl.Spec(disk)
 	if spec.Drives, err = a.drives(&record{TemplateDir: tmpl.Dir, VolumeSlots: tmpl.VolumeSlots}, dir); err != nil {
 		return 0, err
 	}
 	runDir := a.runDir(id)
 	defer os.RemoveAll(runDir)
 	start := time.Now()
-	vm, err := a.rt.Restore(ctx, runDir, spec, tmpl.snapshot())
+	vm, err := a.rt.Restore(ctx, runDir, spec, tmpl.Snapshot())
 	if err != nil {
 		return 0, err
 	}

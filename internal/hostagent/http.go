@@ -17,6 +17,7 @@ import (
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/host/bake"
 	"github.com/pandastack/pandastack/internal/template"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
@@ -32,12 +33,12 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/info", a.handleInfo)
 	mux.HandleFunc("GET /v1/templates", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, hostapi.TemplateList{Templates: a.Templates()})
+		writeJSON(w, 200, hostapi.TemplateList{Templates: a.templates.List()})
 	})
 	mux.HandleFunc("POST /v1/templates/{name}/bake", a.handleBake)
 	mux.HandleFunc("POST /v1/templates", a.handleBuild)
 	mux.HandleFunc("DELETE /v1/templates/{name}", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.DeleteTemplate(r.PathValue("name")); err != nil {
+		if err := a.templates.Delete(r.PathValue("name")); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -164,7 +165,7 @@ func (a *Agent) handleInfo(w http.ResponseWriter, r *http.Request) {
 	limit := a.commitLimitMiB()
 	writeJSON(w, 200, hostapi.Info{
 		HostID: a.hostID, Accel: a.rt.Accel(), MemMiBTotal: int64(a.cfg.HostMemoryMiB), MemMiBFree: int64(a.memAvailableMiB()),
-		SlotsTotal: int64(maxSlots(limit)), SlotsUsed: int64(len(a.List())), Templates: a.Templates(),
+		SlotsTotal: int64(maxSlots(limit)), SlotsUsed: int64(len(a.List())), Templates: a.templates.List(),
 		MaxVCPUs: int64(a.cfg.MaxVCPUs), MaxMemoryMiB: int64(a.cfg.MaxMemoryMiB), MemoryOvercommit: a.cfg.MemoryOvercommit,
 		MemMiBCommitted: int64(committed), MemMiBCommitLimit: int64(limit), MemMiBWatermark: int64(a.cfg.MemoryWatermarkMiB),
 		PoolMiBTotal: sp.TotalMiB, PoolMiBFree: sp.FreeMiB,
@@ -178,14 +179,14 @@ func maxSlots(commitLimitMiB int) int {
 }
 
 func (a *Agent) handleBake(w http.ResponseWriter, r *http.Request) {
-	streamBuild(w, func(progress func(string)) (*TemplateInfo, error) {
-		return a.EnsureTemplate(r.Context(), r.PathValue("name"), progress)
+	streamBuild(w, func(progress func(string)) (*bake.Template, error) {
+		return a.templates.Ensure(r.Context(), r.PathValue("name"), progress)
 	})
 }
 
 // streamBuild answers a bake or a build: its progress lines as NDJSON, then the template or the
 // error (a status can no longer change once the stream started).
-func streamBuild(w http.ResponseWriter, run func(progress func(string)) (*TemplateInfo, error)) {
+func streamBuild(w http.ResponseWriter, run func(progress func(string)) (*bake.Template, error)) {
 	nd := newNDJSON(w)
 	info, err := run(func(line string) { nd.send(hostapi.BuildEvent{Progress: &line}) })
 	if err != nil {
@@ -208,12 +209,12 @@ func (a *Agent) handleBuild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.Invalidf("%v", err))
 		return
 	}
-	if err := a.checkBuild(spec); err != nil { // refused before the stream starts: a plain status
+	if err := a.templates.CheckBuild(spec); err != nil { // refused before the stream starts: a plain status
 		writeError(w, err)
 		return
 	}
-	streamBuild(w, func(progress func(string)) (*TemplateInfo, error) {
-		return a.BuildTemplate(r.Context(), spec, progress)
+	streamBuild(w, func(progress func(string)) (*bake.Template, error) {
+		return a.templates.Build(r.Context(), spec, progress)
 	})
 }
 

@@ -148,7 +148,7 @@ func (a *Agent) Create(ctx context.Context, req CreateRequest) (SandboxInfo, err
 			MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots,
 			Identity: snap.Identity}, diskSrc: snap.File("disk.img")}
 	case req.Template != "":
-		tmpl, err := a.EnsureTemplate(ctx, req.Template, nil)
+		tmpl, err := a.templates.Ensure(ctx, req.Template, nil)
 		if err != nil {
 			return SandboxInfo{}, err
 		}

@@ -1,13 +1,23 @@
-package hostagent
+// Package bake makes templates ready to restore on one host: it knows the templates the host can
+// serve (the catalog, the agent's configured ones, the ones built through the API), bakes one the
+// first time a sandbox needs it (a cold boot and a snapshot: Templates.Ensure), and builds
+// templates from specs in a build microVM (Templates.Build).
+//
+// A bake or build VM is a VM like a sandbox: it asks the sandbox manager for room through VMs,
+// a narrow interface, and never touches sandboxes itself.
+package bake
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +25,9 @@ import (
 
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/host/disk"
 	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/host/snapshot"
 	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/image"
 	"github.com/pandastack/pandastack/internal/network"
@@ -25,20 +37,112 @@ import (
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
-// TemplateInfo is a template as this host knows it: its wire view, and where a baked one's files
+// Template is a template as this host knows it: its wire view, and where a baked one's files
 // are. template.json in Dir is the wire view.
-type TemplateInfo struct {
+type Template struct {
 	hostapi.Template
 	Dir string `json:"-"` // the baked artifacts: kernel, initrd, disk.img, ram, state
 }
 
-func (t *TemplateInfo) spec(disk string) runtime.Spec {
+// Spec is the machine to restore from the template with disk.
+func (t *Template) Spec(disk string) runtime.Spec {
 	return runtime.Spec{VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB, Kernel: filepath.Join(t.Dir, "vmlinuz"),
 		Initrd: filepath.Join(t.Dir, "initrd"), Disk: disk, NIC: t.NIC}
 }
 
-func (t *TemplateInfo) snapshot() runtime.Snapshot {
+// Snapshot names the template's memory snapshot files.
+func (t *Template) Snapshot() runtime.Snapshot {
 	return runtime.Snapshot{RAMFile: filepath.Join(t.Dir, "ram"), StateFile: filepath.Join(t.Dir, "state")}
+}
+
+// VMs is what bakes and builds need of the sandbox manager: room for their VM under the host's
+// memory policy, and whether sandboxes use a template.
+type VMs interface {
+	// CheckSize refuses a VM larger than this host's limits.
+	CheckSize(what string, vcpus, memMiB int) error
+	// Reserve admits memMiB of guest memory for a VM that is not a sandbox, until release.
+	Reserve(what string, memMiB int) (release func(), err error)
+	// RelieveForCreate makes room for a new VM above the memory watermark, or refuses.
+	RelieveForCreate(ctx context.Context, what string) error
+	// UsersOf counts the sandboxes of template name on this host.
+	UsersOf(name string) int
+}
+
+// Config is what Templates works with.
+type Config struct {
+	Layout  layout.Layout
+	Runtime runtime.Runtime
+	Images  *image.Builder
+	// GuestAgent is the pandastack-guest binary baked into images ("": bakes fail, saying so).
+	GuestAgent string
+	// Templates adds to (or overrides) the built-in catalog.
+	Templates map[string]template.Spec
+	// Net, when set, gives bake VMs a NIC, so their sandboxes have one.
+	Net       *network.Pool
+	Disk      *disk.Admission
+	Volumes   *volume.Store
+	Snapshots *snapshot.Store
+	// MaxMemoryMiB bounds a build VM's memory.
+	MaxMemoryMiB int
+	Log          *slog.Logger
+}
+
+// Templates is one host's templates: known, baked and built.
+type Templates struct {
+	cfg Config
+	vms VMs
+
+	mu      sync.Mutex
+	states  map[string]*bakeState
+	built   map[string]template.Spec // templates built through the API (persisted in templates/specs)
+	buildMu sync.Mutex               // one API build at a time: builds are CPU- and disk-heavy
+}
+
+// New returns the templates of cfg, with those built through the API earlier; vms is the
+// sandbox manager.
+func New(cfg Config, vms VMs) *Templates {
+	ts := &Templates{cfg: cfg, vms: vms, states: map[string]*bakeState{}, built: map[string]template.Spec{}}
+	ts.loadBuiltSpecs()
+	return ts
+}
+
+// Spec finds a template by name: the agent's config, the templates built through its API, then
+// the catalog (aliases too: postgres-16 is postgres-17).
+func (ts *Templates) Spec(name string) (template.Spec, bool) {
+	if s, ok := ts.cfg.Templates[name]; ok {
+		return s, true
+	}
+	ts.mu.Lock()
+	s, ok := ts.built[name]
+	ts.mu.Unlock()
+	if ok {
+		return s, true
+	}
+	return template.CatalogSpec(name)
+}
+
+// Names lists the templates this host can bake (aliases not repeated).
+func (ts *Templates) Names() []string {
+	names := map[string]bool{}
+	for _, n := range template.CatalogNames() {
+		names[n] = true
+	}
+	for n := range ts.cfg.Templates {
+		names[n] = true
+	}
+	ts.mu.Lock()
+	for n := range ts.built {
+		names[n] = true
+	}
+	ts.mu.Unlock()
+	return slices.Sorted(maps.Keys(names))
+}
+
+// connect opens a VM's guest agent channel, bounded so a dead guest fails instead of hanging.
+func connect(ctx context.Context, socket string, timeout time.Duration) (*guest.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return guest.Connect(ctx, socket)
 }
 
 // warmUp runs in a template's guest before its snapshot (see bake).
@@ -47,24 +151,24 @@ const warmUp = "true; id >/dev/null; ls / >/dev/null; command -v python3 >/dev/n
 // bakeState serialises bakes of one template: concurrent creates share one bake.
 type bakeState struct {
 	mu   sync.Mutex
-	info *TemplateInfo
+	info *Template
 }
 
 // Templates lists every template this host can serve, baked or not.
-func (a *Agent) Templates() []hostapi.Template {
+func (ts *Templates) List() []hostapi.Template {
 	var out []hostapi.Template
-	for _, name := range a.TemplateNames() {
-		spec, _ := a.templateSpec(name)
+	for _, name := range ts.Names() {
+		spec, _ := ts.Spec(name)
 		info := hostapi.Template{Name: name, Description: spec.Description, Aliases: spec.Aliases, Metadata: spec.Metadata}
-		if r, err := template.Resolve(spec, a.templateSpec); err == nil {
+		if r, err := template.Resolve(spec, ts.Spec); err == nil {
 			info.VCPUs, info.MemoryMiB, info.DiskMiB, info.Env = r.VCPUs, r.MemoryMiB, r.DiskMiB, r.Env
 		}
-		a.mu.Lock()
-		_, info.Built = a.built[name]
-		a.mu.Unlock()
-		a.mu.Lock()
-		st := a.templates[name]
-		a.mu.Unlock()
+		ts.mu.Lock()
+		_, info.Built = ts.built[name]
+		ts.mu.Unlock()
+		ts.mu.Lock()
+		st := ts.states[name]
+		ts.mu.Unlock()
 		if st != nil && st.mu.TryLock() {
 			if st.info != nil {
 				built := info.Built
@@ -81,26 +185,26 @@ func (a *Agent) Templates() []hostapi.Template {
 // EnsureTemplate returns the baked template, baking it first if this host has not yet (a cold
 // boot and a snapshot, a few seconds; the guest image build the first time, a minute or two).
 // progress (may be nil) receives human-readable lines as the work goes.
-func (a *Agent) EnsureTemplate(ctx context.Context, name string, progress func(string)) (*TemplateInfo, error) {
+func (ts *Templates) Ensure(ctx context.Context, name string, progress func(string)) (*Template, error) {
 	name = template.Canonical(name)
-	spec, ok := a.templateSpec(name)
+	spec, ok := ts.Spec(name)
 	if !ok {
-		return nil, errdefs.NotFoundf("template %q not found (known: %v)", name, a.TemplateNames())
+		return nil, errdefs.NotFoundf("template %q not found (known: %v)", name, ts.Names())
 	}
-	recipe, err := template.Resolve(spec, a.templateSpec)
+	recipe, err := template.Resolve(spec, ts.Spec)
 	if err != nil {
 		return nil, errdefs.Invalidf("%v", err)
 	}
-	if err := a.checkSize("template "+name, recipe.VCPUs, recipe.MemoryMiB); err != nil {
+	if err := ts.vms.CheckSize("template "+name, recipe.VCPUs, recipe.MemoryMiB); err != nil {
 		return nil, err
 	}
-	a.mu.Lock()
-	st := a.templates[name]
+	ts.mu.Lock()
+	st := ts.states[name]
 	if st == nil {
 		st = &bakeState{}
-		a.templates[name] = st
+		ts.states[name] = st
 	}
-	a.mu.Unlock()
+	ts.mu.Unlock()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.info != nil {
@@ -108,12 +212,12 @@ func (a *Agent) EnsureTemplate(ctx context.Context, name string, progress func(s
 	}
 	say := func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
-		a.log.Info(msg, "template", name)
+		ts.cfg.Log.Info(msg, "template", name)
 		if progress != nil {
 			progress(msg)
 		}
 	}
-	info, err := a.bake(ctx, recipe, say)
+	info, err := ts.bake(ctx, recipe, say)
 	if err != nil {
 		return nil, err
 	}
@@ -131,33 +235,33 @@ func ImageSpec(r template.Recipe) image.RootfsSpec {
 // bake cold-boots the template's machine with its RAM in a file, waits for the guest agent, and
 // saves the device state. The RAM file, the disk as the snapshot saw it, and the state stream are
 // the template: every create maps the RAM file copy-on-write and reflinks the disk.
-func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string, ...any)) (*TemplateInfo, error) {
-	if a.cfg.GuestAgent == "" {
+func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(string, ...any)) (*Template, error) {
+	if ts.cfg.GuestAgent == "" {
 		return nil, fmt.Errorf("pandastack-guest binary not found next to this executable or on $PATH (`make build` writes bin/pandastack-guest)")
 	}
-	img, err := a.images.Build(ctx, ImageSpec(spec), func(line string) { say("image: %s", line) })
+	img, err := ts.cfg.Images.Build(ctx, ImageSpec(spec), func(line string) { say("image: %s", line) })
 	if err != nil {
 		return nil, buildFailed("%v", err)
 	}
 	if spec.NeedsBuildVM() {
-		if img, err = a.runBuildVM(ctx, spec, img, say); err != nil {
+		if img, err = ts.runBuildVM(ctx, spec, img, say); err != nil {
 			return nil, err
 		}
 	}
-	nic := a.net != nil
+	nic := ts.cfg.Net != nil
 	env, _ := json.Marshal(spec.Env)
-	ident := a.rt.Identity()
+	ident := ts.cfg.Runtime.Identity()
 	// The VMM's identity is in the key: a new QEMU (or accelerator) bakes into a new directory and
 	// never replaces the files sandboxes restored under the old one still map.
-	key := shortHash("bake-v6", strconv.Itoa(volume.Slots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
+	key := layout.ShortHash("bake-v6", strconv.Itoa(volume.Slots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
 		strconv.Itoa(spec.DiskMiB), ident.String(), spec.Start, spec.Ready, string(env))
-	dir := filepath.Join(a.templatesDir(), spec.Name+"-"+key)
+	dir := filepath.Join(ts.cfg.Layout.Templates(), spec.Name+"-"+key)
 	if info, err := loadTemplate(dir); err == nil {
 		switch {
 		case info.Identity.IsZero():
 			// Baked before identities were recorded, under this key: taken as this VMM's, once.
 			info.Identity = ident
-			if err := writeJSONFile(filepath.Join(dir, "template.json"), info); err != nil {
+			if err := layout.WriteJSON(filepath.Join(dir, "template.json"), info); err != nil {
 				return nil, err
 			}
 			return info, nil
@@ -174,21 +278,21 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 			need += layout.Allocated(fi)
 		}
 	}
-	releaseDisk, err := a.disk.Admit("baking template "+spec.Name, need)
+	releaseDisk, err := ts.cfg.Disk.Admit("baking template "+spec.Name, need)
 	if err != nil {
 		return nil, err
 	}
 	defer releaseDisk()
 	// The bake VM is a VM like a sandbox: it counts against the commit limit while it runs.
-	release, err := a.reserve("the bake of template "+spec.Name, spec.MemoryMiB)
+	release, err := ts.vms.Reserve("the bake of template "+spec.Name, spec.MemoryMiB)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if err := a.relieveForCreate(ctx, "template "+spec.Name); err != nil {
+	if err := ts.vms.RelieveForCreate(ctx, "template "+spec.Name); err != nil {
 		return nil, err
 	}
-	say("baking template %s: cold boot (%d vCPU, %d MiB RAM, %s)", spec.Name, spec.VCPUs, spec.MemoryMiB, a.rt.Accel())
+	say("baking template %s: cold boot (%d vCPU, %d MiB RAM, %s)", spec.Name, spec.VCPUs, spec.MemoryMiB, ts.cfg.Runtime.Accel())
 	start := time.Now()
 	tmp := dir + ".baking"
 	os.RemoveAll(tmp)
@@ -201,10 +305,10 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 			return nil, err
 		}
 	}
-	info := &TemplateInfo{Template: hostapi.Template{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB,
+	info := &Template{Template: hostapi.Template{Name: spec.Name, VCPUs: spec.VCPUs, MemoryMiB: spec.MemoryMiB, DiskMiB: spec.DiskMiB,
 		NIC: nic, VolumeSlots: volume.Slots, Env: spec.Env, Identity: ident}, Dir: tmp}
-	runDir := a.runDir("bake-" + spec.Name)
-	mspec := info.spec(filepath.Join(tmp, "disk.img"))
+	runDir := ts.cfg.Layout.RunDir("bake-" + spec.Name)
+	mspec := info.Spec(filepath.Join(tmp, "disk.img"))
 	if err := volume.MakePlaceholder(tmp); err != nil {
 		return nil, err
 	}
@@ -213,12 +317,12 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 	if err := os.MkdirAll(bakeSlots, 0o700); err != nil {
 		return nil, err
 	}
-	if mspec.Drives, err = a.volumes.Drives(tmp, volume.Slots, nil, bakeSlots); err != nil {
+	if mspec.Drives, err = ts.cfg.Volumes.Drives(tmp, volume.Slots, nil, bakeSlots); err != nil {
 		return nil, err
 	}
 	if nic {
 		// The bake VM needs a tap like any other (the NIC is in the snapshot), but no egress.
-		slot, err := a.net.Acquire(ctx, network.Policy{})
+		slot, err := ts.cfg.Net.Acquire(ctx, network.Policy{})
 		if err != nil {
 			return nil, fmt.Errorf("template %s: network slot: %w", spec.Name, err)
 		}
@@ -227,7 +331,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 			return nil, fmt.Errorf("template %s: %w", spec.Name, err)
 		}
 	}
-	vm, err := a.rt.Boot(ctx, runDir, mspec, filepath.Join(tmp, "ram"))
+	vm, err := ts.cfg.Runtime.Boot(ctx, runDir, mspec, filepath.Join(tmp, "ram"))
 	if mspec.Tap != nil {
 		mspec.Tap.Close()
 	}
@@ -235,8 +339,8 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 		return nil, err
 	}
 	defer os.RemoveAll(runDir)
-	defer a.rt.Kill(vm)
-	exited := a.rt.Watch(vm)
+	defer ts.cfg.Runtime.Kill(vm)
+	exited := ts.cfg.Runtime.Watch(vm)
 	bootCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -246,7 +350,7 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 		case <-bootCtx.Done():
 		}
 	}()
-	client, err := guestConnect(bootCtx, vm.AgentSocket, 120*time.Second)
+	client, err := connect(bootCtx, vm.AgentSocket, 120*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("template %s: guest agent did not come up: %v (console: %s)", spec.Name, err, consoleTail(runDir))
 	}
@@ -275,19 +379,19 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 	t := time.Now()
 	// The host stays connected while the state is saved: a clone wakes up inside a read of a live
 	// session, sees the new host at once and re-handshakes (no reconnect polling to wait out).
-	err = a.rt.SaveSnapshot(bootCtx, vm, filepath.Join(tmp, "state"))
+	err = ts.cfg.Runtime.SaveSnapshot(bootCtx, vm, filepath.Join(tmp, "state"))
 	client.Close()
 	if err != nil {
 		return nil, fmt.Errorf("template %s: snapshot: %w", spec.Name, err)
 	}
 	say("snapshot saved in %d ms", time.Since(t).Milliseconds())
-	a.rt.Kill(vm)
+	ts.cfg.Runtime.Kill(vm)
 	os.RemoveAll(bakeSlots) // the bake VM's empty slot disks; clones get their own
 	info.BakeMS = time.Since(start).Milliseconds()
 	info.BakedAt = time.Now().UTC()
 	info.Baked = true
 	info.SizeBytes = layout.DirSize(tmp)
-	if err := writeJSONFile(filepath.Join(tmp, "template.json"), info); err != nil {
+	if err := layout.WriteJSON(filepath.Join(tmp, "template.json"), info); err != nil {
 		return nil, err
 	}
 	os.RemoveAll(dir)
@@ -299,12 +403,12 @@ func (a *Agent) bake(ctx context.Context, spec template.Recipe, say func(string,
 	return info, nil
 }
 
-func loadTemplate(dir string) (*TemplateInfo, error) {
+func loadTemplate(dir string) (*Template, error) {
 	data, err := os.ReadFile(filepath.Join(dir, "template.json"))
 	if err != nil {
 		return nil, err
 	}
-	var info TemplateInfo
+	var info Template
 	if err := json.Unmarshal(data, &info); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package hostagent
+package bake
 
 import (
 	"bytes"
@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/image"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/template"
@@ -41,9 +41,9 @@ func buildFailed(format string, args ...any) *errdefs.Error {
 
 // runBuildVM runs the recipe's files, npm scripts and steps in a build microVM on a copy of img's
 // rootfs, and returns the images with that disk as the rootfs. Cached by content.
-func (a *Agent) runBuildVM(ctx context.Context, r template.Recipe, img image.Images, say func(string, ...any)) (image.Images, error) {
-	key := shortHash("build-v1", img.Hash, r.BuildHash())
-	dir := filepath.Join(a.images.CacheDir, "built-"+key)
+func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img image.Images, say func(string, ...any)) (image.Images, error) {
+	key := layout.ShortHash("build-v1", img.Hash, r.BuildHash())
+	dir := filepath.Join(ts.cfg.Images.CacheDir, "built-"+key)
 	out := img
 	out.Rootfs, out.Hash = filepath.Join(dir, "rootfs.ext4"), key
 	if _, err := os.Stat(out.Rootfs); err == nil {
@@ -59,36 +59,36 @@ func (a *Agent) runBuildVM(ctx context.Context, r template.Recipe, img image.Ima
 	if err := cloneOrCopy(img.Rootfs, disk); err != nil {
 		return out, err
 	}
-	mem := min(buildVMMemMiB, a.cfg.MaxMemoryMiB)
-	release, err := a.reserve("the build VM of template "+r.Name, mem)
+	mem := min(buildVMMemMiB, ts.cfg.MaxMemoryMiB)
+	release, err := ts.vms.Reserve("the build VM of template "+r.Name, mem)
 	if err != nil {
 		return out, err
 	}
 	defer release()
-	if err := a.relieveForCreate(ctx, "template "+r.Name); err != nil {
+	if err := ts.vms.RelieveForCreate(ctx, "template "+r.Name); err != nil {
 		return out, err
 	}
 	say("build VM: booting (%d MiB RAM, no network)", mem)
-	runDir := a.runDir("build-" + key)
+	runDir := ts.cfg.Layout.RunDir("build-" + key)
 	defer os.RemoveAll(runDir)
 	spec := runtime.Spec{VCPUs: 1, MemoryMiB: mem, Kernel: img.Kernel, Initrd: img.Initrd, Disk: disk}
-	vm, err := a.rt.Boot(ctx, runDir, spec, filepath.Join(tmp, "ram"))
+	vm, err := ts.cfg.Runtime.Boot(ctx, runDir, spec, filepath.Join(tmp, "ram"))
 	if err != nil {
 		return out, err
 	}
-	defer a.rt.Kill(vm)
-	client, err := guestConnect(ctx, vm.AgentSocket, 120*time.Second)
+	defer ts.cfg.Runtime.Kill(vm)
+	client, err := connect(ctx, vm.AgentSocket, 120*time.Second)
 	if err != nil {
 		return out, fmt.Errorf("build VM: guest agent did not come up: %v (console: %s)", err, consoleTail(runDir))
 	}
 	defer client.Close()
-	if err := a.buildInGuest(ctx, client, r, say); err != nil {
+	if err := ts.buildInGuest(ctx, client, r, say); err != nil {
 		return out, err
 	}
 	if err := client.Sync(ctx); err != nil {
 		return out, fmt.Errorf("build VM: sync: %w", err)
 	}
-	a.rt.Kill(vm)
+	ts.cfg.Runtime.Kill(vm)
 	os.Remove(filepath.Join(tmp, "ram"))
 	os.RemoveAll(dir)
 	if err := os.Rename(tmp, dir); err != nil {
@@ -98,7 +98,7 @@ func (a *Agent) runBuildVM(ctx context.Context, r template.Recipe, img image.Ima
 }
 
 // buildInGuest writes the files, runs the npm packages' install scripts and the build steps.
-func (a *Agent) buildInGuest(ctx context.Context, c *guest.Client, r template.Recipe, say func(string, ...any)) error {
+func (ts *Templates) buildInGuest(ctx context.Context, c *guest.Client, r template.Recipe, say func(string, ...any)) error {
 	run := func(what, cmd string) error {
 		lw := &logLines{say: func(line string) { say("%s: %s", what, line) }}
 		res, err := c.Exec(ctx, guest.ExecRequest{Cmd: cmd, Env: r.Env, User: "root", Timeout: buildStepTimeout}, nil, lw, lw)
@@ -265,10 +265,10 @@ func tail(s string, n int) string {
 }
 
 // specsDir holds the specs of templates built through the API, so they survive a restart.
-func (a *Agent) specsDir() string { return filepath.Join(a.templatesDir(), "specs") }
+func (ts *Templates) specsDir() string { return filepath.Join(ts.cfg.Layout.Templates(), "specs") }
 
-func (a *Agent) loadBuiltSpecs() {
-	files, _ := filepath.Glob(filepath.Join(a.specsDir(), "*.json"))
+func (ts *Templates) loadBuiltSpecs() {
+	files, _ := filepath.Glob(filepath.Join(ts.specsDir(), "*.json"))
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -276,64 +276,62 @@ func (a *Agent) loadBuiltSpecs() {
 		}
 		var s template.Spec
 		if json.Unmarshal(data, &s) == nil && s.Validate() == nil {
-			a.built[s.Name] = s
+			ts.built[s.Name] = s
 		}
 	}
 }
 
-var buildMu sync.Mutex // one API build at a time per agent: builds are CPU- and disk-heavy
-
-// checkBuild refuses a spec before any work: invalid, a catalog or configured name, a from
+// CheckBuild refuses a spec before any work: invalid, a catalog or configured name, a from
 // that does not resolve.
-func (a *Agent) checkBuild(spec template.Spec) error {
+func (ts *Templates) CheckBuild(spec template.Spec) error {
 	if err := spec.Validate(); err != nil {
 		return errdefs.Invalidf("%v", err)
 	}
 	if _, ok := template.CatalogSpec(spec.Name); ok {
 		return errdefs.Conflictf("template %s is a catalog template: pick another name", spec.Name)
 	}
-	if _, ok := a.cfg.Templates[spec.Name]; ok {
+	if _, ok := ts.cfg.Templates[spec.Name]; ok {
 		return errdefs.Conflictf("template %s is defined by this agent's configuration", spec.Name)
 	}
-	r, err := template.Resolve(spec, a.templateSpec)
+	r, err := template.Resolve(spec, ts.Spec)
 	if err != nil {
 		return errdefs.Invalidf("%v", err)
 	}
-	return a.checkSize("template "+spec.Name, r.VCPUs, r.MemoryMiB)
+	return ts.vms.CheckSize("template "+spec.Name, r.VCPUs, r.MemoryMiB)
 }
 
-// BuildTemplate builds and bakes spec (a template built through the API) and registers it; a
+// Build builds and bakes spec (a template built through the API) and registers it; a
 // build that fails leaves nothing registered. Building a name again replaces its spec.
-func (a *Agent) BuildTemplate(ctx context.Context, spec template.Spec, progress func(string)) (*TemplateInfo, error) {
-	if err := a.checkBuild(spec); err != nil {
+func (ts *Templates) Build(ctx context.Context, spec template.Spec, progress func(string)) (*Template, error) {
+	if err := ts.CheckBuild(spec); err != nil {
 		return nil, err
 	}
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	a.mu.Lock()
-	prev, had := a.built[spec.Name]
-	a.built[spec.Name] = spec
-	prevState := a.templates[spec.Name]
-	delete(a.templates, spec.Name) // a new spec is a new bake
-	a.mu.Unlock()
+	ts.buildMu.Lock()
+	defer ts.buildMu.Unlock()
+	ts.mu.Lock()
+	prev, had := ts.built[spec.Name]
+	ts.built[spec.Name] = spec
+	prevState := ts.states[spec.Name]
+	delete(ts.states, spec.Name) // a new spec is a new bake
+	ts.mu.Unlock()
 	restore := func() {
-		a.mu.Lock()
-		defer a.mu.Unlock()
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
 		if had {
-			a.built[spec.Name] = prev
-			a.templates[spec.Name] = prevState
+			ts.built[spec.Name] = prev
+			ts.states[spec.Name] = prevState
 		} else {
-			delete(a.built, spec.Name)
-			delete(a.templates, spec.Name)
+			delete(ts.built, spec.Name)
+			delete(ts.states, spec.Name)
 		}
 	}
-	info, err := a.EnsureTemplate(ctx, spec.Name, progress)
+	info, err := ts.Ensure(ctx, spec.Name, progress)
 	if err != nil {
 		restore()
 		return nil, err
 	}
-	if err := os.MkdirAll(a.specsDir(), 0o755); err == nil {
-		err = writeJSONFile(filepath.Join(a.specsDir(), spec.Name+".json"), spec)
+	if err := os.MkdirAll(ts.specsDir(), 0o755); err == nil {
+		err = layout.WriteJSON(filepath.Join(ts.specsDir(), spec.Name+".json"), spec)
 	}
 	if err != nil {
 		restore()
@@ -344,20 +342,15 @@ func (a *Agent) BuildTemplate(ctx context.Context, spec template.Spec, progress 
 	return &out, nil
 }
 
-// DeleteTemplate forgets a template built through the API and removes its bakes. Refused while a
+// Delete forgets a template built through the API and removes its bakes. Refused while a
 // sandbox or a snapshot on this host uses it.
-func (a *Agent) DeleteTemplate(name string) error {
-	a.mu.Lock()
-	_, ok := a.built[name]
-	users := 0
-	for _, sb := range a.sandboxes {
-		if sb.rec.Template == name {
-			users++
-		}
-	}
-	a.mu.Unlock()
+func (ts *Templates) Delete(name string) error {
+	ts.mu.Lock()
+	_, ok := ts.built[name]
+	ts.mu.Unlock()
+	users := ts.vms.UsersOf(name)
 	if !ok {
-		if _, cat := a.templateSpec(name); cat {
+		if _, cat := ts.Spec(name); cat {
 			return errdefs.Conflictf("template %s is not one built through the API: catalog and configured templates cannot be deleted", name)
 		}
 		return errdefs.NotFoundf("template %s not found", name)
@@ -365,15 +358,15 @@ func (a *Agent) DeleteTemplate(name string) error {
 	if users > 0 {
 		return errdefs.Conflictf("template %s is used by %d sandbox(es) on this host: kill them first", name, users)
 	}
-	if n := a.snapshots.CountOf(name); n > 0 {
+	if n := ts.cfg.Snapshots.CountOf(name); n > 0 {
 		return errdefs.Conflictf("template %s is used by %d snapshot(s) on this host: delete them first", name, n)
 	}
-	a.mu.Lock()
-	delete(a.built, name)
-	delete(a.templates, name)
-	a.mu.Unlock()
-	os.Remove(filepath.Join(a.specsDir(), name+".json"))
-	dirs, _ := filepath.Glob(filepath.Join(a.templatesDir(), name+"-*"))
+	ts.mu.Lock()
+	delete(ts.built, name)
+	delete(ts.states, name)
+	ts.mu.Unlock()
+	os.Remove(filepath.Join(ts.specsDir(), name+".json"))
+	dirs, _ := filepath.Glob(filepath.Join(ts.cfg.Layout.Templates(), name+"-*"))
 	for _, d := range dirs {
 		if info, err := loadTemplate(d); err == nil && info.Name == name {
 			os.RemoveAll(d)
