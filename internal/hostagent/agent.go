@@ -12,16 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/cgroup"
-	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/host/bake"
 	"github.com/pandastack/pandastack/internal/host/disk"
 	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
 	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/image"
@@ -96,34 +94,29 @@ type Config struct {
 	PressureInterval time.Duration
 }
 
-// Agent is a running host agent.
+// Agent is a running host agent: the HTTP facade (http.go) over the host's packages, wired here.
 type Agent struct {
-	cfg       Config
-	log       *slog.Logger
-	rt        runtime.Runtime
-	pool      *storage.Pool
-	images    *image.Builder
-	layout    layout.Layout
-	disk      *disk.Admission
-	volumes   *volume.Store
-	snapshots *snapshot.Store
-	hostID    string
-	net       *network.Pool // nil: networking off
-
-	mu        sync.Mutex
-	sandboxes map[string]*sandbox
-	templates *bake.Templates
-	uids      map[string]int // sandbox id -> its VMMs' uid (confinement on)
-	confined  bool
-	cg        *cgroup.Manager // the VMMs' parent cgroup (confinement on)
-	closed    bool
-	// reservedMiB is the guest memory of VMs admitted that are not running sandboxes: bake and
-	// build VMs, sandboxes being woken.
-	reservedMiB int
-	pressureMu  sync.Mutex // one pressure relief at a time
+	cfg    Config
+	log    *slog.Logger
+	rt     runtime.Runtime
+	pool   *storage.Pool
+	images *image.Builder
+	layout layout.Layout
+	hostID string
+	net    *network.Pool // nil: networking off
+	// confined: VMMs run jailed, with their own uids, in cg (the VMMs' parent cgroup).
+	confined bool
+	cg       *cgroup.Manager
 	// hostMemorySet: the operator gave HostMemoryMiB (it is then enforced on the VMMs' cgroup).
 	hostMemorySet bool
-	stop          context.CancelFunc // ends background loops
+
+	sandboxes *sandbox.Manager
+	reach     reacher // the sandbox manager, for the port proxy
+	templates *bake.Templates
+	volumes   *volume.Store
+	snapshots *snapshot.Store
+	disk      *disk.Admission
+	stop      context.CancelFunc // ends background loops
 }
 
 // New opens the data dir, probes the accelerator, and re-adopts the sandboxes a previous agent
@@ -180,19 +173,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.ImageCacheDir == "" {
 		cfg.ImageCacheDir = filepath.Join(pool.Dir, "images")
 	}
-	a := &Agent{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		pool:      pool,
-		sandboxes: map[string]*sandbox{},
-		hostID:    hostID(cfg.DataDir),
-		uids:      map[string]int{},
-		layout:    layout.Layout{DataDir: cfg.DataDir, Pool: pool.Dir},
-	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, pool: pool, hostID: hostID(cfg.DataDir),
+		layout: layout.Layout{DataDir: cfg.DataDir, Pool: pool.Dir}}
 	a.disk = disk.New(pool, cfg.DiskReserveMiB)
 	a.volumes = volume.New(a.layout, a.disk, cfg.VolumeOvercommit)
-	a.disk.Promised, a.volumes.Attached = a.volumes.Promised, a.attachments
-
+	a.disk.Promised = a.volumes.Promised
 	a.setLimitDefaults()
 	a.images = &image.Builder{
 		CacheDir:   cfg.ImageCacheDir,
@@ -209,7 +194,6 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.rt = drv
 	a.snapshots = snapshot.New(a.layout, drv.Identity())
-	a.snapshots.InUse = a.baseDirs
 	if !cfg.Unconfined && os.Geteuid() == 0 {
 		if err := a.confine(drv); err != nil {
 			return nil, fmt.Errorf("VMM confinement: %w (run unconfined to go without)", err)
@@ -227,20 +211,22 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("networking: %w (run with networking off to go without)", err)
 		}
 	}
+	sbCfg := sandbox.Config{Limits: a.limits(), Layout: a.layout, Runtime: a.rt, Net: a.net, Disk: a.disk,
+		Volumes: a.volumes, Snapshots: a.snapshots, Log: a.log, FullSnapshots: cfg.FullSnapshots}
+	if a.confined {
+		sbCfg.Cgroup, sbCfg.JailUIDBase, sbCfg.JailUIDs = a.cg, a.cfg.JailUIDBase, a.cfg.JailUIDs
+	}
+	a.sandboxes = sandbox.New(sbCfg) // re-adopts what an earlier agent left running
 	a.templates = bake.New(bake.Config{Layout: a.layout, Runtime: a.rt, Images: a.images, GuestAgent: cfg.GuestAgent,
 		Templates: cfg.Templates, Net: a.net, Disk: a.disk, Volumes: a.volumes, Snapshots: a.snapshots,
-		MaxMemoryMiB: a.cfg.MaxMemoryMiB, Log: a.log}, vms{a})
-	a.adopt()
+		MaxMemoryMiB: a.cfg.MaxMemoryMiB, Log: a.log}, a.sandboxes)
+	a.sandboxes.Templates, a.reach = a.templates, a.sandboxes
+	a.volumes.Attached, a.snapshots.InUse = a.sandboxes.Attachments, a.sandboxes.BaseDirs
 	var bg context.Context
 	bg, a.stop = context.WithCancel(context.Background())
-	if cfg.IdleHibernate > 0 {
-		go a.idleLoop(bg, cfg.IdleHibernate)
-	}
-	if a.cfg.MemoryWatermarkMiB > 0 {
-		go a.pressureLoop(bg)
-	}
+	a.sandboxes.Start(bg, cfg.IdleHibernate)
 	a.log.Info("resource limits", "max_vcpus", a.cfg.MaxVCPUs, "max_memory_mib", a.cfg.MaxMemoryMiB, "host_memory_mib", a.cfg.HostMemoryMiB,
-		"memory_overcommit", a.cfg.MemoryOvercommit, "commit_limit_mib", a.commitLimitMiB(), "watermark_mib", a.cfg.MemoryWatermarkMiB)
+		"memory_overcommit", a.cfg.MemoryOvercommit, "commit_limit_mib", a.sandboxes.CommitLimitMiB(), "watermark_mib", a.cfg.MemoryWatermarkMiB)
 	return a, nil
 }
 
@@ -259,7 +245,7 @@ func (a *Agent) probeAccel(ctx context.Context) string {
 		return "tcg"
 	}
 	hostKernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	cache := filepath.Join(a.cfg.DataDir, "accel-"+shortHash(string(hostKernel), img.KernelVersion))
+	cache := filepath.Join(a.cfg.DataDir, "accel-"+layout.ShortHash(string(hostKernel), img.KernelVersion))
 	if b, err := os.ReadFile(cache); err == nil {
 		return strings.TrimSpace(string(b))
 	}
@@ -272,21 +258,7 @@ func (a *Agent) probeAccel(ctx context.Context) string {
 // Close stops serving; running VMs are left running (a new agent re-adopts them).
 func (a *Agent) Close() error {
 	a.stop()
-	a.mu.Lock()
-	a.closed = true
-	sbs := make([]*sandbox, 0, len(a.sandboxes))
-	for _, sb := range a.sandboxes {
-		sbs = append(sbs, sb)
-	}
-	a.mu.Unlock()
-	running := false
-	for _, sb := range sbs {
-		sb.closeGuest()
-		sb.mu.Lock()
-		vm := sb.rec.VM
-		sb.mu.Unlock()
-		running = running || a.rt.Alive(&vm)
-	}
+	running := a.sandboxes.Close()
 	var errs []error
 	if a.net != nil {
 		// Slots of running sandboxes stay: a new agent adopts them with their VMMs.
@@ -304,23 +276,34 @@ func (a *Agent) Close() error {
 	return errors.Join(errs...)
 }
 
-// Accel reports the CPU accelerator in use.
-func (a *Agent) Accel() string { return a.rt.Accel() }
+// setLimitDefaults fills the resource limits the operator left unset from the host.
+func (a *Agent) setLimitDefaults() {
+	c := &a.cfg
+	a.hostMemorySet = c.HostMemoryMiB > 0
+	l := sandbox.Limits{MaxVCPUs: c.MaxVCPUs, MaxMemoryMiB: c.MaxMemoryMiB, HostMemoryMiB: c.HostMemoryMiB,
+		MemoryOvercommit: c.MemoryOvercommit, MemoryWatermarkMiB: c.MemoryWatermarkMiB, PressureInterval: c.PressureInterval}.WithDefaults()
+	c.MaxVCPUs, c.MaxMemoryMiB, c.HostMemoryMiB = l.MaxVCPUs, l.MaxMemoryMiB, l.HostMemoryMiB
+	c.MemoryOvercommit, c.MemoryWatermarkMiB, c.PressureInterval = l.MemoryOvercommit, l.MemoryWatermarkMiB, l.PressureInterval
+}
+
+// limits is the configured policy.
+func (a *Agent) limits() sandbox.Limits {
+	c := a.cfg
+	return sandbox.Limits{MaxVCPUs: c.MaxVCPUs, MaxMemoryMiB: c.MaxMemoryMiB, HostMemoryMiB: c.HostMemoryMiB,
+		MemoryOvercommit: c.MemoryOvercommit, MemoryWatermarkMiB: c.MemoryWatermarkMiB, PressureInterval: c.PressureInterval}
+}
+
+// DefaultMemoryOvercommit is the commit limit's ratio when none is configured.
+const DefaultMemoryOvercommit = sandbox.DefaultMemoryOvercommit
 
 func (a *Agent) sandboxesDir() string    { return a.layout.Sandboxes() }
 func (a *Agent) templatesDir() string    { return a.layout.Templates() }
 func (a *Agent) snapshotsDir() string    { return a.layout.Snapshots() }
 func (a *Agent) runDir(id string) string { return a.layout.RunDir(id) }
 
-var idRE = regexp.MustCompile(`^sb_[a-z0-9]{1,60}$`)
-
-func newID() string { return layout.NewID("sb_") }
-
-var shortHash = layout.ShortHash
-
 func hostID(dataDir string) string {
 	name, _ := os.Hostname()
-	return name + "-" + shortHash(dataDir)[:6]
+	return name + "-" + layout.ShortHash(dataDir)[:6]
 }
 
 // findGuestAgent looks for pandastack-guest next to the running binary, then on $PATH.
@@ -335,13 +318,4 @@ func findGuestAgent() string {
 		return p
 	}
 	return ""
-}
-
-var writeJSONFile, readJSONFile = layout.WriteJSON, layout.ReadJSON
-
-// guestConnect opens the guest agent's channel, bounded so a dead guest fails instead of hanging.
-func guestConnect(ctx context.Context, socket string, timeout time.Duration) (*guest.Client, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return guest.Connect(ctx, socket)
 }

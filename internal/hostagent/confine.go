@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/cgroup"
-	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/runtime/qemu"
 )
 
@@ -21,7 +21,7 @@ func (a *Agent) confine(drv *qemu.Driver) error {
 	if a.cfg.VMMOverheadMiB <= 0 {
 		a.cfg.VMMOverheadMiB = 512
 	}
-	cg, err := cgroup.Open("pandastack/" + shortHash(a.cfg.DataDir))
+	cg, err := cgroup.Open("pandastack/" + layout.ShortHash(a.cfg.DataDir))
 	if err != nil {
 		return err
 	}
@@ -41,35 +41,4 @@ func (a *Agent) confine(drv *qemu.Driver) error {
 	a.log.Info("VMMs confined", "uids", fmt.Sprintf("%d-%d", a.cfg.JailUIDBase, a.cfg.JailUIDBase+a.cfg.JailUIDs-1), "cgroup", cg.Version(),
 		"cgroups", strings.Join(cg.Dirs(), ","))
 	return nil
-}
-
-// uidFor is the uid of a sandbox's VMMs: the lowest free one of the range, kept until the
-// sandbox is killed (0 when confinement is off).
-func (a *Agent) uidFor(id string) (int, error) {
-	if !a.confined {
-		return 0, nil
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if uid, ok := a.uids[id]; ok {
-		return uid, nil
-	}
-	used := make(map[int]bool, len(a.uids))
-	for _, u := range a.uids {
-		used[u] = true
-	}
-	for uid := a.cfg.JailUIDBase + 1; uid < a.cfg.JailUIDBase+a.cfg.JailUIDs; uid++ {
-		if !used[uid] {
-			a.uids[id] = uid
-			return uid, nil
-		}
-	}
-	return 0, errdefs.Capacityf("all %d VMM uids of this host are in use", a.cfg.JailUIDs-1)
-}
-
-// releaseUID frees a killed sandbox's uid.
-func (a *Agent) releaseUID(id string) {
-	a.mu.Lock()
-	delete(a.uids, id)
-	a.mu.Unlock()
 }

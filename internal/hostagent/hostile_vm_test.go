@@ -15,6 +15,7 @@ import (
 	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -40,13 +41,11 @@ func TestHostileGuests(t *testing.T) {
 	}
 	offender := h.create()
 	vmOf := func(id string) (pid int, cgroups []string) {
-		sb, err := h.agent.get(id)
+		vm, _, err := h.agent.sandboxes.Running(id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sb.mu.Lock()
-		defer sb.mu.Unlock()
-		return sb.rec.VM.Pid, sb.rec.VM.Cgroups
+		return vm.Pid, vm.Cgroups
 	}
 
 	t.Run("vmm_confined", func(t *testing.T) {
@@ -216,7 +215,7 @@ func TestHostileGuests(t *testing.T) {
 		switch {
 		case code == 200 && strings.Contains(r.Stdout, "No space left"):
 			t.Logf("guest saw ENOSPC: %s", r.Stdout)
-		case got.State == StateError && strings.Contains(got.Error, "killed"):
+		case got.State == sandbox.StateError && strings.Contains(got.Error, "killed"):
 			// The VMM outgrew its cgroup's memory limit while the guest wrote: contained, not fine.
 			t.Logf("filler's VMM was ended by its cgroup: %s", got.Error)
 		default:
@@ -263,7 +262,7 @@ func TestHostileGuests(t *testing.T) {
 			code = h.call("POST", "/v1/sandboxes/"+offender.ID+"/exec", map[string]any{"cmd": "echo after", "timeout_seconds": 60}, &after)
 			var got hostapi.Sandbox
 			h.call("GET", "/v1/sandboxes/"+offender.ID, nil, &got)
-			if code == 200 && after["stdout"] == "after\n" || got.State == StateError {
+			if code == 200 && after["stdout"] == "after\n" || got.State == sandbox.StateError {
 				t.Logf("offender after the hog: %d, state %s, %v after the hog", code, got.State, time.Since(start).Round(time.Second))
 				break
 			}
@@ -309,7 +308,7 @@ func TestHostileGuests(t *testing.T) {
 	t.Run("kernel_panic", func(t *testing.T) {
 		victim := h.create()
 		triggerPanic(t, h, victim.ID)
-		got := waitState(t, h, victim.ID, StateError)
+		got := waitState(t, h, victim.ID, sandbox.StateError)
 		if !strings.Contains(got.Error, "panic") {
 			t.Fatalf("panic reason: %q", got.Error)
 		}

@@ -46,13 +46,13 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/sandboxes", a.handleCreate)
 	mux.HandleFunc("GET /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, hostapi.SandboxList{Sandboxes: a.List()})
+		writeJSON(w, 200, hostapi.SandboxList{Sandboxes: a.sandboxes.List()})
 	})
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
-		answer(w, 200)(a.Get(r.PathValue("id")))
+		answer(w, 200)(a.sandboxes.Get(r.PathValue("id")))
 	})
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.Kill(r.PathValue("id")); err != nil {
+		if err := a.sandboxes.Kill(r.PathValue("id")); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -60,14 +60,14 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", a.busy(a.handleExec))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request) {
-		answer(w, http.StatusCreated)(a.SnapshotSandbox(r.Context(), r.PathValue("id")))
+		answer(w, http.StatusCreated)(a.sandboxes.SnapshotSandbox(r.Context(), r.PathValue("id")))
 	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/fork", a.handleFork)
 	mux.HandleFunc("POST /v1/sandboxes/{id}/hibernate", func(w http.ResponseWriter, r *http.Request) {
-		answer(w, 200)(a.Hibernate(r.Context(), r.PathValue("id")))
+		answer(w, 200)(a.sandboxes.Hibernate(r.Context(), r.PathValue("id")))
 	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/wake", func(w http.ResponseWriter, r *http.Request) {
-		answer(w, 200)(a.Wake(r.Context(), r.PathValue("id")))
+		answer(w, 200)(a.sandboxes.Wake(r.Context(), r.PathValue("id")))
 	})
 	mux.HandleFunc("POST /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
 		var req hostapi.CreateVolumeRequest
@@ -124,6 +124,14 @@ func (a *Agent) Handler() http.Handler {
 	return a.auth(a.ports(mux))
 }
 
+// busy wraps a handler of /v1/sandboxes/{id}/… so the sandbox counts as in use meanwhile.
+func (a *Agent) busy(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		defer a.sandboxes.InUse(r.PathValue("id"))()
+		h(w, r)
+	}
+}
+
 // ports sends proxied requests (/v1/sandboxes/{id}/ports/{port}/...) to the sandbox before the
 // mux sees them: the mux cleans paths and would answer "//etc" or "/a/../b" with a redirect to
 // the internal route instead of passing the application's path through as sent.
@@ -159,13 +167,11 @@ func (a *Agent) auth(next http.Handler) http.Handler {
 
 func (a *Agent) handleInfo(w http.ResponseWriter, r *http.Request) {
 	sp := a.disk.Space()
-	a.mu.Lock()
-	committed := a.committedLocked()
-	a.mu.Unlock()
-	limit := a.commitLimitMiB()
+	committed := a.sandboxes.Committed()
+	limit := a.sandboxes.CommitLimitMiB()
 	writeJSON(w, 200, hostapi.Info{
-		HostID: a.hostID, Accel: a.rt.Accel(), MemMiBTotal: int64(a.cfg.HostMemoryMiB), MemMiBFree: int64(a.memAvailableMiB()),
-		SlotsTotal: int64(maxSlots(limit)), SlotsUsed: int64(len(a.List())), Templates: a.templates.List(),
+		HostID: a.hostID, Accel: a.rt.Accel(), MemMiBTotal: int64(a.cfg.HostMemoryMiB), MemMiBFree: int64(a.sandboxes.MemAvailableMiB()),
+		SlotsTotal: int64(maxSlots(limit)), SlotsUsed: int64(len(a.sandboxes.List())), Templates: a.templates.List(),
 		MaxVCPUs: int64(a.cfg.MaxVCPUs), MaxMemoryMiB: int64(a.cfg.MaxMemoryMiB), MemoryOvercommit: a.cfg.MemoryOvercommit,
 		MemMiBCommitted: int64(committed), MemMiBCommitLimit: int64(limit), MemMiBWatermark: int64(a.cfg.MemoryWatermarkMiB),
 		PoolMiBTotal: sp.TotalMiB, PoolMiBFree: sp.FreeMiB,
@@ -241,7 +247,7 @@ func (a *Agent) handleFork(w http.ResponseWriter, r *http.Request) {
 	if body.Count != nil {
 		count = *body.Count
 	}
-	children, err := a.Fork(r.Context(), r.PathValue("id"), count)
+	children, err := a.sandboxes.Fork(r.Context(), r.PathValue("id"), count)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -250,12 +256,12 @@ func (a *Agent) handleFork(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {
-	var req CreateRequest
+	var req hostapi.CreateRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	info, err := a.Create(r.Context(), req)
+	info, err := a.sandboxes.Create(r.Context(), req)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -264,7 +270,7 @@ func (a *Agent) handleCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
-	var req ExecRequest
+	var req hostapi.ExecRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -276,7 +282,7 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	stdout := &cappedBuffer{max: a.cfg.ExecOutputLimit}
 	stderr := &cappedBuffer{max: a.cfg.ExecOutputLimit}
-	res, err := a.Exec(r.Context(), id, req, stdout, stderr)
+	res, err := a.sandboxes.Exec(r.Context(), id, req, stdout, stderr)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -289,15 +295,15 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 
 // streamExec answers with NDJSON lines as output is produced. Errors after the first byte can no
 // longer change the status code, so they travel as an {"error": ...} line.
-func (a *Agent) streamExec(w http.ResponseWriter, r *http.Request, id string, req ExecRequest) {
-	if _, _, err := a.guest(r.Context(), id); err != nil {
+func (a *Agent) streamExec(w http.ResponseWriter, r *http.Request, id string, req hostapi.ExecRequest) {
+	if err := a.sandboxes.WithGuest(r.Context(), id, func(*guest.Client) error { return nil }); err != nil {
 		writeError(w, err)
 		return
 	}
 	nd := newNDJSON(w)
 	stdout := &utf8Lines{nd: nd, chunk: func(s string) hostapi.ExecChunk { return hostapi.ExecChunk{Stdout: s} }}
 	stderr := &utf8Lines{nd: nd, chunk: func(s string) hostapi.ExecChunk { return hostapi.ExecChunk{Stderr: s} }}
-	res, err := a.Exec(r.Context(), id, req, stdout, stderr)
+	res, err := a.sandboxes.Exec(r.Context(), id, req, stdout, stderr)
 	stdout.flush()
 	stderr.flush()
 	if err != nil {
@@ -324,14 +330,13 @@ func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	c, sb, err := a.guest(r.Context(), r.PathValue("id"))
-	if err != nil {
+	var body io.ReadCloser
+	var fi guest.FileInfo
+	if err := a.sandboxes.WithGuest(r.Context(), r.PathValue("id"), func(c *guest.Client) (err error) {
+		body, fi, err = c.ReadFile(r.Context(), path, fileUser(r))
+		return err
+	}); err != nil {
 		writeError(w, err)
-		return
-	}
-	body, fi, err := c.ReadFile(r.Context(), path, fileUser(r))
-	if err != nil {
-		writeError(w, a.callErr(sb, err))
 		return
 	}
 	defer body.Close()
@@ -360,19 +365,16 @@ func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.New(errdefs.TooLarge, "file is larger than the %d-byte limit", a.cfg.MaxUpload))
 		return
 	}
-	c, sb, err := a.guest(r.Context(), r.PathValue("id"))
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	body := http.MaxBytesReader(w, r.Body, a.cfg.MaxUpload)
-	fi, err := c.WriteFile(r.Context(), path, fileUser(r), mode, body)
-	if err != nil {
+	var fi guest.FileInfo
+	if err := a.sandboxes.WithGuest(r.Context(), r.PathValue("id"), func(c *guest.Client) (err error) {
+		fi, err = c.WriteFile(r.Context(), path, fileUser(r), mode, http.MaxBytesReader(w, r.Body, a.cfg.MaxUpload))
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			err = errdefs.New(errdefs.TooLarge, "file is larger than the %d-byte limit", a.cfg.MaxUpload)
 		}
-		writeError(w, a.callErr(sb, err))
+		return err
+	}); err != nil {
+		writeError(w, err)
 		return
 	}
 	writeJSON(w, 200, wireStat(fi))
@@ -458,14 +460,12 @@ func (a *Agent) fileCall(w http.ResponseWriter, r *http.Request, call func(conte
 }
 
 func (a *Agent) guestCall(w http.ResponseWriter, r *http.Request, call func(context.Context, *guest.Client) (any, error)) {
-	c, sb, err := a.guest(r.Context(), r.PathValue("id"))
-	if err != nil {
+	var out any
+	if err := a.sandboxes.WithGuest(r.Context(), r.PathValue("id"), func(c *guest.Client) (err error) {
+		out, err = call(r.Context(), c)
+		return err
+	}); err != nil {
 		writeError(w, err)
-		return
-	}
-	out, err := call(r.Context(), c)
-	if err != nil {
-		writeError(w, a.callErr(sb, err))
 		return
 	}
 	if out == nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -15,7 +17,7 @@ import (
 func setIdentity(t *testing.T, path, version string) {
 	t.Helper()
 	var m map[string]any
-	if err := readJSONFile(path, &m); err != nil {
+	if err := layout.ReadJSON(path, &m); err != nil {
 		t.Fatal(err)
 	}
 	if version == "" {
@@ -33,7 +35,7 @@ func setIdentity(t *testing.T, path, version string) {
 func recordedVersion(t *testing.T, path string) string {
 	t.Helper()
 	var r struct{ Identity struct{ Version string } }
-	if err := readJSONFile(path, &r); err != nil {
+	if err := layout.ReadJSON(path, &r); err != nil {
 		t.Fatal(err)
 	}
 	return r.Identity.Version
@@ -97,7 +99,7 @@ func TestVMMIdentity(t *testing.T) {
 		t.Fatalf("hibernated sandbox.json identity version %q, want %q", v, cur.Version)
 	}
 	var before hostapi.Template
-	readJSONFile(tmplFile, &before)
+	layout.ReadJSON(tmplFile, &before)
 	// Edited while the agent runs (a stopped agent with no VMM unmounts the pool); it reads its
 	// records again at start.
 	setIdentity(t, sbFile, other)
@@ -111,14 +113,14 @@ func TestVMMIdentity(t *testing.T) {
 		!strings.Contains(e.Error.Message, other) || !strings.Contains(e.Error.Message, cur.Version) {
 		t.Fatalf("wake under another VMM: %d %+v", code, e)
 	}
-	if got, _ := h.agent.Get(sb); got.State != StateHibernated {
+	if got, _ := h.agent.Get(sb); got.State != sandbox.StateHibernated {
 		t.Fatalf("after a refused wake: %s (%s), want hibernated", got.State, got.Error)
 	}
 
 	// A template baked under another VMM is re-baked on its next use.
 	fresh := h.create()
 	var after hostapi.Template
-	readJSONFile(tmplFile, &after)
+	layout.ReadJSON(tmplFile, &after)
 	if after.Identity != cur || !after.BakedAt.After(before.BakedAt) {
 		t.Fatalf("template not re-baked: identity %+v, baked at %v (before %v)", after.Identity, after.BakedAt, before.BakedAt)
 	}

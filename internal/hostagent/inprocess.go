@@ -9,8 +9,50 @@ import (
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
-// In-process entry points: what the benchmarks (bench/) call on an Agent without HTTP. Each is the
-// same call the API makes.
+// In-process entry points: what the benchmarks (bench/) and the tests call on an Agent without
+// HTTP. Each is the call the API makes for the route named.
+
+// Create restores a new sandbox (POST /v1/sandboxes).
+func (a *Agent) Create(ctx context.Context, req hostapi.CreateRequest) (hostapi.Sandbox, error) {
+	return a.sandboxes.Create(ctx, req)
+}
+
+// Get returns one sandbox (GET /v1/sandboxes/{id}).
+func (a *Agent) Get(id string) (hostapi.Sandbox, error) { return a.sandboxes.Get(id) }
+
+// List returns every sandbox on this host, oldest first (GET /v1/sandboxes).
+func (a *Agent) List() []hostapi.Sandbox { return a.sandboxes.List() }
+
+// Kill ends a sandbox (DELETE /v1/sandboxes/{id}).
+func (a *Agent) Kill(id string) error { return a.sandboxes.Kill(id) }
+
+// Fork makes count children of a running sandbox (POST /v1/sandboxes/{id}/fork).
+func (a *Agent) Fork(ctx context.Context, id string, count int) ([]hostapi.Sandbox, error) {
+	return a.sandboxes.Fork(ctx, id, count)
+}
+
+// Hibernate saves a sandbox's memory and ends its VMM (POST /v1/sandboxes/{id}/hibernate).
+func (a *Agent) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, error) {
+	return a.sandboxes.Hibernate(ctx, id)
+}
+
+// Wake restores a hibernated sandbox (POST /v1/sandboxes/{id}/wake).
+func (a *Agent) Wake(ctx context.Context, id string) (hostapi.Sandbox, error) {
+	return a.sandboxes.Wake(ctx, id)
+}
+
+// SnapshotSandbox saves a running sandbox as a snapshot object (POST /v1/sandboxes/{id}/snapshots).
+func (a *Agent) SnapshotSandbox(ctx context.Context, id string) (hostapi.Snapshot, error) {
+	return a.sandboxes.SnapshotSandbox(ctx, id)
+}
+
+// SnapshotSandboxFull is SnapshotSandbox on the full-RAM path (for comparisons; no route).
+func (a *Agent) SnapshotSandboxFull(ctx context.Context, id string) (hostapi.Snapshot, error) {
+	return a.sandboxes.SnapshotSandboxFull(ctx, id)
+}
+
+// DeleteSnapshot removes a snapshot (DELETE /v1/snapshots/{id}).
+func (a *Agent) DeleteSnapshot(id string) error { return a.snapshots.Delete(id) }
 
 // CreateVolume makes an empty volume (POST /v1/volumes).
 func (a *Agent) CreateVolume(ctx context.Context, id string, sizeMiB int64) (hostapi.Volume, error) {
@@ -20,36 +62,19 @@ func (a *Agent) CreateVolume(ctx context.Context, id string, sizeMiB int64) (hos
 // DeleteVolume removes a detached volume (DELETE /v1/volumes/{id}).
 func (a *Agent) DeleteVolume(id string) error { return a.volumes.Delete(id) }
 
-// DeleteSnapshot removes a snapshot (DELETE /v1/snapshots/{id}).
-func (a *Agent) DeleteSnapshot(id string) error { return a.snapshots.Delete(id) }
-
 // EnsureTemplate returns the baked template, baking it first if this host has not
 // (POST /v1/templates/{name}/bake).
 func (a *Agent) EnsureTemplate(ctx context.Context, name string, progress func(string)) (*bake.Template, error) {
 	return a.templates.Ensure(ctx, name, progress)
 }
 
+// BareRestore is the benchmarks' baseline restore of a template (no route).
+func (a *Agent) BareRestore(ctx context.Context, templateName string) (float64, error) {
+	return a.sandboxes.BareRestore(ctx, templateName)
+}
+
+// Accel reports the CPU accelerator in use.
+func (a *Agent) Accel() string { return a.rt.Accel() }
+
 // ImageSpec is what the image builder makes on the host for a recipe (bake.ImageSpec).
 func ImageSpec(r template.Recipe) image.RootfsSpec { return bake.ImageSpec(r) }
-
-// vms is the agent's side of bake.VMs.
-type vms struct{ a *Agent }
-
-func (v vms) CheckSize(what string, vcpus, memMiB int) error {
-	return v.a.checkSize(what, vcpus, memMiB)
-}
-func (v vms) Reserve(what string, memMiB int) (func(), error) { return v.a.reserve(what, memMiB) }
-func (v vms) RelieveForCreate(ctx context.Context, what string) error {
-	return v.a.relieveForCreate(ctx, what)
-}
-func (v vms) UsersOf(name string) int {
-	v.a.mu.Lock()
-	defer v.a.mu.Unlock()
-	n := 0
-	for _, sb := range v.a.sandboxes {
-		if sb.rec.Template == name {
-			n++
-		}
-	}
-	return n
-}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -77,7 +78,7 @@ func TestForkSnapshotHibernate(t *testing.T) {
 	var info hostapi.Sandbox
 	h.call("GET", "/v1/sandboxes/"+parent, nil, &info)
 	pid := info.PID
-	if code := h.call("POST", "/v1/sandboxes/"+parent+"/hibernate", nil, &info); code != 200 || info.State != StateHibernated {
+	if code := h.call("POST", "/v1/sandboxes/"+parent+"/hibernate", nil, &info); code != 200 || info.State != sandbox.StateHibernated {
 		t.Fatalf("hibernate: %d %+v", code, info)
 	}
 	if err := syscall.Kill(pid, 0); err == nil {
@@ -89,7 +90,7 @@ func TestForkSnapshotHibernate(t *testing.T) {
 		t.Fatalf("after wake: %q, want 7", got)
 	}
 	h.call("GET", "/v1/sandboxes/"+parent, nil, &info)
-	if info.State != StateRunning || info.PID == pid {
+	if info.State != sandbox.StateRunning || info.PID == pid {
 		t.Fatalf("after wake: %+v", info)
 	}
 	// Hibernate twice in a row: the second snapshot's base is the first one's memory.
@@ -161,7 +162,7 @@ func TestForkSnapshotHibernate(t *testing.T) {
 		t.Fatalf("wake without memory file: %d %+v", code, e)
 	}
 	h.call("GET", "/v1/sandboxes/"+victim, nil, &info)
-	if info.State != StateError || !strings.Contains(info.Error, "missing") {
+	if info.State != sandbox.StateError || !strings.Contains(info.Error, "missing") {
 		t.Fatalf("state after failed wake: %+v", info)
 	}
 }
@@ -170,7 +171,7 @@ func TestIdleAutoHibernate(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.IdleHibernate = 2 * time.Second })
 	id := h.create().ID
 	h.exec(id, map[string]any{"cmd": counterServer})
-	waitState(t, h, id, StateHibernated)
+	waitState(t, h, id, sandbox.StateHibernated)
 	if got := h.inc(id); got != "2" {
 		t.Fatalf("woken by exec: %q, want 2", got)
 	}

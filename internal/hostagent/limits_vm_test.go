@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/template"
 	"github.com/pandastack/pandastack/internal/testenv"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
@@ -106,23 +107,23 @@ for i in range(%d):
 		if code := h.call("POST", "/v1/sandboxes/"+id+"/exec", map[string]any{"cmd": hog, "timeout_seconds": 300}, &r); code != 200 || r.ExitCode != 0 {
 			t.Fatalf("hog in %s: status %d, exit %d: %s; sandboxes: %+v (OOM kills: %d)", id, code, r.ExitCode, r.Stderr, h.agent.List(), oomKills(h))
 		}
-		t.Logf("after the hog in %s: %d MiB available to VMs", id, h.agent.memAvailableMiB())
+		t.Logf("after the hog in %s: %d MiB available to VMs", id, h.agent.sandboxes.MemAvailableMiB())
 	}
 	// Use order: ids[0] (a counter in its memory, then a 250 MiB hog) longest ago, then ids[2],
 	// ids[3]; ids[1] writes 350 MiB last, and is busy meanwhile.
 	h.exec(ids[0], map[string]any{"cmd": counterServer}) // counts to 1
 	runHog(ids[0], 250)
-	if avail := h.agent.memAvailableMiB(); avail < watermark+64 {
+	if avail := h.agent.sandboxes.MemAvailableMiB(); avail < watermark+64 {
 		t.Fatalf("%d MiB available after the first hog: too close to the watermark for this test", avail)
 	}
 	h.exec(ids[2], map[string]any{"cmd": "true"})
 	h.exec(ids[3], map[string]any{"cmd": "true"})
 	runHog(ids[1], 350)
 	// The idlest is hibernated first, then the next idlest, until memory is above the watermark.
-	waitState(t, h, ids[0], StateHibernated)
+	waitState(t, h, ids[0], sandbox.StateHibernated)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for h.agent.memAvailableMiB() < watermark && ctx.Err() == nil {
+	for h.agent.sandboxes.MemAvailableMiB() < watermark && ctx.Err() == nil {
 		time.Sleep(100 * time.Millisecond)
 	}
 	var order []string
@@ -135,15 +136,15 @@ for i in range(%d):
 			}
 		}
 	}
-	t.Logf("hibernated under pressure, in order: %v; %d MiB available", order, h.agent.memAvailableMiB())
+	t.Logf("hibernated under pressure, in order: %v; %d MiB available", order, h.agent.sandboxes.MemAvailableMiB())
 	if len(order) == 0 || order[0] != ids[0] {
 		t.Errorf("hibernation order %v: want the idlest, %s, first", order, ids[0])
 	}
-	if avail := h.agent.memAvailableMiB(); avail < watermark {
+	if avail := h.agent.sandboxes.MemAvailableMiB(); avail < watermark {
 		t.Errorf("%d MiB available after the relief, below the %d MiB watermark", avail, watermark)
 	}
 	for _, sb := range h.agent.List() {
-		if sb.State == StateError {
+		if sb.State == sandbox.StateError {
 			t.Errorf("sandbox %s ended: %s", sb.ID, sb.Error)
 		}
 	}
@@ -157,10 +158,10 @@ for i in range(%d):
 	if got := h.inc(ids[0]); got != "2" {
 		t.Fatalf("counter after the wake: %q, want 2", got)
 	}
-	if sb, _ := h.agent.Get(ids[0]); sb.State != StateRunning {
+	if sb, _ := h.agent.Get(ids[0]); sb.State != sandbox.StateRunning {
 		t.Fatalf("woken sandbox: %+v", sb)
 	}
-	if sb, _ := h.agent.Get(ids[2]); sb.State != StateHibernated {
+	if sb, _ := h.agent.Get(ids[2]); sb.State != sandbox.StateHibernated {
 		t.Errorf("the idlest sandbox after the wake: %+v, want hibernated", sb)
 	}
 	h.call("GET", "/v1/info", nil, &info)

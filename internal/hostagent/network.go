@@ -7,27 +7,19 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/network"
 )
 
 // openNetwork starts the slot pool. Namespaces of sandboxes recorded as running are kept for
 // adoption; every other leftover of an earlier agent is reclaimed.
 func (a *Agent) openNetwork(cfg network.Config) error {
-	keep := map[string]bool{}
-	files, _ := filepath.Glob(filepath.Join(a.sandboxesDir(), "*", "sandbox.json"))
-	for _, f := range files {
-		var rec record
-		if readJSONFile(f, &rec) == nil && rec.State == StateRunning && rec.Netns != "" {
-			keep[rec.Netns] = true
-		}
-	}
+	keep := sandbox.RunningNetns(a.layout)
 	cfg.Keep = func(ns string) bool { return keep[ns] }
 	if cfg.Logger == nil {
 		cfg.Logger = a.log
@@ -40,73 +32,10 @@ func (a *Agent) openNetwork(cfg network.Config) error {
 	return nil
 }
 
-// egressPolicy checks a team's egress policy against this host (its slot range) and the
-// operator's open ranges, and returns the slot policy. stored: a policy accepted earlier, being
-// applied again (see network.Guard).
-func (a *Agent) egressPolicy(eg *network.Egress, open []string, stored bool) (network.Policy, error) {
-	opened, err := network.ParseOpen(open)
-	if err != nil {
-		return network.Policy{}, &network.EgressError{Msg: err.Error()}
-	}
-	g := network.Guard{Open: opened, Stored: stored}
-	if a.net != nil {
-		g.SlotCIDR = a.net.CIDR()
-	}
-	return eg.Policy(g)
-}
-
-// attachNetwork gives a VM about to start from rec its network slot and tap, when its snapshot
-// has a NIC. The caller closes the tap once the VMM has started, and releases the slot if the
-// start fails.
-func (a *Agent) attachNetwork(ctx context.Context, rec *record) (*network.Slot, *os.File, error) {
-	if !rec.NIC {
-		return nil, nil, nil
-	}
-	if a.net == nil {
-		return nil, nil, fmt.Errorf("sandbox %s was made with a network device, but networking is off on this host", rec.ID)
-	}
-	pol, err := a.egressPolicy(rec.Egress, rec.EgressOpen, true)
-	if err != nil {
-		return nil, nil, err
-	}
-	slot, err := a.net.Acquire(ctx, pol)
-	if err != nil {
-		return nil, nil, fmt.Errorf("network slot: %w", err)
-	}
-	tap, err := slot.OpenTap()
-	if err != nil {
-		slot.Release()
-		return nil, nil, err
-	}
-	return slot, tap, nil
-}
-
-// releaseNetwork gives a sandbox's slot back once its VMM is gone.
-func (a *Agent) releaseNetwork(sb *sandbox) {
-	sb.mu.Lock()
-	slot := sb.slot
-	sb.slot = nil
-	sb.rec.Netns, sb.rec.GuestAddr = "", ""
-	sb.mu.Unlock()
-	if slot != nil {
-		if err := slot.Release(); err != nil {
-			a.log.Warn("network slot release", "sandbox", sb.rec.ID, "err", err)
-		}
-	}
-}
-
-// adoptNetwork takes back the slot of a sandbox whose VMM outlived an earlier agent process.
-func (a *Agent) adoptNetwork(sb *sandbox) {
-	if sb.rec.Netns == "" || a.net == nil {
-		return
-	}
-	pol, err := a.egressPolicy(sb.rec.Egress, sb.rec.EgressOpen, true)
-	if err == nil {
-		sb.slot, err = a.net.Adopt(sb.rec.Netns, pol)
-	}
-	if err != nil {
-		a.log.Warn("could not re-adopt a sandbox's network", "sandbox", sb.rec.ID, "netns", sb.rec.Netns, "err", err)
-	}
+// reacher finds where a running sandbox's ports are and marks it in use meanwhile: the sandbox
+// manager (sandbox.Manager.Reach), or a stub in tests.
+type reacher interface {
+	Reach(ctx context.Context, id string) (addr string, done func(), err error)
 }
 
 // maxPort: ports 1-65535 are proxied; the guest decides what listens.
@@ -121,23 +50,11 @@ func (a *Agent) handleProxy(w http.ResponseWriter, r *http.Request, id, portStr,
 		writeError(w, errdefs.Invalidf("port must be 1-%d", maxPort))
 		return
 	}
-	sb, err := a.awake(r.Context(), id)
+	addr, done, err := a.reach.Reach(r.Context(), id)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	sb.mu.Lock()
-	addr, state := sb.rec.GuestAddr, sb.rec.State
-	sb.mu.Unlock()
-	if state != StateRunning {
-		writeError(w, errdefs.Conflictf("sandbox %s is %s", id, state))
-		return
-	}
-	if addr == "" {
-		writeError(w, errdefs.Conflictf("sandbox %s has no network", id))
-		return
-	}
-	done := a.inUse(id)
 	defer done()
 	target := &url.URL{Scheme: "http", Host: addr + ":" + strconv.Itoa(port)}
 	restPath, err := url.PathUnescape(rest)

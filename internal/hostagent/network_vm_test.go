@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/network/nettest"
 	"github.com/pandastack/pandastack/internal/testenv"
@@ -91,10 +92,8 @@ func TestNetworking(t *testing.T) {
 	go http.Serve(hostLn, nettest.WhoHandler("host"))
 	hostPort := hostLn.Addr().(*net.TCPAddr).Port
 	slotOf := func(id string) *network.Slot {
-		sb, _ := h.agent.get(id)
-		sb.mu.Lock()
-		defer sb.mu.Unlock()
-		return sb.slot
+		_, slot, _ := h.agent.sandboxes.Running(id)
+		return slot
 	}
 	mustNotReach(open.ID, slotOf(closed.ID).SandboxAddr.String()+":8000")
 	mustNotReach(open.ID, fmt.Sprintf("%s:%d", slotOf(open.ID).HostAddr, hostPort))
@@ -130,7 +129,7 @@ func TestNetworking(t *testing.T) {
 	// A hibernated sandbox is woken by a proxied request, its server still there, its network
 	// policy still applied.
 	var info hostapi.Sandbox
-	if code := h.call("POST", "/v1/sandboxes/"+closed.ID+"/hibernate", nil, &info); code != 200 || info.State != StateHibernated {
+	if code := h.call("POST", "/v1/sandboxes/"+closed.ID+"/hibernate", nil, &info); code != 200 || info.State != sandbox.StateHibernated {
 		t.Fatalf("hibernate: %d %+v", code, info)
 	}
 	if code := h.call("GET", "/v1/sandboxes/"+closed.ID+"/ports/8000/index.html", nil, &page); code != 200 || string(page) != "served-by-closed\n" {

@@ -2,6 +2,7 @@ package hostagent
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,7 +11,19 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/pandastack/pandastack/internal/errdefs"
 )
+
+// guestAt is a running sandbox sb_x whose ports are at addr.
+type guestAt string
+
+func (g guestAt) Reach(_ context.Context, id string) (string, func(), error) {
+	if id != "sb_x" {
+		return "", nil, errdefs.NotFoundf("sandbox %s not found", id)
+	}
+	return string(g), func() {}, nil
+}
 
 // The agent's port proxy passes the application's path through as sent and never redirects to
 // its own route (no VM: the sandbox's "guest address" is a loopback server that echoes the
@@ -21,8 +34,7 @@ func TestProxyRawPath(t *testing.T) {
 	}))
 	defer guest.Close()
 	host, port, _ := net.SplitHostPort(strings.TrimPrefix(guest.URL, "http://"))
-	a := &Agent{cfg: Config{Token: "tok"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		sandboxes: map[string]*sandbox{"sb_x": {rec: record{ID: "sb_x", State: StateRunning, GuestAddr: host}}}}
+	a := &Agent{cfg: Config{Token: "tok"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), reach: guestAt(host)}
 	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -64,7 +65,7 @@ func TestSnapshotAdmission(t *testing.T) {
 	if r := h.exec(sb.ID, map[string]any{"cmd": "echo alive"}); r.Stdout != "alive\n" {
 		t.Fatalf("sandbox after refused snapshot and hibernation: %+v", r)
 	}
-	if info, _ := h.agent.Get(sb.ID); info.State != StateRunning {
+	if info, _ := h.agent.Get(sb.ID); info.State != sandbox.StateRunning {
 		t.Fatalf("sandbox is %s after refusals", info.State)
 	}
 	os.Remove(filler)

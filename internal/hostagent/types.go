@@ -10,3 +10,6 @@ type (
 	ExecRequest   = hostapi.ExecRequest
 	VolumeMount   = hostapi.VolumeMount
 )
+
+// MaxForkCount bounds one fork call (hostapi.MaxForkCount).
+const MaxForkCount = hostapi.MaxForkCount

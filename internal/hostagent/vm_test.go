@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/testenv"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
@@ -210,7 +211,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	h.stop()
 	h.start()
 	var got hostapi.Sandbox
-	if code := h.call("GET", "/v1/sandboxes/"+a, nil, &got); code != 200 || got.State != StateRunning || got.PID != sbs[0].PID {
+	if code := h.call("GET", "/v1/sandboxes/"+a, nil, &got); code != 200 || got.State != sandbox.StateRunning || got.PID != sbs[0].PID {
 		t.Fatalf("after restart: status %d, %+v (pid before %d)", code, got, sbs[0].PID)
 	}
 	r := h.exec(a, map[string]any{"cmd": "cat /home/user/secret.txt"})
@@ -222,7 +223,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	if err := syscall.Kill(sbs[2].PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, h, sbs[2].ID, StateError)
+	waitState(t, h, sbs[2].ID, sandbox.StateError)
 	if code := h.call("POST", "/v1/sandboxes/"+sbs[2].ID+"/exec", map[string]any{"cmd": "true"}, &e); code != 409 {
 		t.Fatalf("exec on dead sandbox: status %d %+v", code, e)
 	}
@@ -235,7 +236,7 @@ func waitState(t *testing.T, h *harness, id, state string) hostapi.Sandbox {
 		var got hostapi.Sandbox
 		h.call("GET", "/v1/sandboxes/"+id, nil, &got)
 		if got.State == state {
-			if state == StateError && got.Error == "" {
+			if state == sandbox.StateError && got.Error == "" {
 				t.Fatalf("sandbox %s in error without a reason", id)
 			}
 			return got
@@ -399,7 +400,7 @@ func TestExecAndFiles(t *testing.T) {
 
 	// A guest kernel panic ends the VMM; the sandbox shows error with the panic as reason.
 	triggerPanic(t, h, id)
-	got := waitState(t, h, id, StateError)
+	got := waitState(t, h, id, sandbox.StateError)
 	if !strings.Contains(got.Error, "panic") {
 		t.Fatalf("panic reason: %q", got.Error)
 	}
@@ -417,7 +418,7 @@ func triggerPanic(t *testing.T, h *harness, id string) {
 		var got hostapi.Sandbox
 		for i := 0; i < 100; i++ {
 			h.call("GET", "/v1/sandboxes/"+id, nil, &got)
-			if got.State != StateRunning {
+			if got.State != sandbox.StateRunning {
 				return
 			}
 			time.Sleep(100 * time.Millisecond)

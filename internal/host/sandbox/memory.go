@@ -1,4 +1,4 @@
-package hostagent
+package sandbox
 
 import (
 	"context"
@@ -29,10 +29,26 @@ import (
 // it are in docs/security.md).
 const DefaultMemoryOvercommit = 2.0
 
-// setLimitDefaults fills the limits the operator left unset from the host.
-func (a *Agent) setLimitDefaults() {
-	c := &a.cfg
-	a.hostMemorySet = c.HostMemoryMiB > 0
+// Limits is the memory and CPU policy above, as configured (Config's fields of the same names).
+type Limits struct {
+	// MaxVCPUs and MaxMemoryMiB bound one VM: a sandbox, a bake VM or a build VM.
+	MaxVCPUs, MaxMemoryMiB int
+	// HostMemoryMiB is the memory this host's VMs may use in all.
+	HostMemoryMiB int
+	// MemoryOvercommit: the guest memory of running VMs may add up to this × HostMemoryMiB.
+	MemoryOvercommit float64
+	// MemoryWatermarkMiB: below this much memory available to VMs, the idlest sandboxes are
+	// hibernated (negative: never).
+	MemoryWatermarkMiB int
+	// PressureInterval is how often available memory is checked.
+	PressureInterval time.Duration
+}
+
+// WithDefaults fills the limits the operator left unset from the host: its CPUs and MemTotal,
+// half of that per VM, DefaultMemoryOvercommit, a watermark of 1/16 of the memory (256-2048 MiB),
+// a check every second.
+func (l Limits) WithDefaults() Limits {
+	c := &l
 	if c.HostMemoryMiB <= 0 {
 		c.HostMemoryMiB, _ = memInfoMiB()
 	}
@@ -51,28 +67,29 @@ func (a *Agent) setLimitDefaults() {
 	if c.PressureInterval <= 0 {
 		c.PressureInterval = time.Second
 	}
+	return l
 }
 
-// commitLimitMiB is the guest memory this host admits in all.
-func (a *Agent) commitLimitMiB() int {
-	return int(a.cfg.MemoryOvercommit * float64(a.cfg.HostMemoryMiB))
+// CommitLimitMiB is the guest memory this host admits in all.
+func (m *Manager) CommitLimitMiB() int {
+	return int(m.cfg.MemoryOvercommit * float64(m.cfg.HostMemoryMiB))
 }
 
-// checkSize refuses a VM larger than this host's limits.
-func (a *Agent) checkSize(what string, vcpus, memMiB int) error {
-	if vcpus > a.cfg.MaxVCPUs {
-		return errdefs.Invalidf("%s: %d vCPUs is more than this host's limit of %d (max_vcpus)", what, vcpus, a.cfg.MaxVCPUs)
+// CheckSize refuses a VM larger than this host's limits (bake.VMs).
+func (m *Manager) CheckSize(what string, vcpus, memMiB int) error {
+	if vcpus > m.cfg.MaxVCPUs {
+		return errdefs.Invalidf("%s: %d vCPUs is more than this host's limit of %d (max_vcpus)", what, vcpus, m.cfg.MaxVCPUs)
 	}
-	if memMiB > a.cfg.MaxMemoryMiB {
-		return errdefs.Invalidf("%s: %d MiB of memory is more than this host's limit of %d MiB per VM (max_memory_mib)", what, memMiB, a.cfg.MaxMemoryMiB)
+	if memMiB > m.cfg.MaxMemoryMiB {
+		return errdefs.Invalidf("%s: %d MiB of memory is more than this host's limit of %d MiB per VM (max_memory_mib)", what, memMiB, m.cfg.MaxMemoryMiB)
 	}
 	return nil
 }
 
-// committedLocked is the guest memory of what runs or is being started (call with a.mu held).
-func (a *Agent) committedLocked() int {
-	n := a.reservedMiB
-	for _, sb := range a.sandboxes {
+// committedLocked is the guest memory of what runs or is being started (call with m.mu held).
+func (m *Manager) committedLocked() int {
+	n := m.reservedMiB
+	for _, sb := range m.sandboxes {
 		sb.mu.Lock()
 		if sb.rec.State == StateRunning || sb.rec.State == StateCreating {
 			n += sb.rec.MemoryMiB
@@ -82,41 +99,41 @@ func (a *Agent) committedLocked() int {
 	return n
 }
 
-// admitLocked checks that memMiB more guest memory fits under the commit limit (a.mu held).
-func (a *Agent) admitLocked(what string, memMiB int) error {
-	if c, limit := a.committedLocked(), a.commitLimitMiB(); c+memMiB > limit {
+// admitLocked checks that memMiB more guest memory fits under the commit limit (m.mu held).
+func (m *Manager) admitLocked(what string, memMiB int) error {
+	if c, limit := m.committedLocked(), m.CommitLimitMiB(); c+memMiB > limit {
 		return errdefs.Capacityf("%s needs %d MiB of guest memory; this host has committed %d of its %d MiB (%.2g × %d MiB, memory_overcommit)",
-			what, memMiB, c, limit, a.cfg.MemoryOvercommit, a.cfg.HostMemoryMiB)
+			what, memMiB, c, limit, m.cfg.MemoryOvercommit, m.cfg.HostMemoryMiB)
 	}
 	return nil
 }
 
-// reserve admits a VM that is not a running sandbox (a bake or build VM, a sandbox waking) and
-// counts it until release.
-func (a *Agent) reserve(what string, memMiB int) (release func(), err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.admitLocked(what, memMiB); err != nil {
+// Reserve admits a VM that is not a running sandbox (a bake or build VM, a sandbox waking) and
+// counts it until release (bake.VMs).
+func (m *Manager) Reserve(what string, memMiB int) (release func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.admitLocked(what, memMiB); err != nil {
 		return nil, err
 	}
-	a.reservedMiB += memMiB
+	m.reservedMiB += memMiB
 	done := false
 	return func() {
-		a.mu.Lock()
-		defer a.mu.Unlock()
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		if !done {
-			a.reservedMiB -= memMiB
+			m.reservedMiB -= memMiB
 			done = true
 		}
 	}, nil
 }
 
-// memAvailableMiB is the memory VMs can still use: the host's MemAvailable, or less when the
+// MemAvailableMiB is the memory VMs can still use: the host's MemAvailable, or less when the
 // VMMs' cgroup (or one above it, e.g. the agent's own) has a smaller limit.
-func (a *Agent) memAvailableMiB() int {
+func (m *Manager) MemAvailableMiB() int {
 	_, avail := memInfoMiB()
-	if a.cg != nil {
-		if limit, used, err := a.cg.Memory(); err == nil && limit > 0 {
+	if m.cg != nil {
+		if limit, used, err := m.cg.Memory(); err == nil && limit > 0 {
 			avail = min(avail, int((limit-used)>>20))
 		}
 	}
@@ -124,59 +141,59 @@ func (a *Agent) memAvailableMiB() int {
 }
 
 // pressureLoop hibernates the idlest sandboxes whenever available memory is below the watermark.
-func (a *Agent) pressureLoop(ctx context.Context) {
-	every(ctx, a.cfg.PressureInterval, func() { a.relieve(ctx) })
+func (m *Manager) pressureLoop(ctx context.Context) {
+	every(ctx, m.cfg.PressureInterval, func() { m.relieve(ctx) })
 }
 
 // relieve hibernates sandboxes, idlest first, until available memory is above the watermark. It
 // reports whether it is. Sandboxes with no call in flight go first (least recently used first);
 // then, rather than let the host run out of memory, busy ones (their calls end with a conflict;
 // the sandbox wakes on its next call).
-func (a *Agent) relieve(ctx context.Context) bool {
-	if a.cfg.MemoryWatermarkMiB < 0 {
+func (m *Manager) relieve(ctx context.Context) bool {
+	if m.cfg.MemoryWatermarkMiB < 0 {
 		return true
 	}
-	a.pressureMu.Lock()
-	defer a.pressureMu.Unlock()
+	m.pressureMu.Lock()
+	defer m.pressureMu.Unlock()
 	tried := map[string]bool{}
 	for {
-		avail := a.memAvailableMiB()
-		if avail >= a.cfg.MemoryWatermarkMiB {
+		avail := m.MemAvailableMiB()
+		if avail >= m.cfg.MemoryWatermarkMiB {
 			return true
 		}
-		id, idle, busy := a.idlest(tried)
+		id, idle, busy := m.idlest(tried)
 		if id == "" {
-			a.log.Error("memory below the watermark and no sandbox left to hibernate", "available_mib", avail, "watermark_mib", a.cfg.MemoryWatermarkMiB)
+			m.log.Error("memory below the watermark and no sandbox left to hibernate", "available_mib", avail, "watermark_mib", m.cfg.MemoryWatermarkMiB)
 			return false
 		}
 		tried[id] = true
-		if _, err := a.Hibernate(ctx, id); err != nil {
-			a.log.Warn("memory pressure: hibernation failed", "sandbox", id, "err", err)
+		if _, err := m.Hibernate(ctx, id); err != nil {
+			m.log.Warn("memory pressure: hibernation failed", "sandbox", id, "err", err)
 			continue
 		}
-		a.log.Warn("memory pressure: hibernated the idlest sandbox", "sandbox", id, "available_mib", avail,
-			"watermark_mib", a.cfg.MemoryWatermarkMiB, "idle", idle.Round(time.Millisecond), "busy", busy)
+		m.log.Warn("memory pressure: hibernated the idlest sandbox", "sandbox", id, "available_mib", avail,
+			"watermark_mib", m.cfg.MemoryWatermarkMiB, "idle", idle.Round(time.Millisecond), "busy", busy)
 	}
 }
 
 // idlest is the running sandbox to hibernate first (not among skip): no call in flight before
 // any with one, then the longest untouched.
-func (a *Agent) idlest(skip map[string]bool) (id string, idle time.Duration, busy bool) {
+func (m *Manager) idlest(skip map[string]bool) (id string, idle time.Duration, busy bool) {
 	type cand struct {
 		id       string
 		busy     bool
 		lastUsed time.Time
 	}
 	var cands []cand
-	a.mu.Lock()
-	for sid, sb := range a.sandboxes {
+	m.mu.Lock()
+	for sid, sb := range m.sandboxes {
 		sb.mu.Lock()
 		if sb.rec.State == StateRunning && !skip[sid] {
 			cands = append(cands, cand{sid, sb.busy > 0, sb.lastUsed})
 		}
 		sb.mu.Unlock()
 	}
-	a.mu.Unlock()
+	m.mu.Unlock()
 	if len(cands) == 0 {
 		return "", 0, false
 	}
@@ -189,14 +206,14 @@ func (a *Agent) idlest(skip map[string]bool) (id string, idle time.Duration, bus
 	return cands[0].id, time.Since(cands[0].lastUsed), cands[0].busy
 }
 
-// relieveForCreate makes sure a new VM (sandbox, bake or build VM) starts above the watermark:
-// refused (`capacity`) only if hibernating sandboxes could not get there.
-func (a *Agent) relieveForCreate(ctx context.Context, what string) error {
-	if a.relieve(ctx) {
+// RelieveForCreate makes sure a new VM (sandbox, bake or build VM) starts above the watermark:
+// refused (`capacity`) only if hibernating sandboxes could not get there (bake.VMs).
+func (m *Manager) RelieveForCreate(ctx context.Context, what string) error {
+	if m.relieve(ctx) {
 		return nil
 	}
 	return errdefs.Capacityf("%s: this host is low on memory (%d MiB available, watermark %d MiB) and has no sandbox left to hibernate",
-		what, a.memAvailableMiB(), a.cfg.MemoryWatermarkMiB)
+		what, m.MemAvailableMiB(), m.cfg.MemoryWatermarkMiB)
 }
 
 // memInfoMiB reads MemTotal and MemAvailable.
@@ -222,22 +239,22 @@ func memInfoMiB() (total, avail int) {
 // hibernates the idlest other sandboxes with no call in flight (a sandbox that is used again
 // takes the place of one that is not); with none left the wake is refused (`capacity`), and the
 // sandbox stays hibernated.
-func (a *Agent) admitWake(ctx context.Context, id string, memMiB int) (release func(), err error) {
+func (m *Manager) admitWake(ctx context.Context, id string, memMiB int) (release func(), err error) {
 	skip := map[string]bool{id: true}
 	for {
-		release, err := a.reserve("waking sandbox "+id, memMiB)
+		release, err := m.Reserve("waking sandbox "+id, memMiB)
 		if err == nil {
 			return release, nil
 		}
-		victim, _, busy := a.idlest(skip)
+		victim, _, busy := m.idlest(skip)
 		if victim == "" || busy {
 			return nil, err
 		}
 		skip[victim] = true
-		if _, herr := a.Hibernate(ctx, victim); herr != nil {
-			a.log.Warn("hibernation to make room for a wake failed", "sandbox", victim, "err", herr)
+		if _, herr := m.Hibernate(ctx, victim); herr != nil {
+			m.log.Warn("hibernation to make room for a wake failed", "sandbox", victim, "err", herr)
 			continue
 		}
-		a.log.Info("hibernated the idlest sandbox to make room for a wake", "sandbox", victim, "woken", id)
+		m.log.Info("hibernated the idlest sandbox to make room for a wake", "sandbox", victim, "woken", id)
 	}
 }

@@ -1,10 +1,9 @@
-package hostagent
+package sandbox
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
@@ -20,40 +20,40 @@ import (
 )
 
 // MaxForkCount bounds one fork call: each child is a VMM process on this host.
-const MaxForkCount = 16
+const MaxForkCount = hostapi.MaxForkCount
 
 // snapshotDiskMiB is admitted for a snapshot's disk on top of its memory: the disk is a reflink
 // (free when made) that pins the sandbox's blocks, so the sandbox's next writes allocate anew.
 const snapshotDiskMiB = 256
 
-// baseDirs is the set of directories sandboxes restore from (snapshot.Store.InUse).
-func (a *Agent) baseDirs() map[string]bool {
+// BaseDirs is the set of directories sandboxes restore from (snapshot.Store.InUse).
+func (m *Manager) BaseDirs() map[string]bool {
 	used := map[string]bool{}
-	a.mu.Lock()
-	for _, sb := range a.sandboxes {
+	m.mu.Lock()
+	for _, sb := range m.sandboxes {
 		sb.mu.Lock()
 		used[sb.rec.BaseDir] = true
 		sb.mu.Unlock()
 	}
-	a.mu.Unlock()
+	m.mu.Unlock()
 	return used
 }
 
 // SnapshotSandbox saves a running sandbox's memory and disk as a snapshot object. The sandbox is
 // paused only for the copy of what its guest wrote and keeps running after.
-func (a *Agent) SnapshotSandbox(ctx context.Context, id string) (hostapi.Snapshot, error) {
-	s, err := a.snapshot(ctx, id, false, a.cfg.FullSnapshots)
+func (m *Manager) SnapshotSandbox(ctx context.Context, id string) (hostapi.Snapshot, error) {
+	s, err := m.snapshot(ctx, id, false, m.cfg.FullSnapshots)
 	return s.Snapshot, err
 }
 
 // SnapshotSandboxFull is SnapshotSandbox on the full-RAM path (for comparisons).
-func (a *Agent) SnapshotSandboxFull(ctx context.Context, id string) (hostapi.Snapshot, error) {
-	s, err := a.snapshot(ctx, id, false, true)
+func (m *Manager) SnapshotSandboxFull(ctx context.Context, id string) (hostapi.Snapshot, error) {
+	s, err := m.snapshot(ctx, id, false, true)
 	return s.Snapshot, err
 }
 
-func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (snapshot.Record, error) {
-	sb, err := a.awake(ctx, id)
+func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) (snapshot.Record, error) {
+	sb, err := m.awake(ctx, id)
 	if err != nil {
 		return snapshot.Record{}, err
 	}
@@ -72,7 +72,7 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (s
 	}
 	// Admitted before anything is written: the memory file (at most the guest's RAM) and room for
 	// the disk blocks the snapshot pins.
-	release, err := a.disk.Admit("a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB)<<20)
+	release, err := m.disk.Admit("a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB)<<20)
 	if err != nil {
 		return snapshot.Record{}, err
 	}
@@ -80,20 +80,20 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (s
 	// The guest's own buffers first: what it wrote reaches its disk before the disk is copied.
 	if c != nil {
 		if err := c.Sync(ctx); err != nil {
-			return snapshot.Record{}, a.callErr(sb, err)
+			return snapshot.Record{}, m.callErr(sb, err)
 		}
 	}
 	snap := snapshot.Record{Snapshot: hostapi.Snapshot{ID: snapshot.NewID(), SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots,
 		Identity: rec.Identity}, // the VMM that runs the sandbox, which writes the state
 		Internal: internal}
-	tmp, err := a.snapshots.Begin(snap.ID)
+	tmp, err := m.snapshots.Begin(snap.ID)
 	defer os.RemoveAll(tmp) // nothing half-made is ever visible
 	if err != nil {
 		return snapshot.Record{}, err
 	}
 	vm := rec.VM
-	st, err := a.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(tmp), runtime.SnapshotOptions{
+	st, err := m.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(tmp), runtime.SnapshotOptions{
 		Full: full,
 		WhilePaused: func() error {
 			return storage.Clone(filepath.Join(sb.dir, "disk.img"), filepath.Join(tmp, "disk.img"))
@@ -105,10 +105,10 @@ func (a *Agent) snapshot(ctx context.Context, id string, internal, full bool) (s
 	snap.CreatedAt = time.Now().UTC()
 	snap.PauseMS = float64(st.Pause.Microseconds()) / 1000
 	snap.DirtyBytes = st.DirtyBytes
-	if err := a.snapshots.Commit(tmp, &snap); err != nil {
+	if err := m.snapshots.Commit(tmp, &snap); err != nil {
 		return snapshot.Record{}, snapshotErr(id, err)
 	}
-	a.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMS, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
+	m.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMS, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
 	return snap, nil
 }
 
@@ -123,24 +123,24 @@ func snapshotErr(id string, err error) error {
 // Fork makes count children of a running sandbox: each starts from the parent's exact memory and
 // files at one instant, then diverges. Children share unchanged memory pages (MAP_PRIVATE over
 // one RAM file) and disk blocks (reflinks). Either all children are made or none.
-func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, error) {
+func (m *Manager) Fork(ctx context.Context, id string, count int) ([]hostapi.Sandbox, error) {
 	if count < 1 || count > MaxForkCount {
 		return nil, errdefs.Invalidf("count must be 1-%d", MaxForkCount)
 	}
-	snap, err := a.snapshot(ctx, id, true, a.cfg.FullSnapshots)
+	snap, err := m.snapshot(ctx, id, true, m.cfg.FullSnapshots)
 	if err != nil {
 		return nil, err
 	}
 	// The fork's snapshot is internal: marked deleted now, freed with its last child.
-	defer a.snapshots.Delete(snap.ID)
-	parent, err := a.get(id)
+	defer m.snapshots.Delete(snap.ID)
+	parent, err := m.get(id)
 	if err != nil {
 		return nil, err
 	}
 	parent.mu.Lock()
 	env, egress, open := parent.rec.Env, parent.rec.Egress, parent.rec.EgressOpen
 	parent.mu.Unlock()
-	children := make([]SandboxInfo, count)
+	children := make([]hostapi.Sandbox, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4) // restores are CPU-heavy: a few at a time
@@ -154,14 +154,14 @@ func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, 
 				MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, ForkOf: id, Env: env,
 				Egress: egress, EgressOpen: open, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots, Identity: snap.Identity},
 				diskSrc: snap.File("disk.img")}
-			children[i], errs[i] = a.launch(ctx, newID(), src)
+			children[i], errs[i] = m.launch(ctx, layout.NewID("sb_"), src)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		for i, c := range children {
 			if errs[i] == nil {
-				a.Kill(c.ID)
+				m.Kill(c.ID)
 			}
 		}
 		return nil, fmt.Errorf("fork of %s failed, no child kept: %w", id, err)
@@ -171,10 +171,10 @@ func (a *Agent) Fork(ctx context.Context, id string, count int) ([]SandboxInfo, 
 
 // Hibernate saves a running sandbox's memory next to its disk and ends its VMM: it then costs
 // disk, not RAM or CPU. The next call wakes it.
-func (a *Agent) Hibernate(ctx context.Context, id string) (SandboxInfo, error) {
-	sb, err := a.get(id)
+func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, error) {
+	sb, err := m.get(id)
 	if err != nil {
-		return SandboxInfo{}, err
+		return hostapi.Sandbox{}, err
 	}
 	sb.op.Lock()
 	defer sb.op.Unlock()
@@ -187,42 +187,42 @@ func (a *Agent) Hibernate(ctx context.Context, id string) (SandboxInfo, error) {
 		return sb.info(), nil
 	case StateRunning:
 	default:
-		return SandboxInfo{}, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
+		return hostapi.Sandbox{}, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
 	}
-	release, err := a.disk.Admit("hibernating "+id, int64(rec.MemoryMiB)<<20)
+	release, err := m.disk.Admit("hibernating "+id, int64(rec.MemoryMiB)<<20)
 	if err != nil {
-		return SandboxInfo{}, err
+		return hostapi.Sandbox{}, err
 	}
 	defer release()
 	if c != nil {
 		if err := c.Sync(ctx); err != nil {
-			return SandboxInfo{}, a.callErr(sb, err)
+			return hostapi.Sandbox{}, m.callErr(sb, err)
 		}
 	}
 	gen := rec.MemGen + 1
 	memDir := filepath.Join(sb.dir, "mem-"+strconv.Itoa(gen))
 	os.RemoveAll(memDir)
 	if err := os.MkdirAll(memDir, 0o700); err != nil {
-		return SandboxInfo{}, err
+		return hostapi.Sandbox{}, err
 	}
 	vm := rec.VM
 	sb.mu.Lock()
 	sb.killed = true // the VMM's end is ours, not a crash
 	sb.mu.Unlock()
-	if _, err := a.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(memDir), runtime.SnapshotOptions{KeepPaused: true, Full: a.cfg.FullSnapshots}); err != nil {
+	if _, err := m.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(memDir), runtime.SnapshotOptions{KeepPaused: true, Full: m.cfg.FullSnapshots}); err != nil {
 		os.RemoveAll(memDir)
-		a.rt.Resume(context.Background(), &vm)
+		m.rt.Resume(context.Background(), &vm)
 		sb.mu.Lock()
 		sb.killed = false
 		sb.mu.Unlock()
-		return SandboxInfo{}, snapshotErr(id, err)
+		return hostapi.Sandbox{}, snapshotErr(id, err)
 	}
 	sb.closeGuest()
-	if err := a.rt.Kill(&vm); err != nil {
-		return SandboxInfo{}, err
+	if err := m.rt.Kill(&vm); err != nil {
+		return hostapi.Sandbox{}, err
 	}
 	os.RemoveAll(vm.RunDir)
-	a.releaseNetwork(sb)
+	m.releaseNetwork(sb)
 	oldBase := rec.BaseDir
 	sb.mu.Lock()
 	sb.rec.State = StateHibernated
@@ -231,13 +231,13 @@ func (a *Agent) Hibernate(ctx context.Context, id string) (SandboxInfo, error) {
 	sb.rec.VM = runtime.VM{}
 	err = sb.persist()
 	sb.mu.Unlock()
-	a.dropOwnMem(sb, oldBase)
-	a.snapshots.GC()
+	m.dropOwnMem(sb, oldBase)
+	m.snapshots.GC()
 	return sb.info(), err
 }
 
 // dropOwnMem deletes a sandbox's own earlier memory snapshot once nothing restores from it.
-func (a *Agent) dropOwnMem(sb *sandbox, dir string) {
+func (m *Manager) dropOwnMem(sb *sandbox, dir string) {
 	if filepath.Dir(dir) == sb.dir {
 		os.RemoveAll(dir)
 	}
@@ -245,17 +245,17 @@ func (a *Agent) dropOwnMem(sb *sandbox, dir string) {
 
 // Wake restores a hibernated sandbox from its memory snapshot and disk. Concurrent callers share
 // one wake.
-func (a *Agent) Wake(ctx context.Context, id string) (SandboxInfo, error) {
-	sb, err := a.awake(ctx, id)
+func (m *Manager) Wake(ctx context.Context, id string) (hostapi.Sandbox, error) {
+	sb, err := m.awake(ctx, id)
 	if err != nil {
-		return SandboxInfo{}, err
+		return hostapi.Sandbox{}, err
 	}
 	return sb.info(), nil
 }
 
 // awake returns the sandbox, waking it first if it is hibernated.
-func (a *Agent) awake(ctx context.Context, id string) (*sandbox, error) {
-	sb, err := a.get(id)
+func (m *Manager) awake(ctx context.Context, id string) (*sandbox, error) {
+	sb, err := m.get(id)
 	if err != nil {
 		return nil, err
 	}
@@ -275,16 +275,16 @@ func (a *Agent) awake(ctx context.Context, id string) (*sandbox, error) {
 		return sb, nil
 	}
 	// Checked before the wake: a mismatch leaves the sandbox hibernated, not failed.
-	if err := a.checkIdentity("hibernated sandbox "+id, rec.Identity); err != nil {
+	if err := m.checkIdentity("hibernated sandbox "+id, rec.Identity); err != nil {
 		return nil, err
 	}
-	release, err := a.admitWake(ctx, id, rec.MemoryMiB)
+	release, err := m.admitWake(ctx, id, rec.MemoryMiB)
 	if err != nil {
 		return nil, err
 	}
 	defer release() // once running, the sandbox counts itself
 	start := time.Now()
-	vm, client, slot, err := a.restoreVM(ctx, &rec, a.runDir(id), filepath.Join(sb.dir, "disk.img"))
+	vm, client, slot, err := m.restoreVM(ctx, &rec, m.layout.RunDir(id), filepath.Join(sb.dir, "disk.img"))
 	if err != nil {
 		sb.mu.Lock()
 		sb.rec.State = StateError
@@ -299,14 +299,14 @@ func (a *Agent) awake(ctx context.Context, id string) (*sandbox, error) {
 	sb.rec.Error = ""
 	err = sb.persist()
 	sb.mu.Unlock()
-	a.watch(sb, vm)
-	a.log.Info("woke sandbox", "sandbox", id, "ms", time.Since(start).Milliseconds())
+	m.watch(sb, vm)
+	m.log.Info("woke sandbox", "sandbox", id, "ms", time.Since(start).Milliseconds())
 	return sb, err
 }
 
 // idleLoop hibernates sandboxes no call has touched for idle (checked every few seconds).
-func (a *Agent) idleLoop(ctx context.Context, idle time.Duration) {
-	every(ctx, min(idle/4, 5*time.Second), func() { a.hibernateIdle(ctx, idle) })
+func (m *Manager) idleLoop(ctx context.Context, idle time.Duration) {
+	every(ctx, min(idle/4, 5*time.Second), func() { m.hibernateIdle(ctx, idle) })
 }
 
 // every calls fn every d until ctx ends.
@@ -324,31 +324,32 @@ func every(ctx context.Context, d time.Duration, fn func()) {
 }
 
 // hibernateIdle hibernates the running sandboxes no call has touched for idle.
-func (a *Agent) hibernateIdle(ctx context.Context, idle time.Duration) {
-	a.mu.Lock()
+func (m *Manager) hibernateIdle(ctx context.Context, idle time.Duration) {
+	m.mu.Lock()
 	var due []string
-	for id, sb := range a.sandboxes {
+	for id, sb := range m.sandboxes {
 		sb.mu.Lock()
 		if sb.rec.State == StateRunning && sb.busy == 0 && time.Since(sb.lastUsed) > idle {
 			due = append(due, id)
 		}
 		sb.mu.Unlock()
 	}
-	a.mu.Unlock()
+	m.mu.Unlock()
 	for _, id := range due {
-		if _, err := a.Hibernate(ctx, id); err != nil {
-			a.log.Warn("idle hibernation failed", "sandbox", id, "err", err)
+		if _, err := m.Hibernate(ctx, id); err != nil {
+			m.log.Warn("idle hibernation failed", "sandbox", id, "err", err)
 		} else {
-			a.log.Info("hibernated idle sandbox", "sandbox", id, "idle", idle)
+			m.log.Info("hibernated idle sandbox", "sandbox", id, "idle", idle)
 		}
 	}
 }
 
-// inUse marks a sandbox busy for the length of one API call.
-func (a *Agent) inUse(id string) (done func()) {
-	a.mu.Lock()
-	sb := a.sandboxes[id]
-	a.mu.Unlock()
+// InUse marks a sandbox busy for the length of one API call: a sandbox in use is not idle, and is
+// the last one memory pressure hibernates.
+func (m *Manager) InUse(id string) (done func()) {
+	m.mu.Lock()
+	sb := m.sandboxes[id]
+	m.mu.Unlock()
 	if sb == nil {
 		return func() {}
 	}
@@ -361,13 +362,5 @@ func (a *Agent) inUse(id string) (done func()) {
 		sb.busy--
 		sb.lastUsed = time.Now()
 		sb.mu.Unlock()
-	}
-}
-
-// busy wraps a handler of /v1/sandboxes/{id}/… so the sandbox counts as in use meanwhile.
-func (a *Agent) busy(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		defer a.inUse(r.PathValue("id"))()
-		h(w, r)
 	}
 }

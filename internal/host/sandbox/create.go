@@ -1,0 +1,250 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
+)
+
+// source is what a new sandbox is restored from.
+type source struct {
+	rec     record // template fields, base dir, lineage
+	diskSrc string // disk image the sandbox's disk is reflinked from
+}
+
+var idRE = regexp.MustCompile(`^sb_[a-z0-9]{1,60}$`)
+
+// Create restores a new sandbox from a template's snapshot (baking the template first if this
+// host has not) or from a snapshot. It returns once the sandbox's guest agent answers.
+func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostapi.Sandbox, error) {
+	if req.ID == "" {
+		req.ID = layout.NewID("sb_")
+	} else if !idRE.MatchString(req.ID) {
+		return hostapi.Sandbox{}, errdefs.Invalidf("sandbox id %q: use sb_ followed by 1-60 lowercase letters or digits", req.ID)
+	}
+	var src source
+	switch {
+	case req.SnapshotID != "":
+		snap, err := m.snapshots.Load(req.SnapshotID)
+		if err != nil {
+			return hostapi.Sandbox{}, err
+		}
+		if req.Template != "" && req.Template != snap.Template {
+			return hostapi.Sandbox{}, errdefs.Invalidf("snapshot %s is of template %s, not %s", snap.ID, snap.Template, req.Template)
+		}
+		src = source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
+			MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots,
+			Identity: snap.Identity}, diskSrc: snap.File("disk.img")}
+	case req.Template != "":
+		tmpl, err := m.Templates.Ensure(ctx, req.Template, nil)
+		if err != nil {
+			return hostapi.Sandbox{}, err
+		}
+		src = source{rec: record{Template: tmpl.Name, TemplateDir: tmpl.Dir, VCPUs: tmpl.VCPUs, MemoryMiB: tmpl.MemoryMiB,
+			BaseDir: tmpl.Dir, NIC: tmpl.NIC, VolumeSlots: tmpl.VolumeSlots, Identity: tmpl.Identity}, diskSrc: filepath.Join(tmpl.Dir, "disk.img")}
+		if len(tmpl.Env) > 0 { // the template's env, under the sandbox's own
+			env := maps.Clone(tmpl.Env)
+			maps.Copy(env, req.Env)
+			req.Env = env
+		}
+	default:
+		return hostapi.Sandbox{}, errdefs.Invalidf("template (or snapshot_id) is required")
+	}
+	if _, err := m.egressPolicy(req.Egress, req.EgressOpen, false); err != nil {
+		return hostapi.Sandbox{}, errdefs.Invalidf("%v", err)
+	}
+	if err := m.CheckSize("template "+src.rec.Template, src.rec.VCPUs, src.rec.MemoryMiB); err != nil {
+		return hostapi.Sandbox{}, err
+	}
+	if err := m.RelieveForCreate(ctx, "sandbox "+req.ID); err != nil {
+		return hostapi.Sandbox{}, err
+	}
+	vols, err := m.volumes.ValidateMounts(req.Volumes, src.rec.VolumeSlots)
+	if err != nil {
+		return hostapi.Sandbox{}, err
+	}
+	src.rec.Env, src.rec.Egress, src.rec.EgressOpen, src.rec.Volumes = req.Env, req.Egress, req.EgressOpen, vols
+	return m.launch(ctx, req.ID, src)
+}
+
+// launch reflinks the disk, restores the VM and waits for its guest agent.
+func (m *Manager) launch(ctx context.Context, id string, src source) (hostapi.Sandbox, error) {
+	start := time.Now()
+	rec := src.rec
+	rec.ID, rec.State, rec.CreatedAt = id, StateCreating, start.UTC()
+	sb := &sandbox{dir: filepath.Join(m.layout.Sandboxes(), id), rec: rec, lastUsed: start}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return hostapi.Sandbox{}, errdefs.Capacityf("host agent is shutting down")
+	}
+	if _, dup := m.sandboxes[id]; dup {
+		m.mu.Unlock()
+		return hostapi.Sandbox{}, errdefs.Conflictf("sandbox %s already exists", id)
+	}
+	if err := m.checkAttachLocked(id, rec.Volumes); err != nil {
+		m.mu.Unlock()
+		return hostapi.Sandbox{}, err
+	}
+	if err := m.admitLocked("sandbox "+id, rec.MemoryMiB); err != nil {
+		m.mu.Unlock()
+		return hostapi.Sandbox{}, err
+	}
+	m.sandboxes[id] = sb
+	m.mu.Unlock()
+
+	runDir := m.layout.RunDir(id)
+	fail := func(err error) (hostapi.Sandbox, error) {
+		m.mu.Lock()
+		delete(m.sandboxes, id)
+		m.mu.Unlock()
+		os.RemoveAll(sb.dir)
+		os.RemoveAll(runDir)
+		m.releaseUID(id)
+		return hostapi.Sandbox{}, err
+	}
+	if err := os.MkdirAll(sb.dir, 0o700); err != nil {
+		return fail(err)
+	}
+	disk := filepath.Join(sb.dir, "disk.img")
+	if err := storage.Clone(src.diskSrc, disk); err != nil {
+		return fail(err)
+	}
+	vm, client, slot, err := m.restoreVM(ctx, &rec, runDir, disk)
+	if err != nil {
+		return fail(err)
+	}
+	if err := m.volumes.Mount(ctx, m.rt, vm, client, rec.Volumes); err != nil {
+		client.Close()
+		m.rt.Kill(vm)
+		if slot != nil {
+			slot.Release()
+		}
+		return fail(err)
+	}
+	sb.mu.Lock()
+	sb.setRunning(vm, client, slot)
+	sb.rec.ReadyMs = time.Since(start).Milliseconds()
+	err = sb.persist()
+	sb.mu.Unlock()
+	if err != nil {
+		client.Close()
+		m.rt.Kill(vm)
+		m.releaseNetwork(sb)
+		return fail(err)
+	}
+	m.watch(sb, vm)
+	return sb.info(), nil
+}
+
+// restoreVM starts rec's VM from rec.BaseDir with disk (and its network slot, if it has a NIC),
+// and connects to its guest agent.
+func (m *Manager) restoreVM(ctx context.Context, rec *record, runDir, disk string) (*runtime.VM, *guest.Client, *network.Slot, error) {
+	if err := m.checkIdentity("the memory of sandbox "+rec.ID, rec.Identity); err != nil {
+		return nil, nil, nil, err
+	}
+	base := snapIn(rec.BaseDir)
+	for _, f := range []string{base.RAMFile, base.StateFile, rec.spec(disk).Kernel} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, nil, nil, fmt.Errorf("sandbox %s: snapshot files missing: %w", rec.ID, err)
+		}
+	}
+	uid, err := m.uidFor(rec.ID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	slot, tap, err := m.attachNetwork(ctx, rec)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	spec := rec.spec(disk)
+	spec.Tap, spec.UID = tap, uid
+	if spec.Drives, err = m.drives(rec, filepath.Dir(disk)); err != nil {
+		if tap != nil {
+			tap.Close()
+		}
+		if slot != nil {
+			slot.Release()
+		}
+		return nil, nil, nil, err
+	}
+	vm, err := m.rt.Restore(ctx, runDir, spec, base)
+	if tap != nil {
+		tap.Close() // the VMM holds its own copy
+	}
+	if err != nil {
+		if slot != nil {
+			slot.Release()
+		}
+		return nil, nil, nil, fmt.Errorf("restore %s: %w", rec.ID, err)
+	}
+	client, err := connect(ctx, vm.AgentSocket, 30*time.Second)
+	if err != nil {
+		m.rt.Kill(vm)
+		if slot != nil {
+			slot.Release()
+		}
+		return nil, nil, nil, fmt.Errorf("sandbox %s: guest agent did not answer after restore: %w", rec.ID, err)
+	}
+	return vm, client, slot, nil
+}
+
+// checkIdentity refuses to restore state saved under another VMM identity (runtime.Identity): a
+// 409, since the request is sound and this host healthy — the state can restore on a host whose
+// VMM matches, or be re-made here. Nothing is started, nothing changes.
+func (m *Manager) checkIdentity(what string, saved runtime.Identity) error {
+	cur := m.rt.Identity()
+	if saved.CanRestore(cur) {
+		return nil
+	}
+	return errdefs.WithCode(errdefs.Conflict, "vmm_mismatch", "%s was saved under %s; this host runs %s, and a snapshot restores only under the VMM, version, machine type, CPU model and accelerator that saved it",
+		what, saved, cur)
+}
+
+// setRunning records a VM that just started for sb (call with sb.mu held).
+func (sb *sandbox) setRunning(vm *runtime.VM, client *guest.Client, slot *network.Slot) {
+	sb.client = client
+	sb.rec.VM = *vm
+	sb.rec.State = StateRunning
+	sb.slot = slot
+	sb.rec.Netns, sb.rec.GuestAddr = "", ""
+	if slot != nil {
+		sb.rec.Netns, sb.rec.GuestAddr = slot.Namespace, slot.SandboxAddr.String()
+	}
+}
+
+// watch marks the sandbox `error` with the reason when its VMM ends without being killed.
+func (m *Manager) watch(sb *sandbox, vm *runtime.VM) {
+	exited := m.rt.Watch(vm)
+	go func() {
+		ex := <-exited
+		sb.mu.Lock()
+		if sb.killed || sb.rec.VM.Pid != vm.Pid || sb.rec.State != StateRunning {
+			sb.mu.Unlock() // ended on purpose, or an older VMM of a woken sandbox
+			return
+		}
+		sb.rec.State = StateError
+		sb.rec.Error = ex.Reason
+		sb.persist()
+		c := sb.client
+		sb.client = nil
+		sb.mu.Unlock()
+		if c != nil {
+			c.Close()
+		}
+		m.releaseNetwork(sb)
+		m.log.Warn("sandbox VMM ended", "sandbox", sb.rec.ID, "reason", ex.Reason)
+	}()
+}

@@ -1,0 +1,182 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
+)
+
+// guest returns a live guest agent client for a sandbox, waking it if it is hibernated and
+// reconnecting when needed (after an agent restart the first call connects).
+func (m *Manager) guest(ctx context.Context, id string) (*guest.Client, *sandbox, error) {
+	sb, err := m.awake(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.rec.State != StateRunning {
+		if sb.rec.State == StateError {
+			return nil, nil, errdefs.Conflictf("sandbox %s is in state error: %s", id, sb.rec.Error)
+		}
+		return nil, nil, errdefs.Conflictf("sandbox %s is %s", id, sb.rec.State)
+	}
+	if sb.client == nil {
+		c, err := connect(ctx, sb.rec.VM.AgentSocket, 15*time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, err // the caller went away
+			}
+			return nil, nil, errdefs.WithCode(errdefs.Unavailable, "guest_unreachable", "sandbox %s: guest agent unreachable: %v", id, err)
+		}
+		sb.client = c
+	}
+	return sb.client, sb, nil
+}
+
+// callErr explains a failed guest call: a VMM that died meanwhile is a conflict with its reason.
+func (m *Manager) callErr(sb *sandbox, err error) error {
+	var ge *guest.Error
+	if errors.As(err, &ge) || sb == nil {
+		return err
+	}
+	if !errors.Is(err, guest.ErrConnectionLost) && !errors.Is(err, guest.ErrClosed) {
+		return err // e.g. the caller went away
+	}
+	sb.mu.Lock()
+	vm := sb.rec.VM
+	sb.mu.Unlock()
+	// A lost connection usually means the VM is going away (a guest panic, a kill): give the VMM
+	// a moment to exit so the caller learns why, instead of a bare connection error.
+	for i := 0; i < 40 && m.rt.Alive(&vm); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !m.rt.Alive(&vm) {
+		sb.mu.Lock()
+		killed := sb.killed && sb.rec.State == StateRunning
+		sb.mu.Unlock()
+		if killed {
+			return errdefs.Conflictf("sandbox %s was stopped (killed or hibernated) during the call", sb.rec.ID)
+		}
+		var reason string
+		for i := 0; i < 20 && reason == ""; i++ { // the watcher records the reason
+			sb.mu.Lock()
+			reason = sb.rec.Error
+			sb.mu.Unlock()
+			if reason == "" {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		if reason == "" {
+			reason = "VMM exited"
+		}
+		return errdefs.Conflictf("sandbox %s stopped: %s", sb.rec.ID, reason)
+	}
+	return errdefs.WithCode(errdefs.Unavailable, "guest_unreachable", "sandbox %s: lost the connection to its guest agent: %v", sb.rec.ID, err)
+}
+
+// Exec limits.
+const (
+	DefaultExecTimeout = 60 * time.Second
+	MaxExecTimeout     = 24 * time.Hour
+)
+
+func validateExec(r *hostapi.ExecRequest) error {
+	switch {
+	case r.Cmd == "" && len(r.Argv) == 0:
+		return errdefs.Invalidf("exec needs cmd (a shell string) or argv")
+	case r.Cmd != "" && len(r.Argv) > 0:
+		return errdefs.Invalidf("exec takes cmd or argv, not both")
+	case r.TimeoutSeconds != nil && (*r.TimeoutSeconds <= 0 || *r.TimeoutSeconds > MaxExecTimeout.Seconds()):
+		return errdefs.Invalidf("timeout_seconds must be > 0 and <= %d", int(MaxExecTimeout.Seconds()))
+	case len(r.Env) > 256:
+		return errdefs.Invalidf("env has more than 256 entries")
+	}
+	for k := range r.Env {
+		if k == "" || len(k) > 256 || containsAny(k, "=\x00") {
+			return errdefs.Invalidf("env name %q is not valid", k)
+		}
+	}
+	return nil
+}
+
+func containsAny(s, chars string) bool {
+	for _, c := range chars {
+		for _, d := range s {
+			if c == d {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Exec runs a command in the sandbox, streaming its output to stdout and stderr.
+func (m *Manager) Exec(ctx context.Context, id string, req hostapi.ExecRequest, stdout, stderr io.Writer) (guest.ExecResult, error) {
+	if err := validateExec(&req); err != nil {
+		return guest.ExecResult{}, err
+	}
+	c, sb, err := m.guest(ctx, id)
+	if err != nil {
+		return guest.ExecResult{}, err
+	}
+	env := map[string]string{}
+	for k, v := range sb.rec.Env {
+		env[k] = v
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	timeout := DefaultExecTimeout
+	if req.TimeoutSeconds != nil {
+		timeout = time.Duration(*req.TimeoutSeconds * float64(time.Second))
+	}
+	var stdin io.Reader
+	if req.Stdin != nil {
+		stdin = strings.NewReader(*req.Stdin)
+	}
+	res, err := c.Exec(ctx, guest.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: env, Cwd: req.Cwd, User: req.User, Timeout: timeout},
+		stdin, stdout, stderr)
+	if err != nil {
+		return res, m.callErr(sb, err)
+	}
+	return res, nil
+}
+
+// WithGuest runs call with the sandbox's guest agent (waking a hibernated sandbox first); a failed
+// call is explained (callErr): a VMM that died meanwhile is a conflict naming why.
+func (m *Manager) WithGuest(ctx context.Context, id string, call func(*guest.Client) error) error {
+	c, sb, err := m.guest(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := call(c); err != nil {
+		return m.callErr(sb, err)
+	}
+	return nil
+}
+
+// Reach returns where the host reaches a running sandbox's ports (waking it first), and marks it
+// in use until done is called.
+func (m *Manager) Reach(ctx context.Context, id string) (addr string, done func(), err error) {
+	sb, err := m.awake(ctx, id)
+	if err != nil {
+		return "", nil, err
+	}
+	sb.mu.Lock()
+	addr, state := sb.rec.GuestAddr, sb.rec.State
+	sb.mu.Unlock()
+	if state != StateRunning {
+		return "", nil, errdefs.Conflictf("sandbox %s is %s", id, state)
+	}
+	if addr == "" {
+		return "", nil, errdefs.Conflictf("sandbox %s has no network", id)
+	}
+	return addr, m.InUse(id), nil
+}
