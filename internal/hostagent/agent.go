@@ -1,7 +1,16 @@
-// Package hostagent is PandaStack's host agent: it owns the microVMs on one machine. It bakes
-// templates (cold boot + snapshot, once), creates sandboxes by restoring a template's snapshot,
-// proxies exec and file calls to each sandbox's guest agent, and keeps its own state in files under
-// its data dir so a restarted agent re-adopts the VMs that kept running.
+// Package hostagent is PandaStack's host agent: it owns the microVMs on one machine. This package
+// is its HTTP facade (http.go, exec.go, files.go, proxy.go: decode, call, encode; errors leave as
+// internal/errdefs kinds) and the wiring of the host packages (agent.go: New, Close):
+//
+//   - internal/host/sandbox   the sandbox manager: create (restore), fork, snapshot, hibernate,
+//     wake, adopt, kill, exec and file calls, the memory policy
+//   - internal/host/bake      templates: known, baked once per host, built in a build VM
+//   - internal/host/volume    volume files and their mounts
+//   - internal/host/snapshot  snapshot records: publish, list, delete, free
+//   - internal/host/disk      disk-pool admission; internal/host/layout  where the files are
+//
+// The wire types are internal/wire/hostapi's (docs/hostagent-api.md). State lives in files under
+// the data dir, so a restarted agent re-adopts the VMs that kept running.
 package hostagent
 
 import (
@@ -228,6 +237,22 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.log.Info("resource limits", "max_vcpus", a.cfg.MaxVCPUs, "max_memory_mib", a.cfg.MaxMemoryMiB, "host_memory_mib", a.cfg.HostMemoryMiB,
 		"memory_overcommit", a.cfg.MemoryOvercommit, "commit_limit_mib", a.sandboxes.CommitLimitMiB(), "watermark_mib", a.cfg.MemoryWatermarkMiB)
 	return a, nil
+}
+
+// openNetwork starts the slot pool. Namespaces of sandboxes recorded as running are kept for
+// adoption; every other leftover of an earlier agent is reclaimed.
+func (a *Agent) openNetwork(cfg network.Config) error {
+	keep := sandbox.RunningNetns(a.layout)
+	cfg.Keep = func(ns string) bool { return keep[ns] }
+	if cfg.Logger == nil {
+		cfg.Logger = a.log
+	}
+	p, err := network.Open(cfg)
+	if err != nil {
+		return err
+	}
+	a.net = p
+	return nil
 }
 
 // probeAccel decides between KVM and TCG once per host and guest kernel, and remembers it: a

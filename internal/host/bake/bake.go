@@ -107,7 +107,7 @@ func New(cfg Config, vms VMs) *Templates {
 }
 
 // Spec finds a template by name: the agent's config, the templates built through its API, then
-// the catalog (aliases too: postgres-16 is postgres-17).
+// the catalog (by alias too).
 func (ts *Templates) Spec(name string) (template.Spec, bool) {
 	if s, ok := ts.cfg.Templates[name]; ok {
 		return s, true

@@ -12,25 +12,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
-	"github.com/pandastack/pandastack/internal/host/sandbox"
-	"github.com/pandastack/pandastack/internal/network"
 )
-
-// openNetwork starts the slot pool. Namespaces of sandboxes recorded as running are kept for
-// adoption; every other leftover of an earlier agent is reclaimed.
-func (a *Agent) openNetwork(cfg network.Config) error {
-	keep := sandbox.RunningNetns(a.layout)
-	cfg.Keep = func(ns string) bool { return keep[ns] }
-	if cfg.Logger == nil {
-		cfg.Logger = a.log
-	}
-	p, err := network.Open(cfg)
-	if err != nil {
-		return err
-	}
-	a.net = p
-	return nil
-}
 
 // reacher finds where a running sandbox's ports are and marks it in use meanwhile: the sandbox
 // manager (sandbox.Manager.Reach), or a stub in tests.
@@ -66,7 +48,7 @@ func (a *Agent) handleProxy(w http.ResponseWriter, r *http.Request, id, portStr,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = target.Scheme, target.Host
 			pr.Out.URL.Path, pr.Out.URL.RawPath = restPath, rest
-			pr.Out.Host = pr.In.Host // the app sees the public host name
+			pr.Out.Host = pr.In.Host // the guest sees the public host name
 			if a.cfg.Token != "" && pr.Out.Header.Get("Authorization") == "Bearer "+a.cfg.Token {
 				pr.Out.Header.Del("Authorization") // never hand the agent's token to the guest
 			}
