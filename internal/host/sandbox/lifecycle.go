@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
 	"github.com/pandastack/pandastack/internal/runtime"
@@ -59,10 +60,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	}
 	sb.op.Lock()
 	defer sb.op.Unlock()
-	sb.mu.Lock()
-	rec := sb.rec
-	c := sb.client
-	sb.mu.Unlock()
+	rec, c := sb.current()
 	if rec.State != StateRunning {
 		return snapshot.Record{}, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
 	}
@@ -70,19 +68,12 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 		// The guest's memory holds the volume's mounted filesystem: a clone could not share it.
 		return snapshot.Record{}, errdefs.Conflictf("sandbox %s has volumes mounted; snapshots and forks of it are refused (docs/volumes.md)", id)
 	}
-	// Admitted before anything is written: the memory file (at most the guest's RAM) and room for
-	// the disk blocks the snapshot pins.
-	release, err := m.disk.Admit("a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB)<<20)
+	// The memory file (at most the guest's RAM) and room for the disk blocks the snapshot pins.
+	release, err := m.prepareSave(ctx, sb, c, "a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB)<<20)
 	if err != nil {
 		return snapshot.Record{}, err
 	}
 	defer release()
-	// The guest's own buffers first: what it wrote reaches its disk before the disk is copied.
-	if c != nil {
-		if err := c.Sync(ctx); err != nil {
-			return snapshot.Record{}, m.callErr(sb, err)
-		}
-	}
 	snap := snapshot.Record{Snapshot: hostapi.Snapshot{ID: snapshot.NewID(), SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots,
 		Identity: rec.Identity}, // the VMM that runs the sandbox, which writes the state
@@ -169,6 +160,30 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]hostapi.San
 	return children, nil
 }
 
+// current is sb's record and guest channel now.
+func (sb *sandbox) current() (record, *guest.Client) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.rec, sb.client
+}
+
+// prepareSave readies saving sb's memory: it admits need bytes of the pool first (what names the
+// save), then has the guest write its buffers, so the disk holds what the memory saw. Call
+// release once the files are written.
+func (m *Manager) prepareSave(ctx context.Context, sb *sandbox, c *guest.Client, what string, need int64) (release func(), err error) {
+	release, err = m.disk.Admit(what, need)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		if err := c.Sync(ctx); err != nil {
+			release()
+			return nil, m.callErr(sb, err)
+		}
+	}
+	return release, nil
+}
+
 // Hibernate saves a running sandbox's memory next to its disk and ends its VMM: it then costs
 // disk, not RAM or CPU. The next call wakes it.
 func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, error) {
@@ -178,10 +193,7 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 	}
 	sb.op.Lock()
 	defer sb.op.Unlock()
-	sb.mu.Lock()
-	rec := sb.rec
-	c := sb.client
-	sb.mu.Unlock()
+	rec, c := sb.current()
 	switch rec.State {
 	case StateHibernated:
 		return sb.info(), nil
@@ -189,16 +201,11 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 	default:
 		return hostapi.Sandbox{}, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
 	}
-	release, err := m.disk.Admit("hibernating "+id, int64(rec.MemoryMiB)<<20)
+	release, err := m.prepareSave(ctx, sb, c, "hibernating "+id, int64(rec.MemoryMiB)<<20)
 	if err != nil {
 		return hostapi.Sandbox{}, err
 	}
 	defer release()
-	if c != nil {
-		if err := c.Sync(ctx); err != nil {
-			return hostapi.Sandbox{}, m.callErr(sb, err)
-		}
-	}
 	gen := rec.MemGen + 1
 	memDir := filepath.Join(sb.dir, "mem-"+strconv.Itoa(gen))
 	os.RemoveAll(memDir)

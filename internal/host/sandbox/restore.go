@@ -1,0 +1,93 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/runtime"
+)
+
+// Where a sandbox is restored: every VM of a sandbox starts here, from its template's memory (a
+// create), a snapshot's (a create from a snapshot, a fork) or its own (a wake).
+
+// restoreVM starts rec's VM from rec.BaseDir with disk (and its network slot, if it has a NIC),
+// and connects to its guest agent.
+func (m *Manager) restoreVM(ctx context.Context, rec *record, runDir, disk string) (*runtime.VM, *guest.Client, *network.Slot, error) {
+	if err := m.checkIdentity("the memory of sandbox "+rec.ID, rec.Identity); err != nil {
+		return nil, nil, nil, err
+	}
+	base := snapIn(rec.BaseDir)
+	for _, f := range []string{base.RAMFile, base.StateFile, rec.spec(disk).Kernel} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, nil, nil, fmt.Errorf("sandbox %s: snapshot files missing: %w", rec.ID, err)
+		}
+	}
+	uid, err := m.uidFor(rec.ID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	slot, tap, err := m.attachNetwork(ctx, rec)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	spec := rec.spec(disk)
+	spec.Tap, spec.UID = tap, uid
+	if spec.Drives, err = m.drives(rec, filepath.Dir(disk)); err != nil {
+		if tap != nil {
+			tap.Close()
+		}
+		if slot != nil {
+			slot.Release()
+		}
+		return nil, nil, nil, err
+	}
+	vm, err := m.rt.Restore(ctx, runDir, spec, base)
+	if tap != nil {
+		tap.Close() // the VMM holds its own copy
+	}
+	if err != nil {
+		if slot != nil {
+			slot.Release()
+		}
+		return nil, nil, nil, fmt.Errorf("restore %s: %w", rec.ID, err)
+	}
+	client, err := connect(ctx, vm.AgentSocket, 30*time.Second)
+	if err != nil {
+		m.rt.Kill(vm)
+		if slot != nil {
+			slot.Release()
+		}
+		return nil, nil, nil, fmt.Errorf("sandbox %s: guest agent did not answer after restore: %w", rec.ID, err)
+	}
+	return vm, client, slot, nil
+}
+
+// checkIdentity refuses to restore state saved under another VMM identity (runtime.Identity): a
+// 409, since the request is sound and this host healthy — the state can restore on a host whose
+// VMM matches, or be re-made here. Nothing is started, nothing changes.
+func (m *Manager) checkIdentity(what string, saved runtime.Identity) error {
+	cur := m.rt.Identity()
+	if saved.CanRestore(cur) {
+		return nil
+	}
+	return errdefs.WithCode(errdefs.Conflict, "vmm_mismatch", "%s was saved under %s; this host runs %s, and a snapshot restores only under the VMM, version, machine type, CPU model and accelerator that saved it",
+		what, saved, cur)
+}
+
+// setRunning records a VM that just started for sb (call with sb.mu held).
+func (sb *sandbox) setRunning(vm *runtime.VM, client *guest.Client, slot *network.Slot) {
+	sb.client = client
+	sb.rec.VM = *vm
+	sb.rec.State = StateRunning
+	sb.slot = slot
+	sb.rec.Netns, sb.rec.GuestAddr = "", ""
+	if slot != nil {
+		sb.rec.Netns, sb.rec.GuestAddr = slot.Namespace, slot.SandboxAddr.String()
+	}
+}
