@@ -271,7 +271,7 @@ func TestNetworkChurn(t *testing.T) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem }()
-			info, err := h.agent.Create(context.Background(), CreateRequest{Template: "base"})
+			info, err := h.agent.Create(context.Background(), hostapi.CreateRequest{Template: "base"})
 			if err != nil {
 				errs <- err
 				return
