@@ -4,9 +4,11 @@
 // host's memory policy (memory.go: commit limit, pressure, idle hibernation), each running VM's
 // network slot and VMM uid.
 //
-// Files: sandbox.go (records, create and restore, adopt, kill, guest calls), lifecycle.go
-// (snapshot, fork, hibernate, wake, idle), memory.go, network.go, uids.go, volumes.go (which
-// sandbox holds which volume), bare.go (the benchmarks' baseline restore).
+// Files: create.go (Create: template or snapshot, admission, launch), restore.go (restoreVM: where
+// every sandbox VM is restored — create, fork, wake), sandbox.go (records, states, adopt, get,
+// list, kill), guest.go (exec and file calls, WithGuest, Reach), lifecycle.go (snapshot, fork,
+// hibernate, wake, idle), memory.go, network.go, uids.go, volumes.go (which sandbox holds which
+// volume), bare.go (the benchmarks' baseline restore).
 //
 // Invariants: a sandbox is in the manager's map from the moment its create is admitted until it
 // is killed (so its memory and volumes count meanwhile); sandbox.json under layout.Sandboxes()
