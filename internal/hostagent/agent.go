@@ -305,8 +305,7 @@ func (a *Agent) Close() error {
 func (a *Agent) setLimitDefaults() {
 	c := &a.cfg
 	a.hostMemorySet = c.HostMemoryMiB > 0
-	l := sandbox.Limits{MaxVCPUs: c.MaxVCPUs, MaxMemoryMiB: c.MaxMemoryMiB, HostMemoryMiB: c.HostMemoryMiB,
-		MemoryOvercommit: c.MemoryOvercommit, MemoryWatermarkMiB: c.MemoryWatermarkMiB, PressureInterval: c.PressureInterval}.WithDefaults()
+	l := a.limits().WithDefaults()
 	c.MaxVCPUs, c.MaxMemoryMiB, c.HostMemoryMiB = l.MaxVCPUs, l.MaxMemoryMiB, l.HostMemoryMiB
 	c.MemoryOvercommit, c.MemoryWatermarkMiB, c.PressureInterval = l.MemoryOvercommit, l.MemoryWatermarkMiB, l.PressureInterval
 }
