@@ -121,9 +121,13 @@ func (h *harness) create() hostapi.Sandbox {
 
 func (h *harness) exec(id string, body map[string]any) hostapi.ExecResult {
 	h.t.Helper()
+	var data []byte
+	if code := h.call("POST", "/v1/sandboxes/"+id+"/exec", body, &data); code != 200 {
+		h.t.Fatalf("exec %v: status %d: %s", body, code, data)
+	}
 	var r hostapi.ExecResult
-	if code := h.call("POST", "/v1/sandboxes/"+id+"/exec", body, &r); code != 200 {
-		h.t.Fatalf("exec %v: status %d", body, code)
+	if err := json.Unmarshal(data, &r); err != nil {
+		h.t.Fatalf("exec %v: %q: %v", body, data, err)
 	}
 	return r
 }
