@@ -38,6 +38,10 @@ type Driver struct {
 
 	mu       sync.Mutex
 	children map[int]chan runtime.Exit // VMMs this process started: reaped with Wait
+	// reaped is closed once such a VMM is reaped and its cgroup removed. Kill waits for it: a late
+	// removal would take the cgroup of the next VMM of the same sandbox (a wake right after a
+	// hibernation), whose cgroup has the same name.
+	reaped map[int]chan struct{}
 }
 
 // Confinement is how VMMs are confined (docs/security.md): each in a jail (internal/jail) holding
@@ -82,7 +86,8 @@ func New(accel string) (*Driver, error) {
 		cpu += " (host " + hostCPUModel() + ")"
 	}
 	ident := runtime.Identity{VMM: "qemu", Version: version, Machine: machineType, CPU: cpu, Accel: accel}
-	return &Driver{Binary: bin, accel: accel, tscKHz: hostTSCKHz(), ident: ident, children: map[int]chan runtime.Exit{}}, nil
+	return &Driver{Binary: bin, accel: accel, tscKHz: hostTSCKHz(), ident: ident, children: map[int]chan runtime.Exit{},
+		reaped: map[int]chan struct{}{}}, nil
 }
 
 // The machine type and CPU model every VM gets (args); part of the driver's Identity.
@@ -286,13 +291,14 @@ func (d *Driver) start(runDir string, spec runtime.Spec, ramFile string, bake bo
 	}
 	vm.Pid = cmd.Process.Pid
 	vm.StartTicks, _ = startTicks(vm.Pid)
-	ch := make(chan runtime.Exit, 1)
+	ch, reaped := make(chan runtime.Exit, 1), make(chan struct{})
 	d.mu.Lock()
-	d.children[vm.Pid] = ch
+	d.children[vm.Pid], d.reaped[vm.Pid] = ch, reaped
 	d.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
 		cgroup.Remove(vm.Cgroups)
+		close(reaped)
 		reason := "VMM exited"
 		if err != nil {
 			reason = "VMM " + err.Error()
@@ -479,6 +485,16 @@ func (d *Driver) Kill(vm *runtime.VM) error {
 	if !waitPidfd(fd, 10*time.Second) {
 		return fmt.Errorf("VMM pid %d did not exit within 10 s of SIGKILL", vm.Pid)
 	}
+	d.mu.Lock()
+	reaped := d.reaped[vm.Pid]
+	d.mu.Unlock()
+	if reaped != nil {
+		select {
+		case <-reaped:
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("VMM pid %d was not reaped within 10 s of its exit", vm.Pid)
+		}
+	}
 	return nil
 }
 
@@ -502,6 +518,7 @@ func waitPidfd(fd int, timeout time.Duration) bool {
 func (d *Driver) forget(vm *runtime.VM) {
 	d.mu.Lock()
 	delete(d.children, vm.Pid)
+	delete(d.reaped, vm.Pid)
 	d.mu.Unlock()
 }
 
