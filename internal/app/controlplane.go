@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/api"
-	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
@@ -38,8 +38,8 @@ type ControlPlaneConfig struct {
 	// BlobStore is where artifacts go to leave their host (file:///dir or s3://bucket/prefix?…,
 	// see internal/blob); hosts learn it when they register. Empty: artifacts stay on their host.
 	BlobStore string
-	Version     string   // reported by /healthz
-	Logger      *slog.Logger
+	Version   string // reported by /healthz
+	Logger    *slog.Logger
 }
 
 // ControlPlane is a running store + scheduler + API server and their background loops.
