@@ -36,10 +36,12 @@ setup:
 		GOBIN=$(CURDIR)/bin $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION) >>$(SETUP_LOG) 2>&1 \
 		|| { tail -n 20 $(SETUP_LOG); echo "make setup: go install versitygw failed (above: the end of $(SETUP_LOG))"; exit 1; }; }
 
+# The guest agent is built without a VCS stamp: it (and so the guest image cache key) changes only
+# when its code does, not with every commit.
 build:
 	mkdir -p bin
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/pandastack ./cmd/pandastack
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/pandastack-guest ./cmd/pandastack-guest
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '-s -w' -o bin/pandastack-guest ./cmd/pandastack-guest
 
 up: setup build
 	bin/pandastack up $(UP_ARGS)

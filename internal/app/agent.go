@@ -49,7 +49,13 @@ func RunAgent(ctx context.Context, cfg AgentConfig) error {
 			advertise = "http://" + ln.Addr().String()
 		}
 		go scheduler.RunRegistrar(ctx, scheduler.RegistrarConfig{ServerURL: cfg.ServerURL, ClusterToken: cfg.ServerToken,
-			AgentURL: advertise, AgentToken: cfg.Agent.Token, LocalURL: "http://" + ln.Addr().String(), Logger: log})
+			AgentURL: advertise, AgentToken: cfg.Agent.Token, LocalURL: "http://" + ln.Addr().String(), Logger: log,
+			OnRegistered: func(r scheduler.Registered) {
+				// The control plane's blob store, unless this agent was given its own.
+				if err := agent.SetBlobStore(ctx, r.BlobStore); err != nil {
+					log.Error("the control plane's blob store cannot be opened here: bakes stay on this host", "url", r.BlobStore, "err", err)
+				}
+			}})
 	}
 	srv := &http.Server{Handler: agent.Handler()}
 	go func() {

@@ -22,8 +22,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/host/bake"
 	"github.com/pandastack/pandastack/internal/host/disk"
@@ -64,6 +66,9 @@ type Config struct {
 	// VolumeOvercommit: a volume is promised 1/VolumeOvercommit of its size in real pool space
 	// (default 1: every volume's whole size is backed; must be >= 1).
 	VolumeOvercommit float64
+	// BlobStore is where this host publishes its bakes and pulls bakes it lacks (a blob URL, see
+	// internal/blob). Empty: the control plane's, learned at registration (SetBlobStore), if any.
+	BlobStore string
 	// Accel forces "tcg" or "kvm"; empty probes.
 	Accel string
 	// ExecOutputLimit caps each stream of a buffered exec (default 16 MiB).
@@ -105,14 +110,16 @@ type Config struct {
 
 // Agent is a running host agent: the HTTP facade (http.go) over the host's packages, wired here.
 type Agent struct {
-	cfg    Config
-	log    *slog.Logger
-	rt     runtime.Runtime
-	pool   *storage.Pool
-	images *image.Builder
-	layout layout.Layout
-	hostID string
-	net    *network.Pool // nil: networking off
+	cfg     Config
+	blobMu  sync.Mutex
+	blobURL string // the blob store in use ("": none yet)
+	log     *slog.Logger
+	rt      runtime.Runtime
+	pool    *storage.Pool
+	images  *image.Builder
+	layout  layout.Layout
+	hostID  string
+	net     *network.Pool // nil: networking off
 	// confined: VMMs run jailed, with their own uids, in cg (the VMMs' parent cgroup).
 	confined bool
 	cg       *cgroup.Manager
@@ -230,6 +237,12 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		Templates: cfg.Templates, Net: a.net, Disk: a.disk, Volumes: a.volumes, Snapshots: a.snapshots,
 		MaxMemoryMiB: a.cfg.MaxMemoryMiB, Log: a.log}, a.sandboxes)
 	a.sandboxes.Templates, a.reach = a.templates, a.sandboxes
+	if cfg.BlobStore != "" {
+		if err := a.SetBlobStore(ctx, cfg.BlobStore); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("--blob-store: %w", err)
+		}
+	}
 	a.volumes.Attached, a.snapshots.InUse = a.sandboxes.Attachments, a.sandboxes.BaseDirs
 	var bg context.Context
 	bg, a.stop = context.WithCancel(context.Background())
@@ -342,4 +355,23 @@ func findGuestAgent() string {
 		return p
 	}
 	return ""
+}
+
+// SetBlobStore opens the blob store at url and makes it where this host's bakes are published
+// and pulled from. An agent started with its own BlobStore keeps it: the control plane's, told at
+// registration, is for agents that were given none.
+func (a *Agent) SetBlobStore(ctx context.Context, url string) error {
+	a.blobMu.Lock()
+	defer a.blobMu.Unlock()
+	if url == "" || a.blobURL != "" {
+		return nil
+	}
+	s, err := blob.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	a.blobURL = url
+	a.templates.SetBlob(s)
+	a.log.Info("blob store: bakes are published to it and pulled from it", "url", s.String())
+	return nil
 }

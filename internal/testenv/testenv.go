@@ -42,8 +42,9 @@ var (
 	guestErr  error
 )
 
-// GuestAgent builds cmd/pandastack-guest once per test process, static and reproducible (so an
-// unchanged guest agent keeps hitting the image cache), and returns its path.
+// GuestAgent builds cmd/pandastack-guest once per test process, static and reproducible (no VCS
+// stamp either: an unchanged guest agent keeps hitting the image cache across commits), and
+// returns its path.
 func GuestAgent(t testing.TB) string {
 	t.Helper()
 	guestOnce.Do(func() {
@@ -55,7 +56,7 @@ func GuestAgent(t testing.TB) string {
 			return
 		}
 		guestPath = filepath.Join(dir, "pandastack-guest")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", guestPath, "./cmd/pandastack-guest")
+		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w", "-o", guestPath, "./cmd/pandastack-guest")
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/host/disk"
@@ -42,6 +43,8 @@ import (
 type Template struct {
 	hostapi.Template
 	Dir string `json:"-"` // the baked artifacts: kernel, initrd, disk.img, ram, state
+	// Published names the bake in the blob store (see publish.go), if it was published or pulled.
+	Published string `json:"published,omitempty"`
 }
 
 // Spec is the machine to restore from the template with disk.
@@ -92,10 +95,12 @@ type Templates struct {
 	cfg Config
 	vms VMs
 
-	mu      sync.Mutex
-	states  map[string]*bakeState
-	built   map[string]template.Spec // templates built through the API (persisted in templates/specs)
-	buildMu sync.Mutex               // one API build at a time: builds are CPU- and disk-heavy
+	mu        sync.Mutex
+	states    map[string]*bakeState
+	built     map[string]template.Spec // templates built through the API (persisted in templates/specs)
+	buildMu   sync.Mutex               // one API build at a time: builds are CPU- and disk-heavy
+	blob      blob.Store               // where bakes are published and pulled from; nil: none
+	agentHash string                   // sha256 of the guest agent binary, once computed
 }
 
 // New returns the templates of cfg, with those built through the API earlier; vms is the
@@ -239,6 +244,26 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	if ts.cfg.GuestAgent == "" {
 		return nil, fmt.Errorf("pandastack-guest binary not found next to this executable or on $PATH (`make build` writes bin/pandastack-guest)")
 	}
+	nic := ts.cfg.Net != nil
+	// With a blob store, a bake another host published is pulled instead of made here.
+	store, pub := ts.blobStore(), ""
+	if store != nil {
+		var err error
+		if pub, err = ts.publication(spec, nic); err != nil {
+			return nil, err
+		}
+		if t := ts.localPublished(spec.Name, pub); t != nil {
+			return t, nil
+		}
+		t, err := ts.pull(ctx, store, pub, say)
+		switch {
+		case err == nil:
+			return t, nil
+		case errdefs.Is(err, errdefs.NotFound):
+		default:
+			say("pulling template %s failed (%v): baking it here", spec.Name, err)
+		}
+	}
 	img, err := ts.cfg.Images.Build(ctx, ImageSpec(spec), func(line string) { say("image: %s", line) })
 	if err != nil {
 		return nil, buildFailed("%v", err)
@@ -248,7 +273,6 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 			return nil, err
 		}
 	}
-	nic := ts.cfg.Net != nil
 	env, _ := json.Marshal(spec.Env)
 	ident := ts.cfg.Runtime.Identity()
 	// The VMM's identity is in the key: a new QEMU (or accelerator) bakes into a new directory and
@@ -391,6 +415,7 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	info.BakedAt = time.Now().UTC()
 	info.Baked = true
 	info.SizeBytes = layout.DirSize(tmp)
+	info.Published = pub
 	if err := layout.WriteJSON(filepath.Join(tmp, "template.json"), info); err != nil {
 		return nil, err
 	}
@@ -400,6 +425,9 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	}
 	info.Dir = dir
 	say("baked template %s in %.1f s", spec.Name, float64(info.BakeMS)/1000)
+	if store != nil {
+		ts.publish(ctx, store, info, say)
+	}
 	return info, nil
 }
 

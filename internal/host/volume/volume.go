@@ -37,6 +37,8 @@ const (
 	Slots = hostapi.MaxVolumesPerSandbox
 	// MaxMiB bounds one volume (1 TiB; the file is sparse).
 	MaxMiB = 1 << 20
+	// PlaceholderName is the empty disk in a template's directory that unused slots clone.
+	PlaceholderName = "placeholder.img"
 	// placeholderMiB is the size of the empty disk behind an unused slot.
 	placeholderMiB = 1
 )
@@ -333,7 +335,7 @@ func (s *Store) Drives(templateDir string, slots int, mounts []hostapi.VolumeMou
 		}
 		ds[i].File = filepath.Join(dir, "slot"+strconv.Itoa(i)+".img")
 		if _, err := os.Stat(ds[i].File); err != nil {
-			if err := storage.Clone(filepath.Join(templateDir, "placeholder.img"), ds[i].File); err != nil {
+			if err := storage.Clone(filepath.Join(templateDir, PlaceholderName), ds[i].File); err != nil {
 				return nil, err
 			}
 		}
@@ -370,7 +372,7 @@ func (s *Store) Mount(ctx context.Context, rt runtime.Runtime, vm *runtime.VM, c
 
 // MakePlaceholder writes into dir the empty disk unused volume slots are backed by.
 func MakePlaceholder(dir string) error {
-	p := filepath.Join(dir, "placeholder.img")
+	p := filepath.Join(dir, PlaceholderName)
 	if err := os.WriteFile(p, nil, 0o600); err != nil {
 		return err
 	}

@@ -1,0 +1,59 @@
+package hostagent
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pandastack/pandastack/internal/blob/blobtest"
+)
+
+// A host with a blob store publishes what it bakes; a second host with an empty data dir and an
+// empty image cache pulls the bake (seconds) instead of building the image and baking (minutes),
+// and its sandboxes restore from the pulled files.
+func TestTemplatesTravelThroughBlobStore(t *testing.T) {
+	srv := blobtest.StartS3(t)
+	srv.Env(t)
+	url := srv.URL("pandastack", "fleet")
+	lines := func() (func(string), func() string) {
+		var mu sync.Mutex
+		var b strings.Builder
+		return func(s string) { mu.Lock(); b.WriteString(s + "\n"); mu.Unlock() },
+			func() string { mu.Lock(); defer mu.Unlock(); return b.String() }
+	}
+	ctx := context.Background()
+
+	a := newHarness(t, func(c *Config) { c.BlobStore = url })
+	say, said := lines()
+	if _, err := a.agent.EnsureTemplate(ctx, "base", say); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(said(), "published template base") {
+		t.Fatalf("host A did not publish its bake:\n%s", said())
+	}
+
+	emptyCache := t.TempDir()
+	b := newHarness(t, func(c *Config) { c.BlobStore = url; c.ImageCacheDir = emptyCache })
+	say, said = lines()
+	if _, err := b.agent.EnsureTemplate(ctx, "base", say); err != nil {
+		t.Fatal(err)
+	}
+	if out := said(); !strings.Contains(out, "pulled template base") || strings.Contains(out, "image:") || strings.Contains(out, "cold boot") {
+		t.Fatalf("host B did not come from a pull:\n%s", out)
+	}
+	sb := b.create()
+	if r := b.exec(sb.ID, map[string]any{"cmd": "echo restored-from-a-pull"}); strings.TrimSpace(r.Stdout) != "restored-from-a-pull" || r.ExitCode != 0 {
+		t.Fatalf("exec in a sandbox of the pulled template: %+v", r)
+	}
+	// A restart of B finds the pulled bake on disk: no second pull.
+	b.stop()
+	b.start()
+	say, said = lines()
+	if _, err := b.agent.EnsureTemplate(ctx, "base", say); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(said(), "pulling") {
+		t.Fatalf("a restarted host pulled its template again:\n%s", said())
+	}
+}
