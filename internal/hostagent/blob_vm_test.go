@@ -32,6 +32,7 @@ func TestTemplatesTravelThroughBlobStore(t *testing.T) {
 	if !strings.Contains(said(), "published template base") {
 		t.Fatalf("host A did not publish its bake:\n%s", said())
 	}
+	t.Logf("host A:\n%s", said())
 
 	emptyCache := t.TempDir()
 	b := newHarness(t, func(c *Config) { c.BlobStore = url; c.ImageCacheDir = emptyCache })
@@ -42,6 +43,7 @@ func TestTemplatesTravelThroughBlobStore(t *testing.T) {
 	if out := said(); !strings.Contains(out, "pulled template base") || strings.Contains(out, "image:") || strings.Contains(out, "cold boot") {
 		t.Fatalf("host B did not come from a pull:\n%s", out)
 	}
+	t.Logf("host B:\n%s", said())
 	sb := b.create()
 	if r := b.exec(sb.ID, map[string]any{"cmd": "echo restored-from-a-pull"}); strings.TrimSpace(r.Stdout) != "restored-from-a-pull" || r.ExitCode != 0 {
 		t.Fatalf("exec in a sandbox of the pulled template: %+v", r)
