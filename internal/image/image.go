@@ -150,7 +150,8 @@ func hashStrings(parts ...string) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-func hashFile(path string) (string, error) {
+// HashFile is a short (16 hex) sha256 of the file at path: enough to tell builds apart.
+func HashFile(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err

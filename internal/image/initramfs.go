@@ -28,7 +28,7 @@ var virtioModules = map[string]string{
 const busyboxPath = "/bin/busybox"
 
 func (b *Builder) initramfs(ctx context.Context, k kernelMeta) (string, error) {
-	bbHash, err := hashFile(busyboxPath)
+	bbHash, err := HashFile(busyboxPath)
 	if err != nil {
 		return "", fmt.Errorf("busybox-static is needed (`make setup` installs it): %w", err)
 	}

@@ -29,7 +29,7 @@ func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	agentHash, err := hashFile(b.GuestAgent)
+	agentHash, err := HashFile(b.GuestAgent)
 	if err != nil {
 		return "", fmt.Errorf("guest agent: %w", err)
 	}

@@ -2,10 +2,7 @@ package bake
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +13,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/volume"
+	"github.com/pandastack/pandastack/internal/image"
 	"github.com/pandastack/pandastack/internal/template"
 )
 
@@ -66,16 +64,11 @@ func (ts *Templates) guestAgentHash() (string, error) {
 	if ts.agentHash != "" {
 		return ts.agentHash, nil
 	}
-	f, err := os.Open(ts.cfg.GuestAgent)
+	sum, err := image.HashFile(ts.cfg.GuestAgent)
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	ts.agentHash = hex.EncodeToString(h.Sum(nil))
+	ts.agentHash = sum
 	return ts.agentHash, nil
 }
 
