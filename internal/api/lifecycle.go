@@ -65,11 +65,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		f.SandboxID = v
 		return nil
 	})
-	var page []store.Snapshot
-	var next string
-	if err == nil {
-		page, next, err = s.store.ListSnapshots(r.Context(), f)
-	}
+	page, next, err := fetchPage(r.Context(), err, f, s.store.ListSnapshots)
 	s.reply(w, r, http.StatusOK, v1.SnapshotPage{NextCursor: cursor(next), Snapshots: list(page, snapshotViewOf)}, err)
 }
 

@@ -246,11 +246,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		}
 		return invalid("unknown query parameter %q (use state, limit, cursor or metadata.KEY)", truncate(key))
 	})
-	var page []store.Sandbox
-	var next string
-	if err == nil {
-		page, next, err = s.store.ListSandboxes(r.Context(), f)
-	}
+	page, next, err := fetchPage(r.Context(), err, f, s.store.ListSandboxes)
 	s.reply(w, r, http.StatusOK, v1.SandboxPage{NextCursor: cursor(next), Sandboxes: list(page, viewOf)}, err)
 }
 
@@ -277,6 +273,14 @@ func pageParams(r *http.Request, limit *int, cursor *string, other func(key, v s
 		}
 	}
 	return nil
+}
+
+// fetchPage runs a list query unless reading its parameters failed (err).
+func fetchPage[F, R any](ctx context.Context, err error, f F, fetch func(context.Context, F) ([]R, string, error)) ([]R, string, error) {
+	if err != nil {
+		return nil, "", err
+	}
+	return fetch(ctx, f)
 }
 
 // parseStates reads state=a,b (repeatable); "all" means every state.

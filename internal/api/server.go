@@ -71,6 +71,10 @@ type Config struct {
 	// BlobStore is the blob store's URL (without credentials) that registering hosts are told,
 	// or "" when artifacts stay on their host.
 	BlobStore string
+	// AuditRetention is how long audit entries are kept (default 30 days); AuditPruneInterval
+	// how often older ones are deleted (default 1 h).
+	AuditRetention     time.Duration
+	AuditPruneInterval time.Duration
 	// Version is reported by /healthz.
 	Version string
 	Now     func() time.Time
@@ -105,6 +109,12 @@ func New(cfg Config) *Server {
 	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = DefaultReapInterval
+	}
+	if cfg.AuditRetention <= 0 {
+		cfg.AuditRetention = DefaultAuditRetention
+	}
+	if cfg.AuditPruneInterval <= 0 {
+		cfg.AuditPruneInterval = DefaultAuditPruneInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -191,6 +201,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/keys", apiKey, s.listKeys},
 		{"DELETE", "/v1/keys/{id}", apiKey, s.revokeKey},
 		{"POST", "/v1/teams", apiKey, s.createTeam},
+		{"GET", "/v1/audit", apiKey, s.listAudit},
 	}
 }
 
@@ -202,7 +213,7 @@ func (s *Server) routes() http.Handler {
 		case cluster:
 			h = s.cluster(rt.handler)
 		case apiKey:
-			h = s.auth.Middleware(rt.handler, s.writeError)
+			h = s.auth.Middleware(s.audited(rt, rt.handler), s.writeError)
 		}
 		mux.Handle(rt.method+" "+rt.path, h)
 	}

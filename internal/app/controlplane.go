@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/api"
-	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
@@ -29,7 +29,8 @@ type ControlPlaneConfig struct {
 	MaxTTL           time.Duration
 	MaxUploadBytes   int64
 	HeartbeatTimeout time.Duration
-	PresetKey        string // becomes the first admin key of an empty store
+	AuditRetention   time.Duration // how long audit entries are kept
+	PresetKey        string        // becomes the first admin key of an empty store
 	// KeyRecovery is the command that makes an admin key of this store on its machine, named
 	// when PresetKey is not one of the store's keys (default: keys create --database-url).
 	KeyRecovery string
@@ -38,8 +39,8 @@ type ControlPlaneConfig struct {
 	// BlobStore is where artifacts go to leave their host (file:///dir or s3://bucket/prefix?…,
 	// see internal/blob); hosts learn it when they register. Empty: artifacts stay on their host.
 	BlobStore string
-	Version     string   // reported by /healthz
-	Logger      *slog.Logger
+	Version   string // reported by /healthz
+	Logger    *slog.Logger
 }
 
 // ControlPlane is a running store + scheduler + API server and their background loops.
@@ -104,7 +105,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		o.Logger.Warn("a host agent did not answer at start-up; will keep trying", "err", err)
 	}
 	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
-		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open,
+		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention,
 		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), BlobStore: blobURL(bs)})
 	// The loops outlive a cancelled start-up context: Close stops them, after the listener.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -112,6 +113,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	go func() {
 		defer close(cp.done)
 		go sched.Run(lctx)
+		go srv.RunAuditPruner(lctx)
 		srv.RunReaper(lctx)
 	}()
 	return cp, key, nil

@@ -309,3 +309,24 @@ type Range struct {
 	Range string `json:"range"`
 	Why   string `json:"why"`
 }
+
+// AuditEntry is one mutating call in GET /v1/audit: who (key_id), what (method and route
+// pattern), which resource, the answer's status, the request id and the caller's address. It
+// never holds request bodies, secrets or file contents.
+type AuditEntry struct {
+	ID         string `json:"id"`
+	KeyID      string `json:"key_id"`
+	Method     string `json:"method"`
+	Route      string `json:"route"`
+	ResourceID string `json:"resource_id"`
+	Status     int    `json:"status"`
+	RequestID  string `json:"request_id"`
+	Source     string `json:"source"`
+	CreatedAt  string `json:"created_at"`
+}
+
+// AuditPage is GET /v1/audit: the team's entries, newest first.
+type AuditPage struct {
+	Entries    []AuditEntry `json:"entries"`
+	NextCursor *string      `json:"next_cursor"`
+}
