@@ -126,7 +126,7 @@ func New(cfg Config) *Server {
 		cfg.Version = "dev"
 	}
 	s := &Server{cfg: cfg, store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger,
-		auth: &auth.Authenticator{Store: cfg.Store}, metrics: newMetrics()}
+		auth: &auth.Authenticator{Store: cfg.Store, Now: cfg.Now}, metrics: newMetrics()}
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen})
 	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
@@ -213,7 +213,7 @@ func (s *Server) routes() http.Handler {
 		case cluster:
 			h = s.cluster(rt.handler)
 		case apiKey:
-			h = s.auth.Middleware(s.audited(rt, rt.handler), s.writeError)
+			h = s.auth.Middleware(s.audited(rt, s.scoped(rt, rt.handler)), s.writeError)
 		}
 		mux.Handle(rt.method+" "+rt.path, h)
 	}

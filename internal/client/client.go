@@ -497,7 +497,12 @@ func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 
 // CreateKey makes a key for the caller's team.
 func (c *Client) CreateKey(ctx context.Context, name string, admin bool) (Key, error) {
-	return send[Key](ctx, c, "POST", "/v1/keys", nil, v1.CreateKeyRequest{Admin: admin, Name: name})
+	return c.CreateKeyWith(ctx, v1.CreateKeyRequest{Admin: admin, Name: name})
+}
+
+// CreateKeyWith creates a key of the caller's team as req says (scopes, expiry).
+func (c *Client) CreateKeyWith(ctx context.Context, req v1.CreateKeyRequest) (Key, error) {
+	return send[Key](ctx, c, "POST", "/v1/keys", nil, req)
 }
 
 // ListKeys lists the caller's team's keys.

@@ -254,6 +254,10 @@ type Key struct {
 	CreatedAt string  `json:"created_at"`
 	RevokedAt *string `json:"revoked_at"`
 	Key       string  `json:"key,omitempty"`
+	// Scopes is what the key may call: all, read, sandboxes, admin (keys made without scopes:
+	// admin or all). ExpiresAt is null for a key that does not expire.
+	Scopes    []string `json:"scopes"`
+	ExpiresAt *string  `json:"expires_at"`
 }
 
 // Keys is GET /v1/keys.
@@ -265,6 +269,10 @@ type Keys struct {
 type CreateKeyRequest struct {
 	Admin bool   `json:"admin"`
 	Name  string `json:"name"`
+	// Scopes limit the key (default: all; "admin" is the same as admin: true). ExpiresAt
+	// (RFC 3339, in the future) ends it; empty: never.
+	Scopes    []string `json:"scopes,omitempty"`
+	ExpiresAt string   `json:"expires_at,omitempty"`
 }
 
 // Team is the public team object.
