@@ -17,12 +17,12 @@ type Team struct {
 // APIKey is a stored key: only the SHA-256 of its secret is kept, plus a short prefix of the
 // secret that lets a lookup find candidates and lets humans tell keys apart.
 type APIKey struct {
-	ID        string
-	TeamID    string
-	Name      string
-	Prefix    string
-	Hash      string // hex SHA-256 of the whole secret
-	Admin     bool
+	ID     string
+	TeamID string
+	Name   string
+	Prefix string
+	Hash   string // hex SHA-256 of the whole secret
+	Admin  bool
 	// Scopes limit what the key may call (internal/auth's scope names); empty: no limit beyond
 	// Admin (every key made before scopes existed).
 	Scopes    []string
