@@ -154,6 +154,14 @@ func TestCLI(t *testing.T) {
 	if !strings.HasPrefix(newKey, "pds_") {
 		t.Fatalf("keys create printed %q", newKey)
 	}
+	if out := mustRun(t, "", "usage"); !strings.Contains(out, "sandboxes") || !strings.Contains(out, "none") {
+		t.Fatalf("usage:\n%s", out)
+	}
+	var me map[string]any
+	json.Unmarshal([]byte(mustRun(t, "", "usage", "--json")), &me)
+	if out := mustRun(t, "", "teams", "quota", me["team_id"].(string), "--sandboxes", "7"); !strings.Contains(out, " 7\n") {
+		t.Fatalf("teams quota:\n%s", out)
+	}
 	// A scoped, expiring key: reads work, a create is refused naming the scope.
 	reader := strings.TrimSpace(mustRun(t, "", "keys", "create", "--name", "ro", "--scope", "read", "--expires", "24h"))
 	mustRun(t, "", "sandbox", "list", "--api-key", reader)

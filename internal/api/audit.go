@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
-	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -103,11 +102,10 @@ func (s *Server) audited(rt route, next http.Handler) http.Handler {
 
 // listAudit is GET /v1/audit: the caller's team's entries, for admin keys only.
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	if !id.Admin {
-		s.writeError(w, r, errdefs.New(errdefs.Forbidden, "only an admin key can read the audit log"))
+	if !s.adminBody(w, r, "read the audit log", nil, false) {
 		return
 	}
+	id, _ := auth.FromContext(r.Context())
 	f := store.AuditFilter{TeamID: id.TeamID, Limit: DefaultListLimit}
 	err := pageParams(r, &f.Limit, &f.Cursor, func(key, v string, _ []string) error {
 		switch key {

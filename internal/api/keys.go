@@ -71,14 +71,8 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 var teamNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 func (s *Server) createTeam(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	if !id.Admin {
-		s.writeError(w, r, errdefs.New(errdefs.Forbidden, "only an admin key can create teams"))
-		return
-	}
 	var req v1.CreateTeamRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
+	if !s.adminBody(w, r, "create teams", &req, false) {
 		return
 	}
 	if !teamNamePattern.MatchString(req.Name) {
@@ -103,4 +97,19 @@ func (s *Server) scoped(rt route, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// adminBody refuses (403) a caller that is not an admin key, saying it cannot do what, then
+// decodes the JSON body into v; it reports whether the handler may go on.
+func (s *Server) adminBody(w http.ResponseWriter, r *http.Request, what string, v any, allowEmpty bool) bool {
+	err := error(nil)
+	if id, _ := auth.FromContext(r.Context()); !id.Admin {
+		err = errdefs.New(errdefs.Forbidden, "only an admin key can %s", what)
+	} else if v != nil {
+		err = decodeJSON(w, r, v, allowEmpty)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+	return err == nil
 }

@@ -34,6 +34,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := s.sandbox(r)
+	if err == nil {
+		err = s.checkQuota(r.Context(), sb.TeamID, sb.Template, int64(count))
+	}
 	var children []store.Sandbox
 	if err == nil {
 		children, err = s.svc.Fork(r.Context(), sb, count)

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
@@ -106,6 +107,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		snap, err = s.validateCreate(r.Context(), id.TeamID, &req)
 	}
 	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.checkQuota(r.Context(), id.TeamID, req.Template, 1); err != nil {
+		s.metrics.createFailed(errdefs.Exhausted.Code())
 		s.writeError(w, r, err)
 		return
 	}

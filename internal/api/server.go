@@ -75,6 +75,8 @@ type Config struct {
 	// how often older ones are deleted (default 1 h).
 	AuditRetention     time.Duration
 	AuditPruneInterval time.Duration
+	// Quota is every team's default limits (zero: none); an admin key may override them per team.
+	Quota Quota
 	// Version is reported by /healthz.
 	Version string
 	Now     func() time.Time
@@ -202,6 +204,8 @@ func (s *Server) routeTable() []route {
 		{"DELETE", "/v1/keys/{id}", apiKey, s.revokeKey},
 		{"POST", "/v1/teams", apiKey, s.createTeam},
 		{"GET", "/v1/audit", apiKey, s.listAudit},
+		{"GET", "/v1/usage", apiKey, s.usage},
+		{"PUT", "/v1/teams/{id}/quota", apiKey, s.setQuota},
 	}
 }
 

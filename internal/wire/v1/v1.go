@@ -338,3 +338,26 @@ type AuditPage struct {
 	Entries    []AuditEntry `json:"entries"`
 	NextCursor *string      `json:"next_cursor"`
 }
+
+// Usage is GET /v1/usage (and PUT /v1/teams/{id}/quota's answer): a team's use against its
+// quotas. Use counts running and hibernated sandboxes, each at its template's size.
+type Usage struct {
+	TeamID    string    `json:"team_id"`
+	Sandboxes UsageItem `json:"sandboxes"`
+	VCPUs     UsageItem `json:"vcpus"`
+	MemoryMiB UsageItem `json:"memory_mib"`
+}
+
+// UsageItem is one quota: what is used and the limit (null: none).
+type UsageItem struct {
+	Used  int64  `json:"used"`
+	Limit *int64 `json:"limit"`
+}
+
+// QuotaRequest is the body of PUT /v1/teams/{id}/quota (admin keys): the team's own limits. A
+// field left out (or null) takes the server's default; 0 means no limit.
+type QuotaRequest struct {
+	Sandboxes *int64 `json:"sandboxes"`
+	VCPUs     *int64 `json:"vcpus"`
+	MemoryMiB *int64 `json:"memory_mib"`
+}

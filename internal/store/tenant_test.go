@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -58,6 +59,50 @@ func TestAuditLog(t *testing.T) {
 		}
 		if got, _, _ := s.ListAudit(ctx, AuditFilter{TeamID: "ta"}); len(got) != 1 || got[0].ID != "a3" {
 			t.Fatalf("after prune: %v", ids(got))
+		}
+	})
+}
+
+// TestQuotaOverrideAndUse: a team's override is stored and replaced, nil fields stay nil, a
+// missing team is ErrNotFound; live use counts running and hibernated sandboxes by template.
+func TestQuotaOverrideAndUse(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		withClock(s)
+		mkTeams(t, s, "team_a", "team_b")
+		if o, err := s.GetQuotaOverride(ctx, "team_a"); err != nil || o.Sandboxes != nil || o.VCPUs != nil || o.MemoryMiB != nil {
+			t.Fatalf("no override: %+v %v", o, err)
+		}
+		ten, zero := int64(10), int64(0)
+		if err := s.SetQuotaOverride(ctx, "team_a", QuotaOverride{Sandboxes: &ten, MemoryMiB: &zero}); err != nil {
+			t.Fatal(err)
+		}
+		o, err := s.GetQuotaOverride(ctx, "team_a")
+		if err != nil || o.Sandboxes == nil || *o.Sandboxes != 10 || o.VCPUs != nil || o.MemoryMiB == nil || *o.MemoryMiB != 0 {
+			t.Fatalf("override: %+v %v", o, err)
+		}
+		if err := s.SetQuotaOverride(ctx, "team_a", QuotaOverride{VCPUs: &ten}); err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := s.GetQuotaOverride(ctx, "team_a"); o.Sandboxes != nil || o.VCPUs == nil || *o.VCPUs != 10 {
+			t.Fatalf("replaced override: %+v", o)
+		}
+		if err := s.SetQuotaOverride(ctx, "team_nope", QuotaOverride{}); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("missing team: %v", err)
+		}
+
+		for i, c := range []struct{ team, tmpl, state string }{
+			{"team_a", "base", StateRunning}, {"team_a", "base", StateHibernated}, {"team_a", "py", StateRunning},
+			{"team_a", "base", StateKilled}, {"team_a", "py", StateLost}, {"team_b", "base", StateRunning},
+		} {
+			sb := Sandbox{ID: "sb_" + string(rune('a'+i)), TeamID: c.team, Template: c.tmpl, State: c.state}
+			if _, err := s.CreateSandbox(ctx, sb); err != nil {
+				t.Fatal(err)
+			}
+		}
+		use, err := s.LiveSandboxTemplates(ctx, "team_a")
+		if err != nil || len(use) != 2 || use["base"] != 2 || use["py"] != 1 {
+			t.Fatalf("use: %v %v", use, err)
 		}
 	})
 }
