@@ -75,6 +75,8 @@ type Config struct {
 	// how often older ones are deleted (default 1 h).
 	AuditRetention     time.Duration
 	AuditPruneInterval time.Duration
+	// RateLimit is the per-key rate limits (zero: none).
+	RateLimit RateLimit
 	// Quota is every team's default limits (zero: none); an admin key may override them per team.
 	Quota Quota
 	// Version is reported by /healthz.
@@ -92,6 +94,7 @@ type Server struct {
 	log     *slog.Logger
 	auth    *auth.Authenticator
 	metrics *metrics
+	limits  struct{ all, create *buckets } // nil: no rate limit
 	handler http.Handler
 }
 
@@ -132,6 +135,8 @@ func New(cfg Config) *Server {
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen})
 	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
+	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
+	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()
 	return s
 }
@@ -217,7 +222,7 @@ func (s *Server) routes() http.Handler {
 		case cluster:
 			h = s.cluster(rt.handler)
 		case apiKey:
-			h = s.auth.Middleware(s.audited(rt, s.scoped(rt, rt.handler)), s.writeError)
+			h = s.auth.Middleware(s.rateLimited(rt, s.audited(rt, s.scoped(rt, rt.handler))), s.writeError)
 		}
 		mux.Handle(rt.method+" "+rt.path, h)
 	}
