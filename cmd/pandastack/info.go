@@ -74,7 +74,7 @@ func printUsage(cmd *cobra.Command, u v1.Usage) {
 	for _, it := range []struct {
 		name string
 		v    v1.UsageItem
-	}{{"sandboxes", u.Sandboxes}, {"vcpus", u.VCPUs}, {"memory_mib", u.MemoryMiB}} {
+	}{{"sandboxes", u.Sandboxes}, {"vcpus", u.VCPUs}, {"memory_mib", u.MemoryMiB}, {"volumes", u.Volumes}, {"volume_mib", u.VolumeMiB}} {
 		limit := "none"
 		if it.v.Limit != nil {
 			limit = strconv.FormatInt(*it.v.Limit, 10)

@@ -119,7 +119,7 @@ func teamsCmd() *cobra.Command {
 		fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", termtext.Escape(t.Name), t.ID)
 		return nil
 	})
-	var limits [3]int64
+	var limits [5]int64
 	quota := f.verb("quota TEAM_ID", "Set a team's own limits over the server's --quota-* defaults (admin keys)", cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		// A limit left out takes the server's default.
 		given := func(i int, name string) *int64 {
@@ -128,13 +128,16 @@ func teamsCmd() *cobra.Command {
 			}
 			return &limits[i]
 		}
-		q := v1.QuotaRequest{Sandboxes: given(0, "sandboxes"), VCPUs: given(1, "vcpus"), MemoryMiB: given(2, "memory-mib")}
+		q := v1.QuotaRequest{Sandboxes: given(0, "sandboxes"), VCPUs: given(1, "vcpus"), MemoryMiB: given(2, "memory-mib"),
+			Volumes: given(3, "volumes"), VolumeMiB: given(4, "volume-mib")}
 		u, err := c.SetQuota(ctx, args[0], q)
 		return showUsage(cmd, f, u, err)
 	})
 	quota.Flags().Int64Var(&limits[0], "sandboxes", 0, "running and hibernated sandboxes at once (0: no limit; left out: the server's default)")
 	quota.Flags().Int64Var(&limits[1], "vcpus", 0, "their vCPUs together (0: no limit; left out: the server's default)")
 	quota.Flags().Int64Var(&limits[2], "memory-mib", 0, "their memory together, MiB (0: no limit; left out: the server's default)")
+	quota.Flags().Int64Var(&limits[3], "volumes", 0, "volumes (0: no limit; left out: the server's default)")
+	quota.Flags().Int64Var(&limits[4], "volume-mib", 0, "the volumes' sizes together, MiB (0: no limit; left out: the server's default)")
 	cmd.AddCommand(create, quota)
 	return cmd
 }

@@ -25,6 +25,8 @@ func registerControlPlaneFlags(f *pflag.FlagSet, o *app.ControlPlaneConfig) {
 	f.Int64Var(&o.Quota.Sandboxes, "quota-sandboxes", 0, "each team's default limit on running and hibernated sandboxes (0: none; an admin key may set a team's own)")
 	f.Int64Var(&o.Quota.VCPUs, "quota-vcpus", 0, "each team's default limit on its sandboxes' vCPUs together (0: none)")
 	f.Int64Var(&o.Quota.MemoryMiB, "quota-memory-mib", 0, "each team's default limit on its sandboxes' memory together, in MiB (0: none)")
+	f.Int64Var(&o.Quota.Volumes, "quota-volumes", 0, "each team's default limit on its volumes (0: none)")
+	f.Int64Var(&o.Quota.VolumeMiB, "quota-volume-mib", 0, "each team's default limit on its volumes' sizes together, in MiB (0: none)")
 	f.Float64Var(&o.RateLimit.PerSecond, "rate-limit", 0, "calls a second each API key may make on average, per server replica (0: no limit; over it: 429 rate_limited with Retry-After)")
 	f.IntVar(&o.RateLimit.Burst, "rate-burst", 0, "calls a key may make at once before --rate-limit applies (default: the rate, at least 1)")
 	f.Float64Var(&o.RateLimit.CreatesPerSecond, "create-rate-limit", 0, "creates (sandboxes, forks, snapshots, volumes, templates) a second each key may make, on top of --rate-limit (0: no limit)")

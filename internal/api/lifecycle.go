@@ -35,7 +35,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.sandbox(r)
 	if err == nil {
-		err = s.checkQuota(r.Context(), sb.TeamID, sb.Template, int64(count))
+		err = s.checkSandboxQuota(r.Context(), sb.TeamID, sb.Template, int64(count))
 	}
 	var children []store.Sandbox
 	if err == nil {

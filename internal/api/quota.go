@@ -12,45 +12,71 @@ import (
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
-// Quota is a team's limits on its running and hibernated sandboxes; 0 means no limit.
+// Quota is a team's limits (0: none) on its running and hibernated sandboxes and its volumes;
+// the same shape holds a team's use and what a call asks for.
 type Quota struct {
 	Sandboxes int64 // how many at once
 	VCPUs     int64 // their vCPUs together
 	MemoryMiB int64 // their memory together
+	Volumes   int64 // how many volumes
+	VolumeMiB int64 // the volumes' sizes together
+}
+
+// quotaField is one quota: its wire name and where it is in a Quota and in the override.
+type quotaField struct {
+	name     string
+	of       func(*Quota) *int64
+	override func(*store.QuotaOverride) **int64
+}
+
+var quotaFields = []quotaField{
+	{"sandboxes", func(q *Quota) *int64 { return &q.Sandboxes }, func(o *store.QuotaOverride) **int64 { return &o.Sandboxes }},
+	{"vcpus", func(q *Quota) *int64 { return &q.VCPUs }, func(o *store.QuotaOverride) **int64 { return &o.VCPUs }},
+	{"memory_mib", func(q *Quota) *int64 { return &q.MemoryMiB }, func(o *store.QuotaOverride) **int64 { return &o.MemoryMiB }},
+	{"volumes", func(q *Quota) *int64 { return &q.Volumes }, func(o *store.QuotaOverride) **int64 { return &o.Volumes }},
+	{"volume_mib", func(q *Quota) *int64 { return &q.VolumeMiB }, func(o *store.QuotaOverride) **int64 { return &o.VolumeMiB }},
 }
 
 // teamQuota is the server's default overlaid with the team's own override.
 func (s *Server) teamQuota(ctx context.Context, teamID string) (Quota, error) {
 	q := s.cfg.Quota
 	o, err := s.store.GetQuotaOverride(ctx, teamID)
-	for _, f := range []struct {
-		dst *int64
-		src *int64
-	}{{&q.Sandboxes, o.Sandboxes}, {&q.VCPUs, o.VCPUs}, {&q.MemoryMiB, o.MemoryMiB}} {
-		if f.src != nil {
-			*f.dst = *f.src
+	for _, f := range quotaFields {
+		if v := *f.override(&o); v != nil {
+			*f.of(&q) = *v
 		}
 	}
 	return q, err
 }
 
-// teamUse is what a team's running and hibernated sandboxes hold, each at its template's size.
+// teamUse is what a team holds: its running and hibernated sandboxes, each at its template's
+// size, and its volumes.
 func (s *Server) teamUse(ctx context.Context, teamID string) (Quota, error) {
+	var u Quota
+	var err error
+	if u.Volumes, u.VolumeMiB, err = s.store.VolumeUse(ctx, teamID); err != nil {
+		return Quota{}, err
+	}
 	byTemplate, err := s.store.LiveSandboxTemplates(ctx, teamID)
 	if err != nil {
 		return Quota{}, err
 	}
-	var u Quota
 	for name, n := range byTemplate {
-		cpu, mem, err := s.templateSize(ctx, teamID, name)
+		need, err := s.sandboxNeed(ctx, teamID, name, n)
 		if err != nil {
 			return Quota{}, err
 		}
-		u.Sandboxes += n
-		u.VCPUs += n * cpu
-		u.MemoryMiB += n * mem
+		u.Sandboxes += need.Sandboxes
+		u.VCPUs += need.VCPUs
+		u.MemoryMiB += need.MemoryMiB
 	}
 	return u, nil
+}
+
+// sandboxNeed is what n sandboxes of template tmpl hold.
+func (s *Server) sandboxNeed(ctx context.Context, teamID, tmpl string, n int64) (Quota, error) {
+	cpu, mem, err := s.templateSize(ctx, teamID, tmpl)
+	return Quota{Sandboxes: n, VCPUs: n * cpu, MemoryMiB: n * mem}, err
 }
 
 // templateSize is the vCPUs and memory of a sandbox of template name (the defaults for a
@@ -76,10 +102,22 @@ func (s *Server) templateSize(ctx context.Context, teamID, name string) (vcpus, 
 	return int64(cpu), int64(mem), nil
 }
 
-// checkQuota refuses (429 quota_exceeded, naming the limit and the use) n more sandboxes of
-// template tmpl that would take the team over a limit. It is a check before the create, not a
-// reservation: creates racing each other may pass it together and overshoot by their number.
-func (s *Server) checkQuota(ctx context.Context, teamID, tmpl string, n int64) error {
+// checkSandboxQuota refuses n more sandboxes of template tmpl over the team's limits.
+func (s *Server) checkSandboxQuota(ctx context.Context, teamID, tmpl string, n int64) error {
+	if q, err := s.teamQuota(ctx, teamID); err != nil || q == (Quota{}) {
+		return err
+	}
+	need, err := s.sandboxNeed(ctx, teamID, tmpl, n)
+	if err != nil {
+		return err
+	}
+	return s.checkQuota(ctx, teamID, need)
+}
+
+// checkQuota refuses (429 quota_exceeded, naming the limit and the use) a call that asks for
+// need more and would take the team over a limit. It is a check before the work, not a
+// reservation: calls racing each other may pass it together and overshoot by their number.
+func (s *Server) checkQuota(ctx context.Context, teamID string, need Quota) error {
 	q, err := s.teamQuota(ctx, teamID)
 	if err != nil || q == (Quota{}) {
 		return err
@@ -88,21 +126,11 @@ func (s *Server) checkQuota(ctx context.Context, teamID, tmpl string, n int64) e
 	if err != nil {
 		return err
 	}
-	cpu, mem, err := s.templateSize(ctx, teamID, tmpl)
-	if err != nil {
-		return err
-	}
-	for _, c := range []struct {
-		name             string
-		limit, used, add int64
-	}{
-		{"sandboxes", q.Sandboxes, use.Sandboxes, n},
-		{"vcpus", q.VCPUs, use.VCPUs, n * cpu},
-		{"memory_mib", q.MemoryMiB, use.MemoryMiB, n * mem},
-	} {
-		if c.limit > 0 && c.used+c.add > c.limit {
-			return errdefs.New(errdefs.Exhausted, "quota exceeded: %s limit %d, in use %d, this call needs %d more (see GET /v1/usage; kill sandboxes, or ask the operator for more)",
-				c.name, c.limit, c.used, c.add)
+	for _, f := range quotaFields {
+		limit, used, add := *f.of(&q), *f.of(&use), *f.of(&need)
+		if limit > 0 && add > 0 && used+add > limit {
+			return errdefs.New(errdefs.Exhausted, "quota exceeded: %s limit %d, in use %d, this call needs %d more (see GET /v1/usage; free some, or ask the operator for more)",
+				f.name, limit, used, add)
 		}
 	}
 	return nil
@@ -115,15 +143,16 @@ func (s *Server) usageView(ctx context.Context, teamID string) (v1.Usage, error)
 		return v1.Usage{}, err
 	}
 	u, err := s.teamUse(ctx, teamID)
-	item := func(used, limit int64) v1.UsageItem {
-		it := v1.UsageItem{Used: used}
-		if limit > 0 {
+	items := map[string]v1.UsageItem{}
+	for _, f := range quotaFields {
+		it := v1.UsageItem{Used: *f.of(&u)}
+		if limit := *f.of(&q); limit > 0 {
 			it.Limit = &limit
 		}
-		return it
+		items[f.name] = it
 	}
-	return v1.Usage{TeamID: teamID, Sandboxes: item(u.Sandboxes, q.Sandboxes), VCPUs: item(u.VCPUs, q.VCPUs),
-		MemoryMiB: item(u.MemoryMiB, q.MemoryMiB)}, err
+	return v1.Usage{TeamID: teamID, Sandboxes: items["sandboxes"], VCPUs: items["vcpus"], MemoryMiB: items["memory_mib"],
+		Volumes: items["volumes"], VolumeMiB: items["volume_mib"]}, err
 }
 
 // usage is GET /v1/usage: the caller's team's use against its quota.
@@ -139,17 +168,15 @@ func (s *Server) setQuota(w http.ResponseWriter, r *http.Request) {
 	if !s.adminBody(w, r, "set a team's quota", &req, true) {
 		return
 	}
-	for _, f := range []struct {
-		name string
-		v    *int64
-	}{{"sandboxes", req.Sandboxes}, {"vcpus", req.VCPUs}, {"memory_mib", req.MemoryMiB}} {
-		if f.v != nil && *f.v < 0 {
-			s.writeError(w, r, invalid("%s must be 0 (no limit) or more, got %d", f.name, *f.v))
+	o := store.QuotaOverride{Sandboxes: req.Sandboxes, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, Volumes: req.Volumes, VolumeMiB: req.VolumeMiB}
+	for _, f := range quotaFields {
+		if v := *f.override(&o); v != nil && *v < 0 {
+			s.writeError(w, r, invalid("%s must be 0 (no limit) or more, got %d", f.name, *v))
 			return
 		}
 	}
 	team := r.PathValue("id")
-	err := s.store.SetQuotaOverride(r.Context(), team, store.QuotaOverride{Sandboxes: req.Sandboxes, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB})
+	err := s.store.SetQuotaOverride(r.Context(), team, o)
 	if errors.Is(err, store.ErrNotFound) {
 		s.writeError(w, r, notFound("team %s not found", truncate(team)))
 		return

@@ -86,4 +86,24 @@ func TestQuotas(t *testing.T) {
 		!strings.Contains(r.errMessage(), "memory_mib limit 1, in use 0") {
 		t.Fatalf("gamma over memory: %d %s", r.status, r.body)
 	}
+
+	// Volumes: count and size.
+	e.mustStatus(e.do("PUT", "/v1/teams/"+gid+"/quota", e.admin, map[string]any{"volumes": 2, "volume_mib": 300}), 200)
+	vol := e.mustStatus(e.do("POST", "/v1/volumes", gamma, map[string]any{"size_mib": 100}), 201).json(t)
+	if r := e.do("POST", "/v1/volumes", gamma, map[string]any{"size_mib": 250}); r.status != 429 ||
+		!strings.Contains(r.errMessage(), "volume_mib limit 300, in use 100, this call needs 250 more") {
+		t.Fatalf("volume over size quota: %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/volumes/"+vol["id"].(string)+"/resize", gamma, map[string]any{"size_mib": 400}); r.status != 429 ||
+		!strings.Contains(r.errMessage(), "volume_mib limit 300, in use 100, this call needs 300 more") {
+		t.Fatalf("resize over size quota: %d %s", r.status, r.body)
+	}
+	e.mustStatus(e.do("POST", "/v1/volumes", gamma, map[string]any{"size_mib": 100}), 201)
+	if r := e.do("POST", "/v1/volumes", gamma, map[string]any{"size_mib": 10}); r.status != 429 ||
+		!strings.Contains(r.errMessage(), "volumes limit 2, in use 2") {
+		t.Fatalf("volume over count quota: %d %s", r.status, r.body)
+	}
+	if u := e.usage(gamma); u.Volumes.Used != 2 || u.VolumeMiB.Used != 200 || limitOf(u.VolumeMiB) != 300 {
+		t.Fatalf("gamma usage: %+v", u)
+	}
 }

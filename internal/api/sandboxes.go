@@ -110,7 +110,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.checkQuota(r.Context(), id.TeamID, req.Template, 1); err != nil {
+	if err := s.checkSandboxQuota(r.Context(), id.TeamID, req.Template, 1); err != nil {
 		s.metrics.createFailed(errdefs.Exhausted.Code())
 		s.writeError(w, r, err)
 		return

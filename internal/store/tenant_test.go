@@ -104,5 +104,19 @@ func TestQuotaOverrideAndUse(t *testing.T) {
 		if err != nil || len(use) != 2 || use["base"] != 2 || use["py"] != 1 {
 			t.Fatalf("use: %v %v", use, err)
 		}
+		if n, mib, err := s.VolumeUse(ctx, "team_a"); err != nil || n != 0 || mib != 0 {
+			t.Fatalf("no volumes: %d %d %v", n, mib, err)
+		}
+		for i, size := range []int64{100, 250, 50} {
+			if _, err := s.CreateVolume(ctx, Volume{ID: "vol_" + string(rune('a'+i)), TeamID: "team_a", SizeMiB: size, HostID: "h"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.DeleteVolume(ctx, "team_a", "vol_c"); err != nil {
+			t.Fatal(err)
+		}
+		if n, mib, err := s.VolumeUse(ctx, "team_a"); err != nil || n != 2 || mib != 350 {
+			t.Fatalf("volume use: %d %d %v", n, mib, err)
+		}
 	})
 }

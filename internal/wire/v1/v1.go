@@ -340,12 +340,15 @@ type AuditPage struct {
 }
 
 // Usage is GET /v1/usage (and PUT /v1/teams/{id}/quota's answer): a team's use against its
-// quotas. Use counts running and hibernated sandboxes, each at its template's size.
+// quotas. Use counts running and hibernated sandboxes, each at its template's size, and live
+// volumes at their size.
 type Usage struct {
 	TeamID    string    `json:"team_id"`
 	Sandboxes UsageItem `json:"sandboxes"`
 	VCPUs     UsageItem `json:"vcpus"`
 	MemoryMiB UsageItem `json:"memory_mib"`
+	Volumes   UsageItem `json:"volumes"`
+	VolumeMiB UsageItem `json:"volume_mib"`
 }
 
 // UsageItem is one quota: what is used and the limit (null: none).
@@ -360,4 +363,6 @@ type QuotaRequest struct {
 	Sandboxes *int64 `json:"sandboxes"`
 	VCPUs     *int64 `json:"vcpus"`
 	MemoryMiB *int64 `json:"memory_mib"`
+	Volumes   *int64 `json:"volumes"`
+	VolumeMiB *int64 `json:"volume_mib"`
 }

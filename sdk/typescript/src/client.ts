@@ -117,6 +117,8 @@ export interface Usage {
   sandboxes: UsageItem;
   vcpus: UsageItem;
   memory_mib: UsageItem;
+  volumes: UsageItem;
+  volume_mib: UsageItem;
 }
 
 /** One audited call (`GET /v1/audit`). */
