@@ -154,9 +154,29 @@ func TestCLI(t *testing.T) {
 	if !strings.HasPrefix(newKey, "pds_") {
 		t.Fatalf("keys create printed %q", newKey)
 	}
+	if out := mustRun(t, "", "usage"); !strings.Contains(out, "sandboxes") || !strings.Contains(out, "none") {
+		t.Fatalf("usage:\n%s", out)
+	}
+	var me map[string]any
+	json.Unmarshal([]byte(mustRun(t, "", "usage", "--json")), &me)
+	if out := mustRun(t, "", "teams", "quota", me["team_id"].(string), "--sandboxes", "7"); !strings.Contains(out, " 7\n") {
+		t.Fatalf("teams quota:\n%s", out)
+	}
+	// A scoped, expiring key: reads work, a create is refused naming the scope.
+	reader := strings.TrimSpace(mustRun(t, "", "keys", "create", "--name", "ro", "--scope", "read", "--expires", "24h"))
+	mustRun(t, "", "sandbox", "list", "--api-key", reader)
+	if _, _, err := run(t, "", "sandbox", "create", "--template", "base", "--api-key", reader); err == nil || !strings.Contains(err.Error(), `"sandboxes"`) {
+		t.Fatalf("read-only key created a sandbox: %v", err)
+	}
+	if out := mustRun(t, "", "keys", "list"); !strings.Contains(out, "read") || !strings.Contains(out, "SCOPES") {
+		t.Fatalf("keys list:\n%s", out)
+	}
+	if _, _, err := run(t, "", "keys", "create", "--expires", "soon"); err == nil {
+		t.Fatal("--expires soon accepted")
+	}
 	var keys []map[string]any
 	json.Unmarshal([]byte(mustRun(t, "", "keys", "list", "--json")), &keys)
-	if len(keys) != 2 {
+	if len(keys) != 3 {
 		t.Fatalf("keys %v", keys)
 	}
 	var ciID string

@@ -71,5 +71,5 @@ func recoverAdminKey(cmd *cobra.Command, admin bool, name, dataDir, databaseURL 
 	slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)).Warn(event, attrs...)
 	slog.New(slog.NewJSONHandler(audit, nil)).Warn(event, attrs...)
 	return v1.Key{ID: k.ID, Name: k.Name, Prefix: k.Prefix, Admin: k.Admin, TeamID: k.TeamID,
-		CreatedAt: v1.Timestamp(k.CreatedAt), Key: secret}, nil
+		CreatedAt: v1.Timestamp(k.CreatedAt), Key: secret, Scopes: auth.EffectiveScopes(k)}, nil
 }

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/termtext"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 	"github.com/spf13/cobra"
 )
 
@@ -21,13 +25,17 @@ func yesNo(b bool) string {
 }
 
 var keys = printer[client.Key]{
-	header: []string{"ID", "NAME", "PREFIX", "ADMIN", "CREATED", "STATE"},
+	header: []string{"ID", "NAME", "PREFIX", "ADMIN", "SCOPES", "CREATED", "EXPIRES", "STATE"},
 	row: func(k client.Key) []string {
 		state := "active"
 		if k.RevokedAt != nil {
 			state = "revoked " + *k.RevokedAt
 		}
-		return []string{k.ID, orDash(k.Name), k.Prefix, yesNo(k.Admin), k.CreatedAt, state}
+		expires := "never"
+		if k.ExpiresAt != nil {
+			expires = *k.ExpiresAt
+		}
+		return []string{k.ID, orDash(k.Name), k.Prefix, yesNo(k.Admin), strings.Join(k.Scopes, ","), k.CreatedAt, expires, state}
 	},
 }
 
@@ -35,6 +43,8 @@ func keysCmd() *cobra.Command {
 	cmd, f := group("keys", "Create, list and revoke API keys of your team", "key")
 	var name, dataDir, databaseURL string
 	var admin bool
+	var scopes []string
+	var expires string
 	printKey := func(cmd *cobra.Command, k client.Key) error {
 		if f.json {
 			return printJSON(cmd.OutOrStdout(), k)
@@ -44,7 +54,11 @@ func keysCmd() *cobra.Command {
 		return nil
 	}
 	create := f.verb("create", "Create an API key (its secret is shown once)", cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-		k, err := c.CreateKey(ctx, name, admin)
+		at, err := expiryTime(expires, time.Now())
+		if err != nil {
+			return err
+		}
+		k, err := c.CreateKeyWith(ctx, v1.CreateKeyRequest{Name: name, Admin: admin, Scopes: scopes, ExpiresAt: at})
 		if err != nil {
 			return err
 		}
@@ -57,11 +71,16 @@ pandastack up) or --database-url (pandastack server's store) makes an admin key 
 team by writing to the store directly, with no API key and no running server needed; it is
 recorded in the key's name, in the log on stderr and, with --data-dir, in DIR/audit.log.`
 	create.Example = `  pandastack keys create --name ci
+  pandastack keys create --name agent --scope sandboxes --expires 24h   # sandbox calls only, for a day
+  pandastack keys create --name dashboard --scope read                  # GET only
   sudo pandastack keys create --admin --data-dir /var/lib/pandastack     # recovery, on the machine`
 	api := create.RunE
 	create.RunE = func(cmd *cobra.Command, args []string) error {
 		if dataDir == "" && databaseURL == "" {
 			return api(cmd, args)
+		}
+		if len(scopes) > 0 || expires != "" {
+			return errors.New("--scope and --expires are for keys made through the API; a recovered admin key has neither")
 		}
 		k, err := recoverAdminKey(cmd, admin, name, dataDir, databaseURL)
 		if err != nil {
@@ -71,6 +90,8 @@ recorded in the key's name, in the log on stderr and, with --data-dir, in DIR/au
 	}
 	create.Flags().StringVar(&name, "name", "", "a label for the key")
 	create.Flags().BoolVar(&admin, "admin", false, "make an admin key (needs an admin key, or --data-dir as root)")
+	create.Flags().StringSliceVar(&scopes, "scope", nil, "limit the key: all (default), read (GET only), sandboxes (sandbox calls only), admin; repeatable or comma-separated")
+	create.Flags().StringVar(&expires, "expires", "", "when the key stops working: a duration from now (24h, 720h) or an RFC 3339 time")
 	create.Flags().StringVar(&dataDir, "data-dir", "", "recovery: make the key in this up data dir's store directly (root, on its machine)")
 	create.Flags().StringVar(&databaseURL, "database-url", "", "recovery: make the key in this store directly (SQLite path or postgres:// URL; root)")
 	list := listCmd(f, keys, "List your team's keys (prefixes only)", (*client.Client).ListKeys)
@@ -98,6 +119,43 @@ func teamsCmd() *cobra.Command {
 		fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", termtext.Escape(t.Name), t.ID)
 		return nil
 	})
-	cmd.AddCommand(create)
+	var limits [5]int64
+	quota := f.verb("quota TEAM_ID", "Set a team's own limits over the server's --quota-* defaults (admin keys)", cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		// A limit left out takes the server's default.
+		given := func(i int, name string) *int64 {
+			if !cmd.Flags().Changed(name) {
+				return nil
+			}
+			return &limits[i]
+		}
+		q := v1.QuotaRequest{Sandboxes: given(0, "sandboxes"), VCPUs: given(1, "vcpus"), MemoryMiB: given(2, "memory-mib"),
+			Volumes: given(3, "volumes"), VolumeMiB: given(4, "volume-mib")}
+		u, err := c.SetQuota(ctx, args[0], q)
+		return showUsage(cmd, f, u, err)
+	})
+	quota.Flags().Int64Var(&limits[0], "sandboxes", 0, "running and hibernated sandboxes at once (0: no limit; left out: the server's default)")
+	quota.Flags().Int64Var(&limits[1], "vcpus", 0, "their vCPUs together (0: no limit; left out: the server's default)")
+	quota.Flags().Int64Var(&limits[2], "memory-mib", 0, "their memory together, MiB (0: no limit; left out: the server's default)")
+	quota.Flags().Int64Var(&limits[3], "volumes", 0, "volumes (0: no limit; left out: the server's default)")
+	quota.Flags().Int64Var(&limits[4], "volume-mib", 0, "the volumes' sizes together, MiB (0: no limit; left out: the server's default)")
+	cmd.AddCommand(create, quota)
 	return cmd
+}
+
+// expiryTime turns --expires (a duration from now, or an RFC 3339 time) into expires_at ("" for
+// never).
+func expiryTime(v string, now time.Time) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		if d <= 0 {
+			return "", fmt.Errorf("--expires %s: give a positive duration", v)
+		}
+		return now.Add(d).UTC().Format(time.RFC3339), nil
+	}
+	if _, err := time.Parse(time.RFC3339, v); err != nil {
+		return "", fmt.Errorf("--expires %q: give a duration (24h) or an RFC 3339 time (2030-01-02T15:04:05Z)", v)
+	}
+	return v, nil
 }

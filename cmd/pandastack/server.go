@@ -22,6 +22,16 @@ func registerControlPlaneFlags(f *pflag.FlagSet, o *app.ControlPlaneConfig) {
 	f.StringArrayVar(&o.EgressOpen, "egress-open", nil, "a private range (IPv4 CIDR) every sandbox may reach, e.g. a corporate proxy's (repeatable; teams may then allow inside it); loopback, link-local, multicast, the sandboxes' links and the hosts' own addresses stay blocked")
 	f.StringVar(&o.BlobStore, "blob-store", "", "where artifacts go to leave their host: file:///DIR or s3://BUCKET/PREFIX?endpoint=URL&region=R (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); hosts learn it when they register (up: file://DATA_DIR/blobs)")
 	durationVar(f, &o.HeartbeatTimeout, "heartbeat-timeout", scheduler.DefaultHeartbeatTimeout, "a host silent this long is marked down and its sandboxes lost")
+	f.Int64Var(&o.Quota.Sandboxes, "quota-sandboxes", 0, "each team's default limit on running and hibernated sandboxes (0: none; an admin key may set a team's own)")
+	f.Int64Var(&o.Quota.VCPUs, "quota-vcpus", 0, "each team's default limit on its sandboxes' vCPUs together (0: none)")
+	f.Int64Var(&o.Quota.MemoryMiB, "quota-memory-mib", 0, "each team's default limit on its sandboxes' memory together, in MiB (0: none)")
+	f.Int64Var(&o.Quota.Volumes, "quota-volumes", 0, "each team's default limit on its volumes (0: none)")
+	f.Int64Var(&o.Quota.VolumeMiB, "quota-volume-mib", 0, "each team's default limit on its volumes' sizes together, in MiB (0: none)")
+	f.Float64Var(&o.RateLimit.PerSecond, "rate-limit", 0, "calls a second each API key may make on average, per server replica (0: no limit; over it: 429 rate_limited with Retry-After)")
+	f.IntVar(&o.RateLimit.Burst, "rate-burst", 0, "calls a key may make at once before --rate-limit applies (default: the rate, at least 1)")
+	f.Float64Var(&o.RateLimit.CreatesPerSecond, "create-rate-limit", 0, "creates (sandboxes, forks, snapshots, volumes, templates) a second each key may make, on top of --rate-limit (0: no limit)")
+	f.IntVar(&o.RateLimit.CreateBurst, "create-burst", 0, "creates a key may make at once before --create-rate-limit applies (default: the rate, at least 1)")
+	durationVar(f, &o.AuditRetention, "audit-retention", api.DefaultAuditRetention, "how long the audit log keeps an entry (older ones are pruned hourly)")
 }
 
 func newLogger(level string) (*slog.Logger, error) {

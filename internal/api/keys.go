@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
@@ -24,12 +25,26 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, invalid("name must be at most %d printable bytes", maxKeyNameLen))
 		return
 	}
+	scopes, admin, err := auth.ParseScopes(req.Scopes)
+	if err != nil {
+		s.writeError(w, r, invalid("scopes: %s", err))
+		return
+	}
+	var expires time.Time
+	if req.ExpiresAt != "" {
+		if expires, err = time.Parse(time.RFC3339Nano, req.ExpiresAt); err != nil || !expires.After(s.now()) {
+			s.writeError(w, r, invalid("expires_at must be an RFC 3339 time in the future, e.g. 2030-01-02T15:04:05Z"))
+			return
+		}
+	}
+	admin = admin || req.Admin
 	// Any key may mint ordinary keys for its own team; only an admin may mint admin keys.
-	if req.Admin && !id.Admin {
+	if admin && !id.Admin {
 		s.writeError(w, r, errdefs.New(errdefs.Forbidden, "only an admin key can create admin keys"))
 		return
 	}
-	k, secret, err := auth.IssueKey(r.Context(), s.store, id.TeamID, req.Name, req.Admin)
+	k, secret, err := auth.Issue(r.Context(), s.store, store.APIKey{TeamID: id.TeamID, Name: req.Name, Admin: admin,
+		Scopes: scopes, ExpiresAt: expires})
 	s.reply(w, r, http.StatusCreated, keyView(k, secret), err)
 }
 
@@ -56,14 +71,8 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 var teamNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 func (s *Server) createTeam(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	if !id.Admin {
-		s.writeError(w, r, errdefs.New(errdefs.Forbidden, "only an admin key can create teams"))
-		return
-	}
 	var req v1.CreateTeamRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
+	if !s.adminBody(w, r, "create teams", &req, false) {
 		return
 	}
 	if !teamNamePattern.MatchString(req.Name) {
@@ -76,4 +85,31 @@ func (s *Server) createTeam(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.reply(w, r, http.StatusCreated, v1.NewTeam{Key: keyView(k, secret), Team: v1.Team{ID: t.ID, Name: t.Name, CreatedAt: v1.Timestamp(t.CreatedAt)}}, err)
+}
+
+// scoped refuses a call its key's scopes do not cover (403 naming the missing scope).
+func (s *Server) scoped(rt route, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, _ := auth.FromContext(r.Context())
+		if err := auth.Allow(id.Scopes, rt.method, rt.path); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// adminBody refuses (403) a caller that is not an admin key, saying it cannot do what, then
+// decodes the JSON body into v; it reports whether the handler may go on.
+func (s *Server) adminBody(w http.ResponseWriter, r *http.Request, what string, v any, allowEmpty bool) bool {
+	err := error(nil)
+	if id, _ := auth.FromContext(r.Context()); !id.Admin {
+		err = errdefs.New(errdefs.Forbidden, "only an admin key can %s", what)
+	} else if v != nil {
+		err = decodeJSON(w, r, v, allowEmpty)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+	}
+	return err == nil
 }

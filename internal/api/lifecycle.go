@@ -34,6 +34,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := s.sandbox(r)
+	if err == nil {
+		err = s.checkSandboxQuota(r.Context(), sb.TeamID, sb.Template, int64(count))
+	}
 	var children []store.Sandbox
 	if err == nil {
 		children, err = s.svc.Fork(r.Context(), sb, count)
@@ -65,11 +68,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		f.SandboxID = v
 		return nil
 	})
-	var page []store.Snapshot
-	var next string
-	if err == nil {
-		page, next, err = s.store.ListSnapshots(r.Context(), f)
-	}
+	page, next, err := fetchPage(r.Context(), err, f, s.store.ListSnapshots)
 	s.reply(w, r, http.StatusOK, v1.SnapshotPage{NextCursor: cursor(next), Snapshots: list(page, snapshotViewOf)}, err)
 }
 

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
@@ -106,6 +107,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		snap, err = s.validateCreate(r.Context(), id.TeamID, &req)
 	}
 	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.checkSandboxQuota(r.Context(), id.TeamID, req.Template, 1); err != nil {
+		s.metrics.createFailed(errdefs.Exhausted.Code())
 		s.writeError(w, r, err)
 		return
 	}
@@ -246,11 +252,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		}
 		return invalid("unknown query parameter %q (use state, limit, cursor or metadata.KEY)", truncate(key))
 	})
-	var page []store.Sandbox
-	var next string
-	if err == nil {
-		page, next, err = s.store.ListSandboxes(r.Context(), f)
-	}
+	page, next, err := fetchPage(r.Context(), err, f, s.store.ListSandboxes)
 	s.reply(w, r, http.StatusOK, v1.SandboxPage{NextCursor: cursor(next), Sandboxes: list(page, viewOf)}, err)
 }
 
@@ -277,6 +279,14 @@ func pageParams(r *http.Request, limit *int, cursor *string, other func(key, v s
 		}
 	}
 	return nil
+}
+
+// fetchPage runs a list query unless reading its parameters failed (err).
+func fetchPage[F, R any](ctx context.Context, err error, f F, fetch func(context.Context, F) ([]R, string, error)) ([]R, string, error) {
+	if err != nil {
+		return nil, "", err
+	}
+	return fetch(ctx, f)
 }
 
 // parseStates reads state=a,b (repeatable); "all" means every state.

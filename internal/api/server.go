@@ -71,6 +71,14 @@ type Config struct {
 	// BlobStore is the blob store's URL (without credentials) that registering hosts are told,
 	// or "" when artifacts stay on their host.
 	BlobStore string
+	// AuditRetention is how long audit entries are kept (default 30 days); AuditPruneInterval
+	// how often older ones are deleted (default 1 h).
+	AuditRetention     time.Duration
+	AuditPruneInterval time.Duration
+	// RateLimit is the per-key rate limits (zero: none).
+	RateLimit RateLimit
+	// Quota is every team's default limits (zero: none); an admin key may override them per team.
+	Quota Quota
 	// Version is reported by /healthz.
 	Version string
 	Now     func() time.Time
@@ -86,6 +94,7 @@ type Server struct {
 	log     *slog.Logger
 	auth    *auth.Authenticator
 	metrics *metrics
+	limits  struct{ all, create *buckets } // nil: no rate limit
 	handler http.Handler
 }
 
@@ -106,6 +115,12 @@ func New(cfg Config) *Server {
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = DefaultReapInterval
 	}
+	if cfg.AuditRetention <= 0 {
+		cfg.AuditRetention = DefaultAuditRetention
+	}
+	if cfg.AuditPruneInterval <= 0 {
+		cfg.AuditPruneInterval = DefaultAuditPruneInterval
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -116,10 +131,12 @@ func New(cfg Config) *Server {
 		cfg.Version = "dev"
 	}
 	s := &Server{cfg: cfg, store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger,
-		auth: &auth.Authenticator{Store: cfg.Store}, metrics: newMetrics()}
+		auth: &auth.Authenticator{Store: cfg.Store, Now: cfg.Now}, metrics: newMetrics()}
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen})
 	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
+	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
+	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()
 	return s
 }
@@ -191,6 +208,9 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/keys", apiKey, s.listKeys},
 		{"DELETE", "/v1/keys/{id}", apiKey, s.revokeKey},
 		{"POST", "/v1/teams", apiKey, s.createTeam},
+		{"GET", "/v1/audit", apiKey, s.listAudit},
+		{"GET", "/v1/usage", apiKey, s.usage},
+		{"PUT", "/v1/teams/{id}/quota", apiKey, s.setQuota},
 	}
 }
 
@@ -202,7 +222,7 @@ func (s *Server) routes() http.Handler {
 		case cluster:
 			h = s.cluster(rt.handler)
 		case apiKey:
-			h = s.auth.Middleware(rt.handler, s.writeError)
+			h = s.auth.Middleware(s.rateLimited(rt, s.audited(rt, s.scoped(rt, rt.handler))), s.writeError)
 		}
 		mux.Handle(rt.method+" "+rt.path, h)
 	}

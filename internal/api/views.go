@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"time"
 
+	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/template"
@@ -53,14 +55,19 @@ func volumeViewOf(v store.Volume) v1.Volume {
 		})}
 }
 
-func keyView(k store.APIKey, secret string) v1.Key {
-	v := v1.Key{ID: k.ID, Name: k.Name, Prefix: k.Prefix + "…", Admin: k.Admin, TeamID: k.TeamID,
-		CreatedAt: v1.Timestamp(k.CreatedAt), Key: secret}
-	if k.Revoked() {
-		t := v1.Timestamp(k.RevokedAt)
-		v.RevokedAt = &t
+// optTime is a nullable timestamp: null for the zero time.
+func optTime(t time.Time) *string {
+	if t.IsZero() {
+		return nil
 	}
-	return v
+	s := v1.Timestamp(t)
+	return &s
+}
+
+func keyView(k store.APIKey, secret string) v1.Key {
+	return v1.Key{ID: k.ID, Name: k.Name, Prefix: k.Prefix + "…", Admin: k.Admin, TeamID: k.TeamID,
+		CreatedAt: v1.Timestamp(k.CreatedAt), Key: secret, Scopes: auth.EffectiveScopes(k),
+		RevokedAt: optTime(k.RevokedAt), ExpiresAt: optTime(k.ExpiresAt)}
 }
 
 func rangeViews(rs []network.Range) []v1.Range {

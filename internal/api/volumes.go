@@ -129,6 +129,9 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 			err = invalid("name must be valid UTF-8 without control characters")
 		}
 	}
+	if err == nil {
+		err = s.checkQuota(r.Context(), id.TeamID, Quota{Volumes: 1, VolumeMiB: *req.SizeMiB})
+	}
 	var v store.Volume
 	if err == nil {
 		v, err = s.svc.CreateVolume(r.Context(), id.TeamID, name, *req.SizeMiB)
@@ -163,6 +166,9 @@ func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) {
 	var v store.Volume
 	if err == nil {
 		v, err = s.volume(r)
+	}
+	if err == nil {
+		err = s.checkQuota(r.Context(), v.TeamID, Quota{VolumeMiB: *req.SizeMiB - v.SizeMiB})
 	}
 	if err == nil {
 		v, err = s.svc.ResizeVolume(r.Context(), v, *req.SizeMiB)

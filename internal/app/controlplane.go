@@ -29,7 +29,10 @@ type ControlPlaneConfig struct {
 	MaxTTL           time.Duration
 	MaxUploadBytes   int64
 	HeartbeatTimeout time.Duration
-	PresetKey        string // becomes the first admin key of an empty store
+	AuditRetention   time.Duration // how long audit entries are kept
+	Quota            api.Quota     // every team's default limits (zero: none)
+	RateLimit        api.RateLimit // per-key rate limits (zero: none)
+	PresetKey        string        // becomes the first admin key of an empty store
 	// KeyRecovery is the command that makes an admin key of this store on its machine, named
 	// when PresetKey is not one of the store's keys (default: keys create --database-url).
 	KeyRecovery string
@@ -104,7 +107,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		o.Logger.Warn("a host agent did not answer at start-up; will keep trying", "err", err)
 	}
 	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
-		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open,
+		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, Quota: o.Quota, RateLimit: o.RateLimit,
 		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), BlobStore: blobURL(bs)})
 	// The loops outlive a cancelled start-up context: Close stops them, after the listener.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -112,6 +115,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	go func() {
 		defer close(cp.done)
 		go sched.Run(lctx)
+		go srv.RunAuditPruner(lctx)
 		srv.RunReaper(lctx)
 	}()
 	return cp, key, nil

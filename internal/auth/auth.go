@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
@@ -38,6 +39,7 @@ const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 type Error = errdefs.Error
 
 func unauthorized(msg string) *Error { return errdefs.New(errdefs.Unauthorized, "%s", msg) }
+func forbidden(msg string) *Error    { return errdefs.New(errdefs.Forbidden, "%s", msg) }
 
 var (
 	errMissing   = unauthorized("missing API key: send the header `Authorization: Bearer pds_…` (set PANDASTACK_API_KEY for the SDKs and CLI)")
@@ -102,11 +104,13 @@ type Identity struct {
 	TeamID string
 	KeyID  string
 	Admin  bool
+	Scopes []string // what the key may call (EffectiveScopes)
 }
 
 // Authenticator verifies keys against the store.
 type Authenticator struct {
 	Store *store.Store
+	Now   func() time.Time // judges expiry; nil: time.Now
 }
 
 // Authenticate checks a bearer key: shape first (no store access for garbage), then the stored
@@ -131,7 +135,14 @@ func (a *Authenticator) Authenticate(ctx context.Context, key string) (Identity,
 		if k.Revoked() {
 			return Identity{}, errRevoked
 		}
-		return Identity{TeamID: k.TeamID, KeyID: k.ID, Admin: k.Admin}, nil
+		now := time.Now
+		if a.Now != nil {
+			now = a.Now
+		}
+		if k.Expired(now()) {
+			return Identity{}, unauthorized("API key expired at " + k.ExpiresAt.UTC().Format(time.RFC3339) + ": make a new one (pandastack keys create)")
+		}
+		return Identity{TeamID: k.TeamID, KeyID: k.ID, Admin: k.Admin, Scopes: EffectiveScopes(k)}, nil
 	}
 	return Identity{}, errUnknown
 }
@@ -192,11 +203,19 @@ func NewID(prefix string) string {
 // IssueKey makes a new key for a team, stores its hash and returns the record and the secret
 // (shown to the user once, never stored).
 func IssueKey(ctx context.Context, st *store.Store, teamID, name string, admin bool) (store.APIKey, string, error) {
+	return Issue(ctx, st, store.APIKey{TeamID: teamID, Name: name, Admin: admin})
+}
+
+// Issue makes a new key like k (team, name, admin, scopes, expiry), stores its hash and returns
+// the record and the secret.
+func Issue(ctx context.Context, st *store.Store, k store.APIKey) (store.APIKey, string, error) {
 	secret, err := NewKey()
 	if err != nil {
 		return store.APIKey{}, "", err
 	}
-	k, err := st.CreateKey(ctx, keyRecord(teamID, name, admin, secret))
+	rec := keyRecord(k.TeamID, k.Name, k.Admin, secret)
+	rec.Scopes, rec.ExpiresAt = k.Scopes, k.ExpiresAt
+	k, err = st.CreateKey(ctx, rec)
 	return k, secret, err
 }
 

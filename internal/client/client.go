@@ -205,6 +205,16 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 	return send[Info](ctx, c, "GET", "/v1/info", nil, nil)
 }
 
+// Usage is the caller's team's use against its quotas.
+func (c *Client) Usage(ctx context.Context) (v1.Usage, error) {
+	return send[v1.Usage](ctx, c, "GET", "/v1/usage", nil, nil)
+}
+
+// SetQuota sets a team's own limits (admin keys); it returns the team's use against them.
+func (c *Client) SetQuota(ctx context.Context, teamID string, q v1.QuotaRequest) (v1.Usage, error) {
+	return send[v1.Usage](ctx, c, "PUT", objPath("/v1/teams", teamID)+"/quota", nil, q)
+}
+
 // CreateSandbox creates a sandbox.
 func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (Sandbox, error) {
 	return send[Sandbox](ctx, c, "POST", "/v1/sandboxes", nil, req)
@@ -497,7 +507,12 @@ func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 
 // CreateKey makes a key for the caller's team.
 func (c *Client) CreateKey(ctx context.Context, name string, admin bool) (Key, error) {
-	return send[Key](ctx, c, "POST", "/v1/keys", nil, v1.CreateKeyRequest{Admin: admin, Name: name})
+	return c.CreateKeyWith(ctx, v1.CreateKeyRequest{Admin: admin, Name: name})
+}
+
+// CreateKeyWith creates a key of the caller's team as req says (scopes, expiry).
+func (c *Client) CreateKeyWith(ctx context.Context, req v1.CreateKeyRequest) (Key, error) {
+	return send[Key](ctx, c, "POST", "/v1/keys", nil, req)
 }
 
 // ListKeys lists the caller's team's keys.

@@ -41,6 +41,8 @@ const (
 	NotImplemented
 	// NoSpace: the disk is full.
 	NoSpace
+	// Exhausted: the caller's team is over a quota (or its key over a rate limit).
+	Exhausted
 )
 
 var kinds = map[Kind]struct {
@@ -59,6 +61,7 @@ var kinds = map[Kind]struct {
 	Capacity:       {http.StatusServiceUnavailable, "capacity"},
 	NotImplemented: {http.StatusNotImplemented, "not_implemented"},
 	NoSpace:        {http.StatusInsufficientStorage, "no_space"},
+	Exhausted:      {http.StatusTooManyRequests, "quota_exceeded"},
 }
 
 // Status is the HTTP status an edge answers for k.

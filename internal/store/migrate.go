@@ -29,12 +29,13 @@ var versionNames = []string{
 	3: "volumes and their attachments",
 	4: "team templates, catalog aliases and metadata",
 	5: "catalog template sizes and bake times",
+	6: "audit log, scoped keys and team quotas",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
 // (tables before the tables that reference them).
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
-	volumesSchema, teamTemplatesSchema)
+	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema)
 
 // assemble groups the domains' steps into migrations by version.
 func assemble(domains ...[]schemaStep) []migration {

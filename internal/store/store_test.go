@@ -216,6 +216,34 @@ func TestConcurrentOpenMigrates(t *testing.T) {
 	}
 }
 
+// TestKeyScopesAndExpiry: a key's scopes and expiry are stored and read back; keys made
+// without them have none.
+func TestKeyScopesAndExpiry(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		withClock(s)
+		exp := time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC)
+		if _, _, err := s.CreateTeamWithKey(ctx, Team{ID: "team_a", Name: "alpha"},
+			APIKey{ID: "key_a", Prefix: "pds_aaaa", Hash: "h1", Scopes: []string{"read", "sandboxes"}, ExpiresAt: exp}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateKey(ctx, APIKey{ID: "key_b", TeamID: "team_a", Prefix: "pds_bbbb", Hash: "h2"}); err != nil {
+			t.Fatal(err)
+		}
+		a, err := s.GetKey(ctx, "team_a", "key_a")
+		if err != nil || strings.Join(a.Scopes, ",") != "read,sandboxes" || !a.ExpiresAt.Equal(exp) {
+			t.Fatalf("scoped key: %+v %v", a, err)
+		}
+		if a.Expired(exp.Add(-time.Second)) || !a.Expired(exp) {
+			t.Fatal("Expired is wrong")
+		}
+		b, err := s.GetKey(ctx, "team_a", "key_b")
+		if err != nil || b.Scopes != nil || !b.ExpiresAt.IsZero() || b.Expired(exp) {
+			t.Fatalf("plain key: %+v %v", b, err)
+		}
+	})
+}
+
 func TestTeamsAndKeys(t *testing.T) {
 	eachBackend(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"time"
 )
 
@@ -16,15 +17,22 @@ type Team struct {
 // APIKey is a stored key: only the SHA-256 of its secret is kept, plus a short prefix of the
 // secret that lets a lookup find candidates and lets humans tell keys apart.
 type APIKey struct {
-	ID        string
-	TeamID    string
-	Name      string
-	Prefix    string
-	Hash      string // hex SHA-256 of the whole secret
-	Admin     bool
+	ID     string
+	TeamID string
+	Name   string
+	Prefix string
+	Hash   string // hex SHA-256 of the whole secret
+	Admin  bool
+	// Scopes limit what the key may call (internal/auth's scope names); empty: no limit beyond
+	// Admin (every key made before scopes existed).
+	Scopes    []string
 	CreatedAt time.Time
 	RevokedAt time.Time // zero while the key is valid
+	ExpiresAt time.Time // zero: never expires
 }
+
+// Expired reports whether the key's expiry has passed at now.
+func (k APIKey) Expired(now time.Time) bool { return !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt) }
 
 // Revoked reports whether the key was revoked.
 func (k APIKey) Revoked() bool { return !k.RevokedAt.IsZero() }
@@ -98,17 +106,39 @@ func (s *Store) insertKey(ctx context.Context, q querier, k APIKey) error {
 	if k.Revoked() {
 		revoked = micros(k.RevokedAt)
 	}
-	_, err := s.exec(ctx, q, `INSERT INTO api_keys (id, team_id, name, prefix, hash, admin, created_at, revoked_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		k.ID, k.TeamID, k.Name, k.Prefix, k.Hash, boolInt(k.Admin), micros(k.CreatedAt), revoked)
+	var expires any
+	if !k.ExpiresAt.IsZero() {
+		expires = micros(k.ExpiresAt)
+	}
+	_, err := s.exec(ctx, q, `INSERT INTO api_keys (id, team_id, name, prefix, hash, admin, created_at, revoked_at, scopes, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.TeamID, k.Name, k.Prefix, k.Hash, boolInt(k.Admin), micros(k.CreatedAt), revoked, strings.Join(k.Scopes, ","), expires)
 	return err
 }
 
-const keyCols = `id, team_id, name, prefix, hash, admin, created_at, revoked_at`
+const keyCols = `id, team_id, name, prefix, hash, admin, created_at, revoked_at, scopes, expires_at`
 
 var scanKey = scanFields(func(k *APIKey) []any {
-	return []any{&k.ID, &k.TeamID, &k.Name, &k.Prefix, &k.Hash, boolCol(&k.Admin), timeCol(&k.CreatedAt), timeCol(&k.RevokedAt)}
+	return []any{&k.ID, &k.TeamID, &k.Name, &k.Prefix, &k.Hash, boolCol(&k.Admin), timeCol(&k.CreatedAt), timeCol(&k.RevokedAt),
+		listCol(&k.Scopes), timeCol(&k.ExpiresAt)}
 })
+
+// listCol scans a comma-separated TEXT column into a list (nil for "").
+func listCol(l *[]string) sql.Scanner { return (*commaList)(l) }
+
+type commaList []string
+
+func (l *commaList) Scan(src any) error {
+	var n sql.NullString
+	if err := n.Scan(src); err != nil {
+		return err
+	}
+	*l = nil
+	if n.String != "" {
+		*l = strings.Split(n.String, ",")
+	}
+	return nil
+}
 
 func (s *Store) keys(ctx context.Context, query string, args ...any) ([]APIKey, error) {
 	return queryAll(ctx, s, s.db, query, scanKey, args...)
@@ -173,5 +203,9 @@ var teamsSchema = []schemaStep{
 		)`,
 		`CREATE INDEX api_keys_prefix ON api_keys (prefix)`,
 		`CREATE INDEX api_keys_team ON api_keys (team_id, created_at)`,
+	}},
+	{6, []string{
+		`ALTER TABLE api_keys ADD COLUMN scopes TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE api_keys ADD COLUMN expires_at BIGINT`,
 	}},
 }

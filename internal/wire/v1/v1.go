@@ -254,6 +254,10 @@ type Key struct {
 	CreatedAt string  `json:"created_at"`
 	RevokedAt *string `json:"revoked_at"`
 	Key       string  `json:"key,omitempty"`
+	// Scopes is what the key may call: all, read, sandboxes, admin (keys made without scopes:
+	// admin or all). ExpiresAt is null for a key that does not expire.
+	Scopes    []string `json:"scopes"`
+	ExpiresAt *string  `json:"expires_at"`
 }
 
 // Keys is GET /v1/keys.
@@ -265,6 +269,10 @@ type Keys struct {
 type CreateKeyRequest struct {
 	Admin bool   `json:"admin"`
 	Name  string `json:"name"`
+	// Scopes limit the key (default: all; "admin" is the same as admin: true). ExpiresAt
+	// (RFC 3339, in the future) ends it; empty: never.
+	Scopes    []string `json:"scopes,omitempty"`
+	ExpiresAt string   `json:"expires_at,omitempty"`
 }
 
 // Team is the public team object.
@@ -308,4 +316,53 @@ type EgressInfo struct {
 type Range struct {
 	Range string `json:"range"`
 	Why   string `json:"why"`
+}
+
+// AuditEntry is one mutating call in GET /v1/audit: who (key_id), what (method and route
+// pattern), which resource, the answer's status, the request id and the caller's address. It
+// never holds request bodies, secrets or file contents.
+type AuditEntry struct {
+	ID         string `json:"id"`
+	KeyID      string `json:"key_id"`
+	Method     string `json:"method"`
+	Route      string `json:"route"`
+	ResourceID string `json:"resource_id"`
+	Status     int    `json:"status"`
+	RequestID  string `json:"request_id"`
+	Source     string `json:"source"`
+	CreatedAt  string `json:"created_at"`
+}
+
+// AuditPage is GET /v1/audit: the team's entries, newest first.
+type AuditPage struct {
+	Entries    []AuditEntry `json:"entries"`
+	NextCursor *string      `json:"next_cursor"`
+}
+
+// Usage is GET /v1/usage (and PUT /v1/teams/{id}/quota's answer): a team's use against its
+// quotas. Use counts running and hibernated sandboxes, each at its template's size, and live
+// volumes at their size.
+type Usage struct {
+	TeamID    string    `json:"team_id"`
+	Sandboxes UsageItem `json:"sandboxes"`
+	VCPUs     UsageItem `json:"vcpus"`
+	MemoryMiB UsageItem `json:"memory_mib"`
+	Volumes   UsageItem `json:"volumes"`
+	VolumeMiB UsageItem `json:"volume_mib"`
+}
+
+// UsageItem is one quota: what is used and the limit (null: none).
+type UsageItem struct {
+	Used  int64  `json:"used"`
+	Limit *int64 `json:"limit"`
+}
+
+// QuotaRequest is the body of PUT /v1/teams/{id}/quota (admin keys): the team's own limits. A
+// field left out (or null) takes the server's default; 0 means no limit.
+type QuotaRequest struct {
+	Sandboxes *int64 `json:"sandboxes"`
+	VCPUs     *int64 `json:"vcpus"`
+	MemoryMiB *int64 `json:"memory_mib"`
+	Volumes   *int64 `json:"volumes"`
+	VolumeMiB *int64 `json:"volume_mib"`
 }

@@ -512,6 +512,23 @@ class Lifecycle(OfflineCase):
 # -- structure: the ClientContext seam, the version, the NotImplemented name -----------------------
 
 
+class UsageAndAudit(OfflineCase):
+    def test_usage_and_audit(self) -> None:
+        usage = {"team_id": "team_a", "sandboxes": {"used": 2, "limit": 3}, "vcpus": {"used": 2, "limit": None},
+                 "memory_mib": {"used": 1024, "limit": None}}
+        entry = {"id": "aud_1", "key_id": "key_a", "method": "DELETE", "route": "/v1/sandboxes/{id}",
+                 "resource_id": "sb_one", "status": 204, "request_id": "req_1", "source": "127.0.0.1",
+                 "created_at": "2026-01-01T00:00:00Z"}
+        s = self.answer(ok(usage), ok({"entries": [entry], "next_cursor": "c2"}), ok({"entries": [], "next_cursor": None}))
+        u = self.client.usage()
+        self.assertEqual((u["sandboxes"]["limit"], u["vcpus"]["limit"], s.path(0)), (3, None, "/v1/usage"))
+        p = self.client.audit(since="2026-01-01T00:00:00Z", resource="sb_one", limit=10)
+        self.assertEqual((p["entries"][0]["route"], p["next_cursor"]), ("/v1/sandboxes/{id}", "c2"))
+        self.assertEqual(s.query(1), {"since": ["2026-01-01T00:00:00Z"], "resource": ["sb_one"], "limit": ["10"]})
+        p = self.client.audit(cursor="c2")
+        self.assertEqual((p["entries"], p["next_cursor"], s.path(2)), ([], None, "/v1/audit?cursor=c2"))
+
+
 class MinimalContext:
     """Only what the ClientContext protocol names: a transport and the long timeout."""
 

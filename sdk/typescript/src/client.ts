@@ -84,6 +84,60 @@ export class PandaStack {
   async info(): Promise<DeploymentInfo> {
     return this.http.json<DeploymentInfo>("GET", "/v1/info", { idempotent: true });
   }
+
+  /** The team's use against its quotas (`GET /v1/usage`); `limit` null means no limit. */
+  async usage(): Promise<Usage> {
+    return this.http.json<Usage>("GET", "/v1/usage", { idempotent: true });
+  }
+
+  /**
+   * One page of the team's audit log, newest first (`GET /v1/audit`, admin keys): every mutating
+   * call with its key, route, resource, status, request id and source. Pass `nextCursor` back as
+   * `cursor` for the next page.
+   */
+  async audit(opts: { since?: string | Date; resource?: string; limit?: number; cursor?: string } = {}): Promise<AuditPage> {
+    const since = opts.since instanceof Date ? opts.since.toISOString() : opts.since;
+    const page = await this.http.json<{ entries: AuditEntry[]; next_cursor: string | null }>("GET", "/v1/audit", {
+      idempotent: true,
+      query: { since, resource: opts.resource, limit: opts.limit, cursor: opts.cursor },
+    });
+    return { entries: page.entries ?? [], nextCursor: page.next_cursor ?? null };
+  }
+}
+
+/** One quota: what is used and the limit (null: none). */
+export interface UsageItem {
+  used: number;
+  limit: number | null;
+}
+
+/** `GET /v1/usage`. */
+export interface Usage {
+  team_id: string;
+  sandboxes: UsageItem;
+  vcpus: UsageItem;
+  memory_mib: UsageItem;
+  volumes: UsageItem;
+  volume_mib: UsageItem;
+}
+
+/** One audited call (`GET /v1/audit`). */
+export interface AuditEntry {
+  id: string;
+  key_id: string;
+  method: string;
+  route: string;
+  resource_id: string;
+  status: number;
+  request_id: string;
+  source: string;
+  created_at: string;
+}
+
+/** A page of the audit log. */
+export interface AuditPage {
+  entries: AuditEntry[];
+  nextCursor: string | null;
 }
 
 /** One address range and why it is special. */

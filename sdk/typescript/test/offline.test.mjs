@@ -631,6 +631,22 @@ describe("offline: the seed snippet", () => {
 
 // -- the package surface --------------------------------------------------------------------------
 
+describe("offline: usage and audit", () => {
+  it("usage reads GET /v1/usage; audit pages GET /v1/audit with its filters", async () => {
+    const usage = { team_id: "team_a", sandboxes: { used: 2, limit: 3 }, vcpus: { used: 2, limit: null }, memory_mib: { used: 1024, limit: null } };
+    const entry = { id: "aud_1", key_id: "key_a", method: "DELETE", route: "/v1/sandboxes/{id}", resource_id: "sb_one", status: 204, request_id: "req_1", source: "127.0.0.1", created_at: "2026-01-01T00:00:00Z" };
+    const f = script(ok(usage), ok({ entries: [entry], next_cursor: "c2" }), ok({ entries: [], next_cursor: null }));
+    const c = client(f);
+    const u = await c.usage();
+    assert.deepEqual([u.sandboxes.used, u.sandboxes.limit, u.vcpus.limit, f.calls[0].path()], [2, 3, null, "/v1/usage"]);
+    const p = await c.audit({ since: new Date("2026-01-01T00:00:00Z"), resource: "sb_one", limit: 10 });
+    assert.deepEqual([p.entries[0].route, p.nextCursor], ["/v1/sandboxes/{id}", "c2"]);
+    assert.deepEqual(f.calls[1].query(), { since: "2026-01-01T00:00:00.000Z", resource: "sb_one", limit: "10" });
+    const p2 = await c.audit({ cursor: "c2" });
+    assert.deepEqual([p2.entries, p2.nextCursor, f.calls[2].path()], [[], null, "/v1/audit?cursor=c2"]);
+  });
+});
+
 describe("offline: surface", () => {
   it("exports what the README lists", () => {
     for (const name of ["PandaStack", "Sandbox", "Sandboxes", "Filesystem", "ExecStream", "ExecResult", "Snapshots", "Templates", "Volumes", "NotImplemented", "errorFromPayload", "VERSION", "DEFAULT_BASE_URL"]) {

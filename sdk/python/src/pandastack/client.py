@@ -76,6 +76,22 @@ class PandaStack:
         private ranges the operator opened (``GET /v1/info``)."""
         return self._http.request("GET", "/v1/info", idempotent=True).json()
 
+    def usage(self) -> Dict[str, Any]:
+        """The team's use against its quotas (``GET /v1/usage``): ``{"team_id", "sandboxes",
+        "vcpus", "memory_mib", "volumes", "volume_mib"}``, each ``{"used", "limit"}`` (``limit`` None: no limit)."""
+        return self._http.request("GET", "/v1/usage", idempotent=True).json()
+
+    def audit(self, since: Any = None, resource: Optional[str] = None, limit: Optional[int] = None,
+              cursor: Optional[str] = None) -> Dict[str, Any]:
+        """One page of the team's audit log, newest first (``GET /v1/audit``, admin keys):
+        ``{"entries": [...], "next_cursor"}``; pass ``next_cursor`` back as ``cursor`` for the next
+        page. ``since`` is an RFC 3339 string or an aware ``datetime``."""
+        if hasattr(since, "isoformat"):
+            since = since.isoformat()
+        params = {"since": since, "resource": resource, "limit": limit, "cursor": cursor}
+        page = self._http.request("GET", "/v1/audit", params=params, idempotent=True).json() or {}
+        return {"entries": page.get("entries") or [], "next_cursor": page.get("next_cursor")}
+
     def close(self) -> None:
         """Nothing to release (connections are per request); kept for symmetry."""
 

@@ -1,0 +1,189 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/template"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
+)
+
+// Quota is a team's limits (0: none) on its running and hibernated sandboxes and its volumes;
+// the same shape holds a team's use and what a call asks for.
+type Quota struct {
+	Sandboxes int64 // how many at once
+	VCPUs     int64 // their vCPUs together
+	MemoryMiB int64 // their memory together
+	Volumes   int64 // how many volumes
+	VolumeMiB int64 // the volumes' sizes together
+}
+
+// quotaField is one quota: its wire name and where it is in a Quota and in the override.
+type quotaField struct {
+	name     string
+	of       func(*Quota) *int64
+	override func(*store.QuotaOverride) **int64
+}
+
+var quotaFields = []quotaField{
+	{"sandboxes", func(q *Quota) *int64 { return &q.Sandboxes }, func(o *store.QuotaOverride) **int64 { return &o.Sandboxes }},
+	{"vcpus", func(q *Quota) *int64 { return &q.VCPUs }, func(o *store.QuotaOverride) **int64 { return &o.VCPUs }},
+	{"memory_mib", func(q *Quota) *int64 { return &q.MemoryMiB }, func(o *store.QuotaOverride) **int64 { return &o.MemoryMiB }},
+	{"volumes", func(q *Quota) *int64 { return &q.Volumes }, func(o *store.QuotaOverride) **int64 { return &o.Volumes }},
+	{"volume_mib", func(q *Quota) *int64 { return &q.VolumeMiB }, func(o *store.QuotaOverride) **int64 { return &o.VolumeMiB }},
+}
+
+// teamQuota is the server's default overlaid with the team's own override.
+func (s *Server) teamQuota(ctx context.Context, teamID string) (Quota, error) {
+	q := s.cfg.Quota
+	o, err := s.store.GetQuotaOverride(ctx, teamID)
+	for _, f := range quotaFields {
+		if v := *f.override(&o); v != nil {
+			*f.of(&q) = *v
+		}
+	}
+	return q, err
+}
+
+// teamUse is what a team holds: its running and hibernated sandboxes, each at its template's
+// size, and its volumes.
+func (s *Server) teamUse(ctx context.Context, teamID string) (Quota, error) {
+	var u Quota
+	var err error
+	if u.Volumes, u.VolumeMiB, err = s.store.VolumeUse(ctx, teamID); err != nil {
+		return Quota{}, err
+	}
+	byTemplate, err := s.store.LiveSandboxTemplates(ctx, teamID)
+	if err != nil {
+		return Quota{}, err
+	}
+	for name, n := range byTemplate {
+		need, err := s.sandboxNeed(ctx, teamID, name, n)
+		if err != nil {
+			return Quota{}, err
+		}
+		u.Sandboxes += need.Sandboxes
+		u.VCPUs += need.VCPUs
+		u.MemoryMiB += need.MemoryMiB
+	}
+	return u, nil
+}
+
+// sandboxNeed is what n sandboxes of template tmpl hold.
+func (s *Server) sandboxNeed(ctx context.Context, teamID, tmpl string, n int64) (Quota, error) {
+	cpu, mem, err := s.templateSize(ctx, teamID, tmpl)
+	return Quota{Sandboxes: n, VCPUs: n * cpu, MemoryMiB: n * mem}, err
+}
+
+// templateSize is the vCPUs and memory of a sandbox of template name (the defaults for a
+// template that no longer exists, or whose size is not known yet).
+func (s *Server) templateSize(ctx context.Context, teamID, name string) (vcpus, memMiB int64, err error) {
+	cpu, mem := 0, 0
+	tt, ct, err := s.tmpl.Find(ctx, teamID, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return 0, 0, err
+	case tt != nil:
+		cpu, mem = tt.VCPUs, tt.MemoryMiB
+	default:
+		cpu, mem = ct.VCPUs, ct.MemoryMiB
+	}
+	if cpu <= 0 {
+		cpu = template.DefaultVCPUs
+	}
+	if mem <= 0 {
+		mem = template.DefaultMemoryMiB
+	}
+	return int64(cpu), int64(mem), nil
+}
+
+// checkSandboxQuota refuses n more sandboxes of template tmpl over the team's limits.
+func (s *Server) checkSandboxQuota(ctx context.Context, teamID, tmpl string, n int64) error {
+	if q, err := s.teamQuota(ctx, teamID); err != nil || q == (Quota{}) {
+		return err
+	}
+	need, err := s.sandboxNeed(ctx, teamID, tmpl, n)
+	if err != nil {
+		return err
+	}
+	return s.checkQuota(ctx, teamID, need)
+}
+
+// checkQuota refuses (429 quota_exceeded, naming the limit and the use) a call that asks for
+// need more and would take the team over a limit. It is a check before the work, not a
+// reservation: calls racing each other may pass it together and overshoot by their number.
+func (s *Server) checkQuota(ctx context.Context, teamID string, need Quota) error {
+	q, err := s.teamQuota(ctx, teamID)
+	if err != nil || q == (Quota{}) {
+		return err
+	}
+	use, err := s.teamUse(ctx, teamID)
+	if err != nil {
+		return err
+	}
+	for _, f := range quotaFields {
+		limit, used, add := *f.of(&q), *f.of(&use), *f.of(&need)
+		if limit > 0 && add > 0 && used+add > limit {
+			return errdefs.New(errdefs.Exhausted, "quota exceeded: %s limit %d, in use %d, this call needs %d more (see GET /v1/usage; free some, or ask the operator for more)",
+				f.name, limit, used, add)
+		}
+	}
+	return nil
+}
+
+// usageView is a team's use against its quota.
+func (s *Server) usageView(ctx context.Context, teamID string) (v1.Usage, error) {
+	q, err := s.teamQuota(ctx, teamID)
+	if err != nil {
+		return v1.Usage{}, err
+	}
+	u, err := s.teamUse(ctx, teamID)
+	items := map[string]v1.UsageItem{}
+	for _, f := range quotaFields {
+		it := v1.UsageItem{Used: *f.of(&u)}
+		if limit := *f.of(&q); limit > 0 {
+			it.Limit = &limit
+		}
+		items[f.name] = it
+	}
+	return v1.Usage{TeamID: teamID, Sandboxes: items["sandboxes"], VCPUs: items["vcpus"], MemoryMiB: items["memory_mib"],
+		Volumes: items["volumes"], VolumeMiB: items["volume_mib"]}, err
+}
+
+// usage is GET /v1/usage: the caller's team's use against its quota.
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	u, err := s.usageView(r.Context(), id.TeamID)
+	s.reply(w, r, http.StatusOK, u, err)
+}
+
+// setQuota is PUT /v1/teams/{id}/quota (admin keys): replaces a team's own limits.
+func (s *Server) setQuota(w http.ResponseWriter, r *http.Request) {
+	var req v1.QuotaRequest
+	if !s.adminBody(w, r, "set a team's quota", &req, true) {
+		return
+	}
+	o := store.QuotaOverride{Sandboxes: req.Sandboxes, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, Volumes: req.Volumes, VolumeMiB: req.VolumeMiB}
+	for _, f := range quotaFields {
+		if v := *f.override(&o); v != nil && *v < 0 {
+			s.writeError(w, r, invalid("%s must be 0 (no limit) or more, got %d", f.name, *v))
+			return
+		}
+	}
+	team := r.PathValue("id")
+	err := s.store.SetQuotaOverride(r.Context(), team, o)
+	if errors.Is(err, store.ErrNotFound) {
+		s.writeError(w, r, notFound("team %s not found", truncate(team)))
+		return
+	}
+	var u v1.Usage
+	if err == nil {
+		u, err = s.usageView(r.Context(), team)
+	}
+	s.reply(w, r, http.StatusOK, u, err)
+}

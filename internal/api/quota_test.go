@@ -1,0 +1,109 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/pandastack/pandastack/internal/auth"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
+)
+
+func (e *env) usage(key string) v1.Usage {
+	e.t.Helper()
+	var u v1.Usage
+	if err := json.Unmarshal(e.mustStatus(e.do("GET", "/v1/usage", key, nil), 200).body, &u); err != nil {
+		e.t.Fatal(err)
+	}
+	return u
+}
+
+func limitOf(it v1.UsageItem) int64 {
+	if it.Limit == nil {
+		return 0
+	}
+	return *it.Limit
+}
+
+// TestQuotas: the server's default limits hold for every team, an admin key overrides them per
+// team, a create or fork over a limit is 429 quota_exceeded naming it and the use, and
+// GET /v1/usage shows use against limits.
+func TestQuotas(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Quota = Quota{Sandboxes: 3, VCPUs: 100} })
+	u := e.usage(e.admin)
+	if u.Sandboxes.Used != 0 || limitOf(u.Sandboxes) != 3 || limitOf(u.VCPUs) != 100 || u.MemoryMiB.Limit != nil {
+		t.Fatalf("fresh usage: %+v", u)
+	}
+	a := e.create(e.admin, map[string]any{"template": "base"})
+	e.create(e.admin, map[string]any{"template": "base"})
+	u = e.usage(e.admin)
+	if u.Sandboxes.Used != 2 || u.VCPUs.Used < 2 || u.MemoryMiB.Used < 2*256 {
+		t.Fatalf("usage after two creates: %+v", u)
+	}
+	// A fork of two would make four.
+	r := e.do("POST", "/v1/sandboxes/"+a.ID+"/fork", e.admin, map[string]int{"count": 2})
+	if r.status != 429 || r.errCode() != "quota_exceeded" || !strings.Contains(r.errMessage(), "sandboxes limit 3, in use 2") {
+		t.Fatalf("fork over quota: %d %s", r.status, r.body)
+	}
+	e.mustStatus(e.do("POST", "/v1/sandboxes/"+a.ID+"/fork", e.admin, nil), 201)
+	r = e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base"})
+	if r.status != 429 || r.errCode() != "quota_exceeded" || !strings.Contains(r.errMessage(), "sandboxes limit 3, in use 3") {
+		t.Fatalf("create over quota: %d %s", r.status, r.body)
+	}
+	// Killing one frees room.
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+a.ID, e.admin, nil), 204)
+	e.create(e.admin, map[string]any{"template": "base"})
+
+	// Another team has its own count under the same default; an admin raises its limit.
+	tm := e.mustStatus(e.do("POST", "/v1/teams", e.admin, map[string]string{"name": "beta"}), 201).json(t)
+	beta, teamID := tm["key"].(map[string]any)["key"].(string), tm["team"].(map[string]any)["id"].(string)
+	if u := e.usage(beta); u.Sandboxes.Used != 0 || u.TeamID != teamID {
+		t.Fatalf("beta usage: %+v", u)
+	}
+	e.mustStatus(e.do("PUT", "/v1/teams/"+teamID+"/quota", beta, map[string]any{"sandboxes": 100}), 403)
+	e.mustStatus(e.do("PUT", "/v1/teams/"+teamID+"/quota", e.admin, map[string]any{"sandboxes": -1}), 400)
+	e.mustStatus(e.do("PUT", "/v1/teams/team_nope/quota", e.admin, map[string]any{}), 404)
+	var set v1.Usage
+	json.Unmarshal(e.mustStatus(e.do("PUT", "/v1/teams/"+teamID+"/quota", e.admin,
+		map[string]any{"sandboxes": 1, "vcpus": 0, "memory_mib": 1 << 20}), 200).body, &set)
+	if limitOf(set.Sandboxes) != 1 || set.VCPUs.Limit != nil || limitOf(set.MemoryMiB) != 1<<20 {
+		t.Fatalf("set quota: %+v", set)
+	}
+	e.create(beta, map[string]any{"template": "base"})
+	if r := e.do("POST", "/v1/sandboxes", beta, map[string]any{"template": "base"}); r.status != 429 ||
+		!strings.Contains(r.errMessage(), "sandboxes limit 1, in use 1") {
+		t.Fatalf("beta over its own quota: %d %s", r.status, r.body)
+	}
+	// Memory: a team whose limit is below one sandbox's size can make none.
+	g, _, gamma, err := auth.CreateTeam(context.Background(), e.st, "gamma")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid := g.ID
+	e.mustStatus(e.do("PUT", "/v1/teams/"+gid+"/quota", e.admin, map[string]any{"memory_mib": 1}), 200)
+	if r := e.do("POST", "/v1/sandboxes", gamma, map[string]any{"template": "base"}); r.status != 429 ||
+		!strings.Contains(r.errMessage(), "memory_mib limit 1, in use 0") {
+		t.Fatalf("gamma over memory: %d %s", r.status, r.body)
+	}
+
+	// Volumes: count and size.
+	e.mustStatus(e.do("PUT", "/v1/teams/"+gid+"/quota", e.admin, map[string]any{"volumes": 2, "volume_mib": 300}), 200)
+	vol := e.mustStatus(e.do("POST", "/v1/volumes", gamma, map[string]any{"size_mib": 100}), 201).json(t)
+	if r := e.do("POST", "/v1/volumes", gamma, map[string]any{"size_mib": 250}); r.status != 429 ||
+		!strings.Contains(r.errMessage(), "volume_mib limit 300, in use 100, this call needs 250 more") {
+		t.Fatalf("volume over size quota: %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/volumes/"+vol["id"].(string)+"/resize", gamma, map[string]any{"size_mib": 400}); r.status != 429 ||
+		!strings.Contains(r.errMessage(), "volume_mib limit 300, in use 100, this call needs 300 more") {
+		t.Fatalf("resize over size quota: %d %s", r.status, r.body)
+	}
+	e.mustStatus(e.do("POST", "/v1/volumes", gamma, map[string]any{"size_mib": 100}), 201)
+	if r := e.do("POST", "/v1/volumes", gamma, map[string]any{"size_mib": 10}); r.status != 429 ||
+		!strings.Contains(r.errMessage(), "volumes limit 2, in use 2") {
+		t.Fatalf("volume over count quota: %d %s", r.status, r.body)
+	}
+	if u := e.usage(gamma); u.Volumes.Used != 2 || u.VolumeMiB.Used != 200 || limitOf(u.VolumeMiB) != 300 {
+		t.Fatalf("gamma usage: %+v", u)
+	}
+}
