@@ -87,6 +87,7 @@ type Server struct {
 	auth    *auth.Authenticator
 	metrics *metrics
 	handler http.Handler
+	reaper  reaper
 }
 
 // New builds a server from cfg.

@@ -29,6 +29,7 @@ var versionNames = []string{
 	3: "volumes and their attachments",
 	4: "team templates, catalog aliases and metadata",
 	5: "catalog template sizes and bake times",
+	6: "live sandboxes by expiry",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
