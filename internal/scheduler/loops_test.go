@@ -2,8 +2,10 @@ package scheduler
 
 import (
 	"context"
+	"database/sql"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,5 +114,62 @@ func TestFirstHeartbeatReconcilesLater(t *testing.T) {
 	s.reconcileDue(ctx) // the queue is empty now
 	if n := lists.Load(); n != 1 {
 		t.Fatalf("%d list calls after the queue emptied", n)
+	}
+}
+
+// TestPlacementSkipsSilentHosts: a host silent for more than two heartbeat intervals is not a
+// candidate, though not marked down yet (it would look emptiest and rank first).
+func TestPlacementSkipsSilentHosts(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now().Add(-time.Hour) // this scheduler has run for an hour: past its start-up grace
+	calls := 0
+	s, st := newSched(t, Config{HeartbeatTimeout: 15 * time.Second, Now: func() time.Time {
+		calls++
+		if calls == 1 {
+			return start
+		}
+		return time.Now()
+	}})
+	path := filepath.Join(t.TempDir(), "s.db") // a store whose file this test can write to
+	st.Close()
+	st, err := store.OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s.cfg.Store = st
+	for _, r := range []Registration{reg("busy", 2000, 3, tmpl("base", true)), reg("silent", 8000, 0, tmpl("base", true))} {
+		if err := s.Register(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := s.Place(ctx, "base"); !equal(ids(got), []string{"silent", "busy"}) {
+		t.Fatalf("placement %v", ids(got))
+	}
+	setLastHeartbeat(t, path, "silent", time.Now().Add(-11*time.Second)) // missed two 5 s beats
+	for _, place := range []func(context.Context) ([]store.Host, error){
+		func(ctx context.Context) ([]store.Host, error) { return s.Place(ctx, "base") },
+		s.PlaceVolume,
+	} {
+		if got, err := place(ctx); err != nil || !equal(ids(got), []string{"busy"}) {
+			t.Fatalf("placement with a silent host: %v %v", ids(got), err)
+		}
+	}
+	if h, _ := st.GetHost(ctx, "silent"); h.State != store.HostUp {
+		t.Fatal("the silent host is not down yet")
+	}
+}
+
+// setLastHeartbeat writes a host's last heartbeat in the store behind its back (the store stamps
+// heartbeats with its own clock).
+func setLastHeartbeat(t *testing.T, path, hostID string, at time.Time) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE hosts SET last_heartbeat = ? WHERE id = ?`, at.UnixMicro(), hostID); err != nil {
+		t.Fatal(err)
 	}
 }

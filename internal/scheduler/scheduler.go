@@ -306,9 +306,10 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 	var cands []hostRank
 	up, knows, tooBig := 0, 0, 0
 	var sizeErr error
+	heard := s.heardSince()
 	s.mu.Lock()
 	for _, h := range hosts {
-		if h.State != store.HostUp {
+		if h.State != store.HostUp || h.LastHeartbeat.Before(heard) {
 			continue
 		}
 		up++
@@ -344,6 +345,18 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 		}
 	}
 	return rankHosts(cands, need), nil
+}
+
+// heardSince is how recent a host's last heartbeat must be for placement to pick it: within two
+// heartbeat intervals (a third of the timeout each). A silent host is not picked even before it
+// is marked down (it would look emptiest and rank first). During the first timeout after this
+// process starts every heartbeat may look old, so any up host is picked.
+func (s *Scheduler) heardSince() time.Time {
+	now := s.cfg.Now()
+	if now.Sub(s.started) < s.cfg.HeartbeatTimeout {
+		return time.Time{}
+	}
+	return now.Add(-2 * s.cfg.HeartbeatTimeout / 3)
 }
 
 // roomLocked is the guest memory a host can still take (s.mu held): what its commit limit leaves,
@@ -425,9 +438,10 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 		return nil, err
 	}
 	var cands []hostRank
+	heard := s.heardSince()
 	s.mu.Lock()
 	for _, h := range hosts {
-		if h.State != store.HostUp {
+		if h.State != store.HostUp || h.LastHeartbeat.Before(heard) {
 			continue
 		}
 		p := s.pending[h.ID]
