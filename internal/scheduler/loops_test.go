@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"database/sql"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/store/pgtest"
 )
 
 // settable is a clock tests move by hand.
@@ -171,5 +174,46 @@ func setLastHeartbeat(t *testing.T, path, hostID string, at time.Time) {
 	defer db.Close()
 	if _, err := db.Exec(`UPDATE hosts SET last_heartbeat = ? WHERE id = ?`, at.UnixMicro(), hostID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReconcileAllOneReplica: of two servers on one PostgreSQL only the one holding the
+// reconciler lock lists the hosts; the other takes over once it is let go.
+func TestReconcileAllOneReplica(t *testing.T) {
+	ctx := context.Background()
+	pg, err := pgtest.Start()
+	if err != nil {
+		t.Fatalf("PostgreSQL: %v", err)
+	}
+	defer pg.Stop()
+	u, err := pg.NewDatabase(ctx, "reconcile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, lists := agentLists(t, false)
+	var replicas []*Scheduler
+	for i := 0; i < 2; i++ {
+		st, err := store.OpenPostgres(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		s := New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err := s.Register(ctx, Registration{HostID: "h", URL: url, Token: "t", SlotsTotal: 4}); err != nil {
+			t.Fatal(err)
+		}
+		replicas = append(replicas, s)
+	}
+	lists.Store(0)
+	for i, want := range []int64{1, 1, 2} {
+		replicas[i%2].ReconcileAll(ctx)
+		if n := lists.Load(); n != want {
+			t.Fatalf("after ReconcileAll %d: %d list calls, want %d", i, n, want)
+		}
+	}
+	replicas[0].reconciler.Release()
+	replicas[1].ReconcileAll(ctx)
+	if n := lists.Load(); n != 3 {
+		t.Fatalf("after the lock passed: %d list calls", n)
 	}
 }

@@ -103,6 +103,8 @@ type Scheduler struct {
 	catalog map[string]store.Template // last catalog entry written per template
 	due     map[string]bool           // hosts to reconcile soon (first heartbeat since start)
 	dueSig  chan struct{}             // something was added to due
+
+	reconciler *store.Lock // held by the one replica that runs ReconcileAll
 }
 
 type reservation struct {
@@ -135,7 +137,7 @@ func New(cfg Config) *Scheduler {
 	}
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{},
 		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, catalog: map[string]store.Template{},
-		due: map[string]bool{}, dueSig: make(chan struct{}, 1)}
+		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler")}
 }
 
 // HeartbeatTimeout is the configured timeout.
@@ -705,8 +707,15 @@ func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	return s.Register(ctx, RegistrationFromInfo(info, a.url, a.token))
 }
 
-// ReconcileAll reconciles every host that is up.
+// ReconcileAll reconciles every host that is up, on the one replica holding the reconciler lock
+// (the others do nothing: every host is listed once per interval, not once per replica).
 func (s *Scheduler) ReconcileAll(ctx context.Context) {
+	if mine, err := s.reconciler.Hold(ctx); err != nil || !mine {
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("reconcile: cannot take the reconciler lock", "err", err)
+		}
+		return
+	}
 	hosts, err := s.cfg.Store.ListHosts(ctx)
 	if err != nil {
 		s.cfg.Logger.Warn("reconcile: cannot list hosts", "err", err)
@@ -723,6 +732,7 @@ func (s *Scheduler) ReconcileAll(ctx context.Context) {
 // loop of its own: a slow reconcile of every host (one list call each) must not hold up marking
 // silent hosts down.
 func (s *Scheduler) Run(ctx context.Context) {
+	defer s.reconciler.Release()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	loop := func(every time.Duration, fn func()) {
