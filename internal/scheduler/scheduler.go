@@ -757,14 +757,10 @@ func (s *Scheduler) Run(ctx context.Context) {
 		}
 	})
 	loop(s.cfg.PollInterval, func() { s.PollStatic(ctx) })
-	recon := time.NewTicker(s.cfg.ReconcileInterval)
-	defer recon.Stop()
-	for {
+	loop(s.cfg.ReconcileInterval, func() { s.ReconcileAll(ctx) })
+	for ctx.Err() == nil { // hosts queued by their first heartbeat
 		select {
 		case <-ctx.Done():
-			return
-		case <-recon.C:
-			s.ReconcileAll(ctx)
 		case <-s.dueSig:
 			s.reconcileDue(ctx)
 		}
