@@ -698,3 +698,17 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateOnSilentHostIs503: a create whose hosts all fail to answer is a capacity answer
+// (503, retry later), not an internal error.
+func TestCreateOnSilentHostIs503(t *testing.T) {
+	e := newEnv(t)
+	e.agent.Close() // still up in the store, heard from just now
+	r := e.do("POST", "/v1/sandboxes", e.admin, `{"template": "base"}`)
+	if r.status != 503 || r.errCode() != "capacity" {
+		t.Fatalf("create on a host that does not answer: %d %s", r.status, r.body)
+	}
+	if n := e.sandboxCount(); n != 0 {
+		t.Fatalf("%d sandboxes recorded", n)
+	}
+}

@@ -336,44 +336,6 @@ func (s *Server) setTTL(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, viewOf(sb), err)
 }
 
-// RunReaper kills expired sandboxes every ReapInterval until ctx ends.
-func (s *Server) RunReaper(ctx context.Context) {
-	t := time.NewTicker(s.cfg.ReapInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := s.ReapOnce(ctx); err != nil && ctx.Err() == nil {
-				s.log.Error("reaper failed", "err", err)
-			}
-		}
-	}
-}
-
-// ReapOnce kills every sandbox whose TTL has run out and returns how many it killed.
-func (s *Server) ReapOnce(ctx context.Context) (int, error) {
-	n := 0
-	for {
-		batch, err := s.store.ExpiredSandboxes(ctx, s.now(), 100)
-		if err != nil || len(batch) == 0 {
-			return n, err
-		}
-		for _, sb := range batch {
-			if err := s.svc.Kill(ctx, sb, "ttl expired"); err != nil {
-				return n, err
-			}
-			s.log.Info("sandbox expired: killed", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
-			s.metrics.reapedOne()
-			n++
-		}
-		if len(batch) < 100 {
-			return n, nil
-		}
-	}
-}
-
 // notKilled are the states of a sandbox that has not ended (its host may still have it).
 var notKilled = []string{store.StateRunning, store.StateHibernated, store.StateError, store.StateLost}
 

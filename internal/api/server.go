@@ -96,6 +96,7 @@ type Server struct {
 	metrics *metrics
 	limits  struct{ all, create *buckets } // nil: no rate limit
 	handler http.Handler
+	reaper  reaper
 }
 
 // New builds a server from cfg.

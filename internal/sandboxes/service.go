@@ -124,13 +124,17 @@ func retryable(err error, codes ...string) bool {
 }
 
 // tryHosts calls try on the hosts in order (at most maxHostTries of them) until one succeeds,
-// moving on only when the failure is retryable with codes. It returns the last error.
+// moving on only when the failure is retryable with codes. It returns the last error; when the
+// last host tried did not answer that is an errdefs.Capacity (the hosts' fault, not ours: retry
+// later), as a refusal for want of room is.
 func (s *Service) tryHosts(what string, hosts []store.Host, codes []string, try func(store.Host) error) error {
 	var lastErr error
+	tried := 0
 	for i, h := range hosts {
 		if i == maxHostTries {
 			break
 		}
+		tried++
 		err := try(h)
 		if err == nil {
 			return nil
@@ -140,6 +144,10 @@ func (s *Service) tryHosts(what string, hosts []store.Host, codes []string, try 
 			return err
 		}
 		s.log.Warn("host could not take "+what+", trying the next", "host", h.ID, "err", err)
+	}
+	var ue *agentclient.Unreachable
+	if errors.As(lastErr, &ue) {
+		return errdefs.Capacityf("no host could take %s now (%d tried: full or not answering): retry later", what, tried)
 	}
 	return lastErr
 }

@@ -101,6 +101,10 @@ type Scheduler struct {
 	limits  map[string]HostLimits     // host -> its last reported policy
 	seen    map[string]bool           // hosts this process has heard from
 	catalog map[string]store.Template // last catalog entry written per template
+	due     map[string]bool           // hosts to reconcile soon (first heartbeat since start)
+	dueSig  chan struct{}             // something was added to due
+
+	reconciler *store.Lock // held by the one replica that runs ReconcileAll
 }
 
 type reservation struct {
@@ -132,7 +136,8 @@ func New(cfg Config) *Scheduler {
 		cfg.Logger = slog.Default()
 	}
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{},
-		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, catalog: map[string]store.Template{}}
+		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, catalog: map[string]store.Template{},
+		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler")}
 }
 
 // HeartbeatTimeout is the configured timeout.
@@ -142,6 +147,13 @@ func (s *Scheduler) HeartbeatTimeout() time.Duration { return s.cfg.HeartbeatTim
 // template catalog from it. A host coming back from `down`, or heard from for the first time since
 // this process started (both sides may have restarted), is reconciled before Register returns.
 func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
+	return s.register(ctx, reg, false)
+}
+
+// register is Register; with later, a host heard from for the first time since this process
+// started is queued for Run's reconcile loop instead (a new replica hears every host's heartbeat
+// within one interval: reconciling them all inside those requests would stall them).
+func (s *Scheduler) register(ctx context.Context, reg Registration, later bool) error {
 	if reg.HostID == "" || reg.URL == "" {
 		return fmt.Errorf("registration needs host_id and url")
 	}
@@ -194,6 +206,8 @@ func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
 	switch {
 	case prev == "":
 		s.cfg.Logger.Info("host registered", "host", h.ID, "url", h.URL, "slots", h.SlotsTotal, "mem_mib_free", h.MemMiBFree, "templates", h.Templates)
+	case prev != store.HostDown && firstSight && later:
+		s.reconcileSoon(h.ID)
 	case prev == store.HostDown || firstSight:
 		if prev == store.HostDown {
 			s.cfg.Logger.Info("host is back up", "host", h.ID)
@@ -210,13 +224,54 @@ func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
 }
 
 // Heartbeat is Register for a host that is already known; an unknown one gets ErrUnknownHost.
+// The first heartbeat of a host since this process started does not wait for its reconcile:
+// Run's reconcile loop does it soon after.
 func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 	if _, err := s.cfg.Store.GetHost(ctx, reg.HostID); errors.Is(err, store.ErrNotFound) {
 		return ErrUnknownHost
 	} else if err != nil {
 		return err
 	}
-	return s.Register(ctx, reg)
+	return s.register(ctx, reg, true)
+}
+
+// reconcileSoon queues hostID for Run's reconcile loop.
+func (s *Scheduler) reconcileSoon(hostID string) {
+	s.mu.Lock()
+	s.due[hostID] = true
+	s.mu.Unlock()
+	select {
+	case s.dueSig <- struct{}{}:
+	default:
+	}
+}
+
+// reconcileDue reconciles the queued hosts one after another (a list call each: spread out, not
+// all at once) until none is left or ctx ends.
+func (s *Scheduler) reconcileDue(ctx context.Context) {
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		id := ""
+		for h := range s.due {
+			id = h
+			break
+		}
+		delete(s.due, id)
+		s.mu.Unlock()
+		if id == "" {
+			return
+		}
+		s.reconcileLogged(ctx, id)
+	}
+}
+
+// reconcileLogged reconciles one host within 30 s, logging a failure.
+func (s *Scheduler) reconcileLogged(ctx context.Context, hostID string) {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.Reconcile(rctx, hostID); err != nil && ctx.Err() == nil {
+		s.cfg.Logger.Warn("reconcile failed", "host", hostID, "err", err)
+	}
 }
 
 // Client returns the (cached) agent client of a host.
@@ -253,9 +308,10 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 	var cands []hostRank
 	up, knows, tooBig := 0, 0, 0
 	var sizeErr error
+	heard := s.heardSince()
 	s.mu.Lock()
 	for _, h := range hosts {
-		if h.State != store.HostUp {
+		if h.State != store.HostUp || h.LastHeartbeat.Before(heard) {
 			continue
 		}
 		up++
@@ -291,6 +347,18 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 		}
 	}
 	return rankHosts(cands, need), nil
+}
+
+// heardSince is how recent a host's last heartbeat must be for placement to pick it: within two
+// heartbeat intervals (a third of the timeout each). A silent host is not picked even before it
+// is marked down (it would look emptiest and rank first). During the first timeout after this
+// process starts every heartbeat may look old, so any up host is picked.
+func (s *Scheduler) heardSince() time.Time {
+	now := s.cfg.Now()
+	if now.Sub(s.started) < s.cfg.HeartbeatTimeout {
+		return time.Time{}
+	}
+	return now.Add(-2 * s.cfg.HeartbeatTimeout / 3)
 }
 
 // roomLocked is the guest memory a host can still take (s.mu held): what its commit limit leaves,
@@ -372,9 +440,10 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 		return nil, err
 	}
 	var cands []hostRank
+	heard := s.heardSince()
 	s.mu.Lock()
 	for _, h := range hosts {
-		if h.State != store.HostUp {
+		if h.State != store.HostUp || h.LastHeartbeat.Before(heard) {
 			continue
 		}
 		p := s.pending[h.ID]
@@ -638,45 +707,62 @@ func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	return s.Register(ctx, RegistrationFromInfo(info, a.url, a.token))
 }
 
-// ReconcileAll reconciles every host that is up.
+// ReconcileAll reconciles every host that is up, on the one replica holding the reconciler lock
+// (the others do nothing: every host is listed once per interval, not once per replica).
 func (s *Scheduler) ReconcileAll(ctx context.Context) {
+	if mine, err := s.reconciler.Hold(ctx); err != nil || !mine {
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("reconcile: cannot take the reconciler lock", "err", err)
+		}
+		return
+	}
 	hosts, err := s.cfg.Store.ListHosts(ctx)
 	if err != nil {
 		s.cfg.Logger.Warn("reconcile: cannot list hosts", "err", err)
 		return
 	}
 	for _, h := range hosts {
-		if h.State != store.HostUp {
-			continue
+		if h.State == store.HostUp && ctx.Err() == nil {
+			s.reconcileLogged(ctx, h.ID)
 		}
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		if err := s.Reconcile(rctx, h.ID); err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Warn("reconcile failed", "host", h.ID, "err", err)
-		}
-		cancel()
 	}
 }
 
-// Run polls static agents, checks heartbeats and reconciles hosts until ctx ends.
+// Run polls static agents, checks heartbeats and reconciles hosts until ctx ends. Each runs in a
+// loop of its own: a slow reconcile of every host (one list call each) must not hold up marking
+// silent hosts down.
 func (s *Scheduler) Run(ctx context.Context) {
-	check := time.NewTicker(max(s.cfg.HeartbeatTimeout/5, 100*time.Millisecond))
-	defer check.Stop()
-	poll := time.NewTicker(s.cfg.PollInterval)
-	defer poll.Stop()
-	recon := time.NewTicker(s.cfg.ReconcileInterval)
-	defer recon.Stop()
-	for {
+	defer s.reconciler.Release()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	loop := func(every time.Duration, fn func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					fn()
+				}
+			}
+		}()
+	}
+	loop(max(s.cfg.HeartbeatTimeout/5, 100*time.Millisecond), func() {
+		if err := s.CheckHosts(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("heartbeat check failed", "err", err)
+		}
+	})
+	loop(s.cfg.PollInterval, func() { s.PollStatic(ctx) })
+	loop(s.cfg.ReconcileInterval, func() { s.ReconcileAll(ctx) })
+	for ctx.Err() == nil { // hosts queued by their first heartbeat
 		select {
 		case <-ctx.Done():
-			return
-		case <-recon.C:
-			s.ReconcileAll(ctx)
-		case <-poll.C:
-			s.PollStatic(ctx)
-		case <-check.C:
-			if err := s.CheckHosts(ctx); err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Error("heartbeat check failed", "err", err)
-			}
+		case <-s.dueSig:
+			s.reconcileDue(ctx)
 		}
 	}
 }

@@ -30,6 +30,7 @@ var versionNames = []string{
 	4: "team templates, catalog aliases and metadata",
 	5: "catalog template sizes and bake times",
 	6: "audit log, scoped keys and team quotas",
+	7: "live sandboxes by expiry",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

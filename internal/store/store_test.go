@@ -965,6 +965,7 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{4, "team templates, catalog aliases and metadata", "adcb24eceaa4fcad58ba8bbc66aafd4513294dcc846475213b891862cd4694ae"},
 		{5, "catalog template sizes and bake times", "23db207cf3a3f000e9a8e71166bd8f390f5092ec2d4a403d547fdc0da54dda0d"},
 		{6, "audit log, scoped keys and team quotas", "adb94783b424342a865afe0f26936df65a7b69c04dd78bb0744e433bc5fad79a"},
+		{7, "live sandboxes by expiry", "11cceaa6788c34ed900ab7d753ab916314ae1919bd888f9b0ba90cacc25e570c"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))
