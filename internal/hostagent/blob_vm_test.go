@@ -48,7 +48,12 @@ func TestTemplatesTravelThroughBlobStore(t *testing.T) {
 	if r := b.exec(sb.ID, map[string]any{"cmd": "echo restored-from-a-pull"}); strings.TrimSpace(r.Stdout) != "restored-from-a-pull" || r.ExitCode != 0 {
 		t.Fatalf("exec in a sandbox of the pulled template: %+v", r)
 	}
-	// A restart of B finds the pulled bake on disk: no second pull.
+	// A restart of B finds the pulled bake on disk: no second pull. (The sandbox goes first: an
+	// adopted VMM is not this process's child, and the harness's cleanup could not wait for it
+	// before unmounting the pool.)
+	if code := b.call("DELETE", "/v1/sandboxes/"+sb.ID, nil, nil); code != 204 {
+		t.Fatalf("kill: status %d", code)
+	}
 	b.stop()
 	b.start()
 	say, said = lines()
