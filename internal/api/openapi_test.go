@@ -84,6 +84,9 @@ var wireTypes = func() map[string]reflect.Type {
 		v1.ResizeVolumeRequest{}, v1.Key{}, v1.Keys{}, v1.CreateKeyRequest{}, v1.Team{},
 		v1.CreateTeamRequest{}, v1.NewTeam{}, v1.Info{}, v1.EgressInfo{}, v1.Range{}, v1.AuditEntry{}, v1.AuditPage{},
 		v1.Usage{}, v1.UsageItem{}, v1.QuotaRequest{},
+		v1.Function{}, v1.Functions{}, v1.FunctionSpec{}, v1.FunctionVersion{}, v1.FunctionVersions{}, v1.InvokeRequest{},
+		v1.FunctionError{}, v1.FunctionRun{}, v1.FunctionRuns{}, v1.Schedule{}, v1.Schedules{}, v1.CreateScheduleRequest{},
+		v1.ScheduleRun{}, v1.ScheduleRuns{},
 	} {
 		t := reflect.TypeOf(v)
 		m[t.Name()] = t
@@ -187,6 +190,12 @@ func jsonFields(t reflect.Type) map[string]jsonField {
 // matchType says how p fails to describe Go type t ("" if it does). A pointer that is never
 // left out can be null on the wire, so its schema must allow null.
 func matchType(p *schema, t reflect.Type, alwaysThere bool) string {
+	if t == reflect.TypeFor[json.RawMessage]() {
+		if p.Type != nil || p.Ref != "" {
+			return "raw JSON (any value) has a schema without type"
+		}
+		return ""
+	}
 	if t.Kind() == reflect.Pointer {
 		if alwaysThere && !schemaTypes(p)["null"] {
 			return "a pointer that is never left out can be null: type [T, \"null\"]"

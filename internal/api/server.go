@@ -23,6 +23,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/schedules"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/templates"
 )
@@ -86,17 +87,19 @@ type Config struct {
 
 // Server serves the API. Create with New.
 type Server struct {
-	cfg     Config
-	store   *store.Store
-	sched   *scheduler.Scheduler
-	svc     *sandboxes.Service
-	tmpl    *templates.Service
-	log     *slog.Logger
-	auth    *auth.Authenticator
-	metrics *metrics
-	limits  struct{ all, create *buckets } // nil: no rate limit
-	handler http.Handler
-	reaper  reaper
+	cfg   Config
+	store *store.Store
+	sched *scheduler.Scheduler
+	svc   *sandboxes.Service
+	tmpl  *templates.Service
+	// schedules is the cron engine (internal/schedules); RunSchedules ticks it.
+	schedules *schedules.Engine
+	log       *slog.Logger
+	auth      *auth.Authenticator
+	metrics   *metrics
+	limits    struct{ all, create *buckets } // nil: no rate limit
+	handler   http.Handler
+	reaper    reaper
 }
 
 // New builds a server from cfg.
@@ -136,6 +139,7 @@ func New(cfg Config) *Server {
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen})
 	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
+	s.schedules = schedules.New(schedules.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger, Now: cfg.Now})
 	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
 	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()
@@ -212,6 +216,14 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/audit", apiKey, s.listAudit},
 		{"GET", "/v1/usage", apiKey, s.usage},
 		{"PUT", "/v1/teams/{id}/quota", apiKey, s.setQuota},
+		{"POST", "/v1/schedules", apiKey, s.createSchedule},
+		{"GET", "/v1/schedules", apiKey, s.listSchedules},
+		{"GET", "/v1/schedules/{id}", apiKey, s.getSchedule},
+		{"DELETE", "/v1/schedules/{id}", apiKey, s.deleteSchedule},
+		{"POST", "/v1/schedules/{id}/pause", apiKey, s.pauseSchedule},
+		{"POST", "/v1/schedules/{id}/resume", apiKey, s.resumeSchedule},
+		{"POST", "/v1/schedules/{id}/trigger", apiKey, s.triggerSchedule},
+		{"GET", "/v1/schedules/{id}/runs", apiKey, s.listScheduleRuns},
 	}
 }
 

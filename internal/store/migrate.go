@@ -31,12 +31,13 @@ var versionNames = []string{
 	5: "catalog template sizes and bake times",
 	6: "audit log, scoped keys and team quotas",
 	7: "live sandboxes by expiry",
+	8: "functions and schedules",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
 // (tables before the tables that reference them).
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
-	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema)
+	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, schedulesSchema)
 
 // assemble groups the domains' steps into migrations by version.
 func assemble(domains ...[]schemaStep) []migration {
