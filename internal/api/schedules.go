@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
@@ -88,14 +87,10 @@ func (s *Server) triggerSchedule(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listScheduleRuns(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	limit := DefaultListLimit
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxListLimit {
-			s.writeError(w, r, invalid("limit must be an integer 1-%d", MaxListLimit))
-			return
-		}
-		limit = n
+	limit, err := limitParam(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	runs, err := s.schedules.Runs(r.Context(), id.TeamID, r.PathValue("id"), limit)
 	out := v1.ScheduleRuns{Runs: []v1.ScheduleRun{}}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/functions"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/schedules"
@@ -80,6 +81,8 @@ type Config struct {
 	RateLimit RateLimit
 	// Quota is every team's default limits (zero: none); an admin key may override them per team.
 	Quota Quota
+	// SecretsKey (32 bytes) seals functions' secrets at rest (AES-256-GCM); empty: unsealed.
+	SecretsKey []byte
 	// Version is reported by /healthz.
 	Version string
 	Now     func() time.Time
@@ -94,6 +97,8 @@ type Server struct {
 	tmpl  *templates.Service
 	// schedules is the cron engine (internal/schedules); RunSchedules ticks it.
 	schedules *schedules.Engine
+	// functions is internal/functions' service.
+	functions *functions.Service
 	log       *slog.Logger
 	auth      *auth.Authenticator
 	metrics   *metrics
@@ -140,6 +145,9 @@ func New(cfg Config) *Server {
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen})
 	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
 	s.schedules = schedules.New(schedules.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger, Now: cfg.Now})
+	s.functions = functions.New(functions.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
+		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain})
+	s.schedules.SetFunctions(s.functions)
 	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
 	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()
@@ -216,6 +224,14 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/audit", apiKey, s.listAudit},
 		{"GET", "/v1/usage", apiKey, s.usage},
 		{"PUT", "/v1/teams/{id}/quota", apiKey, s.setQuota},
+		{"POST", "/v1/functions", apiKey, s.deployFunction},
+		{"GET", "/v1/functions", apiKey, s.listFunctions},
+		{"GET", "/v1/functions/{id}", apiKey, s.getFunction},
+		{"DELETE", "/v1/functions/{id}", apiKey, s.deleteFunction},
+		{"GET", "/v1/functions/{id}/versions", apiKey, s.listFunctionVersions},
+		{"POST", "/v1/functions/{id}/invoke", apiKey, s.invokeFunction},
+		{"GET", "/v1/functions/{id}/runs", apiKey, s.listFunctionRuns},
+		{"GET", "/v1/functions/{id}/runs/{run}", apiKey, s.getFunctionRun},
 		{"POST", "/v1/schedules", apiKey, s.createSchedule},
 		{"GET", "/v1/schedules", apiKey, s.listSchedules},
 		{"GET", "/v1/schedules/{id}", apiKey, s.getSchedule},

@@ -120,6 +120,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		go func() { srv.RunSchedules(lctx, 0); close(schedulesDone) }() // waits for its runs
 		srv.RunReaper(lctx)
 		<-schedulesDone
+		srv.Close()
 	}()
 	return cp, key, nil
 }

@@ -37,7 +37,7 @@ var versionNames = []string{
 // migrations runs the domains' statements version by version; within a version, in this order
 // (tables before the tables that reference them).
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
-	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, schedulesSchema)
+	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, functionsSchema, schedulesSchema)
 
 // assemble groups the domains' steps into migrations by version.
 func assemble(domains ...[]schemaStep) []migration {
