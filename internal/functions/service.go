@@ -318,13 +318,13 @@ func (s *Service) waitReady(ctx context.Context, c *agentclient.Client, sbID str
 			return nil
 		}
 		if time.Now().After(deadline) {
-			log := ""
-			if resp, rerr := c.ReadFile(ctx, sbID, fnDir+"/runner.log"); rerr == nil {
-				b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<10))
-				resp.Body.Close()
-				log = string(b)
+			secs := 10.0
+			diag := ""
+			if res, xerr := c.Exec(ctx, sbID, agentclient.ExecRequest{Cmd: "tail -c 4000 " + fnDir + "/runner.log; ps -eo pid,args | grep -v ' \\[' | tail -n 20",
+				TimeoutSeconds: &secs}); xerr == nil {
+				diag = res.Stdout + res.Stderr
 			}
-			return errdefs.Invalidf("the function's runner did not start within %s: %s", ImportTimeout, log)
+			return errdefs.Invalidf("the function's runner did not answer within %s (%v): %s", ImportTimeout, err, diag)
 		}
 		select {
 		case <-ctx.Done():
