@@ -219,6 +219,28 @@ func TestE2EFunctions(t *testing.T) {
 	if !strings.Contains(string(b), `"version":2`) || !strings.Contains(string(b), `"version":1`) || !strings.Contains(string(b), `"secret_names":["API_TOKEN"]`) {
 		t.Fatalf("versions %s", b)
 	}
+	// A schedule runs the function (triggered now rather than waiting for its hour).
+	code, b = cp.call(t, "POST", "/v1/schedules", mustJSON(map[string]any{"cron": "@hourly", "function_id": id, "payload": map[string]any{}}), "application/json")
+	var sc struct{ ID string }
+	if json.Unmarshal(b, &sc); code != 201 {
+		t.Fatalf("schedule: %d %s", code, b)
+	}
+	if code, b := cp.call(t, "POST", "/v1/schedules/"+sc.ID+"/trigger", nil, ""); code != 202 {
+		t.Fatalf("trigger: %d %s", code, b)
+	}
+	cp.srv.Schedules().Wait()
+	_, b = cp.call(t, "GET", "/v1/schedules/"+sc.ID+"/runs", nil, "")
+	var sruns struct {
+		Runs []struct {
+			Status        string
+			FunctionRunID string `json:"function_run_id"`
+			Output        string
+		}
+	}
+	if json.Unmarshal(b, &sruns); len(sruns.Runs) != 1 || sruns.Runs[0].Status != "succeeded" || sruns.Runs[0].FunctionRunID == "" ||
+		!strings.Contains(sruns.Runs[0].Output, `"greeting": "hi again"`) {
+		t.Fatalf("schedule runs %s", b)
+	}
 	if code, _ := cp.call(t, "DELETE", "/v1/functions/"+id, nil, ""); code != 204 {
 		t.Fatalf("delete: %d", code)
 	}

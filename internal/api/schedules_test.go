@@ -25,6 +25,8 @@ func TestSchedulesAPI(t *testing.T) {
 		{`{"cron": "@hourly", "template": "nope", "cmd": "true"}`, 400, "unknown template"},
 		{`{"cron": "@hourly", "template": "base", "cmd": "true", "overlap": "x"}`, 400, "overlap"},
 		{`{"cron": "@hourly", "template": "base", "cmd": "true", "bogus": 1}`, 400, "bogus"},
+		{`{"cron": "@hourly", "function_id": "fn_nope"}`, 404, "function fn_nope not found"},
+		{`{"cron": "@hourly", "function_id": "fn_nope", "cmd": "true"}`, 400, "not both"},
 		{`{"cron": "@hourly", "template": "base", "cmd": "true", "payload": "` + strings.Repeat("x", 300<<10) + `"}`, 413, "limit"},
 	} {
 		r := e.do("POST", "/v1/schedules", a, c.body)
