@@ -29,6 +29,17 @@ export {
   type SandboxState,
 } from "./sandbox.js";
 export {
+  Functions,
+  Schedules,
+  type FunctionInfo,
+  type FunctionSpec,
+  type FunctionVersion,
+  type FunctionRun,
+  type Schedule,
+  type ScheduleRun,
+  type CreateScheduleParams,
+} from "./functions.js";
+export {
   PandaStackError,
   ConfigurationError,
   APIConnectionError,

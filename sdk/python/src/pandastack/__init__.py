@@ -31,6 +31,7 @@ from .errors import (
 # import does not gain generic names such as HTTPResponse.
 from ._http import HTTPRequest, HTTPResponse
 from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, Volume, VolumeAttachment
+from .functions import Functions, Schedules
 from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates, Volumes
 
 __all__ = [
@@ -52,6 +53,8 @@ __all__ = [
     "Volume",
     "VolumeAttachment",
     "Volumes",
+    "Functions",
+    "Schedules",
     "PandaStackError",
     "ConfigurationError",
     "APIConnectionError",
