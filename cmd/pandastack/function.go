@@ -203,14 +203,7 @@ func functionCmd() *cobra.Command {
 			}
 			return nil
 		})
-	runs := f.verb("runs ID", "List a function's runs, newest first", cobra.ExactArgs(1),
-		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			rs, err := c.FunctionRuns(ctx, args[0], 0)
-			if err != nil {
-				return err
-			}
-			return functionRunsTable.print(f, cmd, append([]v1.FunctionRun{}, rs...), false)
-		})
+	runs := runsCmd(f, functionRunsTable, "List a function's runs, newest first", (*client.Client).FunctionRuns)
 	list := listCmd(f, functionsTable, "List your team's functions", (*client.Client).ListFunctions)
 	get := getCmd(f, functionsTable, "get ID", "Show a function (its latest version)", (*client.Client).GetFunction)
 	versions := f.verb("versions ID", "List a function's versions (JSON)", cobra.ExactArgs(1),
@@ -288,15 +281,19 @@ func scheduleCmd() *cobra.Command {
 	pause := getCmd(f, schedulesTable, "pause ID", "Pause a schedule", (*client.Client).PauseSchedule)
 	resume := getCmd(f, schedulesTable, "resume ID", "Resume a schedule (instants while it was paused are not run)", (*client.Client).ResumeSchedule)
 	trigger := getCmd(f, scheduleRunsTable, "trigger ID", "Run a schedule now", (*client.Client).TriggerSchedule)
-	runs := f.verb("runs ID", "List a schedule's runs, newest first", cobra.ExactArgs(1),
-		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			rs, err := c.ScheduleRuns(ctx, args[0], 0)
-			if err != nil {
-				return err
-			}
-			return scheduleRunsTable.print(f, cmd, append([]v1.ScheduleRun{}, rs...), false)
-		})
+	runs := runsCmd(f, scheduleRunsTable, "List a schedule's runs, newest first", (*client.Client).ScheduleRuns)
 	del := f.deleteCmd("delete ID...", "Delete schedules and their runs", (*client.Client).DeleteSchedule)
 	cmd.AddCommand(create, list, get, pause, resume, trigger, runs, del)
 	return cmd
+}
+
+// runsCmd is a `runs ID` verb: the runs of one function or schedule, newest first.
+func runsCmd[T any](f *apiFlags, p printer[T], short string, call func(*client.Client, context.Context, string, int) ([]T, error)) *cobra.Command {
+	return f.verb("runs ID", short, cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		rs, err := call(c, ctx, args[0], 0)
+		if err != nil {
+			return err
+		}
+		return p.print(f, cmd, append([]T{}, rs...), false)
+	})
 }

@@ -160,11 +160,7 @@ func (s *Server) deleteFunction(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listFunctionVersions(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	vs, err := s.functions.Versions(r.Context(), id.TeamID, r.PathValue("id"))
-	out := v1.FunctionVersions{Versions: []v1.FunctionVersion{}}
-	for _, v := range vs {
-		out.Versions = append(out.Versions, functionVersionView(v))
-	}
-	s.reply(w, r, http.StatusOK, out, err)
+	s.reply(w, r, http.StatusOK, v1.FunctionVersions{Versions: viewsOf(vs, functionVersionView)}, err)
 }
 
 // invokeFunction runs the function and answers the run (200), or with ?async=1 records it and
@@ -191,16 +187,11 @@ func (s *Server) invokeFunction(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listFunctionRuns(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	limit, err := limitParam(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
+	var runs []store.FunctionRun
+	if err == nil {
+		runs, err = s.functions.Runs(r.Context(), id.TeamID, r.PathValue("id"), limit)
 	}
-	runs, err := s.functions.Runs(r.Context(), id.TeamID, r.PathValue("id"), limit)
-	out := v1.FunctionRuns{Runs: []v1.FunctionRun{}}
-	for _, run := range runs {
-		out.Runs = append(out.Runs, functionRunView(run))
-	}
-	s.reply(w, r, http.StatusOK, out, err)
+	s.reply(w, r, http.StatusOK, v1.FunctionRuns{Runs: viewsOf(runs, functionRunView)}, err)
 }
 
 func (s *Server) getFunctionRun(w http.ResponseWriter, r *http.Request) {
@@ -224,3 +215,12 @@ func limitParam(r *http.Request) (int, error) {
 
 // Close stops the functions' background work (async runs and their retries) and waits for it.
 func (s *Server) Close() { s.functions.Close() }
+
+// viewsOf maps records to their wire views (an empty list, never null).
+func viewsOf[R, V any](recs []R, view func(R) V) []V {
+	out := make([]V, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, view(r))
+	}
+	return out
+}

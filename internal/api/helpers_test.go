@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // These tests cover the control plane alone: host agents are fakeagent test doubles (no VMs).
@@ -25,18 +25,6 @@ import (
 
 const agentToken = "agent-secret"
 const clusterToken = "cluster-secret"
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 type env struct {
 	t      *testing.T
@@ -47,7 +35,7 @@ type env struct {
 	hs     *httptest.Server
 	admin  string
 	agent  *agenttest.Agent
-	clock  *clock
+	clock  *testenv.Clock
 	cfg    Config
 }
 
@@ -59,7 +47,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // and returns it with a bootstrap admin key.
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
-	e := &env{t: t, dbPath: filepath.Join(t.TempDir(), "state.db"), clock: &clock{t: time.Now().UTC()}}
+	e := &env{t: t, dbPath: filepath.Join(t.TempDir(), "state.db"), clock: testenv.NewClock(time.Now().UTC())}
 	e.agent = agenttest.New("host-a", agentToken, "base", "code-interpreter")
 	t.Cleanup(e.agent.Close)
 	e.cfg = Config{ClusterToken: clusterToken, Now: e.clock.Now, Logger: quietLogger()}

@@ -48,11 +48,7 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	list, err := s.schedules.List(r.Context(), id.TeamID)
-	out := v1.Schedules{Schedules: []v1.Schedule{}}
-	for _, sc := range list {
-		out.Schedules = append(out.Schedules, s.scheduleView(sc))
-	}
-	s.reply(w, r, http.StatusOK, out, err)
+	s.reply(w, r, http.StatusOK, v1.Schedules{Schedules: viewsOf(list, s.scheduleView)}, err)
 }
 
 func (s *Server) getSchedule(w http.ResponseWriter, r *http.Request) {
@@ -88,16 +84,11 @@ func (s *Server) triggerSchedule(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listScheduleRuns(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	limit, err := limitParam(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
+	var runs []store.ScheduleRun
+	if err == nil {
+		runs, err = s.schedules.Runs(r.Context(), id.TeamID, r.PathValue("id"), limit)
 	}
-	runs, err := s.schedules.Runs(r.Context(), id.TeamID, r.PathValue("id"), limit)
-	out := v1.ScheduleRuns{Runs: []v1.ScheduleRun{}}
-	for _, run := range runs {
-		out.Runs = append(out.Runs, scheduleRunView(run))
-	}
-	s.reply(w, r, http.StatusOK, out, err)
+	s.reply(w, r, http.StatusOK, v1.ScheduleRuns{Runs: viewsOf(runs, scheduleRunView)}, err)
 }
 
 // RunSchedules ticks the cron engine every interval (0: schedules.DefaultInterval) until ctx

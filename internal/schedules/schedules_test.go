@@ -18,6 +18,7 @@ import (
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/store/pgtest"
 	"github.com/pandastack/pandastack/internal/templates"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // The engine over a real store (SQLite, and PostgreSQL for the replicas test) and the fake host
@@ -25,18 +26,6 @@ import (
 // service. Time is an injected clock.
 
 const token = "agent-secret"
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -47,7 +36,7 @@ type replica struct {
 }
 
 // newEngine builds an engine (a server replica) over st, with the fake agent ag as its host.
-func newEngine(t *testing.T, st *store.Store, ag *agenttest.Agent, clk *clock) replica {
+func newEngine(t *testing.T, st *store.Store, ag *agenttest.Agent, clk *testenv.Clock) replica {
 	t.Helper()
 	sched := scheduler.New(scheduler.Config{Store: st, Logger: quiet})
 	sched.AddStaticAgent(ag.URL(), token)
@@ -63,7 +52,7 @@ func newEngine(t *testing.T, st *store.Store, ag *agenttest.Agent, clk *clock) r
 type env struct {
 	st    *store.Store
 	ag    *agenttest.Agent
-	clock *clock
+	clock *testenv.Clock
 	e     replica
 	team  string
 }
@@ -82,7 +71,7 @@ func newEnv(t *testing.T, start time.Time) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &clock{t: start}
+	clk := testenv.NewClock(start)
 	return &env{st: st, ag: ag, clock: clk, e: newEngine(t, st, ag, clk), team: team.ID}
 }
 
@@ -109,7 +98,7 @@ func runs(t *testing.T, st *store.Store, id string) []store.ScheduleRun {
 // tickThrough moves the clock from its time to end in steps, ticking every engine at each step
 // (concurrently) and waiting for their runs; then the agent reports to each scheduler (its
 // heartbeat), which frees the room of the sandboxes the runs killed.
-func tickThrough(t *testing.T, clk *clock, end time.Time, step time.Duration, engines ...replica) {
+func tickThrough(t *testing.T, clk *testenv.Clock, end time.Time, step time.Duration, engines ...replica) {
 	t.Helper()
 	for now := clk.Now().Add(step); !now.After(end); now = now.Add(step) {
 		clk.Set(now)
@@ -270,7 +259,7 @@ func TestReplicasFireOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Date(2026, 6, 1, 8, 0, 0, 0, time.UTC)
-	clk := &clock{t: start}
+	clk := testenv.NewClock(start)
 	ag := agenttest.New("host-a", token, "base")
 	t.Cleanup(ag.Close)
 	var engines []replica

@@ -186,16 +186,23 @@ func (s *Store) ListFunctionVersions(ctx context.Context, functionID string) ([]
 
 // DeleteFunction deletes teamID's function with its versions and runs.
 func (s *Store) DeleteFunction(ctx context.Context, teamID, id string) error {
+	return s.deleteWithChildren(ctx, "functions", teamID, id, "function_id", "function_versions", "function_runs")
+}
+
+// deleteWithChildren deletes teamID's row id of table and the rows of the child tables whose
+// column key is id, in one transaction; ErrNotFound when the team has no such row. Table and
+// column names are ours, never input.
+func (s *Store) deleteWithChildren(ctx context.Context, table, teamID, id, key string, children ...string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := s.exec(ctx, tx, `DELETE FROM functions WHERE id = ? AND team_id = ?`, id, teamID)
+		res, err := s.exec(ctx, tx, `DELETE FROM `+table+` WHERE id = ? AND team_id = ?`, id, teamID)
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			return ErrNotFound
 		}
-		for _, t := range []string{"function_versions", "function_runs"} {
-			if _, err := s.exec(ctx, tx, `DELETE FROM `+t+` WHERE function_id = ?`, id); err != nil {
+		for _, t := range children {
+			if _, err := s.exec(ctx, tx, `DELETE FROM `+t+` WHERE `+key+` = ?`, id); err != nil {
 				return err
 			}
 		}

@@ -119,17 +119,7 @@ func (s *Store) ListEnabledSchedules(ctx context.Context) ([]Schedule, error) {
 
 // DeleteSchedule deletes teamID's schedule and its runs (ErrNotFound when it has none such).
 func (s *Store) DeleteSchedule(ctx context.Context, teamID, id string) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := s.exec(ctx, tx, `DELETE FROM schedules WHERE id = ? AND team_id = ?`, id, teamID)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return ErrNotFound
-		}
-		_, err = s.exec(ctx, tx, `DELETE FROM schedule_runs WHERE schedule_id = ?`, id)
-		return err
-	})
+	return s.deleteWithChildren(ctx, "schedules", teamID, id, "schedule_id", "schedule_runs")
 }
 
 // SetScheduleEnabled pauses or resumes teamID's schedule. A resume looks for due instants only
