@@ -30,6 +30,9 @@ def handler(event, context):
     op = (event or {}).get("op")
     if op == "boom":
         raise ValueError("boom: %s" % event.get("n"))
+    if "method" in event:  # the HTTP trigger
+        return {"status": 201, "headers": {"X-Fn": "yes"},
+                "body": "%s %s?%s %s" % (event["method"], event["path"], event["query"], event["body"])}
     if op == "sleep":
         time.sleep(600)
     if op == "mark":
@@ -108,7 +111,7 @@ func TestE2EFunctions(t *testing.T) {
 	host := startVMHostWith(t, func(c *hostagent.Config) {
 		c.Network = &network.Config{CIDR: slots, Prefix: prefix, Ready: 4, DNS: out.Addr}
 	})
-	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{}, host)
+	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{ProxyDomain: "localhost"}, host)
 
 	// A handler that fails to import is refused at deploy, with its traceback.
 	code, m := cp.deploy(t, map[string]any{"name": "broken", "runtime": "python3", "handler": "main.handler"},
@@ -199,6 +202,22 @@ func TestE2EFunctions(t *testing.T) {
 		if p == "/v1/functions/"+id+"/runs" && strings.Count(string(b), `"function_id"`) != 7 {
 			t.Errorf("runs: want 7, got %s", b)
 		}
+	}
+
+	// The HTTP trigger: the request is the event, the handler's {status, headers, body} the answer.
+	req, _ := http.NewRequest("POST", cp.hs.URL+"/hook/a?x=1", strings.NewReader("ping"))
+	req.Host = id + ".fn.localhost"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 201 || resp.Header.Get("X-Fn") != "yes" || string(hb) != "POST /hook/a?x=1 ping" {
+		t.Fatalf("HTTP trigger: %d %v %q", resp.StatusCode, resp.Header, hb)
+	}
+	if fn["url"] != "http://"+id+".fn.localhost" {
+		t.Errorf("url %v", fn["url"])
 	}
 
 	// Node, and a second version.

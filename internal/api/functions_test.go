@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"io"
+	"net/http"
 	"mime/multipart"
 	"strings"
 	"testing"
@@ -134,5 +136,32 @@ func TestDeployRefusesBadInput(t *testing.T) {
 	}
 	if r := e.do("POST", "/v1/functions/fn_nope/invoke", e.admin, `{"payload": "`+strings.Repeat("x", 2<<20)+`"}`); r.status != 413 {
 		t.Errorf("invoke with a 2 MiB payload: %d %.200s", r.status, r.body)
+	}
+}
+
+// TestHTTPTriggerRouting: <function id>.fn.<domain> goes to the trigger (a missing function is
+// a JSON 404), other hosts to the API or the port proxy as before.
+func TestHTTPTriggerRouting(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ProxyDomain = "localhost" })
+	for _, c := range []struct {
+		host string
+		code int
+		want string
+	}{
+		{"fn_nope.fn.localhost", 404, "function fn_nope not found"},
+		{"FN_NOPE.fn.localhost:8080", 404, "function fn_nope not found"},
+		{"fn_nope.fn.example.com", 404, "no API route"},
+	} {
+		req, _ := http.NewRequest("GET", e.hs.URL+"/x", nil)
+		req.Host = c.host
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if r := (resp{res.StatusCode, res.Header, b}); r.status != c.code || !strings.Contains(r.errMessage(), c.want) {
+			t.Errorf("Host %s: %d %s", c.host, r.status, r.body)
+		}
 	}
 }

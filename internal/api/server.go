@@ -262,9 +262,14 @@ func (s *Server) routes() http.Handler {
 	return s.outer(s.ports(mux))
 }
 
-// ports sends requests for <port>-<id>.<domain> to the sandbox proxy, everything else to the API.
+// ports sends requests for <port>-<id>.<domain> to the sandbox proxy, those for
+// <function id>.fn.<domain> to the function's HTTP trigger, everything else to the API.
 func (s *Server) ports(api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := s.functionHost(r.Host); ok {
+			s.httpTrigger(w, r, id)
+			return
+		}
 		if port, id, ok := s.portTarget(r.Host); ok {
 			s.proxy(w, r, port, id)
 			return

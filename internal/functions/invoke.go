@@ -116,6 +116,19 @@ func (s *Service) sleep(d time.Duration) bool {
 	}
 }
 
+// InvokeHTTP runs function id (of any team: its id, unguessable, is the capability, as a sandbox
+// port's host name is) for its HTTP trigger, with the request as the event.
+func (s *Service) InvokeHTTP(ctx context.Context, id string, event json.RawMessage) (store.FunctionRun, error) {
+	fn, err := s.cfg.Store.GetFunction(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.FunctionRun{}, errdefs.NotFoundf("function %s not found", trunc(id))
+	}
+	if err != nil {
+		return store.FunctionRun{}, err
+	}
+	return s.Invoke(ctx, fn.TeamID, fn.ID, event, "http")
+}
+
 // InvokeForSchedule runs a function for a schedule (internal/schedules).
 func (s *Service) InvokeForSchedule(ctx context.Context, teamID, id string, payload json.RawMessage) (runID, output string, failed bool, err error) {
 	run, err := s.Invoke(ctx, teamID, id, payload, "schedule")

@@ -76,7 +76,7 @@ type Config struct {
 	// SecretsKey (32 bytes) seals secrets at rest with AES-256-GCM; empty: they are stored
 	// unsealed (still never answered or logged).
 	SecretsKey []byte
-	// ProxyDomain, when set, gives each function the address <name>.fn.<domain>.
+	// ProxyDomain, when set, gives each function the HTTP trigger <id>.fn.<domain>.
 	ProxyDomain string
 }
 
@@ -114,12 +114,13 @@ func (s *Service) Close() {
 // Wait waits for the background work (async runs, kills) in flight (tests).
 func (s *Service) Wait() { s.wg.Wait() }
 
-// URL is the function's HTTP address, or "" without a proxy domain.
+// URL is the function's HTTP trigger, or "" without a proxy domain: <id>.fn.<domain> (names are
+// per team; ids are unique and unguessable).
 func (s *Service) URL(fn store.Function) string {
 	if s.cfg.ProxyDomain == "" {
 		return ""
 	}
-	return "http://" + fn.Name + ".fn." + s.cfg.ProxyDomain
+	return "http://" + fn.ID + ".fn." + s.cfg.ProxyDomain
 }
 
 var (

@@ -162,6 +162,11 @@ func (s *Store) GetTeamFunction(ctx context.Context, teamID, id string) (Functio
 	return queryOne(ctx, s, `SELECT `+functionCols+` FROM functions WHERE id = ? AND team_id = ?`, scanFunction, id, teamID)
 }
 
+// GetFunction returns function id of any team (its HTTP trigger).
+func (s *Store) GetFunction(ctx context.Context, id string) (Function, error) {
+	return queryOne(ctx, s, `SELECT `+functionCols+` FROM functions WHERE id = ?`, scanFunction, id)
+}
+
 // GetTeamFunctionByName returns teamID's function called name.
 func (s *Store) GetTeamFunctionByName(ctx context.Context, teamID, name string) (Function, error) {
 	return queryOne(ctx, s, `SELECT `+functionCols+` FROM functions WHERE team_id = ? AND name = ?`, scanFunction, teamID, name)
