@@ -41,7 +41,9 @@ type Config struct {
 	// Functions runs function targets (nil: a function schedule's run fails saying so).
 	Functions FunctionInvoker
 	Logger    *slog.Logger
-	Now       func() time.Time
+	// Now is the engine's clock; nil: the database's (store.DBNow), so that every replica sees
+	// the same time.
+	Now func() time.Time
 	// Grace is how late an instant may be found and still run on time; older ones are missed
 	// (the schedule's missed policy). Default 2 minutes.
 	Grace time.Duration
@@ -62,9 +64,6 @@ func New(cfg Config) *Engine {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
 	}
@@ -72,7 +71,20 @@ func New(cfg Config) *Engine {
 	return &Engine{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
 }
 
-func (e *Engine) now() time.Time { return e.cfg.Now().UTC() }
+// now is the engine's clock: the injected one, else the database's (the local clock if the
+// database does not answer).
+func (e *Engine) now() time.Time {
+	if e.cfg.Now != nil {
+		return e.cfg.Now().UTC()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	t, err := e.cfg.Store.DBNow(ctx)
+	if err != nil {
+		return time.Now().UTC()
+	}
+	return t
+}
 
 // Run ticks every interval until ctx ends, then waits for the runs it started.
 func (e *Engine) Run(ctx context.Context, interval time.Duration) {

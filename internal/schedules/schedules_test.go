@@ -273,6 +273,9 @@ func TestReplicasFireOnce(t *testing.T) {
 		stores = append(stores, st)
 		engines = append(engines, newEngine(t, st, ag, clk))
 	}
+	if now, err := stores[0].DBNow(ctx); err != nil || now.IsZero() {
+		t.Fatalf("the database's clock: %v %v", now, err)
+	}
 	team, err := stores[0].CreateTeam(ctx, store.Team{ID: "team_1", Name: "one"})
 	if err != nil {
 		t.Fatal(err)

@@ -182,5 +182,9 @@ func (e *Engine) NextRun(sc store.Schedule) time.Time {
 	if err != nil {
 		return time.Time{}
 	}
-	return c.Next(e.now())
+	now := time.Now() // for display: no database round trip per schedule shown
+	if e.cfg.Now != nil {
+		now = e.cfg.Now()
+	}
+	return c.Next(now)
 }

@@ -283,3 +283,16 @@ var schedulesSchema = []schemaStep{
 		`CREATE INDEX schedule_runs_status ON schedule_runs (schedule_id, status)`,
 	}},
 }
+
+// DBNow is the database's clock (PostgreSQL's clock_timestamp(), so every replica on one
+// database agrees on what time it is); SQLite, one machine by design, answers the local clock.
+func (s *Store) DBNow(ctx context.Context) (time.Time, error) {
+	if s.dialect != Postgres {
+		return s.now().UTC(), nil
+	}
+	var us int64
+	if err := s.db.QueryRowContext(ctx, `SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT`).Scan(&us); err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMicro(us).UTC(), nil
+}
