@@ -177,9 +177,9 @@ func (s *Store) ListTeamFunctions(ctx context.Context, teamID string) ([]Functio
 	return queryAll(ctx, s, s.db, `SELECT `+functionCols+` FROM functions WHERE team_id = ? ORDER BY created_at DESC, id DESC`, scanFunction, teamID)
 }
 
-// GetFunctionVersion returns one version, with its bundle.
+// GetFunctionVersion returns one version, without its bundle (invocations do not need it).
 func (s *Store) GetFunctionVersion(ctx context.Context, functionID string, version int64) (FunctionVersion, error) {
-	return queryOne(ctx, s, `SELECT `+functionVersionCols+` FROM function_versions WHERE function_id = ? AND version = ?`,
+	return queryOne(ctx, s, `SELECT `+functionVersionMeta+` FROM function_versions WHERE function_id = ? AND version = ?`,
 		scanFunctionVersion, functionID, version)
 }
 
