@@ -64,6 +64,10 @@ func (s *Server) deployFunction(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := s.checkSandboxQuota(r.Context(), id.TeamID, functions.BaseTemplate, 1); err != nil {
+		s.writeError(w, r, err) // the bake is a sandbox of the team's
+		return
+	}
 	fn, v, err := s.functions.Deploy(r.Context(), id.TeamID, spec, bundle)
 	s.reply(w, r, http.StatusCreated, s.functionView(fn, v), err)
 }
@@ -170,6 +174,10 @@ func (s *Server) invokeFunction(w http.ResponseWriter, r *http.Request) {
 	var req v1.InvokeRequest
 	if err := decodeJSON(w, r, &req, true); err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if err := s.checkSandboxQuota(r.Context(), id.TeamID, functions.BaseTemplate, 1); err != nil {
+		s.writeError(w, r, err) // every invocation is a sandbox of the team's
 		return
 	}
 	switch r.URL.Query().Get("async") {

@@ -42,6 +42,10 @@ var runnerPy []byte
 //go:embed runner/runner.mjs
 var runnerMJS []byte
 
+// BaseTemplate is the template functions run on by default: Debian trixie with Python 3.13 and
+// Node.js 20.
+const BaseTemplate = "base"
+
 // Where things are in a function's VM, and the runner's port.
 const (
 	RunnerPort = 7411
@@ -99,7 +103,7 @@ func New(cfg Config) *Service {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.BaseTemplate == "" {
-		cfg.BaseTemplate = "base"
+		cfg.BaseTemplate = BaseTemplate
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, busy: map[string]int{}, ctx: ctx, cancel: cancel}

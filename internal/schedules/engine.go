@@ -154,11 +154,28 @@ func (e *Engine) tickOne(ctx context.Context, sc store.Schedule, now time.Time) 
 	if err := e.cfg.Store.AdvanceSchedule(ctx, sc.ID, now); err != nil {
 		return err
 	}
+	// A run still "running" long past its timeout lost its replica (a crash, a kill -9): record
+	// it failed, or overlap skip/queue would wait for it forever.
+	if n, err := e.cfg.Store.ExpireScheduleRuns(ctx, sc.ID, now.Add(-e.runLimit(sc)), "the server running it stopped before it ended"); err != nil {
+		return err
+	} else if n > 0 {
+		e.log.Warn("schedules: runs whose server stopped recorded failed", "schedule", sc.ID, "runs", n)
+	}
 	return e.startQueued(ctx, sc.ID)
 }
 
+// runLimit is how long a run of sc may be recorded running before it counts as abandoned: its
+// timeout (a function's is at most 15 min) and ten minutes for its sandbox.
+func (e *Engine) runLimit(sc store.Schedule) time.Duration {
+	limit := time.Duration(sc.TimeoutSeconds) * time.Second
+	if sc.FunctionID != "" {
+		limit = 15 * time.Minute
+	}
+	return limit + 10*time.Minute
+}
+
 // claim records a run of sc for instant at (trigger cron or manual) and starts it when it is to
-// run now. A cron instant already claimed (by another replica) returns claimed false.
+// run now. An instant already claimed (by another replica) returns the zero run.
 func (e *Engine) claim(ctx context.Context, sc store.Schedule, trigger string, at time.Time) (store.ScheduleRun, error) {
 	run, claimed, err := e.cfg.Store.ClaimScheduleRun(ctx, store.ScheduleRun{ID: auth.NewID("srun_"), ScheduleID: sc.ID,
 		TeamID: sc.TeamID, Trigger: trigger, ScheduledFor: at}, sc.Overlap)

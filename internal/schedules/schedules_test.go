@@ -359,3 +359,38 @@ func TestPauseResumeTrigger(t *testing.T) {
 		t.Fatalf("another team's trigger: %v, want not found", err)
 	}
 }
+
+// TestAbandonedRun: a run left "running" by a replica that died is recorded failed once it is
+// far past its timeout, so that overlap skip does not skip every later run.
+func TestAbandonedRun(t *testing.T) {
+	start := time.Now().UTC()
+	v := newEnv(t, start)
+	ctx := context.Background()
+	sc := v.create(t, Spec{Cron: "0 0 1 1 *", Template: "base", Cmd: "true", TimeoutSeconds: 60})
+	// What a replica records when it starts a run, without the replica (it "crashed").
+	if _, ok, err := v.st.ClaimScheduleRun(ctx, store.ScheduleRun{ID: "srun_orphan", ScheduleID: sc.ID, TeamID: v.team,
+		Trigger: "manual", ScheduledFor: start}, "skip"); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if run, err := v.e.Trigger(ctx, v.team, sc.ID); err != nil || run.Status != store.RunSkipped {
+		t.Fatalf("while the orphan runs: %+v %v, want skipped", run, err)
+	}
+	v.clock.Set(start.Add(5 * time.Minute)) // within its timeout and margin: still running
+	if err := v.e.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := v.st.GetScheduleRun(ctx, "srun_orphan"); r.Status != store.RunRunning {
+		t.Fatalf("expired too early: %+v", r)
+	}
+	v.clock.Set(start.Add(12 * time.Minute))
+	if err := v.e.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := v.st.GetScheduleRun(ctx, "srun_orphan"); r.Status != store.RunFailed || !strings.Contains(r.Error, "server running it stopped") {
+		t.Fatalf("orphan after its limit: %+v", r)
+	}
+	if run, err := v.e.Trigger(ctx, v.team, sc.ID); err != nil || run.Status != store.RunRunning {
+		t.Fatalf("after: %+v %v, want running", run, err)
+	}
+	v.e.Wait()
+}

@@ -162,7 +162,15 @@ func (e *Engine) Trigger(ctx context.Context, teamID, id string) (store.Schedule
 	if err != nil {
 		return store.ScheduleRun{}, err
 	}
-	return e.claim(ctx, sc, "manual", e.now())
+	at := e.now()
+	for range 5 { // two triggers in one microsecond: the later takes the next one
+		run, err := e.claim(ctx, sc, "manual", at)
+		if err != nil || run.ID != "" {
+			return run, err
+		}
+		at = at.Add(time.Microsecond)
+	}
+	return store.ScheduleRun{}, errdefs.Conflictf("schedule %s is being triggered too often at once: retry", sc.ID)
 }
 
 // Runs returns the team's schedule's runs, newest first (at most limit).

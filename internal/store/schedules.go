@@ -211,6 +211,18 @@ func (s *Store) StartQueuedRun(ctx context.Context, scheduleID string) (Schedule
 	return r, err == nil, err
 }
 
+// ExpireScheduleRuns records the runs of a schedule still running since before t as failed
+// with reason: the replica running them stopped without recording their end. It returns how
+// many it changed.
+func (s *Store) ExpireScheduleRuns(ctx context.Context, scheduleID string, t time.Time, reason string) (int64, error) {
+	res, err := s.exec(ctx, s.db, `UPDATE schedule_runs SET status = ?, error = ?, finished_at = ?
+		WHERE schedule_id = ? AND status = ? AND started_at < ?`, RunFailed, reason, micros(s.now().UTC()), scheduleID, RunRunning, micros(t))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
 // SetScheduleRunSandbox records the sandbox (or function run) a running run uses.
 func (s *Store) SetScheduleRunSandbox(ctx context.Context, id, sandboxID, functionRunID string) error {
 	_, err := s.exec(ctx, s.db, `UPDATE schedule_runs SET sandbox_id = ?, function_run_id = ? WHERE id = ?`, sandboxID, functionRunID, id)
