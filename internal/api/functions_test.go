@@ -7,8 +7,8 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"io"
-	"net/http"
 	"mime/multipart"
+	"net/http"
 	"strings"
 	"testing"
 )
