@@ -51,14 +51,16 @@ func functionsSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 		return d, err
 	}
 	naive := timed(func() error { return naiveOnce(cl.public) })
-	lat, err := interleaved(rounds, invoke, create, naive)
+	trigger := timed(func() error { return httpTriggerOnce(cl.public.base, fnID) })
+	lat, err := interleaved(rounds, invoke, create, naive, trigger)
 	if err != nil {
 		return err
 	}
-	for i, name := range []string{"fn_invoke", "fn_sandbox_create", "fn_naive_vm_import"} {
+	for i, name := range []string{"fn_invoke", "fn_sandbox_create", "fn_naive_vm_import", "fn_http_trigger"} {
 		res[name+"_p50_ms"], res[name+"_p99_ms"] = pct(lat[i], 50), pct(lat[i], 99)
 	}
 	res["fn_invoke_over_create"] = res["fn_invoke_p50_ms"] / res["fn_sandbox_create_p50_ms"]
+	res["fn_http_trigger_over_invoke"] = res["fn_http_trigger_p50_ms"] / res["fn_invoke_p50_ms"]
 	res["fn_naive_over_invoke"] = res["fn_naive_vm_import_p50_ms"] / res["fn_invoke_p50_ms"]
 
 	clients, each := 8, samples(4)
@@ -124,6 +126,23 @@ func invokeOnce(c *apiClient, fnID string) error {
 	var run struct{ Status string }
 	if json.Unmarshal(body, &run); run.Status != "succeeded" {
 		return fmt.Errorf("invoke: %s", body)
+	}
+	return nil
+}
+
+// httpTriggerOnce calls the function through its HTTP trigger, <id>.fn.localhost (the server's
+// default proxy domain).
+func httpTriggerOnce(base, fnID string) error {
+	req, _ := http.NewRequest("GET", base+"/", nil)
+	req.Host = fnID + ".fn.localhost"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("HTTP trigger: %d %s", resp.StatusCode, body)
 	}
 	return nil
 }

@@ -104,7 +104,11 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 	res := map[string]float64{}
 	fmt.Printf("accelerator: %s\n", a.Accel())
 
-	for _, name := range []string{"base", "bench-256m", "bench-1g"} {
+	bakes := []string{"base"}
+	if strings.Contains(","+suites+",", ",sandbox,") || strings.Contains(","+suites+",", ",lifecycle,") {
+		bakes = append(bakes, "bench-256m", "bench-1g") // only those suites use them
+	}
+	for _, name := range bakes {
 		t := time.Now()
 		info, err := a.EnsureTemplate(ctx, name, progress)
 		if err != nil {
