@@ -230,6 +230,27 @@ func TestE2EFunctions(t *testing.T) {
 	if nrun.Status != "succeeded" || string(nrun.Result) != `{"sum":42,"name":"nodefn","loadedBeforeCall":true}` || nrun.Logs != "adding 2 40\n" {
 		t.Fatalf("node run %+v %s", nrun, nrun.Result)
 	}
+	// A lost warm snapshot (deleted here; a lost host alike) is baked again from the stored bundle.
+	var vs struct {
+		Versions []struct {
+			SnapshotID string `json:"snapshot_id"`
+		}
+	}
+	_, b = cp.call(t, "GET", "/v1/functions/"+id+"/versions", nil, "")
+	json.Unmarshal(b, &vs)
+	if code, b := cp.call(t, "DELETE", "/v1/snapshots/"+vs.Versions[0].SnapshotID, nil, ""); code != 204 {
+		t.Fatalf("delete the warm snapshot: %d %s", code, b)
+	}
+	if _, run := cp.invoke(t, id, map[string]any{}, ""); run.Status != "succeeded" {
+		t.Fatalf("invoke after the snapshot was lost: %+v", run)
+	}
+	_, b = cp.call(t, "GET", "/v1/functions/"+id+"/versions", nil, "")
+	old := vs.Versions[0].SnapshotID
+	json.Unmarshal(b, &vs)
+	if vs.Versions[0].SnapshotID == old || vs.Versions[0].SnapshotID == "" {
+		t.Fatalf("not re-baked: %s", b)
+	}
+
 	spec["env"] = map[string]string{"GREETING": "hi again"}
 	if code, fn2 := cp.deploy(t, spec, zipBundle(t, map[string]string{"main.py": pyMain})); code != 201 || fn2["id"] != id || fn2["version"] != float64(2) {
 		t.Fatalf("redeploy: %d %v", code, fn2)

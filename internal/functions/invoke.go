@@ -174,9 +174,9 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 		run.Status, run.ErrorType, run.ErrorMessage, run.ErrorTraceback = RunFailed, typ, err.Error(), ""
 	}
 	run.Result, run.Logs, run.ErrorType, run.ErrorMessage, run.ErrorTraceback, run.DurationMS = "", "", "", "", "", 0
-	snap, err := s.cfg.Store.GetSnapshot(ctx, v.SnapshotID)
-	if err != nil || snap.Deleted {
-		platform("PlatformError", fmt.Errorf("the warm snapshot of version %d is gone: deploy again", v.Version))
+	snap, err := s.warmSnapshot(ctx, fn, v)
+	if err != nil {
+		platform("PlatformError", fmt.Errorf("no warm snapshot of version %d: %v", v.Version, err))
 		return
 	}
 	secrets, err := s.unseal(v.Secrets)
@@ -226,6 +226,55 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 		return
 	}
 	run.Status, run.Result = RunSucceeded, string(out.Result)
+}
+
+// warmSnapshot is the version's warm snapshot, baked again from the stored bundle when it is gone
+// (deleted, or its host is down): a host loss costs one bake, not a redeploy. Re-bakes of one
+// replica run one at a time; a bake that loses the race to record itself is dropped.
+func (s *Service) warmSnapshot(ctx context.Context, fn store.Function, v store.FunctionVersion) (store.Snapshot, error) {
+	if snap, ok := s.usableSnapshot(ctx, v.SnapshotID); ok {
+		return snap, nil
+	}
+	s.rebakeMu.Lock()
+	defer s.rebakeMu.Unlock()
+	full, err := s.cfg.Store.GetFunctionVersionBundle(ctx, fn.ID, v.Version)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if snap, ok := s.usableSnapshot(ctx, full.SnapshotID); ok { // re-baked meanwhile
+		return snap, nil
+	}
+	tarball, err := base64.StdEncoding.DecodeString(full.Bundle)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	s.log.Warn("functions: the warm snapshot is gone; baking it again", "function", fn.ID, "version", v.Version, "snapshot", full.SnapshotID)
+	id, err := s.bake(ctx, fn.TeamID, fn.Name, full, tarball)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if ok, err := s.cfg.Store.SetFunctionVersionSnapshot(ctx, fn.ID, v.Version, full.SnapshotID, id); err != nil || !ok {
+		s.dropSnapshot(ctx, fn.TeamID, id)
+		if err == nil {
+			err = errors.New("another bake of this version was recorded first: retry")
+		}
+		return store.Snapshot{}, err
+	}
+	if full.SnapshotID != "" {
+		s.dropSnapshot(ctx, fn.TeamID, full.SnapshotID) // a down host deletes it at its reconcile
+	}
+	snap, _ := s.usableSnapshot(ctx, id)
+	return snap, nil
+}
+
+// usableSnapshot loads snapshot id if it is not deleted and its host is up.
+func (s *Service) usableSnapshot(ctx context.Context, id string) (store.Snapshot, bool) {
+	snap, err := s.cfg.Store.GetSnapshot(ctx, id)
+	if err != nil || snap.Deleted {
+		return snap, false
+	}
+	h, err := s.cfg.Store.GetHost(ctx, snap.HostID)
+	return snap, err == nil && h.State == store.HostUp
 }
 
 func tailString(s string, n int) string {

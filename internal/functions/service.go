@@ -92,6 +92,8 @@ type Service struct {
 	mu   sync.Mutex
 	busy map[string]int // running invocations per function (this replica)
 
+	rebakeMu sync.Mutex // one re-bake of a lost warm snapshot at a time
+
 	ctx    context.Context // async runs and kills
 	cancel context.CancelFunc
 	wg     sync.WaitGroup

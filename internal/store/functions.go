@@ -183,6 +183,24 @@ func (s *Store) GetFunctionVersion(ctx context.Context, functionID string, versi
 		scanFunctionVersion, functionID, version)
 }
 
+// GetFunctionVersionBundle returns one version with its bundle (to bake it again).
+func (s *Store) GetFunctionVersionBundle(ctx context.Context, functionID string, version int64) (FunctionVersion, error) {
+	return queryOne(ctx, s, `SELECT `+functionVersionCols+` FROM function_versions WHERE function_id = ? AND version = ?`,
+		scanFunctionVersion, functionID, version)
+}
+
+// SetFunctionVersionSnapshot records a version's new warm snapshot if its snapshot is still old;
+// false when another bake recorded one first.
+func (s *Store) SetFunctionVersionSnapshot(ctx context.Context, functionID string, version int64, old, snapshotID string) (bool, error) {
+	res, err := s.exec(ctx, s.db, `UPDATE function_versions SET snapshot_id = ? WHERE function_id = ? AND version = ? AND snapshot_id = ?`,
+		snapshotID, functionID, version, old)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 // ListFunctionVersions returns a function's versions, newest first (bundles left out).
 func (s *Store) ListFunctionVersions(ctx context.Context, functionID string) ([]FunctionVersion, error) {
 	return queryAll(ctx, s, s.db, `SELECT `+functionVersionMeta+` FROM function_versions WHERE function_id = ? ORDER BY version DESC`,
