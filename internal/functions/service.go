@@ -282,7 +282,8 @@ func (s *Service) bake(ctx context.Context, teamID, name string, v store.Functio
 			return "", fmt.Errorf("functions: writing %s into the bake sandbox: %w", f.path, err)
 		}
 	}
-	env := maps.Clone(v.Env)
+	env := map[string]string{}
+	maps.Copy(env, v.Env)
 	env["PANDASTACK_RUNNER_PORT"] = fmt.Sprint(RunnerPort)
 	env["PANDASTACK_FUNCTION_NAME"] = name
 	cmd := fmt.Sprintf("mkdir -p %[1]s && tar -xf %[2]s/bundle.tar -C %[1]s && rm %[2]s/bundle.tar && cd %[1]s && "+
