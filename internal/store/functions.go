@@ -358,10 +358,14 @@ var functionsSchema = []schemaStep{
 			duration_ms     BIGINT NOT NULL DEFAULT 0,
 			sandbox_id      TEXT NOT NULL DEFAULT '',
 			created_at      BIGINT NOT NULL,
-			finished_at     BIGINT NOT NULL DEFAULT 0,
-			lease_until     BIGINT NOT NULL DEFAULT 0
+			finished_at     BIGINT NOT NULL DEFAULT 0
 		)`,
 		`CREATE INDEX function_runs_function ON function_runs (function_id, created_at)`,
+	}},
+	{9, []string{
+		// An async run's lease: the replica working on it renews it; one whose lease passed
+		// lost its replica and is taken over (0: none, a finished or a sync run).
+		`ALTER TABLE function_runs ADD COLUMN lease_until BIGINT NOT NULL DEFAULT 0`,
 		`CREATE INDEX function_runs_lease ON function_runs (lease_until) WHERE lease_until > 0`,
 	}},
 }

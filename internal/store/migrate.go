@@ -32,6 +32,7 @@ var versionNames = []string{
 	6: "audit log, scoped keys and team quotas",
 	7: "live sandboxes by expiry",
 	8: "functions and schedules",
+	9: "async function runs' leases",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
