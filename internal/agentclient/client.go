@@ -365,18 +365,8 @@ func (c *Client) ReadFile(ctx context.Context, id, path string) (*http.Response,
 
 // WriteFile streams body into a file (creating parents) and returns its stat.
 func (c *Client) WriteFile(ctx context.Context, id, path string, body io.Reader, size int64) (Stat, error) {
-	hdr := http.Header{}
-	hdr.Set("Content-Type", "application/octet-stream")
-	resp, err := c.Raw(ctx, "PUT", filesPath(id, ""), url.Values{"path": {path}}, body, size, hdr)
-	if err != nil {
-		return Stat{}, err
-	}
-	defer resp.Body.Close()
 	var st Stat
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil && !errors.Is(err, io.EOF) {
-		return Stat{}, err
-	}
-	return st, nil
+	return st, c.endpoint().Upload(ctx, "PUT", filesPath(id, ""), url.Values{"path": {path}}, body, size, &st)
 }
 
 // ListFiles lists a directory.

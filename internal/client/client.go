@@ -293,16 +293,8 @@ func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, 
 
 // WriteFile streams r into path (creating parents); size < 0 sends it chunked.
 func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, size int64) (Stat, error) {
-	resp, err := c.Do(ctx, "PUT", sbPath(id, "/files"), url.Values{"path": {path}}, r, size, "application/octet-stream", "")
-	if err != nil {
-		return Stat{}, err
-	}
-	defer resp.Body.Close()
 	var st Stat
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil && !errors.Is(err, io.EOF) {
-		return Stat{}, err
-	}
-	return st, nil
+	return st, c.endpoint().Upload(ctx, "PUT", sbPath(id, "/files"), url.Values{"path": {path}}, r, size, &st)
 }
 
 // ListFiles lists a directory (depth >= 1).

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -126,3 +127,17 @@ type ReadError struct{ Err error }
 
 func (e *ReadError) Error() string { return e.Err.Error() }
 func (e *ReadError) Unwrap() error { return e.Err }
+
+// Upload sends body as application/octet-stream (size < 0: chunked) and decodes the JSON answer
+// into out; an empty answer leaves out as it is.
+func (e Endpoint) Upload(ctx context.Context, method, path string, query url.Values, body io.Reader, size int64, out any) error {
+	resp, err := e.Do(ctx, method, path, query, body, size, http.Header{"Content-Type": {"application/octet-stream"}})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
