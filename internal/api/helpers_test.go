@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // These tests cover the control plane alone: host agents are fakeagent test doubles (no VMs).
@@ -141,23 +140,7 @@ func (r resp) errMessage() string {
 // do sends a request; body may be nil, a string/[]byte (sent raw) or a value (sent as JSON).
 func (e *env) do(method, path, key string, body any, hdr ...string) resp {
 	e.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	case io.Reader:
-		rd = b
-	default:
-		j, err := json.Marshal(b)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		rd = bytes.NewReader(j)
-	}
-	req, err := http.NewRequest(method, e.hs.URL+path, rd)
+	req, err := http.NewRequest(method, e.hs.URL+path, testenv.Body(e.t, body))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -4,7 +4,6 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pandastack/pandastack/internal/httpjson"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -95,41 +95,14 @@ type (
 	InfoRange        = v1.Range
 )
 
-// Do sends a request and returns a 2xx response with its body open; other answers become
-// *APIError and transport failures *ConnError.
-func (c *Client) Do(ctx context.Context, method, path string, query url.Values, body io.Reader, size int64, contentType, accept string) (*http.Response, error) {
-	u := c.BaseURL + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil && size >= 0 {
-		req.ContentLength = size
-	}
-	if c.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.APIKey)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if accept != "" {
-		req.Header.Set("Accept", accept)
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &ConnError{BaseURL: c.BaseURL, Err: err}
-	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+// endpoint is the server as the shared request plumbing sees it.
+func (c *Client) endpoint() httpjson.Endpoint {
+	return httpjson.Endpoint{BaseURL: c.BaseURL, Token: c.APIKey, HTTP: c.HTTP, Fail: apiError,
+		Unreachable: func(err error) error { return &ConnError{BaseURL: c.BaseURL, Err: err} }}
+}
+
+// apiError is a non-2xx answer: the API's error envelope, else its text.
+func apiError(resp *http.Response, b []byte) error {
 	ae := &APIError{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
 	var env v1.ErrorBody
 	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
@@ -140,31 +113,25 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 			ae.Message = resp.Status
 		}
 	}
-	return nil, ae
+	return ae
+}
+
+// Do sends a request and returns a 2xx response with its body open; other answers become
+// *APIError and transport failures *ConnError.
+func (c *Client) Do(ctx context.Context, method, path string, query url.Values, body io.Reader, size int64, contentType, accept string) (*http.Response, error) {
+	hdr := http.Header{}
+	if contentType != "" {
+		hdr.Set("Content-Type", contentType)
+	}
+	if accept != "" {
+		hdr.Set("Accept", accept)
+	}
+	return c.endpoint().Do(ctx, method, path, query, body, size, hdr)
 }
 
 // call sends JSON in (if not nil) and decodes a JSON answer into out (if not nil).
 func (c *Client) call(ctx context.Context, method, path string, query url.Values, in, out any) error {
-	var body io.Reader
-	size := int64(-1)
-	ct := ""
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body, size, ct = bytes.NewReader(b), int64(len(b)), "application/json"
-	}
-	resp, err := c.Do(ctx, method, path, query, body, size, ct, "")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil {
-		io.Copy(io.Discard, resp.Body)
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return c.endpoint().Call(ctx, method, path, query, in, out, nil)
 }
 
 // Seconds is a timeout for ExecRequest.TimeoutSeconds.
@@ -271,17 +238,8 @@ func (c *Client) stream(ctx context.Context, path string, body []byte, contentTy
 	}
 	defer resp.Body.Close()
 	rid := resp.Header.Get("X-Request-Id")
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), maxLine)
-	for sc.Scan() {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
-		}
-		if done, err := each(sc.Bytes(), rid); done || err != nil {
-			return err
-		}
-	}
-	if err := sc.Err(); err != nil {
+	ended, err := httpjson.Lines(resp.Body, maxLine, func(line []byte) (bool, error) { return each(line, rid) })
+	if ended || err != nil {
 		return err
 	}
 	return errors.New(unfinished)
@@ -335,16 +293,8 @@ func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, 
 
 // WriteFile streams r into path (creating parents); size < 0 sends it chunked.
 func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, size int64) (Stat, error) {
-	resp, err := c.Do(ctx, "PUT", sbPath(id, "/files"), url.Values{"path": {path}}, r, size, "application/octet-stream", "")
-	if err != nil {
-		return Stat{}, err
-	}
-	defer resp.Body.Close()
 	var st Stat
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil && !errors.Is(err, io.EOF) {
-		return Stat{}, err
-	}
-	return st, nil
+	return st, c.endpoint().Upload(ctx, "PUT", sbPath(id, "/files"), url.Values{"path": {path}}, r, size, &st)
 }
 
 // ListFiles lists a directory (depth >= 1).
