@@ -79,6 +79,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 				internet := !noInternet
 				req.Egress = &network.Egress{Internet: &internet, Allow: allow, Deny: deny}
 			}
+			req.PublicPorts = nil // the server's default
 			switch {
 			case privatePorts && publicPorts:
 				return fmt.Errorf("--private-ports and --public-ports contradict each other: give one")
