@@ -480,3 +480,25 @@ func TestCLITerminalEscapes(t *testing.T) {
 		t.Errorf("sandbox list:\n%s", tb.String())
 	}
 }
+
+func TestCLIPrivatePorts(t *testing.T) {
+	useServer(t)
+	out, stderr, err := run(t, "", "sandbox", "create", "--private-ports", "-q")
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(out), "sb_") || !strings.Contains(stderr, "X-PandaStack-Traffic-Token: pdt_") {
+		t.Fatalf("create --private-ports -q: %v\nstdout %q\nstderr %q", err, out, stderr)
+	}
+	var sb struct {
+		PublicPorts  bool   `json:"public_ports"`
+		TrafficToken string `json:"traffic_token"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "create", "--private-ports", "--json")), &sb); err != nil || sb.PublicPorts || !strings.HasPrefix(sb.TrafficToken, "pdt_") {
+		t.Fatalf("create --private-ports --json: %v %+v", err, sb)
+	}
+	sb.PublicPorts, sb.TrafficToken = false, ""
+	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "create", "--json")), &sb); err != nil || !sb.PublicPorts || sb.TrafficToken != "" {
+		t.Fatalf("create --json: %v %+v", err, sb)
+	}
+	if _, _, err := run(t, "", "sandbox", "create", "--private-ports", "--public-ports"); err == nil || !strings.Contains(err.Error(), "contradict") {
+		t.Fatalf("both flags: %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/termtext"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 	"github.com/spf13/cobra"
 )
 
@@ -39,7 +40,7 @@ var sandboxes = printer[client.Sandbox]{
 func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var req client.CreateRequest
 	var md, env, allow, deny, volumes []string
-	var quiet, noInternet bool
+	var quiet, noInternet, privatePorts, publicPorts bool
 	var ttl time.Duration
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -48,7 +49,8 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
   id=$(pandastack sandbox create --template base -q)
   pandastack sandbox create --snapshot snap_123
   pandastack sandbox create --no-internet --allow 10.1.0.0/16
-  pandastack sandbox create --volume vol_123:/data --volume vol_456:/ref:ro`,
+  pandastack sandbox create --volume vol_123:/data --volume vol_456:/ref:ro
+  pandastack sandbox create --private-ports   # the port proxy then asks for the printed token`,
 		Args: cobra.NoArgs,
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			var err error
@@ -77,9 +79,19 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 				internet := !noInternet
 				req.Egress = &network.Egress{Internet: &internet, Allow: allow, Deny: deny}
 			}
+			req.PublicPorts = nil // the server's default
+			switch {
+			case privatePorts && publicPorts:
+				return fmt.Errorf("--private-ports and --public-ports contradict each other: give one")
+			case privatePorts || publicPorts:
+				req.PublicPorts = &publicPorts
+			}
 			s, err := c.CreateSandbox(ctx, req)
 			if err != nil {
 				return err
+			}
+			if s.TrafficToken != "" && !f.json {
+				fmt.Fprintf(cmd.ErrOrStderr(), "ports are private: send header %s: %s (shown once)\n", v1.TrafficTokenHeader, s.TrafficToken)
 			}
 			return quietID(f, cmd, sandboxes, quiet, s.ID, s)
 		}),
@@ -94,6 +106,8 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.BoolVar(&noInternet, "no-internet", false, "egress: block the internet (only --allow destinations are reachable)")
 	fl.StringArrayVar(&allow, "allow", nil, "egress: IPv4 CIDR the sandbox may reach (repeatable; never opens the always-blocked ranges: see GET /v1/info)")
 	fl.StringArrayVar(&deny, "deny", nil, "egress: IPv4 CIDR the sandbox may not reach (repeatable; wins over --allow)")
+	fl.BoolVar(&privatePorts, "private-ports", false, "the port proxy asks for the sandbox's traffic token (printed once, to stderr)")
+	fl.BoolVar(&publicPorts, "public-ports", false, "anyone who knows the sandbox id reaches its ports (default unless the server runs with --private-ports)")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "print only the new sandbox's id")
 	return cmd
 }

@@ -30,6 +30,8 @@ type createRequest struct {
 	Egress     json.RawMessage   `json:"egress"`
 	SnapshotID *string           `json:"snapshot_id"`
 	Volumes    *[]VolumeSpec     `json:"volumes"`
+	// PublicPorts nil: the server's default (Config.PrivatePorts).
+	PublicPorts *bool `json:"public_ports"`
 
 	egress  *network.Egress          // Egress, validated
 	volumes []store.VolumeAttachment // Volumes, validated (SandboxID not yet set)
@@ -119,9 +121,14 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	if req.TTLSeconds != nil {
 		ttl = *req.TTLSeconds
 	}
+	token, tokenHash, err := s.trafficToken(req.PublicPorts)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	sb, err := s.svc.Create(r.Context(), id.TeamID, sandboxes.CreateParams{Template: req.Template, AgentTemplate: req.agentTemplate,
 		TemplateHost: req.templateHost, Snapshot: snap, Volumes: req.volumes, Env: req.Env, Egress: req.egress,
-		Metadata: req.Metadata, TTLSeconds: ttl})
+		Metadata: req.Metadata, TTLSeconds: ttl, TrafficTokenHash: tokenHash})
 	if err != nil {
 		code := "internal"
 		if e, ok := toAPIError(err); ok {
@@ -132,7 +139,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.created(time.Since(start))
-	writeJSON(w, http.StatusCreated, viewOf(sb))
+	v := viewOf(sb)
+	v.TrafficToken = token // shown once: the store keeps only its hash
+	writeJSON(w, http.StatusCreated, v)
 }
 
 // validateCreate checks a create and, when it names snapshot_id, returns the caller's snapshot

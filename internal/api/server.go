@@ -65,6 +65,9 @@ type Config struct {
 	// ProxyDomain turns on the sandbox port proxy: requests whose Host is
 	// <port>-<sandbox id>.<ProxyDomain> go to that port in the sandbox. Empty: no proxy.
 	ProxyDomain string
+	// PrivatePorts is the default of a create without public_ports: true, its ports need the
+	// sandbox's traffic token; false, anyone who knows the id reaches them.
+	PrivatePorts bool
 	// EgressOpen are private ranges the operator opens for every sandbox's egress (--egress-open,
 	// validated with network.ParseOpen); teams may then allow inside them. Shown by GET /v1/info.
 	EgressOpen []netip.Prefix

@@ -33,6 +33,9 @@ type CreateParams struct {
 	Egress     *network.Egress
 	Metadata   map[string]string
 	TTLSeconds int64 // 0: the default
+	// TrafficTokenHash makes the sandbox's ports private: the port proxy asks for the token
+	// whose auth.Hash this is. "": public ports.
+	TrafficTokenHash string
 }
 
 // Create places a sandbox, asks its host to start it and records it running. From a template it
@@ -48,7 +51,8 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 	defer cancel()
 	sbID := auth.NewID("sb_")
 	areq := agentclient.CreateRequest{ID: sbID, Template: p.AgentTemplate, Env: p.Env, Egress: p.Egress, EgressOpen: s.egressOpen}
-	rec := store.Sandbox{ID: sbID, TeamID: teamID, Template: p.Template, Metadata: p.Metadata, TTLSeconds: p.TTLSeconds}
+	rec := store.Sandbox{ID: sbID, TeamID: teamID, Template: p.Template, Metadata: p.Metadata, TTLSeconds: p.TTLSeconds,
+		TrafficTokenHash: p.TrafficTokenHash}
 	if p.Snapshot != nil {
 		areq.Template, areq.SnapshotID = "", p.Snapshot.ID
 		rec.Template, rec.SnapshotID = p.Snapshot.Template, p.Snapshot.ID

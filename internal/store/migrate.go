@@ -31,6 +31,7 @@ var versionNames = []string{
 	5: "catalog template sizes and bake times",
 	6: "audit log, scoped keys and team quotas",
 	7: "live sandboxes by expiry",
+	8: "private sandbox ports",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

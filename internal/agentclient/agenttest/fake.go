@@ -426,5 +426,6 @@ func (a *Agent) port(w http.ResponseWriter, r *http.Request, id, port, rest stri
 	}
 	body, _ := io.ReadAll(r.Body)
 	writeJSON(w, 200, map[string]any{"method": r.Method, "port": port, "path": rest,
-		"query": r.URL.RawQuery, "host": r.Host, "authorization": r.Header.Get("Authorization"), "body": string(body)})
+		"query": r.URL.RawQuery, "host": r.Host, "authorization": r.Header.Get("Authorization"), "body": string(body),
+		"cookie": r.Header.Get("Cookie"), "traffic_token": r.Header.Get("X-PandaStack-Traffic-Token")})
 }

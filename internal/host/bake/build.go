@@ -114,7 +114,9 @@ func (ts *Templates) buildInGuest(ctx context.Context, c *guest.Client, r templa
 		return nil
 	}
 	if len(r.Npm) > 0 {
-		say("build VM: running the npm packages' install scripts")
+		// Inherited packages count: the rootfs is assembled afresh from every layer's packages,
+		// so a template that names none still reruns its parents' (base's bun) scripts.
+		say("build VM: running the install scripts of the npm packages %s (this template's and its parents')", strings.Join(r.Npm, ", "))
 		if err := run("npm rebuild", "npm rebuild --global --prefix /usr/local --foreground-scripts --no-audit --no-fund --offline"); err != nil {
 			return err
 		}

@@ -51,7 +51,18 @@ type Sandbox struct {
 	// ForkOf names the parent of a fork's child; SnapshotID the snapshot a sandbox was made from.
 	ForkOf     string `json:"fork_of,omitempty"`
 	SnapshotID string `json:"snapshot_id,omitempty"`
+	// PublicPorts: its port proxy needs no token. Otherwise requests carry TrafficToken, which
+	// only the create answer shows (a fork's children keep their parent's).
+	PublicPorts  bool   `json:"public_ports"`
+	TrafficToken string `json:"traffic_token,omitempty"`
 }
+
+// A request to a private port carries the sandbox's traffic token in this header, or in this
+// query parameter (the port proxy then sets a cookie of the same name for the page's own requests).
+const (
+	TrafficTokenHeader = "X-PandaStack-Traffic-Token"
+	TrafficTokenParam  = "pandastack_traffic_token"
+)
 
 // SandboxPage is GET /v1/sandboxes: one page, and the cursor of the next (null at the end).
 type SandboxPage struct {
@@ -74,6 +85,8 @@ type CreateRequest struct {
 	Env        map[string]string `json:"env,omitempty"`
 	Egress     *network.Egress   `json:"egress,omitempty"`
 	Volumes    []VolumeMount     `json:"volumes,omitempty"`
+	// PublicPorts nil: the server's default.
+	PublicPorts *bool `json:"public_ports,omitempty"`
 }
 
 // VolumeMount is a volume a create mounts in the sandbox, read-only or not.

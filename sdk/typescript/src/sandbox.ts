@@ -17,6 +17,8 @@ export interface SandboxData {
   error?: string;
   fork_of?: string;
   snapshot_id?: string;
+  public_ports?: boolean;
+  traffic_token?: string;
   [key: string]: unknown;
 }
 
@@ -150,6 +152,11 @@ export interface CreateSandboxParams {
   egress?: unknown;
   /** Volumes to mount (at most 4); the sandbox runs on their host. */
   volumes?: VolumeMount[];
+  /**
+   * `false`: the port proxy asks for the sandbox's `trafficToken`. Default: the server's setting
+   * (public unless it runs with `--private-ports`).
+   */
+  publicPorts?: boolean;
   signal?: AbortSignal;
 }
 
@@ -476,6 +483,14 @@ export class Sandbox {
   forkOf?: string;
   /** For a sandbox created from a snapshot: that snapshot's id. */
   snapshotId?: string;
+  /** False when its port proxy asks for `trafficToken`. */
+  publicPorts!: boolean;
+  /**
+   * The token its private ports ask for (send it as the `X-PandaStack-Traffic-Token` header). Only
+   * the create answer carries it, so it is kept across refreshes; a fork's children get their
+   * parent's.
+   */
+  trafficToken?: string;
   /** The last answer, as sent. */
   raw!: SandboxData;
   readonly filesystem: Filesystem;
@@ -507,6 +522,8 @@ export class Sandbox {
     this.error = d.error;
     this.forkOf = d.fork_of;
     this.snapshotId = d.snapshot_id;
+    this.publicPorts = d.public_ports !== false;
+    this.trafficToken = d.traffic_token || this.trafficToken;
   }
 
   private async updateFrom(d: unknown): Promise<void> {
@@ -590,6 +607,7 @@ export class Sandbox {
     });
     const d = JSON.parse((await resp.text()) || "{}") as { sandboxes?: SandboxData[] };
     const children = (d.sandboxes ?? []).map((s) => new Sandbox(this.client, s));
+    for (const child of children) if (!child.publicPorts) child.trafficToken = this.trafficToken;
     if (count === 1) {
       if (!children[0]) {
         throw new PandaStackError("fork answered without a sandbox", {
@@ -671,6 +689,7 @@ export class Sandboxes {
     if (params.snapshotId !== undefined) body.snapshot_id = params.snapshotId;
     if (params.egress !== undefined) body.egress = params.egress;
     if (params.volumes !== undefined) body.volumes = params.volumes.map(volumeEntry);
+    if (params.publicPorts !== undefined) body.public_ports = params.publicPorts;
     const d = await this.client.http.json<SandboxData>("POST", "/v1/sandboxes", {
       json: body,
       timeoutMs: this.client.createTimeoutMs,

@@ -262,6 +262,11 @@ class Sandbox:
         self.fork_of: Optional[str] = d.get("fork_of")
         #: for a sandbox created from a snapshot: that snapshot's id
         self.snapshot_id: Optional[str] = d.get("snapshot_id")
+        #: False when its port proxy asks for :attr:`traffic_token`
+        self.public_ports: bool = d.get("public_ports") is not False
+        #: the token its private ports ask for (send it as the ``X-PandaStack-Traffic-Token``
+        #: header); only the create answer carries it, so it is kept across refreshes
+        self.traffic_token: Optional[str] = d.get("traffic_token") or getattr(self, "traffic_token", None)
 
     @property
     def files(self) -> Filesystem:
@@ -387,6 +392,9 @@ class Sandbox:
         r = self._http.request("POST", self._path("/fork"), json_body=body, timeout=self._client.create_timeout)
         d = r.json() or {}
         children = [Sandbox(self._client, s) for s in as_list(d.get("sandboxes")) if isinstance(s, dict)]
+        for child in children:  # children keep their parent's traffic token
+            if not child.public_ports:
+                child.traffic_token = self.traffic_token
         if count == 1:
             if not children:
                 raise errors.PandaStackError("fork answered without a sandbox", code="bad_response",
@@ -462,6 +470,7 @@ class Sandboxes:
         snapshot_id: Optional[str] = None,
         egress: Any = None,
         volumes: Any = None,
+        public_ports: Optional[bool] = None,
     ) -> Sandbox:
         """Start a sandbox from a template (or from a snapshot with ``snapshot_id``).
 
@@ -469,7 +478,9 @@ class Sandboxes:
         list by; ``env`` variables every command in it sees. The first create of a template that
         is not baked yet waits for the bake. ``volumes`` mounts up to four volumes:
         ``[{"volume_id": "vol_…", "mount_path": "/data", "read_only": False}]`` (or
-        ``volume.mount("/data")``); the sandbox runs on the volumes' host.
+        ``volume.mount("/data")``); the sandbox runs on the volumes' host. ``public_ports=False``
+        makes its port proxy ask for the sandbox's :attr:`~Sandbox.traffic_token` (default: the
+        server's setting, public unless it runs with ``--private-ports``).
         """
         if template is None and snapshot_id is None:
             raise TypeError("create() needs template= (or snapshot_id=)")
@@ -488,6 +499,8 @@ class Sandboxes:
             body["egress"] = egress
         if volumes is not None:
             body["volumes"] = [_volume_entry(v) for v in volumes]
+        if public_ports is not None:
+            body["public_ports"] = bool(public_ports)
         r = self._http.request("POST", "/v1/sandboxes", json_body=body, timeout=self._client.create_timeout)
         return Sandbox(self._client, r.json() or {})
 
