@@ -121,11 +121,7 @@ func TestQuotaRace(t *testing.T) {
 	codes := make(chan int, n)
 	var wg sync.WaitGroup
 	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			codes <- e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base"}).status
-		}()
+		wg.Go(func() { codes <- e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base"}).status })
 	}
 	wg.Wait()
 	close(codes)

@@ -77,15 +77,11 @@ func (s *Store) ReleaseQuotaHold(ctx context.Context, id string) error {
 // quotaHoldsSchema is the quota holds' part of each migration.
 var quotaHoldsSchema = []schemaStep{
 	{9, []string{
+		// One row a call in flight: what it holds of each quota, and when the hold lapses.
 		`CREATE TABLE quota_holds (
-			id         TEXT PRIMARY KEY,
-			team_id    TEXT NOT NULL,
-			sandboxes  BIGINT NOT NULL DEFAULT 0,
-			vcpus      BIGINT NOT NULL DEFAULT 0,
-			memory_mib BIGINT NOT NULL DEFAULT 0,
-			volumes    BIGINT NOT NULL DEFAULT 0,
-			volume_mib BIGINT NOT NULL DEFAULT 0,
-			expires_at BIGINT NOT NULL
+			id TEXT PRIMARY KEY, team_id TEXT NOT NULL, expires_at BIGINT NOT NULL,
+			sandboxes BIGINT NOT NULL DEFAULT 0, vcpus BIGINT NOT NULL DEFAULT 0, memory_mib BIGINT NOT NULL DEFAULT 0,
+			volumes BIGINT NOT NULL DEFAULT 0, volume_mib BIGINT NOT NULL DEFAULT 0
 		)`,
 		`CREATE INDEX quota_holds_team ON quota_holds (team_id, expires_at)`,
 	}},
