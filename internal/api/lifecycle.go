@@ -34,13 +34,15 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := s.sandbox(r)
+	release := func() {}
 	if err == nil {
-		err = s.checkSandboxQuota(r.Context(), sb.TeamID, sb.Template, int64(count))
+		release, err = s.holdSandboxQuota(r.Context(), sb.TeamID, sb.Template, int64(count))
 	}
 	var children []store.Sandbox
 	if err == nil {
 		children, err = s.svc.Fork(r.Context(), sb, count)
 	}
+	release()
 	s.reply(w, r, http.StatusCreated, v1.Sandboxes{Sandboxes: list(children, viewOf)}, err)
 }
 

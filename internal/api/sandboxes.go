@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/pandastack/pandastack/internal/auth"
-	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
@@ -112,11 +111,12 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.checkSandboxQuota(r.Context(), id.TeamID, req.Template, 1); err != nil {
-		s.metrics.createFailed(errdefs.Exhausted.Code())
-		s.writeError(w, r, err)
+	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, req.Template, 1)
+	if err != nil {
+		s.createFailed(w, r, err)
 		return
 	}
+	defer release() // after the sandbox is recorded (or the create failed)
 	ttl := int64(0)
 	if req.TTLSeconds != nil {
 		ttl = *req.TTLSeconds
@@ -130,18 +130,23 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		TemplateHost: req.templateHost, Snapshot: snap, Volumes: req.volumes, Env: req.Env, Egress: req.egress,
 		Metadata: req.Metadata, TTLSeconds: ttl, TrafficTokenHash: tokenHash})
 	if err != nil {
-		code := "internal"
-		if e, ok := toAPIError(err); ok {
-			code = e.code
-		}
-		s.metrics.createFailed(code)
-		s.writeError(w, r, err)
+		s.createFailed(w, r, err)
 		return
 	}
 	s.metrics.created(time.Since(start))
 	v := viewOf(sb)
 	v.TrafficToken = token // shown once: the store keeps only its hash
 	writeJSON(w, http.StatusCreated, v)
+}
+
+// createFailed answers a failed create and counts it under its error code.
+func (s *Server) createFailed(w http.ResponseWriter, r *http.Request, err error) {
+	code := "internal"
+	if e, ok := toAPIError(err); ok {
+		code = e.code
+	}
+	s.metrics.createFailed(code)
+	s.writeError(w, r, err)
 }
 
 // validateCreate checks a create and, when it names snapshot_id, returns the caller's snapshot

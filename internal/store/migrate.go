@@ -32,12 +32,13 @@ var versionNames = []string{
 	6: "audit log, scoped keys and team quotas",
 	7: "live sandboxes by expiry",
 	8: "private sandbox ports",
+	9: "quota holds",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
 // (tables before the tables that reference them).
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
-	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema)
+	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema)
 
 // assemble groups the domains' steps into migrations by version.
 func assemble(domains ...[]schemaStep) []migration {

@@ -967,6 +967,7 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{6, "audit log, scoped keys and team quotas", "adb94783b424342a865afe0f26936df65a7b69c04dd78bb0744e433bc5fad79a"},
 		{7, "live sandboxes by expiry", "11cceaa6788c34ed900ab7d753ab916314ae1919bd888f9b0ba90cacc25e570c"},
 		{8, "private sandbox ports", "7e058c8cbe46c72615dbf306e1701338f817d137851dc5c6d545dbe5a1deaf68"},
+		{9, "quota holds", "40eaf27b281a0340d01649fa743741390aeb282edd10761c8551cc6d41956d7e"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))
