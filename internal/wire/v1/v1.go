@@ -114,13 +114,15 @@ type Host struct {
 	ID  string `json:"id"`
 	URL string `json:"url"` // where the control plane calls it
 	// State is up or down (silent past the heartbeat timeout: its sandboxes are lost).
-	State         string   `json:"state"`
-	Accel         string   `json:"accel"`     // kvm or tcg
-	Sandboxes     int64    `json:"sandboxes"` // running and hibernated ones the store places there
-	FreeSlots     int64    `json:"free_slots"`
-	SlotsTotal    int64    `json:"slots_total"`
-	MemMiBTotal   int64    `json:"mem_mib_total"`
-	MemMiBFree    int64    `json:"mem_mib_free"`
+	State     string `json:"state"`
+	Accel     string `json:"accel"`     // kvm or tcg
+	Sandboxes int64  `json:"sandboxes"` // running and hibernated ones the store places there
+	// Room: VM slots and guest memory, as the host last reported them.
+	FreeSlots   int64 `json:"free_slots"`
+	SlotsTotal  int64 `json:"slots_total"`
+	MemMiBTotal int64 `json:"mem_mib_total"`
+	MemMiBFree  int64 `json:"mem_mib_free"`
+	// Templates it can run; Baked, those ready to restore at once.
 	Templates     []string `json:"templates"`
 	Baked         []string `json:"baked"`
 	LastHeartbeat string   `json:"last_heartbeat"`
