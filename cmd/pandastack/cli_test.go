@@ -502,3 +502,18 @@ func TestCLIPrivatePorts(t *testing.T) {
 		t.Fatalf("both flags: %v", err)
 	}
 }
+
+func TestCLIHosts(t *testing.T) {
+	useServer(t)
+	out := mustRun(t, "", "sandbox", "create", "--host", "host-a", "--json")
+	if !strings.Contains(out, `"host": "host-a"`) {
+		t.Fatalf("create --host host-a:\n%s", out)
+	}
+	if _, _, err := run(t, "", "sandbox", "create", "--host", "host-nope"); err == nil || !strings.Contains(err.Error(), "host-nope is not known") {
+		t.Fatalf("create --host host-nope: %v", err)
+	}
+	list := mustRun(t, "", "hosts", "list")
+	if !strings.Contains(list, "SANDBOXES") || !strings.Contains(list, "host-a") || !strings.Contains(list, "up") {
+		t.Fatalf("hosts list:\n%s", list)
+	}
+}

@@ -106,6 +106,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.BoolVar(&noInternet, "no-internet", false, "egress: block the internet (only --allow destinations are reachable)")
 	fl.StringArrayVar(&allow, "allow", nil, "egress: IPv4 CIDR the sandbox may reach (repeatable; never opens the always-blocked ranges: see GET /v1/info)")
 	fl.StringArrayVar(&deny, "deny", nil, "egress: IPv4 CIDR the sandbox may not reach (repeatable; wins over --allow)")
+	fl.StringVar(&req.Host, "host", "", "admin keys: the one host to run on (see `pandastack hosts list`)")
 	fl.BoolVar(&privatePorts, "private-ports", false, "the port proxy asks for the sandbox's traffic token (printed once, to stderr)")
 	fl.BoolVar(&publicPorts, "public-ports", false, "anyone who knows the sandbox id reaches its ports (default unless the server runs with --private-ports)")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "print only the new sandbox's id")

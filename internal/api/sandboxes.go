@@ -31,6 +31,8 @@ type createRequest struct {
 	Volumes    *[]VolumeSpec     `json:"volumes"`
 	// PublicPorts nil: the server's default (Config.PrivatePorts).
 	PublicPorts *bool `json:"public_ports"`
+	// Host pins the sandbox to one host (admin keys only).
+	Host *string `json:"host"`
 
 	egress  *network.Egress          // Egress, validated
 	volumes []store.VolumeAttachment // Volumes, validated (SandboxID not yet set)
@@ -128,7 +130,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.svc.Create(r.Context(), id.TeamID, sandboxes.CreateParams{Template: req.Template, AgentTemplate: req.agentTemplate,
 		TemplateHost: req.templateHost, Snapshot: snap, Volumes: req.volumes, Env: req.Env, Egress: req.egress,
-		Metadata: req.Metadata, TTLSeconds: ttl, TrafficTokenHash: tokenHash})
+		Metadata: req.Metadata, TTLSeconds: ttl, TrafficTokenHash: tokenHash, Host: deref(req.Host)})
 	if err != nil {
 		s.createFailed(w, r, err)
 		return
@@ -152,6 +154,9 @@ func (s *Server) createFailed(w http.ResponseWriter, r *http.Request, err error)
 // validateCreate checks a create and, when it names snapshot_id, returns the caller's snapshot
 // (another team's, a deleted or a missing one is 404) with req.Template set to its template.
 func (s *Server) validateCreate(ctx context.Context, teamID string, req *createRequest) (*store.Snapshot, error) {
+	if err := pinnable(ctx, req.Host); err != nil {
+		return nil, err
+	}
 	if req.Volumes != nil {
 		vols, err := validateVolumeSpecs(*req.Volumes)
 		if err != nil {

@@ -215,6 +215,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/audit", apiKey, s.listAudit},
 		{"GET", "/v1/usage", apiKey, s.usage},
 		{"PUT", "/v1/teams/{id}/quota", apiKey, s.setQuota},
+		{"GET", "/v1/hosts", apiKey, s.listHosts},
 	}
 }
 

@@ -390,6 +390,12 @@ func (c *Client) CreateVolume(ctx context.Context, sizeMiB int64, name string) (
 	return send[Volume](ctx, c, "POST", "/v1/volumes", nil, v1.CreateVolumeRequest{Name: name, SizeMiB: sizeMiB})
 }
 
+// ListHosts returns the host agents with their live sandboxes (admin keys).
+func (c *Client) ListHosts(ctx context.Context) ([]v1.Host, error) {
+	out, err := send[v1.Hosts](ctx, c, "GET", "/v1/hosts", nil, nil)
+	return out.Hosts, err
+}
+
 // ListVolumes returns the team's volumes, newest first.
 func (c *Client) ListVolumes(ctx context.Context) ([]Volume, error) {
 	out, err := send[v1.Volumes](ctx, c, "GET", "/v1/volumes", nil, nil)

@@ -295,6 +295,11 @@ func (s *Store) CountSandboxesByState(ctx context.Context) (map[string]int64, er
 	return s.countBy(ctx, `SELECT state, COUNT(*) FROM sandboxes GROUP BY state`)
 }
 
+// LiveSandboxesByHost returns how many running and hibernated sandboxes each host has.
+func (s *Store) LiveSandboxesByHost(ctx context.Context) (map[string]int64, error) {
+	return s.countBy(ctx, `SELECT host_id, COUNT(*) FROM sandboxes WHERE state IN ('`+StateRunning+`', '`+StateHibernated+`') GROUP BY host_id`)
+}
+
 // sandboxesSchema is the sandboxes tables' part of each migration.
 var sandboxesSchema = []schemaStep{
 	{1, []string{

@@ -87,6 +87,8 @@ type CreateRequest struct {
 	Volumes    []VolumeMount     `json:"volumes,omitempty"`
 	// PublicPorts nil: the server's default.
 	PublicPorts *bool `json:"public_ports,omitempty"`
+	// Host pins the sandbox to one host (admin keys only).
+	Host string `json:"host,omitempty"`
 }
 
 // VolumeMount is a volume a create mounts in the sandbox, read-only or not.
@@ -103,7 +105,32 @@ type TTLRequest struct {
 
 // ForkRequest is the body of a fork (no body: one child).
 type ForkRequest struct {
-	Count int `json:"count"`
+	Count int    `json:"count"`
+	Host  string `json:"host,omitempty"` // admin keys: the host the children run on
+}
+
+// Host is a host agent as GET /v1/hosts (admin keys) shows it.
+type Host struct {
+	ID  string `json:"id"`
+	URL string `json:"url"` // where the control plane calls it
+	// State is up or down (silent past the heartbeat timeout: its sandboxes are lost).
+	State     string `json:"state"`
+	Accel     string `json:"accel"`     // kvm or tcg
+	Sandboxes int64  `json:"sandboxes"` // running and hibernated ones the store places there
+	// Room: VM slots and guest memory, as the host last reported them.
+	FreeSlots   int64 `json:"free_slots"`
+	SlotsTotal  int64 `json:"slots_total"`
+	MemMiBTotal int64 `json:"mem_mib_total"`
+	MemMiBFree  int64 `json:"mem_mib_free"`
+	// Templates it can run; Baked, those ready to restore at once.
+	Templates     []string `json:"templates"`
+	Baked         []string `json:"baked"`
+	LastHeartbeat string   `json:"last_heartbeat"`
+}
+
+// Hosts is GET /v1/hosts.
+type Hosts struct {
+	Hosts []Host `json:"hosts"`
 }
 
 // ExecRequest is the body of an exec: cmd (a shell command line) or argv. TimeoutSeconds is nil

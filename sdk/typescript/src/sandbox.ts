@@ -157,6 +157,8 @@ export interface CreateSandboxParams {
    * (public unless it runs with `--private-ports`).
    */
   publicPorts?: boolean;
+  /** Admin keys: the one host to run on. */
+  host?: string;
   signal?: AbortSignal;
 }
 
@@ -690,6 +692,7 @@ export class Sandboxes {
     if (params.egress !== undefined) body.egress = params.egress;
     if (params.volumes !== undefined) body.volumes = params.volumes.map(volumeEntry);
     if (params.publicPorts !== undefined) body.public_ports = params.publicPorts;
+    if (params.host !== undefined) body.host = params.host;
     const d = await this.client.http.json<SandboxData>("POST", "/v1/sandboxes", {
       json: body,
       timeoutMs: this.client.createTimeoutMs,

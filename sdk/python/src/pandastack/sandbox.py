@@ -471,6 +471,7 @@ class Sandboxes:
         egress: Any = None,
         volumes: Any = None,
         public_ports: Optional[bool] = None,
+        host: Optional[str] = None,
     ) -> Sandbox:
         """Start a sandbox from a template (or from a snapshot with ``snapshot_id``).
 
@@ -480,7 +481,8 @@ class Sandboxes:
         ``[{"volume_id": "vol_…", "mount_path": "/data", "read_only": False}]`` (or
         ``volume.mount("/data")``); the sandbox runs on the volumes' host. ``public_ports=False``
         makes its port proxy ask for the sandbox's :attr:`~Sandbox.traffic_token` (default: the
-        server's setting, public unless it runs with ``--private-ports``).
+        server's setting, public unless it runs with ``--private-ports``). ``host`` (admin keys)
+        pins it to one host.
         """
         if template is None and snapshot_id is None:
             raise TypeError("create() needs template= (or snapshot_id=)")
@@ -501,6 +503,8 @@ class Sandboxes:
             body["volumes"] = [_volume_entry(v) for v in volumes]
         if public_ports is not None:
             body["public_ports"] = bool(public_ports)
+        if host is not None:
+            body["host"] = host
         r = self._http.request("POST", "/v1/sandboxes", json_body=body, timeout=self._client.create_timeout)
         return Sandbox(self._client, r.json() or {})
 
