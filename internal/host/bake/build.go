@@ -49,6 +49,16 @@ func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img imag
 	if _, err := os.Stat(out.Rootfs); err == nil {
 		return out, nil
 	}
+	// Other processes share the cache (a second agent, parallel test packages): one builds a
+	// key while the others wait for its result, so none removes a directory another is using.
+	unlock, err := image.LockEntry(ctx, dir)
+	if err != nil {
+		return out, err
+	}
+	defer unlock()
+	if _, err := os.Stat(out.Rootfs); err == nil {
+		return out, nil // built by another process while we waited
+	}
 	tmp := dir + ".building"
 	os.RemoveAll(tmp)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
