@@ -39,7 +39,7 @@ type ControlPlaneConfig struct {
 	ProxyDomain string
 	// PrivatePorts: a sandbox created without public_ports gets private ports (traffic token).
 	PrivatePorts bool
-	EgressOpen  []string // IPv4 CIDRs, as --egress-open gives them
+	EgressOpen   []string // IPv4 CIDRs, as --egress-open gives them
 	// BlobStore is where artifacts go to leave their host (file:///dir or s3://bucket/prefix?…,
 	// see internal/blob); hosts learn it when they register. Empty: artifacts stay on their host.
 	BlobStore string
@@ -95,7 +95,8 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 			warnPresetKey(o, aerr)
 		}
 	}
-	sched := scheduler.New(scheduler.Config{Store: st, Logger: o.Logger, HeartbeatTimeout: o.HeartbeatTimeout})
+	sched := scheduler.New(scheduler.Config{Store: st, Logger: o.Logger, HeartbeatTimeout: o.HeartbeatTimeout,
+		HostCacheTTL: scheduler.DefaultHostCacheTTL})
 	for _, a := range o.Agents {
 		u, tok, ok := strings.Cut(a, "=")
 		if !ok || !strings.HasPrefix(u, "http") {
