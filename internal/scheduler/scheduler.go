@@ -175,54 +175,16 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool) 
 	if reg.HostID == "" || reg.URL == "" {
 		return fmt.Errorf("registration needs host_id and url")
 	}
-	h := store.Host{ID: reg.HostID, URL: reg.URL, Token: reg.Token, Accel: reg.Accel,
-		MemMiBTotal: reg.MemMiBTotal, MemMiBFree: reg.MemMiBFree, SlotsTotal: reg.SlotsTotal, SlotsUsed: reg.SlotsUsed}
-	for _, t := range reg.Templates {
-		h.Templates = append(h.Templates, t.Name)
-		if t.Baked {
-			h.Baked = append(h.Baked, t.Name)
-		}
-	}
+	h := hostOf(reg)
 	// The catalog first: a host is seen up only once its templates can be asked for.
-	for _, t := range reg.Templates {
-		if t.Built {
-			continue // a team's template: private, recorded in team_templates by the build call
-		}
-		ct := store.Template{Name: t.Name, Description: t.Description, VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB,
-			DiskMiB: t.DiskMiB, Aliases: t.Aliases, Metadata: t.Metadata, SizeBytes: t.SizeBytes, BakeMS: t.BakeMS}
-		s.mu.Lock()
-		same := reflect.DeepEqual(s.catalog[t.Name], ct)
-		s.mu.Unlock()
-		if same {
-			continue // heartbeats repeat the same list; write the catalog only when it changes
-		}
-		if err := s.cfg.Store.UpsertTemplate(ctx, ct); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.catalog[t.Name] = ct
-		s.mu.Unlock()
+	if err := s.noteCatalog(ctx, reg); err != nil {
+		return err
 	}
 	prev, err := s.cfg.Store.UpsertHost(ctx, h)
 	if err != nil {
 		return err
 	}
-	h.State, h.LastHeartbeat = store.HostUp, s.cfg.Now()
-	s.noteHosts(h)
-	s.mu.Lock()
-	delete(s.pending, h.ID) // the report now counts what was placed before it
-	s.limits[h.ID] = reg.HostLimits
-	for _, t := range reg.Templates {
-		if t.MemoryMiB > 0 {
-			s.tmplMem[t.Name] = t.MemoryMiB
-		}
-		if t.VCPUs > 0 {
-			s.tmplCPU[t.Name] = t.VCPUs
-		}
-	}
-	firstSight := !s.seen[h.ID]
-	s.seen[h.ID] = true
-	s.mu.Unlock()
+	firstSight := s.noteReport(h, reg)
 	switch {
 	case prev == "":
 		s.cfg.Logger.Info("host registered", "host", h.ID, "url", h.URL, "slots", h.SlotsTotal, "mem_mib_free", h.MemMiBFree, "templates", h.Templates)
@@ -243,10 +205,89 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool) 
 	return nil
 }
 
+// hostOf is the host a registration describes.
+func hostOf(reg Registration) store.Host {
+	h := store.Host{ID: reg.HostID, URL: reg.URL, Token: reg.Token, Accel: reg.Accel,
+		MemMiBTotal: reg.MemMiBTotal, MemMiBFree: reg.MemMiBFree, SlotsTotal: reg.SlotsTotal, SlotsUsed: reg.SlotsUsed}
+	for _, t := range reg.Templates {
+		h.Templates = append(h.Templates, t.Name)
+		if t.Baked {
+			h.Baked = append(h.Baked, t.Name)
+		}
+	}
+	return h
+}
+
+// noteCatalog writes the catalog entries of a report that changed since this process last
+// wrote them (heartbeats repeat the same list).
+func (s *Scheduler) noteCatalog(ctx context.Context, reg Registration) error {
+	for _, t := range reg.Templates {
+		if t.Built {
+			continue // a team's template: private, recorded in team_templates by the build call
+		}
+		ct := store.Template{Name: t.Name, Description: t.Description, VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB,
+			DiskMiB: t.DiskMiB, Aliases: t.Aliases, Metadata: t.Metadata, SizeBytes: t.SizeBytes, BakeMS: t.BakeMS}
+		s.mu.Lock()
+		same := reflect.DeepEqual(s.catalog[t.Name], ct)
+		s.mu.Unlock()
+		if same {
+			continue
+		}
+		if err := s.cfg.Store.UpsertTemplate(ctx, ct); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.catalog[t.Name] = ct
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// noteReport takes in a report the store has recorded: the host's reservations end (the report
+// counts what was placed before it), its limits and template sizes, the host list cache. It
+// reports whether this process had not heard from the host before.
+func (s *Scheduler) noteReport(h store.Host, reg Registration) (firstSight bool) {
+	s.mu.Lock()
+	delete(s.pending, h.ID)
+	s.limits[h.ID] = reg.HostLimits
+	for _, t := range reg.Templates {
+		if t.MemoryMiB > 0 {
+			s.tmplMem[t.Name] = t.MemoryMiB
+		}
+		if t.VCPUs > 0 {
+			s.tmplCPU[t.Name] = t.VCPUs
+		}
+	}
+	firstSight = !s.seen[h.ID]
+	s.seen[h.ID] = true
+	s.mu.Unlock()
+	h.State, h.LastHeartbeat = store.HostUp, s.cfg.Now()
+	s.noteHosts(h)
+	return firstSight
+}
+
 // Heartbeat is Register for a host that is already known; an unknown one gets ErrUnknownHost.
-// The first heartbeat of a host since this process started does not wait for its reconcile:
-// Run's reconcile loop does it soon after.
+// A host this process has heard from and the store has up costs one statement. The first
+// heartbeat of a host since this process started does not wait for its reconcile: Run's
+// reconcile loop does it soon after.
 func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
+	s.mu.Lock()
+	seen := s.seen[reg.HostID]
+	s.mu.Unlock()
+	if seen && reg.URL != "" {
+		if err := s.noteCatalog(ctx, reg); err != nil {
+			return err
+		}
+		h := hostOf(reg)
+		ok, err := s.cfg.Store.RefreshUpHost(ctx, h)
+		if err != nil {
+			return err
+		}
+		if ok {
+			s.noteReport(h, reg)
+			return nil
+		}
+	}
 	if _, err := s.cfg.Store.GetHost(ctx, reg.HostID); errors.Is(err, store.ErrNotFound) {
 		return ErrUnknownHost
 	} else if err != nil {

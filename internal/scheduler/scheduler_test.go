@@ -379,3 +379,49 @@ func TestPlacementSamplesLargeFleets(t *testing.T) {
 		t.Fatalf("50 placements all put %v first: no spread", firsts)
 	}
 }
+
+// TestHeartbeatOfADownHost: a host this replica has heard from, marked down meanwhile (by any
+// replica), comes back with its next heartbeat: the one-statement refresh refuses it and the full
+// registration reconciles its sandboxes (lost → running).
+func TestHeartbeatOfADownHost(t *testing.T) {
+	ctx := context.Background()
+	s, st := newSched(t, Config{})
+	a := agenttest.New("host-a", "tok", "base")
+	defer a.Close()
+	info, err := agentclient.New(a.URL(), "tok").Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := RegistrationFromInfo(info, a.URL(), "tok")
+	if err := s.Register(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateTeam(ctx, store.Team{ID: "team", Name: "team"}); err != nil {
+		t.Fatal(err)
+	}
+	a.AddSandbox("sb_1", "base")
+	if _, err := st.CreateSandbox(ctx, store.Sandbox{ID: "sb_1", TeamID: "team", Template: "base", State: store.StateRunning, HostID: "host-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Heartbeat(ctx, r); err != nil { // the fast path
+		t.Fatal(err)
+	}
+	if err := st.MarkHostDown(ctx, "host-a", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := st.GetSandbox(ctx, "sb_1"); sb.State != store.StateLost {
+		t.Fatalf("sandbox of a down host: %s", sb.State)
+	}
+	if err := s.Heartbeat(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := st.GetHost(ctx, "host-a"); h.State != store.HostUp {
+		t.Fatalf("host after its heartbeat: %s", h.State)
+	}
+	if sb, _ := st.GetSandbox(ctx, "sb_1"); sb.State != store.StateRunning {
+		t.Fatalf("sandbox after the host came back: %s, want running (reconciled)", sb.State)
+	}
+	if err := s.Heartbeat(ctx, Registration{HostID: "host-nope", URL: "http://x"}); !errors.Is(err, ErrUnknownHost) {
+		t.Fatalf("unknown host: %v", err)
+	}
+}

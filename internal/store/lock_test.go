@@ -155,3 +155,35 @@ func TestTeamLockAcrossReplicas(t *testing.T) {
 		t.Fatalf("after release and lapse: %+v %v", h, err)
 	}
 }
+
+// TestRefreshUpHost: the one-statement heartbeat writes a known, up host's report and nothing
+// else: an unknown or down host is left to UpsertHost.
+func TestRefreshUpHost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		h := Host{ID: "h1", URL: "http://a", Token: "t", SlotsTotal: 4, Templates: []string{"base"}}
+		if ok, err := s.RefreshUpHost(ctx, h); ok || err != nil {
+			t.Fatalf("unknown host: %v %v", ok, err)
+		}
+		if _, err := s.UpsertHost(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		h.SlotsUsed, h.Baked = 3, []string{"base"}
+		if ok, err := s.RefreshUpHost(ctx, h); !ok || err != nil {
+			t.Fatalf("up host: %v %v", ok, err)
+		}
+		got, err := s.GetHost(ctx, "h1")
+		if err != nil || got.SlotsUsed != 3 || len(got.Baked) != 1 || got.State != HostUp {
+			t.Fatalf("after refresh: %+v %v", got, err)
+		}
+		if err := s.MarkHostDown(ctx, "h1", "test"); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.RefreshUpHost(ctx, h); ok || err != nil {
+			t.Fatalf("down host: %v %v", ok, err)
+		}
+		if got, _ := s.GetHost(ctx, "h1"); got.State != HostDown {
+			t.Fatalf("a refresh brought a down host up: %+v", got)
+		}
+	})
+}
