@@ -238,6 +238,13 @@ type Request struct {
 	SizeBytes int64  `json:"size_bytes,omitempty"`
 	ReadOnly  bool   `json:"read_only,omitempty"`
 	Grow      bool   `json:"grow,omitempty"`
+
+	// background processes (process.go): which one, from where its output is read, a signal.
+	Pid    int    `json:"pid,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
+	Follow bool   `json:"follow,omitempty"`
+	Signal string `json:"signal,omitempty"`
+	EOF    bool   `json:"eof,omitempty"` // proc_stdin: close the process's stdin after the data
 }
 
 // Ops.
@@ -253,6 +260,13 @@ const (
 	OpHealth = "health"
 	OpSync   = "sync"
 	OpMount  = "mount"
+	// Background processes: see process.go.
+	OpProcStart  = "proc_start"
+	OpProcList   = "proc_list"
+	OpProcOutput = "proc_output"
+	OpProcStdin  = "proc_stdin"
+	OpProcSignal = "proc_signal"
+	OpProcKill   = "proc_kill"
 )
 
 // Limits shared by both sides.
@@ -272,6 +286,7 @@ const (
 	CodeIsADirectory     = "is_a_directory"
 	CodeNoSpace          = "no_space"
 	CodeNotEmpty         = "not_empty"
+	CodeConflict         = "conflict" // the request does not fit the current state (a process that exited)
 	CodeInternal         = "internal"
 )
 
