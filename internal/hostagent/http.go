@@ -111,6 +111,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files/stat", a.busy(a.handleStat))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.busy(a.handleMkdir))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.busy(a.handleMove))
+	a.processRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.NotFoundf("no route for %s %s", r.Method, r.URL.Path))
 	})
