@@ -17,7 +17,7 @@ import (
 func init() {
 	sb, f := group("sandbox", "Create, list, exec in, move files in, fork, snapshot, hibernate and kill sandboxes", "sandboxes", "sb")
 	sb.AddCommand(sandboxCreateCmd(f), sandboxListCmd(f), getCmd(f, sandboxes, "get ID", "Show one sandbox", (*client.Client).GetSandbox),
-		sandboxExecCmd(f),
+		sandboxExecCmd(f), sandboxStartCmd(f), sandboxPsCmd(f), sandboxLogsCmd(f), sandboxKillProcessCmd(f),
 		sandboxKillCmd(f), sandboxTTLCmd(f), sandboxFilesCmd(f), sandboxForkCmd(f), sandboxSnapshotCmd(f),
 		getCmd(f, sandboxes, "hibernate ID", "Hibernate a sandbox: its memory goes to disk and its VM stops; any call wakes it",
 			(*client.Client).Hibernate),
@@ -131,30 +131,11 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 		Example: `  pandastack sandbox exec sb_123 -- python -c 'print(2 ** 10)'
   pandastack sandbox exec sb_123 'ls /tmp | wc -l'
   echo hi | pandastack sandbox exec --stdin sb_123 -- cat`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			command := args[min(1, len(args)):]
-			if len(command) > 0 && command[0] == "--" {
-				command = command[1:] // flag parsing stops at the id, so a "--" after it is still here
-			}
-			switch {
-			case len(args) == 0:
-				return fmt.Errorf("missing sandbox id and command: pandastack sandbox exec ID -- COMMAND [ARG...]")
-			case len(command) == 0:
-				return fmt.Errorf("missing command: pandastack sandbox exec ID -- COMMAND [ARG...]")
-			}
-			return nil
-		},
+		Args: commandArgs("exec"),
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			var err error
-			id, command := args[0], args[1:]
-			if command[0] == "--" {
-				command = command[1:]
-			}
-			if len(command) == 1 {
-				req.Cmd, req.Cmd, req.Argv = "", command[0], nil
-			} else {
-				req.Cmd, req.Argv = "", command
-			}
+			var id string
+			id, req.Cmd, req.Argv = splitCommand(args)
 			if req.Env, err = parsePairs("env", env); err != nil {
 				return err
 			}
@@ -206,6 +187,36 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
 	fl.BoolVar(&stdin, "stdin", false, "send this process's standard input (up to 900 KiB) to the command")
 	return cmd
+}
+
+// commandArgs checks the arguments of a verb that runs a command: ID -- COMMAND [ARG...].
+func commandArgs(verb string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		command := args[min(1, len(args)):]
+		if len(command) > 0 && command[0] == "--" {
+			command = command[1:] // flag parsing stops at the id, so a "--" after it is still here
+		}
+		switch {
+		case len(args) == 0:
+			return fmt.Errorf("missing sandbox id and command: pandastack sandbox %s ID -- COMMAND [ARG...]", verb)
+		case len(command) == 0:
+			return fmt.Errorf("missing command: pandastack sandbox %s ID -- COMMAND [ARG...]", verb)
+		}
+		return nil
+	}
+}
+
+// splitCommand splits checked arguments (commandArgs) into the id and the command: one argument
+// is a shell command line (cmd), several a program and its arguments (argv).
+func splitCommand(args []string) (id, cmd string, argv []string) {
+	id, command := args[0], args[1:]
+	if command[0] == "--" {
+		command = command[1:]
+	}
+	if len(command) == 1 {
+		return id, command[0], nil
+	}
+	return id, "", command
 }
 
 func sandboxKillCmd(f *apiFlags) *cobra.Command {

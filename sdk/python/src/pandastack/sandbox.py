@@ -19,10 +19,11 @@ from typing import (
 )
 
 from . import errors
-from ._context import ClientContext
+from ._context import ClientContext, new_client
 from ._http import LineStream, Transport
 from ._http import quote_segment as _seg
 from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, Volume, as_list, parse_time
+from .processes import Processes
 
 __all__ = ["Sandbox", "Filesystem", "ExecStream", "Sandboxes", "Snapshots", "Templates"]
 
@@ -242,7 +243,16 @@ class Sandbox:
         self._client = client
         self._http: Transport = client._http
         self.filesystem = Filesystem(self)
+        #: background processes: start, list, connect, kill, send_stdin, signal
+        self.processes = Processes(self)
         self._update(data)
+
+    @classmethod
+    def connect(cls, sandbox_id: str, **client_options: Any) -> "Sandbox":
+        """The sandbox ``sandbox_id``, woken if hibernated, through a new client made with
+        ``client_options`` (``token``, ``base_url``…; the environment otherwise). Same as
+        ``PandaStack(**client_options).sandboxes.connect(sandbox_id)``."""
+        return Sandboxes(new_client(**client_options)).connect(sandbox_id)
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -490,6 +500,17 @@ class Sandboxes:
             body["volumes"] = [_volume_entry(v) for v in volumes]
         r = self._http.request("POST", "/v1/sandboxes", json_body=body, timeout=self._client.create_timeout)
         return Sandbox(self._client, r.json() or {})
+
+    def connect(self, sandbox_id: str) -> Sandbox:
+        """A sandbox made earlier (by this program or another), ready for calls: a hibernated one
+        is woken. Raises :class:`~pandastack.NotFound` for an unknown id and
+        :class:`~pandastack.Conflict` for one that was killed."""
+        sb = self.get(sandbox_id)
+        if sb.state == "hibernated":
+            sb.wake()
+        elif sb.state != "running":
+            raise errors.Conflict("sandbox %s is %s" % (sb.id, sb.state), code="conflict")
+        return sb
 
     def get(self, sandbox_id: str) -> Sandbox:
         """The sandbox with this id (raises :class:`~pandastack.NotFound`). Killed sandboxes stay
