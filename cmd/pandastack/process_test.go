@@ -66,4 +66,3 @@ func TestCLIProcesses(t *testing.T) {
 		}
 	}
 }
-
