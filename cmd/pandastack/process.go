@@ -35,7 +35,7 @@ var processes = printer[client.Process]{
 
 func sandboxStartCmd(f *apiFlags) *cobra.Command {
 	var req client.StartProcessRequest
-	var env []string
+	var cf commandFlags
 	cmd := &cobra.Command{
 		Use:   "start ID -- COMMAND [ARG...]",
 		Short: "Start a background process in a sandbox and print its pid (it runs on without this CLI)",
@@ -46,10 +46,8 @@ returns, while nobody reads its output, across hibernate and wake, and in forks.
   pandastack sandbox logs -f sb_123 "$pid"`,
 		Args: commandArgs("start"),
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			var err error
-			var id string
-			id, req.Cmd, req.Argv = splitCommand(args)
-			if req.Env, err = parsePairs("env", env); err != nil {
+			id, err := cf.parse(args, &req.Cmd, &req.Argv, &req.Env, &req.Cwd, &req.User)
+			if err != nil {
 				return err
 			}
 			pid, err := c.StartProcess(ctx, id, req)
@@ -64,10 +62,7 @@ returns, while nobody reads its output, across hibernate and wake, and in forks.
 		}),
 	}
 	fl := cmd.Flags()
-	fl.SetInterspersed(false)
-	fl.StringVar(&req.Cwd, "cwd", "", "working directory")
-	fl.StringVar(&req.User, "user", "", "user to run as (default: the template's)")
-	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
+	cf.register(fl)
 	fl.BoolVar(&req.Stdin, "stdin", false, "keep a pipe to its stdin open (write with the API's …/stdin)")
 	return cmd
 }
@@ -83,28 +78,26 @@ func sandboxPsCmd(f *apiFlags) *cobra.Command {
 		})
 }
 
-// parsePid reads a PID argument.
-func parsePid(s string) (int, error) {
-	pid, err := strconv.Atoi(s)
-	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("PID %q is not a process id (see `pandastack sandbox ps ID`)", s)
-	}
-	return pid, nil
+// pidVerb is a verb of one process: ID PID (checked) and body.
+func (f *apiFlags) pidVerb(use, short string, body func(ctx context.Context, c *client.Client, cmd *cobra.Command, id string, pid int) error) *cobra.Command {
+	return f.verb(use, short, cobra.ExactArgs(2), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		pid, err := strconv.Atoi(args[1])
+		if err != nil || pid <= 0 {
+			return fmt.Errorf("PID %q is not a process id (see `pandastack sandbox ps ID`)", args[1])
+		}
+		return body(ctx, c, cmd, args[0], pid)
+	})
 }
 
 func sandboxLogsCmd(f *apiFlags) *cobra.Command {
 	var follow bool
 	var offset int64
-	cmd := f.verb("logs ID PID", "Print a background process's output (the last 1 MiB is kept); -f follows it until it exits", cobra.ExactArgs(2),
-		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			pid, err := parsePid(args[1])
-			if err != nil {
-				return err
-			}
+	cmd := f.pidVerb("logs ID PID", "Print a background process's output (the last 1 MiB is kept); -f follows it until it exits",
+		func(ctx context.Context, c *client.Client, cmd *cobra.Command, id string, pid int) error {
 			stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			next := offset
 			for retries := 0; ; {
-				end, err := c.ProcessOutput(ctx, args[0], pid, next, follow, func(ev client.ProcessEvent) {
+				end, err := c.ProcessOutput(ctx, id, pid, next, follow, func(ev client.ProcessEvent) {
 					if ev.Stderr != nil {
 						io.WriteString(stderr, *ev.Stderr)
 					} else {
@@ -136,14 +129,10 @@ func sandboxLogsCmd(f *apiFlags) *cobra.Command {
 
 func sandboxKillProcessCmd(f *apiFlags) *cobra.Command {
 	var sig string
-	cmd := f.verb("kill-process ID PID", "Kill a background process and its whole tree, or send it a signal (--signal)", cobra.ExactArgs(2),
-		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			pid, err := parsePid(args[1])
-			if err != nil {
-				return err
-			}
+	cmd := f.pidVerb("kill-process ID PID", "Kill a background process and its whole tree, or send it a signal (--signal)",
+		func(ctx context.Context, c *client.Client, cmd *cobra.Command, id string, pid int) error {
 			if sig != "" {
-				if err := c.SignalProcess(ctx, args[0], pid, sig); err != nil {
+				if err := c.SignalProcess(ctx, id, pid, sig); err != nil {
 					return err
 				}
 				if !f.json {
@@ -151,7 +140,7 @@ func sandboxKillProcessCmd(f *apiFlags) *cobra.Command {
 				}
 				return nil
 			}
-			p, err := c.KillProcess(ctx, args[0], pid)
+			p, err := c.KillProcess(ctx, id, pid)
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/termtext"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func init() {
@@ -119,7 +120,7 @@ func sandboxListCmd(f *apiFlags) *cobra.Command {
 func sandboxExecCmd(f *apiFlags) *cobra.Command {
 	var req client.ExecRequest
 	var timeout time.Duration
-	var env []string
+	var cf commandFlags
 	var stdin bool
 	cmd := &cobra.Command{
 		Use:   "exec ID -- COMMAND [ARG...]",
@@ -133,10 +134,8 @@ printed as JSON (exit status 0 unless the call itself failed).`,
   echo hi | pandastack sandbox exec --stdin sb_123 -- cat`,
 		Args: commandArgs("exec"),
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			var err error
-			var id string
-			id, req.Cmd, req.Argv = splitCommand(args)
-			if req.Env, err = parsePairs("env", env); err != nil {
+			id, err := cf.parse(args, &req.Cmd, &req.Argv, &req.Env, &req.Cwd, &req.User)
+			if err != nil {
 				return err
 			}
 			req.Stdin, req.TimeoutSeconds = nil, nil
@@ -180,11 +179,8 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 		}),
 	}
 	fl := cmd.Flags()
-	fl.SetInterspersed(false) // everything after the sandbox id belongs to the command
 	durationVar(fl, &timeout, "timeout", 0, "time before the command is killed: seconds (30) or a duration (5m) (default: the host's, 60s)")
-	fl.StringVar(&req.Cwd, "cwd", "", "working directory")
-	fl.StringVar(&req.User, "user", "", "user to run as (default: the template's)")
-	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
+	cf.register(fl)
 	fl.BoolVar(&stdin, "stdin", false, "send this process's standard input (up to 900 KiB) to the command")
 	return cmd
 }
@@ -206,17 +202,34 @@ func commandArgs(verb string) cobra.PositionalArgs {
 	}
 }
 
-// splitCommand splits checked arguments (commandArgs) into the id and the command: one argument
-// is a shell command line (cmd), several a program and its arguments (argv).
-func splitCommand(args []string) (id, cmd string, argv []string) {
+// commandFlags are what exec and start take besides the command: --cwd, --user and --env.
+type commandFlags struct {
+	cwd, user string
+	env       []string
+}
+
+func (cf *commandFlags) register(fl *pflag.FlagSet) {
+	fl.SetInterspersed(false) // everything after the sandbox id belongs to the command
+	fl.StringVar(&cf.cwd, "cwd", "", "working directory")
+	fl.StringVar(&cf.user, "user", "", "user to run as (default: the template's)")
+	fl.StringArrayVarP(&cf.env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
+}
+
+// parse fills a request from checked arguments (commandArgs) and the flags, and returns the
+// sandbox id: one argument is a shell command line (cmd), several a program and its arguments.
+func (cf *commandFlags) parse(args []string, cmd *string, argv *[]string, env *map[string]string, cwd, user *string) (string, error) {
 	id, command := args[0], args[1:]
 	if command[0] == "--" {
 		command = command[1:]
 	}
+	*cmd, *argv = "", command
 	if len(command) == 1 {
-		return id, command[0], nil
+		*cmd, *argv = command[0], nil
 	}
-	return id, "", command
+	*cwd, *user = cf.cwd, cf.user
+	var err error
+	*env, err = parsePairs("env", cf.env)
+	return id, err
 }
 
 func sandboxKillCmd(f *apiFlags) *cobra.Command {

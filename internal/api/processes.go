@@ -15,7 +15,8 @@ import (
 )
 
 // Background processes (docs/processes.md): started, listed, read, written, signalled and
-// killed through the sandbox's host agent; the guest agent owns them.
+// killed through the sandbox's host agent; the guest agent owns them. The host's answers are
+// the public ones (hostapi's process types are v1's).
 
 // sandboxRef is a sandbox a call may reach and a client of its host.
 type sandboxRef struct {
@@ -33,14 +34,41 @@ func onlyParams(q url.Values, allowed ...string) error {
 	return nil
 }
 
-// processTarget is target plus the route's {pid}: a positive number.
-func (s *Server) processTarget(r *http.Request) (pid int, sb sandboxRef, err error) {
-	pid, err = strconv.Atoi(r.PathValue("pid"))
-	if err != nil || pid <= 0 {
-		return 0, sb, invalid("pid %q is not a process id (a positive number)", truncate(r.PathValue("pid")))
+// stream is an answer written by the handler itself (an NDJSON stream).
+type stream func()
+
+// processCall answers a process route: bad input (err) first, then the caller's sandbox (and,
+// with pid, the route's {pid}: a positive number), then what call answers: out as JSON with its
+// status, 204 for none, or a stream, written once the host has answered.
+func (s *Server) processCall(w http.ResponseWriter, r *http.Request, err error, pid bool, call func(sb sandboxRef, pid int) (int, any, error)) {
+	n := 0
+	if err == nil && pid {
+		if n, err = strconv.Atoi(r.PathValue("pid")); err != nil || n <= 0 {
+			err = invalid("pid %q is not a process id (a positive number)", truncate(r.PathValue("pid")))
+		}
 	}
-	sb.rec, sb.c, err = s.target(r)
-	return pid, sb, err
+	var sb sandboxRef
+	if err == nil {
+		sb.rec, sb.c, err = s.target(r)
+	}
+	var status int
+	var out any
+	if err == nil {
+		status, out, err = call(sb, n)
+		s.svc.Touched(r.Context(), sb.rec, sb.c, err)
+	}
+	switch o := out.(type) {
+	case nil:
+		if err != nil {
+			s.writeError(w, r, err)
+		} else {
+			w.WriteHeader(http.StatusNoContent)
+		}
+	case stream:
+		o()
+	default:
+		writeJSON(w, status, out)
+	}
 }
 
 func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
@@ -49,41 +77,25 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = validateCommand(req.Cmd, req.Argv, req.Env)
 	}
+	s.processCall(w, r, err, false, func(sb sandboxRef, _ int) (int, any, error) {
+		pid, err := sb.c.StartProcess(r.Context(), sb.rec.ID, req)
+		return http.StatusCreated, ifOK(v1.ProcessStarted{Pid: pid}, err), err
+	})
+}
+
+// ifOK is out, or nil when err says there is no answer.
+func ifOK(out any, err error) any {
 	if err != nil {
-		s.writeError(w, r, err)
-		return
+		return nil
 	}
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	pid, err := c.StartProcess(r.Context(), sb.ID, agentclient.StartProcessRequest(req))
-	s.svc.Touched(r.Context(), sb, c, err)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, v1.ProcessStarted{Pid: pid})
+	return out
 }
 
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	ps, err := c.ListProcesses(r.Context(), sb.ID)
-	s.svc.Touched(r.Context(), sb, c, err)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out := v1.Processes{Processes: make([]v1.Process, len(ps))}
-	for i, p := range ps {
-		out.Processes[i] = v1.Process(p)
-	}
-	writeJSON(w, http.StatusOK, out)
+	s.processCall(w, r, nil, false, func(sb sandboxRef, _ int) (int, any, error) {
+		ps, err := sb.c.ListProcesses(r.Context(), sb.rec.ID)
+		return http.StatusOK, ifOK(v1.Processes{Processes: ps}, err), err
+	})
 }
 
 func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
@@ -101,22 +113,13 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
 			err = invalid("follow must be 1, 0, true or false")
 		}
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	pid, sb, err := s.processTarget(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	body, err := sb.c.ProcessOutput(r.Context(), sb.rec.ID, pid, offset, follow)
-	s.svc.Touched(r.Context(), sb.rec, sb.c, err)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.relayNDJSON(w, r, sb.rec.ID, "process output", body)
+	s.processCall(w, r, err, true, func(sb sandboxRef, pid int) (int, any, error) {
+		body, err := sb.c.ProcessOutput(r.Context(), sb.rec.ID, pid, offset, follow)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, stream(func() { s.relayNDJSON(w, r, sb.rec.ID, "process output", body) }), nil
+	})
 }
 
 func (s *Server) processStdin(w http.ResponseWriter, r *http.Request) {
@@ -125,8 +128,8 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request) {
 	if err == nil && len(req.Data) > guest.MaxStdinWrite {
 		err = errdefs.New(errdefs.TooLarge, "data is %d bytes; one call writes at most %d", len(req.Data), guest.MaxStdinWrite)
 	}
-	s.processCall(w, r, err, func(sb sandboxRef, pid int) (any, error) {
-		return nil, sb.c.WriteStdin(r.Context(), sb.rec.ID, pid, agentclient.StdinRequest(req))
+	s.processCall(w, r, err, true, func(sb sandboxRef, pid int) (int, any, error) {
+		return 0, nil, sb.c.WriteStdin(r.Context(), sb.rec.ID, pid, req)
 	})
 }
 
@@ -136,38 +139,14 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
 	if _, ok := guest.ParseSignal(req.Signal); err == nil && !ok {
 		err = invalid("signal %q is not one of TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT", truncate(req.Signal))
 	}
-	s.processCall(w, r, err, func(sb sandboxRef, pid int) (any, error) {
-		return nil, sb.c.SignalProcess(r.Context(), sb.rec.ID, pid, req.Signal)
+	s.processCall(w, r, err, true, func(sb sandboxRef, pid int) (int, any, error) {
+		return 0, nil, sb.c.SignalProcess(r.Context(), sb.rec.ID, pid, req.Signal)
 	})
 }
 
 func (s *Server) killProcess(w http.ResponseWriter, r *http.Request) {
-	s.processCall(w, r, nil, func(sb sandboxRef, pid int) (any, error) {
+	s.processCall(w, r, nil, true, func(sb sandboxRef, pid int) (int, any, error) {
 		p, err := sb.c.KillProcess(r.Context(), sb.rec.ID, pid)
-		return v1.Process(p), err
+		return http.StatusOK, ifOK(p, err), err
 	})
-}
-
-// processCall answers a call on one process: bad input (err) first, then call's answer (JSON,
-// or 204 when it has none).
-func (s *Server) processCall(w http.ResponseWriter, r *http.Request, err error, call func(sandboxRef, int) (any, error)) {
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	pid, sb, err := s.processTarget(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	out, err := call(sb, pid)
-	s.svc.Touched(r.Context(), sb.rec, sb.c, err)
-	switch {
-	case err != nil:
-		s.writeError(w, r, err)
-	case out == nil:
-		w.WriteHeader(http.StatusNoContent)
-	default:
-		writeJSON(w, http.StatusOK, out)
-	}
 }

@@ -40,11 +40,7 @@ func (a *Agent) handleStartProcess(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pid, err := a.sandboxes.StartProcess(r.Context(), r.PathValue("id"), req)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, hostapi.ProcessStarted{Pid: pid})
+	answer(w, http.StatusCreated)(hostapi.ProcessStarted{Pid: pid}, err)
 }
 
 func (a *Agent) handleListProcesses(w http.ResponseWriter, r *http.Request) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // Limits both sides check.
@@ -322,67 +323,15 @@ func PortPath(escaped string) (id, port, rest string, ok bool) {
 	return id, port, "/" + rest, true
 }
 
-// StartProcessRequest is POST /v1/sandboxes/{id}/processes: a background process, from a shell
-// string or an argv; Stdin keeps a pipe to its stdin open for POST …/processes/{pid}/stdin.
-type StartProcessRequest struct {
-	Cmd   string            `json:"cmd,omitempty"`
-	Argv  []string          `json:"argv,omitempty"`
-	Env   map[string]string `json:"env,omitempty"`
-	Cwd   string            `json:"cwd,omitempty"`
-	User  string            `json:"user,omitempty"`
-	Stdin bool              `json:"stdin,omitempty"`
-}
-
-// ProcessStarted answers a start: the process's pid in the guest.
-type ProcessStarted struct {
-	Pid int `json:"pid"`
-}
-
-// Process is a background process, running or recently exited (docs/processes.md).
-type Process struct {
-	Pid       int      `json:"pid"`
-	Cmd       string   `json:"cmd,omitempty"`
-	Argv      []string `json:"argv,omitempty"`
-	Cwd       string   `json:"cwd"`
-	User      string   `json:"user"`
-	State     string   `json:"state"` // "running" | "exited"
-	ExitCode  *int     `json:"exit_code,omitempty"`
-	Signal    string   `json:"signal,omitempty"`
-	StartedAt string   `json:"started_at"`
-	ExitedAt  string   `json:"exited_at,omitempty"`
-	Stdin     bool     `json:"stdin"`
-	// OutputStart is the oldest output offset still kept, OutputEnd the next byte's.
-	OutputStart int64 `json:"output_start"`
-	OutputEnd   int64 `json:"output_end"`
-}
-
-// ProcessList is GET /v1/sandboxes/{id}/processes: oldest start first.
-type ProcessList struct {
-	Processes []Process `json:"processes"`
-}
-
-// ProcessEvent is one NDJSON line of GET …/processes/{pid}/output: a chunk of stdout or stderr
-// at Offset, then one end line (the exit, or Running when not following); every line but an
-// error's carries Next, the offset to resume from.
-type ProcessEvent struct {
-	Offset   *int64       `json:"offset,omitempty"`
-	Stdout   *string      `json:"stdout,omitempty"`
-	Stderr   *string      `json:"stderr,omitempty"`
-	Next     *int64       `json:"next,omitempty"`
-	Running  bool         `json:"running,omitempty"`
-	ExitCode *int         `json:"exit_code,omitempty"`
-	Signal   string       `json:"signal,omitempty"`
-	Error    *ErrorDetail `json:"error,omitempty"`
-}
-
-// StdinRequest is POST …/processes/{pid}/stdin: Data to write, then close stdin if EOF.
-type StdinRequest struct {
-	Data string `json:"data"`
-	EOF  bool   `json:"eof,omitempty"`
-}
-
-// SignalRequest is POST …/processes/{pid}/signal: TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP
-// or CONT (with or without SIG), sent to the process's group.
-type SignalRequest struct {
-	Signal string `json:"signal"`
-}
+// The background-process bodies (POST/GET /v1/sandboxes/{id}/processes…, docs/processes.md)
+// are the public API's: the control plane relays them as they are, so they are defined once, in
+// internal/wire/v1.
+type (
+	StartProcessRequest = v1.StartProcessRequest
+	ProcessStarted      = v1.ProcessStarted
+	Process             = v1.Process
+	ProcessList         = v1.Processes
+	ProcessEvent        = v1.ProcessEvent
+	StdinRequest        = v1.StdinRequest
+	SignalRequest       = v1.SignalRequest
+)

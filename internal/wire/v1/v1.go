@@ -143,8 +143,8 @@ type ProcessStarted struct {
 	Pid int `json:"pid"`
 }
 
-// Process is a background process, running or recently exited (docs/processes.md). The host's
-// answer is relayed as it is (hostapi.Process has the same fields).
+// Process is a background process, running or recently exited (docs/processes.md). The process
+// types here are the host agent's too (internal/wire/hostapi aliases them): relayed as they are.
 type Process struct {
 	Pid         int      `json:"pid"`
 	Cmd         string   `json:"cmd,omitempty"`

@@ -1,5 +1,6 @@
 import { APIConnectionError, NotFound, Timeout, errorFromPayload } from "./errors.js";
 import type { Transport } from "./http.js";
+import { OutputGatherer } from "./output.js";
 
 // Background processes of a sandbox (docs/processes.md): `sandbox.processes`.
 
@@ -144,20 +145,14 @@ export class ProcessHandle {
    * stream is resumed where it stopped: nothing is lost or repeated.
    */
   async wait(options: WaitOptions = {}): Promise<ProcessResult> {
-    const out: string[] = [];
-    const err: string[] = [];
+    const got = new OutputGatherer(options.onStdout, options.onStderr);
     for (let failures = 0; ; ) {
       try {
         for await (const ev of this.output({ follow: true, signal: options.signal })) {
           failures = 0;
-          if (ev.type === "stdout") {
-            out.push(ev.data);
-            options.onStdout?.(ev.data);
-          } else if (ev.type === "stderr") {
-            err.push(ev.data);
-            options.onStderr?.(ev.data);
-          } else if (ev.type === "exit") {
-            return { pid: this.pid, exitCode: ev.exitCode, signal: ev.signal, stdout: out.join(""), stderr: err.join("") };
+          got.add(ev);
+          if (ev.type === "exit") {
+            return { pid: this.pid, exitCode: ev.exitCode, signal: ev.signal, stdout: got.stdout, stderr: got.stderr };
           }
         }
       } catch (e) {

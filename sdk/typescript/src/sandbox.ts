@@ -1,5 +1,6 @@
 import { APIConnectionError, Conflict, NotFound, PandaStackError, errorFromPayload } from "./errors.js";
 import type { Transport } from "./http.js";
+import { OutputGatherer } from "./output.js";
 import { Processes } from "./processes.js";
 
 // ---------------------------------------------------------------------------------------------
@@ -577,19 +578,10 @@ export class Sandbox {
         Boolean(d?.stderr_truncated),
       );
     }
-    const out: string[] = [];
-    const err: string[] = [];
+    const got = new OutputGatherer(options.onStdout, options.onStderr);
     const stream = new ExecStream(this.client.http, this.path("/exec"), body, this.execTimeoutMs(options.timeoutSeconds), options.signal);
-    for await (const ev of stream) {
-      if (ev.type === "stdout") {
-        out.push(ev.data);
-        options.onStdout?.(ev.data);
-      } else if (ev.type === "stderr") {
-        err.push(ev.data);
-        options.onStderr?.(ev.data);
-      }
-    }
-    return new ExecResult(out.join(""), err.join(""), stream.exitCode ?? -1, stream.timedOut, stream.durationMs);
+    for await (const ev of stream) got.add(ev);
+    return new ExecResult(got.stdout, got.stderr, stream.exitCode ?? -1, stream.timedOut, stream.durationMs);
   }
 
   /**

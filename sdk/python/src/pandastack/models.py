@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ._context import ClientContext
 from ._http import quote_segment
@@ -176,6 +176,32 @@ class ProcessEvent:
         if self.type in ("stdout", "stderr"):
             return _repr("ProcessEvent", type=self.type, data=self.data, offset=self.offset)
         return _repr("ProcessEvent", type=self.type, exit_code=self.exit_code, signal=self.signal, next=self.next)
+
+
+class OutputGatherer:
+    """The stdout and stderr text of a stream's events (``type``, ``data``), handed to the
+    callbacks as it comes (exec with callbacks, ``ProcessHandle.wait``)."""
+
+    def __init__(self, on_stdout: Optional[Callable[[str], Any]], on_stderr: Optional[Callable[[str], Any]]) -> None:
+        self._out: List[str] = []
+        self._err: List[str] = []
+        self._on = {"stdout": (self._out, on_stdout), "stderr": (self._err, on_stderr)}
+
+    def add(self, ev: Any) -> None:
+        kept, callback = self._on.get(ev.type, (None, None))
+        if kept is None:
+            return
+        kept.append(ev.data)
+        if callback is not None:
+            callback(ev.data)
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self._out)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._err)
 
 
 class FileInfo:

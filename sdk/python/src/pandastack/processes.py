@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, 
 
 from . import errors
 from ._http import Transport
-from .models import Process, ProcessEvent, as_list
+from .models import OutputGatherer, Process, ProcessEvent, as_list
 
 if TYPE_CHECKING:  # only for annotations: sandbox.py imports this module
     from .sandbox import Sandbox
@@ -19,6 +19,29 @@ OutputCallback = Callable[[str], Any]
 
 #: how many times :meth:`ProcessHandle.wait` reconnects a dropped stream in a row
 RECONNECTS = 5
+
+
+def command_body(cmd: Command, env: Optional[Mapping[str, str]], cwd: Optional[str],
+                 user: Optional[str]) -> Dict[str, Any]:
+    """The request fields exec and a process start share: cmd (a shell command line) or argv,
+    env, cwd, user."""
+    body: Dict[str, Any] = {}
+    if isinstance(cmd, str):
+        body["cmd"] = cmd
+    elif isinstance(cmd, (bytes, bytearray)):
+        raise TypeError("cmd must be a str (a shell command line) or a list of str (argv), not bytes")
+    else:
+        argv = list(cmd)
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise TypeError("cmd as a sequence must be a non-empty list of str (argv)")
+        body["argv"] = argv
+    if env:
+        body["env"] = dict(env)
+    if cwd is not None:
+        body["cwd"] = cwd
+    if user is not None:
+        body["user"] = user
+    return body
 
 
 class ProcessResult:
@@ -91,24 +114,16 @@ class ProcessHandle:
         """Follow the output (from the handle's offset) until the process exits; callbacks get
         each chunk as it comes. A stream that drops is resumed where it stopped, so no output is
         lost or repeated."""
-        out: List[str] = []
-        err: List[str] = []
+        got = OutputGatherer(on_stdout, on_stderr)
         failures = 0
         while True:
             try:
                 for ev in self.output(follow=True):
                     failures = 0
-                    if ev.type == "stdout":
-                        out.append(ev.data)
-                        if on_stdout is not None:
-                            on_stdout(ev.data)
-                    elif ev.type == "stderr":
-                        err.append(ev.data)
-                        if on_stderr is not None:
-                            on_stderr(ev.data)
-                    elif ev.type == "exit":
+                    got.add(ev)
+                    if ev.type == "exit":
                         code = ev.exit_code if ev.exit_code is not None else -1
-                        return ProcessResult(self.pid, code, ev.signal, "".join(out), "".join(err))
+                        return ProcessResult(self.pid, code, ev.signal, got.stdout, got.stderr)
             except (errors.APIConnectionError, errors.Timeout):
                 failures += 1
                 if failures > RECONNECTS:
@@ -163,20 +178,7 @@ class Processes:
         """Start ``cmd`` (a shell command line, or an argv list) in the background and return at
         once. It runs until it exits or is killed, whoever reads it; ``stdin=True`` keeps a pipe
         to its stdin open for :meth:`ProcessHandle.send_stdin`."""
-        body: Dict[str, Any] = {}
-        if isinstance(cmd, str):
-            body["cmd"] = cmd
-        else:
-            argv = list(cmd)
-            if not argv or not all(isinstance(a, str) for a in argv):
-                raise TypeError("cmd as a sequence must be a non-empty list of str (argv)")
-            body["argv"] = argv
-        if env:
-            body["env"] = dict(env)
-        if cwd is not None:
-            body["cwd"] = cwd
-        if user is not None:
-            body["user"] = user
+        body = command_body(cmd, env, cwd, user)
         if stdin:
             body["stdin"] = True
         r = self._sb._http.request("POST", self._sb._path("/processes"), json_body=body)
