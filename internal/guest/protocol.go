@@ -245,6 +245,10 @@ type Request struct {
 	Follow bool   `json:"follow,omitempty"`
 	Signal string `json:"signal,omitempty"`
 	EOF    bool   `json:"eof,omitempty"` // proc_stdin: close the process's stdin after the data
+
+	// pty (pty.go): the terminal's size, at the start and in resize requests.
+	Cols int `json:"cols,omitempty"`
+	Rows int `json:"rows,omitempty"`
 }
 
 // Ops.
@@ -267,6 +271,7 @@ const (
 	OpProcStdin  = "proc_stdin"
 	OpProcSignal = "proc_signal"
 	OpProcKill   = "proc_kill"
+	OpPTY        = "pty" // an interactive terminal: see pty.go
 )
 
 // Limits shared by both sides.
