@@ -23,10 +23,11 @@ func (c *Client) ListProcesses(ctx context.Context) ([]ProcessInfo, error) {
 	return out.Processes, err
 }
 
-// ProcessOutput reads a process's output from offset on, handing each chunk to fn (its Data is
-// only valid during the call), and returns how the stream ended: the exit, or (not following)
-// Running with where to resume. Following waits for output until the process exits or ctx ends.
-func (c *Client) ProcessOutput(ctx context.Context, pid int, offset int64, follow bool, fn func(OutputChunk) error) (ProcessEnd, error) {
+// ProcessOutput reads a process's output from offset on, calling accepted (if not nil) once the
+// guest took the request and fn with each chunk (its Data is only valid during the call), and
+// returns how the stream ended: the exit, or (not following) Running with where to resume.
+// Following waits for output until the process exits or ctx ends.
+func (c *Client) ProcessOutput(ctx context.Context, pid int, offset int64, follow bool, accepted func(), fn func(OutputChunk) error) (ProcessEnd, error) {
 	cl, err := c.start(ctx, &Request{Op: OpProcOutput, Pid: pid, Offset: offset, Follow: follow})
 	if err != nil {
 		return ProcessEnd{}, err
@@ -38,6 +39,10 @@ func (c *Client) ProcessOutput(ctx context.Context, pid int, offset int64, follo
 			return ProcessEnd{}, err
 		}
 		switch typ {
+		case FrameResult: // the guest took the request
+			if accepted != nil {
+				accepted()
+			}
 		case FrameStdout, FrameStderr:
 			off, data, ok := DecodeOutputChunk(p)
 			if !ok {

@@ -14,8 +14,9 @@ import (
 //
 //	proc_start   Request{Cmd|Argv, Env, Cwd, User, Stdin}            → FrameResult ProcessStarted
 //	proc_list    Request{}                                           → FrameResult ProcessList
-//	proc_output  Request{Pid, Offset, Follow}                        → FrameStdout/FrameStderr
-//	             (payload: 8-byte big-endian offset, then the bytes), then FrameExit ProcessEnd
+//	proc_output  Request{Pid, Offset, Follow}                        → FrameResult {} (accepted),
+//	             FrameStdout/FrameStderr (payload: 8-byte big-endian offset, then the bytes),
+//	             then FrameExit ProcessEnd
 //	proc_stdin   Request{Pid, EOF}, FrameData…, FrameEOF              → FrameResult {}
 //	proc_signal  Request{Pid, Signal}                                → FrameResult {}
 //	proc_kill    Request{Pid}: SIGKILL to the group and every descendant → FrameResult ProcessInfo

@@ -17,7 +17,7 @@ func output(t *testing.T, ctx context.Context, c *guest.Client, pid int, off int
 	t.Helper()
 	var so, se bytes.Buffer
 	next := off
-	end, err := c.ProcessOutput(ctx, pid, off, follow, func(ch guest.OutputChunk) error {
+	end, err := c.ProcessOutput(ctx, pid, off, follow, nil, func(ch guest.OutputChunk) error {
 		if ch.Offset != next {
 			return fmt.Errorf("chunk at offset %d, want %d (a gap or an overlap)", ch.Offset, next)
 		}
@@ -108,7 +108,7 @@ func waitLines(t *testing.T, ctx context.Context, c *guest.Client, pid, n int) s
 	t.Helper()
 	var so bytes.Buffer
 	errEnough := errors.New("enough")
-	_, err := c.ProcessOutput(ctx, pid, 0, true, func(ch guest.OutputChunk) error {
+	_, err := c.ProcessOutput(ctx, pid, 0, true, nil, func(ch guest.OutputChunk) error {
 		if !ch.Stderr {
 			so.Write(ch.Data)
 		}
@@ -216,7 +216,7 @@ func TestProcessBadInput(t *testing.T) {
 			t.Errorf("%s: %v, want code %s", tc.name, tc.err, tc.code)
 		}
 	}
-	_, err = c.ProcessOutput(ctx, pid, 1<<40, false, func(guest.OutputChunk) error { return nil })
+	_, err = c.ProcessOutput(ctx, pid, 1<<40, false, nil, func(guest.OutputChunk) error { return nil })
 	if guest.ErrorCode(err) != guest.CodeInvalidArgument {
 		t.Errorf("offset past the end: %v", err)
 	}
@@ -236,12 +236,12 @@ func TestProcessOutputRing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	end, err := c.ProcessOutput(ctx, pid, 0, true, func(guest.OutputChunk) error { return nil }) // until the exit
+	end, err := c.ProcessOutput(ctx, pid, 0, true, nil, func(guest.OutputChunk) error { return nil }) // until the exit
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n, first int64 = 0, -1
-	_, err = c.ProcessOutput(ctx, pid, 0, false, func(ch guest.OutputChunk) error {
+	_, err = c.ProcessOutput(ctx, pid, 0, false, nil, func(ch guest.OutputChunk) error {
 		if first < 0 {
 			first = ch.Offset
 		}

@@ -88,7 +88,7 @@ func (a *Agent) handleProcessOutput(w http.ResponseWriter, r *http.Request) {
 	nd := newNDJSON(w)
 	var end guest.ProcessEnd
 	err = a.sandboxes.WithGuest(r.Context(), r.PathValue("id"), func(c *guest.Client) (err error) {
-		end, err = c.ProcessOutput(r.Context(), pid, offset, follow, func(ch guest.OutputChunk) error {
+		end, err = c.ProcessOutput(r.Context(), pid, offset, follow, nd.begin, func(ch guest.OutputChunk) error {
 			s, off, next := string(ch.Data), ch.Offset, ch.Offset+int64(len(ch.Data))
 			ev := hostapi.ProcessEvent{Offset: &off, Next: &next}
 			if ch.Stderr {

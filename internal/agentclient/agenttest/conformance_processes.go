@@ -1,9 +1,11 @@
 package agenttest
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
@@ -82,10 +84,17 @@ func (k *contract) processes(t *testing.T) {
 		t.Errorf("not following a running process: end %+v", end)
 	}
 	wantErr(t, "unknown signal", k.c.SignalProcess(ctx(), k.main.ID, sleeper, "SEGV"), 400, "invalid_request")
+	// A follower of a quiet process is answered at once (headers), before any output: the
+	// signal is sent only after that answer.
+	guard, cancel := context.WithTimeout(ctx(), time.Minute) // a hang guard, not a measure
+	defer cancel()
+	follow := must[io.ReadCloser](t, "follow a quiet process")(k.c.ProcessOutput(guard, k.main.ID, sleeper, 0, true))
 	must[struct{}](t, "signal TERM")(struct{}{}, k.c.SignalProcess(ctx(), k.main.ID, sleeper, "TERM"))
-	if _, end := k.readOutput(t, sleeper, 0, true); end.ExitCode == nil || *end.ExitCode != 143 || end.Signal != "SIGTERM" {
-		t.Errorf("after TERM: end %+v", end)
+	var end hostapi.ProcessEvent
+	if err := json.NewDecoder(follow).Decode(&end); err != nil || end.ExitCode == nil || *end.ExitCode != 143 || end.Signal != "SIGTERM" {
+		t.Errorf("follower after TERM: end %+v (%v)", end, err)
 	}
+	follow.Close()
 	wantErr(t, "signal an exited process", k.c.SignalProcess(ctx(), k.main.ID, sleeper, "TERM"), 409, "conflict")
 
 	cat := start(agentclient.StartProcessRequest{Argv: []string{"cat"}, Stdin: true})

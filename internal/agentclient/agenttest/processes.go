@@ -212,6 +212,9 @@ func (a *Agent) processOutput(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(200) // at once, as the real agent does once the guest took the request
+	http.NewResponseController(w).Flush()
 	if follow {
 		select {
 		case <-ended:
@@ -222,8 +225,6 @@ func (a *Agent) processOutput(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	info, out := p.info, slices.Clone(p.out)
 	a.mu.Unlock()
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(200)
 	enc := json.NewEncoder(w)
 	for _, ev := range out {
 		if *ev.Next <= off {

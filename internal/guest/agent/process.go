@@ -377,6 +377,7 @@ func (a *Agent) opProcOutput(st *yamux.Stream, fr *guest.FrameReader, w *frameWr
 		w.fail(gerr(guest.CodeInvalidArgument, fmt.Sprintf("offset %d is outside the output (0 to %d)", req.Offset, end)))
 		return
 	}
+	w.frame(guest.FrameResult, []byte("{}")) // accepted: what follows is the output
 	gone := make(chan struct{})
 	go func() { // anything from the host, or its close, ends the stream
 		fr.Next()
