@@ -195,6 +195,7 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", apiKey, s.processStdin},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", apiKey, s.signalProcess},
 		{"DELETE", "/v1/sandboxes/{id}/processes/{pid}", apiKey, s.killProcess},
+		{"GET", auth.TerminalRoute, apiKey, s.pty},
 		{"POST", "/v1/sandboxes/{id}/fork", apiKey, s.fork},
 		{"POST", "/v1/sandboxes/{id}/snapshots", apiKey, s.createSnapshot},
 		{"POST", "/v1/sandboxes/{id}/hibernate", apiKey, s.hibernate},

@@ -11,7 +11,8 @@ import (
 //
 //	host → guest  FrameRequest Request{Op: pty, Cmd|Argv, Env, Cwd, User, Cols, Rows}, then
 //	              FrameData (keystrokes), FrameRequest Request{Op: "resize", Cols, Rows}
-//	guest → host  FrameStdout (what the terminal shows), then FrameExit ExecResult
+//	guest → host  FrameResult {} once it started (or FrameError), FrameStdout (what the terminal
+//	              shows), then FrameExit ExecResult
 //
 // The host closing the stream hangs the terminal up: SIGHUP to its process group, SIGKILL if
 // it is still there a moment later.
@@ -32,10 +33,15 @@ type PTY struct {
 	cl *call
 }
 
-// OpenPTY starts a terminal session (cols, rows 0: 80×24).
+// OpenPTY starts a terminal session (cols, rows 0: 80×24) and returns once its program started
+// (a command that cannot start is the error).
 func (c *Client) OpenPTY(ctx context.Context, req ExecRequest, cols, rows int) (*PTY, error) {
 	cl, err := c.start(ctx, &Request{Op: OpPTY, Cmd: req.Cmd, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Cols: cols, Rows: rows})
 	if err != nil {
+		return nil, err
+	}
+	if err := cl.expect(FrameResult, nil); err != nil {
+		cl.finish()
 		return nil, err
 	}
 	return &PTY{cl: cl}, nil

@@ -57,14 +57,11 @@ func TestPTY(t *testing.T) {
 			break
 		}
 	}
-	// The size is checked before anything starts; the error is the session's first frame.
-	bad, err := c.OpenPTY(tctx(t), guest.ExecRequest{Argv: []string{"/bin/sh"}}, 5000, 1)
-	if err == nil {
-		_, _, err = bad.Next()
-		bad.Close()
-	}
-	if guest.ErrorCode(err) != guest.CodeInvalidArgument {
+	if _, err := c.OpenPTY(tctx(t), guest.ExecRequest{Argv: []string{"/bin/sh"}}, 5000, 1); guest.ErrorCode(err) != guest.CodeInvalidArgument {
 		t.Fatalf("a 5000-column terminal: %v", err)
+	}
+	if _, err := c.OpenPTY(tctx(t), guest.ExecRequest{Argv: []string{"no-such-shell"}}, 0, 0); guest.ErrorCode(err) != guest.CodeNotFound {
+		t.Fatalf("a missing program: %v", err)
 	}
 }
 

@@ -19,6 +19,7 @@ func (a *Agent) processRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/processes/{pid}/stdin", a.busy(a.handleProcessStdin))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/processes/{pid}/signal", a.busy(a.handleProcessSignal))
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}/processes/{pid}", a.busy(a.handleKillProcess))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/pty", a.busy(a.handlePTY)) // pty.go
 }
 
 // ProcessView is the wire form of a guest process.

@@ -73,6 +73,7 @@ func (a *Agent) opPTY(st *yamux.Stream, fr *guest.FrameReader, w *frameWriter, r
 		return
 	}
 	pid := cmd.Process.Pid
+	w.frame(guest.FrameResult, []byte("{}")) // started: what follows is the terminal
 
 	exited := make(chan struct{})
 	var once sync.Once

@@ -334,4 +334,7 @@ type (
 	ProcessEvent        = v1.ProcessEvent
 	StdinRequest        = v1.StdinRequest
 	SignalRequest       = v1.SignalRequest
+	// TerminalMessage is a terminal WebSocket's text message (GET /v1/sandboxes/{id}/pty): the
+	// control plane passes the connection through.
+	TerminalMessage = v1.TerminalMessage
 )

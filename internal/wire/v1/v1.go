@@ -190,6 +190,18 @@ type SignalRequest struct {
 	Signal string `json:"signal"`
 }
 
+// TerminalMessage is a text message of a terminal's WebSocket (GET /v1/sandboxes/{id}/pty; its
+// binary messages are the terminal's bytes): the client sends {"type": "resize", "cols", "rows"};
+// the server ends with {"type": "exit", "exit_code", "signal"?} or {"type": "error", "error"}.
+type TerminalMessage struct {
+	Type     string       `json:"type"`
+	Cols     int          `json:"cols,omitempty"`
+	Rows     int          `json:"rows,omitempty"`
+	ExitCode *int         `json:"exit_code,omitempty"`
+	Signal   string       `json:"signal,omitempty"`
+	Error    *ErrorDetail `json:"error,omitempty"`
+}
+
 // Stat describes a file in a sandbox (the files endpoints relay the host's answer).
 type Stat struct {
 	Name   string `json:"name"`
