@@ -8,14 +8,18 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+
+	"github.com/coder/websocket"
 
 	"github.com/pandastack/pandastack/internal/hostagent"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // processSuite: starting a background process against an exec of the same command (interleaved,
-// the goal is start ≤ exec), and the stdin → output round trip of a running process read by a
-// follower (the output stream's latency from the guest to the client, plus a stdin call).
+// the goal is start ≤ exec), the stdin → output round trip of a running process read by a
+// follower (the output stream's latency from the guest to the client, plus a stdin call), and a
+// keystroke's echo on an interactive terminal (goal ≤ 30 ms).
 func (b *bench) processSuite(ctx context.Context, res map[string]float64) error {
 	sb, err := b.agent.Create(ctx, hostagent.CreateRequest{Template: "base"})
 	if err != nil {
@@ -69,5 +73,31 @@ func (b *bench) processSuite(ctx context.Context, res map[string]float64) error 
 		return err
 	}
 	res["process_stdin_echo_p50_ms"], res["process_stdin_echo_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
+
+	// A keystroke's echo on an interactive terminal (GET …/pty, a WebSocket): `cat` on the
+	// terminal, whose line discipline echoes each key at once.
+	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(b.url, "http")+"/v1/sandboxes/"+sb.ID+"/pty?cmd=cat", nil)
+	if err != nil {
+		return fmt.Errorf("terminal: %w", err)
+	}
+	defer conn.CloseNow()
+	keystroke := timed(func() error {
+		if err := conn.Write(ctx, websocket.MessageBinary, []byte("k")); err != nil {
+			return err
+		}
+		for {
+			typ, msg, err := conn.Read(ctx)
+			if err != nil {
+				return err
+			}
+			if typ == websocket.MessageBinary && bytes.Contains(msg, []byte("k")) {
+				return nil
+			}
+		}
+	})
+	if lat, err = interleaved(100, keystroke); err != nil {
+		return err
+	}
+	res["pty_keystroke_echo_p50_ms"], res["pty_keystroke_echo_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
 	return nil
 }
