@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/hostagent"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/testenv"
 )
@@ -75,13 +76,17 @@ func guestPids(t *testing.T, ctx context.Context, c *client.Client, id string, p
 	return strings.TrimSpace(r.Stdout)
 }
 
+// smallDiskReserve lets a host agent of these tests start on a crowded disk: they run a sandbox or
+// two and measure nothing about disk admission (the default keeps 4 GiB free).
+func smallDiskReserve(c *hostagent.Config) { c.DiskReserveMiB = 512 }
+
 // TestE2EProcesses: background processes through the public API on a real microVM.
 func TestE2EProcesses(t *testing.T) {
 	testenv.NeedVMs(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	host := startVMHost(t)
+	host := startVMHostWith(t, smallDiskReserve)
 	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{}, host)
 	c := cp.client(cp.admin)
 	sb, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", TTLSeconds: 1800, Env: map[string]string{"WHO": "sandbox"}})

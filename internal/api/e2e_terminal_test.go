@@ -52,7 +52,7 @@ func TestE2ETerminal(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	host := startVMHost(t)
+	host := startVMHostWith(t, smallDiskReserve)
 	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{}, host)
 	c := cp.client(cp.admin)
 	sb, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", TTLSeconds: 1800})
