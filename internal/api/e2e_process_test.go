@@ -80,19 +80,26 @@ func guestPids(t *testing.T, ctx context.Context, c *client.Client, id string, p
 // two and measure nothing about disk admission (the default keeps 4 GiB free).
 func smallDiskReserve(c *hostagent.Config) { c.DiskReserveMiB = 512 }
 
-// TestE2EProcesses: background processes through the public API on a real microVM.
-func TestE2EProcesses(t *testing.T) {
+// e2eSandbox is a parallel VM test's setup: a host, a control plane over it, an admin client and
+// one base sandbox created with env.
+func e2eSandbox(t *testing.T, env map[string]string) (context.Context, *e2eCP, *client.Client, client.Sandbox) {
 	testenv.NeedVMs(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	host := startVMHostWith(t, smallDiskReserve)
 	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{}, host)
 	c := cp.client(cp.admin)
-	sb, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", TTLSeconds: 1800, Env: map[string]string{"WHO": "sandbox"}})
+	sb, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", TTLSeconds: 1800, Env: env})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
+	return ctx, cp, c, sb
+}
+
+// TestE2EProcesses: background processes through the public API on a real microVM.
+func TestE2EProcesses(t *testing.T) {
+	ctx, cp, c, sb := e2eSandbox(t, map[string]string{"WHO": "sandbox"})
 	start := func(req client.StartProcessRequest) int {
 		t.Helper()
 		pid, err := c.StartProcess(ctx, sb.ID, req)

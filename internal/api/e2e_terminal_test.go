@@ -1,8 +1,6 @@
 package api
 
 import (
-	"context"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,8 +8,6 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
-	"github.com/pandastack/pandastack/internal/scheduler"
-	"github.com/pandastack/pandastack/internal/testenv"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -48,17 +44,7 @@ func (w *lineWriter) String() string { w.mu.Lock(); defer w.mu.Unlock(); return 
 
 // TestE2ETerminal: the interactive terminal through the public API on a real microVM.
 func TestE2ETerminal(t *testing.T) {
-	testenv.NeedVMs(t)
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	host := startVMHostWith(t, smallDiskReserve)
-	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{}, host)
-	c := cp.client(cp.admin)
-	sb, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", TTLSeconds: 1800})
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
+	ctx, cp, c, sb := e2eSandbox(t, nil)
 
 	// The size asked for, a command's output and status.
 	term, err := c.Terminal(ctx, sb.ID, client.TerminalOptions{Cmd: "stty size; tty; exit 4", Cols: 100, Rows: 30})

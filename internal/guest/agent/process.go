@@ -229,13 +229,7 @@ func (a *Agent) startProcess(req *guest.Request) (*proc, error) {
 		errR.SetReadDeadline(pastDeadline)
 		drained.Wait()
 		end := guest.ProcessEnd{}
-		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		if ws.Signaled() {
-			end.Signal = unix.SignalName(ws.Signal())
-			end.ExitCode = 128 + int(ws.Signal())
-		} else {
-			end.ExitCode = ws.ExitStatus()
-		}
+		end.ExitCode, end.Signal = exitStatus(cmd.ProcessState)
 		p.mu.Lock()
 		p.exited, p.end = true, end
 		code := end.ExitCode
@@ -250,6 +244,16 @@ func (a *Agent) startProcess(req *guest.Request) (*proc, error) {
 		t.mu.Unlock()
 	}()
 	return p, nil
+}
+
+// exitStatus is how a process ended, as a shell reports it: its exit code, or 128 + the number
+// of the signal that killed it (then named, e.g. "SIGTERM").
+func exitStatus(ps *os.ProcessState) (int, string) {
+	ws := ps.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), unix.SignalName(ws.Signal())
+	}
+	return ws.ExitStatus(), ""
 }
 
 // forget drops a process from the table (t.mu held).

@@ -13,7 +13,6 @@ import (
 	"github.com/creack/pty"
 	"github.com/hashicorp/yamux"
 	"github.com/pandastack/pandastack/internal/guest"
-	"golang.org/x/sys/unix"
 )
 
 // ttyGroup is the group that owns terminals (Debian's "tty"), so `write` and `mesg` work.
@@ -121,13 +120,7 @@ func (a *Agent) opPTY(st *yamux.Stream, fr *guest.FrameReader, w *frameWriter, r
 	master.SetWriteDeadline(pastDeadline) // …also when it waits on a terminal no one reads
 	<-inDone
 	res := guest.ExecResult{DurationMs: time.Since(started).Milliseconds()}
-	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
-		res.Signal = unix.SignalName(ws.Signal())
-		res.ExitCode = 128 + int(ws.Signal())
-	} else {
-		res.ExitCode = ws.ExitStatus()
-	}
+	res.ExitCode, res.Signal = exitStatus(cmd.ProcessState)
 	w.json(guest.FrameExit, res)
 }
 
