@@ -17,6 +17,7 @@ import (
 	"github.com/pandastack/pandastack/internal/image"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/template"
+	"golang.org/x/sys/unix"
 )
 
 // A template build has three stages: the image builder makes the Debian tree and fetches npm
@@ -46,6 +47,16 @@ func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img imag
 	dir := filepath.Join(ts.cfg.Images.CacheDir, "built-"+key)
 	out := img
 	out.Rootfs, out.Hash = filepath.Join(dir, "rootfs.ext4"), key
+	if _, err := os.Stat(out.Rootfs); err == nil {
+		return out, nil
+	}
+	// Agents sharing the cache (parallel VM tests, a second agent) may want the same image: one
+	// builds it while the others wait, then find it done.
+	unlock, err := lockCacheEntry(ctx, dir+".lock")
+	if err != nil {
+		return out, err
+	}
+	defer unlock()
 	if _, err := os.Stat(out.Rootfs); err == nil {
 		return out, nil
 	}
@@ -95,6 +106,31 @@ func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img imag
 		return out, err
 	}
 	return out, nil
+}
+
+// lockCacheEntry takes an exclusive lock on path (made if missing) across processes, waiting until
+// it is free or ctx ends; the returned func releases it.
+func lockCacheEntry(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if err != unix.EWOULDBLOCK {
+			f.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // buildInGuest writes the files, runs the npm packages' install scripts and the build steps.
