@@ -1,6 +1,10 @@
 package api
 
 import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,6 +97,23 @@ func TestE2ETerminal(t *testing.T) {
 			t.Fatalf("the hung-up terminal's shell %d still runs", pid)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+
+	// The CLI: `pandastack sandbox shell` with piped input (no raw mode) exits with the shell's
+	// status.
+	cli := filepath.Join(t.TempDir(), "pandastack")
+	build := exec.Command("go", "build", "-o", cli, "./cmd/pandastack")
+	build.Dir = "../.."
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the CLI: %v\n%s", err, b)
+	}
+	shell := exec.CommandContext(ctx, cli, "sandbox", "shell", sb.ID)
+	shell.Env = append(os.Environ(), "PANDASTACK_BASE_URL="+cp.hs.URL, "PANDASTACK_API_KEY="+cp.admin)
+	shell.Stdin = strings.NewReader("echo $((6*7))\nexit 5\n")
+	b, err := shell.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 5 || !strings.Contains(string(b), "42") {
+		t.Fatalf("pandastack sandbox shell: %v, output %q", err, b)
 	}
 
 	// Refusals: a read-only key (a terminal runs commands), another team, a bad size.
