@@ -145,6 +145,21 @@ func TestProcessKillTree(t *testing.T) {
 		waitGone(t, k)
 	}
 
+	// A process that exited at once, leaving a child in its group: DELETE still kills the child.
+	pid, err = c.StartProcess(ctx, guest.ExecRequest{Cmd: `sleep 302 & echo $!`}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, end := output(t, ctx, c, pid, 0, true); end.Running || end.ExitCode != 0 {
+		t.Fatalf("the parent should have exited: %+v", end)
+	}
+	so, _, _ := output(t, ctx, c, pid, 0, false)
+	orphan := pidsOf(t, so)
+	if _, err := c.KillProcess(ctx, pid); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, orphan[0])
+
 	pid, err = c.StartProcess(ctx, guest.ExecRequest{Cmd: `sleep 300 & echo $!; wait`}, false)
 	if err != nil {
 		t.Fatal(err)

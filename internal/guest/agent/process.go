@@ -528,7 +528,13 @@ func (a *Agent) opProcKill(w *frameWriter, req *guest.Request) {
 	p.mu.Lock()
 	exited, changed := p.exited, p.changed
 	p.mu.Unlock()
-	if !exited {
+	if exited {
+		// Its children may live on in its group (`sh -c 'server &'` exits at once). The group keeps
+		// the pid from reuse while it has members; a live process with that pid is not ours.
+		if _, err := os.Stat("/proc/" + strconv.Itoa(p.pid)); errors.Is(err, os.ErrNotExist) {
+			syscall.Kill(-p.pid, syscall.SIGKILL)
+		}
+	} else {
 		killTree(p.pid)
 		t := time.NewTimer(5 * time.Second)
 		defer t.Stop()
