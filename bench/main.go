@@ -48,7 +48,7 @@ func main() {
 }
 
 // defaultSuites are the suites a plain run (and the smoke test) runs.
-const defaultSuites = "sandbox,lifecycle,controlplane,network,volumes,confine,blob"
+const defaultSuites = "sandbox,lifecycle,controlplane,network,volumes,confine,blob,processes"
 
 // samplesCap, when set (-smoke), caps every sample count: a quick run that shows each suite
 // still works, whose figures mean nothing.
@@ -135,8 +135,10 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.templateSuite(ctx, res, max(creates/3, 5))
 		case "blob":
 			err = blobSuite(ctx, res, dataDir)
+		case "processes":
+			err = b.processSuite(ctx, res)
 		default:
-			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, blob, templates)", suite)
+			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, templates)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

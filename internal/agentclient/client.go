@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,6 +89,9 @@ type (
 	ExecRequest         = hostapi.ExecRequest
 	ExecResult          = hostapi.ExecResult
 	Stat                = hostapi.Stat
+	StartProcessRequest = hostapi.StartProcessRequest
+	Process             = hostapi.Process
+	StdinRequest        = hostapi.StdinRequest
 )
 
 // Agent-side sandbox states (internal/sandboxstate's; a killed sandbox is gone from the agent).
@@ -402,4 +406,54 @@ func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) er
 // Move renames a path.
 func (c *Client) Move(ctx context.Context, id, from, to string) error {
 	return c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/files/move", hostapi.MoveRequest{From: from, To: to}, nil)
+}
+
+func processPath(id string, pid int, sub string) string {
+	p := "/v1/sandboxes/" + url.PathEscape(id) + "/processes"
+	if pid > 0 {
+		p += "/" + strconv.Itoa(pid)
+	}
+	return p + sub
+}
+
+// StartProcess calls POST /v1/sandboxes/{id}/processes and returns the pid.
+func (c *Client) StartProcess(ctx context.Context, id string, req StartProcessRequest) (int, error) {
+	var out hostapi.ProcessStarted
+	return out.Pid, c.call(ctx, "POST", processPath(id, 0, ""), req, &out)
+}
+
+// ListProcesses calls GET /v1/sandboxes/{id}/processes.
+func (c *Client) ListProcesses(ctx context.Context, id string) ([]Process, error) {
+	var out hostapi.ProcessList
+	return out.Processes, c.call(ctx, "GET", processPath(id, 0, ""), nil, &out)
+}
+
+// ProcessOutput opens GET …/processes/{pid}/output (NDJSON hostapi.ProcessEvent lines); the
+// caller closes the body.
+func (c *Client) ProcessOutput(ctx context.Context, id string, pid int, offset int64, follow bool) (io.ReadCloser, error) {
+	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}}
+	if follow {
+		q.Set("follow", "1")
+	}
+	resp, err := c.Raw(ctx, "GET", processPath(id, pid, "/output"), q, nil, -1, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// WriteStdin calls POST …/processes/{pid}/stdin.
+func (c *Client) WriteStdin(ctx context.Context, id string, pid int, req StdinRequest) error {
+	return c.call(ctx, "POST", processPath(id, pid, "/stdin"), req, nil)
+}
+
+// SignalProcess calls POST …/processes/{pid}/signal.
+func (c *Client) SignalProcess(ctx context.Context, id string, pid int, signal string) error {
+	return c.call(ctx, "POST", processPath(id, pid, "/signal"), hostapi.SignalRequest{Signal: signal}, nil)
+}
+
+// KillProcess calls DELETE …/processes/{pid}: the process after its tree was killed.
+func (c *Client) KillProcess(ctx context.Context, id string, pid int) (Process, error) {
+	var out Process
+	return out, c.call(ctx, "DELETE", processPath(id, pid, ""), nil, &out)
 }

@@ -78,21 +78,24 @@ func (e *ConnError) Unwrap() error { return e.Err }
 
 // The API's objects, as internal/wire/v1 defines them.
 type (
-	Sandbox          = v1.Sandbox
-	CreateRequest    = v1.CreateRequest
-	VolumeMount      = v1.VolumeMount
-	Volume           = v1.Volume
-	VolumeAttachment = v1.VolumeAttachment
-	Snapshot         = v1.Snapshot
-	ExecRequest      = v1.ExecRequest
-	ExecResult       = v1.ExecResult
-	ExecEvent        = v1.ExecEvent
-	Stat             = v1.Stat
-	Template         = v1.Template
-	Key              = v1.Key
-	Team             = v1.Team
-	Info             = v1.Info
-	InfoRange        = v1.Range
+	Sandbox             = v1.Sandbox
+	CreateRequest       = v1.CreateRequest
+	VolumeMount         = v1.VolumeMount
+	Volume              = v1.Volume
+	VolumeAttachment    = v1.VolumeAttachment
+	Snapshot            = v1.Snapshot
+	ExecRequest         = v1.ExecRequest
+	ExecResult          = v1.ExecResult
+	ExecEvent           = v1.ExecEvent
+	Process             = v1.Process
+	ProcessEvent        = v1.ProcessEvent
+	StartProcessRequest = v1.StartProcessRequest
+	Stat                = v1.Stat
+	Template            = v1.Template
+	Key                 = v1.Key
+	Team                = v1.Team
+	Info                = v1.Info
+	InfoRange           = v1.Range
 )
 
 // endpoint is the server as the shared request plumbing sees it.
@@ -232,7 +235,12 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 // maxLine bytes) into each, until each says it is done; a stream that ends first is the error
 // unfinished.
 func (c *Client) stream(ctx context.Context, path string, body []byte, contentType, unfinished string, maxLine int, each func(line []byte, rid string) (done bool, err error)) error {
-	resp, err := c.Do(ctx, "POST", path, nil, bytes.NewReader(body), int64(len(body)), contentType, "application/x-ndjson")
+	return c.streamRequest(ctx, "POST", path, nil, bytes.NewReader(body), int64(len(body)), contentType, unfinished, maxLine, each)
+}
+
+// streamRequest is stream for any method, query and body (nil: none).
+func (c *Client) streamRequest(ctx context.Context, method, path string, query url.Values, body io.Reader, size int64, contentType, unfinished string, maxLine int, each func(line []byte, rid string) (done bool, err error)) error {
+	resp, err := c.Do(ctx, method, path, query, body, size, contentType, "application/x-ndjson")
 	if err != nil {
 		return err
 	}
@@ -486,4 +494,64 @@ func (c *Client) RevokeKey(ctx context.Context, id string) error {
 func (c *Client) CreateTeam(ctx context.Context, name string) (Team, Key, error) {
 	out, err := send[v1.NewTeam](ctx, c, "POST", "/v1/teams", nil, v1.CreateTeamRequest{Name: name})
 	return out.Team, out.Key, err
+}
+
+// StartProcess starts a background process and returns its pid (docs/processes.md).
+func (c *Client) StartProcess(ctx context.Context, id string, req StartProcessRequest) (int, error) {
+	p, err := send[v1.ProcessStarted](ctx, c, "POST", sbPath(id, "/processes"), nil, req)
+	return p.Pid, err
+}
+
+// ListProcesses lists the sandbox's background processes, running and recently exited.
+func (c *Client) ListProcesses(ctx context.Context, id string) ([]Process, error) {
+	p, err := send[v1.Processes](ctx, c, "GET", sbPath(id, "/processes"), nil, nil)
+	return p.Processes, err
+}
+
+func procPath(id string, pid int, sub string) string {
+	return sbPath(id, "/processes/"+strconv.Itoa(pid)+sub)
+}
+
+// ProcessOutput reads a process's output from offset, calling onOutput for each chunk (stream
+// "stdout" or "stderr", its offset), and returns the stream's end line: the exit (ExitCode set),
+// or, not following, Running. Resume a dropped stream from the last chunk's Next.
+func (c *Client) ProcessOutput(ctx context.Context, id string, pid int, offset int64, follow bool, onOutput func(ev ProcessEvent)) (ProcessEvent, error) {
+	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}}
+	if follow {
+		q.Set("follow", "1")
+	}
+	var end ProcessEvent
+	err := c.streamRequest(ctx, "GET", procPath(id, pid, "/output"), q, nil, -1, "", "process output ended without an end line", 8<<20,
+		func(line []byte, rid string) (bool, error) {
+			var ev ProcessEvent
+			if err := json.Unmarshal(line, &ev); err != nil {
+				return false, fmt.Errorf("bad line in process output: %w", err)
+			}
+			switch {
+			case ev.Error != nil:
+				return true, streamError(ev.Error, rid)
+			case ev.Stdout != nil || ev.Stderr != nil:
+				onOutput(ev)
+				return false, nil
+			}
+			end = ev
+			return true, nil
+		})
+	return end, err
+}
+
+// WriteStdin writes data to a process's stdin (at most 1 MiB a call), closing it after if eof.
+func (c *Client) WriteStdin(ctx context.Context, id string, pid int, data string, eof bool) error {
+	return c.call(ctx, "POST", procPath(id, pid, "/stdin"), nil, v1.StdinRequest{Data: data, EOF: eof}, nil)
+}
+
+// SignalProcess sends a signal (TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT) to a
+// process's group.
+func (c *Client) SignalProcess(ctx context.Context, id string, pid int, signal string) error {
+	return c.call(ctx, "POST", procPath(id, pid, "/signal"), nil, v1.SignalRequest{Signal: signal}, nil)
+}
+
+// KillProcess kills a process's whole tree and returns it after.
+func (c *Client) KillProcess(ctx context.Context, id string, pid int) (Process, error) {
+	return send[Process](ctx, c, "DELETE", procPath(id, pid, ""), nil, nil)
 }

@@ -101,6 +101,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files/stat", a.busy(a.handleStat))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.busy(decoded(a.handleMkdir)))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.busy(decoded(a.handleMove)))
+	a.processRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.NotFoundf("no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -295,6 +296,15 @@ type ndjson struct {
 func newNDJSON(w http.ResponseWriter) *ndjson { return &ndjson{w: w} }
 
 func (n *ndjson) send(v any) {
+	b, _ := json.Marshal(v)
+	n.write(append(b, '\n'))
+}
+
+// begin sends the answer's headers now (a stream that may stay quiet a while: its client learns
+// it was accepted).
+func (n *ndjson) begin() { n.write(nil) }
+
+func (n *ndjson) write(line []byte) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.started {
@@ -302,8 +312,7 @@ func (n *ndjson) send(v any) {
 		n.w.WriteHeader(200)
 		n.started = true
 	}
-	b, _ := json.Marshal(v)
-	n.w.Write(append(b, '\n'))
+	n.w.Write(line)
 	if f, ok := n.w.(http.Flusher); ok {
 		f.Flush()
 	}

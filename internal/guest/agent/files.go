@@ -104,6 +104,10 @@ func (a *Agent) handleStream(st *yamux.Stream) {
 			return
 		}
 		w.frame(guest.FrameResult, []byte("{}"))
+	case guest.OpProcStart, guest.OpProcList, guest.OpProcOutput, guest.OpProcStdin, guest.OpProcSignal, guest.OpProcKill:
+		a.opProcess(st, fr, w, &req)
+	case guest.OpPTY:
+		a.opPTY(st, fr, w, &req)
 	default:
 		w.fail(gerr(guest.CodeInvalidArgument, fmt.Sprintf("unknown op %q", req.Op)))
 	}

@@ -167,6 +167,81 @@ type ExecEvent struct {
 	Error      *ErrorDetail `json:"error,omitempty"`
 }
 
+// StartProcessRequest is the body of POST /v1/sandboxes/{id}/processes: a background process
+// from cmd (a shell command line) or argv; Stdin keeps a pipe to its stdin open.
+type StartProcessRequest struct {
+	Cmd   string            `json:"cmd,omitempty"`
+	Argv  []string          `json:"argv,omitempty"`
+	Env   map[string]string `json:"env,omitempty"`
+	Cwd   string            `json:"cwd,omitempty"`
+	User  string            `json:"user,omitempty"`
+	Stdin bool              `json:"stdin,omitempty"`
+}
+
+// ProcessStarted answers a process start: its pid in the sandbox.
+type ProcessStarted struct {
+	Pid int `json:"pid"`
+}
+
+// Process is a background process, running or recently exited (docs/processes.md). The process
+// types here are the host agent's too (internal/wire/hostapi aliases them): relayed as they are.
+type Process struct {
+	Pid         int      `json:"pid"`
+	Cmd         string   `json:"cmd,omitempty"`
+	Argv        []string `json:"argv,omitempty"`
+	Cwd         string   `json:"cwd"`
+	User        string   `json:"user"`
+	State       string   `json:"state"`
+	ExitCode    *int     `json:"exit_code,omitempty"`
+	Signal      string   `json:"signal,omitempty"`
+	StartedAt   string   `json:"started_at"`
+	ExitedAt    string   `json:"exited_at,omitempty"`
+	Stdin       bool     `json:"stdin"`
+	OutputStart int64    `json:"output_start"`
+	OutputEnd   int64    `json:"output_end"`
+}
+
+// Processes is GET /v1/sandboxes/{id}/processes.
+type Processes struct {
+	Processes []Process `json:"processes"`
+}
+
+// ProcessEvent is one NDJSON line of GET …/processes/{pid}/output: output at Offset, then the
+// end (the exit, or Running when not following); Next is where a reader resumes.
+type ProcessEvent struct {
+	Offset   *int64       `json:"offset,omitempty"`
+	Stdout   *string      `json:"stdout,omitempty"`
+	Stderr   *string      `json:"stderr,omitempty"`
+	Next     *int64       `json:"next,omitempty"`
+	Running  bool         `json:"running,omitempty"`
+	ExitCode *int         `json:"exit_code,omitempty"`
+	Signal   string       `json:"signal,omitempty"`
+	Error    *ErrorDetail `json:"error,omitempty"`
+}
+
+// StdinRequest is the body of POST …/processes/{pid}/stdin.
+type StdinRequest struct {
+	Data string `json:"data"`
+	EOF  bool   `json:"eof,omitempty"`
+}
+
+// SignalRequest is the body of POST …/processes/{pid}/signal.
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// TerminalMessage is a text message of a terminal's WebSocket (GET /v1/sandboxes/{id}/pty; its
+// binary messages are the terminal's bytes): the client sends {"type": "resize", "cols", "rows"};
+// the server ends with {"type": "exit", "exit_code", "signal"?} or {"type": "error", "error"}.
+type TerminalMessage struct {
+	Type     string       `json:"type"`
+	Cols     int          `json:"cols,omitempty"`
+	Rows     int          `json:"rows,omitempty"`
+	ExitCode *int         `json:"exit_code,omitempty"`
+	Signal   string       `json:"signal,omitempty"`
+	Error    *ErrorDetail `json:"error,omitempty"`
+}
+
 // Stat describes a file in a sandbox (the files endpoints relay the host's answer).
 type Stat struct {
 	Name   string `json:"name"`

@@ -29,6 +29,15 @@ export {
   type SandboxState,
 } from "./sandbox.js";
 export {
+  Processes,
+  ProcessHandle,
+  type Process,
+  type ProcessEvent,
+  type ProcessResult,
+  type StartProcessOptions,
+  type WaitOptions,
+} from "./processes.js";
+export {
   PandaStackError,
   ConfigurationError,
   APIConnectionError,

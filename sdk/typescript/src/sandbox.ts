@@ -1,5 +1,7 @@
-import { APIConnectionError, NotFound, PandaStackError, errorFromPayload } from "./errors.js";
+import { APIConnectionError, Conflict, NotFound, PandaStackError, errorFromPayload } from "./errors.js";
 import type { Transport } from "./http.js";
+import { OutputGatherer } from "./output.js";
+import { Processes } from "./processes.js";
 
 // ---------------------------------------------------------------------------------------------
 // Wire shapes (snake_case, as the API sends them)
@@ -233,6 +235,18 @@ export interface FileOptions {
 
 /** What `fork()` resolves to: one sandbox for count 1, an array otherwise. */
 export type ForkResult<N extends number> = number extends N ? Sandbox | Sandbox[] : N extends 1 ? Sandbox : Sandbox[];
+
+/**
+ * Makes a client from options for `Sandbox.connect`: client.ts registers `PandaStack` here when it
+ * loads (the package entry loads it), so this module needs no import of it.
+ * @internal
+ */
+let clientFactory: ((options: Record<string, unknown>) => ClientContext) | undefined;
+
+/** @internal */
+export function registerClientFactory(f: (options: Record<string, unknown>) => ClientContext): void {
+  clientFactory = f;
+}
 
 /** Things a Sandbox needs from its client. */
 export interface ClientContext {
@@ -496,6 +510,8 @@ export class Sandbox {
   /** The last answer, as sent. */
   raw!: SandboxData;
   readonly filesystem: Filesystem;
+  /** Background processes: start, list, connect, kill, sendStdin, signal. */
+  readonly processes: Processes;
 
   /** @internal the client this sandbox belongs to (not enumerable) */
   declare readonly client: ClientContext;
@@ -503,7 +519,17 @@ export class Sandbox {
   constructor(client: ClientContext, data: SandboxData) {
     Object.defineProperty(this, "client", { value: client, enumerable: false });
     this.filesystem = new Filesystem(this);
+    this.processes = new Processes(this);
     this.update(data);
+  }
+
+  /**
+   * The sandbox `id`, woken if hibernated, through a new client made with `options` (apiKey,
+   * baseUrl…; the environment otherwise). Same as `new PandaStack(options).sandboxes.connect(id)`.
+   */
+  static async connect(id: string, options: Record<string, unknown> = {}): Promise<Sandbox> {
+    if (!clientFactory) throw new TypeError("import the package (its client module) first");
+    return new Sandboxes(clientFactory(options)).connect(id);
   }
 
   /** Alias of `filesystem`. */
@@ -571,19 +597,10 @@ export class Sandbox {
         Boolean(d?.stderr_truncated),
       );
     }
-    const out: string[] = [];
-    const err: string[] = [];
+    const got = new OutputGatherer(options.onStdout, options.onStderr);
     const stream = new ExecStream(this.client.http, this.path("/exec"), body, this.execTimeoutMs(options.timeoutSeconds), options.signal);
-    for await (const ev of stream) {
-      if (ev.type === "stdout") {
-        out.push(ev.data);
-        options.onStdout?.(ev.data);
-      } else if (ev.type === "stderr") {
-        err.push(ev.data);
-        options.onStderr?.(ev.data);
-      }
-    }
-    return new ExecResult(out.join(""), err.join(""), stream.exitCode ?? -1, stream.timedOut, stream.durationMs);
+    for await (const ev of stream) got.add(ev);
+    return new ExecResult(got.stdout, got.stderr, stream.exitCode ?? -1, stream.timedOut, stream.durationMs);
   }
 
   /**
@@ -709,6 +726,17 @@ export class Sandboxes {
     } finally {
       await sb.kill().catch(() => undefined);
     }
+  }
+
+  /**
+   * A sandbox made earlier (by this program or another), ready for calls: a hibernated one is
+   * woken. NotFound for an unknown id, Conflict for one that was killed.
+   */
+  async connect(id: string): Promise<Sandbox> {
+    const sb = await this.get(id);
+    if (sb.state === "hibernated") await sb.wake();
+    else if (sb.state !== "running") throw new Conflict(`sandbox ${sb.id} is ${sb.state}`, { code: "conflict" });
+    return sb;
   }
 
   /** The sandbox with this id (killed ones stay readable with state "killed"). */

@@ -19,10 +19,11 @@ from typing import (
 )
 
 from . import errors
-from ._context import ClientContext
+from ._context import ClientContext, new_client
 from ._http import LineStream, Transport
 from ._http import quote_segment as _seg
-from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, Volume, as_list, parse_time
+from .models import ExecEvent, ExecResult, FileInfo, OutputGatherer, Snapshot, Template, Volume, as_list, parse_time
+from .processes import Processes, command_body
 
 __all__ = ["Sandbox", "Filesystem", "ExecStream", "Sandboxes", "Snapshots", "Templates"]
 
@@ -43,24 +44,9 @@ def _exec_body(
     user: Optional[str],
     stdin: Union[None, str, bytes],
 ) -> Dict[str, Any]:
-    body: Dict[str, Any] = {}
-    if isinstance(cmd, str):
-        body["cmd"] = cmd
-    elif isinstance(cmd, (bytes, bytearray)):
-        raise TypeError("cmd must be a str (a shell command line) or a list of str (argv), not bytes")
-    else:
-        argv = list(cmd)
-        if not argv or not all(isinstance(a, str) for a in argv):
-            raise TypeError("cmd as a sequence must be a non-empty list of str (argv)")
-        body["argv"] = argv
+    body = command_body(cmd, env, cwd, user)
     if timeout_seconds is not None:
         body["timeout_seconds"] = timeout_seconds
-    if env:
-        body["env"] = dict(env)
-    if cwd is not None:
-        body["cwd"] = cwd
-    if user is not None:
-        body["user"] = user
     if stdin is not None:
         body["stdin"] = stdin.decode("utf-8") if isinstance(stdin, (bytes, bytearray)) else stdin
     return body
@@ -242,7 +228,16 @@ class Sandbox:
         self._client = client
         self._http: Transport = client._http
         self.filesystem = Filesystem(self)
+        #: background processes: start, list, connect, kill, send_stdin, signal
+        self.processes = Processes(self)
         self._update(data)
+
+    @classmethod
+    def connect(cls, sandbox_id: str, **client_options: Any) -> "Sandbox":
+        """The sandbox ``sandbox_id``, woken if hibernated, through a new client made with
+        ``client_options`` (``token``, ``base_url``…; the environment otherwise). Same as
+        ``PandaStack(**client_options).sandboxes.connect(sandbox_id)``."""
+        return Sandboxes(new_client(**client_options)).connect(sandbox_id)
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -323,22 +318,14 @@ class Sandbox:
             r = self._http.request("POST", self._path("/exec"), json_body=body,
                                    timeout=self._exec_timeout(timeout_seconds))
             return ExecResult.from_api(r.json() or {})
-        out: List[str] = []
-        err: List[str] = []
+        got = OutputGatherer(on_stdout, on_stderr)
         stream = self._exec_stream(body, timeout_seconds)
         with stream:
             for ev in stream:
-                if ev.type == "stdout":
-                    out.append(ev.data)
-                    if on_stdout is not None:
-                        on_stdout(ev.data)
-                elif ev.type == "stderr":
-                    err.append(ev.data)
-                    if on_stderr is not None:
-                        on_stderr(ev.data)
+                got.add(ev)
         return ExecResult(
-            stdout="".join(out),
-            stderr="".join(err),
+            stdout=got.stdout,
+            stderr=got.stderr,
             exit_code=stream.exit_code if stream.exit_code is not None else -1,
             timed_out=stream.timed_out,
             duration_ms=stream.duration_ms,
@@ -507,6 +494,17 @@ class Sandboxes:
             body["host"] = host
         r = self._http.request("POST", "/v1/sandboxes", json_body=body, timeout=self._client.create_timeout)
         return Sandbox(self._client, r.json() or {})
+
+    def connect(self, sandbox_id: str) -> Sandbox:
+        """A sandbox made earlier (by this program or another), ready for calls: a hibernated one
+        is woken. Raises :class:`~pandastack.NotFound` for an unknown id and
+        :class:`~pandastack.Conflict` for one that was killed."""
+        sb = self.get(sandbox_id)
+        if sb.state == "hibernated":
+            sb.wake()
+        elif sb.state != "running":
+            raise errors.Conflict("sandbox %s is %s" % (sb.id, sb.state), code="conflict")
+        return sb
 
     def get(self, sandbox_id: str) -> Sandbox:
         """The sandbox with this id (raises :class:`~pandastack.NotFound`). Killed sandboxes stay
