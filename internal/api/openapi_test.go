@@ -83,7 +83,9 @@ var wireTypes = func() map[string]reflect.Type {
 		v1.BuildEvent{}, v1.Volume{}, v1.VolumeAttachment{}, v1.Volumes{}, v1.CreateVolumeRequest{},
 		v1.ResizeVolumeRequest{}, v1.Key{}, v1.Keys{}, v1.CreateKeyRequest{}, v1.Team{},
 		v1.CreateTeamRequest{}, v1.NewTeam{}, v1.Info{}, v1.EgressInfo{}, v1.Range{}, v1.AuditEntry{}, v1.AuditPage{},
-		v1.Usage{}, v1.UsageItem{}, v1.QuotaRequest{},
+		v1.Usage{}, v1.UsageItem{}, v1.QuotaRequest{}, v1.CodeRequest{}, v1.CodeResult{}, v1.CodeError{}, v1.CodeEnd{},
+		v1.CodeEvent{}, v1.CodeLogs{}, v1.CodeExecution{}, v1.CodeContext{}, v1.CreateCodeContextRequest{}, v1.CodeContextList{},
+		v1.CodeInterruptRequest{},
 	} {
 		t := reflect.TypeOf(v)
 		m[t.Name()] = t
