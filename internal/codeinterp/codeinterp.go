@@ -137,8 +137,8 @@ func Collect(ctx context.Context, c Execer, id string, req v1.CodeRequest) (v1.C
 // CreateContext starts a new context (a fresh kernel with its own variables).
 func CreateContext(ctx context.Context, c Execer, id string, req v1.CreateCodeContextRequest) (v1.CodeContext, error) {
 	var out struct{ Context v1.CodeContext }
-	// A spare warm kernel answers at once; without one a cold kernel imports the data stack.
-	err := control(ctx, c, id, map[string]any{"op": "create", "cwd": req.Cwd}, 900, &out)
+	// The kernel forks from the guest's zygote (already warm): seconds, but allow for a loaded host.
+	err := control(ctx, c, id, map[string]any{"op": "create", "cwd": req.Cwd}, 300, &out)
 	return out.Context, err
 }
 
