@@ -5,26 +5,41 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/codeinterp"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
+
+// codeTarget decodes the body into req (when not nil), checks it, and loads the target sandbox
+// and its host's client; it answers the error itself and reports whether the handler may go on.
+func (s *Server) codeTarget(w http.ResponseWriter, r *http.Request, req any, check func() error) (store.Sandbox, *agentclient.Client, bool) {
+	var err error
+	if req != nil {
+		err = decodeJSON(w, r, req, true) // an empty body is {} (a run then lacks its code)
+	}
+	if err == nil && check != nil {
+		err = check()
+	}
+	var sb store.Sandbox
+	var c *agentclient.Client
+	if err == nil {
+		sb, c, err = s.target(r)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return sb, nil, false
+	}
+	return sb, c, true
+}
 
 // runCode is POST /v1/sandboxes/{id}/code: NDJSON events with Accept: application/x-ndjson, the
 // buffered execution otherwise.
 func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 	var req v1.CodeRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := codeinterp.CheckRun(&req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	sb, c, ok := s.codeTarget(w, r, &req, func() error { return codeinterp.CheckRun(&req) })
+	if !ok {
 		return
 	}
 	if !strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
@@ -37,7 +52,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 	// that does not exist) still gets its error status.
 	started := false
 	rc := http.NewResponseController(w)
-	err = codeinterp.Run(r.Context(), c, sb.ID, req, func(ev v1.CodeEvent) error {
+	err := codeinterp.Run(r.Context(), c, sb.ID, req, func(ev v1.CodeEvent) error {
 		if !started {
 			started = true
 			s.svc.Touched(r.Context(), sb, c, nil)
@@ -71,17 +86,8 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) createCodeContext(w http.ResponseWriter, r *http.Request) {
 	var req v1.CreateCodeContextRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := codeinterp.CheckContext(&req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	sb, c, ok := s.codeTarget(w, r, &req, func() error { return codeinterp.CheckContext(&req) })
+	if !ok {
 		return
 	}
 	cc, err := codeinterp.CreateContext(r.Context(), c, sb.ID, req)
@@ -90,9 +96,8 @@ func (s *Server) createCodeContext(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listCodeContexts(w http.ResponseWriter, r *http.Request) {
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	sb, c, ok := s.codeTarget(w, r, nil, nil)
+	if !ok {
 		return
 	}
 	list, err := codeinterp.ListContexts(r.Context(), c, sb.ID)
@@ -102,36 +107,22 @@ func (s *Server) listCodeContexts(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteCodeContext(w http.ResponseWriter, r *http.Request) {
 	cid := r.PathValue("context")
-	if err := codeinterp.CheckContextID(cid); err != nil {
-		s.writeError(w, r, err)
+	sb, c, ok := s.codeTarget(w, r, nil, func() error { return codeinterp.CheckContextID(cid) })
+	if !ok {
 		return
 	}
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	err = codeinterp.DeleteContext(r.Context(), c, sb.ID, cid)
+	err := codeinterp.DeleteContext(r.Context(), c, sb.ID, cid)
 	s.svc.Touched(r.Context(), sb, c, err)
 	s.reply(w, r, http.StatusNoContent, nil, err)
 }
 
 func (s *Server) interruptCode(w http.ResponseWriter, r *http.Request) {
 	var req v1.CodeInterruptRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
-		s.writeError(w, r, err)
+	sb, c, ok := s.codeTarget(w, r, &req, func() error { return codeinterp.CheckContextID(req.ContextID) })
+	if !ok {
 		return
 	}
-	if err := codeinterp.CheckContextID(req.ContextID); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	err = codeinterp.Interrupt(r.Context(), c, sb.ID, req.ContextID)
+	err := codeinterp.Interrupt(r.Context(), c, sb.ID, req.ContextID)
 	s.svc.Touched(r.Context(), sb, c, err)
 	s.reply(w, r, http.StatusNoContent, nil, err)
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"image/png"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
-	"github.com/pandastack/pandastack/internal/scheduler"
-	"github.com/pandastack/pandastack/internal/testenv"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -22,12 +19,7 @@ import (
 // the data stack before the snapshot) and drives its /code endpoints through the public API on
 // real microVMs. The subtests run in parallel, each on its own sandbox of the one bake.
 func TestE2ECodeInterpreter(t *testing.T) {
-	testenv.NeedVMs(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
-	defer cancel()
-	host := startVMHost(t)
-	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{}, host)
-	c := cp.client(cp.admin)
+	ctx, host, _, c := startE2E(t, 60*time.Minute)
 	start := time.Now()
 	host.bake(ctx, "code-interpreter")
 	t.Logf("code-interpreter baked in %s", time.Since(start).Round(time.Second))

@@ -16,6 +16,8 @@ func TestCodeRefusals(t *testing.T) {
 		status             int
 		code, says         string
 	}{
+		{"POST", base, ``, 400, "invalid_request", "code is required"},
+		{"POST", base, `{"code": " "}`, 400, "invalid_request", "code is required"},
 		{"POST", base, `{"code": "1+1", "language": "cobol"}`, 400, "invalid_request", "not supported"},
 		{"POST", base, `{"code": "1+1", "timeout_seconds": 0}`, 400, "invalid_request", "timeout_seconds"},
 		{"POST", base, `{"code": "1+1", "timeout_seconds": 1e9}`, 400, "invalid_request", "timeout_seconds"},

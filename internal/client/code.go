@@ -21,31 +21,20 @@ func (c *Client) RunCodeStream(ctx context.Context, id string, req v1.CodeReques
 	if err != nil {
 		return v1.CodeExecution{}, err
 	}
-	x := v1.CodeExecution{Results: []v1.CodeResult{}, Logs: v1.CodeLogs{Stdout: []string{}, Stderr: []string{}}}
+	x := v1.NewCodeExecution()
 	err = c.stream(ctx, sbPath(id, "/code"), b, "application/json", "code stream ended without an end event", 64<<20, func(line []byte, rid string) (bool, error) {
 		var ev v1.CodeEvent
 		if err := json.Unmarshal(line, &ev); err != nil {
 			return false, fmt.Errorf("bad line in code stream: %w", err)
 		}
-		if onEvent != nil && ev.StreamError == nil {
+		if ev.StreamError != nil {
+			return true, streamError(ev.StreamError, rid)
+		}
+		if onEvent != nil {
 			onEvent(ev)
 		}
-		switch {
-		case ev.Stdout != nil:
-			x.Logs.Stdout = append(x.Logs.Stdout, *ev.Stdout)
-		case ev.Stderr != nil:
-			x.Logs.Stderr = append(x.Logs.Stderr, *ev.Stderr)
-		case ev.Result != nil:
-			x.Results = append(x.Results, *ev.Result)
-		case ev.Error != nil:
-			x.Error = ev.Error
-		case ev.StreamError != nil:
-			return true, streamError(ev.StreamError, rid)
-		case ev.End != nil:
-			x.ExecutionCount, x.DurationMS = ev.End.ExecutionCount, ev.End.DurationMS
-			return true, nil
-		}
-		return false, nil
+		x.Add(ev)
+		return ev.End != nil, nil
 	})
 	return x, err
 }

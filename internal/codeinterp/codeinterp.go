@@ -50,6 +50,9 @@ func CheckRun(req *v1.CodeRequest) error {
 	if err := checkLanguage(req.Language); err != nil {
 		return err
 	}
+	if strings.TrimSpace(req.Code) == "" {
+		return errdefs.Invalidf("code is required: the Python to run")
+	}
 	if len(req.Code) > MaxCodeBytes {
 		return errdefs.New(errdefs.TooLarge, "code is %d bytes; the limit is %d (put data in a file and read it from the code)", len(req.Code), MaxCodeBytes)
 	}
@@ -115,20 +118,9 @@ func Run(ctx context.Context, c Execer, id string, req v1.CodeRequest, emit func
 
 // Collect runs req and gathers the buffered answer.
 func Collect(ctx context.Context, c Execer, id string, req v1.CodeRequest) (v1.CodeExecution, error) {
-	x := v1.CodeExecution{Results: []v1.CodeResult{}, Logs: v1.CodeLogs{Stdout: []string{}, Stderr: []string{}}}
+	x := v1.NewCodeExecution()
 	err := Run(ctx, c, id, req, func(ev v1.CodeEvent) error {
-		switch {
-		case ev.Stdout != nil:
-			x.Logs.Stdout = append(x.Logs.Stdout, *ev.Stdout)
-		case ev.Stderr != nil:
-			x.Logs.Stderr = append(x.Logs.Stderr, *ev.Stderr)
-		case ev.Result != nil:
-			x.Results = append(x.Results, *ev.Result)
-		case ev.Error != nil:
-			x.Error = ev.Error
-		case ev.End != nil:
-			x.ExecutionCount, x.DurationMS = ev.End.ExecutionCount, ev.End.DurationMS
-		}
+		x.Add(ev)
 		return nil
 	})
 	return x, err

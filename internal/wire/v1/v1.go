@@ -454,3 +454,24 @@ type CodeContextList struct {
 type CodeInterruptRequest struct {
 	ContextID string `json:"context_id,omitempty"`
 }
+
+// Add gathers one streamed event into the buffered execution.
+func (x *CodeExecution) Add(ev CodeEvent) {
+	switch {
+	case ev.Stdout != nil:
+		x.Logs.Stdout = append(x.Logs.Stdout, *ev.Stdout)
+	case ev.Stderr != nil:
+		x.Logs.Stderr = append(x.Logs.Stderr, *ev.Stderr)
+	case ev.Result != nil:
+		x.Results = append(x.Results, *ev.Result)
+	case ev.Error != nil:
+		x.Error = ev.Error
+	case ev.End != nil:
+		x.ExecutionCount, x.DurationMS = ev.End.ExecutionCount, ev.End.DurationMS
+	}
+}
+
+// NewCodeExecution is an empty execution (its lists empty, not null).
+func NewCodeExecution() CodeExecution {
+	return CodeExecution{Results: []CodeResult{}, Logs: CodeLogs{Stdout: []string{}, Stderr: []string{}}}
+}
