@@ -103,12 +103,18 @@ func Run(ctx context.Context, c Execer, id string, req v1.CodeRequest, emit func
 	in := map[string]any{"op": "run", "context": req.ContextID, "code": req.Code, "timeout": *req.TimeoutSeconds}
 	ended := false
 	err := call(ctx, c, id, in, *req.TimeoutSeconds+relaySlack, func(line []byte) error {
-		var ev v1.CodeEvent
+		var ev struct {
+			v1.CodeEvent
+			Fail *serverFail `json:"fail"`
+		}
 		if err := json.Unmarshal(line, &ev); err != nil {
 			return errdefs.New(errdefs.Unavailable, "the code server sent a bad line: %v", err)
 		}
+		if ev.Fail != nil {
+			return ev.Fail.err()
+		}
 		ended = ended || ev.End != nil
-		return emit(ev)
+		return emit(ev.CodeEvent)
 	})
 	if err == nil && !ended {
 		err = errdefs.New(errdefs.Unavailable, "the code server ended the execution without an end event (did it crash? see /var/log/pandastack-start.log)")
@@ -160,13 +166,13 @@ func control(ctx context.Context, c Execer, id string, in map[string]any, timeou
 	err := call(ctx, c, id, in, timeout, func(line []byte) error {
 		got = true
 		var f struct {
-			Fail *struct{ Kind, Message string }
+			Fail *serverFail `json:"fail"`
 		}
 		if err := json.Unmarshal(line, &f); err != nil {
 			return errdefs.New(errdefs.Unavailable, "the code server sent a bad line: %v", err)
 		}
 		if f.Fail != nil {
-			return failure(f.Fail.Kind, f.Fail.Message)
+			return f.Fail.err()
 		}
 		if out == nil {
 			return nil
@@ -179,14 +185,17 @@ func control(ctx context.Context, c Execer, id string, in map[string]any, timeou
 	return err
 }
 
-func failure(kind, msg string) error {
-	switch kind {
+// serverFail is the code server's answer to a request it refuses.
+type serverFail struct{ Kind, Message string }
+
+func (f *serverFail) err() error {
+	switch f.Kind {
 	case "not_found":
-		return errdefs.NotFoundf("%s", msg)
+		return errdefs.NotFoundf("%s", f.Message)
 	case "invalid":
-		return errdefs.Invalidf("%s", msg)
+		return errdefs.Invalidf("%s", f.Message)
 	}
-	return errdefs.New(errdefs.Unavailable, "code server: %s", msg)
+	return errdefs.New(errdefs.Unavailable, "code server: %s", f.Message)
 }
 
 // call runs the relay with in as its request and hands each answer line to line.
