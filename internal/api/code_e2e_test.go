@@ -59,6 +59,9 @@ func TestE2ECodeInterpreter(t *testing.T) {
 		t.Parallel()
 		id := create(t)
 		// The first call after a create: the data stack is already imported in the kernel.
+		if got := text(t, id, "", "import sys\nall(m in sys.modules for m in ('numpy', 'pandas', 'sklearn', 'matplotlib.pyplot'))"); got != "True" {
+			t.Fatalf("the data stack is not imported in the snapshot's kernel: %q", got)
+		}
 		t0 := time.Now()
 		x := run(t, id, "", "import pandas as pd\ndf = pd.DataFrame({'a': range(10)})\ndf.describe()")
 		t.Logf("first run_code (pandas describe) after create: %s", time.Since(t0).Round(time.Millisecond))
@@ -132,7 +135,8 @@ func TestE2ECodeInterpreter(t *testing.T) {
 		if err != nil || cc.ID == "" || cc.Cwd != "/tmp" {
 			t.Fatalf("create context: %+v %v", cc, err)
 		}
-		if got := text(t, id, cc.ID, "'secret' in globals(), __import__('os').getcwd()"); got != "(False, '/tmp')" {
+		// Its own variables, its cwd, and the data stack already imported (forked warm).
+		if got := text(t, id, cc.ID, "import os, sys\n'secret' in globals(), os.getcwd(), all(m in sys.modules for m in ('pandas', 'sklearn', 'matplotlib.pyplot'))"); got != "(False, '/tmp', True)" {
 			t.Fatalf("new context sees: %q", got)
 		}
 		text(t, id, cc.ID, "secret = 'other'")
