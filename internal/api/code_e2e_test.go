@@ -178,6 +178,13 @@ func TestE2ECodeInterpreter(t *testing.T) {
 		if _, err := c.RunCode(ctx, id, v1.CodeRequest{Code: "1", ContextID: cc.ID}); apiCode(err) != "404 not_found" {
 			t.Fatalf("deleted context: %v", err)
 		}
+		// A kernel that dies is replaced: the call says so, the context goes on (empty).
+		if x := run(t, id, "", "import os\nos._exit(3)"); x.Error == nil || x.Error.Name != "KernelDied" {
+			t.Fatalf("os._exit: %+v", x)
+		}
+		if got := text(t, id, "", "'secret' in globals(), 6 * 7"); got != "(False, 42)" {
+			t.Fatalf("after the kernel died: %q", got)
+		}
 	})
 
 	t.Run("fork diverges", func(t *testing.T) {

@@ -88,6 +88,8 @@ __pandastack_warm(%d, %r, %r)
 del __pandastack_warm
 """ % (OUTPUT_LIMIT, MARKER, [m for m in IMPORTS.split(",") if m])
 
+DIED = ("the kernel of this context exited (os._exit, a crash, or out of memory); the context goes on "
+        "in a fresh kernel: its variables are gone")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 MIME = {"text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/png": "png",
         "image/jpeg": "jpeg", "image/svg+xml": "svg", "application/json": "json",
@@ -187,10 +189,18 @@ class Kernel:
             self.shutdown()
             raise Fail("unavailable", "the new kernel did not start: %s" % e)
         self.lock = threading.Lock()
+        self.dead = False
         with self.lock:
             for ev in self.execute(WARM, 300, silent=True):
                 if "error" in ev:
                     raise RuntimeError("warm-up failed: %s" % ev["error"])
+
+    def alive(self):
+        try:
+            os.kill(self.pid, 0)  # the zygote reaps its children: a dead kernel is gone, not a zombie
+            return True
+        except ProcessLookupError:
+            return False
 
     def interrupt(self):
         try:
@@ -217,17 +227,22 @@ class Kernel:
         timed_out = False
         sent = 0
         while True:
-            wait = deadline - time.monotonic()
-            if timed_out:
-                wait = max(wait, 30)
+            left = deadline - time.monotonic()
             try:
-                msg = self.kc.get_iopub_msg(timeout=max(wait, 0.01))
+                msg = self.kc.get_iopub_msg(timeout=min(max(left, 0.01), 1.0))
             except queue.Empty:
+                if not self.alive():
+                    self.dead = True
+                    yield {"error": {"name": "KernelDied", "value": DIED, "traceback": ""}}
+                    yield {"end": {"execution_count": None, "duration_ms": int((time.monotonic() - start) * 1000)}}
+                    return
+                if time.monotonic() < deadline:
+                    continue
                 if timed_out:  # the kernel ignores the interrupt: give up on this one
                     yield {"error": {"name": "TimeoutError", "value": "the kernel did not stop after an interrupt", "traceback": ""}}
                     break
                 timed_out = True
-                deadline = time.monotonic()
+                deadline = time.monotonic() + 30
                 self.interrupt()
                 yield {"error": {"name": "TimeoutError", "value": "execution exceeded %g s and was interrupted" % timeout, "traceback": ""}}
                 continue
@@ -288,6 +303,18 @@ class Contexts:
             raise Fail("not_found", "no code context %s in this sandbox" % cid)
         return item
 
+    def replace(self, cid, old):
+        """Gives context cid a fresh kernel in place of old (dead); returns the new one."""
+        old.shutdown()
+        with self.mu:
+            info, cur = self.items[cid]
+        if cur is not old:
+            return cur
+        k = Kernel(info["cwd"])
+        with self.mu:
+            self.items[cid] = (info, k)
+        return k
+
     def delete(self, cid):
         if cid == "default":
             raise Fail("invalid", "the default context cannot be deleted")
@@ -334,11 +361,15 @@ class Handler(socketserver.StreamRequestHandler):
             self.send({"fail": {"kind": "internal", "message": "%s: %s" % (type(e).__name__, e)}})
 
     def run(self, req):
-        _, k = CTX.get(req.get("context"))
-        timeout = float(req.get("timeout") or 300)
+        cid = req.get("context") or "default"
+        info, k = CTX.get(cid)
+        with k.lock:
+            if k.dead or not k.alive():  # it died idle (out of memory, say): say so, go on afresh
+                k = CTX.replace(cid, k)
+                self.send({"stderr": "[%s]\n" % DIED})
         with k.lock:
             gone = False
-            for ev in k.execute(req.get("code", ""), timeout):
+            for ev in k.execute(req.get("code", ""), float(req.get("timeout") or 300)):
                 if gone:
                     continue
                 try:
@@ -346,6 +377,8 @@ class Handler(socketserver.StreamRequestHandler):
                 except (BrokenPipeError, ConnectionResetError):
                     gone = True  # the caller left: stop the execution, drain the kernel
                     k.interrupt()
+        if k.dead:
+            CTX.replace(cid, k)
 
 
 class Server(socketserver.ThreadingTCPServer):
