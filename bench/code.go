@@ -90,9 +90,6 @@ func (b *bench) codeSuite(ctx context.Context, res map[string]float64, rounds in
 		}
 		first, oneplus, exec = append(first, lat[0]...), append(oneplus, lat[1]...), append(exec, lat[2]...)
 	}
-	if err := b.codeForkSuite(ctx, c, res, rounds); err != nil {
-		return err
-	}
 	res["code_first_describe_p50_ms"] = pct(first, 50)
 	res["code_first_describe_p99_ms"] = pct(first, 99)
 	res["code_roundtrip_p50_ms"] = pct(oneplus, 50)
@@ -101,5 +98,9 @@ func (b *bench) codeSuite(ctx context.Context, res map[string]float64, rounds in
 	res["code_first_describe_over_exec"] = res["code_first_describe_p50_ms"] / res["code_exec_p50_ms"]
 	fmt.Printf("code interpreter: first describe after create p50 %.0f ms, 1+1 p50 %.0f ms, exec p50 %.0f ms: ratio %.2f (goal <= 1.5)\n",
 		res["code_first_describe_p50_ms"], res["code_roundtrip_p50_ms"], res["code_exec_p50_ms"], res["code_first_describe_over_exec"])
+	// The fork figures need room for a snapshot of a 1 GiB guest on the host's disk.
+	if err := b.codeForkSuite(ctx, c, res, rounds); err != nil {
+		fmt.Printf("code interpreter: no fork figures: %v\n", err)
+	}
 	return nil
 }
