@@ -31,7 +31,7 @@ func main() {
 	guestAgent := flag.String("guest-agent", "bin/pandastack-guest", "pandastack-guest binary")
 	imageCache := flag.String("image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache (default: inside the data dir)")
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
-	suites := flag.String("suites", defaultSuites, "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
+	suites := flag.String("suites", defaultSuites, "comma-separated suites to run (templates, which builds the whole catalog, and code, which bakes code-interpreter, run only when named)")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
 	smoke := flag.Bool("smoke", false, "check that every suite still runs: 2 samples of everything, figures not judged, no results file unless -out is given")
 	flag.Parse()
@@ -104,7 +104,11 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 	res := map[string]float64{}
 	fmt.Printf("accelerator: %s\n", a.Accel())
 
-	for _, name := range []string{"base", "bench-256m", "bench-1g"} {
+	baked := []string{"base"}
+	if strings.Contains(","+suites+",", ",sandbox,") || strings.Contains(","+suites+",", ",lifecycle,") {
+		baked = append(baked, "bench-256m", "bench-1g") // the RAM-size figures; others need only base
+	}
+	for _, name := range baked {
 		t := time.Now()
 		info, err := a.EnsureTemplate(ctx, name, progress)
 		if err != nil {
@@ -137,8 +141,10 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = blobSuite(ctx, res, dataDir)
 		case "processes":
 			err = b.processSuite(ctx, res)
+		case "code":
+			err = b.codeSuite(ctx, res, max(creates/3, 5))
 		default:
-			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, templates)", suite)
+			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, templates, code)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

@@ -481,3 +481,112 @@ type QuotaRequest struct {
 	Volumes   *int64 `json:"volumes"`
 	VolumeMiB *int64 `json:"volume_mib"`
 }
+
+// CodeRequest is the body of POST /v1/sandboxes/{id}/code: code run in a code context (the
+// sandbox's default one without ContextID). TimeoutSeconds nil means the default (300).
+type CodeRequest struct {
+	Code           string   `json:"code"`
+	Language       string   `json:"language,omitempty"` // "python" (the default and only language)
+	ContextID      string   `json:"context_id,omitempty"`
+	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty"`
+}
+
+// CodeResult is one rich result of an execution: the value of its last expression
+// (IsMainResult) or something it displayed (a chart). Images are base64; JSON is JSON text.
+type CodeResult struct {
+	Text         string `json:"text,omitempty"`
+	HTML         string `json:"html,omitempty"`
+	Markdown     string `json:"markdown,omitempty"`
+	PNG          string `json:"png,omitempty"`
+	JPEG         string `json:"jpeg,omitempty"`
+	SVG          string `json:"svg,omitempty"`
+	JSON         string `json:"json,omitempty"`
+	LaTeX        string `json:"latex,omitempty"`
+	JavaScript   string `json:"javascript,omitempty"`
+	IsMainResult bool   `json:"is_main_result"`
+}
+
+// CodeError is an exception the code raised (the context lives on).
+type CodeError struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// CodeEnd closes an execution.
+type CodeEnd struct {
+	ExecutionCount *int  `json:"execution_count"`
+	DurationMS     int64 `json:"duration_ms"`
+}
+
+// CodeEvent is one line of a streamed execution (Accept: application/x-ndjson): exactly one
+// field is set. Output comes as it is printed, results and errors as they happen, end last;
+// StreamError replaces end when the stream itself broke.
+type CodeEvent struct {
+	Stdout      *string      `json:"stdout,omitempty"`
+	Stderr      *string      `json:"stderr,omitempty"`
+	Result      *CodeResult  `json:"result,omitempty"`
+	Error       *CodeError   `json:"error,omitempty"`
+	End         *CodeEnd     `json:"end,omitempty"`
+	StreamError *ErrorDetail `json:"stream_error,omitempty"`
+}
+
+// CodeLogs is an execution's output, in the chunks it was printed in.
+type CodeLogs struct {
+	Stdout []string `json:"stdout"`
+	Stderr []string `json:"stderr"`
+}
+
+// CodeExecution is the buffered answer of POST /v1/sandboxes/{id}/code.
+type CodeExecution struct {
+	Results        []CodeResult `json:"results"`
+	Logs           CodeLogs     `json:"logs"`
+	Error          *CodeError   `json:"error,omitempty"`
+	ExecutionCount *int         `json:"execution_count"`
+	DurationMS     int64        `json:"duration_ms"`
+}
+
+// CodeContext is a kernel with its own variables in a sandbox.
+type CodeContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+// CreateCodeContextRequest is the body of POST /v1/sandboxes/{id}/code/contexts.
+type CreateCodeContextRequest struct {
+	Language string `json:"language,omitempty"`
+	Cwd      string `json:"cwd,omitempty"`
+}
+
+// CodeContextList is GET /v1/sandboxes/{id}/code/contexts.
+type CodeContextList struct {
+	Contexts []CodeContext `json:"contexts"`
+}
+
+// CodeInterruptRequest is the body of POST /v1/sandboxes/{id}/code/interrupt (the default
+// context without ContextID).
+type CodeInterruptRequest struct {
+	ContextID string `json:"context_id,omitempty"`
+}
+
+// Add gathers one streamed event into the buffered execution.
+func (x *CodeExecution) Add(ev CodeEvent) {
+	switch {
+	case ev.Stdout != nil:
+		x.Logs.Stdout = append(x.Logs.Stdout, *ev.Stdout)
+	case ev.Stderr != nil:
+		x.Logs.Stderr = append(x.Logs.Stderr, *ev.Stderr)
+	case ev.Result != nil:
+		x.Results = append(x.Results, *ev.Result)
+	case ev.Error != nil:
+		x.Error = ev.Error
+	case ev.End != nil:
+		x.ExecutionCount, x.DurationMS = ev.End.ExecutionCount, ev.End.DurationMS
+	}
+}
+
+// NewCodeExecution is an empty execution (its lists empty, not null).
+func NewCodeExecution() CodeExecution {
+	return CodeExecution{Results: []CodeResult{}, Logs: CodeLogs{Stdout: []string{}, Stderr: []string{}}}
+}

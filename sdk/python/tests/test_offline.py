@@ -158,6 +158,47 @@ class Create(OfflineCase):
             pandastack.PandaStack(token="pds_x", base_url="http://h", send="not a function")
 
 
+# -- code interpreter ------------------------------------------------------------------------------
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"x" * 10
+
+
+class Code(OfflineCase):
+    def test_run_code_buffered(self) -> None:
+        import base64
+        s = self.answer(ok({"results": [{"text": "2", "is_main_result": True},
+                                        {"png": base64.b64encode(PNG).decode(), "json": "[1, 2]"}],
+                            "logs": {"stdout": ["hi\n"], "stderr": []},
+                            "error": {"name": "ValueError", "value": "v", "traceback": "tb"},
+                            "execution_count": 3, "duration_ms": 9}))
+        ctx = pandastack.CodeContext({"id": "c1", "language": "python", "cwd": "/"})
+        x = self.sandbox().run_code("1+1", context=ctx, timeout=30)
+        self.assertEqual(s.path(), "/v1/sandboxes/sb_one/code")
+        self.assertEqual(s.requests[0].json(), {"code": "1+1", "context_id": "c1", "timeout_seconds": 30})
+        self.assertEqual((x.text, x.results[1].png, x.results[1].json, x.logs.stdout), ("2", PNG, [1, 2], ["hi\n"]))
+        self.assertEqual((x.error.name, x.execution_count, x.results[1].is_main_result), ("ValueError", 3, False))
+
+    def test_run_code_streams_to_callbacks(self) -> None:
+        s = self.answer(ndjson({"stdout": "a"}, {"result": {"html": "<table/>", "is_main_result": True}},
+                               {"end": {"execution_count": 1, "duration_ms": 2}}))
+        got: List[Any] = []
+        x = self.sandbox().run_code("df", on_stdout=got.append, on_result=got.append)
+        self.assertEqual(s.requests[0].headers["Accept"], "application/x-ndjson")
+        self.assertEqual((got[0], got[1].html, x.execution_count), ("a", "<table/>", 1))
+
+    def test_run_code_stream_error(self) -> None:
+        self.answer(ndjson({"stdout": "a"}, {"stream_error": {"code": "upstream_unreachable", "message": "gone"}}))
+        with self.assertRaises(pandastack.PandaStackError):
+            self.sandbox().run_code("x", on_stdout=lambda _: None)
+
+    def test_contexts(self) -> None:
+        s = self.answer(ok({"id": "c1", "language": "python", "cwd": "/tmp"}, status=201), ok(None, status=204))
+        c = self.sandbox().create_code_context(cwd="/tmp")
+        self.assertEqual((c.id, s.requests[0].json()), ("c1", {"language": "python", "cwd": "/tmp"}))
+        self.sandbox().interrupt_code(c)
+        self.assertEqual((s.path(), s.requests[1].json()), ("/v1/sandboxes/sb_one/code/interrupt", {"context_id": "c1"}))
+
+
 # -- exec ------------------------------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@ import { APIConnectionError, Conflict, NotFound, PandaStackError, errorFromPaylo
 import type { Transport } from "./http.js";
 import { OutputGatherer } from "./output.js";
 import { Processes } from "./processes.js";
+import { type CodeContext, Execution, type RunCodeOptions, codeBody, streamCode } from "./code.js";
 
 // ---------------------------------------------------------------------------------------------
 // Wire shapes (snake_case, as the API sends them)
@@ -609,6 +610,47 @@ export class Sandbox {
    */
   execStream(cmd: Command, options: ExecStreamOptions = {}): ExecStream {
     return new ExecStream(this.client.http, this.path("/exec"), execBody(cmd, options), this.execTimeoutMs(options.timeoutSeconds), options.signal);
+  }
+
+  /**
+   * Run Python in the sandbox's warm kernel (templates with a code interpreter, such as
+   * code-interpreter). Variables live on between calls in a context. An exception in the code is
+   * `execution.error`, not a rejection. With callbacks, output and results arrive as they happen.
+   */
+  async runCode(code: string, options: RunCodeOptions = {}): Promise<Execution> {
+    const body = codeBody(code, options);
+    const timeoutMs = this.execTimeoutMs(options.timeout ?? 300);
+    if (!options.onStdout && !options.onStderr && !options.onResult && !options.onError) {
+      const d = await this.client.http.json<Record<string, unknown>>("POST", this.path("/code"), { json: body, timeoutMs, signal: options.signal });
+      return Execution.fromAPI(d ?? {});
+    }
+    return streamCode(this.client.http, this.path("/code"), body, timeoutMs, options);
+  }
+
+  /** Start a code context: a kernel with its own variables (warm: the data stack is imported). */
+  async createCodeContext(options: { cwd?: string; language?: "python"; signal?: AbortSignal } = {}): Promise<CodeContext> {
+    const body: Record<string, unknown> = { language: options.language ?? "python" };
+    if (options.cwd !== undefined) body.cwd = options.cwd;
+    return this.client.http.json<CodeContext>("POST", this.path("/code/contexts"), { json: body, timeoutMs: this.execTimeoutMs(900), signal: options.signal });
+  }
+
+  /** The sandbox's code contexts. */
+  async listCodeContexts(): Promise<CodeContext[]> {
+    const d = await this.client.http.json<{ contexts?: CodeContext[] }>("GET", this.path("/code/contexts"), { idempotent: true });
+    return d?.contexts ?? [];
+  }
+
+  /** Stop a code context's kernel. */
+  async deleteCodeContext(context: string | CodeContext): Promise<void> {
+    const id = typeof context === "string" ? context : context.id;
+    await this.client.http.json("DELETE", this.path(`/code/contexts/${seg(id)}`), {});
+  }
+
+  /** Interrupt the running execution of a context (KeyboardInterrupt in Python). */
+  async interruptCode(context?: string | CodeContext): Promise<void> {
+    const body: Record<string, unknown> = {};
+    if (context !== undefined) body.context_id = typeof context === "string" ? context : context.id;
+    await this.client.http.json("POST", this.path("/code/interrupt"), { json: body });
   }
 
   /**

@@ -174,6 +174,41 @@ describe("offline: create, get, list", () => {
   });
 });
 
+// -- code interpreter -----------------------------------------------------------------------------
+
+describe("offline: code interpreter", () => {
+  const sandbox = (f) => new Sandbox(client(f), SB);
+  const PNG = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 1, 2]);
+
+  it("runCode buffered: results decoded (png bytes, json value), error and logs", async () => {
+    const png = Buffer.from(PNG).toString("base64");
+    const f = script(ok({ results: [{ text: "2", is_main_result: true }, { png, json: "[1,2]" }], logs: { stdout: ["hi\n"], stderr: [] },
+      error: { name: "ValueError", value: "v", traceback: "tb" }, execution_count: 3, duration_ms: 9 }));
+    const x = await sandbox(f).runCode("1+1", { context: { id: "c1", language: "python", cwd: "/" }, timeout: 30 });
+    assert.equal(f.calls[0].path(), "/v1/sandboxes/sb_one/code");
+    assert.deepEqual(f.calls[0].json(), { code: "1+1", context_id: "c1", timeout_seconds: 30 });
+    assert.deepEqual([x.text, [...x.results[1].png], x.results[1].json, x.logs.stdout, x.error.name, x.executionCount],
+      ["2", [...PNG], [1, 2], ["hi\n"], "ValueError", 3]);
+  });
+
+  it("runCode with callbacks streams; a stream_error rejects", async () => {
+    const f = script(ndjson([{ stdout: "a" }, { result: { html: "<table/>", is_main_result: true } }, { end: { execution_count: 1, duration_ms: 2 } }]),
+      ndjson([{ stdout: "a" }, { stream_error: { code: "upstream_unreachable", message: "gone" } }]));
+    const got = [];
+    const x = await sandbox(f).runCode("df", { onStdout: (s) => got.push(s), onResult: (r) => got.push(r.html) });
+    assert.deepEqual([got, x.executionCount, f.calls[0].headers.accept], [["a", "<table/>"], 1, "application/x-ndjson"]);
+    await assert.rejects(sandbox(f).runCode("x", { onStdout: () => {} }), PandaStackError);
+  });
+
+  it("contexts and interrupt", async () => {
+    const f = script(ok({ id: "c1", language: "python", cwd: "/tmp" }, 201), ok(null, 204));
+    const c = await sandbox(f).createCodeContext({ cwd: "/tmp" });
+    assert.deepEqual([c.id, f.calls[0].json()], ["c1", { language: "python", cwd: "/tmp" }]);
+    await sandbox(f).interruptCode(c);
+    assert.deepEqual([f.calls[1].path(), f.calls[1].json()], ["/v1/sandboxes/sb_one/code/interrupt", { context_id: "c1" }]);
+  });
+});
+
 // -- exec -----------------------------------------------------------------------------------------
 
 describe("offline: exec", () => {

@@ -30,6 +30,7 @@ from .errors import (
 # The transport seam's types (PandaStack(send=...)): importable, but left out of __all__ so a star
 # import does not gain generic names such as HTTPResponse.
 from ._http import HTTPRequest, HTTPResponse
+from .code import CodeContext, Execution, ExecutionError, Logs, Result
 from .models import ExecEvent, ExecResult, FileInfo, Process, ProcessEvent, Snapshot, Template, Volume, VolumeAttachment
 from .processes import ProcessHandle, Processes, ProcessResult
 from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates, Volumes
@@ -50,6 +51,11 @@ __all__ = [
     "ProcessHandle",
     "Processes",
     "ProcessResult",
+    "Execution",
+    "ExecutionError",
+    "Result",
+    "Logs",
+    "CodeContext",
     "FileInfo",
     "Snapshot",
     "Snapshots",

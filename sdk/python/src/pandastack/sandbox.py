@@ -22,6 +22,7 @@ from . import errors
 from ._context import ClientContext, new_client
 from ._http import LineStream, Transport
 from ._http import quote_segment as _seg
+from .code import CodeContext, Execution, ExecutionError, Result
 from .models import ExecEvent, ExecResult, FileInfo, OutputGatherer, Snapshot, Template, Volume, as_list, parse_time
 from .processes import Processes, command_body
 
@@ -355,6 +356,98 @@ class Sandbox:
         lines = self._http.stream_lines("POST", self._path("/exec"), json_body=body,
                                         timeout=self._exec_timeout(timeout_seconds))
         return ExecStream(lines)
+
+    # -- code interpreter ------------------------------------------------------------------------
+
+    def run_code(
+        self,
+        code: str,
+        context: Union[None, str, CodeContext] = None,
+        *,
+        language: Optional[str] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        on_result: Optional[Callable[[Result], Any]] = None,
+        on_error: Optional[Callable[[ExecutionError], Any]] = None,
+        timeout: Optional[float] = None,
+    ) -> Execution:
+        """Run Python in the sandbox's warm kernel (templates with a code interpreter, such as
+        code-interpreter) and return the :class:`Execution`. Variables live on between calls in
+        a context (the default one, or ``context`` from :meth:`create_code_context`).
+
+        An exception in the code is ``Execution.error``, not a raised error. With callbacks,
+        output and results are handed over as they happen. ``timeout`` (seconds, default 300)
+        interrupts the code.
+        """
+        body: Dict[str, Any] = {"code": code}
+        if context is not None:
+            body["context_id"] = context.id if isinstance(context, CodeContext) else context
+        if language is not None:
+            body["language"] = language
+        if timeout is not None:
+            body["timeout_seconds"] = timeout
+        http_timeout = self._exec_timeout(timeout if timeout is not None else 300.0)
+        if on_stdout is None and on_stderr is None and on_result is None and on_error is None:
+            r = self._http.request("POST", self._path("/code"), json_body=body, timeout=http_timeout)
+            return Execution.from_api(r.json() or {})
+        x = Execution()
+        lines = self._http.stream_lines("POST", self._path("/code"), json_body=body, timeout=http_timeout)
+        ended = False
+        try:
+            for obj in lines:
+                if "stream_error" in obj:
+                    raise errors.error_from_payload(None, {"error": obj["stream_error"]}, lines.request_id)
+                if "stdout" in obj:
+                    x.logs.stdout.append(obj["stdout"])
+                    if on_stdout is not None:
+                        on_stdout(obj["stdout"])
+                elif "stderr" in obj:
+                    x.logs.stderr.append(obj["stderr"])
+                    if on_stderr is not None:
+                        on_stderr(obj["stderr"])
+                elif "result" in obj:
+                    res = Result(obj["result"])
+                    x.results.append(res)
+                    if on_result is not None:
+                        on_result(res)
+                elif "error" in obj:
+                    x.error = ExecutionError(obj["error"])
+                    if on_error is not None:
+                        on_error(x.error)
+                elif "end" in obj:
+                    x.execution_count = obj["end"].get("execution_count")
+                    x.duration_ms = obj["end"].get("duration_ms")
+                    ended = True
+                    break
+        finally:
+            lines.close()
+        if not ended:
+            raise errors.APIConnectionError("the code stream ended before the execution did", request_id=lines.request_id)
+        return x
+
+    def create_code_context(self, cwd: Optional[str] = None, language: str = "python") -> CodeContext:
+        """Start a code context: a kernel with its own variables (warm: the data stack is
+        already imported)."""
+        body: Dict[str, Any] = {"language": language}
+        if cwd is not None:
+            body["cwd"] = cwd
+        r = self._http.request("POST", self._path("/code/contexts"), json_body=body, timeout=self._exec_timeout(900.0))
+        return CodeContext(r.json() or {})
+
+    def list_code_contexts(self) -> List[CodeContext]:
+        r = self._http.request("GET", self._path("/code/contexts"), idempotent=True)
+        return [CodeContext(d) for d in (r.json() or {}).get("contexts") or []]
+
+    def delete_code_context(self, context: Union[str, CodeContext]) -> None:
+        cid = context.id if isinstance(context, CodeContext) else context
+        self._http.request("DELETE", self._path("/code/contexts/" + _seg(cid)))
+
+    def interrupt_code(self, context: Union[None, str, CodeContext] = None) -> None:
+        """Interrupt the running execution of a context (KeyboardInterrupt in Python)."""
+        body: Dict[str, Any] = {}
+        if context is not None:
+            body["context_id"] = context.id if isinstance(context, CodeContext) else context
+        self._http.request("POST", self._path("/code/interrupt"), json_body=body)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
