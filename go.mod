@@ -3,6 +3,7 @@ module github.com/pandastack/pandastack
 go 1.26.8
 
 require (
+	github.com/adhocore/gronx v1.20.4
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/credentials v1.21.0
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.10

@@ -18,22 +18,39 @@ import (
 	"time"
 )
 
-// controlPlaneSuite runs a real `pandastack agent` and `pandastack server` (SQLite) as processes
-// and compares creates through the public API with creates sent to the agent directly, then
-// measures create throughput with 8 concurrent clients.
-func controlPlaneSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, creates int) error {
+// cluster is a real `pandastack agent` and `pandastack server` (SQLite) run as processes, with
+// base baked: direct calls the agent, public the server's API.
+type cluster struct {
+	dir            string
+	direct, public *apiClient
+	stop           func()
+}
+
+// startCluster starts a cluster in a temp dir under /var/tmp, its agent's network slots in cidr
+// (not the default: a `pandastack up` may run here); stop ends it and removes the dir.
+func startCluster(guestAgent, imageCache, cidr string) (cl *cluster, err error) {
 	bin := filepath.Join(filepath.Dir(guestAgent), "pandastack")
 	dir, err := os.MkdirTemp("/var/tmp", "pandastack-bench-cp-")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	// Runs after the processes are stopped (defers run last-first).
-	defer exec.Command("umount", "-d", filepath.Join(dir, "agent", "pool")).Run()
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+		exec.Command("umount", "-d", filepath.Join(dir, "agent", "pool")).Run()
+		os.RemoveAll(dir)
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 	agentAddr, serverAddr := freeAddr(), freeAddr()
 	token, key := randomString(32), "pds_"+randomString(32)
 	agentArgs := []string{"agent", "--data-dir", filepath.Join(dir, "agent"), "--addr", agentAddr, "--token", token, "--guest-agent", guestAgent,
-		"--network-cidr", "10.197.0.0/20"} // not the default: a `pandastack up` may run here
+		"--network-cidr", cidr}
 	if imageCache != "" {
 		agentArgs = append(agentArgs, "--image-cache", imageCache)
 	}
@@ -44,32 +61,42 @@ func controlPlaneSuite(ctx context.Context, res map[string]float64, guestAgent, 
 		log, _ := os.Create(filepath.Join(dir, filepath.Base(c.Args[1])+".log"))
 		c.Stdout, c.Stderr = log, log
 		if err := c.Start(); err != nil {
-			return err
+			return nil, err
 		}
-		defer func(c *exec.Cmd) { c.Process.Signal(syscall.SIGTERM); c.Wait() }(c)
+		stops = append(stops, func() { c.Process.Signal(syscall.SIGTERM); c.Wait() })
 	}
-	agentURL, serverURL := "http://"+agentAddr, "http://"+serverAddr
-	direct := &apiClient{base: agentURL, auth: "Bearer " + token}
-	public := &apiClient{base: serverURL, auth: "Bearer " + key}
-	for _, c := range []*apiClient{direct, public} {
+	cl = &cluster{dir: dir, direct: &apiClient{base: "http://" + agentAddr, auth: "Bearer " + token},
+		public: &apiClient{base: "http://" + serverAddr, auth: "Bearer " + key}, stop: stop}
+	for _, c := range []*apiClient{cl.direct, cl.public} {
 		if err := waitHealthy(c.base, 60*time.Second); err != nil {
-			return fmt.Errorf("%w (logs in %s)", err, dir)
+			return nil, fmt.Errorf("%w (logs in %s)", err, dir)
 		}
 	}
 	// Bake through the agent, then wait until the server sees the host with the template.
-	if _, err := direct.do("POST", "/v1/templates/base/bake", nil, 200); err != nil {
-		return err
+	if _, err := cl.direct.do("POST", "/v1/templates/base/bake", nil, 200); err != nil {
+		return nil, err
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, err := public.do("GET", "/v1/templates/base", nil, 200); err == nil {
-			break
+		if _, err := cl.public.do("GET", "/v1/templates/base", nil, 200); err == nil {
+			return cl, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("server never saw the agent's template (see %s)", dir)
+			return nil, fmt.Errorf("server never saw the agent's template (see %s)", dir)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// controlPlaneSuite compares creates through the public API with creates sent to the agent
+// directly, then measures create throughput with 8 concurrent clients.
+func controlPlaneSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, creates int) error {
+	cl, err := startCluster(guestAgent, imageCache, "10.197.0.0/20")
+	if err != nil {
+		return err
+	}
+	defer cl.stop()
+	direct, public := cl.direct, cl.public
 	var viaAPI, viaAgent []float64
 	for i := 0; i < creates; i++ {
 		for _, c := range []struct {

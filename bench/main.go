@@ -48,7 +48,7 @@ func main() {
 }
 
 // defaultSuites are the suites a plain run (and the smoke test) runs.
-const defaultSuites = "sandbox,lifecycle,controlplane,network,volumes,confine,blob,processes"
+const defaultSuites = "sandbox,lifecycle,controlplane,network,volumes,confine,blob,processes,functions"
 
 // samplesCap, when set (-smoke), caps every sample count: a quick run that shows each suite
 // still works, whose figures mean nothing.
@@ -143,8 +143,10 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.processSuite(ctx, res)
 		case "code":
 			err = b.codeSuite(ctx, res, max(creates/3, 5))
+		case "functions":
+			err = functionsSuite(ctx, res, guestAgent, imageCache, max(creates/2, 2))
 		default:
-			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, templates, code)", suite)
+			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, templates, code)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,18 +24,6 @@ import (
 const agentToken = "agent-secret"
 const clusterToken = "cluster-secret"
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 type env struct {
 	t      *testing.T
 	dbPath string
@@ -46,7 +33,7 @@ type env struct {
 	hs     *httptest.Server
 	admin  string
 	agent  *agenttest.Agent
-	clock  *clock
+	clock  *testenv.Clock
 	cfg    Config
 }
 
@@ -58,7 +45,7 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 // and returns it with a bootstrap admin key.
 func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
-	e := &env{t: t, dbPath: filepath.Join(t.TempDir(), "state.db"), clock: &clock{t: time.Now().UTC()}}
+	e := &env{t: t, dbPath: filepath.Join(t.TempDir(), "state.db"), clock: testenv.NewClock(time.Now().UTC())}
 	e.agent = agenttest.New("host-a", agentToken, "base", "code-interpreter")
 	t.Cleanup(e.agent.Close)
 	e.cfg = Config{ClusterToken: clusterToken, Now: e.clock.Now, Logger: quietLogger()}

@@ -86,9 +86,12 @@ var wireTypes = func() map[string]reflect.Type {
 		v1.Usage{}, v1.UsageItem{}, v1.QuotaRequest{}, v1.Host{}, v1.Hosts{},
 		v1.StartProcessRequest{}, v1.ProcessStarted{}, v1.Process{},
 		v1.Processes{}, v1.ProcessEvent{}, v1.StdinRequest{}, v1.SignalRequest{}, v1.TerminalMessage{},
-		v1.Usage{}, v1.UsageItem{}, v1.QuotaRequest{}, v1.CodeRequest{}, v1.CodeResult{}, v1.CodeError{}, v1.CodeEnd{},
+		v1.CodeRequest{}, v1.CodeResult{}, v1.CodeError{}, v1.CodeEnd{},
 		v1.CodeEvent{}, v1.CodeLogs{}, v1.CodeExecution{}, v1.CodeContext{}, v1.CreateCodeContextRequest{}, v1.CodeContextList{},
 		v1.CodeInterruptRequest{},
+		v1.Function{}, v1.Functions{}, v1.FunctionSpec{}, v1.FunctionVersion{}, v1.FunctionVersions{}, v1.InvokeRequest{},
+		v1.FunctionError{}, v1.FunctionRun{}, v1.FunctionRuns{}, v1.Schedule{}, v1.Schedules{}, v1.CreateScheduleRequest{},
+		v1.ScheduleRun{}, v1.ScheduleRuns{},
 	} {
 		t := reflect.TypeOf(v)
 		m[t.Name()] = t
@@ -192,6 +195,12 @@ func jsonFields(t reflect.Type) map[string]jsonField {
 // matchType says how p fails to describe Go type t ("" if it does). A pointer that is never
 // left out can be null on the wire, so its schema must allow null.
 func matchType(p *schema, t reflect.Type, alwaysThere bool) string {
+	if t == reflect.TypeFor[json.RawMessage]() {
+		if p.Type != nil || p.Ref != "" {
+			return "raw JSON (any value) has a schema without type"
+		}
+		return ""
+	}
 	if t.Kind() == reflect.Pointer {
 		if alwaysThere && !schemaTypes(p)["null"] {
 			return "a pointer that is never left out can be null: type [T, \"null\"]"

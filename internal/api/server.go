@@ -21,8 +21,10 @@ import (
 
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/functions"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/schedules"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/templates"
 )
@@ -82,6 +84,8 @@ type Config struct {
 	RateLimit RateLimit
 	// Quota is every team's default limits (zero: none); an admin key may override them per team.
 	Quota Quota
+	// SecretsKey (32 bytes) seals functions' secrets at rest (AES-256-GCM); empty: unsealed.
+	SecretsKey []byte
 	// Version is reported by /healthz.
 	Version string
 	Now     func() time.Time
@@ -89,17 +93,21 @@ type Config struct {
 
 // Server serves the API. Create with New.
 type Server struct {
-	cfg     Config
-	store   *store.Store
-	sched   *scheduler.Scheduler
-	svc     *sandboxes.Service
-	tmpl    *templates.Service
-	log     *slog.Logger
-	auth    *auth.Authenticator
-	metrics *metrics
-	limits  struct{ all, create *buckets } // nil: no rate limit
-	handler http.Handler
-	reaper  reaper
+	cfg   Config
+	store *store.Store
+	sched *scheduler.Scheduler
+	svc   *sandboxes.Service
+	tmpl  *templates.Service
+	// schedules is the cron engine (internal/schedules); RunSchedules ticks it.
+	schedules *schedules.Engine
+	// functions is internal/functions' service.
+	functions *functions.Service
+	log       *slog.Logger
+	auth      *auth.Authenticator
+	metrics   *metrics
+	limits    struct{ all, create *buckets } // nil: no rate limit
+	handler   http.Handler
+	reaper    reaper
 }
 
 // New builds a server from cfg.
@@ -128,6 +136,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	scheduleClock := cfg.Now // nil: the engine reads the database's clock
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -139,6 +148,10 @@ func New(cfg Config) *Server {
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen})
 	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
+	s.schedules = schedules.New(schedules.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger, Now: scheduleClock})
+	s.functions = functions.New(functions.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
+		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain})
+	s.schedules.SetFunctions(s.functions)
 	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
 	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()
@@ -228,6 +241,22 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/usage", apiKey, s.usage},
 		{"PUT", "/v1/teams/{id}/quota", apiKey, s.setQuota},
 		{"GET", "/v1/hosts", apiKey, s.listHosts},
+		{"POST", "/v1/functions", apiKey, s.deployFunction},
+		{"GET", "/v1/functions", apiKey, s.listFunctions},
+		{"GET", "/v1/functions/{id}", apiKey, s.getFunction},
+		{"DELETE", "/v1/functions/{id}", apiKey, s.deleteFunction},
+		{"GET", "/v1/functions/{id}/versions", apiKey, s.listFunctionVersions},
+		{"POST", "/v1/functions/{id}/invoke", apiKey, s.invokeFunction},
+		{"GET", "/v1/functions/{id}/runs", apiKey, s.listFunctionRuns},
+		{"GET", "/v1/functions/{id}/runs/{run}", apiKey, s.getFunctionRun},
+		{"POST", "/v1/schedules", apiKey, s.createSchedule},
+		{"GET", "/v1/schedules", apiKey, s.listSchedules},
+		{"GET", "/v1/schedules/{id}", apiKey, s.getSchedule},
+		{"DELETE", "/v1/schedules/{id}", apiKey, s.deleteSchedule},
+		{"POST", "/v1/schedules/{id}/pause", apiKey, s.pauseSchedule},
+		{"POST", "/v1/schedules/{id}/resume", apiKey, s.resumeSchedule},
+		{"POST", "/v1/schedules/{id}/trigger", apiKey, s.triggerSchedule},
+		{"GET", "/v1/schedules/{id}/runs", apiKey, s.listScheduleRuns},
 	}
 }
 
@@ -250,9 +279,14 @@ func (s *Server) routes() http.Handler {
 	return s.outer(s.ports(mux))
 }
 
-// ports sends requests for <port>-<id>.<domain> to the sandbox proxy, everything else to the API.
+// ports sends requests for <port>-<id>.<domain> to the sandbox proxy, those for
+// <function id>.fn.<domain> to the function's HTTP trigger, everything else to the API.
 func (s *Server) ports(api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := s.functionHost(r.Host); ok {
+			s.httpTrigger(w, r, id)
+			return
+		}
 		if port, id, ok := s.portTarget(r.Host); ok {
 			s.proxy(w, r, port, id)
 			return

@@ -5,10 +5,13 @@ package app
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -68,6 +71,10 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	if err != nil {
 		return nil, "", fmt.Errorf("--egress-open: %w", err)
 	}
+	secretsKey, err := secretsKeyFromEnv()
+	if err != nil {
+		return nil, "", err
+	}
 	var bs blob.Store
 	if o.BlobStore != "" {
 		// Opened first: a store that is unreachable or misconfigured stops the start, with why.
@@ -111,7 +118,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	}
 	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
 		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, Quota: o.Quota, RateLimit: o.RateLimit,
-		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs)})
+		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey})
 	// The loops outlive a cancelled start-up context: Close stops them, after the listener.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp := &ControlPlane{Store: st, Scheduler: sched, API: srv, Blob: bs, PresetKeyOK: presetOK, log: o.Logger, cancel: cancel, done: make(chan struct{})}
@@ -119,7 +126,11 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		defer close(cp.done)
 		go sched.Run(lctx)
 		go srv.RunAuditPruner(lctx)
+		schedulesDone := make(chan struct{})
+		go func() { srv.RunSchedules(lctx, 0); close(schedulesDone) }() // waits for its runs
 		srv.RunReaper(lctx)
+		<-schedulesDone
+		srv.Close()
 	}()
 	return cp, key, nil
 }
@@ -174,4 +185,18 @@ func blobURL(bs blob.Store) string {
 		return ""
 	}
 	return bs.String()
+}
+
+// secretsKeyFromEnv reads PANDASTACK_SECRETS_KEY, the key (32 bytes, base64) that seals
+// functions' secrets at rest; unset: they are stored unsealed (never shown or logged either way).
+func secretsKeyFromEnv() ([]byte, error) {
+	v := strings.TrimSpace(os.Getenv("PANDASTACK_SECRETS_KEY"))
+	if v == "" {
+		return nil, nil
+	}
+	k, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(k) != 32 {
+		return nil, errors.New("PANDASTACK_SECRETS_KEY must be 32 bytes in base64 (e.g. `head -c 32 /dev/urandom | base64`)")
+	}
+	return k, nil
 }

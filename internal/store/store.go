@@ -1,5 +1,6 @@
 // Package store owns the control plane's state of record: teams, API keys (hashed), hosts,
-// sandboxes, snapshots, volumes, the template catalog and team templates — a file per domain,
+// sandboxes, snapshots, volumes, the template catalog and team templates, functions and
+// schedules — a file per domain,
 // each with its queries and its tables' part of every migration (migrate.go assembles them into
 // one set of versioned migrations); this file holds what the domains share (placeholders, row
 // scanning and paging, the soft-deleted tables' helpers). One schema serves both backends:

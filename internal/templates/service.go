@@ -308,3 +308,19 @@ func truncate(s string) string {
 	}
 	return s
 }
+
+// Resolve is Find for a create: the name to record, the name the host knows it by, and the one
+// host that has it (a team template) or "" (any host of the catalog). A missing template is
+// errdefs.Invalid naming it.
+func (s *Service) Resolve(ctx context.Context, teamID, name string) (recorded, agentName, host string, err error) {
+	tt, ct, err := s.Find(ctx, teamID, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return "", "", "", errdefs.Invalidf("unknown template %q (see GET /v1/templates)", truncate(name))
+	case err != nil:
+		return "", "", "", err
+	case tt != nil:
+		return tt.Name, tt.AgentName, tt.HostID, nil
+	}
+	return ct.Name, ct.Name, "", nil
+}

@@ -885,5 +885,59 @@ class SeedSnippetsOffline(EachSeed, unittest.TestCase):
         self.assertTrue(any(s.get("fork_of") for s in api.sandboxes.values()), "the snippet forks")
 
 
+# -- functions and schedules -----------------------------------------------------------------------
+
+
+class FunctionsAndSchedules(OfflineCase):
+    def test_deploy_sends_spec_and_zipped_directory(self) -> None:
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        with open(os.path.join(d, "main.py"), "w") as f:
+            f.write("def handler(e, c):\n    return e\n")
+        s = self.answer(ok({"id": "fn_1", "name": "hello", "version": 1, "state": "ready"}, 201))
+        fn = self.client.functions.deploy("hello", d, env={"A": "1"}, secrets={"T": "x"}, timeout_seconds=5)
+        self.assertEqual(fn["id"], "fn_1")
+        req = s.requests[0]
+        self.assertEqual((req.method, s.path()), ("POST", "/v1/functions"))
+        ctype = req.headers["Content-Type"]
+        self.assertTrue(ctype.startswith("multipart/form-data; boundary="), ctype)
+        boundary = ctype.split("boundary=")[1].encode()
+        parts = req.body.split(b"--" + boundary)
+        spec = json.loads(parts[1].split(b"\r\n\r\n", 1)[1].rsplit(b"\r\n", 1)[0])
+        self.assertEqual(spec, {"name": "hello", "runtime": "python3", "handler": "main.handler", "env": {"A": "1"},
+                                "secrets": {"T": "x"}, "timeout_seconds": 5})
+        import zipfile
+        bundle = parts[2].split(b"\r\n\r\n", 1)[1].rsplit(b"\r\n", 1)[0]
+        self.assertEqual(zipfile.ZipFile(io.BytesIO(bundle)).namelist(), ["main.py"])
+
+    def test_invoke_and_runs(self) -> None:
+        run = {"id": "run_1", "status": "succeeded", "result": {"x": 1}, "logs": "hi\n", "duration_ms": 3}
+        s = self.answer(ok(run), ok(dict(run, status="queued"), 202), ok({"runs": [run]}), ok(run))
+        self.assertEqual(self.client.functions.invoke("fn_1", {"a": 1})["result"], {"x": 1})
+        self.assertEqual((s.path(0), s.requests[0].json()), ("/v1/functions/fn_1/invoke", {"payload": {"a": 1}}))
+        self.assertIsNone(s.requests[0].timeout)  # a sync invoke waits for the function
+        self.assertEqual(self.client.functions.invoke("fn_1", 2, async_=True)["status"], "queued")
+        self.assertEqual(s.path(1), "/v1/functions/fn_1/invoke?async=1")
+        self.assertEqual(len(self.client.functions.runs("fn_1", limit=5)), 1)
+        self.assertEqual(s.path(2), "/v1/functions/fn_1/runs?limit=5")
+        self.client.functions.run("fn_1", "run_1")
+        self.assertEqual(s.path(3), "/v1/functions/fn_1/runs/run_1")
+
+    def test_schedules(self) -> None:
+        sc = {"id": "sch_1", "cron": "@hourly", "timezone": "Europe/Berlin", "enabled": True}
+        s = self.answer(ok(sc, 201), ok(dict(sc, enabled=False)), ok({"id": "srun_1", "trigger": "manual"}, 202),
+                        ok({"runs": []}), ok(None, 204))
+        self.client.schedules.create("@hourly", "Europe/Berlin", template="base", cmd="date", overlap="queue")
+        self.assertEqual(s.requests[0].json(), {"cron": "@hourly", "timezone": "Europe/Berlin", "template": "base",
+                                                "cmd": "date", "overlap": "queue"})
+        self.assertFalse(self.client.schedules.pause("sch_1")["enabled"])
+        self.assertEqual(self.client.schedules.trigger("sch_1")["trigger"], "manual")
+        self.assertEqual(self.client.schedules.runs("sch_1"), [])
+        self.client.schedules.delete("sch_1")
+        self.assertEqual([r.method + " " + s.path(i) for i, r in enumerate(s.requests)],
+                         ["POST /v1/schedules", "POST /v1/schedules/sch_1/pause", "POST /v1/schedules/sch_1/trigger",
+                          "GET /v1/schedules/sch_1/runs", "DELETE /v1/schedules/sch_1"])
+
+
 if __name__ == "__main__":
     unittest.main()

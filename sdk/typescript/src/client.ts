@@ -1,6 +1,7 @@
 import { ConfigurationError } from "./errors.js";
 import { Transport, type FetchLike } from "./http.js";
 import { Sandboxes, Snapshots, Templates, Volumes, registerClientFactory, type ClientContext } from "./sandbox.js";
+import { Functions, Schedules } from "./functions.js";
 
 /** Where the hosted API lives; a self-hosted `pandastack up` prints its own base URL. */
 export const DEFAULT_BASE_URL = "https://api.pandastack.ai";
@@ -45,6 +46,8 @@ export class PandaStack {
   readonly snapshots: Snapshots;
   readonly volumes: Volumes;
   readonly templates: Templates;
+  readonly functions: Functions;
+  readonly schedules: Schedules;
   /** @internal */
   declare readonly http: Transport;
   /** @internal */
@@ -75,6 +78,8 @@ export class PandaStack {
     this.snapshots = new Snapshots(ctx);
     this.templates = new Templates(ctx);
     this.volumes = new Volumes(ctx);
+    this.functions = new Functions(ctx);
+    this.schedules = new Schedules(ctx);
   }
 
   /**

@@ -39,6 +39,17 @@ export {
   type WaitOptions,
 } from "./processes.js";
 export {
+  Functions,
+  Schedules,
+  type FunctionInfo,
+  type FunctionSpec,
+  type FunctionVersion,
+  type FunctionRun,
+  type Schedule,
+  type ScheduleRun,
+  type CreateScheduleParams,
+} from "./functions.js";
+export {
   PandaStackError,
   ConfigurationError,
   APIConnectionError,

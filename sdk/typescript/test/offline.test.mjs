@@ -743,3 +743,37 @@ describe("offline: surface", () => {
     }
   });
 });
+
+// -- functions and schedules ------------------------------------------------------------------------
+
+describe("offline: functions and schedules", () => {
+  it("deploy sends the spec and the bundle as multipart", async () => {
+    const f = script(ok({ id: "fn_1", name: "hello", version: 1, state: "ready" }, 201));
+    const fn = await client(f).functions.deploy({ name: "hello", runtime: "node", handler: "index.handler", timeoutSeconds: 5 }, new Uint8Array([80, 75, 3, 4]));
+    assert.equal(fn.id, "fn_1");
+    const call = f.calls[0];
+    assert.equal(call.path(), "/v1/functions");
+    const ctype = call.headers["content-type"];
+    assert.match(ctype, /^multipart\/form-data; boundary=/);
+    const text = new TextDecoder().decode(call.body);
+    assert.ok(text.includes('{"name":"hello","runtime":"node","handler":"index.handler","timeout_seconds":5}'), text);
+    assert.ok(text.includes('name="bundle"; filename="bundle"\r\nContent-Type: application/octet-stream\r\n\r\nPK\u0003\u0004\r\n'), text);
+  });
+
+  it("invoke, async invoke, runs and schedules use the documented routes", async () => {
+    const run = { id: "run_1", status: "succeeded", result: { x: 1 }, logs: "", duration_ms: 1 };
+    const f = script(ok(run), ok({ ...run, status: "queued" }, 202), ok({ runs: [run] }), ok({ id: "sch_1" }, 201), ok({ id: "srun_1" }, 202), ok(null, 204));
+    const c = client(f);
+    assert.deepEqual((await c.functions.invoke("fn_1", { a: 1 })).result, { x: 1 });
+    assert.deepEqual(f.calls[0].json(), { payload: { a: 1 } });
+    assert.equal((await c.functions.invoke("fn_1", 2, { async: true })).status, "queued");
+    assert.equal(f.calls[1].path(), "/v1/functions/fn_1/invoke?async=1");
+    assert.equal((await c.functions.runs("fn_1", { limit: 3 })).length, 1);
+    assert.equal(f.calls[2].path(), "/v1/functions/fn_1/runs?limit=3");
+    await c.schedules.create({ cron: "@hourly", timezone: "Europe/Berlin", functionId: "fn_1", payload: { k: 1 }, missed: "run_once" });
+    assert.deepEqual(f.calls[3].json(), { cron: "@hourly", timezone: "Europe/Berlin", function_id: "fn_1", payload: { k: 1 }, missed: "run_once" });
+    await c.schedules.trigger("sch_1");
+    await c.schedules.delete("sch_1");
+    assert.deepEqual(f.calls.slice(4).map((x) => x.method + " " + x.path()), ["POST /v1/schedules/sch_1/trigger", "DELETE /v1/schedules/sch_1"]);
+  });
+});

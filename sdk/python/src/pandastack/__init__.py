@@ -31,6 +31,7 @@ from .errors import (
 # import does not gain generic names such as HTTPResponse.
 from ._http import HTTPRequest, HTTPResponse
 from .code import CodeContext, Execution, ExecutionError, Logs, Result
+from .functions import Functions, Schedules
 from .models import ExecEvent, ExecResult, FileInfo, Process, ProcessEvent, Snapshot, Template, Volume, VolumeAttachment
 from .processes import ProcessHandle, Processes, ProcessResult
 from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates, Volumes
@@ -64,6 +65,8 @@ __all__ = [
     "Volume",
     "VolumeAttachment",
     "Volumes",
+    "Functions",
+    "Schedules",
     "PandaStackError",
     "ConfigurationError",
     "APIConnectionError",

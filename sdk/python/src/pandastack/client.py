@@ -9,6 +9,7 @@ from . import errors
 from . import _context
 from ._context import ClientContext
 from ._http import Send, Transport
+from .functions import Functions, Schedules
 from .sandbox import Sandboxes, Snapshots, Templates, Volumes
 
 __all__ = ["PandaStack", "DEFAULT_BASE_URL"]
@@ -70,6 +71,8 @@ class PandaStack:
         self.snapshots = Snapshots(ctx)
         self.templates = Templates(ctx)
         self.volumes = Volumes(ctx)
+        self.functions = Functions(ctx)
+        self.schedules = Schedules(ctx)
 
     def info(self) -> Dict[str, Any]:
         """What the deployment enforces for every team: ``{"version", "egress": {"blocked",

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// benchModule imports in 1 s (a model load, say); its handler is trivial.
+const benchModule = `import time
+time.sleep(1)
+def handler(event, context):
+    return {"ok": True}
+`
+
+// functionsSuite runs a real agent and server (as the controlplane suite does) and compares, in
+// the same run and interleaved: a function invocation (a fresh VM restored from the version's
+// warm snapshot, the import already done), a sandbox create, and the naive path (a fresh
+// sandbox, the module written into it and imported by a new interpreter). Then invocations per
+// second with 8 clients.
+func functionsSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, rounds int) error {
+	cl, err := startCluster(guestAgent, imageCache, "10.198.0.0/20")
+	if err != nil {
+		return err
+	}
+	defer cl.stop()
+	t := time.Now()
+	fnID, err := deployBenchFunction(cl.public)
+	if err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, cl.dir)
+	}
+	res["fn_deploy_ms"] = ms(time.Since(t))
+	invoke := timed(func() error { return invokeOnce(cl.public, fnID) })
+	create := func() (float64, error) {
+		t := time.Now()
+		body, err := cl.public.do("POST", "/v1/sandboxes", map[string]any{"template": "base"}, 201)
+		d := ms(time.Since(t))
+		if err != nil {
+			return 0, err
+		}
+		var sb struct{ ID string }
+		json.Unmarshal(body, &sb)
+		_, err = cl.public.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, 204)
+		return d, err
+	}
+	naive := timed(func() error { return naiveOnce(cl.public) })
+	trigger := timed(func() error { return httpTriggerOnce(cl.public.base, fnID) })
+	lat, err := interleaved(rounds, invoke, create, naive, trigger)
+	if err != nil {
+		return err
+	}
+	for i, name := range []string{"fn_invoke", "fn_sandbox_create", "fn_naive_vm_import", "fn_http_trigger"} {
+		res[name+"_p50_ms"], res[name+"_p99_ms"] = pct(lat[i], 50), pct(lat[i], 99)
+	}
+	res["fn_invoke_over_create"] = res["fn_invoke_p50_ms"] / res["fn_sandbox_create_p50_ms"]
+	res["fn_http_trigger_over_invoke"] = res["fn_http_trigger_p50_ms"] / res["fn_invoke_p50_ms"]
+	res["fn_naive_over_invoke"] = res["fn_naive_vm_import_p50_ms"] / res["fn_invoke_p50_ms"]
+
+	clients, each := 8, samples(4)
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if err := invokeOnce(cl.public, fnID); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	res["fn_invokes_per_s_8_clients"] = float64(clients*each) / time.Since(start).Seconds()
+	return nil
+}
+
+func deployBenchFunction(c *apiClient) (string, error) {
+	var zb bytes.Buffer
+	zw := zip.NewWriter(&zb)
+	w, _ := zw.Create("main.py")
+	w.Write([]byte(benchModule))
+	zw.Close()
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	sw, _ := mw.CreateFormField("spec")
+	json.NewEncoder(sw).Encode(map[string]any{"name": "bench", "runtime": "python3", "handler": "main.handler", "timeout_seconds": 60})
+	bw, _ := mw.CreateFormFile("bundle", "bundle.zip")
+	bw.Write(zb.Bytes())
+	mw.Close()
+	req, _ := http.NewRequest("POST", c.base+"/v1/functions", &body)
+	req.Header.Set("Authorization", c.auth)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 201 {
+		return "", fmt.Errorf("deploy: %d %s", resp.StatusCode, data)
+	}
+	var fn struct{ ID string }
+	json.Unmarshal(data, &fn)
+	return fn.ID, nil
+}
+
+func invokeOnce(c *apiClient, fnID string) error {
+	body, err := c.do("POST", "/v1/functions/"+fnID+"/invoke", map[string]any{"payload": map[string]any{}}, 200)
+	if err != nil {
+		return err
+	}
+	var run struct{ Status string }
+	if json.Unmarshal(body, &run); run.Status != "succeeded" {
+		return fmt.Errorf("invoke: %s", body)
+	}
+	return nil
+}
+
+// httpTriggerOnce calls the function through its HTTP trigger, <id>.fn.localhost (the server's
+// default proxy domain).
+func httpTriggerOnce(base, fnID string) error {
+	req, _ := http.NewRequest("GET", base+"/", nil)
+	req.Host = fnID + ".fn.localhost"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("HTTP trigger: %d %s", resp.StatusCode, body)
+	}
+	return nil
+}
+
+// naiveOnce is what a platform without warm snapshots does: a fresh sandbox, the code written
+// in, a new interpreter that imports it (paying the import) and calls the handler.
+func naiveOnce(c *apiClient) error {
+	body, err := c.do("POST", "/v1/sandboxes", map[string]any{"template": "base"}, 201)
+	if err != nil {
+		return err
+	}
+	var sb struct{ ID string }
+	json.Unmarshal(body, &sb)
+	defer c.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, 204)
+	req, _ := http.NewRequest("PUT", c.base+"/v1/sandboxes/"+sb.ID+"/files?path=/tmp/fn/main.py", bytes.NewReader([]byte(benchModule)))
+	req.Header.Set("Authorization", c.auth)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("naive: file write %d", resp.StatusCode)
+	}
+	out, err := c.do("POST", "/v1/sandboxes/"+sb.ID+"/exec",
+		map[string]any{"cmd": "cd /tmp/fn && python3 -c 'import main; print(main.handler({}, None))'"}, 200)
+	if err != nil {
+		return err
+	}
+	var r struct {
+		ExitCode int `json:"exit_code"`
+	}
+	if json.Unmarshal(out, &r); r.ExitCode != 0 {
+		return fmt.Errorf("naive: %s", out)
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package api
+
+import (
+	"archive/tar"
+	"archive/zip"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// Functions without VMs: a deploy's bad input is refused before anything is baked. The
+// deploys and invocations on real microVMs are in functions_e2e_test.go.
+
+// zipBundle is a .zip of files (name → content).
+func zipBundle(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for name, content := range files {
+		w, err := zw.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(content))
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// tarGzBundle is a .tar.gz of files; a name ending in "@" is written as a symlink.
+func tarGzBundle(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for name, content := range files {
+		h := &tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg}
+		if n, ok := strings.CutSuffix(name, "@"); ok {
+			h = &tar.Header{Name: n, Linkname: content, Typeflag: tar.TypeSymlink}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write([]byte(content))
+		}
+	}
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
+
+// deployBody is a deploy's multipart body and its content type.
+func deployBody(t *testing.T, spec any, bundle []byte) ([]byte, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	if spec != nil {
+		w, _ := mw.CreateFormField("spec")
+		if s, ok := spec.(string); ok {
+			w.Write([]byte(s))
+		} else {
+			json.NewEncoder(w).Encode(spec)
+		}
+	}
+	if bundle != nil {
+		w, _ := mw.CreateFormFile("bundle", "bundle")
+		w.Write(bundle)
+	}
+	mw.Close()
+	return buf.Bytes(), mw.FormDataContentType()
+}
+
+func TestDeployRefusesBadInput(t *testing.T) {
+	e := newEnv(t)
+	py := map[string]any{"name": "hello", "runtime": "python3", "handler": "main.handler"}
+	good := zipBundle(t, map[string]string{"main.py": "def handler(e, c):\n    return e\n"})
+	for _, c := range []struct {
+		name   string
+		spec   any
+		bundle []byte
+		code   int
+		want   string
+	}{
+		{"not an archive", py, []byte("print('hi')\n"), 400, "not a .zip or .tar.gz"},
+		{"corrupt zip", py, []byte("PK\x03\x04garbage"), 400, "not a valid .zip"},
+		{"handler missing", py, zipBundle(t, map[string]string{"app.py": "x = 1\n"}), 400, "needs main.py or main/__init__.py"},
+		{"node handler missing", map[string]any{"name": "n", "runtime": "node", "handler": "index.handler"},
+			tarGzBundle(t, map[string]string{"main.py": ""}), 400, "index.mjs or index.js or index.cjs"},
+		{"path escapes", py, tarGzBundle(t, map[string]string{"main.py": "", "../evil.py": "x"}), 400, "leaves the bundle"},
+		{"symlink", py, tarGzBundle(t, map[string]string{"main.py": "", "link@": "/etc/passwd"}), 400, "not a regular file"},
+		{"too large", py, append([]byte("PK\x03\x04"), make([]byte, 33<<20)...), 413, "larger than"},
+		{"no bundle", py, nil, 400, "part `bundle`"},
+		{"no spec", nil, good, 400, "part `spec`"},
+		{"spec not JSON", "{", good, 400, "spec is not valid JSON"},
+		{"unknown spec field", `{"name":"a","runtime":"python3","handler":"main.handler","nope":1}`, good, 400, "nope"},
+		{"bad runtime", map[string]any{"name": "a", "runtime": "ruby", "handler": "main.handler"}, good, 400, "runtime must be"},
+		{"bad name", map[string]any{"name": "Bad_Name", "runtime": "python3", "handler": "main.handler"}, good, 400, "name must be"},
+		{"bad handler", map[string]any{"name": "a", "runtime": "python3", "handler": "main"}, good, 400, "handler must be"},
+		{"bad timeout", map[string]any{"name": "a", "runtime": "python3", "handler": "main.handler", "timeout_seconds": 901}, good, 400, "timeout_seconds"},
+		{"too much memory", map[string]any{"name": "a", "runtime": "python3", "handler": "main.handler", "memory_mib": 1 << 20}, good, 400, "memory_mib"},
+		{"bad env", map[string]any{"name": "a", "runtime": "python3", "handler": "main.handler", "env": map[string]string{"1X": "y"}}, good, 400, "env name"},
+		{"secret in env", map[string]any{"name": "a", "runtime": "python3", "handler": "main.handler", "env": map[string]string{"K": "1"},
+			"secrets": map[string]string{"K": "2"}}, good, 400, "both in env and in secrets"},
+	} {
+		body, ct := deployBody(t, c.spec, c.bundle)
+		r := e.do("POST", "/v1/functions", e.admin, body, "Content-Type", ct)
+		if r.status != c.code || !strings.Contains(r.errMessage(), c.want) {
+			t.Errorf("%s: %d %.300s, want %d naming %q", c.name, r.status, r.body, c.code, c.want)
+		}
+	}
+	if r := e.do("POST", "/v1/functions", e.admin, `{"name": "x"}`); r.status != 400 || !strings.Contains(r.errMessage(), "multipart/form-data") {
+		t.Errorf("JSON deploy: %d %s", r.status, r.body)
+	}
+	if n := e.sandboxCount(); n != 0 {
+		t.Errorf("%d sandboxes made by refused deploys", n)
+	}
+	list := e.mustStatus(e.do("GET", "/v1/functions", e.admin, nil), 200).json(t)["functions"].([]any)
+	if len(list) != 0 {
+		t.Errorf("refused deploys left functions: %v", list)
+	}
+	for _, p := range []string{"/v1/functions/fn_nope", "/v1/functions/fn_nope/versions", "/v1/functions/fn_nope/runs", "/v1/functions/fn_nope/runs/run_x"} {
+		if r := e.do("GET", p, e.admin, nil); r.status != 404 {
+			t.Errorf("GET %s: %d", p, r.status)
+		}
+	}
+	if r := e.do("POST", "/v1/functions/fn_nope/invoke", e.admin, `{"payload": 1}`); r.status != 404 {
+		t.Errorf("invoke missing: %d", r.status)
+	}
+	if r := e.do("POST", "/v1/functions/fn_nope/invoke", e.admin, `{"payload": "`+strings.Repeat("x", 2<<20)+`"}`); r.status != 413 {
+		t.Errorf("invoke with a 2 MiB payload: %d %.200s", r.status, r.body)
+	}
+}
+
+// TestHTTPTriggerRouting: <function id>.fn.<domain> goes to the trigger (a missing function is
+// a JSON 404), other hosts to the API or the port proxy as before.
+func TestHTTPTriggerRouting(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ProxyDomain = "localhost" })
+	for _, c := range []struct {
+		host string
+		code int
+		want string
+	}{
+		{"fn_nope.fn.localhost", 404, "function fn_nope not found"},
+		{"FN_NOPE.fn.localhost:8080", 404, "function fn_nope not found"},
+		{"fn_nope.fn.example.com", 404, "no API route"},
+	} {
+		req, _ := http.NewRequest("GET", e.hs.URL+"/x", nil)
+		req.Host = c.host
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if r := (resp{res.StatusCode, res.Header, b}); r.status != c.code || !strings.Contains(r.errMessage(), c.want) {
+			t.Errorf("Host %s: %d %s", c.host, r.status, r.body)
+		}
+	}
+}

@@ -1,0 +1,350 @@
+package functions
+
+import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
+)
+
+// Run states.
+const (
+	RunQueued    = "queued"
+	RunRunning   = "running"
+	RunSucceeded = "succeeded"
+	RunFailed    = "failed"
+	RunTimedOut  = "timed_out"
+)
+
+// MaxLogs bounds the logs a run keeps (the runner keeps the tail too).
+const MaxLogs = 64 << 10
+
+// MaxBackoff caps the wait between retries of an async run (1 s, doubling).
+const MaxBackoff = 30 * time.Second
+
+// Invoke runs the team's function's latest version once with payload and waits for it: a fresh
+// sandbox from the version's warm snapshot, the event handed to the running runner, the sandbox
+// killed. The run is recorded; its outcome (result, logs, error) is in the returned run. The work
+// goes on if the caller leaves (the run is still recorded).
+func (s *Service) Invoke(ctx context.Context, teamID, id string, payload json.RawMessage, trigger string) (store.FunctionRun, error) {
+	fn, v, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return store.FunctionRun{}, err
+	}
+	if !s.acquire(fn.ID, v.MaxConcurrency) {
+		return store.FunctionRun{}, errdefs.New(errdefs.Exhausted, "function %s has %d invocations running, its max_concurrency: retry later", fn.Name, v.MaxConcurrency)
+	}
+	defer s.release(fn.ID)
+	run, err := s.cfg.Store.CreateFunctionRun(ctx, store.FunctionRun{ID: auth.NewID("run_"), FunctionID: fn.ID, TeamID: teamID,
+		Version: v.Version, Trigger: trigger, Status: RunRunning, Attempts: 1, Payload: string(payload)})
+	if err != nil {
+		return run, err
+	}
+	s.attempt(context.WithoutCancel(ctx), fn, v, &run)
+	if err := s.cfg.Store.UpdateFunctionRun(context.WithoutCancel(ctx), run, true); err != nil {
+		return run, err
+	}
+	return run, nil
+}
+
+// InvokeAsync records a queued run and returns it at once; the run is attempted in the
+// background, and retried with backoff (1 s, doubling, at most 30 s) up to the version's retries
+// when it fails or times out.
+func (s *Service) InvokeAsync(ctx context.Context, teamID, id string, payload json.RawMessage) (store.FunctionRun, error) {
+	fn, v, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return store.FunctionRun{}, err
+	}
+	run, err := s.cfg.Store.CreateFunctionRun(ctx, store.FunctionRun{ID: auth.NewID("run_"), FunctionID: fn.ID, TeamID: teamID,
+		Version: v.Version, Trigger: "async", Status: RunQueued, Payload: string(payload)})
+	if err != nil {
+		return run, err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.runAsync(fn, v, run)
+	}()
+	return run, nil
+}
+
+func (s *Service) runAsync(fn store.Function, v store.FunctionVersion, run store.FunctionRun) {
+	backoff := time.Second
+	for {
+		for !s.acquire(fn.ID, v.MaxConcurrency) { // wait for a slot
+			if !s.sleep(200 * time.Millisecond) {
+				return
+			}
+		}
+		run.Attempts++
+		run.Status = RunRunning
+		if err := s.cfg.Store.UpdateFunctionRun(s.ctx, run, false); err != nil {
+			s.log.Warn("functions: could not record an attempt", "run", run.ID, "err", err)
+		}
+		s.attempt(s.ctx, fn, v, &run)
+		s.release(fn.ID)
+		final := run.Status == RunSucceeded || run.Attempts > v.Retries
+		if err := s.cfg.Store.UpdateFunctionRun(context.WithoutCancel(s.ctx), run, final); err != nil {
+			s.log.Warn("functions: could not record a run", "run", run.ID, "err", err)
+		}
+		if final || !s.sleep(backoff) {
+			return
+		}
+		backoff = min(2*backoff, MaxBackoff)
+	}
+}
+
+// sleep waits d unless the service closes (false).
+func (s *Service) sleep(d time.Duration) bool {
+	select {
+	case <-s.ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// InvokeHTTP runs function id (of any team: its id, unguessable, is the capability, as a sandbox
+// port's host name is) for its HTTP trigger, with the request as the event.
+func (s *Service) InvokeHTTP(ctx context.Context, id string, event json.RawMessage) (store.FunctionRun, error) {
+	fn, err := s.cfg.Store.GetFunction(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.FunctionRun{}, errdefs.NotFoundf("function %s not found", trunc(id))
+	}
+	if err != nil {
+		return store.FunctionRun{}, err
+	}
+	return s.Invoke(ctx, fn.TeamID, fn.ID, event, "http")
+}
+
+// InvokeForSchedule runs a function for a schedule (internal/schedules).
+func (s *Service) InvokeForSchedule(ctx context.Context, teamID, id string, payload json.RawMessage) (runID, output string, failed bool, err error) {
+	run, err := s.Invoke(ctx, teamID, id, payload, "schedule")
+	if err != nil {
+		return run.ID, "", true, err
+	}
+	out := run.Result
+	if run.ErrorType != "" {
+		out = run.ErrorType + ": " + run.ErrorMessage
+	}
+	return run.ID, out, run.Status != RunSucceeded, nil
+}
+
+func (s *Service) acquire(fnID string, limit int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int64(s.busy[fnID]) >= limit {
+		return false
+	}
+	s.busy[fnID]++
+	return true
+}
+
+func (s *Service) release(fnID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy[fnID]--; s.busy[fnID] <= 0 {
+		delete(s.busy, fnID)
+	}
+}
+
+// invocation is what the runner answers on POST /invoke.
+type invocation struct {
+	Result     json.RawMessage   `json:"result"`
+	Logs       string            `json:"logs"`
+	DurationMS int64             `json:"duration_ms"`
+	Error      *v1.FunctionError `json:"error"`
+}
+
+// attempt runs one invocation of version v and writes its outcome into run.
+func (s *Service) attempt(ctx context.Context, fn store.Function, v store.FunctionVersion, run *store.FunctionRun) {
+	platform := func(typ string, err error) {
+		run.Status, run.ErrorType, run.ErrorMessage, run.ErrorTraceback = RunFailed, typ, err.Error(), ""
+	}
+	run.Result, run.Logs, run.ErrorType, run.ErrorMessage, run.ErrorTraceback, run.DurationMS = "", "", "", "", "", 0
+	snap, err := s.warmSnapshot(ctx, fn, v)
+	if err != nil {
+		platform("PlatformError", fmt.Errorf("no warm snapshot of version %d: %v", v.Version, err))
+		return
+	}
+	secrets, err := s.unseal(v.Secrets)
+	if err != nil {
+		platform("PlatformError", errors.New("the function's secrets cannot be read on this server"))
+		s.log.Error("functions: unsealing secrets failed", "function", fn.ID, "version", v.Version, "err", err)
+		return
+	}
+	timeout := time.Duration(v.TimeoutSeconds) * time.Second
+	sb, err := s.cfg.Sandboxes.Create(ctx, fn.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
+		Snapshot: &snap, Metadata: map[string]string{"pandastack.function": fn.Name, "pandastack.function_run": run.ID},
+		TTLSeconds: int64(timeout/time.Second) + 300})
+	if err != nil {
+		platform("PlatformError", fmt.Errorf("no sandbox for the invocation: %v", err))
+		return
+	}
+	run.SandboxID = sb.ID
+	defer s.kill(sb, "function invocation finished")
+	c, err := s.cfg.Sandboxes.Target(ctx, sb)
+	if err != nil {
+		platform("PlatformError", err)
+		return
+	}
+	if len(run.Payload) == 0 {
+		run.Payload = "null"
+	}
+	body, _ := json.Marshal(map[string]any{"payload": json.RawMessage(run.Payload), "secrets": secrets,
+		"context": map[string]any{"function_id": fn.ID, "function_name": fn.Name, "version": v.Version, "run_id": run.ID,
+			"timeout_seconds": v.TimeoutSeconds}})
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var out invocation
+	err = s.runnerCall(ictx, c, sb.ID, "POST", "/invoke", body, &out)
+	switch {
+	case errors.Is(ictx.Err(), context.DeadlineExceeded):
+		run.Status, run.ErrorType = RunTimedOut, "Timeout"
+		run.ErrorMessage = fmt.Sprintf("the function ran past its timeout of %d s; its VM was killed", v.TimeoutSeconds)
+		run.DurationMS = timeout.Milliseconds()
+		return
+	case err != nil:
+		platform("PlatformError", fmt.Errorf("the function's runner did not answer: %v", err))
+		return
+	}
+	run.Logs, run.DurationMS = tailString(out.Logs, MaxLogs), out.DurationMS
+	if out.Error != nil {
+		run.Status, run.ErrorType, run.ErrorMessage, run.ErrorTraceback = RunFailed, out.Error.Type, out.Error.Message, out.Error.Traceback
+		return
+	}
+	run.Status, run.Result = RunSucceeded, string(out.Result)
+}
+
+// warmSnapshot is the version's warm snapshot, baked again from the stored bundle when it is gone
+// (deleted, or its host is down): a host loss costs one bake, not a redeploy. Re-bakes of one
+// replica run one at a time; a bake that loses the race to record itself is dropped.
+func (s *Service) warmSnapshot(ctx context.Context, fn store.Function, v store.FunctionVersion) (store.Snapshot, error) {
+	if snap, ok := s.usableSnapshot(ctx, v.SnapshotID); ok {
+		return snap, nil
+	}
+	s.rebakeMu.Lock()
+	defer s.rebakeMu.Unlock()
+	full, err := s.cfg.Store.GetFunctionVersionBundle(ctx, fn.ID, v.Version)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if snap, ok := s.usableSnapshot(ctx, full.SnapshotID); ok { // re-baked meanwhile
+		return snap, nil
+	}
+	tarball, err := base64.StdEncoding.DecodeString(full.Bundle)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	s.log.Warn("functions: the warm snapshot is gone; baking it again", "function", fn.ID, "version", v.Version, "snapshot", full.SnapshotID)
+	id, err := s.bake(ctx, fn.TeamID, fn.Name, full, tarball)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	if ok, err := s.cfg.Store.SetFunctionVersionSnapshot(ctx, fn.ID, v.Version, full.SnapshotID, id); err != nil || !ok {
+		s.dropSnapshot(ctx, fn.TeamID, id)
+		if err == nil {
+			err = errors.New("another bake of this version was recorded first: retry")
+		}
+		return store.Snapshot{}, err
+	}
+	if full.SnapshotID != "" {
+		s.dropSnapshot(ctx, fn.TeamID, full.SnapshotID) // a down host deletes it at its reconcile
+	}
+	snap, _ := s.usableSnapshot(ctx, id)
+	return snap, nil
+}
+
+// usableSnapshot loads snapshot id if it is not deleted and its host is up.
+func (s *Service) usableSnapshot(ctx context.Context, id string) (store.Snapshot, bool) {
+	snap, err := s.cfg.Store.GetSnapshot(ctx, id)
+	if err != nil || snap.Deleted {
+		return snap, false
+	}
+	h, err := s.cfg.Store.GetHost(ctx, snap.HostID)
+	return snap, err == nil && h.State == store.HostUp
+}
+
+func tailString(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// seal turns secrets into their stored form: "gcm:" and the AES-256-GCM sealed JSON with the
+// service's key, or "plain:" and the JSON when no key is configured.
+func (s *Service) seal(secrets map[string]string) (string, error) {
+	if len(secrets) == 0 {
+		return "", nil
+	}
+	plain, _ := json.Marshal(secrets)
+	if len(s.cfg.SecretsKey) == 0 {
+		return "plain:" + base64.StdEncoding.EncodeToString(plain), nil
+	}
+	gcm, err := s.gcm()
+	if err != nil {
+		return "", err
+	}
+	nonce := make([]byte, gcm.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return "", err
+	}
+	return "gcm:" + base64.StdEncoding.EncodeToString(gcm.Seal(nonce, nonce, plain, nil)), nil
+}
+
+func (s *Service) unseal(stored string) (map[string]string, error) {
+	out := map[string]string{}
+	var plain []byte
+	switch {
+	case stored == "":
+		return out, nil
+	case strings.HasPrefix(stored, "plain:"):
+		b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(stored, "plain:"))
+		if err != nil {
+			return nil, err
+		}
+		plain = b
+	case strings.HasPrefix(stored, "gcm:"):
+		b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(stored, "gcm:"))
+		if err != nil {
+			return nil, err
+		}
+		gcm, err := s.gcm()
+		if err != nil {
+			return nil, err
+		}
+		if len(b) < gcm.NonceSize() {
+			return nil, errors.New("sealed secrets are too short")
+		}
+		if plain, err = gcm.Open(nil, b[:gcm.NonceSize()], b[gcm.NonceSize():], nil); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, errors.New("unknown sealed form")
+	}
+	return out, json.Unmarshal(plain, &out)
+}
+
+func (s *Service) gcm() (cipher.AEAD, error) {
+	if len(s.cfg.SecretsKey) != 32 {
+		return nil, errors.New("the secrets key must be 32 bytes")
+	}
+	blk, err := aes.NewCipher(s.cfg.SecretsKey)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(blk)
+}

@@ -1,0 +1,327 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Function is a team's function: a name whose deploys are immutable versions.
+type Function struct {
+	ID        string
+	TeamID    string
+	Name      string
+	Version   int64 // the latest version
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// FunctionVersion is one deploy: the bundle (kept to bake it again), its settings and the warm
+// snapshot invocations start from. Secrets is the sealed form (never shown).
+type FunctionVersion struct {
+	FunctionID     string
+	Version        int64
+	TeamID         string
+	Runtime        string
+	Handler        string
+	Env            map[string]string
+	SecretNames    []string
+	Secrets        string
+	TimeoutSeconds int64
+	MemoryMiB      int64
+	MaxConcurrency int64
+	Retries        int64
+	Bundle         string // base64 of the normalised tar
+	BundleBytes    int64
+	BundleSHA256   string
+	State          string
+	Error          string
+	SnapshotID     string
+	CreatedAt      time.Time
+}
+
+// FunctionRun is one invocation.
+type FunctionRun struct {
+	ID             string
+	FunctionID     string
+	TeamID         string
+	Version        int64
+	Trigger        string
+	Status         string
+	Attempts       int64
+	Payload        string
+	Result         string
+	Logs           string
+	ErrorType      string
+	ErrorMessage   string
+	ErrorTraceback string
+	DurationMS     int64
+	SandboxID      string
+	CreatedAt      time.Time
+	FinishedAt     time.Time
+}
+
+const functionCols = `id, team_id, name, version, created_at, updated_at`
+
+var scanFunction = scanFields(func(f *Function) []any {
+	return []any{&f.ID, &f.TeamID, &f.Name, &f.Version, timeCol(&f.CreatedAt), timeCol(&f.UpdatedAt)}
+})
+
+const functionVersionCols = `function_id, version, team_id, runtime, handler, env, secret_names, secrets, timeout_seconds,
+	memory_mib, max_concurrency, retries, bundle, bundle_bytes, bundle_sha256, state, error, snapshot_id, created_at`
+
+// functionVersionMeta is functionVersionCols without the bundle (lists).
+const functionVersionMeta = `function_id, version, team_id, runtime, handler, env, secret_names, secrets, timeout_seconds,
+	memory_mib, max_concurrency, retries, '', bundle_bytes, bundle_sha256, state, error, snapshot_id, created_at`
+
+var scanFunctionVersion = scanFields(func(v *FunctionVersion) []any {
+	return []any{&v.FunctionID, &v.Version, &v.TeamID, &v.Runtime, &v.Handler, jsonCol(&v.Env), jsonCol(&v.SecretNames), &v.Secrets,
+		&v.TimeoutSeconds, &v.MemoryMiB, &v.MaxConcurrency, &v.Retries, &v.Bundle, &v.BundleBytes, &v.BundleSHA256, &v.State,
+		&v.Error, &v.SnapshotID, timeCol(&v.CreatedAt)}
+})
+
+const functionRunCols = `id, function_id, team_id, version, trigger_kind, status, attempts, payload, result, logs, error_type,
+	error_message, error_traceback, duration_ms, sandbox_id, created_at, finished_at`
+
+var scanFunctionRun = scanFields(func(r *FunctionRun) []any {
+	return []any{&r.ID, &r.FunctionID, &r.TeamID, &r.Version, &r.Trigger, &r.Status, &r.Attempts, &r.Payload, &r.Result, &r.Logs,
+		&r.ErrorType, &r.ErrorMessage, &r.ErrorTraceback, &r.DurationMS, &r.SandboxID, timeCol(&r.CreatedAt), timeCol(&r.FinishedAt)}
+})
+
+// jsonCol is a Scan destination that decodes a JSON text column into v.
+func jsonCol(v any) sql.Scanner {
+	return scanFunc(func(src any) error {
+		var s sql.NullString
+		if err := s.Scan(src); err != nil {
+			return err
+		}
+		if !s.Valid || s.String == "" {
+			return nil
+		}
+		return json.Unmarshal([]byte(s.String), v)
+	})
+}
+
+type scanFunc func(any) error
+
+func (f scanFunc) Scan(src any) error { return f(src) }
+
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// AddFunctionVersion records a deployed version: a new function when the team has none of that
+// name, else its next version (v.Version is set). A concurrent deploy of the same name that
+// takes the number first makes this one ErrConflict.
+func (s *Store) AddFunctionVersion(ctx context.Context, newID, name string, v FunctionVersion) (Function, FunctionVersion, error) {
+	now := fromMicros(micros(s.now().UTC()))
+	v.CreatedAt = now
+	var fn Function
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		f, err := scanFunction(s.queryRow(ctx, tx, `SELECT `+functionCols+` FROM functions WHERE team_id = ? AND name = ?`, v.TeamID, name))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			f = Function{ID: newID, TeamID: v.TeamID, Name: name, Version: 1, CreatedAt: now, UpdatedAt: now}
+			if _, err := s.exec(ctx, tx, `INSERT INTO functions (`+functionCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
+				f.ID, f.TeamID, f.Name, f.Version, micros(now), micros(now)); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		default:
+			res, err := s.exec(ctx, tx, `UPDATE functions SET version = ?, updated_at = ? WHERE id = ? AND version = ?`,
+				f.Version+1, micros(now), f.ID, f.Version)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				return ErrConflict
+			}
+			f.Version++
+			f.UpdatedAt = now
+		}
+		v.FunctionID, v.Version = f.ID, f.Version
+		fn = f
+		_, err = s.exec(ctx, tx, `INSERT INTO function_versions (`+functionVersionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			v.FunctionID, v.Version, v.TeamID, v.Runtime, v.Handler, jsonText(v.Env), jsonText(nonNil(v.SecretNames)), v.Secrets,
+			v.TimeoutSeconds, v.MemoryMiB, v.MaxConcurrency, v.Retries, v.Bundle, v.BundleBytes, v.BundleSHA256, v.State, v.Error,
+			v.SnapshotID, micros(v.CreatedAt))
+		return err
+	})
+	if err != nil {
+		return Function{}, FunctionVersion{}, conflictOr(err)
+	}
+	return fn, v, nil
+}
+
+// GetTeamFunction returns teamID's function id; another team's is ErrNotFound like a missing one.
+func (s *Store) GetTeamFunction(ctx context.Context, teamID, id string) (Function, error) {
+	return queryOne(ctx, s, `SELECT `+functionCols+` FROM functions WHERE id = ? AND team_id = ?`, scanFunction, id, teamID)
+}
+
+// GetFunction returns function id of any team (its HTTP trigger).
+func (s *Store) GetFunction(ctx context.Context, id string) (Function, error) {
+	return queryOne(ctx, s, `SELECT `+functionCols+` FROM functions WHERE id = ?`, scanFunction, id)
+}
+
+// GetTeamFunctionByName returns teamID's function called name.
+func (s *Store) GetTeamFunctionByName(ctx context.Context, teamID, name string) (Function, error) {
+	return queryOne(ctx, s, `SELECT `+functionCols+` FROM functions WHERE team_id = ? AND name = ?`, scanFunction, teamID, name)
+}
+
+// ListTeamFunctions returns a team's functions, newest first.
+func (s *Store) ListTeamFunctions(ctx context.Context, teamID string) ([]Function, error) {
+	return queryAll(ctx, s, s.db, `SELECT `+functionCols+` FROM functions WHERE team_id = ? ORDER BY created_at DESC, id DESC`, scanFunction, teamID)
+}
+
+// GetFunctionVersion returns one version, without its bundle (invocations do not need it).
+func (s *Store) GetFunctionVersion(ctx context.Context, functionID string, version int64) (FunctionVersion, error) {
+	return queryOne(ctx, s, `SELECT `+functionVersionMeta+` FROM function_versions WHERE function_id = ? AND version = ?`,
+		scanFunctionVersion, functionID, version)
+}
+
+// GetFunctionVersionBundle returns one version with its bundle (to bake it again).
+func (s *Store) GetFunctionVersionBundle(ctx context.Context, functionID string, version int64) (FunctionVersion, error) {
+	return queryOne(ctx, s, `SELECT `+functionVersionCols+` FROM function_versions WHERE function_id = ? AND version = ?`,
+		scanFunctionVersion, functionID, version)
+}
+
+// SetFunctionVersionSnapshot records a version's new warm snapshot if its snapshot is still old;
+// false when another bake recorded one first.
+func (s *Store) SetFunctionVersionSnapshot(ctx context.Context, functionID string, version int64, old, snapshotID string) (bool, error) {
+	res, err := s.exec(ctx, s.db, `UPDATE function_versions SET snapshot_id = ? WHERE function_id = ? AND version = ? AND snapshot_id = ?`,
+		snapshotID, functionID, version, old)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// ListFunctionVersions returns a function's versions, newest first (bundles left out).
+func (s *Store) ListFunctionVersions(ctx context.Context, functionID string) ([]FunctionVersion, error) {
+	return queryAll(ctx, s, s.db, `SELECT `+functionVersionMeta+` FROM function_versions WHERE function_id = ? ORDER BY version DESC`,
+		scanFunctionVersion, functionID)
+}
+
+// DeleteFunction deletes teamID's function with its versions and runs.
+func (s *Store) DeleteFunction(ctx context.Context, teamID, id string) error {
+	return s.deleteWithChildren(ctx, "functions", teamID, id, "function_id", "function_versions", "function_runs")
+}
+
+// deleteWithChildren deletes teamID's row id of table and the rows of the child tables whose
+// column key is id, in one transaction; ErrNotFound when the team has no such row. Table and
+// column names are ours, never input.
+func (s *Store) deleteWithChildren(ctx context.Context, table, teamID, id, key string, children ...string) error {
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(ctx, tx, `DELETE FROM `+table+` WHERE id = ? AND team_id = ?`, id, teamID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrNotFound
+		}
+		for _, t := range children {
+			if _, err := s.exec(ctx, tx, `DELETE FROM `+t+` WHERE `+key+` = ?`, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// CreateFunctionRun records a new run (created now).
+func (s *Store) CreateFunctionRun(ctx context.Context, r FunctionRun) (FunctionRun, error) {
+	r.CreatedAt = fromMicros(micros(s.now().UTC()))
+	_, err := s.exec(ctx, s.db, `INSERT INTO function_runs (`+functionRunCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
+		r.ID, r.FunctionID, r.TeamID, r.Version, r.Trigger, r.Status, r.Attempts, r.Payload, r.Result, r.Logs, r.ErrorType,
+		r.ErrorMessage, r.ErrorTraceback, r.DurationMS, r.SandboxID, micros(r.CreatedAt))
+	return r, conflictOr(err)
+}
+
+// UpdateFunctionRun records a run's progress or end (finished now when final).
+func (s *Store) UpdateFunctionRun(ctx context.Context, r FunctionRun, final bool) error {
+	fin := int64(0)
+	if final {
+		fin = micros(s.now().UTC())
+	}
+	_, err := s.exec(ctx, s.db, `UPDATE function_runs SET status = ?, attempts = ?, result = ?, logs = ?, error_type = ?,
+		error_message = ?, error_traceback = ?, duration_ms = ?, sandbox_id = ?, finished_at = ? WHERE id = ?`,
+		r.Status, r.Attempts, r.Result, r.Logs, r.ErrorType, r.ErrorMessage, r.ErrorTraceback, r.DurationMS, r.SandboxID, fin, r.ID)
+	return err
+}
+
+// GetFunctionRun returns one run of functionID.
+func (s *Store) GetFunctionRun(ctx context.Context, functionID, id string) (FunctionRun, error) {
+	return queryOne(ctx, s, `SELECT `+functionRunCols+` FROM function_runs WHERE id = ? AND function_id = ?`, scanFunctionRun, id, functionID)
+}
+
+// ListFunctionRuns returns a function's runs, newest first, at most limit (<= 0: 100).
+func (s *Store) ListFunctionRuns(ctx context.Context, functionID string, limit int) ([]FunctionRun, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	return queryAll(ctx, s, s.db, `SELECT `+functionRunCols+` FROM function_runs WHERE function_id = ?
+		ORDER BY created_at DESC, id DESC LIMIT ?`, scanFunctionRun, functionID, limit)
+}
+
+// functionsSchema is the functions tables' part of each migration.
+var functionsSchema = []schemaStep{
+	{10, []string{
+		`CREATE TABLE functions (
+			id         TEXT PRIMARY KEY,
+			team_id    TEXT NOT NULL REFERENCES teams(id),
+			name       TEXT NOT NULL,
+			version    BIGINT NOT NULL,
+			created_at BIGINT NOT NULL,
+			updated_at BIGINT NOT NULL,
+			UNIQUE (team_id, name)
+		)`,
+		// bundle: base64 of the normalised tar, kept so a version can be baked again.
+		`CREATE TABLE function_versions (
+			function_id     TEXT NOT NULL,
+			version         BIGINT NOT NULL,
+			team_id         TEXT NOT NULL,
+			runtime         TEXT NOT NULL,
+			handler         TEXT NOT NULL,
+			env             TEXT NOT NULL,
+			secret_names    TEXT NOT NULL,
+			secrets         TEXT NOT NULL,
+			timeout_seconds BIGINT NOT NULL,
+			memory_mib      BIGINT NOT NULL,
+			max_concurrency BIGINT NOT NULL,
+			retries         BIGINT NOT NULL,
+			bundle          TEXT NOT NULL,
+			bundle_bytes    BIGINT NOT NULL,
+			bundle_sha256   TEXT NOT NULL,
+			state           TEXT NOT NULL,
+			error           TEXT NOT NULL DEFAULT '',
+			snapshot_id     TEXT NOT NULL DEFAULT '',
+			created_at      BIGINT NOT NULL,
+			PRIMARY KEY (function_id, version)
+		)`,
+		`CREATE TABLE function_runs (
+			id              TEXT PRIMARY KEY,
+			function_id     TEXT NOT NULL,
+			team_id         TEXT NOT NULL,
+			version         BIGINT NOT NULL,
+			trigger_kind    TEXT NOT NULL,
+			status          TEXT NOT NULL,
+			attempts        BIGINT NOT NULL DEFAULT 0,
+			payload         TEXT NOT NULL DEFAULT '',
+			result          TEXT NOT NULL DEFAULT '',
+			logs            TEXT NOT NULL DEFAULT '',
+			error_type      TEXT NOT NULL DEFAULT '',
+			error_message   TEXT NOT NULL DEFAULT '',
+			error_traceback TEXT NOT NULL DEFAULT '',
+			duration_ms     BIGINT NOT NULL DEFAULT 0,
+			sandbox_id      TEXT NOT NULL DEFAULT '',
+			created_at      BIGINT NOT NULL,
+			finished_at     BIGINT NOT NULL DEFAULT 0
+		)`,
+		`CREATE INDEX function_runs_function ON function_runs (function_id, created_at)`,
+	}},
+}
