@@ -31,7 +31,7 @@ func main() {
 	guestAgent := flag.String("guest-agent", "bin/pandastack-guest", "pandastack-guest binary")
 	imageCache := flag.String("image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache (default: inside the data dir)")
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
-	suites := flag.String("suites", defaultSuites, "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
+	suites := flag.String("suites", defaultSuites, "comma-separated suites to run (templates, which builds the whole catalog, and code, which bakes code-interpreter, run only when named)")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
 	smoke := flag.Bool("smoke", false, "check that every suite still runs: 2 samples of everything, figures not judged, no results file unless -out is given")
 	flag.Parse()
@@ -48,7 +48,7 @@ func main() {
 }
 
 // defaultSuites are the suites a plain run (and the smoke test) runs.
-const defaultSuites = "sandbox,lifecycle,controlplane,network,volumes,confine,blob,functions"
+const defaultSuites = "sandbox,lifecycle,controlplane,network,volumes,confine,blob,processes,functions"
 
 // samplesCap, when set (-smoke), caps every sample count: a quick run that shows each suite
 // still works, whose figures mean nothing.
@@ -104,11 +104,11 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 	res := map[string]float64{}
 	fmt.Printf("accelerator: %s\n", a.Accel())
 
-	bakes := []string{"base"}
+	baked := []string{"base"}
 	if strings.Contains(","+suites+",", ",sandbox,") || strings.Contains(","+suites+",", ",lifecycle,") {
-		bakes = append(bakes, "bench-256m", "bench-1g") // only those suites use them
+		baked = append(baked, "bench-256m", "bench-1g") // the RAM-size figures; others need only base
 	}
-	for _, name := range bakes {
+	for _, name := range baked {
 		t := time.Now()
 		info, err := a.EnsureTemplate(ctx, name, progress)
 		if err != nil {
@@ -139,10 +139,14 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.templateSuite(ctx, res, max(creates/3, 5))
 		case "blob":
 			err = blobSuite(ctx, res, dataDir)
+		case "processes":
+			err = b.processSuite(ctx, res)
+		case "code":
+			err = b.codeSuite(ctx, res, max(creates/3, 5))
 		case "functions":
 			err = functionsSuite(ctx, res, guestAgent, imageCache, max(creates/2, 2))
 		default:
-			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, blob, functions, templates)", suite)
+			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, templates, code)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

@@ -15,6 +15,7 @@
 #   PYTHON                  Python interpreter (default /usr/bin/python3, else python3)
 #   SDK_TEST_ONLY           "python" or "typescript" to run one SDK only
 #   SDK_TEST_OFFLINE=1      only the offline unit tests (no server)
+#   SDK_TEST_SUITE=NAME     only one suite of each SDK: python/tests/test_NAME.py, typescript/test/NAME.test.mjs
 #   SDK_TEST_KEEP_LOG=1     keep the server log (its path is printed)
 set -uo pipefail
 
@@ -22,6 +23,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 ONLY="${SDK_TEST_ONLY:-}"
+SUITE="${SDK_TEST_SUITE:-}"
+if ! [[ "$SUITE" =~ ^[a-z_]*$ ]]; then echo "SDK_TEST_SUITE must be a suite name such as processes"; exit 2; fi
 OFFLINE="${SDK_TEST_OFFLINE:-}"
 case "$OFFLINE" in "" | 0) OFFLINE="" ;; 1) ;; *) echo "SDK_TEST_OFFLINE must be 1 or unset"; exit 2 ;; esac
 case "$ONLY" in "" | python | typescript) ;; *) echo "SDK_TEST_ONLY must be python or typescript"; exit 2 ;; esac
@@ -204,7 +207,7 @@ fi
 if [ -z "$ONLY" ] || [ "$ONLY" = python ]; then
   say "Python SDK tests ($("$PYTHON" --version 2>&1))"
   # (offline: only test_offline; a full run discovers every tests/test_*.py, that one included)
-  run timeout 3600 "$PYTHON" sdk/python/tests/run.py --summary "$WORK/python.sum" ${OFFLINE:+test_offline}
+  run timeout 3600 "$PYTHON" sdk/python/tests/run.py --summary "$WORK/python.sum" ${OFFLINE:+test_offline} ${SUITE:+test_$SUITE}
   if [ -s "$WORK/python.sum" ]; then
     read -r p f <"$WORK/python.sum"
     PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
@@ -218,7 +221,7 @@ fi
 if [ -z "$ONLY" ] || [ "$ONLY" = typescript ]; then
   say "TypeScript SDK tests (node $(node --version 2>/dev/null))"
   if run bash -c 'cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build'; then
-    if [ -n "$OFFLINE" ]; then files="test/offline.test.mjs"; else files="test/*.test.mjs test/*.test.cjs"; fi
+    if [ -n "$OFFLINE" ]; then files="test/offline.test.mjs"; elif [ -n "$SUITE" ]; then files="test/$SUITE.test.mjs"; else files="test/*.test.mjs test/*.test.cjs"; fi
     run bash -c 'cd sdk/typescript && exec timeout 3600 node --test \
       --test-reporter=spec --test-reporter-destination=stdout \
       --test-reporter=tap --test-reporter-destination="$1" \

@@ -6,5 +6,5 @@ import "embed"
 
 // FS holds the specs (*.yaml) and their src files.
 //
-//go:embed *.yaml claude-agent
+//go:embed *.yaml claude-agent code-interpreter
 var FS embed.FS

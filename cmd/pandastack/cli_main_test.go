@@ -56,9 +56,7 @@ func lifetime(t *testing.T, id string) time.Duration {
 // TestCLIAgreesWithAPI runs the built CLI: what it refuses the API refuses, times are written
 // one way everywhere, --json errors are JSON, and every failure has one "error: " prefix.
 func TestCLIAgreesWithAPI(t *testing.T) {
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	useServer(t)
 
 	// --ttl 0 is refused (the API refuses ttl_seconds 0), and nothing is created.
 	mustFail(t, "--ttl must be at least 1 second", "sandbox", "create", "--ttl", "0")

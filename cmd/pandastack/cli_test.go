@@ -28,6 +28,13 @@ import (
 
 // The CLI verbs against a real control plane whose host agent is the fakeagent test double.
 
+// useServer starts a server and points the CLI's environment at it.
+func useServer(t *testing.T) {
+	url, key := startServer(t)
+	t.Setenv("PANDASTACK_BASE_URL", url)
+	t.Setenv("PANDASTACK_API_KEY", key)
+}
+
 func startServer(t *testing.T) (url, key string) {
 	t.Helper()
 	ctx := context.Background()
@@ -93,9 +100,7 @@ func mustRun(t *testing.T, stdin string, args ...string) string {
 }
 
 func TestCLI(t *testing.T) {
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	useServer(t)
 
 	id := strings.TrimSpace(mustRun(t, "", "sandbox", "create", "--template", "base", "-q", "-m", "task=cli"))
 	if !strings.HasPrefix(id, "sb_") {
@@ -255,9 +260,7 @@ func TestUpBanner(t *testing.T) {
 }
 
 func TestCLIForkSnapshotHibernate(t *testing.T) {
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	useServer(t)
 	id := strings.TrimSpace(mustRun(t, "", "sandbox", "create", "-q", "-m", "task=warm"))
 	mustRun(t, "", "sandbox", "exec", id, "inc")
 
@@ -323,9 +326,7 @@ func TestCLIForkSnapshotHibernate(t *testing.T) {
 }
 
 func TestCLIVolumes(t *testing.T) {
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	useServer(t)
 	vol := strings.TrimSpace(mustRun(t, "", "volume", "create", "--size-mib", "64", "--name", "data", "-q"))
 	if !strings.HasPrefix(vol, "vol_") {
 		t.Fatalf("volume create -q: %q", vol)
@@ -374,9 +375,7 @@ func TestCLIVolumes(t *testing.T) {
 }
 
 func TestCLITemplates(t *testing.T) {
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	useServer(t)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "index.html"), []byte("<h1>hi</h1>"), 0o644)
 	spec := filepath.Join(dir, "web.yaml")
@@ -430,9 +429,7 @@ func noRaw(t *testing.T, what, s string) {
 // What users and guests name (metadata, file paths, error messages) reaches the terminal
 // escaped: no escape sequences, C1 controls or bidi overrides pass raw.
 func TestCLITerminalEscapes(t *testing.T) {
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	useServer(t)
 	const evil = "\x1b]0;pwned\x07\x1b[2J\u009b31m\u202egpj.exe"
 	const escaped = `\x1b]0;pwned\x07\x1b[2J\u009b31m\u202egpj.exe`
 
@@ -481,5 +478,42 @@ func TestCLITerminalEscapes(t *testing.T) {
 	noRaw(t, "sandbox list", tb.String())
 	if !strings.Contains(tb.String(), "k="+escaped+`,n=a\x0ab\x00`) || strings.Count(tb.String(), "\n") != 2 {
 		t.Errorf("sandbox list:\n%s", tb.String())
+	}
+}
+
+func TestCLIPrivatePorts(t *testing.T) {
+	useServer(t)
+	out, stderr, err := run(t, "", "sandbox", "create", "--private-ports", "-q")
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(out), "sb_") || !strings.Contains(stderr, "X-PandaStack-Traffic-Token: pdt_") {
+		t.Fatalf("create --private-ports -q: %v\nstdout %q\nstderr %q", err, out, stderr)
+	}
+	var sb struct {
+		PublicPorts  bool   `json:"public_ports"`
+		TrafficToken string `json:"traffic_token"`
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "create", "--private-ports", "--json")), &sb); err != nil || sb.PublicPorts || !strings.HasPrefix(sb.TrafficToken, "pdt_") {
+		t.Fatalf("create --private-ports --json: %v %+v", err, sb)
+	}
+	sb.PublicPorts, sb.TrafficToken = false, ""
+	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "create", "--json")), &sb); err != nil || !sb.PublicPorts || sb.TrafficToken != "" {
+		t.Fatalf("create --json: %v %+v", err, sb)
+	}
+	if _, _, err := run(t, "", "sandbox", "create", "--private-ports", "--public-ports"); err == nil || !strings.Contains(err.Error(), "contradict") {
+		t.Fatalf("both flags: %v", err)
+	}
+}
+
+func TestCLIHosts(t *testing.T) {
+	useServer(t)
+	out := mustRun(t, "", "sandbox", "create", "--host", "host-a", "--json")
+	if !strings.Contains(out, `"host": "host-a"`) {
+		t.Fatalf("create --host host-a:\n%s", out)
+	}
+	if _, _, err := run(t, "", "sandbox", "create", "--host", "host-nope"); err == nil || !strings.Contains(err.Error(), "host-nope is not known") {
+		t.Fatalf("create --host host-nope: %v", err)
+	}
+	list := mustRun(t, "", "hosts", "list")
+	if !strings.Contains(list, "SANDBOXES") || !strings.Contains(list, "host-a") || !strings.Contains(list, "up") {
+		t.Fatalf("hosts list:\n%s", list)
 	}
 }

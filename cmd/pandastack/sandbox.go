@@ -11,13 +11,15 @@ import (
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/termtext"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func init() {
 	sb, f := group("sandbox", "Create, list, exec in, move files in, fork, snapshot, hibernate and kill sandboxes", "sandboxes", "sb")
 	sb.AddCommand(sandboxCreateCmd(f), sandboxListCmd(f), getCmd(f, sandboxes, "get ID", "Show one sandbox", (*client.Client).GetSandbox),
-		sandboxExecCmd(f),
+		sandboxExecCmd(f), sandboxCodeCmd(f), sandboxStartCmd(f), sandboxPsCmd(f), sandboxLogsCmd(f), sandboxKillProcessCmd(f), sandboxShellCmd(f),
 		sandboxKillCmd(f), sandboxTTLCmd(f), sandboxFilesCmd(f), sandboxForkCmd(f), sandboxSnapshotCmd(f),
 		getCmd(f, sandboxes, "hibernate ID", "Hibernate a sandbox: its memory goes to disk and its VM stops; any call wakes it",
 			(*client.Client).Hibernate),
@@ -39,7 +41,7 @@ var sandboxes = printer[client.Sandbox]{
 func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	var req client.CreateRequest
 	var md, env, allow, deny, volumes []string
-	var quiet, noInternet bool
+	var quiet, noInternet, privatePorts, publicPorts bool
 	var ttl time.Duration
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -48,7 +50,8 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
   id=$(pandastack sandbox create --template base -q)
   pandastack sandbox create --snapshot snap_123
   pandastack sandbox create --no-internet --allow 10.1.0.0/16
-  pandastack sandbox create --volume vol_123:/data --volume vol_456:/ref:ro`,
+  pandastack sandbox create --volume vol_123:/data --volume vol_456:/ref:ro
+  pandastack sandbox create --private-ports   # the port proxy then asks for the printed token`,
 		Args: cobra.NoArgs,
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			var err error
@@ -77,9 +80,19 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 				internet := !noInternet
 				req.Egress = &network.Egress{Internet: &internet, Allow: allow, Deny: deny}
 			}
+			req.PublicPorts = nil // the server's default
+			switch {
+			case privatePorts && publicPorts:
+				return fmt.Errorf("--private-ports and --public-ports contradict each other: give one")
+			case privatePorts || publicPorts:
+				req.PublicPorts = &publicPorts
+			}
 			s, err := c.CreateSandbox(ctx, req)
 			if err != nil {
 				return err
+			}
+			if s.TrafficToken != "" && !f.json {
+				fmt.Fprintf(cmd.ErrOrStderr(), "ports are private: send header %s: %s (shown once)\n", v1.TrafficTokenHeader, s.TrafficToken)
 			}
 			return quietID(f, cmd, sandboxes, quiet, s.ID, s)
 		}),
@@ -94,6 +107,9 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	fl.BoolVar(&noInternet, "no-internet", false, "egress: block the internet (only --allow destinations are reachable)")
 	fl.StringArrayVar(&allow, "allow", nil, "egress: IPv4 CIDR the sandbox may reach (repeatable; never opens the always-blocked ranges: see GET /v1/info)")
 	fl.StringArrayVar(&deny, "deny", nil, "egress: IPv4 CIDR the sandbox may not reach (repeatable; wins over --allow)")
+	fl.StringVar(&req.Host, "host", "", "admin keys: the one host to run on (see `pandastack hosts list`)")
+	fl.BoolVar(&privatePorts, "private-ports", false, "the port proxy asks for the sandbox's traffic token (printed once, to stderr)")
+	fl.BoolVar(&publicPorts, "public-ports", false, "anyone who knows the sandbox id reaches its ports (default unless the server runs with --private-ports)")
 	fl.BoolVarP(&quiet, "quiet", "q", false, "print only the new sandbox's id")
 	return cmd
 }
@@ -119,7 +135,7 @@ func sandboxListCmd(f *apiFlags) *cobra.Command {
 func sandboxExecCmd(f *apiFlags) *cobra.Command {
 	var req client.ExecRequest
 	var timeout time.Duration
-	var env []string
+	var cf commandFlags
 	var stdin bool
 	cmd := &cobra.Command{
 		Use:   "exec ID -- COMMAND [ARG...]",
@@ -131,31 +147,10 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 		Example: `  pandastack sandbox exec sb_123 -- python -c 'print(2 ** 10)'
   pandastack sandbox exec sb_123 'ls /tmp | wc -l'
   echo hi | pandastack sandbox exec --stdin sb_123 -- cat`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			command := args[min(1, len(args)):]
-			if len(command) > 0 && command[0] == "--" {
-				command = command[1:] // flag parsing stops at the id, so a "--" after it is still here
-			}
-			switch {
-			case len(args) == 0:
-				return fmt.Errorf("missing sandbox id and command: pandastack sandbox exec ID -- COMMAND [ARG...]")
-			case len(command) == 0:
-				return fmt.Errorf("missing command: pandastack sandbox exec ID -- COMMAND [ARG...]")
-			}
-			return nil
-		},
+		Args: commandArgs("exec"),
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			var err error
-			id, command := args[0], args[1:]
-			if command[0] == "--" {
-				command = command[1:]
-			}
-			if len(command) == 1 {
-				req.Cmd, req.Cmd, req.Argv = "", command[0], nil
-			} else {
-				req.Cmd, req.Argv = "", command
-			}
-			if req.Env, err = parsePairs("env", env); err != nil {
+			id, err := cf.parse(args, &req.Cmd, &req.Argv, &req.Env, &req.Cwd, &req.User)
+			if err != nil {
 				return err
 			}
 			req.Stdin, req.TimeoutSeconds = nil, nil
@@ -199,13 +194,57 @@ printed as JSON (exit status 0 unless the call itself failed).`,
 		}),
 	}
 	fl := cmd.Flags()
-	fl.SetInterspersed(false) // everything after the sandbox id belongs to the command
 	durationVar(fl, &timeout, "timeout", 0, "time before the command is killed: seconds (30) or a duration (5m) (default: the host's, 60s)")
-	fl.StringVar(&req.Cwd, "cwd", "", "working directory")
-	fl.StringVar(&req.User, "user", "", "user to run as (default: the template's)")
-	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
+	cf.register(fl)
 	fl.BoolVar(&stdin, "stdin", false, "send this process's standard input (up to 900 KiB) to the command")
 	return cmd
+}
+
+// commandArgs checks the arguments of a verb that runs a command: ID -- COMMAND [ARG...].
+func commandArgs(verb string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		command := args[min(1, len(args)):]
+		if len(command) > 0 && command[0] == "--" {
+			command = command[1:] // flag parsing stops at the id, so a "--" after it is still here
+		}
+		switch {
+		case len(args) == 0:
+			return fmt.Errorf("missing sandbox id and command: pandastack sandbox %s ID -- COMMAND [ARG...]", verb)
+		case len(command) == 0:
+			return fmt.Errorf("missing command: pandastack sandbox %s ID -- COMMAND [ARG...]", verb)
+		}
+		return nil
+	}
+}
+
+// commandFlags are what exec and start take besides the command: --cwd, --user and --env.
+type commandFlags struct {
+	cwd, user string
+	env       []string
+}
+
+func (cf *commandFlags) register(fl *pflag.FlagSet) {
+	fl.SetInterspersed(false) // everything after the sandbox id belongs to the command
+	fl.StringVar(&cf.cwd, "cwd", "", "working directory")
+	fl.StringVar(&cf.user, "user", "", "user to run as (default: the template's)")
+	fl.StringArrayVarP(&cf.env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
+}
+
+// parse fills a request from checked arguments (commandArgs) and the flags, and returns the
+// sandbox id: one argument is a shell command line (cmd), several a program and its arguments.
+func (cf *commandFlags) parse(args []string, cmd *string, argv *[]string, env *map[string]string, cwd, user *string) (string, error) {
+	id, command := args[0], args[1:]
+	if command[0] == "--" {
+		command = command[1:]
+	}
+	*cmd, *argv = "", command
+	if len(command) == 1 {
+		*cmd, *argv = command[0], nil
+	}
+	*cwd, *user = cf.cwd, cf.user
+	var err error
+	*env, err = parsePairs("env", cf.env)
+	return id, err
 }
 
 func sandboxKillCmd(f *apiFlags) *cobra.Command {

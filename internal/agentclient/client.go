@@ -4,8 +4,6 @@
 package agentclient
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,10 +12,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/httpjson"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
@@ -89,6 +89,9 @@ type (
 	ExecRequest         = hostapi.ExecRequest
 	ExecResult          = hostapi.ExecResult
 	Stat                = hostapi.Stat
+	StartProcessRequest = hostapi.StartProcessRequest
+	Process             = hostapi.Process
+	StdinRequest        = hostapi.StdinRequest
 )
 
 // Agent-side sandbox states (internal/sandboxstate's; a killed sandbox is gone from the agent).
@@ -108,39 +111,17 @@ const (
 // closes it). A non-2xx answer is read and returned as *Error; a transport failure as
 // *Unreachable. contentLength < 0 means unknown.
 func (c *Client) Raw(ctx context.Context, method, path string, query url.Values, body io.Reader, contentLength int64, hdr http.Header) (*http.Response, error) {
-	u := c.BaseURL + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil && contentLength >= 0 {
-		req.ContentLength = contentLength
-	}
-	for k, vs := range hdr {
-		req.Header[k] = vs
-	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &Unreachable{err}
-	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	return nil, decodeError(resp)
+	return c.endpoint().Do(ctx, method, path, query, body, contentLength, hdr)
 }
 
-func decodeError(resp *http.Response) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+// endpoint is the agent as the shared request plumbing sees it.
+func (c *Client) endpoint() httpjson.Endpoint {
+	return httpjson.Endpoint{BaseURL: c.BaseURL, Token: c.Token, HTTP: c.HTTP, Fail: decodeError,
+		Unreachable: func(err error) error { return &Unreachable{err} }}
+}
+
+// decodeError is a non-2xx answer: the error envelope, else its text under a code for its status.
+func decodeError(resp *http.Response, b []byte) error {
 	var env hostapi.ErrorBody
 	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
 		return &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
@@ -178,30 +159,14 @@ func codeFor(status int) string {
 
 // call does a JSON request and decodes a JSON answer into out (if not nil).
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	hdr := http.Header{}
-	n := int64(-1)
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body, n = bytes.NewReader(b), int64(len(b))
-		hdr.Set("Content-Type", "application/json")
-	}
-	resp, err := c.Raw(ctx, method, path, nil, body, n, hdr)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil {
-		io.Copy(io.Discard, resp.Body)
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	return c.callQ(ctx, method, path, nil, in, out)
+}
+
+// callQ is call with a query.
+func (c *Client) callQ(ctx context.Context, method, path string, query url.Values, in, out any) error {
+	return c.endpoint().Call(ctx, method, path, query, in, out, func(err error) error {
 		return fmt.Errorf("host agent: bad answer to %s %s: %w", method, path, err)
-	}
-	return nil
+	})
 }
 
 // Health calls GET /healthz.
@@ -232,46 +197,47 @@ const MaxBuildLine = 1 << 20
 // is an *Error with its HTTP status; an error in the stream is an *Error with Status 0 (the
 // build started and failed, e.g. code build_failed).
 func (c *Client) BuildTemplate(ctx context.Context, spec any, onProgress func(string)) (Template, error) {
-	b, err := json.Marshal(spec)
+	body, size, hdr, err := httpjson.JSON(spec)
 	if err != nil {
 		return Template{}, err
 	}
-	hdr := http.Header{}
-	hdr.Set("Content-Type", "application/json")
-	resp, err := c.Raw(ctx, "POST", "/v1/templates", nil, bytes.NewReader(b), int64(len(b)), hdr)
+	resp, err := c.Raw(ctx, "POST", "/v1/templates", nil, body, size, hdr)
 	if err != nil {
 		return Template{}, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), MaxBuildLine)
-	for sc.Scan() {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
-		}
+	var tpl Template
+	ended, err := httpjson.Lines(resp.Body, MaxBuildLine, func(line []byte) (bool, error) {
 		var ev hostapi.BuildEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return Template{}, fmt.Errorf("host agent: bad build stream line: %w", err)
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return false, fmt.Errorf("host agent: bad build stream line: %w", err)
 		}
 		switch {
 		case ev.Error != nil:
 			if ev.Error.Code == "" {
 				ev.Error.Code = "build_failed"
 			}
-			return Template{}, &Error{Code: ev.Error.Code, Message: ev.Error.Message}
+			return false, &Error{Code: ev.Error.Code, Message: ev.Error.Message}
 		case ev.Template != nil:
-			return *ev.Template, nil
+			tpl = *ev.Template
+			return true, nil
 		case ev.Progress != nil && onProgress != nil:
 			onProgress(*ev.Progress)
 		}
+		return false, nil
+	})
+	broke := (*httpjson.ReadError)(nil)
+	switch {
+	case ended:
+		return tpl, nil
+	case err == nil:
+		return Template{}, &Unreachable{errors.New("build stream ended without a result")}
+	case !errors.As(err, &broke):
+		return Template{}, err // the stream's own error line, or a bad line
+	case ctx.Err() != nil:
+		return Template{}, ctx.Err()
 	}
-	if err := sc.Err(); err != nil {
-		if ctx.Err() != nil {
-			return Template{}, ctx.Err()
-		}
-		return Template{}, &Unreachable{fmt.Errorf("build stream broke: %w", err)}
-	}
-	return Template{}, &Unreachable{errors.New("build stream ended without a result")}
+	return Template{}, &Unreachable{fmt.Errorf("build stream broke: %w", broke.Err)}
 }
 
 // DeleteTemplate calls DELETE /v1/templates/{name}.
@@ -382,14 +348,12 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 
 // ExecStream runs a command with `Accept: application/x-ndjson` and returns the open NDJSON body.
 func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest) (io.ReadCloser, error) {
-	b, err := json.Marshal(req)
+	body, size, hdr, err := httpjson.JSON(req)
 	if err != nil {
 		return nil, err
 	}
-	hdr := http.Header{}
-	hdr.Set("Content-Type", "application/json")
 	hdr.Set("Accept", "application/x-ndjson")
-	resp, err := c.Raw(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/exec", nil, bytes.NewReader(b), int64(len(b)), hdr)
+	resp, err := c.Raw(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/exec", nil, body, size, hdr)
 	if err != nil {
 		return nil, err
 	}
@@ -405,18 +369,8 @@ func (c *Client) ReadFile(ctx context.Context, id, path string) (*http.Response,
 
 // WriteFile streams body into a file (creating parents) and returns its stat.
 func (c *Client) WriteFile(ctx context.Context, id, path string, body io.Reader, size int64) (Stat, error) {
-	hdr := http.Header{}
-	hdr.Set("Content-Type", "application/octet-stream")
-	resp, err := c.Raw(ctx, "PUT", filesPath(id, ""), url.Values{"path": {path}}, body, size, hdr)
-	if err != nil {
-		return Stat{}, err
-	}
-	defer resp.Body.Close()
 	var st Stat
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil && !errors.Is(err, io.EOF) {
-		return Stat{}, err
-	}
-	return st, nil
+	return st, c.endpoint().Upload(ctx, "PUT", filesPath(id, ""), url.Values{"path": {path}}, body, size, &st)
 }
 
 // ListFiles lists a directory.
@@ -425,24 +379,14 @@ func (c *Client) ListFiles(ctx context.Context, id, path string, depth int) ([]S
 	if depth > 0 {
 		q.Set("depth", fmt.Sprint(depth))
 	}
-	resp, err := c.Raw(ctx, "GET", filesPath(id, "/list"), q, nil, -1, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	var out hostapi.StatList
-	return out.Entries, json.NewDecoder(resp.Body).Decode(&out)
+	return out.Entries, c.callQ(ctx, "GET", filesPath(id, "/list"), q, nil, &out)
 }
 
 // StatFile stats a path.
 func (c *Client) StatFile(ctx context.Context, id, path string) (Stat, error) {
-	resp, err := c.Raw(ctx, "GET", filesPath(id, "/stat"), url.Values{"path": {path}}, nil, -1, nil)
-	if err != nil {
-		return Stat{}, err
-	}
-	defer resp.Body.Close()
 	var st Stat
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	return st, c.callQ(ctx, "GET", filesPath(id, "/stat"), url.Values{"path": {path}}, nil, &st)
 }
 
 // Mkdir creates a directory (and parents).
@@ -456,15 +400,60 @@ func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) er
 	if recursive {
 		q.Set("recursive", "true")
 	}
-	resp, err := c.Raw(ctx, "DELETE", filesPath(id, ""), q, nil, -1, nil)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	return c.callQ(ctx, "DELETE", filesPath(id, ""), q, nil, nil)
 }
 
 // Move renames a path.
 func (c *Client) Move(ctx context.Context, id, from, to string) error {
 	return c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/files/move", hostapi.MoveRequest{From: from, To: to}, nil)
+}
+
+func processPath(id string, pid int, sub string) string {
+	p := "/v1/sandboxes/" + url.PathEscape(id) + "/processes"
+	if pid > 0 {
+		p += "/" + strconv.Itoa(pid)
+	}
+	return p + sub
+}
+
+// StartProcess calls POST /v1/sandboxes/{id}/processes and returns the pid.
+func (c *Client) StartProcess(ctx context.Context, id string, req StartProcessRequest) (int, error) {
+	var out hostapi.ProcessStarted
+	return out.Pid, c.call(ctx, "POST", processPath(id, 0, ""), req, &out)
+}
+
+// ListProcesses calls GET /v1/sandboxes/{id}/processes.
+func (c *Client) ListProcesses(ctx context.Context, id string) ([]Process, error) {
+	var out hostapi.ProcessList
+	return out.Processes, c.call(ctx, "GET", processPath(id, 0, ""), nil, &out)
+}
+
+// ProcessOutput opens GET …/processes/{pid}/output (NDJSON hostapi.ProcessEvent lines); the
+// caller closes the body.
+func (c *Client) ProcessOutput(ctx context.Context, id string, pid int, offset int64, follow bool) (io.ReadCloser, error) {
+	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}}
+	if follow {
+		q.Set("follow", "1")
+	}
+	resp, err := c.Raw(ctx, "GET", processPath(id, pid, "/output"), q, nil, -1, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// WriteStdin calls POST …/processes/{pid}/stdin.
+func (c *Client) WriteStdin(ctx context.Context, id string, pid int, req StdinRequest) error {
+	return c.call(ctx, "POST", processPath(id, pid, "/stdin"), req, nil)
+}
+
+// SignalProcess calls POST …/processes/{pid}/signal.
+func (c *Client) SignalProcess(ctx context.Context, id string, pid int, signal string) error {
+	return c.call(ctx, "POST", processPath(id, pid, "/signal"), hostapi.SignalRequest{Signal: signal}, nil)
+}
+
+// KillProcess calls DELETE …/processes/{pid}: the process after its tree was killed.
+func (c *Client) KillProcess(ctx context.Context, id string, pid int) (Process, error) {
+	var out Process
+	return out, c.call(ctx, "DELETE", processPath(id, pid, ""), nil, &out)
 }

@@ -21,8 +21,8 @@ const (
 )
 
 // mutating reports whether a method changes state (and so is audited).
-func mutating(method string) bool {
-	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
+func mutating(rt route) bool {
+	return rt.path == auth.TerminalRoute || rt.method != http.MethodGet && rt.method != http.MethodHead && rt.method != http.MethodOptions
 }
 
 // auditWriter records an answer's status and, for routes that name no resource in their path
@@ -66,7 +66,7 @@ func (a *auditWriter) createdID() string {
 // answered: the key, method, route pattern, resource id, status, request id and source address —
 // never the request's body or query, nor the answer beyond a created object's id.
 func (s *Server) audited(rt route, next http.Handler) http.Handler {
-	if !mutating(rt.method) {
+	if !mutating(rt) {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -418,13 +418,19 @@ func e2eInc(t *testing.T, ctx context.Context, c *client.Client, id string) stri
 	return r.Stdout
 }
 
-func TestE2EForkSnapshotHibernate(t *testing.T) {
+// startE2E starts one real host agent and a control plane over it for a test that may take up to
+// d, and returns the test's context, the control plane and an admin client of it.
+func startE2E(t *testing.T, d time.Duration) (context.Context, *vmHost, *e2eCP, *client.Client) {
 	testenv.NeedVMs(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
 	host := startVMHost(t)
 	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{}, host)
-	c := cp.client(cp.admin)
+	return ctx, host, cp, cp.client(cp.admin)
+}
+
+func TestE2EForkSnapshotHibernate(t *testing.T) {
+	ctx, host, cp, c := startE2E(t, 30*time.Minute)
 
 	parent, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", TTLSeconds: 1800, Metadata: map[string]string{"task": "e2e-fork"}})
 	if err != nil {

@@ -32,21 +32,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	switch {
-	case req.Cmd == "" && len(req.Argv) == 0:
-		s.writeError(w, r, invalid("give cmd (a shell command line) or argv (a program and its arguments)"))
-		return
-	case req.Cmd != "" && len(req.Argv) > 0:
-		s.writeError(w, r, invalid("give cmd or argv, not both"))
-		return
-	case len(req.Argv) > 0 && req.Argv[0] == "":
-		s.writeError(w, r, invalid("argv[0] must name a program"))
-		return
-	case req.TimeoutSeconds != nil && (*req.TimeoutSeconds <= 0 || *req.TimeoutSeconds > MaxExecTimeoutSeconds):
-		s.writeError(w, r, invalid("timeout_seconds must be greater than 0 and at most %d", MaxExecTimeoutSeconds))
-		return
+	err := validateCommand(req.Cmd, req.Argv, req.Env)
+	if err == nil && req.TimeoutSeconds != nil && (*req.TimeoutSeconds <= 0 || *req.TimeoutSeconds > MaxExecTimeoutSeconds) {
+		err = invalid("timeout_seconds must be greater than 0 and at most %d", MaxExecTimeoutSeconds)
 	}
-	if err := validateEnv("env", req.Env); err != nil {
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -74,6 +64,25 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	s.relayNDJSON(w, r, sb.ID, "exec", body)
+}
+
+// validateCommand checks what exec and a process start take: cmd or argv, and env.
+func validateCommand(cmd string, argv []string, env map[string]string) error {
+	switch {
+	case cmd == "" && len(argv) == 0:
+		return invalid("give cmd (a shell command line) or argv (a program and its arguments)")
+	case cmd != "" && len(argv) > 0:
+		return invalid("give cmd or argv, not both")
+	case len(argv) > 0 && argv[0] == "":
+		return invalid("argv[0] must name a program")
+	}
+	return validateEnv("env", env)
+}
+
+// relayNDJSON passes an NDJSON stream from the sandbox's host through to the client as it comes
+// (body is closed). An error after the headers went out becomes the stream's last line.
+func (s *Server) relayNDJSON(w http.ResponseWriter, r *http.Request, sandboxID, what string, body io.ReadCloser) {
 	defer body.Close()
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-store")
@@ -84,7 +93,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		line, _ := json.Marshal(errorBody(errdefs.Internal.Code(),
 			"the stream from the sandbox's host broke (request id "+w.Header().Get("X-Request-Id")+")"))
 		w.Write(append(line, '\n'))
-		s.log.Warn("exec stream broke", "sandbox", sb.ID, "err", err)
+		s.log.Warn(what+" stream broke", "sandbox", sandboxID, "err", err)
 	}
 }
 

@@ -66,10 +66,12 @@ func (s *Server) deployFunction(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.checkSandboxQuota(r.Context(), id.TeamID, functions.BaseTemplate, 1); err != nil {
+	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, functions.BaseTemplate, 1)
+	if err != nil {
 		s.writeError(w, r, err) // the bake is a sandbox of the team's
 		return
 	}
+	defer release()
 	fn, v, err := s.functions.Deploy(r.Context(), id.TeamID, spec, bundle)
 	s.reply(w, r, http.StatusCreated, s.functionView(fn, v), err)
 }
@@ -178,10 +180,12 @@ func (s *Server) invokeFunction(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.checkSandboxQuota(r.Context(), id.TeamID, functions.BaseTemplate, 1); err != nil {
-		s.writeError(w, r, err) // every invocation is a sandbox of the team's
+	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, functions.BaseTemplate, 1)
+	if err != nil {
+		s.writeError(w, r, err) // every invocation is a sandbox of the team's (an async one: checked now)
 		return
 	}
+	defer release()
 	switch r.URL.Query().Get("async") {
 	case "", "0", "false":
 		run, err := s.functions.Invoke(r.Context(), id.TeamID, r.PathValue("id"), req.Payload, "sync")

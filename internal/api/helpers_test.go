@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -129,23 +127,7 @@ func (r resp) errMessage() string {
 // do sends a request; body may be nil, a string/[]byte (sent raw) or a value (sent as JSON).
 func (e *env) do(method, path, key string, body any, hdr ...string) resp {
 	e.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	case io.Reader:
-		rd = b
-	default:
-		j, err := json.Marshal(b)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		rd = bytes.NewReader(j)
-	}
-	req, err := http.NewRequest(method, e.hs.URL+path, rd)
+	req, err := http.NewRequest(method, e.hs.URL+path, testenv.Body(e.t, body))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -19,7 +20,8 @@ import (
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Count *int `json:"count"`
+		Count *int    `json:"count"`
+		Host  *string `json:"host"`
 	}
 	if err := decodeJSON(w, r, &req, true); err != nil {
 		s.writeError(w, r, err)
@@ -35,12 +37,20 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := s.sandbox(r)
 	if err == nil {
-		err = s.checkSandboxQuota(r.Context(), sb.TeamID, sb.Template, int64(count))
+		err = pinnable(r.Context(), req.Host)
+	}
+	if err == nil && req.Host != nil && *req.Host != sb.HostID {
+		err = errdefs.New(errdefs.NotImplemented, "forking onto another host (%s) is not supported yet: a fork's children run on their parent's host, %s", *req.Host, sb.HostID)
+	}
+	release := func() {}
+	if err == nil {
+		release, err = s.holdSandboxQuota(r.Context(), sb.TeamID, sb.Template, int64(count))
 	}
 	var children []store.Sandbox
 	if err == nil {
 		children, err = s.svc.Fork(r.Context(), sb, count)
 	}
+	release()
 	s.reply(w, r, http.StatusCreated, v1.Sandboxes{Sandboxes: list(children, viewOf)}, err)
 }
 

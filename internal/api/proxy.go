@@ -1,6 +1,7 @@
 package api
 
 import (
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"html"
@@ -12,8 +13,72 @@ import (
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
+
+// A sandbox with private ports answers its port proxy only to requests that carry its traffic
+// token: in the header, in the query parameter (a link a browser can open; the proxy then sets
+// the cookie, so the page's own requests carry it too), or in the cookie. The proxy removes
+// all three before the request reaches the sandbox.
+const (
+	TrafficTokenHeader = v1.TrafficTokenHeader
+	TrafficTokenParam  = v1.TrafficTokenParam
+	trafficTokenCookie = v1.TrafficTokenParam
+	trafficTokenPrefix = "pdt_"
+)
+
+// trafficToken makes the token of a new sandbox whose create asked for public (nil: the
+// server's default): "" and "" for public ports.
+func (s *Server) trafficToken(public *bool) (token, hash string, err error) {
+	if public != nil && *public || public == nil && !s.cfg.PrivatePorts {
+		return "", "", nil
+	}
+	secret, err := auth.RandomString(32, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+	if err != nil {
+		return "", "", err
+	}
+	token = trafficTokenPrefix + secret
+	return token, auth.Hash(token), nil
+}
+
+// takeTrafficToken removes the traffic token from r (header, query, cookie) and returns it and
+// whether it came in the query.
+func takeTrafficToken(r *http.Request) (token string, fromQuery bool) {
+	if q := r.URL.Query(); q.Has(TrafficTokenParam) {
+		token, fromQuery = q.Get(TrafficTokenParam), true
+		q.Del(TrafficTokenParam)
+		r.URL.RawQuery = q.Encode()
+	}
+	if h := r.Header.Get(TrafficTokenHeader); h != "" && token == "" {
+		token = h
+	}
+	r.Header.Del(TrafficTokenHeader)
+	var kept []string
+	for _, c := range r.Cookies() {
+		if c.Name == trafficTokenCookie {
+			if token == "" {
+				token = c.Value
+			}
+			continue
+		}
+		kept = append(kept, c.String())
+	}
+	r.Header.Del("Cookie")
+	if len(kept) > 0 {
+		r.Header.Set("Cookie", strings.Join(kept, "; "))
+	}
+	return token, fromQuery
+}
+
+// trafficAllowed checks a private sandbox's token in constant time.
+func trafficAllowed(sb store.Sandbox, token string) bool {
+	if sb.TrafficTokenHash == "" {
+		return true
+	}
+	return token != "" && subtle.ConstantTimeCompare([]byte(auth.Hash(token)), []byte(sb.TrafficTokenHash)) == 1
+}
 
 // proxyHost matches the first label of a port host name: "<port>-<sandbox id>".
 var proxyHost = regexp.MustCompile(`^([0-9]{1,5})-(sb_[a-z0-9]{1,60})$`)
@@ -59,6 +124,17 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, port int, id stri
 		proxyPage(w, http.StatusBadGateway, "Proxy error", "The sandbox could not be looked up; try again.")
 		s.log.Error("proxy: sandbox lookup", "sandbox", id, "err", err)
 		return
+	}
+	token, fromQuery := takeTrafficToken(r)
+	if !trafficAllowed(sb, token) {
+		proxyPage(w, http.StatusUnauthorized, "Private sandbox port", fmt.Sprintf(
+			"The ports of sandbox %s are private: send its traffic token in the %s header or the %s query parameter.",
+			id, TrafficTokenHeader, TrafficTokenParam))
+		return
+	}
+	if sb.TrafficTokenHash != "" && fromQuery {
+		http.SetCookie(w, &http.Cookie{Name: trafficTokenCookie, Value: token, Path: "/", HttpOnly: true,
+			Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode})
 	}
 	if err := usable(sb); err != nil {
 		proxyPage(w, http.StatusBadGateway, "Sandbox not running", err.Error()+".")

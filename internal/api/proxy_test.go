@@ -146,3 +146,147 @@ func TestPortProxyRawPath(t *testing.T) {
 		}
 	}
 }
+
+// proxyWith sends a GET for host through the server with extra headers, and returns the status,
+// the answer's headers and the sandbox's description of what reached it (nil for a proxy page).
+func (e *env) proxyWith(host, path string, hdr map[string]string) (int, http.Header, map[string]string) {
+	e.t.Helper()
+	req, err := http.NewRequest("GET", e.hs.URL+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Host = host
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	var got map[string]string
+	if res.StatusCode == 200 {
+		if err := json.Unmarshal(b, &got); err != nil {
+			e.t.Fatalf("agent answer %q: %v", b, err)
+		}
+	}
+	return res.StatusCode, res.Header, got
+}
+
+// Private ports: without the sandbox's traffic token the proxy answers 401; with it (header, query
+// or cookie) the request passes and the token never reaches the sandbox.
+func TestPrivatePorts(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ProxyDomain = "localhost" })
+	public := e.create(e.admin, map[string]any{"template": "base"})
+	r := e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base", "public_ports": false})
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var priv struct {
+		ID           string `json:"id"`
+		PublicPorts  bool   `json:"public_ports"`
+		TrafficToken string `json:"traffic_token"`
+	}
+	json.Unmarshal(r.body, &priv)
+	if priv.PublicPorts || !strings.HasPrefix(priv.TrafficToken, "pdt_") || len(priv.TrafficToken) != 36 {
+		t.Fatalf("private create answered %s", r.body)
+	}
+	if !strings.Contains(string(e.do("GET", "/v1/sandboxes/"+public.ID, e.admin, nil).body), `"public_ports":true`) {
+		t.Error("a default create is not public")
+	}
+	// The token is shown once: a GET does not carry it.
+	if g := e.do("GET", "/v1/sandboxes/"+priv.ID, e.admin, nil); strings.Contains(string(g.body), "traffic_token") || !strings.Contains(string(g.body), `"public_ports":false`) {
+		t.Errorf("GET of a private sandbox: %s", g.body)
+	}
+
+	host := "8000-" + priv.ID + ".localhost"
+	for name, hdr := range map[string]map[string]string{
+		"no token":           nil,
+		"wrong token":        {TrafficTokenHeader: "pdt_" + strings.Repeat("x", 32)},
+		"another's key":      {"Authorization": "Bearer " + e.admin},
+		"wrong cookie":       {"Cookie": "pandastack_traffic_token=nope"},
+		"token of a sibling": {TrafficTokenHeader: strings.ToUpper(priv.TrafficToken)},
+	} {
+		if code, _, _ := e.proxyWith(host, "/", hdr); code != 401 {
+			t.Errorf("%s: %d, want 401", name, code)
+		}
+	}
+	if code, _, _ := e.proxyWith(host, "/?pandastack_traffic_token=bad", nil); code != 401 {
+		t.Errorf("bad query token: %d", code)
+	}
+
+	code, _, got := e.proxyWith(host, "/a", map[string]string{TrafficTokenHeader: priv.TrafficToken})
+	if code != 200 || got["traffic_token"] != "" {
+		t.Errorf("header token: %d, the sandbox saw %v", code, got)
+	}
+	code, hdr, got := e.proxyWith(host, "/b?x=1&pandastack_traffic_token="+priv.TrafficToken, nil)
+	if code != 200 || got["query"] != "x=1" || got["path"] != "/b" {
+		t.Errorf("query token: %d, the sandbox saw %v", code, got)
+	}
+	if c := hdr.Get("Set-Cookie"); !strings.Contains(c, "pandastack_traffic_token="+priv.TrafficToken) || !strings.Contains(c, "HttpOnly") {
+		t.Errorf("query token set no cookie: %q", c)
+	}
+	code, _, got = e.proxyWith(host, "/c", map[string]string{"Cookie": "app=1; pandastack_traffic_token=" + priv.TrafficToken + "; theme=dark"})
+	if code != 200 || got["cookie"] != "app=1; theme=dark" {
+		t.Errorf("cookie token: %d, the sandbox saw cookie %q", code, got["cookie"])
+	}
+
+	// The public sandbox's ports stay open, and its app's cookies pass untouched.
+	code, _, got = e.proxyWith("8000-"+public.ID+".localhost", "/", map[string]string{"Cookie": "app=1"})
+	if code != 200 || got["cookie"] != "app=1" {
+		t.Errorf("public sandbox: %d %v", code, got)
+	}
+
+	// A fork's children keep their parent's token.
+	f := e.do("POST", "/v1/sandboxes/"+priv.ID+"/fork", e.admin, nil)
+	var kids struct {
+		Sandboxes []struct {
+			ID          string `json:"id"`
+			PublicPorts bool   `json:"public_ports"`
+		} `json:"sandboxes"`
+	}
+	json.Unmarshal(f.body, &kids)
+	if f.status != 201 && f.status != 200 || len(kids.Sandboxes) != 1 || kids.Sandboxes[0].PublicPorts {
+		t.Fatalf("fork: %d %s", f.status, f.body)
+	}
+	child := "8000-" + kids.Sandboxes[0].ID + ".localhost"
+	if code, _, _ := e.proxyWith(child, "/", nil); code != 401 {
+		t.Errorf("child without token: %d", code)
+	}
+	if code, _, _ := e.proxyWith(child, "/", map[string]string{TrafficTokenHeader: priv.TrafficToken}); code != 200 {
+		t.Errorf("child with the parent's token: %d", code)
+	}
+}
+
+// The operator's default: --private-ports makes every create private unless it asks otherwise.
+func TestPrivatePortsByDefault(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ProxyDomain = "localhost"; c.PrivatePorts = true })
+	for _, c := range []struct {
+		body   map[string]any
+		public bool
+	}{
+		{map[string]any{"template": "base"}, false},
+		{map[string]any{"template": "base", "public_ports": true}, true},
+		{map[string]any{"template": "base", "public_ports": false}, false},
+	} {
+		r := e.do("POST", "/v1/sandboxes", e.admin, c.body)
+		var sb struct {
+			ID           string `json:"id"`
+			PublicPorts  bool   `json:"public_ports"`
+			TrafficToken string `json:"traffic_token"`
+		}
+		json.Unmarshal(r.body, &sb)
+		if r.status != 201 || sb.PublicPorts != c.public || (sb.TrafficToken == "") != c.public {
+			t.Errorf("create %v: %d %s", c.body, r.status, r.body)
+			continue
+		}
+		code, _, _ := e.proxyWith("8000-"+sb.ID+".localhost", "/", nil)
+		if want := map[bool]int{true: 200, false: 401}[c.public]; code != want {
+			t.Errorf("create %v: tokenless proxy %d, want %d", c.body, code, want)
+		}
+	}
+	if r := e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base", "public_ports": "yes"}); r.status != 400 {
+		t.Errorf("public_ports \"yes\": %d %s", r.status, r.body)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
@@ -14,13 +15,11 @@ import (
 
 // Quota is a team's limits (0: none) on its running and hibernated sandboxes and its volumes;
 // the same shape holds a team's use and what a call asks for.
-type Quota struct {
-	Sandboxes int64 // how many at once
-	VCPUs     int64 // their vCPUs together
-	MemoryMiB int64 // their memory together
-	Volumes   int64 // how many volumes
-	VolumeMiB int64 // the volumes' sizes together
-}
+type Quota = store.QuotaAmount
+
+// quotaHoldTTL is how long a call's quota hold lasts if the call never releases it (its server
+// died): longer than any create, fork or volume call takes.
+const quotaHoldTTL = 10 * time.Minute
 
 // quotaField is one quota: its wire name and where it is in a Quota and in the override.
 type quotaField struct {
@@ -102,38 +101,56 @@ func (s *Server) templateSize(ctx context.Context, teamID, name string) (vcpus, 
 	return int64(cpu), int64(mem), nil
 }
 
-// checkSandboxQuota refuses n more sandboxes of template tmpl over the team's limits.
-func (s *Server) checkSandboxQuota(ctx context.Context, teamID, tmpl string, n int64) error {
-	if q, err := s.teamQuota(ctx, teamID); err != nil || q == (Quota{}) {
-		return err
-	}
+// holdSandboxQuota holds n more sandboxes of template tmpl against the team's limits (see
+// holdQuota).
+func (s *Server) holdSandboxQuota(ctx context.Context, teamID, tmpl string, n int64) (release func(), err error) {
 	need, err := s.sandboxNeed(ctx, teamID, tmpl, n)
 	if err != nil {
-		return err
+		return func() {}, err
 	}
-	return s.checkQuota(ctx, teamID, need)
+	return s.holdQuota(ctx, teamID, need)
 }
 
-// checkQuota refuses (429 quota_exceeded, naming the limit and the use) a call that asks for
-// need more and would take the team over a limit. It is a check before the work, not a
-// reservation: calls racing each other may pass it together and overshoot by their number.
-func (s *Server) checkQuota(ctx context.Context, teamID string, need Quota) error {
+// holdQuota refuses (429 quota_exceeded, naming the limit and the use) a call that needs need
+// more and would take the team over a limit. Otherwise it holds need until the caller calls
+// release, once the resource is recorded or the call failed. The check counts recorded use and
+// other calls' holds under the team's lock, on every replica, so calls racing for the last slot
+// cannot both pass; the lock covers the check only, not the work.
+func (s *Server) holdQuota(ctx context.Context, teamID string, need Quota) (release func(), err error) {
+	noop := func() {}
 	q, err := s.teamQuota(ctx, teamID)
 	if err != nil || q == (Quota{}) {
-		return err
+		return noop, err
 	}
-	use, err := s.teamUse(ctx, teamID)
-	if err != nil {
-		return err
-	}
-	for _, f := range quotaFields {
-		limit, used, add := *f.of(&q), *f.of(&use), *f.of(&need)
-		if limit > 0 && add > 0 && used+add > limit {
-			return errdefs.New(errdefs.Exhausted, "quota exceeded: %s limit %d, in use %d, this call needs %d more (see GET /v1/usage; free some, or ask the operator for more)",
-				f.name, limit, used, add)
+	id := auth.NewID("qh_")
+	err = s.store.WithTeamLock(ctx, teamID, func() error {
+		// Recorded use first, then holds: a call that records its resource and releases its
+		// hold meanwhile is counted in one or the other (or both), never in neither.
+		use, err := s.teamUse(ctx, teamID)
+		if err != nil {
+			return err
 		}
+		held, err := s.store.HeldQuota(ctx, teamID)
+		if err != nil {
+			return err
+		}
+		for _, f := range quotaFields {
+			limit, used, add := *f.of(&q), *f.of(&use)+*f.of(&held), *f.of(&need)
+			if limit > 0 && add > 0 && used+add > limit {
+				return errdefs.New(errdefs.Exhausted, "quota exceeded: %s limit %d, in use %d, this call needs %d more (see GET /v1/usage; free some, or ask the operator for more)",
+					f.name, limit, used, add)
+			}
+		}
+		return s.store.AddQuotaHold(ctx, id, teamID, need, quotaHoldTTL)
+	})
+	if err != nil {
+		return noop, err
 	}
-	return nil
+	return func() {
+		if err := s.store.ReleaseQuotaHold(context.WithoutCancel(ctx), id); err != nil {
+			s.log.Warn("quota hold not released; it lapses by itself", "hold", id, "err", err)
+		}
+	}, nil
 }
 
 // usageView is a team's use against its quota.

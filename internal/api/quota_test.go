@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -105,5 +108,35 @@ func TestQuotas(t *testing.T) {
 	}
 	if u := e.usage(gamma); u.Volumes.Used != 2 || u.VolumeMiB.Used != 200 || limitOf(u.VolumeMiB) != 300 {
 		t.Fatalf("gamma usage: %+v", u)
+	}
+}
+
+// TestQuotaRace: creates racing for a team's last slots cannot all pass the check; each slot goes
+// to one of them (the check and the hold happen under the team's lock), and the holds are gone
+// once the creates are recorded.
+func TestQuotaRace(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Quota = Quota{Sandboxes: 3} })
+	e.agent.SetCreateDelay(200 * time.Millisecond) // every create is in flight at once
+	const n = 8
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { codes <- e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base"}).status })
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	if count[201] != 3 || count[429] != n-3 {
+		t.Fatalf("%d racing creates under a limit of 3: %v, want 3 created and %d refused", n, count, n-3)
+	}
+	u := e.usage(e.admin)
+	if u.Sandboxes.Used != 3 {
+		t.Fatalf("use after the race: %+v", u.Sandboxes)
+	}
+	if h, err := e.st.HeldQuota(context.Background(), u.TeamID); err != nil || h != (store.QuotaAmount{}) {
+		t.Fatalf("holds left after the creates: %+v %v", h, err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/pandastack/pandastack/internal/auth"
-	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
@@ -30,6 +29,10 @@ type createRequest struct {
 	Egress     json.RawMessage   `json:"egress"`
 	SnapshotID *string           `json:"snapshot_id"`
 	Volumes    *[]VolumeSpec     `json:"volumes"`
+	// PublicPorts nil: the server's default (Config.PrivatePorts).
+	PublicPorts *bool `json:"public_ports"`
+	// Host pins the sandbox to one host (admin keys only).
+	Host *string `json:"host"`
 
 	egress  *network.Egress          // Egress, validated
 	volumes []store.VolumeAttachment // Volumes, validated (SandboxID not yet set)
@@ -110,34 +113,50 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.checkSandboxQuota(r.Context(), id.TeamID, req.Template, 1); err != nil {
-		s.metrics.createFailed(errdefs.Exhausted.Code())
-		s.writeError(w, r, err)
+	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, req.Template, 1)
+	if err != nil {
+		s.createFailed(w, r, err)
 		return
 	}
+	defer release() // after the sandbox is recorded (or the create failed)
 	ttl := int64(0)
 	if req.TTLSeconds != nil {
 		ttl = *req.TTLSeconds
 	}
-	sb, err := s.svc.Create(r.Context(), id.TeamID, sandboxes.CreateParams{Template: req.Template, AgentTemplate: req.agentTemplate,
-		TemplateHost: req.templateHost, Snapshot: snap, Volumes: req.volumes, Env: req.Env, Egress: req.egress,
-		Metadata: req.Metadata, TTLSeconds: ttl})
+	token, tokenHash, err := s.trafficToken(req.PublicPorts)
 	if err != nil {
-		code := "internal"
-		if e, ok := toAPIError(err); ok {
-			code = e.code
-		}
-		s.metrics.createFailed(code)
 		s.writeError(w, r, err)
 		return
 	}
+	sb, err := s.svc.Create(r.Context(), id.TeamID, sandboxes.CreateParams{Template: req.Template, AgentTemplate: req.agentTemplate,
+		TemplateHost: req.templateHost, Snapshot: snap, Volumes: req.volumes, Env: req.Env, Egress: req.egress,
+		Metadata: req.Metadata, TTLSeconds: ttl, TrafficTokenHash: tokenHash, Host: deref(req.Host)})
+	if err != nil {
+		s.createFailed(w, r, err)
+		return
+	}
 	s.metrics.created(time.Since(start))
-	writeJSON(w, http.StatusCreated, viewOf(sb))
+	v := viewOf(sb)
+	v.TrafficToken = token // shown once: the store keeps only its hash
+	writeJSON(w, http.StatusCreated, v)
+}
+
+// createFailed answers a failed create and counts it under its error code.
+func (s *Server) createFailed(w http.ResponseWriter, r *http.Request, err error) {
+	code := "internal"
+	if e, ok := toAPIError(err); ok {
+		code = e.code
+	}
+	s.metrics.createFailed(code)
+	s.writeError(w, r, err)
 }
 
 // validateCreate checks a create and, when it names snapshot_id, returns the caller's snapshot
 // (another team's, a deleted or a missing one is 404) with req.Template set to its template.
 func (s *Server) validateCreate(ctx context.Context, teamID string, req *createRequest) (*store.Snapshot, error) {
+	if err := pinnable(ctx, req.Host); err != nil {
+		return nil, err
+	}
 	if req.Volumes != nil {
 		vols, err := validateVolumeSpecs(*req.Volumes)
 		if err != nil {

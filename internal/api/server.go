@@ -67,6 +67,9 @@ type Config struct {
 	// ProxyDomain turns on the sandbox port proxy: requests whose Host is
 	// <port>-<sandbox id>.<ProxyDomain> go to that port in the sandbox. Empty: no proxy.
 	ProxyDomain string
+	// PrivatePorts is the default of a create without public_ports: true, its ports need the
+	// sandbox's traffic token; false, anyone who knows the id reaches them.
+	PrivatePorts bool
 	// EgressOpen are private ranges the operator opens for every sandbox's egress (--egress-open,
 	// validated with network.ParseOpen); teams may then allow inside them. Shown by GET /v1/info.
 	EgressOpen []netip.Prefix
@@ -195,6 +198,11 @@ func (s *Server) routeTable() []route {
 		{"DELETE", "/v1/sandboxes/{id}", apiKey, s.killSandbox},
 		{"POST", "/v1/sandboxes/{id}/ttl", apiKey, s.setTTL},
 		{"POST", "/v1/sandboxes/{id}/exec", apiKey, s.exec},
+		{"POST", "/v1/sandboxes/{id}/code", apiKey, s.runCode},
+		{"POST", "/v1/sandboxes/{id}/code/contexts", apiKey, s.createCodeContext},
+		{"GET", "/v1/sandboxes/{id}/code/contexts", apiKey, s.listCodeContexts},
+		{"DELETE", "/v1/sandboxes/{id}/code/contexts/{context}", apiKey, s.deleteCodeContext},
+		{"POST", "/v1/sandboxes/{id}/code/interrupt", apiKey, s.interruptCode},
 		{"GET", "/v1/sandboxes/{id}/files", apiKey, s.readFile},
 		{"PUT", "/v1/sandboxes/{id}/files", apiKey, s.writeFile},
 		{"DELETE", "/v1/sandboxes/{id}/files", apiKey, s.removeFile},
@@ -202,6 +210,13 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/sandboxes/{id}/files/stat", apiKey, s.statFile},
 		{"POST", "/v1/sandboxes/{id}/files/mkdir", apiKey, s.mkdir},
 		{"POST", "/v1/sandboxes/{id}/files/move", apiKey, s.move},
+		{"POST", "/v1/sandboxes/{id}/processes", apiKey, s.startProcess},
+		{"GET", "/v1/sandboxes/{id}/processes", apiKey, s.listProcesses},
+		{"GET", "/v1/sandboxes/{id}/processes/{pid}/output", apiKey, s.processOutput},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", apiKey, s.processStdin},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", apiKey, s.signalProcess},
+		{"DELETE", "/v1/sandboxes/{id}/processes/{pid}", apiKey, s.killProcess},
+		{"GET", auth.TerminalRoute, apiKey, s.pty},
 		{"POST", "/v1/sandboxes/{id}/fork", apiKey, s.fork},
 		{"POST", "/v1/sandboxes/{id}/snapshots", apiKey, s.createSnapshot},
 		{"POST", "/v1/sandboxes/{id}/hibernate", apiKey, s.hibernate},
@@ -225,6 +240,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/audit", apiKey, s.listAudit},
 		{"GET", "/v1/usage", apiKey, s.usage},
 		{"PUT", "/v1/teams/{id}/quota", apiKey, s.setQuota},
+		{"GET", "/v1/hosts", apiKey, s.listHosts},
 		{"POST", "/v1/functions", apiKey, s.deployFunction},
 		{"GET", "/v1/functions", apiKey, s.listFunctions},
 		{"GET", "/v1/functions/{id}", apiKey, s.getFunction},

@@ -34,7 +34,8 @@ func cursor(next string) *string {
 
 func viewOf(sb store.Sandbox) v1.Sandbox {
 	v := v1.Sandbox{ID: sb.ID, Template: sb.Template, State: sb.State, CreatedAt: v1.Timestamp(sb.CreatedAt),
-		ExpiresAt: v1.Timestamp(sb.ExpiresAt), Metadata: sb.Metadata, Host: sb.HostID, ForkOf: sb.ForkOf, SnapshotID: sb.SnapshotID}
+		ExpiresAt: v1.Timestamp(sb.ExpiresAt), Metadata: sb.Metadata, Host: sb.HostID, ForkOf: sb.ForkOf, SnapshotID: sb.SnapshotID,
+		PublicPorts: sb.TrafficTokenHash == ""}
 	if sb.State == store.StateError || sb.State == store.StateLost {
 		v.Error = sb.Error
 	}

@@ -129,13 +129,15 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 			err = invalid("name must be valid UTF-8 without control characters")
 		}
 	}
+	release := func() {}
 	if err == nil {
-		err = s.checkQuota(r.Context(), id.TeamID, Quota{Volumes: 1, VolumeMiB: *req.SizeMiB})
+		release, err = s.holdQuota(r.Context(), id.TeamID, Quota{Volumes: 1, VolumeMiB: *req.SizeMiB})
 	}
 	var v store.Volume
 	if err == nil {
 		v, err = s.svc.CreateVolume(r.Context(), id.TeamID, name, *req.SizeMiB)
 	}
+	release()
 	s.reply(w, r, http.StatusCreated, volumeViewOf(v), err)
 }
 
@@ -167,12 +169,14 @@ func (s *Server) resizeVolume(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		v, err = s.volume(r)
 	}
+	release := func() {}
 	if err == nil {
-		err = s.checkQuota(r.Context(), v.TeamID, Quota{VolumeMiB: *req.SizeMiB - v.SizeMiB})
+		release, err = s.holdQuota(r.Context(), v.TeamID, Quota{VolumeMiB: *req.SizeMiB - v.SizeMiB})
 	}
 	if err == nil {
 		v, err = s.svc.ResizeVolume(r.Context(), v, *req.SizeMiB)
 	}
+	release()
 	s.reply(w, r, http.StatusOK, volumeViewOf(v), err)
 }
 

@@ -40,7 +40,9 @@ type ControlPlaneConfig struct {
 	// when PresetKey is not one of the store's keys (default: keys create --database-url).
 	KeyRecovery string
 	ProxyDomain string
-	EgressOpen  []string // IPv4 CIDRs, as --egress-open gives them
+	// PrivatePorts: a sandbox created without public_ports gets private ports (traffic token).
+	PrivatePorts bool
+	EgressOpen   []string // IPv4 CIDRs, as --egress-open gives them
 	// BlobStore is where artifacts go to leave their host (file:///dir or s3://bucket/prefix?…,
 	// see internal/blob); hosts learn it when they register. Empty: artifacts stay on their host.
 	BlobStore string
@@ -100,7 +102,8 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 			warnPresetKey(o, aerr)
 		}
 	}
-	sched := scheduler.New(scheduler.Config{Store: st, Logger: o.Logger, HeartbeatTimeout: o.HeartbeatTimeout})
+	sched := scheduler.New(scheduler.Config{Store: st, Logger: o.Logger, HeartbeatTimeout: o.HeartbeatTimeout,
+		HostCacheTTL: scheduler.DefaultHostCacheTTL})
 	for _, a := range o.Agents {
 		u, tok, ok := strings.Cut(a, "=")
 		if !ok || !strings.HasPrefix(u, "http") {
@@ -115,7 +118,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	}
 	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
 		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, Quota: o.Quota, RateLimit: o.RateLimit,
-		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), BlobStore: blobURL(bs), SecretsKey: secretsKey})
+		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey})
 	// The loops outlive a cancelled start-up context: Close stops them, after the listener.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp := &ControlPlane{Store: st, Scheduler: sched, API: srv, Blob: bs, PresetKeyOK: presetOK, log: o.Logger, cancel: cancel, done: make(chan struct{})}

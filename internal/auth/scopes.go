@@ -18,6 +18,10 @@ const (
 	ScopeAdmin     = "admin"     // everything: the key is an admin key
 )
 
+// TerminalRoute is the interactive terminal's route: a GET, as every WebSocket upgrade, that
+// runs commands, so it needs the sandboxes scope (and is audited) like a POST.
+const TerminalRoute = "/v1/sandboxes/{id}/pty"
+
 // Scopes lists the scope names a key may be given.
 var Scopes = []string{ScopeAll, ScopeRead, ScopeSandboxes, ScopeAdmin}
 
@@ -37,6 +41,8 @@ func EffectiveScopes(k store.APIKey) []string {
 // /v1/sandboxes/{id}); any broader one covers it too.
 func NeededScope(method, route string) string {
 	switch {
+	case route == TerminalRoute: // a GET (a WebSocket upgrade) that runs commands
+		return ScopeSandboxes
 	case method == http.MethodGet || method == http.MethodHead:
 		return ScopeRead
 	case route == "/v1/sandboxes" || strings.HasPrefix(route, "/v1/sandboxes/"):

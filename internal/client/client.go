@@ -4,7 +4,6 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pandastack/pandastack/internal/httpjson"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -78,58 +78,34 @@ func (e *ConnError) Unwrap() error { return e.Err }
 
 // The API's objects, as internal/wire/v1 defines them.
 type (
-	Sandbox          = v1.Sandbox
-	CreateRequest    = v1.CreateRequest
-	VolumeMount      = v1.VolumeMount
-	Volume           = v1.Volume
-	VolumeAttachment = v1.VolumeAttachment
-	Snapshot         = v1.Snapshot
-	ExecRequest      = v1.ExecRequest
-	ExecResult       = v1.ExecResult
-	ExecEvent        = v1.ExecEvent
-	Stat             = v1.Stat
-	Template         = v1.Template
-	Key              = v1.Key
-	Team             = v1.Team
-	Info             = v1.Info
-	InfoRange        = v1.Range
+	Sandbox             = v1.Sandbox
+	CreateRequest       = v1.CreateRequest
+	VolumeMount         = v1.VolumeMount
+	Volume              = v1.Volume
+	VolumeAttachment    = v1.VolumeAttachment
+	Snapshot            = v1.Snapshot
+	ExecRequest         = v1.ExecRequest
+	ExecResult          = v1.ExecResult
+	ExecEvent           = v1.ExecEvent
+	Process             = v1.Process
+	ProcessEvent        = v1.ProcessEvent
+	StartProcessRequest = v1.StartProcessRequest
+	Stat                = v1.Stat
+	Template            = v1.Template
+	Key                 = v1.Key
+	Team                = v1.Team
+	Info                = v1.Info
+	InfoRange           = v1.Range
 )
 
-// Do sends a request and returns a 2xx response with its body open; other answers become
-// *APIError and transport failures *ConnError.
-func (c *Client) Do(ctx context.Context, method, path string, query url.Values, body io.Reader, size int64, contentType, accept string) (*http.Response, error) {
-	u := c.BaseURL + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil && size >= 0 {
-		req.ContentLength = size
-	}
-	if c.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.APIKey)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if accept != "" {
-		req.Header.Set("Accept", accept)
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &ConnError{BaseURL: c.BaseURL, Err: err}
-	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+// endpoint is the server as the shared request plumbing sees it.
+func (c *Client) endpoint() httpjson.Endpoint {
+	return httpjson.Endpoint{BaseURL: c.BaseURL, Token: c.APIKey, HTTP: c.HTTP, Fail: apiError,
+		Unreachable: func(err error) error { return &ConnError{BaseURL: c.BaseURL, Err: err} }}
+}
+
+// apiError is a non-2xx answer: the API's error envelope, else its text.
+func apiError(resp *http.Response, b []byte) error {
 	ae := &APIError{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
 	var env v1.ErrorBody
 	if json.Unmarshal(b, &env) == nil && env.Error.Code != "" {
@@ -140,31 +116,25 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 			ae.Message = resp.Status
 		}
 	}
-	return nil, ae
+	return ae
+}
+
+// Do sends a request and returns a 2xx response with its body open; other answers become
+// *APIError and transport failures *ConnError.
+func (c *Client) Do(ctx context.Context, method, path string, query url.Values, body io.Reader, size int64, contentType, accept string) (*http.Response, error) {
+	hdr := http.Header{}
+	if contentType != "" {
+		hdr.Set("Content-Type", contentType)
+	}
+	if accept != "" {
+		hdr.Set("Accept", accept)
+	}
+	return c.endpoint().Do(ctx, method, path, query, body, size, hdr)
 }
 
 // call sends JSON in (if not nil) and decodes a JSON answer into out (if not nil).
 func (c *Client) call(ctx context.Context, method, path string, query url.Values, in, out any) error {
-	var body io.Reader
-	size := int64(-1)
-	ct := ""
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body, size, ct = bytes.NewReader(b), int64(len(b)), "application/json"
-	}
-	resp, err := c.Do(ctx, method, path, query, body, size, ct, "")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if out == nil {
-		io.Copy(io.Discard, resp.Body)
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return c.endpoint().Call(ctx, method, path, query, in, out, nil)
 }
 
 // Seconds is a timeout for ExecRequest.TimeoutSeconds.
@@ -265,23 +235,19 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (ExecResu
 // maxLine bytes) into each, until each says it is done; a stream that ends first is the error
 // unfinished.
 func (c *Client) stream(ctx context.Context, path string, body []byte, contentType, unfinished string, maxLine int, each func(line []byte, rid string) (done bool, err error)) error {
-	resp, err := c.Do(ctx, "POST", path, nil, bytes.NewReader(body), int64(len(body)), contentType, "application/x-ndjson")
+	return c.streamRequest(ctx, "POST", path, nil, bytes.NewReader(body), int64(len(body)), contentType, unfinished, maxLine, each)
+}
+
+// streamRequest is stream for any method, query and body (nil: none).
+func (c *Client) streamRequest(ctx context.Context, method, path string, query url.Values, body io.Reader, size int64, contentType, unfinished string, maxLine int, each func(line []byte, rid string) (done bool, err error)) error {
+	resp, err := c.Do(ctx, method, path, query, body, size, contentType, "application/x-ndjson")
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	rid := resp.Header.Get("X-Request-Id")
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), maxLine)
-	for sc.Scan() {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
-		}
-		if done, err := each(sc.Bytes(), rid); done || err != nil {
-			return err
-		}
-	}
-	if err := sc.Err(); err != nil {
+	ended, err := httpjson.Lines(resp.Body, maxLine, func(line []byte) (bool, error) { return each(line, rid) })
+	if ended || err != nil {
 		return err
 	}
 	return errors.New(unfinished)
@@ -335,16 +301,8 @@ func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, 
 
 // WriteFile streams r into path (creating parents); size < 0 sends it chunked.
 func (c *Client) WriteFile(ctx context.Context, id, path string, r io.Reader, size int64) (Stat, error) {
-	resp, err := c.Do(ctx, "PUT", sbPath(id, "/files"), url.Values{"path": {path}}, r, size, "application/octet-stream", "")
-	if err != nil {
-		return Stat{}, err
-	}
-	defer resp.Body.Close()
 	var st Stat
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil && !errors.Is(err, io.EOF) {
-		return Stat{}, err
-	}
-	return st, nil
+	return st, c.endpoint().Upload(ctx, "PUT", sbPath(id, "/files"), url.Values{"path": {path}}, r, size, &st)
 }
 
 // ListFiles lists a directory (depth >= 1).
@@ -440,6 +398,12 @@ func (c *Client) CreateVolume(ctx context.Context, sizeMiB int64, name string) (
 	return send[Volume](ctx, c, "POST", "/v1/volumes", nil, v1.CreateVolumeRequest{Name: name, SizeMiB: sizeMiB})
 }
 
+// ListHosts returns the host agents with their live sandboxes (admin keys).
+func (c *Client) ListHosts(ctx context.Context) ([]v1.Host, error) {
+	out, err := send[v1.Hosts](ctx, c, "GET", "/v1/hosts", nil, nil)
+	return out.Hosts, err
+}
+
 // ListVolumes returns the team's volumes, newest first.
 func (c *Client) ListVolumes(ctx context.Context) ([]Volume, error) {
 	out, err := send[v1.Volumes](ctx, c, "GET", "/v1/volumes", nil, nil)
@@ -530,4 +494,64 @@ func (c *Client) RevokeKey(ctx context.Context, id string) error {
 func (c *Client) CreateTeam(ctx context.Context, name string) (Team, Key, error) {
 	out, err := send[v1.NewTeam](ctx, c, "POST", "/v1/teams", nil, v1.CreateTeamRequest{Name: name})
 	return out.Team, out.Key, err
+}
+
+// StartProcess starts a background process and returns its pid (docs/processes.md).
+func (c *Client) StartProcess(ctx context.Context, id string, req StartProcessRequest) (int, error) {
+	p, err := send[v1.ProcessStarted](ctx, c, "POST", sbPath(id, "/processes"), nil, req)
+	return p.Pid, err
+}
+
+// ListProcesses lists the sandbox's background processes, running and recently exited.
+func (c *Client) ListProcesses(ctx context.Context, id string) ([]Process, error) {
+	p, err := send[v1.Processes](ctx, c, "GET", sbPath(id, "/processes"), nil, nil)
+	return p.Processes, err
+}
+
+func procPath(id string, pid int, sub string) string {
+	return sbPath(id, "/processes/"+strconv.Itoa(pid)+sub)
+}
+
+// ProcessOutput reads a process's output from offset, calling onOutput for each chunk (stream
+// "stdout" or "stderr", its offset), and returns the stream's end line: the exit (ExitCode set),
+// or, not following, Running. Resume a dropped stream from the last chunk's Next.
+func (c *Client) ProcessOutput(ctx context.Context, id string, pid int, offset int64, follow bool, onOutput func(ev ProcessEvent)) (ProcessEvent, error) {
+	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}}
+	if follow {
+		q.Set("follow", "1")
+	}
+	var end ProcessEvent
+	err := c.streamRequest(ctx, "GET", procPath(id, pid, "/output"), q, nil, -1, "", "process output ended without an end line", 8<<20,
+		func(line []byte, rid string) (bool, error) {
+			var ev ProcessEvent
+			if err := json.Unmarshal(line, &ev); err != nil {
+				return false, fmt.Errorf("bad line in process output: %w", err)
+			}
+			switch {
+			case ev.Error != nil:
+				return true, streamError(ev.Error, rid)
+			case ev.Stdout != nil || ev.Stderr != nil:
+				onOutput(ev)
+				return false, nil
+			}
+			end = ev
+			return true, nil
+		})
+	return end, err
+}
+
+// WriteStdin writes data to a process's stdin (at most 1 MiB a call), closing it after if eof.
+func (c *Client) WriteStdin(ctx context.Context, id string, pid int, data string, eof bool) error {
+	return c.call(ctx, "POST", procPath(id, pid, "/stdin"), nil, v1.StdinRequest{Data: data, EOF: eof}, nil)
+}
+
+// SignalProcess sends a signal (TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT) to a
+// process's group.
+func (c *Client) SignalProcess(ctx context.Context, id string, pid int, signal string) error {
+	return c.call(ctx, "POST", procPath(id, pid, "/signal"), nil, v1.SignalRequest{Signal: signal}, nil)
+}
+
+// KillProcess kills a process's whole tree and returns it after.
+func (c *Client) KillProcess(ctx context.Context, id string, pid int) (Process, error) {
+	return send[Process](ctx, c, "DELETE", procPath(id, pid, ""), nil, nil)
 }

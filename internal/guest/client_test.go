@@ -629,6 +629,10 @@ func TestFilePermissions(t *testing.T) {
 	wantCode(t, err, guest.CodePermissionDenied)
 	_, err = c.WriteFile(tctx(t), secret, "nobody", 0, strings.NewReader("pwned"))
 	wantCode(t, err, guest.CodePermissionDenied)
+	// The error names the path given, not the agent's temp file next to it.
+	if msg := err.Error(); !strings.Contains(msg, secret) || strings.Contains(msg, ".pandastack-") {
+		t.Errorf("write error %q: want the path %s, not the temp file", msg, secret)
+	}
 	wantCode(t, c.Remove(tctx(t), secret, "nobody", false), guest.CodePermissionDenied)
 	wantCode(t, c.Mkdir(tctx(t), filepath.Join(dir, "d"), "nobody"), guest.CodePermissionDenied)
 	if b, _ := os.ReadFile(secret); string(b) != "root:secret" {

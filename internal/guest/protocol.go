@@ -238,6 +238,17 @@ type Request struct {
 	SizeBytes int64  `json:"size_bytes,omitempty"`
 	ReadOnly  bool   `json:"read_only,omitempty"`
 	Grow      bool   `json:"grow,omitempty"`
+
+	// background processes (process.go): which one, from where its output is read, a signal.
+	Pid    int    `json:"pid,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
+	Follow bool   `json:"follow,omitempty"`
+	Signal string `json:"signal,omitempty"`
+	EOF    bool   `json:"eof,omitempty"` // proc_stdin: close the process's stdin after the data
+
+	// pty (pty.go): the terminal's size, at the start and in resize requests.
+	Cols int `json:"cols,omitempty"`
+	Rows int `json:"rows,omitempty"`
 }
 
 // Ops.
@@ -253,6 +264,14 @@ const (
 	OpHealth = "health"
 	OpSync   = "sync"
 	OpMount  = "mount"
+	// Background processes: see process.go.
+	OpProcStart  = "proc_start"
+	OpProcList   = "proc_list"
+	OpProcOutput = "proc_output"
+	OpProcStdin  = "proc_stdin"
+	OpProcSignal = "proc_signal"
+	OpProcKill   = "proc_kill"
+	OpPTY        = "pty" // an interactive terminal: see pty.go
 )
 
 // Limits shared by both sides.
@@ -272,6 +291,7 @@ const (
 	CodeIsADirectory     = "is_a_directory"
 	CodeNoSpace          = "no_space"
 	CodeNotEmpty         = "not_empty"
+	CodeConflict         = "conflict" // the request does not fit the current state (a process that exited)
 	CodeInternal         = "internal"
 )
 

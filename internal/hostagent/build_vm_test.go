@@ -1,7 +1,6 @@
 package hostagent
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pandastack/pandastack/internal/testenv"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -28,19 +28,13 @@ func buildEvents(t *testing.T, h *harness, spec map[string]any) (progress []stri
 		json.NewDecoder(resp.Body).Decode(&e)
 		return nil, e
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 8<<20)
-	for sc.Scan() {
-		var ev map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatalf("bad NDJSON line %q", sc.Text())
-		}
+	testenv.NDJSON(t, resp.Body, func(ev map[string]any) {
 		if p, ok := ev["progress"].(string); ok {
 			progress = append(progress, p)
 		} else {
 			final = ev
 		}
-	}
+	})
 	return progress, final
 }
 

@@ -17,6 +17,7 @@ var guestKinds = map[string]errdefs.Kind{
 	"permission_denied": errdefs.Forbidden,
 	"already_exists":    errdefs.Conflict,
 	"not_empty":         errdefs.Conflict,
+	"conflict":          errdefs.Conflict,
 	"no_space":          errdefs.NoSpace,
 }
 

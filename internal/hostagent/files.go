@@ -24,19 +24,27 @@ func filePath(r *http.Request) (string, error) {
 	return p, nil
 }
 
-func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
+// onFile runs fn with the guest of the request's sandbox and the path parameter; on an error it
+// answers it and returns false.
+func (a *Agent) onFile(w http.ResponseWriter, r *http.Request, fn func(c *guest.Client, path string) error) bool {
 	path, err := filePath(r)
+	if err == nil {
+		err = a.sandboxes.WithGuest(r.Context(), r.PathValue("id"), func(c *guest.Client) error { return fn(c, path) })
+	}
 	if err != nil {
 		writeError(w, err)
-		return
+		return false
 	}
+	return true
+}
+
+func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
 	var body io.ReadCloser
 	var fi guest.FileInfo
-	if err := a.sandboxes.WithGuest(r.Context(), r.PathValue("id"), func(c *guest.Client) (err error) {
+	if !a.onFile(w, r, func(c *guest.Client, path string) (err error) {
 		body, fi, err = c.ReadFile(r.Context(), path, fileUser(r))
 		return err
-	}); err != nil {
-		writeError(w, err)
+	}) {
 		return
 	}
 	defer body.Close()
@@ -47,11 +55,6 @@ func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
-	path, err := filePath(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
 	var mode os.FileMode
 	if m := r.URL.Query().Get("mode"); m != "" {
 		v, err := strconv.ParseUint(m, 8, 32)
@@ -66,15 +69,14 @@ func (a *Agent) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var fi guest.FileInfo
-	if err := a.sandboxes.WithGuest(r.Context(), r.PathValue("id"), func(c *guest.Client) (err error) {
+	if !a.onFile(w, r, func(c *guest.Client, path string) (err error) {
 		fi, err = c.WriteFile(r.Context(), path, fileUser(r), mode, http.MaxBytesReader(w, r.Body, a.cfg.MaxUpload))
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			err = errdefs.New(errdefs.TooLarge, "file is larger than the %d-byte limit", a.cfg.MaxUpload)
 		}
 		return err
-	}); err != nil {
-		writeError(w, err)
+	}) {
 		return
 	}
 	writeJSON(w, 200, wireStat(fi))
@@ -119,12 +121,7 @@ func (a *Agent) handleRemove(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request) {
-	var body hostapi.MkdirRequest
-	if err := decodeJSON(w, r, &body); err != nil {
-		writeError(w, err)
-		return
-	}
+func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request, body hostapi.MkdirRequest) {
 	a.guestCall(w, r, func(ctx context.Context, c *guest.Client) (any, error) {
 		if body.Path == "" {
 			return nil, errdefs.Invalidf("path is required")
@@ -133,12 +130,7 @@ func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (a *Agent) handleMove(w http.ResponseWriter, r *http.Request) {
-	var body hostapi.MoveRequest
-	if err := decodeJSON(w, r, &body); err != nil {
-		writeError(w, err)
-		return
-	}
+func (a *Agent) handleMove(w http.ResponseWriter, r *http.Request, body hostapi.MoveRequest) {
 	a.guestCall(w, r, func(ctx context.Context, c *guest.Client) (any, error) {
 		if body.From == "" || body.To == "" {
 			return nil, errdefs.Invalidf("from and to are required")
@@ -149,14 +141,13 @@ func (a *Agent) handleMove(w http.ResponseWriter, r *http.Request) {
 
 // fileCall runs a call that takes ?path= and ?user=; a nil result answers 204.
 func (a *Agent) fileCall(w http.ResponseWriter, r *http.Request, call func(context.Context, *guest.Client, string, string) (any, error)) {
-	path, err := filePath(r)
-	if err != nil {
-		writeError(w, err)
-		return
+	var out any
+	if a.onFile(w, r, func(c *guest.Client, path string) (err error) {
+		out, err = call(r.Context(), c, path, fileUser(r))
+		return err
+	}) {
+		answerOrEmpty(w, out)
 	}
-	a.guestCall(w, r, func(ctx context.Context, c *guest.Client) (any, error) {
-		return call(ctx, c, path, fileUser(r))
-	})
 }
 
 func (a *Agent) guestCall(w http.ResponseWriter, r *http.Request, call func(context.Context, *guest.Client) (any, error)) {
@@ -168,6 +159,11 @@ func (a *Agent) guestCall(w http.ResponseWriter, r *http.Request, call func(cont
 		writeError(w, err)
 		return
 	}
+	answerOrEmpty(w, out)
+}
+
+// answerOrEmpty answers out as JSON, or 204 when it is nil.
+func answerOrEmpty(w http.ResponseWriter, out any) {
 	if out == nil {
 		w.WriteHeader(http.StatusNoContent)
 		return

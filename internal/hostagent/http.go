@@ -15,6 +15,30 @@ import (
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
+// deleted serves a DELETE of the object named by the path value key: 204, or the error.
+func deleted(key string, del func(string) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := del(r.PathValue(key)); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// decoded serves a request whose body is the JSON of a T; a body that does not decode is answered
+// as the error.
+func decoded[T any](serve func(w http.ResponseWriter, r *http.Request, req T)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req T
+		if err := decodeJSON(w, r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		serve(w, r, req)
+	}
+}
+
 // maxJSONBody bounds every JSON request body.
 const maxJSONBody = 1 << 20
 
@@ -30,13 +54,7 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/templates/{name}/bake", a.handleBake)
 	mux.HandleFunc("POST /v1/templates", a.handleBuild)
-	mux.HandleFunc("DELETE /v1/templates/{name}", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.templates.Delete(r.PathValue("name")); err != nil {
-			writeError(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+	mux.HandleFunc("DELETE /v1/templates/{name}", deleted("name", a.templates.Delete))
 	mux.HandleFunc("POST /v1/sandboxes", a.handleCreate)
 	mux.HandleFunc("GET /v1/sandboxes", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, hostapi.SandboxList{Sandboxes: a.sandboxes.List()})
@@ -44,13 +62,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, 200)(a.sandboxes.Get(r.PathValue("id")))
 	})
-	mux.HandleFunc("DELETE /v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.sandboxes.Kill(r.PathValue("id")); err != nil {
-			writeError(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+	mux.HandleFunc("DELETE /v1/sandboxes/{id}", deleted("id", a.sandboxes.Kill))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", a.busy(a.handleExec))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusCreated)(a.sandboxes.SnapshotSandbox(r.Context(), r.PathValue("id")))
@@ -62,55 +74,34 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/wake", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, 200)(a.sandboxes.Wake(r.Context(), r.PathValue("id")))
 	})
-	mux.HandleFunc("POST /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
-		var req hostapi.CreateVolumeRequest
-		if err := decodeJSON(w, r, &req); err != nil {
-			writeError(w, err)
-			return
-		}
+	mux.HandleFunc("POST /v1/volumes", decoded(func(w http.ResponseWriter, r *http.Request, req hostapi.CreateVolumeRequest) {
 		answer(w, http.StatusCreated)(a.volumes.Create(r.Context(), req.ID, req.SizeMiB))
-	})
+	}))
 	mux.HandleFunc("GET /v1/volumes", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, hostapi.VolumeList{Volumes: a.volumes.List()})
 	})
 	mux.HandleFunc("GET /v1/volumes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, 200)(a.volumes.Get(r.PathValue("id")))
 	})
-	mux.HandleFunc("POST /v1/volumes/{id}/resize", func(w http.ResponseWriter, r *http.Request) {
-		var req hostapi.ResizeVolumeRequest
-		if err := decodeJSON(w, r, &req); err != nil {
-			writeError(w, err)
-			return
-		}
+	mux.HandleFunc("POST /v1/volumes/{id}/resize", decoded(func(w http.ResponseWriter, r *http.Request, req hostapi.ResizeVolumeRequest) {
 		answer(w, 200)(a.volumes.Resize(r.PathValue("id"), req.SizeMiB))
-	})
-	mux.HandleFunc("DELETE /v1/volumes/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.volumes.Delete(r.PathValue("id")); err != nil {
-			writeError(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+	}))
+	mux.HandleFunc("DELETE /v1/volumes/{id}", deleted("id", a.volumes.Delete))
 	mux.HandleFunc("GET /v1/snapshots", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, hostapi.SnapshotList{Snapshots: a.snapshots.List()})
 	})
 	mux.HandleFunc("GET /v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, 200)(a.snapshots.Get(r.PathValue("id")))
 	})
-	mux.HandleFunc("DELETE /v1/snapshots/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.snapshots.Delete(r.PathValue("id")); err != nil {
-			writeError(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+	mux.HandleFunc("DELETE /v1/snapshots/{id}", deleted("id", a.snapshots.Delete))
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files", a.busy(a.handleReadFile))
 	mux.HandleFunc("PUT /v1/sandboxes/{id}/files", a.busy(a.handleWriteFile))
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}/files", a.busy(a.handleRemove))
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files/list", a.busy(a.handleList))
 	mux.HandleFunc("GET /v1/sandboxes/{id}/files/stat", a.busy(a.handleStat))
-	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.busy(a.handleMkdir))
-	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.busy(a.handleMove))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.busy(decoded(a.handleMkdir)))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.busy(decoded(a.handleMove)))
+	a.processRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.NotFoundf("no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -305,6 +296,15 @@ type ndjson struct {
 func newNDJSON(w http.ResponseWriter) *ndjson { return &ndjson{w: w} }
 
 func (n *ndjson) send(v any) {
+	b, _ := json.Marshal(v)
+	n.write(append(b, '\n'))
+}
+
+// begin sends the answer's headers now (a stream that may stay quiet a while: its client learns
+// it was accepted).
+func (n *ndjson) begin() { n.write(nil) }
+
+func (n *ndjson) write(line []byte) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.started {
@@ -312,8 +312,7 @@ func (n *ndjson) send(v any) {
 		n.w.WriteHeader(200)
 		n.started = true
 	}
-	b, _ := json.Marshal(v)
-	n.w.Write(append(b, '\n'))
+	n.w.Write(line)
 	if f, ok := n.w.(http.Flusher); ok {
 		f.Flush()
 	}

@@ -81,18 +81,7 @@ func (h *harness) stop() {
 // call does one API request and decodes a JSON answer into out (if non-nil). It returns the status.
 func (h *harness) call(method, path string, body any, out any) int {
 	h.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case []byte:
-		rd = bytes.NewReader(b)
-	case io.Reader:
-		rd = b
-	default:
-		data, _ := json.Marshal(b)
-		rd = bytes.NewReader(data)
-	}
-	req, _ := http.NewRequest(method, h.srv.URL+path, rd)
+	req, _ := http.NewRequest(method, h.srv.URL+path, testenv.Body(h.t, body))
 	req.Header.Set("Authorization", "Bearer test-token")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -454,19 +443,13 @@ func streamExec(t *testing.T, h *harness, id string, body map[string]any) (int, 
 	defer resp.Body.Close()
 	n := 0
 	var last map[string]any
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 8<<20)
-	for sc.Scan() {
-		var ev map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatalf("bad NDJSON line %q", sc.Text())
-		}
+	testenv.NDJSON(t, resp.Body, func(ev map[string]any) {
 		if s, ok := ev["stdout"].(string); ok {
 			n += len(s)
 		} else {
 			last = ev
 		}
-	}
+	})
 	return n, last
 }
 

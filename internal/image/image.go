@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -200,4 +202,31 @@ func uniqueSorted(s []string) []string {
 		}
 	}
 	return out
+}
+
+// LockEntry takes a lock on one cache entry (dir) shared by every process using the cache, for
+// work that fills the entry outside Build (a template's build VM). It waits until the lock is
+// free or ctx ends; the caller checks again, holding it, whether another process filled the entry
+// meanwhile.
+func LockEntry(ctx context.Context, dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

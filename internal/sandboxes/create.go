@@ -3,6 +3,8 @@ package sandboxes
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
@@ -33,6 +35,11 @@ type CreateParams struct {
 	Egress     *network.Egress
 	Metadata   map[string]string
 	TTLSeconds int64 // 0: the default
+	// Host, when set, is the one host the sandbox may run on (an operator's pin).
+	Host string
+	// TrafficTokenHash makes the sandbox's ports private: the port proxy asks for the token
+	// whose auth.Hash this is. "": public ports.
+	TrafficTokenHash string
 }
 
 // Create places a sandbox, asks its host to start it and records it running. From a template it
@@ -48,7 +55,8 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 	defer cancel()
 	sbID := auth.NewID("sb_")
 	areq := agentclient.CreateRequest{ID: sbID, Template: p.AgentTemplate, Env: p.Env, Egress: p.Egress, EgressOpen: s.egressOpen}
-	rec := store.Sandbox{ID: sbID, TeamID: teamID, Template: p.Template, Metadata: p.Metadata, TTLSeconds: p.TTLSeconds}
+	rec := store.Sandbox{ID: sbID, TeamID: teamID, Template: p.Template, Metadata: p.Metadata, TTLSeconds: p.TTLSeconds,
+		TrafficTokenHash: p.TrafficTokenHash}
 	if p.Snapshot != nil {
 		areq.Template, areq.SnapshotID = "", p.Snapshot.ID
 		rec.Template, rec.SnapshotID = p.Snapshot.Template, p.Snapshot.ID
@@ -99,12 +107,21 @@ func (s *Service) place(ctx context.Context, teamID string, p CreateParams) ([]s
 		}
 		hostID = volHost
 	}
+	if p.Host != "" {
+		if hostID != "" && hostID != p.Host {
+			return nil, 0, errdefs.Conflictf("this sandbox can only run on host %s (where its snapshot, team template or volumes are), not on %s", hostID, p.Host)
+		}
+		hostID = p.Host
+	}
 	mem := s.sched.TemplateMemMiB(ctx, p.AgentTemplate)
 	if hostID == "" {
 		hosts, err := s.sched.Place(ctx, p.AgentTemplate)
 		return hosts, mem, err
 	}
 	h, err := s.sched.PlaceOn(ctx, hostID, 1, mem)
+	if err == nil && p.Snapshot == nil && p.TemplateHost == "" && !slices.Contains(h.Templates, p.AgentTemplate) {
+		err = errdefs.Capacityf("host %s cannot run template %s (it has %s)", h.ID, p.AgentTemplate, strings.Join(h.Templates, ", "))
+	}
 	return []store.Host{h}, mem, err
 }
 

@@ -76,7 +76,8 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 			tmpl = ch.Template
 		}
 		recs[i] = store.Sandbox{ID: ch.ID, TeamID: parent.TeamID, Template: tmpl, State: store.StateRunning, HostID: parent.HostID,
-			Metadata: md, CreatedAt: now, ExpiresAt: now.Add(s.TTL(parent.TTLSeconds)), TTLSeconds: parent.TTLSeconds, ForkOf: parent.ID}
+			Metadata: md, CreatedAt: now, ExpiresAt: now.Add(s.TTL(parent.TTLSeconds)), TTLSeconds: parent.TTLSeconds, ForkOf: parent.ID,
+			TrafficTokenHash: parent.TrafficTokenHash}
 	}
 	out, err := s.store.CreateSandboxes(ctx, recs)
 	if err != nil {

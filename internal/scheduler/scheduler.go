@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -41,8 +43,20 @@ type Config struct {
 	// ReconcileInterval: how often every up host's sandbox list is compared with the store
 	// (default 1 min), which also retries kills that did not reach a host.
 	ReconcileInterval time.Duration
-	Now               func() time.Time
+	// HostCacheTTL: placement reads the host list from the store at most this often; what this
+	// replica learns itself (registrations, heartbeats, hosts it marks down) updates the list at
+	// once, what other replicas write is seen within the TTL. 0 reads the store on every placement.
+	HostCacheTTL time.Duration
+	Now          func() time.Time
 }
+
+// DefaultHostCacheTTL is the host list's staleness the server runs with.
+const DefaultHostCacheTTL = time.Second
+
+// placeSample is how many candidates a placement ranks when more fit: a random sample (the
+// preferred ones first), so its cost does not grow with the fleet and concurrent creates do not
+// all pick the one best host.
+const placeSample = 8
 
 // Registration is what an agent reports about itself (the body of the internal
 // /internal/v1/hosts/register and /heartbeat calls).
@@ -105,6 +119,10 @@ type Scheduler struct {
 	dueSig  chan struct{}             // something was added to due
 
 	reconciler *store.Lock // held by the one replica that runs ReconcileAll
+
+	hostsMu  sync.Mutex   // guards the host list cache; held while it is refreshed (one read at a time)
+	hostList []store.Host // the store's hosts as last read (and patched since); never mutated in place
+	hostAt   time.Time    // when hostList was read (wall clock)
 }
 
 type reservation struct {
@@ -157,52 +175,16 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool) 
 	if reg.HostID == "" || reg.URL == "" {
 		return fmt.Errorf("registration needs host_id and url")
 	}
-	h := store.Host{ID: reg.HostID, URL: reg.URL, Token: reg.Token, Accel: reg.Accel,
-		MemMiBTotal: reg.MemMiBTotal, MemMiBFree: reg.MemMiBFree, SlotsTotal: reg.SlotsTotal, SlotsUsed: reg.SlotsUsed}
-	for _, t := range reg.Templates {
-		h.Templates = append(h.Templates, t.Name)
-		if t.Baked {
-			h.Baked = append(h.Baked, t.Name)
-		}
-	}
+	h := hostOf(reg)
 	// The catalog first: a host is seen up only once its templates can be asked for.
-	for _, t := range reg.Templates {
-		if t.Built {
-			continue // a team's template: private, recorded in team_templates by the build call
-		}
-		ct := store.Template{Name: t.Name, Description: t.Description, VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB,
-			DiskMiB: t.DiskMiB, Aliases: t.Aliases, Metadata: t.Metadata, SizeBytes: t.SizeBytes, BakeMS: t.BakeMS}
-		s.mu.Lock()
-		same := reflect.DeepEqual(s.catalog[t.Name], ct)
-		s.mu.Unlock()
-		if same {
-			continue // heartbeats repeat the same list; write the catalog only when it changes
-		}
-		if err := s.cfg.Store.UpsertTemplate(ctx, ct); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.catalog[t.Name] = ct
-		s.mu.Unlock()
+	if err := s.noteCatalog(ctx, reg); err != nil {
+		return err
 	}
 	prev, err := s.cfg.Store.UpsertHost(ctx, h)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	delete(s.pending, h.ID) // the report now counts what was placed before it
-	s.limits[h.ID] = reg.HostLimits
-	for _, t := range reg.Templates {
-		if t.MemoryMiB > 0 {
-			s.tmplMem[t.Name] = t.MemoryMiB
-		}
-		if t.VCPUs > 0 {
-			s.tmplCPU[t.Name] = t.VCPUs
-		}
-	}
-	firstSight := !s.seen[h.ID]
-	s.seen[h.ID] = true
-	s.mu.Unlock()
+	firstSight := s.noteReport(h, reg)
 	switch {
 	case prev == "":
 		s.cfg.Logger.Info("host registered", "host", h.ID, "url", h.URL, "slots", h.SlotsTotal, "mem_mib_free", h.MemMiBFree, "templates", h.Templates)
@@ -223,10 +205,89 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool) 
 	return nil
 }
 
+// hostOf is the host a registration describes.
+func hostOf(reg Registration) store.Host {
+	h := store.Host{ID: reg.HostID, URL: reg.URL, Token: reg.Token, Accel: reg.Accel,
+		MemMiBTotal: reg.MemMiBTotal, MemMiBFree: reg.MemMiBFree, SlotsTotal: reg.SlotsTotal, SlotsUsed: reg.SlotsUsed}
+	for _, t := range reg.Templates {
+		h.Templates = append(h.Templates, t.Name)
+		if t.Baked {
+			h.Baked = append(h.Baked, t.Name)
+		}
+	}
+	return h
+}
+
+// noteCatalog writes the catalog entries of a report that changed since this process last
+// wrote them (heartbeats repeat the same list).
+func (s *Scheduler) noteCatalog(ctx context.Context, reg Registration) error {
+	for _, t := range reg.Templates {
+		if t.Built {
+			continue // a team's template: private, recorded in team_templates by the build call
+		}
+		ct := store.Template{Name: t.Name, Description: t.Description, VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB,
+			DiskMiB: t.DiskMiB, Aliases: t.Aliases, Metadata: t.Metadata, SizeBytes: t.SizeBytes, BakeMS: t.BakeMS}
+		s.mu.Lock()
+		same := reflect.DeepEqual(s.catalog[t.Name], ct)
+		s.mu.Unlock()
+		if same {
+			continue
+		}
+		if err := s.cfg.Store.UpsertTemplate(ctx, ct); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.catalog[t.Name] = ct
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// noteReport takes in a report the store has recorded: the host's reservations end (the report
+// counts what was placed before it), its limits and template sizes, the host list cache. It
+// reports whether this process had not heard from the host before.
+func (s *Scheduler) noteReport(h store.Host, reg Registration) (firstSight bool) {
+	s.mu.Lock()
+	delete(s.pending, h.ID)
+	s.limits[h.ID] = reg.HostLimits
+	for _, t := range reg.Templates {
+		if t.MemoryMiB > 0 {
+			s.tmplMem[t.Name] = t.MemoryMiB
+		}
+		if t.VCPUs > 0 {
+			s.tmplCPU[t.Name] = t.VCPUs
+		}
+	}
+	firstSight = !s.seen[h.ID]
+	s.seen[h.ID] = true
+	s.mu.Unlock()
+	h.State, h.LastHeartbeat = store.HostUp, s.cfg.Now()
+	s.noteHosts(h)
+	return firstSight
+}
+
 // Heartbeat is Register for a host that is already known; an unknown one gets ErrUnknownHost.
-// The first heartbeat of a host since this process started does not wait for its reconcile:
-// Run's reconcile loop does it soon after.
+// A host this process has heard from and the store has up costs one statement. The first
+// heartbeat of a host since this process started does not wait for its reconcile: Run's
+// reconcile loop does it soon after.
 func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
+	s.mu.Lock()
+	seen := s.seen[reg.HostID]
+	s.mu.Unlock()
+	if seen && reg.URL != "" {
+		if err := s.noteCatalog(ctx, reg); err != nil {
+			return err
+		}
+		h := hostOf(reg)
+		ok, err := s.cfg.Store.RefreshUpHost(ctx, h)
+		if err != nil {
+			return err
+		}
+		if ok {
+			s.noteReport(h, reg)
+			return nil
+		}
+	}
 	if _, err := s.cfg.Store.GetHost(ctx, reg.HostID); errors.Is(err, store.ErrNotFound) {
 		return ErrUnknownHost
 	} else if err != nil {
@@ -299,7 +360,7 @@ func (s *Scheduler) TemplateMemMiB(ctx context.Context, template string) int64 {
 // Place returns the hosts that can take a sandbox of template, best first: hosts that have it
 // baked, then by most free memory, then fewest sandboxes. None fitting is an errdefs.Capacity.
 func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, error) {
-	hosts, err := s.cfg.Store.ListHosts(ctx)
+	hosts, err := s.hosts(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +407,71 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 			return nil, errdefs.Capacityf("no host has room for a %q sandbox (%d MiB): all are full", template, need)
 		}
 	}
-	return rankHosts(cands, need), nil
+	cands, sampled := sample(cands)
+	return rankHosts(cands, need, !sampled), nil
+}
+
+// hosts is the store's host list, read at most every HostCacheTTL (see Config). The slice is
+// shared: callers must not change it.
+func (s *Scheduler) hosts(ctx context.Context) ([]store.Host, error) {
+	if s.cfg.HostCacheTTL <= 0 {
+		return s.cfg.Store.ListHosts(ctx)
+	}
+	s.hostsMu.Lock()
+	defer s.hostsMu.Unlock()
+	if s.hostList != nil && time.Since(s.hostAt) < s.cfg.HostCacheTTL {
+		return s.hostList, nil
+	}
+	list, err := s.cfg.Store.ListHosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.hostList, s.hostAt = list, time.Now()
+	return list, nil
+}
+
+// noteHosts puts what this process just wrote of hosts into the cached list (a copy: readers
+// may hold the old one).
+func (s *Scheduler) noteHosts(hs ...store.Host) {
+	s.hostsMu.Lock()
+	defer s.hostsMu.Unlock()
+	if s.hostList == nil {
+		return
+	}
+	list := slices.Clone(s.hostList)
+	for _, h := range hs {
+		i := slices.IndexFunc(list, func(c store.Host) bool { return c.ID == h.ID })
+		switch {
+		case i < 0:
+			list = append(list, h)
+		default:
+			h.RegisteredAt = list[i].RegisteredAt
+			list[i] = h
+		}
+	}
+	s.hostList = list
+}
+
+// sample keeps at most placeSample candidates, at random, the preferred ones (template baked)
+// before the others; sampled reports whether it dropped any (the rest are then in random order).
+func sample(cands []hostRank) (out []hostRank, sampled bool) {
+	if len(cands) <= placeSample {
+		return cands, false
+	}
+	var first, rest []hostRank
+	for _, c := range cands {
+		if c.first {
+			first = append(first, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	pick := func(from []hostRank, n int) []hostRank {
+		rand.Shuffle(len(from), func(i, j int) { from[i], from[j] = from[j], from[i] })
+		return from[:min(n, len(from))]
+	}
+	out = pick(first, placeSample)
+	return append(out, pick(rest, placeSample-len(out))...), true
 }
 
 // heardSince is how recent a host's last heartbeat must be for placement to pick it: within two
@@ -408,10 +533,10 @@ type hostRank struct {
 }
 
 // rankHosts orders candidates best first: preferred ones, then more free memory, then fewer
-// sandboxes, then by id. Free memory within tie MiB (one sandbox's size) is a tie: hosts sharing
-// a machine report the same memory, give or take noise, and the emptier host then wins, which
-// spreads load.
-func rankHosts(cands []hostRank, tie int64) []store.Host {
+// sandboxes, then (byID) by id, else as they came. Free memory within tie MiB (one sandbox's size)
+// is a tie: hosts sharing a machine report the same memory, give or take noise, and the emptier
+// host then wins, which spreads load.
+func rankHosts(cands []hostRank, tie int64, byID bool) []store.Host {
 	sort.SliceStable(cands, func(i, j int) bool {
 		if cands[i].first != cands[j].first {
 			return cands[i].first
@@ -422,7 +547,7 @@ func rankHosts(cands []hostRank, tie int64) []store.Host {
 		if cands[i].used != cands[j].used {
 			return cands[i].used < cands[j].used
 		}
-		return cands[i].h.ID < cands[j].h.ID
+		return byID && cands[i].h.ID < cands[j].h.ID
 	})
 	out := make([]store.Host, len(cands))
 	for i, c := range cands {
@@ -435,7 +560,7 @@ func rankHosts(cands []hostRank, tie int64) []store.Host {
 // those with a free slot first (a volume is used by sandboxes placed on its host), then by most
 // free memory, then fewest sandboxes. No host up is an errdefs.Capacity.
 func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
-	hosts, err := s.cfg.Store.ListHosts(ctx)
+	hosts, err := s.hosts(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -454,7 +579,7 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 	if len(cands) == 0 {
 		return nil, errdefs.Capacityf("no host is up to keep volumes")
 	}
-	return rankHosts(cands, DefaultTemplateMemMiB), nil
+	return rankHosts(cands, DefaultTemplateMemMiB, true), nil
 }
 
 // Reserve counts a sandbox being placed on a host until the host's next report; the returned
@@ -521,6 +646,7 @@ func (s *Scheduler) CheckHosts(ctx context.Context) error {
 		return nil
 	}
 	marked, err := s.cfg.Store.MarkStaleHostsDown(ctx, now.Add(-s.cfg.HeartbeatTimeout))
+	s.noteHosts(marked...)
 	for _, h := range marked {
 		s.cfg.Logger.Warn("host missed its heartbeats: marked down, its sandboxes are lost", "host", h.ID,
 			"last_heartbeat", h.LastHeartbeat, "timeout", s.cfg.HeartbeatTimeout)

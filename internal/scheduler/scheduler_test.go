@@ -3,9 +3,11 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -280,5 +282,146 @@ func TestPlaceHostWithoutMemoryReport(t *testing.T) {
 	hosts, err := s.Place(ctx, "base")
 	if err != nil || len(hosts) != 1 || hosts[0].ID != "h_quiet" {
 		t.Fatalf("Place: %v %v", hosts, err)
+	}
+}
+
+// TestHostCache: with a host cache, placement does not read the store's host list each time;
+// what this replica learns (a registration, a host it marks down) shows at once, what another
+// replica writes shows within the TTL.
+func TestHostCache(t *testing.T) {
+	ctx := context.Background()
+	var offset time.Duration
+	clock := func() time.Time { return time.Now().Add(offset) }
+	s, st := newSched(t, Config{HostCacheTTL: time.Hour, HeartbeatTimeout: 3 * time.Second, Now: clock})
+	if err := s.Register(ctx, reg("a", 4000, 0, tmpl("base", true))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Place(ctx, "base"); err != nil || strings.Join(ids(got), ",") != "a" {
+		t.Fatalf("first placement: %v %v", ids(got), err)
+	}
+	// A registration through this replica joins the cached list at once.
+	if err := s.Register(ctx, reg("b", 8000, 0, tmpl("base", true))); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Place(ctx, "base"); strings.Join(ids(got), ",") != "b,a" {
+		t.Fatalf("after b registered: %v", ids(got))
+	}
+	// Another replica's write is not read until the TTL passes.
+	other := New(Config{Store: st, Logger: s.cfg.Logger, Now: clock})
+	if err := other.Register(ctx, reg("c", 8000, 0, tmpl("base", true))); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Place(ctx, "base"); strings.Contains(strings.Join(ids(got), ","), "c") {
+		t.Fatalf("the cache read the store again before its TTL: %v", ids(got))
+	}
+	s.hostsMu.Lock()
+	s.hostAt = time.Time{} // the TTL has passed
+	s.hostsMu.Unlock()
+	if got, _ := s.Place(ctx, "base"); len(got) != 3 {
+		t.Fatalf("after the TTL: %v", ids(got))
+	}
+	// b falls silent while a and c keep reporting; the host this replica marks down leaves the
+	// list at once.
+	s.started = time.Now().Add(-time.Hour)
+	time.Sleep(2500 * time.Millisecond)
+	for _, id := range []string{"a", "c"} {
+		if err := s.Register(ctx, reg(id, 8000, 0, tmpl("base", true))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offset = time.Second // b's report is now more than the timeout old; a's and c's are not
+	if err := s.CheckHosts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := st.GetHost(ctx, "b"); h.State != store.HostDown {
+		t.Fatalf("b not marked down: %+v", h)
+	}
+	if got, _ := s.Place(ctx, "base"); strings.Join(ids(got), ",") != "a,c" {
+		t.Fatalf("after b was marked down: %v", ids(got))
+	}
+}
+
+// TestPlacementSamplesLargeFleets: among many fitting hosts a placement ranks a few, picked at
+// random, those with the template baked first; different placements spread over the fleet.
+func TestPlacementSamplesLargeFleets(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newSched(t, Config{HostCacheTTL: time.Hour})
+	for i := range 60 {
+		baked := i%20 == 0 // three hosts have it baked
+		if err := s.Register(ctx, reg(fmt.Sprintf("h%02d", i), 6000, 0, tmpl("base", baked))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	firsts := map[string]bool{}
+	for range 50 {
+		got, err := s.Place(ctx, "base")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != placeSample {
+			t.Fatalf("%d candidates, want %d", len(got), placeSample)
+		}
+		for i, h := range got {
+			if want := i < 3; slices.Contains(h.Baked, "base") != want {
+				t.Fatalf("ranked %v: the three baked hosts must come first", ids(got))
+			}
+		}
+		firsts[got[0].ID] = true
+		seen := map[string]bool{}
+		for _, h := range got[3:] {
+			seen[h.ID] = true
+		}
+		if len(seen) != placeSample-3 {
+			t.Fatalf("a host twice in %v", ids(got))
+		}
+	}
+	if len(firsts) < 2 {
+		t.Fatalf("50 placements all put %v first: no spread", firsts)
+	}
+}
+
+// TestHeartbeatOfADownHost: a host this replica has heard from, marked down meanwhile (by any
+// replica), comes back with its next heartbeat: the one-statement refresh refuses it and the full
+// registration reconciles its sandboxes (lost → running).
+func TestHeartbeatOfADownHost(t *testing.T) {
+	ctx := context.Background()
+	s, st := newSched(t, Config{})
+	a := agenttest.New("host-a", "tok", "base")
+	defer a.Close()
+	info, err := agentclient.New(a.URL(), "tok").Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := RegistrationFromInfo(info, a.URL(), "tok")
+	if err := s.Register(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateTeam(ctx, store.Team{ID: "team", Name: "team"}); err != nil {
+		t.Fatal(err)
+	}
+	a.AddSandbox("sb_1", "base")
+	if _, err := st.CreateSandbox(ctx, store.Sandbox{ID: "sb_1", TeamID: "team", Template: "base", State: store.StateRunning, HostID: "host-a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Heartbeat(ctx, r); err != nil { // the fast path
+		t.Fatal(err)
+	}
+	if err := st.MarkHostDown(ctx, "host-a", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := st.GetSandbox(ctx, "sb_1"); sb.State != store.StateLost {
+		t.Fatalf("sandbox of a down host: %s", sb.State)
+	}
+	if err := s.Heartbeat(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := st.GetHost(ctx, "host-a"); h.State != store.HostUp {
+		t.Fatalf("host after its heartbeat: %s", h.State)
+	}
+	if sb, _ := st.GetSandbox(ctx, "sb_1"); sb.State != store.StateRunning {
+		t.Fatalf("sandbox after the host came back: %s, want running (reconciled)", sb.State)
+	}
+	if err := s.Heartbeat(ctx, Registration{HostID: "host-nope", URL: "http://x"}); !errors.Is(err, ErrUnknownHost) {
+		t.Fatalf("unknown host: %v", err)
 	}
 }

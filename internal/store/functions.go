@@ -308,7 +308,7 @@ func (s *Store) ListFunctionRuns(ctx context.Context, functionID string, limit i
 
 // functionsSchema is the functions tables' part of each migration.
 var functionsSchema = []schemaStep{
-	{8, []string{
+	{10, []string{
 		`CREATE TABLE functions (
 			id         TEXT PRIMARY KEY,
 			team_id    TEXT NOT NULL REFERENCES teams(id),
@@ -362,7 +362,7 @@ var functionsSchema = []schemaStep{
 		)`,
 		`CREATE INDEX function_runs_function ON function_runs (function_id, created_at)`,
 	}},
-	{9, []string{
+	{11, []string{
 		// An async run's lease: the replica working on it renews it; one whose lease passed
 		// lost its replica and is taken over (0: none, a finished or a sync run).
 		`ALTER TABLE function_runs ADD COLUMN lease_until BIGINT NOT NULL DEFAULT 0`,

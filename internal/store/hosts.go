@@ -81,6 +81,27 @@ func (s *Store) UpsertHost(ctx context.Context, h Host) (prev string, err error)
 	return prev, err
 }
 
+// RefreshUpHost writes a report of a host that is known and up, in one statement; false (and
+// nothing written) when the host is unknown or down: UpsertHost then.
+func (s *Store) RefreshUpHost(ctx context.Context, h Host) (bool, error) {
+	tmpl, err := json.Marshal(nonNil(h.Templates))
+	if err != nil {
+		return false, err
+	}
+	baked, err := json.Marshal(nonNil(h.Baked))
+	if err != nil {
+		return false, err
+	}
+	res, err := s.exec(ctx, s.db, `UPDATE hosts SET url = ?, token = ?, accel = ?, mem_mib_total = ?, mem_mib_free = ?,
+		slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ? WHERE id = ? AND state = ?`,
+		h.URL, h.Token, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), micros(s.now()), h.ID, HostUp)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 // GetHost returns one host.
 func (s *Store) GetHost(ctx context.Context, id string) (Host, error) {
 	return queryOne(ctx, s, `SELECT `+hostCols+` FROM hosts WHERE id = ?`, scanHost, id)

@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestLockOneHolder: of two replicas on one PostgreSQL database only one holds a lock until it
@@ -83,4 +86,104 @@ func openSQLiteT(t *testing.T) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// TestTeamLockAcrossReplicas: two replicas on one PostgreSQL database racing to hold a team's
+// last quota slots, each checking holds then adding one under WithTeamLock, hand out exactly the
+// limit; a lapsed hold no longer counts and a released one is gone.
+func TestTeamLockAcrossReplicas(t *testing.T) {
+	ctx := context.Background()
+	url := newPostgresDB(t)
+	var replicas [2]*Store
+	for i := range replicas {
+		s, err := OpenPostgres(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		replicas[i] = s
+	}
+	const limit, tries = 5, 24
+	var mu sync.Mutex
+	granted := 0
+	var wg sync.WaitGroup
+	for i := range tries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := replicas[i%2]
+			err := s.WithTeamLock(ctx, "team_a", func() error {
+				h, err := s.HeldQuota(ctx, "team_a")
+				if err != nil || h.Sandboxes >= limit {
+					return err
+				}
+				time.Sleep(time.Millisecond) // a check that takes a while widens the window
+				if err := s.AddQuotaHold(ctx, fmt.Sprintf("qh_%d", i), "team_a", QuotaAmount{Sandboxes: 1}, time.Minute); err != nil {
+					return err
+				}
+				mu.Lock()
+				granted++
+				mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if h, _ := replicas[0].HeldQuota(ctx, "team_a"); granted != limit || h.Sandboxes != limit {
+		t.Fatalf("%d racing holds under a limit of %d: %d granted, %d held", tries, limit, granted, h.Sandboxes)
+	}
+	// Another team's lock is its own.
+	if err := replicas[1].WithTeamLock(ctx, "team_b", func() error {
+		return replicas[0].WithTeamLock(ctx, "team_c", func() error { return nil })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a := replicas[0]
+	for i := range tries {
+		if err := a.ReleaseQuotaHold(ctx, fmt.Sprintf("qh_%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.AddQuotaHold(ctx, "qh_short", "team_a", QuotaAmount{VCPUs: 2}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if h, err := a.HeldQuota(ctx, "team_a"); err != nil || h != (QuotaAmount{}) {
+		t.Fatalf("after release and lapse: %+v %v", h, err)
+	}
+}
+
+// TestRefreshUpHost: the one-statement heartbeat writes a known, up host's report and nothing
+// else: an unknown or down host is left to UpsertHost.
+func TestRefreshUpHost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		h := Host{ID: "h1", URL: "http://a", Token: "t", SlotsTotal: 4, Templates: []string{"base"}}
+		if ok, err := s.RefreshUpHost(ctx, h); ok || err != nil {
+			t.Fatalf("unknown host: %v %v", ok, err)
+		}
+		if _, err := s.UpsertHost(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		h.SlotsUsed, h.Baked = 3, []string{"base"}
+		if ok, err := s.RefreshUpHost(ctx, h); !ok || err != nil {
+			t.Fatalf("up host: %v %v", ok, err)
+		}
+		got, err := s.GetHost(ctx, "h1")
+		if err != nil || got.SlotsUsed != 3 || len(got.Baked) != 1 || got.State != HostUp {
+			t.Fatalf("after refresh: %+v %v", got, err)
+		}
+		if err := s.MarkHostDown(ctx, "h1", "test"); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.RefreshUpHost(ctx, h); ok || err != nil {
+			t.Fatalf("down host: %v %v", ok, err)
+		}
+		if got, _ := s.GetHost(ctx, "h1"); got.State != HostDown {
+			t.Fatalf("a refresh brought a down host up: %+v", got)
+		}
+	})
 }

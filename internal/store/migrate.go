@@ -24,21 +24,23 @@ type schemaStep struct {
 // versionNames names each migration (recorded in schema_migrations). Migrations are append-only:
 // never edit a released step (TestMigrationsUnchanged holds their checksums), add a new version.
 var versionNames = []string{
-	1: "initial schema",
-	2: "snapshots, sandbox lineage and ttl policy",
-	3: "volumes and their attachments",
-	4: "team templates, catalog aliases and metadata",
-	5: "catalog template sizes and bake times",
-	6: "audit log, scoped keys and team quotas",
-	7: "live sandboxes by expiry",
-	8: "functions and schedules",
-	9: "async function runs' leases",
+	1:  "initial schema",
+	2:  "snapshots, sandbox lineage and ttl policy",
+	3:  "volumes and their attachments",
+	4:  "team templates, catalog aliases and metadata",
+	5:  "catalog template sizes and bake times",
+	6:  "audit log, scoped keys and team quotas",
+	7:  "live sandboxes by expiry",
+	8:  "private sandbox ports",
+	9:  "quota holds",
+	10: "functions and schedules",
+	11: "async function runs' leases",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
 // (tables before the tables that reference them).
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
-	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, functionsSchema, schedulesSchema)
+	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema)
 
 // assemble groups the domains' steps into migrations by version.
 func assemble(domains ...[]schemaStep) []migration {

@@ -56,15 +56,18 @@ type Sandbox struct {
 	// ForkOf is the parent of a fork child; SnapshotID the snapshot a sandbox was created from.
 	ForkOf     string
 	SnapshotID string
+	// TrafficTokenHash is auth.Hash of the token its port proxy requires; "" when its ports are
+	// public. A fork's children keep their parent's.
+	TrafficTokenHash string
 }
 
-const sandboxCols = `id, team_id, template, state, host_id, metadata, error, created_at, expires_at, updated_at, ttl_seconds, fork_of, snapshot_id`
+const sandboxCols = `id, team_id, template, state, host_id, metadata, error, created_at, expires_at, updated_at, ttl_seconds, fork_of, snapshot_id, traffic_token_hash`
 
 func scanSandbox(sc scanner) (Sandbox, error) {
 	var sb Sandbox
 	var md string
 	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.Template, &sb.State, &sb.HostID, &md, &sb.Error,
-		timeCol(&sb.CreatedAt), timeCol(&sb.ExpiresAt), timeCol(&sb.UpdatedAt), &sb.TTLSeconds, &sb.ForkOf, &sb.SnapshotID); err != nil {
+		timeCol(&sb.CreatedAt), timeCol(&sb.ExpiresAt), timeCol(&sb.UpdatedAt), &sb.TTLSeconds, &sb.ForkOf, &sb.SnapshotID, &sb.TrafficTokenHash); err != nil {
 		return Sandbox{}, err
 	}
 	sb.Metadata = map[string]string{}
@@ -114,9 +117,9 @@ func (s *Store) insertSandboxes(ctx context.Context, tx *sql.Tx, sbs []Sandbox) 
 			sb.CreatedAt = now
 		}
 		sb.UpdatedAt = now
-		if _, err := s.exec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		if _, err := s.exec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.TeamID, sb.Template, sb.State, sb.HostID, string(md), sb.Error,
-			micros(sb.CreatedAt), micros(sb.ExpiresAt), micros(sb.UpdatedAt), sb.TTLSeconds, sb.ForkOf, sb.SnapshotID); err != nil {
+			micros(sb.CreatedAt), micros(sb.ExpiresAt), micros(sb.UpdatedAt), sb.TTLSeconds, sb.ForkOf, sb.SnapshotID, sb.TrafficTokenHash); err != nil {
 			return nil, err
 		}
 		keys := make([]string, 0, len(sb.Metadata))
@@ -292,6 +295,11 @@ func (s *Store) CountSandboxesByState(ctx context.Context) (map[string]int64, er
 	return s.countBy(ctx, `SELECT state, COUNT(*) FROM sandboxes GROUP BY state`)
 }
 
+// LiveSandboxesByHost returns how many running and hibernated sandboxes each host has.
+func (s *Store) LiveSandboxesByHost(ctx context.Context) (map[string]int64, error) {
+	return s.countBy(ctx, `SELECT host_id, COUNT(*) FROM sandboxes WHERE state IN ('`+StateRunning+`', '`+StateHibernated+`') GROUP BY host_id`)
+}
+
 // sandboxesSchema is the sandboxes tables' part of each migration.
 var sandboxesSchema = []schemaStep{
 	{1, []string{
@@ -331,5 +339,9 @@ var sandboxesSchema = []schemaStep{
 		// The reaper's query: live rows by expiry. (state, expires_at) cannot serve
 		// `state <> 'killed'`, and killed rows pile up; this index holds only the live ones.
 		`CREATE INDEX sandboxes_live_expires ON sandboxes (expires_at) WHERE state <> 'killed'`,
+	}},
+	{8, []string{
+		// Private ports: the hash of the token the port proxy asks for; '' means public.
+		`ALTER TABLE sandboxes ADD COLUMN traffic_token_hash TEXT NOT NULL DEFAULT ''`,
 	}},
 }

@@ -253,7 +253,7 @@ func (s *Store) ListScheduleRuns(ctx context.Context, scheduleID string, limit i
 
 // schedulesSchema is the schedules tables' part of each migration.
 var schedulesSchema = []schemaStep{
-	{8, []string{
+	{10, []string{
 		`CREATE TABLE schedules (
 			id              TEXT PRIMARY KEY,
 			team_id         TEXT NOT NULL REFERENCES teams(id),

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -47,6 +48,8 @@ type Store struct {
 	db      *sql.DB
 	dialect Dialect
 	now     func() time.Time
+
+	teamLocks sync.Map // team id → *sync.Mutex (WithTeamLock, this process's half)
 }
 
 // Open opens (creating if needed) and migrates the database named by dsn:

@@ -966,6 +966,9 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{5, "catalog template sizes and bake times", "23db207cf3a3f000e9a8e71166bd8f390f5092ec2d4a403d547fdc0da54dda0d"},
 		{6, "audit log, scoped keys and team quotas", "adb94783b424342a865afe0f26936df65a7b69c04dd78bb0744e433bc5fad79a"},
 		{7, "live sandboxes by expiry", "11cceaa6788c34ed900ab7d753ab916314ae1919bd888f9b0ba90cacc25e570c"},
+		{8, "private sandbox ports", "7e058c8cbe46c72615dbf306e1701338f817d137851dc5c6d545dbe5a1deaf68"},
+		{9, "quota holds", "40eaf27b281a0340d01649fa743741390aeb282edd10761c8551cc6d41956d7e"},
+		{10, "functions and schedules", "398e7cf4b9c6e04db3e4b956261a7330e743345772e909a249150d4897c940d1"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))

@@ -30,9 +30,9 @@ type Spec struct {
 	// Steps are shell commands run in order as root inside the build microVM, never on the host.
 	Steps []string          `json:"steps,omitempty"`
 	Env   map[string]string `json:"env,omitempty"` // for the steps, the start command and every exec
-	// Start is a command started (as the guest user, in the background) before the snapshot is
-	// taken, so every sandbox restores with it already running. Ready is a command the bake
-	// retries until it exits 0 (for at most ReadyTimeoutSeconds).
+	// Start is a command started (as root, in the background; `runuser -u user --` for the guest
+	// user) before the snapshot is taken, so every sandbox restores with it already running.
+	// Ready is a command the bake retries until it exits 0 (for at most ReadyTimeoutSeconds).
 	Start               string `json:"start,omitempty"`
 	Ready               string `json:"ready,omitempty"`
 	ReadyTimeoutSeconds int    `json:"ready_timeout_seconds,omitempty"`

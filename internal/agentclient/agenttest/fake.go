@@ -72,9 +72,16 @@ type sandbox struct {
 type guest struct {
 	fs      memFS
 	counter int
+	procs   map[int]*proc // background processes (processes.go)
 }
 
-func (g guest) clone() guest { return guest{fs: g.fs.clone(), counter: g.counter} }
+func (g guest) clone() guest {
+	c := guest{fs: g.fs.clone(), counter: g.counter, procs: map[int]*proc{}}
+	for pid, p := range g.procs {
+		c.procs[pid] = p.clone()
+	}
+	return c
+}
 
 type snapshot struct {
 	agentclient.Snapshot
@@ -332,33 +339,38 @@ func (a *Agent) serve(fn call) http.HandlerFunc {
 func (a *Agent) handler() http.Handler {
 	api := http.NewServeMux()
 	for pattern, fn := range map[string]call{
-		"GET /v1/info":                        a.info,
-		"GET /v1/templates":                   a.listTemplates,
-		"DELETE /v1/templates/{name}":         a.deleteTemplate,
-		"GET /v1/sandboxes":                   a.listSandboxes,
-		"GET /v1/sandboxes/{id}":              a.getSandbox,
-		"DELETE /v1/sandboxes/{id}":           a.kill,
-		"POST /v1/sandboxes/{id}/fork":        a.fork,
-		"POST /v1/sandboxes/{id}/hibernate":   a.hibernate,
-		"POST /v1/sandboxes/{id}/wake":        a.wake,
-		"POST /v1/sandboxes/{id}/snapshots":   a.snapshot,
-		"GET /v1/snapshots":                   a.listSnapshots,
-		"GET /v1/snapshots/{id}":              a.getSnapshot,
-		"DELETE /v1/snapshots/{id}":           a.deleteSnapshot,
-		"POST /v1/volumes":                    a.createVolume,
-		"GET /v1/volumes":                     a.listVolumes,
-		"GET /v1/volumes/{id}":                a.getVolume,
-		"POST /v1/volumes/{id}/resize":        a.resizeVolume,
-		"DELETE /v1/volumes/{id}":             a.deleteVolume,
-		"GET /v1/sandboxes/{id}/files":        a.fileCall(readFile),
-		"PUT /v1/sandboxes/{id}/files":        a.fileCall(writeFile),
-		"DELETE /v1/sandboxes/{id}/files":     a.fileCall(removeFile),
-		"GET /v1/sandboxes/{id}/files/list":   a.fileCall(listFiles),
-		"GET /v1/sandboxes/{id}/files/stat":   a.fileCall(statFile),
-		"POST /v1/sandboxes/{id}/files/mkdir": a.mkdir,
-		"POST /v1/sandboxes/{id}/files/move":  a.move,
-		"GET /healthz":                        a.health,
-		"/":                                   a.noRoute,
+		"GET /v1/info":                                   a.info,
+		"GET /v1/templates":                              a.listTemplates,
+		"DELETE /v1/templates/{name}":                    a.deleteTemplate,
+		"GET /v1/sandboxes":                              a.listSandboxes,
+		"GET /v1/sandboxes/{id}":                         a.getSandbox,
+		"DELETE /v1/sandboxes/{id}":                      a.kill,
+		"POST /v1/sandboxes/{id}/fork":                   a.fork,
+		"POST /v1/sandboxes/{id}/hibernate":              a.hibernate,
+		"POST /v1/sandboxes/{id}/wake":                   a.wake,
+		"POST /v1/sandboxes/{id}/snapshots":              a.snapshot,
+		"GET /v1/snapshots":                              a.listSnapshots,
+		"GET /v1/snapshots/{id}":                         a.getSnapshot,
+		"DELETE /v1/snapshots/{id}":                      a.deleteSnapshot,
+		"POST /v1/volumes":                               a.createVolume,
+		"GET /v1/volumes":                                a.listVolumes,
+		"GET /v1/volumes/{id}":                           a.getVolume,
+		"POST /v1/volumes/{id}/resize":                   a.resizeVolume,
+		"DELETE /v1/volumes/{id}":                        a.deleteVolume,
+		"GET /v1/sandboxes/{id}/files":                   a.fileCall(readFile),
+		"PUT /v1/sandboxes/{id}/files":                   a.fileCall(writeFile),
+		"DELETE /v1/sandboxes/{id}/files":                a.fileCall(removeFile),
+		"GET /v1/sandboxes/{id}/files/list":              a.fileCall(listFiles),
+		"GET /v1/sandboxes/{id}/files/stat":              a.fileCall(statFile),
+		"POST /v1/sandboxes/{id}/files/mkdir":            a.mkdir,
+		"POST /v1/sandboxes/{id}/files/move":             a.move,
+		"GET /healthz":                                   a.health,
+		"POST /v1/sandboxes/{id}/processes":              a.startProcess,
+		"GET /v1/sandboxes/{id}/processes":               a.listProcesses,
+		"POST /v1/sandboxes/{id}/processes/{pid}/stdin":  a.processStdin,
+		"POST /v1/sandboxes/{id}/processes/{pid}/signal": a.signalProcess,
+		"DELETE /v1/sandboxes/{id}/processes/{pid}":      a.killProcess,
+		"/": a.noRoute,
 	} {
 		api.HandleFunc(pattern, a.serve(fn))
 	}
@@ -370,6 +382,7 @@ func (a *Agent) handler() http.Handler {
 		a.serve(a.create)(w, r)
 	})
 	api.HandleFunc("POST /v1/sandboxes/{id}/exec", a.exec)
+	api.HandleFunc("GET /v1/sandboxes/{id}/processes/{pid}/output", a.processOutput)
 	api.HandleFunc("POST /v1/templates", a.buildTemplate)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")
@@ -426,5 +439,6 @@ func (a *Agent) port(w http.ResponseWriter, r *http.Request, id, port, rest stri
 	}
 	body, _ := io.ReadAll(r.Body)
 	writeJSON(w, 200, map[string]any{"method": r.Method, "port": port, "path": rest,
-		"query": r.URL.RawQuery, "host": r.Host, "authorization": r.Header.Get("Authorization"), "body": string(body)})
+		"query": r.URL.RawQuery, "host": r.Host, "authorization": r.Header.Get("Authorization"), "body": string(body),
+		"cookie": r.Header.Get("Cookie"), "traffic_token": r.Header.Get("X-PandaStack-Traffic-Token")})
 }

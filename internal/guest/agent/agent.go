@@ -48,6 +48,7 @@ type Agent struct {
 	log    *log.Logger
 	start  time.Time
 	bootID string
+	procs  procTable // background processes (process.go)
 }
 
 // New returns an agent.
@@ -72,7 +73,7 @@ func New(opts Options) *Agent {
 		lg = log.New(io.Discard, "", 0)
 	}
 	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return &Agent{opts: opts, log: lg, start: time.Now(), bootID: strings.TrimSpace(string(b))}
+	return &Agent{opts: opts, log: lg, start: time.Now(), bootID: strings.TrimSpace(string(b)), procs: procTable{procs: map[int]*proc{}}}
 }
 
 // ServeVirtio finds the virtio-serial port called name (waiting for it to

@@ -104,6 +104,10 @@ func (a *Agent) handleStream(st *yamux.Stream) {
 			return
 		}
 		w.frame(guest.FrameResult, []byte("{}"))
+	case guest.OpProcStart, guest.OpProcList, guest.OpProcOutput, guest.OpProcStdin, guest.OpProcSignal, guest.OpProcKill:
+		a.opProcess(st, fr, w, &req)
+	case guest.OpPTY:
+		a.opPTY(st, fr, w, &req)
 	default:
 		w.fail(gerr(guest.CodeInvalidArgument, fmt.Sprintf("unknown op %q", req.Op)))
 	}
@@ -254,9 +258,11 @@ func parseMode(s string) (uint32, error) {
 	return uint32(m), nil
 }
 
-// createTemp makes the temp file next to the target, so the final rename is
-// atomic and a failed write never leaves a half-written target.
-func createTemp(dir, base string) (*os.File, string, error) {
+// createTemp makes the temp file next to target, so the final rename is
+// atomic and a failed write never leaves a half-written target. An error names
+// target, the path the caller gave, not the temp file it never saw.
+func createTemp(target string) (*os.File, string, error) {
+	dir, base := filepath.Dir(target), filepath.Base(target)
 	if len(base) > 200 {
 		base = base[:200]
 	}
@@ -268,9 +274,22 @@ func createTemp(dir, base string) (*os.File, string, error) {
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
-		return f, name, err
+		return f, name, onTarget(err, name, target)
 	}
 	return nil, "", gerr(guest.CodeInternal, "could not create a temp file")
+}
+
+// onTarget rewrites an error about the temp file tmp into one about target.
+func onTarget(err error, tmp, target string) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == tmp {
+		return &fs.PathError{Op: pe.Op, Path: target, Err: pe.Err}
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) && le.Old == tmp {
+		return &fs.PathError{Op: "write", Path: target, Err: le.Err}
+	}
+	return err
 }
 
 func (a *Agent) opWrite(fr *guest.FrameReader, w *frameWriter, req *guest.Request) {
@@ -301,12 +320,11 @@ func (a *Agent) opWrite(fr *guest.FrameReader, w *frameWriter, req *guest.Reques
 				}
 			}
 		}
-		dir := filepath.Dir(p)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
 		var err error
-		f, tmp, err = createTemp(dir, filepath.Base(p))
+		f, tmp, err = createTemp(p)
 		return err
 	})
 	if err != nil {
@@ -335,7 +353,7 @@ func (a *Agent) opWrite(fr *guest.FrameReader, w *frameWriter, req *guest.Reques
 		switch typ {
 		case guest.FrameData:
 			if _, err := f.Write(payload); err != nil {
-				w.fail(err)
+				w.fail(onTarget(err, tmp, p))
 				return
 			}
 			continue
@@ -352,13 +370,13 @@ func (a *Agent) opWrite(fr *guest.FrameReader, w *frameWriter, req *guest.Reques
 	}
 	closed = true
 	if err := f.Close(); err != nil { // delayed allocation errors (ENOSPC) can surface here
-		w.fail(err)
+		w.fail(onTarget(err, tmp, p))
 		return
 	}
 	var fi guest.FileInfo
 	err = asUser(u, func() error {
 		if err := os.Rename(tmp, p); err != nil {
-			return err
+			return onTarget(err, tmp, p)
 		}
 		var err error
 		fi, err = lstatInfo(p)
@@ -557,7 +575,7 @@ func copyTree(from, to string) error {
 			return err
 		}
 		defer src.Close()
-		dst, tmp, err := createTemp(filepath.Dir(to), filepath.Base(to))
+		dst, tmp, err := createTemp(to)
 		if err != nil {
 			return err
 		}

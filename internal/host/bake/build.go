@@ -49,6 +49,16 @@ func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img imag
 	if _, err := os.Stat(out.Rootfs); err == nil {
 		return out, nil
 	}
+	// Other processes share the cache (a second agent, parallel test packages): one builds a
+	// key while the others wait for its result, so none removes a directory another is using.
+	unlock, err := image.LockEntry(ctx, dir)
+	if err != nil {
+		return out, err
+	}
+	defer unlock()
+	if _, err := os.Stat(out.Rootfs); err == nil {
+		return out, nil // built by another process while we waited
+	}
 	tmp := dir + ".building"
 	os.RemoveAll(tmp)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
@@ -114,7 +124,9 @@ func (ts *Templates) buildInGuest(ctx context.Context, c *guest.Client, r templa
 		return nil
 	}
 	if len(r.Npm) > 0 {
-		say("build VM: running the npm packages' install scripts")
+		// Inherited packages count: the rootfs is assembled afresh from every layer's packages,
+		// so a template that names none still reruns its parents' (base's bun) scripts.
+		say("build VM: running the install scripts of the npm packages %s (this template's and its parents')", strings.Join(r.Npm, ", "))
 		if err := run("npm rebuild", "npm rebuild --global --prefix /usr/local --foreground-scripts --no-audit --no-fund --offline"); err != nil {
 			return err
 		}

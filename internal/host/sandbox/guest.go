@@ -126,13 +126,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req hostapi.ExecRequest, 
 	if err != nil {
 		return guest.ExecResult{}, err
 	}
-	env := map[string]string{}
-	for k, v := range sb.rec.Env {
-		env[k] = v
-	}
-	for k, v := range req.Env {
-		env[k] = v
-	}
+	env := execEnv(sb, req.Env)
 	timeout := DefaultExecTimeout
 	if req.TimeoutSeconds != nil {
 		timeout = time.Duration(*req.TimeoutSeconds * float64(time.Second))
@@ -147,6 +141,35 @@ func (m *Manager) Exec(ctx context.Context, id string, req hostapi.ExecRequest, 
 		return res, m.callErr(sb, err)
 	}
 	return res, nil
+}
+
+// execEnv is the sandbox's env (from its create) overlaid with a call's.
+func execEnv(sb *sandbox, extra map[string]string) map[string]string {
+	env := map[string]string{}
+	for k, v := range sb.rec.Env {
+		env[k] = v
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
+// StartProcess starts a background process in the sandbox (waking it first) and returns its pid;
+// the guest agent owns it from then on (internal/guest/process.go).
+func (m *Manager) StartProcess(ctx context.Context, id string, req hostapi.StartProcessRequest) (int, error) {
+	if err := validateExec(&hostapi.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: req.Env}); err != nil {
+		return 0, err
+	}
+	c, sb, err := m.guest(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := c.StartProcess(ctx, guest.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: execEnv(sb, req.Env), Cwd: req.Cwd, User: req.User}, req.Stdin)
+	if err != nil {
+		return 0, m.callErr(sb, err)
+	}
+	return pid, nil
 }
 
 // WithGuest runs call with the sandbox's guest agent (waking a hibernated sandbox first); a failed

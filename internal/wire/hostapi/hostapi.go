@@ -14,6 +14,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // Limits both sides check.
@@ -321,3 +322,19 @@ func PortPath(escaped string) (id, port, rest string, ok bool) {
 	}
 	return id, port, "/" + rest, true
 }
+
+// The background-process bodies (POST/GET /v1/sandboxes/{id}/processes…, docs/processes.md)
+// are the public API's: the control plane relays them as they are, so they are defined once, in
+// internal/wire/v1.
+type (
+	StartProcessRequest = v1.StartProcessRequest
+	ProcessStarted      = v1.ProcessStarted
+	Process             = v1.Process
+	ProcessList         = v1.Processes
+	ProcessEvent        = v1.ProcessEvent
+	StdinRequest        = v1.StdinRequest
+	SignalRequest       = v1.SignalRequest
+	// TerminalMessage is a terminal WebSocket's text message (GET /v1/sandboxes/{id}/pty): the
+	// control plane passes the connection through.
+	TerminalMessage = v1.TerminalMessage
+)

@@ -51,7 +51,18 @@ type Sandbox struct {
 	// ForkOf names the parent of a fork's child; SnapshotID the snapshot a sandbox was made from.
 	ForkOf     string `json:"fork_of,omitempty"`
 	SnapshotID string `json:"snapshot_id,omitempty"`
+	// PublicPorts: its port proxy needs no token. Otherwise requests carry TrafficToken, which
+	// only the create answer shows (a fork's children keep their parent's).
+	PublicPorts  bool   `json:"public_ports"`
+	TrafficToken string `json:"traffic_token,omitempty"`
 }
+
+// A request to a private port carries the sandbox's traffic token in this header, or in this
+// query parameter (the port proxy then sets a cookie of the same name for the page's own requests).
+const (
+	TrafficTokenHeader = "X-PandaStack-Traffic-Token"
+	TrafficTokenParam  = "pandastack_traffic_token"
+)
 
 // SandboxPage is GET /v1/sandboxes: one page, and the cursor of the next (null at the end).
 type SandboxPage struct {
@@ -74,6 +85,10 @@ type CreateRequest struct {
 	Env        map[string]string `json:"env,omitempty"`
 	Egress     *network.Egress   `json:"egress,omitempty"`
 	Volumes    []VolumeMount     `json:"volumes,omitempty"`
+	// PublicPorts nil: the server's default.
+	PublicPorts *bool `json:"public_ports,omitempty"`
+	// Host pins the sandbox to one host (admin keys only).
+	Host string `json:"host,omitempty"`
 }
 
 // VolumeMount is a volume a create mounts in the sandbox, read-only or not.
@@ -90,7 +105,32 @@ type TTLRequest struct {
 
 // ForkRequest is the body of a fork (no body: one child).
 type ForkRequest struct {
-	Count int `json:"count"`
+	Count int    `json:"count"`
+	Host  string `json:"host,omitempty"` // admin keys: the host the children run on
+}
+
+// Host is a host agent as GET /v1/hosts (admin keys) shows it.
+type Host struct {
+	ID  string `json:"id"`
+	URL string `json:"url"` // where the control plane calls it
+	// State is up or down (silent past the heartbeat timeout: its sandboxes are lost).
+	State     string `json:"state"`
+	Accel     string `json:"accel"`     // kvm or tcg
+	Sandboxes int64  `json:"sandboxes"` // running and hibernated ones the store places there
+	// Room: VM slots and guest memory, as the host last reported them.
+	FreeSlots   int64 `json:"free_slots"`
+	SlotsTotal  int64 `json:"slots_total"`
+	MemMiBTotal int64 `json:"mem_mib_total"`
+	MemMiBFree  int64 `json:"mem_mib_free"`
+	// Templates it can run; Baked, those ready to restore at once.
+	Templates     []string `json:"templates"`
+	Baked         []string `json:"baked"`
+	LastHeartbeat string   `json:"last_heartbeat"`
+}
+
+// Hosts is GET /v1/hosts.
+type Hosts struct {
+	Hosts []Host `json:"hosts"`
 }
 
 // ExecRequest is the body of an exec: cmd (a shell command line) or argv. TimeoutSeconds is nil
@@ -125,6 +165,81 @@ type ExecEvent struct {
 	TimedOut   bool         `json:"timed_out,omitempty"`
 	DurationMS int64        `json:"duration_ms,omitempty"`
 	Error      *ErrorDetail `json:"error,omitempty"`
+}
+
+// StartProcessRequest is the body of POST /v1/sandboxes/{id}/processes: a background process
+// from cmd (a shell command line) or argv; Stdin keeps a pipe to its stdin open.
+type StartProcessRequest struct {
+	Cmd   string            `json:"cmd,omitempty"`
+	Argv  []string          `json:"argv,omitempty"`
+	Env   map[string]string `json:"env,omitempty"`
+	Cwd   string            `json:"cwd,omitempty"`
+	User  string            `json:"user,omitempty"`
+	Stdin bool              `json:"stdin,omitempty"`
+}
+
+// ProcessStarted answers a process start: its pid in the sandbox.
+type ProcessStarted struct {
+	Pid int `json:"pid"`
+}
+
+// Process is a background process, running or recently exited (docs/processes.md). The process
+// types here are the host agent's too (internal/wire/hostapi aliases them): relayed as they are.
+type Process struct {
+	Pid         int      `json:"pid"`
+	Cmd         string   `json:"cmd,omitempty"`
+	Argv        []string `json:"argv,omitempty"`
+	Cwd         string   `json:"cwd"`
+	User        string   `json:"user"`
+	State       string   `json:"state"`
+	ExitCode    *int     `json:"exit_code,omitempty"`
+	Signal      string   `json:"signal,omitempty"`
+	StartedAt   string   `json:"started_at"`
+	ExitedAt    string   `json:"exited_at,omitempty"`
+	Stdin       bool     `json:"stdin"`
+	OutputStart int64    `json:"output_start"`
+	OutputEnd   int64    `json:"output_end"`
+}
+
+// Processes is GET /v1/sandboxes/{id}/processes.
+type Processes struct {
+	Processes []Process `json:"processes"`
+}
+
+// ProcessEvent is one NDJSON line of GET …/processes/{pid}/output: output at Offset, then the
+// end (the exit, or Running when not following); Next is where a reader resumes.
+type ProcessEvent struct {
+	Offset   *int64       `json:"offset,omitempty"`
+	Stdout   *string      `json:"stdout,omitempty"`
+	Stderr   *string      `json:"stderr,omitempty"`
+	Next     *int64       `json:"next,omitempty"`
+	Running  bool         `json:"running,omitempty"`
+	ExitCode *int         `json:"exit_code,omitempty"`
+	Signal   string       `json:"signal,omitempty"`
+	Error    *ErrorDetail `json:"error,omitempty"`
+}
+
+// StdinRequest is the body of POST …/processes/{pid}/stdin.
+type StdinRequest struct {
+	Data string `json:"data"`
+	EOF  bool   `json:"eof,omitempty"`
+}
+
+// SignalRequest is the body of POST …/processes/{pid}/signal.
+type SignalRequest struct {
+	Signal string `json:"signal"`
+}
+
+// TerminalMessage is a text message of a terminal's WebSocket (GET /v1/sandboxes/{id}/pty; its
+// binary messages are the terminal's bytes): the client sends {"type": "resize", "cols", "rows"};
+// the server ends with {"type": "exit", "exit_code", "signal"?} or {"type": "error", "error"}.
+type TerminalMessage struct {
+	Type     string       `json:"type"`
+	Cols     int          `json:"cols,omitempty"`
+	Rows     int          `json:"rows,omitempty"`
+	ExitCode *int         `json:"exit_code,omitempty"`
+	Signal   string       `json:"signal,omitempty"`
+	Error    *ErrorDetail `json:"error,omitempty"`
 }
 
 // Stat describes a file in a sandbox (the files endpoints relay the host's answer).
@@ -365,4 +480,113 @@ type QuotaRequest struct {
 	MemoryMiB *int64 `json:"memory_mib"`
 	Volumes   *int64 `json:"volumes"`
 	VolumeMiB *int64 `json:"volume_mib"`
+}
+
+// CodeRequest is the body of POST /v1/sandboxes/{id}/code: code run in a code context (the
+// sandbox's default one without ContextID). TimeoutSeconds nil means the default (300).
+type CodeRequest struct {
+	Code           string   `json:"code"`
+	Language       string   `json:"language,omitempty"` // "python" (the default and only language)
+	ContextID      string   `json:"context_id,omitempty"`
+	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty"`
+}
+
+// CodeResult is one rich result of an execution: the value of its last expression
+// (IsMainResult) or something it displayed (a chart). Images are base64; JSON is JSON text.
+type CodeResult struct {
+	Text         string `json:"text,omitempty"`
+	HTML         string `json:"html,omitempty"`
+	Markdown     string `json:"markdown,omitempty"`
+	PNG          string `json:"png,omitempty"`
+	JPEG         string `json:"jpeg,omitempty"`
+	SVG          string `json:"svg,omitempty"`
+	JSON         string `json:"json,omitempty"`
+	LaTeX        string `json:"latex,omitempty"`
+	JavaScript   string `json:"javascript,omitempty"`
+	IsMainResult bool   `json:"is_main_result"`
+}
+
+// CodeError is an exception the code raised (the context lives on).
+type CodeError struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// CodeEnd closes an execution.
+type CodeEnd struct {
+	ExecutionCount *int  `json:"execution_count"`
+	DurationMS     int64 `json:"duration_ms"`
+}
+
+// CodeEvent is one line of a streamed execution (Accept: application/x-ndjson): exactly one
+// field is set. Output comes as it is printed, results and errors as they happen, end last;
+// StreamError replaces end when the stream itself broke.
+type CodeEvent struct {
+	Stdout      *string      `json:"stdout,omitempty"`
+	Stderr      *string      `json:"stderr,omitempty"`
+	Result      *CodeResult  `json:"result,omitempty"`
+	Error       *CodeError   `json:"error,omitempty"`
+	End         *CodeEnd     `json:"end,omitempty"`
+	StreamError *ErrorDetail `json:"stream_error,omitempty"`
+}
+
+// CodeLogs is an execution's output, in the chunks it was printed in.
+type CodeLogs struct {
+	Stdout []string `json:"stdout"`
+	Stderr []string `json:"stderr"`
+}
+
+// CodeExecution is the buffered answer of POST /v1/sandboxes/{id}/code.
+type CodeExecution struct {
+	Results        []CodeResult `json:"results"`
+	Logs           CodeLogs     `json:"logs"`
+	Error          *CodeError   `json:"error,omitempty"`
+	ExecutionCount *int         `json:"execution_count"`
+	DurationMS     int64        `json:"duration_ms"`
+}
+
+// CodeContext is a kernel with its own variables in a sandbox.
+type CodeContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+// CreateCodeContextRequest is the body of POST /v1/sandboxes/{id}/code/contexts.
+type CreateCodeContextRequest struct {
+	Language string `json:"language,omitempty"`
+	Cwd      string `json:"cwd,omitempty"`
+}
+
+// CodeContextList is GET /v1/sandboxes/{id}/code/contexts.
+type CodeContextList struct {
+	Contexts []CodeContext `json:"contexts"`
+}
+
+// CodeInterruptRequest is the body of POST /v1/sandboxes/{id}/code/interrupt (the default
+// context without ContextID).
+type CodeInterruptRequest struct {
+	ContextID string `json:"context_id,omitempty"`
+}
+
+// Add gathers one streamed event into the buffered execution.
+func (x *CodeExecution) Add(ev CodeEvent) {
+	switch {
+	case ev.Stdout != nil:
+		x.Logs.Stdout = append(x.Logs.Stdout, *ev.Stdout)
+	case ev.Stderr != nil:
+		x.Logs.Stderr = append(x.Logs.Stderr, *ev.Stderr)
+	case ev.Result != nil:
+		x.Results = append(x.Results, *ev.Result)
+	case ev.Error != nil:
+		x.Error = ev.Error
+	case ev.End != nil:
+		x.ExecutionCount, x.DurationMS = ev.End.ExecutionCount, ev.End.DurationMS
+	}
+}
+
+// NewCodeExecution is an empty execution (its lists empty, not null).
+func NewCodeExecution() CodeExecution {
+	return CodeExecution{Results: []CodeResult{}, Logs: CodeLogs{Stdout: []string{}, Stderr: []string{}}}
 }

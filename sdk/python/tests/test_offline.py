@@ -158,6 +158,47 @@ class Create(OfflineCase):
             pandastack.PandaStack(token="pds_x", base_url="http://h", send="not a function")
 
 
+# -- code interpreter ------------------------------------------------------------------------------
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"x" * 10
+
+
+class Code(OfflineCase):
+    def test_run_code_buffered(self) -> None:
+        import base64
+        s = self.answer(ok({"results": [{"text": "2", "is_main_result": True},
+                                        {"png": base64.b64encode(PNG).decode(), "json": "[1, 2]"}],
+                            "logs": {"stdout": ["hi\n"], "stderr": []},
+                            "error": {"name": "ValueError", "value": "v", "traceback": "tb"},
+                            "execution_count": 3, "duration_ms": 9}))
+        ctx = pandastack.CodeContext({"id": "c1", "language": "python", "cwd": "/"})
+        x = self.sandbox().run_code("1+1", context=ctx, timeout=30)
+        self.assertEqual(s.path(), "/v1/sandboxes/sb_one/code")
+        self.assertEqual(s.requests[0].json(), {"code": "1+1", "context_id": "c1", "timeout_seconds": 30})
+        self.assertEqual((x.text, x.results[1].png, x.results[1].json, x.logs.stdout), ("2", PNG, [1, 2], ["hi\n"]))
+        self.assertEqual((x.error.name, x.execution_count, x.results[1].is_main_result), ("ValueError", 3, False))
+
+    def test_run_code_streams_to_callbacks(self) -> None:
+        s = self.answer(ndjson({"stdout": "a"}, {"result": {"html": "<table/>", "is_main_result": True}},
+                               {"end": {"execution_count": 1, "duration_ms": 2}}))
+        got: List[Any] = []
+        x = self.sandbox().run_code("df", on_stdout=got.append, on_result=got.append)
+        self.assertEqual(s.requests[0].headers["Accept"], "application/x-ndjson")
+        self.assertEqual((got[0], got[1].html, x.execution_count), ("a", "<table/>", 1))
+
+    def test_run_code_stream_error(self) -> None:
+        self.answer(ndjson({"stdout": "a"}, {"stream_error": {"code": "upstream_unreachable", "message": "gone"}}))
+        with self.assertRaises(pandastack.PandaStackError):
+            self.sandbox().run_code("x", on_stdout=lambda _: None)
+
+    def test_contexts(self) -> None:
+        s = self.answer(ok({"id": "c1", "language": "python", "cwd": "/tmp"}, status=201), ok(None, status=204))
+        c = self.sandbox().create_code_context(cwd="/tmp")
+        self.assertEqual((c.id, s.requests[0].json()), ("c1", {"language": "python", "cwd": "/tmp"}))
+        self.sandbox().interrupt_code(c)
+        self.assertEqual((s.path(), s.requests[1].json()), ("/v1/sandboxes/sb_one/code/interrupt", {"context_id": "c1"}))
+
+
 # -- exec ------------------------------------------------------------------------------------------
 
 
@@ -297,6 +338,63 @@ class Files(OfflineCase):
 
 
 # -- errors ----------------------------------------------------------------------------------------
+
+
+class BackgroundProcesses(OfflineCase):
+    def test_start_list_kill_signal_stdin(self) -> None:
+        proc = {"pid": 42, "cmd": "sleep 9", "cwd": "/home/user", "user": "user", "state": "exited", "exit_code": 137,
+                "signal": "SIGKILL", "started_at": "2026-01-01T00:00:00Z", "stdin": False, "output_start": 0,
+                "output_end": 3}
+        s = self.answer(ok({"pid": 42}, 201), ok({"processes": [dict(proc, state="running", exit_code=None)]}),
+                        ok(None, 204), ok(None, 204), ok(proc))
+        sb = self.sandbox()
+        h = sb.processes.start(["python3", "-u", "srv.py"], env={"A": "1"}, cwd="/srv", stdin=True)
+        self.assertEqual(h.pid, 42)
+        self.assertEqual((s.requests[0].method, s.path(0)), ("POST", "/v1/sandboxes/sb_one/processes"))
+        self.assertEqual(s.requests[0].json(), {"argv": ["python3", "-u", "srv.py"], "env": {"A": "1"}, "cwd": "/srv",
+                                                "stdin": True})
+        ps = sb.processes.list()
+        self.assertEqual((ps[0].pid, ps[0].running, ps[0].output_end), (42, True, 3))
+        h.send_stdin(b"hi\n", eof=True)
+        self.assertEqual((s.path(2), s.requests[2].json()), ("/v1/sandboxes/sb_one/processes/42/stdin",
+                                                             {"data": "hi\n", "eof": True}))
+        sb.processes.signal(42, "TERM")
+        self.assertEqual((s.path(3), s.requests[3].json()), ("/v1/sandboxes/sb_one/processes/42/signal",
+                                                             {"signal": "TERM"}))
+        p = sb.processes.kill(42)
+        self.assertEqual((s.requests[4].method, s.path(4)), ("DELETE", "/v1/sandboxes/sb_one/processes/42"))
+        self.assertEqual((p.state, p.exit_code, p.signal), ("exited", 137, "SIGKILL"))
+
+    def test_output_events_and_offsets(self) -> None:
+        s = self.answer(ndjson({"offset": 5, "next": 8, "stdout": "ab\n"}, {"offset": 8, "next": 10, "stderr": "e\n"},
+                               {"next": 10, "running": True}))
+        h = self.sandbox().processes.connect(42, offset=5)
+        evs = list(h.output())
+        self.assertEqual(s.requests[0].method, "GET")
+        self.assertEqual(s.path(0), "/v1/sandboxes/sb_one/processes/42/output?offset=5")
+        self.assertIsNone(s.requests[0].body)
+        self.assertEqual([(e.type, e.data, e.offset) for e in evs], [("stdout", "ab\n", 5), ("stderr", "e\n", 8),
+                                                                    ("running", "", None)])
+        self.assertEqual(h.offset, 10)
+
+    def test_wait_resumes_a_dropped_stream_from_its_offset(self) -> None:
+        s = self.answer(ndjson({"offset": 0, "next": 2, "stdout": "1\n"}),  # ends without an end line
+                        ndjson({"offset": 2, "next": 4, "stdout": "2\n"}, {"next": 4, "exit_code": 3}))
+        seen: List[str] = []
+        r = self.sandbox().processes.connect(7).wait(on_stdout=seen.append)
+        self.assertEqual((r.exit_code, r.stdout, seen), (3, "1\n2\n", ["1\n", "2\n"]))
+        self.assertEqual([s.query(i) for i in (0, 1)], [{"offset": ["0"], "follow": ["1"]},
+                                                         {"offset": ["2"], "follow": ["1"]}])
+
+    def test_connect_wakes_a_hibernated_sandbox(self) -> None:
+        s = self.answer(ok(dict(SB, state="hibernated")), ok(SB))
+        sb = self.client.sandboxes.connect("sb_one")
+        self.assertEqual(sb.state, "running")
+        self.assertEqual([(r.method, self.script.path(i)) for i, r in enumerate(s.requests)],
+                         [("GET", "/v1/sandboxes/sb_one"), ("POST", "/v1/sandboxes/sb_one/wake")])
+        self.answer(ok(dict(SB, state="killed")))
+        with self.assertRaises(pandastack.Conflict):
+            self.client.sandboxes.connect("sb_one")
 
 
 class ErrorMapping(OfflineCase):

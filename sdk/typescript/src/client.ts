@@ -1,6 +1,6 @@
 import { ConfigurationError } from "./errors.js";
 import { Transport, type FetchLike } from "./http.js";
-import { Sandboxes, Snapshots, Templates, Volumes, type ClientContext } from "./sandbox.js";
+import { Sandboxes, Snapshots, Templates, Volumes, registerClientFactory, type ClientContext } from "./sandbox.js";
 import { Functions, Schedules } from "./functions.js";
 
 /** Where the hosted API lives; a self-hosted `pandastack up` prints its own base URL. */
@@ -156,3 +156,5 @@ export interface DeploymentInfo {
   version: string;
   egress: { blocked: InfoRange[]; private: InfoRange[]; open: string[]; also_blocked: string[] };
 }
+
+registerClientFactory((options) => new PandaStack(options as PandaStackOptions));

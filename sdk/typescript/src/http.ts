@@ -276,14 +276,16 @@ export class Transport {
       /** A body sent as it is (with `contentType`) instead of `json`. */
       body?: string;
       contentType?: string;
+      query?: Query;
       timeoutMs: number | null;
       signal?: AbortSignal;
       onRequestId?: (id: string | undefined) => void;
     },
   ): AsyncGenerator<Record<string, unknown>, void, undefined> {
-    const url = this.baseUrl + path;
-    const headers = this.headers({ accept: "application/x-ndjson", "content-type": opts.contentType ?? "application/json" });
-    const body = opts.body ?? JSON.stringify(opts.json);
+    const url = this.baseUrl + path + encodeQuery(opts.query);
+    const get = method === "GET"; // a GET sends no body
+    const headers = this.headers(get ? { accept: "application/x-ndjson" } : { accept: "application/x-ndjson", "content-type": opts.contentType ?? "application/json" });
+    const body = get ? undefined : opts.body ?? JSON.stringify(opts.json);
     const deadline = new Deadline(opts.timeoutMs, opts.signal);
     let resp: FetchResponse;
     try {

@@ -28,6 +28,16 @@ export {
   type SandboxData,
   type SandboxState,
 } from "./sandbox.js";
+export { Result, Execution, type ExecutionError, type Logs, type CodeContext, type RunCodeOptions, type ResultData } from "./code.js";
+export {
+  Processes,
+  ProcessHandle,
+  type Process,
+  type ProcessEvent,
+  type ProcessResult,
+  type StartProcessOptions,
+  type WaitOptions,
+} from "./processes.js";
 export {
   Functions,
   Schedules,

@@ -1,5 +1,8 @@
-import { APIConnectionError, NotFound, PandaStackError, errorFromPayload } from "./errors.js";
+import { APIConnectionError, Conflict, NotFound, PandaStackError, errorFromPayload } from "./errors.js";
 import type { Transport } from "./http.js";
+import { OutputGatherer } from "./output.js";
+import { Processes } from "./processes.js";
+import { type CodeContext, Execution, type RunCodeOptions, codeBody, streamCode } from "./code.js";
 
 // ---------------------------------------------------------------------------------------------
 // Wire shapes (snake_case, as the API sends them)
@@ -17,6 +20,8 @@ export interface SandboxData {
   error?: string;
   fork_of?: string;
   snapshot_id?: string;
+  public_ports?: boolean;
+  traffic_token?: string;
   [key: string]: unknown;
 }
 
@@ -150,6 +155,13 @@ export interface CreateSandboxParams {
   egress?: unknown;
   /** Volumes to mount (at most 4); the sandbox runs on their host. */
   volumes?: VolumeMount[];
+  /**
+   * `false`: the port proxy asks for the sandbox's `trafficToken`. Default: the server's setting
+   * (public unless it runs with `--private-ports`).
+   */
+  publicPorts?: boolean;
+  /** Admin keys: the one host to run on. */
+  host?: string;
   signal?: AbortSignal;
 }
 
@@ -224,6 +236,18 @@ export interface FileOptions {
 
 /** What `fork()` resolves to: one sandbox for count 1, an array otherwise. */
 export type ForkResult<N extends number> = number extends N ? Sandbox | Sandbox[] : N extends 1 ? Sandbox : Sandbox[];
+
+/**
+ * Makes a client from options for `Sandbox.connect`: client.ts registers `PandaStack` here when it
+ * loads (the package entry loads it), so this module needs no import of it.
+ * @internal
+ */
+let clientFactory: ((options: Record<string, unknown>) => ClientContext) | undefined;
+
+/** @internal */
+export function registerClientFactory(f: (options: Record<string, unknown>) => ClientContext): void {
+  clientFactory = f;
+}
 
 /** Things a Sandbox needs from its client. */
 export interface ClientContext {
@@ -476,9 +500,19 @@ export class Sandbox {
   forkOf?: string;
   /** For a sandbox created from a snapshot: that snapshot's id. */
   snapshotId?: string;
+  /** False when its port proxy asks for `trafficToken`. */
+  publicPorts!: boolean;
+  /**
+   * The token its private ports ask for (send it as the `X-PandaStack-Traffic-Token` header). Only
+   * the create answer carries it, so it is kept across refreshes; a fork's children get their
+   * parent's.
+   */
+  trafficToken?: string;
   /** The last answer, as sent. */
   raw!: SandboxData;
   readonly filesystem: Filesystem;
+  /** Background processes: start, list, connect, kill, sendStdin, signal. */
+  readonly processes: Processes;
 
   /** @internal the client this sandbox belongs to (not enumerable) */
   declare readonly client: ClientContext;
@@ -486,7 +520,17 @@ export class Sandbox {
   constructor(client: ClientContext, data: SandboxData) {
     Object.defineProperty(this, "client", { value: client, enumerable: false });
     this.filesystem = new Filesystem(this);
+    this.processes = new Processes(this);
     this.update(data);
+  }
+
+  /**
+   * The sandbox `id`, woken if hibernated, through a new client made with `options` (apiKey,
+   * baseUrl…; the environment otherwise). Same as `new PandaStack(options).sandboxes.connect(id)`.
+   */
+  static async connect(id: string, options: Record<string, unknown> = {}): Promise<Sandbox> {
+    if (!clientFactory) throw new TypeError("import the package (its client module) first");
+    return new Sandboxes(clientFactory(options)).connect(id);
   }
 
   /** Alias of `filesystem`. */
@@ -507,6 +551,8 @@ export class Sandbox {
     this.error = d.error;
     this.forkOf = d.fork_of;
     this.snapshotId = d.snapshot_id;
+    this.publicPorts = d.public_ports !== false;
+    this.trafficToken = d.traffic_token || this.trafficToken;
   }
 
   private async updateFrom(d: unknown): Promise<void> {
@@ -552,19 +598,10 @@ export class Sandbox {
         Boolean(d?.stderr_truncated),
       );
     }
-    const out: string[] = [];
-    const err: string[] = [];
+    const got = new OutputGatherer(options.onStdout, options.onStderr);
     const stream = new ExecStream(this.client.http, this.path("/exec"), body, this.execTimeoutMs(options.timeoutSeconds), options.signal);
-    for await (const ev of stream) {
-      if (ev.type === "stdout") {
-        out.push(ev.data);
-        options.onStdout?.(ev.data);
-      } else if (ev.type === "stderr") {
-        err.push(ev.data);
-        options.onStderr?.(ev.data);
-      }
-    }
-    return new ExecResult(out.join(""), err.join(""), stream.exitCode ?? -1, stream.timedOut, stream.durationMs);
+    for await (const ev of stream) got.add(ev);
+    return new ExecResult(got.stdout, got.stderr, stream.exitCode ?? -1, stream.timedOut, stream.durationMs);
   }
 
   /**
@@ -573,6 +610,47 @@ export class Sandbox {
    */
   execStream(cmd: Command, options: ExecStreamOptions = {}): ExecStream {
     return new ExecStream(this.client.http, this.path("/exec"), execBody(cmd, options), this.execTimeoutMs(options.timeoutSeconds), options.signal);
+  }
+
+  /**
+   * Run Python in the sandbox's warm kernel (templates with a code interpreter, such as
+   * code-interpreter). Variables live on between calls in a context. An exception in the code is
+   * `execution.error`, not a rejection. With callbacks, output and results arrive as they happen.
+   */
+  async runCode(code: string, options: RunCodeOptions = {}): Promise<Execution> {
+    const body = codeBody(code, options);
+    const timeoutMs = this.execTimeoutMs(options.timeout ?? 300);
+    if (!options.onStdout && !options.onStderr && !options.onResult && !options.onError) {
+      const d = await this.client.http.json<Record<string, unknown>>("POST", this.path("/code"), { json: body, timeoutMs, signal: options.signal });
+      return Execution.fromAPI(d ?? {});
+    }
+    return streamCode(this.client.http, this.path("/code"), body, timeoutMs, options);
+  }
+
+  /** Start a code context: a kernel with its own variables (warm: the data stack is imported). */
+  async createCodeContext(options: { cwd?: string; language?: "python"; signal?: AbortSignal } = {}): Promise<CodeContext> {
+    const body: Record<string, unknown> = { language: options.language ?? "python" };
+    if (options.cwd !== undefined) body.cwd = options.cwd;
+    return this.client.http.json<CodeContext>("POST", this.path("/code/contexts"), { json: body, timeoutMs: this.execTimeoutMs(900), signal: options.signal });
+  }
+
+  /** The sandbox's code contexts. */
+  async listCodeContexts(): Promise<CodeContext[]> {
+    const d = await this.client.http.json<{ contexts?: CodeContext[] }>("GET", this.path("/code/contexts"), { idempotent: true });
+    return d?.contexts ?? [];
+  }
+
+  /** Stop a code context's kernel. */
+  async deleteCodeContext(context: string | CodeContext): Promise<void> {
+    const id = typeof context === "string" ? context : context.id;
+    await this.client.http.json("DELETE", this.path(`/code/contexts/${seg(id)}`), {});
+  }
+
+  /** Interrupt the running execution of a context (KeyboardInterrupt in Python). */
+  async interruptCode(context?: string | CodeContext): Promise<void> {
+    const body: Record<string, unknown> = {};
+    if (context !== undefined) body.context_id = typeof context === "string" ? context : context.id;
+    await this.client.http.json("POST", this.path("/code/interrupt"), { json: body });
   }
 
   /**
@@ -590,6 +668,7 @@ export class Sandbox {
     });
     const d = JSON.parse((await resp.text()) || "{}") as { sandboxes?: SandboxData[] };
     const children = (d.sandboxes ?? []).map((s) => new Sandbox(this.client, s));
+    for (const child of children) if (!child.publicPorts) child.trafficToken = this.trafficToken;
     if (count === 1) {
       if (!children[0]) {
         throw new PandaStackError("fork answered without a sandbox", {
@@ -671,6 +750,8 @@ export class Sandboxes {
     if (params.snapshotId !== undefined) body.snapshot_id = params.snapshotId;
     if (params.egress !== undefined) body.egress = params.egress;
     if (params.volumes !== undefined) body.volumes = params.volumes.map(volumeEntry);
+    if (params.publicPorts !== undefined) body.public_ports = params.publicPorts;
+    if (params.host !== undefined) body.host = params.host;
     const d = await this.client.http.json<SandboxData>("POST", "/v1/sandboxes", {
       json: body,
       timeoutMs: this.client.createTimeoutMs,
@@ -687,6 +768,17 @@ export class Sandboxes {
     } finally {
       await sb.kill().catch(() => undefined);
     }
+  }
+
+  /**
+   * A sandbox made earlier (by this program or another), ready for calls: a hibernated one is
+   * woken. NotFound for an unknown id, Conflict for one that was killed.
+   */
+  async connect(id: string): Promise<Sandbox> {
+    const sb = await this.get(id);
+    if (sb.state === "hibernated") await sb.wake();
+    else if (sb.state !== "running") throw new Conflict(`sandbox ${sb.id} is ${sb.state}`, { code: "conflict" });
+    return sb;
   }
 
   /** The sandbox with this id (killed ones stay readable with state "killed"). */

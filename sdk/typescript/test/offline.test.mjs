@@ -174,6 +174,41 @@ describe("offline: create, get, list", () => {
   });
 });
 
+// -- code interpreter -----------------------------------------------------------------------------
+
+describe("offline: code interpreter", () => {
+  const sandbox = (f) => new Sandbox(client(f), SB);
+  const PNG = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 1, 2]);
+
+  it("runCode buffered: results decoded (png bytes, json value), error and logs", async () => {
+    const png = Buffer.from(PNG).toString("base64");
+    const f = script(ok({ results: [{ text: "2", is_main_result: true }, { png, json: "[1,2]" }], logs: { stdout: ["hi\n"], stderr: [] },
+      error: { name: "ValueError", value: "v", traceback: "tb" }, execution_count: 3, duration_ms: 9 }));
+    const x = await sandbox(f).runCode("1+1", { context: { id: "c1", language: "python", cwd: "/" }, timeout: 30 });
+    assert.equal(f.calls[0].path(), "/v1/sandboxes/sb_one/code");
+    assert.deepEqual(f.calls[0].json(), { code: "1+1", context_id: "c1", timeout_seconds: 30 });
+    assert.deepEqual([x.text, [...x.results[1].png], x.results[1].json, x.logs.stdout, x.error.name, x.executionCount],
+      ["2", [...PNG], [1, 2], ["hi\n"], "ValueError", 3]);
+  });
+
+  it("runCode with callbacks streams; a stream_error rejects", async () => {
+    const f = script(ndjson([{ stdout: "a" }, { result: { html: "<table/>", is_main_result: true } }, { end: { execution_count: 1, duration_ms: 2 } }]),
+      ndjson([{ stdout: "a" }, { stream_error: { code: "upstream_unreachable", message: "gone" } }]));
+    const got = [];
+    const x = await sandbox(f).runCode("df", { onStdout: (s) => got.push(s), onResult: (r) => got.push(r.html) });
+    assert.deepEqual([got, x.executionCount, f.calls[0].headers.accept], [["a", "<table/>"], 1, "application/x-ndjson"]);
+    await assert.rejects(sandbox(f).runCode("x", { onStdout: () => {} }), PandaStackError);
+  });
+
+  it("contexts and interrupt", async () => {
+    const f = script(ok({ id: "c1", language: "python", cwd: "/tmp" }, 201), ok(null, 204));
+    const c = await sandbox(f).createCodeContext({ cwd: "/tmp" });
+    assert.deepEqual([c.id, f.calls[0].json()], ["c1", { language: "python", cwd: "/tmp" }]);
+    await sandbox(f).interruptCode(c);
+    assert.deepEqual([f.calls[1].path(), f.calls[1].json()], ["/v1/sandboxes/sb_one/code/interrupt", { context_id: "c1" }]);
+  });
+});
+
 // -- exec -----------------------------------------------------------------------------------------
 
 describe("offline: exec", () => {
@@ -629,6 +664,60 @@ describe("offline: the seed snippet", () => {
   });
 });
 
+// -- background processes -------------------------------------------------------------------------
+
+describe("offline: background processes", () => {
+  const proc = { pid: 42, cmd: "sleep 9", cwd: "/home/user", user: "user", state: "exited", exit_code: 137, signal: "SIGKILL", started_at: "2026-01-01T00:00:00Z", stdin: false, output_start: 0, output_end: 3 };
+
+  it("start, list, stdin, signal, kill send the documented requests", async () => {
+    const f = script(ok({ pid: 42 }, 201), ok({ processes: [{ ...proc, state: "running", exit_code: undefined }] }), ok(null, 204), ok(null, 204), ok(proc));
+    const sb = new Sandbox(client(f), SB);
+    const h = await sb.processes.start(["python3", "-u", "srv.py"], { env: { A: "1" }, cwd: "/srv", stdin: true });
+    assert.equal(h.pid, 42);
+    assert.deepEqual([f.calls[0].method, f.calls[0].path(), f.calls[0].json()], ["POST", "/v1/sandboxes/sb_one/processes", { argv: ["python3", "-u", "srv.py"], env: { A: "1" }, cwd: "/srv", stdin: true }]);
+    const ps = await sb.processes.list();
+    assert.deepEqual([ps[0].pid, ps[0].state, ps[0].outputEnd], [42, "running", 3]);
+    await h.sendStdin("hi\n", { eof: true });
+    assert.deepEqual([f.calls[2].path(), f.calls[2].json()], ["/v1/sandboxes/sb_one/processes/42/stdin", { data: "hi\n", eof: true }]);
+    await sb.processes.signal(42, "TERM");
+    assert.deepEqual([f.calls[3].path(), f.calls[3].json()], ["/v1/sandboxes/sb_one/processes/42/signal", { signal: "TERM" }]);
+    const p = await sb.processes.kill(42);
+    assert.deepEqual([f.calls[4].method, f.calls[4].path(), p.state, p.exitCode, p.signal], ["DELETE", "/v1/sandboxes/sb_one/processes/42", "exited", 137, "SIGKILL"]);
+  });
+
+  it("output is a GET from an offset; the handle's offset follows it", async () => {
+    const f = script(ndjson([{ offset: 5, next: 8, stdout: "ab\n" }, { offset: 8, next: 10, stderr: "e\n" }, { next: 10, running: true }]));
+    const h = new Sandbox(client(f), SB).processes.connect(42, { offset: 5 });
+    const evs = [];
+    for await (const ev of h.output()) evs.push(ev);
+    assert.deepEqual([f.calls[0].method, f.calls[0].path(), f.calls[0].body], ["GET", "/v1/sandboxes/sb_one/processes/42/output?offset=5", undefined]);
+    assert.deepEqual(evs.map((e) => [e.type, e.data, e.offset]), [["stdout", "ab\n", 5], ["stderr", "e\n", 8], ["running", undefined, undefined]]);
+    assert.equal(h.offset, 10);
+  });
+
+  it("wait resumes a dropped stream from its offset", async () => {
+    const f = script(ndjson([{ offset: 0, next: 2, stdout: "1\n" }]), ndjson([{ offset: 2, next: 4, stdout: "2\n" }, { next: 4, exit_code: 3 }]));
+    const seen = [];
+    const r = await new Sandbox(client(f), SB).processes.connect(7).wait({ onStdout: (d) => seen.push(d) });
+    assert.deepEqual([r.exitCode, r.stdout, seen], [3, "1\n2\n", ["1\n", "2\n"]]);
+    assert.deepEqual(f.calls.map((c) => c.query()), [{ offset: "0", follow: "1" }, { offset: "2", follow: "1" }]);
+  });
+
+  it("sandboxes.connect wakes a hibernated sandbox and refuses a killed one", async () => {
+    const f = script(ok({ ...SB, state: "hibernated" }), ok(SB), ok({ ...SB, state: "killed" }));
+    const sb = await client(f).sandboxes.connect("sb_one");
+    assert.equal(sb.state, "running");
+    assert.deepEqual(f.calls.map((c) => [c.method, c.path()]), [["GET", "/v1/sandboxes/sb_one"], ["POST", "/v1/sandboxes/sb_one/wake"]]);
+    await assert.rejects(client(f).sandboxes.connect("sb_one"), Conflict);
+  });
+
+  it("Sandbox.connect makes its own client", async () => {
+    const f = script(ok(SB));
+    const sb = await Sandbox.connect("sb_one", { apiKey: "pds_offline", baseUrl: "http://pandastack.invalid:8080", fetch: f, env: {} });
+    assert.equal(sb.id, "sb_one");
+  });
+});
+
 // -- the package surface --------------------------------------------------------------------------
 
 describe("offline: usage and audit", () => {
@@ -649,7 +738,7 @@ describe("offline: usage and audit", () => {
 
 describe("offline: surface", () => {
   it("exports what the README lists", () => {
-    for (const name of ["PandaStack", "Sandbox", "Sandboxes", "Filesystem", "ExecStream", "ExecResult", "Snapshots", "Templates", "Volumes", "NotImplemented", "errorFromPayload", "VERSION", "DEFAULT_BASE_URL"]) {
+    for (const name of ["PandaStack", "Sandbox", "Sandboxes", "Filesystem", "ExecStream", "ExecResult", "Snapshots", "Templates", "Volumes", "Processes", "ProcessHandle", "NotImplemented", "errorFromPayload", "VERSION", "DEFAULT_BASE_URL"]) {
       assert.ok(name in sdk, name);
     }
   });

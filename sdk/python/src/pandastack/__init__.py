@@ -30,8 +30,10 @@ from .errors import (
 # The transport seam's types (PandaStack(send=...)): importable, but left out of __all__ so a star
 # import does not gain generic names such as HTTPResponse.
 from ._http import HTTPRequest, HTTPResponse
-from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, Volume, VolumeAttachment
+from .code import CodeContext, Execution, ExecutionError, Logs, Result
 from .functions import Functions, Schedules
+from .models import ExecEvent, ExecResult, FileInfo, Process, ProcessEvent, Snapshot, Template, Volume, VolumeAttachment
+from .processes import ProcessHandle, Processes, ProcessResult
 from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates, Volumes
 
 __all__ = [
@@ -45,6 +47,16 @@ __all__ = [
     "ExecStream",
     "ExecResult",
     "ExecEvent",
+    "Process",
+    "ProcessEvent",
+    "ProcessHandle",
+    "Processes",
+    "ProcessResult",
+    "Execution",
+    "ExecutionError",
+    "Result",
+    "Logs",
+    "CodeContext",
     "FileInfo",
     "Snapshot",
     "Snapshots",

@@ -4,11 +4,11 @@ on this protocol, not on the client module, so the client imports them and not t
 
 from __future__ import annotations
 
-from typing import Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from ._http import Transport
 
-__all__ = ["ClientContext"]
+__all__ = ["ClientContext", "new_client"]
 
 
 class ClientContext(Protocol):
@@ -19,3 +19,15 @@ class ClientContext(Protocol):
     _http: Transport
     #: seconds create/fork/snapshot/hibernate/wake/volume calls wait (``None`` for no limit)
     create_timeout: Optional[float]
+
+
+#: makes a client from keyword options (token, base_url…): ``PandaStack``, which client.py sets
+#: here when it is imported (``import pandastack`` does), so the resource modules can make one
+#: (``Sandbox.connect``) without importing the client module.
+_client_factory: Optional[Callable[..., ClientContext]] = None
+
+
+def new_client(**options: Any) -> ClientContext:
+    if _client_factory is None:
+        raise RuntimeError("import pandastack (the client module) first")
+    return _client_factory(**options)

@@ -340,16 +340,21 @@ class Transport:
         content_type: str = "application/json",
         accept: str = "application/x-ndjson",
         timeout: Optional[float] = None,
+        params: Optional[Mapping[str, Any]] = None,
     ) -> "LineStream":
         """Send a request whose answer is NDJSON and return its lines as they arrive. The body is
-        ``json_body`` encoded, or ``data`` as it is (with ``content_type``).
+        ``json_body`` encoded, or ``data`` as it is (with ``content_type``); a GET sends none.
 
         Never retried: streamed calls (exec, template builds) are not idempotent.
         """
-        h = self._headers({"Accept": accept, "Content-Type": content_type})
-        body = data if data is not None else json.dumps(json_body).encode("utf-8")
+        if method == "GET":
+            h = self._headers({"Accept": accept})
+            body = None
+        else:
+            h = self._headers({"Accept": accept, "Content-Type": content_type})
+            body = data if data is not None else json.dumps(json_body).encode("utf-8")
         try:
-            resp = self._open(method, path, None, body, h, timeout)
+            resp = self._open(method, path, params, body, h, timeout)
         except (socket.timeout, TimeoutError) as e:
             raise self._timeout_error(method, path, timeout, h) from e
         except (ConnectionError, http.client.HTTPException, OSError) as e:

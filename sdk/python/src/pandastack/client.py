@@ -6,6 +6,7 @@ import os
 from typing import Any, Dict, Mapping, Optional
 
 from . import errors
+from . import _context
 from ._context import ClientContext
 from ._http import Send, Transport
 from .functions import Functions, Schedules
@@ -106,3 +107,6 @@ class PandaStack:
 
     def __repr__(self) -> str:
         return "PandaStack(base_url=%r)" % self.base_url
+
+
+_context._client_factory = PandaStack  # Sandbox.connect makes its client through this

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ._context import ClientContext
 from ._http import quote_segment
 
-__all__ = ["ExecResult", "ExecEvent", "FileInfo", "Snapshot", "Template", "Volume", "VolumeAttachment", "parse_time"]
+__all__ = ["ExecResult", "ExecEvent", "Process", "ProcessEvent", "FileInfo", "Snapshot", "Template", "Volume", "VolumeAttachment", "parse_time"]
 
 _FRACTION = re.compile(r"\.(\d+)")
 
@@ -111,6 +111,97 @@ class ExecEvent:
             return _repr("ExecEvent", type="exit", exit_code=self.exit_code, timed_out=self.timed_out,
                          duration_ms=self.duration_ms)
         return _repr("ExecEvent", type=self.type, data=self.data)
+
+
+class Process:
+    """A background process: ``pid``, ``cmd`` or ``argv``, ``cwd``, ``user``, ``state``
+    (``running`` or ``exited``), ``exit_code`` and ``signal`` once exited, ``started_at`` and
+    ``exited_at``, ``stdin`` (its stdin pipe is open), ``output_start``/``output_end`` (the
+    output offsets still kept), ``raw``."""
+
+    __slots__ = ("pid", "cmd", "argv", "cwd", "user", "state", "exit_code", "signal", "started_at", "exited_at",
+                 "stdin", "output_start", "output_end", "raw")
+
+    def __init__(self, d: Mapping[str, Any]) -> None:
+        self.raw: Dict[str, Any] = dict(d)
+        self.pid: int = int(d.get("pid") or 0)
+        self.cmd: Optional[str] = d.get("cmd")
+        self.argv: List[str] = list(d.get("argv") or [])
+        self.cwd: Optional[str] = d.get("cwd")
+        self.user: Optional[str] = d.get("user")
+        self.state: Optional[str] = d.get("state")
+        self.exit_code: Optional[int] = d.get("exit_code")
+        self.signal: Optional[str] = d.get("signal")
+        self.started_at: Optional[_dt.datetime] = parse_time(d.get("started_at"))
+        self.exited_at: Optional[_dt.datetime] = parse_time(d.get("exited_at"))
+        self.stdin: bool = bool(d.get("stdin", False))
+        self.output_start: int = int(d.get("output_start") or 0)
+        self.output_end: int = int(d.get("output_end") or 0)
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    def __repr__(self) -> str:
+        return _repr("Process", pid=self.pid, state=self.state, exit_code=self.exit_code,
+                     cmd=self.cmd if self.cmd else self.argv)
+
+
+class ProcessEvent:
+    """One event of a process's output: ``type`` ``"stdout"``/``"stderr"`` (``data`` at byte
+    ``offset``), ``"exit"`` (``exit_code``, ``signal``) or ``"running"`` (not following, and all
+    kept output was read). ``next`` is the offset a later read resumes from."""
+
+    __slots__ = ("type", "data", "offset", "next", "exit_code", "signal")
+
+    def __init__(self, type: str, data: str = "", offset: Optional[int] = None, next: Optional[int] = None,
+                 exit_code: Optional[int] = None, signal: Optional[str] = None) -> None:
+        self.type = type
+        self.data = data
+        self.offset = offset
+        self.next = next
+        self.exit_code = exit_code
+        self.signal = signal
+
+    @classmethod
+    def from_api(cls, d: Mapping[str, Any]) -> "ProcessEvent":
+        if "stdout" in d or "stderr" in d:
+            kind = "stdout" if "stdout" in d else "stderr"
+            return cls(kind, d.get(kind) or "", offset=d.get("offset"), next=d.get("next"))
+        if d.get("running"):
+            return cls("running", next=d.get("next"))
+        return cls("exit", next=d.get("next"), exit_code=d.get("exit_code"), signal=d.get("signal"))
+
+    def __repr__(self) -> str:
+        if self.type in ("stdout", "stderr"):
+            return _repr("ProcessEvent", type=self.type, data=self.data, offset=self.offset)
+        return _repr("ProcessEvent", type=self.type, exit_code=self.exit_code, signal=self.signal, next=self.next)
+
+
+class OutputGatherer:
+    """The stdout and stderr text of a stream's events (``type``, ``data``), handed to the
+    callbacks as it comes (exec with callbacks, ``ProcessHandle.wait``)."""
+
+    def __init__(self, on_stdout: Optional[Callable[[str], Any]], on_stderr: Optional[Callable[[str], Any]]) -> None:
+        self._out: List[str] = []
+        self._err: List[str] = []
+        self._on = {"stdout": (self._out, on_stdout), "stderr": (self._err, on_stderr)}
+
+    def add(self, ev: Any) -> None:
+        kept, callback = self._on.get(ev.type, (None, None))
+        if kept is None:
+            return
+        kept.append(ev.data)
+        if callback is not None:
+            callback(ev.data)
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self._out)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._err)
 
 
 class FileInfo:

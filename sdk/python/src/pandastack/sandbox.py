@@ -19,10 +19,12 @@ from typing import (
 )
 
 from . import errors
-from ._context import ClientContext
+from ._context import ClientContext, new_client
 from ._http import LineStream, Transport
 from ._http import quote_segment as _seg
-from .models import ExecEvent, ExecResult, FileInfo, Snapshot, Template, Volume, as_list, parse_time
+from .code import CodeContext, Execution, ExecutionError, Result
+from .models import ExecEvent, ExecResult, FileInfo, OutputGatherer, Snapshot, Template, Volume, as_list, parse_time
+from .processes import Processes, command_body
 
 __all__ = ["Sandbox", "Filesystem", "ExecStream", "Sandboxes", "Snapshots", "Templates"]
 
@@ -43,24 +45,9 @@ def _exec_body(
     user: Optional[str],
     stdin: Union[None, str, bytes],
 ) -> Dict[str, Any]:
-    body: Dict[str, Any] = {}
-    if isinstance(cmd, str):
-        body["cmd"] = cmd
-    elif isinstance(cmd, (bytes, bytearray)):
-        raise TypeError("cmd must be a str (a shell command line) or a list of str (argv), not bytes")
-    else:
-        argv = list(cmd)
-        if not argv or not all(isinstance(a, str) for a in argv):
-            raise TypeError("cmd as a sequence must be a non-empty list of str (argv)")
-        body["argv"] = argv
+    body = command_body(cmd, env, cwd, user)
     if timeout_seconds is not None:
         body["timeout_seconds"] = timeout_seconds
-    if env:
-        body["env"] = dict(env)
-    if cwd is not None:
-        body["cwd"] = cwd
-    if user is not None:
-        body["user"] = user
     if stdin is not None:
         body["stdin"] = stdin.decode("utf-8") if isinstance(stdin, (bytes, bytearray)) else stdin
     return body
@@ -242,7 +229,16 @@ class Sandbox:
         self._client = client
         self._http: Transport = client._http
         self.filesystem = Filesystem(self)
+        #: background processes: start, list, connect, kill, send_stdin, signal
+        self.processes = Processes(self)
         self._update(data)
+
+    @classmethod
+    def connect(cls, sandbox_id: str, **client_options: Any) -> "Sandbox":
+        """The sandbox ``sandbox_id``, woken if hibernated, through a new client made with
+        ``client_options`` (``token``, ``base_url``…; the environment otherwise). Same as
+        ``PandaStack(**client_options).sandboxes.connect(sandbox_id)``."""
+        return Sandboxes(new_client(**client_options)).connect(sandbox_id)
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -262,6 +258,11 @@ class Sandbox:
         self.fork_of: Optional[str] = d.get("fork_of")
         #: for a sandbox created from a snapshot: that snapshot's id
         self.snapshot_id: Optional[str] = d.get("snapshot_id")
+        #: False when its port proxy asks for :attr:`traffic_token`
+        self.public_ports: bool = d.get("public_ports") is not False
+        #: the token its private ports ask for (send it as the ``X-PandaStack-Traffic-Token``
+        #: header); only the create answer carries it, so it is kept across refreshes
+        self.traffic_token: Optional[str] = d.get("traffic_token") or getattr(self, "traffic_token", None)
 
     @property
     def files(self) -> Filesystem:
@@ -318,22 +319,14 @@ class Sandbox:
             r = self._http.request("POST", self._path("/exec"), json_body=body,
                                    timeout=self._exec_timeout(timeout_seconds))
             return ExecResult.from_api(r.json() or {})
-        out: List[str] = []
-        err: List[str] = []
+        got = OutputGatherer(on_stdout, on_stderr)
         stream = self._exec_stream(body, timeout_seconds)
         with stream:
             for ev in stream:
-                if ev.type == "stdout":
-                    out.append(ev.data)
-                    if on_stdout is not None:
-                        on_stdout(ev.data)
-                elif ev.type == "stderr":
-                    err.append(ev.data)
-                    if on_stderr is not None:
-                        on_stderr(ev.data)
+                got.add(ev)
         return ExecResult(
-            stdout="".join(out),
-            stderr="".join(err),
+            stdout=got.stdout,
+            stderr=got.stderr,
             exit_code=stream.exit_code if stream.exit_code is not None else -1,
             timed_out=stream.timed_out,
             duration_ms=stream.duration_ms,
@@ -364,6 +357,98 @@ class Sandbox:
                                         timeout=self._exec_timeout(timeout_seconds))
         return ExecStream(lines)
 
+    # -- code interpreter ------------------------------------------------------------------------
+
+    def run_code(
+        self,
+        code: str,
+        context: Union[None, str, CodeContext] = None,
+        *,
+        language: Optional[str] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        on_result: Optional[Callable[[Result], Any]] = None,
+        on_error: Optional[Callable[[ExecutionError], Any]] = None,
+        timeout: Optional[float] = None,
+    ) -> Execution:
+        """Run Python in the sandbox's warm kernel (templates with a code interpreter, such as
+        code-interpreter) and return the :class:`Execution`. Variables live on between calls in
+        a context (the default one, or ``context`` from :meth:`create_code_context`).
+
+        An exception in the code is ``Execution.error``, not a raised error. With callbacks,
+        output and results are handed over as they happen. ``timeout`` (seconds, default 300)
+        interrupts the code.
+        """
+        body: Dict[str, Any] = {"code": code}
+        if context is not None:
+            body["context_id"] = context.id if isinstance(context, CodeContext) else context
+        if language is not None:
+            body["language"] = language
+        if timeout is not None:
+            body["timeout_seconds"] = timeout
+        http_timeout = self._exec_timeout(timeout if timeout is not None else 300.0)
+        if on_stdout is None and on_stderr is None and on_result is None and on_error is None:
+            r = self._http.request("POST", self._path("/code"), json_body=body, timeout=http_timeout)
+            return Execution.from_api(r.json() or {})
+        x = Execution()
+        lines = self._http.stream_lines("POST", self._path("/code"), json_body=body, timeout=http_timeout)
+        ended = False
+        try:
+            for obj in lines:
+                if "stream_error" in obj:
+                    raise errors.error_from_payload(None, {"error": obj["stream_error"]}, lines.request_id)
+                if "stdout" in obj:
+                    x.logs.stdout.append(obj["stdout"])
+                    if on_stdout is not None:
+                        on_stdout(obj["stdout"])
+                elif "stderr" in obj:
+                    x.logs.stderr.append(obj["stderr"])
+                    if on_stderr is not None:
+                        on_stderr(obj["stderr"])
+                elif "result" in obj:
+                    res = Result(obj["result"])
+                    x.results.append(res)
+                    if on_result is not None:
+                        on_result(res)
+                elif "error" in obj:
+                    x.error = ExecutionError(obj["error"])
+                    if on_error is not None:
+                        on_error(x.error)
+                elif "end" in obj:
+                    x.execution_count = obj["end"].get("execution_count")
+                    x.duration_ms = obj["end"].get("duration_ms")
+                    ended = True
+                    break
+        finally:
+            lines.close()
+        if not ended:
+            raise errors.APIConnectionError("the code stream ended before the execution did", request_id=lines.request_id)
+        return x
+
+    def create_code_context(self, cwd: Optional[str] = None, language: str = "python") -> CodeContext:
+        """Start a code context: a kernel with its own variables (warm: the data stack is
+        already imported)."""
+        body: Dict[str, Any] = {"language": language}
+        if cwd is not None:
+            body["cwd"] = cwd
+        r = self._http.request("POST", self._path("/code/contexts"), json_body=body, timeout=self._exec_timeout(900.0))
+        return CodeContext(r.json() or {})
+
+    def list_code_contexts(self) -> List[CodeContext]:
+        r = self._http.request("GET", self._path("/code/contexts"), idempotent=True)
+        return [CodeContext(d) for d in (r.json() or {}).get("contexts") or []]
+
+    def delete_code_context(self, context: Union[str, CodeContext]) -> None:
+        cid = context.id if isinstance(context, CodeContext) else context
+        self._http.request("DELETE", self._path("/code/contexts/" + _seg(cid)))
+
+    def interrupt_code(self, context: Union[None, str, CodeContext] = None) -> None:
+        """Interrupt the running execution of a context (KeyboardInterrupt in Python)."""
+        body: Dict[str, Any] = {}
+        if context is not None:
+            body["context_id"] = context.id if isinstance(context, CodeContext) else context
+        self._http.request("POST", self._path("/code/interrupt"), json_body=body)
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     @overload
@@ -387,6 +472,9 @@ class Sandbox:
         r = self._http.request("POST", self._path("/fork"), json_body=body, timeout=self._client.create_timeout)
         d = r.json() or {}
         children = [Sandbox(self._client, s) for s in as_list(d.get("sandboxes")) if isinstance(s, dict)]
+        for child in children:  # children keep their parent's traffic token
+            if not child.public_ports:
+                child.traffic_token = self.traffic_token
         if count == 1:
             if not children:
                 raise errors.PandaStackError("fork answered without a sandbox", code="bad_response",
@@ -462,6 +550,8 @@ class Sandboxes:
         snapshot_id: Optional[str] = None,
         egress: Any = None,
         volumes: Any = None,
+        public_ports: Optional[bool] = None,
+        host: Optional[str] = None,
     ) -> Sandbox:
         """Start a sandbox from a template (or from a snapshot with ``snapshot_id``).
 
@@ -469,7 +559,10 @@ class Sandboxes:
         list by; ``env`` variables every command in it sees. The first create of a template that
         is not baked yet waits for the bake. ``volumes`` mounts up to four volumes:
         ``[{"volume_id": "vol_…", "mount_path": "/data", "read_only": False}]`` (or
-        ``volume.mount("/data")``); the sandbox runs on the volumes' host.
+        ``volume.mount("/data")``); the sandbox runs on the volumes' host. ``public_ports=False``
+        makes its port proxy ask for the sandbox's :attr:`~Sandbox.traffic_token` (default: the
+        server's setting, public unless it runs with ``--private-ports``). ``host`` (admin keys)
+        pins it to one host.
         """
         if template is None and snapshot_id is None:
             raise TypeError("create() needs template= (or snapshot_id=)")
@@ -488,8 +581,23 @@ class Sandboxes:
             body["egress"] = egress
         if volumes is not None:
             body["volumes"] = [_volume_entry(v) for v in volumes]
+        if public_ports is not None:
+            body["public_ports"] = bool(public_ports)
+        if host is not None:
+            body["host"] = host
         r = self._http.request("POST", "/v1/sandboxes", json_body=body, timeout=self._client.create_timeout)
         return Sandbox(self._client, r.json() or {})
+
+    def connect(self, sandbox_id: str) -> Sandbox:
+        """A sandbox made earlier (by this program or another), ready for calls: a hibernated one
+        is woken. Raises :class:`~pandastack.NotFound` for an unknown id and
+        :class:`~pandastack.Conflict` for one that was killed."""
+        sb = self.get(sandbox_id)
+        if sb.state == "hibernated":
+            sb.wake()
+        elif sb.state != "running":
+            raise errors.Conflict("sandbox %s is %s" % (sb.id, sb.state), code="conflict")
+        return sb
 
     def get(self, sandbox_id: str) -> Sandbox:
         """The sandbox with this id (raises :class:`~pandastack.NotFound`). Killed sandboxes stay

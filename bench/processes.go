@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/coder/websocket"
+
+	"github.com/pandastack/pandastack/internal/hostagent"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
+)
+
+// processSuite: starting a background process against an exec of the same command (interleaved,
+// the goal is start ≤ exec), the stdin → output round trip of a running process read by a
+// follower (the output stream's latency from the guest to the client, plus a stdin call), and a
+// keystroke's echo on an interactive terminal (goal ≤ 30 ms).
+func (b *bench) processSuite(ctx context.Context, res map[string]float64) error {
+	sb, err := b.agent.Create(ctx, hostagent.CreateRequest{Template: "base"})
+	if err != nil {
+		return err
+	}
+	defer b.agent.Kill(sb.ID)
+	base := "/v1/sandboxes/" + sb.ID + "/processes"
+	start := timed(func() error { return b.post(base, map[string]any{"cmd": "true"}, 201) })
+	exec := timed(func() error { return b.post("/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": "true"}, 200) })
+	lat, err := interleaved(60, start, exec)
+	if err != nil {
+		return err
+	}
+	res["process_start_p50_ms"], res["process_start_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
+	res["process_exec_p50_ms"] = pct(lat[1], 50)
+	res["process_start_over_exec"] = res["process_start_p50_ms"] / res["process_exec_p50_ms"]
+
+	// A cat with a follower: each sample writes a line to its stdin and waits for the follower
+	// to see it come back.
+	body, _ := json.Marshal(map[string]any{"argv": []string{"cat"}, "stdin": true})
+	resp, err := http.Post(b.url+base, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	var started hostapi.ProcessStarted
+	err = json.NewDecoder(resp.Body).Decode(&started)
+	resp.Body.Close()
+	if err != nil || started.Pid == 0 {
+		return fmt.Errorf("start cat: %d %v", resp.StatusCode, err)
+	}
+	pid := strconv.Itoa(started.Pid)
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(fctx, "GET", b.url+base+"/"+pid+"/output?follow=1", nil)
+	follow, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer follow.Body.Close()
+	lines := bufio.NewScanner(follow.Body)
+	roundTrip := timed(func() error {
+		if err := b.post(base+"/"+pid+"/stdin", map[string]any{"data": "x\n"}, 204); err != nil {
+			return err
+		}
+		if !lines.Scan() {
+			return fmt.Errorf("the follower's stream ended: %v", lines.Err())
+		}
+		return nil
+	})
+	if lat, err = interleaved(60, roundTrip); err != nil {
+		return err
+	}
+	res["process_stdin_echo_p50_ms"], res["process_stdin_echo_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
+
+	// A keystroke's echo on an interactive terminal (GET …/pty, a WebSocket): `cat` on the
+	// terminal, whose line discipline echoes each key at once.
+	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(b.url, "http")+"/v1/sandboxes/"+sb.ID+"/pty?cmd=cat", nil)
+	if err != nil {
+		return fmt.Errorf("terminal: %w", err)
+	}
+	defer conn.CloseNow()
+	keystroke := timed(func() error {
+		if err := conn.Write(ctx, websocket.MessageBinary, []byte("k")); err != nil {
+			return err
+		}
+		for {
+			typ, msg, err := conn.Read(ctx)
+			if err != nil {
+				return err
+			}
+			if typ == websocket.MessageBinary && bytes.Contains(msg, []byte("k")) {
+				return nil
+			}
+		}
+	})
+	if lat, err = interleaved(100, keystroke); err != nil {
+		return err
+	}
+	res["pty_keystroke_echo_p50_ms"], res["pty_keystroke_echo_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
+	return nil
+}

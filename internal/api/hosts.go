@@ -1,0 +1,59 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
+)
+
+// Hosts are the operator's: only admin keys list them or pin a sandbox to one.
+
+// listHosts is GET /v1/hosts: every host agent the store knows, with its live sandboxes.
+func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
+	if !s.adminBody(w, r, "list the hosts", nil, true) {
+		return
+	}
+	hosts, err := s.store.ListHosts(r.Context())
+	var live map[string]int64
+	if err == nil {
+		live, err = s.store.LiveSandboxesByHost(r.Context())
+	}
+	s.reply(w, r, http.StatusOK, v1.Hosts{Hosts: list(hosts, func(h store.Host) v1.Host {
+		return v1.Host{ID: h.ID, URL: h.URL, State: h.State, Accel: h.Accel, Sandboxes: live[h.ID],
+			FreeSlots: max(h.SlotsTotal-h.SlotsUsed, 0), SlotsTotal: h.SlotsTotal, MemMiBTotal: h.MemMiBTotal,
+			MemMiBFree: h.MemMiBFree, Templates: orEmpty(h.Templates), Baked: orEmpty(h.Baked), LastHeartbeat: v1.Timestamp(h.LastHeartbeat)}
+	})}, err)
+}
+
+// pinnable refuses a host pin (create or fork `host`) from a key that is not an admin key, or an
+// empty one; nil host is no pin.
+func pinnable(ctx context.Context, host *string) error {
+	if host == nil {
+		return nil
+	}
+	if id, _ := auth.FromContext(ctx); !id.Admin {
+		return errdefs.New(errdefs.Forbidden, "only an admin key can pin a sandbox to a host")
+	}
+	if *host == "" {
+		return invalid("host must name a host (GET /v1/hosts), not be empty")
+	}
+	return nil
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,77 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
+)
+
+// TestHostsAndPinning: GET /v1/hosts lists the hosts with their live sandboxes (admin keys only);
+// an admin key pins a create to a host; a pin that cannot hold is a clear error.
+func TestHostsAndPinning(t *testing.T) {
+	e := newEnv(t)
+	b := agenttest.New("host-b", agentToken, "base")
+	defer b.Close()
+	e.sched.AddStaticAgent(b.URL(), agentToken)
+	if err := e.sched.PollStatic(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Pinned creates land where they are pinned, whatever the spread would pick.
+	for range 2 {
+		if sb := e.create(e.admin, map[string]any{"template": "base", "host": "host-b"}); sb.Host != "host-b" {
+			t.Fatalf("pinned to host-b, placed on %s", sb.Host)
+		}
+	}
+	a := e.create(e.admin, map[string]any{"template": "code-interpreter", "host": "host-a"})
+	if a.Host != "host-a" {
+		t.Fatalf("pinned to host-a, placed on %s", a.Host)
+	}
+
+	var hosts v1.Hosts
+	if err := json.Unmarshal(e.mustStatus(e.do("GET", "/v1/hosts", e.admin, nil), 200).body, &hosts); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]v1.Host{}
+	for _, h := range hosts.Hosts {
+		got[h.ID] = h
+	}
+	if len(got) != 2 || got["host-a"].Sandboxes != 1 || got["host-b"].Sandboxes != 2 || got["host-b"].State != "up" ||
+		got["host-b"].URL != b.URL() || len(got["host-b"].Templates) != 1 || got["host-a"].LastHeartbeat == "" {
+		t.Fatalf("hosts: %+v", hosts.Hosts)
+	}
+
+	// What a pin cannot do.
+	tm := e.mustStatus(e.do("POST", "/v1/teams", e.admin, map[string]string{"name": "beta"}), 201).json(t)
+	beta := tm["key"].(map[string]any)["key"].(string)
+	for _, c := range []struct {
+		name, key string
+		body      map[string]any
+		status    int
+		code      string
+	}{
+		{"a non-admin key", beta, map[string]any{"template": "base", "host": "host-b"}, 403, "forbidden"},
+		{"an empty host", e.admin, map[string]any{"template": "base", "host": ""}, 400, "invalid_request"},
+		{"an unknown host", e.admin, map[string]any{"template": "base", "host": "host-zz"}, 503, "capacity"},
+		{"a host without the template", e.admin, map[string]any{"template": "code-interpreter", "host": "host-b"}, 503, "capacity"},
+	} {
+		if r := e.do("POST", "/v1/sandboxes", c.key, c.body); r.status != c.status || r.errCode() != c.code {
+			t.Errorf("create with %s: %d %s, want %d %s", c.name, r.status, r.body, c.status, c.code)
+		}
+	}
+	if r := e.do("GET", "/v1/hosts", beta, nil); r.status != 403 {
+		t.Errorf("hosts with a team key: %d %s", r.status, r.body)
+	}
+
+	// A fork may name its parent's host; another host is not supported yet.
+	e.mustStatus(e.do("POST", "/v1/sandboxes/"+a.ID+"/fork", e.admin, map[string]any{"host": "host-a"}), 201)
+	if r := e.do("POST", "/v1/sandboxes/"+a.ID+"/fork", e.admin, map[string]any{"host": "host-b"}); r.status != 501 || r.errCode() != "not_implemented" {
+		t.Errorf("fork onto another host: %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/sandboxes/"+a.ID+"/fork", beta, map[string]any{"host": "host-a"}); r.status != 403 && r.status != 404 {
+		t.Errorf("another team's fork with a pin: %d %s", r.status, r.body)
+	}
+}

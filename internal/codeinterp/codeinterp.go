@@ -1,0 +1,269 @@
+// Package codeinterp runs code in a sandbox's warm kernels (the code-interpreter template's code
+// server, see docs/code-interpreter.md). It reaches the server through the guest agent's exec:
+// one exec of the relay command per request, its request line on stdin and the server's NDJSON
+// answer on stdout, so neither the host agent nor the guest agent knows about kernels. A sandbox
+// whose template lacks the relay gets a clear error, not a hang.
+package codeinterp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"regexp"
+	"strings"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/errdefs"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
+)
+
+// Relay is the command in the guest that carries one request to the code server.
+const Relay = "pandastack-code"
+
+// Limits on requests and answers.
+const (
+	MaxCodeBytes          = 1 << 20
+	DefaultTimeoutSeconds = 300
+	MaxTimeoutSeconds     = 86400
+	// maxLineBytes bounds one answer line (a result's base64 chart): a misbehaving guest cannot
+	// make the control plane buffer more.
+	maxLineBytes = 32 << 20
+	// relaySlack is how much longer the relay's exec may run than the execution's own timeout
+	// (the server interrupts the code at the timeout and then answers).
+	relaySlack = 60
+)
+
+// Languages are the languages a context can run.
+var Languages = []string{"python"}
+
+var contextIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Execer runs a streamed exec in a sandbox (an *agentclient.Client).
+type Execer interface {
+	ExecStream(ctx context.Context, id string, req agentclient.ExecRequest) (io.ReadCloser, error)
+}
+
+// CheckRun validates a run request and fills its defaults.
+func CheckRun(req *v1.CodeRequest) error {
+	if err := checkLanguage(req.Language); err != nil {
+		return err
+	}
+	if strings.TrimSpace(req.Code) == "" {
+		return errdefs.Invalidf("code is required: the Python to run")
+	}
+	if len(req.Code) > MaxCodeBytes {
+		return errdefs.New(errdefs.TooLarge, "code is %d bytes; the limit is %d (put data in a file and read it from the code)", len(req.Code), MaxCodeBytes)
+	}
+	if req.ContextID != "" && !contextIDRE.MatchString(req.ContextID) {
+		return errdefs.Invalidf("context_id %q is not a context id (from POST /v1/sandboxes/{id}/code/contexts)", req.ContextID)
+	}
+	if req.TimeoutSeconds != nil && (*req.TimeoutSeconds <= 0 || *req.TimeoutSeconds > MaxTimeoutSeconds) {
+		return errdefs.Invalidf("timeout_seconds must be greater than 0 and at most %d", MaxTimeoutSeconds)
+	}
+	if req.TimeoutSeconds == nil {
+		t := float64(DefaultTimeoutSeconds)
+		req.TimeoutSeconds = &t
+	}
+	req.Language = "python"
+	return nil
+}
+
+// CheckContext validates a context request.
+func CheckContext(req *v1.CreateCodeContextRequest) error {
+	if err := checkLanguage(req.Language); err != nil {
+		return err
+	}
+	if req.Cwd != "" && (!strings.HasPrefix(req.Cwd, "/") || len(req.Cwd) > 4096 || strings.ContainsRune(req.Cwd, 0)) {
+		return errdefs.Invalidf("cwd must be an absolute path in the sandbox")
+	}
+	req.Language = "python"
+	return nil
+}
+
+// CheckContextID validates a context id from a path or body ("" is the default context).
+func CheckContextID(id string) error {
+	if id != "" && !contextIDRE.MatchString(id) {
+		return errdefs.Invalidf("%q is not a code context id", id)
+	}
+	return nil
+}
+
+func checkLanguage(l string) error {
+	if l == "" || l == "python" {
+		return nil
+	}
+	return errdefs.Invalidf("language %q is not supported: code contexts run %s", l, strings.Join(Languages, ", "))
+}
+
+// Run executes req (checked by CheckRun) in sandbox id and hands each event to emit as it
+// comes; the last is End. An exception in the code is an Error event, not an error.
+func Run(ctx context.Context, c Execer, id string, req v1.CodeRequest, emit func(v1.CodeEvent) error) error {
+	in := map[string]any{"op": "run", "context": req.ContextID, "code": req.Code, "timeout": *req.TimeoutSeconds}
+	ended := false
+	err := call(ctx, c, id, in, *req.TimeoutSeconds+relaySlack, func(line []byte) error {
+		var ev struct {
+			v1.CodeEvent
+			Fail *serverFail `json:"fail"`
+		}
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return errdefs.New(errdefs.Unavailable, "the code server sent a bad line: %v", err)
+		}
+		if ev.Fail != nil {
+			return ev.Fail.err()
+		}
+		ended = ended || ev.End != nil
+		return emit(ev.CodeEvent)
+	})
+	if err == nil && !ended {
+		err = errdefs.New(errdefs.Unavailable, "the code server ended the execution without an end event (did it crash? see /var/log/pandastack-start.log)")
+	}
+	return err
+}
+
+// Collect runs req and gathers the buffered answer.
+func Collect(ctx context.Context, c Execer, id string, req v1.CodeRequest) (v1.CodeExecution, error) {
+	x := v1.NewCodeExecution()
+	err := Run(ctx, c, id, req, func(ev v1.CodeEvent) error {
+		x.Add(ev)
+		return nil
+	})
+	return x, err
+}
+
+// CreateContext starts a new context (a fresh kernel with its own variables).
+func CreateContext(ctx context.Context, c Execer, id string, req v1.CreateCodeContextRequest) (v1.CodeContext, error) {
+	var out struct{ Context v1.CodeContext }
+	// The kernel forks from the guest's zygote (already warm): seconds, but allow for a loaded host.
+	err := control(ctx, c, id, map[string]any{"op": "create", "cwd": req.Cwd}, 300, &out)
+	return out.Context, err
+}
+
+// ListContexts lists the sandbox's contexts.
+func ListContexts(ctx context.Context, c Execer, id string) ([]v1.CodeContext, error) {
+	var out struct{ Contexts []v1.CodeContext }
+	err := control(ctx, c, id, map[string]any{"op": "list"}, 60, &out)
+	if out.Contexts == nil {
+		out.Contexts = []v1.CodeContext{}
+	}
+	return out.Contexts, err
+}
+
+// DeleteContext stops a context's kernel.
+func DeleteContext(ctx context.Context, c Execer, id, contextID string) error {
+	return control(ctx, c, id, map[string]any{"op": "delete", "context": contextID}, 60, nil)
+}
+
+// Interrupt interrupts the context's running execution (KeyboardInterrupt in Python).
+func Interrupt(ctx context.Context, c Execer, id, contextID string) error {
+	return control(ctx, c, id, map[string]any{"op": "interrupt", "context": contextID}, 60, nil)
+}
+
+// control sends a one-answer request and decodes its answer into out.
+func control(ctx context.Context, c Execer, id string, in map[string]any, timeout float64, out any) error {
+	got := false
+	err := call(ctx, c, id, in, timeout, func(line []byte) error {
+		got = true
+		var f struct {
+			Fail *serverFail `json:"fail"`
+		}
+		if err := json.Unmarshal(line, &f); err != nil {
+			return errdefs.New(errdefs.Unavailable, "the code server sent a bad line: %v", err)
+		}
+		if f.Fail != nil {
+			return f.Fail.err()
+		}
+		if out == nil {
+			return nil
+		}
+		return json.Unmarshal(line, out)
+	})
+	if err == nil && !got {
+		err = errdefs.New(errdefs.Unavailable, "the code server did not answer")
+	}
+	return err
+}
+
+// serverFail is the code server's answer to a request it refuses.
+type serverFail struct{ Kind, Message string }
+
+func (f *serverFail) err() error {
+	switch f.Kind {
+	case "not_found":
+		return errdefs.NotFoundf("%s", f.Message)
+	case "invalid":
+		return errdefs.Invalidf("%s", f.Message)
+	}
+	return errdefs.New(errdefs.Unavailable, "code server: %s", f.Message)
+}
+
+// call runs the relay with in as its request and hands each answer line to line.
+func call(ctx context.Context, c Execer, id string, in map[string]any, timeout float64, line func([]byte) error) error {
+	reqLine, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	stdin := string(reqLine) + "\n"
+	// A shell, not argv: a sandbox without the relay gets exit 127, not the host's 404.
+	body, err := c.ExecStream(ctx, id, agentclient.ExecRequest{Cmd: "exec " + Relay, Stdin: &stdin, TimeoutSeconds: &timeout})
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 4*maxLineBytes/3+1024) // exec lines carry output as JSON strings
+	var pending []byte
+	var stderr strings.Builder
+	exit := -1
+	for sc.Scan() {
+		var ev v1.ExecEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return errdefs.New(errdefs.Unavailable, "the host sent a bad exec line: %v", err)
+		}
+		switch {
+		case ev.Error != nil:
+			return errdefs.FromHTTP(0, ev.Error.Code, ev.Error.Message)
+		case ev.Stderr != nil:
+			if stderr.Len() < 4096 {
+				stderr.WriteString(*ev.Stderr)
+			}
+		case ev.Stdout != nil:
+			pending = append(pending, *ev.Stdout...)
+			for {
+				i := bytes.IndexByte(pending, '\n')
+				if i < 0 {
+					break
+				}
+				if err := line(pending[:i]); err != nil {
+					return err
+				}
+				pending = pending[i+1:]
+			}
+			if len(pending) > maxLineBytes {
+				return errdefs.New(errdefs.Unavailable, "the code server sent a line longer than %d bytes", maxLineBytes)
+			}
+		case ev.ExitCode != nil:
+			exit = *ev.ExitCode
+			if ev.TimedOut {
+				return errdefs.New(errdefs.Unavailable, "the code server did not answer within %g s", timeout)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errdefs.New(errdefs.Unavailable, "the exec stream broke: %v", err)
+	}
+	switch exit {
+	case 0:
+		return nil
+	case 126, 127:
+		return errdefs.WithCode(errdefs.Conflict, "no_code_interpreter",
+			"this sandbox has no code interpreter (its template lacks %s): create the sandbox from the code-interpreter template, or a template based on it", Relay)
+	case -1:
+		return errdefs.New(errdefs.Unavailable, "the exec of the code relay ended without an exit status")
+	}
+	return errdefs.New(errdefs.Unavailable, "the code server in this sandbox is not answering (relay exit %d: %s)", exit, strings.TrimSpace(stderr.String()))
+}
