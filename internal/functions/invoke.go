@@ -166,24 +166,20 @@ func (s *Service) TakeOver(ctx context.Context) error {
 
 // RunTakeOver calls TakeOver every interval until ctx ends.
 func (s *Service) RunTakeOver(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.TakeOver(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("functions: taking over async runs failed", "err", err)
-			}
+	for sleepCtx(ctx, interval) {
+		if err := s.TakeOver(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("functions: taking over async runs failed", "err", err)
 		}
 	}
 }
 
 // sleep waits d unless the service closes (false).
-func (s *Service) sleep(d time.Duration) bool {
+func (s *Service) sleep(d time.Duration) bool { return sleepCtx(s.ctx, d) }
+
+// sleepCtx waits d unless ctx ends first (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
 	select {
-	case <-s.ctx.Done():
+	case <-ctx.Done():
 		return false
 	case <-time.After(d):
 		return true
