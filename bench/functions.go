@@ -85,7 +85,49 @@ func functionsSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 		return err
 	}
 	res["fn_invokes_per_s_8_clients"] = float64(clients*each) / time.Since(start).Seconds()
+	if samplesCap == 0 { // real minutes: not in a smoke run
+		drift, err := scheduleDrift(cl.public, fnID, 3)
+		if err != nil {
+			return err
+		}
+		res["schedule_drift_p50_ms"], res["schedule_drift_p99_ms"] = pct(drift, 50), pct(drift, 99)
+	}
 	return nil
+}
+
+// scheduleDrift runs an every-minute schedule of the function for n instants and returns, per
+// instant, how late its run started (started_at minus scheduled_for).
+func scheduleDrift(c *apiClient, fnID string, n int) ([]float64, error) {
+	body, err := c.do("POST", "/v1/schedules", map[string]any{"cron": "* * * * *", "function_id": fnID, "overlap": "allow"}, 201)
+	if err != nil {
+		return nil, err
+	}
+	var sc struct{ ID string }
+	json.Unmarshal(body, &sc)
+	defer c.do("DELETE", "/v1/schedules/"+sc.ID, nil, 204)
+	deadline := time.Now().Add(time.Duration(n+2) * time.Minute)
+	for time.Now().Before(deadline) {
+		time.Sleep(2 * time.Second)
+		body, err := c.do("GET", "/v1/schedules/"+sc.ID+"/runs", nil, 200)
+		if err != nil {
+			return nil, err
+		}
+		var runs struct {
+			Runs []struct {
+				ScheduledFor time.Time `json:"scheduled_for"`
+				StartedAt    time.Time `json:"started_at"`
+			}
+		}
+		json.Unmarshal(body, &runs)
+		if len(runs.Runs) >= n {
+			var out []float64
+			for _, r := range runs.Runs[:n] {
+				out = append(out, ms(r.StartedAt.Sub(r.ScheduledFor)))
+			}
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("schedule %s did not fire %d times in %d minutes", sc.ID, n, n+2)
 }
 
 func deployBenchFunction(c *apiClient) (string, error) {

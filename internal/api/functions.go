@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
@@ -224,6 +226,9 @@ func limitParam(r *http.Request) (int, error) {
 	}
 	return n, nil
 }
+
+// RunFunctions resumes async invocations whose server stopped (every 30 s) until ctx ends.
+func (s *Server) RunFunctions(ctx context.Context) { s.functions.RunTakeOver(ctx, 30*time.Second) }
 
 // Close stops the functions' background work (async runs and their retries) and waits for it.
 func (s *Server) Close() { s.functions.Close() }

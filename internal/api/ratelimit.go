@@ -26,6 +26,7 @@ type RateLimit struct {
 var creates = map[string]bool{
 	"POST /v1/sandboxes": true, "POST /v1/sandboxes/{id}/fork": true, "POST /v1/sandboxes/{id}/snapshots": true,
 	"POST /v1/volumes": true, "POST /v1/templates": true,
+	"POST /v1/functions": true, "POST /v1/functions/{id}/invoke": true, "POST /v1/schedules/{id}/trigger": true,
 }
 
 // buckets is one token bucket per key.

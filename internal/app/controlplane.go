@@ -126,6 +126,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		defer close(cp.done)
 		go sched.Run(lctx)
 		go srv.RunAuditPruner(lctx)
+		go srv.RunFunctions(lctx)
 		schedulesDone := make(chan struct{})
 		go func() { srv.RunSchedules(lctx, 0); close(schedulesDone) }() // waits for its runs
 		srv.RunReaper(lctx)

@@ -68,7 +68,7 @@ func (s *Service) InvokeAsync(ctx context.Context, teamID, id string, payload js
 		return store.FunctionRun{}, err
 	}
 	run, err := s.cfg.Store.CreateFunctionRun(ctx, store.FunctionRun{ID: auth.NewID("run_"), FunctionID: fn.ID, TeamID: teamID,
-		Version: v.Version, Trigger: "async", Status: RunQueued, Payload: string(payload)})
+		Version: v.Version, Trigger: "async", Status: RunQueued, Payload: string(payload), LeaseUntil: s.dbNow(ctx).Add(LeaseTime)})
 	if err != nil {
 		return run, err
 	}
@@ -81,6 +81,9 @@ func (s *Service) InvokeAsync(ctx context.Context, teamID, id string, payload js
 }
 
 func (s *Service) runAsync(fn store.Function, v store.FunctionVersion, run store.FunctionRun) {
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.renew(run.ID, stop)
 	backoff := time.Second
 	for {
 		for !s.acquire(fn.ID, v.MaxConcurrency) { // wait for a slot
@@ -106,10 +109,77 @@ func (s *Service) runAsync(fn store.Function, v store.FunctionVersion, run store
 	}
 }
 
+// LeaseTime is how long an async run stays this replica's without a renewal (renewed every
+// quarter of it); after that another replica takes it over (TakeOver).
+const LeaseTime = 2 * time.Minute
+
+// renew extends run id's lease until stop is closed.
+func (s *Service) renew(id string, stop <-chan struct{}) {
+	t := time.NewTicker(LeaseTime / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if err := s.cfg.Store.RenewFunctionRun(context.Background(), id, s.dbNow(context.Background()).Add(LeaseTime)); err != nil {
+				s.log.Warn("functions: could not renew an async run's lease", "run", id, "err", err)
+			}
+		}
+	}
+}
+
+// dbNow is the database's clock (leases are compared across replicas), else the local one.
+func (s *Service) dbNow(ctx context.Context) time.Time {
+	if t, err := s.cfg.Store.DBNow(ctx); err == nil {
+		return t
+	}
+	return time.Now().UTC()
+}
+
+// TakeOver resumes async runs whose replica stopped (their lease passed): each is claimed by
+// one replica and attempted again, unless its last attempt was under way (then it is recorded
+// failed: the function may have run).
+func (s *Service) TakeOver(ctx context.Context) error {
+	now := s.dbNow(ctx)
+	runs, err := s.cfg.Store.TakeOverFunctionRuns(ctx, now, now.Add(LeaseTime), 20)
+	for _, r := range runs {
+		fn, gerr := s.cfg.Store.GetFunction(ctx, r.FunctionID)
+		v, verr := s.cfg.Store.GetFunctionVersion(ctx, r.FunctionID, r.Version)
+		if gerr != nil || verr != nil || r.Status == RunRunning && r.Attempts > v.Retries {
+			r.Status, r.ErrorType = RunFailed, "PlatformError"
+			r.ErrorMessage = "the server running this invocation stopped during its last attempt"
+			if uerr := s.cfg.Store.UpdateFunctionRun(ctx, r, true); uerr != nil {
+				return uerr
+			}
+			continue
+		}
+		s.log.Info("functions: resuming an async run whose server stopped", "run", r.ID, "function", fn.ID)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.runAsync(fn, v, r)
+		}()
+	}
+	return err
+}
+
+// RunTakeOver calls TakeOver every interval until ctx ends.
+func (s *Service) RunTakeOver(ctx context.Context, interval time.Duration) {
+	for sleepCtx(ctx, interval) {
+		if err := s.TakeOver(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("functions: taking over async runs failed", "err", err)
+		}
+	}
+}
+
 // sleep waits d unless the service closes (false).
-func (s *Service) sleep(d time.Duration) bool {
+func (s *Service) sleep(d time.Duration) bool { return sleepCtx(s.ctx, d) }
+
+// sleepCtx waits d unless ctx ends first (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
 	select {
-	case <-s.ctx.Done():
+	case <-ctx.Done():
 		return false
 	case <-time.After(d):
 		return true

@@ -64,6 +64,8 @@ const (
 	MaxEnvValue           = 4096
 	// ImportTimeout bounds a deploy's wait for the runner to import the handler.
 	ImportTimeout = 3 * time.Minute
+	// warmups is how many no-op requests warm the runner before its snapshot.
+	warmups = 16
 	// MaxResultBytes bounds a runner's answer.
 	MaxResultBytes = 8 << 20
 )
@@ -282,7 +284,8 @@ func (s *Service) bake(ctx context.Context, teamID, name string, v store.Functio
 			return "", fmt.Errorf("functions: writing %s into the bake sandbox: %w", f.path, err)
 		}
 	}
-	env := maps.Clone(v.Env)
+	env := map[string]string{}
+	maps.Copy(env, v.Env)
 	env["PANDASTACK_RUNNER_PORT"] = fmt.Sprint(RunnerPort)
 	env["PANDASTACK_FUNCTION_NAME"] = name
 	cmd := fmt.Sprintf("mkdir -p %[1]s && tar -xf %[2]s/bundle.tar -C %[1]s && rm %[2]s/bundle.tar && cd %[1]s && "+
@@ -297,6 +300,15 @@ func (s *Service) bake(ctx context.Context, teamID, name string, v store.Functio
 	}
 	if err := s.waitReady(ctx, c, sb.ID); err != nil {
 		return "", err
+	}
+	// Warm the runner's own request path (not the handler) so the snapshot holds it warm.
+	warm, _ := json.Marshal(map[string]any{"payload": map[string]any{"warm": true}, "secrets": map[string]string{},
+		"context": map[string]any{"function_name": name, "timeout_seconds": 1}})
+	for range warmups {
+		var out invocation
+		if err := s.runnerCall(ctx, c, sb.ID, "POST", "/warmup", warm, &out); err != nil {
+			return "", fmt.Errorf("functions: warming the runner: %w", err)
+		}
 	}
 	sn, err := s.cfg.Sandboxes.Snapshot(ctx, sb)
 	if err != nil {

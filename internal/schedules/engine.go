@@ -86,23 +86,27 @@ func (e *Engine) now() time.Time {
 	return t
 }
 
-// Run ticks every interval until ctx ends, then waits for the runs it started.
+// Run ticks every interval until ctx ends, then waits for the runs it started. It also ticks
+// just after each minute boundary (cron's resolution), so that a run starts within
+// milliseconds of its instant rather than up to an interval late.
 func (e *Engine) Run(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	t := time.NewTicker(interval)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		if err := e.Tick(ctx); err != nil && ctx.Err() == nil {
-			e.log.Warn("schedules: tick failed", "err", err)
-		}
 		select {
 		case <-ctx.Done():
 			e.Close()
 			return
 		case <-t.C:
 		}
+		if err := e.Tick(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("schedules: tick failed", "err", err)
+		}
+		now := time.Now()
+		t.Reset(min(interval, now.Truncate(time.Minute).Add(time.Minute+20*time.Millisecond).Sub(now)))
 	}
 }
 

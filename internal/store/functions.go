@@ -61,6 +61,9 @@ type FunctionRun struct {
 	SandboxID      string
 	CreatedAt      time.Time
 	FinishedAt     time.Time
+	// LeaseUntil: an async run's replica renews it while it works on the run; a queued or
+	// running async run whose lease has passed lost its replica and may be taken over.
+	LeaseUntil time.Time
 }
 
 const functionCols = `id, team_id, name, version, created_at, updated_at`
@@ -83,11 +86,12 @@ var scanFunctionVersion = scanFields(func(v *FunctionVersion) []any {
 })
 
 const functionRunCols = `id, function_id, team_id, version, trigger_kind, status, attempts, payload, result, logs, error_type,
-	error_message, error_traceback, duration_ms, sandbox_id, created_at, finished_at`
+	error_message, error_traceback, duration_ms, sandbox_id, created_at, finished_at, lease_until`
 
 var scanFunctionRun = scanFields(func(r *FunctionRun) []any {
 	return []any{&r.ID, &r.FunctionID, &r.TeamID, &r.Version, &r.Trigger, &r.Status, &r.Attempts, &r.Payload, &r.Result, &r.Logs,
-		&r.ErrorType, &r.ErrorMessage, &r.ErrorTraceback, &r.DurationMS, &r.SandboxID, timeCol(&r.CreatedAt), timeCol(&r.FinishedAt)}
+		&r.ErrorType, &r.ErrorMessage, &r.ErrorTraceback, &r.DurationMS, &r.SandboxID, timeCol(&r.CreatedAt), timeCol(&r.FinishedAt),
+		timeCol(&r.LeaseUntil)}
 })
 
 // jsonCol is a Scan destination that decodes a JSON text column into v.
@@ -236,9 +240,10 @@ func (s *Store) deleteWithChildren(ctx context.Context, table, teamID, id, key s
 // CreateFunctionRun records a new run (created now).
 func (s *Store) CreateFunctionRun(ctx context.Context, r FunctionRun) (FunctionRun, error) {
 	r.CreatedAt = fromMicros(micros(s.now().UTC()))
-	_, err := s.exec(ctx, s.db, `INSERT INTO function_runs (`+functionRunCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
+	r.LeaseUntil = fromMicros(micros(r.LeaseUntil))
+	_, err := s.exec(ctx, s.db, `INSERT INTO function_runs (`+functionRunCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)`,
 		r.ID, r.FunctionID, r.TeamID, r.Version, r.Trigger, r.Status, r.Attempts, r.Payload, r.Result, r.Logs, r.ErrorType,
-		r.ErrorMessage, r.ErrorTraceback, r.DurationMS, r.SandboxID, micros(r.CreatedAt))
+		r.ErrorMessage, r.ErrorTraceback, r.DurationMS, r.SandboxID, micros(r.CreatedAt), micros(r.LeaseUntil))
 	return r, conflictOr(err)
 }
 
@@ -248,10 +253,43 @@ func (s *Store) UpdateFunctionRun(ctx context.Context, r FunctionRun, final bool
 	if final {
 		fin = micros(s.now().UTC())
 	}
+	lease := `lease_until` // kept: the replica working on the run renews it
+	if final {
+		lease = `0`
+	}
 	_, err := s.exec(ctx, s.db, `UPDATE function_runs SET status = ?, attempts = ?, result = ?, logs = ?, error_type = ?,
-		error_message = ?, error_traceback = ?, duration_ms = ?, sandbox_id = ?, finished_at = ? WHERE id = ?`,
+		error_message = ?, error_traceback = ?, duration_ms = ?, sandbox_id = ?, finished_at = ?, lease_until = `+lease+` WHERE id = ?`,
 		r.Status, r.Attempts, r.Result, r.Logs, r.ErrorType, r.ErrorMessage, r.ErrorTraceback, r.DurationMS, r.SandboxID, fin, r.ID)
 	return err
+}
+
+// RenewFunctionRun extends the lease of a run this replica works on (while it is unfinished).
+func (s *Store) RenewFunctionRun(ctx context.Context, id string, until time.Time) error {
+	_, err := s.exec(ctx, s.db, `UPDATE function_runs SET lease_until = ? WHERE id = ? AND lease_until > 0`, micros(until), id)
+	return err
+}
+
+// TakeOverFunctionRuns claims up to limit unfinished runs whose lease passed before now (their
+// replica stopped) by moving their lease to until; each is claimed by one replica only.
+func (s *Store) TakeOverFunctionRuns(ctx context.Context, now, until time.Time, limit int) ([]FunctionRun, error) {
+	stale, err := queryAll(ctx, s, s.db, `SELECT `+functionRunCols+` FROM function_runs WHERE lease_until > 0 AND lease_until < ?
+		AND status IN (?, ?) ORDER BY lease_until LIMIT ?`, scanFunctionRun, micros(now), "queued", "running", limit)
+	if err != nil {
+		return nil, err
+	}
+	var out []FunctionRun
+	for _, r := range stale {
+		res, err := s.exec(ctx, s.db, `UPDATE function_runs SET lease_until = ? WHERE id = ? AND lease_until = ?`,
+			micros(until), r.ID, micros(r.LeaseUntil))
+		if err != nil {
+			return out, err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			r.LeaseUntil = fromMicros(micros(until))
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // GetFunctionRun returns one run of functionID.
@@ -323,5 +361,11 @@ var functionsSchema = []schemaStep{
 			finished_at     BIGINT NOT NULL DEFAULT 0
 		)`,
 		`CREATE INDEX function_runs_function ON function_runs (function_id, created_at)`,
+	}},
+	{11, []string{
+		// An async run's lease: the replica working on it renews it; one whose lease passed
+		// lost its replica and is taken over (0: none, a finished or a sync run).
+		`ALTER TABLE function_runs ADD COLUMN lease_until BIGINT NOT NULL DEFAULT 0`,
+		`CREATE INDEX function_runs_lease ON function_runs (lease_until) WHERE lease_until > 0`,
 	}},
 }

@@ -34,6 +34,7 @@ var versionNames = []string{
 	8:  "private sandbox ports",
 	9:  "quota holds",
 	10: "functions and schedules",
+	11: "async function runs' leases",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
