@@ -129,7 +129,7 @@ class Zygote:
         for m in IMPORTS.split(","):
             if m:
                 importlib.import_module(m)
-        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # kernels are reaped by the kernel
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the OS reaps exited kernels: no zombies
         io = sock.makefile("rwb", buffering=0)
         io.write(b"ready\n")
         for line in io:
