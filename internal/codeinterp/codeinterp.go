@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"regexp"
 	"strings"
@@ -185,6 +186,11 @@ func control(ctx context.Context, c Execer, id string, in map[string]any, timeou
 	return err
 }
 
+func errNoInterpreter() error {
+	return errdefs.WithCode(errdefs.Conflict, "no_code_interpreter",
+		"this sandbox has no code interpreter (its template lacks %s): create the sandbox from the code-interpreter template, or a template based on it", Relay)
+}
+
 // serverFail is the code server's answer to a request it refuses.
 type serverFail struct{ Kind, Message string }
 
@@ -205,8 +211,14 @@ func call(ctx context.Context, c Execer, id string, in map[string]any, timeout f
 		return err
 	}
 	stdin := string(reqLine) + "\n"
-	// A shell, not argv: a sandbox without the relay gets exit 127, not the host's 404.
-	body, err := c.ExecStream(ctx, id, agentclient.ExecRequest{Cmd: "exec " + Relay, Stdin: &stdin, TimeoutSeconds: &timeout})
+	// argv, not a shell: one process start less (tens of ms under TCG). A guest without the relay
+	// answers 404 naming the executable.
+	body, err := c.ExecStream(ctx, id, agentclient.ExecRequest{Argv: []string{Relay}, Stdin: &stdin, TimeoutSeconds: &timeout})
+	var ae *agentclient.Error
+	if (errdefs.Is(err, errdefs.NotFound) || errors.As(err, &ae) && ae.Kind() == errdefs.NotFound) &&
+		strings.Contains(err.Error(), `executable "`+Relay+`"`) {
+		return errNoInterpreter()
+	}
 	if err != nil {
 		return err
 	}
@@ -260,8 +272,7 @@ func call(ctx context.Context, c Execer, id string, in map[string]any, timeout f
 	case 0:
 		return nil
 	case 126, 127:
-		return errdefs.WithCode(errdefs.Conflict, "no_code_interpreter",
-			"this sandbox has no code interpreter (its template lacks %s): create the sandbox from the code-interpreter template, or a template based on it", Relay)
+		return errNoInterpreter()
 	case -1:
 		return errdefs.New(errdefs.Unavailable, "the exec of the code relay ended without an exit status")
 	}

@@ -17,11 +17,15 @@ type fakeExec struct {
 	chunks []string
 	stderr string
 	exit   int
+	err    error // the host's answer instead of a stream
 	got    agentclient.ExecRequest
 }
 
 func (f *fakeExec) ExecStream(_ context.Context, _ string, req agentclient.ExecRequest) (io.ReadCloser, error) {
 	f.got = req
+	if f.err != nil {
+		return nil, f.err
+	}
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	for _, c := range f.chunks {
@@ -50,7 +54,7 @@ func TestRunReassemblesLines(t *testing.T) {
 	}
 	var sent map[string]any
 	if err := json.Unmarshal([]byte(*f.got.Stdin), &sent); err != nil || sent["op"] != "run" || sent["timeout"] != float64(DefaultTimeoutSeconds) ||
-		f.got.Cmd != "exec "+Relay || *f.got.TimeoutSeconds != DefaultTimeoutSeconds+relaySlack {
+		len(f.got.Argv) != 1 || f.got.Argv[0] != Relay || *f.got.TimeoutSeconds != DefaultTimeoutSeconds+relaySlack {
 		t.Fatalf("request: %+v %s %v", f.got, *f.got.Stdin, err)
 	}
 }
@@ -62,7 +66,8 @@ func TestRelayFailures(t *testing.T) {
 		kind errdefs.Kind
 		says string
 	}{
-		{"no relay", &fakeExec{stderr: "sh: 1: exec: pandastack-code: not found", exit: 127}, errdefs.Conflict, "no code interpreter"},
+		{"no relay", &fakeExec{err: errdefs.NotFoundf(`executable "pandastack-code" not found in PATH`)}, errdefs.Conflict, "no code interpreter"},
+		{"no sandbox", &fakeExec{err: errdefs.NotFoundf("no sandbox sb_1")}, errdefs.NotFound, "no sandbox"},
 		{"server down", &fakeExec{stderr: "connection refused", exit: 3}, errdefs.Unavailable, "connection refused"},
 		{"no end", &fakeExec{chunks: []string{`{"stdout":"a"}` + "\n"}}, errdefs.Unavailable, "without an end"},
 		{"unknown context", &fakeExec{chunks: []string{`{"fail":{"kind":"not_found","message":"no code context x"}}` + "\n"}}, errdefs.NotFound, "no code context"},
