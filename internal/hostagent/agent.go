@@ -71,6 +71,8 @@ type Config struct {
 	BlobStore string
 	// Accel forces "tcg" or "kvm"; empty probes.
 	Accel string
+	// CPUModel is the VMs' QEMU CPU model (default qemu.DefaultCPU; for comparisons).
+	CPUModel string
 	// ExecOutputLimit caps each stream of a buffered exec (default 16 MiB).
 	ExecOutputLimit int64
 	// MaxUpload caps one file upload (default 4 GiB).
@@ -207,6 +209,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	drv, err := qemu.New(accel)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.CPUModel != "" {
+		drv.UseCPU(cfg.CPUModel)
 	}
 	a.rt = drv
 	a.snapshots = snapshot.New(a.layout, drv.Identity())

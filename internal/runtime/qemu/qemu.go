@@ -21,6 +21,7 @@ import (
 	"github.com/pandastack/pandastack/internal/jail"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/timing"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,6 +33,7 @@ type Driver struct {
 	Binary string // qemu-system-x86_64
 	accel  string
 	tscKHz int
+	cpu    string
 	ident  runtime.Identity
 
 	confine *Confinement // nil: VMMs run as this process's user, unjailed
@@ -80,20 +82,28 @@ func New(accel string) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	cpu := cpuModel
-	if accel == "kvm" {
-		// Under KVM "max" is the host CPU passed through: the guest's features are the host's.
-		cpu += " (host " + hostCPUModel() + ")"
-	}
-	ident := runtime.Identity{VMM: "qemu", Version: version, Machine: machineType, CPU: cpu, Accel: accel}
-	return &Driver{Binary: bin, accel: accel, tscKHz: hostTSCKHz(), ident: ident, children: map[int]chan runtime.Exit{},
-		reaped: map[int]chan struct{}{}}, nil
+	d := &Driver{Binary: bin, accel: accel, tscKHz: hostTSCKHz(), children: map[int]chan runtime.Exit{},
+		reaped: map[int]chan struct{}{}}
+	d.ident = runtime.Identity{VMM: "qemu", Version: version, Machine: machineType, Accel: accel}
+	d.UseCPU(DefaultCPU)
+	return d, nil
 }
 
-// The machine type and CPU model every VM gets (args); part of the driver's Identity.
+// UseCPU sets the CPU model of the VMs started from now on (QEMU's -cpu; part of the Identity,
+// so state saved under another model is not restored: templates re-bake).
+func (d *Driver) UseCPU(model string) {
+	d.cpu = model
+	d.ident.CPU = model
+	if d.accel == "kvm" && model == "max" {
+		// Under KVM "max" is the host CPU passed through: the guest's features are the host's.
+		d.ident.CPU += " (host " + hostCPUModel() + ")"
+	}
+}
+
+// The machine type every VM gets and the default CPU model (args); part of the driver's Identity.
 const (
 	machineType = "microvm"
-	cpuModel    = "max"
+	DefaultCPU  = "max"
 )
 
 func (d *Driver) Name() string               { return "qemu" }
@@ -149,14 +159,20 @@ func hostTSCKHz() int {
 	return 0
 }
 
-func (d *Driver) cmdline(extra string) string {
+func (d *Driver) cmdline(extra string) string { return cmdline(d.tscKHz, extra) }
+
+// Cmdline is the guest kernel command line of every VM this host boots (the bench's minimal
+// restore boots the same).
+func Cmdline() string { return cmdline(hostTSCKHz(), "") }
+
+func cmdline(tscKHz int, extra string) string {
 	// panic=-1 reboots at once on a guest panic and -no-reboot turns that into QEMU's exit.
 	// reboot=t: the reset is a triple fault, which QEMU always sees. The default (ACPI, then the
 	// keyboard controller, then a jump to the firmware) sometimes ended in a guest hung in the
 	// firmware under load, with the VMM still running.
 	c := "console=ttyS0 panic=-1 reboot=t quiet loglevel=3"
-	if d.tscKHz > 0 {
-		c += " tsc_early_khz=" + strconv.Itoa(d.tscKHz)
+	if tscKHz > 0 {
+		c += " tsc_early_khz=" + strconv.Itoa(tscKHz)
 	}
 	if extra != "" {
 		c += " " + extra
@@ -181,7 +197,7 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 	a := []string{
 		"-M", machineType + ",memory-backend=mem",
 		"-accel", d.accel,
-		"-cpu", cpuModel,
+		"-cpu", d.cpu,
 		"-smp", strconv.Itoa(spec.VCPUs),
 		"-m", strconv.Itoa(spec.MemoryMiB) + "M",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -224,7 +240,7 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 
 // start launches a VMM for spec: a cold boot (RAM file shared, for a bake) or a restore waiting
 // for its incoming state.
-func (d *Driver) start(runDir string, spec runtime.Spec, ramFile string, bake bool) (*runtime.VM, error) {
+func (d *Driver) start(ctx context.Context, runDir string, spec runtime.Spec, ramFile string, bake bool) (*runtime.VM, error) {
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -281,6 +297,7 @@ func (d *Driver) start(runDir string, spec runtime.Spec, ramFile string, bake bo
 			return nil, err
 		}
 	}
+	timing.Mark(ctx, runtime.StepConfine)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if spec.Tap != nil {
 		cmd.ExtraFiles = []*os.File{spec.Tap} // fd 3: -netdev tap,fd=3
@@ -289,6 +306,7 @@ func (d *Driver) start(runDir string, spec runtime.Spec, ramFile string, bake bo
 		cgroup.Remove(vm.Cgroups)
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
+	timing.Mark(ctx, runtime.StepSpawn)
 	vm.Pid = cmd.Process.Pid
 	vm.StartTicks, _ = startTicks(vm.Pid)
 	ch, reaped := make(chan runtime.Exit, 1), make(chan struct{})
@@ -330,7 +348,7 @@ func (d *Driver) Boot(ctx context.Context, runDir string, spec runtime.Spec, ram
 	if spec.NIC != (spec.Tap != nil) {
 		return nil, fmt.Errorf("qemu: a NIC needs a tap and a tap needs a NIC")
 	}
-	return d.start(runDir, spec, ramFile, true)
+	return d.start(ctx, runDir, spec, ramFile, true)
 }
 
 // SaveSnapshot migrates device state to stateFile. RAM is skipped (x-ignore-shared) because it
@@ -373,7 +391,7 @@ func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, 
 	if spec.NIC != (spec.Tap != nil) {
 		return nil, fmt.Errorf("qemu: a NIC needs a tap and a tap needs a NIC")
 	}
-	vm, err := d.start(runDir, spec, snap.RAMFile, false)
+	vm, err := d.start(ctx, runDir, spec, snap.RAMFile, false)
 	if err != nil {
 		return nil, err
 	}
@@ -389,6 +407,7 @@ func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, 
 		return fail(err)
 	}
 	defer q.close()
+	timing.Mark(ctx, runtime.StepQMP)
 	if err := q.ignoreShared(ctx); err != nil {
 		return fail(err)
 	}
@@ -410,13 +429,16 @@ func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, 
 		}
 		switch st {
 		case "running":
+			timing.Mark(ctx, runtime.StepMigrate)
 			return vm, nil
 		case "inmigrate":
 		case "paused", "postmigrate", "prelaunch":
 			// The source had been stopped before it was saved: resume explicitly.
+			timing.Mark(ctx, runtime.StepMigrate)
 			if err := q.run(ctx, "cont", nil, nil); err != nil {
 				return fail(err)
 			}
+			timing.Mark(ctx, runtime.StepCont)
 		default:
 			return fail(fmt.Errorf("restore ended in state %q", st))
 		}
