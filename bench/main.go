@@ -33,6 +33,8 @@ func main() {
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
 	suites := flag.String("suites", defaultSuites, "comma-separated suites to run (templates, which builds the whole catalog, runs only when named)")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
+	flag.StringVar(&guestBefore, "guest-agent-before", "", "an earlier pandastack-guest binary: suite guest-before compares creates with it against -guest-agent")
+	flag.StringVar(&cpuModel, "cpu", "qemu64", "suite cpu compares creates (and what the template runs) under this QEMU CPU model against the default")
 	smoke := flag.Bool("smoke", false, "check that every suite still runs: 2 samples of everything, figures not judged, no results file unless -out is given")
 	flag.Parse()
 	if *smoke {
@@ -49,6 +51,9 @@ func main() {
 
 // defaultSuites are the suites a plain run (and the smoke test) runs.
 const defaultSuites = "restore,sandbox,lifecycle,controlplane,network,volumes,confine,blob"
+
+// The comparisons of suites guest-before and cpu (flags).
+var guestBefore, cpuModel string
 
 // samplesCap, when set (-smoke), caps every sample count: a quick run that shows each suite
 // still works, whose figures mean nothing.
@@ -105,7 +110,11 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 	res := map[string]float64{}
 	fmt.Printf("accelerator: %s\n", a.Accel())
 
-	for _, name := range []string{"base", "bench-256m", "bench-1g"} {
+	bakes := []string{"base"}
+	if strings.Contains(","+suites+",", ",sandbox,") { // the only suite using the others
+		bakes = append(bakes, "bench-256m", "bench-1g")
+	}
+	for _, name := range bakes {
 		t := time.Now()
 		info, err := a.EnsureTemplate(ctx, name, progress)
 		if err != nil {
@@ -139,10 +148,22 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.confineSuite(ctx, res, creates)
 		case "templates":
 			err = b.templateSuite(ctx, res, max(creates/3, 5))
+		case "guest-before":
+			if guestBefore == "" {
+				return fmt.Errorf("suite guest-before needs -guest-agent-before")
+			}
+			before, _ := filepath.Abs(guestBefore)
+			err = b.compareSuite(ctx, res, "guest_before", func(c *hostagent.Config) { c.GuestAgent = before }, creates, nil)
+		case "tsc":
+			err = b.compareSuite(ctx, res, "tsc_reliable", func(c *hostagent.Config) { c.ReliableTSC = true }, creates, nil)
+		case "unconfined":
+			err = b.compareSuite(ctx, res, "unconfined", func(c *hostagent.Config) { c.Unconfined = true }, creates, nil)
+		case "cpu":
+			err = b.compareSuite(ctx, res, "cpu_"+cpuKey(cpuModel), func(c *hostagent.Config) { c.CPUModel = cpuModel }, creates, runtimesWork)
 		case "blob":
 			err = blobSuite(ctx, res, dataDir)
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, templates)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, templates, guest-before, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

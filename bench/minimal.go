@@ -19,8 +19,10 @@ import (
 
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/host/bake"
+	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/runtime/qemu"
 	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // minimal is the bench's floor for a create: the least a QEMU restore takes on this machine with
@@ -174,6 +176,7 @@ func (mn *minimal) restore(ctx context.Context) (float64, error) {
 		return 0, err
 	}
 	defer os.Remove(disk)
+	timing.Mark(ctx, "disk_clone")
 	deadline := time.Now().Add(30 * time.Second)
 	t := time.Now()
 	vm, err := mn.spawn(disk, false)
@@ -181,11 +184,13 @@ func (mn *minimal) restore(ctx context.Context) (float64, error) {
 		return 0, err
 	}
 	defer vm.kill()
+	timing.Mark(ctx, runtime.StepSpawn)
 	q, err := dialQMPRetry(ctx, mn.path("qmp.sock"), deadline)
 	if err != nil {
 		return 0, err
 	}
 	defer q.Close()
+	timing.Mark(ctx, runtime.StepQMP)
 	for _, cmd := range []string{
 		`{"execute":"migrate-set-capabilities","arguments":{"capabilities":[{"capability":"x-ignore-shared","state":true}]}}`,
 		`{"execute":"migrate-incoming","arguments":{"uri":"exec:cat ` + mn.path("state") + `"}}`,
@@ -194,9 +199,11 @@ func (mn *minimal) restore(ctx context.Context) (float64, error) {
 			return 0, err
 		}
 	}
+	timing.Mark(ctx, runtime.StepMigrate) // sent; the answer waits for the state to load
 	if _, err := mn.ask(ctx, deadline); err != nil {
 		return 0, fmt.Errorf("minimal restore: %w (see %s)", err, mn.path("qemu.log"))
 	}
+	timing.Mark(ctx, "answer")
 	return ms(time.Since(t)), nil
 }
 

@@ -6,9 +6,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"github.com/pandastack/pandastack/internal/hostagent"
-	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // minimalRestore is the minimal restore of base on this machine (minimal.go), set up on first
@@ -35,23 +32,12 @@ func (b *bench) restoreSuite(ctx context.Context, res map[string]float64, create
 	if err != nil {
 		return err
 	}
-	steps := map[string][]float64{}
-	var order []string
-	traced := func() (float64, error) {
-		tr := timing.NewTrace()
-		info, err := b.agent.Create(timing.With(ctx, tr), hostagent.CreateRequest{Template: "base"})
-		if err != nil {
-			return 0, err
-		}
-		for _, s := range append(tr.Steps(), timing.Step{Name: "total", D: tr.Total()}) {
-			if _, ok := steps[s.Name]; !ok {
-				order = append(order, s.Name)
-			}
-			steps[s.Name] = append(steps[s.Name], ms(s.D))
-		}
-		return ms(tr.Total()), b.agent.Kill(info.ID)
-	}
-	lat, err := interleaved(creates, b.createViaAPI("base"), traced, floor)
+	var steps, floorSteps stepSamples
+	tracedFloor := floorSteps.traced(ctx, func(ctx context.Context) (func() error, error) {
+		_, err := b.minimal.restore(ctx)
+		return func() error { return nil }, err
+	})
+	lat, err := interleaved(creates, b.createViaAPI("base"), steps.create(ctx, b.agent), floor, tracedFloor)
 	if err != nil {
 		return err
 	}
@@ -59,11 +45,16 @@ func (b *bench) restoreSuite(ctx context.Context, res map[string]float64, create
 	res["minimal_restore_p50_ms"], res["minimal_restore_p99_ms"] = pct(lat[2], 50), pct(lat[2], 99)
 	res["create_over_minimal_restore"] = res["restore_create_p50_ms"] / res["minimal_restore_p50_ms"]
 	fmt.Printf("\ncreate steps (agent-level create, p50 over %d):\n", len(lat[1]))
-	for _, name := range order {
-		xs := steps[name]
+	for _, name := range steps.order {
+		xs := steps.ms[name]
 		res["step_"+name+"_p50_ms"] = pct(xs, 50)
 		fmt.Printf("  %-18s %7.2f ms  (p90 %.2f)\n", name, pct(xs, 50), pct(xs, 90))
 	}
+	fmt.Printf("minimal restore steps (p50 over %d): ", len(lat[3]))
+	for _, name := range floorSteps.order {
+		fmt.Printf("%s %.2f  ", name, floorSteps.p50(name))
+	}
+	fmt.Println()
 	fmt.Printf("create via API %.1f ms, minimal restore %.1f ms: create / minimal_restore = %.2f\n",
 		res["restore_create_p50_ms"], res["minimal_restore_p50_ms"], res["create_over_minimal_restore"])
 	return nil

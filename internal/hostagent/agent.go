@@ -73,6 +73,8 @@ type Config struct {
 	Accel string
 	// CPUModel is the VMs' QEMU CPU model (default qemu.DefaultCPU; for comparisons).
 	CPUModel string
+	// ReliableTSC boots guests with tsc=reliable (qemu.Driver.WithReliableTSC; for comparisons).
+	ReliableTSC bool
 	// ExecOutputLimit caps each stream of a buffered exec (default 16 MiB).
 	ExecOutputLimit int64
 	// MaxUpload caps one file upload (default 4 GiB).
@@ -212,6 +214,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	if cfg.CPUModel != "" {
 		drv.UseCPU(cfg.CPUModel)
+	}
+	if cfg.ReliableTSC {
+		drv.WithReliableTSC()
 	}
 	a.rt = drv
 	a.snapshots = snapshot.New(a.layout, drv.Identity())

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,7 +35,9 @@ type Driver struct {
 	accel  string
 	tscKHz int
 	cpu    string
-	ident  runtime.Identity
+	// reliableTSC: the guest command line has tsc=reliable (WithReliableTSC).
+	reliableTSC bool
+	ident       runtime.Identity
 
 	confine *Confinement // nil: VMMs run as this process's user, unjailed
 
@@ -159,11 +162,24 @@ func hostTSCKHz() int {
 	return 0
 }
 
-func (d *Driver) cmdline(extra string) string { return cmdline(d.tscKHz, extra) }
+func (d *Driver) cmdline(extra string) string {
+	if d.reliableTSC {
+		extra = strings.TrimSpace("tsc=reliable " + extra)
+	}
+	return cmdline(d.tscKHz, extra)
+}
 
 // Cmdline is the guest kernel command line of every VM this host boots (the bench's minimal
 // restore boots the same).
 func Cmdline() string { return cmdline(hostTSCKHz(), "") }
+
+// WithReliableTSC boots guests with tsc=reliable. Under TCG the guest TSC is the host's, steady
+// and monotonic, but the kernel's clocksource watchdog compares it with jiffies, which lose ticks
+// on a loaded host, and marks it unstable: guests run on refined-jiffies (4 ms timer resolution,
+// a periodic tick, no high-resolution timers). With tsc=reliable they keep the TSC and get
+// high-resolution timers. Off by default: it did not make creates faster here (bench suite tsc,
+// /work/notes/speed.md); for comparisons.
+func (d *Driver) WithReliableTSC() { d.reliableTSC = true }
 
 func cmdline(tscKHz int, extra string) string {
 	// panic=-1 reboots at once on a guest panic and -no-reboot turns that into QEMU's exit.
@@ -210,7 +226,9 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		"-kernel", spec.Kernel,
 		"-initrd", spec.Initrd,
 		"-append", d.cmdline(""),
-		"-qmp", "unix:" + filepath.Join(runDir, "qmp.sock") + ",server=on,wait=off",
+		// The QMP socket arrives bound and listening as fd 3 (start): the host connects at once
+		// and reads QMP's greeting the moment QEMU is ready, with no polling for the socket.
+		"-chardev", "socket,id=qmp0,fd=3,server=on,wait=off", "-mon", "chardev=qmp0,mode=control",
 		"-object", fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=%s,share=%s", spec.MemoryMiB, ramFile, shareArg),
 		"-chardev", "socket,id=agent0,path=" + filepath.Join(runDir, "agent.sock") + ",server=on,wait=off",
 		"-device", "virtio-serial-device",
@@ -228,8 +246,8 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		a = append(a, "-drive", drive, "-device", "virtio-blk-device,drive="+d.Serial+",serial="+d.Serial)
 	}
 	if spec.NIC {
-		// The tap arrives as fd 3 (ExtraFiles[0]); the MAC is the one every slot expects.
-		a = append(a, "-netdev", "tap,id=n0,fd=3",
+		// The tap arrives as fd 4 (ExtraFiles[1]); the MAC is the one every slot expects.
+		a = append(a, "-netdev", "tap,id=n0,fd=4",
 			"-device", "virtio-net-device,netdev=n0,mac="+network.GuestMAC.String())
 	}
 	if incoming {
@@ -260,6 +278,11 @@ func (d *Driver) start(ctx context.Context, runDir string, spec runtime.Spec, ra
 		}
 	}
 	args := d.args(runDir, spec, ramFile, bake, !bake)
+	qmpLn, err := listenQMP(filepath.Join(runDir, "qmp.sock"))
+	if err != nil {
+		return nil, err
+	}
+	defer qmpLn.Close() // the VMM holds its own copy; once it exits, a waiting client fails
 	logf, err := os.OpenFile(filepath.Join(runDir, "vmm.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
@@ -282,7 +305,7 @@ func (d *Driver) start(ctx context.Context, runDir string, spec runtime.Spec, ra
 				return nil, err
 			}
 		}
-		js := jail.Spec{Root: c.JailRoot, UID: vm.UID, GID: c.GID, Cgroups: vm.Cgroups, KeepFDs: 3, Dir: runDir,
+		js := jail.Spec{Root: c.JailRoot, UID: vm.UID, GID: c.GID, Cgroups: vm.Cgroups, KeepFDs: 4, Dir: runDir,
 			Env: []string{"TMPDIR=" + runDir}, // snapshot=on overlays of read-only volumes
 			Mounts: []jail.Mount{{Path: runDir, Write: true, Own: true}, {Path: spec.Kernel}, {Path: spec.Initrd},
 				{Path: spec.Disk, Write: true, Own: true}, {Path: ramFile, Write: true}}}
@@ -290,7 +313,7 @@ func (d *Driver) start(ctx context.Context, runDir string, spec runtime.Spec, ra
 			js.Mounts = append(js.Mounts, jail.Mount{Path: dr.File, Write: !dr.ReadOnly})
 		}
 		if spec.Tap != nil {
-			js.KeepFDs = 4
+			js.KeepFDs = 5
 		}
 		if cmd, err = jail.Command(js, d.Binary, args...); err != nil {
 			cgroup.Remove(vm.Cgroups)
@@ -299,8 +322,9 @@ func (d *Driver) start(ctx context.Context, runDir string, spec runtime.Spec, ra
 	}
 	timing.Mark(ctx, runtime.StepConfine)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{qmpLn} // fd 3: the QMP chardev
 	if spec.Tap != nil {
-		cmd.ExtraFiles = []*os.File{spec.Tap} // fd 3: -netdev tap,fd=3
+		cmd.ExtraFiles = append(cmd.ExtraFiles, spec.Tap) // fd 4: -netdev tap,fd=4
 	}
 	if err := cmd.Start(); err != nil {
 		cgroup.Remove(vm.Cgroups)
@@ -324,6 +348,18 @@ func (d *Driver) start(ctx context.Context, runDir string, spec runtime.Spec, ra
 		ch <- runtime.Exit{At: time.Now(), Reason: explainExit(runDir, reason)}
 	}()
 	return vm, nil
+}
+
+// listenQMP binds and listens on path (a VMM's QMP socket) and returns the listening socket as a
+// file to hand to QEMU; closing the file leaves the socket file in place.
+func listenQMP(path string) (*os.File, error) {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	defer ln.Close()
+	return ln.File() // a duplicate, blocking descriptor
 }
 
 // realPaths resolves the symlinks in every path a VMM opens.
