@@ -7,12 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -141,7 +139,7 @@ func (mn *minimal) spawn(disk string, boot bool) (*minimalVM, error) {
 	if boot {
 		share = "on"
 	}
-	args := []string{"-M", "microvm,memory-backend=mem", "-accel", "tcg", "-m", strconv.Itoa(mn.memMiB) + "M",
+	args := []string{"-M", "microvm,memory-backend=mem", "-accel", "tcg", "-m", fmt.Sprint(mn.memMiB, "M"),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-serial", "file:" + mn.path("console.log"), "-kernel", mn.kernel, "-initrd", mn.initrd, "-append", qemu.Cmdline(),
 		"-qmp", "unix:" + mn.path("qmp.sock") + ",server=on,wait=off",
@@ -271,7 +269,7 @@ func dialQMPRetry(ctx context.Context, path string, deadline time.Time) (*qmpCon
 
 // qmpDo sends one command (a JSON line) and returns its "return" value as JSON text.
 func qmpDo(q *qmpConn, cmd string) (string, error) {
-	if _, err := io.WriteString(q, cmd+"\n"); err != nil {
+	if _, err := q.Write([]byte(cmd + "\n")); err != nil {
 		return "", err
 	}
 	for {
