@@ -154,6 +154,8 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			}
 			before, _ := filepath.Abs(guestBefore)
 			err = b.compareSuite(ctx, res, "guest_before", func(c *hostagent.Config) { c.GuestAgent = before }, creates, nil)
+		case "firstexec":
+			err = b.firstExecSuite(ctx, res, creates)
 		case "tsc":
 			err = b.compareSuite(ctx, res, "tsc_reliable", func(c *hostagent.Config) { c.ReliableTSC = true }, creates, nil)
 		case "unconfined":
@@ -163,7 +165,7 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		case "blob":
 			err = blobSuite(ctx, res, dataDir)
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, templates, guest-before, tsc, unconfined, cpu)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, templates, guest-before, firstexec, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)
