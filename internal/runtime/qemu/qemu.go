@@ -177,8 +177,8 @@ func Cmdline() string { return cmdline(hostTSCKHz(), "") }
 // and monotonic, but the kernel's clocksource watchdog compares it with jiffies, which lose ticks
 // on a loaded host, and marks it unstable: guests run on refined-jiffies (4 ms timer resolution,
 // a periodic tick, no high-resolution timers). With tsc=reliable they keep the TSC and get
-// high-resolution timers. Off by default: it did not make creates faster here (bench suite tsc,
-// /work/notes/speed.md); for comparisons.
+// high-resolution timers. Off by default: it did not make creates measurably faster here (bench
+// suite tsc compares); for comparisons.
 func (d *Driver) WithReliableTSC() { d.reliableTSC = true }
 
 func cmdline(tscKHz int, extra string) string {
