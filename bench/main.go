@@ -156,6 +156,8 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.compareSuite(ctx, res, "guest_before", func(c *hostagent.Config) { c.GuestAgent = before }, creates, nil)
 		case "firstexec":
 			err = b.firstExecSuite(ctx, res, creates)
+		case "livebake":
+			err = b.compareSuite(ctx, res, "livebake", func(c *hostagent.Config) { c.LiveBakeSnapshot = true }, creates, nil)
 		case "tsc":
 			err = b.compareSuite(ctx, res, "tsc_reliable", func(c *hostagent.Config) { c.ReliableTSC = true }, creates, nil)
 		case "unconfined":
@@ -165,7 +167,7 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		case "blob":
 			err = blobSuite(ctx, res, dataDir)
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, templates, guest-before, firstexec, tsc, unconfined, cpu)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, templates, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)
