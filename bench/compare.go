@@ -76,10 +76,16 @@ func (b *bench) compareSuite(ctx context.Context, res map[string]float64, name s
 			}
 		}
 	}
-	var onMain, onSide stepSamples
-	if _, err := interleaved(creates, onMain.create(ctx, b.agent), onSide.create(ctx, side)); err != nil {
+	floor, err := b.minimalRestore(ctx)
+	if err != nil {
 		return err
 	}
+	var onMain, onSide stepSamples
+	lat, err := interleaved(creates, onMain.create(ctx, b.agent), onSide.create(ctx, side), floor)
+	if err != nil {
+		return err
+	}
+	minimal := pct(lat[2], 50)
 	fmt.Printf("\n%s: create steps, p50 over %d (main agent vs %s)\n", name, len(onMain.ms["total"]), name)
 	for _, step := range onMain.order {
 		fmt.Printf("  %-18s %8.2f %8.2f ms\n", step, onMain.p50(step), onSide.p50(step))
@@ -88,7 +94,11 @@ func (b *bench) compareSuite(ctx context.Context, res map[string]float64, name s
 		res[name+"_"+label+"_p50_ms"], res[name+"_main_"+label+"_p50_ms"] = onSide.p50(step), onMain.p50(step)
 		res[name+"_"+label+"_over_main"] = onSide.p50(step) / onMain.p50(step)
 	}
-	fmt.Printf("%s / main: create %.2f, guest_hello %.2f\n", name, res[name+"_create_over_main"], res[name+"_guest_hello_over_main"])
+	res[name+"_minimal_restore_p50_ms"] = minimal
+	res[name+"_create_over_minimal_restore"], res[name+"_main_create_over_minimal_restore"] = onSide.p50("total")/minimal, onMain.p50("total")/minimal
+	fmt.Printf("%s / main: create %.2f, guest_hello %.2f; create / minimal_restore (%.1f ms): main %.2f, %s %.2f\n", name,
+		res[name+"_create_over_main"], res[name+"_guest_hello_over_main"], minimal,
+		res[name+"_main_create_over_minimal_restore"], name, res[name+"_create_over_minimal_restore"])
 	return nil
 }
 

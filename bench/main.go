@@ -156,6 +156,14 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.compareSuite(ctx, res, "guest_before", func(c *hostagent.Config) { c.GuestAgent = before }, creates, nil)
 		case "firstexec":
 			err = b.firstExecSuite(ctx, res, creates)
+		case "before":
+			// The guest side as it was before issue 31 (its agent, the bake's host connected while
+			// the state is saved) against now.
+			if guestBefore == "" {
+				return fmt.Errorf("suite before needs -guest-agent-before")
+			}
+			before, _ := filepath.Abs(guestBefore)
+			err = b.compareSuite(ctx, res, "before", func(c *hostagent.Config) { c.GuestAgent, c.LiveBakeSnapshot = before, true }, creates, nil)
 		case "livebake":
 			err = b.compareSuite(ctx, res, "livebake", func(c *hostagent.Config) { c.LiveBakeSnapshot = true }, creates, nil)
 		case "tsc":
@@ -167,7 +175,7 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		case "blob":
 			err = blobSuite(ctx, res, dataDir)
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, templates, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, templates, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)
