@@ -89,16 +89,22 @@ func startCluster(guestAgent, imageCache, cidr string) (cl *cluster, err error) 
 }
 
 // controlPlaneSuite compares creates through the public API with creates sent to the agent
-// directly, then measures create throughput with 8 concurrent clients.
-func controlPlaneSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, creates int) error {
+// directly, then measures create throughput with 8 concurrent clients. floor (the minimal
+// restore) runs interleaved with the creates: api_create / minimal_restore.
+func controlPlaneSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, creates int, floor sample) error {
 	cl, err := startCluster(guestAgent, imageCache, "10.197.0.0/20")
 	if err != nil {
 		return err
 	}
 	defer cl.stop()
 	direct, public := cl.direct, cl.public
-	var viaAPI, viaAgent []float64
-	for i := 0; i < creates; i++ {
+	var viaAPI, viaAgent, minimal []float64
+	for i := 0; i < samples(creates); i++ {
+		d, err := floor()
+		if err != nil {
+			return err
+		}
+		minimal = append(minimal, d)
 		for _, c := range []struct {
 			cl   *apiClient
 			into *[]float64
@@ -119,6 +125,15 @@ func controlPlaneSuite(ctx context.Context, res map[string]float64, guestAgent, 
 	res["api_create_p50_ms"], res["api_create_p99_ms"] = pct(viaAPI, 50), pct(viaAPI, 99)
 	res["agent_create_p50_ms"], res["agent_create_p99_ms"] = pct(viaAgent, 50), pct(viaAgent, 99)
 	res["api_over_agent_create"] = res["api_create_p50_ms"] / res["agent_create_p50_ms"]
+	res["cp_minimal_restore_p50_ms"] = pct(minimal, 50)
+	res["api_create_over_minimal_restore"] = res["api_create_p50_ms"] / res["cp_minimal_restore_p50_ms"]
+	fmt.Printf("\napi create %.1f ms, minimal restore %.1f ms: api_create / minimal_restore = %.2f\n",
+		res["api_create_p50_ms"], res["cp_minimal_restore_p50_ms"], res["api_create_over_minimal_restore"])
+	if m, err := direct.do("GET", "/metrics", nil, 200); err == nil {
+		printStepMeans("the agent's create steps (means from its /metrics):", stepMeans(string(m)))
+	} else {
+		return err
+	}
 
 	// Throughput: 8 clients, each creating and killing 4 sandboxes through the public API.
 	clients, each := 8, samples(4)

@@ -33,6 +33,8 @@ func main() {
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
 	suites := flag.String("suites", defaultSuites, "comma-separated suites to run (templates, which builds the whole catalog, and code, which bakes code-interpreter, run only when named)")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
+	flag.StringVar(&guestBefore, "guest-agent-before", "", "an earlier pandastack-guest binary: suite guest-before compares creates with it against -guest-agent")
+	flag.StringVar(&cpuModel, "cpu", "qemu64", "suite cpu compares creates (and what the template runs) under this QEMU CPU model against the default")
 	smoke := flag.Bool("smoke", false, "check that every suite still runs: 2 samples of everything, figures not judged, no results file unless -out is given")
 	flag.Parse()
 	if *smoke {
@@ -48,7 +50,10 @@ func main() {
 }
 
 // defaultSuites are the suites a plain run (and the smoke test) runs.
-const defaultSuites = "sandbox,lifecycle,controlplane,network,volumes,confine,blob,processes,functions"
+const defaultSuites = "restore,sandbox,lifecycle,controlplane,network,volumes,confine,blob,processes,functions"
+
+// The comparisons of suites guest-before and cpu (flags).
+var guestBefore, cpuModel string
 
 // samplesCap, when set (-smoke), caps every sample count: a quick run that shows each suite
 // still works, whose figures mean nothing.
@@ -76,6 +81,7 @@ type bench struct {
 	dataDir    string
 	guestAgent string
 	imageCache string
+	minimal    *minimal // set up by the first suite that needs it
 }
 
 func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int) error {
@@ -123,12 +129,17 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 	for _, suite := range strings.Split(suites, ",") {
 		var err error
 		switch suite {
+		case "restore":
+			err = b.restoreSuite(ctx, res, creates)
 		case "sandbox":
 			err = b.sandboxSuite(ctx, res, creates, idle)
 		case "lifecycle":
 			err = b.lifecycleSuite(ctx, res)
 		case "controlplane":
-			err = controlPlaneSuite(ctx, res, guestAgent, imageCache, creates)
+			var floor sample
+			if floor, err = b.minimalRestore(ctx); err == nil {
+				err = controlPlaneSuite(ctx, res, guestAgent, imageCache, creates, floor)
+			}
 		case "network":
 			err = b.networkSuite(ctx, res, creates)
 		case "volumes":
@@ -137,6 +148,30 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.confineSuite(ctx, res, creates)
 		case "templates":
 			err = b.templateSuite(ctx, res, max(creates/3, 5))
+		case "guest-before":
+			if guestBefore == "" {
+				return fmt.Errorf("suite guest-before needs -guest-agent-before")
+			}
+			before, _ := filepath.Abs(guestBefore)
+			err = b.compareSuite(ctx, res, "guest_before", func(c *hostagent.Config) { c.GuestAgent = before }, creates, nil)
+		case "firstexec":
+			err = b.firstExecSuite(ctx, res, creates)
+		case "before":
+			// The guest side as it was before issue 31 (its agent, the bake's host connected while
+			// the state is saved) against now.
+			if guestBefore == "" {
+				return fmt.Errorf("suite before needs -guest-agent-before")
+			}
+			before, _ := filepath.Abs(guestBefore)
+			err = b.compareSuite(ctx, res, "before", func(c *hostagent.Config) { c.GuestAgent, c.LiveBakeSnapshot = before, true }, creates, nil)
+		case "livebake":
+			err = b.compareSuite(ctx, res, "livebake", func(c *hostagent.Config) { c.LiveBakeSnapshot = true }, creates, nil)
+		case "tsc":
+			err = b.compareSuite(ctx, res, "tsc_reliable", func(c *hostagent.Config) { c.ReliableTSC = true }, creates, nil)
+		case "unconfined":
+			err = b.compareSuite(ctx, res, "unconfined", func(c *hostagent.Config) { c.Unconfined = true }, creates, nil)
+		case "cpu":
+			err = b.compareSuite(ctx, res, "cpu_"+cpuKey(cpuModel), func(c *hostagent.Config) { c.CPUModel = cpuModel }, creates, runtimesWork)
 		case "blob":
 			err = blobSuite(ctx, res, dataDir)
 		case "processes":
@@ -146,7 +181,7 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		case "functions":
 			err = functionsSuite(ctx, res, guestAgent, imageCache, max(creates/2, 2))
 		default:
-			err = fmt.Errorf("unknown suite %q (sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, templates, code)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, templates, code, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)
@@ -275,8 +310,8 @@ func printTable(res map[string]float64) {
 	for _, k := range keys {
 		fmt.Printf("%-27s %8.2f\n", k, res[k])
 	}
-	fmt.Printf("\ntargets: create/bare-restore <= 1.25 (%.2f), 1g/256m create <= 1.2 (%.2f), idle PSS <= 90 MiB (%.1f), create with NIC/without <= 1.10 (%.2f), with volume/plain <= 1.2 (%.2f), confined/unconfined <= 1.10 (%.2f)\n",
-		res["create_over_bare_restore"], res["create_1g_over_256m"], res["idle_pss_mib"], res["create_nic_over_no_nic"],
+	fmt.Printf("\ntargets: create/minimal-restore <= 1.3 (API %.2f, agent %.2f), create/bare-restore <= 1.25 (%.2f), 1g/256m create <= 1.2 (%.2f), idle PSS <= 90 MiB (%.1f), create with NIC/without <= 1.10 (%.2f), with volume/plain <= 1.2 (%.2f), confined/unconfined <= 1.10 (%.2f)\n",
+		res["api_create_over_minimal_restore"], res["create_over_minimal_restore"], res["create_over_bare_restore"], res["create_1g_over_256m"], res["idle_pss_mib"], res["create_nic_over_no_nic"],
 		res["create_with_volume_over_plain"], res["create_confined_over_unconfined"])
 }
 

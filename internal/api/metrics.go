@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // metrics is a small hand-written Prometheus registry: request counts by status code, a create
@@ -17,10 +17,7 @@ import (
 type metrics struct {
 	mu        sync.Mutex
 	requests  map[int]uint64
-	buckets   []float64 // upper bounds in seconds
-	counts    []uint64  // per bucket (not cumulative)
-	sum       float64
-	n         uint64
+	create    *timing.Histogram
 	failed    map[string]uint64 // creates that failed, by error code
 	reaped    uint64
 	startedAt time.Time
@@ -28,7 +25,7 @@ type metrics struct {
 
 func newMetrics() *metrics {
 	b := []float64{0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60}
-	return &metrics{requests: map[int]uint64{}, buckets: b, counts: make([]uint64, len(b)+1),
+	return &metrics{requests: map[int]uint64{}, create: timing.NewHistogram(b),
 		failed: map[string]uint64{}, startedAt: time.Now()}
 }
 
@@ -39,12 +36,8 @@ func (m *metrics) request(code int) {
 }
 
 func (m *metrics) created(d time.Duration) {
-	s := d.Seconds()
-	i := sort.SearchFloat64s(m.buckets, s) // first bucket with bound >= s
 	m.mu.Lock()
-	m.counts[i]++
-	m.sum += s
-	m.n++
+	m.create.Observe(d.Seconds())
 	m.mu.Unlock()
 }
 
@@ -94,15 +87,7 @@ func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store) error
 
 	fmt.Fprintln(w, "# HELP pandastack_sandbox_create_seconds Time to answer a successful sandbox create.")
 	fmt.Fprintln(w, "# TYPE pandastack_sandbox_create_seconds histogram")
-	var cum uint64
-	for i, b := range m.buckets {
-		cum += m.counts[i]
-		fmt.Fprintf(w, "pandastack_sandbox_create_seconds_bucket{le=%q} %d\n", strconv.FormatFloat(b, 'g', -1, 64), cum)
-	}
-	cum += m.counts[len(m.buckets)]
-	fmt.Fprintf(w, "pandastack_sandbox_create_seconds_bucket{le=\"+Inf\"} %d\n", cum)
-	fmt.Fprintf(w, "pandastack_sandbox_create_seconds_sum %s\n", strconv.FormatFloat(m.sum, 'g', -1, 64))
-	fmt.Fprintf(w, "pandastack_sandbox_create_seconds_count %d\n", m.n)
+	m.create.Write(w, "pandastack_sandbox_create_seconds", "")
 
 	fmt.Fprintln(w, "# HELP pandastack_sandbox_create_failures_total Sandbox creates that failed, by error code.")
 	fmt.Fprintln(w, "# TYPE pandastack_sandbox_create_failures_total counter")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // ErrClosed is returned by calls on a closed Client.
@@ -24,6 +25,12 @@ var ErrClosed = errors.New("guest: client closed")
 // ErrConnectionLost wraps failures of the transport (guest gone, session died
 // mid-call). The next call re-dials.
 var ErrConnectionLost = errors.New("guest: connection lost")
+
+// The steps of a connect, marked in ctx's timing trace (internal/timing).
+const (
+	StepChannel = "guest_channel" // the channel's socket dialed
+	StepHello   = "guest_hello"   // HELLO sent until the guest's READY (and our GO)
+)
 
 // dialRetry is how often Connect retries a socket that does not exist yet or refuses.
 const dialRetry = 20 * time.Millisecond
@@ -126,6 +133,7 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	if err != nil {
 		return nil, c.ctxErr(ctx, err)
 	}
+	timing.Mark(ctx, StepChannel)
 	// The first handshake waits for the guest to boot (the caller's ctx bounds it); a re-dial
 	// reaches a running guest whose agent answers at once, unless something else holds its port.
 	hctx := dctx
@@ -146,6 +154,7 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 		}
 		return nil, c.ctxErr(ctx, err)
 	}
+	timing.Mark(ctx, StepHello)
 	sess, err := yamux.Client(&prefixConn{Conn: conn, rest: rest}, clientConfig())
 	if err != nil {
 		conn.Close()

@@ -71,6 +71,13 @@ type Config struct {
 	BlobStore string
 	// Accel forces "tcg" or "kvm"; empty probes.
 	Accel string
+	// CPUModel is the VMs' QEMU CPU model (default qemu.DefaultCPU; for comparisons).
+	CPUModel string
+	// ReliableTSC boots guests with tsc=reliable (qemu.Driver.WithReliableTSC; for comparisons).
+	ReliableTSC bool
+	// LiveBakeSnapshot keeps a bake's host connected while its state is saved (bake.Config's
+	// LiveSnapshot; for comparisons).
+	LiveBakeSnapshot bool
 	// ExecOutputLimit caps each stream of a buffered exec (default 16 MiB).
 	ExecOutputLimit int64
 	// MaxUpload caps one file upload (default 4 GiB).
@@ -208,6 +215,12 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.CPUModel != "" {
+		drv.UseCPU(cfg.CPUModel)
+	}
+	if cfg.ReliableTSC {
+		drv.WithReliableTSC()
+	}
 	a.rt = drv
 	a.snapshots = snapshot.New(a.layout, drv.Identity())
 	if !cfg.Unconfined && os.Geteuid() == 0 {
@@ -235,7 +248,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.sandboxes = sandbox.New(sbCfg) // re-adopts what an earlier agent left running
 	a.templates = bake.New(bake.Config{Layout: a.layout, Runtime: a.rt, Images: a.images, GuestAgent: cfg.GuestAgent,
 		Templates: cfg.Templates, Net: a.net, Disk: a.disk, Volumes: a.volumes, Snapshots: a.snapshots,
-		MaxMemoryMiB: a.cfg.MaxMemoryMiB, Log: a.log}, a.sandboxes)
+		MaxMemoryMiB: a.cfg.MaxMemoryMiB, Log: a.log, LiveSnapshot: cfg.LiveBakeSnapshot}, a.sandboxes)
 	a.sandboxes.Templates, a.reach = a.templates, a.sandboxes
 	if cfg.BlobStore != "" {
 		if err := a.SetBlobStore(ctx, cfg.BlobStore); err != nil {

@@ -150,6 +150,18 @@ func TestSandboxLifecycle(t *testing.T) {
 	if len(sbs) != 10 {
 		t.Fatalf("created %d sandboxes, want 10", len(sbs))
 	}
+	// /metrics has each step of every create once.
+	var metrics []byte
+	if code := h.call("GET", "/metrics", nil, &metrics); code != 200 {
+		t.Fatalf("metrics: status %d", code)
+	}
+	for _, step := range []string{"resolve", "admit", "disk_clone", "prepare", "slot", "drives", "vmm_confine", "vmm_spawn",
+		"vmm_qmp", "migrate_incoming", "guest_channel", "guest_hello", "volumes", "bookkeeping", "total"} {
+		want := fmt.Sprintf("pandastack_host_sandbox_step_seconds_count{op=\"create\",step=%q} 10\n", step)
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %q:\n%s", want, metrics)
+		}
+	}
 	for _, sb := range sbs {
 		r := h.exec(sb.ID, map[string]any{"cmd": "python3 -c 'print(2 ** 10)'"})
 		if r.Stdout != "1024\n" || r.ExitCode != 0 {

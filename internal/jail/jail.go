@@ -38,7 +38,7 @@ type Spec struct {
 	// Cgroups are cgroup directories the process joins before it execs (so everything the VMM
 	// does is accounted there).
 	Cgroups []string `json:"cgroups,omitempty"`
-	// KeepFDs: descriptors 0..KeepFDs-1 survive the exec (stdio, plus a tap as fd 3); every
+	// KeepFDs: descriptors 0..KeepFDs-1 survive the exec (stdio, plus e.g. a QMP socket and a tap); every
 	// other one is closed.
 	KeepFDs int      `json:"keep_fds"`
 	Dir     string   `json:"dir"`

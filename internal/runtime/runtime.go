@@ -133,6 +133,7 @@ type Runtime interface {
 	// leaves the VM paused.
 	SaveSnapshot(ctx context.Context, vm *VM, stateFile string) error
 	// Restore starts a new VMM from snap with the RAM file mapped private (copy on write), running.
+	// It marks its steps (Step*) in ctx's timing trace.
 	Restore(ctx context.Context, runDir string, spec Spec, snap Snapshot) (*VM, error)
 	// Snapshot saves a VM restored from base into out, pausing it meanwhile.
 	Snapshot(ctx context.Context, vm *VM, base, out Snapshot, opts SnapshotOptions) (SnapshotStats, error)
@@ -152,3 +153,12 @@ type Runtime interface {
 
 // ErrVMMExited is returned when a VMM dies while being started.
 var ErrVMMExited = errors.New("VMM exited")
+
+// The steps of a restore a driver marks in the ctx's timing trace (internal/timing).
+const (
+	StepConfine = "vmm_confine"      // the VMM's cgroup and jail prepared
+	StepSpawn   = "vmm_spawn"        // the VMM process started
+	StepQMP     = "vmm_qmp"          // the VMM answers on its control socket
+	StepMigrate = "migrate_incoming" // the device state loaded
+	StepCont    = "cont"             // the vCPUs resumed (when the state was saved paused)
+)

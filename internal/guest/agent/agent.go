@@ -49,6 +49,7 @@ type Agent struct {
 	start  time.Time
 	bootID string
 	procs  procTable // background processes (process.go)
+	ready  string    // the READY line's JSON body
 }
 
 // New returns an agent.
@@ -73,7 +74,10 @@ func New(opts Options) *Agent {
 		lg = log.New(io.Discard, "", 0)
 	}
 	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return &Agent{opts: opts, log: lg, start: time.Now(), bootID: strings.TrimSpace(string(b)), procs: procTable{procs: map[int]*proc{}}}
+	a := &Agent{opts: opts, log: lg, start: time.Now(), bootID: strings.TrimSpace(string(b)), procs: procTable{procs: map[int]*proc{}}}
+	ready, _ := json.Marshal(guest.Ready{Version: guest.Version, BootID: a.bootID})
+	a.ready = string(ready)
+	return a
 }
 
 // ServeVirtio finds the virtio-serial port called name (waiting for it to
@@ -155,13 +159,15 @@ func (a *Agent) servePort(ctx context.Context, m *portMux) error {
 	stop := context.AfterFunc(ctx, func() { m.shutdown(ctx.Err()) })
 	defer stop()
 	hs := &handshakeState{}
+	var seed []byte // the last bytes of the session that ended (sessionConn.tail)
 	for {
 		c := m.attach()
-		rest, err := a.scan(c, hs)
+		rest, err := a.scan(c, hs, seed)
 		if err != nil {
 			return err
 		}
-		sess, err := yamux.Server(&sessionConn{c: c, rest: rest}, a.yamuxConfig())
+		sc := &sessionConn{c: c, rest: rest}
+		sess, err := yamux.Server(sc, a.yamuxConfig())
 		if err != nil {
 			return err
 		}
@@ -179,6 +185,7 @@ func (a *Agent) servePort(ctx context.Context, m *portMux) error {
 		// streams' handlers see their streams die either way.
 		c.detach()
 		go sess.Close()
+		seed = sc.lastBytes()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -219,9 +226,10 @@ func (h *handshakeState) known(n string) bool {
 }
 
 // scan discards everything but handshake lines until a GO for the nonce we
-// answered; it returns the bytes after the GO line (the start of yamux).
-func (a *Agent) scan(c *consumer, hs *handshakeState) ([]byte, error) {
+// answered, starting with seed; it returns the bytes after the GO line (the start of yamux).
+func (a *Agent) scan(c *consumer, hs *handshakeState, seed []byte) ([]byte, error) {
 	var sc guest.HandshakeScanner
+	sc.Feed(seed)
 	buf := make([]byte, 16<<10)
 	for {
 		for {
@@ -274,8 +282,19 @@ func (a *Agent) onHello(c *consumer, hs *handshakeState, body string) error {
 		return nil // a resend: no second READY
 	}
 	hs.remember(h.Nonce)
-	// A new host: this may be one of many clones restored from one snapshot,
-	// so fix the clock and make the RNG diverge before anything else runs.
+	// READY first (its body is made once: New), then the clock and the RNG while the host's GO is
+	// on its way: that is the round trip the host waits out anyway.
+	if _, err := c.Write([]byte(guest.ReadyPrefix + h.Nonce + " " + a.ready + "\n")); err != nil {
+		if err == errDetached {
+			return err
+		}
+		a.log.Printf("write READY: %v", err)
+		return err
+	}
+	hs.answered = h.Nonce
+	// A new host: this may be one of many clones restored from one snapshot, so fix the clock and
+	// make the RNG diverge before anything else runs (no request is served before GO, which the
+	// scanner reads after this returns).
 	if a.opts.SyncClock && h.TimeUnixNs > 0 {
 		host := time.Unix(0, h.TimeUnixNs)
 		if d := time.Since(host); d > 50*time.Millisecond || d < -50*time.Millisecond {
@@ -293,14 +312,5 @@ func (a *Agent) onHello(c *consumer, hs *handshakeState, body string) error {
 			}
 		}
 	}
-	body2, _ := json.Marshal(guest.Ready{Version: guest.Version, BootID: a.bootID})
-	if _, err := c.Write([]byte(guest.ReadyPrefix + h.Nonce + " " + string(body2) + "\n")); err != nil {
-		if err == errDetached {
-			return err
-		}
-		a.log.Printf("write READY: %v", err)
-		return err
-	}
-	hs.answered = h.Nonce
 	return nil
 }

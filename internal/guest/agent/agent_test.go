@@ -25,9 +25,15 @@ import (
 // not yet delivered stay queued for the next connection. With hidden set, the
 // guest never notices connections coming and going (like a VM restored from a
 // snapshot mid-session, or a reconnect faster than the guest could observe).
+//
+// With notify set it also signals host events (a host connecting, bytes arriving) while the
+// guest watches, as the real port does with SIGIO.
 type fakeVirtio struct {
 	mu        sync.Mutex
 	cond      *sync.Cond
+	notify    bool
+	watching  bool
+	events    chan os.Signal
 	in        []byte // host→guest, unread
 	out       []byte // guest→host, undelivered
 	connected bool
@@ -37,9 +43,28 @@ type fakeVirtio struct {
 }
 
 func newFakeVirtio() *fakeVirtio {
-	f := &fakeVirtio{}
+	f := &fakeVirtio{events: make(chan os.Signal, 1)}
 	f.cond = sync.NewCond(&f.mu)
 	return f
+}
+
+func (f *fakeVirtio) watchHost(on bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watching = on && f.notify
+	return f.notify
+}
+
+func (f *fakeVirtio) hostEvents() <-chan os.Signal { return f.events }
+
+// hostEvent signals the guest if it watches (f.mu held).
+func (f *fakeVirtio) hostEvent() {
+	if f.watching {
+		select {
+		case f.events <- syscall.SIGIO:
+		default:
+		}
+	}
 }
 
 func (f *fakeVirtio) guestSeesHost() bool { return f.connected || f.hidden }
@@ -112,6 +137,7 @@ func (f *fakeVirtio) serveChardev(ln net.Listener) {
 		}
 		f.mu.Lock()
 		f.connected, f.conn = true, conn
+		f.hostEvent()
 		f.cond.Broadcast()
 		f.mu.Unlock()
 		ended := false
@@ -142,6 +168,7 @@ func (f *fakeVirtio) serveChardev(ln net.Listener) {
 			if n > 0 {
 				f.mu.Lock()
 				f.in = append(f.in, buf[:n]...)
+				f.hostEvent()
 				f.cond.Broadcast()
 				f.mu.Unlock()
 			}
@@ -165,9 +192,10 @@ type hooks struct {
 
 // startVirtio runs the agent's real port loop on a fake port exposed as a
 // chardev-like unix socket.
-func startVirtio(t *testing.T) (*fakeVirtio, string, *hooks) {
+func startVirtio(t *testing.T, notify ...bool) (*fakeVirtio, string, *hooks) {
 	t.Helper()
 	f := newFakeVirtio()
+	f.notify = len(notify) > 0 && notify[0]
 	sock := filepath.Join(t.TempDir(), "vm.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -216,13 +244,72 @@ func TestVirtioHostsComeAndGo(t *testing.T) {
 	f, sock, _ := startVirtio(t)
 	// Stale bytes both ways before the first host: leftovers of an earlier life.
 	f.inject([]byte("\x00\x00\x00\x0c\x00\x00\x00\x01garbage PANDASTACK-GO 1234\n"), []byte("\x00\x01\x00\x00old yamux\n"))
+	hostsComeAndGo(t, f, sock)
+}
+
+// hostsComeAndGo connects five hosts one after the other, each running a command, then leaving.
+func hostsComeAndGo(t *testing.T, f *fakeVirtio, sock string) {
+	t.Helper()
 	for i := range 5 {
-		c, err := guest.Connect(tctx(t, 10*time.Second), sock)
+		c, err := guest.Connect(tctx(t, 20*time.Second), sock)
 		if err != nil {
 			t.Fatalf("host %d: %v", i, err)
 		}
 		echo(t, c, fmt.Sprint("round ", i))
 		c.Close()
+		f.dropHost()
+	}
+}
+
+// With host events, a guest without a host waits for them instead of polling: the fallback poll
+// is made longer than the test may run, so only the events can let each new host in.
+func TestVirtioHostEventsWakeTheGuest(t *testing.T) {
+	defer func(p time.Duration) { watchedPoll = p }(watchedPoll)
+	watchedPoll = time.Hour
+	f, sock, _ := startVirtio(t, true)
+	hostsComeAndGo(t, f, sock)
+}
+
+// A VM restored from a snapshot taken mid-session does not see its host change: the new host's
+// first HELLO lands in the old yamux session. The guest answers that HELLO, not a resend: this
+// host sends one and waits (only the test's deadline bounds it).
+func TestVirtioFirstHelloInsideOldSession(t *testing.T) {
+	f, sock, _ := startVirtio(t)
+	f.mu.Lock()
+	f.hidden = true
+	f.mu.Unlock()
+	c1, err := guest.Connect(tctx(t, 10*time.Second), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo(t, c1, "one")
+	f.dropHost()
+	c1.Close()
+
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := conn.Write([]byte(guest.HelloPrefix + `{"nonce":"abcd1234","time_unix_ns":1,"seed":""}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	var sc guest.HandshakeScanner
+	buf := make([]byte, 4096)
+	for {
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("no READY for the one HELLO sent: %v", err)
+		}
+		sc.Feed(buf[:n])
+		line, ok := sc.Next()
+		for ok && !strings.HasPrefix(string(line), guest.ReadyPrefix+"abcd1234 ") {
+			line, ok = sc.Next()
+		}
+		if ok {
+			return
+		}
 	}
 }
 

@@ -6,12 +6,14 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/guest"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,6 +25,20 @@ type device interface {
 	Write(p []byte) (int, error)
 	Close() error
 }
+
+// notifier is a device that can tell when a host connects (or sends), so a mux without a host
+// waits for that instead of polling: after a snapshot restore the new host's hello is then read
+// at once, not at the next poll of a backed-off loop.
+type notifier interface {
+	// watchHost turns host events on or off; on reports whether they work.
+	watchHost(on bool) bool
+	// hostEvents yields (at least) once after each host event while watching.
+	hostEvents() <-chan os.Signal
+}
+
+// watchedPoll is how often a mux whose device signals host events reads again anyway (a
+// variable so a test can make the events the only way out).
+var watchedPoll = time.Second
 
 var (
 	errHostGone = errors.New("host disconnected")
@@ -59,6 +75,8 @@ func (m *portMux) readLoop() {
 	const maxIdle = 20 * time.Millisecond
 	idle := time.Millisecond
 	disconnected := false
+	notif, _ := m.dev.(notifier)
+	watching, fallback := false, watchedPoll
 	for {
 		m.mu.Lock()
 		for len(m.buf) > 0 && m.err == nil {
@@ -92,9 +110,23 @@ func (m *portMux) readLoop() {
 		}
 		m.cond.Broadcast()
 		m.mu.Unlock()
-		if err == nil && n == 0 {
+		switch {
+		case err == nil && n == 0 && !watching && notif != nil && notif.watchHost(true):
+			// Read once more before waiting: a host that came meanwhile raised no event.
+			watching = true
+		case err == nil && n == 0 && watching:
+			t := time.NewTimer(fallback)
+			select {
+			case <-notif.hostEvents():
+			case <-t.C:
+			}
+			t.Stop()
+		case err == nil && n == 0:
 			time.Sleep(idle)
 			idle = min(idle*2, maxIdle)
+		case n > 0 && watching:
+			// A host is here: no events while it sends (each would be a signal).
+			watching = !notif.watchHost(false)
 		}
 	}
 }
@@ -207,19 +239,48 @@ func (m *portMux) announce(p []byte) {
 type sessionConn struct {
 	c    *consumer
 	rest []byte
+	// tail is the last bytes handed to yamux (up to a handshake line's length). A new host's
+	// HELLO that lands in a session the guest did not see end (a VM restored from a snapshot
+	// taken mid-session: its host left and came back while the VM was saved) breaks yamux with
+	// a protocol error; the scanner then starts from these bytes and answers that very HELLO
+	// instead of waiting for the host to resend it.
+	tailMu sync.Mutex
+	tail   []byte
+}
+
+// lastBytes returns a copy of tail.
+func (s *sessionConn) lastBytes() []byte {
+	s.tailMu.Lock()
+	defer s.tailMu.Unlock()
+	return append([]byte(nil), s.tail...)
 }
 
 func (s *sessionConn) Read(p []byte) (int, error) {
 	if len(s.rest) > 0 {
 		n := copy(p, s.rest)
 		s.rest = s.rest[n:]
+		s.keep(p[:n])
 		return n, nil
 	}
 	n, err := s.c.Read(p)
 	if err == errHostGone || err == errDetached {
 		err = io.EOF // quiet end of session
 	}
+	s.keep(p[:n])
 	return n, err
+}
+
+func (s *sessionConn) keep(b []byte) {
+	s.tailMu.Lock()
+	defer s.tailMu.Unlock()
+	if len(b) >= guest.MaxHandshakeLine {
+		s.tail = append(s.tail[:0], b[len(b)-guest.MaxHandshakeLine:]...)
+		return
+	}
+	if drop := len(s.tail) + len(b) - guest.MaxHandshakeLine; drop > 0 {
+		s.tail = append(s.tail[:0], s.tail[drop:]...)
+	}
+	s.tail = append(s.tail, b...)
 }
 
 func (s *sessionConn) Write(p []byte) (int, error) { return s.c.Write(p) }
@@ -232,8 +293,36 @@ func (s *sessionConn) Close() error {
 
 // virtioPort is the guest end of the virtio-serial port. Raw blocking
 // syscalls: os.File would try the netpoller, which this char device does not
-// support the way we need (read returns 0 while the host is away).
-type virtioPort struct{ fd int }
+// support the way we need (read returns 0 while the host is away, and poll
+// reports POLLHUP then). The port raises SIGIO (O_ASYNC) when the host connects
+// or sends: that is how a reader without a host learns it may read again.
+type virtioPort struct {
+	fd     int
+	events chan os.Signal
+}
+
+// watchHost turns SIGIO for the port on or off (F_SETOWN to this process once).
+func (v *virtioPort) watchHost(on bool) bool {
+	if v.events == nil {
+		if _, err := unix.FcntlInt(uintptr(v.fd), unix.F_SETOWN, os.Getpid()); err != nil {
+			return false
+		}
+		v.events = make(chan os.Signal, 1)
+		signal.Notify(v.events, unix.SIGIO)
+	}
+	fl, err := unix.FcntlInt(uintptr(v.fd), unix.F_GETFL, 0)
+	if err == nil {
+		if on {
+			fl |= unix.O_ASYNC
+		} else {
+			fl &^= unix.O_ASYNC
+		}
+		_, err = unix.FcntlInt(uintptr(v.fd), unix.F_SETFL, fl)
+	}
+	return err == nil
+}
+
+func (v *virtioPort) hostEvents() <-chan os.Signal { return v.events }
 
 func (v *virtioPort) Read(p []byte) (int, error) {
 	for {

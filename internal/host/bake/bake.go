@@ -88,6 +88,9 @@ type Config struct {
 	// MaxMemoryMiB bounds a build VM's memory.
 	MaxMemoryMiB int
 	Log          *slog.Logger
+	// LiveSnapshot keeps the bake's host connected while the state is saved (as bakes did before;
+	// for comparisons): clones then wake inside that host's session.
+	LiveSnapshot bool
 }
 
 // Templates is one host's templates: known, baked and built.
@@ -277,7 +280,12 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	ident := ts.cfg.Runtime.Identity()
 	// The VMM's identity is in the key: a new QEMU (or accelerator) bakes into a new directory and
 	// never replaces the files sandboxes restored under the old one still map.
-	key := layout.ShortHash("bake-v6", strconv.Itoa(volume.Slots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
+	// v7: the host leaves before the state is saved (LiveSnapshot: as in v6).
+	version := "bake-v7"
+	if ts.cfg.LiveSnapshot {
+		version = "bake-v6"
+	}
+	key := layout.ShortHash(version, strconv.Itoa(volume.Slots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
 		strconv.Itoa(spec.DiskMiB), ident.String(), spec.Start, spec.Ready, string(env))
 	dir := filepath.Join(ts.cfg.Layout.Templates(), spec.Name+"-"+key)
 	if info, err := loadTemplate(dir); err == nil {
@@ -400,9 +408,15 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 		client.Close()
 		return nil, fmt.Errorf("template %s: sync: %w", spec.Name, err)
 	}
+	if !ts.cfg.LiveSnapshot {
+		// The host leaves before the state is saved, and the guest agent ends its session: a
+		// clone wakes up waiting for a host (on SIGIO), reads the new host's HELLO straight into
+		// its handshake scanner and answers, with no session of the bake's host to tear down
+		// first. (Saved mid-session, the HELLO breaks that session, then gets answered.)
+		client.Close()
+		waitConsole(bootCtx, runDir, "session ended", 10*time.Second)
+	}
 	t := time.Now()
-	// The host stays connected while the state is saved: a clone wakes up inside a read of a live
-	// session, sees the new host at once and re-handshakes (no reconnect polling to wait out).
 	err = ts.cfg.Runtime.SaveSnapshot(bootCtx, vm, filepath.Join(tmp, "state"))
 	client.Close()
 	if err != nil {
@@ -452,6 +466,16 @@ func cloneOrCopy(src, dst string) error {
 		return fmt.Errorf("copy %s: %v: %s", filepath.Base(src), err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// waitConsole waits (at most timeout) until the VM's console log shows text.
+func waitConsole(ctx context.Context, runDir, text string, timeout time.Duration) {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline) && ctx.Err() == nil; {
+		if data, _ := os.ReadFile(filepath.Join(runDir, "console.log")); bytes.Contains(data, []byte(text)) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func consoleTail(runDir string) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/timing"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -26,6 +27,7 @@ var idRE = regexp.MustCompile(`^sb_[a-z0-9]{1,60}$`)
 // Create restores a new sandbox from a template's snapshot (baking the template first if this
 // host has not) or from a snapshot. It returns once the sandbox's guest agent answers.
 func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostapi.Sandbox, error) {
+	ctx, _ = timing.Ensure(ctx) // a caller's trace (the bench's) sees the steps too
 	if req.ID == "" {
 		req.ID = layout.NewID("sb_")
 	} else if !idRE.MatchString(req.ID) {
@@ -73,11 +75,13 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 		return hostapi.Sandbox{}, err
 	}
 	src.rec.Env, src.rec.Egress, src.rec.EgressOpen, src.rec.Volumes = req.Env, req.Egress, req.EgressOpen, vols
-	return m.launch(ctx, req.ID, src)
+	timing.Mark(ctx, StepResolve)
+	return m.launch(ctx, "create", req.ID, src)
 }
 
-// launch reflinks the disk, restores the VM and waits for its guest agent.
-func (m *Manager) launch(ctx context.Context, id string, src source) (hostapi.Sandbox, error) {
+// launch reflinks the disk, restores the VM and waits for its guest agent. Its steps are timed
+// in ctx's trace and, once it succeeded, kept in the step histograms under op.
+func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostapi.Sandbox, error) {
 	start := time.Now()
 	rec := src.rec
 	rec.ID, rec.State, rec.CreatedAt = id, StateCreating, start.UTC()
@@ -101,6 +105,7 @@ func (m *Manager) launch(ctx context.Context, id string, src source) (hostapi.Sa
 	}
 	m.sandboxes[id] = sb
 	m.mu.Unlock()
+	timing.Mark(ctx, StepAdmit)
 
 	runDir := m.layout.RunDir(id)
 	fail := func(err error) (hostapi.Sandbox, error) {
@@ -119,6 +124,7 @@ func (m *Manager) launch(ctx context.Context, id string, src source) (hostapi.Sa
 	if err := storage.Clone(src.diskSrc, disk); err != nil {
 		return fail(err)
 	}
+	timing.Mark(ctx, StepDiskClone)
 	vm, client, slot, err := m.restoreVM(ctx, &rec, runDir, disk)
 	if err != nil {
 		return fail(err)
@@ -131,6 +137,7 @@ func (m *Manager) launch(ctx context.Context, id string, src source) (hostapi.Sa
 		}
 		return fail(err)
 	}
+	timing.Mark(ctx, StepVolumes)
 	sb.mu.Lock()
 	sb.setRunning(vm, client, slot)
 	sb.rec.ReadyMs = time.Since(start).Milliseconds()
@@ -143,6 +150,8 @@ func (m *Manager) launch(ctx context.Context, id string, src source) (hostapi.Sa
 		return fail(err)
 	}
 	m.watch(sb, vm)
+	timing.Mark(ctx, StepBookkeeping)
+	m.steps.Observe(op, timing.From(ctx))
 	return sb.info(), nil
 }
 

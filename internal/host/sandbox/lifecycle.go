@@ -17,6 +17,7 @@ import (
 	"github.com/pandastack/pandastack/internal/host/snapshot"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/timing"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -145,7 +146,8 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]hostapi.San
 				MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, ForkOf: id, Env: env,
 				Egress: egress, EgressOpen: open, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots, Identity: snap.Identity},
 				diskSrc: snap.File("disk.img")}
-			children[i], errs[i] = m.launch(ctx, layout.NewID("sb_"), src)
+			// Each child its own trace: they restore side by side.
+			children[i], errs[i] = m.launch(timing.With(ctx, timing.NewTrace()), "fork", layout.NewID("sb_"), src)
 		}()
 	}
 	wg.Wait()
@@ -291,6 +293,7 @@ func (m *Manager) awake(ctx context.Context, id string) (*sandbox, error) {
 	}
 	defer release() // once running, the sandbox counts itself
 	start := time.Now()
+	ctx = timing.With(ctx, timing.NewTrace())
 	vm, client, slot, err := m.restoreVM(ctx, &rec, m.layout.RunDir(id), filepath.Join(sb.dir, "disk.img"))
 	if err != nil {
 		sb.mu.Lock()
@@ -307,6 +310,10 @@ func (m *Manager) awake(ctx context.Context, id string) (*sandbox, error) {
 	err = sb.persist()
 	sb.mu.Unlock()
 	m.watch(sb, vm)
+	if err == nil {
+		timing.Mark(ctx, StepBookkeeping)
+		m.steps.Observe("wake", timing.From(ctx))
+	}
 	m.log.Info("woke sandbox", "sandbox", id, "ms", time.Since(start).Milliseconds())
 	return sb, err
 }

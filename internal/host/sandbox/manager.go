@@ -17,6 +17,7 @@ package sandbox
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // Config is what the manager works with.
@@ -63,6 +65,7 @@ type Manager struct {
 	snapshots *snapshot.Store
 	cg        *cgroup.Manager
 	confined  bool
+	steps     *timing.Steps
 	// Templates resolves and bakes a create's template (set before use).
 	Templates *bake.Templates
 
@@ -80,6 +83,7 @@ type Manager struct {
 func New(cfg Config) *Manager {
 	m := &Manager{cfg: cfg, log: cfg.Log, rt: cfg.Runtime, net: cfg.Net, layout: cfg.Layout, disk: cfg.Disk,
 		volumes: cfg.Volumes, snapshots: cfg.Snapshots, cg: cfg.Cgroup, confined: cfg.Cgroup != nil,
+		steps:     timing.NewSteps("pandastack_host_sandbox_step_seconds", "Time of each step of a successful sandbox create, fork (each child) or wake on this host."),
 		sandboxes: map[string]*sandbox{}, uids: map[string]int{}}
 	m.adopt()
 	return m
@@ -146,6 +150,9 @@ func (m *Manager) Running(id string) (runtime.VM, *network.Slot, error) {
 	defer sb.mu.Unlock()
 	return sb.rec.VM, sb.slot, nil
 }
+
+// WriteMetrics writes the step histograms of creates, forks and wakes (Prometheus text).
+func (m *Manager) WriteMetrics(w io.Writer) { m.steps.Write(w) }
 
 // connect opens a VM's guest agent channel, bounded so a dead guest fails instead of hanging.
 func connect(ctx context.Context, socket string, timeout time.Duration) (*guest.Client, error) {

@@ -11,6 +11,7 @@ import (
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // Where a sandbox is restored: every VM of a sandbox starts here, from its template's memory (a
@@ -32,10 +33,12 @@ func (m *Manager) restoreVM(ctx context.Context, rec *record, runDir, disk strin
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	timing.Mark(ctx, StepPrepare)
 	slot, tap, err := m.attachNetwork(ctx, rec)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	timing.Mark(ctx, StepSlot)
 	spec := rec.spec(disk)
 	spec.Tap, spec.UID = tap, uid
 	if spec.Drives, err = m.drives(rec, filepath.Dir(disk)); err != nil {
@@ -47,6 +50,7 @@ func (m *Manager) restoreVM(ctx context.Context, rec *record, runDir, disk strin
 		}
 		return nil, nil, nil, err
 	}
+	timing.Mark(ctx, StepDrives)
 	vm, err := m.rt.Restore(ctx, runDir, spec, base)
 	if tap != nil {
 		tap.Close() // the VMM holds its own copy
@@ -67,6 +71,19 @@ func (m *Manager) restoreVM(ctx context.Context, rec *record, runDir, disk strin
 	}
 	return vm, client, slot, nil
 }
+
+// The steps of a create, fork or wake (timing marks; the runtime and the guest client mark theirs:
+// runtime.Step*, guest.Step*), exposed per step in the host agent's /metrics.
+const (
+	StepResolve     = "resolve"     // template or snapshot looked up, request checked, pressure relieved
+	StepAdmit       = "admit"       // memory and volumes admitted, the sandbox in the map
+	StepDiskClone   = "disk_clone"  // the disk reflinked
+	StepPrepare     = "prepare"     // snapshot files checked, the VMM's uid taken
+	StepSlot        = "slot"        // network slot attached (nothing without a NIC)
+	StepDrives      = "drives"      // volume drives and spare-slot placeholders
+	StepVolumes     = "volumes"     // volumes mounted in the guest
+	StepBookkeeping = "bookkeeping" // the record persisted, the VMM watched
+)
 
 // checkIdentity refuses to restore state saved under another VMM identity (runtime.Identity): a
 // 409, since the request is sound and this host healthy — the state can restore on a host whose

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/pandastack/pandastack/internal/jail"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/timing"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,7 +34,10 @@ type Driver struct {
 	Binary string // qemu-system-x86_64
 	accel  string
 	tscKHz int
-	ident  runtime.Identity
+	cpu    string
+	// reliableTSC: the guest command line has tsc=reliable (WithReliableTSC).
+	reliableTSC bool
+	ident       runtime.Identity
 
 	confine *Confinement // nil: VMMs run as this process's user, unjailed
 
@@ -80,20 +85,28 @@ func New(accel string) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	cpu := cpuModel
-	if accel == "kvm" {
-		// Under KVM "max" is the host CPU passed through: the guest's features are the host's.
-		cpu += " (host " + hostCPUModel() + ")"
-	}
-	ident := runtime.Identity{VMM: "qemu", Version: version, Machine: machineType, CPU: cpu, Accel: accel}
-	return &Driver{Binary: bin, accel: accel, tscKHz: hostTSCKHz(), ident: ident, children: map[int]chan runtime.Exit{},
-		reaped: map[int]chan struct{}{}}, nil
+	d := &Driver{Binary: bin, accel: accel, tscKHz: hostTSCKHz(), children: map[int]chan runtime.Exit{},
+		reaped: map[int]chan struct{}{}}
+	d.ident = runtime.Identity{VMM: "qemu", Version: version, Machine: machineType, Accel: accel}
+	d.UseCPU(DefaultCPU)
+	return d, nil
 }
 
-// The machine type and CPU model every VM gets (args); part of the driver's Identity.
+// UseCPU sets the CPU model of the VMs started from now on (QEMU's -cpu; part of the Identity,
+// so state saved under another model is not restored: templates re-bake).
+func (d *Driver) UseCPU(model string) {
+	d.cpu = model
+	d.ident.CPU = model
+	if d.accel == "kvm" && model == "max" {
+		// Under KVM "max" is the host CPU passed through: the guest's features are the host's.
+		d.ident.CPU += " (host " + hostCPUModel() + ")"
+	}
+}
+
+// The machine type every VM gets and the default CPU model (args); part of the driver's Identity.
 const (
 	machineType = "microvm"
-	cpuModel    = "max"
+	DefaultCPU  = "max"
 )
 
 func (d *Driver) Name() string               { return "qemu" }
@@ -150,13 +163,32 @@ func hostTSCKHz() int {
 }
 
 func (d *Driver) cmdline(extra string) string {
+	if d.reliableTSC {
+		extra = strings.TrimSpace("tsc=reliable " + extra)
+	}
+	return cmdline(d.tscKHz, extra)
+}
+
+// Cmdline is the guest kernel command line of every VM this host boots (the bench's minimal
+// restore boots the same).
+func Cmdline() string { return cmdline(hostTSCKHz(), "") }
+
+// WithReliableTSC boots guests with tsc=reliable. Under TCG the guest TSC is the host's, steady
+// and monotonic, but the kernel's clocksource watchdog compares it with jiffies, which lose ticks
+// on a loaded host, and marks it unstable: guests run on refined-jiffies (4 ms timer resolution,
+// a periodic tick, no high-resolution timers). With tsc=reliable they keep the TSC and get
+// high-resolution timers. Off by default: it did not make creates measurably faster here (bench
+// suite tsc compares); for comparisons.
+func (d *Driver) WithReliableTSC() { d.reliableTSC = true }
+
+func cmdline(tscKHz int, extra string) string {
 	// panic=-1 reboots at once on a guest panic and -no-reboot turns that into QEMU's exit.
 	// reboot=t: the reset is a triple fault, which QEMU always sees. The default (ACPI, then the
 	// keyboard controller, then a jump to the firmware) sometimes ended in a guest hung in the
 	// firmware under load, with the VMM still running.
 	c := "console=ttyS0 panic=-1 reboot=t quiet loglevel=3"
-	if d.tscKHz > 0 {
-		c += " tsc_early_khz=" + strconv.Itoa(d.tscKHz)
+	if tscKHz > 0 {
+		c += " tsc_early_khz=" + strconv.Itoa(tscKHz)
 	}
 	if extra != "" {
 		c += " " + extra
@@ -181,7 +213,7 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 	a := []string{
 		"-M", machineType + ",memory-backend=mem",
 		"-accel", d.accel,
-		"-cpu", cpuModel,
+		"-cpu", d.cpu,
 		"-smp", strconv.Itoa(spec.VCPUs),
 		"-m", strconv.Itoa(spec.MemoryMiB) + "M",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -194,7 +226,9 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		"-kernel", spec.Kernel,
 		"-initrd", spec.Initrd,
 		"-append", d.cmdline(""),
-		"-qmp", "unix:" + filepath.Join(runDir, "qmp.sock") + ",server=on,wait=off",
+		// The QMP socket arrives bound and listening as fd 3 (start): the host connects at once
+		// and reads QMP's greeting the moment QEMU is ready, with no polling for the socket.
+		"-chardev", "socket,id=qmp0,fd=3,server=on,wait=off", "-mon", "chardev=qmp0,mode=control",
 		"-object", fmt.Sprintf("memory-backend-file,id=mem,size=%dM,mem-path=%s,share=%s", spec.MemoryMiB, ramFile, shareArg),
 		"-chardev", "socket,id=agent0,path=" + filepath.Join(runDir, "agent.sock") + ",server=on,wait=off",
 		"-device", "virtio-serial-device",
@@ -212,8 +246,8 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 		a = append(a, "-drive", drive, "-device", "virtio-blk-device,drive="+d.Serial+",serial="+d.Serial)
 	}
 	if spec.NIC {
-		// The tap arrives as fd 3 (ExtraFiles[0]); the MAC is the one every slot expects.
-		a = append(a, "-netdev", "tap,id=n0,fd=3",
+		// The tap arrives as fd 4 (ExtraFiles[1]); the MAC is the one every slot expects.
+		a = append(a, "-netdev", "tap,id=n0,fd=4",
 			"-device", "virtio-net-device,netdev=n0,mac="+network.GuestMAC.String())
 	}
 	if incoming {
@@ -224,7 +258,7 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 
 // start launches a VMM for spec: a cold boot (RAM file shared, for a bake) or a restore waiting
 // for its incoming state.
-func (d *Driver) start(runDir string, spec runtime.Spec, ramFile string, bake bool) (*runtime.VM, error) {
+func (d *Driver) start(ctx context.Context, runDir string, spec runtime.Spec, ramFile string, bake bool) (*runtime.VM, error) {
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -244,6 +278,11 @@ func (d *Driver) start(runDir string, spec runtime.Spec, ramFile string, bake bo
 		}
 	}
 	args := d.args(runDir, spec, ramFile, bake, !bake)
+	qmpLn, err := listenQMP(filepath.Join(runDir, "qmp.sock"))
+	if err != nil {
+		return nil, err
+	}
+	defer qmpLn.Close() // the VMM holds its own copy; once it exits, a waiting client fails
 	logf, err := os.OpenFile(filepath.Join(runDir, "vmm.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
@@ -266,7 +305,7 @@ func (d *Driver) start(runDir string, spec runtime.Spec, ramFile string, bake bo
 				return nil, err
 			}
 		}
-		js := jail.Spec{Root: c.JailRoot, UID: vm.UID, GID: c.GID, Cgroups: vm.Cgroups, KeepFDs: 3, Dir: runDir,
+		js := jail.Spec{Root: c.JailRoot, UID: vm.UID, GID: c.GID, Cgroups: vm.Cgroups, KeepFDs: 4, Dir: runDir,
 			Env: []string{"TMPDIR=" + runDir}, // snapshot=on overlays of read-only volumes
 			Mounts: []jail.Mount{{Path: runDir, Write: true, Own: true}, {Path: spec.Kernel}, {Path: spec.Initrd},
 				{Path: spec.Disk, Write: true, Own: true}, {Path: ramFile, Write: true}}}
@@ -274,21 +313,24 @@ func (d *Driver) start(runDir string, spec runtime.Spec, ramFile string, bake bo
 			js.Mounts = append(js.Mounts, jail.Mount{Path: dr.File, Write: !dr.ReadOnly})
 		}
 		if spec.Tap != nil {
-			js.KeepFDs = 4
+			js.KeepFDs = 5
 		}
 		if cmd, err = jail.Command(js, d.Binary, args...); err != nil {
 			cgroup.Remove(vm.Cgroups)
 			return nil, err
 		}
 	}
+	timing.Mark(ctx, runtime.StepConfine)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{qmpLn} // fd 3: the QMP chardev
 	if spec.Tap != nil {
-		cmd.ExtraFiles = []*os.File{spec.Tap} // fd 3: -netdev tap,fd=3
+		cmd.ExtraFiles = append(cmd.ExtraFiles, spec.Tap) // fd 4: -netdev tap,fd=4
 	}
 	if err := cmd.Start(); err != nil {
 		cgroup.Remove(vm.Cgroups)
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
+	timing.Mark(ctx, runtime.StepSpawn)
 	vm.Pid = cmd.Process.Pid
 	vm.StartTicks, _ = startTicks(vm.Pid)
 	ch, reaped := make(chan runtime.Exit, 1), make(chan struct{})
@@ -306,6 +348,18 @@ func (d *Driver) start(runDir string, spec runtime.Spec, ramFile string, bake bo
 		ch <- runtime.Exit{At: time.Now(), Reason: explainExit(runDir, reason)}
 	}()
 	return vm, nil
+}
+
+// listenQMP binds and listens on path (a VMM's QMP socket) and returns the listening socket as a
+// file to hand to QEMU; closing the file leaves the socket file in place.
+func listenQMP(path string) (*os.File, error) {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	defer ln.Close()
+	return ln.File() // a duplicate, blocking descriptor
 }
 
 // realPaths resolves the symlinks in every path a VMM opens.
@@ -330,7 +384,7 @@ func (d *Driver) Boot(ctx context.Context, runDir string, spec runtime.Spec, ram
 	if spec.NIC != (spec.Tap != nil) {
 		return nil, fmt.Errorf("qemu: a NIC needs a tap and a tap needs a NIC")
 	}
-	return d.start(runDir, spec, ramFile, true)
+	return d.start(ctx, runDir, spec, ramFile, true)
 }
 
 // SaveSnapshot migrates device state to stateFile. RAM is skipped (x-ignore-shared) because it
@@ -373,7 +427,7 @@ func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, 
 	if spec.NIC != (spec.Tap != nil) {
 		return nil, fmt.Errorf("qemu: a NIC needs a tap and a tap needs a NIC")
 	}
-	vm, err := d.start(runDir, spec, snap.RAMFile, false)
+	vm, err := d.start(ctx, runDir, spec, snap.RAMFile, false)
 	if err != nil {
 		return nil, err
 	}
@@ -389,6 +443,7 @@ func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, 
 		return fail(err)
 	}
 	defer q.close()
+	timing.Mark(ctx, runtime.StepQMP)
 	if err := q.ignoreShared(ctx); err != nil {
 		return fail(err)
 	}
@@ -410,13 +465,16 @@ func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, 
 		}
 		switch st {
 		case "running":
+			timing.Mark(ctx, runtime.StepMigrate)
 			return vm, nil
 		case "inmigrate":
 		case "paused", "postmigrate", "prelaunch":
 			// The source had been stopped before it was saved: resume explicitly.
+			timing.Mark(ctx, runtime.StepMigrate)
 			if err := q.run(ctx, "cont", nil, nil); err != nil {
 				return fail(err)
 			}
+			timing.Mark(ctx, runtime.StepCont)
 		default:
 			return fail(fmt.Errorf("restore ended in state %q", st))
 		}

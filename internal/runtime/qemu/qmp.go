@@ -50,9 +50,12 @@ func dialQMP(ctx context.Context, path string, alive func() bool) (*qmp, error) 
 		}
 	}
 	q := &qmp{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
+	// A new VMM's socket accepts before QEMU is up (start binds it): the greeting is the wait.
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(time.Minute)
 	}
+	conn.SetDeadline(dl)
 	if _, err := q.r.ReadBytes('\n'); err != nil { // greeting
 		conn.Close()
 		return nil, fmt.Errorf("QMP greeting: %w", err)
