@@ -77,18 +77,18 @@ func (b *bench) codeSuite(ctx context.Context, res map[string]float64, rounds in
 		run := func(code string) sample {
 			return timed(func() error { return codeRun(ctx, c, id, code) })
 		}
-		execOf := func(cmd, stdin string) sample {
+		execOf := func(stdin string, argv ...string) sample {
 			return timed(func() error {
-				r, err := c.Exec(ctx, id, agentclient.ExecRequest{Cmd: cmd, Stdin: &stdin})
+				r, err := c.Exec(ctx, id, agentclient.ExecRequest{Argv: argv, Stdin: &stdin})
 				if err == nil && r.ExitCode != 0 {
-					err = fmt.Errorf("exec %s: %+v", cmd, r)
+					err = fmt.Errorf("exec %v: %+v", argv, r)
 				}
 				return err
 			})
 		}
-		ops := []sample{run(describeCode), run("1+1"), execOf("true", ""), execOf("exec "+codeinterp.Relay, `{"op":"ping"}`+"\n")}
+		ops := []sample{run(describeCode), run("1+1"), execOf("", "true"), execOf(`{"op":"ping"}`+"\n", codeinterp.Relay)}
 		if len(pyExec) < samples(3) { // the old way, ~18 s a call: a few samples are enough
-			ops = append(ops, execOf("python3 -c \"import pandas as pd; print(pd.DataFrame({'a': range(10)}).describe())\"", ""))
+			ops = append(ops, execOf("", "python3", "-c", "import pandas as pd; print(pd.DataFrame({'a': range(10)}).describe())"))
 		}
 		lat, err := interleaved(1, ops...)
 		b.agent.Kill(id)
