@@ -119,6 +119,19 @@ func TestHeartbeatUnknownHost(t *testing.T) {
 	}
 }
 
+// runningOn records sandbox id running on host-a (fake agent a) for a team, in both places.
+func runningOn(t *testing.T, st *store.Store, a *agenttest.Agent, id string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.CreateTeam(ctx, store.Team{ID: "team", Name: "team"}); err != nil {
+		t.Fatal(err)
+	}
+	a.AddSandbox(id, "base")
+	if _, err := st.CreateSandbox(ctx, store.Sandbox{ID: id, TeamID: "team", Template: "base", State: store.StateRunning, HostID: "host-a"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRunMarksSilentHostDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -129,13 +142,7 @@ func TestRunMarksSilentHostDown(t *testing.T) {
 	if err := s.PollStatic(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CreateTeam(ctx, store.Team{ID: "team", Name: "team"}); err != nil {
-		t.Fatal(err)
-	}
-	a.AddSandbox("sb_1", "base")
-	if _, err := st.CreateSandbox(ctx, store.Sandbox{ID: "sb_1", TeamID: "team", Template: "base", State: store.StateRunning, HostID: "host-a"}); err != nil {
-		t.Fatal(err)
-	}
+	runningOn(t, st, a, "sb_1")
 	go s.Run(ctx)
 	// While the agent answers polls, the host stays up.
 	time.Sleep(700 * time.Millisecond)
@@ -396,13 +403,7 @@ func TestHeartbeatOfADownHost(t *testing.T) {
 	if err := s.Register(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CreateTeam(ctx, store.Team{ID: "team", Name: "team"}); err != nil {
-		t.Fatal(err)
-	}
-	a.AddSandbox("sb_1", "base")
-	if _, err := st.CreateSandbox(ctx, store.Sandbox{ID: "sb_1", TeamID: "team", Template: "base", State: store.StateRunning, HostID: "host-a"}); err != nil {
-		t.Fatal(err)
-	}
+	runningOn(t, st, a, "sb_1")
 	if err := s.Heartbeat(ctx, r); err != nil { // the fast path
 		t.Fatal(err)
 	}
