@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -206,7 +207,22 @@ func (p *Pool) Close() error {
 	if p.dev == "" {
 		return nil
 	}
-	if err := unix.Unmount(p.Dir, 0); err != nil {
+	// A VMM that just exited may still pin the mount for a moment (the kernel tears its jail's
+	// mount namespace down after the process is gone), and a mount namespace made meanwhile by
+	// another jail on this host holds a copy of it. Busy is retried briefly, then the mount is
+	// detached lazily: the kernel frees it, and the loop device, when the last holder goes.
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err = unix.Unmount(p.Dir, 0)
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		if time.Now().After(deadline) {
+			err = unix.Unmount(p.Dir, unix.MNT_DETACH)
+			break
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("unmount %s: %w", p.Dir, err)
 	}
 	if err := runCmd("losetup", "-d", p.dev); err != nil {

@@ -149,3 +149,32 @@ func TestPoolLargerThanDisk(t *testing.T) {
 		t.Fatalf("space %+v: want the disk's free space to bound it", sp)
 	}
 }
+
+// TestPoolCloseWhileBusy: a pool something still holds (here an open file; in production a jail's
+// mount namespace that has not gone yet) is detached anyway after a short wait, so an agent's stop
+// and a test's cleanup never fail on it; the mount is gone from this namespace at once.
+func TestPoolCloseWhileBusy(t *testing.T) {
+	disk := smallDisk(t, 1300)
+	p, err := Open(disk, 1, 200<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Loop {
+		t.Fatalf("a tmpfs data dir should get a loop pool: %+v", p)
+	}
+	f, err := os.Create(filepath.Join(p.Dir, "held"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := p.Close(); err != nil {
+		t.Fatalf("close of a busy pool: %v", err)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mounts")
+	if strings.Contains(string(mounts), " "+p.Dir+" ") {
+		t.Fatalf("%s still mounted after Close", p.Dir)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("a second Close: %v", err)
+	}
+}
