@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -167,8 +168,17 @@ func startService(ctx context.Context, c *guest.Client, r template.Recipe, say f
 	say("starting: %s", firstLine(r.Start))
 	// setsid + redirects: the service outlives this exec and holds none of its pipes.
 	var sink bytes.Buffer
-	res, err := c.Exec(ctx, guest.ExecRequest{Cmd: `setsid sh -c "$PANDASTACK_START" >>/var/log/pandastack-start.log 2>&1 </dev/null &`,
-		Env: env, User: "root", Timeout: time.Minute}, nil, &sink, &sink)
+	startReq := guest.ExecRequest{Cmd: `setsid sh -c "$PANDASTACK_START" >>/var/log/pandastack-start.log 2>&1 </dev/null &`,
+		Env: env, User: "root", Timeout: time.Minute}
+	res, err := c.Exec(ctx, startReq, nil, &sink, &sink)
+	if errors.Is(err, guest.ErrConnectionLost) && ctx.Err() == nil {
+		// The session broke, not the VM (bootCtx ends with the VMM): the client re-dials on the
+		// next call. A start that did run leaves its service up; a second one finds its port taken
+		// and the ready check still passes.
+		say("guest connection lost while starting (%v); trying again", err)
+		sink.Reset()
+		res, err = c.Exec(ctx, startReq, nil, &sink, &sink)
+	}
 	if err != nil || res.ExitCode != 0 {
 		return buildFailed("start command could not be run: %v %s", err, sink.String())
 	}
@@ -185,10 +195,14 @@ func startService(ctx context.Context, c *guest.Client, r template.Recipe, say f
 			say("ready check passed after %d ms", time.Since(start).Milliseconds())
 			return nil
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, guest.ErrConnectionLost) && ctx.Err() == nil:
+			last = err.Error() // the client re-dials on the next check
+		case err != nil:
 			return fmt.Errorf("ready check: %w", err)
+		default:
+			last = fmt.Sprintf("exit %d: %s", res.ExitCode, strings.TrimSpace(tail(out.String(), 400)))
 		}
-		last = fmt.Sprintf("exit %d: %s", res.ExitCode, strings.TrimSpace(tail(out.String(), 400)))
 		if time.Now().After(deadline) {
 			var log bytes.Buffer
 			c.Exec(ctx, guest.ExecRequest{Cmd: "tail -c 1500 /var/log/pandastack-start.log", User: "root", Timeout: 10 * time.Second}, nil, &log, &log)
