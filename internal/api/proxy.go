@@ -35,11 +35,9 @@ func (s *Server) trafficToken(public *bool) (token, hash string, err error) {
 	if public != nil && *public || public == nil && !s.cfg.PrivatePorts {
 		return "", "", nil
 	}
-	secret, err := auth.RandomString(32, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
-	if err != nil {
+	if token, err = auth.NewSecret(trafficTokenPrefix); err != nil {
 		return "", "", err
 	}
-	token = trafficTokenPrefix + secret
 	return token, auth.Hash(token), nil
 }
 

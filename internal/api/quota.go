@@ -104,11 +104,15 @@ func (s *Server) templateSize(ctx context.Context, teamID, name string) (vcpus, 
 // holdSandboxQuota holds n more sandboxes of template tmpl against the team's limits (see
 // holdQuota).
 func (s *Server) holdSandboxQuota(ctx context.Context, teamID, tmpl string, n int64) (release func(), err error) {
+	q, err := s.teamQuota(ctx, teamID)
+	if err != nil || q == (Quota{}) {
+		return func() {}, err // no limits: not even the template's size is looked up
+	}
 	need, err := s.sandboxNeed(ctx, teamID, tmpl, n)
 	if err != nil {
 		return func() {}, err
 	}
-	return s.holdQuota(ctx, teamID, need)
+	return s.holdWithin(ctx, teamID, q, need)
 }
 
 // holdQuota refuses (429 quota_exceeded, naming the limit and the use) a call that needs need
@@ -117,11 +121,16 @@ func (s *Server) holdSandboxQuota(ctx context.Context, teamID, tmpl string, n in
 // other calls' holds under the team's lock, on every replica, so calls racing for the last slot
 // cannot both pass; the lock covers the check only, not the work.
 func (s *Server) holdQuota(ctx context.Context, teamID string, need Quota) (release func(), err error) {
-	noop := func() {}
 	q, err := s.teamQuota(ctx, teamID)
 	if err != nil || q == (Quota{}) {
-		return noop, err
+		return func() {}, err
 	}
+	return s.holdWithin(ctx, teamID, q, need)
+}
+
+// holdWithin is holdQuota under the team's limits q (not all zero).
+func (s *Server) holdWithin(ctx context.Context, teamID string, q, need Quota) (release func(), err error) {
+	noop := func() {}
 	id := auth.NewID("qh_")
 	err = s.store.WithTeamLock(ctx, teamID, func() error {
 		// Recorded use first, then holds: a call that records its resource and releases its

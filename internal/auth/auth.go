@@ -49,12 +49,16 @@ var (
 )
 
 // NewKey returns a fresh random key.
-func NewKey() (string, error) {
+func NewKey() (string, error) { return NewSecret(KeyPrefix) }
+
+// NewSecret is prefix followed by SecretLen random base62 characters (an API key, a sandbox's
+// traffic token).
+func NewSecret(prefix string) (string, error) {
 	s, err := RandomString(SecretLen, base62)
 	if err != nil {
 		return "", err
 	}
-	return KeyPrefix + s, nil
+	return prefix + s, nil
 }
 
 // RandomString returns n characters drawn uniformly from alphabet with crypto/rand.
