@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -151,6 +152,18 @@ func connect(ctx context.Context, socket string, timeout time.Duration) (*guest.
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return guest.Connect(ctx, socket)
+}
+
+// retryLost runs a bake's guest call again, once, when the guest session broke but the VM did
+// not (ctx ends with the VMM): the client re-dials on the next call. A session lost right after a
+// cold boot has been seen under load (see startService).
+func retryLost(ctx context.Context, say func(string, ...any), what string, call func() error) error {
+	err := call()
+	if errors.Is(err, guest.ErrConnectionLost) && ctx.Err() == nil {
+		say("guest connection lost during %s (%v); trying again", what, err)
+		err = call()
+	}
+	return err
 }
 
 // warmUp runs in a template's guest before its snapshot (see bake).
@@ -397,14 +410,17 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	// the user switch): the snapshot then holds those pages, and every clone starts warm instead
 	// of reading them through its own disk clone.
 	for _, user := range []string{"root", "user"} {
-		var sink bytes.Buffer
-		if _, err := client.Exec(bootCtx, guest.ExecRequest{Cmd: warmUp, User: user, Timeout: 60 * time.Second}, nil, &sink, &sink); err != nil {
+		if err := retryLost(bootCtx, say, "warm-up", func() error {
+			var sink bytes.Buffer
+			_, err := client.Exec(bootCtx, guest.ExecRequest{Cmd: warmUp, User: user, Timeout: 60 * time.Second}, nil, &sink, &sink)
+			return err
+		}); err != nil {
 			client.Close()
 			return nil, fmt.Errorf("template %s: warm-up: %w", spec.Name, err)
 		}
 	}
 	// Write the guest's dirty pages to its disk so the clones' disks hold what the snapshot saw.
-	if err := client.Sync(bootCtx); err != nil {
+	if err := retryLost(bootCtx, say, "sync", func() error { return client.Sync(bootCtx) }); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("template %s: sync: %w", spec.Name, err)
 	}

@@ -170,15 +170,14 @@ func startService(ctx context.Context, c *guest.Client, r template.Recipe, say f
 	var sink bytes.Buffer
 	startReq := guest.ExecRequest{Cmd: `setsid sh -c "$PANDASTACK_START" >>/var/log/pandastack-start.log 2>&1 </dev/null &`,
 		Env: env, User: "root", Timeout: time.Minute}
-	res, err := c.Exec(ctx, startReq, nil, &sink, &sink)
-	if errors.Is(err, guest.ErrConnectionLost) && ctx.Err() == nil {
-		// The session broke, not the VM (bootCtx ends with the VMM): the client re-dials on the
-		// next call. A start that did run leaves its service up; a second one finds its port taken
-		// and the ready check still passes.
-		say("guest connection lost while starting (%v); trying again", err)
+	var res guest.ExecResult
+	// A start that did run before a lost session leaves its service up; a second one finds its
+	// port taken and the ready check still passes.
+	err := retryLost(ctx, say, "the start", func() (err error) {
 		sink.Reset()
 		res, err = c.Exec(ctx, startReq, nil, &sink, &sink)
-	}
+		return err
+	})
 	if err != nil || res.ExitCode != 0 {
 		return buildFailed("start command could not be run: %v %s", err, sink.String())
 	}
