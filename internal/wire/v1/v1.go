@@ -70,6 +70,23 @@ type SandboxPage struct {
 	Sandboxes  []Sandbox `json:"sandboxes"`
 }
 
+// Event is one NDJSON line of GET /v1/events: "ready" once the stream is watching (nothing
+// before it is reported), then "sandbox" with a sandbox's record whenever its state, host or error
+// changes (created, hibernated, woken, killed, lost), and "ping" when nothing happened for a while.
+type Event struct {
+	Type    string   `json:"type"`
+	At      string   `json:"at"`
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
+}
+
+// TerminalTicket is POST /v1/sandboxes/{id}/pty/ticket's answer: a single-use credential for one
+// terminal WebSocket (GET …/pty?ticket=…), for clients that cannot set an Authorization header on
+// a WebSocket (browsers). It expires at ExpiresAt (30 s) and is never the key itself.
+type TerminalTicket struct {
+	Ticket    string `json:"ticket"`
+	ExpiresAt string `json:"expires_at"`
+}
+
 // Sandboxes is a fork's answer: its children.
 type Sandboxes struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
