@@ -41,12 +41,7 @@ function SignIn({ why, onIn }: { why: string; onIn: (admin: boolean) => void }) 
   const [busy, setBusy] = useState(false);
   return (
     <main class="signin">
-      <h1>
-        <span class="logo" aria-hidden="true">
-          🐼
-        </span>{" "}
-        PandaStack
-      </h1>
+      <h1>PandaStack console</h1>
       {why && (
         <p class="notice" role="status">
           Signed out: {why}
@@ -139,7 +134,7 @@ function App() {
           Menu
         </button>
         <Link href="/" class="brand">
-          <span aria-hidden="true">🐼</span> PandaStack
+          PandaStack
         </Link>
         <button type="button" class="signout" onClick={() => signOut()}>
           Sign out
