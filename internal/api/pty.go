@@ -47,6 +47,10 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 			pr.Out.Host = base.Host
 			pr.Out.Header.Set("Authorization", "Bearer "+c.Token)
 			pr.Out.Header.Del("Cookie")
+			// The caller is authenticated here (a key or a ticket, never a cookie, so another
+			// site's page cannot open a terminal as a user): the host's own Origin check, meant
+			// for direct browser connections, must not see a browser's Origin (the console's).
+			pr.Out.Header.Del("Origin")
 		},
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
