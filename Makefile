@@ -39,8 +39,10 @@ setup:
 # The guest agent is built without a VCS stamp: it (and so the guest image cache key) changes only
 # when its code does, not with every commit.
 # The console (web/) is built first and embedded by package web: npm ci when the lock file is newer
-# than node_modules, vite build when a source is newer than the build.
-WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/index.html web/vite.config.ts web/tsconfig.json web/package.json
+# than node_modules, vite build when a source is newer than the build (the SDK's sources give it
+# some of its wire types).
+WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/index.html web/vite.config.ts web/tsconfig.json web/package.json \
+	sdk/typescript/src/client.ts sdk/typescript/src/functions.ts
 
 web/node_modules/.package-lock.json: web/package-lock.json web/package.json
 	cd web && npm ci --no-audit --no-fund --loglevel=error

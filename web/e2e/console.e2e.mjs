@@ -101,7 +101,7 @@ try {
 
   await step("sign-in page, and a wrong key is refused with the API's message", async () => {
     await page.goto(BASE + "/");
-    await page.getByLabel("API key").fill("pds_wrongwrongwrongwrongwrongwrong00");
+    await page.getByLabel("API key", { exact: true }).fill("pds_wrongwrongwrongwrongwrongwrong00");
     await page.getByRole("button", { name: "Sign in" }).click();
     await page.getByRole("alert").waitFor();
     const msg = await page.getByRole("alert").textContent();
@@ -111,7 +111,7 @@ try {
 
   await step("sign in: overview with counts and charts", async () => {
     const t0 = Date.now();
-    await page.getByLabel("API key").fill(KEY);
+    await page.getByLabel("API key", { exact: true }).fill(KEY);
     await page.getByRole("button", { name: "Sign in" }).click();
     await heading("Overview").waitFor();
     figures.sign_in_to_overview_ms = Date.now() - t0;
@@ -126,7 +126,7 @@ try {
     await step("create a sandbox from the form; the terminal runs a command", async () => {
       await nav("Sandboxes").click();
       await heading("Sandboxes").waitFor();
-      await page.getByLabel("TTL (seconds)").fill("900");
+      await page.getByLabel("TTL (seconds)", { exact: true }).fill("900");
       await page.getByRole("button", { name: "Create sandbox" }).click();
       await page.waitForURL(/\/sandboxes\/sb_/);
       sbId = page.url().split("/sandboxes/")[1].split("/")[0];
@@ -140,7 +140,7 @@ try {
 
     await step("upload a file and see it in the file browser", async () => {
       await page.getByRole("link", { name: "Files" }).click();
-      await page.getByLabel("Directory").fill("/tmp");
+      await page.getByLabel("Directory", { exact: true }).fill("/tmp");
       await page.getByRole("button", { name: "Open", exact: true }).click();
       await page.getByLabel("File", { exact: true }).setInputFiles({ name: "console-upload.txt", mimeType: "text/plain", buffer: Buffer.from("uploaded from the console\n") });
       await page.getByRole("button", { name: "Upload" }).click();
@@ -152,7 +152,7 @@ try {
 
     await step("processes: start one and read its output", async () => {
       await page.getByRole("link", { name: "Processes" }).click();
-      await page.getByLabel("Command").fill("echo from-a-process");
+      await page.getByLabel("Command", { exact: true }).fill("echo from-a-process");
       await page.getByRole("button", { name: "Start", exact: true }).click();
       await page.getByRole("cell", { name: "echo from-a-process" }).waitFor();
       await page.getByRole("button", { name: "Output" }).first().click();
@@ -204,7 +204,7 @@ try {
       cleanup.push(() => api(ADMIN, "DELETE", "/v1/functions/" + fn.id));
       await nav("Functions").click();
       await page.getByRole("link", { name: "console-hello" }).click();
-      await page.getByLabel("Payload (JSON)").fill('{"name": "panda"}');
+      await page.getByLabel("Payload (JSON)", { exact: true }).fill('{"name": "panda"}');
       await page.getByRole("button", { name: "Invoke" }).click();
       await page.locator("[data-run-result]", { hasText: '"hello": "panda"' }).waitFor();
       await page.getByRole("table", { name: "Runs" }).getByRole("row").nth(1).waitFor();
@@ -215,8 +215,8 @@ try {
   await step("volumes: create one; team B's never shows", async () => {
     await nav("Volumes").click();
     if (!VMS) return; // volumes live on a host
-    await page.getByLabel("Name").fill("mine");
-    await page.getByLabel("Size (MiB)").fill("16");
+    await page.getByLabel("Name", { exact: true }).fill("mine");
+    await page.getByLabel("Size (MiB)", { exact: true }).fill("16");
     await page.getByRole("button", { name: "Create volume" }).click();
     await page.getByRole("cell", { name: "mine", exact: true }).waitFor();
     const v = (await api(KEY, "GET", "/v1/volumes")).volumes.find((x) => x.name === "mine");
@@ -225,8 +225,8 @@ try {
   });
 
   await step("an API error shows the API's message", async () => {
-    await page.getByLabel("Name").fill("too-big");
-    await page.getByLabel("Size (MiB)").fill("99999999");
+    await page.getByLabel("Name", { exact: true }).fill("too-big");
+    await page.getByLabel("Size (MiB)", { exact: true }).fill("99999999");
     await page.getByRole("button", { name: "Create volume" }).click();
     await page.getByRole("alert").filter({ hasText: "size_mib" }).waitFor();
   });

@@ -172,6 +172,8 @@ function stopEvents(): void {
 
 // -- wire types (internal/wire/v1; docs/api.md) ----------------------------------------------
 
+export type { AuditEntry, Fn, FnRun, FnVersion, Schedule, ScheduleRun, Usage, UsageItem } from "./wire";
+
 export interface Page {
   next_cursor: string | null;
 }
@@ -268,92 +270,4 @@ export interface Host {
   templates: string[];
   baked: string[];
   last_heartbeat: string;
-}
-export interface UsageItem {
-  used: number;
-  limit: number | null;
-}
-export interface Usage {
-  team_id: string;
-  sandboxes: UsageItem;
-  vcpus: UsageItem;
-  memory_mib: UsageItem;
-  volumes: UsageItem;
-  volume_mib: UsageItem;
-}
-export interface Fn {
-  id: string;
-  name: string;
-  version: number;
-  state: string;
-  runtime: string;
-  handler: string;
-  url?: string;
-  created_at: string;
-  updated_at: string;
-}
-export interface FnVersion {
-  function_id: string;
-  version: number;
-  state: string;
-  error?: string;
-  runtime: string;
-  handler: string;
-  secret_names: string[];
-  timeout_seconds: number;
-  memory_mib: number;
-  bundle_bytes: number;
-  created_at: string;
-}
-export interface FnRun {
-  id: string;
-  function_id: string;
-  version: number;
-  trigger: string;
-  status: string;
-  attempts: number;
-  result?: unknown;
-  logs: string;
-  error?: { type: string; message: string; traceback?: string };
-  duration_ms: number;
-  created_at: string;
-  finished_at?: string;
-}
-export interface Schedule {
-  id: string;
-  name: string;
-  cron: string;
-  timezone: string;
-  function_id?: string;
-  template?: string;
-  cmd?: string;
-  overlap: string;
-  missed: string;
-  enabled: boolean;
-  timeout_seconds: number;
-  next_run_at?: string;
-  created_at: string;
-}
-export interface ScheduleRun {
-  id: string;
-  schedule_id: string;
-  trigger: string;
-  scheduled_for: string;
-  status: string;
-  started_at?: string;
-  finished_at?: string;
-  sandbox_id?: string;
-  exit_code?: number;
-  output?: string;
-  error?: string;
-}
-export interface AuditEntry {
-  id: string;
-  key_id: string;
-  method: string;
-  route: string;
-  resource_id: string;
-  status: number;
-  request_id: string;
-  created_at: string;
 }

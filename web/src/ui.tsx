@@ -1,7 +1,7 @@
 // Shared pieces: routing, loading, actions with their errors, tables, small formatters.
 import type { ComponentChildren } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
-import { ApiError } from "./api";
+import { ApiError, del } from "./api";
 
 // -- routing (the History API; the server answers index.html for every console path) ---------
 
@@ -300,4 +300,40 @@ export function fmtBytes(n: number | undefined): string {
 
 export function Time({ at }: { at: string | null | undefined }) {
   return <time dateTime={at ?? undefined} title={fmtTime(at)}>{ago(at)}</time>;
+}
+
+/** DeleteButton DELETEs path once confirmed, then calls onDone (a list's reload). */
+export function DeleteButton(props: { path: string; confirm: string; onDone: () => void; onError: (m: string) => void; label?: string; text?: string }) {
+  return (
+    <ActionButton
+      class="small"
+      danger
+      label={props.label}
+      confirm={props.confirm}
+      onError={props.onError}
+      onClick={async () => {
+        await del(props.path);
+        props.onDone();
+      }}
+    >
+      {props.text ?? "Delete"}
+    </ActionButton>
+  );
+}
+
+/** Facts: a definition list of [label, value] rows; falsy rows are left out. */
+export function Facts({ items }: { items: (readonly [string, ComponentChildren] | false | "" | undefined | null)[] }) {
+  return (
+    <dl class="facts">
+      {items.map(
+        (it) =>
+          it && (
+            <>
+              <dt>{it[0]}</dt>
+              <dd>{it[1]}</dd>
+            </>
+          ),
+      )}
+    </dl>
+  );
 }

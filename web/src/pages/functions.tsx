@@ -1,6 +1,6 @@
 import { useRef, useState } from "preact/hooks";
 import { call, del, get, post, q, type Fn, type FnRun, type FnVersion, type Schedule, type ScheduleRun } from "../api";
-import { ActionButton, ErrorBox, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useLoad } from "../ui";
+import { ActionButton, DeleteButton, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useLoad } from "../ui";
 
 export function Functions() {
   const list = useLoad((s) => get<{ functions: Fn[] }>("/v1/functions", s), []);
@@ -11,11 +11,7 @@ export function Functions() {
   return (
     <>
       <PageHead title="Functions" />
-      <Form
-        label="Deploy a function"
-        submit="Deploy"
-        class="inline"
-        onSubmit={async () => {
+      <Form label="Deploy a function" submit="Deploy" class="inline" onSubmit={async () => {
           const f = bundle.current?.files?.[0];
           if (!f) throw new Error("choose the code bundle (.zip or .tar.gz) first");
           const fd = new FormData();
@@ -42,12 +38,7 @@ export function Functions() {
         </Field>
       </Form>
       <ErrorBox error={list.error} />
-      <Table
-        label="Functions"
-        rows={list.data?.functions}
-        loading={list.loading}
-        rowKey={(f) => f.id}
-        empty="No functions."
+      <Table label="Functions" rows={list.data?.functions} loading={list.loading} rowKey={(f) => f.id} empty="No functions."
         cols={[
           { label: "Name", cell: (f) => <Link href={"/functions/" + f.id}>{f.name}</Link> },
           { label: "Version", cell: (f) => f.version },
@@ -113,30 +104,17 @@ export function FunctionDetail({ id }: { id: string }) {
       </PageHead>
       <ErrorBox error={fn.error || err} />
       {f && (
-        <dl class="facts">
-          <dt>State</dt>
-          <dd>
-            <State state={f.state} />
-          </dd>
-          <dt>Version</dt>
-          <dd>{f.version}</dd>
-          <dt>Runtime</dt>
-          <dd class="mono">
-            {f.runtime} {f.handler}
-          </dd>
-          {f.url && (
-            <>
-              <dt>HTTP trigger</dt>
-              <dd class="mono">{f.url}</dd>
-            </>
-          )}
-        </dl>
+        <Facts
+          items={[
+            ["State", <State state={f.state} />],
+            ["Version", f.version],
+            ["Runtime", <span class="mono">{f.runtime} {f.handler}</span>],
+            f.url && ["HTTP trigger", <span class="mono">{f.url}</span>],
+          ]}
+        />
       )}
       <h2>Invoke</h2>
-      <Form
-        label="Invoke the function"
-        submit="Invoke"
-        onSubmit={async () => {
+      <Form label="Invoke the function" submit="Invoke" onSubmit={async () => {
           let body: unknown;
           try {
             body = payload.trim() ? JSON.parse(payload) : undefined;
@@ -155,12 +133,7 @@ export function FunctionDetail({ id }: { id: string }) {
       {run && <RunView run={run} />}
       <h2>Runs</h2>
       <ErrorBox error={runs.error} />
-      <Table
-        label="Runs"
-        rows={runs.data?.runs}
-        loading={runs.loading}
-        rowKey={(r) => r.id}
-        empty="No runs yet."
+      <Table label="Runs" rows={runs.data?.runs} loading={runs.loading} rowKey={(r) => r.id} empty="No runs yet."
         cols={[
           { label: "Run", cell: (r) => <button type="button" class="linkish mono" onClick={() => setRun(r)}>{r.id}</button> },
           { label: "Status", cell: (r) => <State state={r.status} /> },
@@ -171,12 +144,7 @@ export function FunctionDetail({ id }: { id: string }) {
         ]}
       />
       <h2>Versions</h2>
-      <Table
-        label="Versions"
-        rows={versions.data?.versions}
-        loading={versions.loading}
-        rowKey={(v) => String(v.version)}
-        empty="No versions."
+      <Table label="Versions" rows={versions.data?.versions} loading={versions.loading} rowKey={(v) => String(v.version)} empty="No versions."
         cols={[
           { label: "Version", cell: (v) => v.version },
           { label: "State", cell: (v) => <State state={v.state} /> },
@@ -203,12 +171,7 @@ function inZone(at: string | undefined, zone: string): string {
 function ScheduleRuns({ id }: { id: string }) {
   const runs = useLoad((s) => get<{ runs: ScheduleRun[] }>("/v1/schedules/" + q(id) + "/runs", s), [id]);
   return (
-    <Table
-      label={"Runs of " + id}
-      rows={runs.data?.runs}
-      loading={runs.loading}
-      rowKey={(r) => r.id}
-      empty="No runs yet."
+    <Table label={"Runs of " + id} rows={runs.data?.runs} loading={runs.loading} rowKey={(r) => r.id} empty="No runs yet."
       cols={[
         { label: "For", cell: (r) => <Time at={r.scheduled_for} /> },
         { label: "Trigger", cell: (r) => r.trigger },
@@ -237,11 +200,7 @@ export function Schedules() {
   return (
     <>
       <PageHead title="Schedules" />
-      <Form
-        label="Create a schedule"
-        submit="Create schedule"
-        class="inline"
-        onSubmit={async () => {
+      <Form label="Create a schedule" submit="Create schedule" class="inline" onSubmit={async () => {
           const body: Record<string, unknown> = { name, cron, timezone: zone };
           if (target === "cmd") Object.assign(body, { template: "base", cmd });
           else body.function_id = target;
@@ -273,12 +232,7 @@ export function Schedules() {
         )}
       </Form>
       <ErrorBox error={list.error || err} />
-      <Table
-        label="Schedules"
-        rows={list.data?.schedules}
-        loading={list.loading}
-        rowKey={(s) => s.id}
-        empty="No schedules."
+      <Table label="Schedules" rows={list.data?.schedules} loading={list.loading} rowKey={(s) => s.id} empty="No schedules."
         cols={[
           { label: "Name", cell: (s) => s.name || s.id },
           { label: "Cron", cell: (s) => s.cron + " (" + s.timezone + ")", class: "mono" },
@@ -304,18 +258,7 @@ export function Schedules() {
                 <button type="button" class="small" aria-expanded={open === s.id} onClick={() => setOpen(open === s.id ? null : s.id)}>
                   Runs
                 </button>
-                <ActionButton
-                  class="small"
-                  danger
-                  confirm={"Delete schedule " + (s.name || s.id) + "?"}
-                  onError={setErr}
-                  onClick={async () => {
-                    await del("/v1/schedules/" + q(s.id));
-                    list.reload();
-                  }}
-                >
-                  Delete
-                </ActionButton>
+                <DeleteButton path={"/v1/schedules/" + q(s.id)} confirm={"Delete schedule " + (s.name || s.id) + "?"} onDone={list.reload} onError={setErr} />
               </div>
             ),
           },

@@ -1,6 +1,6 @@
 import { useEffect, useState } from "preact/hooks";
-import { call, del, get, onEvent, post, q, stream, type BuildEvent, type Host, type Key, type Sandbox, type Snapshot, type Template, type Usage, type UsageItem, type Volume } from "../api";
-import { ActionButton, Copy, ErrorBox, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useLoad } from "../ui";
+import { call, get, onEvent, post, q, stream, type BuildEvent, type Host, type Key, type Sandbox, type Snapshot, type Template, type Usage, type UsageItem, type Volume } from "../api";
+import { ActionButton, DeleteButton, Copy, ErrorBox, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useLoad } from "../ui";
 
 // -- overview ------------------------------------------------------------------------------------
 
@@ -197,12 +197,7 @@ export function Templates() {
     <>
       <PageHead title="Templates" />
       <ErrorBox error={list.error || err} />
-      <Table
-        label="Templates"
-        rows={list.data?.templates}
-        loading={list.loading}
-        rowKey={(t) => t.owner + "/" + t.name}
-        empty="No templates."
+      <Table label="Templates" rows={list.data?.templates} loading={list.loading} rowKey={(t) => t.owner + "/" + t.name} empty="No templates."
         cols={[
           { label: "Name", cell: (t) => t.name, class: "mono" },
           { label: "Owner", cell: (t) => t.owner },
@@ -213,27 +208,13 @@ export function Templates() {
             label: "Actions",
             cell: (t) =>
               t.owner !== "catalog" && (
-                <ActionButton
-                  class="small"
-                  danger
-                  confirm={"Delete template " + t.name + "?"}
-                  onError={setErr}
-                  onClick={async () => {
-                    await del("/v1/templates/" + q(t.name));
-                    list.reload();
-                  }}
-                >
-                  Delete
-                </ActionButton>
+                <DeleteButton path={"/v1/templates/" + q(t.name)} confirm={"Delete template " + t.name + "?"} onDone={list.reload} onError={setErr} />
               ),
           },
         ]}
       />
       <h2>Build a template</h2>
-      <Form
-        label="Build a template"
-        submit="Build"
-        onSubmit={async () => {
+      <Form label="Build a template" submit="Build" onSubmit={async () => {
           setLog([]);
           let failure = "";
           await stream("POST", "/v1/templates", { raw: spec, contentType: "application/yaml" }, (v) => {
@@ -269,11 +250,7 @@ export function Volumes() {
   return (
     <>
       <PageHead title="Volumes" />
-      <Form
-        label="Create a volume"
-        submit="Create volume"
-        class="inline"
-        onSubmit={async () => {
+      <Form label="Create a volume" submit="Create volume" class="inline" onSubmit={async () => {
           await post("/v1/volumes", { name: name || undefined, size_mib: Number(size) });
           setName("");
           list.reload();
@@ -287,12 +264,7 @@ export function Volumes() {
         </Field>
       </Form>
       <ErrorBox error={list.error || err} />
-      <Table
-        label="Volumes"
-        rows={list.data?.volumes}
-        loading={list.loading}
-        rowKey={(v) => v.id}
-        empty="No volumes."
+      <Table label="Volumes" rows={list.data?.volumes} loading={list.loading} rowKey={(v) => v.id} empty="No volumes."
         cols={[
           { label: "ID", cell: (v) => v.id, class: "mono" },
           { label: "Name", cell: (v) => v.name },
@@ -327,18 +299,7 @@ export function Volumes() {
                 >
                   Resize
                 </ActionButton>
-                <ActionButton
-                  class="small"
-                  danger
-                  confirm={"Delete volume " + (v.name || v.id) + " and its data?"}
-                  onError={setErr}
-                  onClick={async () => {
-                    await del("/v1/volumes/" + q(v.id));
-                    list.reload();
-                  }}
-                >
-                  Delete
-                </ActionButton>
+                <DeleteButton path={"/v1/volumes/" + q(v.id)} confirm={"Delete volume " + (v.name || v.id) + " and its data?"} onDone={list.reload} onError={setErr} />
               </div>
             ),
           },
@@ -363,12 +324,7 @@ export function Snapshots() {
         </p>
       )}
       <ErrorBox error={list.error || err} />
-      <Table
-        label="Snapshots"
-        rows={list.data?.snapshots}
-        loading={list.loading}
-        rowKey={(s) => s.id}
-        empty="No snapshots."
+      <Table label="Snapshots" rows={list.data?.snapshots} loading={list.loading} rowKey={(s) => s.id} empty="No snapshots."
         cols={[
           { label: "ID", cell: (s) => s.id, class: "mono" },
           { label: "Of sandbox", cell: (s) => <Link href={"/sandboxes/" + s.sandbox_id}>{s.sandbox_id}</Link> },
@@ -389,18 +345,7 @@ export function Snapshots() {
                 >
                   Restore
                 </ActionButton>
-                <ActionButton
-                  class="small"
-                  danger
-                  confirm={"Delete snapshot " + s.id + "?"}
-                  onError={setErr}
-                  onClick={async () => {
-                    await del("/v1/snapshots/" + q(s.id));
-                    list.reload();
-                  }}
-                >
-                  Delete
-                </ActionButton>
+                <DeleteButton path={"/v1/snapshots/" + q(s.id)} confirm={"Delete snapshot " + s.id + "?"} onDone={list.reload} onError={setErr} />
               </div>
             ),
           },
@@ -421,11 +366,7 @@ export function Keys() {
   return (
     <>
       <PageHead title="API keys" />
-      <Form
-        label="Create a key"
-        submit="Create key"
-        class="inline"
-        onSubmit={async () => {
+      <Form label="Create a key" submit="Create key" class="inline" onSubmit={async () => {
           setMade(await post<Key>("/v1/keys", { name, scopes: [scope] }));
           setName("");
           list.reload();
@@ -458,12 +399,7 @@ export function Keys() {
         </div>
       )}
       <ErrorBox error={list.error || err} />
-      <Table
-        label="API keys"
-        rows={list.data?.keys}
-        loading={list.loading}
-        rowKey={(k) => k.id}
-        empty="No keys."
+      <Table label="API keys" rows={list.data?.keys} loading={list.loading} rowKey={(k) => k.id} empty="No keys."
         cols={[
           { label: "Name", cell: (k) => k.name },
           { label: "Prefix", cell: (k) => k.prefix + "…", class: "mono" },
@@ -475,19 +411,7 @@ export function Keys() {
             label: "Actions",
             cell: (k) =>
               !k.revoked_at && (
-                <ActionButton
-                  class="small"
-                  danger
-                  label={"Revoke " + k.name}
-                  confirm={"Revoke key " + k.name + " (" + k.prefix + "…)? Calls with it fail from now on."}
-                  onError={setErr}
-                  onClick={async () => {
-                    await del("/v1/keys/" + q(k.id));
-                    list.reload();
-                  }}
-                >
-                  Revoke
-                </ActionButton>
+                <DeleteButton path={"/v1/keys/" + q(k.id)} confirm={"Revoke key " + k.name + " (" + k.prefix + "…)? Calls with it fail from now on."} onDone={list.reload} onError={setErr} label={"Revoke " + k.name} text="Revoke" />
               ),
           },
         ]}
@@ -508,12 +432,7 @@ export function Hosts() {
         </button>
       </PageHead>
       <ErrorBox error={list.error} />
-      <Table
-        label="Hosts"
-        rows={list.data?.hosts}
-        loading={list.loading}
-        rowKey={(h) => h.id}
-        empty="No hosts registered."
+      <Table label="Hosts" rows={list.data?.hosts} loading={list.loading} rowKey={(h) => h.id} empty="No hosts registered."
         cols={[
           { label: "ID", cell: (h) => h.id, class: "mono" },
           { label: "State", cell: (h) => <State state={h.state} /> },

@@ -3,7 +3,7 @@ import { Terminal as XTerm } from "@xterm/xterm";
 import "@xterm/xterm/css/xterm.css";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { bytes, call, del, get, post, q, stream, type AuditEntry, type Process, type Sandbox, type SandboxEvent, type Stat } from "../api";
-import { ActionButton, ErrorBox, Field, Form, State, Table, Time, fmtBytes, fmtTime, useLoad } from "../ui";
+import { ActionButton, DeleteButton, ErrorBox, Field, Form, State, Table, Time, fmtBytes, fmtTime, useLoad } from "../ui";
 
 /** Terminal: a live shell over the PTY WebSocket. Browsers cannot put the key on a WebSocket,
  * so the console first trades it (in the Authorization header) for a single-use ticket. */
@@ -126,11 +126,7 @@ export function Files({ sb }: { sb: Sandbox }) {
           Up
         </button>
       </form>
-      <Form
-        label="Upload a file"
-        submit="Upload"
-        class="inline"
-        onSubmit={async () => {
+      <Form label="Upload a file" submit="Upload" class="inline" onSubmit={async () => {
           const f = fileRef.current?.files?.[0];
           if (!f) throw new Error("choose a file first");
           await call<Stat>("PUT", base + "?path=" + q(join(dir, f.name)), { raw: f });
@@ -143,12 +139,7 @@ export function Files({ sb }: { sb: Sandbox }) {
         </Field>
       </Form>
       <ErrorBox error={list.error || err} />
-      <Table
-        label={"Files in " + dir}
-        rows={list.data?.entries}
-        loading={list.loading}
-        rowKey={(e) => e.path}
-        empty="Empty directory."
+      <Table label={"Files in " + dir} rows={list.data?.entries} loading={list.loading} rowKey={(e) => e.path} empty="Empty directory."
         cols={[
           {
             label: "Name",
@@ -181,19 +172,7 @@ export function Files({ sb }: { sb: Sandbox }) {
                     Download
                   </ActionButton>
                 )}
-                <ActionButton
-                  class="small"
-                  danger
-                  label={"Delete " + e.name}
-                  confirm={"Delete " + e.path + "?"}
-                  onError={setErr}
-                  onClick={async () => {
-                    await del(base + "?path=" + q(e.path) + (e.type === "dir" ? "&recursive=true" : ""));
-                    list.reload();
-                  }}
-                >
-                  Delete
-                </ActionButton>
+                <DeleteButton path={base + "?path=" + q(e.path) + (e.type === "dir" ? "&recursive=true" : "")} confirm={"Delete " + e.path + "?"} onDone={list.reload} onError={setErr} label={"Delete " + e.name} />
               </div>
             ),
           },
@@ -220,11 +199,7 @@ export function Processes({ sb }: { sb: Sandbox }) {
   };
   return (
     <div>
-      <Form
-        label="Start a background process"
-        submit="Start"
-        class="inline"
-        onSubmit={async () => {
+      <Form label="Start a background process" submit="Start" class="inline" onSubmit={async () => {
           await post(base, { cmd });
           setCmd("");
           procs.reload();
@@ -240,12 +215,7 @@ export function Processes({ sb }: { sb: Sandbox }) {
         </button>
       </div>
       <ErrorBox error={procs.error || err} />
-      <Table
-        label="Processes"
-        rows={procs.data?.processes}
-        loading={procs.loading}
-        rowKey={(p) => String(p.pid)}
-        empty="No background processes."
+      <Table label="Processes" rows={procs.data?.processes} loading={procs.loading} rowKey={(p) => String(p.pid)} empty="No background processes."
         cols={[
           { label: "PID", cell: (p) => p.pid, class: "mono" },
           { label: "Command", cell: (p) => p.cmd ?? p.argv?.join(" "), class: "mono" },
@@ -308,12 +278,7 @@ export function SandboxEvents({ id, live }: { id: string; live: SandboxEvent[] }
       {audit.error ? (
         <p class="muted">{audit.error}</p>
       ) : (
-        <Table
-          label="Audit log"
-          rows={audit.data?.entries}
-          loading={audit.loading}
-          rowKey={(e) => e.id}
-          empty="Nothing recorded."
+        <Table label="Audit log" rows={audit.data?.entries} loading={audit.loading} rowKey={(e) => e.id} empty="Nothing recorded."
           cols={[
             { label: "When", cell: (e) => fmtTime(e.created_at) },
             { label: "Call", cell: (e) => e.method + " " + e.route, class: "mono" },

@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { call, del, get, onEvent, post, q, type Page, type Sandbox, type SandboxEvent, type Snapshot, type Template } from "../api";
-import { ActionButton, ErrorBox, Field, Form, Link, PageHead, State, Table, Time, navigate, useLoad } from "../ui";
+import { ActionButton, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, navigate, useLoad } from "../ui";
 import { Files, Processes, SandboxEvents, Terminal } from "./sandbox-tabs";
 
 const LIVE = "running,hibernated,error,lost";
@@ -71,11 +71,7 @@ export function CreateSandbox({ onCreated }: { onCreated: (s: Sandbox) => void }
   const [ttl, setTtl] = useState("600");
   const [meta, setMeta] = useState("");
   return (
-    <Form
-      label="Create a sandbox"
-      submit="Create sandbox"
-      class="inline"
-      onSubmit={async () => {
+    <Form label="Create a sandbox" submit="Create sandbox" class="inline" onSubmit={async () => {
         const metadata: Record<string, string> = {};
         for (const pair of meta.split(",").map((s) => s.trim()).filter(Boolean)) {
           const [k, ...v] = pair.split("=");
@@ -161,12 +157,7 @@ export function SandboxList() {
         </Field>
       </div>
       <ErrorBox error={list.error || err} />
-      <Table
-        label="Sandboxes"
-        rows={rows}
-        loading={list.loading}
-        rowKey={(s) => s.id}
-        empty="No sandboxes here."
+      <Table label="Sandboxes" rows={rows} loading={list.loading} rowKey={(s) => s.id} empty="No sandboxes here."
         cols={[
           { label: "ID", cell: (s) => <Link href={"/sandboxes/" + s.id}>{s.id}</Link>, class: "mono" },
           { label: "Template", cell: (s) => s.template },
@@ -204,47 +195,18 @@ export function SandboxDetail({ id, tab }: { id: string; tab: string | undefined
       <PageHead title={"Sandbox " + id}>{s && <SandboxActions sb={s} onError={setErr} onChange={(n) => sb.set(() => n)} />}</PageHead>
       <ErrorBox error={sb.error || err} />
       {s && (
-        <dl class="facts">
-          <dt>State</dt>
-          <dd>
-            <State state={s.state} />
-            {s.error && <span class="muted"> {s.error}</span>}
-          </dd>
-          <dt>Template</dt>
-          <dd>{s.template}</dd>
-          <dt>Host</dt>
-          <dd class="mono">{s.host}</dd>
-          <dt>Created</dt>
-          <dd>
-            <Time at={s.created_at} />
-          </dd>
-          <dt>Expires</dt>
-          <dd>{s.state === "killed" ? "—" : <Time at={s.expires_at} />}</dd>
-          {s.fork_of && (
-            <>
-              <dt>Fork of</dt>
-              <dd>
-                <Link href={"/sandboxes/" + s.fork_of}>{s.fork_of}</Link>
-              </dd>
-            </>
-          )}
-          {s.snapshot_id && (
-            <>
-              <dt>From snapshot</dt>
-              <dd class="mono">{s.snapshot_id}</dd>
-            </>
-          )}
-          {Object.keys(s.metadata).length > 0 && (
-            <>
-              <dt>Metadata</dt>
-              <dd class="mono">
-                {Object.entries(s.metadata)
-                  .map(([k, v]) => k + "=" + v)
-                  .join(", ")}
-              </dd>
-            </>
-          )}
-        </dl>
+        <Facts
+          items={[
+            ["State", <><State state={s.state} />{s.error && <span class="muted"> {s.error}</span>}</>],
+            ["Template", s.template],
+            ["Host", <span class="mono">{s.host}</span>],
+            ["Created", <Time at={s.created_at} />],
+            ["Expires", s.state === "killed" ? "—" : <Time at={s.expires_at} />],
+            s.fork_of && ["Fork of", <Link href={"/sandboxes/" + s.fork_of}>{s.fork_of}</Link>],
+            s.snapshot_id && ["From snapshot", <span class="mono">{s.snapshot_id}</span>],
+            Object.keys(s.metadata).length > 0 && ["Metadata", <span class="mono">{Object.entries(s.metadata).map(([k, v]) => k + "=" + v).join(", ")}</span>],
+          ]}
+        />
       )}
       <nav class="tabs" aria-label="Sandbox views">
         {TABS.map((t) => (
