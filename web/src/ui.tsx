@@ -210,12 +210,15 @@ export function Copy({ text, label = "Copy" }: { text: string; label?: string })
 }
 
 export function Field(props: { label: string; children: ComponentChildren; hint?: string }) {
+  // The hint stays outside the <label>: the control's accessible name is the label alone.
   return (
-    <label class="field">
-      <span class="field-label">{props.label}</span>
-      {props.children}
+    <div class="field">
+      <label class="field">
+        <span class="field-label">{props.label}</span>
+        {props.children}
+      </label>
       {props.hint && <span class="hint">{props.hint}</span>}
-    </label>
+    </div>
   );
 }
 
