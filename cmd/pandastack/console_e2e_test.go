@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -53,7 +54,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Logf("console screenshots: %s", art)
 
 	dir, key, _, _ := upDataDir(t)
-	u := startUp(t, dir, key, 8)
+	// Functions' runners are reached over the sandbox network: on, in a /20 no route uses.
+	u := startUp(t, dir, key, 8, "--network=true", "--network-cidr", freeCIDR(t))
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -81,4 +83,21 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the browser test failed (%v); screenshots in %s; up's log:\n%s", err, art, u.stderr.String())
 	}
 	stop()
+}
+
+// freeCIDR is a 10.x.0.0/20 whose /16 no route of this host uses (an `up` already running here, or
+// another test's, keeps its slots).
+func freeCIDR(t *testing.T) string {
+	out, err := exec.Command("ip", "-4", "route").Output()
+	if err != nil {
+		t.Fatalf("ip -4 route: %v", err)
+	}
+	for a := 201 + os.Getpid()%50; a < 251+50; a++ {
+		prefix := fmt.Sprintf("10.%d.", 201+(a-201)%50)
+		if !strings.Contains("\n"+string(out), "\n"+prefix) {
+			return prefix + "0.0/20"
+		}
+	}
+	t.Fatal("no free 10.x.0.0/20 for the sandbox network")
+	return ""
 }

@@ -144,7 +144,7 @@ try {
       await page.getByRole("button", { name: "Open", exact: true }).click();
       await page.getByLabel("File", { exact: true }).setInputFiles({ name: "console-upload.txt", mimeType: "text/plain", buffer: Buffer.from("uploaded from the console\n") });
       await page.getByRole("button", { name: "Upload" }).click();
-      await page.getByRole("cell", { name: "console-upload.txt" }).waitFor();
+      await page.getByRole("cell", { name: "console-upload.txt", exact: true }).waitFor();
       const out = await api(KEY, "POST", "/v1/sandboxes/" + sbId + "/exec", { cmd: "cat /tmp/console-upload.txt" });
       if (out.stdout !== "uploaded from the console\n") throw new Error("the file in the sandbox: " + JSON.stringify(out));
       await shot("04-sandbox-files");
@@ -154,7 +154,7 @@ try {
       await page.getByRole("link", { name: "Processes" }).click();
       await page.getByLabel("Command", { exact: true }).fill("echo from-a-process");
       await page.getByRole("button", { name: "Start", exact: true }).click();
-      await page.getByRole("cell", { name: "echo from-a-process" }).waitFor();
+      await page.getByRole("cell", { name: "echo from-a-process", exact: true }).waitFor();
       await page.getByRole("button", { name: "Output" }).first().click();
       await page.locator("pre.log", { hasText: "from-a-process" }).waitFor();
       await shot("05-sandbox-processes");
@@ -243,7 +243,7 @@ try {
       await nav(label).click();
       await heading(title).waitFor();
       await page.locator("table tbody tr").first().waitFor();
-      if (label === "API keys") await page.getByRole("cell", { name: "console-e2e" }).first().waitFor();
+      if (label === "API keys") await page.getByRole("cell", { name: "console-e2e", exact: true }).first().waitFor();
       await shot(file);
     }
   });

@@ -212,7 +212,7 @@ export function Copy({ text, label = "Copy" }: { text: string; label?: string })
 export function Field(props: { label: string; children: ComponentChildren; hint?: string }) {
   // The hint stays outside the <label>: the control's accessible name is the label alone.
   return (
-    <div class="field">
+    <div class="field-box">
       <label class="field">
         <span class="field-label">{props.label}</span>
         {props.children}
