@@ -44,6 +44,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if !web.Built() {
 		t.Skip("SKIPPED, not passed: the console is not built into this test binary (make build, then test)")
 	}
+	t.Parallel() // minutes of VM steps: alongside the package's other parallel tests
 	art := os.Getenv("CONSOLE_ARTIFACTS")
 	if art == "" {
 		var err error
