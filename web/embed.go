@@ -5,11 +5,15 @@
 package web
 
 import (
+	"bytes"
+	"compress/gzip"
 	"embed"
 	"io/fs"
 	"net/http"
 	"path"
 	"strings"
+	"sync"
+	"time"
 )
 
 //go:embed all:dist
@@ -33,36 +37,75 @@ func Built() bool {
 	return err == nil
 }
 
-// Handler serves the console: its files, index.html for any other path (the app routes in the
-// browser). Hashed assets are cached for a year, everything else revalidated.
+// Handler serves the embedded console (or, not built, the placeholder page).
 func Handler() http.Handler {
 	root, _ := fs.Sub(dist, "dist/console")
-	built := Built()
-	files := http.FileServerFS(root)
+	if !Built() {
+		root = nil
+	}
+	return handler(root)
+}
+
+// handler serves root's files, index.html for any other path (the app routes in the browser);
+// nil root: the placeholder. Hashed assets (assets/) are cached for a year and sent gzipped to
+// clients that take it (compressed once, on first use); everything else is revalidated.
+func handler(root fs.FS) http.Handler {
+	var gz sync.Map // asset path → []byte
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", CSP)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
-		if !built {
+		h.Set("Cache-Control", "no-cache")
+		if root == nil {
 			h.Set("Content-Type", "text/html; charset=utf-8")
-			h.Set("Cache-Control", "no-cache")
-			w.WriteHeader(http.StatusOK)
 			w.Write([]byte(placeholder))
 			return
 		}
 		p := strings.TrimPrefix(path.Clean("/"+r.URL.Path), "/")
-		if st, err := fs.Stat(root, p); p != "" && err == nil && !st.IsDir() && p != "index.html" {
-			if strings.HasPrefix(p, "assets/") {
-				h.Set("Cache-Control", "public, max-age=31536000, immutable")
-			} else {
-				h.Set("Cache-Control", "no-cache")
-			}
-			files.ServeHTTP(w, r)
+		st, err := fs.Stat(root, p)
+		if p == "" || p == "index.html" || err != nil || st.IsDir() {
+			http.ServeFileFS(w, r, root, "index.html")
 			return
 		}
-		h.Set("Cache-Control", "no-cache")
-		http.ServeFileFS(w, r, root, "index.html")
+		if !strings.HasPrefix(p, "assets/") {
+			http.ServeFileFS(w, r, root, p)
+			return
+		}
+		h.Set("Cache-Control", "public, max-age=31536000, immutable")
+		h.Add("Vary", "Accept-Encoding")
+		b, err := fs.ReadFile(root, p)
+		if err != nil {
+			http.Error(w, "unreadable asset", http.StatusInternalServerError)
+			return
+		}
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			z, ok := gz.Load(p)
+			if !ok {
+				var buf bytes.Buffer
+				zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+				zw.Write(b)
+				zw.Close()
+				z, _ = gz.LoadOrStore(p, buf.Bytes())
+			}
+			// The type is the file's, not the compressed bytes' (ServeContent would sniff them).
+			if ct := mimeOf(p); ct != "" {
+				h.Set("Content-Type", ct)
+			}
+			h.Set("Content-Encoding", "gzip")
+			b = z.([]byte)
+		}
+		http.ServeContent(w, r, p, time.Time{}, bytes.NewReader(b))
 	})
+}
+
+func mimeOf(p string) string {
+	switch path.Ext(p) {
+	case ".js":
+		return "text/javascript; charset=utf-8"
+	case ".css":
+		return "text/css; charset=utf-8"
+	}
+	return ""
 }

@@ -141,7 +141,7 @@ export function Overview() {
             <>
               <Bars label="Sandbox creates by time to answer (this server)" data={hist} unit="" />
               <p class="muted">
-                {m.create.count} creates, mean {((m.create.sum / m.create.count) * 1000).toFixed(0)} ms
+                {m.create.count} create{m.create.count === 1 ? "" : "s"}, mean {((m.create.sum / m.create.count) * 1000).toFixed(0)} ms
               </p>
             </>
           ) : (
@@ -420,6 +420,16 @@ export function Keys() {
   );
 }
 
+function Used({ used, total, unit }: { used: number; total: number; unit: string }) {
+  const label = `${used}${unit} of ${total}${unit}`;
+  return (
+    <div class="meter">
+      <span>{label}</span>
+      <progress max={total || 1} value={used} aria-label={label} />
+    </div>
+  );
+}
+
 // -- hosts (admin) -------------------------------------------------------------------------------
 
 export function Hosts() {
@@ -438,8 +448,8 @@ export function Hosts() {
           { label: "State", cell: (h) => <State state={h.state} /> },
           { label: "Accel", cell: (h) => h.accel },
           { label: "Sandboxes", cell: (h) => h.sandboxes },
-          { label: "Slots", cell: (h) => <progress max={h.slots_total || 1} value={h.slots_total - h.free_slots} aria-label={`${h.slots_total - h.free_slots} of ${h.slots_total} slots used`} /> },
-          { label: "Memory free", cell: (h) => `${h.mem_mib_free} of ${h.mem_mib_total} MiB` },
+          { label: "Slots used", cell: (h) => <Used used={h.slots_total - h.free_slots} total={h.slots_total} unit="" /> },
+          { label: "Memory used", cell: (h) => <Used used={h.mem_mib_total - h.mem_mib_free} total={h.mem_mib_total} unit=" MiB" /> },
           { label: "Baked", cell: (h) => h.baked.join(", ") },
           { label: "Heartbeat", cell: (h) => <Time at={h.last_heartbeat} /> },
         ]}
