@@ -26,15 +26,17 @@ const OUT = opt("out", "");
 // -- bundle size ---------------------------------------------------------------------------------
 
 const assets = join(here, "..", "dist", "console", "assets");
-let js = 0, jsGz = 0, css = 0, cssGz = 0;
+const indexHtml = readFileSync(join(here, "..", "dist", "console", "index.html"), "utf8");
+const size = { js: 0, jsGz: 0, css: 0, cssGz: 0, firstJs: 0, firstJsGz: 0 };
 for (const f of readdirSync(assets)) {
   const b = readFileSync(join(assets, f));
   const gz = gzipSync(b, { level: 9 }).length;
-  if (f.endsWith(".js")) (js += b.length), (jsGz += gz);
-  if (f.endsWith(".css")) (css += b.length), (cssGz += gz);
+  if (f.endsWith(".js")) (size.js += b.length), (size.jsGz += gz);
+  if (f.endsWith(".js") && indexHtml.includes("/assets/" + f)) (size.firstJs += b.length), (size.firstJsGz += gz);
+  if (f.endsWith(".css")) (size.css += b.length), (size.cssGz += gz);
 }
 const kb = (n) => (n / 1024).toFixed(1) + " KiB";
-console.log(`bundle: JS ${kb(js)} (${kb(jsGz)} gzipped; goal ≤ 400 KiB), CSS ${kb(css)} (${kb(cssGz)} gzipped)`);
+console.log(`bundle: JS ${kb(size.js)} (${kb(size.jsGz)} gzipped; goal ≤ 400 KiB), of which the first load ${kb(size.firstJs)} (${kb(size.firstJsGz)} gzipped; the terminal's xterm.js loads with the first terminal); CSS ${kb(size.css)} (${kb(size.cssGz)} gzipped)`);
 
 // -- a local server ----------------------------------------------------------------------------------
 
@@ -113,5 +115,5 @@ console.log(`baseline (GET /healthz in a fresh context): median ${b.median.toFix
 console.log(line("first load to the sign-in form", s));
 console.log(line("first load to the overview with data (signed in)", o));
 if (OUT) {
-  writeFileSync(OUT, JSON.stringify({ console: { js_bytes: js, js_gzip_bytes: jsGz, css_bytes: css, css_gzip_bytes: cssGz, baseline_ms: b, signin_ms: s, overview_ms: o } }, null, 2) + "\n");
+  writeFileSync(OUT, JSON.stringify({ console: { bundle_bytes: size, baseline_ms: b, signin_ms: s, overview_ms: o } }, null, 2) + "\n");
 }

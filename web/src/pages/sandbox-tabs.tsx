@@ -1,9 +1,16 @@
-import { FitAddon } from "@xterm/addon-fit";
-import { Terminal as XTerm } from "@xterm/xterm";
-import "@xterm/xterm/css/xterm.css";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { bytes, call, del, get, post, q, stream, type AuditEntry, type Process, type Sandbox, type SandboxEvent, type Stat } from "../api";
 import { ActionButton, DeleteButton, ErrorBox, Field, Form, State, Table, Time, fmtBytes, fmtTime, useLoad } from "../ui";
+
+interface XTermModule {
+  XTerm: typeof import("@xterm/xterm").Terminal;
+  FitAddon: typeof import("@xterm/addon-fit").FitAddon;
+}
+
+async function loadXterm(): Promise<XTermModule> {
+  const [x, f] = await Promise.all([import("@xterm/xterm"), import("@xterm/addon-fit"), import("@xterm/xterm/css/xterm.css")]);
+  return { XTerm: x.Terminal, FitAddon: f.FitAddon };
+}
 
 /** Terminal: a live shell over the PTY WebSocket. Browsers cannot put the key on a WebSocket,
  * so the console first trades it (in the Authorization header) for a single-use ticket. */
@@ -15,10 +22,27 @@ export function Terminal({ sb }: { sb: Sandbox }) {
   const canRun = sb.state === "running" || sb.state === "hibernated";
   useEffect(() => {
     if (!canRun || !box.current) return;
+    let cleanup: (() => void) | undefined;
+    let gone = false;
+    // xterm.js is most of the bundle: loaded with the first terminal, not with the console.
+    loadXterm().then(
+      ({ XTerm, FitAddon }) => {
+        if (gone || !box.current) return;
+        cleanup = open(XTerm, FitAddon, box.current);
+      },
+      (e) => setErr("the terminal did not load: " + String(e)),
+    );
+    return () => {
+      gone = true;
+      cleanup?.();
+    };
+  }, [sb.id, canRun, gen]);
+
+  function open(XTerm: XTermModule["XTerm"], FitAddon: XTermModule["FitAddon"], el: HTMLDivElement): () => void {
     const term = new XTerm({ cursorBlink: true, fontSize: 13, convertEol: false, scrollback: 5000, theme: { background: "#0f1419" } });
     const fit = new FitAddon();
     term.loadAddon(fit);
-    term.open(box.current);
+    term.open(el);
     fit.fit();
     let ws: WebSocket | null = null;
     let closed = false;
@@ -55,7 +79,7 @@ export function Terminal({ sb }: { sb: Sandbox }) {
     const data = term.onData((d) => ws?.readyState === WebSocket.OPEN && ws.send(enc.encode(d)));
     const resize = term.onResize(({ cols, rows }) => ws?.readyState === WebSocket.OPEN && ws.send(JSON.stringify({ type: "resize", cols, rows })));
     const ro = new ResizeObserver(() => fit.fit());
-    ro.observe(box.current);
+    ro.observe(el);
     return () => {
       closed = true;
       ro.disconnect();
@@ -64,7 +88,7 @@ export function Terminal({ sb }: { sb: Sandbox }) {
       ws?.close();
       term.dispose();
     };
-  }, [sb.id, canRun, gen]);
+  }
   if (!canRun) return <p class="muted">The sandbox is {sb.state}: no terminal.</p>;
   return (
     <div class="terminal">
