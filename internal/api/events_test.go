@@ -98,6 +98,14 @@ func TestEvents(t *testing.T) {
 	}
 	e.mustStatus(e.do("GET", "/v1/events", k["key"].(string), nil), 401)
 	e.mustStatus(e.do("GET", "/v1/events?x=1", a, nil), 400)
+
+	// One key holds at most MaxEventStreams (evA is one of them).
+	for i := 1; i < MaxEventStreams; i++ {
+		e.eventStream(a)
+	}
+	if r := e.do("GET", "/v1/events", a, nil); r.status != 429 || !strings.Contains(r.errMessage(), "event streams") {
+		t.Fatalf("stream %d: %d %s", MaxEventStreams+1, r.status, r.body)
+	}
 }
 
 // TestTerminalTickets: a ticket opens one terminal of its sandbox, once, while its key is valid;

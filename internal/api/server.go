@@ -111,6 +111,7 @@ type Server struct {
 	metrics   *metrics
 	limits    struct{ all, create *buckets } // nil: no rate limit
 	tickets   terminalTickets
+	streams   eventStreams
 	handler   http.Handler
 	reaper    reaper
 }
