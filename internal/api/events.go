@@ -30,34 +30,6 @@ const (
 	MaxEventStreams = 16
 )
 
-// eventStreams counts the open streams by key.
-type eventStreams struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// open takes a stream slot for key: false when it holds MaxEventStreams already.
-func (e *eventStreams) open(key string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.n == nil {
-		e.n = map[string]int{}
-	}
-	if e.n[key] >= MaxEventStreams {
-		return false
-	}
-	e.n[key]++
-	return true
-}
-
-func (e *eventStreams) close(key string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.n[key]--; e.n[key] <= 0 {
-		delete(e.n, key)
-	}
-}
-
 // events is GET /v1/events: the team's sandbox changes as NDJSON lines (v1.Event), until the
 // client goes away or its key is revoked.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
@@ -67,11 +39,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	id, _ := auth.FromContext(ctx)
-	if !s.streams.open(id.KeyID) {
+	if !s.streams.Acquire(id.KeyID, MaxEventStreams) {
 		s.writeError(w, r, errdefs.New(errdefs.Exhausted, "this key has %d event streams open already (the most it may): close one", MaxEventStreams))
 		return
 	}
-	defer s.streams.close(id.KeyID)
+	defer s.streams.Release(id.KeyID)
 	type seenState struct {
 		sig    string
 		killed bool

@@ -23,6 +23,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/functions"
+	"github.com/pandastack/pandastack/internal/inflight"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/schedules"
@@ -111,7 +112,7 @@ type Server struct {
 	metrics   *metrics
 	limits    struct{ all, create *buckets } // nil: no rate limit
 	tickets   terminalTickets
-	streams   eventStreams
+	streams   inflight.Counter // open GET /v1/events streams by key
 	handler   http.Handler
 	reaper    reaper
 }
