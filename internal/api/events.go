@@ -30,8 +30,8 @@ const (
 	MaxEventStreams = 16
 )
 
-// events is GET /v1/events: the team's sandbox changes as NDJSON lines (v1.Event), until the
-// client goes away or its key is revoked.
+// events is GET /v1/events: the team's sandbox changes and changing calls as NDJSON lines
+// (v1.Event), until the client goes away or its key is revoked.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if err := onlyParams(r.URL.Query()); err != nil {
 		s.writeError(w, r, err)
@@ -50,7 +50,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		at     time.Time
 	}
 	seen := map[string]seenState{}
+	changes := map[string]time.Time{} // audit entries sent, by id
 	since := s.now()
+	// The audit log's own cursor; calls from just before the stream began are reported too.
+	started := since.Add(-eventLookback)
+	auditSince := since
 	out := &ndjson{w: w}
 	out.send(v1.Event{Type: "ready", At: v1.Timestamp(since)})
 	poll := time.NewTicker(eventPoll)
@@ -87,6 +91,31 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			v := viewOf(sb)
 			out.send(v1.Event{Type: "sandbox", At: v1.Timestamp(sb.UpdatedAt), Sandbox: &v})
 			lastSent = time.Now()
+		}
+		entries, _, err := s.store.ListAudit(ctx, store.AuditFilter{TeamID: id.TeamID, Since: auditSince.Add(-eventLookback), Limit: eventBatch})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("events: reading the audit log", "err", err)
+			}
+			continue
+		}
+		for i := len(entries) - 1; i >= 0; i-- { // oldest first
+			a := entries[i]
+			if a.CreatedAt.After(auditSince) {
+				auditSince = a.CreatedAt
+			}
+			if _, sent := changes[a.ID]; sent || a.Status < 200 || a.Status > 299 || !a.CreatedAt.After(started) {
+				continue
+			}
+			changes[a.ID] = a.CreatedAt
+			out.send(v1.Event{Type: "change", At: v1.Timestamp(a.CreatedAt),
+				Change: &v1.Change{Method: a.Method, Route: a.Route, ResourceID: a.ResourceID, Status: a.Status}})
+			lastSent = time.Now()
+		}
+		for aid, at := range changes {
+			if at.Before(auditSince.Add(-2 * eventLookback)) {
+				delete(changes, aid)
+			}
 		}
 		// Killed sandboxes never change again: forget them once out of the lookback window.
 		for sid, st := range seen {

@@ -39,9 +39,9 @@ func (e *env) eventStream(key string) <-chan v1.Event {
 	return ch
 }
 
-// nextSandboxEvent waits for the stream's next sandbox event (pings skipped); it fails the test
-// if the stream ends first or says nothing for a minute.
-func nextSandboxEvent(t *testing.T, ch <-chan v1.Event) v1.Sandbox {
+// nextEvent waits for the stream's next event of type typ (others skipped); it fails the test if
+// the stream ends first or says nothing for a minute.
+func nextEvent(t *testing.T, ch <-chan v1.Event, typ string) v1.Event {
 	t.Helper()
 	for {
 		select {
@@ -49,11 +49,11 @@ func nextSandboxEvent(t *testing.T, ch <-chan v1.Event) v1.Sandbox {
 			if !ok {
 				t.Fatal("the events stream ended")
 			}
-			if ev.Type == "sandbox" && ev.Sandbox != nil {
-				return *ev.Sandbox
+			if ev.Type == typ {
+				return ev
 			}
 		case <-time.After(time.Minute):
-			t.Fatal("no sandbox event within a minute")
+			t.Fatalf("no %s event within a minute", typ)
 		}
 	}
 }
@@ -72,7 +72,7 @@ func TestEvents(t *testing.T) {
 	mine := e.create(a, map[string]any{"template": "base"})
 	want := func(state string) {
 		t.Helper()
-		got := nextSandboxEvent(t, evA)
+		got := *nextEvent(t, evA, "sandbox").Sandbox // (change events skipped)
 		if got.ID == theirs.ID {
 			t.Fatalf("team A's stream shows team B's sandbox %s", theirs.ID)
 		}
@@ -88,6 +88,22 @@ func TestEvents(t *testing.T) {
 	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+theirs.ID, b, nil), 204)
 	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+mine.ID, a, nil), 204)
 	want("killed")
+
+	// Calls that change the team's other resources arrive as "change" events, another team's never.
+	theirVol := e.mustStatus(e.do("POST", "/v1/volumes", b, map[string]any{"size_mib": 16}), 201).json(t)["id"].(string)
+	myVol := e.mustStatus(e.do("POST", "/v1/volumes", a, map[string]any{"size_mib": 16, "name": "ev"}), 201).json(t)["id"].(string)
+	for {
+		c := nextEvent(t, evA, "change").Change
+		if c.ResourceID == theirVol {
+			t.Fatalf("team A's stream shows team B's volume %s", theirVol)
+		}
+		if c.Route == "/v1/volumes" && c.ResourceID == myVol {
+			if c.Method != "POST" || c.Status != 201 {
+				t.Fatalf("change %+v", c)
+			}
+			break
+		}
+	}
 
 	// A revoked key's stream ends; a new one is refused.
 	k := e.mustStatus(e.do("POST", "/v1/keys", a, map[string]string{"name": "console"}), 201).json(t)

@@ -221,6 +221,12 @@ try {
     await page.getByRole("cell", { name: "mine", exact: true }).waitFor();
     const v = (await api(KEY, "GET", "/v1/volumes")).volumes.find((x) => x.name === "mine");
     cleanup.push(() => api(ADMIN, "DELETE", "/v1/volumes/" + v.id));
+    // Made elsewhere (another key of the team): the list shows it without a reload.
+    const other = await api(ADMIN, "POST", "/v1/volumes", { name: "made-elsewhere", size_mib: 16 });
+    cleanup.push(() => api(ADMIN, "DELETE", "/v1/volumes/" + other.id));
+    const t0 = Date.now();
+    await page.getByRole("cell", { name: "made-elsewhere", exact: true }).waitFor();
+    figures.change_to_screen_ms = Date.now() - t0;
     await shot("10-volumes");
   });
 

@@ -124,9 +124,11 @@ export const q = (v: string) => encodeURIComponent(v);
 // -- the events stream (GET /v1/events) -----------------------------------------------------
 
 export interface SandboxEvent {
-  type: "ready" | "sandbox" | "ping";
+  type: "ready" | "sandbox" | "change" | "ping";
   at: string;
   sandbox?: Sandbox;
+  /** A call of one of the team's keys that changed a resource (the audit log's view). */
+  change?: { method: string; route: string; resource_id: string; status: number };
 }
 
 type EventListener = (ev: SandboxEvent) => void;

@@ -1,7 +1,7 @@
 // Shared pieces: routing, loading, actions with their errors, tables, small formatters.
 import type { ComponentChildren } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
-import { ApiError, del } from "./api";
+import { ApiError, del, onEvent } from "./api";
 
 // -- routing (the History API; the server answers index.html for every console path) ---------
 
@@ -81,6 +81,19 @@ export function useLoad<T>(load: (signal: AbortSignal) => Promise<T>, deps: unkn
   }, [...deps, n]);
   const reload = useCallback(() => setN((x) => x + 1), []);
   return { data, error, loading, reload, set: setData };
+}
+
+/** useChanges calls reload whenever a change event names a route under one of prefixes (any of
+ * the team's keys made, changed or deleted something this page lists). */
+export function useChanges(prefixes: string[], reload: () => void): void {
+  useEffect(
+    () =>
+      onEvent((ev) => {
+        const route = ev.type === "change" ? ev.change?.route : undefined;
+        if (route && prefixes.some((p) => route === p || route.startsWith(p + "/"))) reload();
+      }),
+    [prefixes.join(" "), reload],
+  );
 }
 
 /** useAction wraps user actions: busy while one runs, its error kept to show. */

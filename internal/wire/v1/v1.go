@@ -70,13 +70,25 @@ type SandboxPage struct {
 	Sandboxes  []Sandbox `json:"sandboxes"`
 }
 
-// Event is one NDJSON line of GET /v1/events: "ready" once the stream is watching (nothing
-// before it is reported), then "sandbox" with a sandbox's record whenever its state, host or error
-// changes (created, hibernated, woken, killed, lost), and "ping" when nothing happened for a while.
+// Event is one NDJSON line of GET /v1/events: "ready" once the stream is watching, then
+// "sandbox" with a sandbox's record whenever its state, host or error changes (created,
+// hibernated, woken, killed, lost), "change" for every successful call that changed one of the
+// team's resources (any key's: a volume made, a key revoked, a function deployed), and "ping"
+// when nothing happened for a while.
 type Event struct {
 	Type    string   `json:"type"`
 	At      string   `json:"at"`
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
+	Change  *Change  `json:"change,omitempty"`
+}
+
+// Change is what a "change" event says: the call (method and route pattern, as the audit log
+// has them) and the resource it named or made. Not who made it: GET /v1/audit (admin keys) has that.
+type Change struct {
+	Method     string `json:"method"`
+	Route      string `json:"route"`
+	ResourceID string `json:"resource_id"`
+	Status     int    `json:"status"`
 }
 
 // TerminalTicket is POST /v1/sandboxes/{id}/pty/ticket's answer: a single-use credential for one

@@ -110,8 +110,9 @@ export class PandaStack {
   }
 
   /**
-   * Follow the team's sandbox changes (`GET /v1/events`): `ready`, then a `sandbox` event whenever
-   * one is created or changes state, host or error, and `ping` after 15 s of silence. Ends when the
+   * Follow the team's changes (`GET /v1/events`): `ready`, then a `sandbox` event whenever one is
+   * created or changes state, host or error, a `change` event for every call that changed one of
+   * the team's resources, and `ping` after 15 s of silence. Ends when the
    * key is revoked; stop early with `signal` (or by leaving the `for await`).
    */
   async *events(opts: { signal?: AbortSignal; timeoutMs?: number | null } = {}): AsyncGenerator<SandboxEvent, void, undefined> {
@@ -123,10 +124,12 @@ export class PandaStack {
 
 /** One line of `GET /v1/events`. */
 export interface SandboxEvent {
-  type: "ready" | "sandbox" | "ping";
+  type: "ready" | "sandbox" | "change" | "ping";
   at: string;
   /** The sandbox as it now is (type `sandbox`). */
   sandbox?: SandboxData;
+  /** A call of one of the team's keys that changed a resource (type `change`; not who made it). */
+  change?: { method: string; route: string; resource_id: string; status: number };
 }
 
 /** One quota: what is used and the limit (null: none). */

@@ -1,6 +1,6 @@
 import { useEffect, useState } from "preact/hooks";
 import { call, get, onEvent, post, q, stream, type BuildEvent, type Host, type Key, type Sandbox, type Snapshot, type Template, type Usage, type UsageItem, type Volume } from "../api";
-import { ActionButton, DeleteButton, Copy, ErrorBox, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useLoad } from "../ui";
+import { ActionButton, useChanges, DeleteButton, Copy, ErrorBox, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useLoad } from "../ui";
 
 // -- overview ------------------------------------------------------------------------------------
 
@@ -190,6 +190,7 @@ steps:
 
 export function Templates() {
   const list = useLoad((s) => get<{ templates: Template[] }>("/v1/templates", s), []);
+  useChanges(["/v1/templates"], list.reload);
   const [spec, setSpec] = useState(SPEC_EXAMPLE);
   const [log, setLog] = useState<string[]>([]);
   const [err, setErr] = useState("");
@@ -244,6 +245,7 @@ export function Templates() {
 
 export function Volumes() {
   const list = useLoad((s) => get<{ volumes: Volume[] }>("/v1/volumes", s), []);
+  useChanges(["/v1/volumes"], list.reload);
   const [name, setName] = useState("");
   const [size, setSize] = useState("1024");
   const [err, setErr] = useState("");
@@ -313,6 +315,7 @@ export function Volumes() {
 
 export function Snapshots() {
   const list = useLoad((s) => get<{ snapshots: Snapshot[] }>("/v1/snapshots?limit=1000", s), []);
+  useChanges(["/v1/snapshots", "/v1/sandboxes/{id}/snapshots"], list.reload);
   const [err, setErr] = useState("");
   const made = new URLSearchParams(location.search).get("made");
   return (
@@ -359,6 +362,7 @@ export function Snapshots() {
 
 export function Keys() {
   const list = useLoad((s) => get<{ keys: Key[] }>("/v1/keys", s), []);
+  useChanges(["/v1/keys"], list.reload);
   const [name, setName] = useState("");
   const [scope, setScope] = useState("all");
   const [made, setMade] = useState<Key | null>(null);
