@@ -108,8 +108,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			changes[a.ID] = a.CreatedAt
-			out.send(v1.Event{Type: "change", At: v1.Timestamp(a.CreatedAt),
-				Change: &v1.Change{Method: a.Method, Route: a.Route, ResourceID: a.ResourceID, Status: a.Status}})
+			c := changeOf(a)
+			out.send(v1.Event{Type: "change", At: v1.Timestamp(a.CreatedAt), Change: &c})
 			lastSent = time.Now()
 		}
 		for aid, at := range changes {

@@ -82,8 +82,9 @@ type Event struct {
 	Change  *Change  `json:"change,omitempty"`
 }
 
-// Change is what a "change" event says: the call (method and route pattern, as the audit log
-// has them) and the resource it named or made. Not who made it: GET /v1/audit (admin keys) has that.
+// Change is a call that changed something: its method and route pattern, the resource it named
+// or made, the answer's status. A "change" event says only this (not who: an AuditEntry, which
+// embeds it, also names the key and the caller's address).
 type Change struct {
 	Method     string `json:"method"`
 	Route      string `json:"route"`
@@ -466,15 +467,12 @@ type Range struct {
 // pattern), which resource, the answer's status, the request id and the caller's address. It
 // never holds request bodies, secrets or file contents.
 type AuditEntry struct {
-	ID         string `json:"id"`
-	KeyID      string `json:"key_id"`
-	Method     string `json:"method"`
-	Route      string `json:"route"`
-	ResourceID string `json:"resource_id"`
-	Status     int    `json:"status"`
-	RequestID  string `json:"request_id"`
-	Source     string `json:"source"`
-	CreatedAt  string `json:"created_at"`
+	ID    string `json:"id"`
+	KeyID string `json:"key_id"`
+	Change
+	RequestID string `json:"request_id"`
+	Source    string `json:"source"`
+	CreatedAt string `json:"created_at"`
 }
 
 // AuditPage is GET /v1/audit: the team's entries, newest first.
