@@ -164,9 +164,7 @@ export function Table<T>(props: { label: string; cols: Col<T>[]; rows: T[] | und
         <thead>
           <tr>
             {props.cols.map((c) => (
-              <th scope="col" class={c.class}>
-                {c.label}
-              </th>
+              <th scope="col">{c.label}</th>
             ))}
           </tr>
         </thead>
