@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/pandastack/pandastack/web"
+
 	"github.com/pandastack/pandastack/internal/app"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/image"
@@ -106,6 +108,14 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 	rootCmd.AddCommand(cmd)
 }
 
+// consoleLine is the banner's console line: where it is, or that this binary has none.
+func consoleLine(url string) string {
+	if !web.Built() {
+		return url + "/   (not built into this binary: make build)"
+	}
+	return url + "/   (sign in with the API key)"
+}
+
 // printBanner prints the base URL, the key and a quickstart. A preset key (from
 // PANDASTACK_API_KEY) is never printed, only its display prefix: the operator has it, and the
 // banner usually lands in a log. rejected, when the operator's key is not one of the data dir's,
@@ -132,6 +142,7 @@ func printBanner(w io.Writer, url, key string, preset bool, dataDir, rejected st
 	fmt.Fprintf(w, `
 PandaStack is up.
   base URL:  %s
+  console:   %s
   API key:   %s
   data dir:  %s
 
@@ -140,5 +151,5 @@ Quickstart:
   id=$(%s sandbox create --template base -q)
   %s sandbox exec "$id" -- python -c 'print(2 ** 10)'
 
-`, url, keyLine, dataDir, url, export, self, self)
+`, url, consoleLine(url), keyLine, dataDir, url, export, self, self)
 }

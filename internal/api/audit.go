@@ -127,8 +127,13 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 }
 
 func auditViewOf(e store.AuditEntry) v1.AuditEntry {
-	return v1.AuditEntry{ID: e.ID, KeyID: e.KeyID, Method: e.Method, Route: e.Route, ResourceID: e.ResourceID,
-		Status: e.Status, RequestID: e.RequestID, Source: e.Source, CreatedAt: v1.Timestamp(e.CreatedAt)}
+	return v1.AuditEntry{ID: e.ID, KeyID: e.KeyID, Change: changeOf(e), RequestID: e.RequestID, Source: e.Source,
+		CreatedAt: v1.Timestamp(e.CreatedAt)}
+}
+
+// changeOf is what an audit entry says about the call alone (GET /v1/events' change events).
+func changeOf(e store.AuditEntry) v1.Change {
+	return v1.Change{Method: e.Method, Route: e.Route, ResourceID: e.ResourceID, Status: e.Status}
 }
 
 // RunAuditPruner deletes audit entries older than the retention every interval (and once at
