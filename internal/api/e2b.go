@@ -1,0 +1,26 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/pandastack/pandastack/internal/e2bcompat"
+)
+
+// E2BBackend is what the E2B facade (internal/e2bcompat) uses of this server: its services, and
+// the checks and port proxy every create and proxied request goes through here too (quotas,
+// env and metadata limits, private ports).
+func (s *Server) E2BBackend() e2bcompat.Backend {
+	return e2bcompat.Backend{Store: s.store, Sandboxes: s.svc, Templates: s.tmpl, Auth: s.auth,
+		HoldQuota: s.holdSandboxQuota, TemplateSize: s.templateSize,
+		CheckCreate: func(env, metadata map[string]string) error {
+			if err := validateMetadata(metadata); err != nil {
+				return err
+			}
+			return validateEnv("envVars", env)
+		},
+		Proxy: func(w http.ResponseWriter, r *http.Request, port int, sandboxID string) {
+			s.proxy(w, r.WithContext(context.WithoutCancel(r.Context())), port, sandboxID)
+		},
+		MaxUploadBytes: s.cfg.MaxUploadBytes, MaxTTL: s.cfg.MaxTTL, Logger: s.log.With("part", "e2b")}
+}

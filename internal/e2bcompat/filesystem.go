@@ -1,0 +1,257 @@
+package e2bcompat
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/e2bcompat/proto/filesystem"
+	"github.com/pandastack/pandastack/internal/e2bcompat/proto/filesystem/filesystemconnect"
+	"github.com/pandastack/pandastack/internal/errdefs"
+)
+
+// envd's filesystem.Filesystem and /files over PandaStack's files (as the /v1 files endpoints
+// reach them). Files are read and written as the guest's default user.
+
+type filesystemService struct {
+	filesystemconnect.UnimplementedFilesystemHandler
+	s *Server
+}
+
+// entryOf is E2B's EntryInfo of one of our stats.
+func entryOf(st agentclient.Stat) *filesystem.EntryInfo {
+	perm, _ := strconv.ParseUint(st.Mode, 8, 32)
+	mode := os.FileMode(perm)
+	e := &filesystem.EntryInfo{Name: st.Name, Path: st.Path, Size: st.Size, Type: filesystem.FileType_FILE_TYPE_FILE}
+	switch st.Type {
+	case "dir":
+		e.Type, mode = filesystem.FileType_FILE_TYPE_DIRECTORY, mode|os.ModeDir
+	case "symlink":
+		e.Type, mode = filesystem.FileType_FILE_TYPE_SYMLINK, mode|os.ModeSymlink
+		e.SymlinkTarget = &st.Target
+	}
+	e.Mode, e.Permissions = uint32(mode), mode.String()
+	if t, err := time.Parse(time.RFC3339Nano, st.MTime); err == nil {
+		e.ModifiedTime = timestamppb.New(t)
+	}
+	return e
+}
+
+// stat is the entry of p, or a Connect error.
+func stat(ctx context.Context, t target, p string) (*filesystem.EntryInfo, error) {
+	st, err := t.c.StatFile(ctx, t.sb.ID, p)
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	return entryOf(st), nil
+}
+
+func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
+	t := targetOf(ctx)
+	e, err := stat(ctx, t, absPath(t.user, req.Msg.GetPath()))
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.StatResponse{Entry: e}), nil
+}
+
+// maxListDepth is the deepest listing (the files API's limit).
+const maxListDepth = 10
+
+func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
+	t := targetOf(ctx)
+	depth := int(req.Msg.GetDepth())
+	if depth == 0 {
+		depth = 1
+	}
+	if depth > maxListDepth {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("depth must be at most %d", maxListDepth))
+	}
+	sts, err := t.c.ListFiles(ctx, t.sb.ID, absPath(t.user, req.Msg.GetPath()), depth)
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	out := &filesystem.ListDirResponse{Entries: make([]*filesystem.EntryInfo, 0, len(sts))}
+	for _, st := range sts {
+		out.Entries = append(out.Entries, entryOf(st))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
+	t := targetOf(ctx)
+	p := absPath(t.user, req.Msg.GetPath())
+	if _, err := t.c.StatFile(ctx, t.sb.ID, p); err == nil {
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", p))
+	}
+	if err := t.c.Mkdir(ctx, t.sb.ID, p); err != nil {
+		return nil, connectErr(err)
+	}
+	e, err := stat(ctx, t, p)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: e}), nil
+}
+
+func (f *filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
+	t := targetOf(ctx)
+	from, to := absPath(t.user, req.Msg.GetSource()), absPath(t.user, req.Msg.GetDestination())
+	if err := t.c.Move(ctx, t.sb.ID, from, to); err != nil {
+		return nil, connectErr(err)
+	}
+	e, err := stat(ctx, t, to)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&filesystem.MoveResponse{Entry: e}), nil
+}
+
+func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
+	t := targetOf(ctx)
+	if err := t.c.Remove(ctx, t.sb.ID, absPath(t.user, req.Msg.GetPath()), true); err != nil {
+		return nil, connectErr(err)
+	}
+	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
+}
+
+// readFile is GET /files?path=: the file's bytes.
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
+	t := targetOf(r.Context())
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		writeError(w, errdefs.Invalidf("path is required"))
+		return
+	}
+	p = absPath(t.user, p)
+	if st, err := t.c.StatFile(r.Context(), t.sb.ID, p); err == nil && st.Type == "dir" {
+		writeError(w, errdefs.Invalidf("%s is a directory", p))
+		return
+	}
+	resp, err := t.c.ReadFile(r.Context(), t.sb.ID, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if v := resp.Header.Get("Content-Length"); v != "" {
+		w.Header().Set("Content-Length", v)
+	}
+	w.WriteHeader(http.StatusOK)
+	io.Copy(w, resp.Body)
+}
+
+// writtenJSON is one entry of POST /files' answer.
+type writtenJSON struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// writeFiles is POST /files: multipart (part "file", its filename the destination when the
+// query names no path) or a raw body (octet-stream, optionally gzip) for ?path=.
+func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
+	t := targetOf(r.Context())
+	qpath := r.URL.Query().Get("path")
+	if r.ContentLength > s.b.MaxUploadBytes {
+		writeError(w, errdefs.New(errdefs.TooLarge, "upload is larger than the %d-byte limit", s.b.MaxUploadBytes))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.b.MaxUploadBytes)
+	var out []writtenJSON
+	write := func(p string, body io.Reader) error {
+		if p == "" {
+			return errdefs.Invalidf("path is required (in the query or as the part's filename)")
+		}
+		p = absPath(t.user, p)
+		st, err := t.c.WriteFile(r.Context(), t.sb.ID, p, body, -1)
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return errdefs.New(errdefs.TooLarge, "upload is larger than the %d-byte limit", s.b.MaxUploadBytes)
+			}
+			return err
+		}
+		out = append(out, writtenJSON{Name: path.Base(p), Type: "file", Path: st.Path})
+		return nil
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var err error
+	if mt == "multipart/form-data" {
+		err = s.writeParts(r, qpath, write)
+	} else {
+		var body io.Reader = r.Body
+		if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
+			var zr *gzip.Reader
+			if zr, err = gzip.NewReader(r.Body); err != nil {
+				err = errdefs.Invalidf("body is not gzip: %v", err)
+			}
+			body = zr
+		}
+		if err == nil {
+			err = write(qpath, body)
+		}
+	}
+	if err == nil && len(out) == 0 {
+		err = errdefs.Invalidf("no file in the request: send a multipart part named \"file\"")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	json.NewEncoder(w).Encode(out)
+}
+
+// writeParts writes each "file" part: to qpath when the query names one (a single file), else to
+// the part's filename (the SDK puts the destination path there).
+func (s *Server) writeParts(r *http.Request, qpath string, write func(string, io.Reader) error) error {
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return errdefs.Invalidf("malformed multipart body: %v", err)
+	}
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return errdefs.New(errdefs.TooLarge, "upload is larger than the %d-byte limit", s.b.MaxUploadBytes)
+			}
+			return errdefs.Invalidf("malformed multipart body: %v", err)
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		p := qpath
+		if p == "" {
+			// The raw filename: Part.FileName keeps only its base name.
+			_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+			p = params["filename"]
+		}
+		err = write(p, part)
+		part.Close()
+		if err != nil {
+			return err
+		}
+	}
+}
