@@ -50,7 +50,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	t := targetOf(ctx)
 	m := req.Msg
 	if m.Pty != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("pty processes are not supported by the E2B facade yet: use commands.run, or PandaStack's terminal (pandastack sandbox terminal)"))
+		return connect.NewError(connect.CodeUnimplemented, errors.New("pty processes are not supported by the E2B facade yet: use commands.run, or PandaStack's terminal (pandastack sandbox shell)"))
 	}
 	cfg := m.GetProcess()
 	if cfg.GetCmd() == "" {
