@@ -205,6 +205,23 @@ else
   say "offline unit tests only: no server"
 fi
 
+# node_suite DIR NAME FILES [NODE_FLAGS…]: node --test of FILES (globs, relative to DIR) in DIR, the
+# spec report on stdout and the TAP one in $WORK/NAME.tap, whose counts go to PASSED and FAILED.
+node_suite() {
+  local dir="$1" name="$2" files="$3" tap="$WORK/$2.tap"
+  shift 3
+  run bash -c 'cd "$1" && tap="$2" files="$3" && shift 3 && exec timeout 3600 node --test "$@" \
+    --test-reporter=spec --test-reporter-destination=stdout \
+    --test-reporter=tap --test-reporter-destination="$tap" $files' _ "$dir" "$tap" "$files" "$@"
+  if grep -q '^# pass ' "$tap" 2>/dev/null; then
+    p=$(awk '/^# pass /{print $3}' "$tap")
+    f=$(awk '/^# (fail|cancelled) /{s += $3} END {print s + 0}' "$tap")
+    PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
+  else
+    say "the $name tests did not finish"; FAILED=$((FAILED + 1))
+  fi
+}
+
 # -- Python -----------------------------------------------------------------------------------
 
 if [ -z "$ONLY" ] || [ "$ONLY" = python ]; then
@@ -225,17 +242,7 @@ if [ -z "$ONLY" ] || [ "$ONLY" = typescript ]; then
   say "TypeScript SDK tests (node $(node --version 2>/dev/null))"
   if run bash -c 'cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build'; then
     if [ -n "$OFFLINE" ]; then files="test/offline.test.mjs"; elif [ -n "$SUITE" ]; then files="test/$SUITE.test.mjs"; else files="test/*.test.mjs test/*.test.cjs"; fi
-    run bash -c 'cd sdk/typescript && exec timeout 3600 node --test \
-      --test-reporter=spec --test-reporter-destination=stdout \
-      --test-reporter=tap --test-reporter-destination="$1" \
-      $2' _ "$WORK/typescript.tap" "$files"
-    if grep -q '^# pass ' "$WORK/typescript.tap" 2>/dev/null; then
-      p=$(awk '/^# pass /{print $3}' "$WORK/typescript.tap")
-      f=$(awk '/^# (fail|cancelled) /{s += $3} END {print s + 0}' "$WORK/typescript.tap")
-      PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
-    else
-      say "the TypeScript tests did not finish"; FAILED=$((FAILED + 1))
-    fi
+    node_suite sdk/typescript TypeScript "$files"
   else
     say "npm ci or the TypeScript build failed"; FAILED=$((FAILED + 1))
   fi
@@ -254,19 +261,9 @@ if [ -z "$OFFLINE" ] && { [ -z "$ONLY" ] || [ "$ONLY" = e2b ]; } && { [ -z "$SUI
   elif run bash -c 'cd sdk/e2b-test && npm ci --no-audit --no-fund --loglevel=error'; then
     if [ -n "$SUITE" ]; then files="test/$SUITE.test.mjs"; else files="test/*.test.mjs"; fi
     # Only loopback: the facade for both planes, a domain that resolves nowhere for the rest.
-    E2B_API_URL="http://127.0.0.1:$E2B_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$E2B_PORT" E2B_DOMAIN=e2b.invalid \
-      E2B_API_KEY="$E2B_KEY" E2B_OTHER_API_KEY="$E2B_OTHER" E2B_TEST_RUN="$$" \
-      run bash -c 'cd sdk/e2b-test && exec timeout 1800 node --test --test-concurrency=3 \
-        --test-reporter=spec --test-reporter-destination=stdout \
-        --test-reporter=tap --test-reporter-destination="$1" \
-        $2' _ "$WORK/e2b.tap" "$files"
-    if grep -q '^# pass ' "$WORK/e2b.tap" 2>/dev/null; then
-      p=$(awk '/^# pass /{print $3}' "$WORK/e2b.tap")
-      f=$(awk '/^# (fail|cancelled) /{s += $3} END {print s + 0}' "$WORK/e2b.tap")
-      PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
-    else
-      say "the E2B compatibility tests did not finish"; FAILED=$((FAILED + 1))
-    fi
+    export E2B_API_URL="http://127.0.0.1:$E2B_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$E2B_PORT" E2B_DOMAIN=e2b.invalid \
+      E2B_API_KEY="$E2B_KEY" E2B_OTHER_API_KEY="$E2B_OTHER" E2B_TEST_RUN="$$"
+    node_suite sdk/e2b-test E2B "$files" --test-concurrency=3
   else
     say "npm ci of sdk/e2b-test failed"; FAILED=$((FAILED + 1))
   fi

@@ -264,6 +264,16 @@ func (h streamHeaders) WrapStreamingHandler(next connect.StreamingHandlerFunc) c
 	return next
 }
 
+// upload writes a file as the SDK does by default: multipart, the destination as the filename.
+func (e *env) upload(sb sandbox, path, data string) answer {
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	part, _ := mw.CreateFormFile("file", path)
+	part.Write([]byte(data))
+	mw.Close()
+	return e.do("POST", "/files", "", body.Bytes(), "E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", sb.EnvdAccessToken, "Content-Type", mw.FormDataContentType())
+}
+
 func TestEnvd(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -328,12 +338,7 @@ func TestEnvd(t *testing.T) {
 	}
 
 	// Files: multipart upload (the SDK's default) to the part's filename, read, stat, list, mkdir.
-	var body bytes.Buffer
-	mw := multipart.NewWriter(&body)
-	part, _ := mw.CreateFormFile("file", "/home/user/dir/a.txt")
-	part.Write([]byte("hello"))
-	mw.Close()
-	w := e.do("POST", "/files", "", body.Bytes(), "E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", sb.EnvdAccessToken, "Content-Type", mw.FormDataContentType())
+	w := e.upload(sb, "/home/user/dir/a.txt", "hello")
 	if w.status != http.StatusOK || !strings.Contains(string(w.body), `"path":"/home/user/dir/a.txt"`) {
 		t.Fatalf("upload: %d %s", w.status, w.body)
 	}
@@ -358,6 +363,21 @@ func TestEnvd(t *testing.T) {
 	if err != nil || len(ld.Msg.GetEntries()) != 1 || ld.Msg.GetEntries()[0].GetName() != "a.txt" {
 		t.Fatalf("list: %v %v", ld, err)
 	}
+
+	// A watch sees a file created after it started.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watch, err := fs.WatchDir(wctx, connect.NewRequest(&filesystem.WatchDirRequest{Path: "/home/user/new"}))
+	if err != nil || !watch.Receive() || watch.Msg().GetStart() == nil {
+		t.Fatalf("watch start: %v %v", err, watch.Err())
+	}
+	e.upload(sb, "/home/user/new/w.txt", "x")
+	for watch.Receive() && watch.Msg().GetFilesystem() == nil {
+	}
+	if ev := watch.Msg().GetFilesystem(); ev == nil || ev.GetName() != "w.txt" || ev.GetType() != filesystem.EventType_EVENT_TYPE_CREATE {
+		t.Fatalf("watch event %v (%v)", ev, watch.Err())
+	}
+	stopWatch()
 
 	// Wrong or missing access token: 401 (unauthenticated); health needs none.
 	badProc, _ := e.rpc(sb, "wrong")

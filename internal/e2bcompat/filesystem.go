@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -98,23 +99,25 @@ func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 	if _, err := t.c.StatFile(ctx, t.sb.ID, p); err == nil {
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", p))
 	}
-	if err := t.c.Mkdir(ctx, t.sb.ID, p); err != nil {
-		return nil, connectErr(err)
-	}
-	e, err := stat(ctx, t, p)
+	e, err := thenStat(ctx, t, p, t.c.Mkdir(ctx, t.sb.ID, p))
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: e}), nil
 }
 
+// thenStat is the entry of p after a call that made it, or the call's error.
+func thenStat(ctx context.Context, t target, p string, callErr error) (*filesystem.EntryInfo, error) {
+	if callErr != nil {
+		return nil, connectErr(callErr)
+	}
+	return stat(ctx, t, p)
+}
+
 func (f *filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
 	t := targetOf(ctx)
 	from, to := absPath(t.user, req.Msg.GetSource()), absPath(t.user, req.Msg.GetDestination())
-	if err := t.c.Move(ctx, t.sb.ID, from, to); err != nil {
-		return nil, connectErr(err)
-	}
-	e, err := stat(ctx, t, to)
+	e, err := thenStat(ctx, t, to, t.c.Move(ctx, t.sb.ID, from, to))
 	if err != nil {
 		return nil, err
 	}
@@ -254,4 +257,110 @@ func (s *Server) writeParts(r *http.Request, qpath string, write func(string, io
 			return err
 		}
 	}
+}
+
+// watchInterval is how often WatchDir lists the watched directory: PandaStack's guest has no
+// change notification the control plane can follow, so a watch compares listings.
+const watchInterval = 500 * time.Millisecond
+
+// seen is what a watch compares of one entry between listings.
+type seen struct {
+	size        int64
+	mtime, mode string
+	entry       *filesystem.EntryInfo
+}
+
+func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
+	t := targetOf(ctx)
+	dir := absPath(t.user, req.Msg.GetPath())
+	depth := 1
+	if req.Msg.GetRecursive() {
+		depth = maxListDepth
+	}
+	if st, err := t.c.StatFile(ctx, t.sb.ID, dir); err != nil {
+		return connectErr(err)
+	} else if st.Type != "dir" {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a directory", dir))
+	}
+	list := func() (map[string]seen, error) {
+		sts, err := t.c.ListFiles(ctx, t.sb.ID, dir, depth)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]seen, len(sts))
+		for _, st := range sts {
+			out[st.Path] = seen{size: st.Size, mtime: st.MTime, mode: st.Mode, entry: entryOf(st)}
+		}
+		return out, nil
+	}
+	before, err := list()
+	if err != nil {
+		return connectErr(err)
+	}
+	if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}); err != nil {
+		return err
+	}
+	keepalive := keepaliveOf(req.Header().Get("Keepalive-Ping-Interval"))
+	lastSent := time.Now()
+	tick := time.NewTicker(watchInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		now, err := list()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return connectErr(err)
+		}
+		for _, ev := range diffListings(dir, before, now, req.Msg.GetIncludeEntry()) {
+			if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
+				return err
+			}
+			lastSent = time.Now()
+		}
+		before = now
+		if time.Since(lastSent) >= keepalive {
+			if err := stream.Send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}}); err != nil {
+				return err
+			}
+			lastSent = time.Now()
+		}
+	}
+}
+
+// diffListings is the events that turn listing before into now, names relative to dir, in path
+// order.
+func diffListings(dir string, before, now map[string]seen, withEntry bool) []*filesystem.FilesystemEvent {
+	var out []*filesystem.FilesystemEvent
+	add := func(p string, typ filesystem.EventType, s seen) {
+		name := strings.TrimPrefix(strings.TrimPrefix(p, dir), "/")
+		ev := &filesystem.FilesystemEvent{Name: name, Type: typ}
+		if withEntry && typ != filesystem.EventType_EVENT_TYPE_REMOVE {
+			ev.Entry = s.entry
+		}
+		out = append(out, ev)
+	}
+	for p, s := range now {
+		old, ok := before[p]
+		switch {
+		case !ok:
+			add(p, filesystem.EventType_EVENT_TYPE_CREATE, s)
+		case old.size != s.size || old.mtime != s.mtime:
+			add(p, filesystem.EventType_EVENT_TYPE_WRITE, s)
+		case old.mode != s.mode:
+			add(p, filesystem.EventType_EVENT_TYPE_CHMOD, s)
+		}
+	}
+	for p, s := range before {
+		if _, ok := now[p]; !ok {
+			add(p, filesystem.EventType_EVENT_TYPE_REMOVE, s)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *filesystem.FilesystemEvent) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }

@@ -66,13 +66,22 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	if err != nil {
 		return connectErr(err)
 	}
+	// envd's Connect-Timeout-Ms is the process's lifetime: it is killed at the deadline, whether
+	// its client still follows it or went away first (the SDK gives up at the same moment).
+	var lifetime *time.Timer
+	if dl, ok := ctx.Deadline(); ok {
+		lifetime = time.AfterFunc(time.Until(dl), func() {
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			t.c.SignalProcess(kctx, t.sb.ID, pid, "KILL") // an exited process refuses: nothing to do
+		})
+	}
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
 	err = p.follow(ctx, t, pid, 0, keepaliveOf(req.Header().Get("Keepalive-Ping-Interval")), send)
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		// envd's Connect-Timeout-Ms is the process's lifetime: it ends at the deadline.
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		t.c.SignalProcess(kctx, t.sb.ID, pid, "KILL")
+	switch {
+	case err == nil && lifetime != nil:
+		lifetime.Stop() // it ended
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("the command was killed at its timeout"))
 	}
 	return err
