@@ -259,6 +259,13 @@ if [ -z "$OFFLINE" ] && { [ -z "$ONLY" ] || [ "$ONLY" = e2b ]; } && { [ -z "$SUI
   if [ -z "$E2B_KEY" ] || [ -z "$E2B_OTHER" ]; then
     say "could not make the E2B keys"; FAILED=$((FAILED + 1))
   elif run bash -c 'cd sdk/e2b-test && npm ci --no-audit --no-fund --loglevel=error'; then
+    # A first create of code-interpreter-v1 waits for the template's bake, which on a loaded TCG
+    # host outlasts the SDK's 300 s header timeout: wait for up's background bake first.
+    for _ in $(seq 1 900); do
+      bin/pandastack template list --json 2>>"$LOG" | "$PYTHON" -c 'import json, sys
+sys.exit(0 if any(t["name"] == "code-interpreter" and t.get("baked") for t in json.load(sys.stdin)) else 1)' && break
+      sleep 2
+    done
     if [ -n "$SUITE" ]; then files="test/$SUITE.test.mjs"; else files="test/*.test.mjs"; fi
     # Only loopback: the facade for both planes, a domain that resolves nowhere for the rest.
     export E2B_API_URL="http://127.0.0.1:$E2B_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$E2B_PORT" E2B_DOMAIN=e2b.invalid \

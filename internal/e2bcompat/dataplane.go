@@ -172,6 +172,11 @@ func connectErr(err error) error {
 		return connect.NewError(connect.CodeCanceled, err)
 	}
 	status, msg := answerOf(err)
+	return connect.NewError(connectErrCode(status), errors.New(msg))
+}
+
+// connectErrCode is the Connect code of an HTTP error status.
+func connectErrCode(status int) connect.Code {
 	code := connect.CodeInternal
 	switch status {
 	case http.StatusBadRequest:
@@ -191,5 +196,5 @@ func connectErr(err error) error {
 	case http.StatusBadGateway, http.StatusServiceUnavailable:
 		code = connect.CodeUnavailable
 	}
-	return connect.NewError(code, errors.New(msg))
+	return code
 }

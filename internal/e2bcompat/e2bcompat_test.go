@@ -411,7 +411,7 @@ func TestEnvd(t *testing.T) {
 	}
 	var ce *connect.Error
 	_, err = proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: sel}))
-	if !errors.As(err, &ce) || ce.Code() != connect.CodeUnimplemented {
-		t.Fatalf("update: %v", err)
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
+		t.Fatalf("update of a process without a pty: %v", err)
 	}
 }

@@ -28,7 +28,8 @@ const defaultKeepalive = 90 * time.Second
 
 type processService struct {
 	processconnect.UnimplementedProcessHandler
-	s *Server
+	s    *Server
+	ptys ptys
 }
 
 // pidOf is the pid a selector names; tags are not supported (the SDKs select by pid).
@@ -49,12 +50,12 @@ func pidOf(sel *process.ProcessSelector) (int, error) {
 func (p *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
 	t := targetOf(ctx)
 	m := req.Msg
-	if m.Pty != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("pty processes are not supported by the E2B facade yet: use commands.run, or PandaStack's terminal (pandastack sandbox shell)"))
-	}
 	cfg := m.GetProcess()
 	if cfg.GetCmd() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
+	}
+	if m.Pty != nil {
+		return p.startPTY(ctx, t, m, func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) })
 	}
 	stdin := m.Stdin == nil || m.GetStdin() // envd keeps stdin open unless told not to
 	sreq := agentclient.StartProcessRequest{Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(),
@@ -91,6 +92,12 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[proce
 	t := targetOf(ctx)
 	pid, err := pidOf(req.Msg.GetProcess())
 	if err != nil {
+		return err
+	}
+	if _, isPTY, err := p.ptys.get(t.sb.ID, pid); isPTY {
+		if err == nil {
+			err = connect.NewError(connect.CodeUnimplemented, errors.New("reconnecting to a pty is not supported: its output goes to the stream that created it"))
+		}
 		return err
 	}
 	ps, err := t.c.ListProcesses(ctx, t.sb.ID)
@@ -207,7 +214,7 @@ func (p *processService) List(ctx context.Context, req *connect.Request[process.
 	if err != nil {
 		return nil, connectErr(err)
 	}
-	out := &process.ListResponse{Processes: []*process.ProcessInfo{}}
+	out := &process.ListResponse{Processes: p.ptys.list(t.sb.ID)}
 	for _, pr := range ps {
 		if pr.State != "running" {
 			continue
@@ -228,8 +235,14 @@ func (p *processService) SendInput(ctx context.Context, req *connect.Request[pro
 		return nil, err
 	}
 	in := req.Msg.GetInput()
-	if _, ok := in.GetInput().(*process.ProcessInput_Pty); ok {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pty input is not supported by the E2B facade yet"))
+	if s, isPTY, err := p.ptys.get(t.sb.ID, pid); isPTY || err != nil {
+		if err == nil {
+			_, err = s.term.Write(in.GetPty())
+		}
+		if err != nil {
+			return nil, connectErr(err)
+		}
+		return connect.NewResponse(&process.SendInputResponse{}), nil
 	}
 	data := in.GetStdin()
 	for len(data) > 0 {
@@ -268,12 +281,37 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM"))
 	}
+	if s, isPTY, err := p.ptys.get(t.sb.ID, pid); isPTY {
+		if err == nil {
+			s.term.Close() // hangs the terminal up: its program ends
+		}
+		return connect.NewResponse(&process.SendSignalResponse{}), err
+	}
 	if err := t.c.SignalProcess(ctx, t.sb.ID, pid, sig); err != nil {
 		return nil, connectErr(err)
 	}
 	return connect.NewResponse(&process.SendSignalResponse{}), nil
 }
 
+// Update resizes a pty.
 func (p *processService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("resizing a pty is not supported by the E2B facade yet"))
+	t := targetOf(ctx)
+	pid, err := pidOf(req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	s, isPTY, err := p.ptys.get(t.sb.ID, pid)
+	switch {
+	case err != nil:
+		return nil, err
+	case !isPTY:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("process %d has no pty", pid))
+	case req.Msg.GetPty() == nil:
+		return connect.NewResponse(&process.UpdateResponse{}), nil
+	}
+	size := req.Msg.GetPty().GetSize()
+	if err := s.term.Resize(int(size.GetCols()), int(size.GetRows())); err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
+	return connect.NewResponse(&process.UpdateResponse{}), nil
 }

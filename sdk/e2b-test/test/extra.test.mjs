@@ -1,12 +1,12 @@
 // The stock npm `e2b` SDK against PandaStack's E2B facade: watchDir, 50 MiB files both ways, a
-// command's timeout, and a sandbox's own timeout ending it.
+// command's timeout, a pty, and a sandbox's own timeout ending it.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { Sandbox, FilesystemEventType, TimeoutError } from 'e2b'
 import { runId } from './guard.mjs'
 
-test('watchDir, 50 MiB upload and download, command timeout, sandbox expiry', async () => {
+test('watchDir, 50 MiB upload and download, command timeout, pty, sandbox expiry', async () => {
   const sbx = await Sandbox.create({ metadata: { suite: 'extra', run: runId } })
   try {
     // watchDir: a file written after the watch started is seen.
@@ -36,6 +36,16 @@ test('watchDir, 50 MiB upload and download, command timeout, sandbox expiry', as
       await new Promise((r) => setTimeout(r, 200))
     }
     assert.ok(!(await sbx.commands.list()).some((p) => p.args.includes('sleep 600')), 'the timed-out command still runs')
+
+    // A pty: resize, input, its output, its exit.
+    const shown = []
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => shown.push(Buffer.from(d).toString()) })
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === term.pid))
+    await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; echo "pt$((6*7))"; exit 0\n'))
+    assert.equal((await term.wait()).exitCode, 0)
+    assert.match(shown.join(''), /30 100/)
+    assert.match(shown.join(''), /pt42/)
 
     // The sandbox's own timeout ends it.
     await sbx.setTimeout(2000)
