@@ -378,6 +378,26 @@ func TestEnvd(t *testing.T) {
 		t.Fatalf("watch event %v (%v)", ev, watch.Err())
 	}
 	stopWatch()
+	// The polling trio (the Python sync SDK): what changed between calls.
+	cw, err := fs.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/home/user/new"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wid := cw.Msg.GetWatcherId()
+	e.upload(sb, "/home/user/new/polled.txt", "y")
+	evs, err := fs.GetWatcherEvents(ctx, connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: wid}))
+	if err != nil || len(evs.Msg.GetEvents()) != 1 || evs.Msg.GetEvents()[0].GetName() != "polled.txt" {
+		t.Fatalf("watcher events: %v %v", evs, err)
+	}
+	if evs, err = fs.GetWatcherEvents(ctx, connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: wid})); err != nil || len(evs.Msg.GetEvents()) != 0 {
+		t.Fatalf("second poll: %v %v", evs, err)
+	}
+	if _, err := fs.RemoveWatcher(ctx, connect.NewRequest(&filesystem.RemoveWatcherRequest{WatcherId: wid})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.GetWatcherEvents(ctx, connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: wid})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("a removed watcher: %v", err)
+	}
 
 	// Wrong or missing access token: 401 (unauthenticated); health needs none.
 	badProc, _ := e.rpc(sb, "wrong")

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -31,7 +32,21 @@ import (
 type filesystemService struct {
 	filesystemconnect.UnimplementedFilesystemHandler
 	s *Server
+
+	mu       sync.Mutex
+	watchers map[string]*watcher // by id: the polling watchers (CreateWatcher)
 }
+
+// watcher is a polling watcher: the listing of its last call, compared with the next.
+type watcher struct {
+	sandboxID, dir string
+	depth          int
+	withEntry      bool
+	last           map[string]seen
+}
+
+// maxWatchers bounds the polling watchers one facade keeps.
+const maxWatchers = 1024
 
 // entryOf is E2B's EntryInfo of one of our stats.
 func entryOf(st agentclient.Stat) *filesystem.EntryInfo {
@@ -272,27 +287,11 @@ type seen struct {
 
 func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
 	t := targetOf(ctx)
-	dir := absPath(t.user, req.Msg.GetPath())
-	depth := 1
-	if req.Msg.GetRecursive() {
-		depth = maxListDepth
+	dir, depth, err := watchTarget(ctx, t, req.Msg.GetPath(), req.Msg.GetRecursive())
+	if err != nil {
+		return err
 	}
-	if st, err := t.c.StatFile(ctx, t.sb.ID, dir); err != nil {
-		return connectErr(err)
-	} else if st.Type != "dir" {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a directory", dir))
-	}
-	list := func() (map[string]seen, error) {
-		sts, err := t.c.ListFiles(ctx, t.sb.ID, dir, depth)
-		if err != nil {
-			return nil, err
-		}
-		out := make(map[string]seen, len(sts))
-		for _, st := range sts {
-			out[st.Path] = seen{size: st.Size, mtime: st.MTime, mode: st.Mode, entry: entryOf(st)}
-		}
-		return out, nil
-	}
+	list := func() (map[string]seen, error) { return listing(ctx, t, dir, depth) }
 	before, err := list()
 	if err != nil {
 		return connectErr(err)
@@ -331,6 +330,100 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 			lastSent = time.Now()
 		}
 	}
+}
+
+// listing is what a watch compares of dir's entries (depth deep).
+func listing(ctx context.Context, t target, dir string, depth int) (map[string]seen, error) {
+	sts, err := t.c.ListFiles(ctx, t.sb.ID, dir, depth)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]seen, len(sts))
+	for _, st := range sts {
+		out[st.Path] = seen{size: st.Size, mtime: st.MTime, mode: st.Mode, entry: entryOf(st)}
+	}
+	return out, nil
+}
+
+// watchTarget checks a watch's directory and returns it with the listing depth.
+func watchTarget(ctx context.Context, t target, path string, recursive bool) (string, int, error) {
+	dir := absPath(t.user, path)
+	depth := 1
+	if recursive {
+		depth = maxListDepth
+	}
+	st, err := t.c.StatFile(ctx, t.sb.ID, dir)
+	if err != nil {
+		return "", 0, connectErr(err)
+	}
+	if st.Type != "dir" {
+		return "", 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s is not a directory", dir))
+	}
+	return dir, depth, nil
+}
+
+// CreateWatcher starts a polling watcher (the Python sync SDK's watch_dir): each
+// GetWatcherEvents answers what changed since the previous call.
+func (f *filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
+	t := targetOf(ctx)
+	dir, depth, err := watchTarget(ctx, t, req.Msg.GetPath(), req.Msg.GetRecursive())
+	if err != nil {
+		return nil, err
+	}
+	last, err := listing(ctx, t, dir, depth)
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	id := newAccessToken()[:20]
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.watchers == nil {
+		f.watchers = map[string]*watcher{}
+	}
+	if len(f.watchers) >= maxWatchers {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("too many watchers (%d): remove some with RemoveWatcher", maxWatchers))
+	}
+	f.watchers[id] = &watcher{sandboxID: t.sb.ID, dir: dir, depth: depth, withEntry: req.Msg.GetIncludeEntry(), last: last}
+	return connect.NewResponse(&filesystem.CreateWatcherResponse{WatcherId: id}), nil
+}
+
+// watcherOf is the caller's sandbox's watcher id.
+func (f *filesystemService) watcherOf(t target, id string) (*watcher, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := f.watchers[id]
+	if w == nil || w.sandboxID != t.sb.ID {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("watcher %s not found", truncate(id)))
+	}
+	return w, nil
+}
+
+func (f *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
+	t := targetOf(ctx)
+	w, err := f.watcherOf(t, req.Msg.GetWatcherId())
+	if err != nil {
+		return nil, err
+	}
+	now, err := listing(ctx, t, w.dir, w.depth)
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	f.mu.Lock()
+	events := diffListings(w.dir, w.last, now, w.withEntry)
+	w.last = now
+	f.mu.Unlock()
+	return connect.NewResponse(&filesystem.GetWatcherEventsResponse{Events: events}), nil
+}
+
+func (f *filesystemService) RemoveWatcher(ctx context.Context, req *connect.Request[filesystem.RemoveWatcherRequest]) (*connect.Response[filesystem.RemoveWatcherResponse], error) {
+	t := targetOf(ctx)
+	if _, err := f.watcherOf(t, req.Msg.GetWatcherId()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	delete(f.watchers, req.Msg.GetWatcherId())
+	f.mu.Unlock()
+	return connect.NewResponse(&filesystem.RemoveWatcherResponse{}), nil
 }
 
 // diffListings is the events that turn listing before into now, names relative to dir, in path
