@@ -13,12 +13,7 @@ import (
 func (s *Server) E2BBackend() e2bcompat.Backend {
 	return e2bcompat.Backend{Store: s.store, Sandboxes: s.svc, Templates: s.tmpl, Auth: s.auth,
 		HoldQuota: s.holdSandboxQuota, TemplateSize: s.templateSize,
-		CheckCreate: func(env, metadata map[string]string) error {
-			if err := validateMetadata(metadata); err != nil {
-				return err
-			}
-			return validateEnv("envVars", env)
-		},
+		CheckMetadata: validateMetadata, CheckEnv: validateEnv,
 		Proxy: func(w http.ResponseWriter, r *http.Request, port int, sandboxID string) {
 			s.proxy(w, r.WithContext(context.WithoutCancel(r.Context())), port, sandboxID)
 		},

@@ -149,7 +149,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, id auth.Identity
 		err = errdefs.New(errdefs.NotImplemented, "volumeMounts are not supported by the E2B-compatible API: use PandaStack's volumes (docs/volumes.md)")
 	}
 	if err == nil {
-		err = s.b.CheckCreate(req.EnvVars, req.Metadata)
+		err = s.b.CheckMetadata(req.Metadata)
+	}
+	if err == nil {
+		err = s.b.CheckEnv("envVars", req.EnvVars)
 	}
 	timeout := int64(DefaultTimeoutSeconds)
 	if err == nil && req.Timeout != nil {

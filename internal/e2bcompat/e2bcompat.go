@@ -71,8 +71,10 @@ type Backend struct {
 	HoldQuota func(ctx context.Context, teamID, tmpl string, n int64) (release func(), err error)
 	// TemplateSize is a template's vCPUs and memory as the team sees it.
 	TemplateSize func(ctx context.Context, teamID, tmpl string) (vcpus, memMiB int64, err error)
-	// CheckCreate validates a create's env and metadata as /v1 does.
-	CheckCreate func(env, metadata map[string]string) error
+	// CheckMetadata and CheckEnv validate metadata and environment variables (named field in
+	// messages) as /v1 does.
+	CheckMetadata func(map[string]string) error
+	CheckEnv      func(field string, env map[string]string) error
 	// Proxy forwards r to port of sandbox (PandaStack's id) through the port proxy.
 	Proxy          func(w http.ResponseWriter, r *http.Request, port int, sandboxID string)
 	MaxUploadBytes int64

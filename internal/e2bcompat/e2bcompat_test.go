@@ -224,6 +224,8 @@ func TestControlAPI(t *testing.T) {
 	e.do("GET", "/sandboxes/NOT-AN-ID", e.key, nil).wantError(t, http.StatusNotFound)
 	e.do("POST", "/v2/sandboxes", e.key, map[string]any{"templateID": "no-such-template"}).wantError(t, http.StatusBadRequest)
 	e.do("POST", "/v2/sandboxes", e.key, "{not json").wantError(t, http.StatusBadRequest)
+	e.do("POST", "/v2/sandboxes", e.key, map[string]any{"envVars": map[string]string{"1X": "y"}}).wantError(t, http.StatusBadRequest)
+	e.do("POST", "/v2/sandboxes", e.key, map[string]any{"timeout": 0}).wantError(t, http.StatusBadRequest)
 	e.do("POST", "/v3/templates", e.key, map[string]any{}).wantError(t, http.StatusNotImplemented)
 	e.do("GET", "/volumes", e.key, nil).wantError(t, http.StatusNotImplemented)
 
@@ -303,6 +305,11 @@ func TestEnvd(t *testing.T) {
 	}
 	if err := st.Err(); err != nil || strings.Join(kinds, ",") != "start,end" || out.String() != "hi\n" {
 		t.Fatalf("start stream: %v %v %q", err, kinds, out.String())
+	}
+	// Bad environment variables are refused as /v1 refuses them.
+	bad, _ := proc.Start(ctx, connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "true", Envs: map[string]string{"BAD NAME": "x"}}}))
+	if bad.Receive() || connect.CodeOf(bad.Err()) != connect.CodeInvalidArgument {
+		t.Fatalf("a bad env name: %v", bad.Err())
 	}
 	// A non-zero exit.
 	st, _ = proc.Start(ctx, connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "false"}}))

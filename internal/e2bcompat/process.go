@@ -54,6 +54,9 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	if cfg.GetCmd() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
 	}
+	if err := p.s.b.CheckEnv("envs", cfg.GetEnvs()); err != nil {
+		return connectErr(err)
+	}
 	if m.Pty != nil {
 		return p.startPTY(ctx, t, m, func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) })
 	}
