@@ -17,5 +17,11 @@ func (s *Server) E2BBackend() e2bcompat.Backend {
 		Proxy: func(w http.ResponseWriter, r *http.Request, port int, sandboxID string) {
 			s.proxy(w, r.WithContext(context.WithoutCancel(r.Context())), port, sandboxID)
 		},
+		// The E2B control API's calls take from their key's rate-limit buckets and are audited
+		// as /v1 calls are (route "e2b <pattern>").
+		Guard: func(method, pattern string, isCreate bool, writeErr func(http.ResponseWriter, *http.Request, error), h http.Handler) http.Handler {
+			rt := route{method: method, path: "e2b " + pattern, access: apiKey}
+			return s.limited(isCreate, writeErr, s.audited(rt, h))
+		},
 		MaxUploadBytes: s.cfg.MaxUploadBytes, MaxTTL: s.cfg.MaxTTL, Logger: s.log.With("part", "e2b")}
 }

@@ -65,8 +65,11 @@ type identityKey struct{}
 // controlRoutes is the control API's mux: every route needs an E2B key in X-API-KEY.
 func (s *Server) controlRoutes() *http.ServeMux {
 	mux := http.NewServeMux()
-	h := func(pattern string, fn func(http.ResponseWriter, *http.Request, auth.Identity)) {
-		mux.Handle(pattern, s.authed(fn))
+	h := func(route string, fn func(http.ResponseWriter, *http.Request, auth.Identity)) {
+		method, pattern, _ := strings.Cut(route, " ")
+		isCreate := method == "POST" && (pattern == "/sandboxes" || pattern == "/v2/sandboxes" ||
+			strings.HasSuffix(pattern, "/fork") || strings.HasSuffix(pattern, "/snapshots"))
+		mux.Handle(route, s.authed(method, pattern, isCreate, fn))
 	}
 	h("POST /sandboxes", s.create)
 	h("POST /v2/sandboxes", s.create)
@@ -103,8 +106,13 @@ func (s *Server) controlRoutes() *http.ServeMux {
 	return mux
 }
 
-// authed authenticates the E2B key and checks its scopes as /v1 would for a sandbox call.
-func (s *Server) authed(fn func(http.ResponseWriter, *http.Request, auth.Identity)) http.Handler {
+// authed authenticates the E2B key, checks its scopes as /v1 would for a sandbox call, and
+// serves fn through the rate limit and the audit log.
+func (s *Server) authed(method, pattern string, isCreate bool, fn func(http.ResponseWriter, *http.Request, auth.Identity)) http.Handler {
+	guarded := s.b.Guard(method, pattern, isCreate, s.fail, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, _ := auth.FromContext(r.Context())
+		fn(w, r, id)
+	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.b.Auth.AuthenticateE2B(r.Context(), r.Header.Get(headerAPIKey))
 		if err == nil {
@@ -114,7 +122,7 @@ func (s *Server) authed(fn func(http.ResponseWriter, *http.Request, auth.Identit
 			s.fail(w, r, err)
 			return
 		}
-		fn(w, r, id)
+		guarded.ServeHTTP(w, r.WithContext(auth.WithIdentity(r.Context(), id)))
 	})
 }
 

@@ -75,6 +75,10 @@ type Backend struct {
 	// messages) as /v1 does.
 	CheckMetadata func(map[string]string) error
 	CheckEnv      func(field string, env map[string]string) error
+	// Guard wraps a control-API route (method, pattern; isCreate for creates, forks and
+	// snapshots) in the /v1 API's per-key rate limit (refusals answered with writeErr) and audit
+	// log; the request's context carries the caller (auth.WithIdentity).
+	Guard func(method, pattern string, isCreate bool, writeErr func(http.ResponseWriter, *http.Request, error), h http.Handler) http.Handler
 	// Proxy forwards r to port of sandbox (PandaStack's id) through the port proxy.
 	Proxy          func(w http.ResponseWriter, r *http.Request, port int, sandboxID string)
 	MaxUploadBytes int64

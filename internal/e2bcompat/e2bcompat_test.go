@@ -36,13 +36,15 @@ import (
 
 type env struct {
 	t        *testing.T
+	st       *store.Store
+	teamID   string
 	url      string
 	key      string // an E2B key of team A
 	otherKey string // an E2B key of team B
 	pdsKey   string // team A's /v1 admin key
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...func(*api.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -58,7 +60,11 @@ func newEnv(t *testing.T) *env {
 	if err := sched.PollStatic(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: log})
+	cfg := api.Config{Store: st, Scheduler: sched, Logger: log}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv := api.New(cfg)
 	hs := httptest.NewServer(e2bcompat.New(srv.E2BBackend()))
 	t.Cleanup(hs.Close)
 	admin, _, err := auth.Bootstrap(ctx, st, "")
@@ -81,7 +87,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, url: hs.URL, key: key, otherKey: other, pdsKey: admin}
+	return &env{t: t, st: st, teamID: a.TeamID, url: hs.URL, key: key, otherKey: other, pdsKey: admin}
 }
 
 type answer struct {
@@ -440,5 +446,34 @@ func TestEnvd(t *testing.T) {
 	_, err = proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: sel}))
 	if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
 		t.Fatalf("update of a process without a pty: %v", err)
+	}
+}
+
+func TestRateLimitAndAudit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *api.Config) { c.RateLimit = api.RateLimit{PerSecond: 0.001, Burst: 2} })
+	sb := e.create(map[string]any{"templateID": "base"})
+	if a := e.do("DELETE", "/sandboxes/"+sb.SandboxID, e.key, nil); a.status != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", a.status, a.body)
+	}
+	a := e.do("GET", "/v2/sandboxes", e.key, nil)
+	a.wantError(t, http.StatusTooManyRequests)
+	if a.header.Get("Retry-After") == "" {
+		t.Fatal("a 429 without Retry-After")
+	}
+	// Another key has its own bucket.
+	if a := e.do("GET", "/v2/sandboxes", e.otherKey, nil); a.status != http.StatusOK {
+		t.Fatalf("another key: %d %s", a.status, a.body)
+	}
+	entries, _, err := e.st.ListAudit(context.Background(), store.AuditFilter{TeamID: e.teamID, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	for _, en := range entries {
+		routes = append(routes, en.Method+" "+en.Route+" "+en.ResourceID)
+	}
+	if got := strings.Join(routes, ","); !strings.Contains(got, "POST e2b /v2/sandboxes") || !strings.Contains(got, "DELETE e2b /sandboxes/{id} "+sb.SandboxID) {
+		t.Fatalf("audit log: %s", got)
 	}
 }
