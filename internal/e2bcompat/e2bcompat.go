@@ -120,6 +120,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	id := r.Header.Get(headerSandboxID)
 	if id == "" {
+		// E2B's host routing, <port>-<sandbox id>.<domain> (a wildcard name pointed at this
+		// listener, e.g. behind a TLS proxy): what sbx.getHost(port) and older clients use.
+		if port, hid, ok := hostTarget(r.Host); ok {
+			s.dataPlane(w, r, hid, port)
+			return
+		}
 		s.control.ServeHTTP(w, r)
 		return
 	}
@@ -136,6 +142,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 var e2bIDPattern = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
+
+var hostPattern = regexp.MustCompile(`^([0-9]{1,5})-([a-z0-9]{1,64})\.`)
+
+// hostTarget reads <port>-<id>.<domain>[:port] from a Host header.
+func hostTarget(host string) (int, string, bool) {
+	m := hostPattern.FindStringSubmatch(strings.ToLower(host))
+	if m == nil {
+		return 0, "", false
+	}
+	port, err := strconv.Atoi(m[1])
+	if err != nil || port < 1 || port > 65535 {
+		return 0, "", false
+	}
+	return port, m[2], true
+}
 
 // ToE2B is a sandbox's id as the facade shows it: PandaStack's without its "sb_" prefix.
 func ToE2B(id string) string { return strings.TrimPrefix(id, "sb_") }

@@ -126,6 +126,10 @@ func (e *env) do(method, path, key string, body any, hdr ...string) answer {
 		req.Header.Set("X-API-KEY", key)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -420,6 +424,10 @@ func TestEnvd(t *testing.T) {
 	e.do("GET", "/files?path=/home/user/dir/a.txt", "", nil, "E2b-Sandbox-Id", sb.SandboxID).wantError(t, http.StatusUnauthorized)
 	if h := e.do("GET", "/health", "", nil, "E2b-Sandbox-Id", sb.SandboxID); h.status != http.StatusNoContent {
 		t.Fatalf("health: %d", h.status)
+	}
+	// The same by host routing, <port>-<id>.<domain>.
+	if h := e.do("GET", "/health", "", nil, "Host", "49983-"+sb.SandboxID+".sandbox.example"); h.status != http.StatusNoContent {
+		t.Fatalf("health by host: %d %s", h.status, h.body)
 	}
 	// Another sandbox's token does not open this one; an unknown sandbox is a 502.
 	other := e.create(map[string]any{"templateID": "base"})
