@@ -79,6 +79,16 @@ test('create, commands, files, list, kill and bad input', async () => {
     const huge = new Uint8Array([0, 0x40, 0, 0, 0, 0x7b, 0x7d])
     assert.match(JSON.stringify((await start(huge)).body), /resource_exhausted|unauthenticated/)
     assert.equal((await sbx.commands.run('echo still')).stdout, 'still\n')
+
+    // Any other port goes through PandaStack's port proxy (E2b-Sandbox-Port).
+    await sbx.commands.run('mkdir -p /tmp/www && echo served > /tmp/www/index.html && cd /tmp/www && exec python3 -m http.server 8000', { background: true, timeoutMs: 0 })
+    let served
+    for (let i = 0; i < 100; i++) {
+      served = await raw('/index.html', { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '8000' } })
+      if (served.status !== 502) break // 502 until the server listens
+      await new Promise((r) => setTimeout(r, 200))
+    }
+    assert.deepEqual(served, { status: 200, body: 'served\n' })
   } finally {
     assert.equal(await sbx.kill(), true)
   }
