@@ -443,7 +443,8 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, id auth.Identity)
 	s.reply(w, r, http.StatusNoContent, nil, err)
 }
 
-// wakeFor wakes a paused sandbox (woken true) and gives it timeout seconds from now when set.
+// wakeFor wakes a paused sandbox (woken true) and gives it timeout seconds from now when set and
+// longer than what it has left (E2B's connect never shortens a running sandbox's life).
 func (s *Server) wakeFor(w http.ResponseWriter, r *http.Request, id auth.Identity, mustBePaused bool) (sb store.Sandbox, woken bool, err error) {
 	var req struct {
 		Timeout *int64 `json:"timeout"`
@@ -469,7 +470,7 @@ func (s *Server) wakeFor(w http.ResponseWriter, r *http.Request, id auth.Identit
 	} else if mustBePaused {
 		return sb, false, errdefs.Conflictf("sandbox %s is already running", ToE2B(sb.ID))
 	}
-	if secs > 0 {
+	if secs > 0 && time.Now().Add(time.Duration(secs)*time.Second).After(sb.ExpiresAt) {
 		sb, err = s.b.Sandboxes.SetTTL(r.Context(), sb, secs)
 	}
 	return sb, woken, err

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -205,6 +206,13 @@ func TestControlAPI(t *testing.T) {
 	}
 	if a := e.do("POST", "/sandboxes/"+sb.SandboxID+"/connect", e.key, map[string]any{"timeout": 300}); a.status != http.StatusOK {
 		t.Fatalf("connect of a running sandbox: %d %s", a.status, a.body)
+	}
+	// A connect never shortens a running sandbox's life.
+	e.do("POST", "/sandboxes/"+sb.SandboxID+"/timeout", e.key, map[string]any{"timeout": 3000})
+	e.do("POST", "/sandboxes/"+sb.SandboxID+"/connect", e.key, map[string]any{"timeout": 60})
+	e.do("GET", "/sandboxes/"+sb.SandboxID, e.key, nil).decode(t, &d)
+	if end, err := time.Parse(time.RFC3339Nano, d.EndAt); err != nil || time.Until(end) < 2000*time.Second {
+		t.Fatalf("endAt %s after a connect with a shorter timeout", d.EndAt)
 	}
 	var forked []struct{ Sandbox *sandbox }
 	f := e.do("POST", "/sandboxes/"+sb.SandboxID+"/fork", e.key, map[string]any{"count": 2})
