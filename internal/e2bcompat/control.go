@@ -58,6 +58,13 @@ type detailJSON struct {
 	Domain          *string           `json:"domain"`
 	Metadata        map[string]string `json:"metadata"`
 	VolumeMounts    []any             `json:"volumeMounts"`
+	Lifecycle       *lifecycleJSON    `json:"lifecycle,omitempty"`
+}
+
+// lifecycleJSON is what a sandbox's timeout does: kill or pause.
+type lifecycleJSON struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
 }
 
 type identityKey struct{}
@@ -151,6 +158,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, id auth.Identity
 		EnvVars             map[string]string `json:"envVars"`
 		AllowInternetAccess *bool             `json:"allow_internet_access"`
 		VolumeMounts        []any             `json:"volumeMounts"`
+		AutoPause           bool              `json:"autoPause"`
 	}
 	err := decode(w, r, &req)
 	if err == nil && len(req.VolumeMounts) > 0 {
@@ -190,6 +198,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, id auth.Identity
 		return
 	}
 	out, err := s.sandboxView(r.Context(), sb, alias(req.TemplateID))
+	if err == nil && req.AutoPause {
+		err = s.b.Store.SetPauseOnTimeout(r.Context(), sb.ID, true)
+	}
 	s.reply(w, r, http.StatusCreated, out, err)
 }
 
@@ -324,6 +335,12 @@ func (s *Server) detail(w http.ResponseWriter, r *http.Request, id auth.Identity
 	}
 	d := ds[0]
 	d.EnvdAccessToken, err = s.b.Store.E2BAccessToken(r.Context(), sb.TeamID, sb.ID, newAccessToken())
+	d.Lifecycle = &lifecycleJSON{OnTimeout: "kill"}
+	if pause, perr := s.b.Store.PausesOnTimeout(r.Context(), sb.ID); perr != nil {
+		err = perr
+	} else if pause {
+		d.Lifecycle.OnTimeout = "pause"
+	}
 	s.reply(w, r, http.StatusOK, d, err)
 }
 

@@ -38,6 +38,7 @@ import (
 type env struct {
 	t        *testing.T
 	st       *store.Store
+	srv      *api.Server
 	teamID   string
 	url      string
 	key      string // an E2B key of team A
@@ -66,6 +67,7 @@ func newEnv(t *testing.T, opts ...func(*api.Config)) *env {
 		o(&cfg)
 	}
 	srv := api.New(cfg)
+	t.Cleanup(srv.Close)
 	hs := httptest.NewServer(e2bcompat.New(srv.E2BBackend()))
 	t.Cleanup(hs.Close)
 	admin, _, err := auth.Bootstrap(ctx, st, "")
@@ -88,7 +90,7 @@ func newEnv(t *testing.T, opts ...func(*api.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, st: st, teamID: a.TeamID, url: hs.URL, key: key, otherKey: other, pdsKey: admin}
+	return &env{t: t, st: st, srv: srv, teamID: a.TeamID, url: hs.URL, key: key, otherKey: other, pdsKey: admin}
 }
 
 type answer struct {
@@ -491,5 +493,35 @@ func TestRateLimitAndAudit(t *testing.T) {
 	}
 	if got := strings.Join(routes, ","); !strings.Contains(got, "POST e2b /v2/sandboxes") || !strings.Contains(got, "DELETE e2b /sandboxes/{id} "+sb.SandboxID) {
 		t.Fatalf("audit log: %s", got)
+	}
+}
+
+// A sandbox created with autoPause (lifecycle.onTimeout "pause") is hibernated at its timeout,
+// not killed, and a connect wakes it; one without is killed.
+func TestAutoPause(t *testing.T) {
+	t.Parallel()
+	clock := testenv.NewClock(time.Now().UTC())
+	e := newEnv(t, func(c *api.Config) { c.Now = clock.Now })
+	paused := e.create(map[string]any{"templateID": "base", "timeout": 60, "autoPause": true})
+	killed := e.create(map[string]any{"templateID": "base", "timeout": 60})
+	var d struct {
+		State     string
+		Lifecycle struct{ OnTimeout string }
+	}
+	e.do("GET", "/sandboxes/"+paused.SandboxID, e.key, nil).decode(t, &d)
+	if d.Lifecycle.OnTimeout != "pause" {
+		t.Fatalf("lifecycle %+v", d)
+	}
+	clock.Add(61 * time.Second)
+	if _, err := e.srv.ReapOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.do("GET", "/sandboxes/"+paused.SandboxID, e.key, nil).decode(t, &d)
+	if d.State != "paused" {
+		t.Fatalf("an autoPause sandbox at its timeout: %+v", d)
+	}
+	e.do("GET", "/sandboxes/"+killed.SandboxID, e.key, nil).wantError(t, http.StatusNotFound)
+	if a := e.do("POST", "/sandboxes/"+paused.SandboxID+"/connect", e.key, map[string]any{"timeout": 60}); a.status != http.StatusCreated {
+		t.Fatalf("connect of the paused sandbox: %d %s", a.status, a.body)
 	}
 }

@@ -1,15 +1,20 @@
 package store
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
-// The E2B facade's per-sandbox envd access token (internal/e2bcompat): the stock SDKs send it on
-// every data-plane call of a sandbox and get it again from each connect, so it is kept as it was
-// issued (like a sandbox's id, it is worth nothing without the team's E2B key or the sandbox).
+// The E2B facade's per-sandbox state (internal/e2bcompat): the envd access token the stock SDKs
+// send on every data-plane call of a sandbox and get again from each connect, so it is kept as it
+// was issued (like a sandbox's id, it is worth nothing without the team's E2B key or the
+// sandbox); and what the sandbox's timeout does, kill or pause (E2B's lifecycle.onTimeout).
 
 var e2bSchema = []schemaStep{
 	{12, []string{
 		`CREATE TABLE e2b_sandboxes (
-			sandbox_id TEXT PRIMARY KEY, team_id TEXT NOT NULL, access_token TEXT NOT NULL, created_at BIGINT NOT NULL
+			sandbox_id TEXT PRIMARY KEY, team_id TEXT NOT NULL, access_token TEXT NOT NULL, created_at BIGINT NOT NULL,
+			pause_on_timeout INTEGER NOT NULL DEFAULT 0
 		)`,
 	}},
 }
@@ -24,4 +29,21 @@ func (s *Store) E2BAccessToken(ctx context.Context, teamID, sandboxID, fresh str
 	}
 	return queryOne(ctx, s, `SELECT access_token FROM e2b_sandboxes WHERE sandbox_id = ? AND team_id = ?`,
 		scanFields(func(t *string) []any { return []any{t} }), sandboxID, teamID)
+}
+
+// SetPauseOnTimeout records that sandboxID (whose E2B row exists: E2BAccessToken made it) is
+// hibernated, not killed, when its timeout runs out.
+func (s *Store) SetPauseOnTimeout(ctx context.Context, sandboxID string, pause bool) error {
+	_, err := s.exec(ctx, s.db, `UPDATE e2b_sandboxes SET pause_on_timeout = ? WHERE sandbox_id = ?`, boolInt(pause), sandboxID)
+	return err
+}
+
+// PausesOnTimeout reports whether sandboxID is hibernated, not killed, when its timeout runs out.
+func (s *Store) PausesOnTimeout(ctx context.Context, sandboxID string) (bool, error) {
+	n, err := queryOne(ctx, s, `SELECT pause_on_timeout FROM e2b_sandboxes WHERE sandbox_id = ?`,
+		scanFields(func(n *int64) []any { return []any{n} }), sandboxID)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return n != 0, err
 }
