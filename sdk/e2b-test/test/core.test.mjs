@@ -1,7 +1,7 @@
 // The stock npm `e2b` SDK (2.51.0) against PandaStack's E2B facade: the core calls and bad input.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, CommandExitError, SandboxNotFoundError, AuthenticationError } from 'e2b'
+import { Sandbox, CommandExitError, SandboxNotFoundError, AuthenticationError, SandboxError } from 'e2b'
 import { raw, apiKey, otherKey, runId } from './guard.mjs'
 
 test('create, commands, files, list, kill and bad input', async () => {
@@ -61,7 +61,8 @@ test('create, commands, files, list, kill and bad input', async () => {
     assert.equal(got.state, 'running')
     assert.equal(got.metadata.suite, 'core')
 
-    // Bad input: a wrong key; another team's key sees no such sandbox (404 in E2B's body).
+    // Bad input: an unknown template; a wrong key; another team's key sees no such sandbox (404 in E2B's body).
+    await assert.rejects(Sandbox.create('no-such-template'), (e) => e instanceof SandboxError && e.statusCode === 400 && /unknown template/.test(e.message))
     await assert.rejects(Sandbox.connect(sbx.sandboxId, { apiKey: 'e2b_' + '0'.repeat(40) }), AuthenticationError)
     await assert.rejects(Sandbox.connect(sbx.sandboxId, { apiKey: otherKey }), SandboxNotFoundError)
     assert.deepEqual(await raw('/sandboxes/' + sbx.sandboxId, { headers: { 'X-API-KEY': otherKey } }),
