@@ -1,6 +1,7 @@
 package e2bcompat
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"sync"
@@ -71,8 +72,8 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = checkLanguage(req.Language)
 	}
-	if err == nil && len(req.EnvVars) > 0 {
-		err = errdefs.New(errdefs.NotImplemented, "envs for one execution are not supported by PandaStack's code interpreter: set them at create (envs) or in the code (os.environ)")
+	if err == nil {
+		err = s.b.CheckEnv("env_vars", req.EnvVars)
 	}
 	creq := v1.CodeRequest{Code: req.Code}
 	if req.ContextID != nil {
@@ -125,6 +126,14 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	stamp := func() string { return time.Now().UTC().Format("2006-01-02T15:04:05.000000Z") }
+	restore, err := withEnv(r.Context(), t, creq, req.EnvVars)
+	if err != nil {
+		close(stop)
+		wg.Wait()
+		s.fail(w, r, err)
+		return
+	}
+	defer restore()
 	err = codeinterp.Run(r.Context(), t.c, t.sb.ID, creq, func(ev v1.CodeEvent) error {
 		switch {
 		case ev.Stdout != nil:
@@ -213,4 +222,33 @@ func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) {
 // kernel); interrupting is the nearest, and is not the same, so it is refused clearly.
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
 	writeError(w, errdefs.New(errdefs.NotImplemented, "restarting a code context is not supported: remove it and create a new one"))
+}
+
+// withEnv sets env in the execution's context for the length of one execution, as E2B's
+// env_vars do: the kernel's os.environ gets them before the code runs and its earlier values
+// back after (restore). The kernels have no per-execution environment, so these are two short
+// executions of their own around the code's.
+func withEnv(ctx context.Context, t target, req v1.CodeRequest, env map[string]string) (restore func(), err error) {
+	if len(env) == 0 {
+		return func() {}, nil
+	}
+	vals, _ := json.Marshal(env) // a JSON object of strings is a Python dict literal
+	run := func(ctx context.Context, code string) error {
+		x, err := codeinterp.Collect(ctx, t.c, t.sb.ID, v1.CodeRequest{Code: code, ContextID: req.ContextID, TimeoutSeconds: req.TimeoutSeconds})
+		if err == nil && x.Error != nil {
+			err = errdefs.New(errdefs.Unavailable, "setting env_vars failed: %s: %s", x.Error.Name, x.Error.Value)
+		}
+		return err
+	}
+	set := "import os as _e2b_os\n_e2b_env = " + string(vals) + "\n" +
+		"_e2b_saved = {k: _e2b_os.environ.get(k) for k in _e2b_env}\n_e2b_os.environ.update(_e2b_env)\ndel _e2b_env"
+	if err := run(ctx, set); err != nil {
+		return nil, err
+	}
+	return func() {
+		// Even when the client left: the context's environment must not keep them.
+		run(context.WithoutCancel(ctx), "for _e2b_k, _e2b_v in _e2b_saved.items():\n" +
+			"    _e2b_os.environ.pop(_e2b_k, None) if _e2b_v is None else _e2b_os.environ.__setitem__(_e2b_k, _e2b_v)\n" +
+			"del _e2b_saved")
+	}, nil
 }

@@ -26,6 +26,10 @@ test('runCode: values, output, a DataFrame, a plot, an exception, contexts', asy
     assert.ok(png, JSON.stringify(plot.results.map((r) => Object.keys(r))))
     assert.deepEqual([...Buffer.from(png.png, 'base64').subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
 
+    // envs for one execution only.
+    assert.equal((await sbx.runCode('import os\nos.environ["ONLY_NOW"]', { envs: { ONLY_NOW: 'yes' } })).text, "'yes'")
+    assert.equal((await sbx.runCode('import os\nos.environ.get("ONLY_NOW", "gone")')).text, "'gone'")
+
     const err = await sbx.runCode('1/0')
     assert.equal(err.error?.name, 'ZeroDivisionError')
     assert.equal(err.error?.value, 'division by zero')
