@@ -247,8 +247,8 @@ func withEnv(ctx context.Context, t target, req v1.CodeRequest, env map[string]s
 	}
 	return func() {
 		// Even when the client left: the context's environment must not keep them.
-		run(context.WithoutCancel(ctx), "for _e2b_k, _e2b_v in _e2b_saved.items():\n" +
-			"    _e2b_os.environ.pop(_e2b_k, None) if _e2b_v is None else _e2b_os.environ.__setitem__(_e2b_k, _e2b_v)\n" +
+		run(context.WithoutCancel(ctx), "for _e2b_k, _e2b_v in _e2b_saved.items():\n"+
+			"    _e2b_os.environ.pop(_e2b_k, None) if _e2b_v is None else _e2b_os.environ.__setitem__(_e2b_k, _e2b_v)\n"+
 			"del _e2b_saved")
 	}, nil
 }
