@@ -67,8 +67,6 @@ type lifecycleJSON struct {
 	AutoResume bool   `json:"autoResume"`
 }
 
-type identityKey struct{}
-
 // controlRoutes is the control API's mux: every route needs an E2B key in X-API-KEY.
 func (s *Server) controlRoutes() *http.ServeMux {
 	mux := http.NewServeMux()

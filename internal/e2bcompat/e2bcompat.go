@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -233,7 +234,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		switch {
-		case err.Error() == "EOF":
+		case errors.Is(err, io.EOF):
 			return nil
 		case errors.As(err, &mbe):
 			return errdefs.New(errdefs.TooLarge, "request body is larger than %d bytes", maxBody)
