@@ -33,6 +33,9 @@ type target struct {
 	user string
 }
 
+// files are the file calls as the request's user.
+func (t target) files() agentclient.Files { return t.c.FilesAs(t.user) }
+
 type targetKey struct{}
 
 func targetOf(ctx context.Context) target {

@@ -27,7 +27,7 @@ import (
 )
 
 // envd's filesystem.Filesystem and /files over PandaStack's files (as the /v1 files endpoints
-// reach them). Files are read and written as the guest's default user.
+// reach them), as the user the request names (else the guest's default account, "user").
 
 type filesystemService struct {
 	filesystemconnect.UnimplementedFilesystemHandler
@@ -69,7 +69,7 @@ func entryOf(st agentclient.Stat) *filesystem.EntryInfo {
 
 // stat is the entry of p, or a Connect error.
 func stat(ctx context.Context, t target, p string) (*filesystem.EntryInfo, error) {
-	st, err := t.c.StatFile(ctx, t.sb.ID, p)
+	st, err := t.files().Stat(ctx, t.sb.ID, p)
 	if err != nil {
 		return nil, connectErr(err)
 	}
@@ -97,7 +97,7 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 	if depth > maxListDepth {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("depth must be at most %d", maxListDepth))
 	}
-	sts, err := t.c.ListFiles(ctx, t.sb.ID, absPath(t.user, req.Msg.GetPath()), depth)
+	sts, err := t.files().List(ctx, t.sb.ID, absPath(t.user, req.Msg.GetPath()), depth)
 	if err != nil {
 		return nil, connectErr(err)
 	}
@@ -111,10 +111,10 @@ func (f *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 func (f *filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
 	t := targetOf(ctx)
 	p := absPath(t.user, req.Msg.GetPath())
-	if _, err := t.c.StatFile(ctx, t.sb.ID, p); err == nil {
+	if _, err := t.files().Stat(ctx, t.sb.ID, p); err == nil {
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", p))
 	}
-	e, err := thenStat(ctx, t, p, t.c.Mkdir(ctx, t.sb.ID, p))
+	e, err := thenStat(ctx, t, p, t.files().Mkdir(ctx, t.sb.ID, p))
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func thenStat(ctx context.Context, t target, p string, callErr error) (*filesyst
 func (f *filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
 	t := targetOf(ctx)
 	from, to := absPath(t.user, req.Msg.GetSource()), absPath(t.user, req.Msg.GetDestination())
-	e, err := thenStat(ctx, t, to, t.c.Move(ctx, t.sb.ID, from, to))
+	e, err := thenStat(ctx, t, to, t.files().Move(ctx, t.sb.ID, from, to))
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (f *filesystemService) Move(ctx context.Context, req *connect.Request[files
 
 func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
 	t := targetOf(ctx)
-	if err := t.c.Remove(ctx, t.sb.ID, absPath(t.user, req.Msg.GetPath()), true); err != nil {
+	if err := t.files().Remove(ctx, t.sb.ID, absPath(t.user, req.Msg.GetPath()), true); err != nil {
 		return nil, connectErr(err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
@@ -156,11 +156,11 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p = absPath(t.user, p)
-	if st, err := t.c.StatFile(r.Context(), t.sb.ID, p); err == nil && st.Type == "dir" {
+	if st, err := t.files().Stat(r.Context(), t.sb.ID, p); err == nil && st.Type == "dir" {
 		writeError(w, errdefs.Invalidf("%s is a directory", p))
 		return
 	}
-	resp, err := t.c.ReadFile(r.Context(), t.sb.ID, p)
+	resp, err := t.files().Read(r.Context(), t.sb.ID, p)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -197,7 +197,7 @@ func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
 			return errdefs.Invalidf("path is required (in the query or as the part's filename)")
 		}
 		p = absPath(t.user, p)
-		st, err := t.c.WriteFile(r.Context(), t.sb.ID, p, body, -1)
+		st, err := t.files().Write(r.Context(), t.sb.ID, p, body, -1)
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
@@ -334,7 +334,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 
 // listing is what a watch compares of dir's entries (depth deep).
 func listing(ctx context.Context, t target, dir string, depth int) (map[string]seen, error) {
-	sts, err := t.c.ListFiles(ctx, t.sb.ID, dir, depth)
+	sts, err := t.files().List(ctx, t.sb.ID, dir, depth)
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +352,7 @@ func watchTarget(ctx context.Context, t target, path string, recursive bool) (st
 	if recursive {
 		depth = maxListDepth
 	}
-	st, err := t.c.StatFile(ctx, t.sb.ID, dir)
+	st, err := t.files().Stat(ctx, t.sb.ID, dir)
 	if err != nil {
 		return "", 0, connectErr(err)
 	}

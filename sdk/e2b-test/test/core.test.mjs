@@ -51,6 +51,11 @@ test('create, commands, files, list, kill and bad input', async () => {
     assert.equal(st.type, 'file')
     assert.equal(st.size, 5)
     await sbx.files.remove('/home/user/d')
+    // As another account: files and commands.
+    await sbx.files.write('/root/secret', 'r00t', { user: 'root' })
+    assert.equal(await sbx.files.read('/root/secret', { user: 'root' }), 'r00t')
+    await assert.rejects(sbx.files.read('/root/secret'), /permission denied/)
+    assert.equal((await sbx.commands.run('cat /root/secret; whoami', { user: 'root' })).stdout, 'r00troot\n')
     assert.equal(await sbx.files.exists('/home/user/d/b.txt'), false)
 
     // Sandbox.list with a metadata filter; getInfo.
