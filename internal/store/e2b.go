@@ -47,3 +47,14 @@ func (s *Store) PausesOnTimeout(ctx context.Context, sandboxID string) (bool, er
 	}
 	return n != 0, err
 }
+
+// PruneE2BSandboxes deletes the E2B rows of sandboxes that are killed (or gone) and returns how
+// many it deleted.
+func (s *Store) PruneE2BSandboxes(ctx context.Context) (int64, error) {
+	res, err := s.exec(ctx, s.db, `DELETE FROM e2b_sandboxes WHERE NOT EXISTS (
+		SELECT 1 FROM sandboxes WHERE sandboxes.id = e2b_sandboxes.sandbox_id AND sandboxes.state <> '`+StateKilled+`')`)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
