@@ -286,6 +286,7 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 	}
 	if s, isPTY, err := p.ptys.get(t.sb.ID, pid); isPTY {
 		if err == nil {
+			s.killed.Store(true)
 			s.term.Close() // hangs the terminal up: its program ends
 		}
 		return connect.NewResponse(&process.SendSignalResponse{}), err

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 
@@ -25,8 +26,9 @@ import (
 const ptyPidBase = 1 << 23
 
 type ptySession struct {
-	term *client.Terminal
-	cfg  *process.ProcessConfig
+	term   *client.Terminal
+	cfg    *process.ProcessConfig
+	killed atomic.Bool // SendSignal hung it up
 }
 
 // ptys are the open terminals, by sandbox and number.
@@ -133,7 +135,8 @@ func (p *processService) startPTY(ctx context.Context, t target, m *process.Star
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
 	defer term.Close()
-	pid := p.ptys.add(t.sb.ID, &ptySession{term: term, cfg: cfg})
+	sess := &ptySession{term: term, cfg: cfg}
+	pid := p.ptys.add(t.sb.ID, sess)
 	defer p.ptys.remove(t.sb.ID, pid)
 	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
 		return err
@@ -142,16 +145,19 @@ func (p *processService) startPTY(ctx context.Context, t target, m *process.Star
 		d := &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Pty{Pty: b}}
 		return len(b), send(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: d}})
 	}))
-	if err != nil {
+	if err != nil && !sess.killed.Load() {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
 	end := &process.ProcessEvent_EndEvent{Exited: true}
-	if exit.Signal != "" {
+	switch {
+	case sess.killed.Load():
+		end.ExitCode, end.Exited, end.Status = -1, false, "signal: killed"
+	case exit.Signal != "":
 		end.ExitCode, end.Exited, end.Status = -1, false, "signal: "+exit.Signal
-	} else if exit.ExitCode != nil {
+	case exit.ExitCode != nil:
 		end.ExitCode, end.Status = int32(*exit.ExitCode), fmt.Sprintf("exit status %d", *exit.ExitCode)
 	}
 	return send(&process.ProcessEvent{Event: &process.ProcessEvent_End{End: end}})

@@ -46,6 +46,10 @@ test('watchDir, 50 MiB upload and download, command timeout, pty, sandbox expiry
     assert.equal((await term.wait()).exitCode, 0)
     assert.match(shown.join(''), /30 100/)
     assert.match(shown.join(''), /pt42/)
+    const hung = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} })
+    assert.equal(await sbx.pty.kill(hung.pid), true)
+    await assert.rejects(hung.wait(), (e) => e.exitCode === -1)
+    assert.ok(!(await sbx.commands.list()).some((p) => p.pid === hung.pid))
 
     // The sandbox's own timeout ends it.
     await sbx.setTimeout(2000)
