@@ -218,10 +218,25 @@ func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, map[string]any{}, err)
 }
 
-// restartContext: PandaStack's kernels cannot be restarted in place (a context's id names one
-// kernel); interrupting is the nearest, and is not the same, so it is refused clearly.
+// restartContext starts a context afresh in place (its id names one warm kernel, which stays):
+// what runs is interrupted and its variables are cleared (IPython's %reset -f); modules it
+// imported stay loaded, unlike after a kernel restart.
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
-	writeError(w, errdefs.New(errdefs.NotImplemented, "restarting a code context is not supported: remove it and create a new one"))
+	t := targetOf(r.Context())
+	id := r.PathValue("id")
+	err := codeinterp.CheckContextID(id)
+	if err == nil {
+		err = codeinterp.Interrupt(r.Context(), t.c, t.sb.ID, id)
+	}
+	if err == nil {
+		var x v1.CodeExecution
+		timeout := float64(60)
+		x, err = codeinterp.Collect(r.Context(), t.c, t.sb.ID, v1.CodeRequest{Code: "%reset -f", ContextID: id, TimeoutSeconds: &timeout})
+		if err == nil && x.Error != nil {
+			err = errdefs.New(errdefs.Unavailable, "restarting the context failed: %s: %s", x.Error.Name, x.Error.Value)
+		}
+	}
+	s.reply(w, r, http.StatusOK, map[string]any{}, err)
 }
 
 // withEnv sets env in the execution's context for the length of one execution, as E2B's

@@ -42,6 +42,8 @@ test('runCode: values, output, a DataFrame, a plot, an exception, contexts', asy
     assert.equal((await sbx.runCode('import os; os.getcwd()', { context: ctx })).text, "'/tmp'")
     assert.equal((await sbx.runCode('"y" in globals()')).text, 'False')
     assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+    await sbx.restartCodeContext(ctx)
+    assert.equal((await sbx.runCode('y', { context: ctx })).error?.name, 'NameError')
     await sbx.removeCodeContext(ctx)
   } finally {
     await sbx.kill()
