@@ -4,13 +4,16 @@
 // `pandastack keys create --e2b`.
 //
 // One listener, two planes, told apart as E2B's own proxy does: a request without the
-// E2b-Sandbox-Id header is E2B's control API (sandboxes, snapshots, X-API-KEY); with it, the data
-// plane of that sandbox's E2b-Sandbox-Port: 49983 is envd (Connect RPCs of process.Process and
+// E2b-Sandbox-Id header (or a Host <port>-<id>.<domain>) is E2B's control API (sandboxes,
+// snapshots, X-API-KEY; through the /v1 API's quotas, rate limits and audit log); with it, the
+// data plane of that sandbox's E2b-Sandbox-Port: 49983 is envd (Connect RPCs of process.Process and
 // filesystem.Filesystem, /files, /health; X-Access-Token), 49999 the code interpreter (/execute,
 // /contexts) and any other port goes through PandaStack's port proxy. Everything is translated
 // onto PandaStack's services: the sandbox service (create, kill, ttl, hibernate, wake, fork,
-// snapshot), the host's processes and files as the /v1 API reaches them, and internal/codeinterp's
-// kernels. There is no second process or kernel mechanism and no envd in the guest.
+// snapshot), the host's processes, files and terminals as the /v1 API reaches them, and
+// internal/codeinterp's kernels. There is no second process or kernel mechanism and no envd in
+// the guest. The facade's own state is a sandbox's envd access token and timeout policy (store,
+// e2b_sandboxes), and in memory its open PTYs and polling watchers.
 //
 // Sandbox ids: E2B's must be lowercase [a-z0-9] (the SDK builds <port>-<id>.<domain> host names),
 // so the facade's id is PandaStack's without its "sb_" prefix, and back (ToE2B, FromE2B).
