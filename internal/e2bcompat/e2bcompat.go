@@ -4,8 +4,8 @@
 // `pandastack keys create --e2b`.
 //
 // One listener, two planes, told apart as E2B's own proxy does: a request without the
-// E2b-Sandbox-Id header (or a Host <port>-<id>.<domain>) is E2B's control API (sandboxes,
-// snapshots, X-API-KEY; through the /v1 API's quotas, rate limits and audit log); with it, the
+// E2b-Sandbox-Id header is E2B's control API (sandboxes, snapshots, X-API-KEY; through the /v1
+// API's quotas, rate limits and audit log); with it (or with a Host <port>-<id>.<domain>), the
 // data plane of that sandbox's E2b-Sandbox-Port: 49983 is envd (Connect RPCs of process.Process and
 // filesystem.Filesystem, /files, /health; X-Access-Token), 49999 the code interpreter (/execute,
 // /contexts) and any other port goes through PandaStack's port proxy. Everything is translated
