@@ -208,35 +208,42 @@ func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, out, err)
 }
 
-func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) {
-	t := targetOf(r.Context())
+// contextCall answers a call on the context the path names: call's error, else 200 {}.
+func (s *Server) contextCall(w http.ResponseWriter, r *http.Request, call func(ctx context.Context, t target, id string) error) {
 	id := r.PathValue("id")
 	err := codeinterp.CheckContextID(id)
 	if err == nil {
-		err = codeinterp.DeleteContext(r.Context(), t.c, t.sb.ID, id)
+		err = call(r.Context(), targetOf(r.Context()), id)
 	}
 	s.reply(w, r, http.StatusOK, map[string]any{}, err)
+}
+
+func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) {
+	s.contextCall(w, r, func(ctx context.Context, t target, id string) error {
+		return codeinterp.DeleteContext(ctx, t.c, t.sb.ID, id)
+	})
 }
 
 // restartContext starts a context afresh in place (its id names one warm kernel, which stays):
 // what runs is interrupted and its variables are cleared (IPython's %reset -f); modules it
 // imported stay loaded, unlike after a kernel restart.
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
-	t := targetOf(r.Context())
-	id := r.PathValue("id")
-	err := codeinterp.CheckContextID(id)
-	if err == nil {
-		err = codeinterp.Interrupt(r.Context(), t.c, t.sb.ID, id)
-	}
-	if err == nil {
-		var x v1.CodeExecution
-		timeout := float64(60)
-		x, err = codeinterp.Collect(r.Context(), t.c, t.sb.ID, v1.CodeRequest{Code: "%reset -f", ContextID: id, TimeoutSeconds: &timeout})
-		if err == nil && x.Error != nil {
-			err = errdefs.New(errdefs.Unavailable, "restarting the context failed: %s: %s", x.Error.Name, x.Error.Value)
+	s.contextCall(w, r, func(ctx context.Context, t target, id string) error {
+		if err := codeinterp.Interrupt(ctx, t.c, t.sb.ID, id); err != nil {
+			return err
 		}
+		timeout := float64(60)
+		return quietly(ctx, t, v1.CodeRequest{Code: "%reset -f", ContextID: id, TimeoutSeconds: &timeout}, "restarting the context")
+	})
+}
+
+// quietly runs req for its effect; an exception in it is an error (what failed).
+func quietly(ctx context.Context, t target, req v1.CodeRequest, what string) error {
+	x, err := codeinterp.Collect(ctx, t.c, t.sb.ID, req)
+	if err == nil && x.Error != nil {
+		err = errdefs.New(errdefs.Unavailable, "%s failed: %s: %s", what, x.Error.Name, x.Error.Value)
 	}
-	s.reply(w, r, http.StatusOK, map[string]any{}, err)
+	return err
 }
 
 // withEnv sets env in the execution's context for the length of one execution, as E2B's
@@ -249,11 +256,7 @@ func withEnv(ctx context.Context, t target, req v1.CodeRequest, env map[string]s
 	}
 	vals, _ := json.Marshal(env) // a JSON object of strings is a Python dict literal
 	run := func(ctx context.Context, code string) error {
-		x, err := codeinterp.Collect(ctx, t.c, t.sb.ID, v1.CodeRequest{Code: code, ContextID: req.ContextID, TimeoutSeconds: req.TimeoutSeconds})
-		if err == nil && x.Error != nil {
-			err = errdefs.New(errdefs.Unavailable, "setting env_vars failed: %s: %s", x.Error.Name, x.Error.Value)
-		}
-		return err
+		return quietly(ctx, t, v1.CodeRequest{Code: code, ContextID: req.ContextID, TimeoutSeconds: req.TimeoutSeconds}, "setting env_vars")
 	}
 	set := "import os as _e2b_os\n_e2b_env = " + string(vals) + "\n" +
 		"_e2b_saved = {k: _e2b_os.environ.get(k) for k in _e2b_env}\n_e2b_os.environ.update(_e2b_env)\ndel _e2b_env"
