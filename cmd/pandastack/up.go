@@ -87,6 +87,10 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 				rejected = s.KeyRecovery
 			}
 			printBanner(cmd.OutOrStdout(), s.URL, s.Key, s.KeyPreset, s.DataDir, rejected)
+			if s.CP.E2BURL != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "E2B SDKs (docs/e2b.md):\n  export E2B_API_URL=%[1]s E2B_SANDBOX_URL=%[1]s E2B_API_KEY=$(%[2]s keys create --e2b)\n\n",
+					s.CP.E2BURL, "pandastack")
+			}
 			return s.Serve(ctx)
 		},
 	}

@@ -153,6 +153,10 @@ func (s *Server) RunAuditPruner(ctx context.Context) {
 
 // PruneAudit deletes the entries older than the retention once.
 func (s *Server) PruneAudit(ctx context.Context) {
+	// The E2B facade's rows of killed sandboxes go in the same hourly pass.
+	if _, err := s.store.PruneE2BSandboxes(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("e2b: prune of killed sandboxes' rows failed", "err", err)
+	}
 	n, err := s.store.PruneAudit(ctx, s.now().Add(-s.cfg.AuditRetention))
 	switch {
 	case err != nil && ctx.Err() == nil:

@@ -418,6 +418,9 @@ type CreateKeyRequest struct {
 	// (RFC 3339, in the future) ends it; empty: never.
 	Scopes    []string `json:"scopes,omitempty"`
 	ExpiresAt string   `json:"expires_at,omitempty"`
+	// E2B makes a key of the E2B-compatible API (docs/e2b.md): e2b_ + 40 hex digits, accepted
+	// only there (X-API-KEY), never on /v1.
+	E2B bool `json:"e2b,omitempty"`
 }
 
 // Team is the public team object.
