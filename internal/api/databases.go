@@ -1,0 +1,134 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/database"
+	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
+)
+
+// Databases (docs/databases.md): thin handlers over internal/database.
+
+func (s *Server) databaseView(d store.Database, password, note string) v1.Database {
+	ext := d.Extensions
+	if ext == nil {
+		ext = []string{}
+	}
+	return v1.Database{ID: d.ID, Name: d.Name, State: d.State, Version: d.Version, VCPUs: d.VCPUs, MemoryMiB: d.MemoryMiB,
+		StorageGiB: d.StorageGiB, Extensions: ext, SuspendAfterSeconds: d.SuspendAfterSeconds, SandboxID: d.SandboxID,
+		Connection: s.databases.Connection(d, password), Password: password, Note: note, CreatedAt: v1.Timestamp(d.CreatedAt)}
+}
+
+// createDatabase restores a database and answers 201 with it and its password (shown once).
+func (s *Server) createDatabase(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	var spec v1.DatabaseSpec
+	if err := decodeJSON(w, r, &spec, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, database.Template, 1)
+	if err != nil {
+		s.writeError(w, r, err) // a database is a sandbox of the team's
+		return
+	}
+	defer release()
+	d, password, note, err := s.databases.Create(r.Context(), id.TeamID, spec)
+	s.reply(w, r, http.StatusCreated, s.databaseView(d, password, note), err)
+}
+
+func (s *Server) listDatabases(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	list, err := s.databases.List(r.Context(), id.TeamID)
+	s.reply(w, r, http.StatusOK, v1.Databases{Databases: viewsOf(list, func(d store.Database) v1.Database {
+		return s.databaseView(d, "", "")
+	})}, err)
+}
+
+func (s *Server) getDatabase(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	d, err := s.databases.Get(r.Context(), id.TeamID, r.PathValue("id"))
+	s.reply(w, r, http.StatusOK, s.databaseView(d, "", ""), err)
+}
+
+func (s *Server) deleteDatabase(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	s.reply(w, r, http.StatusNoContent, nil, s.databases.Delete(r.Context(), id.TeamID, r.PathValue("id")))
+}
+
+// queryDatabase runs one statement as the database's owner (the API key is the credential).
+func (s *Server) queryDatabase(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	var q v1.QueryRequest
+	if err := decodeJSONWithin(w, r, &q, false, database.MaxQueryBytes, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.databases.Query(r.Context(), id.TeamID, r.PathValue("id"), q)
+	var pe database.PgError
+	if errors.As(err, &pe) {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": pe.Wire()})
+		return
+	}
+	s.reply(w, r, http.StatusOK, res, err)
+}
+
+// databaseSQL answers Neon's /sql wire format at <id>.db.<domain>/sql: the Neon-Connection-String
+// header (the database's own postgres:// URL) is the credential, postgres checks it.
+func (s *Server) databaseSQL(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodOptions {
+		sqlCORS(w)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	sqlCORS(w)
+	if r.Method != http.MethodPost || r.URL.Path != "/sql" {
+		s.sqlError(w, r, notFound("a database host answers POST /sql only (Neon's HTTP query format)"))
+		return
+	}
+	var req database.SQLRequest
+	if err := decodeJSONWithin(w, r, &req, false, database.MaxQueryBytes, true); err != nil {
+		s.sqlError(w, r, err)
+		return
+	}
+	o := database.SQLOptions{ArrayMode: strings.EqualFold(r.Header.Get("Neon-Array-Mode"), "true"),
+		Isolation: r.Header.Get("Neon-Batch-Isolation-Level"), ReadOnly: strings.EqualFold(r.Header.Get("Neon-Batch-Read-Only"), "true")}
+	res, err := s.databases.SQL(r.Context(), r.Host, r.Header.Get("Neon-Connection-String"), req, o)
+	if err != nil {
+		s.sqlError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// sqlError answers /sql's errors in Neon's shape: {message, code} with the SQLSTATE as code when
+// the database refused the statement.
+func (s *Server) sqlError(w http.ResponseWriter, r *http.Request, err error) {
+	var pe database.PgError
+	if errors.As(err, &pe) {
+		q := pe.Wire()
+		writeJSON(w, http.StatusBadRequest, map[string]any{"message": q.Message, "code": q.SQLState, "detail": q.Detail,
+			"hint": q.Hint, "position": q.Position, "severity": pe.Severity})
+		return
+	}
+	e, ok := toAPIError(err)
+	if !ok {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, e.status, map[string]any{"message": e.message, "code": e.code})
+}
+
+func sqlCORS(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Access-Control-Allow-Methods", "POST, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Content-Type, Neon-Connection-String, Neon-Raw-Text-Output, Neon-Array-Mode, Neon-Batch-Isolation-Level, Neon-Batch-Read-Only, Neon-Batch-Deferrable, Authorization")
+}
+
+// Databases is the server's database service (the SNI router dials through it).
+func (s *Server) Databases() *database.Service { return s.databases }

@@ -1,0 +1,281 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pandastack/pandastack/internal/dbrouter"
+	"github.com/pandastack/pandastack/internal/hostagent"
+	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/network/nettest"
+	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/testenv"
+)
+
+// Managed PostgreSQL on real microVMs: a create restores the baked postgres template; psql and
+// pgx reach it through the SNI router with TLS, the broker answers with the API key and with
+// Neon's /sql format.
+
+type dbAnswer struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	State      string `json:"state"`
+	Version    string `json:"version"`
+	Password   string `json:"password"`
+	Note       string `json:"note"`
+	Connection struct {
+		URI      string `json:"uri"`
+		HTTPURL  string `json:"http_url"`
+		Host     string `json:"host"`
+		User     string `json:"user"`
+		Database string `json:"database"`
+		Port     int    `json:"port"`
+	} `json:"connection"`
+}
+
+// dbRouter starts the SNI router for cp on loopback and returns its port and CA file.
+func dbRouter(t *testing.T, cp *e2eCP) (int, string) {
+	t.Helper()
+	tlsCfg, caPath, err := dbrouter.LoadOrCreateTLS(t.TempDir(), "db.localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	r := dbrouter.New(dbrouter.Config{TLS: tlsCfg, Domain: cp.srv.Databases().Domain(), Dial: cp.srv.Databases().DialID, Logger: quietLogger()})
+	go r.Serve(ln)
+	port := ln.Addr().(*net.TCPAddr).Port
+	cp.srv.Databases().SetRouterPort(port)
+	return port, caPath
+}
+
+// pgConnect connects with pgx to the router on loopback; the host name stays the TLS name.
+func pgConnect(ctx context.Context, connStr string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(connStr)
+	if err != nil {
+		return nil, err
+	}
+	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+func TestE2EDatabases(t *testing.T) {
+	testenv.NeedVMs(t)
+	nettest.NeedRoot(t)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	// The database's port is reached through the host's port path: the sandboxes need their network.
+	prefix := nettest.NewPrefix()
+	out := nettest.NewOutside(t, prefix)
+	slots := nettest.FreeCIDR(t, 22)
+	host := startVMHostWith(t, func(c *hostagent.Config) {
+		c.Network = &network.Config{CIDR: slots, Prefix: prefix, Ready: 2, DNS: out.Addr}
+	})
+	host.bake(ctx, "postgres-17")
+	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{ProxyDomain: "localhost", PublicURL: "http://localhost:8080"}, host)
+	port, caPath := dbRouter(t, cp)
+
+	// Bad input is a clear 400; the alias 16 is taken with a note.
+	for _, body := range []string{`{"name":"Bad Name"}`, `{"name":"x","version":"15"}`, `{"name":"x","extensions":["nope"]}`,
+		`{"name":"x","memory_mib":999999}`, `{"name":"postgres"}`, `{"name":"x","suspend_after_seconds":-1}`} {
+		if code, b := cp.call(t, "POST", "/v1/databases", []byte(body), "application/json"); code != 400 {
+			t.Fatalf("%s: %d %s", body, code, b)
+		}
+	}
+	start := time.Now()
+	code, b := cp.call(t, "POST", "/v1/databases", []byte(`{"name":"shop-db","version":"16","extensions":["vector","pg_trgm"]}`), "application/json")
+	var db dbAnswer
+	if json.Unmarshal(b, &db); code != 201 || db.Password == "" || db.Version != "17" || !strings.Contains(db.Note, "alias") || db.State != "ready" {
+		t.Fatalf("create: %d %s", code, b)
+	}
+	t.Logf("database created in %s", time.Since(start))
+	wantURI := "postgres://shop_db_owner:" + db.Password + "@" + db.ID + ".db.localhost:" + strconv.Itoa(port) + "/shop_db?sslmode=require"
+	if db.Connection.URI != wantURI || db.Connection.HTTPURL != "http://"+db.ID+".db.localhost:8080/sql" {
+		t.Fatalf("connection %+v, want uri %s", db.Connection, wantURI)
+	}
+	// The password is shown once.
+	if code, b := cp.call(t, "GET", "/v1/databases/"+db.ID, nil, ""); code != 200 || strings.Contains(string(b), db.Password) {
+		t.Fatalf("get: %d %s", code, b)
+	}
+	if code, b := cp.call(t, "GET", "/v1/databases", nil, ""); code != 200 || !strings.Contains(string(b), db.ID) || strings.Contains(string(b), db.Password) {
+		t.Fatalf("list: %d %s", code, b)
+	}
+
+	// pgx through the router: sslmode=require (SSLRequest), verify-full with the CA, direct TLS.
+	for _, extra := range []string{"", "&sslmode=verify-full&sslrootcert=" + caPath, "&sslnegotiation=direct&sslmode=verify-full&sslrootcert=" + caPath} {
+		uri := strings.Replace(wantURI, "?sslmode=require", "?sslmode=require"+extra, 1)
+		if extra != "" {
+			uri = strings.Replace(wantURI, "?sslmode=require", "?"+strings.TrimPrefix(extra, "&"), 1)
+		}
+		c, err := pgConnect(ctx, uri)
+		if err != nil {
+			t.Fatalf("pgx %s: %v", extra, err)
+		}
+		var who, dbName, vec string
+		if err := c.QueryRow(ctx, "select current_user, current_database(), '[1,2]'::vector::text").Scan(&who, &dbName, &vec); err != nil ||
+			who != "shop_db_owner" || dbName != "shop_db" || vec != "[1,2]" {
+			t.Fatalf("pgx %s: %v %s %s %s", extra, err, who, dbName, vec)
+		}
+		c.Close(ctx)
+	}
+	c, err := pgConnect(ctx, wantURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "create table items (id int primary key, name text); insert into items values (1, 'apple'), (2, null)"); err != nil {
+		t.Fatal(err)
+	}
+
+	// psql (libpq) with verify-full: the host name is the SNI, hostaddr the router.
+	if psql, err := exec.LookPath("psql"); err == nil {
+		cmd := exec.CommandContext(ctx, psql, "-X", "-At", "-c", "select name from items where id = 1",
+			"host="+db.ID+".db.localhost hostaddr=127.0.0.1 port="+strconv.Itoa(port)+" user=shop_db_owner dbname=shop_db sslmode=verify-full sslrootcert="+caPath)
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+db.Password)
+		if got, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(got)) != "apple" {
+			t.Fatalf("psql: %v %s", err, got)
+		}
+		// Without SNI (an address as host): options=endpoint=<id>.
+		cmd = exec.CommandContext(ctx, psql, "-X", "-At", "-c", "select count(*) from items",
+			"host=127.0.0.1 port="+strconv.Itoa(port)+" user=shop_db_owner dbname=shop_db sslmode=require options=endpoint="+db.ID)
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+db.Password)
+		if got, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(got)) != "2" {
+			t.Fatalf("psql with endpoint option: %v %s", err, got)
+		}
+	} else {
+		t.Log("no psql on this machine: libpq not tried")
+	}
+
+	// Refusals are PostgreSQL errors, not hangs.
+	if _, err := pgConnect(ctx, strings.Replace(wantURI, db.Password, "wrong", 1)); sqlState(err) != "28P01" {
+		t.Fatalf("wrong password: %v", err)
+	}
+	if _, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, "db_nosuchdatabase0000", 1)); sqlState(err) != "08004" || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if _, err := pgConnect(ctx, strings.Replace(wantURI, db.ID+".db.localhost", "elsewhere.localhost", 1)); sqlState(err) != "08004" {
+		t.Fatalf("malformed name: %v", err)
+	}
+	if _, err := pgConnect(ctx, strings.Replace(wantURI, "sslmode=require", "sslmode=disable", 1)); sqlState(err) != "28000" || !strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("plaintext: %v", err)
+	}
+
+	// A cancel request (plaintext, on a new connection) reaches the right database.
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = c.Exec(sctx, "select pg_sleep(600)")
+	scancel()
+	if err == nil {
+		t.Fatal("pg_sleep(600) returned")
+	}
+	c2, err := pgConnect(ctx, wantURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close(ctx)
+	waitFor(t, 2*time.Minute, "the cancelled sleep to end", func() bool {
+		var n int
+		return c2.QueryRow(ctx, "select count(*) from pg_stat_activity where query = 'select pg_sleep(600)' and state = 'active'").Scan(&n) == nil && n == 0
+	})
+
+	// The broker with the API key: text values, nulls, params, SQLSTATE on errors, size caps.
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/query", []byte(`{"query":"select id, name, $1::int + 1 as n from items order by id","params":[41]}`), "application/json")
+	if code != 200 || !strings.Contains(string(b), `"rows":[["1","apple","42"],["2",null,"42"]]`) || !strings.Contains(string(b), `"command":"SELECT","rowCount":2`) {
+		t.Fatalf("query: %d %s", code, b)
+	}
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/query", []byte(`{"query":"select * from nope"}`), "application/json")
+	if code != 400 || !strings.Contains(string(b), `"sqlstate":"42P01"`) {
+		t.Fatalf("bad query: %d %s", code, b)
+	}
+	big, _ := json.Marshal(map[string]any{"query": "select $1::text", "params": []string{strings.Repeat("x", 11<<20)}})
+	if code, b := cp.call(t, "POST", "/v1/databases/"+db.ID+"/query", big, "application/json"); code != 413 {
+		t.Fatalf("oversized body: %d %s", code, b)
+	}
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/query", []byte(`{"query":"select repeat('x', 1048576) from generate_series(1, 12)"}`), "application/json")
+	if code != 413 {
+		t.Fatalf("oversized result: %d %.300s", code, b)
+	}
+
+	// Neon's /sql format at <id>.db.<domain>, the connection string as the credential.
+	neon := func(conn string, body string, hdr map[string]string) (int, string) {
+		req, _ := http.NewRequest("POST", cp.hs.URL+"/sql", bytes.NewReader([]byte(body)))
+		req.Host = db.ID + ".db.localhost:8080"
+		req.Header.Set("Neon-Connection-String", conn)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var buf bytes.Buffer
+		buf.ReadFrom(res.Body)
+		return res.StatusCode, buf.String()
+	}
+	if code, got := neon(wantURI, `{"query":"select name from items where id = $1","params":[1]}`, map[string]string{"Neon-Array-Mode": "true"}); code != 200 || !strings.Contains(got, `"rows":[["apple"]]`) {
+		t.Fatalf("/sql: %d %s", code, got)
+	}
+	if code, got := neon(wantURI, `{"query":"select name from items where id = 1"}`, nil); code != 200 || !strings.Contains(got, `"rows":[{"name":"apple"}]`) {
+		t.Fatalf("/sql objects: %d %s", code, got)
+	}
+	if code, got := neon(wantURI, `{"queries":[{"query":"insert into items values (3, 'pear')"},{"query":"select count(*) from items"}]}`, map[string]string{"Neon-Array-Mode": "true"}); code != 200 || !strings.Contains(got, `"rows":[["3"]]`) {
+		t.Fatalf("/sql batch: %d %s", code, got)
+	}
+	if code, got := neon(strings.Replace(wantURI, db.Password, "wrong", 1), `{"query":"select 1"}`, nil); code != 401 {
+		t.Fatalf("/sql wrong password: %d %s", code, got)
+	}
+
+	// Another team sees none of it.
+	code, b = cp.call(t, "POST", "/v1/teams", []byte(`{"name":"other"}`), "application/json")
+	var tm struct{ Key struct{ Key string } }
+	if json.Unmarshal(b, &tm); code != 201 || tm.Key.Key == "" {
+		t.Fatalf("team: %d %s", code, b)
+	}
+	other := &e2eCP{hs: cp.hs, admin: tm.Key.Key}
+	for _, m := range []struct{ method, path, body string }{{"GET", "/v1/databases/" + db.ID, ""}, {"DELETE", "/v1/databases/" + db.ID, ""},
+		{"POST", "/v1/databases/" + db.ID + "/query", `{"query":"select 1"}`}} {
+		if code, b := other.call(t, m.method, m.path, []byte(m.body), "application/json"); code != 404 {
+			t.Fatalf("other team %s %s: %d %s", m.method, m.path, code, b)
+		}
+	}
+	if code, b := other.call(t, "GET", "/v1/databases", nil, ""); code != 200 || strings.Contains(string(b), db.ID) {
+		t.Fatalf("other team list: %d %s", code, b)
+	}
+
+	// Delete: gone, and its VM with it.
+	if code, b := cp.call(t, "DELETE", "/v1/databases/"+db.ID, nil, ""); code != 204 {
+		t.Fatalf("delete: %d %s", code, b)
+	}
+	if code, _ := cp.call(t, "GET", "/v1/databases/"+db.ID, nil, ""); code != 404 {
+		t.Fatalf("get after delete: %d", code)
+	}
+	if _, err := pgConnect(ctx, wantURI); sqlState(err) != "08004" {
+		t.Fatalf("connect after delete: %v", err)
+	}
+}
