@@ -76,9 +76,9 @@ type ControlPlane struct {
 	DBAddr string
 	DBCA   string
 	dbLn   net.Listener
-	log         *slog.Logger
-	cancel      context.CancelFunc
-	done        chan struct{}
+	log    *slog.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // StartControlPlane opens the store, makes the first key of an empty store, registers the static
