@@ -939,5 +939,26 @@ class FunctionsAndSchedules(OfflineCase):
                           "GET /v1/schedules/sch_1/runs", "DELETE /v1/schedules/sch_1"])
 
 
+# -- databases -------------------------------------------------------------------------------------
+
+
+class DatabasesOffline(OfflineCase):
+    def test_create_list_query_delete(self) -> None:
+        db = {"id": "db_1", "name": "shop", "state": "ready", "password": "pw",
+              "connection": {"uri": "postgres://shop_owner:pw@db_1.db.localhost:5432/shop?sslmode=require"}}
+        res = {"fields": [{"name": "n", "dataTypeID": 23}], "rows": [["42"]], "command": "SELECT", "rowCount": 1}
+        s = self.answer(ok(db, 201), ok({"databases": [db]}), ok(db), ok(res), ok(None, 204))
+        self.assertEqual(self.client.databases.create("shop", version="16", extensions=("vector",))["password"], "pw")
+        self.assertEqual(s.requests[0].json(), {"name": "shop", "version": "16", "extensions": ["vector"]})
+        self.assertEqual(len(self.client.databases.list()), 1)
+        self.client.databases.get("db_1")
+        self.assertEqual(self.client.databases.query("db_1", "select $1::int + 1 as n", [41])["rows"], [["42"]])
+        self.assertEqual(s.requests[3].json(), {"query": "select $1::int + 1 as n", "params": [41]})
+        self.client.databases.delete("db_1")
+        self.assertEqual([r.method + " " + s.path(i) for i, r in enumerate(s.requests)],
+                         ["POST /v1/databases", "GET /v1/databases", "GET /v1/databases/db_1",
+                          "POST /v1/databases/db_1/query", "DELETE /v1/databases/db_1"])
+
+
 if __name__ == "__main__":
     unittest.main()
