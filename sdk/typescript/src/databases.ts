@@ -1,0 +1,91 @@
+// Managed PostgreSQL databases (`client.databases`): docs/databases.md.
+import type { ClientContext } from "./sandbox.js";
+
+const seg = (s: string): string => encodeURIComponent(s);
+
+/** How to reach a database. `uri` carries the password only in a create's answer. */
+export interface DatabaseConnection {
+  uri: string;
+  pooler_uri?: string;
+  /** Neon's /sql endpoint (the connection string is the credential). */
+  http_url?: string;
+  host: string;
+  port: number;
+  user: string;
+  database: string;
+}
+
+/** A managed PostgreSQL database. */
+export interface Database {
+  id: string;
+  name: string;
+  state: string;
+  version: string;
+  vcpus: number;
+  memory_mib: number;
+  storage_gib: number;
+  extensions: string[];
+  suspend_after_seconds: number;
+  sandbox_id: string;
+  connection: DatabaseConnection;
+  /** The owner's password: only in the create's answer (shown once). */
+  password?: string;
+  note?: string;
+  created_at: string;
+}
+
+/** What a create takes. */
+export interface CreateDatabaseParams {
+  name: string;
+  /** "17" (default); "16" is taken as an alias of 17. */
+  version?: string;
+  extensions?: string[];
+  vcpus?: number;
+  memoryMib?: number;
+  storageGib?: number;
+  suspendAfterSeconds?: number;
+}
+
+/** A statement's result: rows as arrays of PostgreSQL text values (null for NULL). */
+export interface QueryResult {
+  fields: { name: string; dataTypeID: number }[];
+  rows: (string | null)[][];
+  command: string;
+  rowCount: number;
+}
+
+/** `client.databases`: managed PostgreSQL, each database its own microVM. */
+export class Databases {
+  constructor(private readonly client: ClientContext) {}
+
+  /** Create a database; the answer's `password` (and `connection.uri`) is shown once. */
+  async create(p: CreateDatabaseParams): Promise<Database> {
+    const body: Record<string, unknown> = { name: p.name };
+    const fields: [string, unknown][] = [
+      ["version", p.version], ["extensions", p.extensions], ["vcpus", p.vcpus], ["memory_mib", p.memoryMib],
+      ["storage_gib", p.storageGib], ["suspend_after_seconds", p.suspendAfterSeconds],
+    ];
+    for (const [k, v] of fields) if (v !== undefined) body[k] = v;
+    return this.client.http.json<Database>("POST", "/v1/databases", { json: body, timeoutMs: this.client.createTimeoutMs });
+  }
+
+  async list(): Promise<Database[]> {
+    return (await this.client.http.json<{ databases?: Database[] }>("GET", "/v1/databases", { idempotent: true }))?.databases ?? [];
+  }
+
+  async get(id: string): Promise<Database> {
+    return this.client.http.json<Database>("GET", `/v1/databases/${seg(id)}`, { idempotent: true });
+  }
+
+  /** Delete the database and its data. */
+  async delete(id: string): Promise<void> {
+    await this.client.http.json("DELETE", `/v1/databases/${seg(id)}`, { idempotent: true });
+  }
+
+  /** Run one statement as the owner; `params` fill $1, $2, …. */
+  async query(id: string, query: string, params?: unknown[]): Promise<QueryResult> {
+    const body: Record<string, unknown> = { query };
+    if (params !== undefined) body.params = params;
+    return this.client.http.json<QueryResult>("POST", `/v1/databases/${seg(id)}/query`, { json: body });
+  }
+}
