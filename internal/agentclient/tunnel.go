@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/splice"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -67,21 +68,5 @@ func (c *Client) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 		return nil, fmt.Errorf("agent tunnel: %w", ctx.Err())
 	}
 	conn.SetDeadline(time.Time{})
-	return &bufConn{Conn: conn, r: br}, nil
-}
-
-// bufConn is a connection whose first bytes may already sit in r's buffer.
-type bufConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
-
-// CloseWrite half-closes the connection when it can (TCP), so a splice ends cleanly.
-func (b *bufConn) CloseWrite() error {
-	if cw, ok := b.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return b.Conn.Close()
+	return &splice.BufferedConn{Conn: conn, R: br}, nil
 }

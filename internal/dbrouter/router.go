@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/splice"
 )
 
 // Limits of a connection's start.
@@ -154,7 +155,7 @@ func (r *Router) handle(raw net.Conn) error {
 	if err != nil {
 		return err
 	}
-	var conn net.Conn = &peekedConn{Conn: raw, r: br}
+	var conn net.Conn = &splice.BufferedConn{Conn: raw, R: br}
 	if first[0] == 0x16 { // a TLS ClientHello: direct TLS (sslnegotiation=direct)
 		tc := tls.Server(conn, r.tls)
 		if err := tc.Handshake(); err != nil {
@@ -415,22 +416,6 @@ func readStartup(r io.Reader) (pgproto3.FrontendMessage, []byte, error) {
 		return nil, nil, refuse(codeProtocol, plaintextHint, "invalid startup packet: %v", err)
 	}
 	return msg, body, nil
-}
-
-// peekedConn is a connection whose first bytes sit in r.
-type peekedConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (p *peekedConn) Read(b []byte) (int, error) { return p.r.Read(b) }
-
-// CloseWrite half-closes the underlying TCP connection.
-func (p *peekedConn) CloseWrite() error {
-	if cw, ok := p.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return p.Conn.Close()
 }
 
 func trunc(s string) string {

@@ -4,6 +4,7 @@
 package splice
 
 import (
+	"bufio"
 	"io"
 	"net"
 )
@@ -29,4 +30,21 @@ func Join(a net.Conn, ra io.Reader, b net.Conn) {
 	go cp(a, b)
 	<-done
 	<-done
+}
+
+// BufferedConn is a connection whose first bytes may already sit in R's buffer (a peek, or an
+// HTTP response read off it): reads come from R, everything else from Conn.
+type BufferedConn struct {
+	net.Conn
+	R *bufio.Reader
+}
+
+func (b *BufferedConn) Read(p []byte) (int, error) { return b.R.Read(p) }
+
+// CloseWrite half-closes the connection when it can (TCP), else closes it.
+func (b *BufferedConn) CloseWrite() error {
+	if cw, ok := b.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return b.Conn.Close()
 }
