@@ -59,7 +59,8 @@ func dbRouter(t *testing.T, cp *e2eCP) (int, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	r := dbrouter.New(dbrouter.Config{TLS: tlsCfg, Domain: cp.srv.Databases().Domain(), Dial: cp.srv.Databases().DialID, Logger: quietLogger()})
+	r := dbrouter.New(dbrouter.Config{TLS: tlsCfg, Domain: cp.srv.Databases().Domain(), Dial: cp.srv.Databases().DialID,
+		Active: cp.srv.Databases().Active, Logger: quietLogger()})
 	go r.Serve(ln)
 	port := ln.Addr().(*net.TCPAddr).Port
 	cp.srv.Databases().SetRouterPort(port)
@@ -266,6 +267,57 @@ func TestE2EDatabases(t *testing.T) {
 	}
 	if code, b := other.call(t, "GET", "/v1/databases", nil, ""); code != 200 || strings.Contains(string(b), db.ID) {
 		t.Fatalf("other team list: %d %s", code, b)
+	}
+
+	// The Go client's broker call.
+	if res, err := cp.client(cp.admin).QueryDatabase(ctx, db.ID, "select $1::int * 2 as n", 21); err != nil || len(res.Rows) != 1 ||
+		res.Rows[0].([]any)[0] != "42" {
+		t.Fatalf("client query: %v %+v", err, res)
+	}
+
+	// Scale to zero: an idle database is suspended (its VM hibernated); a connection wakes it
+	// with its data.
+	code, b = cp.call(t, "POST", "/v1/databases", []byte(`{"name":"idle","suspend_after_seconds":1}`), "application/json")
+	var idle dbAnswer
+	if json.Unmarshal(b, &idle); code != 201 {
+		t.Fatalf("create idle: %d %s", code, b)
+	}
+	ic, err := pgConnect(ctx, idle.Connection.URI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ic.Exec(ctx, "create table kept (v text); insert into kept values ('before the nap')"); err != nil {
+		t.Fatal(err)
+	}
+	ic.Close(ctx)
+	dbState := func(id string) string {
+		_, b := cp.call(t, "GET", "/v1/databases/"+id, nil, "")
+		var d dbAnswer
+		json.Unmarshal(b, &d)
+		return d.State
+	}
+	waitFor(t, 5*time.Minute, "the idle database to be suspended", func() bool {
+		if _, err := cp.srv.Databases().SuspendIdle(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return dbState(idle.ID) == "suspended"
+	})
+	if dbState(db.ID) != "ready" {
+		t.Fatal("a database that never idles (suspend_after_seconds 300, in use) was suspended")
+	}
+	wake := time.Now()
+	ic, err = pgConnect(ctx, idle.Connection.URI)
+	if err != nil {
+		t.Fatalf("connect to a suspended database: %v", err)
+	}
+	var kept string
+	if err := ic.QueryRow(ctx, "select v from kept").Scan(&kept); err != nil || kept != "before the nap" {
+		t.Fatalf("after the wake: %v %q", err, kept)
+	}
+	t.Logf("a suspended database answered a new connection in %s", time.Since(wake))
+	ic.Close(ctx)
+	if st := dbState(idle.ID); st != "ready" {
+		t.Fatalf("woken database is %s", st)
 	}
 
 	// Delete: gone, and its VM with it.

@@ -152,7 +152,8 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	if dbLn != nil {
 		cp.dbLn, cp.DBAddr, cp.DBCA = dbLn, dbLn.Addr().String(), dbCA
 		dbs := srv.Databases()
-		router := dbrouter.New(dbrouter.Config{TLS: dbTLS, Domain: dbs.Domain(), Dial: dbs.DialID, Logger: o.Logger.With("part", "dbrouter")})
+		router := dbrouter.New(dbrouter.Config{TLS: dbTLS, Domain: dbs.Domain(), Dial: dbs.DialID, Active: dbs.Active,
+			Logger: o.Logger.With("part", "dbrouter")})
 		go router.Serve(dbLn)
 		o.Logger.Info("databases' router listening", "addr", cp.DBAddr, "ca", dbCA)
 	}
@@ -161,6 +162,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		go sched.Run(lctx)
 		go srv.RunAuditPruner(lctx)
 		go srv.RunFunctions(lctx)
+		go srv.Databases().RunSuspender(lctx, 0)
 		schedulesDone := make(chan struct{})
 		go func() { srv.RunSchedules(lctx, 0); close(schedulesDone) }() // waits for its runs
 		srv.RunReaper(lctx)

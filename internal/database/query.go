@@ -53,8 +53,10 @@ func (s *Service) connect(ctx context.Context, d store.Database, creds Credentia
 	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"tunnel"}, nil }
 	cfg.RuntimeParams = map[string]string{"statement_timeout": strconv.Itoa(int(StatementTimeout.Milliseconds())),
 		"application_name": "pandastack-broker"}
+	s.Active(d.ID, 1)
 	c, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
+		s.Active(d.ID, -1)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && (pe.Code == "28P01" || pe.Code == "28000" || pe.Code == "3D000") {
 			return nil, errdefs.New(errdefs.Unauthorized, "the database refused the login: %s (SQLSTATE %s)", pe.Message, pe.Code)
@@ -65,6 +67,12 @@ func (s *Service) connect(ctx context.Context, d store.Database, creds Credentia
 		return nil, errdefs.New(errdefs.Unavailable, "database %s cannot be reached: %v", d.ID, err)
 	}
 	return c, nil
+}
+
+// release closes a broker connection of d.
+func (s *Service) release(ctx context.Context, d store.Database, c *pgconn.PgConn) {
+	c.Close(context.WithoutCancel(ctx))
+	s.Active(d.ID, -1)
 }
 
 // Query runs one statement on the team's database as its owner (the API-key path).
@@ -81,7 +89,7 @@ func (s *Service) Query(ctx context.Context, teamID, id string, q v1.QueryReques
 	if err != nil {
 		return v1.QueryResult{}, err
 	}
-	defer c.Close(context.WithoutCancel(ctx))
+	defer s.release(ctx, d, c)
 	budget := MaxResultBytes
 	return run(ctx, c, q, true, &budget)
 }
@@ -128,7 +136,7 @@ func (s *Service) SQL(ctx context.Context, host, connStr string, req SQLRequest,
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close(context.WithoutCancel(ctx))
+	defer s.release(ctx, d, c)
 	budget := MaxResultBytes
 	if req.Queries == nil {
 		return run(ctx, c, v1.QueryRequest{Query: req.Query, Params: req.Params}, o.ArrayMode, &budget)

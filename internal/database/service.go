@@ -80,6 +80,7 @@ type Config struct {
 type Service struct {
 	cfg Config
 	log *slog.Logger
+	act activity
 }
 
 // New builds a service.
@@ -96,7 +97,7 @@ func New(cfg Config) *Service {
 	if cfg.Template == "" {
 		cfg.Template = Template
 	}
-	return &Service{cfg: cfg, log: cfg.Logger}
+	return &Service{cfg: cfg, log: cfg.Logger, act: activity{open: map[string]int{}, last: map[string]time.Time{}, start: time.Now()}}
 }
 
 // Domain is the suffix of database host names: db.<domain>.
@@ -287,12 +288,19 @@ func (s *Service) Get(ctx context.Context, teamID, id string) (store.Database, e
 	if errors.Is(err, store.ErrNotFound) {
 		return d, errdefs.NotFoundf("database %s not found", trunc(id))
 	}
-	return d, err
+	if err != nil {
+		return d, err
+	}
+	return s.withState(ctx, d), nil
 }
 
 // List returns the team's databases, newest first.
 func (s *Service) List(ctx context.Context, teamID string) ([]store.Database, error) {
-	return s.cfg.Store.ListTeamDatabases(ctx, teamID)
+	list, err := s.cfg.Store.ListTeamDatabases(ctx, teamID)
+	for i, d := range list {
+		list[i] = s.withState(ctx, d)
+	}
+	return list, err
 }
 
 // Delete deletes the team's database and kills its VM (its data goes with it).
@@ -366,7 +374,9 @@ func (s *Service) Dial(ctx context.Context, d store.Database) (net.Conn, error) 
 	if err != nil {
 		return nil, errdefs.New(errdefs.Unavailable, "database %s is not reachable: %v", d.ID, err)
 	}
-	return c.DialPort(ctx, sb.ID, Port)
+	conn, err := c.DialPort(ctx, sb.ID, Port) // its host wakes a suspended database first
+	s.cfg.Sandboxes.Touched(ctx, sb, c, err)
+	return conn, err
 }
 
 func trunc(s string) string {

@@ -223,6 +223,10 @@ func (r *Router) joinTLS(tc *tls.Conn) error {
 	if err != nil {
 		return err
 	}
+	if r.cfg.Active != nil { // from before the dial: a wake is no idleness
+		r.cfg.Active(id, 1)
+		defer r.cfg.Active(id, -1)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
 	defer cancel()
 	up, err := r.cfg.Dial(ctx, id)
@@ -240,10 +244,6 @@ func (r *Router) joinTLS(tc *tls.Conn) error {
 	}
 	if _, err := up.Write(b); err != nil {
 		return err
-	}
-	if r.cfg.Active != nil {
-		r.cfg.Active(id, 1)
-		defer r.cfg.Active(id, -1)
 	}
 	tc.SetDeadline(time.Time{})
 	// The client's bytes pass on from now (authentication); the database's are read message by

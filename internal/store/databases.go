@@ -73,6 +73,11 @@ func (s *Store) ListTeamDatabases(ctx context.Context, teamID string) ([]Databas
 		scanDatabase, teamID)
 }
 
+// ListSuspendableDatabases returns every team's databases whose suspend_after_seconds is set.
+func (s *Store) ListSuspendableDatabases(ctx context.Context) ([]Database, error) {
+	return queryAll(ctx, s, s.db, `SELECT `+databaseCols+` FROM databases WHERE suspend_after_seconds > 0 ORDER BY id`, scanDatabase)
+}
+
 // DeleteDatabase deletes teamID's database (ErrNotFound when it has none such).
 func (s *Store) DeleteDatabase(ctx context.Context, teamID, id string) error {
 	return s.deleteWithChildren(ctx, "databases", teamID, id, "")
