@@ -22,7 +22,7 @@ var databasesTable = printer[v1.Database]{[]string{"ID", "NAME", "STATE", "VERSI
 	return []string{d.ID, d.Name, d.State, d.Version, d.Connection.URI, d.CreatedAt}
 }}
 
-// databaseCmd is `pandastack db create|list|get|delete|connect|query`.
+// databaseCmd is `pandastack db create|list|get|delete|connect|query|branch|password`.
 func databaseCmd() *cobra.Command {
 	cmd, f := group("db", "Managed PostgreSQL databases (each its own microVM, reached through the server's TLS router)", "database", "databases")
 
@@ -90,6 +90,34 @@ func databaseCmd() *cobra.Command {
 		})
 	query.Flags().StringArrayVarP(&params, "param", "p", nil, "a value for $1, $2, … in order (text; repeatable)")
 
+	var branchName string
+	branch := &cobra.Command{
+		Use:     "branch ID --name NAME",
+		Short:   "Branch a database: a copy-on-write fork of it now, with the same owner and password",
+		Args:    cobra.ExactArgs(1),
+		PreRunE: requireFlag("name"),
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			d, err := c.BranchDatabase(ctx, args[0], branchName)
+			if err != nil {
+				return err
+			}
+			return databasesTable.one(f, cmd, d)
+		}),
+	}
+	branch.Flags().StringVar(&branchName, "name", "", "the branch's name")
+	password := f.verb("password ID", "Give the owner a new password: prints the new connection string (shown once)", cobra.ExactArgs(1),
+		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			d, err := c.RotateDatabasePassword(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), d)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), d.Connection.URI)
+			return nil
+		})
+
 	var ca string
 	connect := f.verb("connect ID [-- PSQL ARGS...]", "Open psql on a database through the router (asks for the password unless PGPASSWORD is set)", cobra.MinimumNArgs(1),
 		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
@@ -108,7 +136,7 @@ func databaseCmd() *cobra.Command {
 		})
 	connect.Flags().StringVar(&ca, "ca", "", "the router's CA file (up prints it): verify the server (sslmode=verify-full)")
 
-	cmd.AddCommand(create, list, get, del, query, connect)
+	cmd.AddCommand(create, list, get, del, query, connect, branch, password)
 	return cmd
 }
 

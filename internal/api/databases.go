@@ -19,7 +19,7 @@ func (s *Server) databaseView(d store.Database, password, note string) v1.Databa
 		ext = []string{}
 	}
 	return v1.Database{ID: d.ID, Name: d.Name, State: d.State, Version: d.Version, VCPUs: d.VCPUs, MemoryMiB: d.MemoryMiB,
-		StorageGiB: d.StorageGiB, Extensions: ext, SuspendAfterSeconds: d.SuspendAfterSeconds, SandboxID: d.SandboxID,
+		StorageGiB: d.StorageGiB, Extensions: ext, SuspendAfterSeconds: d.SuspendAfterSeconds, SandboxID: d.SandboxID, ParentID: d.ParentID,
 		Connection: s.databases.Connection(d, password), Password: password, Note: note, CreatedAt: v1.Timestamp(d.CreatedAt)}
 }
 
@@ -58,6 +58,31 @@ func (s *Server) getDatabase(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteDatabase(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	s.reply(w, r, http.StatusNoContent, nil, s.databases.Delete(r.Context(), id.TeamID, r.PathValue("id")))
+}
+
+// branchDatabase forks a database into a new one (copy-on-write, same credentials).
+func (s *Server) branchDatabase(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	var req v1.BranchRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, database.Template, 1)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer release()
+	d, err := s.databases.Branch(r.Context(), id.TeamID, r.PathValue("id"), req.Name)
+	s.reply(w, r, http.StatusCreated, s.databaseView(d, "", ""), err)
+}
+
+// rotateDatabasePassword gives the owner a new password, answered once.
+func (s *Server) rotateDatabasePassword(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	d, password, err := s.databases.RotatePassword(r.Context(), id.TeamID, r.PathValue("id"))
+	s.reply(w, r, http.StatusOK, s.databaseView(d, password, ""), err)
 }
 
 // queryDatabase runs one statement as the database's owner (the API key is the credential).

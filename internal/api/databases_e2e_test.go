@@ -269,6 +269,47 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatalf("other team list: %d %s", code, b)
 	}
 
+	// A branch is a copy-on-write fork with the parent's credentials: writes stay on their side.
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/branches", []byte(`{"name":"shop-dev"}`), "application/json")
+	var br dbAnswer
+	if json.Unmarshal(b, &br); code != 201 || br.Password != "" || br.ID == db.ID {
+		t.Fatalf("branch: %d %s", code, b)
+	}
+	bc, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, br.ID, 1))
+	if err != nil {
+		t.Fatalf("connect to the branch with the parent's password: %v", err)
+	}
+	if _, err := bc.Exec(ctx, "insert into items values (100, 'branch only')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Exec(ctx, "insert into items values (200, 'parent only')"); err != nil {
+		t.Fatal(err)
+	}
+	var inBranch, inParent string
+	bc.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&inBranch)
+	c2.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&inParent)
+	if inBranch != "1,2,3,100" || inParent != "1,2,3,200" {
+		t.Fatalf("branch isolation: branch %s, parent %s", inBranch, inParent)
+	}
+	bc.Close(ctx)
+
+	// Password rotation: the new one works, the old one no longer.
+	code, b = cp.call(t, "POST", "/v1/databases/"+br.ID+"/password", nil, "")
+	var rot dbAnswer
+	if json.Unmarshal(b, &rot); code != 200 || rot.Password == "" || !strings.Contains(rot.Connection.URI, rot.Password) {
+		t.Fatalf("rotate: %d %s", code, b)
+	}
+	if _, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, br.ID, 1)); sqlState(err) != "28P01" {
+		t.Fatalf("old password after rotation: %v", err)
+	}
+	if bc, err = pgConnect(ctx, rot.Connection.URI); err != nil {
+		t.Fatalf("new password: %v", err)
+	}
+	bc.Close(ctx)
+	if code, b := cp.call(t, "POST", "/v1/databases/"+br.ID+"/query", []byte(`{"query":"select count(*) from items"}`), "application/json"); code != 200 || !strings.Contains(string(b), `[["4"]]`) {
+		t.Fatalf("broker after rotation: %d %s", code, b)
+	}
+
 	// The Go client's broker call.
 	if res, err := cp.client(cp.admin).QueryDatabase(ctx, db.ID, "select $1::int * 2 as n", 21); err != nil || len(res.Rows) != 1 ||
 		res.Rows[0].([]any)[0] != "42" {

@@ -272,6 +272,8 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/databases/{id}", apiKey, s.getDatabase},
 		{"DELETE", "/v1/databases/{id}", apiKey, s.deleteDatabase},
 		{"POST", "/v1/databases/{id}/query", apiKey, s.queryDatabase},
+		{"POST", "/v1/databases/{id}/branches", apiKey, s.branchDatabase},
+		{"POST", "/v1/databases/{id}/password", apiKey, s.rotateDatabasePassword},
 	}
 }
 

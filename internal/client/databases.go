@@ -33,3 +33,13 @@ func (c *Client) DeleteDatabase(ctx context.Context, id string) error {
 func (c *Client) QueryDatabase(ctx context.Context, id, query string, params ...any) (v1.QueryResult, error) {
 	return send[v1.QueryResult](ctx, c, "POST", objPath("/v1/databases", id)+"/query", nil, v1.QueryRequest{Query: query, Params: params})
 }
+
+// BranchDatabase makes a copy-on-write fork of a database (same owner and password).
+func (c *Client) BranchDatabase(ctx context.Context, id, name string) (v1.Database, error) {
+	return send[v1.Database](ctx, c, "POST", objPath("/v1/databases", id)+"/branches", nil, v1.BranchRequest{Name: name})
+}
+
+// RotateDatabasePassword gives the owner a new password; the answer carries it, once.
+func (c *Client) RotateDatabasePassword(ctx context.Context, id string) (v1.Database, error) {
+	return send[v1.Database](ctx, c, "POST", objPath("/v1/databases", id)+"/password", nil, nil)
+}

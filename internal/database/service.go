@@ -199,13 +199,11 @@ func (s *Service) Create(ctx context.Context, teamID string, sp v1.DatabaseSpec)
 	d := store.Database{ID: id, TeamID: teamID, Name: sp.Name, Version: sp.Version, VCPUs: sp.VCPUs, MemoryMiB: sp.MemoryMiB,
 		StorageGiB: sp.StorageGiB, Extensions: sp.Extensions, SuspendAfterSeconds: *sp.SuspendAfterSeconds,
 		Owner: dbName + "_owner", DBName: dbName, State: StateReady}
-	password, err := auth.RandomString(32, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+	password, sealed, verifier, err := s.newPassword()
 	if err != nil {
 		return store.Database{}, "", "", err
 	}
-	if d.Password, err = auth.Seal(s.cfg.SecretsKey, []byte(password)); err != nil {
-		return store.Database{}, "", "", err
-	}
+	d.Password = sealed
 	sb, err := s.cfg.Sandboxes.Create(ctx, teamID, sandboxes.CreateParams{Template: recorded, AgentTemplate: agentName, TemplateHost: host,
 		Metadata: map[string]string{"pandastack.database": id}})
 	if err != nil {
@@ -219,10 +217,6 @@ func (s *Service) Create(ctx context.Context, teamID string, sp v1.DatabaseSpec)
 		return store.Database{}, "", "", err
 	}
 	if _, err := s.cfg.Store.SetSandboxExpiry(ctx, sb.ID, farFuture, 0); err != nil {
-		return undo(err)
-	}
-	verifier, err := scramVerifier(password)
-	if err != nil {
 		return undo(err)
 	}
 	if err := s.psql(ctx, sb, "postgres", setupSQL(d, verifier)); err != nil {
@@ -246,6 +240,92 @@ func (s *Service) Create(ctx context.Context, teamID string, sp v1.DatabaseSpec)
 	}
 	s.log.Info("database created", "database", d.ID, "team", teamID, "sandbox", sb.ID)
 	return d, password, note, nil
+}
+
+// newPassword makes an owner's password: the password, its sealed form and its SCRAM verifier.
+func (s *Service) newPassword() (plain, sealed, verifier string, err error) {
+	if plain, err = auth.RandomString(32, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"); err != nil {
+		return
+	}
+	if sealed, err = auth.Seal(s.cfg.SecretsKey, []byte(plain)); err != nil {
+		return
+	}
+	verifier, err = scramVerifier(plain)
+	return
+}
+
+// RotatePassword gives the team's database's owner a new password and returns it (shown once);
+// the old one stops working at once, sessions already open stay.
+func (s *Service) RotatePassword(ctx context.Context, teamID, id string) (store.Database, string, error) {
+	d, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return d, "", err
+	}
+	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
+	if err != nil {
+		return d, "", err
+	}
+	password, sealed, verifier, err := s.newPassword()
+	if err != nil {
+		return d, "", err
+	}
+	ctx = context.WithoutCancel(ctx)
+	sql := fmt.Sprintf("ALTER ROLE %s PASSWORD %s;\n", quoteIdent(d.Owner), quoteLiteral(verifier))
+	if err := s.psql(ctx, sb, "postgres", sql); err != nil {
+		return d, "", err
+	}
+	if err := s.cfg.Store.SetDatabasePassword(ctx, teamID, d.ID, sealed); err != nil {
+		return d, "", err
+	}
+	d.Password = sealed
+	s.log.Info("database password rotated", "database", d.ID)
+	return d, password, nil
+}
+
+// Branch makes a new database that is a copy-on-write fork of the team's database parent at
+// this instant (its VM: memory and disk): writes in either do not show in the other. The branch
+// has the parent's owner, database and password.
+func (s *Service) Branch(ctx context.Context, teamID, parentID, name string) (store.Database, error) {
+	if !namePattern.MatchString(name) || slices.Contains(reservedNames, name) {
+		return store.Database{}, errdefs.Invalidf("name must be 1-50 of a-z, 0-9, _ and -, starting with a letter")
+	}
+	p, err := s.Get(ctx, teamID, parentID)
+	if err != nil {
+		return p, err
+	}
+	if _, err := s.cfg.Store.GetTeamDatabaseByName(ctx, teamID, name); err == nil {
+		return store.Database{}, errdefs.Conflictf("the team already has a database named %s", name)
+	}
+	psb, err := s.cfg.Store.GetSandbox(ctx, p.SandboxID)
+	if err != nil {
+		return store.Database{}, err
+	}
+	ctx = context.WithoutCancel(ctx)
+	kids, err := s.cfg.Sandboxes.Fork(ctx, psb, 1)
+	if err != nil {
+		return store.Database{}, err
+	}
+	sb := kids[0]
+	undo := func(err error) (store.Database, error) {
+		if kerr := s.cfg.Sandboxes.Kill(ctx, sb, "database branch failed"); kerr != nil {
+			s.log.Warn("database: could not kill the sandbox of a failed branch", "sandbox", sb.ID, "err", kerr)
+		}
+		return store.Database{}, err
+	}
+	if _, err := s.cfg.Store.SetSandboxExpiry(ctx, sb.ID, farFuture, 0); err != nil {
+		return undo(err)
+	}
+	d := p
+	d.ID, d.Name, d.SandboxID, d.ParentID, d.State = auth.NewID("db_"), name, sb.ID, p.ID, StateReady
+	d, err = s.cfg.Store.CreateDatabase(ctx, d)
+	if errors.Is(err, store.ErrConflict) {
+		return undo(errdefs.Conflictf("the team already has a database named %s", name))
+	}
+	if err != nil {
+		return undo(err)
+	}
+	s.log.Info("database branched", "database", d.ID, "parent", p.ID, "sandbox", sb.ID)
+	return d, nil
 }
 
 // setupSQL turns the template's cluster into the database's: its role "user" and database "user"

@@ -23,16 +23,17 @@ type Database struct {
 	DBName              string
 	Password            string
 	State               string
+	ParentID            string // a branch's parent database
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
 }
 
 const databaseCols = `id, team_id, name, version, vcpus, memory_mib, storage_gib, extensions, suspend_after_seconds,
-	sandbox_id, owner, db_name, password, state, created_at, updated_at`
+	sandbox_id, owner, db_name, password, state, parent_id, created_at, updated_at`
 
 var scanDatabase = scanFields(func(d *Database) []any {
 	return []any{&d.ID, &d.TeamID, &d.Name, &d.Version, &d.VCPUs, &d.MemoryMiB, &d.StorageGiB, jsonCol(&d.Extensions),
-		&d.SuspendAfterSeconds, &d.SandboxID, &d.Owner, &d.DBName, &d.Password, &d.State, timeCol(&d.CreatedAt), timeCol(&d.UpdatedAt)}
+		&d.SuspendAfterSeconds, &d.SandboxID, &d.Owner, &d.DBName, &d.Password, &d.State, &d.ParentID, timeCol(&d.CreatedAt), timeCol(&d.UpdatedAt)}
 })
 
 // CreateDatabase records a new database (created and updated now); a name the team already
@@ -43,9 +44,9 @@ func (s *Store) CreateDatabase(ctx context.Context, d Database) (Database, error
 	if d.Extensions == nil {
 		d.Extensions = []string{}
 	}
-	_, err := s.exec(ctx, s.db, `INSERT INTO databases (`+databaseCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := s.exec(ctx, s.db, `INSERT INTO databases (`+databaseCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		d.ID, d.TeamID, d.Name, d.Version, d.VCPUs, d.MemoryMiB, d.StorageGiB, jsonText(d.Extensions), d.SuspendAfterSeconds,
-		d.SandboxID, d.Owner, d.DBName, d.Password, d.State, micros(d.CreatedAt), micros(d.UpdatedAt))
+		d.SandboxID, d.Owner, d.DBName, d.Password, d.State, d.ParentID, micros(d.CreatedAt), micros(d.UpdatedAt))
 	if err != nil {
 		return Database{}, conflictOr(err)
 	}
@@ -78,6 +79,19 @@ func (s *Store) ListSuspendableDatabases(ctx context.Context) ([]Database, error
 	return queryAll(ctx, s, s.db, `SELECT `+databaseCols+` FROM databases WHERE suspend_after_seconds > 0 ORDER BY id`, scanDatabase)
 }
 
+// SetDatabasePassword replaces teamID's database's sealed password.
+func (s *Store) SetDatabasePassword(ctx context.Context, teamID, id, sealed string) error {
+	res, err := s.exec(ctx, s.db, `UPDATE databases SET password = ?, updated_at = ? WHERE id = ? AND team_id = ?`,
+		sealed, micros(s.now().UTC()), id, teamID)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
 // DeleteDatabase deletes teamID's database (ErrNotFound when it has none such).
 func (s *Store) DeleteDatabase(ctx context.Context, teamID, id string) error {
 	return s.deleteWithChildren(ctx, "databases", teamID, id, "")
@@ -102,6 +116,7 @@ var databasesSchema = []schemaStep{
 			db_name               TEXT NOT NULL,
 			password              TEXT NOT NULL,
 			state                 TEXT NOT NULL,
+			parent_id             TEXT NOT NULL DEFAULT '',
 			created_at            BIGINT NOT NULL,
 			updated_at            BIGINT NOT NULL,
 			UNIQUE (team_id, name)

@@ -39,6 +39,7 @@ type Database struct {
 	Extensions          []string           `json:"extensions"`
 	SuspendAfterSeconds int64              `json:"suspend_after_seconds"`
 	SandboxID           string             `json:"sandbox_id"`
+	ParentID            string             `json:"parent_id,omitempty"`
 	Connection          DatabaseConnection `json:"connection"`
 	Password            string             `json:"password,omitempty"`
 	Note                string             `json:"note,omitempty"`
@@ -48,6 +49,11 @@ type Database struct {
 // Databases is GET /v1/databases: the team's databases, newest first.
 type Databases struct {
 	Databases []Database `json:"databases"`
+}
+
+// BranchRequest is POST /v1/databases/{id}/branches.
+type BranchRequest struct {
+	Name string `json:"name"`
 }
 
 // QueryRequest is POST /v1/databases/{id}/query: one statement and its parameters ($1, $2, …).

@@ -947,7 +947,7 @@ class DatabasesOffline(OfflineCase):
         db = {"id": "db_1", "name": "shop", "state": "ready", "password": "pw",
               "connection": {"uri": "postgres://shop_owner:pw@db_1.db.localhost:5432/shop?sslmode=require"}}
         res = {"fields": [{"name": "n", "dataTypeID": 23}], "rows": [["42"]], "command": "SELECT", "rowCount": 1}
-        s = self.answer(ok(db, 201), ok({"databases": [db]}), ok(db), ok(res), ok(None, 204))
+        s = self.answer(ok(db, 201), ok({"databases": [db]}), ok(db), ok(res), ok(None, 204), ok(db, 201), ok(db))
         self.assertEqual(self.client.databases.create("shop", version="16", extensions=("vector",))["password"], "pw")
         self.assertEqual(s.requests[0].json(), {"name": "shop", "version": "16", "extensions": ["vector"]})
         self.assertEqual(len(self.client.databases.list()), 1)
@@ -958,6 +958,10 @@ class DatabasesOffline(OfflineCase):
         self.assertEqual([r.method + " " + s.path(i) for i, r in enumerate(s.requests)],
                          ["POST /v1/databases", "GET /v1/databases", "GET /v1/databases/db_1",
                           "POST /v1/databases/db_1/query", "DELETE /v1/databases/db_1"])
+        self.client.databases.branch("db_1", "dev")
+        self.assertEqual((s.path(5), s.requests[5].json()), ("/v1/databases/db_1/branches", {"name": "dev"}))
+        self.client.databases.rotate_password("db_1")
+        self.assertEqual(s.path(6), "/v1/databases/db_1/password")
 
 
 if __name__ == "__main__":

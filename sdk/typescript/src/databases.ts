@@ -27,6 +27,7 @@ export interface Database {
   extensions: string[];
   suspend_after_seconds: number;
   sandbox_id: string;
+  parent_id?: string;
   connection: DatabaseConnection;
   /** The owner's password: only in the create's answer (shown once). */
   password?: string;
@@ -80,6 +81,16 @@ export class Databases {
   /** Delete the database and its data. */
   async delete(id: string): Promise<void> {
     await this.client.http.json("DELETE", `/v1/databases/${seg(id)}`, { idempotent: true });
+  }
+
+  /** A new database that is a copy-on-write fork of this one now (same owner and password). */
+  async branch(id: string, name: string): Promise<Database> {
+    return this.client.http.json<Database>("POST", `/v1/databases/${seg(id)}/branches`, { json: { name }, timeoutMs: this.client.createTimeoutMs });
+  }
+
+  /** Give the owner a new password; the answer's `password` is shown once. */
+  async rotatePassword(id: string): Promise<Database> {
+    return this.client.http.json<Database>("POST", `/v1/databases/${seg(id)}/password`);
   }
 
   /** Run one statement as the owner; `params` fill $1, $2, …. */

@@ -49,6 +49,15 @@ class Databases:
         """Delete the database and its data."""
         self._http.request("DELETE", _db(database_id), idempotent=True)
 
+    def branch(self, database_id: str, name: str) -> Dict[str, Any]:
+        """A new database that is a copy-on-write fork of this one now (same owner and password)."""
+        return self._http.request("POST", _db(database_id, "/branches"), json_body={"name": name},
+                                  timeout=self._client.create_timeout).json() or {}
+
+    def rotate_password(self, database_id: str) -> Dict[str, Any]:
+        """Give the owner a new password; the answer's ``password`` is shown once."""
+        return self._http.request("POST", _db(database_id, "/password")).json() or {}
+
     def query(self, database_id: str, query: str, params: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
         """Run one statement as the owner (``$1``, ``$2``, … from ``params``). Returns ``{fields,
         rows, command, rowCount}``: rows are lists of values in PostgreSQL's text form (None for
