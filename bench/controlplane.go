@@ -28,7 +28,7 @@ type cluster struct {
 
 // startCluster starts a cluster in a temp dir under /var/tmp, its agent's network slots in cidr
 // (not the default: a `pandastack up` may run here); stop ends it and removes the dir.
-func startCluster(guestAgent, imageCache, cidr string) (cl *cluster, err error) {
+func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl *cluster, err error) {
 	bin := filepath.Join(filepath.Dir(guestAgent), "pandastack")
 	dir, err := os.MkdirTemp("/var/tmp", "pandastack-bench-cp-")
 	if err != nil {
@@ -55,7 +55,8 @@ func startCluster(guestAgent, imageCache, cidr string) (cl *cluster, err error) 
 		agentArgs = append(agentArgs, "--image-cache", imageCache)
 	}
 	agent := exec.Command(bin, agentArgs...)
-	server := exec.Command(bin, "server", "--addr", serverAddr, "--database-url", filepath.Join(dir, "state.db"), "--agent", "http://"+agentAddr+"="+token)
+	server := exec.Command(bin, append([]string{"server", "--addr", serverAddr, "--database-url", filepath.Join(dir, "state.db"),
+		"--agent", "http://" + agentAddr + "=" + token, "--db-addr", ""}, serverArgs...)...)
 	server.Env = append(os.Environ(), "PANDASTACK_API_KEY="+key)
 	for _, c := range []*exec.Cmd{agent, server} {
 		log, _ := os.Create(filepath.Join(dir, filepath.Base(c.Args[1])+".log"))

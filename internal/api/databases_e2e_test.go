@@ -77,6 +77,45 @@ func pgConnect(ctx context.Context, connStr string) (*pgx.Conn, error) {
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
+// nodeDBClients returns a directory holding the node clients' script (testdata/dbclients.mjs)
+// beside node-postgres and @neondatabase/serverless from npm (installed once into the image cache).
+func nodeDBClients(t *testing.T) string {
+	t.Helper()
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Fatal("the node clients' check needs node and npm (apt-get install nodejs npm)")
+	}
+	mods := filepath.Join(testenv.ImageCache(), "npm-dbclients-pg-8.23.1-neon-1.2.0")
+	if _, err := os.Stat(filepath.Join(mods, "node_modules", "@neondatabase", "serverless", "package.json")); err != nil {
+		tmp, err := os.MkdirTemp(testenv.ImageCache(), "npm-dbclients-tmp-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(tmp)
+		os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"private": true}`), 0o644)
+		cmd := exec.Command(npm, "install", "--no-audit", "--no-fund", "pg@8.23.1", "@neondatabase/serverless@1.2.0")
+		cmd.Dir = tmp
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm install: %v\n%s", err, out)
+		}
+		if err := os.Rename(tmp, mods); err != nil && !errors.Is(err, os.ErrExist) {
+			if _, serr := os.Stat(mods); serr != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dir := t.TempDir()
+	script, err := os.ReadFile("testdata/dbclients.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "dbclients.mjs"), script, 0o644)
+	if err := os.Symlink(filepath.Join(mods, "node_modules"), filepath.Join(dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func sqlState(err error) string {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -250,6 +289,33 @@ func TestE2EDatabases(t *testing.T) {
 	}
 	if code, got := neon(strings.Replace(wantURI, db.Password, "wrong", 1), `{"query":"select 1"}`, nil); code != 401 {
 		t.Fatalf("/sql wrong password: %d %s", code, got)
+	}
+
+	// node-postgres through the router (TLS verified), @neondatabase/serverless over /sql.
+	nodeDir := nodeDBClients(t)
+	cmd := exec.CommandContext(ctx, "node", filepath.Join(nodeDir, "dbclients.mjs"), wantURI, caPath, strconv.Itoa(port), cp.hs.URL)
+	nout, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		errors.As(err, &ee)
+		t.Fatalf("node clients: %v %s", err, ee.Stderr)
+	}
+	var nres struct {
+		PG struct {
+			N   int
+			Who string
+		}
+		Neon []struct {
+			Who string
+			N   int
+		}
+		NeonTx    [][]map[string]any
+		NeonError struct{ Code, Message string }
+	}
+	if err := json.Unmarshal(nout, &nres); err != nil || nres.PG.N != 42 || nres.PG.Who != "shop_db_owner" || len(nres.Neon) != 1 ||
+		nres.Neon[0].Who != "neon" || nres.Neon[0].N != 42 || len(nres.NeonTx) != 2 || nres.NeonTx[1][0]["items"] != float64(3) ||
+		nres.NeonError.Code != "42P01" {
+		t.Fatalf("node clients: %v %s", err, nout)
 	}
 
 	// Another team sees none of it.

@@ -298,10 +298,11 @@ func (s *Server) routes() http.Handler {
 
 // ports sends requests for <port>-<id>.<domain> to the sandbox proxy, those for
 // <function id>.fn.<domain> to the function's HTTP trigger, those for <database id>.db.<domain>
-// to the /sql query broker, everything else to the API.
+// (and /sql with a Neon-Connection-String on any host) to the /sql query broker, everything
+// else to the API.
 func (s *Server) ports(api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.ProxyDomain != "" && s.databases.IsHost(r.Host) {
+		if s.cfg.ProxyDomain != "" && (s.databases.IsHost(r.Host) || r.URL.Path == "/sql" && r.Header.Get("Neon-Connection-String") != "") {
 			s.databaseSQL(w, r)
 			return
 		}

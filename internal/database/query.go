@@ -108,20 +108,24 @@ type SQLOptions struct {
 	ReadOnly  bool
 }
 
-// SQL answers a Neon /sql request for the database named by host (<id>.db.<domain>) with the
-// Neon-Connection-String connStr: its user and password are the credential, checked by postgres.
+// SQL answers a Neon /sql request for the database named by host (<id>.db.<domain>), or, at the
+// API's own host, by the Neon-Connection-String connStr's host; connStr's user and password are
+// the credential, checked by postgres.
 // The answer is a v1.QueryResult, or a v1.QueryBatch for a batch.
 func (s *Service) SQL(ctx context.Context, host, connStr string, req SQLRequest, o SQLOptions) (any, error) {
-	id, ok := s.idOfHost(host)
-	if !ok {
-		return nil, errdefs.NotFoundf("%q is not a database host name (<id>.%s)", trunc(host), s.Domain())
-	}
 	u, err := url.Parse(connStr)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.User == nil {
 		return nil, errdefs.Invalidf("Neon-Connection-String must be the database's postgres:// URL with its user and password")
 	}
-	if h := strings.ToLower(u.Hostname()); h != strings.ToLower(s.Host(store.Database{ID: id})) {
-		return nil, errdefs.Invalidf("the connection string names host %q, not this database (%s)", trunc(h), id)
+	id, ok := s.idOfHost(host)
+	connID, connOK := s.idOfHost(u.Host)
+	switch {
+	case !ok && !connOK:
+		return nil, errdefs.NotFoundf("the connection string's host %q is not a database host name (<id>.%s)", trunc(u.Hostname()), s.Domain())
+	case !ok: // the API's own host: the connection string names the database
+		id = connID
+	case connID != id:
+		return nil, errdefs.Invalidf("the connection string names host %q, not this database (%s)", trunc(u.Hostname()), id)
 	}
 	pw, _ := u.User.Password()
 	creds := Credentials{User: u.User.Username(), Password: pw, Database: strings.TrimPrefix(u.Path, "/")}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+)
+
+// databasesSuite runs a real agent and server with the databases' router and measures, in the
+// same run: database creates (restore of the baked postgres template + owner set-up) against
+// sandbox creates of the same template, and a new connection + SELECT 1 through the router (TLS,
+// SNI) against the same through the host agent's tunnel straight to the VM's postgres (TLS with
+// the VM's own certificate): router_over_direct is the router's cost.
+func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, rounds int) error {
+	dbAddr := freeAddr()
+	cl, err := startCluster(guestAgent, imageCache, "10.196.0.0/20", "--db-addr", dbAddr)
+	if err != nil {
+		return err
+	}
+	defer cl.stop()
+	if _, err := cl.direct.do("POST", "/v1/templates/postgres-17/bake", nil, 200); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := cl.public.do("GET", "/v1/templates/postgres-17", nil, 200); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("server never saw postgres-17 (see %s)", cl.dir)
+		}
+	}
+	n := 0
+	createDB := func() (float64, error) {
+		n++
+		t := time.Now()
+		body, err := cl.public.do("POST", "/v1/databases", map[string]any{"name": fmt.Sprintf("bench%d", n)}, 201)
+		d := ms(time.Since(t))
+		if err != nil {
+			return 0, err
+		}
+		var db struct{ ID string }
+		json.Unmarshal(body, &db)
+		_, err = cl.public.do("DELETE", "/v1/databases/"+db.ID, nil, 204)
+		return d, err
+	}
+	createSB := func() (float64, error) {
+		t := time.Now()
+		body, err := cl.public.do("POST", "/v1/sandboxes", map[string]any{"template": "postgres-17"}, 201)
+		d := ms(time.Since(t))
+		if err != nil {
+			return 0, err
+		}
+		var sb struct{ ID string }
+		json.Unmarshal(body, &sb)
+		_, err = cl.public.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, 204)
+		return d, err
+	}
+	lat, err := interleaved(rounds, createDB, createSB)
+	if err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, cl.dir)
+	}
+	res["db_create_p50_ms"], res["db_create_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
+	res["db_sandbox_create_p50_ms"], res["db_sandbox_create_p99_ms"] = pct(lat[1], 50), pct(lat[1], 99)
+	res["db_create_over_sandbox_create"] = res["db_create_p50_ms"] / res["db_sandbox_create_p50_ms"]
+
+	// Connect latency: one database, many connections each way.
+	body, err := cl.public.do("POST", "/v1/databases", map[string]any{"name": "conn", "suspend_after_seconds": 0}, 201)
+	if err != nil {
+		return err
+	}
+	var db struct {
+		ID, Password string
+		SandboxID    string `json:"sandbox_id"`
+		Connection   struct{ URI string }
+	}
+	json.Unmarshal(body, &db)
+	ca := filepath.Join(cl.dir, "db-tls", "ca.pem")
+	viaRouter, err := pgx.ParseConfig(strings.Replace(db.Connection.URI, "sslmode=require", "sslmode=verify-full&sslrootcert="+ca, 1))
+	if err != nil {
+		return err
+	}
+	routerHost, _, _ := net.SplitHostPort(dbAddr)
+	viaRouter.LookupFunc = func(context.Context, string) ([]string, error) { return []string{routerHost}, nil }
+	direct := viaRouter.Copy()
+	agent := agentclient.New(cl.direct.base, strings.TrimPrefix(cl.direct.auth, "Bearer "))
+	direct.TLSConfig.InsecureSkipVerify = true // the VM's snakeoil certificate
+	direct.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) { return agent.DialPort(ctx, db.SandboxID, 5432) }
+	connect := func(cfg *pgx.ConnConfig) sample {
+		return timed(func() error {
+			c, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer c.Close(ctx)
+			var one int
+			return c.QueryRow(ctx, "select 1").Scan(&one)
+		})
+	}
+	lat, err = interleaved(rounds*5, connect(viaRouter), connect(direct))
+	if err != nil {
+		return err
+	}
+	res["db_connect_router_p50_ms"], res["db_connect_router_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
+	res["db_connect_direct_p50_ms"], res["db_connect_direct_p99_ms"] = pct(lat[1], 50), pct(lat[1], 99)
+	res["db_connect_router_over_direct"] = res["db_connect_router_p50_ms"] / res["db_connect_direct_p50_ms"]
+	return nil
+}
