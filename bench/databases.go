@@ -92,7 +92,9 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 	direct := viaRouter.Copy()
 	agent := agentclient.New(cl.direct.base, strings.TrimPrefix(cl.direct.auth, "Bearer "))
 	direct.TLSConfig.InsecureSkipVerify = true // the VM's snakeoil certificate
-	direct.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) { return agent.DialPort(ctx, db.SandboxID, 5432) }
+	direct.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return agent.DialPort(ctx, db.SandboxID, 5432)
+	}
 	connect := func(cfg *pgx.ConnConfig) sample {
 		return timed(func() error {
 			c, err := pgx.ConnectConfig(ctx, cfg)
