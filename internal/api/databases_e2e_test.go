@@ -376,6 +376,51 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatalf("broker after rotation: %d %s", code, b)
 	}
 
+	// Every extension offered: CREATE EXTENSION and one call (pg_cron lives in database postgres).
+	q := func(id, sql string) string {
+		body, _ := json.Marshal(map[string]any{"query": sql})
+		code, b := cp.call(t, "POST", "/v1/databases/"+id+"/query", body, "application/json")
+		if code != 200 {
+			t.Fatalf("%s: %d %s", sql, code, b)
+		}
+		var r struct{ Rows [][]*string }
+		json.Unmarshal(b, &r)
+		if len(r.Rows) == 0 || len(r.Rows[0]) == 0 || r.Rows[0][0] == nil {
+			return ""
+		}
+		return *r.Rows[0][0]
+	}
+	for _, c := range []struct{ ext, call, want string }{
+		{"vector", "select '[1,2]'::vector <-> '[4,6]'", "5"},
+		{"pg_trgm", "select similarity('abc', 'abc')", "1"},
+		{"pgcrypto", "select encode(digest('x', 'sha256'), 'hex')", "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"},
+		{"uuid-ossp", "select length(uuid_generate_v4()::text)", "36"},
+		{"citext", "select 'A'::citext = 'a'", "t"},
+		{"hstore", "select 'a=>1'::hstore -> 'a'", "1"},
+		{"pg_stat_statements", "select count(*) > 0 from pg_stat_statements", "t"},
+		{"hypopg", "select count(*) from hypopg_create_index('create index on items (name)')", "1"},
+		{"pg_repack", "select repack.version() like 'pg_repack %'", "t"},
+		{"pgaudit", "select current_setting('pgaudit.log')", "none"},
+		{"pg_partman", "select count(*) from part_config", "0"},
+	} {
+		q(db.ID, `create extension if not exists "`+c.ext+`" cascade`)
+		if got := q(db.ID, c.call); got != c.want {
+			t.Errorf("%s: %s = %q, want %q", c.ext, c.call, got, c.want)
+		}
+	}
+	cronConn, err := pgConnect(ctx, strings.Replace(wantURI, "/shop_db?", "/postgres?", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job int64
+	if _, err := cronConn.Exec(ctx, "create extension if not exists pg_cron"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cronConn.QueryRow(ctx, "select cron.schedule_in_database('tick', '* * * * *', 'select 1', 'shop_db')").Scan(&job); err != nil || job < 1 {
+		t.Fatalf("pg_cron: %v %d", err, job)
+	}
+	cronConn.Close(ctx)
+
 	// The Go client's broker call.
 	if res, err := cp.client(cp.admin).QueryDatabase(ctx, db.ID, "select $1::int * 2 as n", 21); err != nil || len(res.Rows) != 1 ||
 		res.Rows[0].([]any)[0] != "42" {

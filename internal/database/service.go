@@ -222,12 +222,8 @@ func (s *Service) Create(ctx context.Context, teamID string, sp v1.DatabaseSpec)
 	if err := s.psql(ctx, sb, "postgres", setupSQL(d, verifier)); err != nil {
 		return undo(err)
 	}
-	if len(d.Extensions) > 0 {
-		var b strings.Builder
-		for _, e := range d.Extensions {
-			fmt.Fprintf(&b, "CREATE EXTENSION IF NOT EXISTS %s CASCADE;\n", quoteIdent(e))
-		}
-		if err := s.psql(ctx, sb, d.DBName, b.String()); err != nil {
+	for db, sql := range extensionSQL(d) {
+		if err := s.psql(ctx, sb, db, sql); err != nil {
 			return undo(err)
 		}
 	}
@@ -326,6 +322,23 @@ func (s *Service) Branch(ctx context.Context, teamID, parentID, name string) (st
 	}
 	s.log.Info("database branched", "database", d.ID, "parent", p.ID, "sandbox", sb.ID)
 	return d, nil
+}
+
+// CronDatabase is where pg_cron lives (its cron.database_name, fixed when postgres starts):
+// jobs for the database run with cron.schedule_in_database.
+const CronDatabase = "postgres"
+
+// extensionSQL is the CREATE EXTENSION statements of d's extensions by the database they go in.
+func extensionSQL(d store.Database) map[string]string {
+	out := map[string]string{}
+	for _, e := range d.Extensions {
+		db := d.DBName
+		if e == "pg_cron" {
+			db = CronDatabase
+		}
+		out[db] += fmt.Sprintf("CREATE EXTENSION IF NOT EXISTS %s CASCADE;\n", quoteIdent(e))
+	}
+	return out
 }
 
 // setupSQL turns the template's cluster into the database's: its role "user" and database "user"
