@@ -472,6 +472,25 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatalf("woken database is %s", st)
 	}
 
+	// A server restart (a new control plane on the same store, a new router) loses no committed row.
+	c.Close(ctx)
+	c2.Close(ctx)
+	admin := cp.admin
+	cp.stop()
+	cp = startCP(t, cp.dbPath, scheduler.Config{}, Config{ProxyDomain: "localhost"}, host)
+	cp.admin = admin
+	port, _ = dbRouter(t, cp)
+	wantURI = "postgres://shop_db_owner:" + db.Password + "@" + db.ID + ".db.localhost:" + strconv.Itoa(port) + "/shop_db?sslmode=require"
+	c, err = pgConnect(ctx, wantURI)
+	if err != nil {
+		t.Fatalf("after a server restart: %v", err)
+	}
+	var ids string
+	if err := c.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&ids); err != nil || ids != "1,2,3,200" {
+		t.Fatalf("after a server restart: %v %q", err, ids)
+	}
+	c.Close(ctx)
+
 	// Delete: gone, and its VM with it.
 	if code, b := cp.call(t, "DELETE", "/v1/databases/"+db.ID, nil, ""); code != 204 {
 		t.Fatalf("delete: %d %s", code, b)
