@@ -1,9 +1,9 @@
 // Package database is managed PostgreSQL on the sandbox substrate (docs/databases.md): each
 // database is a sandbox restored from the baked postgres template (postgres already running on
-// a freshly initialised cluster), so a create is a restore plus one psql session that renames
-// the template's role and database to the owner's, sets the owner's password (a SCRAM verifier
-// made here: the password itself never enters the VM) and installs the asked extensions. No
-// initdb, no cold boot. Clients reach it through the server's SNI router (internal/dbrouter)
+// a freshly initialised cluster), so a create is a restore plus a session over the database's own
+// port (no exec in the guest) that renames the template's role and database to the owner's, sets
+// the owner's password (a SCRAM verifier made here: the password itself never enters the VM),
+// takes the template's passwords away and installs the asked extensions. No initdb, no cold boot. Clients reach it through the server's SNI router (internal/dbrouter)
 // and the HTTP query broker (Query, SQL); both open a TCP tunnel to the VM's port 5432 through
 // its host agent. It calls the sandbox service, never the HTTP handlers; hosts never learn what
 // a database is.
@@ -219,13 +219,8 @@ func (s *Service) Create(ctx context.Context, teamID string, sp v1.DatabaseSpec)
 	if _, err := s.cfg.Store.SetSandboxExpiry(ctx, sb.ID, farFuture, 0); err != nil {
 		return undo(err)
 	}
-	if err := s.psql(ctx, sb, "postgres", setupSQL(d, verifier)); err != nil {
+	if err := s.setup(ctx, d, password, verifier); err != nil {
 		return undo(err)
-	}
-	for db, sql := range extensionSQL(d) {
-		if err := s.psql(ctx, sb, db, sql); err != nil {
-			return undo(err)
-		}
 	}
 	d, err = s.cfg.Store.CreateDatabase(ctx, d)
 	if errors.Is(err, store.ErrConflict) {
@@ -341,12 +336,43 @@ func extensionSQL(d store.Database) map[string]string {
 	return out
 }
 
+// templatePassword is the password of the postgres template's roles (templates/postgres-17.yaml),
+// good only until a database's set-up takes it away.
+const templatePassword = "postgres"
+
+// setup runs the set-up over the database's own port (no exec in the guest): as the template's
+// postgres role, setupSQL and pg_cron; then as the new owner, the other extensions.
+func (s *Service) setup(ctx context.Context, d store.Database, password, verifier string) error {
+	ext := extensionSQL(d)
+	steps := []struct {
+		creds Credentials
+		sql   string
+	}{
+		{Credentials{User: "postgres", Password: templatePassword, Database: "postgres"}, setupSQL(d, verifier) + ext[CronDatabase]},
+		{Credentials{User: d.Owner, Password: password, Database: d.DBName}, ext[d.DBName]},
+	}
+	for _, st := range steps {
+		if st.sql == "" {
+			continue
+		}
+		c, err := s.connect(ctx, d, st.creds)
+		if err != nil {
+			return fmt.Errorf("database: set-up connection as %s: %w", st.creds.User, err)
+		}
+		_, err = c.Exec(ctx, st.sql).ReadAll()
+		s.release(ctx, d, c)
+		if err != nil {
+			return fmt.Errorf("database: set-up as %s: %w", st.creds.User, err)
+		}
+	}
+	return nil
+}
+
 // setupSQL turns the template's cluster into the database's: its role "user" and database "user"
 // become the owner's (a superuser of its own VM), the owner's password is the verifier, and no
 // other role can log in with a password (the template's are known).
 func setupSQL(d store.Database, verifier string) string {
 	var b strings.Builder
-	b.WriteString("\\set ON_ERROR_STOP on\n")
 	if d.DBName != "user" {
 		fmt.Fprintf(&b, "ALTER DATABASE \"user\" RENAME TO %s;\n", quoteIdent(d.DBName))
 	}
@@ -356,7 +382,8 @@ func setupSQL(d store.Database, verifier string) string {
 	return b.String()
 }
 
-// psql runs sql in the database's VM as the postgres superuser over the local socket.
+// psql runs sql in the database's VM as the postgres superuser over the local socket (exec: it
+// needs no password, e.g. to set a new one).
 func (s *Service) psql(ctx context.Context, sb store.Sandbox, dbName, sql string) error {
 	c, err := s.cfg.Sandboxes.Target(ctx, sb)
 	if err != nil {
