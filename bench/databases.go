@@ -17,8 +17,9 @@ import (
 // databasesSuite runs a real agent and server with the databases' router and measures, in the
 // same run: database creates (restore of the baked postgres template + owner set-up) against
 // sandbox creates of the same template, and a new connection + SELECT 1 through the router (TLS,
-// SNI) against the same through the host agent's tunnel straight to the VM's postgres (TLS with
-// the VM's own certificate): router_over_direct is the router's cost.
+// SNI) against the same through the host agent's tunnel straight to the VM's postgres, with TLS
+// (the VM's own certificate, its handshake on the guest's CPU) and without: router_over_direct and
+// router_over_direct_plain are the router's cost against each.
 func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, rounds int) error {
 	dbAddr := freeAddr()
 	cl, err := startCluster(guestAgent, imageCache, "10.196.0.0/20", "--db-addr", dbAddr)
@@ -95,6 +96,8 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 	direct.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return agent.DialPort(ctx, db.SandboxID, 5432)
 	}
+	plain := direct.Copy() // the floor: the tunnel without TLS
+	plain.TLSConfig, plain.Fallbacks = nil, nil
 	connect := func(cfg *pgx.ConnConfig) sample {
 		return timed(func() error {
 			c, err := pgx.ConnectConfig(ctx, cfg)
@@ -106,10 +109,12 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 			return c.QueryRow(ctx, "select 1").Scan(&one)
 		})
 	}
-	lat, err = interleaved(rounds*5, connect(viaRouter), connect(direct))
+	lat, err = interleaved(rounds*5, connect(viaRouter), connect(direct), connect(plain))
 	if err != nil {
 		return err
 	}
+	res["db_connect_direct_plain_p50_ms"] = pct(lat[2], 50)
+	res["db_connect_router_over_direct_plain"] = pct(lat[0], 50) / res["db_connect_direct_plain_p50_ms"]
 	res["db_connect_router_p50_ms"], res["db_connect_router_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
 	res["db_connect_direct_p50_ms"], res["db_connect_direct_p99_ms"] = pct(lat[1], 50), pct(lat[1], 99)
 	res["db_connect_router_over_direct"] = res["db_connect_router_p50_ms"] / res["db_connect_direct_p50_ms"]

@@ -38,12 +38,13 @@ type dbAnswer struct {
 	Password   string `json:"password"`
 	Note       string `json:"note"`
 	Connection struct {
-		URI      string `json:"uri"`
-		HTTPURL  string `json:"http_url"`
-		Host     string `json:"host"`
-		User     string `json:"user"`
-		Database string `json:"database"`
-		Port     int    `json:"port"`
+		URI       string `json:"uri"`
+		PoolerURI string `json:"pooler_uri"`
+		HTTPURL   string `json:"http_url"`
+		Host      string `json:"host"`
+		User      string `json:"user"`
+		Database  string `json:"database"`
+		Port      int    `json:"port"`
 	} `json:"connection"`
 }
 
@@ -189,6 +190,25 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
+
+	// The pooler (<id>-pooler: PgBouncer, transaction mode, in the VM) with the same credentials;
+	// its server connections come from the VM's loopback, direct ones do not.
+	if db.Connection.PoolerURI != strings.Replace(wantURI, db.ID+".db.", db.ID+"-pooler.db.", 1) {
+		t.Fatalf("pooler_uri %s", db.Connection.PoolerURI)
+	}
+	pc, err := pgConnect(ctx, db.Connection.PoolerURI)
+	if err != nil {
+		t.Fatalf("pooler: %v", err)
+	}
+	var viaPool, viaDirect string
+	var n int
+	if err := pc.QueryRow(ctx, "select host(inet_client_addr()), $1::int + 1", 41).Scan(&viaPool, &n); err != nil || viaPool != "127.0.0.1" || n != 42 {
+		t.Fatalf("pooler: %v %q %d", err, viaPool, n)
+	}
+	pc.Close(ctx)
+	if err := c.QueryRow(ctx, "select host(inet_client_addr())").Scan(&viaDirect); err != nil || viaDirect == "127.0.0.1" {
+		t.Fatalf("direct: %v %q", err, viaDirect)
+	}
 	if _, err := c.Exec(ctx, "create table items (id int primary key, name text); insert into items values (1, 'apple'), (2, null)"); err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func (s *Service) connect(ctx context.Context, d store.Database, creds Credentia
 		return nil, err
 	}
 	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = s.Host(d), Port, creds.User, creds.Password, creds.Database
-	cfg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) { return s.Dial(ctx, d) }
+	cfg.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) { return s.Dial(ctx, d, Port) }
 	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"tunnel"}, nil }
 	cfg.RuntimeParams = map[string]string{"statement_timeout": strconv.Itoa(int(StatementTimeout.Milliseconds())),
 		"application_name": "pandastack-broker"}

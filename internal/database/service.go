@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
@@ -34,8 +36,12 @@ import (
 // Template is the template every database restores: PostgreSQL 17 running (templates/postgres-17.yaml).
 const Template = "postgres-17"
 
-// Port is where postgres listens in a database's VM.
-const Port = 5432
+// Port is where postgres listens in a database's VM, PoolerPort where PgBouncer does
+// (transaction pooling).
+const (
+	Port       = 5432
+	PoolerPort = 6432
+)
 
 // Limits and defaults of a create.
 const (
@@ -351,7 +357,7 @@ func (s *Service) setup(ctx context.Context, d store.Database, password, verifie
 		{Credentials{User: "postgres", Password: templatePassword, Database: "postgres"}, setupSQL(d, verifier) + ext[CronDatabase]},
 		{Credentials{User: d.Owner, Password: password, Database: d.DBName}, ext[d.DBName]},
 	}
-	for _, st := range steps {
+	for i, st := range steps {
 		if st.sql == "" {
 			continue
 		}
@@ -359,13 +365,39 @@ func (s *Service) setup(ctx context.Context, d store.Database, password, verifie
 		if err != nil {
 			return fmt.Errorf("database: set-up connection as %s: %w", st.creds.User, err)
 		}
-		_, err = c.Exec(ctx, st.sql).ReadAll()
+		if i == 0 {
+			err = closeSessions(ctx, c, "user")
+		}
+		if err == nil {
+			_, err = c.Exec(ctx, st.sql).ReadAll()
+		}
 		s.release(ctx, d, c)
 		if err != nil {
 			return fmt.Errorf("database: set-up as %s: %w", st.creds.User, err)
 		}
 	}
 	return nil
+}
+
+// closeSessions ends the other sessions on database db (the pooler may hold an idle server
+// connection to it) and waits until they are gone: a database with sessions cannot be renamed.
+func closeSessions(ctx context.Context, c *pgconn.PgConn, db string) error {
+	for range 100 {
+		rs, err := c.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "+quoteLiteral(db)+
+			" AND pid <> pg_backend_pid()").ReadAll()
+		if err != nil {
+			return err
+		}
+		if len(rs) == 0 || len(rs[0].Rows) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return errors.New("database: the template's database keeps being used")
 }
 
 // setupSQL turns the template's cluster into the database's: its role "user" and database "user"
@@ -454,6 +486,8 @@ func (s *Service) Connection(d store.Database, password string) v1.DatabaseConne
 		u.User = url.User(d.Owner)
 	}
 	c := v1.DatabaseConnection{URI: u.String(), Host: s.Host(d), Port: s.cfg.RouterPort, User: d.Owner, Database: d.DBName}
+	u.Host = net.JoinHostPort(d.ID+"-pooler."+s.Domain(), strconv.Itoa(s.cfg.RouterPort))
+	c.PoolerURI = u.String()
 	if s.cfg.HTTPBase != "" {
 		if b, err := url.Parse(s.cfg.HTTPBase); err == nil {
 			port := b.Port()
@@ -483,9 +517,9 @@ func (s *Service) Lookup(ctx context.Context, id string) (store.Database, error)
 	return d, err
 }
 
-// Dial opens a TCP connection to postgres in d's VM through its host agent (waking it if it
-// hibernates).
-func (s *Service) Dial(ctx context.Context, d store.Database) (net.Conn, error) {
+// Dial opens a TCP connection to port (Port: postgres, PoolerPort: PgBouncer) in d's VM through
+// its host agent (waking it if it hibernates).
+func (s *Service) Dial(ctx context.Context, d store.Database, port int) (net.Conn, error) {
 	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
 	if err != nil {
 		return nil, fmt.Errorf("database %s: its VM: %w", d.ID, err)
@@ -494,7 +528,7 @@ func (s *Service) Dial(ctx context.Context, d store.Database) (net.Conn, error) 
 	if err != nil {
 		return nil, errdefs.New(errdefs.Unavailable, "database %s is not reachable: %v", d.ID, err)
 	}
-	conn, err := c.DialPort(ctx, sb.ID, Port) // its host wakes a suspended database first
+	conn, err := c.DialPort(ctx, sb.ID, port) // its host wakes a suspended database first
 	s.cfg.Sandboxes.Touched(ctx, sb, c, err)
 	return conn, err
 }
@@ -512,11 +546,15 @@ func quoteLiteral(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''
 
 func shellQuote(s string) string { return `'` + strings.ReplaceAll(s, `'`, `'\''`) + `'` }
 
-// DialID is Dial for a database of any team by id (the SNI router's dialer).
-func (s *Service) DialID(ctx context.Context, id string) (net.Conn, error) {
+// DialID is Dial for a database of any team by id, to postgres or its pooler (the SNI router's
+// dialer).
+func (s *Service) DialID(ctx context.Context, id string, pooler bool) (net.Conn, error) {
 	d, err := s.Lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return s.Dial(ctx, d)
+	if pooler {
+		return s.Dial(ctx, d, PoolerPort)
+	}
+	return s.Dial(ctx, d, Port)
 }

@@ -55,8 +55,9 @@ type Config struct {
 	// Domain is the suffix of database host names, e.g. "db.localhost".
 	Domain string
 	// Dial connects to postgres of database id (the first label of its host name, or the
-	// endpoint option); an errdefs.NotFound error means no such database.
-	Dial   func(ctx context.Context, id string) (net.Conn, error)
+	// endpoint option), or to its pooler (the label <id>-pooler); an errdefs.NotFound error means
+	// no such database.
+	Dial   func(ctx context.Context, id string, pooler bool) (net.Conn, error)
 	Logger *slog.Logger
 	// Active, when set, is told when a database's client connections start and end (scale to zero).
 	Active func(id string, delta int)
@@ -68,7 +69,13 @@ type Router struct {
 	tls *tls.Config
 
 	mu      sync.Mutex
-	cancels map[cancelKey]string // backend key → database id
+	cancels map[cancelKey]target // backend key → where it came from
+}
+
+// target is what a connection reaches: a database's postgres, or its pooler.
+type target struct {
+	id     string
+	pooler bool
 }
 
 type cancelKey struct {
@@ -84,7 +91,7 @@ func New(cfg Config) *Router {
 	t := cfg.TLS.Clone()
 	t.NextProtos = []string{ALPN}
 	t.MinVersion = tls.VersionTLS12
-	return &Router{cfg: cfg, tls: t, cancels: map[cancelKey]string{}}
+	return &Router{cfg: cfg, tls: t, cancels: map[cancelKey]target{}}
 }
 
 // Serve accepts connections on ln until it is closed.
@@ -219,17 +226,18 @@ func (r *Router) joinTLS(tc *tls.Conn) error {
 	default:
 		return refuse(codeProtocol, "", "unexpected %T after TLS", msg)
 	}
-	id, err := r.target(tc.ConnectionState().ServerName, sm)
+	tg, err := r.target(tc.ConnectionState().ServerName, sm)
 	if err != nil {
 		return err
 	}
+	id := tg.id
 	if r.cfg.Active != nil { // from before the dial: a wake is no idleness
 		r.cfg.Active(id, 1)
 		defer r.cfg.Active(id, -1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
 	defer cancel()
-	up, err := r.cfg.Dial(ctx, id)
+	up, err := r.cfg.Dial(ctx, id, tg.pooler)
 	if errdefs.Is(err, errdefs.NotFound) {
 		return refuse(codeRejected, plaintextHint, "database %s does not exist", id)
 	}
@@ -254,7 +262,7 @@ func (r *Router) joinTLS(tc *tls.Conn) error {
 		closeWrite(up)
 		close(toUp)
 	}()
-	keys, err := r.scanStartup(up, tc, id)
+	keys, err := r.scanStartup(up, tc, tg)
 	defer r.forget(keys)
 	if err != nil {
 		return err // the deferred closes end the other direction
@@ -273,9 +281,10 @@ func closeWrite(c net.Conn) {
 	c.Close()
 }
 
-// target is the database a connection names: the first label of its SNI (<id>.<domain>), else
-// the endpoint=<id> startup option (removed from options before postgres sees them).
-func (r *Router) target(sni string, sm *pgproto3.StartupMessage) (string, error) {
+// target is the database a connection names: the first label of its SNI (<id>.<domain>, or
+// <id>-pooler.<domain> for its pooler), else the endpoint=<id>[-pooler] startup option (removed
+// from options before postgres sees them).
+func (r *Router) target(sni string, sm *pgproto3.StartupMessage) (target, error) {
 	id := ""
 	if opts, ok := sm.Parameters["options"]; ok {
 		var kept []string
@@ -296,22 +305,23 @@ func (r *Router) target(sni string, sm *pgproto3.StartupMessage) (string, error)
 	if label, ok := strings.CutSuffix(sni, "."+r.cfg.Domain); ok && id == "" {
 		id = label
 	}
+	id, pooler := strings.CutSuffix(id, "-pooler")
 	switch {
 	case id == "" && sni == "":
-		return "", refuse(codeRejected, plaintextHint, "no database named: the client sent no TLS server name (SNI) and no endpoint option")
+		return target{}, refuse(codeRejected, plaintextHint, "no database named: the client sent no TLS server name (SNI) and no endpoint option")
 	case id == "":
-		return "", refuse(codeRejected, plaintextHint, "%q is not a database host name (<id>.%s)", trunc(sni), r.cfg.Domain)
+		return target{}, refuse(codeRejected, plaintextHint, "%q is not a database host name (<id>.%s)", trunc(sni), r.cfg.Domain)
 	case !idPattern.MatchString(id):
-		return "", refuse(codeRejected, plaintextHint, "%q is not a database id", trunc(id))
+		return target{}, refuse(codeRejected, plaintextHint, "%q is not a database id", trunc(id))
 	}
-	return id, nil
+	return target{id: id, pooler: pooler}, nil
 }
 
 var idPattern = regexp.MustCompile(`^db_[a-z0-9]{1,60}$`)
 
 // scanStartup copies the database's messages to the client until ReadyForQuery, noting its
 // cancel keys (which it returns); an ErrorResponse (e.g. a wrong password) ends the connection.
-func (r *Router) scanStartup(up, client net.Conn, id string) ([]cancelKey, error) {
+func (r *Router) scanStartup(up, client net.Conn, tg target) ([]cancelKey, error) {
 	var keys []cancelKey
 	hdr := make([]byte, 5)
 	for {
@@ -332,7 +342,7 @@ func (r *Router) scanStartup(up, client net.Conn, id string) ([]cancelKey, error
 			if kd.Decode(msg[5:]) == nil {
 				k := cancelKey{pid: kd.ProcessID, secret: string(kd.SecretKey)}
 				r.mu.Lock()
-				r.cancels[k] = id
+				r.cancels[k] = tg
 				r.mu.Unlock()
 				keys = append(keys, k)
 			}
@@ -361,14 +371,14 @@ func (r *Router) forget(keys []cancelKey) {
 // key is dropped silently, as postgres does.
 func (r *Router) cancel(m *pgproto3.CancelRequest) error {
 	r.mu.Lock()
-	id, ok := r.cancels[cancelKey{pid: m.ProcessID, secret: string(m.SecretKey)}]
+	tg, ok := r.cancels[cancelKey{pid: m.ProcessID, secret: string(m.SecretKey)}]
 	r.mu.Unlock()
 	if !ok {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	up, err := r.cfg.Dial(ctx, id)
+	up, err := r.cfg.Dial(ctx, tg.id, tg.pooler)
 	if err != nil {
 		return err
 	}

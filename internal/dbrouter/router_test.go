@@ -28,7 +28,10 @@ func startRouter(t *testing.T) (int, string, *[]string) {
 	}
 	var dialed []string
 	r := New(Config{TLS: cfg, Domain: "db.localhost", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Dial: func(ctx context.Context, id string) (net.Conn, error) {
+		Dial: func(ctx context.Context, id string, pooler bool) (net.Conn, error) {
+			if pooler {
+				id += " (pooler)"
+			}
 			dialed = append(dialed, id)
 			return nil, errdefs.NotFoundf("database %s not found", id)
 		}})
@@ -78,13 +81,14 @@ func TestRefusals(t *testing.T) {
 		{base + "host=Bad_Id.db.localhost sslmode=require", "08004", "not a database id"},
 		{base + "host=127.0.0.1 sslmode=require", "08004", "no TLS server name"},
 		{base + "host=127.0.0.1 sslmode=require options=endpoint=db_viaoption", "08004", "db_viaoption does not exist"},
+		{base + "host=db_abc-pooler.db.localhost sslmode=require", "08004", "database db_abc does not exist"},
 	} {
 		pe := connectErr(t, c.conninfo)
 		if pe.Code != c.code || !strings.Contains(pe.Message, c.words) {
 			t.Errorf("%s: %s %q, want %s %q", c.conninfo, pe.Code, pe.Message, c.code, c.words)
 		}
 	}
-	if want := []string{"db_abc", "db_abc", "db_abc", "db_viaoption"}; strings.Join(*dialed, ",") != strings.Join(want, ",") {
+	if want := []string{"db_abc", "db_abc", "db_abc", "db_viaoption", "db_abc (pooler)"}; strings.Join(*dialed, ",") != strings.Join(want, ",") {
 		t.Errorf("dialed %v, want %v", *dialed, want)
 	}
 }
