@@ -2,7 +2,9 @@ package api
 
 import (
 	"errors"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/auth"
@@ -83,6 +85,33 @@ func (s *Server) rotateDatabasePassword(w http.ResponseWriter, r *http.Request) 
 	id, _ := auth.FromContext(r.Context())
 	d, password, err := s.databases.RotatePassword(r.Context(), id.TeamID, r.PathValue("id"))
 	s.reply(w, r, http.StatusOK, s.databaseView(d, password, ""), err)
+}
+
+func (s *Server) databaseStats(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	st, err := s.databases.Stats(r.Context(), id.TeamID, r.PathValue("id"))
+	s.reply(w, r, http.StatusOK, st, err)
+}
+
+// databaseLogs answers the end of the postgres log as text (?bytes=, default 64 KiB, at most 1 MiB).
+func (s *Server) databaseLogs(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	n := 64 << 10
+	if v := r.URL.Query().Get("bytes"); v != "" {
+		b, err := strconv.Atoi(v)
+		if err != nil || b < 1 || b > database.MaxLogBytes {
+			s.writeError(w, r, invalid("bytes must be an integer 1-%d", database.MaxLogBytes))
+			return
+		}
+		n = b
+	}
+	text, err := s.databases.Logs(r.Context(), id.TeamID, r.PathValue("id"), n)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, text)
 }
 
 // queryDatabase runs one statement as the database's owner (the API key is the credential).

@@ -441,6 +441,17 @@ func TestE2EDatabases(t *testing.T) {
 	}
 	cronConn.Close(ctx)
 
+	// Stats and logs.
+	if st, err := cp.client(cp.admin).DatabaseStats(ctx, db.ID); err != nil || st.SizeBytes < 1<<20 || st.Connections < 1 || st.TransactionsCommitted < 1 {
+		t.Fatalf("stats: %v %+v", err, st)
+	}
+	if code, b := cp.call(t, "GET", "/v1/databases/"+db.ID+"/logs?bytes=100000", nil, ""); code != 200 || !strings.Contains(string(b), "no_such_table") {
+		t.Fatalf("logs: %d %.2000s", code, b)
+	}
+	if code, _ := cp.call(t, "GET", "/v1/databases/"+db.ID+"/logs?bytes=0", nil, ""); code != 400 {
+		t.Fatalf("logs?bytes=0: %d", code)
+	}
+
 	// The Go client's broker call.
 	if res, err := cp.client(cp.admin).QueryDatabase(ctx, db.ID, "select $1::int * 2 as n", 21); err != nil || len(res.Rows) != 1 ||
 		res.Rows[0].([]any)[0] != "42" {

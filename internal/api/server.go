@@ -274,6 +274,8 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/databases/{id}/query", apiKey, s.queryDatabase},
 		{"POST", "/v1/databases/{id}/branches", apiKey, s.branchDatabase},
 		{"POST", "/v1/databases/{id}/password", apiKey, s.rotateDatabasePassword},
+		{"GET", "/v1/databases/{id}/stats", apiKey, s.databaseStats},
+		{"GET", "/v1/databases/{id}/logs", apiKey, s.databaseLogs},
 	}
 }
 

@@ -43,3 +43,8 @@ func (c *Client) BranchDatabase(ctx context.Context, id, name string) (v1.Databa
 func (c *Client) RotateDatabasePassword(ctx context.Context, id string) (v1.Database, error) {
 	return send[v1.Database](ctx, c, "POST", objPath("/v1/databases", id)+"/password", nil, nil)
 }
+
+// DatabaseStats returns a database's size, sessions, transactions and uptime.
+func (c *Client) DatabaseStats(ctx context.Context, id string) (v1.DatabaseStats, error) {
+	return send[v1.DatabaseStats](ctx, c, "GET", objPath("/v1/databases", id)+"/stats", nil, nil)
+}

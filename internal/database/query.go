@@ -275,3 +275,40 @@ func queryErr(err error) error {
 	}
 	return errdefs.New(errdefs.Unavailable, "the database connection failed: %v", err)
 }
+
+// Stats are a database's figures, read from postgres as its owner (a suspended database is
+// woken for them).
+func (s *Service) Stats(ctx context.Context, teamID, id string) (v1.DatabaseStats, error) {
+	d, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return v1.DatabaseStats{}, err
+	}
+	pw, err := s.Password(d)
+	if err != nil {
+		return v1.DatabaseStats{}, fmt.Errorf("database %s: its password: %w", d.ID, err)
+	}
+	c, err := s.connect(ctx, d, Credentials{User: d.Owner, Password: pw, Database: d.DBName})
+	if err != nil {
+		return v1.DatabaseStats{}, err
+	}
+	defer s.release(ctx, d, c)
+	budget := MaxResultBytes
+	res, err := run(ctx, c, v1.QueryRequest{Query: `SELECT pg_database_size(current_database()),
+		(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()),
+		xact_commit, xact_rollback, extract(epoch FROM now() - pg_postmaster_start_time())::bigint
+		FROM pg_stat_database WHERE datname = current_database()`}, true, &budget)
+	if err != nil {
+		return v1.DatabaseStats{}, err
+	}
+	if len(res.Rows) != 1 {
+		return v1.DatabaseStats{}, fmt.Errorf("database %s: no statistics", d.ID)
+	}
+	var n [5]int64
+	for i, v := range res.Rows[0].([]any) {
+		if str, ok := v.(string); ok {
+			n[i], _ = strconv.ParseInt(str, 10, 64)
+		}
+	}
+	return v1.DatabaseStats{SizeBytes: n[0], Connections: n[1], TransactionsCommitted: n[2], TransactionsRolledBack: n[3],
+		UptimeSeconds: n[4]}, nil
+}

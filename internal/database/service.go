@@ -558,3 +558,34 @@ func (s *Service) DialID(ctx context.Context, id string, pooler bool) (net.Conn,
 	}
 	return s.Dial(ctx, d, Port)
 }
+
+// MaxLogBytes bounds a logs answer.
+const MaxLogBytes = 1 << 20
+
+// Logs returns the end of the database's postgres log, at most n bytes (a suspended database is
+// woken for it).
+func (s *Service) Logs(ctx context.Context, teamID, id string, n int) (string, error) {
+	d, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return "", err
+	}
+	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
+	if err != nil {
+		return "", err
+	}
+	c, err := s.cfg.Sandboxes.Target(ctx, sb)
+	if err != nil {
+		return "", err
+	}
+	secs := 30.0
+	res, err := c.Exec(ctx, sb.ID, agentclient.ExecRequest{Argv: []string{"tail", "-c", strconv.Itoa(n), "/var/log/postgresql/postgresql-17-main.log"},
+		User: "root", TimeoutSeconds: &secs})
+	s.cfg.Sandboxes.Touched(ctx, sb, c, err)
+	if err != nil {
+		return "", err
+	}
+	if res.ExitCode != 0 {
+		return "", fmt.Errorf("database %s: reading its log failed (exit %d): %s", d.ID, res.ExitCode, trunc(res.Stderr))
+	}
+	return res.Stdout, nil
+}

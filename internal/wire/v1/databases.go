@@ -56,6 +56,15 @@ type BranchRequest struct {
 	Name string `json:"name"`
 }
 
+// DatabaseStats is GET /v1/databases/{id}/stats.
+type DatabaseStats struct {
+	SizeBytes              int64 `json:"size_bytes"`
+	Connections            int64 `json:"connections"`
+	TransactionsCommitted  int64 `json:"transactions_committed"`
+	TransactionsRolledBack int64 `json:"transactions_rolled_back"`
+	UptimeSeconds          int64 `json:"uptime_seconds"`
+}
+
 // QueryRequest is POST /v1/databases/{id}/query: one statement and its parameters ($1, $2, …).
 type QueryRequest struct {
 	Query  string `json:"query"`
