@@ -22,7 +22,7 @@ var databasesTable = printer[v1.Database]{[]string{"ID", "NAME", "STATE", "VERSI
 	return []string{d.ID, d.Name, d.State, d.Version, d.Connection.URI, d.CreatedAt}
 }}
 
-// databaseCmd is `pandastack db create|list|get|delete|connect|query|branch|password`.
+// databaseCmd is `pandastack db create|list|get|delete|connect|query|branch|password|stats|logs`.
 func databaseCmd() *cobra.Command {
 	cmd, f := group("db", "Managed PostgreSQL databases (each its own microVM, reached through the server's TLS router)", "database", "databases")
 
@@ -118,6 +118,31 @@ func databaseCmd() *cobra.Command {
 			return nil
 		})
 
+	stats := f.verb("stats ID", "Show a database's size, sessions, transactions and uptime", cobra.ExactArgs(1),
+		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			st, err := c.DatabaseStats(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), st)
+			}
+			return table(cmd.OutOrStdout(), []string{"SIZE_BYTES", "CONNECTIONS", "COMMITTED", "ROLLED_BACK", "UPTIME_S"},
+				[][]string{{strconv.FormatInt(st.SizeBytes, 10), strconv.FormatInt(st.Connections, 10), strconv.FormatInt(st.TransactionsCommitted, 10),
+					strconv.FormatInt(st.TransactionsRolledBack, 10), strconv.FormatInt(st.UptimeSeconds, 10)}})
+		})
+	var logBytes int
+	logs := f.verb("logs ID", "Print the end of a database's postgres log", cobra.ExactArgs(1),
+		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			text, err := c.DatabaseLogs(ctx, args[0], logBytes)
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(cmd.OutOrStdout(), text)
+			return nil
+		})
+	logs.Flags().IntVar(&logBytes, "bytes", 0, "how much of the end (default 64 KiB, at most 1 MiB)")
+
 	var ca string
 	connect := f.verb("connect ID [-- PSQL ARGS...]", "Open psql on a database through the router (asks for the password unless PGPASSWORD is set)", cobra.MinimumNArgs(1),
 		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
@@ -136,7 +161,7 @@ func databaseCmd() *cobra.Command {
 		})
 	connect.Flags().StringVar(&ca, "ca", "", "the router's CA file (up prints it): verify the server (sslmode=verify-full)")
 
-	cmd.AddCommand(create, list, get, del, query, connect, branch, password)
+	cmd.AddCommand(create, list, get, del, query, connect, branch, password, stats, logs)
 	return cmd
 }
 

@@ -2,6 +2,9 @@ package client
 
 import (
 	"context"
+	"io"
+	"net/url"
+	"strconv"
 
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -47,4 +50,19 @@ func (c *Client) RotateDatabasePassword(ctx context.Context, id string) (v1.Data
 // DatabaseStats returns a database's size, sessions, transactions and uptime.
 func (c *Client) DatabaseStats(ctx context.Context, id string) (v1.DatabaseStats, error) {
 	return send[v1.DatabaseStats](ctx, c, "GET", objPath("/v1/databases", id)+"/stats", nil, nil)
+}
+
+// DatabaseLogs returns the end of a database's postgres log (bytes 0: the server's default).
+func (c *Client) DatabaseLogs(ctx context.Context, id string, bytes int) (string, error) {
+	q := url.Values{}
+	if bytes > 0 {
+		q.Set("bytes", strconv.Itoa(bytes))
+	}
+	resp, err := c.Do(ctx, "GET", objPath("/v1/databases", id)+"/logs", q, nil, -1, "", "")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 2<<20))
+	return string(b), err
 }

@@ -947,7 +947,8 @@ class DatabasesOffline(OfflineCase):
         db = {"id": "db_1", "name": "shop", "state": "ready", "password": "pw",
               "connection": {"uri": "postgres://shop_owner:pw@db_1.db.localhost:5432/shop?sslmode=require"}}
         res = {"fields": [{"name": "n", "dataTypeID": 23}], "rows": [["42"]], "command": "SELECT", "rowCount": 1}
-        s = self.answer(ok(db, 201), ok({"databases": [db]}), ok(db), ok(res), ok(None, 204), ok(db, 201), ok(db))
+        s = self.answer(ok(db, 201), ok({"databases": [db]}), ok(db), ok(res), ok(None, 204), ok(db, 201), ok(db),
+                        ok({"size_bytes": 1, "connections": 0}), ok(b"LOG:  ready\n"))
         self.assertEqual(self.client.databases.create("shop", version="16", extensions=("vector",))["password"], "pw")
         self.assertEqual(s.requests[0].json(), {"name": "shop", "version": "16", "extensions": ["vector"]})
         self.assertEqual(len(self.client.databases.list()), 1)
@@ -962,6 +963,9 @@ class DatabasesOffline(OfflineCase):
         self.assertEqual((s.path(5), s.requests[5].json()), ("/v1/databases/db_1/branches", {"name": "dev"}))
         self.client.databases.rotate_password("db_1")
         self.assertEqual(s.path(6), "/v1/databases/db_1/password")
+        self.assertEqual(self.client.databases.stats("db_1")["size_bytes"], 1)
+        self.assertEqual(self.client.databases.logs("db_1", bytes=100), "LOG:  ready\n")
+        self.assertEqual(s.path(8), "/v1/databases/db_1/logs?bytes=100")
 
 
 if __name__ == "__main__":

@@ -93,6 +93,17 @@ export class Databases {
     return this.client.http.json<Database>("POST", `/v1/databases/${seg(id)}/password`);
   }
 
+  /** Size, sessions, transactions and uptime. */
+  async stats(id: string): Promise<{ size_bytes: number; connections: number; transactions_committed: number; transactions_rolled_back: number; uptime_seconds: number }> {
+    return this.client.http.json("GET", `/v1/databases/${seg(id)}/stats`, { idempotent: true });
+  }
+
+  /** The end of the database's postgres log (default 64 KiB). */
+  async logs(id: string, opts: { bytes?: number } = {}): Promise<string> {
+    const resp = await this.client.http.request("GET", `/v1/databases/${seg(id)}/logs`, { idempotent: true, query: { bytes: opts.bytes } });
+    return resp.text();
+  }
+
   /** Run one statement as the owner; `params` fill $1, $2, …. */
   async query(id: string, query: string, params?: unknown[]): Promise<QueryResult> {
     const body: Record<string, unknown> = { query };

@@ -10,6 +10,10 @@ from ._context import ClientContext
 __all__ = ["Databases"]
 
 
+def bytes_(b: Any) -> bytes:
+    return bytes(b or b"")
+
+
 def _db(database_id: str, sub: str = "") -> str:
     if not database_id:
         raise ValueError("database_id is required")
@@ -57,6 +61,15 @@ class Databases:
     def rotate_password(self, database_id: str) -> Dict[str, Any]:
         """Give the owner a new password; the answer's ``password`` is shown once."""
         return self._http.request("POST", _db(database_id, "/password")).json() or {}
+
+    def stats(self, database_id: str) -> Dict[str, Any]:
+        """``{size_bytes, connections, transactions_committed, transactions_rolled_back, uptime_seconds}``."""
+        return self._http.request("GET", _db(database_id, "/stats"), idempotent=True).json() or {}
+
+    def logs(self, database_id: str, bytes: Optional[int] = None) -> str:
+        """The end of the database's postgres log (default 64 KiB)."""
+        r = self._http.request("GET", _db(database_id, "/logs"), params={"bytes": bytes}, idempotent=True)
+        return bytes_(r.body).decode("utf-8", "replace")
 
     def query(self, database_id: str, query: str, params: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
         """Run one statement as the owner (``$1``, ``$2``, … from ``params``). Returns ``{fields,
