@@ -205,6 +205,23 @@ func (c *apiClient) do(method, path string, body any, want int) ([]byte, error) 
 	return data, nil
 }
 
+// createTimed is a sample: the latency of POST collection with body() (201), after which the
+// object made is deleted (not timed).
+func (c *apiClient) createTimed(collection string, body func() any) sample {
+	return func() (float64, error) {
+		t := time.Now()
+		data, err := c.do("POST", collection, body(), 201)
+		d := ms(time.Since(t))
+		if err != nil {
+			return 0, err
+		}
+		var obj struct{ ID string }
+		json.Unmarshal(data, &obj)
+		_, err = c.do("DELETE", collection+"/"+obj.ID, nil, 204)
+		return d, err
+	}
+}
+
 func freeAddr() string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -39,31 +39,8 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 		}
 	}
 	n := 0
-	createDB := func() (float64, error) {
-		n++
-		t := time.Now()
-		body, err := cl.public.do("POST", "/v1/databases", map[string]any{"name": fmt.Sprintf("bench%d", n)}, 201)
-		d := ms(time.Since(t))
-		if err != nil {
-			return 0, err
-		}
-		var db struct{ ID string }
-		json.Unmarshal(body, &db)
-		_, err = cl.public.do("DELETE", "/v1/databases/"+db.ID, nil, 204)
-		return d, err
-	}
-	createSB := func() (float64, error) {
-		t := time.Now()
-		body, err := cl.public.do("POST", "/v1/sandboxes", map[string]any{"template": "postgres-17"}, 201)
-		d := ms(time.Since(t))
-		if err != nil {
-			return 0, err
-		}
-		var sb struct{ ID string }
-		json.Unmarshal(body, &sb)
-		_, err = cl.public.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, 204)
-		return d, err
-	}
+	createDB := cl.public.createTimed("/v1/databases", func() any { n++; return map[string]any{"name": fmt.Sprintf("bench%d", n)} })
+	createSB := cl.public.createTimed("/v1/sandboxes", func() any { return map[string]any{"template": "postgres-17"} })
 	lat, err := interleaved(rounds, createDB, createSB)
 	if err != nil {
 		return fmt.Errorf("%w (logs in %s)", err, cl.dir)

@@ -25,17 +25,27 @@ func (s *Server) databaseView(d store.Database, password, note string) v1.Databa
 		Connection: s.databases.Connection(d, password), Password: password, Note: note, CreatedAt: v1.Timestamp(d.CreatedAt)}
 }
 
+// databaseBody reads the JSON body of a request that makes a database into v and holds a sandbox
+// of the team's quota for it (a database is a sandbox of the team's); false: answered already.
+func (s *Server) databaseBody(w http.ResponseWriter, r *http.Request, teamID string, v any) (func(), bool) {
+	if err := decodeJSON(w, r, v, false); err != nil {
+		s.writeError(w, r, err)
+		return nil, false
+	}
+	release, err := s.holdSandboxQuota(r.Context(), teamID, database.Template, 1)
+	if err != nil {
+		s.writeError(w, r, err)
+		return nil, false
+	}
+	return release, true
+}
+
 // createDatabase restores a database and answers 201 with it and its password (shown once).
 func (s *Server) createDatabase(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	var spec v1.DatabaseSpec
-	if err := decodeJSON(w, r, &spec, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, database.Template, 1)
-	if err != nil {
-		s.writeError(w, r, err) // a database is a sandbox of the team's
+	release, ok := s.databaseBody(w, r, id.TeamID, &spec)
+	if !ok {
 		return
 	}
 	defer release()
@@ -66,13 +76,8 @@ func (s *Server) deleteDatabase(w http.ResponseWriter, r *http.Request) {
 func (s *Server) branchDatabase(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	var req v1.BranchRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, database.Template, 1)
-	if err != nil {
-		s.writeError(w, r, err)
+	release, ok := s.databaseBody(w, r, id.TeamID, &req)
+	if !ok {
 		return
 	}
 	defer release()

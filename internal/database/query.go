@@ -75,17 +75,24 @@ func (s *Service) release(ctx context.Context, d store.Database, c *pgconn.PgCon
 	s.Active(d.ID, -1)
 }
 
-// Query runs one statement on the team's database as its owner (the API-key path).
-func (s *Service) Query(ctx context.Context, teamID, id string, q v1.QueryRequest) (v1.QueryResult, error) {
+// ownerConn connects to the team's database as its owner (the API key is the credential); the
+// caller releases the connection.
+func (s *Service) ownerConn(ctx context.Context, teamID, id string) (store.Database, *pgconn.PgConn, error) {
 	d, err := s.Get(ctx, teamID, id)
 	if err != nil {
-		return v1.QueryResult{}, err
+		return d, nil, err
 	}
 	pw, err := s.Password(d)
 	if err != nil {
-		return v1.QueryResult{}, fmt.Errorf("database %s: its password: %w", d.ID, err)
+		return d, nil, fmt.Errorf("database %s: its password: %w", d.ID, err)
 	}
 	c, err := s.connect(ctx, d, Credentials{User: d.Owner, Password: pw, Database: d.DBName})
+	return d, c, err
+}
+
+// Query runs one statement on the team's database as its owner (the API-key path).
+func (s *Service) Query(ctx context.Context, teamID, id string, q v1.QueryRequest) (v1.QueryResult, error) {
+	d, c, err := s.ownerConn(ctx, teamID, id)
 	if err != nil {
 		return v1.QueryResult{}, err
 	}
@@ -279,15 +286,7 @@ func queryErr(err error) error {
 // Stats are a database's figures, read from postgres as its owner (a suspended database is
 // woken for them).
 func (s *Service) Stats(ctx context.Context, teamID, id string) (v1.DatabaseStats, error) {
-	d, err := s.Get(ctx, teamID, id)
-	if err != nil {
-		return v1.DatabaseStats{}, err
-	}
-	pw, err := s.Password(d)
-	if err != nil {
-		return v1.DatabaseStats{}, fmt.Errorf("database %s: its password: %w", d.ID, err)
-	}
-	c, err := s.connect(ctx, d, Credentials{User: d.Owner, Password: pw, Database: d.DBName})
+	d, c, err := s.ownerConn(ctx, teamID, id)
 	if err != nil {
 		return v1.DatabaseStats{}, err
 	}
