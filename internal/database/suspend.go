@@ -57,6 +57,23 @@ func (s *Service) idleSince(d store.Database) (time.Time, bool) {
 	return t, true
 }
 
+// forgetOthers drops what is known of databases not in list that have no connection open (deleted
+// ones, names a client made up, ones that never suspend): the maps stay the size of the fleet.
+func (s *Service) forgetOthers(list []store.Database) {
+	keep := make(map[string]bool, len(list))
+	for _, d := range list {
+		keep[d.ID] = true
+	}
+	a := &s.act
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id := range a.last {
+		if !keep[id] && a.open[id] == 0 {
+			delete(a.last, id)
+		}
+	}
+}
+
 // SuspendIdle hibernates every database whose VM is running and that has had no client for its
 // suspend_after_seconds (0: never), and returns how many it hibernated.
 func (s *Service) SuspendIdle(ctx context.Context) (int, error) {
@@ -64,6 +81,7 @@ func (s *Service) SuspendIdle(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	s.forgetOthers(list)
 	n := 0
 	for _, d := range list {
 		since, idle := s.idleSince(d)
