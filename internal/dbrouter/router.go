@@ -239,7 +239,7 @@ func (r *Router) joinTLS(tc *tls.Conn) error {
 	defer cancel()
 	up, err := r.cfg.Dial(ctx, id, tg.pooler)
 	if errdefs.Is(err, errdefs.NotFound) {
-		return refuse(codeRejected, plaintextHint, "database %s does not exist", id)
+		return refuse(codeRejected, "Check the database's id (pandastack db list): it is the first label of the host name.", "database %s does not exist", id)
 	}
 	if err != nil {
 		r.cfg.Logger.Warn("dbrouter: cannot reach a database", "database", id, "err", err)
