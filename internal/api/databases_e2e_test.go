@@ -503,22 +503,25 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatalf("woken database is %s", st)
 	}
 
-	// A server restart (a new control plane on the same store, a new router) loses no committed row.
+	// A restart of the server (a new control plane on the same store, a new router) and of the
+	// host agent (a new agent on the same data dir adopts the running VM) loses no committed row.
 	c.Close(ctx)
 	c2.Close(ctx)
 	admin := cp.admin
 	cp.stop()
+	host.stop()
+	host.start()
 	cp = startCP(t, cp.dbPath, scheduler.Config{}, Config{ProxyDomain: "localhost"}, host)
 	cp.admin = admin
 	port, _ = dbRouter(t, cp)
 	wantURI = "postgres://shop_db_owner:" + db.Password + "@" + db.ID + ".db.localhost:" + strconv.Itoa(port) + "/shop_db?sslmode=require"
 	c, err = pgConnect(ctx, wantURI)
 	if err != nil {
-		t.Fatalf("after a server restart: %v", err)
+		t.Fatalf("after a server and agent restart: %v", err)
 	}
 	var ids string
 	if err := c.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&ids); err != nil || ids != "1,2,3,200" {
-		t.Fatalf("after a server restart: %v %q", err, ids)
+		t.Fatalf("after a server and agent restart: %v %q", err, ids)
 	}
 	c.Close(ctx)
 
