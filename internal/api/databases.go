@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/database"
@@ -90,6 +91,47 @@ func (s *Server) rotateDatabasePassword(w http.ResponseWriter, r *http.Request) 
 	id, _ := auth.FromContext(r.Context())
 	d, password, err := s.databases.RotatePassword(r.Context(), id.TeamID, r.PathValue("id"))
 	s.reply(w, r, http.StatusOK, s.databaseView(d, password, ""), err)
+}
+
+func databaseBackupView(databaseID string) func(store.Snapshot) v1.DatabaseBackup {
+	return func(sn store.Snapshot) v1.DatabaseBackup {
+		return v1.DatabaseBackup{ID: sn.ID, DatabaseID: databaseID, SizeBytes: sn.SizeBytes, CreatedAt: v1.Timestamp(sn.CreatedAt)}
+	}
+}
+
+// backupDatabase snapshots the database's VM now.
+func (s *Server) backupDatabase(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	sn, err := s.databases.Backup(r.Context(), id.TeamID, r.PathValue("id"))
+	s.reply(w, r, http.StatusCreated, databaseBackupView(r.PathValue("id"))(sn), err)
+}
+
+func (s *Server) listDatabaseBackups(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	list, err := s.databases.Backups(r.Context(), id.TeamID, r.PathValue("id"))
+	s.reply(w, r, http.StatusOK, v1.DatabaseBackups{Backups: viewsOf(list, databaseBackupView(r.PathValue("id")))}, err)
+}
+
+// restoreDatabase makes a new database from a backup.
+func (s *Server) restoreDatabase(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	var req v1.RestoreRequest
+	release, ok := s.databaseBody(w, r, id.TeamID, &req)
+	if !ok {
+		return
+	}
+	defer release()
+	to := s.now()
+	if req.ToTime != "" {
+		t, err := time.Parse(time.RFC3339Nano, req.ToTime)
+		if err != nil {
+			s.writeError(w, r, invalid("to_time must be an RFC 3339 time, e.g. 2026-01-02T15:04:05Z"))
+			return
+		}
+		to = t
+	}
+	d, err := s.databases.Restore(r.Context(), id.TeamID, r.PathValue("id"), req.Name, req.BackupID, to)
+	s.reply(w, r, http.StatusCreated, s.databaseView(d, "", ""), err)
 }
 
 func (s *Server) databaseStats(w http.ResponseWriter, r *http.Request) {

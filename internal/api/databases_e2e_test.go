@@ -396,6 +396,40 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatalf("broker after rotation: %d %s", code, b)
 	}
 
+	// Backups are snapshots of the VM; a restore is a new database as of the chosen backup.
+	if _, err := c2.Exec(ctx, "insert into items values (300, 'before the backup')"); err != nil {
+		t.Fatal(err)
+	}
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/backups", nil, "")
+	var bk struct{ ID string }
+	if json.Unmarshal(b, &bk); code != 201 || bk.ID == "" {
+		t.Fatalf("backup: %d %s", code, b)
+	}
+	if _, err := c2.Exec(ctx, "insert into items values (400, 'after the backup')"); err != nil {
+		t.Fatal(err)
+	}
+	if code, b := cp.call(t, "GET", "/v1/databases/"+db.ID+"/backups", nil, ""); code != 200 || !strings.Contains(string(b), bk.ID) {
+		t.Fatalf("backups: %d %s", code, b)
+	}
+	if code, b := cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"too-early","to_time":"2001-01-01T00:00:00Z"}`), "application/json"); code != 400 {
+		t.Fatalf("restore before any backup: %d %s", code, b)
+	}
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"shop-restored"}`), "application/json")
+	var rs dbAnswer
+	if json.Unmarshal(b, &rs); code != 201 || rs.ID == db.ID {
+		t.Fatalf("restore: %d %s", code, b)
+	}
+	rc, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, rs.ID, 1))
+	if err != nil {
+		t.Fatalf("connect to the restored database: %v", err)
+	}
+	var restored string
+	rc.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&restored)
+	rc.Close(ctx)
+	if restored != "1,2,3,200,300" {
+		t.Fatalf("restored database has %s, want the rows of the backup's instant", restored)
+	}
+
 	// Every extension offered: CREATE EXTENSION and one call (pg_cron lives in database postgres).
 	q := func(id, sql string) string {
 		body, _ := json.Marshal(map[string]any{"query": sql})
@@ -520,7 +554,7 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatalf("after a server and agent restart: %v", err)
 	}
 	var ids string
-	if err := c.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&ids); err != nil || ids != "1,2,3,200" {
+	if err := c.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&ids); err != nil || ids != "1,2,3,200,300,400" {
 		t.Fatalf("after a server and agent restart: %v %q", err, ids)
 	}
 	c.Close(ctx)

@@ -276,6 +276,9 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/databases/{id}/password", apiKey, s.rotateDatabasePassword},
 		{"GET", "/v1/databases/{id}/stats", apiKey, s.databaseStats},
 		{"GET", "/v1/databases/{id}/logs", apiKey, s.databaseLogs},
+		{"POST", "/v1/databases/{id}/backups", apiKey, s.backupDatabase},
+		{"GET", "/v1/databases/{id}/backups", apiKey, s.listDatabaseBackups},
+		{"POST", "/v1/databases/{id}/restore", apiKey, s.restoreDatabase},
 	}
 }
 

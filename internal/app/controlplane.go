@@ -163,6 +163,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		go srv.RunAuditPruner(lctx)
 		go srv.RunFunctions(lctx)
 		go srv.Databases().RunSuspender(lctx, 0)
+		go srv.Databases().RunBackups(lctx)
 		schedulesDone := make(chan struct{})
 		go func() { srv.RunSchedules(lctx, 0); close(schedulesDone) }() // waits for its runs
 		srv.RunReaper(lctx)

@@ -303,26 +303,9 @@ func (s *Service) Branch(ctx context.Context, teamID, parentID, name string) (st
 		return store.Database{}, err
 	}
 	sb := kids[0]
-	undo := func(err error) (store.Database, error) {
-		if kerr := s.cfg.Sandboxes.Kill(ctx, sb, "database branch failed"); kerr != nil {
-			s.log.Warn("database: could not kill the sandbox of a failed branch", "sandbox", sb.ID, "err", kerr)
-		}
-		return store.Database{}, err
-	}
-	if _, err := s.cfg.Store.SetSandboxExpiry(ctx, sb.ID, farFuture, 0); err != nil {
-		return undo(err)
-	}
 	d := p
 	d.ID, d.Name, d.SandboxID, d.ParentID, d.State = auth.NewID("db_"), name, sb.ID, p.ID, StateReady
-	d, err = s.cfg.Store.CreateDatabase(ctx, d)
-	if errors.Is(err, store.ErrConflict) {
-		return undo(errdefs.Conflictf("the team already has a database named %s", name))
-	}
-	if err != nil {
-		return undo(err)
-	}
-	s.log.Info("database branched", "database", d.ID, "parent", p.ID, "sandbox", sb.ID)
-	return d, nil
+	return s.record(ctx, sb, d, "database branched")
 }
 
 // CronDatabase is where pg_cron lives (its cron.database_name, fixed when postgres starts):
@@ -455,14 +438,23 @@ func (s *Service) List(ctx context.Context, teamID string) ([]store.Database, er
 	return list, err
 }
 
-// Delete deletes the team's database and kills its VM (its data goes with it).
+// Delete deletes the team's database and its backups and kills its VM (its data goes with it).
 func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 	d, err := s.Get(ctx, teamID, id)
 	if err != nil {
 		return err
 	}
+	backups, err := s.Backups(ctx, teamID, d.ID)
+	if err != nil {
+		return err
+	}
 	if err := s.cfg.Store.DeleteDatabase(ctx, teamID, d.ID); err != nil {
 		return err
+	}
+	for _, b := range backups { // databases restored from one keep running
+		if err := s.cfg.Sandboxes.DeleteSnapshot(context.WithoutCancel(ctx), teamID, b.ID); err != nil {
+			s.log.Warn("database: could not delete a backup of a deleted database", "database", d.ID, "snapshot", b.ID, "err", err)
+		}
 	}
 	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
 	if err == nil && sb.State != store.StateKilled {

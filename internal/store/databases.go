@@ -74,6 +74,11 @@ func (s *Store) ListTeamDatabases(ctx context.Context, teamID string) ([]Databas
 		scanDatabase, teamID)
 }
 
+// ListAllDatabases returns every team's databases (the backup schedule's work list).
+func (s *Store) ListAllDatabases(ctx context.Context) ([]Database, error) {
+	return queryAll(ctx, s, s.db, `SELECT `+databaseCols+` FROM databases ORDER BY id`, scanDatabase)
+}
+
 // ListSuspendableDatabases returns every team's databases whose suspend_after_seconds is set.
 func (s *Store) ListSuspendableDatabases(ctx context.Context) ([]Database, error) {
 	return queryAll(ctx, s, s.db, `SELECT `+databaseCols+` FROM databases WHERE suspend_after_seconds > 0 ORDER BY id`, scanDatabase)

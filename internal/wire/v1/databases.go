@@ -65,6 +65,27 @@ type DatabaseStats struct {
 	UptimeSeconds          int64 `json:"uptime_seconds"`
 }
 
+// DatabaseBackup is one backup of a database: a snapshot of its VM (memory and disk).
+type DatabaseBackup struct {
+	ID         string `json:"id"`
+	DatabaseID string `json:"database_id"`
+	SizeBytes  int64  `json:"size_bytes"`
+	CreatedAt  string `json:"created_at"`
+}
+
+// DatabaseBackups is GET /v1/databases/{id}/backups, newest first.
+type DatabaseBackups struct {
+	Backups []DatabaseBackup `json:"backups"`
+}
+
+// RestoreRequest is POST /v1/databases/{id}/restore: a new database called name from the backup
+// backup_id, or else from the newest backup taken at or before to_time (default: now).
+type RestoreRequest struct {
+	Name     string `json:"name"`
+	ToTime   string `json:"to_time,omitempty"`
+	BackupID string `json:"backup_id,omitempty"`
+}
+
 // QueryRequest is POST /v1/databases/{id}/query: one statement and its parameters ($1, $2, …).
 type QueryRequest struct {
 	Query  string `json:"query"`
