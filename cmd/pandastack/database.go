@@ -22,7 +22,12 @@ var databasesTable = printer[v1.Database]{[]string{"ID", "NAME", "STATE", "VERSI
 	return []string{d.ID, d.Name, d.State, d.Version, d.Connection.URI, d.CreatedAt}
 }}
 
-// databaseCmd is `pandastack db create|list|get|delete|connect|query|branch|password|stats|logs`.
+var backupsTable = printer[v1.DatabaseBackup]{[]string{"ID", "DATABASE", "SIZE_BYTES", "CREATED"}, func(b v1.DatabaseBackup) []string {
+	return []string{b.ID, b.DatabaseID, strconv.FormatInt(b.SizeBytes, 10), b.CreatedAt}
+}}
+
+// databaseCmd is `pandastack db create|list|get|delete|connect|query|branch|password|stats|logs|
+// backup|backups|restore`.
 func databaseCmd() *cobra.Command {
 	cmd, f := group("db", "Managed PostgreSQL databases (each its own microVM, reached through the server's TLS router)", "database", "databases")
 
@@ -143,6 +148,40 @@ func databaseCmd() *cobra.Command {
 		})
 	logs.Flags().IntVar(&logBytes, "bytes", 0, "how much of the end (default 64 KiB, at most 1 MiB)")
 
+	backup := f.verb("backup ID", "Back a database up now (a snapshot of its VM)", cobra.ExactArgs(1),
+		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			b, err := c.BackupDatabase(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return backupsTable.one(f, cmd, b)
+		})
+	backups := f.verb("backups ID", "List a database's backups, newest first", cobra.ExactArgs(1),
+		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			list, err := c.DatabaseBackups(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return backupsTable.print(f, cmd, list, false)
+		})
+	var restoreReq v1.RestoreRequest
+	restore := &cobra.Command{
+		Use:     "restore ID --name NAME [--to-time RFC3339 | --backup BACKUP_ID]",
+		Short:   "Restore a backup into a NEW database (default: the newest backup)",
+		Args:    cobra.ExactArgs(1),
+		PreRunE: requireFlag("name"),
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			d, err := c.RestoreDatabase(ctx, args[0], restoreReq)
+			if err != nil {
+				return err
+			}
+			return databasesTable.one(f, cmd, d)
+		}),
+	}
+	restore.Flags().StringVar(&restoreReq.Name, "name", "", "the new database's name")
+	restore.Flags().StringVar(&restoreReq.ToTime, "to-time", "", "the newest backup taken at or before this RFC 3339 time")
+	restore.Flags().StringVar(&restoreReq.BackupID, "backup", "", "this backup")
+
 	var ca string
 	connect := f.verb("connect ID [-- PSQL ARGS...]", "Open psql on a database through the router (asks for the password unless PGPASSWORD is set)", cobra.MinimumNArgs(1),
 		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
@@ -161,7 +200,7 @@ func databaseCmd() *cobra.Command {
 		})
 	connect.Flags().StringVar(&ca, "ca", "", "the router's CA file (up prints it): verify the server (sslmode=verify-full)")
 
-	cmd.AddCommand(create, list, get, del, query, connect, branch, password, stats, logs)
+	cmd.AddCommand(create, list, get, del, query, connect, branch, password, stats, logs, backup, backups, restore)
 	return cmd
 }
 

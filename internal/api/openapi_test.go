@@ -93,6 +93,7 @@ var wireTypes = func() map[string]reflect.Type {
 		v1.FunctionError{}, v1.FunctionRun{}, v1.FunctionRuns{}, v1.Schedule{}, v1.Schedules{}, v1.CreateScheduleRequest{},
 		v1.ScheduleRun{}, v1.ScheduleRuns{}, v1.Database{}, v1.Databases{}, v1.DatabaseConnection{}, v1.DatabaseSpec{},
 		v1.QueryRequest{}, v1.QueryField{}, v1.QueryResult{}, v1.QueryBatch{}, v1.QueryError{}, v1.BranchRequest{}, v1.DatabaseStats{},
+		v1.DatabaseBackup{}, v1.DatabaseBackups{}, v1.RestoreRequest{},
 	} {
 		t := reflect.TypeOf(v)
 		m[t.Name()] = t

@@ -66,3 +66,19 @@ func (c *Client) DatabaseLogs(ctx context.Context, id string, bytes int) (string
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 2<<20))
 	return string(b), err
 }
+
+// BackupDatabase backs a database up now (a snapshot of its VM).
+func (c *Client) BackupDatabase(ctx context.Context, id string) (v1.DatabaseBackup, error) {
+	return send[v1.DatabaseBackup](ctx, c, "POST", objPath("/v1/databases", id)+"/backups", nil, nil)
+}
+
+// DatabaseBackups lists a database's backups, newest first.
+func (c *Client) DatabaseBackups(ctx context.Context, id string) ([]v1.DatabaseBackup, error) {
+	out, err := send[v1.DatabaseBackups](ctx, c, "GET", objPath("/v1/databases", id)+"/backups", nil, nil)
+	return out.Backups, err
+}
+
+// RestoreDatabase makes a new database from a backup of one.
+func (c *Client) RestoreDatabase(ctx context.Context, id string, req v1.RestoreRequest) (v1.Database, error) {
+	return send[v1.Database](ctx, c, "POST", objPath("/v1/databases", id)+"/restore", nil, req)
+}

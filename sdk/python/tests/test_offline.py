@@ -948,7 +948,8 @@ class DatabasesOffline(OfflineCase):
               "connection": {"uri": "postgres://shop_owner:pw@db_1.db.localhost:5432/shop?sslmode=require"}}
         res = {"fields": [{"name": "n", "dataTypeID": 23}], "rows": [["42"]], "command": "SELECT", "rowCount": 1}
         s = self.answer(ok(db, 201), ok({"databases": [db]}), ok(db), ok(res), ok(None, 204), ok(db, 201), ok(db),
-                        ok({"size_bytes": 1, "connections": 0}), ok(b"LOG:  ready\n"))
+                        ok({"size_bytes": 1, "connections": 0}), ok(b"LOG:  ready\n"), ok({"id": "sn_1"}, 201),
+                        ok({"backups": [{"id": "sn_1"}]}), ok(db, 201))
         self.assertEqual(self.client.databases.create("shop", version="16", extensions=("vector",))["password"], "pw")
         self.assertEqual(s.requests[0].json(), {"name": "shop", "version": "16", "extensions": ["vector"]})
         self.assertEqual(len(self.client.databases.list()), 1)
@@ -966,6 +967,11 @@ class DatabasesOffline(OfflineCase):
         self.assertEqual(self.client.databases.stats("db_1")["size_bytes"], 1)
         self.assertEqual(self.client.databases.logs("db_1", bytes=100), "LOG:  ready\n")
         self.assertEqual(s.path(8), "/v1/databases/db_1/logs?bytes=100")
+        self.assertEqual(self.client.databases.backup("db_1")["id"], "sn_1")
+        self.assertEqual(len(self.client.databases.backups("db_1")), 1)
+        self.client.databases.restore("db_1", "back", to_time="2026-01-01T00:00:00Z")
+        self.assertEqual((s.path(11), s.requests[11].json()), ("/v1/databases/db_1/restore",
+                                                              {"name": "back", "to_time": "2026-01-01T00:00:00Z"}))
 
 
 if __name__ == "__main__":

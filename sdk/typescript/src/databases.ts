@@ -104,6 +104,23 @@ export class Databases {
     return resp.text();
   }
 
+  /** Back the database up now (a snapshot of its VM). */
+  async backup(id: string): Promise<{ id: string; database_id: string; size_bytes: number; created_at: string }> {
+    return this.client.http.json("POST", `/v1/databases/${seg(id)}/backups`, { timeoutMs: this.client.createTimeoutMs });
+  }
+
+  async backups(id: string): Promise<{ id: string; database_id: string; size_bytes: number; created_at: string }[]> {
+    return (await this.client.http.json<{ backups?: { id: string; database_id: string; size_bytes: number; created_at: string }[] }>("GET", `/v1/databases/${seg(id)}/backups`, { idempotent: true }))?.backups ?? [];
+  }
+
+  /** A NEW database from a backup: `backupId`, else the newest at or before `toTime` (default now). */
+  async restore(id: string, p: { name: string; toTime?: string; backupId?: string }): Promise<Database> {
+    const body: Record<string, unknown> = { name: p.name };
+    if (p.toTime !== undefined) body.to_time = p.toTime;
+    if (p.backupId !== undefined) body.backup_id = p.backupId;
+    return this.client.http.json<Database>("POST", `/v1/databases/${seg(id)}/restore`, { json: body, timeoutMs: this.client.createTimeoutMs });
+  }
+
   /** Run one statement as the owner; `params` fill $1, $2, …. */
   async query(id: string, query: string, params?: unknown[]): Promise<QueryResult> {
     const body: Record<string, unknown> = { query };

@@ -71,6 +71,24 @@ class Databases:
         r = self._http.request("GET", _db(database_id, "/logs"), params={"bytes": bytes}, idempotent=True)
         return bytes_(r.body).decode("utf-8", "replace")
 
+    def backup(self, database_id: str) -> Dict[str, Any]:
+        """Back the database up now (a snapshot of its VM)."""
+        return self._http.request("POST", _db(database_id, "/backups"), timeout=self._client.create_timeout).json() or {}
+
+    def backups(self, database_id: str) -> List[Dict[str, Any]]:
+        return (self._http.request("GET", _db(database_id, "/backups"), idempotent=True).json() or {}).get("backups") or []
+
+    def restore(self, database_id: str, name: str, to_time: Optional[str] = None, backup_id: Optional[str] = None) -> Dict[str, Any]:
+        """A NEW database from a backup: ``backup_id``, else the newest at or before ``to_time``
+        (RFC 3339; default now)."""
+        body: Dict[str, Any] = {"name": name}
+        if to_time is not None:
+            body["to_time"] = to_time
+        if backup_id is not None:
+            body["backup_id"] = backup_id
+        return self._http.request("POST", _db(database_id, "/restore"), json_body=body,
+                                  timeout=self._client.create_timeout).json() or {}
+
     def query(self, database_id: str, query: str, params: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
         """Run one statement as the owner (``$1``, ``$2``, … from ``params``). Returns ``{fields,
         rows, command, rowCount}``: rows are lists of values in PostgreSQL's text form (None for
