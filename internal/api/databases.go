@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -26,32 +27,30 @@ func (s *Server) databaseView(d store.Database, password, note string) v1.Databa
 		Connection: s.databases.Connection(d, password), Password: password, Note: note, CreatedAt: v1.Timestamp(d.CreatedAt)}
 }
 
-// databaseBody reads the JSON body of a request that makes a database into v and holds a sandbox
-// of the team's quota for it (a database is a sandbox of the team's); false: answered already.
-func (s *Server) databaseBody(w http.ResponseWriter, r *http.Request, teamID string, v any) (func(), bool) {
-	if err := decodeJSON(w, r, v, false); err != nil {
+// newDatabase answers a request that makes a database (create, branch, restore): it reads the
+// body into a T, holds a sandbox of the team's quota (a database is a sandbox of the team's) and
+// answers 201 with what build returns (a password and a note only for a create).
+func newDatabase[T any](s *Server, w http.ResponseWriter, r *http.Request,
+	build func(ctx context.Context, teamID string, req T) (d store.Database, password, note string, err error)) {
+	id, _ := auth.FromContext(r.Context())
+	var req T
+	if err := decodeJSON(w, r, &req, false); err != nil {
 		s.writeError(w, r, err)
-		return nil, false
+		return
 	}
-	release, err := s.holdSandboxQuota(r.Context(), teamID, database.Template, 1)
+	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, database.Template, 1)
 	if err != nil {
 		s.writeError(w, r, err)
-		return nil, false
+		return
 	}
-	return release, true
+	defer release()
+	d, password, note, err := build(r.Context(), id.TeamID, req)
+	s.reply(w, r, http.StatusCreated, s.databaseView(d, password, note), err)
 }
 
 // createDatabase restores a database and answers 201 with it and its password (shown once).
 func (s *Server) createDatabase(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	var spec v1.DatabaseSpec
-	release, ok := s.databaseBody(w, r, id.TeamID, &spec)
-	if !ok {
-		return
-	}
-	defer release()
-	d, password, note, err := s.databases.Create(r.Context(), id.TeamID, spec)
-	s.reply(w, r, http.StatusCreated, s.databaseView(d, password, note), err)
+	newDatabase(s, w, r, s.databases.Create)
 }
 
 func (s *Server) listDatabases(w http.ResponseWriter, r *http.Request) {
@@ -75,15 +74,10 @@ func (s *Server) deleteDatabase(w http.ResponseWriter, r *http.Request) {
 
 // branchDatabase forks a database into a new one (copy-on-write, same credentials).
 func (s *Server) branchDatabase(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	var req v1.BranchRequest
-	release, ok := s.databaseBody(w, r, id.TeamID, &req)
-	if !ok {
-		return
-	}
-	defer release()
-	d, err := s.databases.Branch(r.Context(), id.TeamID, r.PathValue("id"), req.Name)
-	s.reply(w, r, http.StatusCreated, s.databaseView(d, "", ""), err)
+	newDatabase(s, w, r, func(ctx context.Context, teamID string, req v1.BranchRequest) (store.Database, string, string, error) {
+		d, err := s.databases.Branch(ctx, teamID, r.PathValue("id"), req.Name)
+		return d, "", "", err
+	})
 }
 
 // rotateDatabasePassword gives the owner a new password, answered once.
@@ -114,24 +108,18 @@ func (s *Server) listDatabaseBackups(w http.ResponseWriter, r *http.Request) {
 
 // restoreDatabase makes a new database from a backup.
 func (s *Server) restoreDatabase(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	var req v1.RestoreRequest
-	release, ok := s.databaseBody(w, r, id.TeamID, &req)
-	if !ok {
-		return
-	}
-	defer release()
-	to := s.now()
-	if req.ToTime != "" {
-		t, err := time.Parse(time.RFC3339Nano, req.ToTime)
-		if err != nil {
-			s.writeError(w, r, invalid("to_time must be an RFC 3339 time, e.g. 2026-01-02T15:04:05Z"))
-			return
+	newDatabase(s, w, r, func(ctx context.Context, teamID string, req v1.RestoreRequest) (store.Database, string, string, error) {
+		to := s.now()
+		if req.ToTime != "" {
+			t, err := time.Parse(time.RFC3339Nano, req.ToTime)
+			if err != nil {
+				return store.Database{}, "", "", invalid("to_time must be an RFC 3339 time, e.g. 2026-01-02T15:04:05Z")
+			}
+			to = t
 		}
-		to = t
-	}
-	d, err := s.databases.Restore(r.Context(), id.TeamID, r.PathValue("id"), req.Name, req.BackupID, to)
-	s.reply(w, r, http.StatusCreated, s.databaseView(d, "", ""), err)
+		d, err := s.databases.Restore(ctx, teamID, r.PathValue("id"), req.Name, req.BackupID, to)
+		return d, "", "", err
+	})
 }
 
 func (s *Server) databaseStats(w http.ResponseWriter, r *http.Request) {

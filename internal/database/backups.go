@@ -151,16 +151,5 @@ func (s *Service) BackupDue(ctx context.Context) (int, error) {
 
 // RunBackups runs BackupDue every hour until ctx ends.
 func (s *Service) RunBackups(ctx context.Context) {
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := s.BackupDue(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("database: scheduled backups failed", "err", err)
-			}
-		}
-	}
+	s.every(ctx, time.Hour, "scheduled backups", s.BackupDue)
 }

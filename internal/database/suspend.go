@@ -107,6 +107,11 @@ func (s *Service) RunSuspender(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = DefaultSuspendInterval
 	}
+	s.every(ctx, interval, "looking for idle databases", s.SuspendIdle)
+}
+
+// every runs pass every interval until ctx ends; a failed pass is logged as what failed.
+func (s *Service) every(ctx context.Context, interval time.Duration, what string, pass func(context.Context) (int, error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -114,8 +119,8 @@ func (s *Service) RunSuspender(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := s.SuspendIdle(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("database: looking for idle databases failed", "err", err)
+			if _, err := pass(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("database: "+what+" failed", "err", err)
 			}
 		}
 	}
