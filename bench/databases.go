@@ -57,7 +57,10 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 	var db struct {
 		ID, Password string
 		SandboxID    string `json:"sandbox_id"`
-		Connection   struct{ URI string }
+		Connection   struct {
+			URI       string
+			PoolerURI string `json:"pooler_uri"`
+		}
 	}
 	json.Unmarshal(body, &db)
 	ca := filepath.Join(cl.dir, "db-tls", "ca.pem")
@@ -73,6 +76,11 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 	direct.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return agent.DialPort(ctx, db.SandboxID, 5432)
 	}
+	viaPooler, err := pgx.ParseConfig(strings.Replace(db.Connection.PoolerURI, "sslmode=require", "sslmode=verify-full&sslrootcert="+ca, 1))
+	if err != nil {
+		return err
+	}
+	viaPooler.LookupFunc = viaRouter.LookupFunc
 	plain := direct.Copy() // the floor: the tunnel without TLS
 	plain.TLSConfig, plain.Fallbacks = nil, nil
 	connect := func(cfg *pgx.ConnConfig) sample {
@@ -86,14 +94,59 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 			return c.QueryRow(ctx, "select 1").Scan(&one)
 		})
 	}
-	lat, err = interleaved(rounds*5, connect(viaRouter), connect(direct), connect(plain))
+	lat, err = interleaved(rounds*5, connect(viaRouter), connect(direct), connect(plain), connect(viaPooler))
 	if err != nil {
 		return err
 	}
+	res["db_connect_pooler_p50_ms"] = pct(lat[3], 50)
 	res["db_connect_direct_plain_p50_ms"] = pct(lat[2], 50)
 	res["db_connect_router_over_direct_plain"] = pct(lat[0], 50) / res["db_connect_direct_plain_p50_ms"]
 	res["db_connect_router_p50_ms"], res["db_connect_router_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
 	res["db_connect_direct_p50_ms"], res["db_connect_direct_p99_ms"] = pct(lat[1], 50), pct(lat[1], 99)
 	res["db_connect_router_over_direct"] = res["db_connect_router_p50_ms"] / res["db_connect_direct_p50_ms"]
+
+	// Branch (a fork of the VM), backup (a snapshot) and restore (a new database from it).
+	k := 0
+	branch := func() (float64, error) {
+		k++
+		t := time.Now()
+		body, err := cl.public.do("POST", "/v1/databases/"+db.ID+"/branches", map[string]any{"name": fmt.Sprintf("br%d", k)}, 201)
+		d := ms(time.Since(t))
+		if err != nil {
+			return 0, err
+		}
+		var b struct{ ID string }
+		json.Unmarshal(body, &b)
+		_, err = cl.public.do("DELETE", "/v1/databases/"+b.ID, nil, 204)
+		return d, err
+	}
+	var backupID string
+	backup := timed(func() error {
+		body, err := cl.public.do("POST", "/v1/databases/"+db.ID+"/backups", nil, 201)
+		var b struct{ ID string }
+		json.Unmarshal(body, &b)
+		backupID = b.ID
+		return err
+	})
+	restore := func() (float64, error) {
+		k++
+		t := time.Now()
+		body, err := cl.public.do("POST", "/v1/databases/"+db.ID+"/restore", map[string]any{"name": fmt.Sprintf("rs%d", k), "backup_id": backupID}, 201)
+		d := ms(time.Since(t))
+		if err != nil {
+			return 0, err
+		}
+		var r struct{ ID string }
+		json.Unmarshal(body, &r)
+		_, err = cl.public.do("DELETE", "/v1/databases/"+r.ID, nil, 204)
+		return d, err
+	}
+	lat, err = interleaved(rounds, branch, backup, restore)
+	if err != nil {
+		return err
+	}
+	for i, name := range []string{"db_branch", "db_backup", "db_restore"} {
+		res[name+"_p50_ms"], res[name+"_p99_ms"] = pct(lat[i], 50), pct(lat[i], 99)
+	}
 	return nil
 }
