@@ -429,6 +429,12 @@ func TestE2EDatabases(t *testing.T) {
 	if restored != "1,2,3,200,300" {
 		t.Fatalf("restored database has %s, want the rows of the backup's instant", restored)
 	}
+	// The daily backups: the branch and the restored database have none yet, the parent's is fresh.
+	for pass, want := range []int{2, 0} {
+		if n, err := cp.srv.Databases().BackupDue(ctx); err != nil || n != want {
+			t.Fatalf("scheduled backups pass %d: took %d (%v), want %d", pass+1, n, err, want)
+		}
+	}
 
 	// Every extension offered: CREATE EXTENSION and one call (pg_cron lives in database postgres).
 	q := func(id, sql string) string {

@@ -117,8 +117,9 @@ func (s *Service) record(ctx context.Context, sb store.Sandbox, d store.Database
 }
 
 // BackupDue takes a backup of every database whose newest backup is older than BackupInterval
-// (or that has none) and deletes backups older than BackupRetention; it returns how many backups
-// it took.
+// (or that has none; a database suspended since its newest backup is left asleep) and deletes
+// backups older than BackupRetention, never a database's newest; it returns how many backups it
+// took.
 func (s *Service) BackupDue(ctx context.Context) (int, error) {
 	list, err := s.cfg.Store.ListAllDatabases(ctx)
 	if err != nil {
@@ -131,15 +132,15 @@ func (s *Service) BackupDue(ctx context.Context) (int, error) {
 		if err != nil {
 			continue
 		}
-		if len(backups) == 0 || now.Sub(backups[0].CreatedAt) >= BackupInterval {
+		if len(backups) == 0 || now.Sub(backups[0].CreatedAt) >= BackupInterval && !s.unchangedSince(ctx, d, backups[0].CreatedAt) {
 			if _, err := s.Backup(ctx, d.TeamID, d.ID); err != nil {
 				s.log.Warn("database: scheduled backup failed", "database", d.ID, "err", err)
 			} else {
 				n++
 			}
 		}
-		for _, b := range backups {
-			if now.Sub(b.CreatedAt) > BackupRetention {
+		for i, b := range backups {
+			if i > 0 && now.Sub(b.CreatedAt) > BackupRetention {
 				if err := s.cfg.Sandboxes.DeleteSnapshot(ctx, d.TeamID, b.ID); err != nil {
 					s.log.Warn("database: could not delete an expired backup", "database", d.ID, "snapshot", b.ID, "err", err)
 				}
@@ -147,6 +148,13 @@ func (s *Service) BackupDue(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// unchangedSince says whether d has been suspended since before t (nothing can have changed since
+// a backup taken at t: a new one would only wake it).
+func (s *Service) unchangedSince(ctx context.Context, d store.Database, t time.Time) bool {
+	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
+	return err == nil && sb.State == store.StateHibernated && sb.UpdatedAt.Before(t)
 }
 
 // RunBackups runs BackupDue every hour until ctx ends.
