@@ -28,7 +28,7 @@ type cluster struct {
 
 // startCluster starts a cluster in a temp dir under /var/tmp, its agent's network slots in cidr
 // (not the default: a `pandastack up` may run here); stop ends it and removes the dir.
-func startCluster(guestAgent, imageCache, cidr string) (cl *cluster, err error) {
+func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl *cluster, err error) {
 	bin := filepath.Join(filepath.Dir(guestAgent), "pandastack")
 	dir, err := os.MkdirTemp("/var/tmp", "pandastack-bench-cp-")
 	if err != nil {
@@ -55,7 +55,8 @@ func startCluster(guestAgent, imageCache, cidr string) (cl *cluster, err error) 
 		agentArgs = append(agentArgs, "--image-cache", imageCache)
 	}
 	agent := exec.Command(bin, agentArgs...)
-	server := exec.Command(bin, "server", "--addr", serverAddr, "--database-url", filepath.Join(dir, "state.db"), "--agent", "http://"+agentAddr+"="+token)
+	server := exec.Command(bin, append([]string{"server", "--addr", serverAddr, "--database-url", filepath.Join(dir, "state.db"),
+		"--agent", "http://" + agentAddr + "=" + token, "--db-addr", ""}, serverArgs...)...)
 	server.Env = append(os.Environ(), "PANDASTACK_API_KEY="+key)
 	for _, c := range []*exec.Cmd{agent, server} {
 		log, _ := os.Create(filepath.Join(dir, filepath.Base(c.Args[1])+".log"))
@@ -202,6 +203,23 @@ func (c *apiClient) do(method, path string, body any, want int) ([]byte, error) 
 		return data, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, data)
 	}
 	return data, nil
+}
+
+// createTimed is a sample: the latency of POST collection with body() (201), after which the
+// object made is deleted (not timed).
+func (c *apiClient) createTimed(collection string, body func() any) sample {
+	return func() (float64, error) {
+		t := time.Now()
+		data, err := c.do("POST", collection, body(), 201)
+		d := ms(time.Since(t))
+		if err != nil {
+			return 0, err
+		}
+		var obj struct{ ID string }
+		json.Unmarshal(data, &obj)
+		_, err = c.do("DELETE", collection+"/"+obj.ID, nil, 204)
+		return d, err
+	}
 }
 
 func freeAddr() string {

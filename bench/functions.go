@@ -38,18 +38,7 @@ func functionsSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 	}
 	res["fn_deploy_ms"] = ms(time.Since(t))
 	invoke := timed(func() error { return invokeOnce(cl.public, fnID) })
-	create := func() (float64, error) {
-		t := time.Now()
-		body, err := cl.public.do("POST", "/v1/sandboxes", map[string]any{"template": "base"}, 201)
-		d := ms(time.Since(t))
-		if err != nil {
-			return 0, err
-		}
-		var sb struct{ ID string }
-		json.Unmarshal(body, &sb)
-		_, err = cl.public.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, 204)
-		return d, err
-	}
+	create := cl.public.createTimed("/v1/sandboxes", func() any { return map[string]any{"template": "base"} })
 	naive := timed(func() error { return naiveOnce(cl.public) })
 	trigger := timed(func() error { return httpTriggerOnce(cl.public.base, fnID) })
 	lat, err := interleaved(rounds, invoke, create, naive, trigger)

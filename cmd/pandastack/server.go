@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/pandastack/pandastack/internal/api"
 	"github.com/pandastack/pandastack/internal/app"
@@ -34,6 +36,12 @@ func registerControlPlaneFlags(f *pflag.FlagSet, o *app.ControlPlaneConfig) {
 	f.Float64Var(&o.RateLimit.CreatesPerSecond, "create-rate-limit", 0, "creates (sandboxes, forks, snapshots, volumes, templates) a second each key may make, on top of --rate-limit (0: no limit)")
 	f.IntVar(&o.RateLimit.CreateBurst, "create-burst", 0, "creates a key may make at once before --create-rate-limit applies (default: the rate, at least 1)")
 	durationVar(f, &o.AuditRetention, "audit-retention", api.DefaultAuditRetention, "how long the audit log keeps an entry (older ones are pruned hourly)")
+}
+
+// registerDBTLSFlags adds the operator's own certificate for the databases' router.
+func registerDBTLSFlags(f *pflag.FlagSet, o *app.ControlPlaneConfig) {
+	f.StringVar(&o.DBTLSCert, "db-tls-cert", "", "PEM certificate for *.db.<proxy domain> (with --db-tls-key); default: a local CA's")
+	f.StringVar(&o.DBTLSKey, "db-tls-key", "", "PEM key of --db-tls-cert")
 }
 
 func newLogger(level string) (*slog.Logger, error) {
@@ -88,6 +96,14 @@ printed once on stderr.`,
 			if err != nil {
 				return err
 			}
+			o.PublicURL = app.BaseURL(ln.Addr().String())
+			o.DBAddrRequired = cmd.Flags().Changed("db-addr")
+			if o.DBTLSDir == "" {
+				o.DBTLSDir = "/var/lib/pandastack/server/db-tls"
+				if !strings.Contains(o.DatabaseURL, "://") {
+					o.DBTLSDir = filepath.Join(filepath.Dir(o.DatabaseURL), "db-tls")
+				}
+			}
 			cp, key, err := app.StartControlPlane(ctx, o)
 			if err != nil {
 				ln.Close()
@@ -98,7 +114,7 @@ printed once on stderr.`,
 				fmt.Fprintf(os.Stderr, "First admin API key (shown once; store it now):\n  %s\n", key)
 			}
 			log.Info("control plane listening", "addr", ln.Addr().String(), "store", string(cp.Store.Dialect()),
-				"agents", len(o.Agents), "agent_registration", o.ClusterToken != "")
+				"agents", len(o.Agents), "agent_registration", o.ClusterToken != "", "databases", cp.DBAddr, "databases_ca", cp.DBCA)
 			if cp.E2BURL != "" {
 				log.Info("E2B-compatible API listening (docs/e2b.md)", "E2B_API_URL", cp.E2BURL, "E2B_SANDBOX_URL", cp.E2BURL)
 			}
@@ -111,6 +127,9 @@ printed once on stderr.`,
 	f.StringArrayVar(&o.Agents, "agent", nil, "host agent to use, as URL=TOKEN (repeatable)")
 	f.StringVar(&o.ClusterToken, "cluster-token", "", "secret agents present to register themselves (default $PANDASTACK_CLUSTER_TOKEN; empty disables registration)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.DBAddr, "db-addr", ":5432", "listen address of the databases' PostgreSQL router (TLS, SNI <id>.db.<proxy domain>; empty: none)")
+	f.StringVar(&o.DBTLSDir, "db-tls-dir", "", "where the router keeps the local CA and certificate it makes when --db-tls-cert is not given; clients verify with ca.pem there (default: db-tls beside the SQLite file, else /var/lib/pandastack/server/db-tls)")
+	registerDBTLSFlags(f, &o)
 	registerControlPlaneFlags(f, &o)
 	rootCmd.AddCommand(cmd)
 }

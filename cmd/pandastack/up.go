@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -16,6 +17,9 @@ import (
 	"github.com/pandastack/pandastack/internal/image"
 	"github.com/spf13/cobra"
 )
+
+// DefaultUpDBPort is `up`'s databases' router port (5432 is often a local PostgreSQL's).
+const DefaultUpDBPort = 15432
 
 func defaultDataDir() string {
 	if d := os.Getenv("PANDASTACK_DATA_DIR"); d != "" {
@@ -63,6 +67,7 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 			killAll := make(chan os.Signal, 1)
 			signal.Notify(killAll, syscall.SIGUSR2)
 			defer signal.Stop(killAll)
+			cfg.ControlPlane.DBAddrRequired = cmd.Flags().Changed("db-addr")
 			s, err := app.StartUp(ctx, cfg)
 			if err != nil {
 				return err
@@ -91,6 +96,9 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 				fmt.Fprintf(cmd.OutOrStdout(), "E2B SDKs (docs/e2b.md):\n  export E2B_API_URL=%[1]s E2B_SANDBOX_URL=%[1]s E2B_API_KEY=$(%[2]s keys create --e2b)\n\n",
 					s.CP.E2BURL, "pandastack")
 			}
+			if s.CP.DBAddr != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "Databases (pandastack db create): PostgreSQL router on %s, TLS; CA for sslmode=verify-full:\n  %s\n\n", s.CP.DBAddr, s.CP.DBCA)
+			}
 			return s.Serve(ctx)
 		},
 	}
@@ -108,6 +116,8 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 	registerLimitFlags(f, &cfg.Agent)
 	durationVar(f, &cfg.Agent.IdleHibernate, "idle-hibernate", 0,
 		"hibernate sandboxes no call touched for this long, e.g. 5m (memory to disk, VM stopped; the next call wakes them); 0: never")
+	f.StringVar(&cfg.ControlPlane.DBAddr, "db-addr", "127.0.0.1:"+strconv.Itoa(DefaultUpDBPort), "listen address of the databases' PostgreSQL router (TLS; its CA is DATA_DIR/db-tls/ca.pem; empty: none)")
+	registerDBTLSFlags(f, &cfg.ControlPlane)
 	registerControlPlaneFlags(f, &cfg.ControlPlane)
 	rootCmd.AddCommand(cmd)
 }

@@ -31,6 +31,7 @@ type vmHost struct {
 	t     *testing.T
 	dir   string
 	token string
+	cfg   hostagent.Config
 	agent *hostagent.Agent
 	srv   *httptest.Server
 }
@@ -50,13 +51,10 @@ func startVMHostWith(t *testing.T, tune func(*hostagent.Config)) *vmHost {
 	if tune != nil {
 		tune(&cfg)
 	}
-	a, err := hostagent.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("host agent: %v", err)
-	}
-	h.agent = a
-	h.srv = httptest.NewServer(a.Handler())
+	h.cfg = cfg
+	h.start()
 	t.Cleanup(func() {
+		a := h.agent
 		for _, sb := range a.List() {
 			a.Kill(sb.ID)
 		}
@@ -70,6 +68,17 @@ func startVMHostWith(t *testing.T, tune func(*hostagent.Config)) *vmHost {
 		os.RemoveAll(dir)
 	})
 	return h
+}
+
+// start starts the host's agent on its data dir (a successor adopts the VMs its predecessor left
+// running) and serves it on a new loopback URL.
+func (h *vmHost) start() {
+	a, err := hostagent.New(context.Background(), h.cfg)
+	if err != nil {
+		h.t.Fatalf("host agent: %v", err)
+	}
+	h.agent = a
+	h.srv = httptest.NewServer(a.Handler())
 }
 
 // stop ends the agent's HTTP server (the host "dies" as far as the control plane can tell).

@@ -114,8 +114,17 @@ const maxJSONBody = 1 << 20
 // decodeJSON reads one JSON object into v: at most 1 MiB, no unknown fields, nothing after it.
 // An empty body is an empty object when allowEmpty, else an error.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	return decodeJSONWithin(w, r, v, allowEmpty, maxJSONBody, false)
+}
+
+// decodeJSONWithin is decodeJSON with a body limit of limit bytes; numbers decode into `any`
+// fields as json.Number when useNumber (no float rounding).
+func decodeJSONWithin(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool, limit int64, useNumber bool) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
+	if useNumber {
+		dec.UseNumber()
+	}
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
 			if allowEmpty {
@@ -142,7 +151,7 @@ func jsonError(err error) error {
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &mbe):
-		return errdefs.New(errdefs.TooLarge, "request body is larger than the %d-byte limit for JSON bodies", maxJSONBody)
+		return errdefs.New(errdefs.TooLarge, "request body is larger than the %d-byte limit for JSON bodies", mbe.Limit)
 	case errors.As(err, &se):
 		return invalid("request body is not valid JSON (at byte %d): %s", se.Offset, se.Error())
 	case errors.As(err, &te):

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -39,7 +40,12 @@ type env struct {
 
 type envOpt func(*Config)
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quietLogger() *slog.Logger {
+	if os.Getenv("PANDASTACK_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
 
 // newEnv starts a server over SQLite with one fake agent (templates base and code-interpreter)
 // and returns it with a bootstrap admin key.

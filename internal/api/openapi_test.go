@@ -91,7 +91,9 @@ var wireTypes = func() map[string]reflect.Type {
 		v1.CodeInterruptRequest{},
 		v1.Function{}, v1.Functions{}, v1.FunctionSpec{}, v1.FunctionVersion{}, v1.FunctionVersions{}, v1.InvokeRequest{},
 		v1.FunctionError{}, v1.FunctionRun{}, v1.FunctionRuns{}, v1.Schedule{}, v1.Schedules{}, v1.CreateScheduleRequest{},
-		v1.ScheduleRun{}, v1.ScheduleRuns{},
+		v1.ScheduleRun{}, v1.ScheduleRuns{}, v1.Database{}, v1.Databases{}, v1.DatabaseConnection{}, v1.DatabaseSpec{},
+		v1.QueryRequest{}, v1.QueryField{}, v1.QueryResult{}, v1.QueryBatch{}, v1.QueryError{}, v1.BranchRequest{}, v1.DatabaseStats{},
+		v1.DatabaseBackup{}, v1.DatabaseBackups{}, v1.RestoreRequest{},
 	} {
 		t := reflect.TypeOf(v)
 		m[t.Name()] = t
@@ -195,7 +197,7 @@ func jsonFields(t reflect.Type) map[string]jsonField {
 // matchType says how p fails to describe Go type t ("" if it does). A pointer that is never
 // left out can be null on the wire, so its schema must allow null.
 func matchType(p *schema, t reflect.Type, alwaysThere bool) string {
-	if t == reflect.TypeFor[json.RawMessage]() {
+	if t == reflect.TypeFor[json.RawMessage]() || t.Kind() == reflect.Interface {
 		if p.Type != nil || p.Ref != "" {
 			return "raw JSON (any value) has a schema without type"
 		}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/database"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/functions"
 	"github.com/pandastack/pandastack/internal/inflight"
@@ -89,8 +90,13 @@ type Config struct {
 	// Console serves every GET of a path outside the API (/v1, /internal, /healthz, /metrics): the
 	// web console (package web). Nil: those answer the JSON 404 too.
 	Console http.Handler
-	// SecretsKey (32 bytes) seals functions' secrets at rest (AES-256-GCM); empty: unsealed.
+	// SecretsKey (32 bytes) seals functions' secrets and databases' passwords at rest
+	// (AES-256-GCM); empty: unsealed.
 	SecretsKey []byte
+	// DBRouterPort is the SNI router's public port in databases' connection strings (default
+	// 5432); PublicURL the server's base URL for their http_url (empty: none).
+	DBRouterPort int
+	PublicURL    string
 	// Version is reported by /healthz.
 	Version string
 	Now     func() time.Time
@@ -107,6 +113,8 @@ type Server struct {
 	schedules *schedules.Engine
 	// functions is internal/functions' service.
 	functions *functions.Service
+	// databases is internal/database's service.
+	databases *database.Service
 	log       *slog.Logger
 	auth      *auth.Authenticator
 	metrics   *metrics
@@ -159,6 +167,8 @@ func New(cfg Config) *Server {
 	s.functions = functions.New(functions.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain})
 	s.schedules.SetFunctions(s.functions)
+	s.databases = database.New(database.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
+		SecretsKey: cfg.SecretsKey, Domain: cfg.ProxyDomain, RouterPort: cfg.DBRouterPort, HTTPBase: cfg.PublicURL})
 	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
 	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()
@@ -266,6 +276,18 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/schedules/{id}/resume", apiKey, s.resumeSchedule},
 		{"POST", "/v1/schedules/{id}/trigger", apiKey, s.triggerSchedule},
 		{"GET", "/v1/schedules/{id}/runs", apiKey, s.listScheduleRuns},
+		{"POST", "/v1/databases", apiKey, s.createDatabase},
+		{"GET", "/v1/databases", apiKey, s.listDatabases},
+		{"GET", "/v1/databases/{id}", apiKey, s.getDatabase},
+		{"DELETE", "/v1/databases/{id}", apiKey, s.deleteDatabase},
+		{"POST", "/v1/databases/{id}/query", apiKey, s.queryDatabase},
+		{"POST", "/v1/databases/{id}/branches", apiKey, s.branchDatabase},
+		{"POST", "/v1/databases/{id}/password", apiKey, s.rotateDatabasePassword},
+		{"GET", "/v1/databases/{id}/stats", apiKey, s.databaseStats},
+		{"GET", "/v1/databases/{id}/logs", apiKey, s.databaseLogs},
+		{"POST", "/v1/databases/{id}/backups", apiKey, s.backupDatabase},
+		{"GET", "/v1/databases/{id}/backups", apiKey, s.listDatabaseBackups},
+		{"POST", "/v1/databases/{id}/restore", apiKey, s.restoreDatabase},
 	}
 }
 
@@ -308,9 +330,15 @@ func apiPath(p string) bool {
 }
 
 // ports sends requests for <port>-<id>.<domain> to the sandbox proxy, those for
-// <function id>.fn.<domain> to the function's HTTP trigger, everything else to the API.
+// <function id>.fn.<domain> to the function's HTTP trigger, those for <database id>.db.<domain>
+// (and /sql with a Neon-Connection-String on any host) to the /sql query broker, everything
+// else to the API.
 func (s *Server) ports(api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.ProxyDomain != "" && (s.databases.IsHost(r.Host) || r.URL.Path == "/sql" && r.Header.Get("Neon-Connection-String") != "") {
+			s.databaseSQL(w, r)
+			return
+		}
 		if id, ok := s.functionHost(r.Host); ok {
 			s.httpTrigger(w, r, id)
 			return

@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/e2bcompat"
+	"github.com/pandastack/pandastack/internal/dbrouter"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
@@ -49,6 +51,17 @@ type ControlPlaneConfig struct {
 	// BlobStore is where artifacts go to leave their host (file:///dir or s3://bucket/prefix?…,
 	// see internal/blob); hosts learn it when they register. Empty: artifacts stay on their host.
 	BlobStore string
+	// DBAddr is the databases' SNI router's listen address ("": no router). Its TLS certificate
+	// is DBTLSCert/DBTLSKey (the operator's), else a local CA and certificate kept in DBTLSDir
+	// (made when missing). DBAddrRequired: a router that cannot start stops the start; else it
+	// is a warning and databases are reached by the HTTP broker only.
+	DBAddr         string
+	DBAddrRequired bool
+	DBTLSDir       string
+	DBTLSCert      string
+	DBTLSKey       string
+	// PublicURL is the API's base URL as clients reach it (databases' http_url port).
+	PublicURL string
 	Version   string // reported by /healthz
 	// E2BAddr is the listen address of the E2B-compatible API (internal/e2bcompat,
 	// docs/e2b.md); empty: off.
@@ -67,6 +80,11 @@ type ControlPlane struct {
 	// E2BURL is the base URL of the E2B-compatible API ("" when off).
 	E2BURL string
 	e2bLn  net.Listener
+	// DBAddr is where the databases' router listens and DBCA the CA file clients verify it with
+	// ("" when the operator gave the certificate, or there is no router).
+	DBAddr string
+	DBCA   string
+	dbLn   net.Listener
 	log    *slog.Logger
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -125,13 +143,25 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	if err := sched.PollStatic(ctx); err != nil {
 		o.Logger.Warn("a host agent did not answer at start-up; will keep trying", "err", err)
 	}
-	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
+	dbLn, dbTLS, dbCA, err := openDBRouter(o)
+	if err != nil {
+		st.Close()
+		return nil, "", err
+	}
+	dbPort := 0
+	if dbLn != nil {
+		dbPort = dbLn.Addr().(*net.TCPAddr).Port
+	}
+	srv := api.New(api.Config{DBRouterPort: dbPort, PublicURL: o.PublicURL, Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
 		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, Quota: o.Quota, RateLimit: o.RateLimit,
 		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey,
 		Console: web.Handler()})
 	var e2bLn net.Listener
 	if o.E2BAddr != "" {
 		if e2bLn, err = net.Listen("tcp", o.E2BAddr); err != nil {
+			if dbLn != nil {
+				dbLn.Close()
+			}
 			srv.Close()
 			st.Close()
 			return nil, "", fmt.Errorf("--e2b-addr: %w", err)
@@ -144,11 +174,21 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	if e2bLn != nil {
 		cp.E2BURL = BaseURL(e2bLn.Addr().String())
 	}
+	if dbLn != nil {
+		cp.dbLn, cp.DBAddr, cp.DBCA = dbLn, dbLn.Addr().String(), dbCA
+		dbs := srv.Databases()
+		router := dbrouter.New(dbrouter.Config{TLS: dbTLS, Domain: dbs.Domain(), Dial: dbs.DialID, Active: dbs.Active,
+			Logger: o.Logger.With("part", "dbrouter")})
+		go router.Serve(dbLn)
+		o.Logger.Info("databases' router listening", "addr", cp.DBAddr, "ca", dbCA)
+	}
 	go func() {
 		defer close(cp.done)
 		go sched.Run(lctx)
 		go srv.RunAuditPruner(lctx)
 		go srv.RunFunctions(lctx)
+		go srv.Databases().RunSuspender(lctx, 0)
+		go srv.Databases().RunBackups(lctx)
 		schedulesDone := make(chan struct{})
 		go func() { srv.RunSchedules(lctx, 0); close(schedulesDone) }() // waits for its runs
 		srv.RunReaper(lctx)
@@ -213,8 +253,46 @@ func (cp *ControlPlane) httpServer(h http.Handler) *http.Server {
 		ErrorLog: slog.NewLogLogger(cp.log.Handler(), slog.LevelWarn)}
 }
 
+// openDBRouter takes the router's port and loads (or makes) its TLS certificate; nil without
+// DBAddr, or when it cannot start and is not required (a warning says why).
+func openDBRouter(o ControlPlaneConfig) (net.Listener, *tls.Config, string, error) {
+	if o.DBAddr == "" {
+		return nil, nil, "", nil
+	}
+	fail := func(err error) (net.Listener, *tls.Config, string, error) {
+		if o.DBAddrRequired {
+			return nil, nil, "", fmt.Errorf("--db-addr: %w", err)
+		}
+		o.Logger.Warn("the databases' router is off (set --db-addr to a free port, or empty to silence this)", "addr", o.DBAddr, "err", err)
+		return nil, nil, "", nil
+	}
+	var cfg *tls.Config
+	ca := ""
+	var err error
+	if o.DBTLSCert != "" || o.DBTLSKey != "" {
+		cfg, err = dbrouter.LoadTLS(o.DBTLSCert, o.DBTLSKey)
+	} else {
+		domain := strings.ToLower(strings.Trim(o.ProxyDomain, "."))
+		if domain == "" {
+			domain = "localhost"
+		}
+		cfg, ca, err = dbrouter.LoadOrCreateTLS(o.DBTLSDir, "db."+domain)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	ln, err := net.Listen("tcp", o.DBAddr)
+	if err != nil {
+		return fail(err)
+	}
+	return ln, cfg, ca, nil
+}
+
 // Close stops the background loops and then closes the store they use.
 func (cp *ControlPlane) Close() {
+	if cp.dbLn != nil {
+		cp.dbLn.Close()
+	}
 	cp.cancel()
 	<-cp.done
 	if cp.e2bLn != nil {

@@ -101,6 +101,10 @@ func StartUp(ctx context.Context, cfg UpConfig) (_ *Stack, err error) {
 
 	o := cfg.ControlPlane
 	o.DatabaseURL = filepath.Join(s.DataDir, "state.db")
+	o.PublicURL = s.URL
+	if o.DBTLSDir == "" {
+		o.DBTLSDir = filepath.Join(s.DataDir, "db-tls")
+	}
 	s.KeyRecovery = "pandastack keys create --admin --data-dir " + s.DataDir
 	o.KeyRecovery = s.KeyRecovery
 	o.Agents = []string{s.agentURL + "=" + s.agentToken}

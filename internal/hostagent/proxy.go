@@ -3,6 +3,7 @@ package hostagent
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/splice"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // reacher finds where a running sandbox's ports are and marks it in use meanwhile: the sandbox
@@ -38,6 +41,10 @@ func (a *Agent) handleProxy(w http.ResponseWriter, r *http.Request, id, portStr,
 		return
 	}
 	defer done()
+	if strings.EqualFold(r.Header.Get("Upgrade"), hostapi.TCPUpgrade) {
+		tunnel(w, r, net.JoinHostPort(addr, strconv.Itoa(port)), port, id)
+		return
+	}
 	target := &url.URL{Scheme: "http", Host: addr + ":" + strconv.Itoa(port)}
 	restPath, err := url.PathUnescape(rest)
 	if err != nil {
@@ -65,6 +72,35 @@ func (a *Agent) handleProxy(w http.ResponseWriter, r *http.Request, id, portStr,
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// tunnel answers a TCP upgrade: it dials the guest port, answers 101 and copies bytes both ways
+// until either side closes (hostapi.TCPUpgrade).
+func tunnel(w http.ResponseWriter, r *http.Request, addr string, port int, id string) {
+	up, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(r.Context(), "tcp", addr)
+	if err != nil {
+		msg := err.Error()
+		if strings.Contains(msg, "connection refused") {
+			msg = fmt.Sprintf("nothing listens on port %d in sandbox %s", port, id)
+		}
+		writeError(w, errdefs.New(errdefs.Unavailable, "%s", msg))
+		return
+	}
+	defer up.Close()
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		writeError(w, errdefs.New(errdefs.Internal, "tcp upgrade: %v", err))
+		return
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Time{})
+	if _, err := brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + hostapi.TCPUpgrade + "\r\n\r\n"); err != nil {
+		return
+	}
+	if err := brw.Flush(); err != nil {
+		return
+	}
+	splice.Join(conn, io.MultiReader(brw.Reader, conn), up)
 }
 
 // proxyTransport connects to sandbox ports: a dead port fails fast, idle connections are reused.

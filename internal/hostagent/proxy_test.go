@@ -3,15 +3,18 @@ package hostagent
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
 )
 
@@ -59,4 +62,77 @@ func TestProxyRawPath(t *testing.T) {
 			t.Errorf("GET %s: %d Location %q, the guest got %q; want 200 and the path as sent", p, res.StatusCode, res.Header.Get("Location"), b)
 		}
 	}
+}
+
+// A TCP upgrade on the port path is a raw tunnel to the guest port: bytes both ways, the
+// client's half-close reaches the guest, a closed port is the agent's 502 before any upgrade,
+// and the agent token is still required.
+func TestProxyTCPTunnel(t *testing.T) {
+	guest, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer guest.Close()
+	go func() {
+		for {
+			c, err := guest.Accept()
+			if err != nil {
+				return
+			}
+			go func() { // answer everything back after the client's EOF, then close
+				defer c.Close()
+				b, _ := io.ReadAll(c)
+				c.Write(append([]byte("echo:"), b...))
+			}()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(guest.Addr().String())
+	a := &Agent{cfg: Config{Token: "tok"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), reach: guestAt("127.0.0.1")}
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	ctx := context.Background()
+
+	c, err := agentclient.New(srv.URL, "tok").DialPort(ctx, "sb_x", mustAtoi(t, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("select 1;\x00binary\xff"))
+	c.(interface{ CloseWrite() error }).CloseWrite()
+	b, err := io.ReadAll(c)
+	c.Close()
+	if err != nil || string(b) != "echo:select 1;\x00binary\xff" {
+		t.Fatalf("tunnel: %q %v", b, err)
+	}
+
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	_, cport, _ := net.SplitHostPort(closed.Addr().String())
+	closed.Close()
+	if _, err := agentclient.New(srv.URL, "tok").DialPort(ctx, "sb_x", mustAtoi(t, cport)); errdefs.KindOf(asDef(err)) != errdefs.Unavailable ||
+		!strings.Contains(err.Error(), "nothing listens on port") {
+		t.Fatalf("closed port: %v", err)
+	}
+	if _, err := agentclient.New(srv.URL, "wrong").DialPort(ctx, "sb_x", mustAtoi(t, port)); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("wrong token: %v", err)
+	}
+	if _, err := agentclient.New(srv.URL, "tok").DialPort(ctx, "sb_nope", mustAtoi(t, port)); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("unknown sandbox: %v", err)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// asDef is an agent client's error as its errdefs kind carrier.
+func asDef(err error) error {
+	var ae *agentclient.Error
+	if errors.As(err, &ae) {
+		return ae.Def()
+	}
+	return err
 }

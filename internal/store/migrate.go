@@ -37,12 +37,14 @@ var versionNames = []string{
 	11: "async function runs' leases",
 	12: "sandbox changes by team",
 	13: "E2B facade's sandbox access tokens",
+	14: "managed databases",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
 // (tables before the tables that reference them).
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
-	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema, e2bSchema)
+	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema, e2bSchema,
+	databasesSchema)
 
 // assemble groups the domains' steps into migrations by version.
 func assemble(domains ...[]schemaStep) []migration {

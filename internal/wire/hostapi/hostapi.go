@@ -30,6 +30,12 @@ const (
 // whose Authorization header belongs to the application in the sandbox and passes through.
 const ProxyTokenHeader = "X-Pandastack-Agent-Token"
 
+// TCPUpgrade is the Upgrade protocol of a raw TCP tunnel to a sandbox port: GET
+// /v1/sandboxes/{id}/ports/{port}/ with "Connection: Upgrade" and "Upgrade: tcp" is answered
+// 101 and the connection then carries that port's bytes both ways (for protocols that are not
+// HTTP, e.g. a database's wire protocol).
+const TCPUpgrade = "tcp"
+
 // Time is t as the wire carries it (what a time.Time marshals to, unquoted).
 func Time(t time.Time) string { return t.Format(time.RFC3339Nano) }
 

@@ -947,5 +947,40 @@ class FunctionsAndSchedules(OfflineCase):
                           "GET /v1/schedules/sch_1/runs", "DELETE /v1/schedules/sch_1"])
 
 
+# -- databases -------------------------------------------------------------------------------------
+
+
+class DatabasesOffline(OfflineCase):
+    def test_create_list_query_delete(self) -> None:
+        db = {"id": "db_1", "name": "shop", "state": "ready", "password": "pw",
+              "connection": {"uri": "postgres://shop_owner:pw@db_1.db.localhost:5432/shop?sslmode=require"}}
+        res = {"fields": [{"name": "n", "dataTypeID": 23}], "rows": [["42"]], "command": "SELECT", "rowCount": 1}
+        s = self.answer(ok(db, 201), ok({"databases": [db]}), ok(db), ok(res), ok(None, 204), ok(db, 201), ok(db),
+                        ok({"size_bytes": 1, "connections": 0}), ok(b"LOG:  ready\n"), ok({"id": "sn_1"}, 201),
+                        ok({"backups": [{"id": "sn_1"}]}), ok(db, 201))
+        self.assertEqual(self.client.databases.create("shop", version="16", extensions=("vector",))["password"], "pw")
+        self.assertEqual(s.requests[0].json(), {"name": "shop", "version": "16", "extensions": ["vector"]})
+        self.assertEqual(len(self.client.databases.list()), 1)
+        self.client.databases.get("db_1")
+        self.assertEqual(self.client.databases.query("db_1", "select $1::int + 1 as n", [41])["rows"], [["42"]])
+        self.assertEqual(s.requests[3].json(), {"query": "select $1::int + 1 as n", "params": [41]})
+        self.client.databases.delete("db_1")
+        self.assertEqual([r.method + " " + s.path(i) for i, r in enumerate(s.requests)],
+                         ["POST /v1/databases", "GET /v1/databases", "GET /v1/databases/db_1",
+                          "POST /v1/databases/db_1/query", "DELETE /v1/databases/db_1"])
+        self.client.databases.branch("db_1", "dev")
+        self.assertEqual((s.path(5), s.requests[5].json()), ("/v1/databases/db_1/branches", {"name": "dev"}))
+        self.client.databases.rotate_password("db_1")
+        self.assertEqual(s.path(6), "/v1/databases/db_1/password")
+        self.assertEqual(self.client.databases.stats("db_1")["size_bytes"], 1)
+        self.assertEqual(self.client.databases.logs("db_1", bytes=100), "LOG:  ready\n")
+        self.assertEqual(s.path(8), "/v1/databases/db_1/logs?bytes=100")
+        self.assertEqual(self.client.databases.backup("db_1")["id"], "sn_1")
+        self.assertEqual(len(self.client.databases.backups("db_1")), 1)
+        self.client.databases.restore("db_1", "back", to_time="2026-01-01T00:00:00Z")
+        self.assertEqual((s.path(11), s.requests[11].json()), ("/v1/databases/db_1/restore",
+                                                              {"name": "back", "to_time": "2026-01-01T00:00:00Z"}))
+
+
 if __name__ == "__main__":
     unittest.main()

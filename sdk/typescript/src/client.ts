@@ -1,6 +1,7 @@
 import { ConfigurationError } from "./errors.js";
 import { Transport, type FetchLike } from "./http.js";
 import { Sandboxes, Snapshots, Templates, Volumes, registerClientFactory, type ClientContext, type SandboxData } from "./sandbox.js";
+import { Databases } from "./databases.js";
 import { Functions, Schedules } from "./functions.js";
 
 /** Where the hosted API lives; a self-hosted `pandastack up` prints its own base URL. */
@@ -47,6 +48,7 @@ export class PandaStack {
   readonly volumes: Volumes;
   readonly templates: Templates;
   readonly functions: Functions;
+  readonly databases: Databases;
   readonly schedules: Schedules;
   /** @internal */
   declare readonly http: Transport;
@@ -79,6 +81,7 @@ export class PandaStack {
     this.templates = new Templates(ctx);
     this.volumes = new Volumes(ctx);
     this.functions = new Functions(ctx);
+    this.databases = new Databases(ctx);
     this.schedules = new Schedules(ctx);
   }
 

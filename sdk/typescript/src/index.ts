@@ -50,6 +50,13 @@ export {
   type CreateScheduleParams,
 } from "./functions.js";
 export {
+  Databases,
+  type Database,
+  type DatabaseConnection,
+  type CreateDatabaseParams,
+  type QueryResult,
+} from "./databases.js";
+export {
   PandaStackError,
   ConfigurationError,
   APIConnectionError,

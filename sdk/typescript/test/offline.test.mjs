@@ -788,3 +788,27 @@ describe("offline: functions and schedules", () => {
     assert.deepEqual(f.calls.slice(4).map((x) => x.method + " " + x.path()), ["POST /v1/schedules/sch_1/trigger", "DELETE /v1/schedules/sch_1"]);
   });
 });
+
+// -- databases --------------------------------------------------------------------------------------
+
+describe("offline: databases", () => {
+  it("create, list, get, query and delete use the documented routes", async () => {
+    const db = { id: "db_1", name: "shop", state: "ready", password: "pw", connection: { uri: "postgres://shop_owner:pw@db_1.db.localhost:5432/shop?sslmode=require" } };
+    const res = { fields: [{ name: "n", dataTypeID: 23 }], rows: [["42"]], command: "SELECT", rowCount: 1 };
+    const f = script(ok(db, 201), ok({ databases: [db] }), ok(db), ok(res), ok(null, 204), ok(db, 201), ok(db));
+    const c = client(f);
+    assert.equal((await c.databases.create({ name: "shop", version: "16", extensions: ["vector"] })).password, "pw");
+    assert.deepEqual(f.calls[0].json(), { name: "shop", version: "16", extensions: ["vector"] });
+    assert.equal((await c.databases.list()).length, 1);
+    await c.databases.get("db_1");
+    assert.deepEqual((await c.databases.query("db_1", "select $1::int + 1 as n", [41])).rows, [["42"]]);
+    assert.deepEqual(f.calls[3].json(), { query: "select $1::int + 1 as n", params: [41] });
+    await c.databases.delete("db_1");
+    assert.deepEqual(f.calls.map((x) => x.method + " " + x.path()),
+      ["POST /v1/databases", "GET /v1/databases", "GET /v1/databases/db_1", "POST /v1/databases/db_1/query", "DELETE /v1/databases/db_1"]);
+    await c.databases.branch("db_1", "dev");
+    assert.deepEqual([f.calls[5].path(), f.calls[5].json()], ["/v1/databases/db_1/branches", { name: "dev" }]);
+    await c.databases.rotatePassword("db_1");
+    assert.equal(f.calls[6].path(), "/v1/databases/db_1/password");
+  });
+});

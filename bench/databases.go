@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+)
+
+// databasesSuite runs a real agent and server with the databases' router and measures, in the
+// same run: database creates (restore of the baked postgres template + owner set-up) against
+// sandbox creates of the same template, and a new connection + SELECT 1 through the router (TLS,
+// SNI) against the same through the host agent's tunnel straight to the VM's postgres, with TLS
+// (the VM's own certificate, its handshake on the guest's CPU) and without: router_over_direct and
+// router_over_direct_plain are the router's cost against each.
+func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, rounds int) error {
+	dbAddr := freeAddr()
+	cl, err := startCluster(guestAgent, imageCache, "10.196.0.0/20", "--db-addr", dbAddr)
+	if err != nil {
+		return err
+	}
+	defer cl.stop()
+	if _, err := cl.direct.do("POST", "/v1/templates/postgres-17/bake", nil, 200); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := cl.public.do("GET", "/v1/templates/postgres-17", nil, 200); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("server never saw postgres-17 (see %s)", cl.dir)
+		}
+	}
+	n := 0
+	createDB := cl.public.createTimed("/v1/databases", func() any { n++; return map[string]any{"name": fmt.Sprintf("bench%d", n)} })
+	createSB := cl.public.createTimed("/v1/sandboxes", func() any { return map[string]any{"template": "postgres-17"} })
+	lat, err := interleaved(rounds, createDB, createSB)
+	if err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, cl.dir)
+	}
+	res["db_create_p50_ms"], res["db_create_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
+	res["db_sandbox_create_p50_ms"], res["db_sandbox_create_p99_ms"] = pct(lat[1], 50), pct(lat[1], 99)
+	res["db_create_over_sandbox_create"] = res["db_create_p50_ms"] / res["db_sandbox_create_p50_ms"]
+
+	// Connect latency: one database, many connections each way.
+	body, err := cl.public.do("POST", "/v1/databases", map[string]any{"name": "conn", "suspend_after_seconds": 0}, 201)
+	if err != nil {
+		return err
+	}
+	var db struct {
+		ID, Password string
+		SandboxID    string `json:"sandbox_id"`
+		Connection   struct {
+			URI       string
+			PoolerURI string `json:"pooler_uri"`
+		}
+	}
+	json.Unmarshal(body, &db)
+	ca := filepath.Join(cl.dir, "db-tls", "ca.pem")
+	viaRouter, err := pgx.ParseConfig(strings.Replace(db.Connection.URI, "sslmode=require", "sslmode=verify-full&sslrootcert="+ca, 1))
+	if err != nil {
+		return err
+	}
+	routerHost, _, _ := net.SplitHostPort(dbAddr)
+	viaRouter.LookupFunc = func(context.Context, string) ([]string, error) { return []string{routerHost}, nil }
+	direct := viaRouter.Copy()
+	agent := agentclient.New(cl.direct.base, strings.TrimPrefix(cl.direct.auth, "Bearer "))
+	direct.TLSConfig.InsecureSkipVerify = true // the VM's snakeoil certificate
+	direct.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return agent.DialPort(ctx, db.SandboxID, 5432)
+	}
+	viaPooler, err := pgx.ParseConfig(strings.Replace(db.Connection.PoolerURI, "sslmode=require", "sslmode=verify-full&sslrootcert="+ca, 1))
+	if err != nil {
+		return err
+	}
+	viaPooler.LookupFunc = viaRouter.LookupFunc
+	plain := direct.Copy() // the floor: the tunnel without TLS
+	plain.TLSConfig, plain.Fallbacks = nil, nil
+	connect := func(cfg *pgx.ConnConfig) sample {
+		return timed(func() error {
+			c, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer c.Close(ctx)
+			var one int
+			return c.QueryRow(ctx, "select 1").Scan(&one)
+		})
+	}
+	lat, err = interleaved(rounds*5, connect(viaRouter), connect(direct), connect(plain), connect(viaPooler))
+	if err != nil {
+		return err
+	}
+	res["db_connect_pooler_p50_ms"] = pct(lat[3], 50)
+	res["db_connect_direct_plain_p50_ms"] = pct(lat[2], 50)
+	res["db_connect_router_over_direct_plain"] = pct(lat[0], 50) / res["db_connect_direct_plain_p50_ms"]
+	res["db_connect_router_p50_ms"], res["db_connect_router_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
+	res["db_connect_direct_p50_ms"], res["db_connect_direct_p99_ms"] = pct(lat[1], 50), pct(lat[1], 99)
+	res["db_connect_router_over_direct"] = res["db_connect_router_p50_ms"] / res["db_connect_direct_p50_ms"]
+
+	// Branch (a fork of the VM), backup (a snapshot) and restore (a new database from it).
+	k := 0
+	branch := func() (float64, error) {
+		k++
+		t := time.Now()
+		body, err := cl.public.do("POST", "/v1/databases/"+db.ID+"/branches", map[string]any{"name": fmt.Sprintf("br%d", k)}, 201)
+		d := ms(time.Since(t))
+		if err != nil {
+			return 0, err
+		}
+		var b struct{ ID string }
+		json.Unmarshal(body, &b)
+		_, err = cl.public.do("DELETE", "/v1/databases/"+b.ID, nil, 204)
+		return d, err
+	}
+	var backupID string
+	backup := timed(func() error {
+		body, err := cl.public.do("POST", "/v1/databases/"+db.ID+"/backups", nil, 201)
+		var b struct{ ID string }
+		json.Unmarshal(body, &b)
+		backupID = b.ID
+		return err
+	})
+	restore := func() (float64, error) {
+		k++
+		t := time.Now()
+		body, err := cl.public.do("POST", "/v1/databases/"+db.ID+"/restore", map[string]any{"name": fmt.Sprintf("rs%d", k), "backup_id": backupID}, 201)
+		d := ms(time.Since(t))
+		if err != nil {
+			return 0, err
+		}
+		var r struct{ ID string }
+		json.Unmarshal(body, &r)
+		_, err = cl.public.do("DELETE", "/v1/databases/"+r.ID, nil, 204)
+		return d, err
+	}
+	lat, err = interleaved(rounds, branch, backup, restore)
+	if err != nil {
+		return err
+	}
+	for i, name := range []string{"db_branch", "db_backup", "db_restore"} {
+		res[name+"_p50_ms"], res[name+"_p99_ms"] = pct(lat[i], 50), pct(lat[i], 99)
+	}
+	return nil
+}

@@ -1,0 +1,578 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pandastack/pandastack/internal/dbrouter"
+	"github.com/pandastack/pandastack/internal/hostagent"
+	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/network/nettest"
+	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/testenv"
+)
+
+// Managed PostgreSQL on real microVMs: a create restores the baked postgres template; psql and
+// pgx reach it through the SNI router with TLS, the broker answers with the API key and with
+// Neon's /sql format.
+
+type dbAnswer struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	State      string `json:"state"`
+	Version    string `json:"version"`
+	Password   string `json:"password"`
+	Note       string `json:"note"`
+	Connection struct {
+		URI       string `json:"uri"`
+		PoolerURI string `json:"pooler_uri"`
+		HTTPURL   string `json:"http_url"`
+		Host      string `json:"host"`
+		User      string `json:"user"`
+		Database  string `json:"database"`
+		Port      int    `json:"port"`
+	} `json:"connection"`
+}
+
+// dbRouter starts the SNI router for cp on loopback and returns its port and CA file.
+func dbRouter(t *testing.T, cp *e2eCP) (int, string) {
+	t.Helper()
+	tlsCfg, caPath, err := dbrouter.LoadOrCreateTLS(t.TempDir(), "db.localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	r := dbrouter.New(dbrouter.Config{TLS: tlsCfg, Domain: cp.srv.Databases().Domain(), Dial: cp.srv.Databases().DialID,
+		Active: cp.srv.Databases().Active, Logger: quietLogger()})
+	go r.Serve(ln)
+	port := ln.Addr().(*net.TCPAddr).Port
+	cp.srv.Databases().SetRouterPort(port)
+	return port, caPath
+}
+
+// pgConnect connects with pgx to the router on loopback; the host name stays the TLS name.
+func pgConnect(ctx context.Context, connStr string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(connStr)
+	if err != nil {
+		return nil, err
+	}
+	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// nodeDBClients returns a directory holding the node clients' script (testdata/dbclients.mjs)
+// beside node-postgres and @neondatabase/serverless from npm (installed once into the image cache).
+func nodeDBClients(t *testing.T) string {
+	t.Helper()
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Fatal("the node clients' check needs node and npm (apt-get install nodejs npm)")
+	}
+	mods := filepath.Join(testenv.ImageCache(), "npm-dbclients-pg-8.23.1-neon-1.2.0")
+	if _, err := os.Stat(filepath.Join(mods, "node_modules", "@neondatabase", "serverless", "package.json")); err != nil {
+		tmp, err := os.MkdirTemp(testenv.ImageCache(), "npm-dbclients-tmp-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(tmp)
+		os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"private": true}`), 0o644)
+		cmd := exec.Command(npm, "install", "--no-audit", "--no-fund", "pg@8.23.1", "@neondatabase/serverless@1.2.0")
+		cmd.Dir = tmp
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm install: %v\n%s", err, out)
+		}
+		if err := os.Rename(tmp, mods); err != nil && !errors.Is(err, os.ErrExist) {
+			if _, serr := os.Stat(mods); serr != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dir := t.TempDir()
+	script, err := os.ReadFile("testdata/dbclients.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "dbclients.mjs"), script, 0o644)
+	if err := os.Symlink(filepath.Join(mods, "node_modules"), filepath.Join(dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+func TestE2EDatabases(t *testing.T) {
+	testenv.NeedVMs(t)
+	nettest.NeedRoot(t)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	// The database's port is reached through the host's port path: the sandboxes need their network.
+	prefix := nettest.NewPrefix()
+	out := nettest.NewOutside(t, prefix)
+	slots := nettest.FreeCIDR(t, 22)
+	host := startVMHostWith(t, func(c *hostagent.Config) {
+		c.Network = &network.Config{CIDR: slots, Prefix: prefix, Ready: 2, DNS: out.Addr}
+	})
+	host.bake(ctx, "postgres-17")
+	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{ProxyDomain: "localhost", PublicURL: "http://localhost:8080"}, host)
+	port, caPath := dbRouter(t, cp)
+
+	// Bad input is a clear 400; the alias 16 is taken with a note.
+	for _, body := range []string{`{"name":"Bad Name"}`, `{"name":"x","version":"15"}`, `{"name":"x","extensions":["nope"]}`,
+		`{"name":"x","memory_mib":999999}`, `{"name":"postgres"}`, `{"name":"x","suspend_after_seconds":-1}`} {
+		if code, b := cp.call(t, "POST", "/v1/databases", []byte(body), "application/json"); code != 400 {
+			t.Fatalf("%s: %d %s", body, code, b)
+		}
+	}
+	start := time.Now()
+	code, b := cp.call(t, "POST", "/v1/databases", []byte(`{"name":"shop-db","version":"16","extensions":["vector","pg_trgm"]}`), "application/json")
+	var db dbAnswer
+	if json.Unmarshal(b, &db); code != 201 || db.Password == "" || db.Version != "17" || !strings.Contains(db.Note, "alias") || db.State != "ready" {
+		t.Fatalf("create: %d %s", code, b)
+	}
+	t.Logf("database created in %s", time.Since(start))
+	wantURI := "postgres://shop_db_owner:" + db.Password + "@" + db.ID + ".db.localhost:" + strconv.Itoa(port) + "/shop_db?sslmode=require"
+	if db.Connection.URI != wantURI || db.Connection.HTTPURL != "http://"+db.ID+".db.localhost:8080/sql" {
+		t.Fatalf("connection %+v, want uri %s", db.Connection, wantURI)
+	}
+	// The password is shown once.
+	if code, b := cp.call(t, "GET", "/v1/databases/"+db.ID, nil, ""); code != 200 || strings.Contains(string(b), db.Password) {
+		t.Fatalf("get: %d %s", code, b)
+	}
+	if code, b := cp.call(t, "GET", "/v1/databases", nil, ""); code != 200 || !strings.Contains(string(b), db.ID) || strings.Contains(string(b), db.Password) {
+		t.Fatalf("list: %d %s", code, b)
+	}
+
+	// pgx through the router: sslmode=require (SSLRequest), verify-full with the CA, direct TLS.
+	for _, extra := range []string{"", "&sslmode=verify-full&sslrootcert=" + caPath, "&sslnegotiation=direct&sslmode=verify-full&sslrootcert=" + caPath} {
+		uri := strings.Replace(wantURI, "?sslmode=require", "?sslmode=require"+extra, 1)
+		if extra != "" {
+			uri = strings.Replace(wantURI, "?sslmode=require", "?"+strings.TrimPrefix(extra, "&"), 1)
+		}
+		c, err := pgConnect(ctx, uri)
+		if err != nil {
+			t.Fatalf("pgx %s: %v", extra, err)
+		}
+		var who, dbName, vec string
+		if err := c.QueryRow(ctx, "select current_user, current_database(), '[1,2]'::vector::text").Scan(&who, &dbName, &vec); err != nil ||
+			who != "shop_db_owner" || dbName != "shop_db" || vec != "[1,2]" {
+			t.Fatalf("pgx %s: %v %s %s %s", extra, err, who, dbName, vec)
+		}
+		c.Close(ctx)
+	}
+	c, err := pgConnect(ctx, wantURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+
+	// The pooler (<id>-pooler: PgBouncer, transaction mode, in the VM) with the same credentials;
+	// its server connections come from the VM's loopback, direct ones do not.
+	if db.Connection.PoolerURI != strings.Replace(wantURI, db.ID+".db.", db.ID+"-pooler.db.", 1) {
+		t.Fatalf("pooler_uri %s", db.Connection.PoolerURI)
+	}
+	pc, err := pgConnect(ctx, db.Connection.PoolerURI)
+	if err != nil {
+		t.Fatalf("pooler: %v", err)
+	}
+	var viaPool, viaDirect string
+	var n int
+	if err := pc.QueryRow(ctx, "select host(inet_client_addr()), $1::int + 1", 41).Scan(&viaPool, &n); err != nil || viaPool != "127.0.0.1" || n != 42 {
+		t.Fatalf("pooler: %v %q %d", err, viaPool, n)
+	}
+	pc.Close(ctx)
+	if err := c.QueryRow(ctx, "select host(inet_client_addr())").Scan(&viaDirect); err != nil || viaDirect == "127.0.0.1" {
+		t.Fatalf("direct: %v %q", err, viaDirect)
+	}
+	if _, err := c.Exec(ctx, "create table items (id int primary key, name text); insert into items values (1, 'apple'), (2, null)"); err != nil {
+		t.Fatal(err)
+	}
+
+	// psql (libpq) with verify-full: the host name is the SNI, hostaddr the router.
+	if psql, err := exec.LookPath("psql"); err == nil {
+		cmd := exec.CommandContext(ctx, psql, "-X", "-At", "-c", "select name from items where id = 1",
+			"host="+db.ID+".db.localhost hostaddr=127.0.0.1 port="+strconv.Itoa(port)+" user=shop_db_owner dbname=shop_db sslmode=verify-full sslrootcert="+caPath)
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+db.Password)
+		if got, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(got)) != "apple" {
+			t.Fatalf("psql: %v %s", err, got)
+		}
+		// Without SNI (an address as host): options=endpoint=<id>.
+		cmd = exec.CommandContext(ctx, psql, "-X", "-At", "-c", "select count(*) from items",
+			"host=127.0.0.1 port="+strconv.Itoa(port)+" user=shop_db_owner dbname=shop_db sslmode=require options=endpoint="+db.ID)
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+db.Password)
+		if got, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(got)) != "2" {
+			t.Fatalf("psql with endpoint option: %v %s", err, got)
+		}
+	} else {
+		t.Log("no psql on this machine: libpq not tried")
+	}
+
+	// Refusals are PostgreSQL errors, not hangs.
+	if _, err := pgConnect(ctx, strings.Replace(wantURI, db.Password, "wrong", 1)); sqlState(err) != "28P01" {
+		t.Fatalf("wrong password: %v", err)
+	}
+	if _, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, "db_nosuchdatabase0000", 1)); sqlState(err) != "08004" || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if _, err := pgConnect(ctx, strings.Replace(wantURI, db.ID+".db.localhost", "elsewhere.localhost", 1)); sqlState(err) != "08004" {
+		t.Fatalf("malformed name: %v", err)
+	}
+	if _, err := pgConnect(ctx, strings.Replace(wantURI, "sslmode=require", "sslmode=disable", 1)); sqlState(err) != "28000" || !strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("plaintext: %v", err)
+	}
+
+	// A cancel request (plaintext, on a new connection) reaches the right database.
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = c.Exec(sctx, "select pg_sleep(600)")
+	scancel()
+	if err == nil {
+		t.Fatal("pg_sleep(600) returned")
+	}
+	c2, err := pgConnect(ctx, wantURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close(ctx)
+	waitFor(t, 2*time.Minute, "the cancelled sleep to end", func() bool {
+		var n int
+		return c2.QueryRow(ctx, "select count(*) from pg_stat_activity where query = 'select pg_sleep(600)' and state = 'active'").Scan(&n) == nil && n == 0
+	})
+
+	// The broker with the API key: text values, nulls, params, SQLSTATE on errors, size caps.
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/query", []byte(`{"query":"select id, name, $1::int + 1 as n from items order by id","params":[41]}`), "application/json")
+	if code != 200 || !strings.Contains(string(b), `"rows":[["1","apple","42"],["2",null,"42"]]`) || !strings.Contains(string(b), `"command":"SELECT","rowCount":2`) {
+		t.Fatalf("query: %d %s", code, b)
+	}
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/query", []byte(`{"query":"select * from nope"}`), "application/json")
+	if code != 400 || !strings.Contains(string(b), `"sqlstate":"42P01"`) {
+		t.Fatalf("bad query: %d %s", code, b)
+	}
+	big, _ := json.Marshal(map[string]any{"query": "select $1::text", "params": []string{strings.Repeat("x", 11<<20)}})
+	if code, b := cp.call(t, "POST", "/v1/databases/"+db.ID+"/query", big, "application/json"); code != 413 {
+		t.Fatalf("oversized body: %d %s", code, b)
+	}
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/query", []byte(`{"query":"select repeat('x', 1048576) from generate_series(1, 12)"}`), "application/json")
+	if code != 413 {
+		t.Fatalf("oversized result: %d %.300s", code, b)
+	}
+
+	// Neon's /sql format at <id>.db.<domain>, the connection string as the credential.
+	neon := func(conn string, body string, hdr map[string]string) (int, string) {
+		req, _ := http.NewRequest("POST", cp.hs.URL+"/sql", bytes.NewReader([]byte(body)))
+		req.Host = db.ID + ".db.localhost:8080"
+		req.Header.Set("Neon-Connection-String", conn)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var buf bytes.Buffer
+		buf.ReadFrom(res.Body)
+		return res.StatusCode, buf.String()
+	}
+	if code, got := neon(wantURI, `{"query":"select name from items where id = $1","params":[1]}`, map[string]string{"Neon-Array-Mode": "true"}); code != 200 || !strings.Contains(got, `"rows":[["apple"]]`) {
+		t.Fatalf("/sql: %d %s", code, got)
+	}
+	if code, got := neon(wantURI, `{"query":"select name from items where id = 1"}`, nil); code != 200 || !strings.Contains(got, `"rows":[{"name":"apple"}]`) {
+		t.Fatalf("/sql objects: %d %s", code, got)
+	}
+	if code, got := neon(wantURI, `{"queries":[{"query":"insert into items values (3, 'pear')"},{"query":"select count(*) from items"}]}`, map[string]string{"Neon-Array-Mode": "true"}); code != 200 || !strings.Contains(got, `"rows":[["3"]]`) {
+		t.Fatalf("/sql batch: %d %s", code, got)
+	}
+	if code, got := neon(strings.Replace(wantURI, db.Password, "wrong", 1), `{"query":"select 1"}`, nil); code != 401 {
+		t.Fatalf("/sql wrong password: %d %s", code, got)
+	}
+
+	// node-postgres through the router (TLS verified), @neondatabase/serverless over /sql.
+	nodeDir := nodeDBClients(t)
+	cmd := exec.CommandContext(ctx, "node", filepath.Join(nodeDir, "dbclients.mjs"), wantURI, caPath, strconv.Itoa(port), cp.hs.URL)
+	nout, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		errors.As(err, &ee)
+		t.Fatalf("node clients: %v %s", err, ee.Stderr)
+	}
+	var nres struct {
+		PG struct {
+			N   int
+			Who string
+		}
+		Neon []struct {
+			Who string
+			N   int
+		}
+		NeonTx    [][]map[string]any
+		NeonError struct{ Code, Message string }
+	}
+	if err := json.Unmarshal(nout, &nres); err != nil || nres.PG.N != 42 || nres.PG.Who != "shop_db_owner" || len(nres.Neon) != 1 ||
+		nres.Neon[0].Who != "neon" || nres.Neon[0].N != 42 || len(nres.NeonTx) != 2 || nres.NeonTx[1][0]["items"] != float64(3) ||
+		nres.NeonError.Code != "42P01" {
+		t.Fatalf("node clients: %v %s", err, nout)
+	}
+
+	// Another team sees none of it.
+	code, b = cp.call(t, "POST", "/v1/teams", []byte(`{"name":"other"}`), "application/json")
+	var tm struct{ Key struct{ Key string } }
+	if json.Unmarshal(b, &tm); code != 201 || tm.Key.Key == "" {
+		t.Fatalf("team: %d %s", code, b)
+	}
+	other := &e2eCP{hs: cp.hs, admin: tm.Key.Key}
+	for _, m := range []struct{ method, path, body string }{{"GET", "/v1/databases/" + db.ID, ""}, {"DELETE", "/v1/databases/" + db.ID, ""},
+		{"POST", "/v1/databases/" + db.ID + "/query", `{"query":"select 1"}`}} {
+		if code, b := other.call(t, m.method, m.path, []byte(m.body), "application/json"); code != 404 {
+			t.Fatalf("other team %s %s: %d %s", m.method, m.path, code, b)
+		}
+	}
+	if code, b := other.call(t, "GET", "/v1/databases", nil, ""); code != 200 || strings.Contains(string(b), db.ID) {
+		t.Fatalf("other team list: %d %s", code, b)
+	}
+
+	// A branch is a copy-on-write fork with the parent's credentials: writes stay on their side.
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/branches", []byte(`{"name":"shop-dev"}`), "application/json")
+	var br dbAnswer
+	if json.Unmarshal(b, &br); code != 201 || br.Password != "" || br.ID == db.ID {
+		t.Fatalf("branch: %d %s", code, b)
+	}
+	bc, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, br.ID, 1))
+	if err != nil {
+		t.Fatalf("connect to the branch with the parent's password: %v", err)
+	}
+	if _, err := bc.Exec(ctx, "insert into items values (100, 'branch only')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Exec(ctx, "insert into items values (200, 'parent only')"); err != nil {
+		t.Fatal(err)
+	}
+	var inBranch, inParent string
+	bc.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&inBranch)
+	c2.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&inParent)
+	if inBranch != "1,2,3,100" || inParent != "1,2,3,200" {
+		t.Fatalf("branch isolation: branch %s, parent %s", inBranch, inParent)
+	}
+	bc.Close(ctx)
+
+	// Password rotation: the new one works, the old one no longer.
+	code, b = cp.call(t, "POST", "/v1/databases/"+br.ID+"/password", nil, "")
+	var rot dbAnswer
+	if json.Unmarshal(b, &rot); code != 200 || rot.Password == "" || !strings.Contains(rot.Connection.URI, rot.Password) {
+		t.Fatalf("rotate: %d %s", code, b)
+	}
+	if _, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, br.ID, 1)); sqlState(err) != "28P01" {
+		t.Fatalf("old password after rotation: %v", err)
+	}
+	if bc, err = pgConnect(ctx, rot.Connection.URI); err != nil {
+		t.Fatalf("new password: %v", err)
+	}
+	bc.Close(ctx)
+	if code, b := cp.call(t, "POST", "/v1/databases/"+br.ID+"/query", []byte(`{"query":"select count(*) from items"}`), "application/json"); code != 200 || !strings.Contains(string(b), `[["4"]]`) {
+		t.Fatalf("broker after rotation: %d %s", code, b)
+	}
+
+	// Backups are snapshots of the VM; a restore is a new database as of the chosen backup.
+	if _, err := c2.Exec(ctx, "insert into items values (300, 'before the backup')"); err != nil {
+		t.Fatal(err)
+	}
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/backups", nil, "")
+	var bk struct{ ID string }
+	if json.Unmarshal(b, &bk); code != 201 || bk.ID == "" {
+		t.Fatalf("backup: %d %s", code, b)
+	}
+	if _, err := c2.Exec(ctx, "insert into items values (400, 'after the backup')"); err != nil {
+		t.Fatal(err)
+	}
+	if code, b := cp.call(t, "GET", "/v1/databases/"+db.ID+"/backups", nil, ""); code != 200 || !strings.Contains(string(b), bk.ID) {
+		t.Fatalf("backups: %d %s", code, b)
+	}
+	if code, b := cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"too-early","to_time":"2001-01-01T00:00:00Z"}`), "application/json"); code != 400 {
+		t.Fatalf("restore before any backup: %d %s", code, b)
+	}
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"shop-restored"}`), "application/json")
+	var rs dbAnswer
+	if json.Unmarshal(b, &rs); code != 201 || rs.ID == db.ID {
+		t.Fatalf("restore: %d %s", code, b)
+	}
+	rc, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, rs.ID, 1))
+	if err != nil {
+		t.Fatalf("connect to the restored database: %v", err)
+	}
+	var restored string
+	rc.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&restored)
+	rc.Close(ctx)
+	if restored != "1,2,3,200,300" {
+		t.Fatalf("restored database has %s, want the rows of the backup's instant", restored)
+	}
+	// The daily backups: the branch and the restored database have none yet, the parent's is fresh.
+	for pass, want := range []int{2, 0} {
+		if n, err := cp.srv.Databases().BackupDue(ctx); err != nil || n != want {
+			t.Fatalf("scheduled backups pass %d: took %d (%v), want %d", pass+1, n, err, want)
+		}
+	}
+
+	// Every extension offered: CREATE EXTENSION and one call (pg_cron lives in database postgres).
+	q := func(id, sql string) string {
+		body, _ := json.Marshal(map[string]any{"query": sql})
+		code, b := cp.call(t, "POST", "/v1/databases/"+id+"/query", body, "application/json")
+		if code != 200 {
+			t.Fatalf("%s: %d %s", sql, code, b)
+		}
+		var r struct{ Rows [][]*string }
+		json.Unmarshal(b, &r)
+		if len(r.Rows) == 0 || len(r.Rows[0]) == 0 || r.Rows[0][0] == nil {
+			return ""
+		}
+		return *r.Rows[0][0]
+	}
+	for _, c := range []struct{ ext, call, want string }{
+		{"vector", "select '[1,2]'::vector <-> '[4,6]'", "5"},
+		{"pg_trgm", "select similarity('abc', 'abc')", "1"},
+		{"pgcrypto", "select encode(digest('x', 'sha256'), 'hex')", "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"},
+		{"uuid-ossp", "select length(uuid_generate_v4()::text)", "36"},
+		{"citext", "select 'A'::citext = 'a'", "t"},
+		{"hstore", "select 'a=>1'::hstore -> 'a'", "1"},
+		{"pg_stat_statements", "select count(*) > 0 from pg_stat_statements", "t"},
+		{"hypopg", "select count(*) from hypopg_create_index('create index on items (name)')", "1"},
+		{"pg_repack", "select repack.version() like 'pg_repack %'", "t"},
+		{"pgaudit", "select current_setting('pgaudit.log')", "none"},
+		{"pg_partman", "select count(*) from part_config", "0"},
+	} {
+		q(db.ID, `create extension if not exists "`+c.ext+`" cascade`)
+		if got := q(db.ID, c.call); got != c.want {
+			t.Errorf("%s: %s = %q, want %q", c.ext, c.call, got, c.want)
+		}
+	}
+	cronConn, err := pgConnect(ctx, strings.Replace(wantURI, "/shop_db?", "/postgres?", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job int64
+	if _, err := cronConn.Exec(ctx, "create extension if not exists pg_cron"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cronConn.QueryRow(ctx, "select cron.schedule_in_database('tick', '* * * * *', 'select 1', 'shop_db')").Scan(&job); err != nil || job < 1 {
+		t.Fatalf("pg_cron: %v %d", err, job)
+	}
+	cronConn.Close(ctx)
+
+	// Stats and logs.
+	if st, err := cp.client(cp.admin).DatabaseStats(ctx, db.ID); err != nil || st.SizeBytes < 1<<20 || st.Connections < 1 || st.TransactionsCommitted < 1 {
+		t.Fatalf("stats: %v %+v", err, st)
+	}
+	if code, b := cp.call(t, "GET", "/v1/databases/"+db.ID+"/logs?bytes=100000", nil, ""); code != 200 || !strings.Contains(string(b), "no_such_table") {
+		t.Fatalf("logs: %d %.2000s", code, b)
+	}
+	if code, _ := cp.call(t, "GET", "/v1/databases/"+db.ID+"/logs?bytes=0", nil, ""); code != 400 {
+		t.Fatalf("logs?bytes=0: %d", code)
+	}
+
+	// The Go client's broker call.
+	if res, err := cp.client(cp.admin).QueryDatabase(ctx, db.ID, "select $1::int * 2 as n", 21); err != nil || len(res.Rows) != 1 ||
+		res.Rows[0].([]any)[0] != "42" {
+		t.Fatalf("client query: %v %+v", err, res)
+	}
+
+	// Scale to zero: an idle database is suspended (its VM hibernated); a connection wakes it
+	// with its data.
+	code, b = cp.call(t, "POST", "/v1/databases", []byte(`{"name":"idle","suspend_after_seconds":1}`), "application/json")
+	var idle dbAnswer
+	if json.Unmarshal(b, &idle); code != 201 {
+		t.Fatalf("create idle: %d %s", code, b)
+	}
+	ic, err := pgConnect(ctx, idle.Connection.URI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ic.Exec(ctx, "create table kept (v text); insert into kept values ('before the nap')"); err != nil {
+		t.Fatal(err)
+	}
+	ic.Close(ctx)
+	dbState := func(id string) string {
+		_, b := cp.call(t, "GET", "/v1/databases/"+id, nil, "")
+		var d dbAnswer
+		json.Unmarshal(b, &d)
+		return d.State
+	}
+	waitFor(t, 5*time.Minute, "the idle database to be suspended", func() bool {
+		if _, err := cp.srv.Databases().SuspendIdle(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return dbState(idle.ID) == "suspended"
+	})
+	if dbState(db.ID) != "ready" {
+		t.Fatal("a database that never idles (suspend_after_seconds 300, in use) was suspended")
+	}
+	wake := time.Now()
+	ic, err = pgConnect(ctx, idle.Connection.URI)
+	if err != nil {
+		t.Fatalf("connect to a suspended database: %v", err)
+	}
+	var kept string
+	if err := ic.QueryRow(ctx, "select v from kept").Scan(&kept); err != nil || kept != "before the nap" {
+		t.Fatalf("after the wake: %v %q", err, kept)
+	}
+	t.Logf("a suspended database answered a new connection in %s", time.Since(wake))
+	ic.Close(ctx)
+	if st := dbState(idle.ID); st != "ready" {
+		t.Fatalf("woken database is %s", st)
+	}
+
+	// A restart of the server (a new control plane on the same store, a new router) and of the
+	// host agent (a new agent on the same data dir adopts the running VM) loses no committed row.
+	c.Close(ctx)
+	c2.Close(ctx)
+	admin := cp.admin
+	cp.stop()
+	host.stop()
+	host.start()
+	cp = startCP(t, cp.dbPath, scheduler.Config{}, Config{ProxyDomain: "localhost"}, host)
+	cp.admin = admin
+	port, _ = dbRouter(t, cp)
+	wantURI = "postgres://shop_db_owner:" + db.Password + "@" + db.ID + ".db.localhost:" + strconv.Itoa(port) + "/shop_db?sslmode=require"
+	c, err = pgConnect(ctx, wantURI)
+	if err != nil {
+		t.Fatalf("after a server and agent restart: %v", err)
+	}
+	var ids string
+	if err := c.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&ids); err != nil || ids != "1,2,3,200,300,400" {
+		t.Fatalf("after a server and agent restart: %v %q", err, ids)
+	}
+	c.Close(ctx)
+
+	// Delete: gone, and its VM with it.
+	if code, b := cp.call(t, "DELETE", "/v1/databases/"+db.ID, nil, ""); code != 204 {
+		t.Fatalf("delete: %d %s", code, b)
+	}
+	if code, _ := cp.call(t, "GET", "/v1/databases/"+db.ID, nil, ""); code != 404 {
+		t.Fatalf("get after delete: %d", code)
+	}
+	if _, err := pgConnect(ctx, wantURI); sqlState(err) != "08004" {
+		t.Fatalf("connect after delete: %v", err)
+	}
+}
