@@ -75,3 +75,48 @@ func TestHostsAndPinning(t *testing.T) {
 		t.Errorf("another team's fork with a pin: %d %s", r.status, r.body)
 	}
 }
+
+// TestPublishedSnapshotsRestoreAnywhere: with a blob store, a snapshot is published and a sandbox
+// made from it may start on another host (pinned there, or when its own host is full), with the
+// snapshot's memory; unpinned it starts where it was taken (no pull). Without a blob store a
+// snapshot stays tied to its host (TestHostsAndPinning, lifecycle tests).
+func TestPublishedSnapshotsRestoreAnywhere(t *testing.T) {
+	e := newEnv(t)
+	shared := agenttest.NewBlob()
+	e.agent.UseBlob(shared)
+	b := agenttest.New("host-b", agentToken, "base")
+	defer b.Close()
+	b.UseBlob(shared)
+	e.sched.AddStaticAgent(b.URL(), agentToken)
+	if err := e.sched.PollStatic(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	parent := e.create(e.admin, map[string]any{"template": "base", "host": "host-a"})
+	e.inc(e.admin, parent.ID)
+	sn := e.mustStatus(e.do("POST", "/v1/sandboxes/"+parent.ID+"/snapshots", e.admin, nil), 201).json(t)
+	id := sn["id"].(string)
+	if sn["published"] != true || !shared.Published(id) {
+		t.Fatalf("snapshot on a host with a blob store: %v", sn)
+	}
+	got := e.mustStatus(e.do("GET", "/v1/snapshots/"+id, e.admin, nil), 200).json(t)
+	if got["published"] != true {
+		t.Fatalf("snapshot record: %v", got)
+	}
+
+	// Pinned to the other host: that host pulls it; the child has the parent's memory.
+	if c := e.create(e.admin, map[string]any{"snapshot_id": id, "host": "host-b"}); c.Host != "host-b" || e.inc(e.admin, c.ID) != "2" {
+		t.Fatalf("restore on host-b: %+v", c)
+	}
+	// Unpinned: where it was taken while that host has room, elsewhere once it is full.
+	if c := e.create(e.admin, map[string]any{"snapshot_id": id}); c.Host != "host-a" {
+		t.Fatalf("unpinned restore went to %s, not the snapshot's own host-a", c.Host)
+	}
+	e.agent.SetSlots(int64(len(e.agent.All())))
+	if err := e.sched.PollStatic(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.create(e.admin, map[string]any{"snapshot_id": id}); c.Host != "host-b" || e.inc(e.admin, c.ID) != "2" {
+		t.Fatalf("restore with host-a full: %+v", c)
+	}
+}

@@ -57,7 +57,7 @@ func (s *Service) Snapshot(ctx context.Context, sb store.Sandbox) (store.Snapsho
 		tmpl = sn.Template
 	}
 	rec, err := s.store.CreateSnapshot(ctx, store.Snapshot{ID: sn.ID, TeamID: sb.TeamID, SandboxID: sb.ID, HostID: sb.HostID,
-		Template: tmpl, SizeBytes: sn.SizeBytes, CreatedAt: s.clock()})
+		Template: tmpl, SizeBytes: sn.SizeBytes, CreatedAt: s.clock(), Published: sn.Published})
 	if err != nil {
 		// An unrecorded snapshot would only take disk: drop it.
 		if derr := c.DeleteSnapshot(ctx, sn.ID); derr != nil {
@@ -65,7 +65,7 @@ func (s *Service) Snapshot(ctx context.Context, sb store.Sandbox) (store.Snapsho
 		}
 		return store.Snapshot{}, err
 	}
-	s.log.Info("snapshot taken", "sandbox", sb.ID, "snapshot", rec.ID, "host", rec.HostID, "size_bytes", rec.SizeBytes)
+	s.log.Info("snapshot taken", "sandbox", sb.ID, "snapshot", rec.ID, "host", rec.HostID, "size_bytes", rec.SizeBytes, "published", rec.Published)
 	return rec, nil
 }
 

@@ -55,7 +55,47 @@ type Agent struct {
 	forkErr     *agentclient.Error
 	forkIDs     []string
 	buildGate   chan struct{} // HoldBuilds
+	blob        *Blob         // UseBlob
 }
+
+// Blob is a blob store fake agents share: what one publishes another can pull. It keeps the
+// real agent's contract for snapshots (internal/host/snapshot): a host with a store publishes each
+// snapshot it takes and pulls one it is asked to restore and lacks.
+type Blob struct {
+	mu    sync.Mutex
+	snaps map[string]snapshot
+}
+
+// NewBlob makes an empty shared store.
+func NewBlob() *Blob { return &Blob{snaps: map[string]snapshot{}} }
+
+func (b *Blob) put(sn *snapshot) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.snaps[sn.ID] = snapshot{Snapshot: sn.Snapshot, guest: sn.guest.clone()}
+}
+
+// get returns a copy of a published snapshot, as a pull makes one.
+func (b *Blob) get(id string) (*snapshot, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sn, ok := b.snaps[id]
+	if !ok {
+		return nil, false
+	}
+	return &snapshot{Snapshot: sn.Snapshot, guest: sn.guest.clone()}, true
+}
+
+// Published reports whether the store holds snapshot id.
+func (b *Blob) Published(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.snaps[id]
+	return ok
+}
+
+// UseBlob makes b this agent's blob store (nil: none).
+func (a *Agent) UseBlob(b *Blob) { a.with(func() { a.blob = b }) }
 
 // sandbox is a fake sandbox: its API view, its guest and what it was created with.
 type sandbox struct {

@@ -60,6 +60,11 @@ func (a *Agent) source(req *agentclient.CreateRequest) (agentclient.Template, gu
 	switch {
 	case req.SnapshotID != "":
 		sn, ok := a.snapshots[req.SnapshotID]
+		if !ok && a.blob != nil { // pulled from the blob store, as the real agent does
+			if sn, ok = a.blob.get(req.SnapshotID); ok {
+				a.snapshots[sn.ID] = sn
+			}
+		}
 		if !ok || sn.deleted {
 			return agentclient.Template{}, guest{}, notFound("snapshot %s not found", req.SnapshotID)
 		}
@@ -187,6 +192,10 @@ func (a *Agent) snapshot(r *http.Request) (any, *agentclient.Error) {
 		CreatedAt: time.Now().UTC(), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, SizeBytes: 4096}, guest: sb.guest.clone()}
 	for _, n := range sn.fs {
 		sn.SizeBytes += int64(len(n.data))
+	}
+	if a.blob != nil { // published, as the real agent does when it has a blob store
+		sn.Published = true
+		a.blob.put(sn)
 	}
 	a.snapshots[sn.ID] = sn
 	return created{sn.Snapshot}, nil

@@ -278,6 +278,8 @@ type Snapshot struct {
 	Template  string `json:"template"`
 	CreatedAt string `json:"created_at"`
 	SizeBytes int64  `json:"size_bytes"`
+	// Published: in the blob store too, so a sandbox made from it can start on any host.
+	Published bool `json:"published"`
 }
 
 // SnapshotPage is GET /v1/snapshots: one page, newest first, and the next page's cursor.

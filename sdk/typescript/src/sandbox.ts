@@ -108,6 +108,8 @@ export interface Snapshot {
   template?: string;
   createdAt: Date | null;
   sizeBytes?: number;
+  /** In the blob store too: a sandbox made from it can start on any host. */
+  published: boolean;
   raw: Record<string, unknown>;
 }
 
@@ -290,6 +292,7 @@ export function snapshotOf(d: Record<string, unknown> | undefined): Snapshot {
     template: x.template as string | undefined,
     createdAt: parseTime(x.created_at),
     sizeBytes: x.size_bytes as number | undefined,
+    published: x.published === true,
     raw: { ...x },
   };
 }
