@@ -66,10 +66,10 @@ func TestHostsAndPinning(t *testing.T) {
 		t.Errorf("hosts with a team key: %d %s", r.status, r.body)
 	}
 
-	// A fork may name its parent's host; another host is not supported yet.
+	// A fork may name its parent's host; another host needs a blob store (these hosts have none).
 	e.mustStatus(e.do("POST", "/v1/sandboxes/"+a.ID+"/fork", e.admin, map[string]any{"host": "host-a"}), 201)
-	if r := e.do("POST", "/v1/sandboxes/"+a.ID+"/fork", e.admin, map[string]any{"host": "host-b"}); r.status != 501 || r.errCode() != "not_implemented" {
-		t.Errorf("fork onto another host: %d %s", r.status, r.body)
+	if r := e.do("POST", "/v1/sandboxes/"+a.ID+"/fork", e.admin, map[string]any{"host": "host-b"}); r.status != 409 || r.errCode() != "conflict" {
+		t.Errorf("fork onto another host without a blob store: %d %s", r.status, r.body)
 	}
 	if r := e.do("POST", "/v1/sandboxes/"+a.ID+"/fork", beta, map[string]any{"host": "host-a"}); r.status != 403 && r.status != 404 {
 		t.Errorf("another team's fork with a pin: %d %s", r.status, r.body)
@@ -118,5 +118,23 @@ func TestPublishedSnapshotsRestoreAnywhere(t *testing.T) {
 	}
 	if c := e.create(e.admin, map[string]any{"snapshot_id": id}); c.Host != "host-b" || e.inc(e.admin, c.ID) != "2" {
 		t.Fatalf("restore with host-a full: %+v", c)
+	}
+
+	// A fork onto another host: children there with the parent's memory, recorded as its children.
+	e.agent.SetSlots(64)
+	if err := e.sched.PollStatic(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	kids := e.forkOf(e.admin, parent.ID, map[string]any{"count": 2, "host": "host-b"})
+	if len(kids) != 2 {
+		t.Fatalf("cross-host fork: %+v", kids)
+	}
+	for _, k := range kids {
+		if k.Host != "host-b" || k.ForkOf != parent.ID || e.inc(e.admin, k.ID) != "2" {
+			t.Errorf("cross-host fork child: %+v", k)
+		}
+	}
+	if e.inc(e.admin, parent.ID) != "2" {
+		t.Error("the parent's memory changed with its children's")
 	}
 }

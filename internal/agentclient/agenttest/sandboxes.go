@@ -25,6 +25,12 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 	if req.ID != "" && !sandboxIDRE.MatchString(req.ID) {
 		return nil, invalid("sandbox id %q: use sb_ followed by 1-60 lowercase letters or digits", req.ID)
 	}
+	switch {
+	case req.ForkOf != "" && req.SnapshotID == "":
+		return nil, invalid("fork_of needs snapshot_id: the snapshot of the parent the child starts from")
+	case req.ForkOf != "" && (len(req.Env) > 0 || req.Egress != nil || len(req.Volumes) > 0):
+		return nil, invalid("a fork child (fork_of) takes its parent's env and egress, and has no volumes")
+	}
 	tpl, g, err := a.source(&req)
 	if err != nil {
 		return nil, err
@@ -48,6 +54,9 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 	}
 	sb := a.newSandbox(req.ID, tpl, g)
 	sb.SnapshotID, sb.env, sb.mounts = req.SnapshotID, req.Env, mounts
+	if req.ForkOf != "" { // a fork child made on another host: the snapshot's env, as a fork's
+		sb.SnapshotID, sb.ForkOf, sb.env = "", req.ForkOf, a.snapshots[req.SnapshotID].Env
+	}
 	a.mount(sb)
 	a.sandboxes[sb.ID] = sb
 	a.creates++
@@ -189,7 +198,7 @@ func (a *Agent) snapshot(r *http.Request) (any, *agentclient.Error) {
 		return nil, err
 	}
 	sn := &snapshot{Snapshot: agentclient.Snapshot{ID: a.newID("snap_fake"), SandboxID: sb.ID, Template: sb.Template,
-		CreatedAt: time.Now().UTC(), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, SizeBytes: 4096}, guest: sb.guest.clone()}
+		CreatedAt: time.Now().UTC(), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, SizeBytes: 4096, Env: sb.env}, guest: sb.guest.clone()}
 	for _, n := range sn.fs {
 		sn.SizeBytes += int64(len(n.data))
 	}

@@ -77,7 +77,8 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	defer release()
 	snap := snapshot.Record{Snapshot: hostapi.Snapshot{ID: snapshot.NewID(), SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots,
-		Identity: rec.Identity}, // the VMM that runs the sandbox, which writes the state
+		Identity: rec.Identity, // the VMM that runs the sandbox, which writes the state
+		Env: rec.Env, Egress: rec.Egress, EgressOpen: rec.EgressOpen},
 		Internal: internal}
 	tmp, err := m.snapshots.Begin(snap.ID)
 	defer os.RemoveAll(tmp) // nothing half-made is ever visible

@@ -152,6 +152,10 @@ type CreateRequest struct {
 	ID         string            `json:"id,omitempty"`
 	Template   string            `json:"template,omitempty"`
 	SnapshotID string            `json:"snapshot_id,omitempty"`
+	// ForkOf (with SnapshotID) makes the sandbox a fork child of that sandbox on another host: it
+	// takes the snapshot's env and egress, as a same-host fork's children take their parent's, and
+	// Env and Egress must be empty.
+	ForkOf     string            `json:"fork_of,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	Egress     *network.Egress   `json:"egress,omitempty"`
 	// EgressOpen: private ranges the operator (never a team) opened for all sandboxes.
@@ -295,6 +299,11 @@ type Snapshot struct {
 	// Published: the snapshot is in the host's blob store, so any host with the same VMM identity
 	// can restore it (it pulls it first).
 	Published bool `json:"published,omitempty"`
+	// Env and Egress are the snapshotted sandbox's; only a fork child made from the snapshot on
+	// another host (CreateRequest.ForkOf) takes them, like a same-host fork's children do.
+	Env        map[string]string `json:"env,omitempty"`
+	Egress     *network.Egress   `json:"egress,omitempty"`
+	EgressOpen []string          `json:"egress_open,omitempty"`
 }
 
 // SnapshotList is GET /v1/snapshots.
