@@ -342,9 +342,15 @@ func (c *Client) Move(ctx context.Context, id, from, to string) error {
 // Fork makes count children of a sandbox (0 means the server's default, one); each starts from
 // the parent's memory and files at one instant.
 func (c *Client) Fork(ctx context.Context, id string, count int) ([]Sandbox, error) {
+	return c.ForkTo(ctx, id, count, "")
+}
+
+// ForkTo is Fork with the children on host (admin keys; "": the parent's host). Another host than
+// the parent's needs a blob store the hosts share.
+func (c *Client) ForkTo(ctx context.Context, id string, count int, host string) ([]Sandbox, error) {
 	var in any
-	if count > 0 {
-		in = v1.ForkRequest{Count: count}
+	if count > 0 || host != "" {
+		in = v1.ForkRequest{Count: max(count, 1), Host: host}
 	}
 	out, err := send[v1.Sandboxes](ctx, c, "POST", sbPath(id, "/fork"), nil, in)
 	return out.Sandboxes, err

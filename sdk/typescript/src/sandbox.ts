@@ -659,14 +659,20 @@ export class Sandbox {
   /**
    * Clone this running sandbox, memory and disk, copy-on-write. `fork()` resolves to the new
    * Sandbox; `fork({ count: n })` (or `fork(n)`) with n > 1 to an array of n (all or none).
+   * `host` (admin keys) runs the children on that host; another than this sandbox's needs a blob
+   * store the hosts share.
    */
   fork(): Promise<Sandbox>;
-  fork<N extends number>(options: N | { count: N }): Promise<ForkResult<N>>;
-  async fork(options?: number | { count?: number }): Promise<Sandbox | Sandbox[]> {
+  fork(options: { host: string }): Promise<Sandbox>;
+  fork<N extends number>(options: N | { count: N; host?: string }): Promise<ForkResult<N>>;
+  async fork(options?: number | { count?: number; host?: string }): Promise<Sandbox | Sandbox[]> {
     const count = typeof options === "number" ? options : options?.count ?? 1;
+    const host = typeof options === "number" ? undefined : options?.host;
     if (!Number.isInteger(count) || count < 1) throw new RangeError("count must be a positive integer");
+    const body: Record<string, unknown> = count === 1 ? {} : { count };
+    if (host !== undefined) body.host = host;
     const resp = await this.client.http.request("POST", this.path("/fork"), {
-      json: count === 1 ? {} : { count },
+      json: body,
       timeoutMs: this.client.createTimeoutMs,
     });
     const d = JSON.parse((await resp.text()) || "{}") as { sandboxes?: SandboxData[] };
