@@ -115,4 +115,21 @@ func TestSnapshotsTravelThroughBlobStore(t *testing.T) {
 	if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": "snap_nowhere"}, nil); code != 404 {
 		t.Errorf("a snapshot in no store: status %d, want 404", code)
 	}
+
+	// The parent hibernates on A (published) and B adopts it: same id, files and processes.
+	var hib hostapi.Sandbox
+	if code := a.call("POST", "/v1/sandboxes/"+parent.ID+"/hibernate", nil, &hib); code != 200 || hib.Hibernated == "" {
+		t.Fatalf("hibernate on a host with a blob store: status %d, %+v", code, hib)
+	}
+	if code := b.call("POST", "/v1/sandboxes", map[string]any{"id": parent.ID, "hibernated": hib.Hibernated, "template": "base"}, nil); code != 400 {
+		t.Errorf("adopt with a template as well: status %d, want 400", code)
+	}
+	var moved hostapi.Sandbox
+	if code := b.call("POST", "/v1/sandboxes", map[string]any{"id": parent.ID, "hibernated": hib.Hibernated}, &moved); code != 201 {
+		t.Fatalf("adopt a hibernated sandbox on another host: status %d", code)
+	}
+	r := b.exec(parent.ID, map[string]any{"cmd": "cat /tmp/mark && pgrep -x sleep >/dev/null && echo sleeper-alive && echo \"env=$PARENT_VAR\""})
+	if moved.ID != parent.ID || moved.State != "running" || moved.Hibernated != "" || r.ExitCode != 0 || r.Stdout != "from-host-a\nsleeper-alive\nenv=p1\n" {
+		t.Fatalf("adopted sandbox: %+v %+v", moved, r)
+	}
 }

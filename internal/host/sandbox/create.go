@@ -35,6 +35,12 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 	} else if !idRE.MatchString(req.ID) {
 		return hostapi.Sandbox{}, errdefs.Invalidf("sandbox id %q: use sb_ followed by 1-60 lowercase letters or digits", req.ID)
 	}
+	if req.Hibernated != "" {
+		if req.Template != "" || req.SnapshotID != "" || req.ForkOf != "" || len(req.Env) > 0 || req.Egress != nil || len(req.Volumes) > 0 {
+			return hostapi.Sandbox{}, errdefs.Invalidf("hibernated adopts a sandbox as it was: nothing but id may be given with it")
+		}
+		return m.adoptHibernated(ctx, req.ID, req.Hibernated)
+	}
 	if req.ForkOf != "" && req.SnapshotID == "" {
 		return hostapi.Sandbox{}, errdefs.Invalidf("fork_of needs snapshot_id: the snapshot of the parent the child starts from")
 	}

@@ -78,7 +78,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	snap := snapshot.Record{Snapshot: hostapi.Snapshot{ID: snapshot.NewID(), SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots,
 		Identity: rec.Identity, // the VMM that runs the sandbox, which writes the state
-		Env: rec.Env, Egress: rec.Egress, EgressOpen: rec.EgressOpen},
+		Env:      rec.Env, Egress: rec.Egress, EgressOpen: rec.EgressOpen},
 		Internal: internal}
 	tmp, err := m.snapshots.Begin(snap.ID)
 	defer os.RemoveAll(tmp) // nothing half-made is ever visible
@@ -262,6 +262,9 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 	sb.mu.Unlock()
 	m.dropOwnMem(sb, oldBase)
 	m.snapshots.GC()
+	if err == nil {
+		m.publishHibernated(ctx, sb)
+	}
 	return sb.info(), err
 }
 
@@ -326,7 +329,7 @@ func (m *Manager) awake(ctx context.Context, id string) (*sandbox, error) {
 	sb.mu.Lock()
 	sb.setRunning(vm, client, slot)
 	sb.killed = false
-	sb.rec.Error = ""
+	sb.rec.Error, sb.rec.Published = "", ""
 	err = sb.persist()
 	sb.mu.Unlock()
 	m.watch(sb, vm)

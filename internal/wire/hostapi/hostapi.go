@@ -139,6 +139,9 @@ type Sandbox struct {
 	// SnapshotID and ForkOf say where its memory came from, when not a template.
 	SnapshotID string `json:"snapshot_id,omitempty"`
 	ForkOf     string `json:"fork_of,omitempty"`
+	// Hibernated names the blob-store publication of a hibernated sandbox's memory and disk: another
+	// host can adopt and wake it from there (CreateRequest.Hibernated).
+	Hibernated string `json:"hibernated,omitempty"`
 }
 
 // SandboxList is GET /v1/sandboxes and a fork's answer.
@@ -149,15 +152,18 @@ type SandboxList struct {
 // CreateRequest is POST /v1/sandboxes: from a template (baked first if this host has not), or
 // from a snapshot on this host (Template may then be empty; if given it must be the snapshot's).
 type CreateRequest struct {
-	ID         string            `json:"id,omitempty"`
-	Template   string            `json:"template,omitempty"`
-	SnapshotID string            `json:"snapshot_id,omitempty"`
+	ID         string `json:"id,omitempty"`
+	Template   string `json:"template,omitempty"`
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	// Hibernated (with ID) adopts sandbox ID, hibernated on another host and published under this
+	// name (Sandbox.Hibernated), and wakes it here; nothing else may be set.
+	Hibernated string `json:"hibernated,omitempty"`
 	// ForkOf (with SnapshotID) makes the sandbox a fork child of that sandbox on another host: it
 	// takes the snapshot's env and egress, as a same-host fork's children take their parent's, and
 	// Env and Egress must be empty.
-	ForkOf     string            `json:"fork_of,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Egress     *network.Egress   `json:"egress,omitempty"`
+	ForkOf string            `json:"fork_of,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
+	Egress *network.Egress   `json:"egress,omitempty"`
 	// EgressOpen: private ranges the operator (never a team) opened for all sandboxes.
 	EgressOpen []string `json:"egress_open,omitempty"`
 	// Volumes are this host's volumes to mount (at most MaxVolumesPerSandbox).
