@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
@@ -136,5 +137,63 @@ func TestPublishedSnapshotsRestoreAnywhere(t *testing.T) {
 	}
 	if e.inc(e.admin, parent.ID) != "2" {
 		t.Error("the parent's memory changed with its children's")
+	}
+}
+
+// TestHibernatedSandboxesWakeAnywhere: with a blob store, a hibernated sandbox outlives its host:
+// the host going down leaves it hibernated (a running one is lost), and the next call wakes it on
+// another host with its memory; when the old host comes back, its stale copy is killed there.
+func TestHibernatedSandboxesWakeAnywhere(t *testing.T) {
+	e := newEnv(t)
+	shared := agenttest.NewBlob()
+	e.agent.UseBlob(shared)
+	b := agenttest.New("host-b", agentToken, "base")
+	defer b.Close()
+	b.UseBlob(shared)
+	e.sched.AddStaticAgent(b.URL(), agentToken)
+	if err := e.sched.PollStatic(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	sleeper := e.create(e.admin, map[string]any{"template": "base", "host": "host-a"})
+	runner := e.create(e.admin, map[string]any{"template": "base", "host": "host-a"})
+	e.inc(e.admin, sleeper.ID)
+	e.mustStatus(e.do("POST", "/v1/sandboxes/"+sleeper.ID+"/hibernate", e.admin, nil), 200)
+	if e.record(sleeper.ID).HibernatedImage == "" {
+		t.Fatal("a hibernation published by its host was not recorded")
+	}
+
+	if err := e.st.MarkHostDown(ctx, "host-a", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.get(e.admin, runner.ID); got.State != "lost" {
+		t.Errorf("a running sandbox of a down host: %+v", got)
+	}
+	if got := e.get(e.admin, sleeper.ID); got.State != "hibernated" {
+		t.Fatalf("a published hibernated sandbox of a down host: %+v", got)
+	}
+	if got := e.inc(e.admin, sleeper.ID); got != "2" {
+		t.Fatalf("the moved sandbox's memory: inc answered %q", got)
+	}
+	if got := e.get(e.admin, sleeper.ID); got.State != "running" || got.Host != "host-b" {
+		t.Fatalf("after the call: %+v", got)
+	}
+	if rec := e.record(sleeper.ID); rec.HibernatedImage != "" {
+		t.Errorf("a running sandbox keeps a hibernation image: %+v", rec)
+	}
+
+	// host-a comes back: its copy of the moved sandbox goes, the sandbox stays on host-b.
+	if err := e.sched.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sched.Reconcile(ctx, "host-a"); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(e.agent.All(), sleeper.ID) {
+		t.Errorf("host-a still has the moved sandbox: %v", e.agent.All())
+	}
+	if got := e.get(e.admin, sleeper.ID); got.State != "running" || got.Host != "host-b" || e.inc(e.admin, sleeper.ID) != "3" {
+		t.Errorf("the moved sandbox after host-a is back: %+v", got)
 	}
 }

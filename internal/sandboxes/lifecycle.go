@@ -195,6 +195,19 @@ func (s *Service) Kill(ctx context.Context, sb store.Sandbox, reason string) err
 // or error with its reason), if the record is still in the state it was read in. It returns the
 // record as it now is.
 func (s *Service) Follow(ctx context.Context, sb store.Sandbox, a agentclient.Sandbox) store.Sandbox {
+	sb = s.follow(ctx, sb, a)
+	if sb.State == store.StateHibernated && a.Hibernated != sb.HibernatedImage {
+		// The host published the hibernation: the sandbox now outlives that host.
+		if ok, err := s.store.SetHibernatedImage(context.WithoutCancel(ctx), sb.ID, a.Hibernated); err != nil {
+			s.log.Warn("could not record a hibernated sandbox's published image", "sandbox", sb.ID, "err", err)
+		} else if ok {
+			sb.HibernatedImage = a.Hibernated
+		}
+	}
+	return sb
+}
+
+func (s *Service) follow(ctx context.Context, sb store.Sandbox, a agentclient.Sandbox) store.Sandbox {
 	from, to := sandboxstate.State(sb.State), sandboxstate.State(a.State)
 	reason := ""
 	switch to {

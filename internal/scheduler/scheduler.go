@@ -690,6 +690,10 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 		// The host's report wins (sandboxstate allows every such move from running, hibernated or lost).
 		switch to := sandboxstate.State(a.State); {
 		case present && to.Reachable():
+			if to == sandboxstate.Hibernated && a.Hibernated != sb.HibernatedImage {
+				// Hibernated by the host itself (idle) and published: it now outlives that host.
+				defer s.cfg.Store.SetHibernatedImage(context.WithoutCancel(ctx), sb.ID, a.Hibernated)
+			}
 			if sb.State == string(to) {
 				continue
 			}
@@ -722,8 +726,11 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 			continue
 		}
 		sb, err := s.cfg.Store.GetSandbox(ctx, id)
-		if err != nil || sb.State != store.StateKilled {
-			continue // unknown ids may be creates or forks still in flight: leave them
+		// Unknown ids may be creates or forks still in flight: leave them. One recorded on another
+		// host is a copy left behind: a hibernated sandbox woken elsewhere while this host was
+		// down, or a create that timed out here and was made on the next host.
+		if err != nil || sb.State != store.StateKilled && sb.HostID == hostID {
+			continue
 		}
 		if err := s.Client(h).KillSandbox(ctx, id); err != nil {
 			s.cfg.Logger.Warn("killing a sandbox that outlived its kill failed", "sandbox", id, "host", hostID, "err", err)

@@ -118,7 +118,8 @@ func (s *Store) CountHostsByState(ctx context.Context) (map[string]int64, error)
 }
 
 // MarkStaleHostsDown marks down every up host whose last heartbeat is before staleBefore, and
-// turns its running and hibernated sandboxes into `lost` (with a reason), in one transaction. It
+// turns its running sandboxes, and its hibernated ones without a published image, into `lost`
+// (with a reason), in one transaction (a published hibernated sandbox wakes on another host). It
 // returns the hosts it marked.
 func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time) ([]Host, error) {
 	var marked []Host
@@ -135,7 +136,7 @@ func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time) (
 			}
 			marked[i].State = HostDown
 			if _, err := s.exec(ctx, tx, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?
-				WHERE host_id = ? AND state IN (?, ?)`,
+				WHERE host_id = ? AND (state = ? OR state = ? AND hibernated_image = '')`,
 				StateLost, "host "+marked[i].ID+" stopped sending heartbeats", now,
 				marked[i].ID, StateRunning, StateHibernated); err != nil {
 				return err
@@ -146,7 +147,8 @@ func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time) (
 	return marked, err
 }
 
-// MarkHostDown marks one host down and its live sandboxes lost (an operator's or a test's hand).
+// MarkHostDown marks one host down and its live sandboxes lost (an operator's or a test's hand);
+// a hibernated sandbox with a published image stays hibernated: it wakes on another host.
 func (s *Store) MarkHostDown(ctx context.Context, id, reason string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := s.exec(ctx, tx, `UPDATE hosts SET state = ? WHERE id = ?`, HostDown, id)
@@ -156,7 +158,8 @@ func (s *Store) MarkHostDown(ctx context.Context, id, reason string) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return ErrNotFound
 		}
-		_, err = s.exec(ctx, tx, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ? WHERE host_id = ? AND state IN (?, ?)`,
+		_, err = s.exec(ctx, tx, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?
+			WHERE host_id = ? AND (state = ? OR state = ? AND hibernated_image = '')`,
 			StateLost, reason, micros(s.now()), id, StateRunning, StateHibernated)
 		return err
 	})

@@ -62,12 +62,34 @@ type Agent struct {
 // real agent's contract for snapshots (internal/host/snapshot): a host with a store publishes each
 // snapshot it takes and pulls one it is asked to restore and lacks.
 type Blob struct {
-	mu    sync.Mutex
-	snaps map[string]snapshot
+	mu         sync.Mutex
+	snaps      map[string]snapshot
+	hibernated map[string]sandbox // by publication name
 }
 
 // NewBlob makes an empty shared store.
-func NewBlob() *Blob { return &Blob{snaps: map[string]snapshot{}} }
+func NewBlob() *Blob { return &Blob{snaps: map[string]snapshot{}, hibernated: map[string]sandbox{}} }
+
+// putHibernated publishes a hibernated sandbox under name.
+func (b *Blob) putHibernated(name string, sb *sandbox) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := *sb
+	c.guest = sb.guest.clone()
+	b.hibernated[name] = c
+}
+
+// getHibernated returns a copy of a published hibernated sandbox, as a pull makes one.
+func (b *Blob) getHibernated(name string) (*sandbox, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sb, ok := b.hibernated[name]
+	if !ok {
+		return nil, false
+	}
+	sb.guest = sb.guest.clone()
+	return &sb, true
+}
 
 func (b *Blob) put(sn *snapshot) {
 	b.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
@@ -24,6 +25,9 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 	}
 	if req.ID != "" && !sandboxIDRE.MatchString(req.ID) {
 		return nil, invalid("sandbox id %q: use sb_ followed by 1-60 lowercase letters or digits", req.ID)
+	}
+	if req.Hibernated != "" {
+		return a.adopt(req)
 	}
 	switch {
 	case req.ForkOf != "" && req.SnapshotID == "":
@@ -113,8 +117,32 @@ func (a *Agent) awake(r *http.Request) (*sandbox, *agentclient.Error) {
 		return nil, conflict("sandbox %s could not be woken: snapshot files missing", sb.ID)
 	}
 	a.seq++
-	sb.State, sb.PID = agentclient.StateRunning, 1000+a.seq
+	sb.State, sb.PID, sb.Hibernated = agentclient.StateRunning, 1000+a.seq, ""
 	return sb, nil
+}
+
+// adopt takes over a sandbox hibernated on another host from its publication, and wakes it.
+func (a *Agent) adopt(req agentclient.CreateRequest) (any, *agentclient.Error) {
+	switch {
+	case req.Template != "" || req.SnapshotID != "" || req.ForkOf != "" || len(req.Env) > 0 || req.Egress != nil || len(req.Volumes) > 0:
+		return nil, invalid("hibernated adopts a sandbox as it was: nothing but id may be given with it")
+	case a.blob == nil:
+		return nil, conflict("this host has no blob store to adopt sandbox %s from", req.ID)
+	case !strings.HasPrefix(req.Hibernated, req.ID+"-"):
+		return nil, invalid("hibernated %q does not name a publication of sandbox %q", req.Hibernated, req.ID)
+	}
+	if _, dup := a.sandboxes[req.ID]; dup {
+		return nil, conflict("sandbox %s already exists on this host", req.ID)
+	}
+	sb, ok := a.blob.getHibernated(req.Hibernated)
+	if !ok {
+		return nil, notFound("artifact hibernated/%s is not in the blob store", req.Hibernated)
+	}
+	a.seq++
+	sb.State, sb.PID, sb.Hibernated, sb.order = agentclient.StateRunning, 1000+a.seq, "", a.seq
+	a.sandboxes[sb.ID] = sb
+	a.creates++
+	return created{sb.Sandbox}, nil
 }
 
 // live is awake for calls that need a running guest.
@@ -173,6 +201,11 @@ func (a *Agent) hibernate(r *http.Request) (any, *agentclient.Error) {
 		return nil, err
 	case sb.State == agentclient.StateRunning:
 		sb.State, sb.PID = agentclient.StateHibernated, 0
+		if a.blob != nil && len(sb.mounts) == 0 { // published, as the real agent does with a store
+			a.seq++
+			sb.Hibernated = sb.ID + "-" + strconv.Itoa(a.seq)
+			a.blob.putHibernated(sb.Hibernated, sb)
+		}
 	case sb.State != agentclient.StateHibernated:
 		return nil, conflict("sandbox %s is %s", sb.ID, sb.State)
 	}
