@@ -197,3 +197,61 @@ func TestHibernatedSandboxesWakeAnywhere(t *testing.T) {
 		t.Errorf("the moved sandbox after host-a is back: %+v", got)
 	}
 }
+
+// TestDrainHost: a drained host takes nothing new, and its sandboxes wake elsewhere on their next
+// call; one with a volume stays (reported); ending the drain places there again.
+func TestDrainHost(t *testing.T) {
+	e := newEnv(t)
+	shared := agenttest.NewBlob()
+	e.agent.UseBlob(shared)
+	vol := e.createVolume(e.admin, map[string]any{"size_mib": 16}) // host-a is the only host yet
+	withVol := e.create(e.admin, map[string]any{"template": "base", "volumes": []any{map[string]any{"volume_id": vol.ID, "mount_path": "/data"}}})
+	b := agenttest.New("host-b", agentToken, "base")
+	defer b.Close()
+	b.UseBlob(shared)
+	e.sched.AddStaticAgent(b.URL(), agentToken)
+	if err := e.sched.PollStatic(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sb := e.create(e.admin, map[string]any{"template": "base", "host": "host-a"})
+	e.inc(e.admin, sb.ID)
+
+	tm := e.mustStatus(e.do("POST", "/v1/teams", e.admin, map[string]string{"name": "beta"}), 201).json(t)
+	beta := tm["key"].(map[string]any)["key"].(string)
+	if r := e.do("POST", "/v1/hosts/host-a/drain", beta, nil); r.status != 403 {
+		t.Errorf("drain with a team key: %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/v1/hosts/host-zz/drain", e.admin, nil); r.status != 404 {
+		t.Errorf("drain of an unknown host: %d %s", r.status, r.body)
+	}
+	var rep v1.DrainReport
+	if err := json.Unmarshal(e.mustStatus(e.do("POST", "/v1/hosts/host-a/drain", e.admin, nil), 200).body, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Host != "host-a" || rep.Moved != 1 || len(rep.Kept) != 1 || rep.Kept[0].SandboxID != withVol.ID {
+		t.Fatalf("drain report: %+v", rep)
+	}
+	if r := e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base", "host": "host-a"}); r.status != 503 {
+		t.Errorf("a create pinned to a draining host: %d %s", r.status, r.body)
+	}
+	if c := e.create(e.admin, map[string]any{"template": "base"}); c.Host != "host-b" {
+		t.Errorf("an unpinned create with host-a draining went to %s", c.Host)
+	}
+	if got := e.inc(e.admin, sb.ID); got != "2" {
+		t.Fatalf("the drained sandbox's memory after its move: %q", got)
+	}
+	if got := e.get(e.admin, sb.ID); got.Host != "host-b" || got.State != "running" {
+		t.Fatalf("the drained sandbox after its next call: %+v", got)
+	}
+	var hosts v1.Hosts
+	json.Unmarshal(e.mustStatus(e.do("GET", "/v1/hosts", e.admin, nil), 200).body, &hosts)
+	for _, h := range hosts.Hosts {
+		if h.Draining != (h.ID == "host-a") {
+			t.Errorf("host %s draining=%v", h.ID, h.Draining)
+		}
+	}
+	e.mustStatus(e.do("DELETE", "/v1/hosts/host-a/drain", e.admin, nil), 204)
+	if c := e.create(e.admin, map[string]any{"template": "base", "host": "host-a"}); c.Host != "host-a" {
+		t.Errorf("a pinned create after the drain ended: %+v", c)
+	}
+}

@@ -241,6 +241,8 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/usage", apiKey, s.usage},
 		{"PUT", "/v1/teams/{id}/quota", apiKey, s.setQuota},
 		{"GET", "/v1/hosts", apiKey, s.listHosts},
+		{"POST", "/v1/hosts/{id}/drain", apiKey, s.drainHost},
+		{"DELETE", "/v1/hosts/{id}/drain", apiKey, s.undrainHost},
 		{"POST", "/v1/functions", apiKey, s.deployFunction},
 		{"GET", "/v1/functions", apiKey, s.listFunctions},
 		{"GET", "/v1/functions/{id}", apiKey, s.getFunction},

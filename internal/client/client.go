@@ -410,6 +410,17 @@ func (c *Client) ListHosts(ctx context.Context) ([]v1.Host, error) {
 	return out.Hosts, err
 }
 
+// DrainHost stops placements on a host and hibernates its sandboxes so each wakes on another host
+// on its next call (admin keys).
+func (c *Client) DrainHost(ctx context.Context, id string) (v1.DrainReport, error) {
+	return send[v1.DrainReport](ctx, c, "POST", "/v1/hosts/"+url.PathEscape(id)+"/drain", nil, nil)
+}
+
+// UndrainHost ends a host's drain: sandboxes are placed there again (admin keys).
+func (c *Client) UndrainHost(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", "/v1/hosts/"+url.PathEscape(id)+"/drain", nil, nil, nil)
+}
+
 // ListVolumes returns the team's volumes, newest first.
 func (c *Client) ListVolumes(ctx context.Context) ([]Volume, error) {
 	out, err := send[v1.Volumes](ctx, c, "GET", "/v1/volumes", nil, nil)

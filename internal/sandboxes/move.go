@@ -14,8 +14,8 @@ import (
 // says it runs there. Only one move wins (the store's conditional MoveHibernated); a loser kills
 // its copy. When the old host comes back, its reconcile kills the stale copy there.
 
-// moveHibernated wakes sb, hibernated on host down, on another host and returns that host's
-// client. Concurrent callers in this process share one move.
+// moveHibernated wakes sb, hibernated on host down (or draining), on another host and returns
+// that host's client. Concurrent callers in this process share one move.
 func (s *Service) moveHibernated(ctx context.Context, sb store.Sandbox, down string) (*agentclient.Client, error) {
 	v, err, _ := s.moves.Do(sb.ID, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
@@ -28,7 +28,7 @@ func (s *Service) moveHibernated(ctx context.Context, sb store.Sandbox, down str
 		var moved store.Host
 		err = s.tryHosts("sandbox "+sb.ID+"'s wake", hosts, []string{"capacity"}, func(h store.Host) error {
 			if h.ID == down {
-				return errdefs.Capacityf("host %s is down", h.ID)
+				return errdefs.Capacityf("host %s is down or draining", h.ID)
 			}
 			release := s.sched.Reserve(h.ID, mem)
 			defer release()

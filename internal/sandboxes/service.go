@@ -186,10 +186,10 @@ func (s *Service) Client(ctx context.Context, sb store.Sandbox) (*agentclient.Cl
 	if err != nil {
 		return nil, err
 	}
+	if sb.State == store.StateHibernated && sb.HibernatedImage != "" && (h.State != store.HostUp || h.Draining) {
+		return s.moveHibernated(ctx, sb, h.ID)
+	}
 	if h.State != store.HostUp {
-		if sb.State == store.StateHibernated && sb.HibernatedImage != "" {
-			return s.moveHibernated(ctx, sb, h.ID)
-		}
 		return nil, errdefs.Conflictf("sandbox %s is unreachable: its host %s is down", sb.ID, h.ID)
 	}
 	return s.sched.Client(h), nil

@@ -372,7 +372,7 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 	heard := s.heardSince()
 	s.mu.Lock()
 	for _, h := range hosts {
-		if h.State != store.HostUp || h.LastHeartbeat.Before(heard) {
+		if h.State != store.HostUp || h.Draining || h.LastHeartbeat.Before(heard) {
 			continue
 		}
 		up++
@@ -568,7 +568,7 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 	heard := s.heardSince()
 	s.mu.Lock()
 	for _, h := range hosts {
-		if h.State != store.HostUp || h.LastHeartbeat.Before(heard) {
+		if h.State != store.HostUp || h.Draining || h.LastHeartbeat.Before(heard) {
 			continue
 		}
 		p := s.pending[h.ID]
@@ -623,6 +623,9 @@ func (s *Scheduler) PlaceOn(ctx context.Context, hostID string, n int, memMiB in
 	}
 	if h.State != store.HostUp {
 		return store.Host{}, errdefs.Capacityf("host %s is down", hostID)
+	}
+	if h.Draining {
+		return store.Host{}, errdefs.Capacityf("host %s is draining: nothing new is placed there", hostID)
 	}
 	s.mu.Lock()
 	p := s.pending[h.ID]

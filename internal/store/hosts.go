@@ -29,15 +29,18 @@ type Host struct {
 	Baked         []string // the subset already baked (creates restore at once)
 	RegisteredAt  time.Time
 	LastHeartbeat time.Time
+	// Draining: an operator drains the host: nothing new is placed there, and its hibernated
+	// sandboxes with a published image wake on other hosts.
+	Draining bool
 }
 
-const hostCols = `id, url, token, state, accel, mem_mib_total, mem_mib_free, slots_total, slots_used, templates, baked, registered_at, last_heartbeat`
+const hostCols = `id, url, token, state, accel, mem_mib_total, mem_mib_free, slots_total, slots_used, templates, baked, registered_at, last_heartbeat, draining`
 
 func scanHost(sc scanner) (Host, error) {
 	var h Host
 	var tmpl, baked string
 	if err := sc.Scan(&h.ID, &h.URL, &h.Token, &h.State, &h.Accel, &h.MemMiBTotal, &h.MemMiBFree,
-		&h.SlotsTotal, &h.SlotsUsed, &tmpl, &baked, timeCol(&h.RegisteredAt), timeCol(&h.LastHeartbeat)); err != nil {
+		&h.SlotsTotal, &h.SlotsUsed, &tmpl, &baked, timeCol(&h.RegisteredAt), timeCol(&h.LastHeartbeat), boolCol(&h.Draining)); err != nil {
 		return Host{}, err
 	}
 	if err := json.Unmarshal([]byte(tmpl), &h.Templates); err != nil {
@@ -67,7 +70,7 @@ func (s *Store) UpsertHost(ctx context.Context, h Host) (prev string, err error)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			prev = ""
-			_, err = s.exec(ctx, tx, `INSERT INTO hosts (`+hostCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			_, err = s.exec(ctx, tx, `INSERT INTO hosts (`+hostCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
 				h.ID, h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, now)
 			return err
 		case err != nil:
@@ -100,6 +103,18 @@ func (s *Store) RefreshUpHost(ctx context.Context, h Host) (bool, error) {
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+// SetHostDraining starts (true) or ends a host's drain; ErrNotFound for an unknown host.
+func (s *Store) SetHostDraining(ctx context.Context, id string, draining bool) error {
+	res, err := s.exec(ctx, s.db, `UPDATE hosts SET draining = ? WHERE id = ?`, boolInt(draining), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
 }
 
 // GetHost returns one host.
@@ -185,5 +200,9 @@ var hostsSchema = []schemaStep{
 			registered_at  BIGINT NOT NULL,
 			last_heartbeat BIGINT NOT NULL
 		)`,
+	}},
+	{12, []string{
+		// An operator's drain: no new placements; hibernated sandboxes wake elsewhere.
+		`ALTER TABLE hosts ADD COLUMN draining INTEGER NOT NULL DEFAULT 0`,
 	}},
 }

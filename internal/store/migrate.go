@@ -35,7 +35,7 @@ var versionNames = []string{
 	9:  "quota holds",
 	10: "functions and schedules",
 	11: "async function runs' leases",
-	12: "published snapshots and hibernated sandboxes",
+	12: "published snapshots and hibernated sandboxes, host drain",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

