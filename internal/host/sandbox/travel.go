@@ -47,7 +47,7 @@ func (m *Manager) publishHibernated(ctx context.Context, sb *sandbox) {
 		for _, f := range snapshot.Present(rec.BaseDir, append([]string{"ram", "state"}, snapshot.BootFiles...)) {
 			files = append(files, path.Join(mem, f))
 		}
-		_, st, err = artifact.Push(ctx, bs, hibernatedKind, name, sb.dir, files, rec)
+		_, st, err = m.Templates.Local().Push(ctx, bs, hibernatedKind, name, sb.dir, files, rec)
 	}
 	if err != nil {
 		m.log.Warn("publishing a hibernated sandbox failed: it wakes on this host only", "sandbox", rec.ID, "store", bs.String(), "err", err)
@@ -91,7 +91,7 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 	tmp := dir + ".pulling"
 	os.RemoveAll(tmp)
 	defer os.RemoveAll(tmp)
-	_, st, err := artifact.Pull(ctx, bs, hibernatedKind, pub, tmp)
+	_, st, err := m.Templates.Local().Pull(ctx, bs, hibernatedKind, pub, tmp)
 	if err != nil {
 		return hostapi.Sandbox{}, err
 	}
@@ -107,6 +107,7 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 	// The record is written after the move: a directory without one is never adopted at start.
 	err = os.Rename(tmp, dir)
 	if err == nil {
+		m.Templates.Local().AddDir(dir) // the index named the files under tmp
 		err = sb.persist()
 	}
 	if err != nil {
@@ -116,7 +117,8 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 	}
 	m.sandboxes[id] = sb
 	m.mu.Unlock()
-	m.log.Info("adopted hibernated sandbox", "sandbox", id, "publication", pub, "ms", time.Since(start).Milliseconds(), "fetched_mib", st.Bytes>>20)
+	m.log.Info("adopted hibernated sandbox", "sandbox", id, "publication", pub, "ms", time.Since(start).Milliseconds(), "fetched_mib", st.Bytes>>20,
+		"local_mib", int64(st.Local)*artifact.ChunkSize>>20)
 	woke, err := m.awake(ctx, id)
 	if err != nil {
 		return hostapi.Sandbox{}, err

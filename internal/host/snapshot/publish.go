@@ -61,7 +61,7 @@ func (s *Store) Publish(ctx context.Context, bs blob.Store, r *Record) (artifact
 		return artifact.Stats{}, err
 	}
 	files := Present(r.Dir, append(append([]string{}, ownFiles...), BootFiles...))
-	_, st, err := artifact.Push(ctx, bs, Kind, r.ID, r.Dir, files, r.Snapshot)
+	_, st, err := s.Local.Push(ctx, bs, Kind, r.ID, r.Dir, files, r.Snapshot)
 	if err != nil {
 		return st, err
 	}
@@ -94,15 +94,26 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 	if err != nil {
 		return nil, artifact.Stats{}, err
 	}
-	_, st, err := artifact.Pull(ctx, bs, Kind, id, tmp)
+	_, st, err := s.Local.Pull(ctx, bs, Kind, id, tmp)
 	if err != nil {
 		return nil, st, err
 	}
+	// The index names files under tmp; they are about to move.
+	defer s.Local.AddDir(filepath.Join(s.dir, id))
 	r.TemplateDir, r.Published = filepath.Join(s.dir, id), true
 	if err := s.Commit(tmp, &r); err != nil {
 		return nil, st, err
 	}
 	return &r, st, nil
+}
+
+// UseLocal makes l the index of chunks this host holds, and indexes this host's snapshots in it.
+func (s *Store) UseLocal(l *artifact.Local) {
+	s.Local = l
+	dirs, _ := filepath.Glob(filepath.Join(s.dir, "snap_*"))
+	for _, d := range dirs {
+		l.AddDir(d)
+	}
 }
 
 // Present returns the names (relative to dir) of those files that exist.
