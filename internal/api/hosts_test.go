@@ -1,12 +1,18 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/blob"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -253,5 +259,58 @@ func TestDrainHost(t *testing.T) {
 	e.mustStatus(e.do("DELETE", "/v1/hosts/host-a/drain", e.admin, nil), 204)
 	if c := e.create(e.admin, map[string]any{"template": "base", "host": "host-a"}); c.Host != "host-a" {
 		t.Errorf("a pinned create after the drain ended: %+v", c)
+	}
+}
+
+// TestSweepPublished: the sweep deletes the publications of deleted or unknown snapshots and of
+// stale hibernations once they are older than the grace, and keeps live ones (and their chunks).
+func TestSweepPublished(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	bs, err := blob.OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := e.create(e.admin, map[string]any{"template": "base"})
+	live := e.mustStatus(e.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", e.admin, nil), 201).json(t)["id"].(string)
+	gone := e.mustStatus(e.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", e.admin, nil), 201).json(t)["id"].(string)
+	e.mustStatus(e.do("DELETE", "/v1/snapshots/"+gone, e.admin, nil), 204)
+	e.mustStatus(e.do("POST", "/v1/sandboxes/"+sb.ID+"/hibernate", e.admin, nil), 200)
+	if _, err := e.st.SetHibernatedImage(ctx, sb.ID, sb.ID+"-2"); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(kind, name string, b byte) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "f"), bytes.Repeat([]byte{b}, 100), 0o600)
+		if _, _, err := artifact.Push(ctx, bs, kind, name, dir, []string{"f"}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("snapshot", live, 1)
+	publish("snapshot", gone, 2)
+	publish("snapshot", "snap_forkonly", 3)
+	publish("hibernated", sb.ID+"-1", 4)
+	publish("hibernated", sb.ID+"-2", 5)
+	publish("template", "base-abc", 6)
+
+	if m, c, err := e.srv.svc.SweepPublished(ctx, bs, time.Hour); err != nil || m != 0 || c != 0 {
+		t.Fatalf("sweep within the grace: %d manifests, %d chunks, %v", m, c, err)
+	}
+	e.clock.Add(2 * time.Hour)
+	m, _, err := e.srv.svc.SweepPublished(ctx, bs, time.Hour)
+	if err != nil || m != 3 {
+		t.Fatalf("sweep after the grace: %d manifests, %v", m, err)
+	}
+	for kind, names := range map[string][]string{"snapshot": {live}, "hibernated": {sb.ID + "-2"}, "template": {"base-abc"}} {
+		for _, n := range names {
+			if _, err := artifact.Get(ctx, bs, kind, n); err != nil {
+				t.Errorf("%s/%s was swept: %v", kind, n, err)
+			}
+		}
+	}
+	for kind, n := range map[string]string{"snapshot": gone, "hibernated": sb.ID + "-1"} {
+		if _, err := artifact.Get(ctx, bs, kind, n); err == nil {
+			t.Errorf("%s/%s was kept", kind, n)
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/functions"
 	"github.com/pandastack/pandastack/internal/sandboxes"
@@ -434,4 +435,10 @@ func (s *Server) heartbeatHost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"host_id": reg.HostID})
+}
+
+// RunPublishedSweeper deletes from bs, hourly, the snapshots' and hibernations' publications
+// nothing needs any more, and then their unreferenced chunks (sandboxes.SweepPublished).
+func (s *Server) RunPublishedSweeper(ctx context.Context, bs blob.Store) {
+	s.svc.RunPublishedSweeper(ctx, bs, time.Hour, time.Hour)
 }

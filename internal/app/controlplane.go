@@ -127,6 +127,9 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		go sched.Run(lctx)
 		go srv.RunAuditPruner(lctx)
 		go srv.RunFunctions(lctx)
+		if bs != nil {
+			go srv.RunPublishedSweeper(lctx, bs)
+		}
 		schedulesDone := make(chan struct{})
 		go func() { srv.RunSchedules(lctx, 0); close(schedulesDone) }() // waits for its runs
 		srv.RunReaper(lctx)
