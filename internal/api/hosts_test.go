@@ -91,13 +91,7 @@ func TestPublishedSnapshotsRestoreAnywhere(t *testing.T) {
 	e := newEnv(t)
 	shared := agenttest.NewBlob()
 	e.agent.UseBlob(shared)
-	b := agenttest.New("host-b", agentToken, "base")
-	defer b.Close()
-	b.UseBlob(shared)
-	e.sched.AddStaticAgent(b.URL(), agentToken)
-	if err := e.sched.PollStatic(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	e.addHost("host-b", shared)
 
 	parent := e.create(e.admin, map[string]any{"template": "base", "host": "host-a"})
 	e.inc(e.admin, parent.ID)
@@ -153,13 +147,7 @@ func TestHibernatedSandboxesWakeAnywhere(t *testing.T) {
 	e := newEnv(t)
 	shared := agenttest.NewBlob()
 	e.agent.UseBlob(shared)
-	b := agenttest.New("host-b", agentToken, "base")
-	defer b.Close()
-	b.UseBlob(shared)
-	e.sched.AddStaticAgent(b.URL(), agentToken)
-	if err := e.sched.PollStatic(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	e.addHost("host-b", shared)
 	ctx := context.Background()
 
 	sleeper := e.create(e.admin, map[string]any{"template": "base", "host": "host-a"})
@@ -212,13 +200,7 @@ func TestDrainHost(t *testing.T) {
 	e.agent.UseBlob(shared)
 	vol := e.createVolume(e.admin, map[string]any{"size_mib": 16}) // host-a is the only host yet
 	withVol := e.create(e.admin, map[string]any{"template": "base", "volumes": []any{map[string]any{"volume_id": vol.ID, "mount_path": "/data"}}})
-	b := agenttest.New("host-b", agentToken, "base")
-	defer b.Close()
-	b.UseBlob(shared)
-	e.sched.AddStaticAgent(b.URL(), agentToken)
-	if err := e.sched.PollStatic(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	e.addHost("host-b", shared)
 	sb := e.create(e.admin, map[string]any{"template": "base", "host": "host-a"})
 	e.inc(e.admin, sb.ID)
 
@@ -313,4 +295,17 @@ func TestSweepPublished(t *testing.T) {
 			t.Errorf("%s/%s was kept", kind, n)
 		}
 	}
+}
+
+// addHost adds a fake host (template base) with blob store shared (nil: none), polled at once.
+func (e *env) addHost(id string, shared *agenttest.Blob) *agenttest.Agent {
+	e.t.Helper()
+	b := agenttest.New(id, agentToken, "base")
+	e.t.Cleanup(b.Close)
+	b.UseBlob(shared)
+	e.sched.AddStaticAgent(b.URL(), agentToken)
+	if err := e.sched.PollStatic(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	return b
 }

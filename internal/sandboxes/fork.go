@@ -35,15 +35,7 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	releases := make([]func(), count)
-	for i := range releases {
-		releases[i] = s.sched.Reserve(parent.HostID, 0)
-	}
-	releaseAll := func() {
-		for _, f := range releases {
-			f()
-		}
-	}
+	releaseAll := s.reserveSlots(parent.HostID, count)
 	got, err := c.Fork(ctx, parent.ID, count)
 	if err != nil {
 		releaseAll()
@@ -78,6 +70,19 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	}
 	s.log.Info("forked sandbox", "sandbox", parent.ID, "host", parent.HostID, "children", count)
 	return out, nil
+}
+
+// reserveSlots holds count slots on hostID for a fork's children until the returned release.
+func (s *Service) reserveSlots(hostID string, count int) (release func()) {
+	releases := make([]func(), count)
+	for i := range releases {
+		releases[i] = s.sched.Reserve(hostID, 0)
+	}
+	return func() {
+		for _, f := range releases {
+			f()
+		}
+	}
 }
 
 // childRecords are the records of a fork's children on hostID: the parent's team, metadata, ttl
@@ -125,15 +130,7 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	releases := make([]func(), count)
-	for i := range releases {
-		releases[i] = s.sched.Reserve(target.ID, 0)
-	}
-	defer func() {
-		for _, f := range releases {
-			f()
-		}
-	}()
+	defer s.reserveSlots(target.ID, count)()
 	sn, err := src.CreateSnapshot(ctx, parent.ID)
 	s.Touched(ctx, parent, src, err) // a hibernated parent was woken for its snapshot
 	if err != nil {

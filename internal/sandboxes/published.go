@@ -8,6 +8,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/blob"
+	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -78,14 +79,7 @@ func (s *Service) publicationNeeded(ctx context.Context, kind, name string) bool
 
 // RunPublishedSweeper sweeps the blob store every interval until ctx ends.
 func (s *Service) RunPublishedSweeper(ctx context.Context, bs blob.Store, interval, grace time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Every(ctx, interval, func() {
 		m, c, err := s.SweepPublished(ctx, bs, grace)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -93,5 +87,5 @@ func (s *Service) RunPublishedSweeper(ctx context.Context, bs blob.Store, interv
 		case m > 0 || c > 0:
 			s.log.Info("blob store: swept unused publications", "manifests", m, "chunks", c)
 		}
-	}
+	})
 }

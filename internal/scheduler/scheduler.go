@@ -19,6 +19,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -872,20 +873,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	loop := func(every time.Duration, fn func()) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(every)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					fn()
-				}
-			}
-		}()
+		wg.Go(func() { periodic.Every(ctx, every, fn) })
 	}
 	loop(max(s.cfg.HeartbeatTimeout/5, 100*time.Millisecond), func() {
 		if err := s.CheckHosts(ctx); err != nil && ctx.Err() == nil {

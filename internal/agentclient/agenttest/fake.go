@@ -59,60 +59,53 @@ type Agent struct {
 }
 
 // Blob is a blob store fake agents share: what one publishes another can pull. It keeps the
-// real agent's contract for snapshots (internal/host/snapshot): a host with a store publishes each
-// snapshot it takes and pulls one it is asked to restore and lacks.
+// real agent's contract (internal/host/snapshot, internal/host/sandbox/travel.go): a host with a
+// store publishes each snapshot it takes and each hibernation, pulls a snapshot it is asked to
+// restore and lacks, and adopts a hibernated sandbox from its publication.
 type Blob struct {
-	mu         sync.Mutex
-	snaps      map[string]snapshot
-	hibernated map[string]sandbox // by publication name
+	snaps      shelf[snapshot]
+	hibernated shelf[sandbox] // by publication name
+}
+
+// shelf is one kind of publication, handed out as copies (as a pull makes one).
+type shelf[T any] struct {
+	mu    sync.Mutex
+	items map[string]T
+	clone func(T) T
+}
+
+func (s *shelf[T]) put(name string, v T) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.items[name] = s.clone(v)
+}
+
+func (s *shelf[T]) get(name string) (T, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.items[name]
+	if ok {
+		v = s.clone(v)
+	}
+	return v, ok
 }
 
 // NewBlob makes an empty shared store.
-func NewBlob() *Blob { return &Blob{snaps: map[string]snapshot{}, hibernated: map[string]sandbox{}} }
-
-// putHibernated publishes a hibernated sandbox under name.
-func (b *Blob) putHibernated(name string, sb *sandbox) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	c := *sb
-	c.guest = sb.guest.clone()
-	b.hibernated[name] = c
-}
-
-// getHibernated returns a copy of a published hibernated sandbox, as a pull makes one.
-func (b *Blob) getHibernated(name string) (*sandbox, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	sb, ok := b.hibernated[name]
-	if !ok {
-		return nil, false
+func NewBlob() *Blob {
+	return &Blob{
+		snaps: shelf[snapshot]{items: map[string]snapshot{}, clone: func(sn snapshot) snapshot {
+			return snapshot{Snapshot: sn.Snapshot, guest: sn.guest.clone()}
+		}},
+		hibernated: shelf[sandbox]{items: map[string]sandbox{}, clone: func(sb sandbox) sandbox {
+			sb.guest = sb.guest.clone()
+			return sb
+		}},
 	}
-	sb.guest = sb.guest.clone()
-	return &sb, true
-}
-
-func (b *Blob) put(sn *snapshot) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.snaps[sn.ID] = snapshot{Snapshot: sn.Snapshot, guest: sn.guest.clone()}
-}
-
-// get returns a copy of a published snapshot, as a pull makes one.
-func (b *Blob) get(id string) (*snapshot, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	sn, ok := b.snaps[id]
-	if !ok {
-		return nil, false
-	}
-	return &snapshot{Snapshot: sn.Snapshot, guest: sn.guest.clone()}, true
 }
 
 // Published reports whether the store holds snapshot id.
 func (b *Blob) Published(id string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	_, ok := b.snaps[id]
+	_, ok := b.snaps.get(id)
 	return ok
 }
 

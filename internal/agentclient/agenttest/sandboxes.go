@@ -74,7 +74,9 @@ func (a *Agent) source(req *agentclient.CreateRequest) (agentclient.Template, gu
 	case req.SnapshotID != "":
 		sn, ok := a.snapshots[req.SnapshotID]
 		if !ok && a.blob != nil { // pulled from the blob store, as the real agent does
-			if sn, ok = a.blob.get(req.SnapshotID); ok {
+			var pulled snapshot
+			if pulled, ok = a.blob.snaps.get(req.SnapshotID); ok {
+				sn = &pulled
 				a.snapshots[sn.ID] = sn
 			}
 		}
@@ -134,7 +136,8 @@ func (a *Agent) adopt(req agentclient.CreateRequest) (any, *agentclient.Error) {
 	if _, dup := a.sandboxes[req.ID]; dup {
 		return nil, conflict("sandbox %s already exists on this host", req.ID)
 	}
-	sb, ok := a.blob.getHibernated(req.Hibernated)
+	adopted, ok := a.blob.hibernated.get(req.Hibernated)
+	sb := &adopted
 	if !ok {
 		return nil, notFound("artifact hibernated/%s is not in the blob store", req.Hibernated)
 	}
@@ -204,7 +207,7 @@ func (a *Agent) hibernate(r *http.Request) (any, *agentclient.Error) {
 		if a.blob != nil && len(sb.mounts) == 0 { // published, as the real agent does with a store
 			a.seq++
 			sb.Hibernated = sb.ID + "-" + strconv.Itoa(a.seq)
-			a.blob.putHibernated(sb.Hibernated, sb)
+			a.blob.hibernated.put(sb.Hibernated, *sb)
 		}
 	case sb.State != agentclient.StateHibernated:
 		return nil, conflict("sandbox %s is %s", sb.ID, sb.State)
@@ -237,7 +240,7 @@ func (a *Agent) snapshot(r *http.Request) (any, *agentclient.Error) {
 	}
 	if a.blob != nil { // published, as the real agent does when it has a blob store
 		sn.Published = true
-		a.blob.put(sn)
+		a.blob.snaps.put(sn.ID, *sn)
 	}
 	a.snapshots[sn.ID] = sn
 	return created{sn.Snapshot}, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
+	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
 	"github.com/pandastack/pandastack/internal/timing"
@@ -343,21 +344,7 @@ func (m *Manager) awake(ctx context.Context, id string) (*sandbox, error) {
 
 // idleLoop hibernates sandboxes no call has touched for idle (checked every few seconds).
 func (m *Manager) idleLoop(ctx context.Context, idle time.Duration) {
-	every(ctx, min(idle/4, 5*time.Second), func() { m.hibernateIdle(ctx, idle) })
-}
-
-// every calls fn every d until ctx ends.
-func every(ctx context.Context, d time.Duration, fn func()) {
-	tick := time.NewTicker(d)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		fn()
-	}
+	periodic.Every(ctx, min(idle/4, 5*time.Second), func() { m.hibernateIdle(ctx, idle) })
 }
 
 // hibernateIdle hibernates the running sandboxes no call has touched for idle.
