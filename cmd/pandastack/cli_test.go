@@ -528,4 +528,10 @@ func TestCLIHosts(t *testing.T) {
 	}
 	mustRun(t, "", "hosts", "undrain", "host-a")
 	mustRun(t, "", "sandbox", "create", "-q")
+	if out := mustRun(t, "", "doctor"); !strings.Contains(out, "nothing left behind on 1 host") {
+		t.Fatalf("doctor:\n%s", out)
+	}
+	if _, _, err := run(t, "", "doctor", "--host", "host-nope"); err == nil || !strings.Contains(err.Error(), "host-nope not found") {
+		t.Fatalf("doctor of an unknown host: %v", err)
+	}
 }

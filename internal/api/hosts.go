@@ -8,6 +8,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -41,6 +42,18 @@ func (s *Server) drainHost(w http.ResponseWriter, r *http.Request) {
 		return v1.KeptSandbox{SandboxID: k.ID, Reason: k.Reason}
 	})}
 	s.reply(w, r, http.StatusOK, out, err)
+}
+
+// hostDoctor reports (GET) or repairs (POST …/repair) what crashes left on a host.
+func (s *Server) hostDoctor(w http.ResponseWriter, r *http.Request) {
+	repair := r.Method == http.MethodPost
+	if !s.adminBody(w, r, "run the doctor on a host", nil, true) {
+		return
+	}
+	found, err := s.svc.Doctor(r.Context(), r.PathValue("id"), repair)
+	s.reply(w, r, http.StatusOK, v1.DoctorReport{Host: r.PathValue("id"), Findings: list(found, func(f hostapi.DoctorFinding) v1.DoctorFinding {
+		return v1.DoctorFinding{Kind: f.Kind, Resource: f.Resource, Detail: f.Detail, Repaired: f.Repaired, Error: f.Error}
+	})}, err)
 }
 
 // undrainHost places sandboxes on a drained host again.

@@ -309,3 +309,40 @@ func (e *env) addHost(id string, shared *agenttest.Blob) *agenttest.Agent {
 	}
 	return b
 }
+
+// TestHostDoctor: the control plane adds to a host's own findings the sandboxes it runs that the
+// store does not place there (once they are older than an operation in flight), and the repair
+// kills them there; recorded sandboxes are never touched; team keys are refused.
+func TestHostDoctor(t *testing.T) {
+	e := newEnv(t)
+	kept := e.create(e.admin, map[string]any{"template": "base"})
+	e.agent.AddSandbox("sb_strayone", "base")
+	report := func(method, path string) v1.DoctorReport {
+		var r v1.DoctorReport
+		if err := json.Unmarshal(e.mustStatus(e.do(method, path, e.admin, nil), 200).body, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := report("GET", "/v1/hosts/host-a/doctor"); len(r.Findings) != 0 {
+		t.Fatalf("a sandbox younger than an operation in flight was reported: %+v", r)
+	}
+	e.clock.Add(11 * time.Minute)
+	if r := report("GET", "/v1/hosts/host-a/doctor"); len(r.Findings) != 1 || r.Findings[0].Kind != "unrecorded_sandbox" ||
+		r.Findings[0].Resource != "sb_strayone" || r.Findings[0].Repaired {
+		t.Fatalf("doctor: %+v", r)
+	}
+	if r := report("POST", "/v1/hosts/host-a/doctor/repair"); len(r.Findings) != 1 || !r.Findings[0].Repaired {
+		t.Fatalf("repair: %+v", r)
+	}
+	if got := e.agent.All(); slices.Contains(got, "sb_strayone") || !slices.Contains(got, kept.ID) {
+		t.Fatalf("after the repair the host has %v", got)
+	}
+	beta := e.newTeam("beta")
+	if r := e.do("GET", "/v1/hosts/host-a/doctor", beta, nil); r.status != 403 {
+		t.Errorf("doctor with a team key: %d %s", r.status, r.body)
+	}
+	if r := e.do("GET", "/v1/hosts/host-zz/doctor", e.admin, nil); r.status != 404 {
+		t.Errorf("doctor of an unknown host: %d %s", r.status, r.body)
+	}
+}

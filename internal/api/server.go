@@ -244,6 +244,8 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/hosts", apiKey, s.listHosts},
 		{"POST", "/v1/hosts/{id}/drain", apiKey, s.drainHost},
 		{"DELETE", "/v1/hosts/{id}/drain", apiKey, s.undrainHost},
+		{"GET", "/v1/hosts/{id}/doctor", apiKey, s.hostDoctor},
+		{"POST", "/v1/hosts/{id}/doctor/repair", apiKey, s.hostDoctor},
 		{"POST", "/v1/functions", apiKey, s.deployFunction},
 		{"GET", "/v1/functions", apiKey, s.listFunctions},
 		{"GET", "/v1/functions/{id}", apiKey, s.getFunction},

@@ -416,6 +416,14 @@ func (c *Client) DrainHost(ctx context.Context, id string) (v1.DrainReport, erro
 	return send[v1.DrainReport](ctx, c, "POST", "/v1/hosts/"+url.PathEscape(id)+"/drain", nil, nil)
 }
 
+// HostDoctor reports what crashes left on a host, or removes it when repair (admin keys).
+func (c *Client) HostDoctor(ctx context.Context, id string, repair bool) (v1.DoctorReport, error) {
+	if repair {
+		return send[v1.DoctorReport](ctx, c, "POST", "/v1/hosts/"+url.PathEscape(id)+"/doctor/repair", nil, nil)
+	}
+	return send[v1.DoctorReport](ctx, c, "GET", "/v1/hosts/"+url.PathEscape(id)+"/doctor", nil, nil)
+}
+
 // UndrainHost ends a host's drain: sandboxes are placed there again (admin keys).
 func (c *Client) UndrainHost(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", "/v1/hosts/"+url.PathEscape(id)+"/drain", nil, nil, nil)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // DrainReport is what a drain did: how many of the host's sandboxes will wake elsewhere on their
@@ -90,4 +92,53 @@ func (s *Service) Undrain(ctx context.Context, hostID string) error {
 		return errdefs.NotFoundf("host %s not found", hostID)
 	}
 	return err
+}
+
+// unrecordedAfter is how old a sandbox on a host must be before the doctor calls it unrecorded (a
+// create or fork in flight has its VM before its record).
+const unrecordedAfter = 10 * time.Minute
+
+// Doctor asks a host for its leftovers and adds the control plane's: sandboxes the host runs that
+// the store does not know, or records killed or on another host. With repair, both are removed
+// (such sandboxes killed on the host).
+func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hostapi.DoctorFinding, error) {
+	h, err := s.store.GetHost(ctx, hostID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errdefs.NotFoundf("host %s not found", hostID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if h.State != store.HostUp {
+		return nil, errdefs.Conflictf("host %s is down: the doctor runs on the host", hostID)
+	}
+	c := s.sched.Client(h)
+	rep, err := c.Doctor(ctx, repair)
+	if err != nil {
+		return nil, err
+	}
+	on, err := c.ListSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, sb := range on {
+		created, _ := time.Parse(time.RFC3339, sb.CreatedAt)
+		if s.clock().Sub(created) < unrecordedAfter {
+			continue
+		}
+		rec, err := s.store.GetSandbox(ctx, sb.ID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) || err == nil && rec.HostID == hostID && rec.State != store.StateKilled {
+			continue // recorded here (or the store cannot say: nothing is killed on doubt)
+		}
+		f := hostapi.DoctorFinding{Kind: "unrecorded_sandbox", Resource: sb.ID, Detail: "a sandbox this host runs that the store does not place there"}
+		if repair {
+			if err := c.KillSandbox(ctx, sb.ID); err != nil {
+				f.Error = err.Error()
+			} else {
+				f.Repaired = true
+			}
+		}
+		rep.Findings = append(rep.Findings, f)
+	}
+	return rep.Findings, nil
 }

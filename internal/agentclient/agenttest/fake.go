@@ -25,6 +25,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/template"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // Agent is one fake host agent listening on loopback.
@@ -395,6 +396,8 @@ func (a *Agent) handler() http.Handler {
 	api := http.NewServeMux()
 	for pattern, fn := range map[string]call{
 		"GET /v1/info":                                   a.info,
+		"GET /v1/doctor":                                 a.doctor,
+		"POST /v1/doctor/repair":                         a.doctor,
 		"GET /v1/templates":                              a.listTemplates,
 		"DELETE /v1/templates/{name}":                    a.deleteTemplate,
 		"GET /v1/sandboxes":                              a.listSandboxes,
@@ -468,6 +471,11 @@ func (a *Agent) noRoute(r *http.Request) (any, *agentclient.Error) {
 
 // info reports a slot for every sandbox, hibernated ones too, and memory for running ones (like
 // the real agent), with limits like its defaults: half the memory per VM, 2 × the memory committed.
+// doctor finds nothing: a fake host leaks no process, directory, namespace or cgroup.
+func (a *Agent) doctor(*http.Request) (any, *agentclient.Error) {
+	return hostapi.DoctorReport{Findings: []hostapi.DoctorFinding{}}, nil
+}
+
 func (a *Agent) info(*http.Request) (any, *agentclient.Error) {
 	var committed int64
 	for _, sb := range a.sandboxes {

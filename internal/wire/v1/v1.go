@@ -130,6 +130,24 @@ type Host struct {
 	Draining bool `json:"draining"`
 }
 
+// DoctorReport is GET /v1/hosts/{id}/doctor (and POST …/doctor/repair): what a crash left on the
+// host that nothing owns — the host's own findings (VMM processes, directories, network
+// namespaces, cgroups, half-made snapshots) and the control plane's (sandboxes the host runs that
+// the store does not know).
+type DoctorReport struct {
+	Host     string          `json:"host"`
+	Findings []DoctorFinding `json:"findings"`
+}
+
+// DoctorFinding is one leftover; Repaired when the repair removed it, Error when it could not.
+type DoctorFinding struct {
+	Kind     string `json:"kind"`
+	Resource string `json:"resource"`
+	Detail   string `json:"detail"`
+	Repaired bool   `json:"repaired"`
+	Error    string `json:"error,omitempty"`
+}
+
 // DrainReport is POST /v1/hosts/{id}/drain: the host takes nothing new, and its sandboxes were
 // hibernated so that each wakes on another host on its next call (moved), except those kept.
 type DrainReport struct {
