@@ -8,7 +8,6 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/wire/hostapi"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -51,9 +50,10 @@ func (s *Server) hostDoctor(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	found, err := s.svc.Doctor(r.Context(), r.PathValue("id"), repair)
-	s.reply(w, r, http.StatusOK, v1.DoctorReport{Host: r.PathValue("id"), Findings: list(found, func(f hostapi.DoctorFinding) v1.DoctorFinding {
-		return v1.DoctorFinding{Kind: f.Kind, Resource: f.Resource, Detail: f.Detail, Repaired: f.Repaired, Error: f.Error}
-	})}, err)
+	if found == nil {
+		found = []v1.DoctorFinding{}
+	}
+	s.reply(w, r, http.StatusOK, v1.DoctorReport{Host: r.PathValue("id"), Findings: found}, err)
 }
 
 // undrainHost places sandboxes on a drained host again.

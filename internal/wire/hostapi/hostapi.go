@@ -357,17 +357,9 @@ type (
 	TerminalMessage = v1.TerminalMessage
 )
 
-// DoctorFinding is one leak or inconsistency `GET /v1/doctor` found on the host: its kind
-// (orphan_vmm, orphan_dir, orphan_netns, orphan_cgroup, stale_tmp), what it is, and whether
-// `POST /v1/doctor/repair` removed it.
-type DoctorFinding struct {
-	Kind     string `json:"kind"`
-	Resource string `json:"resource"`
-	Detail   string `json:"detail"`
-	Repaired bool   `json:"repaired"`
-	// Error is why a repair failed.
-	Error string `json:"error,omitempty"`
-}
+// DoctorFinding is one leftover `GET /v1/doctor` found on the host (orphan_vmm, orphan_dir,
+// orphan_netns, orphan_cgroup, stale_tmp): relayed as it is by the public API.
+type DoctorFinding = v1.DoctorFinding
 
 // DoctorReport is GET /v1/doctor and POST /v1/doctor/repair.
 type DoctorReport struct {
