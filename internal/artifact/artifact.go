@@ -242,18 +242,17 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Loca
 			return nil
 		}
 		st.chunks.Add(1)
-		buf, ok := local.read(sum, ChunkLen(f.Size, i))
-		if ok {
+		if local.place(sum, ChunkLen(f.Size, i), tmp, int64(i)*ChunkSize) {
 			st.local.Add(1)
-		} else {
-			var err error
-			if buf, err = FetchChunk(ctx, s, sum, ChunkLen(f.Size, i)); err != nil {
-				return fmt.Errorf("chunk %d (%s): %w", i, sum, err)
-			}
-			st.moved.Add(1)
-			st.bytes.Add(int64(len(buf)))
+			return nil
 		}
-		_, err := tmp.WriteAt(buf, int64(i)*ChunkSize)
+		buf, err := FetchChunk(ctx, s, sum, ChunkLen(f.Size, i))
+		if err != nil {
+			return fmt.Errorf("chunk %d (%s): %w", i, sum, err)
+		}
+		st.moved.Add(1)
+		st.bytes.Add(int64(len(buf)))
+		_, err = tmp.WriteAt(buf, int64(i)*ChunkSize)
 		return err
 	})
 	if err != nil {
