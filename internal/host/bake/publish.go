@@ -125,6 +125,7 @@ func (ts *Templates) pull(ctx context.Context, s blob.Store, pub string, say fun
 	if err := os.Rename(tmp, dir); err != nil {
 		return nil, err
 	}
+	ts.local.AddDir(dir) // the index named the files under tmp
 	say("pulled template %s in %.1f s (%d MiB fetched, %d MiB from this host's files)", info.Name, time.Since(start).Seconds(), st.Bytes>>20, int64(st.Local)*artifact.ChunkSize>>20)
 	return &info, nil
 }
