@@ -50,7 +50,7 @@ func main() {
 }
 
 // defaultSuites are the suites a plain run (and the smoke test) runs.
-const defaultSuites = "restore,sandbox,lifecycle,controlplane,network,volumes,confine,blob,processes,functions"
+const defaultSuites = "restore,sandbox,lifecycle,controlplane,network,volumes,confine,blob,crosshost,processes,functions"
 
 // The comparisons of suites guest-before and cpu (flags).
 var guestBefore, cpuModel string
@@ -174,6 +174,8 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.compareSuite(ctx, res, "cpu_"+cpuKey(cpuModel), func(c *hostagent.Config) { c.CPUModel = cpuModel }, creates, runtimesWork)
 		case "blob":
 			err = blobSuite(ctx, res, dataDir)
+		case "crosshost":
+			err = b.crossHostSuite(ctx, res)
 		case "processes":
 			err = b.processSuite(ctx, res)
 		case "code":
@@ -269,9 +271,12 @@ func (b *bench) create(template string) (float64, string, error) {
 	return d, sb.ID, nil
 }
 
-func (b *bench) post(path string, v any, want int) error {
+func (b *bench) post(path string, v any, want int) error { return postTo(b.url, path, v, want) }
+
+// postTo posts v as JSON to the agent API at base and wants status want.
+func postTo(base, path string, v any, want int) error {
 	body, _ := json.Marshal(v)
-	resp, err := http.Post(b.url+path, "application/json", bytes.NewReader(body))
+	resp, err := http.Post(base+path, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -525,4 +525,22 @@ func TestCLIHosts(t *testing.T) {
 	if !strings.Contains(list, "SANDBOXES") || !strings.Contains(list, "host-a") || !strings.Contains(list, "up") {
 		t.Fatalf("hosts list:\n%s", list)
 	}
+	// The only host drained: its sandbox (no blob store here) is kept, and nothing new goes there.
+	if out := mustRun(t, "", "hosts", "drain", "host-a"); !strings.Contains(out, "MOVED") || !strings.Contains(out, "not published") {
+		t.Fatalf("hosts drain:\n%s", out)
+	}
+	if out := mustRun(t, "", "hosts", "list"); !strings.Contains(out, "up,draining") {
+		t.Fatalf("hosts list while draining:\n%s", out)
+	}
+	if _, _, err := run(t, "", "sandbox", "create"); err == nil || !strings.Contains(err.Error(), "no host") {
+		t.Fatalf("create with the only host draining: %v", err)
+	}
+	mustRun(t, "", "hosts", "undrain", "host-a")
+	mustRun(t, "", "sandbox", "create", "-q")
+	if out := mustRun(t, "", "doctor"); !strings.Contains(out, "nothing left behind on 1 host") {
+		t.Fatalf("doctor:\n%s", out)
+	}
+	if _, _, err := run(t, "", "doctor", "--host", "host-nope"); err == nil || !strings.Contains(err.Error(), "host-nope not found") {
+		t.Fatalf("doctor of an unknown host: %v", err)
+	}
 }

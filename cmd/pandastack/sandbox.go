@@ -99,7 +99,7 @@ func sandboxCreateCmd(f *apiFlags) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&req.Template, "template", "t", "base", "template name (see `pandastack template list`)")
-	fl.StringVar(&req.SnapshotID, "snapshot", "", "start from this snapshot (memory and disk) instead of a fresh template; it runs on the snapshot's host")
+	fl.StringVar(&req.SnapshotID, "snapshot", "", "start from this snapshot (memory and disk) instead of a fresh template; it runs on the snapshot's host (any host when the snapshot is published)")
 	durationVar(fl, &ttl, "ttl", 0, "time until the sandbox is killed: seconds (600) or a duration (10m) (default: the server's, 300s)")
 	fl.StringArrayVarP(&md, "metadata", "m", nil, "KEY=VALUE metadata (repeatable)")
 	fl.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE environment variable (repeatable)")
@@ -277,18 +277,20 @@ func sandboxTTLCmd(f *apiFlags) *cobra.Command {
 func sandboxForkCmd(f *apiFlags) *cobra.Command {
 	var count int
 	var quiet bool
+	var host string
 	cmd := &cobra.Command{
 		Use:   "fork ID",
 		Short: "Fork a sandbox: children that start from its exact memory and files, then diverge",
 		Long: `Fork a sandbox into COUNT children (1-16). Each child starts from the parent's running
 processes, memory and files at one instant, then goes its own way; the parent keeps running.
-Children live on the parent's host, belong to its team, copy its metadata and get a fresh TTL
-from the parent's ttl_seconds.`,
+Children live on the parent's host (or, for admin keys, --host: another host when the hosts share
+a blob store), belong to its team, copy its metadata and get a fresh TTL from the parent's
+ttl_seconds.`,
 		Example: `  pandastack sandbox fork sb_123 --count 3
   for id in $(pandastack sandbox fork sb_123 -n 4 -q); do pandastack sandbox exec "$id" -- ./try.sh & done`,
 		Args: cobra.ExactArgs(1),
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			kids, err := c.Fork(ctx, args[0], count)
+			kids, err := c.ForkTo(ctx, args[0], count, host)
 			if err != nil {
 				return err
 			}
@@ -303,6 +305,7 @@ from the parent's ttl_seconds.`,
 	}
 	cmd.Flags().IntVarP(&count, "count", "n", 1, "how many children (1-16)")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the children's ids, one a line")
+	cmd.Flags().StringVar(&host, "host", "", "admin keys: the host the children run on (default: the parent's; another needs a shared blob store)")
 	return cmd
 }
 

@@ -181,6 +181,15 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 	return i, c.call(ctx, "GET", "/v1/info", nil, &i)
 }
 
+// Doctor calls GET /v1/doctor, or POST /v1/doctor/repair when repair: the host's leftovers.
+func (c *Client) Doctor(ctx context.Context, repair bool) (hostapi.DoctorReport, error) {
+	var out hostapi.DoctorReport
+	if repair {
+		return out, c.call(ctx, "POST", "/v1/doctor/repair", nil, &out)
+	}
+	return out, c.call(ctx, "GET", "/v1/doctor", nil, &out)
+}
+
 // Templates calls GET /v1/templates.
 func (c *Client) Templates(ctx context.Context) ([]Template, error) {
 	var out hostapi.TemplateList

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -25,8 +26,43 @@ func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, v1.Hosts{Hosts: list(hosts, func(h store.Host) v1.Host {
 		return v1.Host{ID: h.ID, URL: h.URL, State: h.State, Accel: h.Accel, Sandboxes: live[h.ID],
 			FreeSlots: max(h.SlotsTotal-h.SlotsUsed, 0), SlotsTotal: h.SlotsTotal, MemMiBTotal: h.MemMiBTotal,
-			MemMiBFree: h.MemMiBFree, Templates: orEmpty(h.Templates), Baked: orEmpty(h.Baked), LastHeartbeat: v1.Timestamp(h.LastHeartbeat)}
+			MemMiBFree: h.MemMiBFree, Templates: orEmpty(h.Templates), Baked: orEmpty(h.Baked), LastHeartbeat: v1.Timestamp(h.LastHeartbeat),
+			Draining: h.Draining}
 	})}, err)
+}
+
+// drainHost stops placements on a host and hibernates its sandboxes so each wakes elsewhere.
+func (s *Server) drainHost(w http.ResponseWriter, r *http.Request) {
+	if !s.adminBody(w, r, "drain a host", nil, true) {
+		return
+	}
+	rep, err := s.svc.Drain(r.Context(), r.PathValue("id"))
+	out := v1.DrainReport{Host: rep.Host, Moved: rep.Moved, Kept: list(rep.Kept, func(k sandboxes.KeptSandbox) v1.KeptSandbox {
+		return v1.KeptSandbox{SandboxID: k.ID, Reason: k.Reason}
+	})}
+	s.reply(w, r, http.StatusOK, out, err)
+}
+
+// hostDoctor reports (GET) or repairs (POST …/repair) what crashes left on a host.
+func (s *Server) hostDoctor(w http.ResponseWriter, r *http.Request) {
+	repair := r.Method == http.MethodPost
+	if !s.adminBody(w, r, "run the doctor on a host", nil, true) {
+		return
+	}
+	found, err := s.svc.Doctor(r.Context(), r.PathValue("id"), repair)
+	if found == nil {
+		found = []v1.DoctorFinding{}
+	}
+	s.reply(w, r, http.StatusOK, v1.DoctorReport{Host: r.PathValue("id"), Findings: found}, err)
+}
+
+// undrainHost places sandboxes on a drained host again.
+func (s *Server) undrainHost(w http.ResponseWriter, r *http.Request) {
+	if !s.adminBody(w, r, "end a host's drain", nil, true) {
+		return
+	}
+	err := s.svc.Undrain(r.Context(), r.PathValue("id"))
+	s.reply(w, r, http.StatusNoContent, nil, err)
 }
 
 // pinnable refuses a host pin (create or fork `host`) from a key that is not an admin key, or an

@@ -6,7 +6,6 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
-	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -39,16 +38,17 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = pinnable(r.Context(), req.Host)
 	}
-	if err == nil && req.Host != nil && *req.Host != sb.HostID {
-		err = errdefs.New(errdefs.NotImplemented, "forking onto another host (%s) is not supported yet: a fork's children run on their parent's host, %s", *req.Host, sb.HostID)
-	}
 	release := func() {}
 	if err == nil {
 		release, err = s.holdSandboxQuota(r.Context(), sb.TeamID, sb.Template, int64(count))
 	}
 	var children []store.Sandbox
 	if err == nil {
-		children, err = s.svc.Fork(r.Context(), sb, count)
+		host := sb.HostID
+		if req.Host != nil {
+			host = *req.Host
+		}
+		children, err = s.svc.ForkTo(r.Context(), sb, count, host)
 	}
 	release()
 	s.reply(w, r, http.StatusCreated, v1.Sandboxes{Sandboxes: list(children, viewOf)}, err)

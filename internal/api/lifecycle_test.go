@@ -234,7 +234,7 @@ func TestSnapshots(t *testing.T) {
 		keys = append(keys, key)
 	}
 	sort.Strings(keys)
-	if !reflect.DeepEqual(keys, []string{"created_at", "id", "sandbox_id", "size_bytes", "template"}) {
+	if !reflect.DeepEqual(keys, []string{"created_at", "id", "published", "sandbox_id", "size_bytes", "template"}) {
 		t.Fatalf("snapshot object %s", r.body)
 	}
 	var snap SnapshotView

@@ -83,7 +83,7 @@ var wireTypes = func() map[string]reflect.Type {
 		v1.BuildEvent{}, v1.Volume{}, v1.VolumeAttachment{}, v1.Volumes{}, v1.CreateVolumeRequest{},
 		v1.ResizeVolumeRequest{}, v1.Key{}, v1.Keys{}, v1.CreateKeyRequest{}, v1.Team{},
 		v1.CreateTeamRequest{}, v1.NewTeam{}, v1.Info{}, v1.EgressInfo{}, v1.Range{}, v1.AuditEntry{}, v1.AuditPage{},
-		v1.Usage{}, v1.UsageItem{}, v1.QuotaRequest{}, v1.Host{}, v1.Hosts{},
+		v1.Usage{}, v1.UsageItem{}, v1.QuotaRequest{}, v1.Host{}, v1.Hosts{}, v1.DrainReport{}, v1.KeptSandbox{}, v1.DoctorReport{}, v1.DoctorFinding{},
 		v1.StartProcessRequest{}, v1.ProcessStarted{}, v1.Process{},
 		v1.Processes{}, v1.ProcessEvent{}, v1.StdinRequest{}, v1.SignalRequest{}, v1.TerminalMessage{},
 		v1.CodeRequest{}, v1.CodeResult{}, v1.CodeError{}, v1.CodeEnd{},

@@ -138,12 +138,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, port int, id stri
 		proxyPage(w, http.StatusBadGateway, "Sandbox not running", err.Error()+".")
 		return
 	}
-	h, err := s.store.GetHost(r.Context(), sb.HostID)
-	if err != nil || h.State != store.HostUp {
-		proxyPage(w, http.StatusBadGateway, "Sandbox unreachable", fmt.Sprintf("The host of sandbox %s is down.", id))
+	// Through the service: a hibernated sandbox of a down or draining host wakes on another.
+	c, err := s.svc.Client(r.Context(), sb)
+	if err != nil {
+		proxyPage(w, http.StatusBadGateway, "Sandbox unreachable", fmt.Sprintf("Sandbox %s cannot be reached: %v.", id, err))
 		return
 	}
-	c := s.sched.Client(h)
 	base, err := url.Parse(c.BaseURL)
 	if err != nil {
 		proxyPage(w, http.StatusBadGateway, "Proxy error", "The sandbox's host has a bad address.")

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/database"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/functions"
@@ -260,6 +261,10 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/usage", apiKey, s.usage},
 		{"PUT", "/v1/teams/{id}/quota", apiKey, s.setQuota},
 		{"GET", "/v1/hosts", apiKey, s.listHosts},
+		{"POST", "/v1/hosts/{id}/drain", apiKey, s.drainHost},
+		{"DELETE", "/v1/hosts/{id}/drain", apiKey, s.undrainHost},
+		{"GET", "/v1/hosts/{id}/doctor", apiKey, s.hostDoctor},
+		{"POST", "/v1/hosts/{id}/doctor/repair", apiKey, s.hostDoctor},
 		{"POST", "/v1/functions", apiKey, s.deployFunction},
 		{"GET", "/v1/functions", apiKey, s.listFunctions},
 		{"GET", "/v1/functions/{id}", apiKey, s.getFunction},
@@ -488,4 +493,10 @@ func (s *Server) heartbeatHost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"host_id": reg.HostID})
+}
+
+// RunPublishedSweeper deletes from bs, hourly, the snapshots' and hibernations' publications
+// nothing needs any more, and then their unreferenced chunks (sandboxes.SweepPublished).
+func (s *Server) RunPublishedSweeper(ctx context.Context, bs blob.Store) {
+	s.svc.RunPublishedSweeper(ctx, bs, time.Hour, time.Hour)
 }

@@ -46,7 +46,8 @@ func viewOf(sb store.Sandbox) v1.Sandbox {
 }
 
 func snapshotViewOf(sn store.Snapshot) v1.Snapshot {
-	return v1.Snapshot{ID: sn.ID, SandboxID: sn.SandboxID, Template: sn.Template, CreatedAt: v1.Timestamp(sn.CreatedAt), SizeBytes: sn.SizeBytes}
+	return v1.Snapshot{ID: sn.ID, SandboxID: sn.SandboxID, Template: sn.Template, CreatedAt: v1.Timestamp(sn.CreatedAt), SizeBytes: sn.SizeBytes,
+		Published: sn.Published}
 }
 
 func volumeViewOf(v store.Volume) v1.Volume {

@@ -189,6 +189,9 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		go srv.RunFunctions(lctx)
 		go srv.Databases().RunSuspender(lctx, 0)
 		go srv.Databases().RunBackups(lctx)
+		if bs != nil {
+			go srv.RunPublishedSweeper(lctx, bs)
+		}
 		schedulesDone := make(chan struct{})
 		go func() { srv.RunSchedules(lctx, 0); close(schedulesDone) }() // waits for its runs
 		srv.RunReaper(lctx)

@@ -69,6 +69,7 @@ type Stats struct {
 	Holes       int   // all-zero chunks, neither stored nor fetched
 	Transferred int   // chunks actually uploaded or downloaded
 	Bytes       int64 // bytes of those chunks
+	Local       int   // chunks a pull copied from this host's own files (Local) instead
 }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
@@ -118,10 +119,11 @@ func Push(ctx context.Context, s blob.Store, kind, name, dir string, files []str
 }
 
 // stats counts across the parallel workers.
-type stats struct{ chunks, holes, moved, bytes atomic.Int64 }
+type stats struct{ chunks, holes, moved, bytes, local atomic.Int64 }
 
 func (s *stats) snapshot() Stats {
-	return Stats{Chunks: int(s.chunks.Load()), Holes: int(s.holes.Load()), Transferred: int(s.moved.Load()), Bytes: s.bytes.Load()}
+	return Stats{Chunks: int(s.chunks.Load()), Holes: int(s.holes.Load()), Transferred: int(s.moved.Load()), Bytes: s.bytes.Load(),
+		Local: int(s.local.Load())}
 }
 
 func pushFile(ctx context.Context, s blob.Store, dir, rel string, st *stats) (File, error) {
@@ -201,20 +203,24 @@ func Get(ctx context.Context, s blob.Store, kind, name string) (Manifest, error)
 // appear whole or not at all: each is written beside its place and renamed once every chunk of it
 // has been verified.
 func Pull(ctx context.Context, s blob.Store, kind, name, dir string) (Manifest, Stats, error) {
+	return pull(ctx, s, kind, name, dir, nil)
+}
+
+func pull(ctx context.Context, s blob.Store, kind, name, dir string, local *Local) (Manifest, Stats, error) {
 	m, err := Get(ctx, s, kind, name)
 	if err != nil {
 		return Manifest{}, Stats{}, err
 	}
 	var st stats
 	for _, f := range m.Files {
-		if err := pullFile(ctx, s, dir, f, &st); err != nil {
+		if err := pullFile(ctx, s, dir, f, local, &st); err != nil {
 			return Manifest{}, Stats{}, fmt.Errorf("pull %s/%s: %s: %w", kind, name, f.Path, err)
 		}
 	}
 	return m, st.snapshot(), nil
 }
 
-func pullFile(ctx context.Context, s blob.Store, dir string, f File, st *stats) error {
+func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Local, st *stats) error {
 	dst := filepath.Join(dir, filepath.FromSlash(f.Path))
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
@@ -236,6 +242,10 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, st *stats) 
 			return nil
 		}
 		st.chunks.Add(1)
+		if local.place(sum, ChunkLen(f.Size, i), tmp, int64(i)*ChunkSize) {
+			st.local.Add(1)
+			return nil
+		}
 		buf, err := FetchChunk(ctx, s, sum, ChunkLen(f.Size, i))
 		if err != nil {
 			return fmt.Errorf("chunk %d (%s): %w", i, sum, err)

@@ -359,9 +359,15 @@ func (c *Client) Move(ctx context.Context, id, from, to string) error {
 // Fork makes count children of a sandbox (0 means the server's default, one); each starts from
 // the parent's memory and files at one instant.
 func (c *Client) Fork(ctx context.Context, id string, count int) ([]Sandbox, error) {
+	return c.ForkTo(ctx, id, count, "")
+}
+
+// ForkTo is Fork with the children on host (admin keys; "": the parent's host). Another host than
+// the parent's needs a blob store the hosts share.
+func (c *Client) ForkTo(ctx context.Context, id string, count int, host string) ([]Sandbox, error) {
 	var in any
-	if count > 0 {
-		in = v1.ForkRequest{Count: count}
+	if count > 0 || host != "" {
+		in = v1.ForkRequest{Count: max(count, 1), Host: host}
 	}
 	out, err := send[v1.Sandboxes](ctx, c, "POST", sbPath(id, "/fork"), nil, in)
 	return out.Sandboxes, err
@@ -419,6 +425,25 @@ func (c *Client) CreateVolume(ctx context.Context, sizeMiB int64, name string) (
 func (c *Client) ListHosts(ctx context.Context) ([]v1.Host, error) {
 	out, err := send[v1.Hosts](ctx, c, "GET", "/v1/hosts", nil, nil)
 	return out.Hosts, err
+}
+
+// DrainHost stops placements on a host and hibernates its sandboxes so each wakes on another host
+// on its next call (admin keys).
+func (c *Client) DrainHost(ctx context.Context, id string) (v1.DrainReport, error) {
+	return send[v1.DrainReport](ctx, c, "POST", "/v1/hosts/"+url.PathEscape(id)+"/drain", nil, nil)
+}
+
+// HostDoctor reports what crashes left on a host, or removes it when repair (admin keys).
+func (c *Client) HostDoctor(ctx context.Context, id string, repair bool) (v1.DoctorReport, error) {
+	if repair {
+		return send[v1.DoctorReport](ctx, c, "POST", "/v1/hosts/"+url.PathEscape(id)+"/doctor/repair", nil, nil)
+	}
+	return send[v1.DoctorReport](ctx, c, "GET", "/v1/hosts/"+url.PathEscape(id)+"/doctor", nil, nil)
+}
+
+// UndrainHost ends a host's drain: sandboxes are placed there again (admin keys).
+func (c *Client) UndrainHost(ctx context.Context, id string) error {
+	return c.call(ctx, "DELETE", "/v1/hosts/"+url.PathEscape(id)+"/drain", nil, nil, nil)
 }
 
 // ListVolumes returns the team's volumes, newest first.

@@ -250,6 +250,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		Templates: cfg.Templates, Net: a.net, Disk: a.disk, Volumes: a.volumes, Snapshots: a.snapshots,
 		MaxMemoryMiB: a.cfg.MaxMemoryMiB, Log: a.log, LiveSnapshot: cfg.LiveBakeSnapshot}, a.sandboxes)
 	a.sandboxes.Templates, a.reach = a.templates, a.sandboxes
+	a.snapshots.UseLocal(a.templates.Local())
 	if cfg.BlobStore != "" {
 		if err := a.SetBlobStore(ctx, cfg.BlobStore); err != nil {
 			a.Close()

@@ -76,7 +76,10 @@ func TestSnapshotsTravelThroughBlobStore(t *testing.T) {
 	url := "file://" + t.TempDir()
 
 	a := newHarness(t, func(c *Config) { c.BlobStore = url })
-	parent := a.create()
+	var parent hostapi.Sandbox
+	if code := a.call("POST", "/v1/sandboxes", map[string]any{"template": "base", "env": map[string]string{"PARENT_VAR": "p1"}}, &parent); code != 201 {
+		t.Fatalf("create the parent: status %d", code)
+	}
 	if r := a.exec(parent.ID, map[string]any{"cmd": "echo from-host-a > /tmp/mark && (setsid sleep 3600 >/dev/null 2>&1 &)"}); r.ExitCode != 0 {
 		t.Fatalf("prepare the parent: %+v", r)
 	}
@@ -89,14 +92,19 @@ func TestSnapshotsTravelThroughBlobStore(t *testing.T) {
 	}
 
 	b := newHarness(t, func(c *Config) { c.BlobStore = url })
-	for i := range 2 {
+	// The second restore is a cross-host fork child: it takes the parent's env, as a fork does.
+	for i, forkOf := range []string{"", parent.ID} {
 		var sb hostapi.Sandbox
-		if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID}, &sb); code != 201 {
+		if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID, "fork_of": forkOf}, &sb); code != 201 {
 			t.Fatalf("restore %d of a published snapshot on another host: status %d", i, code)
 		}
-		r := b.exec(sb.ID, map[string]any{"cmd": "cat /tmp/mark && pgrep -x sleep >/dev/null && echo sleeper-alive"})
-		if r.ExitCode != 0 || r.Stdout != "from-host-a\nsleeper-alive\n" {
-			t.Fatalf("restore %d on host B: %+v", i, r)
+		r := b.exec(sb.ID, map[string]any{"cmd": "cat /tmp/mark && pgrep -x sleep >/dev/null && echo sleeper-alive && echo \"env=$PARENT_VAR\""})
+		want := "from-host-a\nsleeper-alive\nenv=\n"
+		if forkOf != "" {
+			want = "from-host-a\nsleeper-alive\nenv=p1\n"
+		}
+		if r.ExitCode != 0 || r.Stdout != want || sb.ForkOf != forkOf {
+			t.Fatalf("restore %d on host B (fork_of %q): %+v %+v", i, forkOf, sb, r)
 		}
 	}
 	for name, tm := range b.templateNames() {
@@ -106,5 +114,22 @@ func TestSnapshotsTravelThroughBlobStore(t *testing.T) {
 	}
 	if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": "snap_nowhere"}, nil); code != 404 {
 		t.Errorf("a snapshot in no store: status %d, want 404", code)
+	}
+
+	// The parent hibernates on A (published) and B adopts it: same id, files and processes.
+	var hib hostapi.Sandbox
+	if code := a.call("POST", "/v1/sandboxes/"+parent.ID+"/hibernate", nil, &hib); code != 200 || hib.Hibernated == "" {
+		t.Fatalf("hibernate on a host with a blob store: status %d, %+v", code, hib)
+	}
+	if code := b.call("POST", "/v1/sandboxes", map[string]any{"id": parent.ID, "hibernated": hib.Hibernated, "template": "base"}, nil); code != 400 {
+		t.Errorf("adopt with a template as well: status %d, want 400", code)
+	}
+	var moved hostapi.Sandbox
+	if code := b.call("POST", "/v1/sandboxes", map[string]any{"id": parent.ID, "hibernated": hib.Hibernated}, &moved); code != 201 {
+		t.Fatalf("adopt a hibernated sandbox on another host: status %d", code)
+	}
+	r := b.exec(parent.ID, map[string]any{"cmd": "cat /tmp/mark && pgrep -x sleep >/dev/null && echo sleeper-alive && echo \"env=$PARENT_VAR\""})
+	if moved.ID != parent.ID || moved.State != "running" || moved.Hibernated != "" || r.ExitCode != 0 || r.Stdout != "from-host-a\nsleeper-alive\nenv=p1\n" {
+		t.Fatalf("adopted sandbox: %+v %+v", moved, r)
 	}
 }

@@ -49,6 +49,8 @@ func (a *Agent) Handler() http.Handler {
 		writeJSON(w, 200, hostapi.Health{OK: true, Version: Version, Accel: a.rt.Accel()})
 	})
 	mux.HandleFunc("GET /v1/info", a.handleInfo)
+	mux.HandleFunc("GET /v1/doctor", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, a.Doctor(false)) })
+	mux.HandleFunc("POST /v1/doctor/repair", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, a.Doctor(true)) })
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		a.sandboxes.WriteMetrics(w)

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -807,4 +808,61 @@ func (p *Pool) finishIfEmpty() error {
 		return fmt.Errorf("network: delete host table: %w", err)
 	}
 	return nil
+}
+
+// Orphans names the namespaces and host links with this pool's prefix that no slot holds (ready,
+// in use, kept for adoption, being made or released): what a crash or a failed release left.
+// (The pool reclaims them all when it starts; this finds them while it runs.)
+func (p *Pool) Orphans() ([]string, error) {
+	var names []string
+	ents, err := os.ReadDir(NetnsDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	links, err := p.rootNL.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("network: list links: %w", err)
+	}
+	for _, l := range links {
+		names = append(names, l.Attrs().Name)
+	}
+	var out []string
+	for _, n := range names {
+		if p.orphan(n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// orphan: name is one of this pool's namespaces or host links, and its slot index is not held.
+func (p *Pool) orphan(name string) bool {
+	i, ok := p.parseIndex(name, p.cfg.Prefix+"-")
+	if !ok {
+		i, ok = p.parseIndex(name, p.hostLinkPrefix())
+	}
+	if !ok {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return i >= len(p.taken) || !p.taken[i]
+}
+
+// RemoveOrphan deletes a namespace or host link Orphans named, if no slot holds it still.
+func (p *Pool) RemoveOrphan(name string) error {
+	if !p.orphan(name) {
+		return fmt.Errorf("network: %s is not a leftover of this pool", name)
+	}
+	if strings.HasPrefix(name, p.hostLinkPrefix()) {
+		err := p.rootNL.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}})
+		if err != nil && !isNotFound(err) {
+			return fmt.Errorf("network: delete link %s: %w", name, err)
+		}
+		return nil
+	}
+	return removeNamedNetns(name)
 }

@@ -27,7 +27,8 @@ type CreateParams struct {
 	Template, AgentTemplate string
 	// TemplateHost is set for a team template: only that host has it.
 	TemplateHost string
-	// Snapshot, when set, is the caller's snapshot the sandbox starts from, on its host.
+	// Snapshot, when set, is the caller's snapshot the sandbox starts from: on its host, or on any
+	// host when it is published.
 	Snapshot *store.Snapshot
 	// Volumes are the caller's volumes to attach (SandboxID not set); the sandbox runs on their host.
 	Volumes    []store.VolumeAttachment
@@ -43,8 +44,9 @@ type CreateParams struct {
 }
 
 // Create places a sandbox, asks its host to start it and records it running. From a template it
-// tries the next candidate host when one is full or does not answer; from a snapshot or with
-// volumes only one host can start it. The work runs detached from ctx's cancellation, so a caller
+// tries the next candidate host when one is full or does not answer (a published snapshot's host
+// first, where its files are); from a snapshot that is not published, or with volumes, only one
+// host can start it. The work runs detached from ctx's cancellation, so a caller
 // that goes away cannot leave a VM running that the store does not know.
 func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (store.Sandbox, error) {
 	hosts, mem, err := s.place(ctx, teamID, p)
@@ -91,7 +93,7 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 // place returns the candidate hosts of a create, best first, and the guest memory to reserve.
 func (s *Service) place(ctx context.Context, teamID string, p CreateParams) ([]store.Host, int64, error) {
 	hostID := p.TemplateHost // a team template: only its host has it
-	if p.Snapshot != nil {
+	if p.Snapshot != nil && !p.Snapshot.Published {
 		hostID = p.Snapshot.HostID // the only host that keeps the snapshot
 	}
 	if len(p.Volumes) > 0 {
@@ -100,7 +102,7 @@ func (s *Service) place(ctx context.Context, teamID string, p CreateParams) ([]s
 			return nil, 0, err
 		}
 		switch {
-		case p.Snapshot != nil && p.Snapshot.HostID != volHost:
+		case p.Snapshot != nil && !p.Snapshot.Published && p.Snapshot.HostID != volHost:
 			return nil, 0, errdefs.Conflictf("snapshot %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", p.Snapshot.ID, p.Snapshot.HostID, volHost)
 		case p.Snapshot == nil && p.TemplateHost != "" && p.TemplateHost != volHost:
 			return nil, 0, errdefs.Conflictf("template %s is on host %s but the volumes are on %s: a sandbox runs where its volumes are", p.Template, p.TemplateHost, volHost)
@@ -116,6 +118,9 @@ func (s *Service) place(ctx context.Context, teamID string, p CreateParams) ([]s
 	mem := s.sched.TemplateMemMiB(ctx, p.AgentTemplate)
 	if hostID == "" {
 		hosts, err := s.sched.Place(ctx, p.AgentTemplate)
+		if p.Snapshot != nil { // published: where it was taken first, it need not be pulled there
+			hosts = firstIfAmong(hosts, p.Snapshot.HostID)
+		}
 		return hosts, mem, err
 	}
 	h, err := s.sched.PlaceOn(ctx, hostID, 1, mem)
@@ -123,6 +128,16 @@ func (s *Service) place(ctx context.Context, teamID string, p CreateParams) ([]s
 		err = errdefs.Capacityf("host %s cannot run template %s (it has %s)", h.ID, p.AgentTemplate, strings.Join(h.Templates, ", "))
 	}
 	return []store.Host{h}, mem, err
+}
+
+// firstIfAmong moves the host with id to the front of hosts, if it is among them.
+func firstIfAmong(hosts []store.Host, id string) []store.Host {
+	i := slices.IndexFunc(hosts, func(h store.Host) bool { return h.ID == id })
+	if i > 0 {
+		h := hosts[i]
+		hosts = slices.Insert(slices.Delete(hosts, i, i+1), 0, h)
+	}
+	return hosts
 }
 
 // record stores a sandbox its host has just started (running, created now, expiring after its

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"maps"
 	"strconv"
+	"sync"
 
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -31,15 +35,7 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	releases := make([]func(), count)
-	for i := range releases {
-		releases[i] = s.sched.Reserve(parent.HostID, 0)
-	}
-	releaseAll := func() {
-		for _, f := range releases {
-			f()
-		}
-	}
+	releaseAll := s.reserveSlots(parent.HostID, count)
 	got, err := c.Fork(ctx, parent.ID, count)
 	if err != nil {
 		releaseAll()
@@ -63,26 +59,122 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	if len(got) != count {
 		return undo(errors.New("host " + parent.HostID + " answered a fork of " + strconv.Itoa(count) + " with " + strconv.Itoa(len(got)) + " children"))
 	}
-	now := s.clock()
-	recs := make([]store.Sandbox, count)
-	for i, ch := range got {
+	for _, ch := range got {
 		if ch.ID == "" {
 			return undo(errors.New("host " + parent.HostID + " answered a fork with a child without an id"))
 		}
-		md := make(map[string]string, len(parent.Metadata))
-		maps.Copy(md, parent.Metadata)
-		tmpl := parent.Template
-		if ch.Template != "" {
-			tmpl = ch.Template
-		}
-		recs[i] = store.Sandbox{ID: ch.ID, TeamID: parent.TeamID, Template: tmpl, State: store.StateRunning, HostID: parent.HostID,
-			Metadata: md, CreatedAt: now, ExpiresAt: now.Add(s.TTL(parent.TTLSeconds)), TTLSeconds: parent.TTLSeconds, ForkOf: parent.ID,
-			TrafficTokenHash: parent.TrafficTokenHash}
 	}
-	out, err := s.store.CreateSandboxes(ctx, recs)
+	out, err := s.store.CreateSandboxes(ctx, s.childRecords(parent, parent.HostID, got))
 	if err != nil {
 		return undo(err)
 	}
 	s.log.Info("forked sandbox", "sandbox", parent.ID, "host", parent.HostID, "children", count)
+	return out, nil
+}
+
+// reserveSlots holds count slots on hostID for a fork's children until the returned release.
+func (s *Service) reserveSlots(hostID string, count int) (release func()) {
+	releases := make([]func(), count)
+	for i := range releases {
+		releases[i] = s.sched.Reserve(hostID, 0)
+	}
+	return func() {
+		for _, f := range releases {
+			f()
+		}
+	}
+}
+
+// childRecords are the records of a fork's children on hostID: the parent's team, metadata, ttl
+// policy and port privacy, running now.
+func (s *Service) childRecords(parent store.Sandbox, hostID string, got []agentclient.Sandbox) []store.Sandbox {
+	now := s.clock()
+	recs := make([]store.Sandbox, len(got))
+	for i, ch := range got {
+		tmpl := parent.Template
+		if ch.Template != "" {
+			tmpl = ch.Template
+		}
+		md := make(map[string]string, len(parent.Metadata))
+		maps.Copy(md, parent.Metadata)
+		recs[i] = store.Sandbox{ID: ch.ID, TeamID: parent.TeamID, Template: tmpl, State: store.StateRunning, HostID: hostID,
+			Metadata: md, CreatedAt: now, ExpiresAt: now.Add(s.TTL(parent.TTLSeconds)), TTLSeconds: parent.TTLSeconds,
+			ForkOf: parent.ID, TrafficTokenHash: parent.TrafficTokenHash}
+	}
+	return recs
+}
+
+// ForkTo makes count children of a usable parent on another host than its parent's: the parent
+// is snapshotted on its host, which publishes the snapshot to the blob store; the target host
+// pulls it once and restores every child from it (each with the parent's memory, files, env and
+// egress, like a same-host fork's). Both hosts need the blob store: a snapshot that was not
+// published is deleted again and the fork refused. All children or none; the snapshot itself is
+// deleted on both hosts once the children are recorded (their files stay while children use them).
+func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, hostID string) ([]store.Sandbox, error) {
+	if hostID == parent.HostID {
+		return s.Fork(ctx, parent, count)
+	}
+	if err := Usable(parent); err != nil {
+		return nil, err
+	}
+	src, err := s.Client(ctx, parent)
+	if err == nil {
+		err = s.RefuseWithVolumes(ctx, parent, "forks")
+	}
+	var target store.Host
+	if err == nil {
+		target, err = s.sched.PlaceOn(ctx, hostID, count, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
+	defer cancel()
+	defer s.reserveSlots(target.ID, count)()
+	sn, err := src.CreateSnapshot(ctx, parent.ID)
+	s.Touched(ctx, parent, src, err) // a hibernated parent was woken for its snapshot
+	if err != nil {
+		return nil, err
+	}
+	dst := s.sched.Client(target)
+	defer func() {
+		for _, c := range []*agentclient.Client{src, dst} {
+			if derr := c.DeleteSnapshot(ctx, sn.ID); derr != nil && !errdefs.Is(derr, errdefs.NotFound) {
+				s.log.Warn("could not delete a cross-host fork's snapshot; the host's reconcile will not know it", "snapshot", sn.ID, "err", derr)
+			}
+		}
+	}()
+	if !sn.Published {
+		return nil, errdefs.Conflictf("sandbox %s cannot be forked onto host %s: its host %s has no blob store to publish the fork's snapshot to (docs/multi-host.md)", parent.ID, hostID, parent.HostID)
+	}
+	got := make([]agentclient.Sandbox, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Go(func() {
+			got[i], errs[i] = dst.CreateSandbox(ctx, agentclient.CreateRequest{ID: auth.NewID("sb_"), SnapshotID: sn.ID, ForkOf: parent.ID})
+		})
+	}
+	wg.Wait()
+	kill := func() {
+		for i, ch := range got {
+			if errs[i] == nil {
+				if kerr := dst.KillSandbox(ctx, ch.ID); kerr != nil {
+					s.log.Error("could not kill a fork child that was not recorded", "sandbox", ch.ID, "host", hostID, "err", kerr)
+				}
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		kill()
+		return nil, err
+	}
+	recs := s.childRecords(parent, target.ID, got)
+	out, err := s.store.CreateSandboxes(ctx, recs)
+	if err != nil {
+		kill()
+		return nil, err
+	}
+	s.log.Info("forked sandbox onto another host", "sandbox", parent.ID, "host", parent.HostID, "to", hostID, "children", count)
 	return out, nil
 }

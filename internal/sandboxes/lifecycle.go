@@ -57,7 +57,7 @@ func (s *Service) Snapshot(ctx context.Context, sb store.Sandbox) (store.Snapsho
 		tmpl = sn.Template
 	}
 	rec, err := s.store.CreateSnapshot(ctx, store.Snapshot{ID: sn.ID, TeamID: sb.TeamID, SandboxID: sb.ID, HostID: sb.HostID,
-		Template: tmpl, SizeBytes: sn.SizeBytes, CreatedAt: s.clock()})
+		Template: tmpl, SizeBytes: sn.SizeBytes, CreatedAt: s.clock(), Published: sn.Published})
 	if err != nil {
 		// An unrecorded snapshot would only take disk: drop it.
 		if derr := c.DeleteSnapshot(ctx, sn.ID); derr != nil {
@@ -65,7 +65,7 @@ func (s *Service) Snapshot(ctx context.Context, sb store.Sandbox) (store.Snapsho
 		}
 		return store.Snapshot{}, err
 	}
-	s.log.Info("snapshot taken", "sandbox", sb.ID, "snapshot", rec.ID, "host", rec.HostID, "size_bytes", rec.SizeBytes)
+	s.log.Info("snapshot taken", "sandbox", sb.ID, "snapshot", rec.ID, "host", rec.HostID, "size_bytes", rec.SizeBytes, "published", rec.Published)
 	return rec, nil
 }
 
@@ -215,6 +215,19 @@ func (s *Service) Kill(ctx context.Context, sb store.Sandbox, reason string) err
 // or error with its reason), if the record is still in the state it was read in. It returns the
 // record as it now is.
 func (s *Service) Follow(ctx context.Context, sb store.Sandbox, a agentclient.Sandbox) store.Sandbox {
+	sb = s.follow(ctx, sb, a)
+	if sb.State == store.StateHibernated && a.Hibernated != sb.HibernatedImage {
+		// The host published the hibernation: the sandbox now outlives that host.
+		if ok, err := s.store.SetHibernatedImage(context.WithoutCancel(ctx), sb.ID, a.Hibernated); err != nil {
+			s.log.Warn("could not record a hibernated sandbox's published image", "sandbox", sb.ID, "err", err)
+		} else if ok {
+			sb.HibernatedImage = a.Hibernated
+		}
+	}
+	return sb
+}
+
+func (s *Service) follow(ctx context.Context, sb store.Sandbox, a agentclient.Sandbox) store.Sandbox {
 	from, to := sandboxstate.State(sb.State), sandboxstate.State(a.State)
 	reason := ""
 	switch to {

@@ -17,6 +17,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
+	"golang.org/x/sync/singleflight"
 )
 
 // Scheduler is what the service needs from internal/scheduler: candidate hosts, reservations
@@ -52,6 +53,7 @@ type Service struct {
 	defaultTTL time.Duration
 	maxTTL     time.Duration
 	egressOpen []string
+	moves      singleflight.Group // moveHibernated, by sandbox id
 }
 
 // New builds a service from cfg; cfg's TTLs must already be set (the API applies its defaults).
@@ -173,7 +175,9 @@ func Usable(sb store.Sandbox) error {
 	return errdefs.Conflictf("sandbox %s is %s", sb.ID, sb.State)
 }
 
-// Client returns a client for the host of a sandbox, which must be known and up (else errdefs.Conflict).
+// Client returns a client for the host of a sandbox, which must be known and up (else
+// errdefs.Conflict) — unless the sandbox is hibernated with a published image: then another host
+// adopts and wakes it (move.go), and that host's client is returned.
 func (s *Service) Client(ctx context.Context, sb store.Sandbox) (*agentclient.Client, error) {
 	h, err := s.store.GetHost(ctx, sb.HostID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -181,6 +185,9 @@ func (s *Service) Client(ctx context.Context, sb store.Sandbox) (*agentclient.Cl
 	}
 	if err != nil {
 		return nil, err
+	}
+	if sb.State == store.StateHibernated && sb.HibernatedImage != "" && (h.State != store.HostUp || h.Draining) {
+		return s.moveHibernated(ctx, sb, h.ID)
 	}
 	if h.State != store.HostUp {
 		return nil, errdefs.Conflictf("sandbox %s is unreachable: its host %s is down", sb.ID, h.ID)

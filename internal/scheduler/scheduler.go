@@ -19,6 +19,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -372,7 +373,7 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 	heard := s.heardSince()
 	s.mu.Lock()
 	for _, h := range hosts {
-		if h.State != store.HostUp || h.LastHeartbeat.Before(heard) {
+		if h.State != store.HostUp || h.Draining || h.LastHeartbeat.Before(heard) {
 			continue
 		}
 		up++
@@ -568,7 +569,7 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 	heard := s.heardSince()
 	s.mu.Lock()
 	for _, h := range hosts {
-		if h.State != store.HostUp || h.LastHeartbeat.Before(heard) {
+		if h.State != store.HostUp || h.Draining || h.LastHeartbeat.Before(heard) {
 			continue
 		}
 		p := s.pending[h.ID]
@@ -623,6 +624,9 @@ func (s *Scheduler) PlaceOn(ctx context.Context, hostID string, n int, memMiB in
 	}
 	if h.State != store.HostUp {
 		return store.Host{}, errdefs.Capacityf("host %s is down", hostID)
+	}
+	if h.Draining {
+		return store.Host{}, errdefs.Capacityf("host %s is draining: nothing new is placed there", hostID)
 	}
 	s.mu.Lock()
 	p := s.pending[h.ID]
@@ -690,6 +694,10 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 		// The host's report wins (sandboxstate allows every such move from running, hibernated or lost).
 		switch to := sandboxstate.State(a.State); {
 		case present && to.Reachable():
+			if to == sandboxstate.Hibernated && a.Hibernated != sb.HibernatedImage {
+				// Hibernated by the host itself (idle) and published: it now outlives that host.
+				defer s.cfg.Store.SetHibernatedImage(context.WithoutCancel(ctx), sb.ID, a.Hibernated)
+			}
 			if sb.State == string(to) {
 				continue
 			}
@@ -722,8 +730,11 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 			continue
 		}
 		sb, err := s.cfg.Store.GetSandbox(ctx, id)
-		if err != nil || sb.State != store.StateKilled {
-			continue // unknown ids may be creates or forks still in flight: leave them
+		// Unknown ids may be creates or forks still in flight: leave them. One recorded on another
+		// host is a copy left behind: a hibernated sandbox woken elsewhere while this host was
+		// down, or a create that timed out here and was made on the next host.
+		if err != nil || sb.State != store.StateKilled && sb.HostID == hostID {
+			continue
 		}
 		if err := s.Client(h).KillSandbox(ctx, id); err != nil {
 			s.cfg.Logger.Warn("killing a sandbox that outlived its kill failed", "sandbox", id, "host", hostID, "err", err)
@@ -862,20 +873,7 @@ func (s *Scheduler) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	loop := func(every time.Duration, fn func()) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(every)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					fn()
-				}
-			}
-		}()
+		wg.Go(func() { periodic.Every(ctx, every, fn) })
 	}
 	loop(max(s.cfg.HeartbeatTimeout/5, 100*time.Millisecond), func() {
 		if err := s.CheckHosts(ctx); err != nil && ctx.Err() == nil {

@@ -29,15 +29,18 @@ type Host struct {
 	Baked         []string // the subset already baked (creates restore at once)
 	RegisteredAt  time.Time
 	LastHeartbeat time.Time
+	// Draining: an operator drains the host: nothing new is placed there, and its hibernated
+	// sandboxes with a published image wake on other hosts.
+	Draining bool
 }
 
-const hostCols = `id, url, token, state, accel, mem_mib_total, mem_mib_free, slots_total, slots_used, templates, baked, registered_at, last_heartbeat`
+const hostCols = `id, url, token, state, accel, mem_mib_total, mem_mib_free, slots_total, slots_used, templates, baked, registered_at, last_heartbeat, draining`
 
 func scanHost(sc scanner) (Host, error) {
 	var h Host
 	var tmpl, baked string
 	if err := sc.Scan(&h.ID, &h.URL, &h.Token, &h.State, &h.Accel, &h.MemMiBTotal, &h.MemMiBFree,
-		&h.SlotsTotal, &h.SlotsUsed, &tmpl, &baked, timeCol(&h.RegisteredAt), timeCol(&h.LastHeartbeat)); err != nil {
+		&h.SlotsTotal, &h.SlotsUsed, &tmpl, &baked, timeCol(&h.RegisteredAt), timeCol(&h.LastHeartbeat), boolCol(&h.Draining)); err != nil {
 		return Host{}, err
 	}
 	if err := json.Unmarshal([]byte(tmpl), &h.Templates); err != nil {
@@ -67,7 +70,7 @@ func (s *Store) UpsertHost(ctx context.Context, h Host) (prev string, err error)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			prev = ""
-			_, err = s.exec(ctx, tx, `INSERT INTO hosts (`+hostCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			_, err = s.exec(ctx, tx, `INSERT INTO hosts (`+hostCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
 				h.ID, h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, now)
 			return err
 		case err != nil:
@@ -102,6 +105,18 @@ func (s *Store) RefreshUpHost(ctx context.Context, h Host) (bool, error) {
 	return n == 1, err
 }
 
+// SetHostDraining starts (true) or ends a host's drain; ErrNotFound for an unknown host.
+func (s *Store) SetHostDraining(ctx context.Context, id string, draining bool) error {
+	res, err := s.exec(ctx, s.db, `UPDATE hosts SET draining = ? WHERE id = ?`, boolInt(draining), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
 // GetHost returns one host.
 func (s *Store) GetHost(ctx context.Context, id string) (Host, error) {
 	return queryOne(ctx, s, `SELECT `+hostCols+` FROM hosts WHERE id = ?`, scanHost, id)
@@ -118,7 +133,8 @@ func (s *Store) CountHostsByState(ctx context.Context) (map[string]int64, error)
 }
 
 // MarkStaleHostsDown marks down every up host whose last heartbeat is before staleBefore, and
-// turns its running and hibernated sandboxes into `lost` (with a reason), in one transaction. It
+// turns its running sandboxes, and its hibernated ones without a published image, into `lost`
+// (with a reason), in one transaction (a published hibernated sandbox wakes on another host). It
 // returns the hosts it marked.
 func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time) ([]Host, error) {
 	var marked []Host
@@ -135,7 +151,7 @@ func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time) (
 			}
 			marked[i].State = HostDown
 			if _, err := s.exec(ctx, tx, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?
-				WHERE host_id = ? AND state IN (?, ?)`,
+				WHERE host_id = ? AND (state = ? OR state = ? AND hibernated_image = '')`,
 				StateLost, "host "+marked[i].ID+" stopped sending heartbeats", now,
 				marked[i].ID, StateRunning, StateHibernated); err != nil {
 				return err
@@ -146,7 +162,8 @@ func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time) (
 	return marked, err
 }
 
-// MarkHostDown marks one host down and its live sandboxes lost (an operator's or a test's hand).
+// MarkHostDown marks one host down and its live sandboxes lost (an operator's or a test's hand);
+// a hibernated sandbox with a published image stays hibernated: it wakes on another host.
 func (s *Store) MarkHostDown(ctx context.Context, id, reason string) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := s.exec(ctx, tx, `UPDATE hosts SET state = ? WHERE id = ?`, HostDown, id)
@@ -156,7 +173,8 @@ func (s *Store) MarkHostDown(ctx context.Context, id, reason string) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return ErrNotFound
 		}
-		_, err = s.exec(ctx, tx, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ? WHERE host_id = ? AND state IN (?, ?)`,
+		_, err = s.exec(ctx, tx, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?
+			WHERE host_id = ? AND (state = ? OR state = ? AND hibernated_image = '')`,
 			StateLost, reason, micros(s.now()), id, StateRunning, StateHibernated)
 		return err
 	})
@@ -182,5 +200,9 @@ var hostsSchema = []schemaStep{
 			registered_at  BIGINT NOT NULL,
 			last_heartbeat BIGINT NOT NULL
 		)`,
+	}},
+	{15, []string{
+		// An operator's drain: no new placements; hibernated sandboxes wake elsewhere.
+		`ALTER TABLE hosts ADD COLUMN draining INTEGER NOT NULL DEFAULT 0`,
 	}},
 }

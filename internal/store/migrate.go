@@ -38,6 +38,7 @@ var versionNames = []string{
 	12: "sandbox changes by team",
 	13: "E2B facade's sandbox access tokens",
 	14: "managed databases",
+	15: "published snapshots and hibernated sandboxes, host drain",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

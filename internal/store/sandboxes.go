@@ -59,15 +59,19 @@ type Sandbox struct {
 	// TrafficTokenHash is auth.Hash of the token its port proxy requires; "" when its ports are
 	// public. A fork's children keep their parent's.
 	TrafficTokenHash string
+	// HibernatedImage names the blob-store publication of a hibernated sandbox's memory and disk
+	// (its host's answer to the hibernate): a sandbox with one outlives its host, and wakes on
+	// another. Any state change clears it; only a hibernated sandbox has one.
+	HibernatedImage string
 }
 
-const sandboxCols = `id, team_id, template, state, host_id, metadata, error, created_at, expires_at, updated_at, ttl_seconds, fork_of, snapshot_id, traffic_token_hash`
+const sandboxCols = `id, team_id, template, state, host_id, metadata, error, created_at, expires_at, updated_at, ttl_seconds, fork_of, snapshot_id, traffic_token_hash, hibernated_image`
 
 func scanSandbox(sc scanner) (Sandbox, error) {
 	var sb Sandbox
 	var md string
 	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.Template, &sb.State, &sb.HostID, &md, &sb.Error,
-		timeCol(&sb.CreatedAt), timeCol(&sb.ExpiresAt), timeCol(&sb.UpdatedAt), &sb.TTLSeconds, &sb.ForkOf, &sb.SnapshotID, &sb.TrafficTokenHash); err != nil {
+		timeCol(&sb.CreatedAt), timeCol(&sb.ExpiresAt), timeCol(&sb.UpdatedAt), &sb.TTLSeconds, &sb.ForkOf, &sb.SnapshotID, &sb.TrafficTokenHash, &sb.HibernatedImage); err != nil {
 		return Sandbox{}, err
 	}
 	sb.Metadata = map[string]string{}
@@ -117,7 +121,7 @@ func (s *Store) insertSandboxes(ctx context.Context, tx *sql.Tx, sbs []Sandbox) 
 			sb.CreatedAt = now
 		}
 		sb.UpdatedAt = now
-		if _, err := s.exec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		if _, err := s.exec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '')`,
 			sb.ID, sb.TeamID, sb.Template, sb.State, sb.HostID, string(md), sb.Error,
 			micros(sb.CreatedAt), micros(sb.ExpiresAt), micros(sb.UpdatedAt), sb.TTLSeconds, sb.ForkOf, sb.SnapshotID, sb.TrafficTokenHash); err != nil {
 			return nil, err
@@ -240,10 +244,39 @@ func (s *Store) SetSandboxState(ctx context.Context, id, state, reason string, f
 	if len(sources) == 0 {
 		return false, nil
 	}
-	q := `UPDATE sandboxes SET state = ?, error = ?, updated_at = ? WHERE id = ? AND state IN (?` +
+	// A hibernation's publication is stale once the sandbox is anything else (running again, say).
+	image := `, hibernated_image = ''`
+	if state == StateHibernated {
+		image = ""
+	}
+	q := `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?` + image + ` WHERE id = ? AND state IN (?` +
 		strings.Repeat(`, ?`, len(sources)-1) + `)`
 	args := append([]any{state, reason, micros(s.now()), id}, sources...)
 	res, err := s.exec(ctx, s.db, q, args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// SetHibernatedImage records the publication of a hibernated sandbox's memory and disk; false if
+// the sandbox is not hibernated (any more).
+func (s *Store) SetHibernatedImage(ctx context.Context, id, image string) (bool, error) {
+	res, err := s.exec(ctx, s.db, `UPDATE sandboxes SET hibernated_image = ? WHERE id = ? AND state = ?`, image, id, StateHibernated)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// MoveHibernated records that a hibernated sandbox with a publication, last on host from, now
+// runs on host to (which woke it from the publication); false if it changed meanwhile (another
+// mover won, or it was killed).
+func (s *Store) MoveHibernated(ctx context.Context, id, from, to string) (bool, error) {
+	res, err := s.exec(ctx, s.db, `UPDATE sandboxes SET host_id = ?, state = ?, error = '', hibernated_image = '', updated_at = ?
+		WHERE id = ? AND host_id = ? AND state = ? AND hibernated_image <> ''`, to, StateRunning, micros(s.now()), id, from, StateHibernated)
 	if err != nil {
 		return false, err
 	}
@@ -354,5 +387,9 @@ var sandboxesSchema = []schemaStep{
 	{12, []string{
 		// GET /v1/events reads a team's sandboxes changed since its last look.
 		`CREATE INDEX sandboxes_team_updated ON sandboxes (team_id, updated_at)`,
+	}},
+	{15, []string{
+		// A hibernated sandbox's published memory and disk: it wakes on another host if its own is lost.
+		`ALTER TABLE sandboxes ADD COLUMN hibernated_image TEXT NOT NULL DEFAULT ''`,
 	}},
 }

@@ -6,7 +6,8 @@ import (
 )
 
 // Snapshot is the record of a snapshot object: a sandbox's memory and disk at one instant, kept
-// on the host that took it (a sandbox created from it is placed there).
+// on the host that took it and, when Published, in the blob store too (a sandbox created from it
+// is placed on its host if it can be, else, when published, on any host: that host pulls it).
 type Snapshot struct {
 	ID        string
 	TeamID    string
@@ -17,13 +18,14 @@ type Snapshot struct {
 	CreatedAt time.Time
 	Deleted   bool
 	DeletedAt time.Time
+	Published bool
 }
 
-const snapshotCols = `id, team_id, sandbox_id, host_id, template, size_bytes, created_at, deleted, deleted_at`
+const snapshotCols = `id, team_id, sandbox_id, host_id, template, size_bytes, created_at, deleted, deleted_at, published`
 
 var scanSnapshot = scanFields(func(sn *Snapshot) []any {
 	return []any{&sn.ID, &sn.TeamID, &sn.SandboxID, &sn.HostID, &sn.Template, &sn.SizeBytes,
-		timeCol(&sn.CreatedAt), boolCol(&sn.Deleted), timeCol(&sn.DeletedAt)}
+		timeCol(&sn.CreatedAt), boolCol(&sn.Deleted), timeCol(&sn.DeletedAt), boolCol(&sn.Published)}
 })
 
 // CreateSnapshot records a snapshot a host has taken. A duplicate id is ErrConflict.
@@ -33,8 +35,8 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn Snapshot) (Snapshot, erro
 	}
 	sn.CreatedAt = fromMicros(micros(sn.CreatedAt))
 	sn.Deleted, sn.DeletedAt = false, time.Time{}
-	_, err := s.exec(ctx, s.db, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL)`,
-		sn.ID, sn.TeamID, sn.SandboxID, sn.HostID, sn.Template, sn.SizeBytes, micros(sn.CreatedAt))
+	_, err := s.exec(ctx, s.db, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, ?)`,
+		sn.ID, sn.TeamID, sn.SandboxID, sn.HostID, sn.Template, sn.SizeBytes, micros(sn.CreatedAt), boolInt(sn.Published))
 	if err != nil {
 		return Snapshot{}, conflictOr(err)
 	}
@@ -112,5 +114,9 @@ var snapshotsSchema = []schemaStep{
 			deleted_at BIGINT
 		)`,
 		`CREATE INDEX snapshots_team_created ON snapshots (team_id, deleted, created_at, id)`,
+	}},
+	{15, []string{
+		// In the blob store as well as on its host: any host can restore it.
+		`ALTER TABLE snapshots ADD COLUMN published INTEGER NOT NULL DEFAULT 0`,
 	}},
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/template"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // Agent is one fake host agent listening on loopback.
@@ -55,7 +56,62 @@ type Agent struct {
 	forkErr     *agentclient.Error
 	forkIDs     []string
 	buildGate   chan struct{} // HoldBuilds
+	blob        *Blob         // UseBlob
 }
+
+// Blob is a blob store fake agents share: what one publishes another can pull. It keeps the
+// real agent's contract (internal/host/snapshot, internal/host/sandbox/travel.go): a host with a
+// store publishes each snapshot it takes and each hibernation, pulls a snapshot it is asked to
+// restore and lacks, and adopts a hibernated sandbox from its publication.
+type Blob struct {
+	snaps      shelf[snapshot]
+	hibernated shelf[sandbox] // by publication name
+}
+
+// shelf is one kind of publication, handed out as copies (as a pull makes one).
+type shelf[T any] struct {
+	mu    sync.Mutex
+	items map[string]T
+	clone func(T) T
+}
+
+func (s *shelf[T]) put(name string, v T) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.items[name] = s.clone(v)
+}
+
+func (s *shelf[T]) get(name string) (T, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.items[name]
+	if ok {
+		v = s.clone(v)
+	}
+	return v, ok
+}
+
+// NewBlob makes an empty shared store.
+func NewBlob() *Blob {
+	return &Blob{
+		snaps: shelf[snapshot]{items: map[string]snapshot{}, clone: func(sn snapshot) snapshot {
+			return snapshot{Snapshot: sn.Snapshot, guest: sn.guest.clone()}
+		}},
+		hibernated: shelf[sandbox]{items: map[string]sandbox{}, clone: func(sb sandbox) sandbox {
+			sb.guest = sb.guest.clone()
+			return sb
+		}},
+	}
+}
+
+// Published reports whether the store holds snapshot id.
+func (b *Blob) Published(id string) bool {
+	_, ok := b.snaps.get(id)
+	return ok
+}
+
+// UseBlob makes b this agent's blob store (nil: none).
+func (a *Agent) UseBlob(b *Blob) { a.with(func() { a.blob = b }) }
 
 // sandbox is a fake sandbox: its API view, its guest and what it was created with.
 type sandbox struct {
@@ -340,6 +396,8 @@ func (a *Agent) handler() http.Handler {
 	api := http.NewServeMux()
 	for pattern, fn := range map[string]call{
 		"GET /v1/info":                                   a.info,
+		"GET /v1/doctor":                                 a.doctor,
+		"POST /v1/doctor/repair":                         a.doctor,
 		"GET /v1/templates":                              a.listTemplates,
 		"DELETE /v1/templates/{name}":                    a.deleteTemplate,
 		"GET /v1/sandboxes":                              a.listSandboxes,
@@ -413,6 +471,11 @@ func (a *Agent) noRoute(r *http.Request) (any, *agentclient.Error) {
 
 // info reports a slot for every sandbox, hibernated ones too, and memory for running ones (like
 // the real agent), with limits like its defaults: half the memory per VM, 2 × the memory committed.
+// doctor finds nothing: a fake host leaks no process, directory, namespace or cgroup.
+func (a *Agent) doctor(*http.Request) (any, *agentclient.Error) {
+	return hostapi.DoctorReport{Findings: []hostapi.DoctorFinding{}}, nil
+}
+
 func (a *Agent) info(*http.Request) (any, *agentclient.Error) {
 	var committed int64
 	for _, sb := range a.sandboxes {

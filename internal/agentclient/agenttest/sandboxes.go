@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
@@ -24,6 +25,15 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 	}
 	if req.ID != "" && !sandboxIDRE.MatchString(req.ID) {
 		return nil, invalid("sandbox id %q: use sb_ followed by 1-60 lowercase letters or digits", req.ID)
+	}
+	if req.Hibernated != "" {
+		return a.adopt(req)
+	}
+	switch {
+	case req.ForkOf != "" && req.SnapshotID == "":
+		return nil, invalid("fork_of needs snapshot_id: the snapshot of the parent the child starts from")
+	case req.ForkOf != "" && (len(req.Env) > 0 || req.Egress != nil || len(req.Volumes) > 0):
+		return nil, invalid("a fork child (fork_of) takes its parent's env and egress, and has no volumes")
 	}
 	tpl, g, err := a.source(&req)
 	if err != nil {
@@ -48,6 +58,9 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 	}
 	sb := a.newSandbox(req.ID, tpl, g)
 	sb.SnapshotID, sb.env, sb.mounts = req.SnapshotID, req.Env, mounts
+	if req.ForkOf != "" { // a fork child made on another host: the snapshot's env, as a fork's
+		sb.SnapshotID, sb.ForkOf, sb.env = "", req.ForkOf, a.snapshots[req.SnapshotID].Env
+	}
 	a.mount(sb)
 	a.sandboxes[sb.ID] = sb
 	a.creates++
@@ -60,6 +73,13 @@ func (a *Agent) source(req *agentclient.CreateRequest) (agentclient.Template, gu
 	switch {
 	case req.SnapshotID != "":
 		sn, ok := a.snapshots[req.SnapshotID]
+		if !ok && a.blob != nil { // pulled from the blob store, as the real agent does
+			var pulled snapshot
+			if pulled, ok = a.blob.snaps.get(req.SnapshotID); ok {
+				sn = &pulled
+				a.snapshots[sn.ID] = sn
+			}
+		}
 		if !ok || sn.deleted {
 			return agentclient.Template{}, guest{}, notFound("snapshot %s not found", req.SnapshotID)
 		}
@@ -99,8 +119,33 @@ func (a *Agent) awake(r *http.Request) (*sandbox, *agentclient.Error) {
 		return nil, conflict("sandbox %s could not be woken: snapshot files missing", sb.ID)
 	}
 	a.seq++
-	sb.State, sb.PID = agentclient.StateRunning, 1000+a.seq
+	sb.State, sb.PID, sb.Hibernated = agentclient.StateRunning, 1000+a.seq, ""
 	return sb, nil
+}
+
+// adopt takes over a sandbox hibernated on another host from its publication, and wakes it.
+func (a *Agent) adopt(req agentclient.CreateRequest) (any, *agentclient.Error) {
+	switch {
+	case req.Template != "" || req.SnapshotID != "" || req.ForkOf != "" || len(req.Env) > 0 || req.Egress != nil || len(req.Volumes) > 0:
+		return nil, invalid("hibernated adopts a sandbox as it was: nothing but id may be given with it")
+	case a.blob == nil:
+		return nil, conflict("this host has no blob store to adopt sandbox %s from", req.ID)
+	case !strings.HasPrefix(req.Hibernated, req.ID+"-"):
+		return nil, invalid("hibernated %q does not name a publication of sandbox %q", req.Hibernated, req.ID)
+	}
+	if _, dup := a.sandboxes[req.ID]; dup {
+		return nil, conflict("sandbox %s already exists on this host", req.ID)
+	}
+	adopted, ok := a.blob.hibernated.get(req.Hibernated)
+	sb := &adopted
+	if !ok {
+		return nil, notFound("artifact hibernated/%s is not in the blob store", req.Hibernated)
+	}
+	a.seq++
+	sb.State, sb.PID, sb.Hibernated, sb.order = agentclient.StateRunning, 1000+a.seq, "", a.seq
+	a.sandboxes[sb.ID] = sb
+	a.creates++
+	return created{sb.Sandbox}, nil
 }
 
 // live is awake for calls that need a running guest.
@@ -159,6 +204,11 @@ func (a *Agent) hibernate(r *http.Request) (any, *agentclient.Error) {
 		return nil, err
 	case sb.State == agentclient.StateRunning:
 		sb.State, sb.PID = agentclient.StateHibernated, 0
+		if a.blob != nil && len(sb.mounts) == 0 { // published, as the real agent does with a store
+			a.seq++
+			sb.Hibernated = sb.ID + "-" + strconv.Itoa(a.seq)
+			a.blob.hibernated.put(sb.Hibernated, *sb)
+		}
 	case sb.State != agentclient.StateHibernated:
 		return nil, conflict("sandbox %s is %s", sb.ID, sb.State)
 	}
@@ -184,9 +234,13 @@ func (a *Agent) snapshot(r *http.Request) (any, *agentclient.Error) {
 		return nil, err
 	}
 	sn := &snapshot{Snapshot: agentclient.Snapshot{ID: a.newID("snap_fake"), SandboxID: sb.ID, Template: sb.Template,
-		CreatedAt: time.Now().UTC(), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, SizeBytes: 4096}, guest: sb.guest.clone()}
+		CreatedAt: time.Now().UTC(), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, SizeBytes: 4096, Env: sb.env}, guest: sb.guest.clone()}
 	for _, n := range sn.fs {
 		sn.SizeBytes += int64(len(n.data))
+	}
+	if a.blob != nil { // published, as the real agent does when it has a blob store
+		sn.Published = true
+		a.blob.snaps.put(sn.ID, *sn)
 	}
 	a.snapshots[sn.ID] = sn
 	return created{sn.Snapshot}, nil

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
@@ -105,15 +106,25 @@ type Templates struct {
 	buildMu   sync.Mutex               // one API build at a time: builds are CPU- and disk-heavy
 	blob      blob.Store               // where bakes are published and pulled from; nil: none
 	agentHash string                   // sha256 of the guest agent binary, once computed
+	// local indexes the chunks this host holds in published or pulled files (templates,
+	// snapshots): a pull copies those instead of fetching them. Shared by the host's artifacts.
+	local *artifact.Local
 }
 
 // New returns the templates of cfg, with those built through the API earlier; vms is the
 // sandbox manager.
 func New(cfg Config, vms VMs) *Templates {
-	ts := &Templates{cfg: cfg, vms: vms, states: map[string]*bakeState{}, built: map[string]template.Spec{}}
+	ts := &Templates{cfg: cfg, vms: vms, states: map[string]*bakeState{}, built: map[string]template.Spec{}, local: artifact.NewLocal()}
 	ts.loadBuiltSpecs()
+	dirs, _ := filepath.Glob(filepath.Join(cfg.Layout.Templates(), "*"))
+	for _, d := range dirs {
+		ts.local.AddDir(d)
+	}
 	return ts
 }
+
+// Local is the host's index of chunks it holds in artifact files (templates', snapshots').
+func (ts *Templates) Local() *artifact.Local { return ts.local }
 
 // Spec finds a template by name: the agent's config, the templates built through its API, then
 // the catalog (by alias too).

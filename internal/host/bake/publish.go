@@ -113,7 +113,7 @@ func (ts *Templates) pull(ctx context.Context, s blob.Store, pub string, say fun
 	tmp := dir + ".pulling"
 	os.RemoveAll(tmp)
 	defer os.RemoveAll(tmp)
-	_, st, err := artifact.Pull(ctx, s, templateKind, pub, tmp)
+	_, st, err := ts.local.Pull(ctx, s, templateKind, pub, tmp)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,8 @@ func (ts *Templates) pull(ctx context.Context, s blob.Store, pub string, say fun
 	if err := os.Rename(tmp, dir); err != nil {
 		return nil, err
 	}
-	say("pulled template %s in %.1f s (%d MiB fetched)", info.Name, time.Since(start).Seconds(), st.Bytes>>20)
+	ts.local.AddDir(dir) // the index named the files under tmp
+	say("pulled template %s in %.1f s (%d MiB fetched, %d MiB from this host's files)", info.Name, time.Since(start).Seconds(), st.Bytes>>20, int64(st.Local)*artifact.ChunkSize>>20)
 	return &info, nil
 }
 
@@ -133,7 +134,7 @@ func (ts *Templates) pull(ctx context.Context, s blob.Store, pub string, say fun
 // stands on this host either way, and other hosts bake it themselves.
 func (ts *Templates) publish(ctx context.Context, s blob.Store, info *Template, say func(string, ...any)) {
 	start := time.Now()
-	_, st, err := artifact.Push(ctx, s, templateKind, info.Published, info.Dir, publishedFiles, info)
+	_, st, err := ts.local.Push(ctx, s, templateKind, info.Published, info.Dir, publishedFiles, info)
 	if err != nil {
 		ts.cfg.Log.Warn("publishing a template failed: other hosts will bake it themselves", "template", info.Name, "store", s.String(), "err", err)
 		return

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
@@ -35,6 +36,15 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 	} else if !idRE.MatchString(req.ID) {
 		return hostapi.Sandbox{}, errdefs.Invalidf("sandbox id %q: use sb_ followed by 1-60 lowercase letters or digits", req.ID)
 	}
+	if req.Hibernated != "" {
+		if req.Template != "" || req.SnapshotID != "" || req.ForkOf != "" || len(req.Env) > 0 || req.Egress != nil || len(req.Volumes) > 0 {
+			return hostapi.Sandbox{}, errdefs.Invalidf("hibernated adopts a sandbox as it was: nothing but id may be given with it")
+		}
+		return m.adoptHibernated(ctx, req.ID, req.Hibernated)
+	}
+	if req.ForkOf != "" && req.SnapshotID == "" {
+		return hostapi.Sandbox{}, errdefs.Invalidf("fork_of needs snapshot_id: the snapshot of the parent the child starts from")
+	}
 	var src source
 	switch {
 	case req.SnapshotID != "":
@@ -48,6 +58,13 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 		src = source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
 			MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots,
 			Identity: snap.Identity}, diskSrc: snap.File("disk.img")}
+		if req.ForkOf != "" { // a fork child made on another host than its parent's
+			if len(req.Env) > 0 || req.Egress != nil || len(req.Volumes) > 0 {
+				return hostapi.Sandbox{}, errdefs.Invalidf("a fork child (fork_of) takes its parent's env and egress, and has no volumes")
+			}
+			src.rec.SnapshotID, src.rec.ForkOf = "", req.ForkOf
+			req.Env, req.Egress, req.EgressOpen = snap.Env, snap.Egress, snap.EgressOpen
+		}
 	case req.Template != "":
 		tmpl, err := m.Templates.Ensure(ctx, req.Template, nil)
 		if err != nil {
@@ -97,7 +114,8 @@ func (m *Manager) loadSnapshot(ctx context.Context, id string) (*snapshot.Record
 		}
 		return nil, fmt.Errorf("pulling snapshot %s: %w", id, err)
 	}
-	m.log.Info("pulled snapshot", "snapshot", id, "ms", time.Since(start).Milliseconds(), "fetched_mib", st.Bytes>>20)
+	m.log.Info("pulled snapshot", "snapshot", id, "ms", time.Since(start).Milliseconds(), "fetched_mib", st.Bytes>>20,
+		"local_mib", int64(st.Local)*artifact.ChunkSize>>20)
 	return snap, nil
 }
 

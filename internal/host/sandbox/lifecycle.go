@@ -15,6 +15,7 @@ import (
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
+	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
 	"github.com/pandastack/pandastack/internal/timing"
@@ -77,7 +78,8 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	defer release()
 	snap := snapshot.Record{Snapshot: hostapi.Snapshot{ID: snapshot.NewID(), SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots,
-		Identity: rec.Identity}, // the VMM that runs the sandbox, which writes the state
+		Identity: rec.Identity, // the VMM that runs the sandbox, which writes the state
+		Env:      rec.Env, Egress: rec.Egress, EgressOpen: rec.EgressOpen},
 		Internal: internal}
 	tmp, err := m.snapshots.Begin(snap.ID)
 	defer os.RemoveAll(tmp) // nothing half-made is ever visible
@@ -261,6 +263,9 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 	sb.mu.Unlock()
 	m.dropOwnMem(sb, oldBase)
 	m.snapshots.GC()
+	if err == nil {
+		m.publishHibernated(ctx, sb)
+	}
 	return sb.info(), err
 }
 
@@ -325,7 +330,7 @@ func (m *Manager) awake(ctx context.Context, id string) (*sandbox, error) {
 	sb.mu.Lock()
 	sb.setRunning(vm, client, slot)
 	sb.killed = false
-	sb.rec.Error = ""
+	sb.rec.Error, sb.rec.Published = "", ""
 	err = sb.persist()
 	sb.mu.Unlock()
 	m.watch(sb, vm)
@@ -339,21 +344,7 @@ func (m *Manager) awake(ctx context.Context, id string) (*sandbox, error) {
 
 // idleLoop hibernates sandboxes no call has touched for idle (checked every few seconds).
 func (m *Manager) idleLoop(ctx context.Context, idle time.Duration) {
-	every(ctx, min(idle/4, 5*time.Second), func() { m.hibernateIdle(ctx, idle) })
-}
-
-// every calls fn every d until ctx ends.
-func every(ctx context.Context, d time.Duration, fn func()) {
-	tick := time.NewTicker(d)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		fn()
-	}
+	periodic.Every(ctx, min(idle/4, 5*time.Second), func() { m.hibernateIdle(ctx, idle) })
 }
 
 // hibernateIdle hibernates the running sandboxes no call has touched for idle.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/periodic"
 )
 
 // Memory and CPU policy (docs/security.md, "Host resources"):
@@ -142,7 +143,7 @@ func (m *Manager) MemAvailableMiB() int {
 
 // pressureLoop hibernates the idlest sandboxes whenever available memory is below the watermark.
 func (m *Manager) pressureLoop(ctx context.Context) {
-	every(ctx, m.cfg.PressureInterval, func() { m.relieve(ctx) })
+	periodic.Every(ctx, m.cfg.PressureInterval, func() { m.relieve(ctx) })
 }
 
 // relieve hibernates sandboxes, idlest first, until available memory is above the watermark. It

@@ -60,6 +60,9 @@ type record struct {
 	EgressOpen []string `json:"egress_open,omitempty"`
 	Netns      string   `json:"netns,omitempty"`
 	GuestAddr  string   `json:"guest_addr,omitempty"`
+	// Published names the blob-store publication of the current hibernation ("" while running:
+	// a wake makes it stale).
+	Published string `json:"published,omitempty"`
 }
 
 // spec is the machine to restore; kernel and initrd always come from the template.
@@ -97,6 +100,9 @@ func (sb *sandbox) info() hostapi.Sandbox {
 		PID: r.VM.Pid, VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, ReadyMS: r.ReadyMs, SnapshotID: r.SnapshotID, ForkOf: r.ForkOf}
 	if r.State != StateRunning {
 		info.PID = 0
+	}
+	if r.State == StateHibernated {
+		info.Hibernated = r.Published
 	}
 	return info
 }

@@ -24,11 +24,31 @@ import (
 // Kind is the artifact kind of published snapshots (artifact name: the snapshot id).
 const Kind = "snapshot"
 
-// ownFiles are a snapshot's own files; bootFiles come from its template's directory.
+// ownFiles are a snapshot's own files; BootFiles come from its template's directory.
 var (
-	ownFiles  = []string{"ram", "state", "disk.img"}
-	bootFiles = []string{"vmlinuz", "initrd", volume.PlaceholderName}
+	ownFiles = []string{"ram", "state", "disk.img"}
+	// BootFiles are what a restore needs of a template besides memory and disk: they travel with
+	// every published memory image (snapshots, hibernated sandboxes).
+	BootFiles = []string{"vmlinuz", "initrd", volume.PlaceholderName}
 )
+
+// CloneBootFiles reflinks templateDir's BootFiles into dir (those it lacks), so that dir can be
+// published whole; a template without a placeholder has none to clone.
+func CloneBootFiles(templateDir, dir string) error {
+	if filepath.Clean(templateDir) == filepath.Clean(dir) {
+		return nil
+	}
+	for _, f := range BootFiles {
+		dst := filepath.Join(dir, f)
+		if _, err := os.Stat(dst); err == nil {
+			continue
+		}
+		if err := storage.Clone(filepath.Join(templateDir, f), dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
 
 // Publish uploads r (only the chunks the store lacks) and records it published. A snapshot that
 // is published already is not sent again.
@@ -37,22 +57,11 @@ func (s *Store) Publish(ctx context.Context, bs blob.Store, r *Record) (artifact
 		return artifact.Stats{}, nil
 	}
 	// The template's boot files travel beside the snapshot's own: reflinks, so free here.
-	for _, f := range bootFiles {
-		dst := r.File(f)
-		if _, err := os.Stat(dst); err == nil || filepath.Clean(r.TemplateDir) == filepath.Clean(r.Dir) {
-			continue
-		}
-		if err := storage.Clone(filepath.Join(r.TemplateDir, f), dst); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return artifact.Stats{}, err
-		}
+	if err := CloneBootFiles(r.TemplateDir, r.Dir); err != nil {
+		return artifact.Stats{}, err
 	}
-	var files []string
-	for _, f := range append(append([]string{}, ownFiles...), bootFiles...) {
-		if _, err := os.Stat(r.File(f)); err == nil {
-			files = append(files, f)
-		}
-	}
-	_, st, err := artifact.Push(ctx, bs, Kind, r.ID, r.Dir, files, r.Snapshot)
+	files := Present(r.Dir, append(append([]string{}, ownFiles...), BootFiles...))
+	_, st, err := s.Local.Push(ctx, bs, Kind, r.ID, r.Dir, files, r.Snapshot)
 	if err != nil {
 		return st, err
 	}
@@ -85,15 +94,37 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 	if err != nil {
 		return nil, artifact.Stats{}, err
 	}
-	_, st, err := artifact.Pull(ctx, bs, Kind, id, tmp)
+	_, st, err := s.Local.Pull(ctx, bs, Kind, id, tmp)
 	if err != nil {
 		return nil, st, err
 	}
+	// The index names files under tmp; they are about to move.
+	defer s.Local.AddDir(filepath.Join(s.dir, id))
 	r.TemplateDir, r.Published = filepath.Join(s.dir, id), true
 	if err := s.Commit(tmp, &r); err != nil {
 		return nil, st, err
 	}
 	return &r, st, nil
+}
+
+// UseLocal makes l the index of chunks this host holds, and indexes this host's snapshots in it.
+func (s *Store) UseLocal(l *artifact.Local) {
+	s.Local = l
+	dirs, _ := filepath.Glob(filepath.Join(s.dir, "snap_*"))
+	for _, d := range dirs {
+		l.AddDir(d)
+	}
+}
+
+// Present returns the names (relative to dir) of those files that exist.
+func Present(dir string, names []string) []string {
+	var out []string
+	for _, f := range names {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // Unpublish deletes snapshot id's publication (its chunks go at the store's next sweep).

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/runtime"
@@ -45,6 +46,8 @@ type Store struct {
 
 	pullMu sync.Mutex
 	pulls  map[string]*sync.Mutex // one lock per snapshot being pulled
+	// Local is the host's index of chunks in artifact files (set before use; nil: none).
+	Local *artifact.Local
 }
 
 // New opens the snapshots of layout l; identity is this host's VMM, recorded on snapshots saved

@@ -145,6 +145,9 @@ type Sandbox struct {
 	// SnapshotID and ForkOf say where its memory came from, when not a template.
 	SnapshotID string `json:"snapshot_id,omitempty"`
 	ForkOf     string `json:"fork_of,omitempty"`
+	// Hibernated names the blob-store publication of a hibernated sandbox's memory and disk: another
+	// host can adopt and wake it from there (CreateRequest.Hibernated).
+	Hibernated string `json:"hibernated,omitempty"`
 }
 
 // SandboxList is GET /v1/sandboxes and a fork's answer.
@@ -155,11 +158,18 @@ type SandboxList struct {
 // CreateRequest is POST /v1/sandboxes: from a template (baked first if this host has not), or
 // from a snapshot on this host (Template may then be empty; if given it must be the snapshot's).
 type CreateRequest struct {
-	ID         string            `json:"id,omitempty"`
-	Template   string            `json:"template,omitempty"`
-	SnapshotID string            `json:"snapshot_id,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Egress     *network.Egress   `json:"egress,omitempty"`
+	ID         string `json:"id,omitempty"`
+	Template   string `json:"template,omitempty"`
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	// Hibernated (with ID) adopts sandbox ID, hibernated on another host and published under this
+	// name (Sandbox.Hibernated), and wakes it here; nothing else may be set.
+	Hibernated string `json:"hibernated,omitempty"`
+	// ForkOf (with SnapshotID) makes the sandbox a fork child of that sandbox on another host: it
+	// takes the snapshot's env and egress, as a same-host fork's children take their parent's, and
+	// Env and Egress must be empty.
+	ForkOf string            `json:"fork_of,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
+	Egress *network.Egress   `json:"egress,omitempty"`
 	// EgressOpen: private ranges the operator (never a team) opened for all sandboxes.
 	EgressOpen []string `json:"egress_open,omitempty"`
 	// Volumes are this host's volumes to mount (at most MaxVolumesPerSandbox).
@@ -301,6 +311,11 @@ type Snapshot struct {
 	// Published: the snapshot is in the host's blob store, so any host with the same VMM identity
 	// can restore it (it pulls it first).
 	Published bool `json:"published,omitempty"`
+	// Env and Egress are the snapshotted sandbox's; only a fork child made from the snapshot on
+	// another host (CreateRequest.ForkOf) takes them, like a same-host fork's children do.
+	Env        map[string]string `json:"env,omitempty"`
+	Egress     *network.Egress   `json:"egress,omitempty"`
+	EgressOpen []string          `json:"egress_open,omitempty"`
 }
 
 // SnapshotList is GET /v1/snapshots.
@@ -347,3 +362,12 @@ type (
 	// control plane passes the connection through.
 	TerminalMessage = v1.TerminalMessage
 )
+
+// DoctorFinding is one leftover `GET /v1/doctor` found on the host (orphan_vmm, orphan_dir,
+// orphan_netns, orphan_cgroup, stale_tmp): relayed as it is by the public API.
+type DoctorFinding = v1.DoctorFinding
+
+// DoctorReport is GET /v1/doctor and POST /v1/doctor/repair.
+type DoctorReport struct {
+	Findings []DoctorFinding `json:"findings"`
+}

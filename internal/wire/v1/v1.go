@@ -156,6 +156,40 @@ type Host struct {
 	Templates     []string `json:"templates"`
 	Baked         []string `json:"baked"`
 	LastHeartbeat string   `json:"last_heartbeat"`
+	// Draining: an operator drains it (POST /v1/hosts/{id}/drain): nothing new goes there.
+	Draining bool `json:"draining"`
+}
+
+// DoctorReport is GET /v1/hosts/{id}/doctor (and POST …/doctor/repair): what a crash left on the
+// host that nothing owns — the host's own findings (VMM processes, directories, network
+// namespaces, cgroups, half-made snapshots) and the control plane's (sandboxes the host runs that
+// the store does not know).
+type DoctorReport struct {
+	Host     string          `json:"host"`
+	Findings []DoctorFinding `json:"findings"`
+}
+
+// DoctorFinding is one leftover; Repaired when the repair removed it, Error when it could not.
+type DoctorFinding struct {
+	Kind     string `json:"kind"`
+	Resource string `json:"resource"`
+	Detail   string `json:"detail"`
+	Repaired bool   `json:"repaired"`
+	Error    string `json:"error,omitempty"`
+}
+
+// DrainReport is POST /v1/hosts/{id}/drain: the host takes nothing new, and its sandboxes were
+// hibernated so that each wakes on another host on its next call (moved), except those kept.
+type DrainReport struct {
+	Host  string        `json:"host"`
+	Moved int           `json:"moved"`
+	Kept  []KeptSandbox `json:"kept"`
+}
+
+// KeptSandbox is a sandbox a drain left on its host, and why.
+type KeptSandbox struct {
+	SandboxID string `json:"sandbox_id"`
+	Reason    string `json:"reason"`
 }
 
 // Hosts is GET /v1/hosts.
@@ -308,6 +342,8 @@ type Snapshot struct {
 	Template  string `json:"template"`
 	CreatedAt string `json:"created_at"`
 	SizeBytes int64  `json:"size_bytes"`
+	// Published: in the blob store too, so a sandbox made from it can start on any host.
+	Published bool `json:"published"`
 }
 
 // SnapshotPage is GET /v1/snapshots: one page, newest first, and the next page's cursor.

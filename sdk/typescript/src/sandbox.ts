@@ -108,6 +108,8 @@ export interface Snapshot {
   template?: string;
   createdAt: Date | null;
   sizeBytes?: number;
+  /** In the blob store too: a sandbox made from it can start on any host. */
+  published: boolean;
   raw: Record<string, unknown>;
 }
 
@@ -290,6 +292,7 @@ export function snapshotOf(d: Record<string, unknown> | undefined): Snapshot {
     template: x.template as string | undefined,
     createdAt: parseTime(x.created_at),
     sizeBytes: x.size_bytes as number | undefined,
+    published: x.published === true,
     raw: { ...x },
   };
 }
@@ -656,14 +659,20 @@ export class Sandbox {
   /**
    * Clone this running sandbox, memory and disk, copy-on-write. `fork()` resolves to the new
    * Sandbox; `fork({ count: n })` (or `fork(n)`) with n > 1 to an array of n (all or none).
+   * `host` (admin keys) runs the children on that host; another than this sandbox's needs a blob
+   * store the hosts share.
    */
   fork(): Promise<Sandbox>;
-  fork<N extends number>(options: N | { count: N }): Promise<ForkResult<N>>;
-  async fork(options?: number | { count?: number }): Promise<Sandbox | Sandbox[]> {
+  fork(options: { host: string }): Promise<Sandbox>;
+  fork<N extends number>(options: N | { count: N; host?: string }): Promise<ForkResult<N>>;
+  async fork(options?: number | { count?: number; host?: string }): Promise<Sandbox | Sandbox[]> {
     const count = typeof options === "number" ? options : options?.count ?? 1;
+    const host = typeof options === "number" ? undefined : options?.host;
     if (!Number.isInteger(count) || count < 1) throw new RangeError("count must be a positive integer");
+    const body: Record<string, unknown> = count === 1 ? {} : { count };
+    if (host !== undefined) body.host = host;
     const resp = await this.client.http.request("POST", this.path("/fork"), {
-      json: count === 1 ? {} : { count },
+      json: body,
       timeoutMs: this.client.createTimeoutMs,
     });
     const d = JSON.parse((await resp.text()) || "{}") as { sandboxes?: SandboxData[] };

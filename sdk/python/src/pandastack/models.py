@@ -242,6 +242,8 @@ class Snapshot:
         self.template: Optional[str] = d.get("template")
         self.created_at: Optional[_dt.datetime] = parse_time(d.get("created_at"))
         self.size_bytes: Optional[int] = d.get("size_bytes")
+        #: In the blob store too: a sandbox made from it can start on any host.
+        self.published: bool = bool(d.get("published", False))
 
     def delete(self) -> None:
         """Delete the snapshot (sandboxes made from it keep working)."""

@@ -452,23 +452,27 @@ class Sandbox:
     # -- lifecycle -------------------------------------------------------------------------------
 
     @overload
-    def fork(self) -> "Sandbox": ...
+    def fork(self, *, host: Optional[str] = None) -> "Sandbox": ...
 
     @overload
-    def fork(self, count: Literal[1]) -> "Sandbox": ...
+    def fork(self, count: Literal[1], *, host: Optional[str] = None) -> "Sandbox": ...
 
     @overload
-    def fork(self, count: int) -> List["Sandbox"]: ...
+    def fork(self, count: int, *, host: Optional[str] = None) -> List["Sandbox"]: ...
 
-    def fork(self, count: int = 1) -> Union["Sandbox", List["Sandbox"]]:
+    def fork(self, count: int = 1, *, host: Optional[str] = None) -> Union["Sandbox", List["Sandbox"]]:
         """Clone this running sandbox, memory and disk, copy-on-write.
 
         ``fork()`` returns the one new :class:`Sandbox`; ``fork(count=n)`` with n > 1 returns a
         list of n (all or none are made). Each child starts from this sandbox's exact state.
+        ``host`` (admin keys) runs the children on that host; another than this sandbox's needs a
+        blob store the hosts share.
         """
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ValueError("count must be a positive integer")
-        body = {"count": count} if count != 1 else {}
+        body: Dict[str, Any] = {"count": count} if count != 1 else {}
+        if host is not None:
+            body["host"] = host
         r = self._http.request("POST", self._path("/fork"), json_body=body, timeout=self._client.create_timeout)
         d = r.json() or {}
         children = [Sandbox(self._client, s) for s in as_list(d.get("sandboxes")) if isinstance(s, dict)]

@@ -1,0 +1,222 @@
+package artifact
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pandastack/pandastack/internal/blob"
+)
+
+// Local is one host's index of the chunks it already holds in the files of artifacts it pushed or
+// pulled (a template it baked, a snapshot it pulled…). A pull takes a chunk from there instead of
+// fetching it: a host that has a template pulls only the dirty chunks of a snapshot or a
+// hibernated sandbox made from it. Where it can, it clones the chunk's blocks (a reflink: no
+// bytes read or written, and the pulled file shares them with the template's), else it copies.
+//
+// Invariant: an entry is trusted only while its file is the one indexed — same inode, size and
+// modification time (artifact files are written once; a sandbox disk that changed since, a file
+// replaced, shows a new mtime or inode). Any other entry is read and verified like a fetched chunk,
+// and dropped on a mismatch (the chunk is then fetched). The index lives in memory; AddDir
+// rebuilds it from the manifest.json that Push and Pull leave beside an artifact's files.
+type Local struct {
+	mu    sync.Mutex
+	at    map[string]localChunk // by digest
+	files map[string]fileID     // by path: the file as indexed
+}
+
+type localChunk struct {
+	path string
+	off  int64
+}
+
+// fileID is what tells a file from its replacement or a modified version of it.
+type fileID struct {
+	ino, size int64
+	mtime     time.Time
+}
+
+func (a fileID) same(b fileID) bool {
+	return a.ino == b.ino && a.ino >= 0 && a.size == b.size && a.mtime.Equal(b.mtime)
+}
+
+func identify(fi os.FileInfo) fileID {
+	var ino int64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino = int64(st.Ino)
+	}
+	return fileID{ino, fi.Size(), fi.ModTime()}
+}
+
+// ManifestFile is the name of the manifest Local's Push and Pull leave in an artifact's directory.
+const ManifestFile = "manifest.json"
+
+// NewLocal returns an empty index.
+func NewLocal() *Local { return &Local{at: map[string]localChunk{}, files: map[string]fileID{}} }
+
+// Add indexes the chunks of m's files under dir, as those files are now.
+func (l *Local) Add(dir string, m Manifest) {
+	ids := map[string]fileID{}
+	for _, f := range m.Files {
+		if fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(f.Path))); err == nil {
+			ids[f.Path] = identify(fi)
+		}
+	}
+	l.add(dir, m, ids)
+}
+
+// add indexes m's files under dir as ids says they were when they matched m.
+func (l *Local) add(dir string, m Manifest, ids map[string]fileID) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range m.Files {
+		id, ok := ids[f.Path]
+		if !ok {
+			continue
+		}
+		p := filepath.Join(dir, filepath.FromSlash(f.Path))
+		l.files[p] = id
+		for i, sum := range f.Chunks {
+			if sum != "" {
+				l.at[sum] = localChunk{p, int64(i) * ChunkSize}
+			}
+		}
+	}
+}
+
+// kept is manifest.json: the artifact's manifest and its files as they were when they matched it.
+type kept struct {
+	Manifest Manifest            `json:"manifest"`
+	Files    map[string]keptFile `json:"files"`
+}
+
+type keptFile struct {
+	Ino     int64 `json:"ino"`
+	Size    int64 `json:"size"`
+	MtimeNs int64 `json:"mtime_ns"`
+}
+
+// AddDir indexes the artifact in dir from its manifest.json, if it has one: a file changed since
+// that was written is indexed untrusted (read and verified on use).
+func (l *Local) AddDir(dir string) {
+	if l == nil {
+		return
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return
+	}
+	var k kept
+	if json.Unmarshal(raw, &k) != nil {
+		return
+	}
+	ids := map[string]fileID{}
+	for _, f := range k.Manifest.Files {
+		if kf, ok := k.Files[f.Path]; ok {
+			ids[f.Path] = fileID{kf.Ino, kf.Size, time.Unix(0, kf.MtimeNs)}
+		} else {
+			ids[f.Path] = fileID{ino: -1} // unknown: never trusted
+		}
+	}
+	l.add(dir, k.Manifest, ids)
+}
+
+// place writes chunk sum (want bytes) into dst at off from a local file, if one has it: cloned
+// when its file is unchanged since indexed (copied if the filesystem cannot clone), read and
+// verified otherwise. false: not here (or not intact): fetch it.
+func (l *Local) place(sum string, want int, dst *os.File, off int64) bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	c, ok := l.at[sum]
+	id, known := l.files[c.path]
+	l.mu.Unlock()
+	if !ok {
+		return false
+	}
+	src, err := os.Open(c.path)
+	if err != nil {
+		l.forget(sum, c)
+		return false
+	}
+	defer src.Close()
+	if fi, err := src.Stat(); err == nil && known && identify(fi).same(id) && c.off+int64(want) <= fi.Size() {
+		err := unix.IoctlFileCloneRange(int(dst.Fd()), &unix.FileCloneRange{Src_fd: int64(src.Fd()),
+			Src_offset: uint64(c.off), Src_length: uint64(want), Dest_offset: uint64(off)})
+		if err == nil {
+			return true
+		}
+		// No reflinks here (or an unaligned tail): copy the trusted bytes.
+		buf := make([]byte, want)
+		if _, err := src.ReadAt(buf, c.off); err == nil || errors.Is(err, io.EOF) {
+			_, err = dst.WriteAt(buf, off)
+			return err == nil
+		}
+	}
+	buf := make([]byte, want)
+	_, err = src.ReadAt(buf, c.off)
+	got := sha256.Sum256(buf)
+	if (err != nil && !errors.Is(err, io.EOF)) || hex.EncodeToString(got[:]) != sum {
+		l.forget(sum, c)
+		return false
+	}
+	_, err = dst.WriteAt(buf, off)
+	return err == nil
+}
+
+// forget drops the entry of sum if it still names c.
+func (l *Local) forget(sum string, c localChunk) {
+	l.mu.Lock()
+	if l.at[sum] == c {
+		delete(l.at, sum)
+	}
+	l.mu.Unlock()
+}
+
+// Push is the package's Push that also leaves the manifest in dir and indexes its chunks.
+func (l *Local) Push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any) (Manifest, Stats, error) {
+	m, st, err := Push(ctx, s, kind, name, dir, files, record)
+	if err == nil && l != nil {
+		l.keep(dir, m)
+	}
+	return m, st, err
+}
+
+// Pull is the package's Pull taking chunks from local files where it can (Stats.Local counts
+// them); it leaves the manifest in dir and indexes the pulled files.
+func (l *Local) Pull(ctx context.Context, s blob.Store, kind, name, dir string) (Manifest, Stats, error) {
+	m, st, err := pull(ctx, s, kind, name, dir, l)
+	if err == nil && l != nil {
+		l.keep(dir, m)
+	}
+	return m, st, err
+}
+
+// keep writes m and its files' identities beside them (for AddDir after a restart) and indexes them.
+func (l *Local) keep(dir string, m Manifest) {
+	k := kept{Manifest: m, Files: map[string]keptFile{}}
+	for _, f := range m.Files {
+		if fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(f.Path))); err == nil {
+			id := identify(fi)
+			k.Files[f.Path] = keptFile{id.ino, id.size, id.mtime.UnixNano()}
+		}
+	}
+	if raw, err := json.Marshal(k); err == nil {
+		os.WriteFile(filepath.Join(dir, ManifestFile), raw, 0o600)
+	}
+	l.Add(dir, m)
+}

@@ -1,0 +1,127 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/host/snapshot"
+	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
+)
+
+// A hibernated sandbox leaves its host through the blob store: a host with a store publishes each
+// hibernation (memory, device state, disk and the template's boot files, as
+// hibernated/<id>-<generation>), and a host asked to adopt it (CreateRequest.Hibernated) pulls that
+// into the sandbox's own directory and wakes it there, same id, files and processes intact. The
+// control plane asks for that when the sandbox's host is lost; the publication is stale once the
+// sandbox runs again, which is why the record forgets it on every wake.
+
+// hibernatedKind is the artifact kind of published hibernations.
+const hibernatedKind = "hibernated"
+
+// publishHibernated publishes sb's hibernation, if this host has a blob store and sb has no
+// volumes (they are this host's). A failure is logged: the sandbox stays hibernated here.
+func (m *Manager) publishHibernated(ctx context.Context, sb *sandbox) {
+	bs := m.Templates.Blob()
+	sb.mu.Lock()
+	rec := sb.rec
+	sb.mu.Unlock()
+	if bs == nil || len(rec.Volumes) > 0 || rec.State != StateHibernated {
+		return
+	}
+	start := time.Now()
+	name := rec.ID + "-" + strconv.Itoa(rec.MemGen)
+	mem := filepath.Base(rec.BaseDir)
+	err := snapshot.CloneBootFiles(rec.TemplateDir, rec.BaseDir)
+	var st artifact.Stats
+	if err == nil {
+		files := []string{"disk.img"}
+		for _, f := range snapshot.Present(rec.BaseDir, append([]string{"ram", "state"}, snapshot.BootFiles...)) {
+			files = append(files, path.Join(mem, f))
+		}
+		_, st, err = m.Templates.Local().Push(ctx, bs, hibernatedKind, name, sb.dir, files, rec)
+	}
+	if err != nil {
+		m.log.Warn("publishing a hibernated sandbox failed: it wakes on this host only", "sandbox", rec.ID, "store", bs.String(), "err", err)
+		return
+	}
+	sb.mu.Lock()
+	if sb.rec.State == StateHibernated && sb.rec.MemGen == rec.MemGen {
+		sb.rec.Published = name
+		err = sb.persist()
+	}
+	sb.mu.Unlock()
+	m.log.Info("published hibernated sandbox", "sandbox", rec.ID, "publication", name, "ms", time.Since(start).Milliseconds(), "sent_mib", st.Bytes>>20)
+}
+
+// adoptHibernated makes sandbox id, hibernated on another host and published as pub, this host's
+// and wakes it. Nothing is kept unless the pull is whole.
+func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.Sandbox, error) {
+	bs := m.Templates.Blob()
+	switch {
+	case bs == nil:
+		return hostapi.Sandbox{}, errdefs.Conflictf("this host has no blob store to adopt sandbox %s from", id)
+	case !idRE.MatchString(id) || !strings.HasPrefix(pub, id+"-"):
+		return hostapi.Sandbox{}, errdefs.Invalidf("hibernated %q does not name a publication of sandbox %q", pub, id)
+	}
+	if _, err := m.get(id); err == nil {
+		return hostapi.Sandbox{}, errdefs.Conflictf("sandbox %s already exists on this host", id)
+	}
+	man, err := artifact.Get(ctx, bs, hibernatedKind, pub)
+	if err != nil {
+		return hostapi.Sandbox{}, err
+	}
+	var rec record
+	if err := json.Unmarshal(man.Record, &rec); err != nil || rec.ID != id || !strings.HasPrefix(filepath.Base(rec.BaseDir), "mem-") {
+		return hostapi.Sandbox{}, errdefs.Invalidf("published hibernation %s: its record is not valid", pub)
+	}
+	if err := m.checkIdentity("hibernated sandbox "+id, rec.Identity); err != nil {
+		return hostapi.Sandbox{}, err
+	}
+	start := time.Now()
+	dir := filepath.Join(m.layout.Sandboxes(), id)
+	tmp := dir + ".pulling"
+	os.RemoveAll(tmp)
+	defer os.RemoveAll(tmp)
+	_, st, err := m.Templates.Local().Pull(ctx, bs, hibernatedKind, pub, tmp)
+	if err != nil {
+		return hostapi.Sandbox{}, err
+	}
+	mem := filepath.Join(dir, filepath.Base(rec.BaseDir))
+	rec.BaseDir, rec.TemplateDir, rec.VM = mem, mem, runtime.VM{}
+	rec.State, rec.Error, rec.Published, rec.Netns, rec.GuestAddr = StateHibernated, "", pub, "", ""
+	sb := &sandbox{dir: dir, rec: rec, lastUsed: start}
+	m.mu.Lock()
+	if _, dup := m.sandboxes[id]; dup || m.closed {
+		m.mu.Unlock()
+		return hostapi.Sandbox{}, errdefs.Conflictf("sandbox %s already exists on this host", id)
+	}
+	// The record is written after the move: a directory without one is never adopted at start.
+	err = os.Rename(tmp, dir)
+	if err == nil {
+		m.Templates.Local().AddDir(dir) // the index named the files under tmp
+		err = sb.persist()
+	}
+	if err != nil {
+		m.mu.Unlock()
+		os.RemoveAll(dir)
+		return hostapi.Sandbox{}, err
+	}
+	m.sandboxes[id] = sb
+	m.mu.Unlock()
+	m.log.Info("adopted hibernated sandbox", "sandbox", id, "publication", pub, "ms", time.Since(start).Milliseconds(), "fetched_mib", st.Bytes>>20,
+		"local_mib", int64(st.Local)*artifact.ChunkSize>>20)
+	woke, err := m.awake(ctx, id)
+	if err != nil {
+		return hostapi.Sandbox{}, err
+	}
+	return woke.info(), nil
+}

@@ -1,0 +1,156 @@
+package hostagent
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/cgroup"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
+)
+
+// The doctor finds what a crash (of this agent, of a VMM, of a half-done operation) can leave on
+// the host that no sandbox owns — a VMM process, a directory, a network namespace or link, a
+// cgroup, a half-written snapshot or pull — and, asked to repair, removes it. What a sandbox owns
+// is what this agent's sandbox list says now; anything younger than staleAfter is left alone (an
+// operation in flight makes its files before its record). The agent's start reclaims most of
+// this as well; the doctor finds it while the agent runs.
+
+// staleAfter is how old an unowned directory must be before the doctor calls it a leftover.
+const staleAfter = 10 * time.Minute
+
+// doctorFix removes one finding's resource.
+type doctorFix func() error
+
+// Doctor reports this host's leftovers; with repair it removes each and says which it did.
+func (a *Agent) Doctor(repair bool) hostapi.DoctorReport {
+	owned := map[string]int{} // sandbox id → its VMM's pid (0: not running)
+	for _, sb := range a.sandboxes.List() {
+		owned[sb.ID] = sb.PID
+	}
+	type found struct {
+		hostapi.DoctorFinding
+		fix doctorFix
+	}
+	var all []found
+	add := func(kind, resource, detail string, fix doctorFix) {
+		all = append(all, found{hostapi.DoctorFinding{Kind: kind, Resource: resource, Detail: detail}, fix})
+	}
+	a.doctorVMMs(owned, add)
+	a.doctorDirs(owned, add)
+	a.doctorNetwork(add)
+	a.doctorCgroups(owned, add)
+	out := hostapi.DoctorReport{Findings: []hostapi.DoctorFinding{}}
+	for _, f := range all {
+		if repair {
+			if err := f.fix(); err != nil {
+				f.Error = err.Error()
+			} else {
+				f.Repaired = true
+			}
+			a.log.Warn("doctor", "kind", f.Kind, "resource", f.Resource, "repaired", f.Repaired, "err", f.Error)
+		}
+		out.Findings = append(out.Findings, f.DoctorFinding)
+	}
+	return out
+}
+
+type addFinding func(kind, resource, detail string, fix doctorFix)
+
+// doctorVMMs: QEMU processes working in one of this agent's sandbox run directories whose sandbox
+// is gone or runs another VMM.
+func (a *Agent) doctorVMMs(owned map[string]int, add addFinding) {
+	runs := filepath.Dir(a.runDir("sb_x"))
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(bytes.SplitN(cmd, []byte{0}, 2)[0], []byte("qemu-system")) {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", p.Name(), "cwd"))
+		if err != nil {
+			continue
+		}
+		cwd = strings.TrimSuffix(cwd, " (deleted)")
+		id := filepath.Base(cwd)
+		if filepath.Dir(cwd) != runs || !strings.HasPrefix(id, "sb_") {
+			continue
+		}
+		if vmm, ok := owned[id]; ok && (vmm == pid || vmm == 0) {
+			continue // its own VMM, or one being started (a create or wake in flight)
+		}
+		add("orphan_vmm", "pid "+strconv.Itoa(pid), fmt.Sprintf("a VMM for sandbox %s, which this host does not run", id), func() error {
+			return syscall.Kill(pid, syscall.SIGKILL)
+		})
+	}
+}
+
+// doctorDirs: sandbox and run directories of no sandbox, and half-made snapshots and pulls.
+func (a *Agent) doctorDirs(owned map[string]int, add addFinding) {
+	old := func(path string) bool {
+		fi, err := os.Stat(path)
+		return err == nil && time.Since(fi.ModTime()) > staleAfter
+	}
+	remove := func(path string) doctorFix { return func() error { return os.RemoveAll(path) } }
+	for _, dir := range []string{a.sandboxesDir(), filepath.Dir(a.runDir("sb_x"))} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			p := filepath.Join(dir, e.Name())
+			if _, ok := owned[e.Name()]; ok || !strings.HasPrefix(e.Name(), "sb_") || !old(p) {
+				continue
+			}
+			add("orphan_dir", p, "the directory of a sandbox this host does not have", remove(p))
+		}
+	}
+	ents, _ := os.ReadDir(a.snapshotsDir())
+	for _, e := range ents {
+		p := filepath.Join(a.snapshotsDir(), e.Name())
+		if (strings.HasSuffix(e.Name(), ".tmp") || strings.HasSuffix(e.Name(), ".pulling")) && old(p) {
+			add("stale_tmp", p, "a snapshot that was never finished (its save or pull stopped midway)", remove(p))
+		}
+	}
+}
+
+// doctorNetwork: namespaces and host links of this agent's prefix that no slot holds.
+func (a *Agent) doctorNetwork(add addFinding) {
+	if a.net == nil {
+		return
+	}
+	names, err := a.net.Orphans()
+	if err != nil {
+		a.log.Warn("doctor: listing network leftovers", "err", err)
+		return
+	}
+	for _, n := range names {
+		add("orphan_netns", n, "a network namespace or link of this agent that no sandbox slot holds", func() error { return a.net.RemoveOrphan(n) })
+	}
+}
+
+// doctorCgroups: VMM cgroups of sandboxes this host does not have, with no process left in them.
+func (a *Agent) doctorCgroups(owned map[string]int, add addFinding) {
+	if a.cg == nil {
+		return
+	}
+	for _, parent := range a.cg.Dirs() {
+		ents, _ := os.ReadDir(parent)
+		for _, e := range ents {
+			if _, ok := owned[e.Name()]; !e.IsDir() || !strings.HasPrefix(e.Name(), "sb_") || ok {
+				continue
+			}
+			dir := filepath.Join(parent, e.Name())
+			if procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err != nil || len(bytes.TrimSpace(procs)) > 0 {
+				continue // a process is still inside: the orphan VMM finding covers it
+			}
+			add("orphan_cgroup", dir, "the cgroup of a VMM that is gone", func() error { return cgroup.Remove([]string{dir}) })
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package hostagent
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/network/nettest"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
+)
+
+// TestDoctor leaves on the host what crashes leave — a VMM process of no sandbox, sandbox and
+// run directories of no sandbox, a half-written snapshot, a network namespace no slot holds, an
+// empty VMM cgroup — and checks that the doctor names each, leaves them until asked, and repairs
+// them all; fresh directories (an operation in flight) are not touched.
+func TestDoctor(t *testing.T) {
+	nettest.NeedRoot(t)
+	prefix := nettest.NewPrefix()
+	h := newHarness(t, func(c *Config) {
+		c.Network = &network.Config{CIDR: nettest.FreeCIDR(t, 24), Prefix: prefix, Ready: -1}
+	})
+	a := h.agent
+	long := time.Now().Add(-time.Hour)
+	mkdir := func(p string, old bool) string {
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if old {
+			os.Chtimes(p, long, long)
+		}
+		return p
+	}
+	strayDir := mkdir(filepath.Join(a.sandboxesDir(), "sb_straydir"), true)
+	strayRun := mkdir(a.runDir("sb_straydir"), true)
+	freshDir := mkdir(filepath.Join(a.sandboxesDir(), "sb_inflight"), false)
+	halfSnap := mkdir(filepath.Join(a.snapshotsDir(), "snap_half.tmp"), true)
+	nettest.Run(t, "ip", "netns", "add", prefix+"-7")
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", prefix+"-7").Run() })
+	var cg string
+	if a.cg != nil {
+		cg = mkdir(filepath.Join(a.cg.Dirs()[0], "sb_straycg"), false)
+	}
+	// A "VMM": a process named like QEMU working in a run directory of no sandbox.
+	fake := filepath.Join(t.TempDir(), "qemu-system-doctor")
+	if data, err := os.ReadFile("/bin/sleep"); err != nil || os.WriteFile(fake, data, 0o755) != nil {
+		t.Fatal("copy sleep", err)
+	}
+	vmm := exec.Command(fake, "600")
+	vmm.Dir = mkdir(a.runDir("sb_strayvmm"), false)
+	if err := vmm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- vmm.Wait() }()
+	t.Cleanup(func() { vmm.Process.Kill() })
+
+	kinds := func(r hostapi.DoctorReport, repaired bool) []string {
+		var out []string
+		for _, f := range r.Findings {
+			if f.Repaired != repaired || f.Error != "" {
+				t.Errorf("finding %+v: repaired %v, want %v", f, f.Repaired, repaired)
+			}
+			out = append(out, f.Kind+" "+filepath.Base(f.Resource))
+		}
+		sort.Strings(out)
+		return out
+	}
+	want := []string{"orphan_dir sb_straydir", "orphan_dir sb_straydir", "orphan_netns " + prefix + "-7",
+		"orphan_vmm pid " + itoa(vmm.Process.Pid), "stale_tmp snap_half.tmp"}
+	if cg != "" {
+		want = append(want, "orphan_cgroup sb_straycg")
+		sort.Strings(want)
+	}
+	var report hostapi.DoctorReport
+	if code := h.call("GET", "/v1/doctor", nil, &report); code != 200 || !slices.Equal(kinds(report, false), want) {
+		t.Fatalf("doctor: status %d, findings %v, want %v", code, kinds(report, false), want)
+	}
+	if _, err := os.Stat(strayDir); err != nil {
+		t.Fatal("a report removed what it found")
+	}
+	if code := h.call("POST", "/v1/doctor/repair", nil, &report); code != 200 || !slices.Equal(kinds(report, true), want) {
+		t.Fatalf("repair: status %d, findings %+v", code, report.Findings)
+	}
+	for _, p := range []string{strayDir, strayRun, halfSnap, cg, "/var/run/netns/" + prefix + "-7"} {
+		if _, err := os.Stat(p); p != "" && err == nil {
+			t.Errorf("%s is still there after the repair", p)
+		}
+	}
+	if _, err := os.Stat(freshDir); err != nil {
+		t.Errorf("a fresh directory (an operation in flight) was removed: %v", err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Error("the orphan VMM still runs after the repair")
+	}
+	if code := h.call("GET", "/v1/doctor", nil, &report); code != 200 || len(report.Findings) != 0 {
+		t.Errorf("doctor after the repair: %+v", report.Findings)
+	}
+}

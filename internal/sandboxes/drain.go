@@ -1,0 +1,144 @@
+package sandboxes
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
+)
+
+// DrainReport is what a drain did: how many of the host's sandboxes will wake elsewhere on their
+// next call, and those that stay (with why).
+type DrainReport struct {
+	Host  string
+	Moved int
+	Kept  []KeptSandbox
+}
+
+// KeptSandbox is a sandbox a drain could not make movable.
+type KeptSandbox struct {
+	ID, Reason string
+}
+
+// Drain stops placing sandboxes on a host and hibernates every sandbox on it, so that each wakes
+// on another host on its next call (wake anywhere: the host publishes each hibernation). A
+// sandbox that cannot move — volumes live on their host, a host without a blob store publishes
+// nothing, a hibernate that failed — stays where it is, reported in Kept. Idempotent.
+func (s *Service) Drain(ctx context.Context, hostID string) (DrainReport, error) {
+	if err := s.store.SetHostDraining(ctx, hostID, true); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return DrainReport{}, errdefs.NotFoundf("host %s not found", hostID)
+		}
+		return DrainReport{}, err
+	}
+	sbs, err := s.store.HostSandboxes(ctx, hostID, store.StateRunning, store.StateHibernated)
+	if err != nil {
+		return DrainReport{}, err
+	}
+	rep := DrainReport{Host: hostID}
+	var mu sync.Mutex
+	sem := make(chan struct{}, 4) // hibernations are disk- and CPU-heavy on the host
+	var wg sync.WaitGroup
+	for _, sb := range sbs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			reason := s.drainOne(ctx, sb)
+			mu.Lock()
+			defer mu.Unlock()
+			if reason == "" {
+				rep.Moved++
+			} else {
+				rep.Kept = append(rep.Kept, KeptSandbox{ID: sb.ID, Reason: reason})
+			}
+		})
+	}
+	wg.Wait()
+	sort.Slice(rep.Kept, func(i, j int) bool { return rep.Kept[i].ID < rep.Kept[j].ID })
+	s.log.Info("host drained", "host", hostID, "moved_on_next_call", rep.Moved, "kept", len(rep.Kept))
+	return rep, nil
+}
+
+// drainOne hibernates sb (if it runs) and says why it cannot move ("": it can).
+func (s *Service) drainOne(ctx context.Context, sb store.Sandbox) string {
+	if sb.State == store.StateRunning {
+		if _, err := s.Hibernate(ctx, sb); err != nil {
+			return "hibernate failed: " + err.Error()
+		}
+	}
+	cur, err := s.store.GetSandbox(ctx, sb.ID)
+	switch {
+	case err != nil:
+		return err.Error()
+	case cur.HostID != sb.HostID || cur.State == store.StateKilled:
+		return "" // moved or killed meanwhile
+	case cur.State != store.StateHibernated:
+		return "it is " + cur.State
+	case cur.HibernatedImage == "":
+		return "its hibernation was not published (it has volumes, or its host has no blob store)"
+	}
+	return ""
+}
+
+// Undrain places sandboxes on the host again.
+func (s *Service) Undrain(ctx context.Context, hostID string) error {
+	err := s.store.SetHostDraining(ctx, hostID, false)
+	if errors.Is(err, store.ErrNotFound) {
+		return errdefs.NotFoundf("host %s not found", hostID)
+	}
+	return err
+}
+
+// unrecordedAfter is how old a sandbox on a host must be before the doctor calls it unrecorded (a
+// create or fork in flight has its VM before its record).
+const unrecordedAfter = 10 * time.Minute
+
+// Doctor asks a host for its leftovers and adds the control plane's: sandboxes the host runs that
+// the store does not know, or records killed or on another host. With repair, both are removed
+// (such sandboxes killed on the host).
+func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hostapi.DoctorFinding, error) {
+	h, err := s.store.GetHost(ctx, hostID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errdefs.NotFoundf("host %s not found", hostID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if h.State != store.HostUp {
+		return nil, errdefs.Conflictf("host %s is down: the doctor runs on the host", hostID)
+	}
+	c := s.sched.Client(h)
+	rep, err := c.Doctor(ctx, repair)
+	if err != nil {
+		return nil, err
+	}
+	on, err := c.ListSandboxes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, sb := range on {
+		created, _ := time.Parse(time.RFC3339, sb.CreatedAt)
+		if s.clock().Sub(created) < unrecordedAfter {
+			continue
+		}
+		rec, err := s.store.GetSandbox(ctx, sb.ID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) || err == nil && rec.HostID == hostID && rec.State != store.StateKilled {
+			continue // recorded here (or the store cannot say: nothing is killed on doubt)
+		}
+		f := hostapi.DoctorFinding{Kind: "unrecorded_sandbox", Resource: sb.ID, Detail: "a sandbox this host runs that the store does not place there"}
+		if repair {
+			if err := c.KillSandbox(ctx, sb.ID); err != nil {
+				f.Error = err.Error()
+			} else {
+				f.Repaired = true
+			}
+		}
+		rep.Findings = append(rep.Findings, f)
+	}
+	return rep.Findings, nil
+}
