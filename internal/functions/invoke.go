@@ -2,19 +2,16 @@ package functions
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -354,67 +351,12 @@ func tailString(s string, n int) string {
 	return s
 }
 
-// seal turns secrets into their stored form: "gcm:" and the AES-256-GCM sealed JSON with the
-// service's key, or "plain:" and the JSON when no key is configured.
+// seal turns secrets into their stored form with the service's key (internal/sealed).
 func (s *Service) seal(secrets map[string]string) (string, error) {
-	if len(secrets) == 0 {
-		return "", nil
-	}
-	plain, _ := json.Marshal(secrets)
-	if len(s.cfg.SecretsKey) == 0 {
-		return "plain:" + base64.StdEncoding.EncodeToString(plain), nil
-	}
-	gcm, err := s.gcm()
-	if err != nil {
-		return "", err
-	}
-	nonce := make([]byte, gcm.NonceSize())
-	if _, err := rand.Read(nonce); err != nil {
-		return "", err
-	}
-	return "gcm:" + base64.StdEncoding.EncodeToString(gcm.Seal(nonce, nonce, plain, nil)), nil
+	return sealed.Seal(s.cfg.SecretsKey, secrets)
 }
 
+// unseal opens secrets sealed by seal.
 func (s *Service) unseal(stored string) (map[string]string, error) {
-	out := map[string]string{}
-	var plain []byte
-	switch {
-	case stored == "":
-		return out, nil
-	case strings.HasPrefix(stored, "plain:"):
-		b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(stored, "plain:"))
-		if err != nil {
-			return nil, err
-		}
-		plain = b
-	case strings.HasPrefix(stored, "gcm:"):
-		b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(stored, "gcm:"))
-		if err != nil {
-			return nil, err
-		}
-		gcm, err := s.gcm()
-		if err != nil {
-			return nil, err
-		}
-		if len(b) < gcm.NonceSize() {
-			return nil, errors.New("sealed secrets are too short")
-		}
-		if plain, err = gcm.Open(nil, b[:gcm.NonceSize()], b[gcm.NonceSize():], nil); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, errors.New("unknown sealed form")
-	}
-	return out, json.Unmarshal(plain, &out)
-}
-
-func (s *Service) gcm() (cipher.AEAD, error) {
-	if len(s.cfg.SecretsKey) != 32 {
-		return nil, errors.New("the secrets key must be 32 bytes")
-	}
-	blk, err := aes.NewCipher(s.cfg.SecretsKey)
-	if err != nil {
-		return nil, err
-	}
-	return cipher.NewGCM(blk)
+	return sealed.Open(s.cfg.SecretsKey, stored)
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/bundle"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
@@ -68,6 +69,8 @@ const (
 	warmups = 16
 	// MaxResultBytes bounds a runner's answer.
 	MaxResultBytes = 8 << 20
+	// MaxBundleBytes bounds a deploy's archive.
+	MaxBundleBytes = bundle.MaxBytes
 )
 
 // Config configures a Service.
@@ -199,11 +202,11 @@ func (s *Service) validate(ctx context.Context, sp *v1.FunctionSpec) error {
 // (a new function, or the next version of the team's function of that name). Nothing is
 // recorded when any step fails: bad input is errdefs.Invalid (or TooLarge) naming the problem,
 // a handler that fails to import is errdefs.Invalid with its traceback.
-func (s *Service) Deploy(ctx context.Context, teamID string, sp v1.FunctionSpec, bundle []byte) (store.Function, store.FunctionVersion, error) {
+func (s *Service) Deploy(ctx context.Context, teamID string, sp v1.FunctionSpec, bundleBytes []byte) (store.Function, store.FunctionVersion, error) {
 	if err := s.validate(ctx, &sp); err != nil {
 		return store.Function{}, store.FunctionVersion{}, err
 	}
-	files, err := readBundle(bundle)
+	files, err := bundle.Read(bundleBytes)
 	if err != nil {
 		return store.Function{}, store.FunctionVersion{}, err
 	}
@@ -211,10 +214,10 @@ func (s *Service) Deploy(ctx context.Context, teamID string, sp v1.FunctionSpec,
 		return store.Function{}, store.FunctionVersion{}, err
 	}
 	extra := map[string]string{}
-	if sp.Runtime == "node" && !hasFile(files, "package.json") {
+	if sp.Runtime == "node" && !bundle.Has(files, "package.json") {
 		extra["package.json"] = `{"type": "module"}` + "\n" // plain .js files are ES modules
 	}
-	tarball, err := normalise(files, extra)
+	tarball, err := bundle.Tar(files, extra)
 	if err != nil {
 		return store.Function{}, store.FunctionVersion{}, err
 	}
@@ -222,11 +225,11 @@ func (s *Service) Deploy(ctx context.Context, teamID string, sp v1.FunctionSpec,
 	if err != nil {
 		return store.Function{}, store.FunctionVersion{}, err
 	}
-	sum := sha256.Sum256(bundle)
+	sum := sha256.Sum256(bundleBytes)
 	v := store.FunctionVersion{TeamID: teamID, Runtime: sp.Runtime, Handler: sp.Handler, Env: sp.Env,
 		SecretNames: slices.Sorted(maps.Keys(sp.Secrets)), Secrets: sealed, TimeoutSeconds: sp.TimeoutSeconds,
 		MemoryMiB: sp.MemoryMiB, MaxConcurrency: sp.MaxConcurrency, Retries: sp.Retries,
-		Bundle: base64.StdEncoding.EncodeToString(tarball), BundleBytes: int64(len(bundle)), BundleSHA256: hex.EncodeToString(sum[:]),
+		Bundle: base64.StdEncoding.EncodeToString(tarball), BundleBytes: int64(len(bundleBytes)), BundleSHA256: hex.EncodeToString(sum[:]),
 		State: "ready"}
 	if v.Env == nil {
 		v.Env = map[string]string{}
