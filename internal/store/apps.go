@@ -1,0 +1,235 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// App is a team's git-deployed app. Its name is its host name (<name>.apps.<domain>): unique
+// across teams. Build is the JSON of the user's build overrides; Secrets the sealed form (never
+// shown).
+type App struct {
+	ID                   string
+	TeamID               string
+	Name                 string
+	Branch               string
+	Env                  map[string]string
+	SecretNames          []string
+	Secrets              string
+	Build                string
+	VCPUs                int64
+	MemoryMiB            int64
+	SuspendAfterSeconds  int64
+	MinInstances         int64
+	HealthTimeoutSeconds int64
+	DrainTimeoutSeconds  int64
+	LiveDeploymentID     string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+}
+
+// Deployment is one deploy of an app; a live or superseded one has its release (SnapshotID: the
+// built app started and healthy) and, while it serves, its instance (SandboxID, Pid of the app's
+// process in it).
+type Deployment struct {
+	ID         string
+	AppID      string
+	TeamID     string
+	State      string
+	Source     string
+	Commit     string
+	Branch     string
+	Plan       string // JSON of the plan
+	Error      string
+	Logs       string
+	SnapshotID string
+	SandboxID  string
+	Pid        int64
+	BuildMS    int64
+	CreatedAt  time.Time
+	FinishedAt time.Time
+}
+
+const appCols = `id, team_id, name, branch, env, secret_names, secrets, build, vcpus, memory_mib, suspend_after_seconds,
+	min_instances, health_timeout_seconds, drain_timeout_seconds, live_deployment_id, created_at, updated_at`
+
+var scanApp = scanFields(func(a *App) []any {
+	return []any{&a.ID, &a.TeamID, &a.Name, &a.Branch, jsonCol(&a.Env), jsonCol(&a.SecretNames), &a.Secrets, &a.Build, &a.VCPUs,
+		&a.MemoryMiB, &a.SuspendAfterSeconds, &a.MinInstances, &a.HealthTimeoutSeconds, &a.DrainTimeoutSeconds,
+		&a.LiveDeploymentID, timeCol(&a.CreatedAt), timeCol(&a.UpdatedAt)}
+})
+
+const deploymentCols = `id, app_id, team_id, state, source, commit_sha, branch, plan, error, logs, snapshot_id, sandbox_id, pid,
+	build_ms, created_at, finished_at`
+
+var scanDeployment = scanFields(func(d *Deployment) []any {
+	return []any{&d.ID, &d.AppID, &d.TeamID, &d.State, &d.Source, &d.Commit, &d.Branch, &d.Plan, &d.Error, &d.Logs, &d.SnapshotID,
+		&d.SandboxID, &d.Pid, &d.BuildMS, timeCol(&d.CreatedAt), timeCol(&d.FinishedAt)}
+})
+
+func appArgs(a App) []any {
+	return []any{a.ID, a.TeamID, a.Name, a.Branch, jsonText(a.Env), jsonText(nonNil(a.SecretNames)), a.Secrets, a.Build, a.VCPUs,
+		a.MemoryMiB, a.SuspendAfterSeconds, a.MinInstances, a.HealthTimeoutSeconds, a.DrainTimeoutSeconds, a.LiveDeploymentID,
+		micros(a.CreatedAt), micros(a.UpdatedAt)}
+}
+
+// CreateApp records a new app (created now); a name another app has is ErrConflict.
+func (s *Store) CreateApp(ctx context.Context, a App) (App, error) {
+	a.CreatedAt = fromMicros(micros(s.now().UTC()))
+	a.UpdatedAt = a.CreatedAt
+	_, err := s.exec(ctx, s.db, `INSERT INTO apps (`+appCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, appArgs(a)...)
+	return a, conflictOr(err)
+}
+
+// UpdateApp writes an app's settings (not its live deployment: SetLiveDeployment), updated now.
+func (s *Store) UpdateApp(ctx context.Context, a App) (App, error) {
+	a.UpdatedAt = fromMicros(micros(s.now().UTC()))
+	res, err := s.exec(ctx, s.db, `UPDATE apps SET branch = ?, env = ?, secret_names = ?, secrets = ?, build = ?, vcpus = ?,
+		memory_mib = ?, suspend_after_seconds = ?, min_instances = ?, health_timeout_seconds = ?, drain_timeout_seconds = ?,
+		updated_at = ? WHERE id = ? AND team_id = ?`,
+		a.Branch, jsonText(a.Env), jsonText(nonNil(a.SecretNames)), a.Secrets, a.Build, a.VCPUs, a.MemoryMiB, a.SuspendAfterSeconds,
+		a.MinInstances, a.HealthTimeoutSeconds, a.DrainTimeoutSeconds, micros(a.UpdatedAt), a.ID, a.TeamID)
+	if err != nil {
+		return a, err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return a, ErrNotFound
+	}
+	return a, nil
+}
+
+// GetTeamApp returns teamID's app id (or name); another team's is ErrNotFound like a missing one.
+func (s *Store) GetTeamApp(ctx context.Context, teamID, idOrName string) (App, error) {
+	return queryOne(ctx, s, `SELECT `+appCols+` FROM apps WHERE (id = ? OR name = ?) AND team_id = ?`, scanApp, idOrName, idOrName, teamID)
+}
+
+// GetAppByName returns the app called name, of any team (the router).
+func (s *Store) GetAppByName(ctx context.Context, name string) (App, error) {
+	return queryOne(ctx, s, `SELECT `+appCols+` FROM apps WHERE name = ?`, scanApp, name)
+}
+
+// ListTeamApps returns a team's apps, newest first.
+func (s *Store) ListTeamApps(ctx context.Context, teamID string) ([]App, error) {
+	return queryAll(ctx, s, s.db, `SELECT `+appCols+` FROM apps WHERE team_id = ? ORDER BY created_at DESC, id DESC`, scanApp, teamID)
+}
+
+// DeleteApp deletes teamID's app with its deployments.
+func (s *Store) DeleteApp(ctx context.Context, teamID, id string) error {
+	return s.deleteWithChildren(ctx, "apps", teamID, id, "app_id", "app_deployments")
+}
+
+// CreateDeployment records a new deployment (created now).
+func (s *Store) CreateDeployment(ctx context.Context, d Deployment) (Deployment, error) {
+	d.CreatedAt = fromMicros(micros(s.now().UTC()))
+	_, err := s.exec(ctx, s.db, `INSERT INTO app_deployments (`+deploymentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
+		d.ID, d.AppID, d.TeamID, d.State, d.Source, d.Commit, d.Branch, d.Plan, d.Error, d.Logs, d.SnapshotID, d.SandboxID, d.Pid,
+		d.BuildMS, micros(d.CreatedAt))
+	return d, conflictOr(err)
+}
+
+// UpdateDeployment records a deployment's progress (finished now when final).
+func (s *Store) UpdateDeployment(ctx context.Context, d Deployment, final bool) (Deployment, error) {
+	fin := `finished_at`
+	if final {
+		d.FinishedAt = fromMicros(micros(s.now().UTC()))
+		fin = `?`
+	}
+	args := []any{d.State, d.Plan, d.Error, d.Logs, d.SnapshotID, d.SandboxID, d.Pid, d.BuildMS}
+	if final {
+		args = append(args, micros(d.FinishedAt))
+	}
+	_, err := s.exec(ctx, s.db, `UPDATE app_deployments SET state = ?, plan = ?, error = ?, logs = ?, snapshot_id = ?, sandbox_id = ?,
+		pid = ?, build_ms = ?, finished_at = `+fin+` WHERE id = ?`, append(args, d.ID)...)
+	return d, err
+}
+
+// GetDeployment returns deployment id of appID.
+func (s *Store) GetDeployment(ctx context.Context, appID, id string) (Deployment, error) {
+	return queryOne(ctx, s, `SELECT `+deploymentCols+` FROM app_deployments WHERE id = ? AND app_id = ?`, scanDeployment, id, appID)
+}
+
+// ListDeployments returns an app's deployments, newest first, at most limit (<= 0: 100).
+func (s *Store) ListDeployments(ctx context.Context, appID string, limit int) ([]Deployment, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	return queryAll(ctx, s, s.db, `SELECT `+deploymentCols+` FROM app_deployments WHERE app_id = ?
+		ORDER BY created_at DESC, id DESC LIMIT ?`, scanDeployment, appID, limit)
+}
+
+// ListLiveDeployments returns the deployments that serve an app now (every team's).
+func (s *Store) ListLiveDeployments(ctx context.Context) ([]Deployment, error) {
+	return queryAll(ctx, s, s.db, `SELECT `+deploymentCols+` FROM app_deployments WHERE id IN
+		(SELECT live_deployment_id FROM apps)`, scanDeployment)
+}
+
+// SetLiveDeployment points app appID's route at deployment to if it still points at from (""
+// for none): to becomes live, from superseded, in one transaction. False when another switch
+// came first.
+func (s *Store) SetLiveDeployment(ctx context.Context, appID, from, to string) (bool, error) {
+	ok := false
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(ctx, tx, `UPDATE apps SET live_deployment_id = ? WHERE id = ? AND live_deployment_id = ?`, to, appID, from)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		ok = true
+		if _, err := s.exec(ctx, tx, `UPDATE app_deployments SET state = 'live' WHERE id = ?`, to); err != nil {
+			return err
+		}
+		if from != "" {
+			_, err = s.exec(ctx, tx, `UPDATE app_deployments SET state = 'superseded' WHERE id = ?`, from)
+		}
+		return err
+	})
+	return ok, err
+}
+
+// appsSchema is the apps tables' part of each migration.
+var appsSchema = []schemaStep{
+	{12, []string{
+		`CREATE TABLE apps (
+			id                     TEXT PRIMARY KEY,
+			team_id                TEXT NOT NULL REFERENCES teams(id),
+			name                   TEXT NOT NULL UNIQUE,
+			branch                 TEXT NOT NULL,
+			env                    TEXT NOT NULL,
+			secret_names           TEXT NOT NULL,
+			secrets                TEXT NOT NULL,
+			build                  TEXT NOT NULL,
+			vcpus                  BIGINT NOT NULL,
+			memory_mib             BIGINT NOT NULL,
+			suspend_after_seconds  BIGINT NOT NULL,
+			min_instances          BIGINT NOT NULL,
+			health_timeout_seconds BIGINT NOT NULL,
+			drain_timeout_seconds  BIGINT NOT NULL,
+			live_deployment_id     TEXT NOT NULL DEFAULT '',
+			created_at             BIGINT NOT NULL,
+			updated_at             BIGINT NOT NULL
+		)`,
+		`CREATE INDEX apps_team ON apps (team_id, created_at)`,
+		`CREATE TABLE app_deployments (
+			id          TEXT PRIMARY KEY,
+			app_id      TEXT NOT NULL,
+			team_id     TEXT NOT NULL,
+			state       TEXT NOT NULL,
+			source      TEXT NOT NULL,
+			commit_sha  TEXT NOT NULL DEFAULT '',
+			branch      TEXT NOT NULL DEFAULT '',
+			plan        TEXT NOT NULL DEFAULT '',
+			error       TEXT NOT NULL DEFAULT '',
+			logs        TEXT NOT NULL DEFAULT '',
+			snapshot_id TEXT NOT NULL DEFAULT '',
+			sandbox_id  TEXT NOT NULL DEFAULT '',
+			pid         BIGINT NOT NULL DEFAULT 0,
+			build_ms    BIGINT NOT NULL DEFAULT 0,
+			created_at  BIGINT NOT NULL,
+			finished_at BIGINT NOT NULL DEFAULT 0
+		)`,
+		`CREATE INDEX app_deployments_app ON app_deployments (app_id, created_at)`,
+	}},
+}
