@@ -138,6 +138,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, port int, id stri
 		proxyPage(w, http.StatusBadGateway, "Sandbox not running", err.Error()+".")
 		return
 	}
+	s.forward(w, r, sb, port)
+}
+
+// forward sends r to port in sandbox sb through its host agent (which wakes it if hibernated).
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, sb store.Sandbox, port int) {
+	id := sb.ID
 	h, err := s.store.GetHost(r.Context(), sb.HostID)
 	if err != nil || h.State != store.HostUp {
 		proxyPage(w, http.StatusBadGateway, "Sandbox unreachable", fmt.Sprintf("The host of sandbox %s is down.", id))

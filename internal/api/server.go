@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/apps"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/functions"
@@ -102,6 +103,8 @@ type Server struct {
 	schedules *schedules.Engine
 	// functions is internal/functions' service.
 	functions *functions.Service
+	// apps is internal/apps' service.
+	apps *apps.Service
 	log       *slog.Logger
 	auth      *auth.Authenticator
 	metrics   *metrics
@@ -152,6 +155,8 @@ func New(cfg Config) *Server {
 	s.functions = functions.New(functions.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain})
 	s.schedules.SetFunctions(s.functions)
+	s.apps = apps.New(apps.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
+		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain})
 	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
 	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()
@@ -257,6 +262,17 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/schedules/{id}/resume", apiKey, s.resumeSchedule},
 		{"POST", "/v1/schedules/{id}/trigger", apiKey, s.triggerSchedule},
 		{"GET", "/v1/schedules/{id}/runs", apiKey, s.listScheduleRuns},
+		{"POST", "/v1/apps", apiKey, s.createApp},
+		{"GET", "/v1/apps", apiKey, s.listApps},
+		{"GET", "/v1/apps/{id}", apiKey, s.getApp},
+		{"PATCH", "/v1/apps/{id}", apiKey, s.updateApp},
+		{"DELETE", "/v1/apps/{id}", apiKey, s.deleteApp},
+		{"POST", "/v1/apps/{id}/deployments", apiKey, s.deployApp},
+		{"GET", "/v1/apps/{id}/deployments", apiKey, s.listDeployments},
+		{"GET", "/v1/apps/{id}/deployments/{dep}", apiKey, s.getDeployment},
+		{"GET", "/v1/apps/{id}/deployments/{dep}/logs", apiKey, s.deploymentLogs},
+		{"POST", "/v1/apps/{id}/rollback", apiKey, s.rollbackApp},
+		{"GET", "/v1/apps/{id}/logs", apiKey, s.appLogs},
 	}
 }
 
@@ -280,9 +296,14 @@ func (s *Server) routes() http.Handler {
 }
 
 // ports sends requests for <port>-<id>.<domain> to the sandbox proxy, those for
-// <function id>.fn.<domain> to the function's HTTP trigger, everything else to the API.
+// <function id>.fn.<domain> to the function's HTTP trigger, those for <app>.apps.<domain> to
+// the app's live instance, everything else to the API.
 func (s *Server) ports(api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if name, ok := s.appHost(r.Host); ok {
+			s.serveApp(w, r, name)
+			return
+		}
 		if id, ok := s.functionHost(r.Host); ok {
 			s.httpTrigger(w, r, id)
 			return

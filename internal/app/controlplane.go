@@ -127,6 +127,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		go sched.Run(lctx)
 		go srv.RunAuditPruner(lctx)
 		go srv.RunFunctions(lctx)
+		go srv.RunApps(lctx)
 		schedulesDone := make(chan struct{})
 		go func() { srv.RunSchedules(lctx, 0); close(schedulesDone) }() // waits for its runs
 		srv.RunReaper(lctx)
