@@ -236,6 +236,3 @@ func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name string) {
 	defer done()
 	s.forward(w, r, sb, port)
 }
-
-// gitURL is the app's git remote, or "" (not served yet).
-func (s *Server) gitURL(store.App) string { return "" }

@@ -85,8 +85,10 @@ type Config struct {
 	RateLimit RateLimit
 	// Quota is every team's default limits (zero: none); an admin key may override them per team.
 	Quota Quota
-	// SecretsKey (32 bytes) seals functions' secrets at rest (AES-256-GCM); empty: unsealed.
+	// SecretsKey (32 bytes) seals functions' and apps' secrets at rest (AES-256-GCM); empty: unsealed.
 	SecretsKey []byte
+	// GitDir holds apps' git remotes (bare repositories, served at /git/<app>.git); empty: none.
+	GitDir string
 	// Version is reported by /healthz.
 	Version string
 	Now     func() time.Time
@@ -156,7 +158,7 @@ func New(cfg Config) *Server {
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain})
 	s.schedules.SetFunctions(s.functions)
 	s.apps = apps.New(apps.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
-		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain})
+		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir})
 	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
 	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()
@@ -288,6 +290,9 @@ func (s *Server) routes() http.Handler {
 		}
 		mux.Handle(rt.method+" "+rt.path, h)
 	}
+	// Apps' git remotes (git's smart HTTP protocol, its own Basic auth): not part of the /v1 API.
+	mux.HandleFunc("GET /git/{repo}/{rest...}", s.gitRemote)
+	mux.HandleFunc("POST /git/{repo}/{rest...}", s.gitRemote)
 	// A catch-all keeps every miss (unknown path or method) in the JSON error shape.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, notFound("no API route for %s %s", r.Method, r.URL.Path))

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -46,8 +47,10 @@ type ControlPlaneConfig struct {
 	// BlobStore is where artifacts go to leave their host (file:///dir or s3://bucket/prefix?…,
 	// see internal/blob); hosts learn it when they register. Empty: artifacts stay on their host.
 	BlobStore string
-	Version   string // reported by /healthz
-	Logger    *slog.Logger
+	// GitDir holds apps' git remotes; empty: beside a SQLite store's file, none with PostgreSQL.
+	GitDir  string
+	Version string // reported by /healthz
+	Logger  *slog.Logger
 }
 
 // ControlPlane is a running store + scheduler + API server and their background loops.
@@ -118,7 +121,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	}
 	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
 		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, Quota: o.Quota, RateLimit: o.RateLimit,
-		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey})
+		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey, GitDir: gitDir(o)})
 	// The loops outlive a cancelled start-up context: Close stops them, after the listener.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp := &ControlPlane{Store: st, Scheduler: sched, API: srv, Blob: bs, PresetKeyOK: presetOK, log: o.Logger, cancel: cancel, done: make(chan struct{})}
@@ -201,4 +204,12 @@ func secretsKeyFromEnv() ([]byte, error) {
 		return nil, errors.New("PANDASTACK_SECRETS_KEY must be 32 bytes in base64 (e.g. `head -c 32 /dev/urandom | base64`)")
 	}
 	return k, nil
+}
+
+// gitDir is where apps' git remotes live: o.GitDir, else "git" beside a SQLite store's file.
+func gitDir(o ControlPlaneConfig) string {
+	if o.GitDir != "" || strings.Contains(o.DatabaseURL, "://") {
+		return o.GitDir
+	}
+	return filepath.Join(filepath.Dir(o.DatabaseURL), "git")
 }

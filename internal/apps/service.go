@@ -80,6 +80,8 @@ type Config struct {
 	SecretsKey []byte
 	// ProxyDomain, when set, serves each app at <name>.apps.<domain>.
 	ProxyDomain string
+	// GitDir, when set, holds the apps' git remotes (bare repositories); empty: no git push.
+	GitDir string
 }
 
 // Service manages apps and their deployments. Create with New; Close waits for its builds.
