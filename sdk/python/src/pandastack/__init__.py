@@ -31,6 +31,7 @@ from .errors import (
 # import does not gain generic names such as HTTPResponse.
 from ._http import HTTPRequest, HTTPResponse
 from .code import CodeContext, Execution, ExecutionError, Logs, Result
+from .apps import Apps, pack_directory
 from .functions import Functions, Schedules
 from .models import ExecEvent, ExecResult, FileInfo, Process, ProcessEvent, Snapshot, Template, Volume, VolumeAttachment
 from .processes import ProcessHandle, Processes, ProcessResult
@@ -65,6 +66,7 @@ __all__ = [
     "Volume",
     "VolumeAttachment",
     "Volumes",
+    "Apps",
     "Functions",
     "Schedules",
     "PandaStackError",

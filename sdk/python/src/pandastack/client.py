@@ -9,6 +9,7 @@ from . import errors
 from . import _context
 from ._context import ClientContext
 from ._http import Send, Transport
+from .apps import Apps
 from .functions import Functions, Schedules
 from .sandbox import Sandboxes, Snapshots, Templates, Volumes
 
@@ -73,6 +74,7 @@ class PandaStack:
         self.volumes = Volumes(ctx)
         self.functions = Functions(ctx)
         self.schedules = Schedules(ctx)
+        self.apps = Apps(ctx)
 
     def info(self) -> Dict[str, Any]:
         """What the deployment enforces for every team: ``{"version", "egress": {"blocked",
