@@ -1,6 +1,7 @@
 import { ConfigurationError } from "./errors.js";
 import { Transport, type FetchLike } from "./http.js";
 import { Sandboxes, Snapshots, Templates, Volumes, registerClientFactory, type ClientContext } from "./sandbox.js";
+import { Apps } from "./apps.js";
 import { Functions, Schedules } from "./functions.js";
 
 /** Where the hosted API lives; a self-hosted `pandastack up` prints its own base URL. */
@@ -48,6 +49,7 @@ export class PandaStack {
   readonly templates: Templates;
   readonly functions: Functions;
   readonly schedules: Schedules;
+  readonly apps: Apps;
   /** @internal */
   declare readonly http: Transport;
   /** @internal */
@@ -80,6 +82,7 @@ export class PandaStack {
     this.volumes = new Volumes(ctx);
     this.functions = new Functions(ctx);
     this.schedules = new Schedules(ctx);
+    this.apps = new Apps(ctx);
   }
 
   /**
