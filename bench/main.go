@@ -180,8 +180,10 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.codeSuite(ctx, res, max(creates/3, 5))
 		case "functions":
 			err = functionsSuite(ctx, res, guestAgent, imageCache, max(creates/2, 2))
+		case "apps":
+			err = appsSuite(ctx, res, guestAgent, imageCache, max(creates/3, 3))
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, templates, code, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, apps, templates, code, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

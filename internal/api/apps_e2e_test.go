@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -108,7 +109,7 @@ func TestE2EApps(t *testing.T) {
 	host := startVMHostWith(t, func(c *hostagent.Config) {
 		c.Network = &network.Config{CIDR: slots, Prefix: prefix, Ready: 4, DNS: out.Addr}
 	})
-	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{ProxyDomain: "localhost"}, host)
+	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{ProxyDomain: "localhost", GitDir: t.TempDir()}, host)
 	call := func(method, path string, body any) (int, map[string]any) {
 		b, _ := json.Marshal(body)
 		if body == nil {
@@ -237,11 +238,69 @@ func TestE2EApps(t *testing.T) {
 	}
 	cp.mustServe(t, "web", "node v2")
 
+	// A release that never answers its health check fails too; v2 keeps serving.
+	if code, m := call("PATCH", "/v1/apps/web", map[string]any{"health_timeout_seconds": 5}); code != 200 {
+		t.Fatalf("patch: %d %v", code, m)
+	}
+	deaf := cp.appDeploy(t, "web", packFixture(t, "node", func(dir string) {
+		os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"scripts": {"start": "node -e 'setInterval(() => {}, 1000)'"}}`), 0o644)
+	}))
+	if got := cp.appWait(t, "web", deaf.ID); got.State != "failed" || !strings.Contains(got.Error, "health check") {
+		t.Fatalf("unhealthy release: %+v", got)
+	}
+	cp.mustServe(t, "web", "node v2")
+	call("PATCH", "/v1/apps/web", map[string]any{"health_timeout_seconds": 60})
+
 	// Rollback to v1: no build, the old release restored.
+	start := time.Now()
 	if code, m := call("POST", "/v1/apps/web/rollback", map[string]any{"deployment_id": v1.ID}); code != 200 || m["state"] != "live" {
 		t.Fatalf("rollback: %d %v", code, m)
 	}
+	t.Logf("rollback took %s", time.Since(start))
 	cp.mustServe(t, "web", "node v1")
+
+	// git push to the app's remote deploys its branch.
+	repo := t.TempDir()
+	os.CopyFS(repo, os.DirFS(filepath.Join("testdata", "apps", "node")))
+	os.WriteFile(filepath.Join(repo, "version.txt"), []byte("v3-from-git\n"), 0o644)
+	remote := strings.Replace(cp.hs.URL, "http://", "http://git:"+cp.admin+"@", 1) + "/git/web.git"
+	gitRun := func(args ...string) (string, error) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "HOME="+repo)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"},
+		{"-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "v3"}} {
+		if out, err := gitRun(args...); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	if out, err := gitRun("push", "-q", remote, "main"); err != nil {
+		t.Fatalf("git push: %v %s", err, out)
+	}
+	var pushed deploymentJSON
+	waitFor(t, time.Minute, "the push's deployment", func() bool {
+		_, b := cp.call(t, "GET", "/v1/apps/web/deployments?limit=1", nil, "")
+		var ds struct{ Deployments []deploymentJSON }
+		json.Unmarshal(b, &ds)
+		if len(ds.Deployments) == 1 && ds.Deployments[0].ID != v1.ID && ds.Deployments[0].ID != deaf.ID {
+			pushed = ds.Deployments[0]
+		}
+		return pushed.ID != ""
+	})
+	if got := cp.appWait(t, "web", pushed.ID); got.State != "live" {
+		t.Fatalf("pushed deployment: %+v", got)
+	}
+	cp.mustServe(t, "web", "node v3-from-git")
+	if out, err := gitRun("push", "-q", strings.Replace(remote, cp.admin, "pds_wrong", 1), "main"); err == nil {
+		t.Fatalf("a push with a bad key went through: %s", out)
+	}
+	if out, err := gitRun("push", "-q", strings.Replace(remote, "/web.git", "/nope.git", 1), "main"); err == nil ||
+		!strings.Contains(out, "404") && !strings.Contains(out, "not found") {
+		t.Fatalf("a push to an unknown app: %v %s", err, out)
+	}
 	code, m := call("GET", "/v1/apps/web", nil)
 	if code != 200 || m["live_deployment_id"] != v1.ID || strings.Contains(string(mustJSON(m)), appSecret) {
 		t.Fatalf("app after rollback: %d %v", code, m)

@@ -315,9 +315,8 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 	if err != nil {
 		return err
 	}
-	lock := s.appLock(a.ID)
-	lock.Lock()
-	defer lock.Unlock()
+	// Not behind the app's deploy lock: a build in flight finds the app gone at its switch and
+	// undoes itself.
 	deps, err := s.cfg.Store.ListDeployments(ctx, a.ID, 1000)
 	if err != nil {
 		return err
