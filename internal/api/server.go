@@ -106,13 +106,13 @@ type Server struct {
 	// functions is internal/functions' service.
 	functions *functions.Service
 	// apps is internal/apps' service.
-	apps *apps.Service
-	log       *slog.Logger
-	auth      *auth.Authenticator
-	metrics   *metrics
-	limits    struct{ all, create *buckets } // nil: no rate limit
-	handler   http.Handler
-	reaper    reaper
+	apps    *apps.Service
+	log     *slog.Logger
+	auth    *auth.Authenticator
+	metrics *metrics
+	limits  struct{ all, create *buckets } // nil: no rate limit
+	handler http.Handler
+	reaper  reaper
 }
 
 // New builds a server from cfg.
