@@ -26,7 +26,7 @@ func (s *Server) appView(a store.App) v1.App {
 	if names == nil {
 		names = []string{}
 	}
-	return v1.App{ID: a.ID, Name: a.Name, Branch: a.Branch, URL: s.apps.URL(a), GitURL: s.gitURL(a), LiveDeploymentID: a.LiveDeploymentID,
+	return v1.App{ID: a.ID, Name: a.Name, Branch: a.Branch, GitHubRepo: a.GitHubRepo, URL: s.apps.URL(a), GitURL: s.gitURL(a), LiveDeploymentID: a.LiveDeploymentID,
 		Env: env, SecretNames: names, Build: apps.Build(a), VCPUs: a.VCPUs, MemoryMiB: a.MemoryMiB,
 		SuspendAfterSeconds: a.SuspendAfterSeconds, MinInstances: a.MinInstances, HealthTimeoutSeconds: a.HealthTimeoutSeconds,
 		DrainTimeoutSeconds: a.DrainTimeoutSeconds, CreatedAt: v1.Timestamp(a.CreatedAt), UpdatedAt: v1.Timestamp(a.UpdatedAt)}
@@ -235,4 +235,39 @@ func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	defer done()
 	s.forward(w, r, sb, port)
+}
+
+// connectGitHub connects the app to a GitHub repository and answers the webhook to add there.
+func (s *Server) connectGitHub(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	var req v1.GitHubConnectRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	a, secret, err := s.apps.ConnectGitHub(r.Context(), id.TeamID, r.PathValue("id"), req.Repo, req.Branch)
+	scheme := "http"
+	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+		scheme = "https"
+	}
+	s.reply(w, r, http.StatusOK, v1.GitHubHook{AppID: a.ID, Repo: a.GitHubRepo, Branch: a.Branch, Secret: secret,
+		WebhookURL: scheme + "://" + r.Host + "/v1/apps/" + a.ID + "/github/webhook"}, err)
+}
+
+// githubWebhook takes a GitHub delivery (no API key: its signature is checked against the
+// app's webhook secret) and answers within the request: 202 when a deploy starts, 200 for a
+// ping, a repeat or another branch.
+func (s *Server) githubWebhook(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, apps.MaxWebhookBytes))
+	if err != nil {
+		s.writeError(w, r, tooLargeOr(err, "reading the delivery: %v", err))
+		return
+	}
+	status, err := s.apps.Webhook(r.Context(), r.PathValue("id"), r.Header.Get("X-GitHub-Event"), r.Header.Get("X-GitHub-Delivery"),
+		r.Header.Get("X-Hub-Signature-256"), body)
+	code := http.StatusOK
+	if strings.HasPrefix(status, "deploying") {
+		code = http.StatusAccepted
+	}
+	s.reply(w, r, code, v1.WebhookResult{Status: status}, err)
 }

@@ -302,8 +302,8 @@ func TestE2EApps(t *testing.T) {
 		t.Fatalf("a push to an unknown app: %v %s", err, out)
 	}
 	code, m := call("GET", "/v1/apps/web", nil)
-	if code != 200 || m["live_deployment_id"] != v1.ID || strings.Contains(string(mustJSON(m)), appSecret) {
-		t.Fatalf("app after rollback: %d %v", code, m)
+	if code != 200 || m["live_deployment_id"] != pushed.ID || strings.Contains(string(mustJSON(m)), appSecret) {
+		t.Fatalf("app after the push: %d %v", code, m)
 	}
 
 	// Deleting an app takes its route, instances and releases.

@@ -275,6 +275,8 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/apps/{id}/deployments/{dep}/logs", apiKey, s.deploymentLogs},
 		{"POST", "/v1/apps/{id}/rollback", apiKey, s.rollbackApp},
 		{"GET", "/v1/apps/{id}/logs", apiKey, s.appLogs},
+		{"POST", "/v1/apps/{id}/github", apiKey, s.connectGitHub},
+		{"POST", "/v1/apps/{id}/github/webhook", open, s.githubWebhook},
 	}
 }
 

@@ -25,8 +25,11 @@ type App struct {
 	HealthTimeoutSeconds int64
 	DrainTimeoutSeconds  int64
 	LiveDeploymentID     string
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
+	// GitHubRepo ("owner/name") and GitHubSecret (sealed) connect GitHub push webhooks.
+	GitHubRepo   string
+	GitHubSecret string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // Deployment is one deploy of an app; a live or superseded one has its release (SnapshotID: the
@@ -52,12 +55,12 @@ type Deployment struct {
 }
 
 const appCols = `id, team_id, name, branch, env, secret_names, secrets, build, vcpus, memory_mib, suspend_after_seconds,
-	min_instances, health_timeout_seconds, drain_timeout_seconds, live_deployment_id, created_at, updated_at`
+	min_instances, health_timeout_seconds, drain_timeout_seconds, live_deployment_id, github_repo, github_secret, created_at, updated_at`
 
 var scanApp = scanFields(func(a *App) []any {
 	return []any{&a.ID, &a.TeamID, &a.Name, &a.Branch, jsonCol(&a.Env), jsonCol(&a.SecretNames), &a.Secrets, &a.Build, &a.VCPUs,
 		&a.MemoryMiB, &a.SuspendAfterSeconds, &a.MinInstances, &a.HealthTimeoutSeconds, &a.DrainTimeoutSeconds,
-		&a.LiveDeploymentID, timeCol(&a.CreatedAt), timeCol(&a.UpdatedAt)}
+		&a.LiveDeploymentID, &a.GitHubRepo, &a.GitHubSecret, timeCol(&a.CreatedAt), timeCol(&a.UpdatedAt)}
 })
 
 const deploymentCols = `id, app_id, team_id, state, source, commit_sha, branch, plan, error, logs, snapshot_id, sandbox_id, pid,
@@ -71,14 +74,14 @@ var scanDeployment = scanFields(func(d *Deployment) []any {
 func appArgs(a App) []any {
 	return []any{a.ID, a.TeamID, a.Name, a.Branch, jsonText(a.Env), jsonText(nonNil(a.SecretNames)), a.Secrets, a.Build, a.VCPUs,
 		a.MemoryMiB, a.SuspendAfterSeconds, a.MinInstances, a.HealthTimeoutSeconds, a.DrainTimeoutSeconds, a.LiveDeploymentID,
-		micros(a.CreatedAt), micros(a.UpdatedAt)}
+		a.GitHubRepo, a.GitHubSecret, micros(a.CreatedAt), micros(a.UpdatedAt)}
 }
 
 // CreateApp records a new app (created now); a name another app has is ErrConflict.
 func (s *Store) CreateApp(ctx context.Context, a App) (App, error) {
 	a.CreatedAt = fromMicros(micros(s.now().UTC()))
 	a.UpdatedAt = a.CreatedAt
-	_, err := s.exec(ctx, s.db, `INSERT INTO apps (`+appCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, appArgs(a)...)
+	_, err := s.exec(ctx, s.db, `INSERT INTO apps (`+appCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, appArgs(a)...)
 	return a, conflictOr(err)
 }
 
@@ -87,9 +90,9 @@ func (s *Store) UpdateApp(ctx context.Context, a App) (App, error) {
 	a.UpdatedAt = fromMicros(micros(s.now().UTC()))
 	res, err := s.exec(ctx, s.db, `UPDATE apps SET branch = ?, env = ?, secret_names = ?, secrets = ?, build = ?, vcpus = ?,
 		memory_mib = ?, suspend_after_seconds = ?, min_instances = ?, health_timeout_seconds = ?, drain_timeout_seconds = ?,
-		updated_at = ? WHERE id = ? AND team_id = ?`,
+		github_repo = ?, github_secret = ?, updated_at = ? WHERE id = ? AND team_id = ?`,
 		a.Branch, jsonText(a.Env), jsonText(nonNil(a.SecretNames)), a.Secrets, a.Build, a.VCPUs, a.MemoryMiB, a.SuspendAfterSeconds,
-		a.MinInstances, a.HealthTimeoutSeconds, a.DrainTimeoutSeconds, micros(a.UpdatedAt), a.ID, a.TeamID)
+		a.MinInstances, a.HealthTimeoutSeconds, a.DrainTimeoutSeconds, a.GitHubRepo, a.GitHubSecret, micros(a.UpdatedAt), a.ID, a.TeamID)
 	if err != nil {
 		return a, err
 	}
@@ -104,6 +107,21 @@ func (s *Store) GetTeamApp(ctx context.Context, teamID, idOrName string) (App, e
 	return queryOne(ctx, s, `SELECT `+appCols+` FROM apps WHERE (id = ? OR name = ?) AND team_id = ?`, scanApp, idOrName, idOrName, teamID)
 }
 
+// GetApp returns app id of any team (a webhook: its signature is the credential).
+func (s *Store) GetApp(ctx context.Context, id string) (App, error) {
+	return queryOne(ctx, s, `SELECT `+appCols+` FROM apps WHERE id = ?`, scanApp, id)
+}
+
+// ClaimDelivery records webhook delivery id for app appID; false when it was recorded before
+// (a repeat: ignore it).
+func (s *Store) ClaimDelivery(ctx context.Context, appID, id string) (bool, error) {
+	_, err := s.exec(ctx, s.db, `INSERT INTO app_deliveries (app_id, delivery_id, created_at) VALUES (?, ?, ?)`, appID, id, micros(s.now()))
+	if isUnique(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // GetAppByName returns the app called name, of any team (the router).
 func (s *Store) GetAppByName(ctx context.Context, name string) (App, error) {
 	return queryOne(ctx, s, `SELECT `+appCols+` FROM apps WHERE name = ?`, scanApp, name)
@@ -116,7 +134,7 @@ func (s *Store) ListTeamApps(ctx context.Context, teamID string) ([]App, error) 
 
 // DeleteApp deletes teamID's app with its deployments.
 func (s *Store) DeleteApp(ctx context.Context, teamID, id string) error {
-	return s.deleteWithChildren(ctx, "apps", teamID, id, "app_id", "app_deployments")
+	return s.deleteWithChildren(ctx, "apps", teamID, id, "app_id", "app_deployments", "app_deliveries")
 }
 
 // CreateDeployment records a new deployment (created now).
@@ -208,6 +226,8 @@ var appsSchema = []schemaStep{
 			health_timeout_seconds BIGINT NOT NULL,
 			drain_timeout_seconds  BIGINT NOT NULL,
 			live_deployment_id     TEXT NOT NULL DEFAULT '',
+			github_repo            TEXT NOT NULL DEFAULT '',
+			github_secret          TEXT NOT NULL DEFAULT '',
 			created_at             BIGINT NOT NULL,
 			updated_at             BIGINT NOT NULL
 		)`,
@@ -231,5 +251,12 @@ var appsSchema = []schemaStep{
 			finished_at BIGINT NOT NULL DEFAULT 0
 		)`,
 		`CREATE INDEX app_deployments_app ON app_deployments (app_id, created_at)`,
+		// Webhook deliveries seen (X-GitHub-Delivery): a repeat is ignored.
+		`CREATE TABLE app_deliveries (
+			app_id      TEXT NOT NULL,
+			delivery_id TEXT NOT NULL,
+			created_at  BIGINT NOT NULL,
+			PRIMARY KEY (app_id, delivery_id)
+		)`,
 	}},
 }

@@ -49,6 +49,7 @@ type App struct {
 	Branch               string            `json:"branch"`
 	URL                  string            `json:"url,omitempty"`
 	GitURL               string            `json:"git_url,omitempty"`
+	GitHubRepo           string            `json:"github_repo,omitempty"`
 	LiveDeploymentID     string            `json:"live_deployment_id,omitempty"`
 	Env                  map[string]string `json:"env"`
 	SecretNames          []string          `json:"secret_names"`
@@ -95,4 +96,25 @@ type Deployments struct {
 // RollbackRequest is the body of POST /v1/apps/{id}/rollback.
 type RollbackRequest struct {
 	DeploymentID string `json:"deployment_id"`
+}
+
+// GitHubConnectRequest is the body of POST /v1/apps/{id}/github.
+type GitHubConnectRequest struct {
+	Repo   string `json:"repo"`
+	Branch string `json:"branch,omitempty"`
+}
+
+// GitHubHook answers POST /v1/apps/{id}/github: the webhook to add to the repository (content
+// type application/json, push events) with its secret, shown once.
+type GitHubHook struct {
+	AppID      string `json:"app_id"`
+	Repo       string `json:"repo"`
+	Branch     string `json:"branch"`
+	WebhookURL string `json:"webhook_url"`
+	Secret     string `json:"secret"`
+}
+
+// WebhookResult answers a webhook delivery: what was done with it.
+type WebhookResult struct {
+	Status string `json:"status"`
 }
