@@ -15,10 +15,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/bundle"
-	"github.com/pandastack/pandastack/internal/hostagent"
-	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/network/nettest"
-	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/testenv"
 )
 
@@ -103,13 +100,7 @@ func TestE2EApps(t *testing.T) {
 	testenv.NeedVMs(t)
 	nettest.NeedRoot(t)
 	t.Parallel()
-	prefix := nettest.NewPrefix()
-	out := nettest.NewOutside(t, prefix)
-	slots := nettest.FreeCIDR(t, 22)
-	host := startVMHostWith(t, func(c *hostagent.Config) {
-		c.Network = &network.Config{CIDR: slots, Prefix: prefix, Ready: 4, DNS: out.Addr}
-	})
-	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{ProxyDomain: "localhost", GitDir: t.TempDir()}, host)
+	_, cp := startNetworkedCP(t, Config{ProxyDomain: "localhost", GitDir: t.TempDir()})
 	call := func(method, path string, body any) (int, map[string]any) {
 		b, _ := json.Marshal(body)
 		if body == nil {
