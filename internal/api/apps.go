@@ -86,7 +86,7 @@ func (s *Server) deployApp(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	d, err := s.apps.Deploy(r.Context(), id.TeamID, r.PathValue("id"), b, apps.Source{Kind: "upload"})
+	d, err := s.apps.Deploy(r.Context(), id.TeamID, r.PathValue("id"), b, apps.Source{Kind: "upload", Branch: r.URL.Query().Get("branch")})
 	s.reply(w, r, http.StatusAccepted, deploymentView(d), err)
 }
 
@@ -119,9 +119,7 @@ func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	a, d, err := s.apps.Deployment(r.Context(), id.TeamID, r.PathValue("id"), r.PathValue("dep"))
 	v := deploymentView(d)
-	if d.State == apps.Live {
-		v.URL = s.apps.URL(a)
-	}
+	v.URL = s.apps.DeploymentURL(a, d)
 	s.reply(w, r, http.StatusOK, v, err)
 }
 
@@ -202,7 +200,8 @@ func (s *Server) appLogs(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-var appHostLabel = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$`)
+// appHostLabel is an app's name, or <app>--<preview slug>.
+var appHostLabel = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,38}[a-z0-9])?(--[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?)?$`)
 
 // appHost reads "<app>.apps.<domain>[:port]" from a Host header.
 func (s *Server) appHost(host string) (string, bool) { return s.serviceHost(host, "apps", appHostLabel) }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -25,7 +26,7 @@ import (
 const appSecret = "tok-4711-very-secret"
 
 type deploymentJSON struct {
-	ID, State, Error, SandboxID string
+	ID, State, Error, SandboxID, Branch string
 	Plan                        struct{ Framework, Start string }
 }
 
@@ -296,6 +297,48 @@ func TestE2EApps(t *testing.T) {
 	if code != 200 || m["live_deployment_id"] != pushed.ID || strings.Contains(string(mustJSON(m)), appSecret) {
 		t.Fatalf("app after the push: %d %v", code, m)
 	}
+
+	// A push to another branch deploys its preview, beside the app.
+	os.WriteFile(filepath.Join(repo, "version.txt"), []byte("v4-preview\n"), 0o644)
+	for _, args := range [][]string{{"checkout", "-q", "-b", "feature/x"}, {"add", "-A"},
+		{"-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "v4"}, {"push", "-q", remote, "feature/x"}} {
+		if out, err := gitRun(args...); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	var preview deploymentJSON
+	waitFor(t, time.Minute, "the preview's deployment", func() bool {
+		_, b := cp.call(t, "GET", "/v1/apps/web/deployments?limit=1", nil, "")
+		var ds struct{ Deployments []deploymentJSON }
+		json.Unmarshal(b, &ds)
+		if len(ds.Deployments) == 1 && ds.Deployments[0].ID != pushed.ID {
+			preview = ds.Deployments[0]
+		}
+		return preview.ID != ""
+	})
+	if got := cp.appWait(t, "web", preview.ID); got.State != "live" {
+		t.Fatalf("preview: %+v", got)
+	}
+	cp.mustServe(t, "web--feature-x", "node v4-preview")
+	cp.mustServe(t, "web", "node v3-from-git")
+
+	// Scale to zero: idle past suspend_after_seconds, the instance hibernates; a request wakes it.
+	if code, m := call("PATCH", "/v1/apps/web", map[string]any{"suspend_after_seconds": 1}); code != 200 {
+		t.Fatalf("patch: %d %v", code, m)
+	}
+	_, b := cp.call(t, "GET", "/v1/apps/web/deployments/"+pushed.ID, nil, "")
+	var live deploymentJSON
+	json.Unmarshal(b, &live)
+	waitFor(t, time.Minute, "the idle instance to hibernate", func() bool {
+		if err := cp.srv.apps.Maintain(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		_, b := cp.call(t, "GET", "/v1/sandboxes/"+live.SandboxID, nil, "")
+		return strings.Contains(string(b), `"state":"hibernated"`)
+	})
+	start = time.Now()
+	cp.mustServe(t, "web", "node v3-from-git")
+	t.Logf("first response from zero: %s", time.Since(start))
 
 	// Deleting an app takes its route, instances and releases.
 	if code, _ := call("DELETE", "/v1/apps/py", nil); code != 204 {

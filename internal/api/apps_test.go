@@ -165,9 +165,9 @@ func TestGitHubWebhook(t *testing.T) {
 	if r := deliver("ping", "d-0", sign(secret, []byte(`{}`)), []byte(`{}`)); r.status != 200 || !strings.Contains(string(r.body), "pong") {
 		t.Fatalf("ping: %d %s", r.status, r.body)
 	}
-	other := payload("refs/heads/feature")
-	if r := deliver("push", "d-2", sign(secret, other), other); r.status != 200 || !strings.Contains(string(r.body), "ignored") {
-		t.Fatalf("another branch: %d %s", r.status, r.body)
+	tag := payload("refs/tags/v1")
+	if r := deliver("push", "d-2", sign(secret, tag), tag); r.status != 200 || !strings.Contains(string(r.body), "ignored") {
+		t.Fatalf("a tag: %d %s", r.status, r.body)
 	}
 	if r := deliver("push", "d-1", sign(secret, push), push); r.status != 202 || !strings.Contains(string(r.body), "deploying "+sha) {
 		t.Fatalf("push: %d %s", r.status, r.body)
@@ -175,14 +175,28 @@ func TestGitHubWebhook(t *testing.T) {
 	if r := deliver("push", "d-1", sign(secret, push), push); r.status != 200 || !strings.Contains(string(r.body), "duplicate") {
 		t.Fatalf("repeated delivery: %d %s", r.status, r.body)
 	}
+	// A push to another branch deploys its preview.
+	run(work, "checkout", "-q", "-b", "feature/x")
+	run(work, "push", "-q", filepath.Join(root, "site.git"), "feature/x")
+	feature := payload("refs/heads/feature/x")
+	if r := deliver("push", "d-3", sign(secret, feature), feature); r.status != 202 {
+		t.Fatalf("a push to another branch: %d %s", r.status, r.body)
+	}
 	var deps []struct{ Commit, Source, Branch string }
-	waitFor(t, 30*time.Second, "the pushed commit's deployment", func() bool {
+	waitFor(t, 30*time.Second, "the pushed commits' deployments", func() bool {
 		var l struct{ Deployments []struct{ Commit, Source, Branch string } }
 		json.Unmarshal(e.do("GET", "/v1/apps/site/deployments", e.admin, nil).body, &l)
 		deps = l.Deployments
-		return len(deps) > 0
+		return len(deps) == 2
 	})
-	if len(deps) != 1 || deps[0].Commit != sha || deps[0].Source != "git" || deps[0].Branch != "main" {
+	branches := map[string]bool{}
+	for _, d := range deps {
+		if d.Commit != sha || d.Source != "git" {
+			t.Fatalf("deployments: %+v", deps)
+		}
+		branches[d.Branch] = true
+	}
+	if !branches["main"] || !branches["feature/x"] {
 		t.Fatalf("deployments: %+v", deps)
 	}
 }

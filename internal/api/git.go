@@ -68,10 +68,12 @@ func (s *Server) gitRemote(w http.ResponseWriter, r *http.Request) {
 		Env: []string{"GIT_PROJECT_ROOT=" + s.apps.GitRoot(), "GIT_HTTP_EXPORT_ALL=1", "REMOTE_USER=" + id.KeyID}}
 	h.ServeHTTP(w, r2)
 	if push && r.Method == http.MethodPost {
-		if d, ok, err := s.apps.Pushed(r.Context(), a, repo, before); err != nil {
+		ds, err := s.apps.Pushed(r.Context(), a, repo, before)
+		if err != nil {
 			s.log.Warn("apps: a push did not deploy", "app", a.ID, "err", err)
-		} else if ok {
-			s.log.Info("apps: push deploys", "app", a.ID, "deployment", d.ID)
+		}
+		for _, d := range ds {
+			s.log.Info("apps: push deploys", "app", a.ID, "deployment", d.ID, "branch", d.Branch)
 		}
 	}
 }

@@ -33,13 +33,16 @@ type Source struct {
 
 // Deploy starts a deploy of the team's app from a source archive (.tar.gz or .zip): the plan is
 // detected (with the app's overrides) and the deployment recorded queued, then built, released
-// and switched to in the background. A source that is not an archive, too large, or whose plan
+// and switched to in the background (src.Branch other than the app's: its preview). A source that is not an archive, too large, or whose plan
 // has no start command is refused (errdefs.Invalid / TooLarge naming the problem) and nothing
 // is recorded.
 func (s *Service) Deploy(ctx context.Context, teamID, id string, archive []byte, src Source) (store.Deployment, error) {
 	a, err := s.Get(ctx, teamID, id)
 	if err != nil {
 		return store.Deployment{}, err
+	}
+	if src.Branch != "" && (!branchPattern.MatchString(src.Branch) || strings.Contains(src.Branch, "..")) {
+		return store.Deployment{}, errdefs.Invalidf("branch must be a git branch name")
 	}
 	files, err := bundle.Read(archive)
 	if err != nil {
@@ -351,12 +354,23 @@ func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment,
 		s.stopInstance(sb.ID, "app deleted", 0)
 		return err
 	}
+	slug := PreviewSlug(cur, d.Branch)
+	curID := cur.LiveDeploymentID
+	if slug != "" {
+		if curID, err = s.cfg.Store.GetPreview(ctx, a.ID, slug); err != nil {
+			s.stopInstance(sb.ID, "app switch failed", 0)
+			return err
+		}
+	}
 	old := store.Deployment{}
-	if cur.LiveDeploymentID != "" {
-		old, _ = s.cfg.Store.GetDeployment(ctx, a.ID, cur.LiveDeploymentID)
+	if curID != "" {
+		old, _ = s.cfg.Store.GetDeployment(ctx, a.ID, curID)
 	}
 	s.route.Lock()
-	ok, err := s.cfg.Store.SetLiveDeployment(ctx, a.ID, cur.LiveDeploymentID, d.ID)
+	ok, err := s.cfg.Store.SetLiveDeployment(ctx, a.ID, curID, d.ID)
+	if slug != "" {
+		ok, err = s.cfg.Store.SetPreview(ctx, a.ID, slug, curID, d.ID)
+	}
 	s.route.Unlock()
 	if err == nil && !ok {
 		err = errdefs.Conflictf("the app's route changed meanwhile")
@@ -367,7 +381,7 @@ func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment,
 		return err
 	}
 	d.State = Live
-	lb.Printf("==> live at %s\n", s.URL(a))
+	lb.Printf("==> live at %s\n", s.routeURL(a, slug))
 	*d = s.save(*d, lb, true)
 	lb.close()
 	s.log.Info("app deployment live", "app", a.ID, "deployment", d.ID, "instance", sb.ID)
@@ -394,8 +408,8 @@ func (s *Service) Rollback(ctx context.Context, teamID, id, depID string) (store
 	lock := s.appLock(a.ID)
 	lock.Lock()
 	defer lock.Unlock()
-	if cur, err := s.cfg.Store.GetTeamApp(ctx, teamID, a.ID); err == nil && cur.LiveDeploymentID == d.ID {
-		return d, nil
+	if d.State == Live {
+		return d, nil // it serves already
 	}
 	lb := newLogBuf()
 	lb.WriteString(d.Logs)
@@ -439,22 +453,73 @@ func (s *Service) stopInstance(id, reason string, drain time.Duration) {
 	}()
 }
 
-// Target is where a request for app name goes now: its live instance and port. done must be
+// PreviewSlug is the preview a deployment of branch serves ("" for the app itself): the branch
+// lowercased, runs of other characters than a-z and 0-9 made one -, at most 20 long.
+func PreviewSlug(a store.App, branch string) string {
+	if branch == "" || branch == a.Branch {
+		return ""
+	}
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(branch) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	out := strings.Trim(b.String(), "-")
+	if len(out) > 20 {
+		out = strings.Trim(out[:20], "-")
+	}
+	if out == "" {
+		out = "branch"
+	}
+	return out
+}
+
+// routeURL is the address of app a's route slug (its preview, or "" for the app).
+func (s *Service) routeURL(a store.App, slug string) string {
+	if slug == "" || s.cfg.ProxyDomain == "" {
+		return s.URL(a)
+	}
+	return "http://" + a.Name + "--" + slug + ".apps." + s.cfg.ProxyDomain
+}
+
+// DeploymentURL is where a live deployment serves ("" for another).
+func (s *Service) DeploymentURL(a store.App, d store.Deployment) string {
+	if d.State != Live {
+		return ""
+	}
+	return s.routeURL(a, PreviewSlug(a, d.Branch))
+}
+
+// Target is where a request for name (an app, or <app>--<preview slug>) goes now: its live
+// instance and port. done must be
 // called when the request has finished (the instance is not stopped before, up to its drain).
 func (s *Service) Target(ctx context.Context, name string) (sb store.Sandbox, port int, done func(), err error) {
 	s.route.RLock()
 	defer s.route.RUnlock()
-	a, err := s.cfg.Store.GetAppByName(ctx, name)
+	appName, slug, _ := strings.Cut(name, "--")
+	a, err := s.cfg.Store.GetAppByName(ctx, appName)
 	if errors.Is(err, store.ErrNotFound) {
-		return sb, 0, nil, errdefs.NotFoundf("there is no app %s", bundle.Trunc(name))
+		return sb, 0, nil, errdefs.NotFoundf("there is no app %s", bundle.Trunc(appName))
 	}
 	if err != nil {
 		return sb, 0, nil, err
 	}
-	if a.LiveDeploymentID == "" {
-		return sb, 0, nil, errdefs.NotFoundf("app %s has no live deployment yet", a.Name)
+	live := a.LiveDeploymentID
+	if slug != "" {
+		if live, err = s.cfg.Store.GetPreview(ctx, a.ID, slug); err != nil {
+			return sb, 0, nil, err
+		}
 	}
-	d, err := s.cfg.Store.GetDeployment(ctx, a.ID, a.LiveDeploymentID)
+	if live == "" {
+		return sb, 0, nil, errdefs.NotFoundf("%s has no live deployment yet", name)
+	}
+	d, err := s.cfg.Store.GetDeployment(ctx, a.ID, live)
 	if err != nil {
 		return sb, 0, nil, err
 	}

@@ -3,6 +3,7 @@ package apps
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -70,20 +71,26 @@ func (s *Service) Heads(ctx context.Context, repo string) map[string]string {
 	return heads
 }
 
-// Pushed deploys app a when its branch moved from before to the repository's head now; other
-// branches are not deployed (previews are not built yet). It returns the deployment, if any.
-func (s *Service) Pushed(ctx context.Context, a store.App, repo string, before map[string]string) (store.Deployment, bool, error) {
-	after := s.Heads(ctx, repo)
-	sha, ok := after[a.Branch]
-	if !ok || before[a.Branch] == sha {
-		return store.Deployment{}, false, nil
+// Pushed deploys what a push moved: the app's branch (the app), any other branch (its preview
+// at <app>--<branch>.apps.<domain>). It returns the deployments started.
+func (s *Service) Pushed(ctx context.Context, a store.App, repo string, before map[string]string) ([]store.Deployment, error) {
+	var out []store.Deployment
+	var errs []error
+	for branch, sha := range s.Heads(ctx, repo) {
+		if before[branch] == sha {
+			continue
+		}
+		archive, err := gitArchive(ctx, filepath.Join(s.cfg.GitDir, repo), sha)
+		if err == nil {
+			var d store.Deployment
+			d, err = s.Deploy(ctx, a.TeamID, a.ID, archive, Source{Kind: "git", Commit: sha, Branch: branch})
+			out = append(out, d)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", branch, err))
+		}
 	}
-	archive, err := gitArchive(ctx, filepath.Join(s.cfg.GitDir, repo), sha)
-	if err != nil {
-		return store.Deployment{}, false, err
-	}
-	d, err := s.Deploy(ctx, a.TeamID, a.ID, archive, Source{Kind: "git", Commit: sha, Branch: a.Branch})
-	return d, err == nil, err
+	return out, errors.Join(errs...)
 }
 
 // gitArchive is commit's tree as a .tar.gz, refused past the bundle limit.

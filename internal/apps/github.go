@@ -20,7 +20,8 @@ import (
 
 // GitHub push-to-deploy: an app connected to a repository gets a webhook secret; GitHub's push
 // events (signed with it: X-Hub-Signature-256, HMAC-SHA256 of the raw body) to the app's branch
-// are cloned from the payload's clone URL and deployed, asynchronously. A delivery id
+// are cloned from the payload's clone URL and deployed, asynchronously (a push to another
+// branch: its preview). A delivery id
 // (X-GitHub-Delivery) seen before is ignored.
 
 // MaxWebhookBytes bounds a webhook's body (GitHub caps payloads at 25 MB).
@@ -116,8 +117,8 @@ func (s *Service) Webhook(ctx context.Context, id, event, delivery, signature st
 	switch {
 	case !strings.EqualFold(ev.Repository.FullName, a.GitHubRepo):
 		return "", errdefs.Invalidf("the push is for %s; the app is connected to %s", ev.Repository.FullName, a.GitHubRepo)
-	case ev.Deleted || ev.Ref != "refs/heads/"+a.Branch:
-		return "push to " + ev.Ref + " ignored (the app deploys " + a.Branch + ")", nil
+	case ev.Deleted || !strings.HasPrefix(ev.Ref, "refs/heads/"):
+		return "push to " + ev.Ref + " ignored (not a branch's new commit)", nil
 	case !shaPattern.MatchString(ev.After):
 		return "", errdefs.Invalidf("the push's after is not a commit id")
 	case !strings.HasPrefix(ev.Repository.CloneURL, "https://") && !strings.HasPrefix(ev.Repository.CloneURL, "http://"):
@@ -137,18 +138,19 @@ func (s *Service) Webhook(ctx context.Context, id, event, delivery, signature st
 func (s *Service) deployPushed(a store.App, ev pushEvent) (store.Deployment, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, CloneTimeout)
 	defer cancel()
+	branch := strings.TrimPrefix(ev.Ref, "refs/heads/")
 	dir, err := os.MkdirTemp("", "pandastack-clone-")
 	if err != nil {
 		return store.Deployment{}, err
 	}
 	defer os.RemoveAll(dir)
 	if _, err := git(ctx, "", "-c", "protocol.allow=never", "-c", "protocol.http.allow=always", "-c", "protocol.https.allow=always",
-		"clone", "--quiet", "--bare", "--single-branch", "--branch", a.Branch, "--", ev.Repository.CloneURL, dir); err != nil {
+		"clone", "--quiet", "--bare", "--single-branch", "--branch", branch, "--", ev.Repository.CloneURL, dir); err != nil {
 		return store.Deployment{}, err
 	}
 	archive, err := gitArchive(ctx, dir, ev.After)
 	if err != nil {
 		return store.Deployment{}, err
 	}
-	return s.Deploy(ctx, a.TeamID, a.ID, archive, Source{Kind: "git", Commit: ev.After, Branch: a.Branch})
+	return s.Deploy(ctx, a.TeamID, a.ID, archive, Source{Kind: "git", Commit: ev.After, Branch: branch})
 }

@@ -264,8 +264,8 @@ func (s *Service) apply(ctx context.Context, a *store.App, sp v1.AppSpec) error 
 
 // Create records a new app of the team (no deployment yet).
 func (s *Service) Create(ctx context.Context, teamID string, sp v1.AppSpec) (store.App, error) {
-	if !namePattern.MatchString(sp.Name) {
-		return store.App{}, errdefs.Invalidf("name must be 1-40 of a-z, 0-9 and -, starting with a letter and not ending with - (it is the app's host name)")
+	if !namePattern.MatchString(sp.Name) || strings.Contains(sp.Name, "--") {
+		return store.App{}, errdefs.Invalidf("name must be 1-40 of a-z, 0-9 and - (not --), starting with a letter and not ending with - (it is the app's host name)")
 	}
 	a := store.App{ID: auth.NewID("app_"), TeamID: teamID, Name: sp.Name, Branch: DefaultBranch, Env: map[string]string{},
 		SecretNames: []string{}, Build: "{}", VCPUs: 1, HealthTimeoutSeconds: DefaultHealthTimeout,

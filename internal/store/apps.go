@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 )
 
@@ -134,7 +135,7 @@ func (s *Store) ListTeamApps(ctx context.Context, teamID string) ([]App, error) 
 
 // DeleteApp deletes teamID's app with its deployments.
 func (s *Store) DeleteApp(ctx context.Context, teamID, id string) error {
-	return s.deleteWithChildren(ctx, "apps", teamID, id, "app_id", "app_deployments", "app_deliveries")
+	return s.deleteWithChildren(ctx, "apps", teamID, id, "app_id", "app_deployments", "app_deliveries", "app_previews")
 }
 
 // CreateDeployment records a new deployment (created now).
@@ -176,10 +177,60 @@ func (s *Store) ListDeployments(ctx context.Context, appID string, limit int) ([
 		ORDER BY created_at DESC, id DESC LIMIT ?`, scanDeployment, appID, limit)
 }
 
-// ListLiveDeployments returns the deployments that serve an app now (every team's).
+// ListLiveDeployments returns the deployments that serve an app or a preview now (every team's).
 func (s *Store) ListLiveDeployments(ctx context.Context) ([]Deployment, error) {
 	return queryAll(ctx, s, s.db, `SELECT `+deploymentCols+` FROM app_deployments WHERE id IN
-		(SELECT live_deployment_id FROM apps)`, scanDeployment)
+		(SELECT live_deployment_id FROM apps) OR id IN (SELECT deployment_id FROM app_previews)`, scanDeployment)
+}
+
+// GetPreview returns the deployment serving app appID's preview slug ("" for none).
+func (s *Store) GetPreview(ctx context.Context, appID, slug string) (string, error) {
+	id, err := scanOne[string](s.queryRow(ctx, s.db, `SELECT deployment_id FROM app_previews WHERE app_id = ? AND slug = ?`, appID, slug))
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
+}
+
+// SetPreview points app appID's preview slug at deployment to if it still points at from (""
+// for none): to becomes live, from superseded, in one transaction. False when another switch
+// came first.
+func (s *Store) SetPreview(ctx context.Context, appID, slug, from, to string) (bool, error) {
+	ok := false
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var res sql.Result
+		var err error
+		if from == "" {
+			res, err = s.exec(ctx, tx, `INSERT INTO app_previews (app_id, slug, deployment_id) VALUES (?, ?, ?)`, appID, slug, to)
+			if isUnique(err) {
+				return nil
+			}
+		} else {
+			res, err = s.exec(ctx, tx, `UPDATE app_previews SET deployment_id = ? WHERE app_id = ? AND slug = ? AND deployment_id = ?`,
+				to, appID, slug, from)
+		}
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		ok = true
+		return s.markSwitched(ctx, tx, from, to)
+	})
+	return ok, err
+}
+
+// markSwitched marks deployment to live and from (if any) superseded.
+func (s *Store) markSwitched(ctx context.Context, tx *sql.Tx, from, to string) error {
+	if _, err := s.exec(ctx, tx, `UPDATE app_deployments SET state = 'live' WHERE id = ?`, to); err != nil {
+		return err
+	}
+	if from == "" {
+		return nil
+	}
+	_, err := s.exec(ctx, tx, `UPDATE app_deployments SET state = 'superseded' WHERE id = ?`, from)
+	return err
 }
 
 // SetLiveDeployment points app appID's route at deployment to if it still points at from (""
@@ -196,13 +247,7 @@ func (s *Store) SetLiveDeployment(ctx context.Context, appID, from, to string) (
 			return nil
 		}
 		ok = true
-		if _, err := s.exec(ctx, tx, `UPDATE app_deployments SET state = 'live' WHERE id = ?`, to); err != nil {
-			return err
-		}
-		if from != "" {
-			_, err = s.exec(ctx, tx, `UPDATE app_deployments SET state = 'superseded' WHERE id = ?`, from)
-		}
-		return err
+		return s.markSwitched(ctx, tx, from, to)
 	})
 	return ok, err
 }
@@ -251,6 +296,13 @@ var appsSchema = []schemaStep{
 			finished_at BIGINT NOT NULL DEFAULT 0
 		)`,
 		`CREATE INDEX app_deployments_app ON app_deployments (app_id, created_at)`,
+		// A preview per branch: its slug (in <app>--<slug>.apps.<domain>) and the deployment serving it.
+		`CREATE TABLE app_previews (
+			app_id        TEXT NOT NULL,
+			slug          TEXT NOT NULL,
+			deployment_id TEXT NOT NULL,
+			PRIMARY KEY (app_id, slug)
+		)`,
 		// Webhook deliveries seen (X-GitHub-Delivery): a repeat is ignored.
 		`CREATE TABLE app_deliveries (
 			app_id      TEXT NOT NULL,
