@@ -74,7 +74,7 @@ func (a *appSpecFlags) resolve(cmd *cobra.Command) (v1.AppSpec, error) {
 	return sp, nil
 }
 
-// appCmd is `pandastack app create|list|get|update|delete|deploy|plan|logs|deployments|rollback`.
+// appCmd is `pandastack app create|list|get|update|delete|deploy|plan|logs|deployments|rollback|github`.
 func appCmd() *cobra.Command {
 	cmd, f := group("app", "Git-deployed apps: build in a microVM, release as a snapshot, serve at <name>.apps.<domain>", "apps")
 
@@ -121,6 +121,7 @@ func appCmd() *cobra.Command {
 	update.register(updateCmd)
 
 	var detach bool
+	var branch string
 	deploy := &cobra.Command{
 		Use:   "deploy APP [DIR]",
 		Short: "Upload DIR (default .; .gitignore respected) and deploy it; follows the build logs until it is live or failed",
@@ -134,7 +135,7 @@ func appCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			d, err := c.DeployApp(ctx, args[0], archive)
+			d, err := c.DeployApp(ctx, args[0], archive, branch)
 			if err != nil {
 				return err
 			}
@@ -158,6 +159,28 @@ func appCmd() *cobra.Command {
 		}),
 	}
 	deploy.Flags().BoolVarP(&detach, "detach", "d", false, "print the queued deployment and return")
+	deploy.Flags().StringVar(&branch, "branch", "", "deploy as this branch: another than the app's is its preview at <app>--<branch>.apps.<domain>")
+
+	var ghBranch string
+	github := &cobra.Command{
+		Use:   "github APP OWNER/REPO",
+		Short: "Connect an app to a GitHub repository: prints the webhook URL and secret to add there (push events, application/json)",
+		Args:  cobra.ExactArgs(2),
+		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			h, err := c.ConnectGitHub(ctx, args[0], args[1], ghBranch)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), h)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Add a webhook to github.com/%s (Settings → Webhooks): content type application/json, push events.\n"+
+				"  Payload URL: %s\n  Secret:      %s   (shown once)\nPushes to %s deploy the app; other branches their previews.\n",
+				h.Repo, h.WebhookURL, h.Secret, h.Branch)
+			return nil
+		}),
+	}
+	github.Flags().StringVar(&ghBranch, "branch", "", "the branch that deploys the app (default: the app's)")
 
 	var planBuild appSpecFlags
 	plan := &cobra.Command{
@@ -244,6 +267,6 @@ func appCmd() *cobra.Command {
 	list := listCmd(f, appsTable, "List your team's apps", (*client.Client).ListApps)
 	get := getCmd(f, appsTable, "get APP", "Show an app", (*client.Client).GetApp)
 	del := f.deleteCmd("delete APP...", "Delete apps with their instances, releases and deployments", (*client.Client).DeleteApp)
-	cmd.AddCommand(createCmd, updateCmd, deploy, plan, logs, rollback, deployments, list, get, del)
+	cmd.AddCommand(createCmd, updateCmd, deploy, plan, logs, rollback, deployments, github, list, get, del)
 	return cmd
 }

@@ -39,10 +39,14 @@ func (c *Client) DeleteApp(ctx context.Context, id string) error {
 }
 
 // DeployApp uploads a source archive (.tar.gz or .zip bytes; bundle.Pack makes one of a
-// directory) and returns the queued deployment.
-func (c *Client) DeployApp(ctx context.Context, id string, archive []byte) (v1.Deployment, error) {
+// directory) and returns the queued deployment; a branch other than the app's deploys its preview.
+func (c *Client) DeployApp(ctx context.Context, id string, archive []byte, branch string) (v1.Deployment, error) {
 	var d v1.Deployment
-	resp, err := c.Do(ctx, "POST", objPath("/v1/apps", id)+"/deployments", nil, bytes.NewReader(archive), int64(len(archive)), "application/gzip", "")
+	var q url.Values
+	if branch != "" {
+		q = url.Values{"branch": {branch}}
+	}
+	resp, err := c.Do(ctx, "POST", objPath("/v1/apps", id)+"/deployments", q, bytes.NewReader(archive), int64(len(archive)), "application/gzip", "")
 	if err != nil {
 		return d, err
 	}
@@ -88,4 +92,10 @@ func (c *Client) copyText(ctx context.Context, path string, follow bool, w io.Wr
 	defer resp.Body.Close()
 	_, err = io.Copy(w, resp.Body)
 	return err
+}
+
+// ConnectGitHub connects an app to a GitHub repository ("owner/name"; branch "" keeps the app's)
+// and returns the webhook to add there, with its secret (shown once).
+func (c *Client) ConnectGitHub(ctx context.Context, id, repo, branch string) (v1.GitHubHook, error) {
+	return send[v1.GitHubHook](ctx, c, "POST", objPath("/v1/apps", id)+"/github", nil, v1.GitHubConnectRequest{Repo: repo, Branch: branch})
 }

@@ -954,7 +954,7 @@ class AppsOffline(OfflineCase):
         dep = {"id": "dep_1", "state": "queued", "plan": {"framework": "node"}}
         s = self.answer(ok({"id": "app_1", "name": "web"}, 201), ok(dep, 202), ok(dict(dep, state="building")),
                         ok(dict(dep, state="live")), HTTPResponse(200, b"==> build\n", {"Content-Type": "text/plain"}),
-                        ok(dict(dep, state="live")), ok(None, 204))
+                        ok(dict(dep, state="live")), ok(None, 204), ok(dep, 202), ok({"secret": "whsec_x"}))
         self.client.apps.create("web", env={"A": "1"}, secrets={"T": "x"}, build={"port": 3000}, suspend_after_seconds=60)
         self.assertEqual((s.path(0), s.requests[0].json()), ("/v1/apps", {"name": "web", "env": {"A": "1"}, "secrets": {"T": "x"},
                                                                           "build": {"port": 3000}, "suspend_after_seconds": 60}))
@@ -970,6 +970,10 @@ class AppsOffline(OfflineCase):
         self.assertEqual((s.path(5), s.requests[5].json()), ("/v1/apps/web/rollback", {"deployment_id": "dep_0"}))
         self.client.apps.delete("web")
         self.assertEqual((s.requests[6].method, s.path(6)), ("DELETE", "/v1/apps/web"))
+        self.client.apps.deploy("web", b"\x1f\x8b", branch="feature/x")
+        self.assertEqual(s.path(7), "/v1/apps/web/deployments?branch=feature%2Fx")
+        self.assertEqual(self.client.apps.connect_github("web", "acme/web")["secret"], "whsec_x")
+        self.assertEqual((s.path(8), s.requests[8].json()), ("/v1/apps/web/github", {"repo": "acme/web"}))
 
 
 if __name__ == "__main__":

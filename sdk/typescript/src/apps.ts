@@ -48,6 +48,7 @@ export interface App {
   branch: string;
   url?: string;
   git_url?: string;
+  github_repo?: string;
   live_deployment_id?: string;
   env: Record<string, string>;
   secret_names: string[];
@@ -60,6 +61,16 @@ export interface App {
   drain_timeout_seconds: number;
   created_at: string;
   updated_at: string;
+}
+
+/** The webhook to add to a GitHub repository. */
+export interface GitHubHook {
+  app_id: string;
+  repo: string;
+  branch: string;
+  webhook_url: string;
+  /** Shown once; connecting again makes a new one. */
+  secret: string;
 }
 
 /** One deploy of an app. */
@@ -117,12 +128,21 @@ export class Apps {
     await this.client.http.json("DELETE", `/v1/apps/${seg(app)}`, { idempotent: true });
   }
 
-  /** Deploy a source archive (bytes of a .tar.gz or .zip; `pandastack app deploy` packs a directory); resolves to the queued deployment. */
-  async deploy(app: string, archive: Uint8Array): Promise<Deployment> {
+  /**
+   * Deploy a source archive (bytes of a .tar.gz or .zip; `pandastack app deploy` packs a directory); resolves to the
+   * queued deployment. A `branch` other than the app's deploys its preview (`<app>--<branch>.apps.<domain>`).
+   */
+  async deploy(app: string, archive: Uint8Array, opts: { branch?: string } = {}): Promise<Deployment> {
     return this.client.http.json<Deployment>("POST", `/v1/apps/${seg(app)}/deployments`, {
       body: archive,
       headers: { "content-type": "application/gzip" },
+      query: { branch: opts.branch },
     });
+  }
+
+  /** Connect the app to GitHub repository `repo` ("owner/name"): the webhook URL and secret (shown once) to add there. */
+  async connectGitHub(app: string, repo: string, opts: { branch?: string } = {}): Promise<GitHubHook> {
+    return this.client.http.json<GitHubHook>("POST", `/v1/apps/${seg(app)}/github`, { json: opts.branch ? { repo, branch: opts.branch } : { repo } });
   }
 
   async deployments(app: string, opts: { limit?: number } = {}): Promise<Deployment[]> {

@@ -92,17 +92,26 @@ class Apps:
     def delete(self, app: str) -> None:
         self._http.request("DELETE", _app(app), idempotent=True)
 
-    def deploy(self, app: str, source: Union[bytes, str]) -> Dict[str, Any]:
+    def deploy(self, app: str, source: Union[bytes, str], branch: Optional[str] = None) -> Dict[str, Any]:
         """Deploy ``source`` (bytes of a .tar.gz or .zip, or a path: a directory is packed with
-        :func:`pack_directory`, a file sent as is); returns the queued deployment (see :meth:`wait`)."""
+        :func:`pack_directory`, a file sent as is); returns the queued deployment (see :meth:`wait`).
+        A ``branch`` other than the app's deploys its preview (``<app>--<branch>.apps.<domain>``)."""
         if isinstance(source, str):
             if os.path.isdir(source):
                 source = pack_directory(source)
             else:
                 with open(source, "rb") as f:
                     source = f.read()
-        return self._http.request("POST", _app(app, "/deployments"), data=source,
+        return self._http.request("POST", _app(app, "/deployments"), data=source, params={"branch": branch},
                                   headers={"Content-Type": "application/gzip"}).json() or {}
+
+    def connect_github(self, app: str, repo: str, branch: Optional[str] = None) -> Dict[str, Any]:
+        """Connect the app to GitHub repository ``repo`` ("owner/name"): returns ``{webhook_url,
+        secret, ...}`` to add as the repository's webhook (the secret is shown once)."""
+        body: Dict[str, Any] = {"repo": repo}
+        if branch:
+            body["branch"] = branch
+        return self._http.request("POST", _app(app, "/github"), json_body=body).json() or {}
 
     def deployments(self, app: str, limit: Optional[int] = None) -> List[Dict[str, Any]]:
         d = self._http.request("GET", _app(app, "/deployments"), params={"limit": limit}, idempotent=True).json() or {}
