@@ -26,7 +26,8 @@ import (
 const appSecret = "tok-4711-very-secret"
 
 type deploymentJSON struct {
-	ID, State, Error, SandboxID, Branch string
+	ID, State, Error, Branch string
+	SandboxID                string `json:"sandbox_id"`
 	Plan                        struct{ Framework, Start string }
 }
 

@@ -592,12 +592,14 @@ func (s *Service) Logs(ctx context.Context, teamID, id string, follow bool, w io
 }
 
 // Maintain renews live instances' TTLs and hibernates those idle past their app's
-// suspend_after_seconds (a request to a hibernated one wakes it: its host does).
+// suspend_after_seconds (a request to a hibernated one wakes it: its host does). It goes through
+// every instance and returns what failed.
 func (s *Service) Maintain(ctx context.Context) error {
 	deps, err := s.cfg.Store.ListLiveDeployments(ctx)
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for _, d := range deps {
 		sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
 		if err != nil || sandboxes.Usable(sb) != nil {
@@ -605,7 +607,7 @@ func (s *Service) Maintain(ctx context.Context) error {
 		}
 		if time.Until(sb.ExpiresAt) < InstanceTTL*time.Second/2 {
 			if _, err := s.cfg.Sandboxes.SetTTL(ctx, sb, InstanceTTL); err != nil {
-				s.log.Warn("apps: could not renew an instance's ttl", "sandbox", sb.ID, "err", err)
+				errs = append(errs, fmt.Errorf("renewing the ttl of %s: %w", sb.ID, err))
 			}
 		}
 		a, err := s.cfg.Store.GetTeamApp(ctx, d.TeamID, d.AppID)
@@ -624,11 +626,11 @@ func (s *Service) Maintain(ctx context.Context) error {
 		s.mu.Unlock()
 		if !busy && time.Since(last) > time.Duration(a.SuspendAfterSeconds)*time.Second {
 			if _, err := s.cfg.Sandboxes.Hibernate(ctx, sb); err != nil {
-				s.log.Warn("apps: could not hibernate an idle instance", "sandbox", sb.ID, "err", err)
+				errs = append(errs, fmt.Errorf("hibernating the idle instance %s: %w", sb.ID, err))
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Run calls Maintain every interval until ctx ends.
