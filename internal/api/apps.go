@@ -204,7 +204,9 @@ func (s *Server) appLogs(w http.ResponseWriter, r *http.Request) {
 var appHostLabel = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,38}[a-z0-9])?(--[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?)?$`)
 
 // appHost reads "<app>.apps.<domain>[:port]" from a Host header.
-func (s *Server) appHost(host string) (string, bool) { return s.serviceHost(host, "apps", appHostLabel) }
+func (s *Server) appHost(host string) (string, bool) {
+	return s.serviceHost(host, "apps", appHostLabel)
+}
 
 // serveApp sends a request for <app>.apps.<domain> to the app's live instance (HTTP and
 // WebSocket; a hibernated instance is woken by its host, the request held meanwhile). Like a

@@ -28,7 +28,7 @@ const appSecret = "tok-4711-very-secret"
 type deploymentJSON struct {
 	ID, State, Error, Branch string
 	SandboxID                string `json:"sandbox_id"`
-	Plan                        struct{ Framework, Start string }
+	Plan                     struct{ Framework, Start string }
 }
 
 // packFixture copies testdata/apps/<name> to a temporary directory, lets edit change it, and

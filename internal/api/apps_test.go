@@ -184,7 +184,9 @@ func TestGitHubWebhook(t *testing.T) {
 	}
 	var deps []struct{ Commit, Source, Branch string }
 	waitFor(t, 30*time.Second, "the pushed commits' deployments", func() bool {
-		var l struct{ Deployments []struct{ Commit, Source, Branch string } }
+		var l struct {
+			Deployments []struct{ Commit, Source, Branch string }
+		}
 		json.Unmarshal(e.do("GET", "/v1/apps/site/deployments", e.admin, nil).body, &l)
 		deps = l.Deployments
 		return len(deps) == 2

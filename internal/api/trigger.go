@@ -22,7 +22,9 @@ import (
 var fnHostLabel = regexp.MustCompile(`^fn_[a-z0-9]{1,60}$`)
 
 // functionHost reads "<function id>.fn.<domain>[:port]" from a Host header.
-func (s *Server) functionHost(host string) (string, bool) { return s.serviceHost(host, "fn", fnHostLabel) }
+func (s *Server) functionHost(host string) (string, bool) {
+	return s.serviceHost(host, "fn", fnHostLabel)
+}
 
 // serviceHost reads "<label>.<kind>.<ProxyDomain>[:port]" from a Host header, label matching
 // pattern (a function's id, an app's name).
