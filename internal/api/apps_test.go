@@ -1,9 +1,7 @@
 package api
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,21 +17,6 @@ import (
 
 	"github.com/pandastack/pandastack/internal/apps"
 )
-
-// tarGz packs files (name → content) as a .tar.gz.
-func tarGz(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, content := range files {
-		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg})
-		tw.Write([]byte(content))
-	}
-	tw.Close()
-	gz.Close()
-	return buf.Bytes()
-}
 
 // TestAppsAPI: the apps routes' validation, team isolation and plans, without VMs.
 func TestAppsAPI(t *testing.T) {
@@ -68,13 +51,13 @@ func TestAppsAPI(t *testing.T) {
 	}
 	other := e.mustStatus(e.do("POST", "/v1/teams", e.admin, map[string]string{"name": "other"}), 201).json(t)["key"].(map[string]any)["key"].(string)
 	e.mustStatus(e.do("GET", "/v1/apps/web", other, nil), 404)
-	e.mustStatus(e.do("POST", "/v1/apps/web/deployments", other, tarGz(t, map[string]string{"index.html": "x"})), 404)
+	e.mustStatus(e.do("POST", "/v1/apps/web/deployments", other, tarGzBundle(t, map[string]string{"index.html": "x"})), 404)
 	if l := e.mustStatus(e.do("GET", "/v1/apps", other, nil), 200).json(t); len(l["apps"].([]any)) != 0 {
 		t.Fatalf("another team sees %v", l)
 	}
 
 	// Bad sources are refused before anything is recorded.
-	r := e.do("POST", "/v1/apps/web/deployments", e.admin, tarGz(t, map[string]string{"Cargo.toml": "", "README": ""}))
+	r := e.do("POST", "/v1/apps/web/deployments", e.admin, tarGzBundle(t, map[string]string{"Cargo.toml": "", "README": ""}))
 	if r.status != 400 || !strings.Contains(r.errMessage(), "no framework detected") || !strings.Contains(r.errMessage(), "set build.start") {
 		t.Fatalf("unknown source: %d %s", r.status, r.body)
 	}

@@ -196,58 +196,49 @@ func (s *Store) GetPreview(ctx context.Context, appID, slug string) (string, err
 // for none): to becomes live, from superseded, in one transaction. False when another switch
 // came first.
 func (s *Store) SetPreview(ctx context.Context, appID, slug, from, to string) (bool, error) {
-	ok := false
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var res sql.Result
-		var err error
+	return s.switchRoute(ctx, from, to, func(tx *sql.Tx) (sql.Result, error) {
 		if from == "" {
-			res, err = s.exec(ctx, tx, `INSERT INTO app_previews (app_id, slug, deployment_id) VALUES (?, ?, ?)`, appID, slug, to)
+			res, err := s.exec(ctx, tx, `INSERT INTO app_previews (app_id, slug, deployment_id) VALUES (?, ?, ?)`, appID, slug, to)
 			if isUnique(err) {
-				return nil
+				return nil, nil
 			}
-		} else {
-			res, err = s.exec(ctx, tx, `UPDATE app_previews SET deployment_id = ? WHERE app_id = ? AND slug = ? AND deployment_id = ?`,
-				to, appID, slug, from)
+			return res, err
 		}
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return nil
-		}
-		ok = true
-		return s.markSwitched(ctx, tx, from, to)
+		return s.exec(ctx, tx, `UPDATE app_previews SET deployment_id = ? WHERE app_id = ? AND slug = ? AND deployment_id = ?`,
+			to, appID, slug, from)
 	})
-	return ok, err
-}
-
-// markSwitched marks deployment to live and from (if any) superseded.
-func (s *Store) markSwitched(ctx context.Context, tx *sql.Tx, from, to string) error {
-	if _, err := s.exec(ctx, tx, `UPDATE app_deployments SET state = 'live' WHERE id = ?`, to); err != nil {
-		return err
-	}
-	if from == "" {
-		return nil
-	}
-	_, err := s.exec(ctx, tx, `UPDATE app_deployments SET state = 'superseded' WHERE id = ?`, from)
-	return err
 }
 
 // SetLiveDeployment points app appID's route at deployment to if it still points at from (""
 // for none): to becomes live, from superseded, in one transaction. False when another switch
 // came first.
 func (s *Store) SetLiveDeployment(ctx context.Context, appID, from, to string) (bool, error) {
+	return s.switchRoute(ctx, from, to, func(tx *sql.Tx) (sql.Result, error) {
+		return s.exec(ctx, tx, `UPDATE apps SET live_deployment_id = ? WHERE id = ? AND live_deployment_id = ?`, to, appID, from)
+	})
+}
+
+// switchRoute runs move (a route's compare-and-set; a nil result or no row changed: another
+// switch came first) and, if it moved, marks deployment to live and from (if any) superseded,
+// all in one transaction.
+func (s *Store) switchRoute(ctx context.Context, from, to string, move func(*sql.Tx) (sql.Result, error)) (bool, error) {
 	ok := false
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := s.exec(ctx, tx, `UPDATE apps SET live_deployment_id = ? WHERE id = ? AND live_deployment_id = ?`, to, appID, from)
-		if err != nil {
+		res, err := move(tx)
+		if err != nil || res == nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			return nil
 		}
 		ok = true
-		return s.markSwitched(ctx, tx, from, to)
+		if _, err := s.exec(ctx, tx, `UPDATE app_deployments SET state = 'live' WHERE id = ?`, to); err != nil {
+			return err
+		}
+		if from != "" {
+			_, err = s.exec(ctx, tx, `UPDATE app_deployments SET state = 'superseded' WHERE id = ?`, from)
+		}
+		return err
 	})
 	return ok, err
 }
