@@ -86,6 +86,14 @@ func (s *Server) deployApp(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// A deploy runs one sandbox beside the live instance (the build, then the new instance until
+	// the switch): the team's quota must have room for it now.
+	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, apps.BaseTemplate, 1)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	release()
 	d, err := s.apps.Deploy(r.Context(), id.TeamID, r.PathValue("id"), b, apps.Source{Kind: "upload", Branch: r.URL.Query().Get("branch")})
 	s.reply(w, r, http.StatusAccepted, deploymentView(d), err)
 }
