@@ -3,8 +3,15 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"io"
+	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -98,11 +105,27 @@ func (cp *e2eCP) mustServe(t *testing.T, app, want string) {
 	}
 }
 
+// testCA is the PEM of a self-signed CA certificate (the operator's --guest-ca-file).
+func testCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test proxy CA"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
 func TestE2EApps(t *testing.T) {
 	testenv.NeedVMs(t)
 	nettest.NeedRoot(t)
 	t.Parallel()
-	_, cp := startNetworkedCP(t, Config{ProxyDomain: "localhost", GitDir: t.TempDir()})
+	_, cp := startNetworkedCP(t, Config{ProxyDomain: "localhost", GitDir: t.TempDir(), GuestCA: testCA(t)})
 	call := func(method, path string, body any) (int, map[string]any) {
 		b, _ := json.Marshal(body)
 		if body == nil {
@@ -168,7 +191,8 @@ func TestE2EApps(t *testing.T) {
 	cp.mustServe(t, "web", "node v1 built=true")
 	cp.mustServe(t, "site", "static fixture")
 	cp.mustServe(t, "py", "python ok /")
-	if _, body, _ := cp.appGet("web", "/env"); !strings.Contains(body, `"greeting":"hello"`) || !strings.Contains(body, `"tokenLength":20`) {
+	if _, body, _ := cp.appGet("web", "/env"); !strings.Contains(body, `"greeting":"hello"`) || !strings.Contains(body, `"tokenLength":20`) ||
+		!strings.Contains(body, `"extraCA":true,"bundleHasCA":true`) {
 		t.Fatalf("env: %s", body)
 	}
 	_, logs := cp.call(t, "GET", "/v1/apps/web/deployments/"+v1.ID+"/logs", nil, "")

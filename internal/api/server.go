@@ -87,6 +87,8 @@ type Config struct {
 	Quota Quota
 	// SecretsKey (32 bytes) seals functions' and apps' secrets at rest (AES-256-GCM); empty: unsealed.
 	SecretsKey []byte
+	// GuestCA is PEM of extra CA certificates app builds and instances trust; empty: none.
+	GuestCA []byte
 	// GitDir holds apps' git remotes (bare repositories, served at /git/<app>.git); empty: none.
 	GitDir string
 	// Version is reported by /healthz.
@@ -158,7 +160,7 @@ func New(cfg Config) *Server {
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain})
 	s.schedules.SetFunctions(s.functions)
 	s.apps = apps.New(apps.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
-		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir})
+		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir, GuestCA: cfg.GuestCA})
 	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
 	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()

@@ -5,7 +5,9 @@ package app
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,9 +50,12 @@ type ControlPlaneConfig struct {
 	// see internal/blob); hosts learn it when they register. Empty: artifacts stay on their host.
 	BlobStore string
 	// GitDir holds apps' git remotes; empty: beside a SQLite store's file, none with PostgreSQL.
-	GitDir  string
-	Version string // reported by /healthz
-	Logger  *slog.Logger
+	GitDir string
+	// GuestCAFiles are PEM files of extra CA certificates app builds and instances trust (a
+	// TLS-inspecting proxy's, for package registries).
+	GuestCAFiles []string
+	Version      string // reported by /healthz
+	Logger       *slog.Logger
 }
 
 // ControlPlane is a running store + scheduler + API server and their background loops.
@@ -73,6 +78,10 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	open, err := network.ParseOpen(o.EgressOpen)
 	if err != nil {
 		return nil, "", fmt.Errorf("--egress-open: %w", err)
+	}
+	guestCA, err := readGuestCAs(o.GuestCAFiles)
+	if err != nil {
+		return nil, "", err
 	}
 	secretsKey, err := secretsKeyFromEnv()
 	if err != nil {
@@ -121,7 +130,8 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	}
 	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
 		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, Quota: o.Quota, RateLimit: o.RateLimit,
-		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey, GitDir: gitDir(o)})
+		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey, GitDir: gitDir(o),
+		GuestCA: guestCA})
 	// The loops outlive a cancelled start-up context: Close stops them, after the listener.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp := &ControlPlane{Store: st, Scheduler: sched, API: srv, Blob: bs, PresetKeyOK: presetOK, log: o.Logger, cancel: cancel, done: make(chan struct{})}
@@ -212,4 +222,31 @@ func gitDir(o ControlPlaneConfig) string {
 		return o.GitDir
 	}
 	return filepath.Join(filepath.Dir(o.DatabaseURL), "git")
+}
+
+// readGuestCAs reads PEM files of CA certificates into one bundle, refusing a file that holds no
+// certificate or something else.
+func readGuestCAs(files []string) ([]byte, error) {
+	var out []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--guest-ca-file: %w", err)
+		}
+		n := 0
+		for rest := b; ; n++ {
+			var blk *pem.Block
+			if blk, rest = pem.Decode(rest); blk == nil {
+				break
+			}
+			if _, err := x509.ParseCertificate(blk.Bytes); blk.Type != "CERTIFICATE" || err != nil {
+				return nil, fmt.Errorf("--guest-ca-file %s: a %s block that is not a certificate", f, blk.Type)
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("--guest-ca-file %s: no PEM certificate in it", f)
+		}
+		out = append(append(out, b...), '\n')
+	}
+	return out, nil
 }

@@ -139,13 +139,25 @@ func (s *Service) fail(d store.Deployment, lb *logBuf, err error) {
 	s.log.Info("app deployment failed", "app", d.AppID, "deployment", d.ID, "err", err)
 }
 
+// Where the extra CA certificates (Config.GuestCA) and the bundle with the system's go in a VM.
+const (
+	extraCA  = "/home/user/.pandastack/extra-ca.pem"
+	caBundle = "/home/user/.pandastack/ca-bundle.pem"
+)
+
 // runEnv is the environment of the app's build and process.
-func runEnv(a store.App, secrets map[string]string, port int) map[string]string {
+func (s *Service) runEnv(a store.App, secrets map[string]string, port int) map[string]string {
 	env := map[string]string{}
 	maps.Copy(env, a.Env)
 	maps.Copy(env, secrets)
 	env["PORT"] = strconv.Itoa(port)
 	env["HOME"] = "/home/user"
+	if len(s.cfg.GuestCA) > 0 {
+		env["NODE_EXTRA_CA_CERTS"] = extraCA
+		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"} {
+			env[k] = caBundle
+		}
+	}
 	return env
 }
 
@@ -173,8 +185,14 @@ func (s *Service) build(ctx context.Context, a store.App, d store.Deployment, pl
 	if _, err := c.WriteFile(ctx, sb.ID, srcTar, bytes.NewReader(tarball), int64(len(tarball))); err != nil {
 		return store.Snapshot{}, 0, fmt.Errorf("writing the source into the build sandbox: %w", err)
 	}
-	env := runEnv(a, secrets, plan.Port)
+	env := s.runEnv(a, secrets, plan.Port)
 	script := fmt.Sprintf("set -e\nmkdir -p %[1]s\ntar -xf %[2]s -C %[1]s\nrm %[2]s\ncd %[1]s\n", appDir, srcTar)
+	if len(s.cfg.GuestCA) > 0 {
+		if _, err := c.WriteFile(ctx, sb.ID, extraCA, bytes.NewReader(s.cfg.GuestCA), int64(len(s.cfg.GuestCA))); err != nil {
+			return store.Snapshot{}, 0, fmt.Errorf("writing the extra CA certificates: %w", err)
+		}
+		script += fmt.Sprintf("cat /etc/ssl/certs/ca-certificates.crt %s > %s\n", extraCA, caBundle)
+	}
 	for _, step := range []struct{ what, cmd string }{{"install", plan.Install}, {"build", plan.Build}} {
 		if step.cmd != "" {
 			script += fmt.Sprintf("echo %s\n%s\n", shellQuote("==> "+step.what+": "+step.cmd), step.cmd)
