@@ -29,13 +29,14 @@ http.createServer((req, res) => res.end('bench ' + version + '\n')).listen(Numbe
 // app woken from zero (its instance hibernated) against a cold start of the same server in a
 // fresh sandbox (create, write, node server.js, first answer) in the same run, interleaved.
 func appsSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, rounds int) error {
-	cl, err := startCluster(guestAgent, imageCache, "10.199.0.0/20")
+	cl, err := startCluster(guestAgent, imageCache, "10.207.0.0/20")
 	if err != nil {
 		return err
 	}
 	defer cl.stop()
 	c := cl.public
-	if _, err := c.do("POST", "/v1/apps", map[string]any{"name": "bench"}, 201); err != nil {
+	// Generous health timeout: npm start under a loaded TCG machine can take tens of seconds.
+	if _, err := c.do("POST", "/v1/apps", map[string]any{"name": "bench", "health_timeout_seconds": 300}, 201); err != nil {
 		return err
 	}
 	deploy := func(version string) (string, float64, error) {
@@ -59,7 +60,8 @@ func appsSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 		}
 		for d.State != "live" {
 			if d.State == "failed" {
-				return "", 0, fmt.Errorf("deployment %s failed: %s (logs in %s)", d.ID, d.Error, cl.dir)
+				logs, _ := c.do("GET", "/v1/apps/bench/deployments/"+d.ID+"/logs", nil, 200)
+				return "", 0, fmt.Errorf("deployment %s failed: %s\n%s", d.ID, d.Error, logs)
 			}
 			time.Sleep(100 * time.Millisecond)
 			b, err := c.do("GET", "/v1/apps/bench/deployments/"+d.ID, nil, 200)
