@@ -198,22 +198,27 @@ func (s *Service) build(ctx context.Context, a store.App, d store.Deployment, pl
 			script += fmt.Sprintf("echo %s\n%s\n", shellQuote("==> "+step.what+": "+step.cmd), step.cmd)
 		}
 	}
+	t := time.Now()
 	if err := s.stream(ctx, c, sb.ID, script, env, lb); err != nil {
 		return store.Snapshot{}, 0, err
 	}
+	lb.Printf("==> built in %.1f s\n", time.Since(t).Seconds())
 	lb.Printf("==> start: %s (port %d)\n", plan.Start, plan.Port)
 	pid, err := c.StartProcess(ctx, sb.ID, agentclient.StartProcessRequest{Cmd: plan.Start, Env: env, Cwd: appDir})
 	if err != nil {
 		return store.Snapshot{}, 0, fmt.Errorf("starting the app: %w", err)
 	}
+	t = time.Now()
 	if err := s.healthy(ctx, c, sb.ID, pid, plan.Port, time.Duration(a.HealthTimeoutSeconds)*time.Second, lb); err != nil {
 		return store.Snapshot{}, 0, err
 	}
-	lb.Printf("==> healthy; snapshotting the release\n")
+	lb.Printf("==> healthy after %.1f s; snapshotting the release\n", time.Since(t).Seconds())
+	t = time.Now()
 	snap, err := s.cfg.Sandboxes.Snapshot(ctx, sb)
 	if err != nil {
 		return store.Snapshot{}, 0, err
 	}
+	lb.Printf("==> release %s saved in %.1f s\n", snap.ID, time.Since(t).Seconds())
 	return snap, pid, nil
 }
 
@@ -351,6 +356,7 @@ func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment,
 	}
 	plan := PlanOf(*d)
 	lb.Printf("==> restoring an instance of the release\n")
+	t := time.Now()
 	sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
 		Snapshot: &snap, Metadata: map[string]string{"pandastack.app": a.Name, "pandastack.app_role": "instance", "pandastack.deployment": d.ID},
 		TTLSeconds: InstanceTTL})
@@ -366,6 +372,7 @@ func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment,
 		return err
 	}
 	d.SandboxID = sb.ID
+	lb.Printf("==> instance %s healthy in %.1f s; switching\n", sb.ID, time.Since(t).Seconds())
 	*d = s.save(*d, lb, false)
 	cur, err := s.cfg.Store.GetTeamApp(ctx, a.TeamID, a.ID)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -51,6 +52,9 @@ var managers = map[string]pm{
 var lockfiles = []struct{ file, pm string }{
 	{"pnpm-lock.yaml", "pnpm"}, {"yarn.lock", "yarn"}, {"bun.lock", "bun"}, {"bun.lockb", "bun"}, {"package-lock.json", "npm"},
 }
+
+// plainNode is a start script that only runs node on a file: run directly, not through npm.
+var plainNode = regexp.MustCompile(`^node [A-Za-z0-9_./-]+$`)
 
 // staticServe serves dir on $PORT (Python's standard library is in every build image).
 func staticServe(dir string) string {
@@ -186,6 +190,8 @@ func nodeCommands(files Files, pkg packageJSON, p *v1.AppPlan) {
 		p.Start = staticServe(".")
 	default:
 		switch {
+		case plainNode.MatchString(pkg.Scripts["start"]):
+			p.Start = pkg.Scripts["start"] // npm's own start-up (seconds under emulation) left out
 		case pkg.Scripts["start"] != "":
 			p.Start = run("start")
 		case pkg.Main != "" && has(files, path.Clean(pkg.Main)):

@@ -35,6 +35,8 @@ func TestDetect(t *testing.T) {
 				Build: "bun run build", Start: "./node_modules/.bin/next start -p $PORT", Port: 8080}},
 		{"plain node without dependencies", map[string]string{
 			"package.json": `{"name": "x", "scripts": {"start": "node server.js"}}`, "server.js": ""},
+			v1.AppBuild{}, v1.AppPlan{Framework: "node", PackageManager: "npm", Start: "node server.js", Port: 8080}},
+		{"node start script through npm", map[string]string{"package.json": `{"scripts": {"start": "NODE_ENV=production node server.js"}}`},
 			v1.AppBuild{}, v1.AppPlan{Framework: "node", PackageManager: "npm", Start: "npm run start", Port: 8080}},
 		{"node by main", map[string]string{"package.json": `{"main": "./srv.js", "dependencies": {"ws": "8"}}`, "srv.js": "",
 			"package-lock.json": "{}"},
