@@ -197,12 +197,9 @@ func (s *Store) GetPreview(ctx context.Context, appID, slug string) (string, err
 // came first.
 func (s *Store) SetPreview(ctx context.Context, appID, slug, from, to string) (bool, error) {
 	return s.switchRoute(ctx, from, to, func(tx *sql.Tx) (sql.Result, error) {
-		if from == "" {
-			res, err := s.exec(ctx, tx, `INSERT INTO app_previews (app_id, slug, deployment_id) VALUES (?, ?, ?)`, appID, slug, to)
-			if isUnique(err) {
-				return nil, nil
-			}
-			return res, err
+		if from == "" { // no row changed when one is there: the insert does not abort the transaction
+			return s.exec(ctx, tx, `INSERT INTO app_previews (app_id, slug, deployment_id) VALUES (?, ?, ?)
+				ON CONFLICT (app_id, slug) DO NOTHING`, appID, slug, to)
 		}
 		return s.exec(ctx, tx, `UPDATE app_previews SET deployment_id = ? WHERE app_id = ? AND slug = ? AND deployment_id = ?`,
 			to, appID, slug, from)
@@ -218,14 +215,13 @@ func (s *Store) SetLiveDeployment(ctx context.Context, appID, from, to string) (
 	})
 }
 
-// switchRoute runs move (a route's compare-and-set; a nil result or no row changed: another
-// switch came first) and, if it moved, marks deployment to live and from (if any) superseded,
+// switchRoute runs move (a route's compare-and-set; no row changed: another switch came first) and, if it moved, marks deployment to live and from (if any) superseded,
 // all in one transaction.
 func (s *Store) switchRoute(ctx context.Context, from, to string, move func(*sql.Tx) (sql.Result, error)) (bool, error) {
 	ok := false
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := move(tx)
-		if err != nil || res == nil {
+		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
