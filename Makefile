@@ -1,6 +1,6 @@
 # PandaStack — the names scripts and operators rely on.
 #   make setup   install system packages and bin/versitygw (idempotent, non-interactive; needs root)
-#   make build   bin/pandastack and bin/pandastack-guest
+#   make build   the web console (web/, npm), then bin/pandastack (console embedded) and bin/pandastack-guest
 #   make up      setup + build + bin/pandastack up
 #   make test    setup + build + every test (real microVMs)
 #   make bench   benchmarks; writes bench/results.json
@@ -13,7 +13,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 DEB_PACKAGES := qemu-system-x86 qemu-utils debootstrap xfsprogs busybox-static cpio e2fsprogs \
-	iproute2 nftables procps util-linux postgresql python3 ca-certificates nodejs
+	iproute2 nftables procps util-linux postgresql python3 ca-certificates nodejs chromium
 export PANDASTACK_VM_TESTS ?= 1
 VERSITYGW_VERSION := v1.8.0
 
@@ -38,7 +38,19 @@ setup:
 
 # The guest agent is built without a VCS stamp: it (and so the guest image cache key) changes only
 # when its code does, not with every commit.
-build:
+# The console (web/) is built first and embedded by package web: npm ci when the lock file is newer
+# than node_modules, vite build when a source is newer than the build (the SDK's sources give it
+# some of its wire types).
+WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/index.html web/vite.config.ts web/tsconfig.json web/package.json \
+	sdk/typescript/src/client.ts sdk/typescript/src/functions.ts
+
+web/node_modules/.package-lock.json: web/package-lock.json web/package.json
+	cd web && npm ci --no-audit --no-fund --loglevel=error
+
+web/dist/console/index.html: web/node_modules/.package-lock.json $(WEB_SRC)
+	cd web && npm run --silent build
+
+build: web/dist/console/index.html
 	mkdir -p bin
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/pandastack ./cmd/pandastack
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '-s -w' -o bin/pandastack-guest ./cmd/pandastack-guest

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs both SDKs' tests against one real PandaStack:
+# Runs both SDKs' tests, and the stock E2B SDKs' (sdk/e2b-test, docs/e2b.md), against one real PandaStack:
 #   builds bin/ (make build), starts `bin/pandastack up` on a free loopback port with a throwaway data
 #   dir (shared image cache), runs the Python tests (Debian python3, unittest) and the TypeScript
-#   tests (npm ci, build, node --test on the build), then kills the server and removes everything it
+#   tests (npm ci, build, node --test on the build), then the E2B compatibility tests (npm ci of the
+#   pinned e2b and @e2b/code-interpreter, node --test against up's --e2b-addr with E2B keys of two
+#   teams), then kills the server and removes everything it
 #   made, on success, failure or interrupt alike.
 # The last line of output is always `N passed, N failed` (both SDKs together); the exit status is
 # non-zero if anything failed.
@@ -13,7 +15,7 @@
 # Environment:
 #   PANDASTACK_IMAGE_CACHE  image cache shared between runs (default /var/tmp/pandastack-images)
 #   PYTHON                  Python interpreter (default /usr/bin/python3, else python3)
-#   SDK_TEST_ONLY           "python" or "typescript" to run one SDK only
+#   SDK_TEST_ONLY           "python", "typescript" or "e2b" to run one SDK only
 #   SDK_TEST_OFFLINE=1      only the offline unit tests (no server)
 #   SDK_TEST_SUITE=NAME     only one suite of each SDK: python/tests/test_NAME.py, typescript/test/NAME.test.mjs
 #   SDK_TEST_KEEP_LOG=1     keep the server log (its path is printed)
@@ -27,7 +29,7 @@ SUITE="${SDK_TEST_SUITE:-}"
 if ! [[ "$SUITE" =~ ^[a-z_]*$ ]]; then echo "SDK_TEST_SUITE must be a suite name such as processes"; exit 2; fi
 OFFLINE="${SDK_TEST_OFFLINE:-}"
 case "$OFFLINE" in "" | 0) OFFLINE="" ;; 1) ;; *) echo "SDK_TEST_OFFLINE must be 1 or unset"; exit 2 ;; esac
-case "$ONLY" in "" | python | typescript) ;; *) echo "SDK_TEST_ONLY must be python or typescript"; exit 2 ;; esac
+case "$ONLY" in "" | python | typescript | e2b) ;; *) echo "SDK_TEST_ONLY must be python, typescript or e2b"; exit 2 ;; esac
 
 PASSED=0
 FAILED=0
@@ -158,6 +160,7 @@ run make build || setup_failed "make build failed"
 
 KEY="pds_$(LC_ALL=C tr -dc 'A-Za-z0-9' </dev/urandom | head -c 32)"
 PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+E2B_PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 DATA="$(mktemp -d /var/tmp/ps-sdk-XXXX)"
 BASE_URL="http://127.0.0.1:$PORT"
 mkdir -p "$IMAGE_CACHE"
@@ -171,7 +174,7 @@ for _ in $(seq 1 50); do
   NET="10.$((201 + RANDOM % 50)).$(( (RANDOM % 16) * 16 ))"
   ip -4 route | grep -q "^${NET%.*}\." || break
 done
-PANDASTACK_API_KEY="$KEY" setsid bin/pandastack up --data-dir "$DATA" --addr "127.0.0.1:$PORT" \
+PANDASTACK_API_KEY="$KEY" setsid bin/pandastack up --data-dir "$DATA" --addr "127.0.0.1:$PORT" --e2b-addr "127.0.0.1:$E2B_PORT" \
   --image-cache "$IMAGE_CACHE" --network-cidr "$NET.0/20" >>"$LOG" 2>&1 &
 SERVER_PID=$!
 
@@ -202,6 +205,23 @@ else
   say "offline unit tests only: no server"
 fi
 
+# node_suite DIR NAME FILES [NODE_FLAGS…]: node --test of FILES (globs, relative to DIR) in DIR, the
+# spec report on stdout and the TAP one in $WORK/NAME.tap, whose counts go to PASSED and FAILED.
+node_suite() {
+  local dir="$1" name="$2" files="$3" tap="$WORK/$2.tap"
+  shift 3
+  run bash -c 'cd "$1" && tap="$2" files="$3" && shift 3 && exec timeout 3600 node --test "$@" \
+    --test-reporter=spec --test-reporter-destination=stdout \
+    --test-reporter=tap --test-reporter-destination="$tap" $files' _ "$dir" "$tap" "$files" "$@"
+  if grep -q '^# pass ' "$tap" 2>/dev/null; then
+    p=$(awk '/^# pass /{print $3}' "$tap")
+    f=$(awk '/^# (fail|cancelled) /{s += $3} END {print s + 0}' "$tap")
+    PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
+  else
+    say "the $name tests did not finish"; FAILED=$((FAILED + 1))
+  fi
+}
+
 # -- Python -----------------------------------------------------------------------------------
 
 if [ -z "$ONLY" ] || [ "$ONLY" = python ]; then
@@ -222,18 +242,36 @@ if [ -z "$ONLY" ] || [ "$ONLY" = typescript ]; then
   say "TypeScript SDK tests (node $(node --version 2>/dev/null))"
   if run bash -c 'cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build'; then
     if [ -n "$OFFLINE" ]; then files="test/offline.test.mjs"; elif [ -n "$SUITE" ]; then files="test/$SUITE.test.mjs"; else files="test/*.test.mjs test/*.test.cjs"; fi
-    run bash -c 'cd sdk/typescript && exec timeout 3600 node --test \
-      --test-reporter=spec --test-reporter-destination=stdout \
-      --test-reporter=tap --test-reporter-destination="$1" \
-      $2' _ "$WORK/typescript.tap" "$files"
-    if grep -q '^# pass ' "$WORK/typescript.tap" 2>/dev/null; then
-      p=$(awk '/^# pass /{print $3}' "$WORK/typescript.tap")
-      f=$(awk '/^# (fail|cancelled) /{s += $3} END {print s + 0}' "$WORK/typescript.tap")
-      PASSED=$((PASSED + p)); FAILED=$((FAILED + f))
-    else
-      say "the TypeScript tests did not finish"; FAILED=$((FAILED + 1))
-    fi
+    node_suite sdk/typescript TypeScript "$files"
   else
     say "npm ci or the TypeScript build failed"; FAILED=$((FAILED + 1))
+  fi
+fi
+
+# -- E2B compatibility (the stock npm SDKs against the facade) --------------------------------
+
+if [ -z "$OFFLINE" ] && { [ -z "$ONLY" ] || [ "$ONLY" = e2b ]; } && { [ -z "$SUITE" ] || [ -f "sdk/e2b-test/test/$SUITE.test.mjs" ]; }; then
+  say "E2B compatibility tests (e2b and @e2b/code-interpreter from npm, node $(node --version 2>/dev/null))"
+  # An E2B key of the default team, and one of a second team (its sandboxes must stay invisible).
+  E2B_KEY="$(bin/pandastack keys create --e2b --name e2b-test 2>>"$LOG")"
+  OTHER_KEY="$(bin/pandastack teams create "e2b-other-$$" 2>>"$LOG")"
+  E2B_OTHER="$(PANDASTACK_API_KEY="$OTHER_KEY" bin/pandastack keys create --e2b --name e2b-test 2>>"$LOG")"
+  if [ -z "$E2B_KEY" ] || [ -z "$E2B_OTHER" ]; then
+    say "could not make the E2B keys"; FAILED=$((FAILED + 1))
+  elif run bash -c 'cd sdk/e2b-test && npm ci --no-audit --no-fund --loglevel=error'; then
+    # A first create of code-interpreter-v1 waits for the template's bake, which on a loaded TCG
+    # host outlasts the SDK's 300 s header timeout: wait for up's background bake first.
+    for _ in $(seq 1 900); do
+      bin/pandastack template list --json 2>>"$LOG" | "$PYTHON" -c 'import json, sys
+sys.exit(0 if any(t["name"] == "code-interpreter" and t.get("baked") for t in json.load(sys.stdin)) else 1)' && break
+      sleep 2
+    done
+    if [ -n "$SUITE" ]; then files="test/$SUITE.test.mjs"; else files="test/*.test.mjs"; fi
+    # Only loopback: the facade for both planes, a domain that resolves nowhere for the rest.
+    export E2B_API_URL="http://127.0.0.1:$E2B_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$E2B_PORT" E2B_DOMAIN=e2b.invalid \
+      E2B_API_KEY="$E2B_KEY" E2B_OTHER_API_KEY="$E2B_OTHER" E2B_TEST_RUN="$$"
+    node_suite sdk/e2b-test E2B "$files" --test-concurrency=3
+  else
+    say "npm ci of sdk/e2b-test failed"; FAILED=$((FAILED + 1))
   fi
 fi

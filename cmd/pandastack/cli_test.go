@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -179,9 +180,17 @@ func TestCLI(t *testing.T) {
 	if _, _, err := run(t, "", "keys", "create", "--expires", "soon"); err == nil {
 		t.Fatal("--expires soon accepted")
 	}
+	// An E2B key (docs/e2b.md): E2B's format, refused on /v1.
+	e2bKey := strings.TrimSpace(mustRun(t, "", "keys", "create", "--e2b", "--name", "e2b"))
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(e2bKey) {
+		t.Fatalf("keys create --e2b printed %q", e2bKey)
+	}
+	if _, _, err := run(t, "", "sandbox", "list", "--api-key", e2bKey); err == nil || !strings.Contains(err.Error(), "malformed") {
+		t.Fatalf("an E2B key on /v1: %v", err)
+	}
 	var keys []map[string]any
 	json.Unmarshal([]byte(mustRun(t, "", "keys", "list", "--json")), &keys)
-	if len(keys) != 3 {
+	if len(keys) != 4 {
 		t.Fatalf("keys %v", keys)
 	}
 	var ciID string

@@ -42,7 +42,7 @@ var keys = printer[client.Key]{
 func keysCmd() *cobra.Command {
 	cmd, f := group("keys", "Create, list and revoke API keys of your team", "key")
 	var name, dataDir, databaseURL string
-	var admin bool
+	var admin, e2b bool
 	var scopes []string
 	var expires string
 	printKey := func(cmd *cobra.Command, k client.Key) error {
@@ -58,7 +58,7 @@ func keysCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		k, err := c.CreateKeyWith(ctx, v1.CreateKeyRequest{Name: name, Admin: admin, Scopes: scopes, ExpiresAt: at})
+		k, err := c.CreateKeyWith(ctx, v1.CreateKeyRequest{Name: name, Admin: admin, Scopes: scopes, ExpiresAt: at, E2B: e2b})
 		if err != nil {
 			return err
 		}
@@ -73,14 +73,15 @@ recorded in the key's name, in the log on stderr and, with --data-dir, in DIR/au
 	create.Example = `  pandastack keys create --name ci
   pandastack keys create --name agent --scope sandboxes --expires 24h   # sandbox calls only, for a day
   pandastack keys create --name dashboard --scope read                  # GET only
+  pandastack keys create --name agents --e2b                            # for the E2B SDKs (docs/e2b.md)
   sudo pandastack keys create --admin --data-dir /var/lib/pandastack     # recovery, on the machine`
 	api := create.RunE
 	create.RunE = func(cmd *cobra.Command, args []string) error {
 		if dataDir == "" && databaseURL == "" {
 			return api(cmd, args)
 		}
-		if len(scopes) > 0 || expires != "" {
-			return errors.New("--scope and --expires are for keys made through the API; a recovered admin key has neither")
+		if len(scopes) > 0 || expires != "" || e2b {
+			return errors.New("--scope, --expires and --e2b are for keys made through the API; a recovered admin key has neither")
 		}
 		k, err := recoverAdminKey(cmd, admin, name, dataDir, databaseURL)
 		if err != nil {
@@ -91,6 +92,7 @@ recorded in the key's name, in the log on stderr and, with --data-dir, in DIR/au
 	create.Flags().StringVar(&name, "name", "", "a label for the key")
 	create.Flags().BoolVar(&admin, "admin", false, "make an admin key (needs an admin key, or --data-dir as root)")
 	create.Flags().StringSliceVar(&scopes, "scope", nil, "limit the key: all (default), read (GET only), sandboxes (sandbox calls only), admin; repeatable or comma-separated")
+	create.Flags().BoolVar(&e2b, "e2b", false, "make a key of the E2B-compatible API (e2b_ + 40 hex; set it as E2B_API_KEY, see docs/e2b.md)")
 	create.Flags().StringVar(&expires, "expires", "", "when the key stops working: a duration from now (24h, 720h) or an RFC 3339 time")
 	create.Flags().StringVar(&dataDir, "data-dir", "", "recovery: make the key in this up data dir's store directly (root, on its machine)")
 	create.Flags().StringVar(&databaseURL, "database-url", "", "recovery: make the key in this store directly (SQLite path or postgres:// URL; root)")

@@ -18,6 +18,7 @@ func registerControlPlaneFlags(f *pflag.FlagSet, o *app.ControlPlaneConfig) {
 	durationVar(f, &o.DefaultTTL, "default-ttl", api.DefaultTTL, "TTL of a sandbox created without ttl_seconds")
 	durationVar(f, &o.MaxTTL, "max-ttl", api.DefaultMaxTTL, "largest ttl_seconds accepted")
 	f.Int64Var(&o.MaxUploadBytes, "max-upload-bytes", api.DefaultMaxUploadBytes, "largest file upload accepted")
+	f.StringVar(&o.E2BAddr, "e2b-addr", "", "listen address of the E2B-compatible API, e.g. 127.0.0.1:3000 (off unless set): the stock E2B SDKs work with E2B_API_URL and E2B_SANDBOX_URL set to it and E2B_API_KEY from keys create --e2b (docs/e2b.md)")
 	f.StringVar(&o.ProxyDomain, "proxy-domain", "localhost", `sandbox ports are served at <port>-<sandbox id>.<domain> through this server (empty: no proxy); point a wildcard DNS record *.<domain> at it`)
 	f.BoolVar(&o.PrivatePorts, "private-ports", false, "sandboxes' ports need their traffic token (a create may still ask for public_ports: true); default: a port is reachable by anyone who knows its sandbox id")
 	f.StringArrayVar(&o.EgressOpen, "egress-open", nil, "a private range (IPv4 CIDR) every sandbox may reach, e.g. a corporate proxy's (repeatable; teams may then allow inside it); loopback, link-local, multicast, the sandboxes' links and the hosts' own addresses stay blocked")
@@ -100,6 +101,9 @@ printed once on stderr.`,
 			}
 			log.Info("control plane listening", "addr", ln.Addr().String(), "store", string(cp.Store.Dialect()),
 				"agents", len(o.Agents), "agent_registration", o.ClusterToken != "")
+			if cp.E2BURL != "" {
+				log.Info("E2B-compatible API listening (docs/e2b.md)", "E2B_API_URL", cp.E2BURL, "E2B_SANDBOX_URL", cp.E2BURL)
+			}
 			return cp.Serve(ctx, ln)
 		},
 	}

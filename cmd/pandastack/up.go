@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/pandastack/pandastack/web"
+
 	"github.com/pandastack/pandastack/internal/app"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/image"
@@ -85,6 +87,10 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 				rejected = s.KeyRecovery
 			}
 			printBanner(cmd.OutOrStdout(), s.URL, s.Key, s.KeyPreset, s.DataDir, rejected)
+			if s.CP.E2BURL != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "E2B SDKs (docs/e2b.md):\n  export E2B_API_URL=%[1]s E2B_SANDBOX_URL=%[1]s E2B_API_KEY=$(%[2]s keys create --e2b)\n\n",
+					s.CP.E2BURL, "pandastack")
+			}
 			return s.Serve(ctx)
 		},
 	}
@@ -104,6 +110,14 @@ it non-interactively), otherwise a new key printed once. A restart keeps keys an
 		"hibernate sandboxes no call touched for this long, e.g. 5m (memory to disk, VM stopped; the next call wakes them); 0: never")
 	registerControlPlaneFlags(f, &cfg.ControlPlane)
 	rootCmd.AddCommand(cmd)
+}
+
+// consoleLine is the banner's console line: where it is, or that this binary has none.
+func consoleLine(url string) string {
+	if !web.Built() {
+		return url + "/   (not built into this binary: make build)"
+	}
+	return url + "/   (sign in with the API key)"
 }
 
 // printBanner prints the base URL, the key and a quickstart. A preset key (from
@@ -132,6 +146,7 @@ func printBanner(w io.Writer, url, key string, preset bool, dataDir, rejected st
 	fmt.Fprintf(w, `
 PandaStack is up.
   base URL:  %s
+  console:   %s
   API key:   %s
   data dir:  %s
 
@@ -140,5 +155,5 @@ Quickstart:
   id=$(%s sandbox create --template base -q)
   %s sandbox exec "$id" -- python -c 'print(2 ** 10)'
 
-`, url, keyLine, dataDir, url, export, self, self)
+`, url, consoleLine(url), keyLine, dataDir, url, export, self, self)
 }

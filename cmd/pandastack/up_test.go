@@ -90,10 +90,12 @@ type upProcess struct {
 
 // startUp starts `up` on dir with key (no bake, no network, a poolGiB disk pool) and returns once
 // its banner says it is up.
-func startUp(t *testing.T, dir, key string, poolGiB int) *upProcess {
+// extra are more flags (a later one wins: "--network=true" turns the network on).
+func startUp(t *testing.T, dir, key string, poolGiB int, extra ...string) *upProcess {
 	t.Helper()
-	u := &upProcess{cmd: exec.Command(os.Args[0], "up", "--data-dir", dir, "--addr", "127.0.0.1:0", "--bake", "",
-		"--pool-gib", strconv.Itoa(poolGiB), "--network=false", "--guest-agent", testenv.GuestAgent(t), "--image-cache", testenv.ImageCache())}
+	args := append([]string{"up", "--data-dir", dir, "--addr", "127.0.0.1:0", "--bake", "",
+		"--pool-gib", strconv.Itoa(poolGiB), "--network=false", "--guest-agent", testenv.GuestAgent(t), "--image-cache", testenv.ImageCache()}, extra...)
+	u := &upProcess{cmd: exec.Command(os.Args[0], args...)}
 	u.cmd.Env = append(os.Environ(), "PANDASTACK_TEST_MAIN=1", "PANDASTACK_API_KEY="+key)
 	u.cmd.Stderr = &u.stderr
 	var err error

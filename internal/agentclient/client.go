@@ -362,50 +362,98 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest) (io
 
 func filesPath(id, sub string) string { return "/v1/sandboxes/" + url.PathEscape(id) + "/files" + sub }
 
-// ReadFile opens a file's bytes; the caller closes the body. Content-Length is on the response.
-func (c *Client) ReadFile(ctx context.Context, id, path string) (*http.Response, error) {
-	return c.Raw(ctx, "GET", filesPath(id, ""), url.Values{"path": {path}}, nil, -1, nil)
+// Files are a sandbox's file calls made as one guest account (FilesAs).
+type Files struct {
+	c    *Client
+	user string // "": the guest's default account
 }
 
-// WriteFile streams body into a file (creating parents) and returns its stat.
-func (c *Client) WriteFile(ctx context.Context, id, path string, body io.Reader, size int64) (Stat, error) {
-	var st Stat
-	return st, c.endpoint().Upload(ctx, "PUT", filesPath(id, ""), url.Values{"path": {path}}, body, size, &st)
-}
+// FilesAs is the file calls made as user ("" the guest's default account).
+func (c *Client) FilesAs(user string) Files { return Files{c: c, user: user} }
 
-// ListFiles lists a directory.
-func (c *Client) ListFiles(ctx context.Context, id, path string, depth int) ([]Stat, error) {
+// query is path's query, with the account when one is named.
+func (f Files) query(path string) url.Values {
 	q := url.Values{"path": {path}}
+	if f.user != "" {
+		q.Set("user", f.user)
+	}
+	return q
+}
+
+// Read opens a file's bytes; the caller closes the body. Content-Length is on the response.
+func (f Files) Read(ctx context.Context, id, path string) (*http.Response, error) {
+	return f.c.Raw(ctx, "GET", filesPath(id, ""), f.query(path), nil, -1, nil)
+}
+
+// Write streams body into a file (creating parents) and returns its stat.
+func (f Files) Write(ctx context.Context, id, path string, body io.Reader, size int64) (Stat, error) {
+	var st Stat
+	return st, f.c.endpoint().Upload(ctx, "PUT", filesPath(id, ""), f.query(path), body, size, &st)
+}
+
+// List lists a directory, depth levels deep (0: the agent's default, 1).
+func (f Files) List(ctx context.Context, id, path string, depth int) ([]Stat, error) {
+	q := f.query(path)
 	if depth > 0 {
 		q.Set("depth", fmt.Sprint(depth))
 	}
 	var out hostapi.StatList
-	return out.Entries, c.callQ(ctx, "GET", filesPath(id, "/list"), q, nil, &out)
+	return out.Entries, f.c.callQ(ctx, "GET", filesPath(id, "/list"), q, nil, &out)
 }
 
-// StatFile stats a path.
-func (c *Client) StatFile(ctx context.Context, id, path string) (Stat, error) {
+// Stat stats a path.
+func (f Files) Stat(ctx context.Context, id, path string) (Stat, error) {
 	var st Stat
-	return st, c.callQ(ctx, "GET", filesPath(id, "/stat"), url.Values{"path": {path}}, nil, &st)
+	return st, f.c.callQ(ctx, "GET", filesPath(id, "/stat"), f.query(path), nil, &st)
 }
 
 // Mkdir creates a directory (and parents).
-func (c *Client) Mkdir(ctx context.Context, id, path string) error {
-	return c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/files/mkdir", hostapi.MkdirRequest{Path: path}, nil)
+func (f Files) Mkdir(ctx context.Context, id, path string) error {
+	return f.c.call(ctx, "POST", filesPath(id, "/mkdir"), hostapi.MkdirRequest{Path: path, User: f.user}, nil)
 }
 
 // Remove deletes a path.
-func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) error {
-	q := url.Values{"path": {path}}
+func (f Files) Remove(ctx context.Context, id, path string, recursive bool) error {
+	q := f.query(path)
 	if recursive {
 		q.Set("recursive", "true")
 	}
-	return c.callQ(ctx, "DELETE", filesPath(id, ""), q, nil, nil)
+	return f.c.callQ(ctx, "DELETE", filesPath(id, ""), q, nil, nil)
 }
 
 // Move renames a path.
+func (f Files) Move(ctx context.Context, id, from, to string) error {
+	return f.c.call(ctx, "POST", filesPath(id, "/move"), hostapi.MoveRequest{From: from, To: to, User: f.user}, nil)
+}
+
+// ReadFile, WriteFile, ListFiles, StatFile, Mkdir, Remove and Move are the file calls as the
+// guest's default account.
+func (c *Client) ReadFile(ctx context.Context, id, path string) (*http.Response, error) {
+	return c.FilesAs("").Read(ctx, id, path)
+}
+
+func (c *Client) WriteFile(ctx context.Context, id, path string, body io.Reader, size int64) (Stat, error) {
+	return c.FilesAs("").Write(ctx, id, path, body, size)
+}
+
+func (c *Client) ListFiles(ctx context.Context, id, path string, depth int) ([]Stat, error) {
+	return c.FilesAs("").List(ctx, id, path, depth)
+}
+
+func (c *Client) StatFile(ctx context.Context, id, path string) (Stat, error) {
+	return c.FilesAs("").Stat(ctx, id, path)
+}
+
+func (c *Client) Mkdir(ctx context.Context, id, path string) error {
+	return c.FilesAs("").Mkdir(ctx, id, path)
+}
+
+func (c *Client) Remove(ctx context.Context, id, path string, recursive bool) error {
+	return c.FilesAs("").Remove(ctx, id, path, recursive)
+}
+
 func (c *Client) Move(ctx context.Context, id, from, to string) error {
-	return c.call(ctx, "POST", "/v1/sandboxes/"+url.PathEscape(id)+"/files/move", hostapi.MoveRequest{From: from, To: to}, nil)
+	return c.FilesAs("").Move(ctx, id, from, to)
 }
 
 func processPath(id string, pid int, sub string) string {

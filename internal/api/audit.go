@@ -127,8 +127,13 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) {
 }
 
 func auditViewOf(e store.AuditEntry) v1.AuditEntry {
-	return v1.AuditEntry{ID: e.ID, KeyID: e.KeyID, Method: e.Method, Route: e.Route, ResourceID: e.ResourceID,
-		Status: e.Status, RequestID: e.RequestID, Source: e.Source, CreatedAt: v1.Timestamp(e.CreatedAt)}
+	return v1.AuditEntry{ID: e.ID, KeyID: e.KeyID, Change: changeOf(e), RequestID: e.RequestID, Source: e.Source,
+		CreatedAt: v1.Timestamp(e.CreatedAt)}
+}
+
+// changeOf is what an audit entry says about the call alone (GET /v1/events' change events).
+func changeOf(e store.AuditEntry) v1.Change {
+	return v1.Change{Method: e.Method, Route: e.Route, ResourceID: e.ResourceID, Status: e.Status}
 }
 
 // RunAuditPruner deletes audit entries older than the retention every interval (and once at
@@ -148,6 +153,10 @@ func (s *Server) RunAuditPruner(ctx context.Context) {
 
 // PruneAudit deletes the entries older than the retention once.
 func (s *Server) PruneAudit(ctx context.Context) {
+	// The E2B facade's rows of killed sandboxes go in the same hourly pass.
+	if _, err := s.store.PruneE2BSandboxes(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("e2b: prune of killed sandboxes' rows failed", "err", err)
+	}
 	n, err := s.store.PruneAudit(ctx, s.now().Add(-s.cfg.AuditRetention))
 	switch {
 	case err != nil && ctx.Err() == nil:

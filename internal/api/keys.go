@@ -43,7 +43,15 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.New(errdefs.Forbidden, "only an admin key can create admin keys"))
 		return
 	}
-	k, secret, err := auth.Issue(r.Context(), s.store, store.APIKey{TeamID: id.TeamID, Name: req.Name, Admin: admin,
+	issue := auth.Issue
+	if req.E2B {
+		if admin {
+			s.writeError(w, r, invalid("an E2B key cannot be an admin key: it works only on the E2B-compatible API"))
+			return
+		}
+		issue = auth.IssueE2B
+	}
+	k, secret, err := issue(r.Context(), s.store, store.APIKey{TeamID: id.TeamID, Name: req.Name, Admin: admin,
 		Scopes: scopes, ExpiresAt: expires})
 	s.reply(w, r, http.StatusCreated, keyView(k, secret), err)
 }

@@ -15,7 +15,7 @@ import (
 // connection through (the key stays here: the host gets its own token).
 func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	err := onlyParams(q, "cmd", "user", "cwd", "cols", "rows")
+	err := onlyParams(q, "cmd", "user", "cwd", "cols", "rows", "ticket") // ticket: see ticketed
 	for _, name := range []string{"cols", "rows"} {
 		if v := q.Get(name); err == nil && v != "" {
 			if n, perr := strconv.Atoi(v); perr != nil || n < 1 || n > guest.MaxTermSize {
@@ -41,9 +41,16 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
 			pr.Out.URL.Path, pr.Out.URL.RawPath = "/v1/sandboxes/"+url.PathEscape(sb.ID)+"/pty", ""
+			oq := pr.Out.URL.Query()
+			oq.Del("ticket")
+			pr.Out.URL.RawQuery = oq.Encode()
 			pr.Out.Host = base.Host
 			pr.Out.Header.Set("Authorization", "Bearer "+c.Token)
 			pr.Out.Header.Del("Cookie")
+			// The caller is authenticated here (a key or a ticket, never a cookie, so another
+			// site's page cannot open a terminal as a user): the host's own Origin check, meant
+			// for direct browser connections, must not see a browser's Origin (the console's).
+			pr.Out.Header.Del("Origin")
 		},
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

@@ -98,8 +98,13 @@ func ceilSeconds(d time.Duration) string {
 // every answer its bucket's state in X-RateLimit-Limit, -Remaining and -Reset (seconds until
 // full). A create takes from both buckets and reports its own, the stricter.
 func (s *Server) rateLimited(rt route, next http.Handler) http.Handler {
+	return s.limited(creates[rt.method+" "+rt.path], s.writeError, next)
+}
+
+// limited is rateLimited for a call that is a create or not, answering a refusal with writeErr.
+func (s *Server) limited(isCreate bool, writeErr func(http.ResponseWriter, *http.Request, error), next http.Handler) http.Handler {
 	all, create := s.limits.all, s.limits.create
-	if !creates[rt.method+" "+rt.path] {
+	if !isCreate {
 		create = nil
 	}
 	if all == nil && create == nil {
@@ -122,7 +127,7 @@ func (s *Server) rateLimited(rt route, next http.Handler) http.Handler {
 				if b == create {
 					what = "creates"
 				}
-				s.writeError(w, r, errdefs.WithCode(errdefs.Exhausted, "rate_limited",
+				writeErr(w, r, errdefs.WithCode(errdefs.Exhausted, "rate_limited",
 					"rate limit: this key may make %g %s a second (bursts of %d); retry after %s s", b.rate, what, int(b.size), ceilSeconds(wait)))
 				return
 			}

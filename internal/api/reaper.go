@@ -86,13 +86,17 @@ func (s *Server) reapBatch(ctx context.Context, batch []store.Sandbox) (int, err
 		wg.Add(1)
 		go func(sb store.Sandbox) {
 			defer func() { <-slots; wg.Done() }()
-			err := s.svc.Kill(ctx, sb, "ttl expired")
+			paused, err := s.svc.Expire(ctx, sb)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				if first == nil {
 					first = err
 				}
+				return
+			}
+			if paused {
+				s.log.Info("sandbox expired: paused (it pauses on timeout)", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
 				return
 			}
 			s.log.Info("sandbox expired: killed", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)

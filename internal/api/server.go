@@ -17,12 +17,14 @@ import (
 	"net/netip"
 	"regexp"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/apps"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/functions"
+	"github.com/pandastack/pandastack/internal/inflight"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/schedules"
@@ -85,6 +87,9 @@ type Config struct {
 	RateLimit RateLimit
 	// Quota is every team's default limits (zero: none); an admin key may override them per team.
 	Quota Quota
+	// Console serves every GET of a path outside the API (/v1, /internal, /healthz, /metrics): the
+	// web console (package web). Nil: those answer the JSON 404 too.
+	Console http.Handler
 	// SecretsKey (32 bytes) seals functions' and apps' secrets at rest (AES-256-GCM); empty: unsealed.
 	SecretsKey []byte
 	// GuestCA is PEM of extra CA certificates app builds and instances trust; empty: none.
@@ -113,6 +118,8 @@ type Server struct {
 	auth    *auth.Authenticator
 	metrics *metrics
 	limits  struct{ all, create *buckets } // nil: no rate limit
+	tickets terminalTickets
+	streams inflight.Counter // open GET /v1/events streams by key
 	handler http.Handler
 	reaper  reaper
 }
@@ -226,6 +233,8 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", apiKey, s.signalProcess},
 		{"DELETE", "/v1/sandboxes/{id}/processes/{pid}", apiKey, s.killProcess},
 		{"GET", auth.TerminalRoute, apiKey, s.pty},
+		{"POST", auth.TerminalRoute + "/ticket", apiKey, s.terminalTicket},
+		{"GET", "/v1/events", apiKey, s.events},
 		{"POST", "/v1/sandboxes/{id}/fork", apiKey, s.fork},
 		{"POST", "/v1/sandboxes/{id}/snapshots", apiKey, s.createSnapshot},
 		{"POST", "/v1/sandboxes/{id}/hibernate", apiKey, s.hibernate},
@@ -290,18 +299,37 @@ func (s *Server) routes() http.Handler {
 		case cluster:
 			h = s.cluster(rt.handler)
 		case apiKey:
-			h = s.auth.Middleware(s.rateLimited(rt, s.audited(rt, s.scoped(rt, rt.handler))), s.writeError)
+			inner := s.rateLimited(rt, s.audited(rt, s.scoped(rt, rt.handler)))
+			h = s.auth.Middleware(inner, s.writeError)
+			if rt.path == auth.TerminalRoute {
+				h = s.ticketed(h, inner)
+			}
 		}
 		mux.Handle(rt.method+" "+rt.path, h)
 	}
 	// Apps' git remotes (git's smart HTTP protocol, its own Basic auth): not part of the /v1 API.
 	mux.HandleFunc("GET /git/{repo}/{rest...}", s.gitRemote)
 	mux.HandleFunc("POST /git/{repo}/{rest...}", s.gitRemote)
-	// A catch-all keeps every miss (unknown path or method) in the JSON error shape.
+	// A catch-all keeps every miss (unknown path or method) in the JSON error shape; GETs of
+	// other paths are the console's (its pages, its files, index.html for the rest).
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Console != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead) && !apiPath(r.URL.Path) {
+			s.cfg.Console.ServeHTTP(w, r)
+			return
+		}
 		s.writeError(w, r, notFound("no API route for %s %s", r.Method, r.URL.Path))
 	})
 	return s.outer(s.ports(mux))
+}
+
+// apiPath reports whether p belongs to the API (never the console's).
+func apiPath(p string) bool {
+	for _, pre := range []string{"/v1/", "/internal/"} {
+		if strings.HasPrefix(p, pre) {
+			return true
+		}
+	}
+	return p == "/v1" || p == "/internal" || p == "/healthz" || p == "/metrics"
 }
 
 // ports sends requests for <port>-<id>.<domain> to the sandbox proxy, those for

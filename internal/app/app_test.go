@@ -24,10 +24,11 @@ import (
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // A control plane on a fresh SQLite file makes the first key once, answers /healthz with its
-// version, stops serving when its context ends and closes its store on Close.
+// version (and the E2B facade on its own listener, over HTTP/1.1 and h2c), stops serving when its
+// context ends and closes its store on Close.
 func TestControlPlaneServesAndStops(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "state.db")
-	cfg := ControlPlaneConfig{DatabaseURL: db, Version: "v-test", Logger: quiet()}
+	cfg := ControlPlaneConfig{DatabaseURL: db, Version: "v-test", Logger: quiet(), E2BAddr: "127.0.0.1:0"}
 	cp, key, err := StartControlPlane(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +57,22 @@ func TestControlPlaneServesAndStops(t *testing.T) {
 	resp.Body.Close()
 	if err != nil || !h.OK || h.Version != "v-test" || h.Store != "sqlite" {
 		t.Fatalf("healthz: %+v, %v", h, err)
+	}
+	h2c := &http.Transport{Protocols: new(http.Protocols)}
+	h2c.Protocols.SetUnencryptedHTTP2(true)
+	for i, c := range []*http.Client{http.DefaultClient, {Transport: h2c}} {
+		resp, err := c.Get(cp.E2BURL + "/v2/sandboxes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.ProtoMajor != i+1 {
+			t.Fatalf("client %d spoke %s", i, resp.Proto)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(b), `"code":401`) {
+			t.Fatalf("the E2B API without a key (%s): %d %s", resp.Proto, resp.StatusCode, b)
+		}
 	}
 
 	cancel()

@@ -18,9 +18,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pandastack/pandastack/web"
+
 	"github.com/pandastack/pandastack/internal/api"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/blob"
+	"github.com/pandastack/pandastack/internal/e2bcompat"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
@@ -55,7 +58,10 @@ type ControlPlaneConfig struct {
 	// TLS-inspecting proxy's, for package registries).
 	GuestCAFiles []string
 	Version      string // reported by /healthz
-	Logger       *slog.Logger
+	// E2BAddr is the listen address of the E2B-compatible API (internal/e2bcompat,
+	// docs/e2b.md); empty: off.
+	E2BAddr string
+	Logger  *slog.Logger
 }
 
 // ControlPlane is a running store + scheduler + API server and their background loops.
@@ -66,9 +72,12 @@ type ControlPlane struct {
 	Blob      blob.Store // nil without --blob-store
 	// PresetKeyOK: the config's PresetKey is a usable key of the store (made now, or known).
 	PresetKeyOK bool
-	log         *slog.Logger
-	cancel      context.CancelFunc
-	done        chan struct{}
+	// E2BURL is the base URL of the E2B-compatible API ("" when off).
+	E2BURL string
+	e2bLn  net.Listener
+	log    *slog.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // StartControlPlane opens the store, makes the first key of an empty store, registers the static
@@ -130,11 +139,23 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	}
 	srv := api.New(api.Config{Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
 		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, Quota: o.Quota, RateLimit: o.RateLimit,
-		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey, GitDir: gitDir(o),
-		GuestCA: guestCA})
+		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey,
+		Console: web.Handler(), GitDir: gitDir(o), GuestCA: guestCA})
+	var e2bLn net.Listener
+	if o.E2BAddr != "" {
+		if e2bLn, err = net.Listen("tcp", o.E2BAddr); err != nil {
+			srv.Close()
+			st.Close()
+			return nil, "", fmt.Errorf("--e2b-addr: %w", err)
+		}
+	}
 	// The loops outlive a cancelled start-up context: Close stops them, after the listener.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	cp := &ControlPlane{Store: st, Scheduler: sched, API: srv, Blob: bs, PresetKeyOK: presetOK, log: o.Logger, cancel: cancel, done: make(chan struct{})}
+	cp := &ControlPlane{Store: st, Scheduler: sched, API: srv, Blob: bs, PresetKeyOK: presetOK, log: o.Logger, cancel: cancel,
+		done: make(chan struct{}), e2bLn: e2bLn}
+	if e2bLn != nil {
+		cp.E2BURL = BaseURL(e2bLn.Addr().String())
+	}
 	go func() {
 		defer close(cp.done)
 		go sched.Run(lctx)
@@ -168,29 +189,50 @@ func warnPresetKey(o ControlPlaneConfig, why error) {
 		"key", auth.DisplayPrefix(o.PresetKey)+"…", "why", why.Error())
 }
 
-// Serve answers on ln until ctx ends, then drains requests for up to 10 s.
+// Serve answers on ln (and on the E2B-compatible API's listener, when on) until ctx ends, then
+// drains requests for up to 10 s.
 func (cp *ControlPlane) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: cp.API.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(cp.log.Handler(), slog.LevelWarn)}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	servers := []*http.Server{cp.httpServer(cp.API.Handler())}
+	lns := []net.Listener{ln}
+	if cp.e2bLn != nil {
+		// The E2B SDKs speak HTTP/1.1 to a plain http:// URL; connect-go clients may use h2c.
+		e := cp.httpServer(e2bcompat.New(cp.API.E2BBackend()))
+		e.Protocols = new(http.Protocols)
+		e.Protocols.SetHTTP1(true)
+		e.Protocols.SetUnencryptedHTTP2(true)
+		servers, lns = append(servers, e), append(lns, cp.e2bLn)
+	}
+	errc := make(chan error, len(servers))
+	for i, hs := range servers {
+		go func() { errc <- hs.Serve(lns[i]) }()
+	}
+	var err error
 	select {
-	case err := <-errc:
-		return err
+	case err = <-errc:
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		hs.Close()
+	for _, hs := range servers {
+		if serr := hs.Shutdown(sctx); serr != nil {
+			hs.Close()
+		}
 	}
-	return nil
+	return err
+}
+
+func (cp *ControlPlane) httpServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(cp.log.Handler(), slog.LevelWarn)}
 }
 
 // Close stops the background loops and then closes the store they use.
 func (cp *ControlPlane) Close() {
 	cp.cancel()
 	<-cp.done
+	if cp.e2bLn != nil {
+		cp.e2bLn.Close()
+	}
 	cp.Store.Close()
 }
 

@@ -126,6 +126,11 @@ func (a *Authenticator) Authenticate(ctx context.Context, key string) (Identity,
 	if err := Validate(key); err != nil {
 		return Identity{}, err
 	}
+	return a.lookup(ctx, key)
+}
+
+// lookup finds a well-formed key among the stored ones.
+func (a *Authenticator) lookup(ctx context.Context, key string) (Identity, error) {
 	cands, err := a.Store.KeysByPrefix(ctx, DisplayPrefix(key))
 	if err != nil {
 		return Identity{}, err
@@ -195,6 +200,47 @@ func (a *Authenticator) Middleware(next http.Handler, onError func(http.Response
 	})
 }
 
+// E2B keys: the stock E2B SDKs check a key against ^e2b_[0-9a-f]+$ in some releases, so keys for
+// the E2B facade (internal/e2bcompat) are "e2b_" + 40 hex characters (160 bits). They are stored
+// hashed like every key, in the same table, and work only on the facade: the /v1 API refuses them
+// as malformed, and the facade refuses every other key.
+const (
+	E2BKeyPrefix = "e2b_"
+	E2BSecretLen = 40
+)
+
+var errE2BMalformed = unauthorized(fmt.Sprintf("malformed API key: the E2B API takes keys made by `pandastack keys create --e2b` (%q followed by %d hex digits) in X-API-KEY", E2BKeyPrefix, E2BSecretLen))
+
+// NewE2BKey returns a fresh random E2B key.
+func NewE2BKey() (string, error) {
+	s, err := RandomString(E2BSecretLen, "0123456789abcdef")
+	return E2BKeyPrefix + s, err
+}
+
+// ValidateE2B checks an E2B key's shape without touching the store.
+func ValidateE2B(key string) error {
+	if !strings.HasPrefix(key, E2BKeyPrefix) || len(key) != len(E2BKeyPrefix)+E2BSecretLen {
+		return errE2BMalformed
+	}
+	for i := len(E2BKeyPrefix); i < len(key); i++ {
+		if c := key[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return errE2BMalformed
+		}
+	}
+	return nil
+}
+
+// AuthenticateE2B checks an E2B key (from X-API-KEY) as Authenticate checks a bearer key.
+func (a *Authenticator) AuthenticateE2B(ctx context.Context, key string) (Identity, error) {
+	if key == "" {
+		return Identity{}, unauthorized("missing API key: send the header X-API-KEY (set E2B_API_KEY to a key from `pandastack keys create --e2b`)")
+	}
+	if err := ValidateE2B(key); err != nil {
+		return Identity{}, err
+	}
+	return a.lookup(ctx, key)
+}
+
 // NewID returns prefix + 20 random lowercase letters and digits (ids are opaque to clients).
 func NewID(prefix string) string {
 	s, err := RandomString(20, "0123456789abcdefghijklmnopqrstuvwxyz")
@@ -213,7 +259,16 @@ func IssueKey(ctx context.Context, st *store.Store, teamID, name string, admin b
 // Issue makes a new key like k (team, name, admin, scopes, expiry), stores its hash and returns
 // the record and the secret.
 func Issue(ctx context.Context, st *store.Store, k store.APIKey) (store.APIKey, string, error) {
-	secret, err := NewKey()
+	return issue(ctx, st, k, NewKey)
+}
+
+// IssueE2B is Issue for a key of the E2B facade (e2b_ + 40 hex).
+func IssueE2B(ctx context.Context, st *store.Store, k store.APIKey) (store.APIKey, string, error) {
+	return issue(ctx, st, k, NewE2BKey)
+}
+
+func issue(ctx context.Context, st *store.Store, k store.APIKey, newKey func() (string, error)) (store.APIKey, string, error) {
+	secret, err := newKey()
 	if err != nil {
 		return store.APIKey{}, "", err
 	}

@@ -290,6 +290,23 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest, onO
 	return res, nil
 }
 
+// Events follows GET /v1/events, calling each for every event (pings included) until each
+// returns true or an error, ctx ends (nil then), or the stream ends (its key revoked: an error).
+func (c *Client) Events(ctx context.Context, each func(ev v1.Event) (done bool, err error)) error {
+	err := c.streamRequest(ctx, "GET", "/v1/events", nil, nil, -1, "", "the events stream ended (key revoked or expired?)", 1<<20,
+		func(line []byte, _ string) (bool, error) {
+			var ev v1.Event
+			if err := json.Unmarshal(line, &ev); err != nil {
+				return false, fmt.Errorf("bad line in the events stream: %w", err)
+			}
+			return each(ev)
+		})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
 // ReadFile opens a file of the sandbox; the caller closes it.
 func (c *Client) ReadFile(ctx context.Context, id, path string) (io.ReadCloser, int64, error) {
 	resp, err := c.Do(ctx, "GET", sbPath(id, "/files"), url.Values{"path": {path}}, nil, -1, "", "")

@@ -40,10 +40,10 @@ func (s *Service) Invoke(ctx context.Context, teamID, id string, payload json.Ra
 	if err != nil {
 		return store.FunctionRun{}, err
 	}
-	if !s.acquire(fn.ID, v.MaxConcurrency) {
+	if !s.busy.Acquire(fn.ID, v.MaxConcurrency) {
 		return store.FunctionRun{}, errdefs.New(errdefs.Exhausted, "function %s has %d invocations running, its max_concurrency: retry later", fn.Name, v.MaxConcurrency)
 	}
-	defer s.release(fn.ID)
+	defer s.busy.Release(fn.ID)
 	run, err := s.cfg.Store.CreateFunctionRun(ctx, store.FunctionRun{ID: auth.NewID("run_"), FunctionID: fn.ID, TeamID: teamID,
 		Version: v.Version, Trigger: trigger, Status: RunRunning, Attempts: 1, Payload: string(payload)})
 	if err != nil {
@@ -83,7 +83,7 @@ func (s *Service) runAsync(fn store.Function, v store.FunctionVersion, run store
 	go s.renew(run.ID, stop)
 	backoff := time.Second
 	for {
-		for !s.acquire(fn.ID, v.MaxConcurrency) { // wait for a slot
+		for !s.busy.Acquire(fn.ID, v.MaxConcurrency) { // wait for a slot
 			if !s.sleep(200 * time.Millisecond) {
 				return
 			}
@@ -94,7 +94,7 @@ func (s *Service) runAsync(fn store.Function, v store.FunctionVersion, run store
 			s.log.Warn("functions: could not record an attempt", "run", run.ID, "err", err)
 		}
 		s.attempt(s.ctx, fn, v, &run)
-		s.release(fn.ID)
+		s.busy.Release(fn.ID)
 		final := run.Status == RunSucceeded || run.Attempts > v.Retries
 		if err := s.cfg.Store.UpdateFunctionRun(context.WithoutCancel(s.ctx), run, final); err != nil {
 			s.log.Warn("functions: could not record a run", "run", run.ID, "err", err)
@@ -207,24 +207,6 @@ func (s *Service) InvokeForSchedule(ctx context.Context, teamID, id string, payl
 		out = run.ErrorType + ": " + run.ErrorMessage
 	}
 	return run.ID, out, run.Status != RunSucceeded, nil
-}
-
-func (s *Service) acquire(fnID string, limit int64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if int64(s.busy[fnID]) >= limit {
-		return false
-	}
-	s.busy[fnID]++
-	return true
-}
-
-func (s *Service) release(fnID string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.busy[fnID]--; s.busy[fnID] <= 0 {
-		delete(s.busy, fnID)
-	}
 }
 
 // invocation is what the runner answers on POST /invoke.

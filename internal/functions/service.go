@@ -31,6 +31,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/bundle"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/inflight"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/templates"
@@ -94,8 +95,7 @@ type Service struct {
 	cfg Config
 	log *slog.Logger
 
-	mu   sync.Mutex
-	busy map[string]int // running invocations per function (this replica)
+	busy inflight.Counter // running invocations per function (this replica)
 
 	rebakeMu sync.Mutex // one re-bake of a lost warm snapshot at a time
 
@@ -113,7 +113,7 @@ func New(cfg Config) *Service {
 		cfg.BaseTemplate = BaseTemplate
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, log: cfg.Logger, busy: map[string]int{}, ctx: ctx, cancel: cancel}
+	return &Service{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
 }
 
 // Close stops retries of async runs and waits for the background work.

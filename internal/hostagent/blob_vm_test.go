@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/blob/blobtest"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // A host with a blob store publishes what it bakes; a second host with an empty data dir and an
@@ -62,5 +63,48 @@ func TestTemplatesTravelThroughBlobStore(t *testing.T) {
 	}
 	if strings.Contains(said(), "pulling") {
 		t.Fatalf("a restarted host pulled its template again:\n%s", said())
+	}
+}
+
+// TestSnapshotsTravelThroughBlobStore: a snapshot taken on a host with a blob store is published; another host that has neither the
+// snapshot nor its template restores it after pulling it: the files and the running processes
+// are the parent's. A second restore there uses the pulled copy; an id in no store is a 404.
+func TestSnapshotsTravelThroughBlobStore(t *testing.T) {
+	t.Parallel()
+	// A directory store: the S3 driver's credentials are process environment (t.Setenv), which a
+	// parallel test cannot set; TestTemplatesTravelThroughBlobStore and blobtest cover S3.
+	url := "file://" + t.TempDir()
+
+	a := newHarness(t, func(c *Config) { c.BlobStore = url })
+	parent := a.create()
+	if r := a.exec(parent.ID, map[string]any{"cmd": "echo from-host-a > /tmp/mark && (setsid sleep 3600 >/dev/null 2>&1 &)"}); r.ExitCode != 0 {
+		t.Fatalf("prepare the parent: %+v", r)
+	}
+	var snap hostapi.Snapshot
+	if code := a.call("POST", "/v1/sandboxes/"+parent.ID+"/snapshots", nil, &snap); code != 201 && code != 200 {
+		t.Fatalf("snapshot: status %d", code)
+	}
+	if !snap.Published {
+		t.Fatalf("a host with a blob store did not publish its snapshot: %+v", snap)
+	}
+
+	b := newHarness(t, func(c *Config) { c.BlobStore = url })
+	for i := range 2 {
+		var sb hostapi.Sandbox
+		if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID}, &sb); code != 201 {
+			t.Fatalf("restore %d of a published snapshot on another host: status %d", i, code)
+		}
+		r := b.exec(sb.ID, map[string]any{"cmd": "cat /tmp/mark && pgrep -x sleep >/dev/null && echo sleeper-alive"})
+		if r.ExitCode != 0 || r.Stdout != "from-host-a\nsleeper-alive\n" {
+			t.Fatalf("restore %d on host B: %+v", i, r)
+		}
+	}
+	for name, tm := range b.templateNames() {
+		if tm.Baked {
+			t.Errorf("host B baked or pulled template %s to restore a snapshot", name)
+		}
+	}
+	if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": "snap_nowhere"}, nil); code != 404 {
+		t.Errorf("a snapshot in no store: status %d, want 404", code)
 	}
 }

@@ -172,6 +172,26 @@ func (s *Service) Current(ctx context.Context, sb store.Sandbox) store.Sandbox {
 	return sb
 }
 
+// Expire ends a sandbox whose timeout ran out: it is killed, or, when it pauses on timeout (E2B's
+// lifecycle.onTimeout "pause", store.PausesOnTimeout) and is running, hibernated and given the
+// longest lifetime (a call or a connect wakes it; the next timeout of a hibernated one kills it).
+// paused reports which.
+func (s *Service) Expire(ctx context.Context, sb store.Sandbox) (paused bool, err error) {
+	if sb.State == store.StateRunning {
+		if pause, err := s.store.PausesOnTimeout(ctx, sb.ID); err != nil {
+			return false, err
+		} else if pause {
+			if _, err := s.Hibernate(ctx, sb); err != nil {
+				s.log.Warn("pausing an expired sandbox failed; killing it", "sandbox", sb.ID, "err", err)
+				return false, s.Kill(ctx, sb, "ttl expired (pause failed)")
+			}
+			_, err := s.store.SetSandboxExpiry(ctx, sb.ID, s.clock().Add(s.maxTTL), 0)
+			return true, err
+		}
+	}
+	return false, s.Kill(ctx, sb, "ttl expired")
+}
+
 // Kill stops a sandbox on its host (if the host is up) and records it killed with reason. A host
 // that cannot be reached does not block the kill: the sandbox is recorded killed, and the host's
 // next reconcile stops the VM. Killing a killed sandbox does nothing.

@@ -241,7 +241,7 @@ func (s *Store) switchRoute(ctx context.Context, from, to string, move func(*sql
 
 // appsSchema is the apps tables' part of each migration.
 var appsSchema = []schemaStep{
-	{12, []string{
+	{14, []string{
 		`CREATE TABLE apps (
 			id                     TEXT PRIMARY KEY,
 			team_id                TEXT NOT NULL REFERENCES teams(id),

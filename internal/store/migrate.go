@@ -35,13 +35,15 @@ var versionNames = []string{
 	9:  "quota holds",
 	10: "functions and schedules",
 	11: "async function runs' leases",
-	12: "apps and deployments", // reserved as 13 (12 is the databases'): renumber on merge
+	12: "sandbox changes by team",
+	13: "E2B facade's sandbox access tokens",
+	14: "apps and deployments",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
 // (tables before the tables that reference them).
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
-	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema,
+	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema, e2bSchema,
 	appsSchema)
 
 // assemble groups the domains' steps into migrations by version.

@@ -290,6 +290,13 @@ func (s *Store) HostSandboxes(ctx context.Context, hostID string, states ...stri
 	}
 }
 
+// SandboxesChangedSince returns up to limit of the team's sandboxes whose record changed (created,
+// moved state, given a new expiry) after since, oldest change first: GET /v1/events' feed.
+func (s *Store) SandboxesChangedSince(ctx context.Context, teamID string, since time.Time, limit int) ([]Sandbox, error) {
+	return queryAll(ctx, s, s.db, `SELECT `+sandboxCols+` FROM sandboxes WHERE team_id = ? AND updated_at > ? ORDER BY updated_at, id LIMIT ?`,
+		scanSandbox, teamID, micros(since), limit)
+}
+
 // CountSandboxesByState returns how many sandboxes are in each state (for /metrics).
 func (s *Store) CountSandboxesByState(ctx context.Context) (map[string]int64, error) {
 	return s.countBy(ctx, `SELECT state, COUNT(*) FROM sandboxes GROUP BY state`)
@@ -343,5 +350,9 @@ var sandboxesSchema = []schemaStep{
 	{8, []string{
 		// Private ports: the hash of the token the port proxy asks for; '' means public.
 		`ALTER TABLE sandboxes ADD COLUMN traffic_token_hash TEXT NOT NULL DEFAULT ''`,
+	}},
+	{12, []string{
+		// GET /v1/events reads a team's sandboxes changed since its last look.
+		`CREATE INDEX sandboxes_team_updated ON sandboxes (team_id, updated_at)`,
 	}},
 }

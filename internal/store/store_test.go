@@ -970,6 +970,8 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{9, "quota holds", "40eaf27b281a0340d01649fa743741390aeb282edd10761c8551cc6d41956d7e"},
 		{10, "functions and schedules", "398e7cf4b9c6e04db3e4b956261a7330e743345772e909a249150d4897c940d1"},
 		{11, "async function runs' leases", "49ffbabd7f7a63e640fa5bdf3bafda10d314b554ba8cad3caaa724e891106d00"},
+		{12, "sandbox changes by team", "a93433b3bab8839c97d524fbbdb83fc543155d2fb93748f1d43b29c3204a895f"},
+		{13, "E2B facade's sandbox access tokens", "30652b722928297a20e20ff65b7d3376650ff1d7f33d4277ec11be34b420474e"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))

@@ -262,7 +262,7 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	}
 	nic := ts.cfg.Net != nil
 	// With a blob store, a bake another host published is pulled instead of made here.
-	store, pub := ts.blobStore(), ""
+	store, pub := ts.Blob(), ""
 	if store != nil {
 		var err error
 		if pub, err = ts.publication(spec, nic); err != nil {

@@ -38,7 +38,8 @@ func (ts *Templates) SetBlob(s blob.Store) {
 	ts.mu.Unlock()
 }
 
-func (ts *Templates) blobStore() blob.Store {
+// Blob is the host's blob store (nil: none); snapshots travel through it too.
+func (ts *Templates) Blob() blob.Store {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	return ts.blob

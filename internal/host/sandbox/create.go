@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/host/snapshot"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
 	"github.com/pandastack/pandastack/internal/timing"
@@ -36,7 +38,7 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 	var src source
 	switch {
 	case req.SnapshotID != "":
-		snap, err := m.snapshots.Load(req.SnapshotID)
+		snap, err := m.loadSnapshot(ctx, req.SnapshotID)
 		if err != nil {
 			return hostapi.Sandbox{}, err
 		}
@@ -77,6 +79,26 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 	src.rec.Env, src.rec.Egress, src.rec.EgressOpen, src.rec.Volumes = req.Env, req.Egress, req.EgressOpen, vols
 	timing.Mark(ctx, StepResolve)
 	return m.launch(ctx, "create", req.ID, src)
+}
+
+// loadSnapshot finds snapshot id on this host or, if the host has a blob store, pulls it from
+// there (a snapshot published by another host).
+func (m *Manager) loadSnapshot(ctx context.Context, id string) (*snapshot.Record, error) {
+	snap, err := m.snapshots.Load(id)
+	bs := m.Templates.Blob()
+	if err == nil || !errdefs.Is(err, errdefs.NotFound) || bs == nil {
+		return snap, err
+	}
+	start := time.Now()
+	snap, st, err := m.snapshots.Pull(ctx, bs, id)
+	if err != nil {
+		if errdefs.Is(err, errdefs.NotFound) {
+			return nil, errdefs.NotFoundf("snapshot %s not found on this host nor in its blob store", id)
+		}
+		return nil, fmt.Errorf("pulling snapshot %s: %w", id, err)
+	}
+	m.log.Info("pulled snapshot", "snapshot", id, "ms", time.Since(start).Milliseconds(), "fetched_mib", st.Bytes>>20)
+	return snap, nil
 }
 
 // launch reflinks the disk, restores the VM and waits for its guest agent. Its steps are timed

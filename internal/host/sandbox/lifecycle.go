@@ -101,7 +101,26 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 		return snapshot.Record{}, snapshotErr(id, err)
 	}
 	m.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMS, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
+	if !internal {
+		m.publish(ctx, &snap)
+	}
 	return snap, nil
+}
+
+// publish puts a snapshot in the host's blob store, if it has one, so another host can restore
+// it. A failure leaves the snapshot on this host only (not published), and is logged.
+func (m *Manager) publish(ctx context.Context, snap *snapshot.Record) {
+	bs := m.Templates.Blob()
+	if bs == nil {
+		return
+	}
+	start := time.Now()
+	st, err := m.snapshots.Publish(ctx, bs, snap)
+	if err != nil {
+		m.log.Warn("publishing a snapshot failed: it restores on this host only", "snapshot", snap.ID, "store", bs.String(), "err", err)
+		return
+	}
+	m.log.Info("published snapshot", "snapshot", snap.ID, "ms", time.Since(start).Milliseconds(), "sent_mib", st.Bytes>>20)
 }
 
 // snapshotErr names a full disk as such: the caller can free space and retry.

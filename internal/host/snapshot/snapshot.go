@@ -1,7 +1,7 @@
 // Package snapshot keeps a host's snapshot records: a sandbox's memory and disk at one instant,
 // in snapshots/<id>/ (snapshot.json, ram, state, disk.img). Taking one is the sandbox manager's
-// (it pauses the VM); this package names, publishes, lists, deletes and frees them. Pushing them
-// to a blob store and pulling them on another host is the next step (issue 16).
+// (it pauses the VM); this package names, commits, lists, deletes and frees them, and pushes them
+// to a blob store and pulls them on another host (publish.go).
 //
 // Invariants: a snapshot becomes visible whole (written under <id>.tmp, then renamed); a deleted
 // snapshot's files stay while a sandbox restores from them (Store.InUse) and go at the next GC;
@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"sync"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
@@ -41,6 +42,9 @@ type Store struct {
 	identity runtime.Identity
 	// InUse is the set of directories sandboxes restore from (set before use).
 	InUse func() map[string]bool
+
+	pullMu sync.Mutex
+	pulls  map[string]*sync.Mutex // one lock per snapshot being pulled
 }
 
 // New opens the snapshots of layout l; identity is this host's VMM, recorded on snapshots saved

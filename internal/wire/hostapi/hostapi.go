@@ -292,6 +292,9 @@ type Snapshot struct {
 	MemoryMiB   int    `json:"memory_mib"`
 	// Identity is the VMM the snapshot was saved under; it restores only under the same.
 	Identity runtime.Identity `json:"identity,omitzero"`
+	// Published: the snapshot is in the host's blob store, so any host with the same VMM identity
+	// can restore it (it pulls it first).
+	Published bool `json:"published,omitempty"`
 }
 
 // SnapshotList is GET /v1/snapshots.

@@ -70,6 +70,36 @@ type SandboxPage struct {
 	Sandboxes  []Sandbox `json:"sandboxes"`
 }
 
+// Event is one NDJSON line of GET /v1/events: "ready" once the stream is watching, then
+// "sandbox" with a sandbox's record whenever its state, host or error changes (created,
+// hibernated, woken, killed, lost), "change" for every successful call that changed one of the
+// team's resources (any key's: a volume made, a key revoked, a function deployed), and "ping"
+// when nothing happened for a while.
+type Event struct {
+	Type    string   `json:"type"`
+	At      string   `json:"at"`
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
+	Change  *Change  `json:"change,omitempty"`
+}
+
+// Change is a call that changed something: its method and route pattern, the resource it named
+// or made, the answer's status. A "change" event says only this (not who: an AuditEntry, which
+// embeds it, also names the key and the caller's address).
+type Change struct {
+	Method     string `json:"method"`
+	Route      string `json:"route"`
+	ResourceID string `json:"resource_id"`
+	Status     int    `json:"status"`
+}
+
+// TerminalTicket is POST /v1/sandboxes/{id}/pty/ticket's answer: a single-use credential for one
+// terminal WebSocket (GET …/pty?ticket=…), for clients that cannot set an Authorization header on
+// a WebSocket (browsers). It expires at ExpiresAt (30 s) and is never the key itself.
+type TerminalTicket struct {
+	Ticket    string `json:"ticket"`
+	ExpiresAt string `json:"expires_at"`
+}
+
 // Sandboxes is a fork's answer: its children.
 type Sandboxes struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
@@ -388,6 +418,9 @@ type CreateKeyRequest struct {
 	// (RFC 3339, in the future) ends it; empty: never.
 	Scopes    []string `json:"scopes,omitempty"`
 	ExpiresAt string   `json:"expires_at,omitempty"`
+	// E2B makes a key of the E2B-compatible API (docs/e2b.md): e2b_ + 40 hex digits, accepted
+	// only there (X-API-KEY), never on /v1.
+	E2B bool `json:"e2b,omitempty"`
 }
 
 // Team is the public team object.
@@ -437,15 +470,12 @@ type Range struct {
 // pattern), which resource, the answer's status, the request id and the caller's address. It
 // never holds request bodies, secrets or file contents.
 type AuditEntry struct {
-	ID         string `json:"id"`
-	KeyID      string `json:"key_id"`
-	Method     string `json:"method"`
-	Route      string `json:"route"`
-	ResourceID string `json:"resource_id"`
-	Status     int    `json:"status"`
-	RequestID  string `json:"request_id"`
-	Source     string `json:"source"`
-	CreatedAt  string `json:"created_at"`
+	ID    string `json:"id"`
+	KeyID string `json:"key_id"`
+	Change
+	RequestID string `json:"request_id"`
+	Source    string `json:"source"`
+	CreatedAt string `json:"created_at"`
 }
 
 // AuditPage is GET /v1/audit: the team's entries, newest first.

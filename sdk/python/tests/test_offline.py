@@ -611,6 +611,14 @@ class Lifecycle(OfflineCase):
 
 
 class UsageAndAudit(OfflineCase):
+    def test_events(self) -> None:
+        sb = {"id": "sb_one", "state": "hibernated", "host": "h1"}
+        s = self.answer(ndjson({"type": "ready", "at": "t0"}, {"type": "sandbox", "at": "t1", "sandbox": sb}, {"type": "ping", "at": "t2"}))
+        got = list(self.client.events())
+        self.assertEqual([e["type"] for e in got], ["ready", "sandbox", "ping"])
+        self.assertEqual((got[1]["sandbox"]["state"], s.path(0), s.requests[0].headers["Accept"]),
+                         ("hibernated", "/v1/events", "application/x-ndjson"))
+
     def test_usage_and_audit(self) -> None:
         usage = {"team_id": "team_a", "sandboxes": {"used": 2, "limit": 3}, "vcpus": {"used": 2, "limit": None},
                  "memory_mib": {"used": 1024, "limit": None}}

@@ -1,6 +1,6 @@
 import { ConfigurationError } from "./errors.js";
 import { Transport, type FetchLike } from "./http.js";
-import { Sandboxes, Snapshots, Templates, Volumes, registerClientFactory, type ClientContext } from "./sandbox.js";
+import { Sandboxes, Snapshots, Templates, Volumes, registerClientFactory, type ClientContext, type SandboxData } from "./sandbox.js";
 import { Apps } from "./apps.js";
 import { Functions, Schedules } from "./functions.js";
 
@@ -111,6 +111,28 @@ export class PandaStack {
     });
     return { entries: page.entries ?? [], nextCursor: page.next_cursor ?? null };
   }
+
+  /**
+   * Follow the team's changes (`GET /v1/events`): `ready`, then a `sandbox` event whenever one is
+   * created or changes state, host or error, a `change` event for every call that changed one of
+   * the team's resources, and `ping` after 15 s of silence. Ends when the
+   * key is revoked; stop early with `signal` (or by leaving the `for await`).
+   */
+  async *events(opts: { signal?: AbortSignal; timeoutMs?: number | null } = {}): AsyncGenerator<SandboxEvent, void, undefined> {
+    for await (const line of this.http.lines("GET", "/v1/events", { timeoutMs: opts.timeoutMs ?? 60_000, signal: opts.signal })) {
+      yield line as unknown as SandboxEvent;
+    }
+  }
+}
+
+/** One line of `GET /v1/events`. */
+export interface SandboxEvent {
+  type: "ready" | "sandbox" | "change" | "ping";
+  at: string;
+  /** The sandbox as it now is (type `sandbox`). */
+  sandbox?: SandboxData;
+  /** A call of one of the team's keys that changed a resource (type `change`; not who made it). */
+  change?: { method: string; route: string; resource_id: string; status: number };
 }
 
 /** One quota: what is used and the limit (null: none). */

@@ -1,4 +1,4 @@
-export { PandaStack, DEFAULT_BASE_URL, type PandaStackOptions, type DeploymentInfo, type InfoRange, type Usage, type UsageItem, type AuditEntry, type AuditPage } from "./client.js";
+export { PandaStack, DEFAULT_BASE_URL, type PandaStackOptions, type DeploymentInfo, type InfoRange, type Usage, type UsageItem, type AuditEntry, type AuditPage, type SandboxEvent } from "./client.js";
 export {
   Sandbox,
   Sandboxes,

@@ -736,6 +736,17 @@ describe("offline: usage and audit", () => {
   });
 });
 
+describe("offline: events", () => {
+  it("events follows GET /v1/events line by line", async () => {
+    const sb = { id: "sb_one", state: "hibernated", host: "h1" };
+    const f = script(ndjson([{ type: "ready", at: "t0" }, { type: "sandbox", at: "t1", sandbox: sb }, { type: "ping", at: "t2" }]));
+    const got = [];
+    for await (const ev of client(f).events()) got.push(ev);
+    assert.deepEqual([got.map((e) => e.type), got[1].sandbox.state, f.calls[0].path(), f.calls[0].headers.accept],
+      [["ready", "sandbox", "ping"], "hibernated", "/v1/events", "application/x-ndjson"]);
+  });
+});
+
 describe("offline: surface", () => {
   it("exports what the README lists", () => {
     for (const name of ["PandaStack", "Sandbox", "Sandboxes", "Filesystem", "ExecStream", "ExecResult", "Snapshots", "Templates", "Volumes", "Processes", "ProcessHandle", "NotImplemented", "errorFromPayload", "VERSION", "DEFAULT_BASE_URL"]) {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Iterator, Mapping, Optional
 
 from . import errors
 from . import _context
@@ -97,6 +97,16 @@ class PandaStack:
         params = {"since": since, "resource": resource, "limit": limit, "cursor": cursor}
         page = self._http.request("GET", "/v1/audit", params=params, idempotent=True).json() or {}
         return {"entries": page.get("entries") or [], "next_cursor": page.get("next_cursor")}
+
+    def events(self, timeout: Optional[float] = 60.0) -> Iterator[Dict[str, Any]]:
+        """Follow the team's changes (``GET /v1/events``): yields ``{"type": "ready"}``, then
+        ``{"type": "sandbox", "at", "sandbox": {...}}`` whenever a sandbox is created or changes
+        state, host or error, ``{"type": "change", "at", "change": {"method", "route",
+        "resource_id", "status"}}`` for every call that changed one of the team's resources, and
+        ``{"type": "ping"}`` after 15 s of silence (so a
+        ``timeout`` above that only fires on a dead server). Ends when the key is revoked; stop
+        early by closing the generator (``.close()``)."""
+        return iter(self._http.stream_lines("GET", "/v1/events", timeout=timeout))
 
     def close(self) -> None:
         """Nothing to release (connections are per request); kept for symmetry."""

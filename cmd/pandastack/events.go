@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/termtext"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
+	"github.com/spf13/cobra"
+)
+
+func init() { rootCmd.AddCommand(eventsCmd()) }
+
+// eventsCmd is `pandastack events`: GET /v1/events until Ctrl-C (or the key is revoked).
+func eventsCmd() *cobra.Command {
+	var f apiFlags
+	cmd := f.verb("events", "Follow your team's changes as they happen (sandboxes created, hibernated, woken, killed, lost; every changing call)", cobra.NoArgs,
+		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			w := cmd.OutOrStdout()
+			return c.Events(ctx, func(ev v1.Event) (bool, error) {
+				switch {
+				case f.json && ev.Type != "ping":
+					b, err := json.Marshal(ev)
+					if err != nil {
+						return true, err
+					}
+					fmt.Fprintln(w, termtext.EscapeJSON(string(b)))
+				case ev.Type == "sandbox" && ev.Sandbox != nil:
+					sb := ev.Sandbox
+					fmt.Fprintln(w, termtext.Escape(fmt.Sprintf("%s  %s  %-10s  %s  %s", ev.At, sb.ID, sb.State, sb.Host, sb.Error)))
+				case ev.Type == "change" && ev.Change != nil:
+					c := ev.Change
+					fmt.Fprintln(w, termtext.Escape(fmt.Sprintf("%s  %s  %s %s (%d)", ev.At, c.ResourceID, c.Method, c.Route, c.Status)))
+				}
+				return false, nil
+			})
+		})
+	f.register(cmd)
+	return cmd
+}

@@ -1,0 +1,49 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// An E2B sandbox keeps the token it was first given and its timeout policy; a killed sandbox's
+// row is pruned.
+func TestE2BSandboxes(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		clk := withTeams(t, s, "team_a")
+		for _, id := range []string{"sb_live", "sb_dead"} {
+			if _, err := s.CreateSandbox(ctx, Sandbox{ID: id, TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1",
+				ExpiresAt: clk.now().Add(time.Minute)}); err != nil {
+				t.Fatal(err)
+			}
+			if tok, err := s.E2BAccessToken(ctx, "team_a", id, "first-"+id); err != nil || tok != "first-"+id {
+				t.Fatalf("token %q %v", tok, err)
+			}
+		}
+		if tok, err := s.E2BAccessToken(ctx, "team_a", "sb_live", "second"); err != nil || tok != "first-sb_live" {
+			t.Fatalf("a second call changed the token: %q %v", tok, err)
+		}
+		if _, err := s.E2BAccessToken(ctx, "team_b", "sb_live", "x"); err == nil {
+			t.Fatal("another team read the token")
+		}
+		if err := s.SetPauseOnTimeout(ctx, "sb_live", true); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := s.PausesOnTimeout(ctx, "sb_live"); err != nil || !p {
+			t.Fatalf("pauses: %v %v", p, err)
+		}
+		if p, err := s.PausesOnTimeout(ctx, "sb_none"); err != nil || p {
+			t.Fatalf("a sandbox without a row pauses: %v %v", p, err)
+		}
+		if _, err := s.SetSandboxState(ctx, "sb_dead", StateKilled, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.PruneE2BSandboxes(ctx); err != nil || n != 1 {
+			t.Fatalf("pruned %d, %v", n, err)
+		}
+		if tok, err := s.E2BAccessToken(ctx, "team_a", "sb_live", "x"); err != nil || tok != "first-sb_live" {
+			t.Fatalf("the live sandbox's row went: %q %v", tok, err)
+		}
+	})
+}
