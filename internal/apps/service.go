@@ -52,8 +52,6 @@ const (
 	MaxHealthTimeout     = 600
 	DefaultDrainTimeout  = 30
 	MaxDrainTimeout      = 300
-	MaxEnv               = 64
-	MaxEnvValue          = 4096
 	// BuildTimeout bounds one build's install and build commands.
 	BuildTimeout = 30 * time.Minute
 	// MaxLogBytes bounds the build logs a deployment keeps (the tail).
@@ -142,7 +140,6 @@ func (s *Service) URL(a store.App) string {
 var (
 	namePattern   = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$`)
 	branchPattern = regexp.MustCompile(`^[A-Za-z0-9._/-]{1,100}$`)
-	envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 )
 
 // Build is the app's build overrides.
@@ -169,21 +166,6 @@ func validBuild(b v1.AppBuild) error {
 	return nil
 }
 
-func validEnv(what string, m map[string]string) error {
-	if len(m) > MaxEnv {
-		return errdefs.Invalidf("%s has %d entries; at most %d are allowed", what, len(m), MaxEnv)
-	}
-	for k, v := range m {
-		if !envKeyPattern.MatchString(k) || strings.HasPrefix(k, "PANDASTACK_") || k == "PORT" {
-			return errdefs.Invalidf("%s name %q must be a shell variable name (not PORT, not PANDASTACK_…)", what, bundle.Trunc(k))
-		}
-		if len(v) > MaxEnvValue || strings.ContainsRune(v, 0) {
-			return errdefs.Invalidf("%s %s: a value is at most %d bytes, without NUL", what, k, MaxEnvValue)
-		}
-	}
-	return nil
-}
-
 // apply validates sp and writes its fields into a (a create fills the defaults first).
 func (s *Service) apply(ctx context.Context, a *store.App, sp v1.AppSpec) error {
 	if sp.Branch != "" {
@@ -192,10 +174,7 @@ func (s *Service) apply(ctx context.Context, a *store.App, sp v1.AppSpec) error 
 		}
 		a.Branch = sp.Branch
 	}
-	if err := validEnv("env", sp.Env); err != nil {
-		return err
-	}
-	if err := validEnv("secrets", sp.Secrets); err != nil {
+	if err := sealed.CheckVars(sp.Env, sp.Secrets, "PORT"); err != nil {
 		return err
 	}
 	if sp.Env != nil {

@@ -33,6 +33,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/inflight"
 	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/templates"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
@@ -62,8 +63,8 @@ const (
 	DefaultConcurrency    = 10
 	MaxConcurrency        = 100
 	MaxRetries            = 10
-	MaxEnv                = 64
-	MaxEnvValue           = 4096
+	MaxEnv                = sealed.MaxVars
+	MaxEnvValue           = sealed.MaxVarValue
 	// ImportTimeout bounds a deploy's wait for the runner to import the handler.
 	ImportTimeout = 3 * time.Minute
 	// warmups is how many no-op requests warm the runner before its snapshot.
@@ -137,7 +138,6 @@ func (s *Service) URL(fn store.Function) string {
 var (
 	namePattern    = regexp.MustCompile(`^[a-z][a-z0-9-]{0,49}$`)
 	handlerPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_/-]*(\.[A-Za-z0-9_][A-Za-z0-9_/-]*)*\.[A-Za-z_$][A-Za-z0-9_$]{0,63}$`)
-	envKeyPattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 )
 
 // validate checks a spec and fills its defaults.
@@ -152,23 +152,8 @@ func (s *Service) validate(ctx context.Context, sp *v1.FunctionSpec) error {
 	case sp.Runtime == "python3" && strings.ContainsAny(sp.Handler, "/-"):
 		return errdefs.Invalidf("a python3 handler is a dotted module path and a function name, e.g. pkg.mod.handler")
 	}
-	for what, m := range map[string]map[string]string{"env": sp.Env, "secrets": sp.Secrets} {
-		if len(m) > MaxEnv {
-			return errdefs.Invalidf("%s has %d entries; at most %d are allowed", what, len(m), MaxEnv)
-		}
-		for k, v := range m {
-			if !envKeyPattern.MatchString(k) || strings.HasPrefix(k, "PANDASTACK_") {
-				return errdefs.Invalidf("%s name %q must be a shell variable name (not PANDASTACK_…)", what, trunc(k))
-			}
-			if len(v) > MaxEnvValue || strings.ContainsRune(v, 0) {
-				return errdefs.Invalidf("%s %s: a value is at most %d bytes, without NUL", what, k, MaxEnvValue)
-			}
-		}
-	}
-	for k := range sp.Secrets {
-		if _, ok := sp.Env[k]; ok {
-			return errdefs.Invalidf("%s is both in env and in secrets", k)
-		}
+	if err := sealed.CheckVars(sp.Env, sp.Secrets); err != nil {
+		return err
 	}
 	switch {
 	case sp.TimeoutSeconds == 0:
