@@ -617,7 +617,8 @@ func (s *Service) Logs(ctx context.Context, teamID, id string, follow bool, w io
 }
 
 // Maintain renews live instances' TTLs and hibernates those idle past their app's
-// suspend_after_seconds (a request to a hibernated one wakes it: its host does). It goes through
+// suspend_after_seconds unless its min_instances keeps one running (a request to a hibernated
+// one wakes it: its host does). It goes through
 // every instance and returns what failed.
 func (s *Service) Maintain(ctx context.Context) error {
 	deps, err := s.cfg.Store.ListLiveDeployments(ctx)
@@ -636,8 +637,8 @@ func (s *Service) Maintain(ctx context.Context) error {
 			}
 		}
 		a, err := s.cfg.Store.GetTeamApp(ctx, d.TeamID, d.AppID)
-		if err != nil || a.SuspendAfterSeconds == 0 {
-			continue
+		if err != nil || a.SuspendAfterSeconds == 0 || a.MinInstances > 0 {
+			continue // no scale to zero
 		}
 		if sb = s.cfg.Sandboxes.Current(ctx, sb); sb.State != store.StateRunning {
 			continue

@@ -219,7 +219,7 @@ func (s *Service) apply(ctx context.Context, a *store.App, sp v1.AppSpec) error 
 	}
 	if sp.MinInstances != nil {
 		if *sp.MinInstances < 0 || *sp.MinInstances > 1 {
-			return errdefs.Invalidf("min_instances must be 0 or 1 (one instance per app for now)")
+			return errdefs.Invalidf("min_instances must be 0 or 1 (one instance per app for now; 1 keeps it running: no scale to zero)")
 		}
 		a.MinInstances = *sp.MinInstances
 	}
@@ -252,7 +252,7 @@ func (s *Service) Create(ctx context.Context, teamID string, sp v1.AppSpec) (sto
 	}
 	a := store.App{ID: auth.NewID("app_"), TeamID: teamID, Name: sp.Name, Branch: DefaultBranch, Env: map[string]string{},
 		SecretNames: []string{}, Build: "{}", VCPUs: 1, HealthTimeoutSeconds: DefaultHealthTimeout,
-		DrainTimeoutSeconds: DefaultDrainTimeout, MinInstances: 1}
+		DrainTimeoutSeconds: DefaultDrainTimeout}
 	if err := s.apply(ctx, &a, sp); err != nil {
 		return store.App{}, err
 	}
