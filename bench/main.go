@@ -184,8 +184,10 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = functionsSuite(ctx, res, guestAgent, imageCache, max(creates/2, 2))
 		case "databases":
 			err = databasesSuite(ctx, res, guestAgent, imageCache, max(creates/2, 2))
+		case "apps":
+			err = appsSuite(ctx, res, guestAgent, imageCache, max(creates/3, 3))
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, templates, code, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, apps, templates, code, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

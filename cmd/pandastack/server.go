@@ -24,6 +24,8 @@ func registerControlPlaneFlags(f *pflag.FlagSet, o *app.ControlPlaneConfig) {
 	f.StringVar(&o.ProxyDomain, "proxy-domain", "localhost", `sandbox ports are served at <port>-<sandbox id>.<domain> through this server (empty: no proxy); point a wildcard DNS record *.<domain> at it`)
 	f.BoolVar(&o.PrivatePorts, "private-ports", false, "sandboxes' ports need their traffic token (a create may still ask for public_ports: true); default: a port is reachable by anyone who knows its sandbox id")
 	f.StringArrayVar(&o.EgressOpen, "egress-open", nil, "a private range (IPv4 CIDR) every sandbox may reach, e.g. a corporate proxy's (repeatable; teams may then allow inside it); loopback, link-local, multicast, the sandboxes' links and the hosts' own addresses stay blocked")
+	f.StringArrayVar(&o.GuestCAFiles, "guest-ca-file", nil, "PEM file of extra CA certificates app builds and instances trust, e.g. a TLS-inspecting proxy's for npm/pip (repeatable)")
+	f.StringVar(&o.GitDir, "git-dir", "", "directory of apps' git remotes (bare repositories served at /git/<app>.git; git push deploys); default: beside a SQLite store (up: DATA_DIR/git), none with PostgreSQL")
 	f.StringVar(&o.BlobStore, "blob-store", "", "where artifacts go to leave their host: file:///DIR or s3://BUCKET/PREFIX?endpoint=URL&region=R (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); hosts learn it when they register (up: file://DATA_DIR/blobs)")
 	durationVar(f, &o.HeartbeatTimeout, "heartbeat-timeout", scheduler.DefaultHeartbeatTimeout, "a host silent this long is marked down and its sandboxes lost")
 	f.Int64Var(&o.Quota.Sandboxes, "quota-sandboxes", 0, "each team's default limit on running and hibernated sandboxes (0: none; an admin key may set a team's own)")

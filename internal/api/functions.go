@@ -230,8 +230,15 @@ func limitParam(r *http.Request) (int, error) {
 // RunFunctions resumes async invocations whose server stopped (every 30 s) until ctx ends.
 func (s *Server) RunFunctions(ctx context.Context) { s.functions.RunTakeOver(ctx, 30*time.Second) }
 
-// Close stops the functions' background work (async runs and their retries) and waits for it.
-func (s *Server) Close() { s.functions.Close() }
+// Close stops the functions' and apps' background work (async runs and their retries, builds)
+// and waits for it.
+func (s *Server) Close() {
+	s.functions.Close()
+	s.apps.Close()
+}
+
+// RunApps renews app instances' TTLs and hibernates idle ones (every 10 s) until ctx ends.
+func (s *Server) RunApps(ctx context.Context) { s.apps.Run(ctx, 10*time.Second) }
 
 // viewsOf maps records to their wire views (an empty list, never null).
 func viewsOf[R, V any](recs []R, view func(R) V) []V {

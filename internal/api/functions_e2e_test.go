@@ -105,13 +105,7 @@ func TestE2EFunctions(t *testing.T) {
 	nettest.NeedRoot(t)
 	t.Parallel()
 	// The runner is reached through the host's port path: the sandboxes need their network.
-	prefix := nettest.NewPrefix()
-	out := nettest.NewOutside(t, prefix)
-	slots := nettest.FreeCIDR(t, 22)
-	host := startVMHostWith(t, func(c *hostagent.Config) {
-		c.Network = &network.Config{CIDR: slots, Prefix: prefix, Ready: 4, DNS: out.Addr}
-	})
-	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{ProxyDomain: "localhost"}, host)
+	host, cp := startNetworkedCP(t, Config{ProxyDomain: "localhost"})
 
 	// A handler that fails to import is refused at deploy, with its traceback.
 	code, m := cp.deploy(t, map[string]any{"name": "broken", "runtime": "python3", "handler": "main.handler"},
@@ -287,6 +281,19 @@ func TestE2EFunctions(t *testing.T) {
 	if code, _ := cp.call(t, "GET", "/v1/functions/"+id, nil, ""); code != 404 {
 		t.Fatalf("deleted function: %d", code)
 	}
+}
+
+// startNetworkedCP starts a host agent whose sandboxes have their network (slots and an outside
+// namespace of the test's own, nothing beyond) and a control plane over it configured by cfg.
+func startNetworkedCP(t *testing.T, cfg Config) (*vmHost, *e2eCP) {
+	t.Helper()
+	prefix := nettest.NewPrefix()
+	out := nettest.NewOutside(t, prefix)
+	slots := nettest.FreeCIDR(t, 22)
+	host := startVMHostWith(t, func(c *hostagent.Config) {
+		c.Network = &network.Config{CIDR: slots, Prefix: prefix, Ready: 4, DNS: out.Addr}
+	})
+	return host, startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, cfg, host)
 }
 
 func mustJSON(v any) []byte {

@@ -138,7 +138,13 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, port int, id stri
 		proxyPage(w, http.StatusBadGateway, "Sandbox not running", err.Error()+".")
 		return
 	}
-	// Through the service: a hibernated sandbox of a down or draining host wakes on another.
+	s.forward(w, r, sb, port)
+}
+
+// forward sends r to port in sandbox sb through its host agent (which wakes it if hibernated).
+// Through the sandbox service: a hibernated sandbox of a down or draining host wakes on another.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, sb store.Sandbox, port int) {
+	id := sb.ID
 	c, err := s.svc.Client(r.Context(), sb)
 	if err != nil {
 		proxyPage(w, http.StatusBadGateway, "Sandbox unreachable", fmt.Sprintf("Sandbox %s cannot be reached: %v.", id, err))

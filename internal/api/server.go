@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/apps"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/database"
@@ -98,6 +99,10 @@ type Config struct {
 	// 5432); PublicURL the server's base URL for their http_url (empty: none).
 	DBRouterPort int
 	PublicURL    string
+	// GuestCA is PEM of extra CA certificates app builds and instances trust; empty: none.
+	GuestCA []byte
+	// GitDir holds apps' git remotes (bare repositories, served at /git/<app>.git); empty: none.
+	GitDir string
 	// Version is reported by /healthz.
 	Version string
 	Now     func() time.Time
@@ -114,8 +119,9 @@ type Server struct {
 	schedules *schedules.Engine
 	// functions is internal/functions' service.
 	functions *functions.Service
-	// databases is internal/database's service.
+	// databases is internal/database's service; apps is internal/apps'.
 	databases *database.Service
+	apps      *apps.Service
 	log       *slog.Logger
 	auth      *auth.Authenticator
 	metrics   *metrics
@@ -170,6 +176,8 @@ func New(cfg Config) *Server {
 	s.schedules.SetFunctions(s.functions)
 	s.databases = database.New(database.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
 		SecretsKey: cfg.SecretsKey, Domain: cfg.ProxyDomain, RouterPort: cfg.DBRouterPort, HTTPBase: cfg.PublicURL})
+	s.apps = apps.New(apps.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
+		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir, GuestCA: cfg.GuestCA})
 	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
 	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()
@@ -293,6 +301,19 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/databases/{id}/backups", apiKey, s.backupDatabase},
 		{"GET", "/v1/databases/{id}/backups", apiKey, s.listDatabaseBackups},
 		{"POST", "/v1/databases/{id}/restore", apiKey, s.restoreDatabase},
+		{"POST", "/v1/apps", apiKey, s.createApp},
+		{"GET", "/v1/apps", apiKey, s.listApps},
+		{"GET", "/v1/apps/{id}", apiKey, s.getApp},
+		{"PATCH", "/v1/apps/{id}", apiKey, s.updateApp},
+		{"DELETE", "/v1/apps/{id}", apiKey, s.deleteApp},
+		{"POST", "/v1/apps/{id}/deployments", apiKey, s.deployApp},
+		{"GET", "/v1/apps/{id}/deployments", apiKey, s.listDeployments},
+		{"GET", "/v1/apps/{id}/deployments/{dep}", apiKey, s.getDeployment},
+		{"GET", "/v1/apps/{id}/deployments/{dep}/logs", apiKey, s.deploymentLogs},
+		{"POST", "/v1/apps/{id}/rollback", apiKey, s.rollbackApp},
+		{"GET", "/v1/apps/{id}/logs", apiKey, s.appLogs},
+		{"POST", "/v1/apps/{id}/github", apiKey, s.connectGitHub},
+		{"POST", "/v1/apps/{id}/github/webhook", open, s.githubWebhook},
 	}
 }
 
@@ -312,6 +333,9 @@ func (s *Server) routes() http.Handler {
 		}
 		mux.Handle(rt.method+" "+rt.path, h)
 	}
+	// Apps' git remotes (git's smart HTTP protocol, its own Basic auth): not part of the /v1 API.
+	mux.HandleFunc("GET /git/{repo}/{rest...}", s.gitRemote)
+	mux.HandleFunc("POST /git/{repo}/{rest...}", s.gitRemote)
 	// A catch-all keeps every miss (unknown path or method) in the JSON error shape; GETs of
 	// other paths are the console's (its pages, its files, index.html for the rest).
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -336,12 +360,16 @@ func apiPath(p string) bool {
 
 // ports sends requests for <port>-<id>.<domain> to the sandbox proxy, those for
 // <function id>.fn.<domain> to the function's HTTP trigger, those for <database id>.db.<domain>
-// (and /sql with a Neon-Connection-String on any host) to the /sql query broker, everything
-// else to the API.
+// (and /sql with a Neon-Connection-String on any host) to the /sql query broker, those for
+// <app>.apps.<domain> to the app's live instance, everything else to the API.
 func (s *Server) ports(api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.ProxyDomain != "" && (s.databases.IsHost(r.Host) || r.URL.Path == "/sql" && r.Header.Get("Neon-Connection-String") != "") {
 			s.databaseSQL(w, r)
+			return
+		}
+		if name, ok := s.appHost(r.Host); ok {
+			s.serveApp(w, r, name)
 			return
 		}
 		if id, ok := s.functionHost(r.Host); ok {

@@ -23,6 +23,12 @@ var fnHostLabel = regexp.MustCompile(`^fn_[a-z0-9]{1,60}$`)
 
 // functionHost reads "<function id>.fn.<domain>[:port]" from a Host header.
 func (s *Server) functionHost(host string) (string, bool) {
+	return s.serviceHost(host, "fn", fnHostLabel)
+}
+
+// serviceHost reads "<label>.<kind>.<ProxyDomain>[:port]" from a Host header, label matching
+// pattern (a function's id, an app's name).
+func (s *Server) serviceHost(host, kind string, pattern *regexp.Regexp) (string, bool) {
 	d := s.cfg.ProxyDomain
 	if d == "" {
 		return "", false
@@ -30,8 +36,8 @@ func (s *Server) functionHost(host string) (string, bool) {
 	if h, _, found := strings.Cut(host, ":"); found {
 		host = h
 	}
-	label, ok := strings.CutSuffix(strings.ToLower(strings.TrimSuffix(host, ".")), ".fn."+d)
-	if !ok || !fnHostLabel.MatchString(label) {
+	label, ok := strings.CutSuffix(strings.ToLower(strings.TrimSuffix(host, ".")), "."+kind+"."+d)
+	if !ok || !pattern.MatchString(label) {
 		return "", false
 	}
 	return label, true

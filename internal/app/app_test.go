@@ -1,15 +1,24 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -166,5 +175,29 @@ func TestUnknownPresetKeyIsSaid(t *testing.T) {
 	if cp.PresetKeyOK || !strings.Contains(log, "level=WARN") || !strings.Contains(log, "PANDASTACK_API_KEY IS NOT A KEY OF THIS STORE") ||
 		!strings.Contains(log, "pandastack keys create --admin --database-url "+db) || strings.Contains(log, other) {
 		t.Fatalf("restart with another key: ok=%v\n%s", cp.PresetKeyOK, log)
+	}
+}
+
+// TestReadGuestCAs: PEM certificates are bundled; a file without one, or with a key, is refused.
+func TestReadGuestCAs(t *testing.T) {
+	dir := t.TempDir()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), IsCA: true, BasicConstraintsValid: true, NotAfter: time.Now().Add(time.Hour)}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	good := filepath.Join(dir, "ca.pem")
+	os.WriteFile(good, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	kb, _ := x509.MarshalECPrivateKey(key)
+	withKey := filepath.Join(dir, "key.pem")
+	os.WriteFile(withKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o644)
+	empty := filepath.Join(dir, "empty.pem")
+	os.WriteFile(empty, []byte("nothing here\n"), 0o644)
+	b, err := readGuestCAs([]string{good, good})
+	if err != nil || bytes.Count(b, []byte("BEGIN CERTIFICATE")) != 2 {
+		t.Fatalf("bundle: %v\n%s", err, b)
+	}
+	for _, f := range []string{withKey, empty, filepath.Join(dir, "missing.pem")} {
+		if _, err := readGuestCAs([]string{f}); err == nil {
+			t.Fatalf("%s was accepted", f)
+		}
 	}
 }

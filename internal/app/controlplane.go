@@ -6,13 +6,16 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,8 +24,8 @@ import (
 	"github.com/pandastack/pandastack/internal/api"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/blob"
-	"github.com/pandastack/pandastack/internal/e2bcompat"
 	"github.com/pandastack/pandastack/internal/dbrouter"
+	"github.com/pandastack/pandastack/internal/e2bcompat"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
@@ -62,7 +65,12 @@ type ControlPlaneConfig struct {
 	DBTLSKey       string
 	// PublicURL is the API's base URL as clients reach it (databases' http_url port).
 	PublicURL string
-	Version   string // reported by /healthz
+	// GitDir holds apps' git remotes; empty: beside a SQLite store's file, none with PostgreSQL.
+	GitDir string
+	// GuestCAFiles are PEM files of extra CA certificates app builds and instances trust (a
+	// TLS-inspecting proxy's, for package registries).
+	GuestCAFiles []string
+	Version      string // reported by /healthz
 	// E2BAddr is the listen address of the E2B-compatible API (internal/e2bcompat,
 	// docs/e2b.md); empty: off.
 	E2BAddr string
@@ -97,6 +105,10 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	open, err := network.ParseOpen(o.EgressOpen)
 	if err != nil {
 		return nil, "", fmt.Errorf("--egress-open: %w", err)
+	}
+	guestCA, err := readGuestCAs(o.GuestCAFiles)
+	if err != nil {
+		return nil, "", err
 	}
 	secretsKey, err := secretsKeyFromEnv()
 	if err != nil {
@@ -155,7 +167,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	srv := api.New(api.Config{DBRouterPort: dbPort, PublicURL: o.PublicURL, Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
 		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, Quota: o.Quota, RateLimit: o.RateLimit,
 		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey,
-		Console: web.Handler()})
+		Console: web.Handler(), GitDir: gitDir(o), GuestCA: guestCA})
 	var e2bLn net.Listener
 	if o.E2BAddr != "" {
 		if e2bLn, err = net.Listen("tcp", o.E2BAddr); err != nil {
@@ -192,6 +204,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		if bs != nil {
 			go srv.RunPublishedSweeper(lctx, bs)
 		}
+		go srv.RunApps(lctx)
 		schedulesDone := make(chan struct{})
 		go func() { srv.RunSchedules(lctx, 0); close(schedulesDone) }() // waits for its runs
 		srv.RunReaper(lctx)
@@ -324,4 +337,39 @@ func secretsKeyFromEnv() ([]byte, error) {
 		return nil, errors.New("PANDASTACK_SECRETS_KEY must be 32 bytes in base64 (e.g. `head -c 32 /dev/urandom | base64`)")
 	}
 	return k, nil
+}
+
+// gitDir is where apps' git remotes live: o.GitDir, else "git" beside a SQLite store's file.
+func gitDir(o ControlPlaneConfig) string {
+	if o.GitDir != "" || strings.Contains(o.DatabaseURL, "://") {
+		return o.GitDir
+	}
+	return filepath.Join(filepath.Dir(o.DatabaseURL), "git")
+}
+
+// readGuestCAs reads PEM files of CA certificates into one bundle, refusing a file that holds no
+// certificate or something else.
+func readGuestCAs(files []string) ([]byte, error) {
+	var out []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--guest-ca-file: %w", err)
+		}
+		n := 0
+		for rest := b; ; n++ {
+			var blk *pem.Block
+			if blk, rest = pem.Decode(rest); blk == nil {
+				break
+			}
+			if _, err := x509.ParseCertificate(blk.Bytes); blk.Type != "CERTIFICATE" || err != nil {
+				return nil, fmt.Errorf("--guest-ca-file %s: a %s block that is not a certificate", f, blk.Type)
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("--guest-ca-file %s: no PEM certificate in it", f)
+		}
+		out = append(append(out, b...), '\n')
+	}
+	return out, nil
 }

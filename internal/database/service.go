@@ -28,6 +28,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/templates"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
@@ -68,7 +69,7 @@ type Config struct {
 	Sandboxes *sandboxes.Service
 	Templates *templates.Service
 	Logger    *slog.Logger
-	// SecretsKey (32 bytes) seals owners' passwords at rest with AES-256-GCM (auth.Seal); empty:
+	// SecretsKey (32 bytes) seals owners' passwords at rest with AES-256-GCM (internal/sealed); empty:
 	// stored unsealed (never answered or logged either way).
 	SecretsKey []byte
 	// Domain names databases <id>.db.<Domain> (default "localhost"); RouterPort is the SNI
@@ -240,11 +241,11 @@ func (s *Service) Create(ctx context.Context, teamID string, sp v1.DatabaseSpec)
 }
 
 // newPassword makes an owner's password: the password, its sealed form and its SCRAM verifier.
-func (s *Service) newPassword() (plain, sealed, verifier string, err error) {
+func (s *Service) newPassword() (plain, stored, verifier string, err error) {
 	if plain, err = auth.RandomString(32, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"); err != nil {
 		return
 	}
-	if sealed, err = auth.Seal(s.cfg.SecretsKey, []byte(plain)); err != nil {
+	if stored, err = sealed.SealBytes(s.cfg.SecretsKey, []byte(plain)); err != nil {
 		return
 	}
 	verifier, err = scramVerifier(plain)
@@ -495,7 +496,7 @@ func (s *Service) Connection(d store.Database, password string) v1.DatabaseConne
 
 // Password is the owner's password of d (for the broker's API-key path).
 func (s *Service) Password(d store.Database) (string, error) {
-	b, err := auth.Unseal(s.cfg.SecretsKey, d.Password)
+	b, err := sealed.OpenBytes(s.cfg.SecretsKey, d.Password)
 	return string(b), err
 }
 

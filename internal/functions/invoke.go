@@ -11,6 +11,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -332,23 +333,12 @@ func tailString(s string, n int) string {
 	return s
 }
 
-// seal turns secrets into their stored form (auth.Seal of their JSON with the service's key).
+// seal turns secrets into their stored form with the service's key (internal/sealed).
 func (s *Service) seal(secrets map[string]string) (string, error) {
-	if len(secrets) == 0 {
-		return "", nil
-	}
-	plain, _ := json.Marshal(secrets)
-	return auth.Seal(s.cfg.SecretsKey, plain)
+	return sealed.Seal(s.cfg.SecretsKey, secrets)
 }
 
+// unseal opens secrets sealed by seal.
 func (s *Service) unseal(stored string) (map[string]string, error) {
-	out := map[string]string{}
-	if stored == "" {
-		return out, nil
-	}
-	plain, err := auth.Unseal(s.cfg.SecretsKey, stored)
-	if err != nil {
-		return nil, err
-	}
-	return out, json.Unmarshal(plain, &out)
+	return sealed.Open(s.cfg.SecretsKey, stored)
 }

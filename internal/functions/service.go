@@ -29,9 +29,11 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/bundle"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/inflight"
 	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/templates"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
@@ -61,14 +63,16 @@ const (
 	DefaultConcurrency    = 10
 	MaxConcurrency        = 100
 	MaxRetries            = 10
-	MaxEnv                = 64
-	MaxEnvValue           = 4096
+	MaxEnv                = sealed.MaxVars
+	MaxEnvValue           = sealed.MaxVarValue
 	// ImportTimeout bounds a deploy's wait for the runner to import the handler.
 	ImportTimeout = 3 * time.Minute
 	// warmups is how many no-op requests warm the runner before its snapshot.
 	warmups = 16
 	// MaxResultBytes bounds a runner's answer.
 	MaxResultBytes = 8 << 20
+	// MaxBundleBytes bounds a deploy's archive.
+	MaxBundleBytes = bundle.MaxBytes
 )
 
 // Config configures a Service.
@@ -134,7 +138,6 @@ func (s *Service) URL(fn store.Function) string {
 var (
 	namePattern    = regexp.MustCompile(`^[a-z][a-z0-9-]{0,49}$`)
 	handlerPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_/-]*(\.[A-Za-z0-9_][A-Za-z0-9_/-]*)*\.[A-Za-z_$][A-Za-z0-9_$]{0,63}$`)
-	envKeyPattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 )
 
 // validate checks a spec and fills its defaults.
@@ -149,23 +152,8 @@ func (s *Service) validate(ctx context.Context, sp *v1.FunctionSpec) error {
 	case sp.Runtime == "python3" && strings.ContainsAny(sp.Handler, "/-"):
 		return errdefs.Invalidf("a python3 handler is a dotted module path and a function name, e.g. pkg.mod.handler")
 	}
-	for what, m := range map[string]map[string]string{"env": sp.Env, "secrets": sp.Secrets} {
-		if len(m) > MaxEnv {
-			return errdefs.Invalidf("%s has %d entries; at most %d are allowed", what, len(m), MaxEnv)
-		}
-		for k, v := range m {
-			if !envKeyPattern.MatchString(k) || strings.HasPrefix(k, "PANDASTACK_") {
-				return errdefs.Invalidf("%s name %q must be a shell variable name (not PANDASTACK_…)", what, trunc(k))
-			}
-			if len(v) > MaxEnvValue || strings.ContainsRune(v, 0) {
-				return errdefs.Invalidf("%s %s: a value is at most %d bytes, without NUL", what, k, MaxEnvValue)
-			}
-		}
-	}
-	for k := range sp.Secrets {
-		if _, ok := sp.Env[k]; ok {
-			return errdefs.Invalidf("%s is both in env and in secrets", k)
-		}
+	if err := sealed.CheckVars(sp.Env, sp.Secrets); err != nil {
+		return err
 	}
 	switch {
 	case sp.TimeoutSeconds == 0:
@@ -199,11 +187,11 @@ func (s *Service) validate(ctx context.Context, sp *v1.FunctionSpec) error {
 // (a new function, or the next version of the team's function of that name). Nothing is
 // recorded when any step fails: bad input is errdefs.Invalid (or TooLarge) naming the problem,
 // a handler that fails to import is errdefs.Invalid with its traceback.
-func (s *Service) Deploy(ctx context.Context, teamID string, sp v1.FunctionSpec, bundle []byte) (store.Function, store.FunctionVersion, error) {
+func (s *Service) Deploy(ctx context.Context, teamID string, sp v1.FunctionSpec, bundleBytes []byte) (store.Function, store.FunctionVersion, error) {
 	if err := s.validate(ctx, &sp); err != nil {
 		return store.Function{}, store.FunctionVersion{}, err
 	}
-	files, err := readBundle(bundle)
+	files, err := bundle.Read(bundleBytes)
 	if err != nil {
 		return store.Function{}, store.FunctionVersion{}, err
 	}
@@ -211,10 +199,10 @@ func (s *Service) Deploy(ctx context.Context, teamID string, sp v1.FunctionSpec,
 		return store.Function{}, store.FunctionVersion{}, err
 	}
 	extra := map[string]string{}
-	if sp.Runtime == "node" && !hasFile(files, "package.json") {
+	if sp.Runtime == "node" && !bundle.Has(files, "package.json") {
 		extra["package.json"] = `{"type": "module"}` + "\n" // plain .js files are ES modules
 	}
-	tarball, err := normalise(files, extra)
+	tarball, err := bundle.Tar(files, extra)
 	if err != nil {
 		return store.Function{}, store.FunctionVersion{}, err
 	}
@@ -222,11 +210,11 @@ func (s *Service) Deploy(ctx context.Context, teamID string, sp v1.FunctionSpec,
 	if err != nil {
 		return store.Function{}, store.FunctionVersion{}, err
 	}
-	sum := sha256.Sum256(bundle)
+	sum := sha256.Sum256(bundleBytes)
 	v := store.FunctionVersion{TeamID: teamID, Runtime: sp.Runtime, Handler: sp.Handler, Env: sp.Env,
 		SecretNames: slices.Sorted(maps.Keys(sp.Secrets)), Secrets: sealed, TimeoutSeconds: sp.TimeoutSeconds,
 		MemoryMiB: sp.MemoryMiB, MaxConcurrency: sp.MaxConcurrency, Retries: sp.Retries,
-		Bundle: base64.StdEncoding.EncodeToString(tarball), BundleBytes: int64(len(bundle)), BundleSHA256: hex.EncodeToString(sum[:]),
+		Bundle: base64.StdEncoding.EncodeToString(tarball), BundleBytes: int64(len(bundleBytes)), BundleSHA256: hex.EncodeToString(sum[:]),
 		State: "ready"}
 	if v.Env == nil {
 		v.Env = map[string]string{}

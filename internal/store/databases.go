@@ -7,7 +7,7 @@ import (
 
 // Database is a team's managed PostgreSQL database (internal/database): a sandbox of the
 // postgres template (SandboxID) with its owner role and database. Password is the owner's
-// password in sealed form (auth.Seal), kept for the HTTP query broker; it is never answered.
+// password in sealed form (internal/sealed), kept for the HTTP query broker; it is never answered.
 type Database struct {
 	ID                  string
 	TeamID              string
@@ -105,7 +105,7 @@ func (s *Store) DeleteDatabase(ctx context.Context, teamID, id string) error {
 // databasesSchema is the databases table's part of each migration.
 var databasesSchema = []schemaStep{
 	{14, []string{
-		// password: the owner's password sealed (auth.Seal), for the query broker.
+		// password: the owner's password sealed (internal/sealed), for the query broker.
 		`CREATE TABLE databases (
 			id                    TEXT PRIMARY KEY,
 			team_id               TEXT NOT NULL REFERENCES teams(id),

@@ -39,13 +39,15 @@ var versionNames = []string{
 	13: "E2B facade's sandbox access tokens",
 	14: "managed databases",
 	15: "published snapshots and hibernated sandboxes, host drain",
+	16: "apps and deployments",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
 // (tables before the tables that reference them).
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
 	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema, e2bSchema,
-	databasesSchema)
+	databasesSchema,
+	appsSchema)
 
 // assemble groups the domains' steps into migrations by version.
 func assemble(domains ...[]schemaStep) []migration {

@@ -974,6 +974,7 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{13, "E2B facade's sandbox access tokens", "30652b722928297a20e20ff65b7d3376650ff1d7f33d4277ec11be34b420474e"},
 		{14, "managed databases", "6938e6cd2cf728ab5e3fe81d8690544c984a7337f3f49218a27b0175d3f96848"},
 		{15, "published snapshots and hibernated sandboxes, host drain", "bd8ff7a906b4e5457859e362bec97e23844359395781c7f49cdf2491b8432125"},
+		{16, "apps and deployments", "c62781664178b9a71b999827ab688ca9e416e069df0f1e8acdad1f2c5d094e5d"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))

@@ -982,5 +982,42 @@ class DatabasesOffline(OfflineCase):
                                                               {"name": "back", "to_time": "2026-01-01T00:00:00Z"}))
 
 
+# -- apps --------------------------------------------------------------------------------------------
+
+
+class AppsOffline(OfflineCase):
+    def test_create_deploy_wait_rollback(self) -> None:
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        for name, content in (("server.js", "x"), (".gitignore", "*.log\nnode_modules/\n"), ("debug.log", "x"),
+                              ("node_modules/a.js", "x")):
+            os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
+            with open(os.path.join(d, name), "w") as f:
+                f.write(content)
+        dep = {"id": "dep_1", "state": "queued", "plan": {"framework": "node"}}
+        s = self.answer(ok({"id": "app_1", "name": "web"}, 201), ok(dep, 202), ok(dict(dep, state="building")),
+                        ok(dict(dep, state="live")), HTTPResponse(200, b"==> build\n", {"Content-Type": "text/plain"}),
+                        ok(dict(dep, state="live")), ok(None, 204), ok(dep, 202), ok({"secret": "whsec_x"}))
+        self.client.apps.create("web", env={"A": "1"}, secrets={"T": "x"}, build={"port": 3000}, suspend_after_seconds=60)
+        self.assertEqual((s.path(0), s.requests[0].json()), ("/v1/apps", {"name": "web", "env": {"A": "1"}, "secrets": {"T": "x"},
+                                                                          "build": {"port": 3000}, "suspend_after_seconds": 60}))
+        self.assertEqual(self.client.apps.deploy("web", d)["id"], "dep_1")
+        self.assertEqual((s.requests[1].method, s.path(1)), ("POST", "/v1/apps/web/deployments"))
+        import tarfile
+        names = tarfile.open(fileobj=io.BytesIO(s.requests[1].body), mode="r:gz").getnames()
+        self.assertEqual(sorted(names), [".gitignore", "server.js"])
+        self.assertEqual(self.client.apps.wait("web", "dep_1", interval=0)["state"], "live")
+        self.assertEqual(self.client.apps.build_logs("web", "dep_1"), "==> build\n")
+        self.assertEqual(s.path(4), "/v1/apps/web/deployments/dep_1/logs")
+        self.client.apps.rollback("web", "dep_0")
+        self.assertEqual((s.path(5), s.requests[5].json()), ("/v1/apps/web/rollback", {"deployment_id": "dep_0"}))
+        self.client.apps.delete("web")
+        self.assertEqual((s.requests[6].method, s.path(6)), ("DELETE", "/v1/apps/web"))
+        self.client.apps.deploy("web", b"\x1f\x8b", branch="feature/x")
+        self.assertEqual(s.path(7), "/v1/apps/web/deployments?branch=feature%2Fx")
+        self.assertEqual(self.client.apps.connect_github("web", "acme/web")["secret"], "whsec_x")
+        self.assertEqual((s.path(8), s.requests[8].json()), ("/v1/apps/web/github", {"repo": "acme/web"}))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -2,6 +2,7 @@ import { ConfigurationError } from "./errors.js";
 import { Transport, type FetchLike } from "./http.js";
 import { Sandboxes, Snapshots, Templates, Volumes, registerClientFactory, type ClientContext, type SandboxData } from "./sandbox.js";
 import { Databases } from "./databases.js";
+import { Apps } from "./apps.js";
 import { Functions, Schedules } from "./functions.js";
 
 /** Where the hosted API lives; a self-hosted `pandastack up` prints its own base URL. */
@@ -50,6 +51,7 @@ export class PandaStack {
   readonly functions: Functions;
   readonly databases: Databases;
   readonly schedules: Schedules;
+  readonly apps: Apps;
   /** @internal */
   declare readonly http: Transport;
   /** @internal */
@@ -83,6 +85,7 @@ export class PandaStack {
     this.functions = new Functions(ctx);
     this.databases = new Databases(ctx);
     this.schedules = new Schedules(ctx);
+    this.apps = new Apps(ctx);
   }
 
   /**

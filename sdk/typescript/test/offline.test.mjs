@@ -812,3 +812,29 @@ describe("offline: databases", () => {
     assert.equal(f.calls[6].path(), "/v1/databases/db_1/password");
   });
 });
+
+// -- apps -------------------------------------------------------------------------------------------
+
+describe("offline: apps", () => {
+  it("create, deploy, wait, logs and rollback use the documented routes", async () => {
+    const dep = { id: "dep_1", state: "queued", plan: { framework: "node" } };
+    const f = script(ok({ id: "app_1", name: "web" }, 201), ok(dep, 202), ok({ ...dep, state: "live" }), ok({ ...dep, state: "live" }), ok(null, 204),
+      ok(dep, 202), ok({ secret: "whsec_x" }));
+    const c = client(f);
+    await c.apps.create({ name: "web", secrets: { T: "x" }, build: { port: 3000 }, suspendAfterSeconds: 60 });
+    assert.deepEqual(f.calls[0].json(), { name: "web", secrets: { T: "x" }, build: { port: 3000 }, suspend_after_seconds: 60 });
+    assert.equal((await c.apps.deploy("web", new Uint8Array([31, 139]))).id, "dep_1");
+    assert.equal(f.calls[1].path(), "/v1/apps/web/deployments");
+    assert.equal(f.calls[1].headers["content-type"], "application/gzip");
+    assert.equal((await c.apps.wait("web", "dep_1", { intervalMs: 0 })).state, "live");
+    await c.apps.rollback("web", "dep_0");
+    assert.deepEqual(f.calls[3].json(), { deployment_id: "dep_0" });
+    await c.apps.delete("web");
+    await c.apps.deploy("web", new Uint8Array([31, 139]), { branch: "feature/x" });
+    assert.equal((await c.apps.connectGitHub("web", "acme/web")).secret, "whsec_x");
+    assert.deepEqual(f.calls[6].json(), { repo: "acme/web" });
+    assert.deepEqual(f.calls.map((x) => x.method + " " + x.path()), ["POST /v1/apps", "POST /v1/apps/web/deployments",
+      "GET /v1/apps/web/deployments/dep_1", "POST /v1/apps/web/rollback", "DELETE /v1/apps/web",
+      "POST /v1/apps/web/deployments?branch=feature%2Fx", "POST /v1/apps/web/github"]);
+  });
+});

@@ -32,6 +32,7 @@ from .errors import (
 from ._http import HTTPRequest, HTTPResponse
 from .code import CodeContext, Execution, ExecutionError, Logs, Result
 from .databases import Databases
+from .apps import Apps, pack_directory
 from .functions import Functions, Schedules
 from .models import ExecEvent, ExecResult, FileInfo, Process, ProcessEvent, Snapshot, Template, Volume, VolumeAttachment
 from .processes import ProcessHandle, Processes, ProcessResult
@@ -67,6 +68,7 @@ __all__ = [
     "VolumeAttachment",
     "Volumes",
     "Databases",
+    "Apps",
     "Functions",
     "Schedules",
     "PandaStackError",

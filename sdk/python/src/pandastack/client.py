@@ -10,6 +10,7 @@ from . import _context
 from ._context import ClientContext
 from ._http import Send, Transport
 from .databases import Databases
+from .apps import Apps
 from .functions import Functions, Schedules
 from .sandbox import Sandboxes, Snapshots, Templates, Volumes
 
@@ -75,6 +76,7 @@ class PandaStack:
         self.functions = Functions(ctx)
         self.schedules = Schedules(ctx)
         self.databases = Databases(ctx)
+        self.apps = Apps(ctx)
 
     def info(self) -> Dict[str, Any]:
         """What the deployment enforces for every team: ``{"version", "egress": {"blocked",

@@ -1,4 +1,4 @@
-package functions
+package sealed
 
 import (
 	"bytes"
@@ -10,23 +10,22 @@ import (
 // key; without one they round-trip unsealed.
 func TestSeal(t *testing.T) {
 	secrets := map[string]string{"API_TOKEN": "s3cr3t-value"}
-	sealed := New(Config{SecretsKey: bytes.Repeat([]byte{7}, 32)})
-	stored, err := sealed.seal(secrets)
+	key := bytes.Repeat([]byte{7}, 32)
+	stored, err := Seal(key, secrets)
 	if err != nil || !strings.HasPrefix(stored, "gcm:") || strings.Contains(stored, "s3cr3t") {
 		t.Fatalf("sealed form %q %v", stored, err)
 	}
-	if got, err := sealed.unseal(stored); err != nil || got["API_TOKEN"] != "s3cr3t-value" {
+	if got, err := Open(key, stored); err != nil || got["API_TOKEN"] != "s3cr3t-value" {
 		t.Fatalf("unseal: %v %v", got, err)
 	}
-	if _, err := New(Config{SecretsKey: bytes.Repeat([]byte{8}, 32)}).unseal(stored); err == nil {
+	if _, err := Open(bytes.Repeat([]byte{8}, 32), stored); err == nil {
 		t.Fatal("another key opened the secrets")
 	}
-	plain := New(Config{})
-	stored, err = plain.seal(secrets)
+	stored, err = Seal(nil, secrets)
 	if err != nil || !strings.HasPrefix(stored, "plain:") {
 		t.Fatalf("unsealed form %q %v", stored, err)
 	}
-	if got, err := plain.unseal(stored); err != nil || got["API_TOKEN"] != "s3cr3t-value" {
+	if got, err := Open(nil, stored); err != nil || got["API_TOKEN"] != "s3cr3t-value" {
 		t.Fatalf("round trip: %v %v", got, err)
 	}
 }

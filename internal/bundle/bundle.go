@@ -1,4 +1,7 @@
-package functions
+// Package bundle reads uploaded code archives (.zip or .tar.gz) safely — size limits, no
+// absolute paths, "..", links or devices — and writes their files out again as one plain tar
+// (what a sandbox unpacks). Functions' deploys and apps' tarball deploys use it.
+package bundle
 
 import (
 	"archive/tar"
@@ -15,28 +18,28 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 )
 
-// Bundle limits.
+// Limits of a bundle.
 const (
-	MaxBundleBytes   = 32 << 20  // the archive as uploaded
+	MaxBytes         = 32 << 20  // the archive as uploaded
 	MaxUnpackedBytes = 256 << 20 // its files, unpacked
-	MaxBundleEntries = 20000
+	MaxEntries       = 20000
 )
 
-// file is one regular file or directory of a bundle.
-type file struct {
-	name string // clean, relative, "/"-separated
-	dir  bool
-	mode int64
-	data []byte
+// File is one regular file or directory of a bundle.
+type File struct {
+	Name string // clean, relative, "/"-separated
+	Dir  bool
+	Mode int64
+	Data []byte
 }
 
-// readBundle reads a .zip or .tar.gz archive into its files, refusing what is not an archive,
+// Read reads a .zip or .tar.gz archive into its files, refusing what is not an archive,
 // too large, or unsafe (absolute paths, "..", links, devices). Problems are errdefs.Invalid
 // (or TooLarge) naming them.
-func readBundle(b []byte) ([]file, error) {
+func Read(b []byte) ([]File, error) {
 	switch {
-	case len(b) > MaxBundleBytes:
-		return nil, errdefs.New(errdefs.TooLarge, "bundle is %d bytes; the limit is %d (32 MiB)", len(b), MaxBundleBytes)
+	case len(b) > MaxBytes:
+		return nil, errdefs.New(errdefs.TooLarge, "bundle is %d bytes; the limit is %d (32 MiB)", len(b), MaxBytes)
 	case bytes.HasPrefix(b, []byte("PK\x03\x04")) || bytes.HasPrefix(b, []byte("PK\x05\x06")):
 		return readZip(b)
 	case bytes.HasPrefix(b, []byte{0x1f, 0x8b}):
@@ -46,7 +49,7 @@ func readBundle(b []byte) ([]file, error) {
 }
 
 type collector struct {
-	files []file
+	files []File
 	total int64
 	seen  map[string]bool
 }
@@ -55,33 +58,33 @@ func (c *collector) add(name string, dir bool, mode int64, r io.Reader) error {
 	clean := path.Clean(strings.TrimPrefix(strings.ReplaceAll(name, "\\", "/"), "./"))
 	switch {
 	case strings.HasPrefix(name, "/") || clean == ".." || strings.HasPrefix(clean, "../"):
-		return errdefs.Invalidf("bundle entry %q leaves the bundle (absolute or ..)", trunc(name))
+		return errdefs.Invalidf("bundle entry %q leaves the bundle (absolute or ..)", Trunc(name))
 	case clean == ".":
 		return nil
-	case len(c.files) >= MaxBundleEntries:
-		return errdefs.Invalidf("bundle has more than %d entries", MaxBundleEntries)
+	case len(c.files) >= MaxEntries:
+		return errdefs.Invalidf("bundle has more than %d entries", MaxEntries)
 	case c.seen[clean]:
 		return nil
 	}
-	f := file{name: clean, dir: dir, mode: mode & 0o755}
+	f := File{Name: clean, Dir: dir, Mode: mode & 0o755}
 	if !dir {
 		lr := io.LimitReader(r, MaxUnpackedBytes-c.total+1)
 		data, err := io.ReadAll(lr)
 		if err != nil {
-			return errdefs.Invalidf("bundle entry %q cannot be read: %v", trunc(name), err)
+			return errdefs.Invalidf("bundle entry %q cannot be read: %v", Trunc(name), err)
 		}
 		c.total += int64(len(data))
 		if c.total > MaxUnpackedBytes {
 			return errdefs.New(errdefs.TooLarge, "bundle unpacks to more than %d bytes (256 MiB)", MaxUnpackedBytes)
 		}
-		f.data = data
+		f.Data = data
 	}
 	c.seen[clean] = true
 	c.files = append(c.files, f)
 	return nil
 }
 
-func readZip(b []byte) ([]file, error) {
+func readZip(b []byte) ([]File, error) {
 	zr, err := zip.NewReader(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
 		return nil, errdefs.Invalidf("bundle is not a valid .zip archive: %v", err)
@@ -90,13 +93,13 @@ func readZip(b []byte) ([]file, error) {
 	for _, zf := range zr.File {
 		mode := zf.Mode()
 		if mode.Type() != 0 && !mode.IsDir() { // symlinks, devices, …
-			return nil, errdefs.Invalidf("bundle entry %q is not a regular file or directory", trunc(zf.Name))
+			return nil, errdefs.Invalidf("bundle entry %q is not a regular file or directory", Trunc(zf.Name))
 		}
 		var r io.Reader
 		if !mode.IsDir() {
 			rc, err := zf.Open()
 			if err != nil {
-				return nil, errdefs.Invalidf("bundle entry %q cannot be read: %v", trunc(zf.Name), err)
+				return nil, errdefs.Invalidf("bundle entry %q cannot be read: %v", Trunc(zf.Name), err)
 			}
 			defer rc.Close()
 			r = rc
@@ -108,7 +111,7 @@ func readZip(b []byte) ([]file, error) {
 	return c.files, nil
 }
 
-func readTarGz(b []byte) ([]file, error) {
+func readTarGz(b []byte) ([]File, error) {
 	gz, err := gzip.NewReader(bytes.NewReader(b))
 	if err != nil {
 		return nil, errdefs.Invalidf("bundle is not a valid .tar.gz archive: %v", err)
@@ -128,7 +131,7 @@ func readTarGz(b []byte) ([]file, error) {
 		case tar.TypeXGlobalHeader:
 			continue
 		default:
-			return nil, errdefs.Invalidf("bundle entry %q is not a regular file or directory", trunc(h.Name))
+			return nil, errdefs.Invalidf("bundle entry %q is not a regular file or directory", Trunc(h.Name))
 		}
 		if err := c.add(h.Name, h.Typeflag == tar.TypeDir, h.Mode, tr); err != nil {
 			return nil, err
@@ -140,53 +143,24 @@ func readTarGz(b []byte) ([]file, error) {
 	return c.files, nil
 }
 
-// handlerFiles are the files that can hold a handler's module, first match wins.
-func handlerFiles(runtime, handler string) []string {
-	mod, _, _ := strings.Cut(handler, ".")
-	if i := strings.LastIndex(handler, "."); i > 0 {
-		mod = handler[:i]
-	}
-	switch runtime {
-	case "python3":
-		p := strings.ReplaceAll(mod, ".", "/")
-		return []string{p + ".py", p + "/__init__.py"}
-	default:
-		return []string{mod + ".mjs", mod + ".js", mod + ".cjs"}
-	}
-}
-
-// checkHandler says which file of the bundle holds the handler's module, or an error naming the
-// files it looked for.
-func checkHandler(files []file, runtime, handler string) error {
-	want := handlerFiles(runtime, handler)
-	for _, f := range files {
-		for _, w := range want {
-			if !f.dir && f.name == w {
-				return nil
-			}
-		}
-	}
-	return errdefs.Invalidf("handler %q needs %s at the top level of the bundle; it has none", handler, strings.Join(want, " or "))
-}
-
-// normalise writes files as one uncompressed tar (what the bake unpacks in the VM), adding
-// extra files (e.g. a package.json) that the bundle lacks.
-func normalise(files []file, extra map[string]string) ([]byte, error) {
+// Tar writes files as one uncompressed tar (what a sandbox unpacks), adding extra files (e.g.
+// a package.json) that the bundle lacks.
+func Tar(files []File, extra map[string]string) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	mt := time.Unix(0, 0)
 	for name, content := range extra {
-		files = append(files, file{name: name, mode: 0o644, data: []byte(content)})
+		files = append(files, File{Name: name, Mode: 0o644, Data: []byte(content)})
 	}
 	for _, f := range files {
-		h := &tar.Header{Name: f.name, Mode: f.mode | 0o644, Size: int64(len(f.data)), ModTime: mt, Typeflag: tar.TypeReg, Format: tar.FormatPAX}
-		if f.dir {
-			h = &tar.Header{Name: f.name + "/", Mode: 0o755, ModTime: mt, Typeflag: tar.TypeDir, Format: tar.FormatPAX}
+		h := &tar.Header{Name: f.Name, Mode: f.Mode | 0o644, Size: int64(len(f.Data)), ModTime: mt, Typeflag: tar.TypeReg, Format: tar.FormatPAX}
+		if f.Dir {
+			h = &tar.Header{Name: f.Name + "/", Mode: 0o755, ModTime: mt, Typeflag: tar.TypeDir, Format: tar.FormatPAX}
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, fmt.Errorf("bundle: %w", err)
 		}
-		if _, err := tw.Write(f.data); err != nil {
+		if _, err := tw.Write(f.Data); err != nil {
 			return nil, fmt.Errorf("bundle: %w", err)
 		}
 	}
@@ -196,16 +170,18 @@ func normalise(files []file, extra map[string]string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func hasFile(files []file, name string) bool {
+// Has says whether files has the regular file name.
+func Has(files []File, name string) bool {
 	for _, f := range files {
-		if f.name == name && !f.dir {
+		if f.Name == name && !f.Dir {
 			return true
 		}
 	}
 	return false
 }
 
-func trunc(s string) string {
+// Trunc shortens user-supplied text quoted in a message.
+func Trunc(s string) string {
 	if len(s) > 60 {
 		return s[:60] + "…"
 	}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCLIApps: app plan reads a directory here (an unknown one says what to set); create, list,
+// get, update and delete go through a server.
+func TestCLIApps(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"devDependencies": {"vite": "5"}, "scripts": {"build": "vite build"}}`), 0o644)
+	os.WriteFile(filepath.Join(dir, "pnpm-lock.yaml"), nil, 0o644)
+	out := mustRun(t, "", "app", "plan", dir)
+	for _, want := range []string{"framework:       vite", "package manager: pnpm", "npx --yes pnpm run build", "--directory dist"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	if out := mustRun(t, "", "app", "plan", dir, "--start", "./serve", "--port", "3000"); !strings.Contains(out, "start:           ./serve") ||
+		!strings.Contains(out, "port:            3000") {
+		t.Fatalf("plan with overrides:\n%s", out)
+	}
+	empty := t.TempDir()
+	os.WriteFile(filepath.Join(empty, "main.rs"), nil, 0o644)
+	if out, _, err := run(t, "", "app", "plan", empty); err == nil || !strings.Contains(out, "set build.start") {
+		t.Fatalf("unknown plan: %v\n%s", err, out)
+	}
+
+	url, key := startServer(t)
+	t.Setenv("PANDASTACK_BASE_URL", url)
+	t.Setenv("PANDASTACK_API_KEY", key)
+	if _, _, err := run(t, "", "app", "create", "Not_OK"); err == nil || !strings.Contains(err.Error(), "host name") {
+		t.Fatalf("bad name: %v", err)
+	}
+	id := strings.TrimSpace(mustRun(t, "", "app", "create", "web", "-q", "--secret", "TOKEN=s3cr3t", "--port", "3000"))
+	if !strings.HasPrefix(id, "app_") {
+		t.Fatalf("create -q: %q", id)
+	}
+	if out := mustRun(t, "", "app", "list"); !strings.Contains(out, id) || !strings.Contains(out, "web") {
+		t.Fatalf("list:\n%s", out)
+	}
+	mustRun(t, "", "app", "update", "web", "--suspend-after", "60")
+	if out := mustRun(t, "", "app", "get", "web", "--json"); !strings.Contains(out, `"suspend_after_seconds": 60`) ||
+		!strings.Contains(out, `"port": 3000`) || strings.Contains(out, "s3cr3t") {
+		t.Fatalf("get:\n%s", out)
+	}
+	mustRun(t, "", "app", "delete", "web")
+	if _, _, err := run(t, "", "app", "get", "web"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("deleted: %v", err)
+	}
+}

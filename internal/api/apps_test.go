@@ -1,0 +1,187 @@
+package api
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http/cgi"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/apps"
+)
+
+// TestAppsAPI: the apps routes' validation, team isolation and plans, without VMs.
+func TestAppsAPI(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ProxyDomain = "localhost" })
+	for _, c := range []struct {
+		body any
+		want int
+		msg  string
+	}{
+		{map[string]any{"name": "Bad_Name"}, 400, "host name"},
+		{map[string]any{"name": "ends-"}, 400, "host name"},
+		{map[string]any{"name": strings.Repeat("a", 41)}, 400, "host name"},
+		{map[string]any{"name": "ok", "env": map[string]string{"PORT": "1"}}, 400, "not PORT"},
+		{map[string]any{"name": "ok", "build": map[string]any{"framework": "rails"}}, 400, "build.framework"},
+		{map[string]any{"name": "ok", "health_timeout_seconds": 9999}, 400, "health_timeout_seconds"},
+		{map[string]any{"name": "ok", "env": map[string]string{"A": "1"}, "secrets": map[string]string{"A": "2"}}, 400, "both in env and in secrets"},
+		{map[string]any{"name": "ok", "nope": 1}, 400, "nope"},
+	} {
+		r := e.do("POST", "/v1/apps", e.admin, c.body)
+		if r.status != c.want || !strings.Contains(r.errMessage(), c.msg) {
+			t.Errorf("create %v: %d %s", c.body, r.status, r.body)
+		}
+	}
+	a := e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "web", "secrets": map[string]string{"TOKEN": "s3cr3t"}}), 201).json(t)
+	if a["url"] != "http://web.apps.localhost" || strings.Contains(string(mustJSON(a)), "s3cr3t") || a["branch"] != "main" {
+		t.Fatalf("app: %v", a)
+	}
+	e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "web"}), 409)
+	e.mustStatus(e.do("PATCH", "/v1/apps/web", e.admin, map[string]any{"build": map[string]any{"port": 3000}}), 200)
+	if got := e.mustStatus(e.do("GET", "/v1/apps/"+a["id"].(string), e.admin, nil), 200).json(t); got["build"].(map[string]any)["port"] != 3000.0 {
+		t.Fatalf("patched: %v", got)
+	}
+	other := e.mustStatus(e.do("POST", "/v1/teams", e.admin, map[string]string{"name": "other"}), 201).json(t)["key"].(map[string]any)["key"].(string)
+	e.mustStatus(e.do("GET", "/v1/apps/web", other, nil), 404)
+	e.mustStatus(e.do("POST", "/v1/apps/web/deployments", other, tarGzBundle(t, map[string]string{"index.html": "x"})), 404)
+	if l := e.mustStatus(e.do("GET", "/v1/apps", other, nil), 200).json(t); len(l["apps"].([]any)) != 0 {
+		t.Fatalf("another team sees %v", l)
+	}
+
+	// Bad sources are refused before anything is recorded.
+	r := e.do("POST", "/v1/apps/web/deployments", e.admin, tarGzBundle(t, map[string]string{"Cargo.toml": "", "README": ""}))
+	if r.status != 400 || !strings.Contains(r.errMessage(), "no framework detected") || !strings.Contains(r.errMessage(), "set build.start") {
+		t.Fatalf("unknown source: %d %s", r.status, r.body)
+	}
+	e.mustStatus(e.do("POST", "/v1/apps/web/deployments", e.admin, bytes.Repeat([]byte("x"), 33<<20)), 413)
+	e.mustStatus(e.do("POST", "/v1/apps/web/deployments", e.admin, "not an archive"), 400)
+	if l := e.mustStatus(e.do("GET", "/v1/apps/web/deployments", e.admin, nil), 200).json(t); len(l["deployments"].([]any)) != 0 {
+		t.Fatalf("refused deploys were recorded: %v", l)
+	}
+
+	// The router: an unknown app and an app without a live deployment are 404 pages.
+	for _, host := range []string{"nope.apps.localhost", "web.apps.localhost"} {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Host = host
+		w := httptest.NewRecorder()
+		e.srv.Handler().ServeHTTP(w, req)
+		if w.Code != 404 {
+			t.Fatalf("%s: %d %s", host, w.Code, w.Body)
+		}
+	}
+	e.mustStatus(e.do("DELETE", "/v1/apps/web", e.admin, nil), 204)
+	e.mustStatus(e.do("GET", "/v1/apps/web", e.admin, nil), 404)
+}
+
+// TestGitHubWebhook: a recorded push payload whose clone URL is a repository served here, with a
+// valid signature (deploys that commit), a repeated delivery (ignored), a bad signature (401),
+// another branch (ignored) and a ping.
+func TestGitHubWebhook(t *testing.T) {
+	if _, err := os.Stat(apps.GitBackend); err != nil {
+		t.Skip("git-http-backend is not installed")
+	}
+	e := newEnv(t, func(c *Config) { c.ProxyDomain = "localhost" })
+	e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "site"}), 201)
+	e.mustStatus(e.do("POST", "/v1/apps/site/github", e.admin, map[string]any{"repo": "not a repo"}), 400)
+	hook := e.mustStatus(e.do("POST", "/v1/apps/site/github", e.admin, map[string]any{"repo": "acme/site"}), 200).json(t)
+	secret, url := hook["secret"].(string), hook["webhook_url"].(string)
+	if !strings.HasPrefix(secret, "whsec_") || !strings.HasSuffix(url, "/github/webhook") {
+		t.Fatalf("hook: %v", hook)
+	}
+	if a := e.mustStatus(e.do("GET", "/v1/apps/site", e.admin, nil), 200); strings.Contains(string(a.body), secret) {
+		t.Fatal("the webhook secret is answered")
+	}
+
+	// A repository served over HTTP on loopback, with one commit on main.
+	root := t.TempDir()
+	work := filepath.Join(root, "work")
+	run := func(dir string, args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+root)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	os.MkdirAll(work, 0o755)
+	os.WriteFile(filepath.Join(work, "index.html"), []byte("<h1>from github</h1>"), 0o644)
+	run(work, "init", "-q", "-b", "main")
+	run(work, "add", "-A")
+	run(work, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "one")
+	sha := run(work, "rev-parse", "HEAD")
+	run(root, "clone", "-q", "--bare", work, filepath.Join(root, "site.git"))
+	gitSrv := httptest.NewServer(&cgi.Handler{Path: apps.GitBackend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}})
+	defer gitSrv.Close()
+
+	payload := func(ref string) []byte {
+		b, _ := json.Marshal(map[string]any{"ref": ref, "after": sha, "deleted": false,
+			"repository": map[string]any{"full_name": "acme/site", "clone_url": gitSrv.URL + "/site.git"}})
+		return b
+	}
+	sign := func(key string, body []byte) string {
+		m := hmac.New(sha256.New, []byte(key))
+		m.Write(body)
+		return "sha256=" + hex.EncodeToString(m.Sum(nil))
+	}
+	path := strings.TrimPrefix(url, "http://"+strings.TrimPrefix(e.hs.URL, "http://"))
+	deliver := func(event, delivery, sig string, body []byte) resp {
+		return e.do("POST", path, "", body, "X-GitHub-Event", event, "X-GitHub-Delivery", delivery, "X-Hub-Signature-256", sig,
+			"Content-Type", "application/json")
+	}
+	push := payload("refs/heads/main")
+	if r := deliver("push", "d-1", sign("whsec_wrong", push), push); r.status != 401 {
+		t.Fatalf("bad signature: %d %s", r.status, r.body)
+	}
+	if r := deliver("push", "d-1", "sha256=zz", push); r.status != 401 {
+		t.Fatalf("malformed signature: %d %s", r.status, r.body)
+	}
+	if r := deliver("ping", "d-0", sign(secret, []byte(`{}`)), []byte(`{}`)); r.status != 200 || !strings.Contains(string(r.body), "pong") {
+		t.Fatalf("ping: %d %s", r.status, r.body)
+	}
+	tag := payload("refs/tags/v1")
+	if r := deliver("push", "d-2", sign(secret, tag), tag); r.status != 200 || !strings.Contains(string(r.body), "ignored") {
+		t.Fatalf("a tag: %d %s", r.status, r.body)
+	}
+	if r := deliver("push", "d-1", sign(secret, push), push); r.status != 202 || !strings.Contains(string(r.body), "deploying "+sha) {
+		t.Fatalf("push: %d %s", r.status, r.body)
+	}
+	if r := deliver("push", "d-1", sign(secret, push), push); r.status != 200 || !strings.Contains(string(r.body), "duplicate") {
+		t.Fatalf("repeated delivery: %d %s", r.status, r.body)
+	}
+	// A push to another branch deploys its preview.
+	run(work, "checkout", "-q", "-b", "feature/x")
+	run(work, "push", "-q", filepath.Join(root, "site.git"), "feature/x")
+	feature := payload("refs/heads/feature/x")
+	if r := deliver("push", "d-3", sign(secret, feature), feature); r.status != 202 {
+		t.Fatalf("a push to another branch: %d %s", r.status, r.body)
+	}
+	var deps []struct{ Commit, Source, Branch string }
+	waitFor(t, 30*time.Second, "the pushed commits' deployments", func() bool {
+		var l struct {
+			Deployments []struct{ Commit, Source, Branch string }
+		}
+		json.Unmarshal(e.do("GET", "/v1/apps/site/deployments", e.admin, nil).body, &l)
+		deps = l.Deployments
+		return len(deps) == 2
+	})
+	branches := map[string]bool{}
+	for _, d := range deps {
+		if d.Commit != sha || d.Source != "git" {
+			t.Fatalf("deployments: %+v", deps)
+		}
+		branches[d.Branch] = true
+	}
+	if !branches["main"] || !branches["feature/x"] {
+		t.Fatalf("deployments: %+v", deps)
+	}
+}

@@ -1,0 +1,679 @@
+package apps
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/apps/detect"
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/bundle"
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/sealed"
+	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
+)
+
+// Source says where a deploy's code came from.
+type Source struct {
+	Kind   string // "upload" or "git"
+	Commit string
+	Branch string
+}
+
+// Deploy starts a deploy of the team's app from a source archive (.tar.gz or .zip): the plan is
+// detected (with the app's overrides) and the deployment recorded queued, then built, released
+// and switched to in the background (src.Branch other than the app's: its preview). A source that is not an archive, too large, or whose plan
+// has no start command is refused (errdefs.Invalid / TooLarge naming the problem) and nothing
+// is recorded.
+func (s *Service) Deploy(ctx context.Context, teamID, id string, archive []byte, src Source) (store.Deployment, error) {
+	a, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return store.Deployment{}, err
+	}
+	if src.Branch != "" && (!branchPattern.MatchString(src.Branch) || strings.Contains(src.Branch, "..")) {
+		return store.Deployment{}, errdefs.Invalidf("branch must be a git branch name")
+	}
+	files, err := bundle.Read(archive)
+	if err != nil {
+		return store.Deployment{}, err
+	}
+	plan := detectPlan(files, Build(a))
+	if plan.Problem != "" {
+		return store.Deployment{}, errdefs.Invalidf("%s", plan.Problem)
+	}
+	tarball, err := bundle.Tar(files, nil)
+	if err != nil {
+		return store.Deployment{}, err
+	}
+	pj, _ := json.Marshal(plan)
+	if src.Kind == "" {
+		src.Kind = "upload"
+	}
+	d, err := s.cfg.Store.CreateDeployment(ctx, store.Deployment{ID: auth.NewID("dep_"), AppID: a.ID, TeamID: teamID, State: Queued,
+		Source: src.Kind, Commit: src.Commit, Branch: src.Branch, Plan: string(pj)})
+	if err != nil {
+		return d, err
+	}
+	lb := newLogBuf()
+	s.mu.Lock()
+	s.logs[d.ID] = lb
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.run(a, d, plan, tarball, lb)
+	}()
+	return d, nil
+}
+
+func detectPlan(files []bundle.File, b v1.AppBuild) v1.AppPlan {
+	return detect.Detect(tree(files), b)
+}
+
+// run builds, releases and switches to deployment d, one deploy of an app at a time.
+func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, lb *logBuf) {
+	ctx := s.ctx
+	lock := s.appLock(a.ID)
+	lock.Lock()
+	defer lock.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.logs, d.ID)
+		s.mu.Unlock()
+	}()
+	secrets, err := sealed.Open(s.cfg.SecretsKey, a.Secrets)
+	if err != nil {
+		s.log.Error("apps: unsealing secrets failed", "app", a.ID, "err", err)
+		s.fail(d, lb, errors.New("the app's secrets cannot be read on this server"))
+		return
+	}
+	lb.redact(secrets)
+	start := time.Now()
+	d.State = Building
+	s.save(d, lb, false)
+	snap, pid, err := s.build(ctx, a, d, plan, tarball, secrets, lb)
+	d.BuildMS = time.Since(start).Milliseconds()
+	if err != nil {
+		s.fail(d, lb, err)
+		return
+	}
+	d.SnapshotID, d.Pid, d.State = snap.ID, int64(pid), Deploying
+	s.save(d, lb, false)
+	if err := s.release(ctx, a, &d, lb); err != nil {
+		s.fail(d, lb, err)
+		return
+	}
+}
+
+// save records d with the logs so far.
+func (s *Service) save(d store.Deployment, lb *logBuf, final bool) store.Deployment {
+	d.Logs = lb.String()
+	out, err := s.cfg.Store.UpdateDeployment(context.WithoutCancel(s.ctx), d, final)
+	if err != nil {
+		s.log.Warn("apps: could not record a deployment", "deployment", d.ID, "err", err)
+	}
+	return out
+}
+
+// fail records d failed with err (its logs end with it); the live deployment keeps serving.
+func (s *Service) fail(d store.Deployment, lb *logBuf, err error) {
+	lb.Printf("\n==> deploy failed: %v\n", err)
+	d.State, d.Error = Failed, lb.scrub(err.Error())
+	if d.SnapshotID != "" {
+		s.dropSnapshot(s.ctx, d.TeamID, d.SnapshotID)
+		d.SnapshotID = ""
+	}
+	s.save(d, lb, true)
+	lb.close()
+	s.log.Info("app deployment failed", "app", d.AppID, "deployment", d.ID, "err", err)
+}
+
+// Where the extra CA certificates (Config.GuestCA) and the bundle with the system's go in a VM.
+const (
+	extraCA  = "/home/user/.pandastack/extra-ca.pem"
+	caBundle = "/home/user/.pandastack/ca-bundle.pem"
+)
+
+// runEnv is the environment of the app's build and process.
+func (s *Service) runEnv(a store.App, secrets map[string]string, port int) map[string]string {
+	env := map[string]string{}
+	maps.Copy(env, a.Env)
+	maps.Copy(env, secrets)
+	env["PORT"] = strconv.Itoa(port)
+	env["HOME"] = "/home/user"
+	if len(s.cfg.GuestCA) > 0 {
+		env["NODE_EXTRA_CA_CERTS"] = extraCA
+		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"} {
+			env[k] = caBundle
+		}
+	}
+	return env
+}
+
+// build makes the release of d: a sandbox of the base template with the source unpacked, the
+// install and build commands run (their output streamed into lb), the start command started and
+// healthy on $PORT, snapshotted. The build sandbox is killed either way.
+func (s *Service) build(ctx context.Context, a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte,
+	secrets map[string]string, lb *logBuf) (store.Snapshot, int, error) {
+	recorded, agentName, host, err := s.cfg.Templates.Resolve(ctx, a.TeamID, s.cfg.BaseTemplate)
+	if err != nil {
+		return store.Snapshot{}, 0, err
+	}
+	lb.Printf("==> build sandbox from %s\n", s.cfg.BaseTemplate)
+	sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: recorded, AgentTemplate: agentName, TemplateHost: host,
+		Metadata:   map[string]string{"pandastack.app": a.Name, "pandastack.app_role": "build", "pandastack.deployment": d.ID},
+		TTLSeconds: int64(BuildTimeout/time.Second) + 600})
+	if err != nil {
+		return store.Snapshot{}, 0, err
+	}
+	defer s.stopInstance(sb.ID, "app build finished", 0)
+	c, err := s.cfg.Sandboxes.Target(ctx, sb)
+	if err != nil {
+		return store.Snapshot{}, 0, err
+	}
+	if _, err := c.WriteFile(ctx, sb.ID, srcTar, bytes.NewReader(tarball), int64(len(tarball))); err != nil {
+		return store.Snapshot{}, 0, fmt.Errorf("writing the source into the build sandbox: %w", err)
+	}
+	env := s.runEnv(a, secrets, plan.Port)
+	script := fmt.Sprintf("set -e\nmkdir -p %[1]s\ntar -xf %[2]s -C %[1]s\nrm %[2]s\ncd %[1]s\n", appDir, srcTar)
+	if len(s.cfg.GuestCA) > 0 {
+		if _, err := c.WriteFile(ctx, sb.ID, extraCA, bytes.NewReader(s.cfg.GuestCA), int64(len(s.cfg.GuestCA))); err != nil {
+			return store.Snapshot{}, 0, fmt.Errorf("writing the extra CA certificates: %w", err)
+		}
+		script += fmt.Sprintf("cat /etc/ssl/certs/ca-certificates.crt %s > %s\n", extraCA, caBundle)
+	}
+	for _, step := range []struct{ what, cmd string }{{"install", plan.Install}, {"build", plan.Build}} {
+		if step.cmd != "" {
+			script += fmt.Sprintf("echo %s\n%s\n", shellQuote("==> "+step.what+": "+step.cmd), step.cmd)
+		}
+	}
+	t := time.Now()
+	if err := s.stream(ctx, c, sb.ID, script, env, lb); err != nil {
+		return store.Snapshot{}, 0, err
+	}
+	lb.Printf("==> built in %.1f s\n", time.Since(t).Seconds())
+	lb.Printf("==> start: %s (port %d)\n", plan.Start, plan.Port)
+	pid, err := c.StartProcess(ctx, sb.ID, agentclient.StartProcessRequest{Cmd: plan.Start, Env: env, Cwd: appDir})
+	if err != nil {
+		return store.Snapshot{}, 0, fmt.Errorf("starting the app: %w", err)
+	}
+	t = time.Now()
+	if err := s.healthy(ctx, c, sb.ID, pid, plan.Port, time.Duration(a.HealthTimeoutSeconds)*time.Second, lb); err != nil {
+		return store.Snapshot{}, 0, err
+	}
+	lb.Printf("==> healthy after %.1f s; snapshotting the release\n", time.Since(t).Seconds())
+	t = time.Now()
+	snap, err := s.cfg.Sandboxes.Snapshot(ctx, sb)
+	if err != nil {
+		return store.Snapshot{}, 0, err
+	}
+	lb.Printf("==> release %s saved in %.1f s\n", snap.ID, time.Since(t).Seconds())
+	return snap, pid, nil
+}
+
+// stream runs script in the sandbox, its output (stdout and stderr) appended to lb as it comes.
+func (s *Service) stream(ctx context.Context, c *agentclient.Client, sbID, script string, env map[string]string, lb *logBuf) error {
+	secs := BuildTimeout.Seconds()
+	body, err := c.ExecStream(ctx, sbID, agentclient.ExecRequest{Cmd: script, Env: env, Cwd: "/home/user", TimeoutSeconds: &secs})
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var ev v1.ExecEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			continue
+		}
+		switch {
+		case ev.Stdout != nil:
+			lb.Write([]byte(*ev.Stdout))
+		case ev.Stderr != nil:
+			lb.Write([]byte(*ev.Stderr))
+		case ev.Error != nil:
+			return fmt.Errorf("the build could not run: %s", ev.Error.Message)
+		case ev.TimedOut:
+			return fmt.Errorf("the build ran past %s", BuildTimeout)
+		case ev.ExitCode != nil:
+			if *ev.ExitCode != 0 {
+				return fmt.Errorf("the build failed (exit %d)", *ev.ExitCode)
+			}
+			return nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return errors.New("the build's output ended without an exit code")
+}
+
+// healthy waits until the app answers an HTTP GET / on port with a status below 500, within
+// timeout; the app's process exiting first fails at once (its output goes to lb).
+func (s *Service) healthy(ctx context.Context, c *agentclient.Client, sbID string, pid, port int, timeout time.Duration, lb *logBuf) error {
+	deadline := time.Now().Add(timeout)
+	path := fmt.Sprintf("/v1/sandboxes/%s/ports/%d/", sbID, port)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := c.Raw(cctx, "GET", path, nil, nil, -1, nil)
+		if err == nil {
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+		}
+		cancel()
+		var ae *agentclient.Error
+		switch {
+		case err == nil && resp.StatusCode < 500:
+			return nil
+		case err == nil:
+			err = fmt.Errorf("GET / answered %d", resp.StatusCode)
+		case errors.As(err, &ae) && ae.Status < 500:
+			return nil // the agent relays an app's 4xx as an error
+		}
+		if pid > 0 {
+			if exited, out := s.exited(ctx, c, sbID, pid); exited {
+				lb.WriteString(out)
+				return fmt.Errorf("the app exited before it answered on port %d", port)
+			}
+		}
+		if time.Now().After(deadline) {
+			if _, out := s.exited(ctx, c, sbID, pid); out != "" {
+				lb.WriteString(out)
+			}
+			return fmt.Errorf("health check: the app did not answer GET / on port %d with a status below 500 within %s (%v)", port, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// exited says whether process pid has exited, and its output so far.
+func (s *Service) exited(ctx context.Context, c *agentclient.Client, sbID string, pid int) (bool, string) {
+	ps, err := c.ListProcesses(ctx, sbID)
+	if err != nil {
+		return false, ""
+	}
+	for _, p := range ps {
+		if p.Pid == pid {
+			if p.State == "running" {
+				return false, ""
+			}
+			var out strings.Builder
+			body, err := c.ProcessOutput(ctx, sbID, pid, 0, false)
+			if err == nil {
+				copyOutput(&out, body, nil)
+				body.Close()
+			}
+			return true, out.String()
+		}
+	}
+	return false, ""
+}
+
+// copyOutput writes the text of a process's NDJSON output events to w (each event flushed).
+func copyOutput(w io.Writer, body io.Reader, flush func()) error {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var ev v1.ProcessEvent
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			continue
+		}
+		for _, t := range []*string{ev.Stdout, ev.Stderr} {
+			if t != nil {
+				if _, err := io.WriteString(w, *t); err != nil {
+					return err
+				}
+			}
+		}
+		if flush != nil {
+			flush()
+		}
+	}
+	return sc.Err()
+}
+
+// release makes d's release serve app a: an instance restored from it and healthy, the route
+// switched to it, the old instance drained and stopped. On an error the old one keeps serving.
+func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment, lb *logBuf) error {
+	snap, err := s.cfg.Store.GetSnapshot(ctx, d.SnapshotID)
+	if err != nil || snap.Deleted {
+		return errdefs.Conflictf("the release snapshot of deployment %s is gone", d.ID)
+	}
+	plan := PlanOf(*d)
+	lb.Printf("==> restoring an instance of the release\n")
+	t := time.Now()
+	sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
+		Snapshot: &snap, Metadata: map[string]string{"pandastack.app": a.Name, "pandastack.app_role": "instance", "pandastack.deployment": d.ID},
+		TTLSeconds: InstanceTTL})
+	if err != nil {
+		return err
+	}
+	c, err := s.cfg.Sandboxes.Target(ctx, sb)
+	if err == nil {
+		err = s.healthy(ctx, c, sb.ID, 0, plan.Port, time.Duration(a.HealthTimeoutSeconds)*time.Second, lb)
+	}
+	if err != nil {
+		s.stopInstance(sb.ID, "app instance unhealthy", 0)
+		return err
+	}
+	d.SandboxID = sb.ID
+	lb.Printf("==> instance %s healthy in %.1f s; switching\n", sb.ID, time.Since(t).Seconds())
+	*d = s.save(*d, lb, false)
+	cur, err := s.cfg.Store.GetTeamApp(ctx, a.TeamID, a.ID)
+	if err != nil {
+		s.stopInstance(sb.ID, "app deleted", 0)
+		return err
+	}
+	slug := PreviewSlug(cur, d.Branch)
+	curID := cur.LiveDeploymentID
+	if slug != "" {
+		if curID, err = s.cfg.Store.GetPreview(ctx, a.ID, slug); err != nil {
+			s.stopInstance(sb.ID, "app switch failed", 0)
+			return err
+		}
+	}
+	old := store.Deployment{}
+	if curID != "" {
+		old, _ = s.cfg.Store.GetDeployment(ctx, a.ID, curID)
+	}
+	s.route.Lock()
+	ok, err := s.cfg.Store.SetLiveDeployment(ctx, a.ID, curID, d.ID)
+	if slug != "" {
+		ok, err = s.cfg.Store.SetPreview(ctx, a.ID, slug, curID, d.ID)
+	}
+	s.route.Unlock()
+	if err == nil && !ok {
+		err = errdefs.Conflictf("the app's route changed meanwhile")
+	}
+	if err != nil {
+		s.stopInstance(sb.ID, "app switch failed", 0)
+		d.SandboxID = ""
+		return err
+	}
+	d.State = Live
+	lb.Printf("==> live at %s\n", s.routeURL(a, slug))
+	*d = s.save(*d, lb, true)
+	lb.close()
+	s.log.Info("app deployment live", "app", a.ID, "deployment", d.ID, "instance", sb.ID)
+	if old.ID != "" && old.SandboxID != "" {
+		s.stopInstance(old.SandboxID, "app deployment superseded", time.Duration(a.DrainTimeoutSeconds)*time.Second)
+		if full, err := s.cfg.Store.GetDeployment(ctx, a.ID, old.ID); err == nil {
+			full.SandboxID, full.State = "", Superseded
+			s.cfg.Store.UpdateDeployment(context.WithoutCancel(ctx), full, false)
+		}
+	}
+	return nil
+}
+
+// Rollback points the team's app's route at an earlier deployment's release: a new instance of
+// it, healthy, then the switch and the drain of the current one. No rebuild.
+func (s *Service) Rollback(ctx context.Context, teamID, id, depID string) (store.Deployment, error) {
+	a, d, err := s.Deployment(ctx, teamID, id, depID)
+	if err != nil {
+		return d, err
+	}
+	if d.SnapshotID == "" || d.State != Superseded && d.State != Live {
+		return d, errdefs.Invalidf("deployment %s has no release to roll back to (it is %s)", d.ID, d.State)
+	}
+	lock := s.appLock(a.ID)
+	lock.Lock()
+	defer lock.Unlock()
+	if d.State == Live {
+		return d, nil // it serves already
+	}
+	lb := newLogBuf()
+	lb.WriteString(d.Logs)
+	lb.Printf("\n==> rollback to this release\n")
+	if err := s.release(context.WithoutCancel(ctx), a, &d, lb); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+// stopInstance kills sandbox id after its in-flight requests finished (at most drain), in the
+// background.
+func (s *Service) stopInstance(id, reason string, drain time.Duration) {
+	if id == "" {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		deadline := time.Now().Add(drain)
+		for time.Now().Before(deadline) {
+			s.mu.Lock()
+			n := s.inflight[id]
+			s.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		ctx := context.Background()
+		sb, err := s.cfg.Store.GetSandbox(ctx, id)
+		if err == nil {
+			err = s.cfg.Sandboxes.Kill(ctx, sb, reason)
+		}
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			s.log.Warn("apps: could not kill a sandbox", "sandbox", id, "err", err)
+		}
+		s.mu.Lock()
+		delete(s.lastSeen, id)
+		s.mu.Unlock()
+	}()
+}
+
+// PreviewSlug is the preview a deployment of branch serves ("" for the app itself): the branch
+// lowercased, runs of other characters than a-z and 0-9 made one -, at most 20 long.
+func PreviewSlug(a store.App, branch string) string {
+	if branch == "" || branch == a.Branch {
+		return ""
+	}
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(branch) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	out := strings.Trim(b.String(), "-")
+	if len(out) > 20 {
+		out = strings.Trim(out[:20], "-")
+	}
+	if out == "" {
+		out = "branch"
+	}
+	return out
+}
+
+// routeURL is the address of app a's route slug (its preview, or "" for the app).
+func (s *Service) routeURL(a store.App, slug string) string {
+	if slug == "" || s.cfg.ProxyDomain == "" {
+		return s.URL(a)
+	}
+	return "http://" + a.Name + "--" + slug + ".apps." + s.cfg.ProxyDomain
+}
+
+// DeploymentURL is where a live deployment serves ("" for another).
+func (s *Service) DeploymentURL(a store.App, d store.Deployment) string {
+	if d.State != Live {
+		return ""
+	}
+	return s.routeURL(a, PreviewSlug(a, d.Branch))
+}
+
+// Target is where a request for name (an app, or <app>--<preview slug>) goes now: its live
+// instance and port. done must be
+// called when the request has finished (the instance is not stopped before, up to its drain).
+func (s *Service) Target(ctx context.Context, name string) (sb store.Sandbox, port int, done func(), err error) {
+	s.route.RLock()
+	defer s.route.RUnlock()
+	appName, slug, _ := strings.Cut(name, "--")
+	a, err := s.cfg.Store.GetAppByName(ctx, appName)
+	if errors.Is(err, store.ErrNotFound) {
+		return sb, 0, nil, errdefs.NotFoundf("there is no app %s", bundle.Trunc(appName))
+	}
+	if err != nil {
+		return sb, 0, nil, err
+	}
+	live := a.LiveDeploymentID
+	if slug != "" {
+		if live, err = s.cfg.Store.GetPreview(ctx, a.ID, slug); err != nil {
+			return sb, 0, nil, err
+		}
+	}
+	if live == "" {
+		return sb, 0, nil, errdefs.NotFoundf("%s has no live deployment yet", name)
+	}
+	d, err := s.cfg.Store.GetDeployment(ctx, a.ID, live)
+	if err != nil {
+		return sb, 0, nil, err
+	}
+	if sb, err = s.cfg.Store.GetSandbox(ctx, d.SandboxID); err != nil {
+		return sb, 0, nil, errdefs.New(errdefs.Unavailable, "app %s has no running instance", a.Name)
+	}
+	s.mu.Lock()
+	s.inflight[sb.ID]++
+	s.lastSeen[sb.ID] = time.Now()
+	s.mu.Unlock()
+	return sb, PlanOf(d).Port, func() {
+		s.mu.Lock()
+		if s.inflight[sb.ID]--; s.inflight[sb.ID] <= 0 {
+			delete(s.inflight, sb.ID)
+		}
+		s.lastSeen[sb.ID] = time.Now()
+		s.mu.Unlock()
+	}, nil
+}
+
+// BuildLogs writes a deployment's build logs to w: all of them, or with follow those so far and
+// then what comes until the deployment ends (or ctx does), flushing after each piece.
+func (s *Service) BuildLogs(ctx context.Context, teamID, id, depID string, follow bool, w io.Writer, flush func()) error {
+	_, d, err := s.Deployment(ctx, teamID, id, depID)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	lb := s.logs[d.ID]
+	s.mu.Unlock()
+	if lb == nil {
+		if d, err = s.cfg.Store.GetDeployment(ctx, d.AppID, d.ID); err != nil {
+			return err
+		}
+		_, err := io.WriteString(w, d.Logs)
+		return err
+	}
+	return lb.follow(ctx, w, follow, flush)
+}
+
+// Logs writes the runtime output of the team's app's live instance to w; with follow, it goes on
+// until ctx ends.
+func (s *Service) Logs(ctx context.Context, teamID, id string, follow bool, w io.Writer, flush func()) error {
+	a, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	if a.LiveDeploymentID == "" {
+		return errdefs.Conflictf("app %s has no live deployment", a.Name)
+	}
+	d, err := s.cfg.Store.GetDeployment(ctx, a.ID, a.LiveDeploymentID)
+	if err != nil {
+		return err
+	}
+	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
+	if err != nil || d.Pid == 0 {
+		return errdefs.Conflictf("app %s has no running instance", a.Name)
+	}
+	c, err := s.cfg.Sandboxes.Target(ctx, sb)
+	if err != nil {
+		return err
+	}
+	body, err := c.ProcessOutput(ctx, sb.ID, int(d.Pid), 0, follow)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	secrets, _ := sealed.Open(s.cfg.SecretsKey, a.Secrets)
+	return copyOutput(&redactor{w: w, secrets: secretValues(secrets)}, body, flush)
+}
+
+// Maintain renews live instances' TTLs and hibernates those idle past their app's
+// suspend_after_seconds unless its min_instances keeps one running (a request to a hibernated
+// one wakes it: its host does). It goes through
+// every instance and returns what failed.
+func (s *Service) Maintain(ctx context.Context) error {
+	deps, err := s.cfg.Store.ListLiveDeployments(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range deps {
+		sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
+		if err != nil || sandboxes.Usable(sb) != nil {
+			continue
+		}
+		if time.Until(sb.ExpiresAt) < InstanceTTL*time.Second/2 {
+			if _, err := s.cfg.Sandboxes.SetTTL(ctx, sb, InstanceTTL); err != nil {
+				errs = append(errs, fmt.Errorf("renewing the ttl of %s: %w", sb.ID, err))
+			}
+		}
+		a, err := s.cfg.Store.GetTeamApp(ctx, d.TeamID, d.AppID)
+		if err != nil || a.SuspendAfterSeconds == 0 || a.MinInstances > 0 {
+			continue // no scale to zero
+		}
+		if sb = s.cfg.Sandboxes.Current(ctx, sb); sb.State != store.StateRunning {
+			continue
+		}
+		s.mu.Lock()
+		last, seen := s.lastSeen[sb.ID]
+		busy := s.inflight[sb.ID] > 0
+		if !seen {
+			s.lastSeen[sb.ID], last = time.Now(), time.Now()
+		}
+		s.mu.Unlock()
+		if !busy && time.Since(last) > time.Duration(a.SuspendAfterSeconds)*time.Second {
+			if _, err := s.cfg.Sandboxes.Hibernate(ctx, sb); err != nil {
+				errs = append(errs, fmt.Errorf("hibernating the idle instance %s: %w", sb.ID, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run calls Maintain every interval until ctx ends.
+func (s *Service) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("apps: maintenance failed", "err", err)
+			}
+		}
+	}
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -1,0 +1,81 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// TestAppRoutes: app names are unique across teams; a route switch (app or preview) is a
+// compare-and-set that marks the new deployment live and the old superseded; a delivery id is
+// claimed once; deleting an app takes its deployments, previews and deliveries.
+func TestAppRoutes(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		mkTeams(t, s, "team_a", "team_b")
+		a, err := s.CreateApp(ctx, App{ID: "app_1", TeamID: "team_a", Name: "web", Branch: "main", Build: "{}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateApp(ctx, App{ID: "app_2", TeamID: "team_b", Name: "web", Branch: "main", Build: "{}"}); !errors.Is(err, ErrConflict) {
+			t.Fatalf("a taken name: %v", err)
+		}
+		if _, err := s.GetTeamApp(ctx, "team_b", "web"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("another team's app: %v", err)
+		}
+		for _, id := range []string{"dep_1", "dep_2", "dep_3"} {
+			if _, err := s.CreateDeployment(ctx, Deployment{ID: id, AppID: a.ID, TeamID: "team_a", State: "deploying", Source: "upload"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		state := func(id string) string {
+			d, err := s.GetDeployment(ctx, a.ID, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d.State
+		}
+		if ok, err := s.SetLiveDeployment(ctx, a.ID, "", "dep_1"); !ok || err != nil {
+			t.Fatalf("first switch: %v %v", ok, err)
+		}
+		if ok, err := s.SetLiveDeployment(ctx, a.ID, "", "dep_2"); ok || err != nil {
+			t.Fatalf("a switch from a stale route went through: %v %v", ok, err)
+		}
+		if ok, err := s.SetLiveDeployment(ctx, a.ID, "dep_1", "dep_2"); !ok || err != nil || state("dep_1") != "superseded" || state("dep_2") != "live" {
+			t.Fatalf("second switch: %v %v %s %s", ok, err, state("dep_1"), state("dep_2"))
+		}
+		if ok, err := s.SetPreview(ctx, a.ID, "feature-x", "", "dep_3"); !ok || err != nil || state("dep_3") != "live" {
+			t.Fatalf("preview: %v %v", ok, err)
+		}
+		if ok, err := s.SetPreview(ctx, a.ID, "feature-x", "", "dep_1"); ok || err != nil {
+			t.Fatalf("a second preview insert: %v %v", ok, err)
+		}
+		if id, err := s.GetPreview(ctx, a.ID, "feature-x"); id != "dep_3" || err != nil {
+			t.Fatalf("preview route: %q %v", id, err)
+		}
+		if live, err := s.ListLiveDeployments(ctx); err != nil || len(live) != 2 {
+			t.Fatalf("live deployments: %d %v", len(live), err)
+		}
+		if fresh, err := s.ClaimDelivery(ctx, a.ID, "d-1"); !fresh || err != nil {
+			t.Fatalf("first delivery: %v %v", fresh, err)
+		}
+		if fresh, err := s.ClaimDelivery(ctx, a.ID, "d-1"); fresh || err != nil {
+			t.Fatalf("repeated delivery: %v %v", fresh, err)
+		}
+		if err := s.DeleteApp(ctx, "team_b", a.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("another team deleted it: %v", err)
+		}
+		if err := s.DeleteApp(ctx, "team_a", a.ID); err != nil {
+			t.Fatal(err)
+		}
+		if ds, _ := s.ListDeployments(ctx, a.ID, 0); len(ds) != 0 {
+			t.Fatalf("deployments left: %d", len(ds))
+		}
+		if id, _ := s.GetPreview(ctx, a.ID, "feature-x"); id != "" {
+			t.Fatal("preview left")
+		}
+		if fresh, _ := s.ClaimDelivery(ctx, a.ID, "d-1"); !fresh {
+			t.Fatal("deliveries left")
+		}
+	})
+}
