@@ -259,6 +259,12 @@ func TestLocalChunks(t *testing.T) {
 		t.Fatal("pulled bytes differ")
 	}
 
+	// The pulled copy goes (a deleted snapshot): the parent's files still serve the next pull.
+	os.RemoveAll(out)
+	if _, st, err = restarted.Pull(ctx, s, "snapshot", "snap_child", t.TempDir()); err != nil || st.Local != 3 {
+		t.Fatalf("pull after another local copy went: %+v %v (want 3 local)", st, err)
+	}
+
 	// The parent's file changed on disk: nothing of it is used.
 	write(t, filepath.Join(parent, "mem"), make([]byte, len(mem)), 0o600)
 	stale := artifact.NewLocal()

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -31,9 +32,13 @@ import (
 // rebuilds it from the manifest.json that Push and Pull leave beside an artifact's files.
 type Local struct {
 	mu    sync.Mutex
-	at    map[string]localChunk // by digest
-	files map[string]fileID     // by path: the file as indexed
+	at    map[string][]localChunk // by digest: where it is, first indexed first (at most maxPlaces)
+	files map[string]fileID       // by path: the file as indexed
 }
+
+// maxPlaces bounds the places kept per chunk: a template's chunk is in every snapshot pulled from
+// it, and those come and go; the template, indexed first, stays first.
+const maxPlaces = 4
 
 type localChunk struct {
 	path string
@@ -62,7 +67,7 @@ func identify(fi os.FileInfo) fileID {
 const ManifestFile = "manifest.json"
 
 // NewLocal returns an empty index.
-func NewLocal() *Local { return &Local{at: map[string]localChunk{}, files: map[string]fileID{}} }
+func NewLocal() *Local { return &Local{at: map[string][]localChunk{}, files: map[string]fileID{}} }
 
 // Add indexes the chunks of m's files under dir, as those files are now.
 func (l *Local) Add(dir string, m Manifest) {
@@ -90,8 +95,16 @@ func (l *Local) add(dir string, m Manifest, ids map[string]fileID) {
 		p := filepath.Join(dir, filepath.FromSlash(f.Path))
 		l.files[p] = id
 		for i, sum := range f.Chunks {
-			if sum != "" {
-				l.at[sum] = localChunk{p, int64(i) * ChunkSize}
+			if sum == "" {
+				continue
+			}
+			c := localChunk{p, int64(i) * ChunkSize}
+			switch places := l.at[sum]; {
+			case slices.Contains(places, c):
+			case len(places) < maxPlaces:
+				l.at[sum] = append(places, c)
+			default:
+				places[len(places)-1] = c
 			}
 		}
 	}
@@ -142,15 +155,23 @@ func (l *Local) place(sum string, want int, dst *os.File, off int64) bool {
 		return false
 	}
 	l.mu.Lock()
-	c, ok := l.at[sum]
+	places := slices.Clone(l.at[sum])
+	l.mu.Unlock()
+	for _, c := range places {
+		if l.placeFrom(c, sum, want, dst, off) {
+			return true
+		}
+		l.forget(sum, c)
+	}
+	return false
+}
+
+func (l *Local) placeFrom(c localChunk, sum string, want int, dst *os.File, off int64) bool {
+	l.mu.Lock()
 	id, known := l.files[c.path]
 	l.mu.Unlock()
-	if !ok {
-		return false
-	}
 	src, err := os.Open(c.path)
 	if err != nil {
-		l.forget(sum, c)
 		return false
 	}
 	defer src.Close()
@@ -171,20 +192,22 @@ func (l *Local) place(sum string, want int, dst *os.File, off int64) bool {
 	_, err = src.ReadAt(buf, c.off)
 	got := sha256.Sum256(buf)
 	if (err != nil && !errors.Is(err, io.EOF)) || hex.EncodeToString(got[:]) != sum {
-		l.forget(sum, c)
 		return false
 	}
 	_, err = dst.WriteAt(buf, off)
 	return err == nil
 }
 
-// forget drops the entry of sum if it still names c.
+// forget drops place c of sum (a file gone or changed).
 func (l *Local) forget(sum string, c localChunk) {
 	l.mu.Lock()
-	if l.at[sum] == c {
+	defer l.mu.Unlock()
+	places := slices.DeleteFunc(l.at[sum], func(p localChunk) bool { return p == c })
+	if len(places) == 0 {
 		delete(l.at, sum)
+	} else {
+		l.at[sum] = places
 	}
-	l.mu.Unlock()
 }
 
 // Push is the package's Push that also leaves the manifest in dir and indexes its chunks.
