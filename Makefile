@@ -47,7 +47,11 @@ WEB_SRC := $(shell find web/src -type f 2>/dev/null) web/index.html web/vite.con
 web/node_modules/.package-lock.json: web/package-lock.json web/package.json
 	cd web && npm ci --no-audit --no-fund --loglevel=error
 
-web/dist/console/index.html: web/node_modules/.package-lock.json $(WEB_SRC)
+# The SDK's sources import src/version.ts, which its build script generates (git ignores it).
+sdk/typescript/src/version.ts: sdk/typescript/package.json
+	node sdk/typescript/scripts/build.mjs --version-only
+
+web/dist/console/index.html: web/node_modules/.package-lock.json $(WEB_SRC) sdk/typescript/src/version.ts
 	cd web && npm run --silent build
 
 build: web/dist/console/index.html
