@@ -8,6 +8,8 @@ export class ApiError extends Error {
     readonly status: number,
     readonly code: string,
     message: string,
+    /** The error's other fields (a refused SQL statement's sqlstate, detail, hint, position). */
+    readonly extra: Record<string, unknown> = {},
   ) {
     super(message);
   }
@@ -68,14 +70,16 @@ async function send(method: string, path: string, o: CallOptions = {}): Promise<
   if (!res.ok) {
     let code = "http_" + res.status;
     let message = res.statusText || "HTTP " + res.status;
+    let extra: Record<string, unknown> = {};
     try {
-      const j = (await res.json()) as { error?: { code?: string; message?: string } };
+      const j = (await res.json()) as { error?: { code?: string; message?: string } & Record<string, unknown> };
       if (j.error?.message) message = j.error.message;
       if (j.error?.code) code = j.error.code;
+      if (j.error) extra = j.error;
     } catch {
       /* not JSON: keep the status text */
     }
-    const err = new ApiError(res.status, code, message);
+    const err = new ApiError(res.status, code, message, extra);
     if (res.status === 401 && o.key === undefined) signOut(message);
     throw err;
   }
@@ -99,15 +103,27 @@ export async function bytes(path: string): Promise<Blob> {
   return (await send("GET", path)).blob();
 }
 
+/** readText hands each piece of an answer's body to onText as it arrives. */
+async function readText(res: Response, onText: (s: string) => void): Promise<void> {
+  if (!res.body) return;
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    onText(value);
+  }
+}
+
+/** textStream GETs a text/plain answer (a log with follow=1) and hands each piece to onText. */
+export async function textStream(path: string, signal: AbortSignal, onText: (s: string) => void): Promise<void> {
+  await readText(await send("GET", path, { signal, accept: "text/plain" }), onText);
+}
+
 /** stream sends a request and hands each NDJSON line of the answer to onLine. */
 export async function stream(method: string, path: string, o: CallOptions, onLine: (v: unknown) => void): Promise<void> {
   const res = await send(method, path, { ...o, accept: "application/x-ndjson" });
-  if (!res.body) return;
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
+  await readText(res, (value) => {
     buf += value;
     let i: number;
     while ((i = buf.indexOf("\n")) >= 0) {
@@ -115,7 +131,7 @@ export async function stream(method: string, path: string, o: CallOptions, onLin
       buf = buf.slice(i + 1);
       if (line) onLine(JSON.parse(line));
     }
-  }
+  });
   if (buf.trim()) onLine(JSON.parse(buf));
 }
 
@@ -174,7 +190,22 @@ function stopEvents(): void {
 
 // -- wire types (internal/wire/v1; docs/api.md) ----------------------------------------------
 
-export type { AuditEntry, Fn, FnRun, FnVersion, Schedule, ScheduleRun, Usage, UsageItem } from "./wire";
+export type { App, AppPlan, AuditEntry, Database, DatabaseConnection, Deployment, Fn, FnRun, FnVersion, Schedule, ScheduleRun, Usage, UsageItem } from "./wire";
+
+export interface DatabaseBackup {
+  id: string;
+  database_id: string;
+  size_bytes: number;
+  created_at: string;
+}
+/** A statement's result (POST /v1/databases/{id}/query): rows as arrays, or objects by column. */
+export interface QueryResult {
+  fields: { name: string; dataTypeID: number }[];
+  rows: ((string | null)[] | Record<string, string | null>)[];
+  command: string;
+  rowCount: number;
+  rowAsArray: boolean;
+}
 
 export interface Page {
   next_cursor: string | null;

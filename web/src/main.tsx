@@ -2,14 +2,15 @@ import type { FunctionComponent } from "preact";
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, call, getKey, onSignOut, setKey, signOut } from "./api";
+import { AppDetail, Apps } from "./pages/apps";
+import { DatabaseDetail, Databases } from "./pages/databases";
 import { FunctionDetail, Functions, Schedules } from "./pages/functions";
 import { Hosts, Keys, Overview, Snapshots, Templates, Volumes } from "./pages/resources";
 import { SandboxDetail, SandboxList } from "./pages/sandboxes";
 import "./style.css";
 import { Field, Link, message, usePath } from "./ui";
 
-/** A section is one entry of the navigation and the pages under its path. Databases and apps
- * slot in here (a page component each) when /v1/databases and /v1/apps land. */
+/** A section is one entry of the navigation and the pages under its path. */
 interface Section {
   path: string;
   label: string;
@@ -23,6 +24,8 @@ const sections: Section[] = [
   { path: "/templates", label: "Templates", page: () => <Templates /> },
   { path: "/volumes", label: "Volumes", page: () => <Volumes /> },
   { path: "/snapshots", label: "Snapshots", page: () => <Snapshots /> },
+  { path: "/databases", label: "Databases", page: ({ rest }) => (rest[0] ? <DatabaseDetail id={rest[0]} /> : <Databases />) },
+  { path: "/apps", label: "Apps", page: ({ rest }) => (rest[0] ? <AppDetail id={rest[0]} /> : <Apps />) },
   { path: "/functions", label: "Functions", page: ({ rest }) => (rest[0] ? <FunctionDetail id={rest[0]} /> : <Functions />) },
   { path: "/schedules", label: "Schedules", page: () => <Schedules /> },
   { path: "/keys", label: "API keys", page: () => <Keys /> },
