@@ -2,13 +2,11 @@ import type { FunctionComponent } from "preact";
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, call, getKey, onSignOut, setKey, signOut } from "./api";
-import { AppDetail, Apps } from "./pages/apps";
-import { DatabaseDetail, Databases } from "./pages/databases";
 import { FunctionDetail, Functions, Schedules } from "./pages/functions";
 import { Hosts, Keys, Overview, Snapshots, Templates, Volumes } from "./pages/resources";
 import { SandboxDetail, SandboxList } from "./pages/sandboxes";
 import "./style.css";
-import { Field, Link, message, usePath } from "./ui";
+import { ErrorBox, Field, Link, message, usePath } from "./ui";
 
 /** A section is one entry of the navigation and the pages under its path. */
 interface Section {
@@ -18,14 +16,33 @@ interface Section {
   page: FunctionComponent<{ rest: string[] }>;
 }
 
+/** lazy: a section whose pages are a chunk of their own, fetched on its first visit (the first
+ * load stays small). */
+function lazy(load: () => Promise<FunctionComponent<{ rest: string[] }>>): FunctionComponent<{ rest: string[] }> {
+  let loaded: FunctionComponent<{ rest: string[] }> | null = null;
+  return function Lazy({ rest }) {
+    const [page, setPage] = useState(() => loaded);
+    const [err, setErr] = useState("");
+    useEffect(() => {
+      if (!page)
+        load().then(
+          (p) => setPage(() => (loaded = p)),
+          (e) => setErr("the page did not load: " + message(e)),
+        );
+    }, []);
+    const Page = page;
+    return Page ? <Page rest={rest} /> : <ErrorBox error={err} />;
+  };
+}
+
 const sections: Section[] = [
   { path: "/", label: "Overview", page: () => <Overview /> },
   { path: "/sandboxes", label: "Sandboxes", page: ({ rest }) => (rest[0] ? <SandboxDetail id={rest[0]} tab={rest[1]} /> : <SandboxList />) },
   { path: "/templates", label: "Templates", page: () => <Templates /> },
   { path: "/volumes", label: "Volumes", page: () => <Volumes /> },
   { path: "/snapshots", label: "Snapshots", page: () => <Snapshots /> },
-  { path: "/databases", label: "Databases", page: ({ rest }) => (rest[0] ? <DatabaseDetail id={rest[0]} /> : <Databases />) },
-  { path: "/apps", label: "Apps", page: ({ rest }) => (rest[0] ? <AppDetail id={rest[0]} /> : <Apps />) },
+  { path: "/databases", label: "Databases", page: lazy(async () => (await import("./pages/databases")).DatabasesSection) },
+  { path: "/apps", label: "Apps", page: lazy(async () => (await import("./pages/apps")).AppsSection) },
   { path: "/functions", label: "Functions", page: ({ rest }) => (rest[0] ? <FunctionDetail id={rest[0]} /> : <Functions />) },
   { path: "/schedules", label: "Schedules", page: () => <Schedules /> },
   { path: "/keys", label: "API keys", page: () => <Keys /> },

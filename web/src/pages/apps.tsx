@@ -265,3 +265,8 @@ function Settings({ app, onSaved }: { app: App; onSaved: () => void }) {
     </section>
   );
 }
+
+/** The section's pages (main.tsx loads this chunk on the first visit). */
+export function AppsSection({ rest }: { rest: string[] }) {
+  return rest[0] ? <AppDetail id={rest[0]} /> : <Apps />;
+}

@@ -292,3 +292,8 @@ function Backups({ id }: { id: string }) {
     </section>
   );
 }
+
+/** The section's pages (main.tsx loads this chunk on the first visit). */
+export function DatabasesSection({ rest }: { rest: string[] }) {
+  return rest[0] ? <DatabaseDetail id={rest[0]} /> : <Databases />;
+}
