@@ -3,7 +3,7 @@
 // (secret values are write-only: the API answers only their names, and so does this page).
 import { useEffect, useRef, useState } from "preact/hooks";
 import { call, get, post, q, textStream, type App, type Deployment } from "../api";
-import { ActionButton, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, message, navigate, useChanges, useLoad } from "../ui";
+import { ActionButton, DeleteButton, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, message, navigate, useChanges, useLoad } from "../ui";
 
 const base = (id: string) => "/v1/apps/" + q(id);
 const busyStates = ["queued", "building", "deploying"];
@@ -145,13 +145,7 @@ export function AppDetail({ id }: { id: string }) {
   return (
     <>
       <PageHead title={"App " + (a?.name ?? id)}>
-        <ActionButton danger confirm="Delete this app, its deployments and its route?" onError={setErr}
-          onClick={async () => {
-            await call("DELETE", base(id));
-            navigate("/apps");
-          }}>
-          Delete
-        </ActionButton>
+        <DeleteButton path={base(id)} confirm="Delete this app, its deployments and its route?" onError={setErr} onDone={() => navigate("/apps")} />
       </PageHead>
       <ErrorBox error={app.error || err} />
       {a && (

@@ -2,8 +2,8 @@
 // with copy buttons (the password shown once: a create's or a rotation's answer, kept only in this
 // page's memory), the SQL editor over the query broker, backups and restore, branches.
 import { useState } from "preact/hooks";
-import { ApiError, call, get, post, q, type Database, type DatabaseBackup, type QueryResult } from "../api";
-import { ActionButton, Copy, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useAction, useChanges, useLoad, Busy } from "../ui";
+import { ApiError, get, post, q, type Database, type DatabaseBackup, type QueryResult } from "../api";
+import { ActionButton, DeleteButton, Copy, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useAction, useChanges, useLoad, Busy } from "../ui";
 
 const base = (id: string) => "/v1/databases/" + q(id);
 
@@ -91,13 +91,7 @@ export function DatabaseDetail({ id }: { id: string }) {
           onClick={async () => setOnce(await post<Database>(base(id) + "/password"))}>
           Rotate password
         </ActionButton>
-        <ActionButton danger confirm="Delete this database and its data?" onError={setErr}
-          onClick={async () => {
-            await call("DELETE", base(id));
-            navigate("/databases");
-          }}>
-          Delete
-        </ActionButton>
+        <DeleteButton path={base(id)} confirm="Delete this database and its data?" onError={setErr} onDone={() => navigate("/databases")} />
       </PageHead>
       <ErrorBox error={db.error || err} />
       {once?.password && (
