@@ -155,7 +155,7 @@ export function AppDetail({ id }: { id: string }) {
             ["Branch", a.branch],
             ["Live deployment", a.live_deployment_id ?? "none yet"],
             a.github_repo && ["GitHub", a.github_repo],
-            ["Size", `${a.vcpus} vCPU · ${a.memory_mib} MiB`],
+            ["Size", `${a.vcpus} vCPU · ` + (a.memory_mib ? a.memory_mib + " MiB" : "the template's memory")],
             ["Suspends after", a.suspend_after_seconds ? a.suspend_after_seconds + " s idle" : "never"],
             ["Created", <Time at={a.created_at} />],
           ]}
