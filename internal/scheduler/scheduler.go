@@ -694,20 +694,22 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 		// The host's report wins (sandboxstate allows every such move from running, hibernated or lost).
 		switch to := sandboxstate.State(a.State); {
 		case present && to.Reachable():
+			if sb.State != string(to) {
+				if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, string(to), "", sb.State); err != nil {
+					return err
+				}
+				if sb.State == store.StateLost {
+					s.cfg.Logger.Info("lost sandbox found on its host again", "sandbox", sb.ID, "host", hostID, "state", to)
+				} else {
+					s.cfg.Logger.Debug("sandbox state taken from its host", "sandbox", sb.ID, "host", hostID, "from", sb.State, "to", to)
+				}
+			}
+			// Hibernated by the host itself (idle) and published: it now outlives that host. (After
+			// the state: only a hibernated record keeps an image.)
 			if to == sandboxstate.Hibernated && a.Hibernated != sb.HibernatedImage {
-				// Hibernated by the host itself (idle) and published: it now outlives that host.
-				defer s.cfg.Store.SetHibernatedImage(context.WithoutCancel(ctx), sb.ID, a.Hibernated)
-			}
-			if sb.State == string(to) {
-				continue
-			}
-			if _, err := s.cfg.Store.SetSandboxState(ctx, sb.ID, string(to), "", sb.State); err != nil {
-				return err
-			}
-			if sb.State == store.StateLost {
-				s.cfg.Logger.Info("lost sandbox found on its host again", "sandbox", sb.ID, "host", hostID, "state", to)
-			} else {
-				s.cfg.Logger.Debug("sandbox state taken from its host", "sandbox", sb.ID, "host", hostID, "from", sb.State, "to", to)
+				if _, err := s.cfg.Store.SetHibernatedImage(ctx, sb.ID, a.Hibernated); err != nil {
+					return err
+				}
 			}
 		case present && to == sandboxstate.Error:
 			reason := a.Error
