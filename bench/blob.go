@@ -11,6 +11,7 @@ import (
 	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/blob/blobtest"
+	"github.com/pandastack/pandastack/internal/storage"
 )
 
 // blobSuite: artifacts through a real S3 server (versitygw on loopback). A 1 GiB memory image
@@ -90,6 +91,66 @@ func blobSuite(ctx context.Context, res map[string]float64, dataDir string) erro
 	}
 	res["blob_pull_1g_ms"] = ms(time.Since(t))
 	res["blob_pull_mib_per_s"] = float64(data>>20) / time.Since(t).Seconds()
+	return publishReflinkedChild(ctx, res, s, work, mem, size, rng)
+}
+
+// publishReflinkedChild: what a snapshot's publish costs when its memory is a reflink of an
+// indexed, published template's (the host's case) — pushed by a Local that names shared chunks
+// from their blocks, against the same child pushed reading every chunk, interleaved. The child
+// dirties 16 MiB of the parent's data each round.
+func publishReflinkedChild(ctx context.Context, res map[string]float64, s blob.Store, work, mem string, size int64, rng *rand.Rand) error {
+	pool, err := storage.Open(filepath.Join(work, "pool"), 4, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	parent, child := filepath.Join(pool.Dir, "parent"), filepath.Join(pool.Dir, "child")
+	os.MkdirAll(parent, 0o700)
+	os.MkdirAll(child, 0o700)
+	if err := storage.Clone(mem, filepath.Join(parent, "mem")); err != nil {
+		// Another filesystem: copy it once.
+		raw, err := os.ReadFile(mem)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(parent, "mem"), raw, 0o600); err != nil {
+			return err
+		}
+	}
+	local := artifact.NewLocal()
+	if _, _, err := local.Push(ctx, s, "template", "parent", parent, []string{"mem"}, nil); err != nil {
+		return err
+	}
+	var known, read, knownPct []float64
+	for i := range 6 {
+		os.Remove(filepath.Join(child, "mem"))
+		if err := storage.Clone(filepath.Join(parent, "mem"), filepath.Join(child, "mem")); err != nil {
+			return err
+		}
+		if err := fill(filepath.Join(child, "mem"), size, int64(i*16)<<20, 16<<20, rng); err != nil {
+			return err
+		}
+		for _, byBlocks := range []bool{i%2 == 0, i%2 == 1} {
+			t := time.Now()
+			var st artifact.Stats
+			if byBlocks {
+				_, st, err = local.Push(ctx, s, "snapshot", fmt.Sprintf("child-%d-k", i), child, []string{"mem"}, nil)
+			} else {
+				_, st, err = artifact.Push(ctx, s, "snapshot", fmt.Sprintf("child-%d-r", i), child, []string{"mem"}, nil)
+			}
+			if err != nil {
+				return err
+			}
+			if byBlocks {
+				known, knownPct = append(known, ms(time.Since(t))), append(knownPct, 100*float64(st.Known)/float64(max(st.Chunks, 1)))
+			} else {
+				read = append(read, ms(time.Since(t)))
+			}
+		}
+	}
+	res["blob_publish_child_by_blocks_ms"], res["blob_publish_child_reading_ms"] = pct(known, 50), pct(read, 50)
+	res["blob_publish_child_by_blocks_over_reading"] = pct(known, 50) / pct(read, 50)
+	res["blob_publish_child_named_unread_pct"] = pct(knownPct, 50)
 	return nil
 }
 

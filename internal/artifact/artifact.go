@@ -70,6 +70,7 @@ type Stats struct {
 	Transferred int   // chunks actually uploaded or downloaded
 	Bytes       int64 // bytes of those chunks
 	Local       int   // chunks a pull copied from this host's own files (Local) instead
+	Known       int   // chunks a push named without reading them (their blocks are an indexed file's)
 }
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
@@ -89,6 +90,10 @@ func checkName(kind, name string) error {
 // Push uploads the files (paths relative to dir) as artifact kind/name with record as its
 // metadata, replacing an earlier manifest of that name. Chunks the store holds are not sent again.
 func Push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any) (Manifest, Stats, error) {
+	return push(ctx, s, kind, name, dir, files, record, nil)
+}
+
+func push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any, local *Local) (Manifest, Stats, error) {
 	if err := checkName(kind, name); err != nil {
 		return Manifest{}, Stats{}, err
 	}
@@ -102,7 +107,7 @@ func Push(ctx context.Context, s blob.Store, kind, name, dir string, files []str
 	}
 	var st stats
 	for _, rel := range files {
-		f, err := pushFile(ctx, s, dir, rel, &st)
+		f, err := pushFile(ctx, s, dir, rel, local, &st)
 		if err != nil {
 			return Manifest{}, Stats{}, fmt.Errorf("push %s/%s: %s: %w", kind, name, rel, err)
 		}
@@ -119,14 +124,14 @@ func Push(ctx context.Context, s blob.Store, kind, name, dir string, files []str
 }
 
 // stats counts across the parallel workers.
-type stats struct{ chunks, holes, moved, bytes, local atomic.Int64 }
+type stats struct{ chunks, holes, moved, bytes, local, known atomic.Int64 }
 
 func (s *stats) snapshot() Stats {
 	return Stats{Chunks: int(s.chunks.Load()), Holes: int(s.holes.Load()), Transferred: int(s.moved.Load()), Bytes: s.bytes.Load(),
-		Local: int(s.local.Load())}
+		Local: int(s.local.Load()), Known: int(s.known.Load())}
 }
 
-func pushFile(ctx context.Context, s blob.Store, dir, rel string, st *stats) (File, error) {
+func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, st *stats) (File, error) {
 	if !filepath.IsLocal(rel) {
 		return File{}, errdefs.Invalidf("%q is not a path inside the artifact", rel)
 	}
@@ -144,22 +149,42 @@ func pushFile(ctx context.Context, s blob.Store, dir, rel string, st *stats) (Fi
 	}
 	n := int((info.Size() + ChunkSize - 1) / ChunkSize)
 	out := File{Path: filepath.ToSlash(rel), Size: info.Size(), Mode: uint32(info.Mode().Perm()), Chunks: make([]string, n)}
+	known := local.known(filepath.Join(dir, rel), f, info)
 	err = forEach(ctx, n, func(i int) error {
-		buf := make([]byte, ChunkLen(info.Size(), i))
-		if _, err := f.ReadAt(buf, int64(i)*ChunkSize); err != nil && !errors.Is(err, io.EOF) {
-			return err
+		var buf []byte
+		if sum, ok := known[i]; ok {
+			if sum == "" {
+				st.holes.Add(1)
+				return nil
+			}
+			out.Chunks[i] = sum
+			st.known.Add(1)
+		} else {
+			buf = make([]byte, ChunkLen(info.Size(), i))
+			if _, err := f.ReadAt(buf, int64(i)*ChunkSize); err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
+			if allZero(buf) {
+				st.holes.Add(1)
+				return nil
+			}
+			sum := sha256.Sum256(buf)
+			out.Chunks[i] = hex.EncodeToString(sum[:])
 		}
-		if allZero(buf) {
-			st.holes.Add(1)
-			return nil
-		}
-		sum := sha256.Sum256(buf)
-		out.Chunks[i] = hex.EncodeToString(sum[:])
 		st.chunks.Add(1)
 		if _, err := s.Stat(ctx, chunkKey(out.Chunks[i])); err == nil {
 			return nil // already stored: content addressing makes it the same bytes
 		} else if !errdefs.Is(err, errdefs.NotFound) {
 			return err
+		}
+		if buf == nil { // known but not stored (its publication swept): read it after all
+			buf = make([]byte, ChunkLen(info.Size(), i))
+			if _, err := f.ReadAt(buf, int64(i)*ChunkSize); err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
+			if got := sha256.Sum256(buf); hex.EncodeToString(got[:]) != out.Chunks[i] {
+				return fmt.Errorf("chunk %d changed while it was pushed", i)
+			}
 		}
 		if err := s.Put(ctx, chunkKey(out.Chunks[i]), bytes.NewReader(buf)); err != nil {
 			return fmt.Errorf("chunk %d: %w", i, err)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/blob/blobtest"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/storage"
 )
 
 const chunk = artifact.ChunkSize
@@ -278,5 +280,77 @@ func TestLocalChunks(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(out2, "mem")); !bytes.Equal(got, dirty) {
 		t.Fatal("pulled bytes differ after the local file changed")
+	}
+}
+
+// TestPushNamesSharedChunksUnread: on a reflink filesystem, a child reflinked from an indexed
+// parent with one chunk rewritten is pushed reading only that chunk: the others are named from the
+// parent's digests because their blocks are the parent's; the manifest is the one a full read
+// gives. A parent changed since it was indexed lends nothing.
+func TestPushNamesSharedChunksUnread(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (a loop-mounted XFS pool)")
+	}
+	pool, err := storage.Open(t.TempDir(), 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	ctx := context.Background()
+	s := fileStore(t)
+	_, mem := makeArtifact(t)
+	parent := filepath.Join(pool.Dir, "template")
+	write(t, filepath.Join(parent, "mem"), mem, 0o600)
+	host := artifact.NewLocal()
+	if _, _, err := host.Push(ctx, s, "template", "base-1", parent, []string{"mem"}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	child := filepath.Join(pool.Dir, "child")
+	os.MkdirAll(child, 0o700)
+	if err := storage.Clone(filepath.Join(parent, "mem"), filepath.Join(child, "mem")); err != nil {
+		t.Fatal(err)
+	}
+	dirty := make([]byte, chunk)
+	rand.Read(dirty)
+	f, err := os.OpenFile(filepath.Join(child, "mem"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(dirty, 2*chunk)
+	f.Close()
+
+	m, st, err := host.Push(ctx, s, "snapshot", "snap_child", child, []string{"mem"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Chunks 0, 5 and 6 are the parent's blocks, 1, 3 and 4 holes; 2 was read (and is new).
+	if st.Known != 3 || st.Holes != 3 || st.Chunks != 4 || st.Transferred != 1 {
+		t.Fatalf("push of the child: %+v (want 3 known, 3 holes, 4 chunks, 1 sent)", st)
+	}
+	full, _, err := artifact.Push(ctx, fileStore(t), "snapshot", "snap_child", child, []string{"mem"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.Files[0].Chunks, full.Files[0].Chunks) {
+		t.Fatalf("digests named unread differ from a full read:\n%v\n%v", m.Files[0].Chunks, full.Files[0].Chunks)
+	}
+	out := t.TempDir()
+	want := bytes.Clone(mem)
+	copy(want[2*chunk:], dirty)
+	if _, _, err := artifact.Pull(ctx, s, "snapshot", "snap_child", out); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(out, "mem")); !bytes.Equal(got, want) {
+		t.Fatal("pulled bytes differ")
+	}
+
+	// The parent written after it was indexed (its mtime moves): it is no base any more.
+	pf, _ := os.OpenFile(filepath.Join(parent, "mem"), os.O_WRONLY, 0)
+	pf.WriteAt([]byte{1}, 0)
+	pf.Close()
+	_, st, err = host.Push(ctx, s, "snapshot", "snap_child2", child, []string{"mem"}, nil)
+	if err != nil || st.Known != 0 {
+		t.Fatalf("push after the parent changed: %+v %v (want nothing known)", st, err)
 	}
 }

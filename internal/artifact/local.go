@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/pandastack/pandastack/internal/blob"
+	"github.com/pandastack/pandastack/internal/storage"
 )
 
 // Local is one host's index of the chunks it already holds in the files of artifacts it pushed or
@@ -34,6 +35,7 @@ type Local struct {
 	mu    sync.Mutex
 	at    map[string][]localChunk // by digest: where it is, first indexed first (at most maxPlaces)
 	files map[string]fileID       // by path: the file as indexed
+	sums  map[string][]string     // by path: its chunks' digests as indexed ("" a hole)
 }
 
 // maxPlaces bounds the places kept per chunk: a template's chunk is in every snapshot pulled from
@@ -67,7 +69,9 @@ func identify(fi os.FileInfo) fileID {
 const ManifestFile = "manifest.json"
 
 // NewLocal returns an empty index.
-func NewLocal() *Local { return &Local{at: map[string][]localChunk{}, files: map[string]fileID{}} }
+func NewLocal() *Local {
+	return &Local{at: map[string][]localChunk{}, files: map[string]fileID{}, sums: map[string][]string{}}
+}
 
 // Add indexes the chunks of m's files under dir, as those files are now.
 func (l *Local) Add(dir string, m Manifest) {
@@ -94,6 +98,7 @@ func (l *Local) add(dir string, m Manifest, ids map[string]fileID) {
 		}
 		p := filepath.Join(dir, filepath.FromSlash(f.Path))
 		l.files[p] = id
+		l.sums[p] = f.Chunks
 		for i, sum := range f.Chunks {
 			if sum == "" {
 				continue
@@ -210,9 +215,12 @@ func (l *Local) forget(sum string, c localChunk) {
 	}
 }
 
-// Push is the package's Push that also leaves the manifest in dir and indexes its chunks.
+// Push is the package's Push that also leaves the manifest in dir and indexes its chunks. A chunk
+// whose blocks are the very blocks of the same chunk of an indexed, unchanged file of the same
+// name (a snapshot's memory reflinked from its template's, minus the pages the guest wrote) takes
+// that file's digest without being read (Stats.Known counts them).
 func (l *Local) Push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any) (Manifest, Stats, error) {
-	m, st, err := Push(ctx, s, kind, name, dir, files, record)
+	m, st, err := push(ctx, s, kind, name, dir, files, record, l)
 	if err == nil && l != nil {
 		l.keep(dir, m)
 	}
@@ -242,4 +250,104 @@ func (l *Local) keep(dir string, m Manifest) {
 		os.WriteFile(filepath.Join(dir, ManifestFile), raw, 0o600)
 	}
 	l.Add(dir, m)
+}
+
+// maxBases bounds the indexed files a push compares a file's blocks with.
+const maxBases = 64
+
+// known returns the digests of f's chunks (f is path p, described by fi) that need no reading:
+// a chunk with no blocks is a hole (""), a chunk mapped to exactly the blocks of the same chunk of
+// an indexed file of the same name that is unchanged since indexed has that file's digest. Blocks
+// name bytes on one device: a reflink shares them, and a write to either file moves the written
+// range to new blocks. nil: nothing known (no FIEMAP here, no base).
+func (l *Local) known(p string, f *os.File, fi os.FileInfo) map[int]string {
+	if l == nil {
+		return nil
+	}
+	type base struct {
+		path string
+		id   fileID
+		sums []string
+	}
+	var bases []base
+	l.mu.Lock()
+	for bp, id := range l.files {
+		if bp != p && filepath.Base(bp) == filepath.Base(p) && len(l.sums[bp]) > 0 && len(bases) < maxBases {
+			bases = append(bases, base{bp, id, l.sums[bp]})
+		}
+	}
+	l.mu.Unlock()
+	exts, err := storage.Extents(f)
+	if err != nil {
+		return nil
+	}
+	var ms []mappedBase
+	for _, b := range bases {
+		if m, ok := mapBase(b.path, b.id, b.sums, fi); ok {
+			ms = append(ms, m)
+		}
+	}
+	n := int((fi.Size() + ChunkSize - 1) / ChunkSize)
+	out := map[int]string{}
+	for i := range n {
+		off, want := uint64(i)*ChunkSize, uint64(ChunkLen(fi.Size(), i))
+		mine := storage.ExtentsIn(exts, off, want)
+		if len(mine) == 0 {
+			out[i] = ""
+			continue
+		}
+		if !reliable(mine) {
+			continue
+		}
+		for _, m := range ms {
+			if i < len(m.sums) && int64(off+want) <= m.size && uint64(ChunkLen(m.size, i)) == want &&
+				slices.Equal(mine, storage.ExtentsIn(m.exts, off, want)) {
+				out[i] = m.sums[i]
+				break
+			}
+		}
+	}
+	return out
+}
+
+// mappedBase is an indexed file's digests and blocks.
+type mappedBase struct {
+	sums []string
+	size int64
+	exts []storage.Extent
+}
+
+// mapBase maps the blocks of indexed file p if it is unchanged since indexed (id) and on the
+// device of the file being pushed (fi).
+func mapBase(p string, id fileID, sums []string, fi os.FileInfo) (mappedBase, bool) {
+	b, err := os.Open(p)
+	if err != nil {
+		return mappedBase{}, false
+	}
+	defer b.Close()
+	bi, err := b.Stat()
+	if err != nil || !identify(bi).same(id) || device(bi) != device(fi) {
+		return mappedBase{}, false
+	}
+	exts, err := storage.Extents(b)
+	if err != nil {
+		return mappedBase{}, false
+	}
+	return mappedBase{sums, bi.Size(), exts}, true
+}
+
+func reliable(exts []storage.Extent) bool {
+	for _, e := range exts {
+		if !e.Reliable() {
+			return false
+		}
+	}
+	return true
+}
+
+func device(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Dev
+	}
+	return 0
 }

@@ -6,8 +6,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/blob/blobtest"
-	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // A host with a blob store publishes what it bakes; a second host with an empty data dir and an
@@ -66,70 +67,34 @@ func TestTemplatesTravelThroughBlobStore(t *testing.T) {
 	}
 }
 
-// TestSnapshotsTravelThroughBlobStore: a snapshot taken on a host with a blob store is published; another host that has neither the
-// snapshot nor its template restores it after pulling it: the files and the running processes
-// are the parent's. A second restore there uses the pulled copy; an id in no store is a 404.
+// TestSnapshotsTravelThroughBlobStore holds two real agents sharing a blob store to the
+// two-host contract (agenttest.RunTravel; TestTravelFake holds the fakes to it): a snapshot taken
+// on one is restored on the other (plain and as a fork child) and a hibernated sandbox adopted
+// there; here also the parent's running process is running in each, and the other host neither
+// baked nor pulled the template to do it.
 func TestSnapshotsTravelThroughBlobStore(t *testing.T) {
 	t.Parallel()
 	// A directory store: the S3 driver's credentials are process environment (t.Setenv), which a
 	// parallel test cannot set; TestTemplatesTravelThroughBlobStore and blobtest cover S3.
 	url := "file://" + t.TempDir()
-
 	a := newHarness(t, func(c *Config) { c.BlobStore = url })
-	var parent hostapi.Sandbox
-	if code := a.call("POST", "/v1/sandboxes", map[string]any{"template": "base", "env": map[string]string{"PARENT_VAR": "p1"}}, &parent); code != 201 {
-		t.Fatalf("create the parent: status %d", code)
-	}
-	if r := a.exec(parent.ID, map[string]any{"cmd": "echo from-host-a > /tmp/mark && (setsid sleep 3600 >/dev/null 2>&1 &)"}); r.ExitCode != 0 {
-		t.Fatalf("prepare the parent: %+v", r)
-	}
-	var snap hostapi.Snapshot
-	if code := a.call("POST", "/v1/sandboxes/"+parent.ID+"/snapshots", nil, &snap); code != 201 && code != 200 {
-		t.Fatalf("snapshot: status %d", code)
-	}
-	if !snap.Published {
-		t.Fatalf("a host with a blob store did not publish its snapshot: %+v", snap)
-	}
-
 	b := newHarness(t, func(c *Config) { c.BlobStore = url })
-	// The second restore is a cross-host fork child: it takes the parent's env, as a fork does.
-	for i, forkOf := range []string{"", parent.ID} {
-		var sb hostapi.Sandbox
-		if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID, "fork_of": forkOf}, &sb); code != 201 {
-			t.Fatalf("restore %d of a published snapshot on another host: status %d", i, code)
-		}
-		r := b.exec(sb.ID, map[string]any{"cmd": "cat /tmp/mark && pgrep -x sleep >/dev/null && echo sleeper-alive && echo \"env=$PARENT_VAR\""})
-		want := "from-host-a\nsleeper-alive\nenv=\n"
-		if forkOf != "" {
-			want = "from-host-a\nsleeper-alive\nenv=p1\n"
-		}
-		if r.ExitCode != 0 || r.Stdout != want || sb.ForkOf != forkOf {
-			t.Fatalf("restore %d on host B (fork_of %q): %+v %+v", i, forkOf, sb, r)
+	run := func(t *testing.T, c *agentclient.Client, id, cmd string) {
+		t.Helper()
+		if r, err := c.Exec(context.Background(), id, agentclient.ExecRequest{Cmd: cmd}); err != nil || r.ExitCode != 0 {
+			t.Errorf("%s in %s: %+v %v", cmd, id, r, err)
 		}
 	}
+	agenttest.RunTravel(t, agenttest.Target{Client: agentclient.New(a.srv.URL, "test-token"), Template: "base"},
+		agenttest.Target{Client: agentclient.New(b.srv.URL, "test-token"), Template: "base"}, agenttest.GuestChecks{
+			Prepare: func(t *testing.T, c *agentclient.Client, id string) {
+				run(t, c, id, "(setsid sleep 3600 >/dev/null 2>&1 &)")
+			},
+			Alive: func(t *testing.T, c *agentclient.Client, id string) { run(t, c, id, "pgrep -x sleep") },
+		})
 	for name, tm := range b.templateNames() {
 		if tm.Baked {
 			t.Errorf("host B baked or pulled template %s to restore a snapshot", name)
 		}
-	}
-	if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": "snap_nowhere"}, nil); code != 404 {
-		t.Errorf("a snapshot in no store: status %d, want 404", code)
-	}
-
-	// The parent hibernates on A (published) and B adopts it: same id, files and processes.
-	var hib hostapi.Sandbox
-	if code := a.call("POST", "/v1/sandboxes/"+parent.ID+"/hibernate", nil, &hib); code != 200 || hib.Hibernated == "" {
-		t.Fatalf("hibernate on a host with a blob store: status %d, %+v", code, hib)
-	}
-	if code := b.call("POST", "/v1/sandboxes", map[string]any{"id": parent.ID, "hibernated": hib.Hibernated, "template": "base"}, nil); code != 400 {
-		t.Errorf("adopt with a template as well: status %d, want 400", code)
-	}
-	var moved hostapi.Sandbox
-	if code := b.call("POST", "/v1/sandboxes", map[string]any{"id": parent.ID, "hibernated": hib.Hibernated}, &moved); code != 201 {
-		t.Fatalf("adopt a hibernated sandbox on another host: status %d", code)
-	}
-	r := b.exec(parent.ID, map[string]any{"cmd": "cat /tmp/mark && pgrep -x sleep >/dev/null && echo sleeper-alive && echo \"env=$PARENT_VAR\""})
-	if moved.ID != parent.ID || moved.State != "running" || moved.Hibernated != "" || r.ExitCode != 0 || r.Stdout != "from-host-a\nsleeper-alive\nenv=p1\n" {
-		t.Fatalf("adopted sandbox: %+v %+v", moved, r)
 	}
 }

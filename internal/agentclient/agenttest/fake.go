@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
@@ -39,7 +40,7 @@ type Agent struct {
 	sandboxes map[string]*sandbox
 	snapshots map[string]*snapshot
 	volumes   map[string]*volume
-	seq       int // for ids, pids and the order sandboxes are listed in
+	seq       int // for pids and the order sandboxes are listed in
 	creates   int
 	kills     int
 	refused   int                       // creates refused for want of a free slot
@@ -315,9 +316,12 @@ func (a *Agent) knows(name string) bool {
 }
 
 func (a *Agent) newID(prefix string) string {
-	a.seq++
-	return prefix + strconv.Itoa(a.seq)
+	return prefix + strconv.FormatInt(ids.Add(1), 10)
 }
+
+// ids numbers what every fake in the process makes: real agents make random ids, so two hosts
+// never name two sandboxes alike (a sandbox adopted from another host keeps its id).
+var ids atomic.Int64
 
 // Ids the real agent accepts.
 var (

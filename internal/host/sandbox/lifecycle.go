@@ -122,7 +122,8 @@ func (m *Manager) publish(ctx context.Context, snap *snapshot.Record) {
 		m.log.Warn("publishing a snapshot failed: it restores on this host only", "snapshot", snap.ID, "store", bs.String(), "err", err)
 		return
 	}
-	m.log.Info("published snapshot", "snapshot", snap.ID, "ms", time.Since(start).Milliseconds(), "sent_mib", st.Bytes>>20)
+	m.log.Info("published snapshot", "snapshot", snap.ID, "ms", time.Since(start).Milliseconds(), "sent_mib", st.Bytes>>20,
+		"chunks", st.Chunks, "named_unread", st.Known)
 }
 
 // snapshotErr names a full disk as such: the caller can free space and retry.

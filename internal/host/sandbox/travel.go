@@ -59,7 +59,8 @@ func (m *Manager) publishHibernated(ctx context.Context, sb *sandbox) {
 		err = sb.persist()
 	}
 	sb.mu.Unlock()
-	m.log.Info("published hibernated sandbox", "sandbox", rec.ID, "publication", name, "ms", time.Since(start).Milliseconds(), "sent_mib", st.Bytes>>20)
+	m.log.Info("published hibernated sandbox", "sandbox", rec.ID, "publication", name, "ms", time.Since(start).Milliseconds(), "sent_mib", st.Bytes>>20,
+		"chunks", st.Chunks, "named_unread", st.Known)
 }
 
 // adoptHibernated makes sandbox id, hibernated on another host and published as pub, this host's
