@@ -656,3 +656,22 @@ func (x *CodeExecution) Add(ev CodeEvent) {
 func NewCodeExecution() CodeExecution {
 	return CodeExecution{Results: []CodeResult{}, Logs: CodeLogs{Stdout: []string{}, Stderr: []string{}}}
 }
+
+// WatchEvent is one NDJSON line of GET /v1/sandboxes/{id}/files/watch: "ready" once the watch is
+// in place, then create, write, remove, rename (From is the old path) and overflow (events were
+// lost); a stream that breaks ends with an Error line.
+type WatchEvent struct {
+	Type    string       `json:"type"`
+	Path    string       `json:"path,omitempty"`
+	From    string       `json:"from,omitempty"`
+	Dir     bool         `json:"dir,omitempty"`
+	Message string       `json:"message,omitempty"`
+	Error   *ErrorDetail `json:"error,omitempty"`
+}
+
+// ArchiveResult is the answer to PUT /v1/sandboxes/{id}/files/archive: the entries unpacked and
+// the bytes of file content written.
+type ArchiveResult struct {
+	Entries int   `json:"entries"`
+	Bytes   int64 `json:"bytes"`
+}
