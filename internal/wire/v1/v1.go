@@ -481,6 +481,9 @@ type NewTeam struct {
 type Info struct {
 	Version string     `json:"version"`
 	Egress  EgressInfo `json:"egress"`
+	// ProxyDomain is where sandbox ports are served: <port>-<sandbox id>.<ProxyDomain>, through
+	// the API's own listener (same scheme and port as the API). Empty: no port proxy.
+	ProxyDomain string `json:"proxy_domain,omitempty"`
 }
 
 // EgressInfo states the egress rules no team can change (docs/security.md).
