@@ -4,11 +4,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"io"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
@@ -48,7 +50,10 @@ func TestE2EFileTree(t *testing.T) {
 			sh(steps[step].cmd)
 		}
 	}
-	err := c.WatchFiles(ctx, sb.ID, "/home/user/w", true, func(ev v1.WatchEvent) (bool, error) {
+	// A guard, not a measurement: a missing event fails the test instead of hanging it.
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	err := c.WatchFiles(wctx, sb.ID, "/home/user/w", true, func(ev v1.WatchEvent) (bool, error) {
 		seen = append(seen, ev.Type+" "+ev.Path)
 		if ev.Type == "ready" {
 			next()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/hashicorp/yamux"
@@ -173,28 +174,48 @@ func (wt *watcher) add(dir string, existing bool) error {
 	return nil
 }
 
-// read turns inotify events into watch events until the instance is closed.
+// read turns inotify events into watch events until the instance is closed. A rename's two
+// halves may arrive in two reads: a move-from without its move-to waits for the next read (at
+// most renamePairing) before it counts as a move out of the tree.
 func (wt *watcher) read() {
 	buf := make([]byte, 64<<10)
+	pending := map[uint32]moveFrom{}
+	var order []uint32
 	for {
+		if len(pending) == 0 {
+			order = order[:0]
+		} else {
+			fds := []unix.PollFd{{Fd: int32(wt.f.Fd()), Events: unix.POLLIN}}
+			if n, _ := unix.Poll(fds, int(renamePairing.Milliseconds())); n <= 0 {
+				for _, c := range order {
+					if m, ok := pending[c]; ok {
+						wt.emit(guest.WatchEvent{Type: guest.WatchRemove, Path: m.path, Dir: m.dir})
+					}
+				}
+				clear(pending)
+				order = order[:0]
+			}
+		}
 		n, err := wt.f.Read(buf)
 		if err != nil {
 			return
 		}
-		wt.batch(buf[:n])
+		order = wt.batch(buf[:n], pending, order)
 	}
 }
 
-// batch handles one read's events: renames pair by cookie within it, a move with no partner in
-// the batch is a remove (out of the tree) or a create (into it); repeated writes to one file
-// collapse into one event.
-func (wt *watcher) batch(b []byte) {
-	type move struct {
-		path string
-		dir  bool
-	}
-	from := map[uint32]move{}
-	var order []uint32
+// renamePairing is how long a move-from waits for its move-to (the kernel queues both in one
+// rename call; a reader woken between the two sees the second very soon).
+const renamePairing = 50 * time.Millisecond
+
+type moveFrom struct {
+	path string
+	dir  bool
+}
+
+// batch handles one read's events: renames pair by cookie (pending holds the move-froms not
+// paired yet, order their cookies); repeated writes to one file collapse into one event.
+func (wt *watcher) batch(b []byte, pending map[uint32]moveFrom, order []uint32) []uint32 {
 	lastWrite := ""
 	for len(b) >= unix.SizeofInotifyEvent {
 		raw := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
@@ -234,11 +255,11 @@ func (wt *watcher) batch(b []byte) {
 		case mask&unix.IN_DELETE != 0:
 			wt.emit(guest.WatchEvent{Type: guest.WatchRemove, Path: p, Dir: isDir})
 		case mask&unix.IN_MOVED_FROM != 0:
-			from[raw.Cookie] = move{p, isDir}
+			pending[raw.Cookie] = moveFrom{p, isDir}
 			order = append(order, raw.Cookie)
 		case mask&unix.IN_MOVED_TO != 0:
-			if m, ok := from[raw.Cookie]; ok {
-				delete(from, raw.Cookie)
+			if m, ok := pending[raw.Cookie]; ok {
+				delete(pending, raw.Cookie)
 				wt.emit(guest.WatchEvent{Type: guest.WatchRename, Path: p, From: m.path, Dir: isDir})
 				if isDir {
 					wt.moved(m.path, p)
@@ -248,11 +269,7 @@ func (wt *watcher) batch(b []byte) {
 			wt.created(p, isDir)
 		}
 	}
-	for _, c := range order {
-		if m, ok := from[c]; ok {
-			wt.emit(guest.WatchEvent{Type: guest.WatchRemove, Path: m.path, Dir: m.dir})
-		}
-	}
+	return order
 }
 
 // created tells of a new entry; a new directory of a recursive watch is watched too, and what
