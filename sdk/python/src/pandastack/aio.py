@@ -217,8 +217,9 @@ class AsyncPandaStack(_AsyncProxy):
         async with AsyncPandaStack() as client:
             sb = await client.sandboxes.create(template="base")
             print((await sb.exec("echo hi")).stdout)
-            async for ev in sb.files.watch("/home/user", recursive=True):
-                print(ev.type, ev.path)
+            async with await sb.files.watch("/home/user", recursive=True) as w:
+                async for ev in w:
+                    print(ev.type, ev.path)
     """
 
     def __init__(self, *args: Any, max_workers: int = 32,
