@@ -40,18 +40,11 @@ func (b *bench) processSuite(ctx context.Context, res map[string]float64) error 
 
 	// A cat with a follower: each sample writes a line to its stdin and waits for the follower
 	// to see it come back.
-	body, _ := json.Marshal(map[string]any{"argv": []string{"cat"}, "stdin": true})
-	resp, err := http.Post(b.url+base, "application/json", bytes.NewReader(body))
+	catPid, err := b.startProcess(base, map[string]any{"argv": []string{"cat"}, "stdin": true})
 	if err != nil {
 		return err
 	}
-	var started hostapi.ProcessStarted
-	err = json.NewDecoder(resp.Body).Decode(&started)
-	resp.Body.Close()
-	if err != nil || started.Pid == 0 {
-		return fmt.Errorf("start cat: %d %v", resp.StatusCode, err)
-	}
-	pid := strconv.Itoa(started.Pid)
+	pid := strconv.Itoa(catPid)
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(fctx, "GET", b.url+base+"/"+pid+"/output?follow=1", nil)
@@ -77,16 +70,9 @@ func (b *bench) processSuite(ctx context.Context, res map[string]float64) error 
 	if err := b.post("/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": "mkdir -p /tmp/benchw"}, 200); err != nil {
 		return err
 	}
-	body, _ = json.Marshal(map[string]any{"cmd": "while read l; do echo x >> /tmp/benchw/f; done", "stdin": true})
-	resp, err = http.Post(b.url+base, "application/json", bytes.NewReader(body))
+	writer, err := b.startProcess(base, map[string]any{"cmd": "while read l; do echo x >> /tmp/benchw/f; done", "stdin": true})
 	if err != nil {
 		return err
-	}
-	var writer hostapi.ProcessStarted
-	err = json.NewDecoder(resp.Body).Decode(&writer)
-	resp.Body.Close()
-	if err != nil || writer.Pid == 0 {
-		return fmt.Errorf("start the writer: %d %v", resp.StatusCode, err)
 	}
 	wreq, _ := http.NewRequestWithContext(fctx, "GET", b.url+"/v1/sandboxes/"+sb.ID+"/files/watch?path=/tmp/benchw", nil)
 	watch, err := http.DefaultClient.Do(wreq)
@@ -99,7 +85,7 @@ func (b *bench) processSuite(ctx context.Context, res map[string]float64) error 
 		return fmt.Errorf("watch: no ready line (%d): %s %v", watch.StatusCode, events.Text(), events.Err())
 	}
 	watchTrip := timed(func() error {
-		if err := b.post(base+"/"+strconv.Itoa(writer.Pid)+"/stdin", map[string]any{"data": "x\n"}, 204); err != nil {
+		if err := b.post(base+"/"+strconv.Itoa(writer)+"/stdin", map[string]any{"data": "x\n"}, 204); err != nil {
 			return err
 		}
 		for events.Scan() {
@@ -142,4 +128,19 @@ func (b *bench) processSuite(ctx context.Context, res map[string]float64) error 
 	}
 	res["pty_keystroke_echo_p50_ms"], res["pty_keystroke_echo_p99_ms"] = pct(lat[0], 50), pct(lat[0], 99)
 	return nil
+}
+
+// startProcess starts a background process (POST base) and returns its pid.
+func (b *bench) startProcess(base string, req map[string]any) (int, error) {
+	body, _ := json.Marshal(req)
+	resp, err := http.Post(b.url+base, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var started hostapi.ProcessStarted
+	if err := json.NewDecoder(resp.Body).Decode(&started); err != nil || started.Pid == 0 {
+		return 0, fmt.Errorf("start %v: %d %v", req, resp.StatusCode, err)
+	}
+	return started.Pid, nil
 }

@@ -3,16 +3,15 @@ package api
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"io"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/testenv"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -83,24 +82,7 @@ func TestE2EFileTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, h.Name+">"+h.Linkname)
-	}
-	slices.Sort(names)
-	if g := strings.Join(names, " "); g != "a.txt> link>a.txt out>/etc/hostname sub/> sub/b.sh>" {
+	if g := strings.Join(testenv.TarEntries(t, bytes.NewReader(data)), " "); g != "a.txt link>a.txt out>/etc/hostname sub/ sub/b.sh" {
 		t.Fatalf("archive entries: %s", g)
 	}
 	res, err := c.UploadArchive(ctx, sb.ID, "/home/user/copy", bytes.NewReader(data), int64(len(data)))

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
@@ -199,18 +200,12 @@ func (s *Server) putArchive(w http.ResponseWriter, r *http.Request) {
 // upload streams the request body to the host's files route sub (a file or an archive), cut at
 // the upload limit; err is the caller's verdict on the query.
 func (s *Server) upload(w http.ResponseWriter, r *http.Request, sub, what string, q url.Values, err error) {
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	tooLarge := errdefs.New(errdefs.TooLarge, "%s is larger than the %d-byte upload limit", what, s.cfg.MaxUploadBytes)
-	if r.ContentLength > s.cfg.MaxUploadBytes {
-		s.writeError(w, r, tooLarge)
-		return
+	if err == nil && r.ContentLength > s.cfg.MaxUploadBytes {
+		err = tooLarge
 	}
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	sb, c, ok := s.targetOK(w, r, err)
+	if !ok {
 		return
 	}
 	body := &limitedBody{r: r.Body, left: s.cfg.MaxUploadBytes}
@@ -271,13 +266,8 @@ func (s *Server) getArchive(w http.ResponseWriter, r *http.Request) {
 
 // hostStream opens a streaming GET of the host's files route sub and hands its body to relay.
 func (s *Server) hostStream(w http.ResponseWriter, r *http.Request, sub string, q url.Values, err error, relay func(store.Sandbox, io.ReadCloser)) {
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	sb, c, ok := s.targetOK(w, r, err)
+	if !ok {
 		return
 	}
 	resp, err := c.Raw(r.Context(), "GET", "/v1/sandboxes/"+url.PathEscape(sb.ID)+"/files"+sub, q, nil, -1, nil)
@@ -297,4 +287,20 @@ func boolQuery(q url.Values, name string) error {
 		}
 	}
 	return nil
+}
+
+// targetOK is the request's sandbox and its host's client once err (the caller's verdict on the
+// input) is nil; otherwise, or when the sandbox is not the caller's, it answers the error and
+// returns false.
+func (s *Server) targetOK(w http.ResponseWriter, r *http.Request, err error) (store.Sandbox, *agentclient.Client, bool) {
+	var sb store.Sandbox
+	var c *agentclient.Client
+	if err == nil {
+		sb, c, err = s.target(r)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return sb, nil, false
+	}
+	return sb, c, true
 }

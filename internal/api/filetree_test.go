@@ -4,13 +4,13 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/pandastack/pandastack/internal/testenv"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -86,24 +86,8 @@ func TestFileTreeEdge(t *testing.T) {
 	if ct := r.header.Get("Content-Type"); ct != "application/gzip" {
 		t.Fatalf("tar.gz content type %q", ct)
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(r.body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(zr)
-	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, h.Name)
-	}
-	if strings.Join(names, " ") != "dir/ dir/f.txt top" {
-		t.Fatalf("downloaded entries %v", names)
+	if names := testenv.TarEntries(t, bytes.NewReader(r.body)); strings.Join(names, " ") != "dir/ dir/f.txt top" || r.body[0] != 0x1f {
+		t.Fatalf("downloaded entries %v (gzipped: %v)", names, r.body[0] == 0x1f)
 	}
 	if ct := e.mustStatus(e.do("GET", base+"/archive?path=/tmp/up", a, nil), 200).header.Get("Content-Type"); ct != "application/x-tar" {
 		t.Fatalf("tar content type %q", ct)
@@ -112,12 +96,7 @@ func TestFileTreeEdge(t *testing.T) {
 	tm := e.mustStatus(e.do("POST", "/v1/teams", a, map[string]string{"name": "beta"}), 201).json(t)
 	b := tm["key"].(map[string]any)["key"].(string)
 	reader := e.mustStatus(e.do("POST", "/v1/keys", a, map[string]any{"name": "reader", "scopes": []string{"read"}}), 201).json(t)["key"].(string)
-	for _, c := range []struct {
-		method, path, key string
-		body              any
-		status            int
-		says              string
-	}{
+	e.wantRefusals([]refusal{
 		{"GET", base + "/watch", a, nil, 400, "path"},
 		{"GET", base + "/watch?path=/tmp&recursive=maybe", a, nil, 400, "recursive"},
 		{"GET", base + "/watch?path=/tmp&depth=2", a, nil, 400, "depth"},
@@ -134,12 +113,7 @@ func TestFileTreeEdge(t *testing.T) {
 		{"GET", base + "/archive?path=/tmp", b, nil, 404, sb.ID},
 		{"PUT", base + "/archive?path=/tmp", b, tarBytes(t, "a", "x"), 404, sb.ID},
 		{"PUT", base + "/archive?path=/tmp", reader, tarBytes(t, "a", "x"), 403, "sandboxes"},
-	} {
-		r := e.do(c.method, c.path, c.key, c.body)
-		if r.status != c.status || !strings.Contains(r.errMessage(), c.says) {
-			t.Errorf("%s %s: %d %s, want %d saying %q", c.method, c.path, r.status, r.body, c.status, c.says)
-		}
-	}
+	})
 	e.mustStatus(e.do("GET", base+"/archive?path=/tmp/up", reader, nil), 200)
 }
 

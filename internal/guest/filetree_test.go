@@ -7,12 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // watchEvents runs a watch in the background; its events arrive on the returned channel (the
@@ -186,20 +186,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	tr := tar.NewReader(bytes.NewReader(data))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, h.Name+"="+h.Linkname)
-	}
-	sort.Strings(names)
-	if got := strings.Join(names, " "); got != "a.txt= link=a.txt out=/etc/passwd sub/= sub/b.txt= sub/empty/=" {
+	if got := strings.Join(testenv.TarEntries(t, bytes.NewReader(data)), " "); got != "a.txt link>a.txt out>/etc/passwd sub/ sub/b.txt sub/empty/" {
 		t.Fatalf("archive entries: %s", got)
 	}
 	res, err := c.ArchivePut(tctx(t), filepath.Join(e.userHom, "dst/nested"), "", bytes.NewReader(data))

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/testenv"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -82,17 +83,7 @@ func (k *contract) filetree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	tr := tar.NewReader(bytes.NewReader(data))
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			break
-		}
-		names = append(names, h.Name)
-	}
-	slices.Sort(names)
-	if got := strings.Join(names, " "); got != "sub/ sub/b" {
+	if got := strings.Join(testenv.TarEntries(t, bytes.NewReader(data)), " "); got != "sub/ sub/b" {
 		t.Errorf("archive of %s/w: %s", dir, got)
 	}
 	var gz bytes.Buffer
