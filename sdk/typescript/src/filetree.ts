@@ -83,12 +83,40 @@ export class WatchHandle implements AsyncIterable<FileEvent> {
   }
 }
 
-type NodeFs = typeof import("node:fs/promises");
-type NodePath = typeof import("node:path");
+// The Node modules the directory copies use, typed here (the package is also compiled for the
+// browser, without Node's types) and loaded only when called.
+interface Stats {
+  mode: number;
+  isDirectory(): boolean;
+  isFile(): boolean;
+  isSymbolicLink(): boolean;
+}
+interface NodeFs {
+  stat(p: string): Promise<Stats>;
+  lstat(p: string): Promise<Stats>;
+  readdir(p: string): Promise<string[]>;
+  readlink(p: string): Promise<string>;
+  readFile(p: string): Promise<Uint8Array>;
+  mkdir(p: string, o: { recursive: boolean }): Promise<unknown>;
+  realpath(p: string): Promise<string>;
+  rm(p: string, o: { force: boolean }): Promise<void>;
+  symlink(target: string, p: string): Promise<void>;
+  writeFile(p: string, data: Uint8Array, o: { mode: number; flag: string }): Promise<void>;
+}
+interface NodePath {
+  join(...parts: string[]): string;
+  sep: string;
+}
+interface NodeZlib {
+  gzipSync(b: Uint8Array): Uint8Array;
+  gunzipSync(b: Uint8Array): Uint8Array;
+}
 
-async function node(): Promise<{ fs: NodeFs; path: NodePath; zlib: typeof import("node:zlib") }> {
-  const [fs, path, zlib] = await Promise.all([import("node:fs/promises"), import("node:path"), import("node:zlib")]);
-  return { fs, path, zlib };
+const load = (name: string): Promise<unknown> => import(name);
+
+async function node(): Promise<{ fs: NodeFs; path: NodePath; zlib: NodeZlib }> {
+  const [fs, path, zlib] = await Promise.all([load("node:fs/promises"), load("node:path"), load("node:zlib")]);
+  return { fs: fs as NodeFs, path: path as NodePath, zlib: zlib as NodeZlib };
 }
 
 /** @internal a .tar.gz of local directory `dir`'s contents (directories, files, symlinks as links). Node only. */
