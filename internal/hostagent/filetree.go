@@ -108,6 +108,22 @@ func (l *countedLimit) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// archiveStream is the tar inside body (gunzipped when body is a gzip): body and the tar are
+// each cut after max bytes (their exceeded flags say so).
+func archiveStream(body io.Reader, max int64) (in, unpacked *countedLimit, err error) {
+	in = &countedLimit{r: body, left: max}
+	br := bufio.NewReader(in)
+	var tarStream io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, errdefs.Invalidf("bad gzip stream: %v", err)
+		}
+		tarStream = zr
+	}
+	return in, &countedLimit{r: tarStream, left: max}, nil
+}
+
 // handleArchivePut unpacks a tar or tar.gz (told apart by its first bytes) into a directory.
 // The body and the tar inside it are each limited to MaxUpload bytes.
 func (a *Agent) handleArchivePut(w http.ResponseWriter, r *http.Request) {
@@ -116,18 +132,11 @@ func (a *Agent) handleArchivePut(w http.ResponseWriter, r *http.Request) {
 		writeError(w, tooLarge)
 		return
 	}
-	body := &countedLimit{r: r.Body, left: a.cfg.MaxUpload}
-	br := bufio.NewReader(body)
-	var tarStream io.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			writeError(w, errdefs.Invalidf("bad gzip stream: %v", err))
-			return
-		}
-		tarStream = zr
+	body, unpacked, err := archiveStream(r.Body, a.cfg.MaxUpload)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
-	unpacked := &countedLimit{r: tarStream, left: a.cfg.MaxUpload}
 	var res guest.ArchiveResult
 	if !a.onFile(w, r, func(c *guest.Client, path string) (err error) {
 		res, err = c.ArchivePut(r.Context(), path, fileUser(r), unpacked)
