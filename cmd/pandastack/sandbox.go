@@ -19,7 +19,7 @@ import (
 func init() {
 	sb, f := group("sandbox", "Create, list, exec in, move files in, fork, snapshot, hibernate and kill sandboxes", "sandboxes", "sb")
 	sb.AddCommand(sandboxCreateCmd(f), sandboxListCmd(f), getCmd(f, sandboxes, "get ID", "Show one sandbox", (*client.Client).GetSandbox),
-		sandboxExecCmd(f), sandboxCodeCmd(f), sandboxStartCmd(f), sandboxPsCmd(f), sandboxLogsCmd(f), sandboxKillProcessCmd(f), sandboxShellCmd(f),
+		sandboxExecCmd(f), sandboxCodeCmd(f), sandboxStartCmd(f), sandboxPsCmd(f), sandboxLogsCmd(f), sandboxKillProcessCmd(f), sandboxShellCmd(f), watchCmd(f),
 		sandboxKillCmd(f), sandboxTTLCmd(f), sandboxFilesCmd(f), sandboxForkCmd(f), sandboxSnapshotCmd(f),
 		getCmd(f, sandboxes, "hibernate ID", "Hibernate a sandbox: its memory goes to disk and its VM stops; any call wakes it",
 			(*client.Client).Hibernate),
@@ -413,6 +413,6 @@ func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 	mv := f.verb("mv ID FROM TO", "Move or rename a path", cobra.ExactArgs(3), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		return c.Move(ctx, args[0], args[1], args[2])
 	})
-	files.AddCommand(read, write, list, stat, mkdir, rm, mv)
+	files.AddCommand(read, write, list, stat, mkdir, rm, mv, watchCmd(f), uploadDirCmd(f), downloadDirCmd(f))
 	return files
 }

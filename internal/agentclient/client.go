@@ -435,6 +435,39 @@ func (f Files) Move(ctx context.Context, id, from, to string) error {
 	return f.c.call(ctx, "POST", filesPath(id, "/move"), hostapi.MoveRequest{From: from, To: to, User: f.user}, nil)
 }
 
+// Watch streams a directory's changes (NDJSON hostapi.WatchEvent lines, "ready" first) until ctx
+// ends; the caller closes the body.
+func (f Files) Watch(ctx context.Context, id, path string, recursive bool) (io.ReadCloser, error) {
+	q := f.query(path)
+	if recursive {
+		q.Set("recursive", "1")
+	}
+	resp, err := f.c.Raw(ctx, "GET", filesPath(id, "/watch"), q, nil, -1, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// ArchiveGet streams a directory as a tar (format "" or "tar") or a tar.gz ("tar.gz").
+func (f Files) ArchiveGet(ctx context.Context, id, path, format string) (io.ReadCloser, error) {
+	q := f.query(path)
+	if format != "" {
+		q.Set("format", format)
+	}
+	resp, err := f.c.Raw(ctx, "GET", filesPath(id, "/archive"), q, nil, -1, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// ArchivePut unpacks a tar or tar.gz into a directory (made if missing).
+func (f Files) ArchivePut(ctx context.Context, id, path string, body io.Reader, size int64) (hostapi.ArchiveResult, error) {
+	var out hostapi.ArchiveResult
+	return out, f.c.endpoint().Upload(ctx, "PUT", filesPath(id, "/archive"), f.query(path), body, size, &out)
+}
+
 // ReadFile, WriteFile, ListFiles, StatFile, Mkdir, Remove and Move are the file calls as the
 // guest's default account.
 func (c *Client) ReadFile(ctx context.Context, id, path string) (*http.Response, error) {

@@ -22,16 +22,7 @@ func (s *Server) codeTarget(w http.ResponseWriter, r *http.Request, req any, che
 	if err == nil && check != nil {
 		err = check()
 	}
-	var sb store.Sandbox
-	var c *agentclient.Client
-	if err == nil {
-		sb, c, err = s.target(r)
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return sb, nil, false
-	}
-	return sb, c, true
+	return s.targetOK(w, r, err)
 }
 
 // runCode is POST /v1/sandboxes/{id}/code: NDJSON events with Accept: application/x-ndjson, the

@@ -36,13 +36,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	if err == nil && req.TimeoutSeconds != nil && (*req.TimeoutSeconds <= 0 || *req.TimeoutSeconds > MaxExecTimeoutSeconds) {
 		err = invalid("timeout_seconds must be greater than 0 and at most %d", MaxExecTimeoutSeconds)
 	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	sb, c, ok := s.targetOK(w, r, err)
+	if !ok {
 		return
 	}
 	areq := agentclient.ExecRequest(req) // the host takes the same request

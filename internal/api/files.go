@@ -11,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -178,31 +180,39 @@ func (l *limitedBody) Read(p []byte) (int, error) {
 
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	q, err := fileQuery(r, "mode")
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if m := q.Get("mode"); m != "" {
-		if v, err := strconv.ParseUint(m, 8, 32); err != nil || v > 0o7777 {
-			s.writeError(w, r, invalid("mode %q: give octal permission bits such as 0644", truncate(m)))
-			return
+	if err == nil {
+		if m := q.Get("mode"); m != "" {
+			if v, perr := strconv.ParseUint(m, 8, 32); perr != nil || v > 0o7777 {
+				err = invalid("mode %q: give octal permission bits such as 0644", truncate(m))
+			}
 		}
 	}
-	tooLarge := errdefs.New(errdefs.TooLarge, "file is larger than the %d-byte upload limit", s.cfg.MaxUploadBytes)
-	if r.ContentLength > s.cfg.MaxUploadBytes {
-		s.writeError(w, r, tooLarge)
-		return
+	s.upload(w, r, "", "file", q, err)
+}
+
+// putArchive is PUT …/files/archive: a tar or tar.gz unpacked into a directory by the guest
+// agent (docs/files.md), within the same size limit as a file upload.
+func (s *Server) putArchive(w http.ResponseWriter, r *http.Request) {
+	q, err := fileQuery(r)
+	s.upload(w, r, "/archive", "archive", q, err)
+}
+
+// upload streams the request body to the host's files route sub (a file or an archive), cut at
+// the upload limit; err is the caller's verdict on the query.
+func (s *Server) upload(w http.ResponseWriter, r *http.Request, sub, what string, q url.Values, err error) {
+	tooLarge := errdefs.New(errdefs.TooLarge, "%s is larger than the %d-byte upload limit", what, s.cfg.MaxUploadBytes)
+	if err == nil && r.ContentLength > s.cfg.MaxUploadBytes {
+		err = tooLarge
 	}
-	sb, c, err := s.target(r)
-	if err != nil {
-		s.writeError(w, r, err)
+	sb, c, ok := s.targetOK(w, r, err)
+	if !ok {
 		return
 	}
 	body := &limitedBody{r: r.Body, left: s.cfg.MaxUploadBytes}
 	hdr := http.Header{}
 	hdr.Set("Content-Type", "application/octet-stream")
 	// The body streams to the host as it arrives; nothing is held in memory or on disk here.
-	resp, err := c.Raw(r.Context(), "PUT", "/v1/sandboxes/"+url.PathEscape(sb.ID)+"/files", q, body, r.ContentLength, hdr)
+	resp, err := c.Raw(r.Context(), "PUT", "/v1/sandboxes/"+url.PathEscape(sb.ID)+"/files"+sub, q, body, r.ContentLength, hdr)
 	s.svc.Touched(r.Context(), sb, c, err)
 	if body.exceeded {
 		if resp != nil {
@@ -220,4 +230,77 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	}
 	defer resp.Body.Close()
 	relay(w, resp)
+}
+
+// watchFiles is GET …/files/watch: the host's NDJSON stream of a directory's changes, relayed
+// line by line.
+func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) {
+	q, err := fileQuery(r, "recursive")
+	if err == nil {
+		err = boolQuery(q, "recursive")
+	}
+	s.hostStream(w, r, "/watch", q, err, func(sb store.Sandbox, body io.ReadCloser) {
+		s.relayNDJSON(w, r, sb.ID, "watch", body)
+	})
+}
+
+// getArchive is GET …/files/archive: a directory as a tar or tar.gz stream. A stream the host
+// breaks off breaks the client's too (never a clean end of a cut archive).
+func (s *Server) getArchive(w http.ResponseWriter, r *http.Request) {
+	q, err := fileQuery(r, "format")
+	if f := q.Get("format"); err == nil && f != "" && f != "tar" && f != "tar.gz" {
+		err = invalid("format must be tar or tar.gz")
+	}
+	s.hostStream(w, r, "/archive", q, err, func(_ store.Sandbox, body io.ReadCloser) {
+		defer body.Close()
+		w.Header().Set("Content-Type", "application/x-tar")
+		if q.Get("format") == "tar.gz" {
+			w.Header().Set("Content-Type", "application/gzip")
+		}
+		w.WriteHeader(http.StatusOK)
+		if _, err := io.Copy(w, body); err != nil && r.Context().Err() == nil {
+			panic(http.ErrAbortHandler)
+		}
+	})
+}
+
+// hostStream opens a streaming GET of the host's files route sub and hands its body to relay.
+func (s *Server) hostStream(w http.ResponseWriter, r *http.Request, sub string, q url.Values, err error, relay func(store.Sandbox, io.ReadCloser)) {
+	sb, c, ok := s.targetOK(w, r, err)
+	if !ok {
+		return
+	}
+	resp, err := c.Raw(r.Context(), "GET", "/v1/sandboxes/"+url.PathEscape(sb.ID)+"/files"+sub, q, nil, -1, nil)
+	s.svc.Touched(r.Context(), sb, c, err)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	relay(sb, resp.Body)
+}
+
+// boolQuery checks that the query flag name, when given, is 1, 0, true or false.
+func boolQuery(q url.Values, name string) error {
+	if v := q.Get(name); v != "" {
+		if _, err := strconv.ParseBool(v); err != nil {
+			return invalid("%s must be 1, 0, true or false", name)
+		}
+	}
+	return nil
+}
+
+// targetOK is the request's sandbox and its host's client once err (the caller's verdict on the
+// input) is nil; otherwise, or when the sandbox is not the caller's, it answers the error and
+// returns false.
+func (s *Server) targetOK(w http.ResponseWriter, r *http.Request, err error) (store.Sandbox, *agentclient.Client, bool) {
+	var sb store.Sandbox
+	var c *agentclient.Client
+	if err == nil {
+		sb, c, err = s.target(r)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return sb, nil, false
+	}
+	return sb, c, true
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,4 +186,23 @@ func (e *env) sandboxCount() int {
 		n += int(v)
 	}
 	return n
+}
+
+// refusal is a call that must be answered status with an error message containing says.
+type refusal struct {
+	method, path, key string
+	body              any
+	status            int
+	says              string
+}
+
+// wantRefusals makes each call and checks its refusal.
+func (e *env) wantRefusals(cases []refusal) {
+	e.t.Helper()
+	for _, c := range cases {
+		r := e.do(c.method, c.path, c.key, c.body)
+		if r.status != c.status || !strings.Contains(r.errMessage(), c.says) {
+			e.t.Errorf("%s %s: %d %s, want %d saying %q", c.method, c.path, r.status, r.body, c.status, c.says)
+		}
+	}
 }

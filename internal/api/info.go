@@ -12,5 +12,5 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 		Blocked: rangeViews(network.Blocked), Private: rangeViews(network.Private), Open: s.svc.EgressOpen(),
 		Also: []string{"every sandbox link of every host (other sandboxes and their gateways)",
 			"every address of the hosts themselves"},
-	}})
+	}, ProxyDomain: s.cfg.ProxyDomain})
 }

@@ -39,12 +39,7 @@ func TestProcessesEdge(t *testing.T) {
 	tm := e.mustStatus(e.do("POST", "/v1/teams", a, map[string]string{"name": "beta"}), 201).json(t)
 	b := tm["key"].(map[string]any)["key"].(string)
 	reader := e.mustStatus(e.do("POST", "/v1/keys", a, map[string]any{"name": "reader", "scopes": []string{"read"}}), 201).json(t)["key"].(string)
-	for _, c := range []struct {
-		method, path, key string
-		body              any
-		status            int
-		says              string
-	}{
+	e.wantRefusals([]refusal{
 		{"POST", base, a, map[string]any{}, 400, "cmd"},
 		{"POST", base, a, map[string]any{"cmd": "x", "argv": []string{"y"}}, 400, "not both"},
 		{"POST", base, a, map[string]any{"cmd": "x", "env": map[string]string{"1A": "v"}}, 400, "env"},
@@ -65,11 +60,6 @@ func TestProcessesEdge(t *testing.T) {
 		{"DELETE", base + "/" + pid, b, nil, 404, sb.ID},
 		{"POST", base, reader, map[string]any{"cmd": "echo"}, 403, "sandboxes"},
 		{"POST", base + "/" + pid + "/signal", reader, map[string]any{"signal": "TERM"}, 403, "sandboxes"},
-	} {
-		r := e.do(c.method, c.path, c.key, c.body)
-		if r.status != c.status || !strings.Contains(r.errMessage(), c.says) {
-			t.Errorf("%s %s: %d %s, want %d saying %q", c.method, c.path, r.status, r.body, c.status, c.says)
-		}
-	}
+	})
 	e.mustStatus(e.do("GET", base+"/"+pid+"/output", reader, nil), 200)
 }

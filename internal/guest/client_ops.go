@@ -308,22 +308,23 @@ func (c *Client) WriteFile(ctx context.Context, path, user string, mode os.FileM
 		return FileInfo{}, err
 	}
 	defer cl.finish()
+	var fi FileInfo
+	err = cl.upload(r, FrameStat, &fi)
+	return fi, err
+}
 
-	type result struct {
-		fi  FileInfo
-		err error
-	}
-	resc := make(chan result, 1)
+// upload sends r as FrameData frames and a FrameEOF, and reads the answer: one frame of type
+// want into v. An early answer (an error) stops the sending.
+func (cl *call) upload(r io.Reader, want byte, v any) error {
+	resc := make(chan error, 1)
 	go func() {
-		var fi FileInfo
-		err := cl.expect(FrameStat, &fi)
-		resc <- result{fi, err}
+		err := cl.expect(want, v)
+		resc <- err
 		if err != nil {
 			// An early answer is an error: stop the sender if it is blocked on the window.
 			cl.st.SetWriteDeadline(time.Unix(1, 0))
 		}
 	}()
-
 	buf := make([]byte, DataChunk)
 	for {
 		n, rerr := r.Read(buf)
@@ -337,13 +338,12 @@ func (c *Client) WriteFile(ctx context.Context, path, user string, mode os.FileM
 			break
 		}
 		if rerr != nil {
-			// Closing without data-EOF makes the guest drop the temp file.
+			// Closing without data-EOF makes the guest drop what it wrote so far.
 			cl.finish()
-			return FileInfo{}, fmt.Errorf("guest write: reading source: %w", rerr)
+			return fmt.Errorf("guest upload: reading source: %w", rerr)
 		}
 	}
-	res := <-resc
-	return res.fi, res.err
+	return <-resc
 }
 
 // unixPerm converts Go's FileMode bits to the octal bits of chmod(2).

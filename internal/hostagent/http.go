@@ -108,6 +108,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/mkdir", a.busy(decoded(a.handleMkdir)))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", a.busy(decoded(a.handleMove)))
 	a.processRoutes(mux)
+	a.fileTreeRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.NotFoundf("no route for %s %s", r.Method, r.URL.Path))
 	})

@@ -122,6 +122,9 @@ type sandbox struct {
 	env    map[string]string // the create's (a fork's parent's)
 	mounts []agentclient.VolumeMount
 	noWake bool // the next wake fails as if its memory files were gone
+	// watches are the open watch streams (filetree.go); moved is the move a change made.
+	watches []*fakeWatch
+	moved   *[2]string
 }
 
 // guest is what a VM holds: its files and the toy "memory" counter that `inc` counts. Snapshots,
@@ -426,6 +429,8 @@ func (a *Agent) handler() http.Handler {
 		"GET /v1/sandboxes/{id}/files/stat":              a.fileCall(statFile),
 		"POST /v1/sandboxes/{id}/files/mkdir":            a.mkdir,
 		"POST /v1/sandboxes/{id}/files/move":             a.move,
+		"GET /v1/sandboxes/{id}/files/archive":           a.fileCall(archiveGet),
+		"PUT /v1/sandboxes/{id}/files/archive":           a.fileCall(archivePut),
 		"GET /healthz":                                   a.health,
 		"POST /v1/sandboxes/{id}/processes":              a.startProcess,
 		"GET /v1/sandboxes/{id}/processes":               a.listProcesses,
@@ -445,6 +450,7 @@ func (a *Agent) handler() http.Handler {
 	})
 	api.HandleFunc("POST /v1/sandboxes/{id}/exec", a.exec)
 	api.HandleFunc("GET /v1/sandboxes/{id}/processes/{pid}/output", a.processOutput)
+	api.HandleFunc("GET /v1/sandboxes/{id}/files/watch", a.watch)
 	api.HandleFunc("POST /v1/templates", a.buildTemplate)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")

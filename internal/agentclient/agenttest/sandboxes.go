@@ -379,7 +379,16 @@ func (sb *sandbox) change(op func(ps ...string) *agentclient.Error, paths ...str
 			}
 		}
 	}
-	return op(clean...)
+	var before memFS
+	if len(sb.watches) > 0 {
+		before = sb.fs.clone()
+	}
+	sb.moved = nil
+	err := op(clean...)
+	if err == nil && before != nil {
+		sb.notify(before, sb.moved)
+	}
+	return err
 }
 
 func readFile(sb *sandbox, p string, _ *http.Request) (any, *agentclient.Error) { return sb.fs.read(p) }
@@ -437,6 +446,12 @@ func (a *Agent) move(r *http.Request) (any, *agentclient.Error) {
 		User string `json:"user,omitempty"`
 	}
 	return a.bodyCall(&req, func(sb *sandbox) *agentclient.Error {
-		return sb.change(func(ps ...string) *agentclient.Error { return sb.fs.move(ps[0], ps[1]) }, req.From, req.To)
+		return sb.change(func(ps ...string) *agentclient.Error {
+			err := sb.fs.move(ps[0], ps[1])
+			if err == nil && ps[0] != ps[1] {
+				sb.moved = &[2]string{ps[0], ps[1]}
+			}
+			return err
+		}, req.From, req.To)
 	})(r)
 }

@@ -108,6 +108,12 @@ func (a *Agent) handleStream(st *yamux.Stream) {
 		a.opProcess(st, fr, w, &req)
 	case guest.OpPTY:
 		a.opPTY(st, fr, w, &req)
+	case guest.OpWatch:
+		a.opWatch(st, fr, w, &req)
+	case guest.OpArchiveGet:
+		a.opArchiveGet(st, fr, w, &req)
+	case guest.OpArchivePut:
+		a.opArchivePut(fr, w, &req)
 	default:
 		w.fail(gerr(guest.CodeInvalidArgument, fmt.Sprintf("unknown op %q", req.Op)))
 	}

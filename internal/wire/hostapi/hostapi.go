@@ -356,6 +356,8 @@ type (
 	Process             = v1.Process
 	ProcessList         = v1.Processes
 	ProcessEvent        = v1.ProcessEvent
+	WatchEvent          = v1.WatchEvent
+	ArchiveResult       = v1.ArchiveResult
 	StdinRequest        = v1.StdinRequest
 	SignalRequest       = v1.SignalRequest
 	// TerminalMessage is a terminal WebSocket's text message (GET /v1/sandboxes/{id}/pty): the

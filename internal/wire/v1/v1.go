@@ -481,6 +481,9 @@ type NewTeam struct {
 type Info struct {
 	Version string     `json:"version"`
 	Egress  EgressInfo `json:"egress"`
+	// ProxyDomain is where sandbox ports are served: <port>-<sandbox id>.<ProxyDomain>, through
+	// the API's own listener (same scheme and port as the API). Empty: no port proxy.
+	ProxyDomain string `json:"proxy_domain,omitempty"`
 }
 
 // EgressInfo states the egress rules no team can change (docs/security.md).
@@ -655,4 +658,23 @@ func (x *CodeExecution) Add(ev CodeEvent) {
 // NewCodeExecution is an empty execution (its lists empty, not null).
 func NewCodeExecution() CodeExecution {
 	return CodeExecution{Results: []CodeResult{}, Logs: CodeLogs{Stdout: []string{}, Stderr: []string{}}}
+}
+
+// WatchEvent is one NDJSON line of GET /v1/sandboxes/{id}/files/watch: "ready" once the watch is
+// in place, then create, write, remove, rename (From is the old path) and overflow (events were
+// lost); a stream that breaks ends with an Error line.
+type WatchEvent struct {
+	Type    string       `json:"type"`
+	Path    string       `json:"path,omitempty"`
+	From    string       `json:"from,omitempty"`
+	Dir     bool         `json:"dir,omitempty"`
+	Message string       `json:"message,omitempty"`
+	Error   *ErrorDetail `json:"error,omitempty"`
+}
+
+// ArchiveResult is the answer to PUT /v1/sandboxes/{id}/files/archive: the entries unpacked and
+// the bytes of file content written.
+type ArchiveResult struct {
+	Entries int   `json:"entries"`
+	Bytes   int64 `json:"bytes"`
 }

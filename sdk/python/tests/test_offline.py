@@ -607,6 +607,158 @@ class Lifecycle(OfflineCase):
         self.assertEqual((s.requests[4].method, s.path(4)), ("DELETE", "/v1/templates/mine"))
 
 
+# -- directory watch, archives, port URLs, the asyncio client ---------------------------------------
+
+
+def targz(*members: Any) -> bytes:
+    """A .tar.gz of (name, content) files, (name/, None) directories and (name, "->target") links."""
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, content in members:
+            info = tarfile.TarInfo(name)
+            if content is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tf.addfile(info)
+            elif content.startswith("->"):
+                info.type, info.linkname = tarfile.SYMTYPE, content[2:]
+                tf.addfile(info)
+            else:
+                data = content.encode()
+                info.size, info.mode = len(data), 0o644
+                tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class FileTree(OfflineCase):
+    def test_watch(self) -> None:
+        s = self.answer(ndjson({"type": "ready", "path": "/w"}, {"type": "create", "path": "/w/a"},
+                               {"type": "rename", "path": "/w/b", "from": "/w/a"},
+                               {"type": "error", "error": {"code": "internal", "message": "the watch broke"}}))
+        h = self.sandbox().files.watch("/w", recursive=True)
+        self.assertEqual((h.path, s.path(0)), ("/w", "/v1/sandboxes/sb_one/files/watch?path=%2Fw&recursive=1"))
+        got = [next(h), next(h)]
+        self.assertEqual([(e.type, e.path, e.from_path) for e in got], [("create", "/w/a", None), ("rename", "/w/b", "/w/a")])
+        with self.assertRaises(pandastack.InternalError) as cm:
+            next(h)
+        self.assertIn("the watch broke", str(cm.exception))
+        self.assertTrue(h.closed)
+        self.answer(err(400, "invalid_request", "/w/f is not a directory"))
+        with self.assertRaises(pandastack.InvalidRequest):
+            self.sandbox().files.watch("/w/f")
+
+    def test_upload_dir_sends_a_targz_of_the_tree(self) -> None:
+        import tarfile
+        src = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, src)
+        os.makedirs(os.path.join(src, "sub"))
+        with open(os.path.join(src, "sub", "f.txt"), "w") as f:
+            f.write("hi")
+        os.symlink("sub/f.txt", os.path.join(src, "link"))
+        sent: Dict[str, Any] = {}
+
+        def check(req: HTTPRequest) -> HTTPResponse:
+            with tarfile.open(fileobj=io.BytesIO(req.body.read()), mode="r:gz") as tf:
+                sent["names"] = sorted((m.name, m.type, m.linkname) for m in tf.getmembers())
+            return ok({"entries": 3, "bytes": 2})
+
+        s = self.answer(check)
+        self.assertEqual(self.sandbox().files.upload_dir(src, "/dst"), {"entries": 3, "bytes": 2})
+        self.assertEqual((s.requests[0].method, s.path(0)), ("PUT", "/v1/sandboxes/sb_one/files/archive?path=%2Fdst"))
+        self.assertEqual(sent["names"], [("link", tarfile.SYMTYPE, "sub/f.txt"), ("sub", tarfile.DIRTYPE, ""),
+                                         ("sub/f.txt", tarfile.REGTYPE, "")])
+        with self.assertRaises(NotADirectoryError):
+            self.sandbox().files.upload_dir(os.path.join(src, "link"), "/dst")
+
+    def test_download_dir_unpacks_and_stays_inside(self) -> None:
+        dst = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, dst)
+        s = self.answer(ok(targz(("d/", None), ("d/f.txt", "hello"), ("l", "->d/f.txt"), ("out", "->/etc/hostname"))))
+        self.assertEqual(self.sandbox().files.download_dir("/src", os.path.join(dst, "copy")), 4)
+        self.assertEqual(s.query(0), {"path": ["/src"], "format": ["tar.gz"]})
+        with open(os.path.join(dst, "copy", "l")) as f:
+            self.assertEqual(f.read(), "hello")
+        self.assertEqual(os.readlink(os.path.join(dst, "copy", "out")), "/etc/hostname")
+        outside = os.path.join(dst, "outside")
+        os.mkdir(outside)
+        for evil in (targz(("../outside/x", "bad")), targz(("/tmp/x-abs", "bad")),
+                     targz(("l2", "->" + outside), ("l2/x", "bad"))):
+            self.answer(ok(evil))
+            with self.assertRaises(pandastack.PandaStackError):
+                self.sandbox().files.download_dir("/src", os.path.join(dst, "evil"))
+            self.assertEqual(os.listdir(outside), [])
+
+    def test_get_url(self) -> None:
+        s = self.answer(ok({"version": "v", "egress": {}, "proxy_domain": "sbx.example"}))
+        sb = self.sandbox()
+        self.assertEqual(sb.get_url(8000), "http://8000-sb_one.sbx.example:8080")
+        self.assertEqual(sb.get_url(3000), "http://3000-sb_one.sbx.example:8080")  # info asked once
+        self.assertEqual(len(s.requests), 1)
+        private = self.sandbox(public_ports=False, traffic_token="pdt_a/b")
+        self.assertEqual(private.get_url(80), "http://80-sb_one.sbx.example:8080/?pandastack_traffic_token=pdt_a%2Fb")
+        with self.assertRaises(ValueError):
+            sb.get_url(0)
+        other = pandastack.PandaStack(token="k", base_url="https://api.example", send=Script(ok({"version": "v"})), env={})
+        with self.assertRaises(pandastack.ConfigurationError):
+            pandastack.Sandbox(other, SB).get_url(80)
+
+
+class AsyncClient(unittest.TestCase):
+    """AsyncPandaStack: the sync client's calls, run in worker threads (never on the loop's)."""
+
+    def test_same_surface_off_the_loop(self) -> None:
+        import asyncio
+        import threading
+        threads: List[str] = []
+        script = Script(ok(SB, 201), ok({"stdout": "hi\n", "stderr": "", "exit_code": 0}),
+                        ndjson({"type": "ready", "path": "/w"}, {"type": "write", "path": "/w/a"}),
+                        ndjson({"type": "ready"}, {"type": "ping"}), ok(SB))
+
+        def send(req: HTTPRequest) -> Any:
+            threads.append(threading.current_thread().name)
+            return script(req)
+
+        async def main() -> None:
+            loop_thread = threading.current_thread().name
+            async with pandastack.AsyncPandaStack(token="k", base_url="http://x.invalid", send=send, env={}) as client:
+                sb = await client.sandboxes.create(template="base")
+                self.assertEqual((sb.id, sb.state), ("sb_one", "running"))
+                seen: List[str] = []
+
+                async def on_stdout(text: str) -> None:  # an async callback runs on the loop
+                    seen.append(threading.current_thread().name)
+
+                r = await sb.exec("echo hi")
+                self.assertEqual((r.stdout, r.exit_code), ("hi\n", 0))
+                watch = await sb.files.watch("/w")
+                self.assertEqual(watch.path, "/w")
+                async for ev in watch:
+                    self.assertEqual((ev.type, ev.path), ("write", "/w/a"))
+                    break
+                await watch.aclose()
+                types = [e["type"] async for e in client.events()]
+                self.assertEqual(types, ["ready", "ping"])
+                again = await client.sandboxes.get("sb_one")
+                self.assertEqual(again, sb)
+                self.assertNotIn(loop_thread, threads)
+                self.assertTrue(all(t.startswith("pandastack") for t in threads), threads)
+                del on_stdout, seen
+
+        asyncio.run(main())
+
+    def test_errors_are_raised_in_the_awaiting_task(self) -> None:
+        import asyncio
+
+        async def main() -> None:
+            client = pandastack.AsyncPandaStack(token="k", base_url="http://x.invalid", env={},
+                                                send=Script(err(404, "not_found", "sandbox sb_x not found")))
+            with self.assertRaises(pandastack.NotFound):
+                await client.sandboxes.get("sb_x")
+            await client.close()
+
+        asyncio.run(main())
+
+
 # -- structure: the ClientContext seam, the version, the NotImplemented name -----------------------
 
 

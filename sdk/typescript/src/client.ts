@@ -183,6 +183,8 @@ export interface InfoRange {
 export interface DeploymentInfo {
   version: string;
   egress: { blocked: InfoRange[]; private: InfoRange[]; open: string[]; also_blocked: string[] };
+  /** Sandbox ports are served at `<port>-<id>.<proxy_domain>` (absent: no port proxy). */
+  proxy_domain?: string;
 }
 
 registerClientFactory((options) => new PandaStack(options as PandaStackOptions));

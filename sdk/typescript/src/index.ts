@@ -78,4 +78,6 @@ export {
   type PandaStackErrorOptions,
 } from "./errors.js";
 export type { FetchLike, FetchResponse } from "./http.js";
+export { WatchHandle, type FileEvent } from "./filetree.js";
+export { packTar, unpackTar, type TarEntry } from "./tar.js";
 export { VERSION } from "./version.js";

@@ -1,7 +1,8 @@
-import { APIConnectionError, Conflict, NotFound, PandaStackError, errorFromPayload } from "./errors.js";
+import { APIConnectionError, ConfigurationError, Conflict, NotFound, PandaStackError, errorFromPayload } from "./errors.js";
 import type { Transport } from "./http.js";
 import { OutputGatherer } from "./output.js";
 import { Processes } from "./processes.js";
+import { WatchHandle, packDir, unpackDir } from "./filetree.js";
 import { type CodeContext, Execution, type RunCodeOptions, codeBody, streamCode } from "./code.js";
 
 // ---------------------------------------------------------------------------------------------
@@ -264,6 +265,9 @@ const EXEC_GRACE_S = 60;
 
 const seg = (s: string): string => encodeURIComponent(s);
 
+/** The port proxy's domain of each client's server ("" for none), asked once. */
+const proxyDomains = new WeakMap<Transport, string>();
+
 export function parseTime(v: unknown): Date | null {
   if (typeof v !== "string" || !v) return null;
   const d = new Date(v);
@@ -484,6 +488,63 @@ export class Filesystem {
     if (options.user !== undefined) body.user = options.user;
     await this.http.json("POST", this.path("/move"), { json: body, signal: options.signal });
   }
+
+  /**
+   * Watch a directory (inotify in the guest; `recursive` follows the directories below, new ones
+   * too). Resolves once the watch is in place; iterate the handle with `for await` for
+   * {@link FileEvent}s and `close()` it when done. `timeoutMs` bounds the silence between events
+   * (default: none). A write through `files.write` lands as a `rename` from a hidden temp file.
+   */
+  async watch(path: string, options: FileOptions & { recursive?: boolean; timeoutMs?: number | null } = {}): Promise<WatchHandle> {
+    const abort = new AbortController();
+    options.signal?.addEventListener("abort", () => abort.abort(), { once: true });
+    let rid: string | undefined;
+    const lines = this.http.lines("GET", this.path("/watch"), {
+      query: { path, recursive: options.recursive ? "1" : undefined, user: options.user },
+      timeoutMs: options.timeoutMs ?? null,
+      signal: abort.signal,
+      onRequestId: (id) => (rid = id),
+    });
+    return WatchHandle.open(lines, abort, () => rid);
+  }
+
+  /** Directory `remote` as the bytes of a tar.gz (`gzip: false`: a tar). */
+  async downloadArchive(remote: string, options: FileOptions & { gzip?: boolean } = {}): Promise<Uint8Array> {
+    const resp = await this.http.request("GET", this.path("/archive"), {
+      query: { path: remote, format: options.gzip === false ? "tar" : "tar.gz", user: options.user },
+      idempotent: true,
+      timeoutMs: null,
+      headers: { accept: "*/*" },
+      signal: options.signal,
+    });
+    return new Uint8Array(await resp.arrayBuffer());
+  }
+
+  /** Unpack a tar or tar.gz into directory `remote` (made if missing). */
+  async uploadArchive(remote: string, data: Uint8Array, options: FileOptions = {}): Promise<{ entries: number; bytes: number }> {
+    const d = await this.http.json<{ entries?: number; bytes?: number }>("PUT", this.path("/archive"), {
+      query: { path: remote, user: options.user },
+      body: data,
+      idempotent: true,
+      timeoutMs: null,
+      signal: options.signal,
+    });
+    return { entries: Number(d?.entries ?? 0), bytes: Number(d?.bytes ?? 0) };
+  }
+
+  /** Copy local directory `local` into `remote` in the sandbox as a tar.gz (Node only). */
+  async uploadDir(local: string, remote: string, options: FileOptions = {}): Promise<{ entries: number; bytes: number }> {
+    return this.uploadArchive(remote, await packDir(local), options);
+  }
+
+  /**
+   * Copy directory `remote` of the sandbox into local directory `local` (made if missing; Node
+   * only). Nothing lands outside `local`: names with `..` and paths through symlinks that lead
+   * out of it are refused. Resolves to the entries copied.
+   */
+  async downloadDir(remote: string, local: string, options: FileOptions = {}): Promise<number> {
+    return unpackDir(await this.downloadArchive(remote, options), local);
+  }
 }
 
 /**
@@ -539,6 +600,29 @@ export class Sandbox {
   /** Alias of `filesystem`. */
   get files(): Filesystem {
     return this.filesystem;
+  }
+
+  /**
+   * The URL where `port` of this sandbox is served through the server's port proxy
+   * (`<scheme>://<port>-<id>.<proxy domain>[:<API port>]`, from `GET /v1/info`'s `proxy_domain`,
+   * asked once per client). A private sandbox's URL carries its traffic token as a query
+   * parameter (the proxy turns it into a cookie). Throws ConfigurationError when the server runs
+   * no port proxy.
+   */
+  async getUrl(port: number): Promise<string> {
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new RangeError(`port must be a TCP port (1-65535), not ${port}`);
+    const http = this.client.http;
+    let domain = proxyDomains.get(http);
+    if (domain === undefined) {
+      const info = await http.json<{ proxy_domain?: string }>("GET", "/v1/info", { idempotent: true });
+      domain = String(info?.proxy_domain ?? "");
+      proxyDomains.set(http, domain);
+    }
+    if (!domain) throw new ConfigurationError("this PandaStack server runs no port proxy (GET /v1/info has no proxy_domain)");
+    const u = new URL(http.baseUrl);
+    let url = `${u.protocol}//${port}-${this.id}.${domain}${u.port ? ":" + u.port : ""}`;
+    if (!this.publicPorts && this.trafficToken) url += `/?pandastack_traffic_token=${encodeURIComponent(this.trafficToken)}`;
+    return url;
   }
 
   private update(d: SandboxData): void {

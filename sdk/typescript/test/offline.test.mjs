@@ -747,6 +747,77 @@ describe("offline: events", () => {
   });
 });
 
+describe("offline: directory watch, archives, port URLs", () => {
+  const sandbox = (f, over = {}) => new Sandbox(client(f), { ...SB, ...over });
+
+  it("watch waits for ready, then yields events; an error line throws", async () => {
+    const f = script(ndjson([{ type: "ready", path: "/w" }, { type: "create", path: "/w/a" }, { type: "rename", path: "/w/b", from: "/w/a", dir: true },
+      { type: "error", error: { code: "internal", message: "the watch broke" } }]));
+    const w = await sandbox(f).files.watch("/w", { recursive: true });
+    assert.equal(w.path, "/w");
+    assert.equal(f.calls[0].path(), "/v1/sandboxes/sb_one/files/watch?path=%2Fw&recursive=1");
+    const got = [];
+    await assert.rejects(async () => {
+      for await (const ev of w) got.push([ev.type, ev.path, ev.from ?? null, ev.dir]);
+    }, (e) => e instanceof InternalError && e.message.includes("the watch broke"));
+    assert.deepEqual(got, [["create", "/w/a", null, false], ["rename", "/w/b", "/w/a", true]]);
+    const g = script(err(400, "invalid_request", "/w/f is not a directory"));
+    await assert.rejects(sandbox(g).files.watch("/w/f"), InvalidRequest);
+  });
+
+  it("uploadDir sends a tar.gz of the tree; downloadDir unpacks one and stays inside", async () => {
+    const { gunzipSync, gzipSync } = await import("node:zlib");
+    const { mkdirSync, readlinkSync, readdirSync } = await import("node:fs");
+    const src = mkdtempSync(join(tmpdir(), "ps-up-"));
+    mkdirSync(join(src, "sub"));
+    writeFileSync(join(src, "sub", "f.txt"), "hi");
+    symlinkSync("sub/f.txt", join(src, "link"));
+    let names;
+    const f = script((url, init) => {
+      names = [...sdk.unpackTar(new Uint8Array(gunzipSync(init.body)))].map((e) => [e.name, e.type, e.linkname ?? ""]);
+      return ok({ entries: 3, bytes: 2 });
+    });
+    assert.deepEqual(await sandbox(f).files.uploadDir(src, "/dst"), { entries: 3, bytes: 2 });
+    assert.equal(f.calls[0].path(), "/v1/sandboxes/sb_one/files/archive?path=%2Fdst");
+    assert.deepEqual(names, [["link", "symlink", "sub/f.txt"], ["sub", "dir", ""], ["sub/f.txt", "file", ""]]);
+
+    const dst = mkdtempSync(join(tmpdir(), "ps-down-"));
+    const enc = (s) => new TextEncoder().encode(s);
+    const tgz = (...entries) => new Uint8Array(gzipSync(sdk.packTar(entries)));
+    const long = "d/" + "x".repeat(150) + ".txt"; // a PAX name
+    const g = script(ok(tgz({ name: "d", type: "dir", mode: 0o755 }, { name: long, type: "file", mode: 0o644, data: enc("hello") },
+      { name: "l", type: "symlink", mode: 0o777, linkname: long }, { name: "out", type: "symlink", mode: 0o777, linkname: "/etc/hostname" })));
+    assert.equal(await sandbox(g).files.downloadDir("/src", join(dst, "copy")), 4);
+    assert.deepEqual(g.calls[0].query(), { path: "/src", format: "tar.gz" });
+    assert.equal(readFileSync(join(dst, "copy", "l"), "utf8"), "hello");
+    assert.equal(readlinkSync(join(dst, "copy", "out")), "/etc/hostname");
+    const outside = join(dst, "outside");
+    mkdirSync(outside);
+    for (const evil of [[{ name: "../outside/x", type: "file", mode: 0o644, data: enc("bad") }],
+      [{ name: "/tmp/x-abs", type: "file", mode: 0o644, data: enc("bad") }],
+      [{ name: "l2", type: "symlink", mode: 0o777, linkname: outside }, { name: "l2/x", type: "file", mode: 0o644, data: enc("bad") }]]) {
+      const h = script(ok(tgz(...evil)));
+      await assert.rejects(sandbox(h).files.downloadDir("/src", join(dst, "evil")), PandaStackError);
+      assert.deepEqual(readdirSync(outside), []);
+    }
+    rmSync(src, { recursive: true, force: true });
+    rmSync(dst, { recursive: true, force: true });
+  });
+
+  it("getUrl builds the port proxy URL from /v1/info, once per client", async () => {
+    const f = script(ok({ version: "v", egress: {}, proxy_domain: "sbx.example" }));
+    const c = client(f);
+    const sb = new Sandbox(c, SB);
+    assert.equal(await sb.getUrl(8000), "http://8000-sb_one.sbx.example:8080");
+    assert.equal(await new Sandbox(c, { ...SB, public_ports: false, traffic_token: "pdt_a/b" }).getUrl(80),
+      "http://80-sb_one.sbx.example:8080/?pandastack_traffic_token=pdt_a%2Fb");
+    assert.equal(f.calls.length, 1);
+    await assert.rejects(sb.getUrl(0), RangeError);
+    const none = new Sandbox(new PandaStack({ apiKey: "k", baseUrl: "https://api.example", fetch: script(ok({ version: "v" })), env: {} }), SB);
+    await assert.rejects(none.getUrl(80), ConfigurationError);
+  });
+});
+
 describe("offline: surface", () => {
   it("exports what the README lists", () => {
     for (const name of ["PandaStack", "Sandbox", "Sandboxes", "Filesystem", "ExecStream", "ExecResult", "Snapshots", "Templates", "Volumes", "Processes", "ProcessHandle", "NotImplemented", "errorFromPayload", "VERSION", "DEFAULT_BASE_URL"]) {

@@ -37,6 +37,8 @@ from .functions import Functions, Schedules
 from .models import ExecEvent, ExecResult, FileInfo, Process, ProcessEvent, Snapshot, Template, Volume, VolumeAttachment
 from .processes import ProcessHandle, Processes, ProcessResult
 from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates, Volumes
+from ._tree import FileEvent, WatchHandle
+from .aio import AsyncPandaStack
 
 __all__ = [
     "BuildFailed",
@@ -46,6 +48,9 @@ __all__ = [
     "Sandbox",
     "Sandboxes",
     "Filesystem",
+    "FileEvent",
+    "WatchHandle",
+    "AsyncPandaStack",
     "ExecStream",
     "ExecResult",
     "ExecEvent",

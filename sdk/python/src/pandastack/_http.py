@@ -158,6 +158,14 @@ class _ConnectionResponse:
         return self._resp.readline()
 
     def close(self) -> None:
+        # shutdown first: it wakes a read blocked in another thread (an async client's worker),
+        # which close alone does not.
+        sock = getattr(self._conn, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         try:
             self._resp.close()
         finally:
@@ -353,6 +361,19 @@ class Transport:
         else:
             h = self._headers({"Accept": accept, "Content-Type": content_type})
             body = data if data is not None else json.dumps(json_body).encode("utf-8")
+        resp = self._open_checked(method, path, params, body, h, timeout)
+        return LineStream(resp, self.base_url, timeout, h["X-Request-Id"])
+
+    def stream_raw(self, method: str, path: str, *, params: Optional[Mapping[str, Any]] = None,
+                   accept: str = "application/octet-stream", timeout: Optional[float] = None) -> Any:
+        """Send a GET-like request (no body) and return the open response (``read(n)``,
+        ``close()``) for a body too big to hold in memory. Never retried."""
+        h = self._headers({"Accept": accept})
+        return self._open_checked(method, path, params, None, h, timeout)
+
+    def _open_checked(self, method: str, path: str, params: Optional[Mapping[str, Any]], body: Any,
+                      h: Dict[str, str], timeout: Optional[float]) -> Any:
+        """One attempt whose answer must be 2xx (else its typed error); the response stays open."""
         try:
             resp = self._open(method, path, params, body, h, timeout)
         except (socket.timeout, TimeoutError) as e:
@@ -365,7 +386,7 @@ class Transport:
             finally:
                 resp.close()
             self._raise_for(resp.status, resp.headers, raw, h["X-Request-Id"])
-        return LineStream(resp, self.base_url, timeout, h["X-Request-Id"])
+        return resp
 
     @staticmethod
     def _backoff(attempt: int, retry_after: Optional[str]) -> float:
@@ -433,3 +454,28 @@ class LineStream:
         if not self.closed:
             self.closed = True
             self._resp.close()
+
+
+class LineIterator:
+    """A :class:`LineStream` as an iterator whose ``close()`` may be called from another thread
+    (it closes the connection, waking a blocked read)."""
+
+    def __init__(self, lines: LineStream) -> None:
+        self._lines = lines
+        self._it = iter(lines)
+
+    def __iter__(self) -> "LineIterator":
+        return self
+
+    def __next__(self) -> Dict[str, Any]:
+        try:
+            return next(self._it)
+        except StopIteration:
+            raise
+        except Exception:
+            if self._lines.closed:
+                raise StopIteration
+            raise
+
+    def close(self) -> None:
+        self._lines.close()

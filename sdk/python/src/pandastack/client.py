@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional
 from . import errors
 from . import _context
 from ._context import ClientContext
-from ._http import Send, Transport
+from ._http import LineIterator, Send, Transport
 from .databases import Databases
 from .apps import Apps
 from .functions import Functions, Schedules
@@ -108,7 +108,7 @@ class PandaStack:
         ``{"type": "ping"}`` after 15 s of silence (so a
         ``timeout`` above that only fires on a dead server). Ends when the key is revoked; stop
         early by closing the generator (``.close()``)."""
-        return iter(self._http.stream_lines("GET", "/v1/events", timeout=timeout))
+        return LineIterator(self._http.stream_lines("GET", "/v1/events", timeout=timeout))
 
     def close(self) -> None:
         """Nothing to release (connections are per request); kept for symmetry."""

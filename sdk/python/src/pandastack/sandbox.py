@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import urllib.parse
 from typing import (
     Any,
     BinaryIO,
@@ -25,6 +26,7 @@ from ._http import quote_segment as _seg
 from .code import CodeContext, Execution, ExecutionError, Result
 from .models import ExecEvent, ExecResult, FileInfo, OutputGatherer, Snapshot, Template, Volume, as_list, parse_time
 from .processes import Processes, command_body
+from ._tree import FileEvent, WatchHandle, pack_tree, unpack_tree
 
 __all__ = ["Sandbox", "Filesystem", "ExecStream", "Sandboxes", "Snapshots", "Templates"]
 
@@ -213,6 +215,61 @@ class Filesystem:
             body["user"] = user
         self._http.request("POST", self._path("/move"), json_body=body)
 
+    def watch(self, path: str, recursive: bool = False, *, user: Optional[str] = None,
+              timeout: Optional[float] = None) -> WatchHandle:
+        """Watch a directory (inotify in the guest; ``recursive`` follows the directories below,
+        new ones too). Returns once the watch is in place; iterate the handle for
+        :class:`FileEvent` (create, write, remove, rename, overflow) and ``close()`` it when done.
+        ``timeout`` bounds the silence between events (default: none). A write through
+        ``files.write`` lands as a ``rename`` from a hidden temp file (writes are atomic)."""
+        lines = self._http.stream_lines("GET", self._path("/watch"), timeout=timeout,
+                                        params={"path": path, "recursive": 1 if recursive else None, "user": user})
+        return WatchHandle(lines)
+
+    def upload_dir(self, local: str, remote: str, *, user: Optional[str] = None) -> Dict[str, int]:
+        """Copy local directory ``local`` into ``remote`` in the sandbox (made if missing) as a
+        tar.gz: directories, files and symlinks (as links). Returns ``{"entries", "bytes"}``."""
+        with pack_tree(local) as tmp:
+            r = self._http.request("PUT", self._path("/archive"), params={"path": remote, "user": user}, data=tmp,
+                                   headers={"Content-Type": "application/gzip"}, timeout=None)
+        d = r.json() or {}
+        return {"entries": int(d.get("entries") or 0), "bytes": int(d.get("bytes") or 0)}
+
+    def download_dir(self, remote: str, local: str, *, user: Optional[str] = None) -> int:
+        """Copy directory ``remote`` of the sandbox into local directory ``local`` (made if
+        missing); returns the entries copied. Nothing lands outside ``local``: names with ``..``
+        and paths through symlinks that lead out of it are refused."""
+        resp = self._http.stream_raw("GET", self._path("/archive"), accept="application/gzip", timeout=None,
+                                     params={"path": remote, "format": "tar.gz", "user": user})
+        try:
+            return unpack_tree(resp, local)
+        finally:
+            resp.close()
+
+    def download_archive(self, remote: str, *, gzip: bool = True, user: Optional[str] = None) -> bytes:
+        """Directory ``remote`` as the bytes of a tar.gz (``gzip=False``: a tar)."""
+        r = self._http.request("GET", self._path("/archive"), idempotent=True, timeout=None,
+                               params={"path": remote, "format": "tar.gz" if gzip else "tar", "user": user},
+                               headers={"Accept": "*/*"})
+        return r.body
+
+    def upload_archive(self, remote: str, data: Union[bytes, BinaryIO], *, user: Optional[str] = None) -> Dict[str, int]:
+        """Unpack a tar or tar.gz (bytes or a binary file object) into directory ``remote``."""
+        r = self._http.request("PUT", self._path("/archive"), params={"path": remote, "user": user}, data=data,
+                               idempotent=isinstance(data, (bytes, bytearray)), timeout=None)
+        d = r.json() or {}
+        return {"entries": int(d.get("entries") or 0), "bytes": int(d.get("bytes") or 0)}
+
+
+def _proxy_domain(http: Transport) -> str:
+    """The server's port proxy domain ("" for none), asked once per transport."""
+    cached = getattr(http, "_proxy_domain", None)
+    if cached is None:
+        info = http.request("GET", "/v1/info", idempotent=True).json() or {}
+        cached = str(info.get("proxy_domain") or "")
+        http._proxy_domain = cached  # type: ignore[attr-defined]
+    return cached
+
 
 class Sandbox:
     """A microVM sandbox.
@@ -268,6 +325,23 @@ class Sandbox:
     def files(self) -> Filesystem:
         """Alias of :attr:`filesystem`."""
         return self.filesystem
+
+    def get_url(self, port: int) -> str:
+        """The URL where ``port`` of this sandbox is served through the server's port proxy
+        (``<scheme>://<port>-<id>.<proxy domain>[:<API port>]``, from ``GET /v1/info``'s
+        ``proxy_domain``). A private sandbox's URL carries its traffic token as a query parameter
+        (the proxy turns it into a cookie for the page's own requests). Raises
+        :class:`~pandastack.ConfigurationError` when the server runs no port proxy."""
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError("port must be a TCP port (1-65535), not %r" % (port,))
+        domain = _proxy_domain(self._http)
+        if not domain:
+            raise errors.ConfigurationError("this PandaStack server runs no port proxy (GET /v1/info has no proxy_domain)")
+        u = urllib.parse.urlsplit(self._http.base_url)
+        url = "%s://%d-%s.%s%s" % (u.scheme, port, self.id, domain, ":%d" % u.port if u.port else "")
+        if not self.public_ports and self.traffic_token:
+            url += "/?pandastack_traffic_token=" + urllib.parse.quote(self.traffic_token, safe="")
+        return url
 
     def _path(self, sub: str = "") -> str:
         return "/v1/sandboxes/%s%s" % (_seg(self.id), sub)
