@@ -39,8 +39,13 @@ type Cache struct {
 	mu       sync.Mutex
 	inflight map[string]*fetch
 
-	// Fetched counts chunks fetched from the store (not found in the cache).
-	Fetched atomic.Int64
+	// Local, if set, is this host's index of chunks in its own files: a chunk found there is
+	// cloned into the cache instead of fetched (a snapshot's memory is mostly its template's).
+	Local *artifact.Local
+
+	// Fetched counts chunks fetched from the store (not found in the cache); Placed those taken
+	// from this host's files.
+	Fetched, Placed atomic.Int64
 }
 
 type fetch struct {
@@ -91,15 +96,23 @@ func (c *Cache) Ensure(ctx context.Context, sum string, size int) (string, error
 }
 
 func (c *Cache) fetch(ctx context.Context, sum string, size int) error {
-	buf, err := artifact.FetchChunk(ctx, c.store, sum, size)
-	if err != nil {
-		return fmt.Errorf("chunk %s: %w", sum, err)
-	}
 	tmp, err := os.CreateTemp(c.dir, ".fetch-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
+	if c.Local.Place(sum, size, tmp, 0) {
+		if err := tmp.Close(); err != nil {
+			return err
+		}
+		c.Placed.Add(1)
+		return os.Rename(tmp.Name(), c.path(sum))
+	}
+	buf, err := artifact.FetchChunk(ctx, c.store, sum, size)
+	if err != nil {
+		tmp.Close()
+		return fmt.Errorf("chunk %s: %w", sum, err)
+	}
 	if _, err := tmp.Write(buf); err != nil {
 		tmp.Close()
 		return err
