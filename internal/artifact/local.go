@@ -240,6 +240,15 @@ func (l *Local) Pull(ctx context.Context, s blob.Store, kind, name, dir string) 
 	return m, st, err
 }
 
+// PullManifest is Pull of a manifest already read (Get), possibly cut to some of its files.
+func (l *Local) PullManifest(ctx context.Context, s blob.Store, m Manifest, dir string) (Stats, error) {
+	_, st, err := pullManifest(ctx, s, m, dir, l)
+	if err == nil && l != nil {
+		l.keep(dir, m)
+	}
+	return st, err
+}
+
 // keep writes m and its files' identities beside them (for AddDir after a restart) and indexes them.
 func (l *Local) keep(dir string, m Manifest) {
 	k := kept{Manifest: m, Files: map[string]keptFile{}}
