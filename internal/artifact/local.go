@@ -153,7 +153,9 @@ func (l *Local) AddDir(dir string) {
 }
 
 // Place is place for other packages (the lazy cache fills chunks from this host's files too).
-func (l *Local) Place(sum string, want int, dst *os.File, off int64) bool { return l.place(sum, want, dst, off) }
+func (l *Local) Place(sum string, want int, dst *os.File, off int64) bool {
+	return l.place(sum, want, dst, off)
+}
 
 // place writes chunk sum (want bytes) into dst at off from a local file, if one has it: cloned
 // when its file is unchanged since indexed (copied if the filesystem cannot clone), read and
