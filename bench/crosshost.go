@@ -96,6 +96,10 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 	res["xhost_fork_snapshot_publish_p50_ms"], res["xhost_fork_pull_restore_p50_ms"] = pct(snapMS, 50), pct(restoreMS, 50)
 	res["xhost_fork_over_same_host"] = res["xhost_fork_p50_ms"] / res["xhost_same_host_fork_p50_ms"]
 
+	if err := b.lazyRestore(ctx, res, store, src, dst, parent.ID, dirty); err != nil {
+		return err
+	}
+
 	// Wake anywhere: hibernate (and publish) on the source, adopt and wake on the other.
 	var hib, adopt []float64
 	for range samples(3) {
@@ -125,5 +129,50 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 		res["xhost_fork_p50_ms"], res["xhost_same_host_fork_p50_ms"], res["xhost_fork_over_same_host"],
 		res["xhost_fork_snapshot_publish_p50_ms"], res["xhost_fork_pull_restore_p50_ms"], res["xhost_fork_first_ms"],
 		res["xhost_hibernate_publish_p50_ms"], res["xhost_adopt_wake_p50_ms"], res["xhost_template_pull_ms"])
+	return nil
+}
+
+// lazyRestore: a third host with lazy restore. Each snapshot of the parent (64 MiB dirtied before
+// it) is restored on the eager host and on the lazy one, in alternating order, to the first exec.
+func (b *bench) lazyRestore(ctx context.Context, res map[string]float64, store string, src, eager *hostagent.Agent, parent string, dirty func() error) error {
+	lz, err := b.sideAgent(ctx, "xhost-c", func(c *hostagent.Config) { c.BlobStore, c.LazyRestore = "file://"+store, true })
+	if err != nil {
+		return err
+	}
+	defer lz.Close()
+	hosts := []*hostagent.Agent{eager, lz}
+	apis := make([]string, 2)
+	for i, h := range hosts {
+		srv := httptest.NewServer(h.Handler())
+		defer srv.Close()
+		apis[i] = srv.URL
+	}
+	lat := make([][]float64, 2)
+	for i := range samples(5) {
+		if err := dirty(); err != nil {
+			return err
+		}
+		sn, err := src.SnapshotSandbox(ctx, parent)
+		if err != nil {
+			return err
+		}
+		for _, k := range []int{i % 2, 1 - i%2} {
+			t := time.Now()
+			kid, err := hosts[k].Create(ctx, hostagent.CreateRequest{SnapshotID: sn.ID, ForkOf: parent})
+			if err != nil {
+				return err
+			}
+			if err := postTo(apis[k], "/v1/sandboxes/"+kid.ID+"/exec", map[string]any{"cmd": "true"}, 200); err != nil {
+				return err
+			}
+			lat[k] = append(lat[k], ms(time.Since(t)))
+			hosts[k].Kill(kid.ID)
+			hosts[k].DeleteSnapshot(sn.ID)
+		}
+		src.DeleteSnapshot(sn.ID)
+	}
+	res["xhost_eager_restore_first_exec_p50_ms"], res["xhost_lazy_restore_first_exec_p50_ms"] = pct(lat[0], 50), pct(lat[1], 50)
+	res["xhost_lazy_over_eager_restore"] = pct(lat[1], 50) / pct(lat[0], 50)
+	fmt.Printf("cross-host restore to first exec: eager p50 %.0f ms, lazy p50 %.0f ms (x%.2f)\n", pct(lat[0], 50), pct(lat[1], 50), res["xhost_lazy_over_eager_restore"])
 	return nil
 }

@@ -236,6 +236,12 @@ func pull(ctx context.Context, s blob.Store, kind, name, dir string, local *Loca
 	if err != nil {
 		return Manifest{}, Stats{}, err
 	}
+	return pullManifest(ctx, s, m, dir, local)
+}
+
+// pullManifest pulls m's files (all of them: a caller may pass a manifest cut to fewer files).
+func pullManifest(ctx context.Context, s blob.Store, m Manifest, dir string, local *Local) (Manifest, Stats, error) {
+	kind, name := m.Kind, m.Name
 	var st stats
 	for _, f := range m.Files {
 		if err := pullFile(ctx, s, dir, f, local, &st); err != nil {

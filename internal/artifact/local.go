@@ -152,6 +152,11 @@ func (l *Local) AddDir(dir string) {
 	l.add(dir, k.Manifest, ids)
 }
 
+// Place is place for other packages (the lazy cache fills chunks from this host's files too).
+func (l *Local) Place(sum string, want int, dst *os.File, off int64) bool {
+	return l.place(sum, want, dst, off)
+}
+
 // place writes chunk sum (want bytes) into dst at off from a local file, if one has it: cloned
 // when its file is unchanged since indexed (copied if the filesystem cannot clone), read and
 // verified otherwise. false: not here (or not intact): fetch it.
@@ -235,6 +240,15 @@ func (l *Local) Pull(ctx context.Context, s blob.Store, kind, name, dir string) 
 		l.keep(dir, m)
 	}
 	return m, st, err
+}
+
+// PullManifest is Pull of a manifest already read (Get), possibly cut to some of its files.
+func (l *Local) PullManifest(ctx context.Context, s blob.Store, m Manifest, dir string) (Stats, error) {
+	_, st, err := pullManifest(ctx, s, m, dir, l)
+	if err == nil && l != nil {
+		l.keep(dir, m)
+	}
+	return st, err
 }
 
 // keep writes m and its files' identities beside them (for AddDir after a restart) and indexes them.

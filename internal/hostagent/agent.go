@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/host/bake"
@@ -69,6 +70,9 @@ type Config struct {
 	// BlobStore is where this host publishes its bakes and pulls bakes it lacks (a blob URL, see
 	// internal/blob). Empty: the control plane's, learned at registration (SetBlobStore), if any.
 	BlobStore string
+	// LazyRestore: a snapshot this host pulls is restored before its memory is here, served
+	// on demand by a process of its own (snapshot.Lazy; needs /dev/fuse).
+	LazyRestore bool
 	// Accel forces "tcg" or "kvm"; empty probes.
 	Accel string
 	// CPUModel is the VMs' QEMU CPU model (default qemu.DefaultCPU; for comparisons).
@@ -371,6 +375,19 @@ func findGuestAgent() string {
 	return ""
 }
 
+// artifactDirs are this host's directories of published or pulled artifacts (templates and
+// snapshots), whose chunks a lazy server clones instead of fetching.
+func (a *Agent) artifactDirs() []string {
+	var dirs []string
+	for _, pattern := range []string{filepath.Join(a.layout.Templates(), "*"), filepath.Join(a.layout.Snapshots(), "snap_*")} {
+		found, _ := filepath.Glob(filepath.Join(pattern, artifact.ManifestFile))
+		for _, f := range found {
+			dirs = append(dirs, filepath.Dir(f))
+		}
+	}
+	return dirs
+}
+
 // SetBlobStore opens the blob store at url and makes it where this host's bakes are published
 // and pulled from. An agent started with its own BlobStore keeps it: the control plane's, told at
 // registration, is for agents that were given none.
@@ -386,6 +403,11 @@ func (a *Agent) SetBlobStore(ctx context.Context, url string) error {
 	}
 	a.blobURL = url
 	a.templates.SetBlob(s)
+	if a.cfg.LazyRestore {
+		a.snapshots.Lazy = &snapshot.Lazy{StoreURL: url, CacheDir: filepath.Join(a.layout.Pool, "lazy-cache"),
+			MountDir: filepath.Join(a.layout.DataDir, "lazy"), LogDir: filepath.Join(a.layout.DataDir, "lazy-logs"),
+			IndexDirs: a.artifactDirs}
+	}
 	a.log.Info("blob store: bakes are published to it and pulled from it", "url", s.String())
 	return nil
 }

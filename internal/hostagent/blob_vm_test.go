@@ -2,13 +2,17 @@ package hostagent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/blob/blobtest"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // A host with a blob store publishes what it bakes; a second host with an empty data dir and an
@@ -96,5 +100,91 @@ func TestSnapshotsTravelThroughBlobStore(t *testing.T) {
 		if tm.Baked {
 			t.Errorf("host B baked or pulled template %s to restore a snapshot", name)
 		}
+	}
+}
+
+// TestLazyRestore: a host with LazyRestore restores a snapshot it pulls with the memory served
+// on demand (its "ram" a link into a FUSE mount served by a process of its own); the guest's
+// memory is the parent's; the agent stops and starts again and the guest, whose 64 MiB of tmpfs
+// were not read until then, still reads them whole (the server outlived the agent); a snapshot
+// of the restored sandbox (full path: FUSE cannot reflink) restores too; freeing the snapshot
+// ends the server.
+func TestLazyRestore(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	url := "file://" + t.TempDir()
+	a := newHarness(t, func(c *Config) { c.BlobStore = url })
+	b := newHarness(t, func(c *Config) { c.BlobStore, c.LazyRestore = url, true })
+	t.Cleanup(func() { // before the harness's: its VMs go, then their memory's server
+		for _, sb := range b.agent.List() {
+			b.agent.Kill(sb.ID)
+		}
+		mounts, _ := filepath.Glob(filepath.Join(b.dir, "lazy", "*"))
+		for _, m := range mounts {
+			syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+	})
+	parent := a.create()
+	r := a.exec(parent.ID, map[string]any{"cmd": "head -c 64M /dev/urandom > /dev/shm/big && sha256sum < /dev/shm/big", "user": "root"})
+	if r.ExitCode != 0 {
+		t.Fatalf("fill the parent: %+v", r)
+	}
+	sum := r.Stdout
+	var snap hostapi.Snapshot
+	if code := a.call("POST", "/v1/sandboxes/"+parent.ID+"/snapshots", nil, &snap); code != 201 && code != 200 {
+		t.Fatalf("snapshot: status %d", code)
+	}
+
+	var sb hostapi.Sandbox
+	if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID}, &sb); code != 201 {
+		t.Fatalf("restore on the lazy host: status %d", code)
+	}
+	ram := filepath.Join(b.agent.layout.Snapshots(), snap.ID, "ram")
+	target, err := os.Readlink(ram)
+	if err != nil {
+		t.Fatalf("the pulled snapshot's memory is not served lazily: %v", err)
+	}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(target, &fs); err != nil || fs.Type != 0x65735546 {
+		t.Fatalf("%s -> %s is not on FUSE (%x, %v)", ram, target, fs.Type, err)
+	}
+	if r := b.exec(sb.ID, map[string]any{"cmd": "echo up"}); r.Stdout != "up\n" {
+		t.Fatalf("exec in the lazily restored sandbox: %+v", r)
+	}
+
+	b.stop()
+	b.start()
+	if r := b.exec(sb.ID, map[string]any{"cmd": "sha256sum < /dev/shm/big", "user": "root"}); r.ExitCode != 0 || r.Stdout != sum {
+		t.Fatalf("the parent's memory after an agent restart: %+v (want %q)", r, sum)
+	}
+
+	var child hostapi.Snapshot
+	if code := b.call("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", nil, &child); code != 201 && code != 200 {
+		t.Fatalf("snapshot of the lazily restored sandbox: status %d", code)
+	}
+	var again hostapi.Sandbox
+	if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": child.ID}, &again); code != 201 {
+		t.Fatalf("restore of that snapshot: status %d", code)
+	}
+	if r := b.exec(again.ID, map[string]any{"cmd": "sha256sum < /dev/shm/big", "user": "root"}); r.Stdout != sum {
+		t.Fatalf("memory of a snapshot of the lazily restored sandbox: %+v", r)
+	}
+
+	// Freed: the sandboxes go, the snapshot is deleted; GC ends its server.
+	for _, id := range []string{sb.ID, again.ID} {
+		b.call("DELETE", "/v1/sandboxes/"+id, nil, nil)
+	}
+	b.call("DELETE", "/v1/snapshots/"+child.ID, nil, nil)
+	if code := b.call("DELETE", "/v1/snapshots/"+snap.ID, nil, nil); code != 204 && code != 200 {
+		t.Fatalf("delete the pulled snapshot: status %d", code)
+	}
+	b.agent.snapshots.GC()
+	if _, err := os.Lstat(filepath.Dir(ram)); !os.IsNotExist(err) {
+		t.Errorf("the freed snapshot's files are still there: %v", err)
+	}
+	if err := syscall.Statfs(target, &fs); err == nil && fs.Type == 0x65735546 {
+		t.Errorf("the freed snapshot's memory is still served")
 	}
 }

@@ -39,8 +39,13 @@ type Cache struct {
 	mu       sync.Mutex
 	inflight map[string]*fetch
 
-	// Fetched counts chunks fetched from the store (not found in the cache).
-	Fetched atomic.Int64
+	// Local, if set, is this host's index of chunks in its own files: a chunk found there is
+	// cloned into the cache instead of fetched (a snapshot's memory is mostly its template's).
+	Local *artifact.Local
+
+	// Fetched counts chunks fetched from the store (not found in the cache); Placed those taken
+	// from this host's files.
+	Fetched, Placed atomic.Int64
 }
 
 type fetch struct {
@@ -91,15 +96,23 @@ func (c *Cache) Ensure(ctx context.Context, sum string, size int) (string, error
 }
 
 func (c *Cache) fetch(ctx context.Context, sum string, size int) error {
-	buf, err := artifact.FetchChunk(ctx, c.store, sum, size)
-	if err != nil {
-		return fmt.Errorf("chunk %s: %w", sum, err)
-	}
 	tmp, err := os.CreateTemp(c.dir, ".fetch-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
+	if c.Local.Place(sum, size, tmp, 0) {
+		if err := tmp.Close(); err != nil {
+			return err
+		}
+		c.Placed.Add(1)
+		return os.Rename(tmp.Name(), c.path(sum))
+	}
+	buf, err := artifact.FetchChunk(ctx, c.store, sum, size)
+	if err != nil {
+		tmp.Close()
+		return fmt.Errorf("chunk %s: %w", sum, err)
+	}
 	if _, err := tmp.Write(buf); err != nil {
 		tmp.Close()
 		return err
@@ -252,6 +265,8 @@ type fileNode struct {
 }
 
 var (
+	_ fusefs.NodeWriter    = (*fileNode)(nil)
+	_ fusefs.NodeSetattrer = (*fileNode)(nil)
 	_ fusefs.NodeOpener    = (*fileNode)(nil)
 	_ fusefs.NodeReader    = (*fileNode)(nil)
 	_ fusefs.NodeGetattrer = (*fileNode)(nil)
@@ -265,11 +280,23 @@ func (n *fileNode) Getattr(ctx context.Context, fh fusefs.FileHandle, out *fuse.
 }
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fusefs.FileHandle, uint32, syscall.Errno) {
-	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
+	// QEMU opens its memory file read-write even to map it privately (copy-on-write: nothing
+	// reaches the file), so read-write opens are let through and every write is refused.
+	if flags&syscall.O_ACCMODE == syscall.O_WRONLY || flags&(syscall.O_TRUNC|syscall.O_APPEND) != 0 {
 		return nil, 0, syscall.EROFS
 	}
 	// The content never changes: the kernel may keep its page cache across opens.
 	return nil, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// Write is refused: the files are an artifact's, immutable.
+func (n *fileNode) Write(ctx context.Context, fh fusefs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	return 0, syscall.EROFS
+}
+
+// Setattr (chmod, chown, truncate) is refused likewise.
+func (n *fileNode) Setattr(ctx context.Context, fh fusefs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
 }
 
 func (n *fileNode) Read(ctx context.Context, fh fusefs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/artifact/lazy"
@@ -181,4 +184,58 @@ func TestLazyCorruptChunkIsEIO(t *testing.T) {
 func errorIs(err error, errno syscall.Errno) bool {
 	pe, ok := err.(*os.PathError)
 	return ok && pe.Err == errno
+}
+
+// TestServerProcess: a mount served by a process of its own (in its own session, so it outlives
+// the agent that started it) reads back the artifact's bytes; chunks this host holds in an
+// indexed artifact directory are cloned from there, not fetched (they are gone from the store
+// here, so a fetch would fail the read); unmounting ends the process.
+func TestServerProcess(t *testing.T) {
+	_, m, mem := setup(t)
+	storeDir := t.TempDir()
+	fs, err := blob.OpenFile(storeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same artifact in a file store whose chunks 0 and 2 exist only on this host.
+	local := artifact.NewLocal()
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "snap"), 0o700)
+	os.WriteFile(filepath.Join(src, "snap", "mem"), mem, 0o600)
+	if _, _, err := local.Push(context.Background(), fs, "snapshot", "lazy", src, []string{"snap/mem"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 2} {
+		if err := os.Remove(filepath.Join(storeDir, "chunks", m.Files[0].Chunks[i])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "pandastack-lazy-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(dir)
+	pid, err := lazy.Start(lazy.ProcessSpec{Mount: dir, CacheDir: t.TempDir(), Store: "file://" + storeDir, Manifest: m,
+		IndexDirs: []string{src}, Log: filepath.Join(t.TempDir(), "lazy.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lazy.Unmount(dir)
+	if sid, _ := unix.Getsid(pid); sid != pid {
+		t.Errorf("server %d is in session %d, not its own", pid, sid)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "snap", "mem"))
+	if err != nil || !bytes.Equal(got, mem) {
+		t.Fatalf("read through the server process: %v (equal %v)", err, bytes.Equal(got, mem))
+	}
+	if err := lazy.Unmount(dir); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("server %d still runs after its mount was unmounted", pid)
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/artifact/lazy"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
@@ -94,7 +95,12 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 	if err != nil {
 		return nil, artifact.Stats{}, err
 	}
-	_, st, err := s.Local.Pull(ctx, bs, Kind, id, tmp)
+	var st artifact.Stats
+	if s.Lazy != nil {
+		r.LazyMount, st, err = s.Lazy.pull(ctx, s, bs, m, tmp)
+	} else {
+		_, st, err = s.Local.Pull(ctx, bs, Kind, id, tmp)
+	}
 	if err != nil {
 		return nil, st, err
 	}
@@ -102,6 +108,9 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 	defer s.Local.AddDir(filepath.Join(s.dir, id))
 	r.TemplateDir, r.Published = filepath.Join(s.dir, id), true
 	if err := s.Commit(tmp, &r); err != nil {
+		if r.LazyMount != "" {
+			lazy.Unmount(r.LazyMount)
+		}
 		return nil, st, err
 	}
 	return &r, st, nil

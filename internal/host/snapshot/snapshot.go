@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/artifact/lazy"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/runtime"
@@ -28,6 +29,9 @@ type Record struct {
 	// Internal snapshots back forks; they are deleted with their last child.
 	Internal bool `json:"internal,omitempty"`
 	Deleted  bool `json:"deleted,omitempty"`
+	// LazyMount: the memory file ("ram") is a link into this mount, served by a process of its
+	// own until the snapshot is freed (lazy.go).
+	LazyMount string `json:"lazy_mount,omitempty"`
 
 	Dir string `json:"-"` // where its files are
 }
@@ -48,6 +52,8 @@ type Store struct {
 	pulls  map[string]*sync.Mutex // one lock per snapshot being pulled
 	// Local is the host's index of chunks in artifact files (set before use; nil: none).
 	Local *artifact.Local
+	// Lazy, if set, makes a pull serve the snapshot's memory lazily (lazy.go).
+	Lazy *Lazy
 }
 
 // New opens the snapshots of layout l; identity is this host's VMM, recorded on snapshots saved
@@ -134,10 +140,23 @@ func (s *Store) Delete(id string) error {
 // GC frees deleted snapshots that no sandbox uses as its memory base any more.
 func (s *Store) GC() {
 	used := s.InUse()
+	served := false // a snapshot left is served lazily
 	for _, r := range s.records() {
-		if r.Deleted && !used[r.Dir] {
-			os.RemoveAll(r.Dir)
+		if !r.Deleted || used[r.Dir] {
+			served = served || r.LazyMount != ""
+			continue
 		}
+		if r.LazyMount != "" {
+			if err := lazy.Unmount(r.LazyMount); err != nil {
+				served = true // still served: freed at a later GC
+				continue
+			}
+			os.Remove(r.LazyMount)
+		}
+		os.RemoveAll(r.Dir)
+	}
+	if s.Lazy != nil && !served {
+		os.RemoveAll(s.Lazy.CacheDir) // nothing reads it any more
 	}
 }
 

@@ -37,10 +37,11 @@ import (
 //
 // opts.Full takes the fallback path instead: the whole guest RAM streamed into the state file
 // (out.RAMFile is then an empty sparse file of the right size for the restore to map). It is
-// also taken when the diff is impossible (the VM does not map base.RAMFile).
+// also taken when the diff is impossible (the VM does not map base.RAMFile, or base.RAMFile is
+// served lazily over FUSE, which cannot be reflinked).
 func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime.Snapshot, opts runtime.SnapshotOptions) (runtime.SnapshotStats, error) {
 	if !opts.Full {
-		if _, err := fileMappings(vm.Pid, base.RAMFile); err != nil {
+		if _, err := fileMappings(vm.Pid, base.RAMFile); err != nil || servedByFUSE(base.RAMFile) {
 			opts.Full = true
 		}
 	}
@@ -212,6 +213,12 @@ const (
 type mapping struct{ start, end, fileOff uint64 }
 
 // fileMappings lists the VMAs of path in pid's address space.
+// servedByFUSE says path lives on a FUSE filesystem (a lazily served memory image).
+func servedByFUSE(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.FUSE_SUPER_MAGIC
+}
+
 func fileMappings(pid int, path string) ([]mapping, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {

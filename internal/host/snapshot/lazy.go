@@ -1,0 +1,66 @@
+package snapshot
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+
+	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/artifact/lazy"
+	"github.com/pandastack/pandastack/internal/blob"
+)
+
+// Lazy makes a host restore a snapshot it pulls before the snapshot's memory is here: the pull
+// takes the small files and the disk (mostly clones of this host's template) whole, and links
+// "ram" into a FUSE mount served by a process of its own (internal/artifact/lazy) that reads
+// chunks from a host-wide cache — cloned from this host's files where it has them, fetched from
+// the store otherwise — and prefetches the rest. The server outlives the agent (the VMs mapping
+// the file keep running across an agent restart) and ends when GC frees the snapshot.
+//
+// A snapshot or fork of a sandbox restored this way cannot reflink its memory base (FUSE): it
+// takes the full path (the whole RAM streamed into the device state).
+type Lazy struct {
+	StoreURL string // the blob store, for the server processes (credentials: the environment)
+	CacheDir string // the host's chunk cache, on the disk pool (so chunks clone from its files)
+	MountDir string // one mount per lazily pulled snapshot, named by its id
+	LogDir   string // one log per server
+	// IndexDirs lists this host's artifact directories, whose chunks a server clones.
+	IndexDirs func() []string
+}
+
+// pull pulls m into tmp with its memory served lazily, and returns the mount it is served at.
+func (l *Lazy) pull(ctx context.Context, s *Store, bs blob.Store, m artifact.Manifest, tmp string) (string, artifact.Stats, error) {
+	eager, mem := m, m
+	eager.Files, mem.Files = nil, nil
+	for _, f := range m.Files {
+		if f.Path == "ram" {
+			mem.Files = append(mem.Files, f)
+		} else {
+			eager.Files = append(eager.Files, f)
+		}
+	}
+	st, err := s.Local.PullManifest(ctx, bs, eager, tmp)
+	if err != nil || len(mem.Files) == 0 {
+		return "", st, err
+	}
+	mount := filepath.Join(l.MountDir, m.Name)
+	lazy.Unmount(mount) // a server left by a pull that failed later
+	for _, d := range []string{l.CacheDir, l.LogDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", st, err
+		}
+	}
+	var index []string
+	if l.IndexDirs != nil {
+		index = l.IndexDirs()
+	}
+	if _, err := lazy.Start(lazy.ProcessSpec{Mount: mount, CacheDir: l.CacheDir, Store: l.StoreURL, Manifest: mem,
+		IndexDirs: index, Log: filepath.Join(l.LogDir, m.Name+".log")}); err != nil {
+		return "", st, err
+	}
+	if err := os.Symlink(filepath.Join(mount, "ram"), filepath.Join(tmp, "ram")); err != nil {
+		lazy.Unmount(mount)
+		return "", st, err
+	}
+	return mount, st, nil
+}
