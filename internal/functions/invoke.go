@@ -266,7 +266,7 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 	timeout := time.Duration(v.TimeoutSeconds) * time.Second
 	sb, err := s.cfg.Sandboxes.Create(ctx, fn.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
 		Snapshot: &snap, Metadata: map[string]string{"pandastack.function": fn.Name, "pandastack.function_run": run.ID},
-		TTLSeconds: int64(timeout/time.Second) + 300})
+		TTLSeconds: int64(timeout/time.Second) + 300, Owner: store.OwnerFunction})
 	if err != nil {
 		platform("PlatformError", fmt.Errorf("no sandbox for the invocation: %v", err))
 		return

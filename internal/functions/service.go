@@ -251,7 +251,7 @@ func (s *Service) bake(ctx context.Context, teamID, name string, v store.Functio
 		return "", err
 	}
 	sb, err := s.cfg.Sandboxes.Create(ctx, teamID, sandboxes.CreateParams{Template: recorded, AgentTemplate: agentName, TemplateHost: host,
-		Metadata: map[string]string{"pandastack.function": name, "pandastack.function_role": "bake"}, TTLSeconds: 1800})
+		Metadata: map[string]string{"pandastack.function": name, "pandastack.function_role": "bake"}, TTLSeconds: 1800, Owner: store.OwnerFunction})
 	if err != nil {
 		return "", err
 	}
