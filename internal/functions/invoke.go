@@ -264,6 +264,7 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 		return
 	}
 	timeout := time.Duration(v.TimeoutSeconds) * time.Second
+	t0 := time.Now()
 	sb, err := s.cfg.Sandboxes.Create(ctx, fn.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
 		Snapshot: &snap, Metadata: map[string]string{"pandastack.function": fn.Name, "pandastack.function_run": run.ID},
 		TTLSeconds: int64(timeout/time.Second) + 300, Owner: store.OwnerFunction})
@@ -287,7 +288,10 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var out invocation
+	t1 := time.Now()
 	err = s.runnerCall(ictx, c, sb.ID, "POST", "/invoke", body, &out)
+	s.log.Debug("function invoked", "run", run.ID, "sandbox", sb.ID, "create_ms", t1.Sub(t0).Milliseconds(),
+		"runner_ms", time.Since(t1).Milliseconds(), "handler_ms", out.DurationMS)
 	switch {
 	case errors.Is(ictx.Err(), context.DeadlineExceeded):
 		run.Status, run.ErrorType = RunTimedOut, "Timeout"
