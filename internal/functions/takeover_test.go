@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/store/pgtest"
 	"github.com/pandastack/pandastack/internal/templates"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // newReplica is one server's functions service (its own scheduler, sandbox and template
@@ -105,18 +105,8 @@ func twoReplicas(t *testing.T, pg *pgtest.Server, name string, lease time.Durati
 	}
 	ag = agenttest.New("host-a", "tok", "base")
 	t.Cleanup(ag.Close)
-	var svcs []*Service
-	var sts []*store.Store
-	for range 2 {
-		st, err := store.OpenPostgres(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		sts = append(sts, st)
-		svcs = append(svcs, newReplica(t, st, ag, lease))
-	}
-	return svcs[0], svcs[1], sts[0], sts[1], ag
+	sts := testenv.PostgresStores(t, url, 2)
+	return newReplica(t, sts[0], ag, lease), newReplica(t, sts[1], ag, lease), sts[0], sts[1], ag
 }
 
 // TestReplicas: two server replicas on one PostgreSQL store.
@@ -205,11 +195,7 @@ func TestReplicas(t *testing.T) {
 // side: what is checked is that it was attempted and recorded).
 func TestTakeOver(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := testenv.SQLiteStore(t)
 	ag := agenttest.New("host-a", "tok", "base")
 	t.Cleanup(ag.Close)
 	svc := newReplica(t, st, ag, 0)

@@ -78,43 +78,28 @@ def invoke(path, req):
 # emulator has translated none of the guest's code yet, so the less interpreter and library code
 # a request walks through (http.server parses headers with the email package), the faster it is.
 def read_request(conn):
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return None, None, None
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    method, path = lines[0].split(b" ")[:2]
+    f = conn.makefile("rb")
+    start = f.readline().split(b" ")
+    if len(start) < 3:
+        return None, None, None
     length, chunked = 0, False
-    for line in lines[1:]:
+    for line in iter(f.readline, b""):
+        if not line.strip():
+            break
         name, _, value = line.partition(b":")
         name = name.strip().lower()
         if name == b"content-length":
             length = int(value)
         elif name == b"transfer-encoding" and b"chunked" in value.lower():
             chunked = True
-    if chunked:
-        while not body.endswith(b"0\r\n\r\n"):
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            body += chunk
-        raw, body = body, b""
-        while True:
-            size, _, raw = raw.partition(b"\r\n")
-            n = int(size.split(b";")[0], 16)
-            if n == 0:
-                break
-            body, raw = body + raw[:n], raw[n + 2:]
-    else:
-        while len(body) < length:
-            chunk = conn.recv(length - len(body))
-            if not chunk:
-                break
-            body += chunk
-    return method.decode(), path.decode().split("?")[0], body
+    body = f.read(length) if not chunked else b""
+    while chunked:
+        n = int(f.readline().split(b";")[0], 16)
+        if n == 0:
+            break
+        body += f.read(n)
+        f.readline()
+    return start[0].decode(), start[1].decode().split("?")[0], body
 
 
 def serve(conn):
