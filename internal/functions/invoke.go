@@ -74,7 +74,7 @@ func (s *Service) InvokeAsync(ctx context.Context, teamID, id string, payload js
 		return store.FunctionRun{}, err
 	}
 	run, err := s.cfg.Store.CreateFunctionRun(ctx, store.FunctionRun{ID: auth.NewID("run_"), FunctionID: fn.ID, TeamID: teamID,
-		Version: v.Version, Trigger: "async", Status: RunQueued, Payload: string(payload), LeaseUntil: s.dbNow(ctx).Add(LeaseTime)})
+		Version: v.Version, Trigger: "async", Status: RunQueued, Payload: string(payload), LeaseUntil: s.dbNow(ctx).Add(s.leaseTime())})
 	if err != nil {
 		return run, err
 	}
