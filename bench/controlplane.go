@@ -40,6 +40,15 @@ func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl
 			stops[i]()
 		}
 		exec.Command("umount", "-d", filepath.Join(dir, "agent", "pool")).Run()
+		if serverLogLevel != "info" { // asked for: keep the logs
+			for _, n := range []string{"server.log", "agent.log"} {
+				if b, err := os.ReadFile(filepath.Join(dir, n)); err == nil {
+					kept := filepath.Join(os.TempDir(), filepath.Base(dir)+"-"+n)
+					os.WriteFile(kept, b, 0o644)
+					fmt.Fprintln(os.Stderr, "bench: kept", kept)
+				}
+			}
+		}
 		os.RemoveAll(dir)
 	}
 	defer func() {
@@ -56,7 +65,7 @@ func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl
 	}
 	agent := exec.Command(bin, agentArgs...)
 	server := exec.Command(bin, append([]string{"server", "--addr", serverAddr, "--database-url", filepath.Join(dir, "state.db"),
-		"--agent", "http://" + agentAddr + "=" + token, "--db-addr", ""}, serverArgs...)...)
+		"--agent", "http://" + agentAddr + "=" + token, "--db-addr", "", "--log-level", serverLogLevel}, serverArgs...)...)
 	server.Env = append(os.Environ(), "PANDASTACK_API_KEY="+key)
 	for _, c := range []*exec.Cmd{agent, server} {
 		log, _ := os.Create(filepath.Join(dir, filepath.Base(c.Args[1])+".log"))

@@ -74,7 +74,7 @@ func functionsSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 		return err
 	}
 	res["fn_invokes_per_s_8_clients"] = float64(clients*each) / time.Since(start).Seconds()
-	if samplesCap == 0 { // real minutes: not in a smoke run
+	if samplesCap == 0 && scheduleDriftOn { // real minutes: not in a smoke run
 		drift, err := scheduleDrift(cl.public, fnID, 3)
 		if err != nil {
 			return err

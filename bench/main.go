@@ -35,6 +35,8 @@ func main() {
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
 	flag.StringVar(&guestBefore, "guest-agent-before", "", "an earlier pandastack-guest binary: suite guest-before compares creates with it against -guest-agent")
 	flag.StringVar(&cpuModel, "cpu", "qemu64", "suite cpu compares creates (and what the template runs) under this QEMU CPU model against the default")
+	flag.BoolVar(&scheduleDriftOn, "schedule-drift", true, "suite functions: measure the scheduler's drift (3 real minutes)")
+	flag.StringVar(&serverLogLevel, "server-log-level", "info", "the log level of the servers the controlplane-style suites start (debug shows per-invocation timings)")
 	smoke := flag.Bool("smoke", false, "check that every suite still runs: 2 samples of everything, figures not judged, no results file unless -out is given")
 	flag.Parse()
 	if *smoke {
@@ -54,6 +56,12 @@ const defaultSuites = "restore,sandbox,lifecycle,controlplane,network,volumes,co
 
 // The comparisons of suites guest-before and cpu (flags).
 var guestBefore, cpuModel string
+
+// Suite functions' drift measurement, and the started servers' log level (flags).
+var (
+	scheduleDriftOn = true
+	serverLogLevel  = "info"
+)
 
 // samplesCap, when set (-smoke), caps every sample count: a quick run that shows each suite
 // still works, whose figures mean nothing.

@@ -21,8 +21,8 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/scheduler"
-	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/termtext"
+	"github.com/pandastack/pandastack/internal/testenv"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -39,11 +39,7 @@ func useServer(t *testing.T) {
 func startServer(t *testing.T) (url, key string) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "s.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := testenv.SQLiteStore(t)
 	agent := agenttest.New("host-a", "tok", "base")
 	t.Cleanup(agent.Close)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -52,7 +48,7 @@ func startServer(t *testing.T) (url, key string) {
 	if err := sched.PollStatic(ctx); err != nil {
 		t.Fatal(err)
 	}
-	key, _, err = auth.Bootstrap(ctx, st, "")
+	key, _, err := auth.Bootstrap(ctx, st, "")
 	if err != nil {
 		t.Fatal(err)
 	}

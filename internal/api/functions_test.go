@@ -5,12 +5,18 @@ import (
 	"archive/zip"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"io"
 	"mime/multipart"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // Functions without VMs: a deploy's bad input is refused before anything is baked. The
@@ -164,4 +170,50 @@ func TestHTTPTriggerRouting(t *testing.T) {
 			t.Errorf("Host %s: %d %s", c.host, r.status, r.body)
 		}
 	}
+}
+
+// TestOwnedHiddenFromLists: the sandboxes and snapshots the functions service makes for itself
+// (store.OwnerFunction) stay out of the team's plain lists (GET /v1/sandboxes, /v1/snapshots)
+// while the team's own are listed; by id they are still the team's.
+func TestOwnedHiddenFromLists(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	own := e.create(e.admin, map[string]any{"template": "base"})
+	team := e.record(own.ID).TeamID
+	owned, err := e.srv.svc.Create(ctx, team, sandboxes.CreateParams{Template: "base", AgentTemplate: "base", Owner: store.OwnerFunction})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snaps []string // the team's, then the owned one
+	for _, id := range []string{own.ID, owned.ID} {
+		sn, err := e.srv.svc.Snapshot(ctx, e.record(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps = append(snaps, sn.ID)
+	}
+	var sp v1.SandboxPage
+	if err := json.Unmarshal(e.mustStatus(e.do("GET", "/v1/sandboxes", e.admin, nil), 200).body, &sp); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, sb := range sp.Sandboxes {
+		ids = append(ids, sb.ID)
+	}
+	if !slices.Equal(ids, []string{own.ID}) {
+		t.Errorf("GET /v1/sandboxes: %v, want only the team's own %s (not the function's %s)", ids, own.ID, owned.ID)
+	}
+	var np v1.SnapshotPage
+	if err := json.Unmarshal(e.mustStatus(e.do("GET", "/v1/snapshots", e.admin, nil), 200).body, &np); err != nil {
+		t.Fatal(err)
+	}
+	ids = nil
+	for _, sn := range np.Snapshots {
+		ids = append(ids, sn.ID)
+	}
+	if !slices.Equal(ids, snaps[:1]) {
+		t.Errorf("GET /v1/snapshots: %v, want only the team's own %s (not the function's %s)", ids, snaps[0], snaps[1])
+	}
+	e.mustStatus(e.do("GET", "/v1/sandboxes/"+owned.ID, e.admin, nil), 200)
+	e.mustStatus(e.do("GET", "/v1/snapshots/"+snaps[1], e.admin, nil), 200)
 }

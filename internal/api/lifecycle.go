@@ -70,7 +70,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	f := store.SnapshotFilter{TeamID: id.TeamID, Limit: DefaultListLimit}
+	f := store.SnapshotFilter{TeamID: id.TeamID, Limit: DefaultListLimit, Unowned: true}
 	err := pageParams(r, &f.Limit, &f.Cursor, func(key, v string, _ []string) error {
 		if key != "sandbox_id" {
 			return invalid("unknown query parameter %q (use sandbox_id, limit or cursor)", truncate(key))

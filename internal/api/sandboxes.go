@@ -254,7 +254,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	f := store.SandboxFilter{TeamID: id.TeamID, Limit: DefaultListLimit, Metadata: map[string]string{}}
+	f := store.SandboxFilter{TeamID: id.TeamID, Limit: DefaultListLimit, Metadata: map[string]string{}, Unowned: true}
 	// Without a state filter, killed sandboxes are left out: they pile up and are rarely wanted.
 	f.States = notKilled
 	err := pageParams(r, &f.Limit, &f.Cursor, func(key, v string, vals []string) error {

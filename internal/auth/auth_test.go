@@ -5,22 +5,14 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
-func newStore(t *testing.T) *store.Store {
-	t.Helper()
-	st, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "s.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
+func newStore(t *testing.T) *store.Store { return testenv.SQLiteStore(t) }
 
 func TestKeyFormat(t *testing.T) {
 	seen := map[string]bool{}

@@ -349,7 +349,7 @@ const maxListLimit = 1000
 // metadata (URL-encoded k=v&…), state (running, paused), limit, nextToken.
 func (s *Server) list(w http.ResponseWriter, r *http.Request, id auth.Identity, paged bool) {
 	q := r.URL.Query()
-	f := store.SandboxFilter{TeamID: id.TeamID, Limit: maxListLimit, Metadata: map[string]string{},
+	f := store.SandboxFilter{TeamID: id.TeamID, Limit: maxListLimit, Metadata: map[string]string{}, Unowned: true,
 		States: []string{store.StateRunning, store.StateHibernated}}
 	var err error
 	if md := q.Get("metadata"); md != "" {
@@ -597,7 +597,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, id auth.Identi
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, id auth.Identity) {
 	q := r.URL.Query()
-	f := store.SnapshotFilter{TeamID: id.TeamID, Limit: maxListLimit, Cursor: q.Get("nextToken")}
+	f := store.SnapshotFilter{TeamID: id.TeamID, Limit: maxListLimit, Cursor: q.Get("nextToken"), Unowned: true}
 	var err error
 	if v := q.Get("sandboxID"); v != "" {
 		sbID, ok := FromE2B(v)

@@ -40,20 +40,29 @@ func (s *Service) Invoke(ctx context.Context, teamID, id string, payload json.Ra
 	if err != nil {
 		return store.FunctionRun{}, err
 	}
-	if !s.busy.Acquire(fn.ID, v.MaxConcurrency) {
+	run, ok, err := s.start(ctx, v, store.FunctionRun{ID: auth.NewID("run_"), FunctionID: fn.ID, TeamID: teamID,
+		Version: v.Version, Trigger: trigger, Attempts: 1, Payload: string(payload)}, true)
+	switch {
+	case err != nil:
+		return run, err
+	case !ok:
 		return store.FunctionRun{}, errdefs.New(errdefs.Exhausted, "function %s has %d invocations running, its max_concurrency: retry later", fn.Name, v.MaxConcurrency)
 	}
-	defer s.busy.Release(fn.ID)
-	run, err := s.cfg.Store.CreateFunctionRun(ctx, store.FunctionRun{ID: auth.NewID("run_"), FunctionID: fn.ID, TeamID: teamID,
-		Version: v.Version, Trigger: trigger, Status: RunRunning, Attempts: 1, Payload: string(payload)})
-	if err != nil {
-		return run, err
-	}
+	stop := s.renew(run.ID)
+	defer stop()
 	s.attempt(context.WithoutCancel(ctx), fn, v, &run)
 	if err := s.cfg.Store.UpdateFunctionRun(context.WithoutCancel(ctx), run, true); err != nil {
 		return run, err
 	}
 	return run, nil
+}
+
+// start starts run (a new one when insert, else its next attempt) in one of the function's
+// max_concurrency slots, counted cluster-wide in the store (store.StartFunctionRun); false when
+// they are all taken.
+func (s *Service) start(ctx context.Context, v store.FunctionVersion, run store.FunctionRun, insert bool) (store.FunctionRun, bool, error) {
+	now := s.dbNow(ctx)
+	return s.cfg.Store.StartFunctionRun(ctx, run, insert, v.MaxConcurrency, now, now.Add(s.leaseTime()))
 }
 
 // InvokeAsync records a queued run and returns it at once; the run is attempted in the
@@ -65,7 +74,7 @@ func (s *Service) InvokeAsync(ctx context.Context, teamID, id string, payload js
 		return store.FunctionRun{}, err
 	}
 	run, err := s.cfg.Store.CreateFunctionRun(ctx, store.FunctionRun{ID: auth.NewID("run_"), FunctionID: fn.ID, TeamID: teamID,
-		Version: v.Version, Trigger: "async", Status: RunQueued, Payload: string(payload), LeaseUntil: s.dbNow(ctx).Add(LeaseTime)})
+		Version: v.Version, Trigger: "async", Status: RunQueued, Payload: string(payload), LeaseUntil: s.dbNow(ctx).Add(s.leaseTime())})
 	if err != nil {
 		return run, err
 	}
@@ -78,23 +87,24 @@ func (s *Service) InvokeAsync(ctx context.Context, teamID, id string, payload js
 }
 
 func (s *Service) runAsync(fn store.Function, v store.FunctionVersion, run store.FunctionRun) {
-	stop := make(chan struct{})
-	defer close(stop)
-	go s.renew(run.ID, stop)
+	stop := s.renew(run.ID)
+	defer stop()
 	backoff := time.Second
 	for {
-		for !s.busy.Acquire(fn.ID, v.MaxConcurrency) { // wait for a slot
+		for { // wait for a slot
+			started, ok, err := s.start(s.ctx, v, run, false)
+			if err != nil {
+				s.log.Warn("functions: could not start an attempt", "run", run.ID, "err", err)
+			}
+			if ok {
+				run = started
+				break
+			}
 			if !s.sleep(200 * time.Millisecond) {
 				return
 			}
 		}
-		run.Attempts++
-		run.Status = RunRunning
-		if err := s.cfg.Store.UpdateFunctionRun(s.ctx, run, false); err != nil {
-			s.log.Warn("functions: could not record an attempt", "run", run.ID, "err", err)
-		}
 		s.attempt(s.ctx, fn, v, &run)
-		s.busy.Release(fn.ID)
 		final := run.Status == RunSucceeded || run.Attempts > v.Retries
 		if err := s.cfg.Store.UpdateFunctionRun(context.WithoutCancel(s.ctx), run, final); err != nil {
 			s.log.Warn("functions: could not record a run", "run", run.ID, "err", err)
@@ -106,24 +116,39 @@ func (s *Service) runAsync(fn store.Function, v store.FunctionVersion, run store
 	}
 }
 
-// LeaseTime is how long an async run stays this replica's without a renewal (renewed every
-// quarter of it); after that another replica takes it over (TakeOver).
+// LeaseTime is how long an unfinished run stays its replica's without a renewal (renewed every
+// quarter of it); after that another replica takes it over (TakeOver) and its concurrency slot
+// is free.
 const LeaseTime = 2 * time.Minute
 
-// renew extends run id's lease until stop is closed.
-func (s *Service) renew(id string, stop <-chan struct{}) {
-	t := time.NewTicker(LeaseTime / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			if err := s.cfg.Store.RenewFunctionRun(context.Background(), id, s.dbNow(context.Background()).Add(LeaseTime)); err != nil {
-				s.log.Warn("functions: could not renew an async run's lease", "run", id, "err", err)
+func (s *Service) leaseTime() time.Duration {
+	if s.cfg.LeaseTime > 0 {
+		return s.cfg.LeaseTime
+	}
+	return LeaseTime
+}
+
+// renew extends run id's lease until the returned stop is called or the service closes (a
+// closed server's runs lapse like a dead one's).
+func (s *Service) renew(id string) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(s.leaseTime() / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-s.ctx.Done():
+				return
+			case <-t.C:
+				if err := s.cfg.Store.RenewFunctionRun(context.Background(), id, s.dbNow(context.Background()).Add(s.leaseTime())); err != nil {
+					s.log.Warn("functions: could not renew a run's lease", "run", id, "err", err)
+				}
 			}
 		}
-	}
+	}()
+	return func() { close(done) }
 }
 
 // dbNow is the database's clock (leases are compared across replicas), else the local one.
@@ -134,21 +159,25 @@ func (s *Service) dbNow(ctx context.Context) time.Time {
 	return time.Now().UTC()
 }
 
-// TakeOver resumes async runs whose replica stopped (their lease passed): each is claimed by
-// one replica and attempted again, unless its last attempt was under way (then it is recorded
-// failed: the function may have run).
+// ServerLost is the error message of a run whose server stopped while it ran.
+const ServerLost = "the server running this invocation was lost (it stopped renewing the run's lease)"
+
+// TakeOver deals with the runs whose replica stopped (their lease passed), each claimed by one
+// replica: a sync run (API, HTTP trigger, schedule: its caller is gone with the server) and an
+// async run lost during its last attempt are recorded failed (the function may have run); other
+// async runs are resumed here.
 func (s *Service) TakeOver(ctx context.Context) error {
 	now := s.dbNow(ctx)
-	runs, err := s.cfg.Store.TakeOverFunctionRuns(ctx, now, now.Add(LeaseTime), 20)
+	runs, err := s.cfg.Store.TakeOverFunctionRuns(ctx, now, now.Add(s.leaseTime()), 20)
 	for _, r := range runs {
 		fn, gerr := s.cfg.Store.GetFunction(ctx, r.FunctionID)
 		v, verr := s.cfg.Store.GetFunctionVersion(ctx, r.FunctionID, r.Version)
-		if gerr != nil || verr != nil || r.Status == RunRunning && r.Attempts > v.Retries {
-			r.Status, r.ErrorType = RunFailed, "PlatformError"
-			r.ErrorMessage = "the server running this invocation stopped during its last attempt"
+		if gerr != nil || verr != nil || r.Trigger != "async" || r.Status == RunRunning && r.Attempts > v.Retries {
+			r.Status, r.ErrorType, r.ErrorMessage, r.ErrorTraceback = RunFailed, "PlatformError", ServerLost, ""
 			if uerr := s.cfg.Store.UpdateFunctionRun(ctx, r, true); uerr != nil {
 				return uerr
 			}
+			s.log.Warn("functions: a run's server was lost", "run", r.ID, "function", r.FunctionID, "trigger", r.Trigger)
 			continue
 		}
 		s.log.Info("functions: resuming an async run whose server stopped", "run", r.ID, "function", fn.ID)
@@ -235,9 +264,10 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 		return
 	}
 	timeout := time.Duration(v.TimeoutSeconds) * time.Second
+	t0 := time.Now()
 	sb, err := s.cfg.Sandboxes.Create(ctx, fn.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
 		Snapshot: &snap, Metadata: map[string]string{"pandastack.function": fn.Name, "pandastack.function_run": run.ID},
-		TTLSeconds: int64(timeout/time.Second) + 300})
+		TTLSeconds: int64(timeout/time.Second) + 300, Owner: store.OwnerFunction})
 	if err != nil {
 		platform("PlatformError", fmt.Errorf("no sandbox for the invocation: %v", err))
 		return
@@ -258,7 +288,10 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var out invocation
+	t1 := time.Now()
 	err = s.runnerCall(ictx, c, sb.ID, "POST", "/invoke", body, &out)
+	s.log.Debug("function invoked", "run", run.ID, "sandbox", sb.ID, "create_ms", t1.Sub(t0).Milliseconds(),
+		"runner_ms", time.Since(t1).Milliseconds(), "handler_ms", out.DurationMS)
 	switch {
 	case errors.Is(ictx.Err(), context.DeadlineExceeded):
 		run.Status, run.ErrorType = RunTimedOut, "Timeout"

@@ -31,7 +31,6 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/bundle"
 	"github.com/pandastack/pandastack/internal/errdefs"
-	"github.com/pandastack/pandastack/internal/inflight"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
@@ -89,14 +88,15 @@ type Config struct {
 	SecretsKey []byte
 	// ProxyDomain, when set, gives each function the HTTP trigger <id>.fn.<domain>.
 	ProxyDomain string
+	// LeaseTime is how long a run stays this replica's without a renewal (0: LeaseTime; tests
+	// shorten it).
+	LeaseTime time.Duration
 }
 
 // Service deploys and invokes functions. Create with New; Close waits for its background work.
 type Service struct {
 	cfg Config
 	log *slog.Logger
-
-	busy inflight.Counter // running invocations per function (this replica)
 
 	rebakeMu sync.Mutex // one re-bake of a lost warm snapshot at a time
 
@@ -251,7 +251,7 @@ func (s *Service) bake(ctx context.Context, teamID, name string, v store.Functio
 		return "", err
 	}
 	sb, err := s.cfg.Sandboxes.Create(ctx, teamID, sandboxes.CreateParams{Template: recorded, AgentTemplate: agentName, TemplateHost: host,
-		Metadata: map[string]string{"pandastack.function": name, "pandastack.function_role": "bake"}, TTLSeconds: 1800})
+		Metadata: map[string]string{"pandastack.function": name, "pandastack.function_role": "bake"}, TTLSeconds: 1800, Owner: store.OwnerFunction})
 	if err != nil {
 		return "", err
 	}

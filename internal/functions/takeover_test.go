@@ -2,50 +2,204 @@ package functions
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
-	"path/filepath"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/store/pgtest"
 	"github.com/pandastack/pandastack/internal/templates"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
-// TestTakeOver: an async run whose replica stopped (its lease passed) is taken over and attempted
-// again; one whose last attempt was under way is recorded failed without running it again; one
-// whose lease holds is left alone. Over a real store and the fake host agent (the fake cannot
-// run the runner, so the resumed attempt fails on the platform side: what is checked is that it
-// was attempted and recorded).
-func TestTakeOver(t *testing.T) {
+// newReplica is one server's functions service (its own scheduler, sandbox and template
+// services) over st and the fake host agent ag, with runs' leases of lease (0: the default).
+func newReplica(t *testing.T, st *store.Store, ag *agenttest.Agent, lease time.Duration) *Service {
+	t.Helper()
 	ctx := context.Background()
-	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ag := agenttest.New("host-a", "tok", "base")
-	t.Cleanup(ag.Close)
 	sched := scheduler.New(scheduler.Config{Store: st, Logger: log})
-	sched.AddStaticAgent(ag.URL(), "tok")
+	sched.AddStaticAgent(ag.URL(), ag.Token)
 	if err := sched.PollStatic(ctx); err != nil {
 		t.Fatal(err)
 	}
-	svc := New(Config{Store: st, Logger: log, Templates: templates.New(st, sched, log),
+	svc := New(Config{Store: st, Logger: log, Templates: templates.New(st, sched, log), LeaseTime: lease,
 		Sandboxes: sandboxes.New(sandboxes.Config{Store: st, Scheduler: sched, Logger: log, DefaultTTL: time.Minute, MaxTTL: time.Hour})})
 	t.Cleanup(svc.Close)
+	return svc
+}
+
+// addFunction records team_1 (if new) and a function f with the given concurrency; warm gives
+// its version a warm snapshot (else an invocation has to bake one, which the fake agent cannot).
+func addFunction(t *testing.T, svc *Service, maxConcurrency int64, warm bool) (store.Function, store.FunctionVersion) {
+	t.Helper()
+	ctx := context.Background()
+	st := svc.cfg.Store
 	if _, err := st.CreateTeam(ctx, store.Team{ID: "team_1", Name: "one"}); err != nil {
 		t.Fatal(err)
 	}
-	fn, v, err := st.AddFunctionVersion(ctx, "fn_test", "f", store.FunctionVersion{TeamID: "team_1", Runtime: "python3",
-		Handler: "main.handler", TimeoutSeconds: 5, MaxConcurrency: 5, State: "ready"})
+	v := store.FunctionVersion{TeamID: "team_1", Runtime: "python3", Handler: "main.handler", TimeoutSeconds: 60,
+		MaxConcurrency: maxConcurrency, State: "ready"}
+	if warm {
+		sb, err := svc.cfg.Sandboxes.Create(ctx, "team_1", sandboxes.CreateParams{Template: "base", AgentTemplate: "base"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sn, err := svc.cfg.Sandboxes.Snapshot(ctx, sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.SnapshotID = sn.ID
+	}
+	fn, v, err := st.AddFunctionVersion(ctx, "fn_test", "f", v)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fn, v
+}
+
+// gatedRunner stands in for the function's runner in every sandbox of the fake agent: the first
+// invocation waits in the runner until release is closed (entered is closed when it is there);
+// the others answer at once.
+type gatedRunner struct {
+	entered, release chan struct{}
+	once             sync.Once
+	mu               sync.Mutex
+	first            bool
+}
+
+func newGatedRunner(ag *agenttest.Agent) *gatedRunner {
+	g := &gatedRunner{entered: make(chan struct{}), release: make(chan struct{})}
+	ag.ServePorts(g)
+	return g
+}
+
+func (g *gatedRunner) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	wait := !g.first
+	g.first = true
+	g.mu.Unlock()
+	if wait {
+		g.once.Do(func() { close(g.entered) })
+		<-g.release
+	}
+	json.NewEncoder(w).Encode(invocation{Result: json.RawMessage(`"ok"`), DurationMS: 1})
+}
+
+// twoReplicas is two servers' functions services, each with its own store handle, on one
+// PostgreSQL database and one fake host agent.
+func twoReplicas(t *testing.T, pg *pgtest.Server, name string, lease time.Duration) (a, b *Service, stA, stB *store.Store, ag *agenttest.Agent) {
+	t.Helper()
+	ctx := context.Background()
+	url, err := pg.NewDatabase(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag = agenttest.New("host-a", "tok", "base")
+	t.Cleanup(ag.Close)
+	sts := testenv.PostgresStores(t, url, 2)
+	return newReplica(t, sts[0], ag, lease), newReplica(t, sts[1], ag, lease), sts[0], sts[1], ag
+}
+
+// TestReplicas: two server replicas on one PostgreSQL store.
+func TestReplicas(t *testing.T) {
+	pg, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Stop)
+	ctx := context.Background()
+
+	// max_concurrency counts the function's running invocations on every replica: while one
+	// replica runs the only slot's invocation, the other refuses with Exhausted (429); once it
+	// ends the other runs.
+	t.Run("ConcurrencyIsClusterWide", func(t *testing.T) {
+		a, b, _, _, ag := twoReplicas(t, pg, "concurrency", 0)
+		fn, _ := addFunction(t, a, 1, true)
+		g := newGatedRunner(ag)
+		done := make(chan error, 1)
+		go func() {
+			run, err := a.Invoke(ctx, fn.TeamID, fn.ID, json.RawMessage(`{}`), "sync")
+			if err == nil && run.Status != RunSucceeded {
+				t.Errorf("the first invocation: %+v", run)
+			}
+			done <- err
+		}()
+		<-g.entered
+		run, err := b.Invoke(ctx, fn.TeamID, fn.ID, json.RawMessage(`{}`), "sync")
+		if !errdefs.Is(err, errdefs.Exhausted) {
+			t.Errorf("the other replica's invocation while the only slot is taken: %+v, %v; want Exhausted", run, err)
+		}
+		close(g.release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if run, err := b.Invoke(ctx, fn.TeamID, fn.ID, json.RawMessage(`{}`), "sync"); err != nil || run.Status != RunSucceeded {
+			t.Errorf("the other replica's invocation once the slot is free: %+v, %v", run, err)
+		}
+	})
+
+	// A sync invocation whose server dies (it stops renewing the run's lease and cannot write
+	// any more) is recorded failed by another replica, and its slot is free again.
+	t.Run("SyncRunServerLost", func(t *testing.T) {
+		a, b, stA, stB, ag := twoReplicas(t, pg, "lost", 2*time.Second)
+		fn, _ := addFunction(t, a, 1, true)
+		g := newGatedRunner(ag)
+		defer close(g.release)
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.Invoke(ctx, fn.TeamID, fn.ID, json.RawMessage(`{}`), "sync")
+			done <- err
+		}()
+		<-g.entered
+		runs, err := stB.ListFunctionRuns(ctx, fn.ID, 0)
+		if err != nil || len(runs) != 1 || runs[0].Status != RunRunning || runs[0].LeaseUntil.IsZero() {
+			t.Fatalf("the run under way: %+v, %v; want one running with a lease", runs, err)
+		}
+		id := runs[0].ID
+		a.Close() // server A dies: no more renewals, no more writes
+		stA.Close()
+		var r store.FunctionRun
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if err := b.TakeOver(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if r, err = stB.GetFunctionRun(ctx, fn.ID, id); err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != RunRunning || time.Now().After(deadline) {
+				break
+			}
+		}
+		if r.Status != RunFailed || r.ErrorType != "PlatformError" || r.ErrorMessage != ServerLost || r.FinishedAt.IsZero() || !r.LeaseUntil.IsZero() {
+			t.Fatalf("the lost run: %+v; want failed with %q", r, ServerLost)
+		}
+		if run, err := b.Invoke(ctx, fn.TeamID, fn.ID, json.RawMessage(`{}`), "sync"); err != nil || run.Status != RunSucceeded {
+			t.Errorf("an invocation on the live replica after the lost one: %+v, %v", run, err)
+		}
+	})
+}
+
+// TestTakeOver: an async run whose replica stopped (its lease passed) is taken over and attempted
+// again; one whose last attempt was under way is recorded failed without running it again; one
+// whose lease holds is left alone. Over a real store and the fake host agent (the function has
+// no warm snapshot and the fake cannot bake one, so the resumed attempt fails on the platform
+// side: what is checked is that it was attempted and recorded).
+func TestTakeOver(t *testing.T) {
+	ctx := context.Background()
+	st := testenv.SQLiteStore(t)
+	ag := agenttest.New("host-a", "tok", "base")
+	t.Cleanup(ag.Close)
+	svc := newReplica(t, st, ag, 0)
+	fn, v := addFunction(t, svc, 5, false)
 	now := time.Now().UTC()
 	for _, r := range []store.FunctionRun{
 		{ID: "run_lost", Status: RunQueued, LeaseUntil: now.Add(-time.Minute)},
@@ -71,7 +225,7 @@ func TestTakeOver(t *testing.T) {
 	if r := get("run_lost"); r.Status != RunFailed || r.Attempts != 1 || r.ErrorType != "PlatformError" || !r.LeaseUntil.IsZero() || r.FinishedAt.IsZero() {
 		t.Errorf("taken-over run: %+v, want attempted once and recorded", r)
 	}
-	if r := get("run_last"); r.Status != RunFailed || r.Attempts != 1 || r.ErrorMessage != "the server running this invocation stopped during its last attempt" {
+	if r := get("run_last"); r.Status != RunFailed || r.Attempts != 1 || r.ErrorMessage != ServerLost {
 		t.Errorf("run lost during its last attempt: %+v", r)
 	}
 	if r := get("run_held"); r.Status != RunQueued || r.Attempts != 0 {

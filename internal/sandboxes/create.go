@@ -41,6 +41,9 @@ type CreateParams struct {
 	// TrafficTokenHash makes the sandbox's ports private: the port proxy asks for the token
 	// whose auth.Hash this is. "": public ports.
 	TrafficTokenHash string
+	// Owner marks a sandbox a control-plane service made for its own use (store.OwnerFunction):
+	// it and its snapshots stay out of the team's plain lists. "": the team's own.
+	Owner string
 }
 
 // Create places a sandbox, asks its host to start it and records it running. From a template it
@@ -58,7 +61,7 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 	sbID := auth.NewID("sb_")
 	areq := agentclient.CreateRequest{ID: sbID, Template: p.AgentTemplate, Env: p.Env, Egress: p.Egress, EgressOpen: s.egressOpen}
 	rec := store.Sandbox{ID: sbID, TeamID: teamID, Template: p.Template, Metadata: p.Metadata, TTLSeconds: p.TTLSeconds,
-		TrafficTokenHash: p.TrafficTokenHash}
+		TrafficTokenHash: p.TrafficTokenHash, Owner: p.Owner}
 	if p.Snapshot != nil {
 		areq.Template, areq.SnapshotID = "", p.Snapshot.ID
 		rec.Template, rec.SnapshotID = p.Snapshot.Template, p.Snapshot.ID

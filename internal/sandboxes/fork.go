@@ -99,7 +99,7 @@ func (s *Service) childRecords(parent store.Sandbox, hostID string, got []agentc
 		maps.Copy(md, parent.Metadata)
 		recs[i] = store.Sandbox{ID: ch.ID, TeamID: parent.TeamID, Template: tmpl, State: store.StateRunning, HostID: hostID,
 			Metadata: md, CreatedAt: now, ExpiresAt: now.Add(s.TTL(parent.TTLSeconds)), TTLSeconds: parent.TTLSeconds,
-			ForkOf: parent.ID, TrafficTokenHash: parent.TrafficTokenHash}
+			ForkOf: parent.ID, TrafficTokenHash: parent.TrafficTokenHash, Owner: parent.Owner}
 	}
 	return recs
 }

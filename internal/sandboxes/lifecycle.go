@@ -57,7 +57,7 @@ func (s *Service) Snapshot(ctx context.Context, sb store.Sandbox) (store.Snapsho
 		tmpl = sn.Template
 	}
 	rec, err := s.store.CreateSnapshot(ctx, store.Snapshot{ID: sn.ID, TeamID: sb.TeamID, SandboxID: sb.ID, HostID: sb.HostID,
-		Template: tmpl, SizeBytes: sn.SizeBytes, CreatedAt: s.clock(), Published: sn.Published})
+		Template: tmpl, SizeBytes: sn.SizeBytes, CreatedAt: s.clock(), Published: sn.Published, Owner: sb.Owner})
 	if err != nil {
 		// An unrecorded snapshot would only take disk: drop it.
 		if derr := c.DeleteSnapshot(ctx, sn.ID); derr != nil {

@@ -263,14 +263,8 @@ func TestReplicasFireOnce(t *testing.T) {
 	ag := agenttest.New("host-a", token, "base")
 	t.Cleanup(ag.Close)
 	var engines []replica
-	var stores []*store.Store
-	for range 2 {
-		st, err := store.OpenPostgres(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		stores = append(stores, st)
+	stores := testenv.PostgresStores(t, url, 2)
+	for _, st := range stores {
 		engines = append(engines, newEngine(t, st, ag, clk))
 	}
 	if now, err := stores[0].DBNow(ctx); err != nil || now.IsZero() {

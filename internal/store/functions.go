@@ -61,8 +61,9 @@ type FunctionRun struct {
 	SandboxID      string
 	CreatedAt      time.Time
 	FinishedAt     time.Time
-	// LeaseUntil: an async run's replica renews it while it works on the run; a queued or
-	// running async run whose lease has passed lost its replica and may be taken over.
+	// LeaseUntil: the replica working on an unfinished run (sync or async) renews it; a run
+	// whose lease has passed lost its replica and is taken over (0: finished). Running runs
+	// with a live lease are the function's concurrency slots in use.
 	LeaseUntil time.Time
 }
 
@@ -239,12 +240,51 @@ func (s *Store) deleteWithChildren(ctx context.Context, table, teamID, id, key s
 
 // CreateFunctionRun records a new run (created now).
 func (s *Store) CreateFunctionRun(ctx context.Context, r FunctionRun) (FunctionRun, error) {
+	r, err := s.insertFunctionRun(ctx, s.db, r)
+	return r, conflictOr(err)
+}
+
+func (s *Store) insertFunctionRun(ctx context.Context, q querier, r FunctionRun) (FunctionRun, error) {
 	r.CreatedAt = fromMicros(micros(s.now().UTC()))
 	r.LeaseUntil = fromMicros(micros(r.LeaseUntil))
-	_, err := s.exec(ctx, s.db, `INSERT INTO function_runs (`+functionRunCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)`,
+	_, err := s.exec(ctx, q, `INSERT INTO function_runs (`+functionRunCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)`,
 		r.ID, r.FunctionID, r.TeamID, r.Version, r.Trigger, r.Status, r.Attempts, r.Payload, r.Result, r.Logs, r.ErrorType,
 		r.ErrorMessage, r.ErrorTraceback, r.DurationMS, r.SandboxID, micros(r.CreatedAt), micros(r.LeaseUntil))
-	return r, conflictOr(err)
+	return r, err
+}
+
+// StartFunctionRun starts run r if fewer than max runs of its function are running with a live
+// lease at now, cluster-wide: the count and the write are one transaction under the team's lock
+// (WithTeamLock), so replicas racing for a function's last slot cannot both take it. insert
+// records r as a new run; otherwise r (queued, or between two attempts) starts its next attempt
+// (its attempts counted up). Either way it is running with its lease until until; a run whose
+// server dies stops holding its slot when the lease lapses. false: every slot is taken.
+func (s *Store) StartFunctionRun(ctx context.Context, r FunctionRun, insert bool, max int64, now, until time.Time) (FunctionRun, bool, error) {
+	ok := false
+	r.Status, r.LeaseUntil = "running", fromMicros(micros(until))
+	err := s.WithTeamLock(ctx, r.TeamID, func() error {
+		return s.inTx(ctx, func(tx *sql.Tx) error {
+			var n int64
+			if err := s.queryRow(ctx, tx, `SELECT COUNT(*) FROM function_runs WHERE lease_until > ? AND function_id = ? AND status = ?`,
+				micros(now), r.FunctionID, "running").Scan(&n); err != nil {
+				return err
+			}
+			if n >= max {
+				return nil
+			}
+			ok = true
+			if insert {
+				var err error
+				r, err = s.insertFunctionRun(ctx, tx, r)
+				return err
+			}
+			r.Attempts++
+			_, err := s.exec(ctx, tx, `UPDATE function_runs SET status = ?, attempts = ?, lease_until = ? WHERE id = ?`,
+				r.Status, r.Attempts, micros(r.LeaseUntil), r.ID)
+			return err
+		})
+	})
+	return r, ok, conflictOr(err)
 }
 
 // UpdateFunctionRun records a run's progress or end (finished now when final).
@@ -269,11 +309,12 @@ func (s *Store) RenewFunctionRun(ctx context.Context, id string, until time.Time
 	return err
 }
 
-// TakeOverFunctionRuns claims up to limit unfinished runs whose lease passed before now (their
-// replica stopped) by moving their lease to until; each is claimed by one replica only.
+// TakeOverFunctionRuns claims up to limit unfinished runs (queued, running, or an async run
+// between attempts) whose lease passed before now (their replica stopped) by moving their lease
+// to until; each is claimed by one replica only.
 func (s *Store) TakeOverFunctionRuns(ctx context.Context, now, until time.Time, limit int) ([]FunctionRun, error) {
 	stale, err := queryAll(ctx, s, s.db, `SELECT `+functionRunCols+` FROM function_runs WHERE lease_until > 0 AND lease_until < ?
-		AND status IN (?, ?) ORDER BY lease_until LIMIT ?`, scanFunctionRun, micros(now), "queued", "running", limit)
+		ORDER BY lease_until LIMIT ?`, scanFunctionRun, micros(now), limit)
 	if err != nil {
 		return nil, err
 	}

@@ -63,15 +63,23 @@ type Sandbox struct {
 	// (its host's answer to the hibernate): a sandbox with one outlives its host, and wakes on
 	// another. Any state change clears it; only a hibernated sandbox has one.
 	HibernatedImage string
+	// Owner is the control-plane service that made the sandbox for its own use (OwnerFunction),
+	// "" for the team's own: owned sandboxes stay out of the team's plain lists and feed (the
+	// service shows them itself). Hosts never see it.
+	Owner string
 }
 
-const sandboxCols = `id, team_id, template, state, host_id, metadata, error, created_at, expires_at, updated_at, ttl_seconds, fork_of, snapshot_id, traffic_token_hash, hibernated_image`
+// OwnerFunction owns the sandboxes and snapshots of functions (bakes, warm snapshots,
+// invocations): internal/functions.
+const OwnerFunction = "function"
+
+const sandboxCols = `id, team_id, template, state, host_id, metadata, error, created_at, expires_at, updated_at, ttl_seconds, fork_of, snapshot_id, traffic_token_hash, hibernated_image, owner`
 
 func scanSandbox(sc scanner) (Sandbox, error) {
 	var sb Sandbox
 	var md string
 	if err := sc.Scan(&sb.ID, &sb.TeamID, &sb.Template, &sb.State, &sb.HostID, &md, &sb.Error,
-		timeCol(&sb.CreatedAt), timeCol(&sb.ExpiresAt), timeCol(&sb.UpdatedAt), &sb.TTLSeconds, &sb.ForkOf, &sb.SnapshotID, &sb.TrafficTokenHash, &sb.HibernatedImage); err != nil {
+		timeCol(&sb.CreatedAt), timeCol(&sb.ExpiresAt), timeCol(&sb.UpdatedAt), &sb.TTLSeconds, &sb.ForkOf, &sb.SnapshotID, &sb.TrafficTokenHash, &sb.HibernatedImage, &sb.Owner); err != nil {
 		return Sandbox{}, err
 	}
 	sb.Metadata = map[string]string{}
@@ -121,9 +129,9 @@ func (s *Store) insertSandboxes(ctx context.Context, tx *sql.Tx, sbs []Sandbox) 
 			sb.CreatedAt = now
 		}
 		sb.UpdatedAt = now
-		if _, err := s.exec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '')`,
+		if _, err := s.exec(ctx, tx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', ?)`,
 			sb.ID, sb.TeamID, sb.Template, sb.State, sb.HostID, string(md), sb.Error,
-			micros(sb.CreatedAt), micros(sb.ExpiresAt), micros(sb.UpdatedAt), sb.TTLSeconds, sb.ForkOf, sb.SnapshotID, sb.TrafficTokenHash); err != nil {
+			micros(sb.CreatedAt), micros(sb.ExpiresAt), micros(sb.UpdatedAt), sb.TTLSeconds, sb.ForkOf, sb.SnapshotID, sb.TrafficTokenHash, sb.Owner); err != nil {
 			return nil, err
 		}
 		keys := make([]string, 0, len(sb.Metadata))
@@ -161,6 +169,7 @@ type SandboxFilter struct {
 	Metadata map[string]string // every pair must match
 	Limit    int               // <= 0 means 100
 	Cursor   string            // from a previous page's next cursor
+	Unowned  bool              // only the team's own (Owner ""): the plain lists
 }
 
 // ListSandboxes returns one page, newest first, and the cursor of the next page ("" at the end).
@@ -170,6 +179,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, 
 	if f.TeamID != "" {
 		where = append(where, `s.team_id = ?`)
 		args = append(args, f.TeamID)
+	}
+	if f.Unowned {
+		where = append(where, `s.owner = ''`)
 	}
 	if f.HostID != "" {
 		where = append(where, `s.host_id = ?`)
@@ -323,10 +335,11 @@ func (s *Store) HostSandboxes(ctx context.Context, hostID string, states ...stri
 	}
 }
 
-// SandboxesChangedSince returns up to limit of the team's sandboxes whose record changed (created,
-// moved state, given a new expiry) after since, oldest change first: GET /v1/events' feed.
+// SandboxesChangedSince returns up to limit of the team's own sandboxes (not a service's) whose
+// record changed (created, moved state, given a new expiry) after since, oldest change first:
+// GET /v1/events' feed.
 func (s *Store) SandboxesChangedSince(ctx context.Context, teamID string, since time.Time, limit int) ([]Sandbox, error) {
-	return queryAll(ctx, s, s.db, `SELECT `+sandboxCols+` FROM sandboxes WHERE team_id = ? AND updated_at > ? ORDER BY updated_at, id LIMIT ?`,
+	return queryAll(ctx, s, s.db, `SELECT `+sandboxCols+` FROM sandboxes WHERE team_id = ? AND updated_at > ? AND owner = '' ORDER BY updated_at, id LIMIT ?`,
 		scanSandbox, teamID, micros(since), limit)
 }
 
@@ -391,5 +404,9 @@ var sandboxesSchema = []schemaStep{
 	{15, []string{
 		// A hibernated sandbox's published memory and disk: it wakes on another host if its own is lost.
 		`ALTER TABLE sandboxes ADD COLUMN hibernated_image TEXT NOT NULL DEFAULT ''`,
+	}},
+	{17, []string{
+		// The control-plane service that made the sandbox for itself ('' : the team's own).
+		`ALTER TABLE sandboxes ADD COLUMN owner TEXT NOT NULL DEFAULT ''`,
 	}},
 }

@@ -19,13 +19,16 @@ type Snapshot struct {
 	Deleted   bool
 	DeletedAt time.Time
 	Published bool
+	// Owner is the service whose snapshot it is (its sandbox's Owner), "" for the team's own:
+	// owned ones stay out of the team's plain list.
+	Owner string
 }
 
-const snapshotCols = `id, team_id, sandbox_id, host_id, template, size_bytes, created_at, deleted, deleted_at, published`
+const snapshotCols = `id, team_id, sandbox_id, host_id, template, size_bytes, created_at, deleted, deleted_at, published, owner`
 
 var scanSnapshot = scanFields(func(sn *Snapshot) []any {
 	return []any{&sn.ID, &sn.TeamID, &sn.SandboxID, &sn.HostID, &sn.Template, &sn.SizeBytes,
-		timeCol(&sn.CreatedAt), boolCol(&sn.Deleted), timeCol(&sn.DeletedAt), boolCol(&sn.Published)}
+		timeCol(&sn.CreatedAt), boolCol(&sn.Deleted), timeCol(&sn.DeletedAt), boolCol(&sn.Published), &sn.Owner}
 })
 
 // CreateSnapshot records a snapshot a host has taken. A duplicate id is ErrConflict.
@@ -35,8 +38,8 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn Snapshot) (Snapshot, erro
 	}
 	sn.CreatedAt = fromMicros(micros(sn.CreatedAt))
 	sn.Deleted, sn.DeletedAt = false, time.Time{}
-	_, err := s.exec(ctx, s.db, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, ?)`,
-		sn.ID, sn.TeamID, sn.SandboxID, sn.HostID, sn.Template, sn.SizeBytes, micros(sn.CreatedAt), boolInt(sn.Published))
+	_, err := s.exec(ctx, s.db, `INSERT INTO snapshots (`+snapshotCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?)`,
+		sn.ID, sn.TeamID, sn.SandboxID, sn.HostID, sn.Template, sn.SizeBytes, micros(sn.CreatedAt), boolInt(sn.Published), sn.Owner)
 	if err != nil {
 		return Snapshot{}, conflictOr(err)
 	}
@@ -71,6 +74,7 @@ type SnapshotFilter struct {
 	SandboxID string // "" = snapshots of every sandbox
 	Limit     int    // <= 0 means 100
 	Cursor    string // from a previous page's next cursor
+	Unowned   bool   // only the team's own (Owner ""): the plain list
 }
 
 // ListSnapshots returns one page of a team's snapshots that are not deleted, newest first, and
@@ -80,6 +84,9 @@ func (s *Store) ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot
 	if f.SandboxID != "" {
 		lq.where = append(lq.where, `sandbox_id = ?`)
 		lq.args = append(lq.args, f.SandboxID)
+	}
+	if f.Unowned {
+		lq.where = append(lq.where, `owner = ''`)
 	}
 	return queryPage(ctx, s, lq, f.Limit, f.Cursor, scanSnapshot, func(sn Snapshot) (time.Time, string) { return sn.CreatedAt, sn.ID })
 }
@@ -118,5 +125,9 @@ var snapshotsSchema = []schemaStep{
 	{15, []string{
 		// In the blob store as well as on its host: any host can restore it.
 		`ALTER TABLE snapshots ADD COLUMN published INTEGER NOT NULL DEFAULT 0`,
+	}},
+	{17, []string{
+		// The control-plane service whose snapshot it is ('' : the team's own).
+		`ALTER TABLE snapshots ADD COLUMN owner TEXT NOT NULL DEFAULT ''`,
 	}},
 }

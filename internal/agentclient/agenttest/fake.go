@@ -58,6 +58,7 @@ type Agent struct {
 	forkIDs     []string
 	buildGate   chan struct{} // HoldBuilds
 	blob        *Blob         // UseBlob
+	portHandler http.Handler  // ServePorts
 }
 
 // Blob is a blob store fake agents share: what one publishes another can pull. It keeps the
@@ -202,6 +203,11 @@ func (a *Agent) FailForks(err *agentclient.Error) { a.with(func() { a.forkErr = 
 
 // ForkIDs makes the next fork name its children ids (in order) instead of fresh ones.
 func (a *Agent) ForkIDs(ids ...string) { a.with(func() { a.forkIDs = ids }) }
+
+// ServePorts makes h answer the port path's requests to live sandboxes in place of the echo
+// (a guest's server): h sees the path below the port (/v1/sandboxes/{id}/ports/{port}/x → /x)
+// and the sandbox's id in r.Host. nil: the echo again.
+func (a *Agent) ServePorts(h http.Handler) { a.with(func() { a.portHandler = h }) }
 
 // onSandbox runs fn on sandbox id, if this host has it, with the lock held.
 func (a *Agent) onSandbox(id string, fn func(*sandbox)) {
@@ -505,9 +511,15 @@ func (a *Agent) info(*http.Request) (any, *agentclient.Error) {
 func (a *Agent) port(w http.ResponseWriter, r *http.Request, id, port, rest string) {
 	a.mu.Lock()
 	_, ok := a.sandboxes[id]
+	h := a.portHandler
 	a.mu.Unlock()
 	if !ok {
 		writeErr(w, notFound("no such sandbox"))
+		return
+	}
+	if h != nil {
+		r.URL.Path, r.URL.RawPath, r.Host = rest, "", id
+		h.ServeHTTP(w, r)
 		return
 	}
 	body, _ := io.ReadAll(r.Body)
