@@ -27,6 +27,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/functions"
 	"github.com/pandastack/pandastack/internal/inflight"
+	"github.com/pandastack/pandastack/internal/mcptools"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/schedules"
@@ -129,7 +130,9 @@ type Server struct {
 	tickets   terminalTickets
 	streams   inflight.Counter // open GET /v1/events streams by key
 	handler   http.Handler
-	reaper    reaper
+	// mcpHandler serves /mcp (internal/mcptools) over the API's routes.
+	mcpHandler http.Handler
+	reaper     reaper
 }
 
 // New builds a server from cfg.
@@ -314,6 +317,10 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/apps/{id}/logs", apiKey, s.appLogs},
 		{"POST", "/v1/apps/{id}/github", apiKey, s.connectGitHub},
 		{"POST", "/v1/apps/{id}/github/webhook", open, s.githubWebhook},
+
+		{"POST", auth.MCPRoute, apiKey, s.mcp},
+		{"GET", auth.MCPRoute, apiKey, s.mcp},
+		{"DELETE", auth.MCPRoute, apiKey, s.mcp},
 	}
 }
 
@@ -345,7 +352,16 @@ func (s *Server) routes() http.Handler {
 		}
 		s.writeError(w, r, notFound("no API route for %s %s", r.Method, r.URL.Path))
 	})
+	// /mcp's tools call the API in-process, without the port proxy's Host routing.
+	s.mcpHandler = mcptools.Handler(s.cfg.Version, s.outer(mux))
 	return s.outer(s.ports(mux))
+}
+
+// mcp is /mcp: the MCP server over streamable HTTP (internal/mcptools, docs/mcp.md), already
+// authenticated and rate limited as a /v1 route; its tools' calls are /v1 calls of their own.
+func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
+	r.Header.Set(mcptools.RemoteHeader, r.RemoteAddr)
+	s.mcpHandler.ServeHTTP(w, r)
 }
 
 // apiPath reports whether p belongs to the API (never the console's).
@@ -355,7 +371,7 @@ func apiPath(p string) bool {
 			return true
 		}
 	}
-	return p == "/v1" || p == "/internal" || p == "/healthz" || p == "/metrics"
+	return p == "/v1" || p == "/internal" || p == auth.MCPRoute || p == "/healthz" || p == "/metrics"
 }
 
 // ports sends requests for <port>-<id>.<domain> to the sandbox proxy, those for
