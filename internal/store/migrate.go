@@ -40,6 +40,7 @@ var versionNames = []string{
 	14: "managed databases",
 	15: "published snapshots and hibernated sandboxes, host drain",
 	16: "apps and deployments",
+	17: "webhooks and their deliveries",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
@@ -47,7 +48,7 @@ var versionNames = []string{
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
 	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema, e2bSchema,
 	databasesSchema,
-	appsSchema)
+	appsSchema, webhooksSchema)
 
 // assemble groups the domains' steps into migrations by version.
 func assemble(domains ...[]schemaStep) []migration {
