@@ -241,7 +241,8 @@ fi
 
 if [ -z "$ONLY" ] || [ "$ONLY" = typescript ]; then
   say "TypeScript SDK tests (node $(node --version 2>/dev/null))"
-  if run bash -c 'cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build'; then
+  # cookbook/ (run by test/cookbook.test.mjs) links this package as @pandastack/sdk.
+  if run bash -c 'cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build && cd ../../cookbook && npm install --no-audit --no-fund --loglevel=error'; then
     if [ -n "$OFFLINE" ]; then files="test/offline.test.mjs"; elif [ -n "$SUITE" ]; then files="test/$SUITE.test.mjs"; else files="test/*.test.mjs test/*.test.cjs"; fi
     node_suite sdk/typescript TypeScript "$files"
   else
