@@ -7,8 +7,8 @@ import { PandaStack } from "@pandastack/sdk";
 const client = new PandaStack();
 const sb = await client.sandboxes.create({ template: process.env.PANDASTACK_TEST_TEMPLATE || "base", ttlSeconds: 300 });
 try {
-  await sb.files.write("/srv/www/index.html", "<h1>hello from a sandbox</h1>\n");
-  const server = await sb.processes.start("python3 -m http.server 8000 --directory /srv/www");
+  await sb.files.write("/home/user/www/index.html", "<h1>hello from a sandbox</h1>\n");
+  const server = await sb.processes.start("python3 -m http.server 8000 --directory /home/user/www");
 
   // The proxy serves port P of sandbox ID at P-ID.<proxy domain> (`pandastack up`: localhost).
   const api = new URL(client.baseUrl);
