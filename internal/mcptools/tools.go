@@ -105,19 +105,17 @@ type (
 		Env        map[string]string `json:"env,omitempty" jsonschema:"environment variables of every command in the sandbox"`
 		Metadata   map[string]string `json:"metadata,omitempty" jsonschema:"labels kept with the sandbox"`
 	}
-	ExecIn struct {
-		SandboxID      string            `json:"sandbox_id" jsonschema:"the sandbox's id"`
-		Cmd            string            `json:"cmd" jsonschema:"a shell command line (run by /bin/sh -c)"`
-		Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory"`
-		Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables"`
-		TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds (default: the server's)"`
-		Stdin          string            `json:"stdin,omitempty" jsonschema:"text given to the command's standard input"`
-	}
+	// StartIn is a command: process_start's input, and exec's with more.
 	StartIn struct {
 		SandboxID string            `json:"sandbox_id" jsonschema:"the sandbox's id"`
-		Cmd       string            `json:"cmd" jsonschema:"a shell command line started in the background (a dev server, a long job)"`
+		Cmd       string            `json:"cmd" jsonschema:"a shell command line (run by /bin/sh -c)"`
 		Cwd       string            `json:"cwd,omitempty" jsonschema:"working directory"`
 		Env       map[string]string `json:"env,omitempty" jsonschema:"extra environment variables"`
+	}
+	ExecIn struct {
+		StartIn
+		TimeoutSeconds float64 `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds (default: the server's)"`
+		Stdin          string  `json:"stdin,omitempty" jsonschema:"text given to the command's standard input"`
 	}
 	StartOut struct {
 		Pid int `json:"pid" jsonschema:"the process id in the sandbox: read its output with process_output"`

@@ -143,19 +143,12 @@ func (s *Store) ClaimDeliveries(ctx context.Context, now, until time.Time, limit
 	if err != nil {
 		return nil, err
 	}
-	var out []Delivery
-	for _, d := range due {
-		res, err := s.exec(ctx, s.db, `UPDATE webhook_deliveries SET lease_until = ? WHERE id = ? AND state = ? AND lease_until = ?`,
-			micros(until), d.ID, DeliveryPending, micros(d.LeaseUntil))
-		if err != nil {
-			return out, err
-		}
-		if n, _ := res.RowsAffected(); n == 1 {
-			d.LeaseUntil = fromMicros(micros(until))
-			out = append(out, d)
-		}
-	}
-	return out, nil
+	return claimEach(ctx, s, due, func(d *Delivery) (string, []any) {
+		old := micros(d.LeaseUntil)
+		d.LeaseUntil = fromMicros(micros(until))
+		return `UPDATE webhook_deliveries SET lease_until = ? WHERE id = ? AND state = ? AND lease_until = ?`,
+			[]any{micros(until), d.ID, DeliveryPending, old}
+	})
 }
 
 // FinishAttempt records an attempt's outcome (d's State, Attempts, NextAt, StatusCode, Error,
