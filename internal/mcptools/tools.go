@@ -144,14 +144,12 @@ type (
 		Truncated bool   `json:"truncated,omitempty"`
 	}
 	WriteIn struct {
-		SandboxID string `json:"sandbox_id" jsonschema:"the sandbox's id"`
-		Path      string `json:"path" jsonschema:"an absolute path in the sandbox (parents are made)"`
-		Content   string `json:"content" jsonschema:"the file's new text"`
+		PathIn
+		Content string `json:"content" jsonschema:"the file's new text (parents of the path are made)"`
 	}
 	ListIn struct {
-		SandboxID string `json:"sandbox_id" jsonschema:"the sandbox's id"`
-		Path      string `json:"path" jsonschema:"an absolute directory path in the sandbox"`
-		Depth     int    `json:"depth,omitempty" jsonschema:"levels to list (default 1)"`
+		PathIn
+		Depth int `json:"depth,omitempty" jsonschema:"levels of the directory to list (default 1)"`
 	}
 	ListOut struct {
 		Entries []v1.Stat `json:"entries"`
