@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs both SDKs' tests, and the stock E2B SDKs' (sdk/e2b-test, docs/e2b.md), against one real PandaStack:
+# Runs both SDKs' tests, the stock E2B SDKs' (sdk/e2b-test, docs/e2b.md) and the official MCP SDK's
+# (sdk/mcp-test, docs/mcp.md) against one real PandaStack:
 #   builds bin/ (make build), starts `bin/pandastack up` on a free loopback port with a throwaway data
 #   dir (shared image cache), runs the Python tests (Debian python3, unittest) and the TypeScript
 #   tests (npm ci, build, node --test on the build), then the E2B compatibility tests (npm ci of the
@@ -15,7 +16,7 @@
 # Environment:
 #   PANDASTACK_IMAGE_CACHE  image cache shared between runs (default /var/tmp/pandastack-images)
 #   PYTHON                  Python interpreter (default /usr/bin/python3, else python3)
-#   SDK_TEST_ONLY           "python", "typescript" or "e2b" to run one SDK only
+#   SDK_TEST_ONLY           "python", "typescript", "e2b" or "mcp" to run one SDK only
 #   SDK_TEST_OFFLINE=1      only the offline unit tests (no server)
 #   SDK_TEST_SUITE=NAME     only one suite of each SDK: python/tests/test_NAME.py, typescript/test/NAME.test.mjs
 #   SDK_TEST_KEEP_LOG=1     keep the server log (its path is printed)
@@ -29,7 +30,7 @@ SUITE="${SDK_TEST_SUITE:-}"
 if ! [[ "$SUITE" =~ ^[a-z_]*$ ]]; then echo "SDK_TEST_SUITE must be a suite name such as processes"; exit 2; fi
 OFFLINE="${SDK_TEST_OFFLINE:-}"
 case "$OFFLINE" in "" | 0) OFFLINE="" ;; 1) ;; *) echo "SDK_TEST_OFFLINE must be 1 or unset"; exit 2 ;; esac
-case "$ONLY" in "" | python | typescript | e2b) ;; *) echo "SDK_TEST_ONLY must be python, typescript or e2b"; exit 2 ;; esac
+case "$ONLY" in "" | python | typescript | e2b | mcp) ;; *) echo "SDK_TEST_ONLY must be python, typescript, e2b or mcp"; exit 2 ;; esac
 
 PASSED=0
 FAILED=0
@@ -240,7 +241,8 @@ fi
 
 if [ -z "$ONLY" ] || [ "$ONLY" = typescript ]; then
   say "TypeScript SDK tests (node $(node --version 2>/dev/null))"
-  if run bash -c 'cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build'; then
+  # cookbook/ (run by test/cookbook.test.mjs) links this package as @pandastack/sdk.
+  if run bash -c 'cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build && cd ../../cookbook && npm install --no-audit --no-fund --loglevel=error'; then
     if [ -n "$OFFLINE" ]; then files="test/offline.test.mjs"; elif [ -n "$SUITE" ]; then files="test/$SUITE.test.mjs"; else files="test/*.test.mjs test/*.test.cjs"; fi
     node_suite sdk/typescript TypeScript "$files"
   else
@@ -273,5 +275,18 @@ sys.exit(0 if any(t["name"] == "code-interpreter" and t.get("baked") for t in js
     node_suite sdk/e2b-test E2B "$files" --test-concurrency=3
   else
     say "npm ci of sdk/e2b-test failed"; FAILED=$((FAILED + 1))
+  fi
+fi
+
+# -- MCP (the official MCP TypeScript SDK as a client, both transports) -------------------------
+
+if [ -z "$OFFLINE" ] && { [ -z "$ONLY" ] || [ "$ONLY" = mcp ]; } && { [ -z "$SUITE" ] || [ -f "sdk/mcp-test/test/$SUITE.test.mjs" ]; }; then
+  say "MCP tests (@modelcontextprotocol/sdk from npm against /mcp and \`pandastack mcp\`, node $(node --version 2>/dev/null))"
+  if run bash -c 'cd sdk/mcp-test && npm ci --no-audit --no-fund --loglevel=error'; then
+    if [ -n "$SUITE" ]; then files="test/$SUITE.test.mjs"; else files="test/*.test.mjs"; fi
+    export PANDASTACK_BIN="$ROOT/bin/pandastack"
+    node_suite sdk/mcp-test MCP "$files"
+  else
+    say "npm ci of sdk/mcp-test failed"; FAILED=$((FAILED + 1))
   fi
 fi

@@ -20,9 +20,10 @@ const (
 	DefaultAuditPruneInterval = time.Hour
 )
 
-// mutating reports whether a method changes state (and so is audited).
+// mutating reports whether a method changes state (and so is audited). /mcp is not: the /v1
+// calls its tools make are audited each.
 func mutating(rt route) bool {
-	return rt.path == auth.TerminalRoute || rt.method != http.MethodGet && rt.method != http.MethodHead && rt.method != http.MethodOptions
+	return rt.path != auth.MCPRoute && (rt.path == auth.TerminalRoute || rt.method != http.MethodGet && rt.method != http.MethodHead && rt.method != http.MethodOptions)
 }
 
 // auditWriter records an answer's status and, for routes that name no resource in their path

@@ -27,11 +27,13 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/functions"
 	"github.com/pandastack/pandastack/internal/inflight"
+	"github.com/pandastack/pandastack/internal/mcptools"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/schedules"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/templates"
+	"github.com/pandastack/pandastack/internal/webhooks"
 )
 
 // Defaults of Config.
@@ -101,6 +103,11 @@ type Config struct {
 	PublicURL    string
 	// GuestCA is PEM of extra CA certificates app builds and instances trust; empty: none.
 	GuestCA []byte
+	// Webhooks is which destinations webhooks may reach (internal/webhooks): `pandastack up`
+	// allows loopback; the zero value refuses every non-public address.
+	Webhooks webhooks.Policy
+	// WebhookRetryBase is the first retry's delay of a failed delivery (default 5 s, doubling).
+	WebhookRetryBase time.Duration
 	// GitDir holds apps' git remotes (bare repositories, served at /git/<app>.git); empty: none.
 	GitDir string
 	// Version is reported by /healthz.
@@ -122,6 +129,7 @@ type Server struct {
 	// databases is internal/database's service; apps is internal/apps'.
 	databases *database.Service
 	apps      *apps.Service
+	webhooks  *webhooks.Service
 	log       *slog.Logger
 	auth      *auth.Authenticator
 	metrics   *metrics
@@ -129,7 +137,9 @@ type Server struct {
 	tickets   terminalTickets
 	streams   inflight.Counter // open GET /v1/events streams by key
 	handler   http.Handler
-	reaper    reaper
+	// mcpHandler serves /mcp (internal/mcptools) over the API's routes.
+	mcpHandler http.Handler
+	reaper     reaper
 }
 
 // New builds a server from cfg.
@@ -178,6 +188,8 @@ func New(cfg Config) *Server {
 		SecretsKey: cfg.SecretsKey, Domain: cfg.ProxyDomain, RouterPort: cfg.DBRouterPort, HTTPBase: cfg.PublicURL})
 	s.apps = apps.New(apps.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir, GuestCA: cfg.GuestCA})
+	s.webhooks = webhooks.New(webhooks.Config{Store: cfg.Store, SecretsKey: cfg.SecretsKey, Policy: cfg.Webhooks, View: viewOf,
+		Logger: cfg.Logger, Now: cfg.Now, RetryBase: cfg.WebhookRetryBase})
 	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
 	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()
@@ -317,6 +329,16 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/apps/{id}/logs", apiKey, s.appLogs},
 		{"POST", "/v1/apps/{id}/github", apiKey, s.connectGitHub},
 		{"POST", "/v1/apps/{id}/github/webhook", open, s.githubWebhook},
+
+		{"POST", "/v1/webhooks", apiKey, s.createWebhook},
+		{"GET", "/v1/webhooks", apiKey, s.listWebhooks},
+		{"GET", "/v1/webhooks/{id}", apiKey, s.getWebhook},
+		{"DELETE", "/v1/webhooks/{id}", apiKey, s.deleteWebhook},
+		{"GET", "/v1/webhooks/{id}/deliveries", apiKey, s.listWebhookDeliveries},
+
+		{"POST", auth.MCPRoute, apiKey, s.mcp},
+		{"GET", auth.MCPRoute, apiKey, s.mcp},
+		{"DELETE", auth.MCPRoute, apiKey, s.mcp},
 	}
 }
 
@@ -348,7 +370,16 @@ func (s *Server) routes() http.Handler {
 		}
 		s.writeError(w, r, notFound("no API route for %s %s", r.Method, r.URL.Path))
 	})
+	// /mcp's tools call the API in-process, without the port proxy's Host routing.
+	s.mcpHandler = mcptools.Handler(s.cfg.Version, s.outer(mux))
 	return s.outer(s.ports(mux))
+}
+
+// mcp is /mcp: the MCP server over streamable HTTP (internal/mcptools, docs/mcp.md), already
+// authenticated and rate limited as a /v1 route; its tools' calls are /v1 calls of their own.
+func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
+	r.Header.Set(mcptools.RemoteHeader, r.RemoteAddr)
+	s.mcpHandler.ServeHTTP(w, r)
 }
 
 // apiPath reports whether p belongs to the API (never the console's).
@@ -358,7 +389,7 @@ func apiPath(p string) bool {
 			return true
 		}
 	}
-	return p == "/v1" || p == "/internal" || p == "/healthz" || p == "/metrics"
+	return p == "/v1" || p == "/internal" || p == auth.MCPRoute || p == "/healthz" || p == "/metrics"
 }
 
 // ports sends requests for <port>-<id>.<domain> to the sandbox proxy, those for

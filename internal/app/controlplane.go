@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/webhooks"
 )
 
 // ControlPlaneConfig configures a control plane (`server`, and the one inside `up`).
@@ -51,6 +53,10 @@ type ControlPlaneConfig struct {
 	// PrivatePorts: a sandbox created without public_ports gets private ports (traffic token).
 	PrivatePorts bool
 	EgressOpen   []string // IPv4 CIDRs, as --egress-open gives them
+	// WebhookAllow are non-public ranges (CIDRs, --webhook-allow) webhooks may reach;
+	// WebhookLoopback lets them reach loopback too (`up`: a receiver on this machine).
+	WebhookAllow    []string
+	WebhookLoopback bool
 	// BlobStore is where artifacts go to leave their host (file:///dir or s3://bucket/prefix?…,
 	// see internal/blob); hosts learn it when they register. Empty: artifacts stay on their host.
 	BlobStore string
@@ -102,6 +108,14 @@ type ControlPlane struct {
 // agents and starts the background loops (heartbeat checks, polls, reaper). The returned key is
 // non-empty only when this call created it.
 func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane, string, error) {
+	hookPolicy := webhooks.Policy{AllowLoopback: o.WebhookLoopback}
+	for _, c := range o.WebhookAllow {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return nil, "", fmt.Errorf("--webhook-allow %q: not a CIDR", c)
+		}
+		hookPolicy.Allow = append(hookPolicy.Allow, p.Masked())
+	}
 	open, err := network.ParseOpen(o.EgressOpen)
 	if err != nil {
 		return nil, "", fmt.Errorf("--egress-open: %w", err)
@@ -167,7 +181,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	srv := api.New(api.Config{DBRouterPort: dbPort, PublicURL: o.PublicURL, Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
 		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, Quota: o.Quota, RateLimit: o.RateLimit,
 		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey,
-		Console: web.Handler(), GitDir: gitDir(o), GuestCA: guestCA})
+		Console: web.Handler(), GitDir: gitDir(o), GuestCA: guestCA, Webhooks: hookPolicy})
 	var e2bLn net.Listener
 	if o.E2BAddr != "" {
 		if e2bLn, err = net.Listen("tcp", o.E2BAddr); err != nil {
@@ -198,6 +212,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		defer close(cp.done)
 		go sched.Run(lctx)
 		go srv.RunAuditPruner(lctx)
+		go srv.RunWebhooks(lctx)
 		go srv.RunFunctions(lctx)
 		go srv.Databases().RunSuspender(lctx, 0)
 		go srv.Databases().RunBackups(lctx)

@@ -108,6 +108,7 @@ func StartUp(ctx context.Context, cfg UpConfig) (_ *Stack, err error) {
 	s.KeyRecovery = "pandastack keys create --admin --data-dir " + s.DataDir
 	o.KeyRecovery = s.KeyRecovery
 	o.Agents = []string{s.agentURL + "=" + s.agentToken}
+	o.WebhookLoopback = true // a single-machine setup: a receiver on this machine
 	if o.BlobStore == "" {
 		o.BlobStore = "file://" + filepath.Join(s.DataDir, "blobs")
 	}

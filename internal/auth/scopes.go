@@ -22,6 +22,10 @@ const (
 // runs commands, so it needs the sandboxes scope (and is audited) like a POST.
 const TerminalRoute = "/v1/sandboxes/{id}/pty"
 
+// MCPRoute is the MCP server's streamable HTTP endpoint (docs/mcp.md). Opening it needs only the
+// read scope: each tool call is a /v1 call that needs its own route's scope.
+const MCPRoute = "/mcp"
+
 // Scopes lists the scope names a key may be given.
 var Scopes = []string{ScopeAll, ScopeRead, ScopeSandboxes, ScopeAdmin}
 
@@ -43,7 +47,7 @@ func NeededScope(method, route string) string {
 	switch {
 	case route == TerminalRoute: // a GET (a WebSocket upgrade) that runs commands
 		return ScopeSandboxes
-	case method == http.MethodGet || method == http.MethodHead:
+	case method == http.MethodGet || method == http.MethodHead || route == MCPRoute:
 		return ScopeRead
 	case route == "/v1/sandboxes" || strings.HasPrefix(route, "/v1/sandboxes/"):
 		return ScopeSandboxes

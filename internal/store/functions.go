@@ -318,19 +318,11 @@ func (s *Store) TakeOverFunctionRuns(ctx context.Context, now, until time.Time, 
 	if err != nil {
 		return nil, err
 	}
-	var out []FunctionRun
-	for _, r := range stale {
-		res, err := s.exec(ctx, s.db, `UPDATE function_runs SET lease_until = ? WHERE id = ? AND lease_until = ?`,
-			micros(until), r.ID, micros(r.LeaseUntil))
-		if err != nil {
-			return out, err
-		}
-		if n, _ := res.RowsAffected(); n == 1 {
-			r.LeaseUntil = fromMicros(micros(until))
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	return claimEach(ctx, s, stale, func(r *FunctionRun) (string, []any) {
+		old := micros(r.LeaseUntil)
+		r.LeaseUntil = fromMicros(micros(until))
+		return `UPDATE function_runs SET lease_until = ? WHERE id = ? AND lease_until = ?`, []any{micros(until), r.ID, old}
+	})
 }
 
 // GetFunctionRun returns one run of functionID.

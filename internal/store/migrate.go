@@ -41,6 +41,7 @@ var versionNames = []string{
 	15: "published snapshots and hibernated sandboxes, host drain",
 	16: "apps and deployments",
 	17: "sandboxes and snapshots owned by a service",
+	18: "webhooks and their deliveries",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
@@ -48,7 +49,7 @@ var versionNames = []string{
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
 	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema, e2bSchema,
 	databasesSchema,
-	appsSchema)
+	appsSchema, webhooksSchema)
 
 // assemble groups the domains' steps into migrations by version.
 func assemble(domains ...[]schemaStep) []migration {

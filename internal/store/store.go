@@ -325,6 +325,24 @@ func queryOne[T any](ctx context.Context, s *Store, query string, scan func(scan
 	return v, err
 }
 
+// claimEach claims rows one by one with an optimistic update: claim moves a row's lease in the
+// value and returns the UPDATE (conditioned on the old lease) that records it; the rows whose
+// update changed exactly one row are this caller's (another replica got the others).
+func claimEach[T any](ctx context.Context, s *Store, rows []T, claim func(*T) (string, []any)) ([]T, error) {
+	var out []T
+	for _, r := range rows {
+		q, args := claim(&r)
+		res, err := s.exec(ctx, s.db, q, args...)
+		if err != nil {
+			return out, err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
 // conflictOr maps a unique-constraint violation to ErrConflict and returns any other err as is.
 func conflictOr(err error) error {
 	if isUnique(err) {

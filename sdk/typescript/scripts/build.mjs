@@ -22,7 +22,9 @@ if (process.argv.includes("--version-only")) process.exit(0);
 const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
 
 rmSync(join(root, "dist"), { recursive: true, force: true });
-for (const [project, type] of [["tsconfig.json", "module"], ["tsconfig.cjs.json", "commonjs"]]) {
+// @pandastack/sdk/ai (tools for the Vercel AI SDK) is ES modules only, like `ai`, and its own
+// project: `ai`'s declarations need the DOM library and skipLibCheck.
+for (const [project, type] of [["tsconfig.json", "module"], ["tsconfig.ai.json", "module"], ["tsconfig.cjs.json", "commonjs"]]) {
   execFileSync(process.execPath, [tsc, "-p", join(root, project)], { stdio: "inherit", cwd: root });
   const out = join(root, "dist", type === "module" ? "esm" : "cjs");
   mkdirSync(out, { recursive: true });

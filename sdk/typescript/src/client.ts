@@ -4,6 +4,7 @@ import { Sandboxes, Snapshots, Templates, Volumes, registerClientFactory, type C
 import { Databases } from "./databases.js";
 import { Apps } from "./apps.js";
 import { Functions, Schedules } from "./functions.js";
+import { Webhooks } from "./webhooks.js";
 
 /** Where the hosted API lives; a self-hosted `pandastack up` prints its own base URL. */
 export const DEFAULT_BASE_URL = "https://api.pandastack.ai";
@@ -52,6 +53,8 @@ export class PandaStack {
   readonly databases: Databases;
   readonly schedules: Schedules;
   readonly apps: Apps;
+  /** Signed HTTP deliveries of the team's events (docs/events.md). */
+  readonly webhooks: Webhooks;
   /** @internal */
   declare readonly http: Transport;
   /** @internal */
@@ -86,6 +89,7 @@ export class PandaStack {
     this.databases = new Databases(ctx);
     this.schedules = new Schedules(ctx);
     this.apps = new Apps(ctx);
+    this.webhooks = new Webhooks(ctx);
   }
 
   /**

@@ -576,7 +576,7 @@ describe("offline: one version source", () => {
   it("the build follows a changed package.json version", { timeout: 300_000 }, async () => {
     const tmp = mkdtempSync(join(tmpdir(), "pandastack-ts-version-"));
     try {
-      for (const name of ["scripts", "src", "tsconfig.json", "tsconfig.cjs.json"]) cpSync(join(pkgDir, name), join(tmp, name), { recursive: true });
+      for (const name of ["scripts", "src", "tsconfig.json", "tsconfig.ai.json", "tsconfig.cjs.json"]) cpSync(join(pkgDir, name), join(tmp, name), { recursive: true });
       writeFileSync(join(tmp, "package.json"), JSON.stringify({ ...pkg, version: "9.8.7" }, null, 2));
       symlinkSync(join(pkgDir, "node_modules"), join(tmp, "node_modules"), "dir");
       const r = await run([join(tmp, "scripts", "build.mjs")], { cwd: tmp });

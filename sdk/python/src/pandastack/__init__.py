@@ -34,6 +34,7 @@ from .code import CodeContext, Execution, ExecutionError, Logs, Result
 from .databases import Databases
 from .apps import Apps, pack_directory
 from .functions import Functions, Schedules
+from .webhooks import Webhooks, WebhookSignatureError, verify_webhook
 from .models import ExecEvent, ExecResult, FileInfo, Process, ProcessEvent, Snapshot, Template, Volume, VolumeAttachment
 from .processes import ProcessHandle, Processes, ProcessResult
 from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates, Volumes
@@ -76,6 +77,9 @@ __all__ = [
     "Apps",
     "Functions",
     "Schedules",
+    "Webhooks",
+    "WebhookSignatureError",
+    "verify_webhook",
     "PandaStackError",
     "ConfigurationError",
     "APIConnectionError",

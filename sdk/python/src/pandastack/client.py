@@ -12,6 +12,7 @@ from ._http import LineIterator, Send, Transport
 from .databases import Databases
 from .apps import Apps
 from .functions import Functions, Schedules
+from .webhooks import Webhooks
 from .sandbox import Sandboxes, Snapshots, Templates, Volumes
 
 __all__ = ["PandaStack", "DEFAULT_BASE_URL"]
@@ -77,6 +78,8 @@ class PandaStack:
         self.schedules = Schedules(ctx)
         self.databases = Databases(ctx)
         self.apps = Apps(ctx)
+        #: signed HTTP deliveries of the team's events (docs/events.md)
+        self.webhooks = Webhooks(ctx)
 
     def info(self) -> Dict[str, Any]:
         """What the deployment enforces for every team: ``{"version", "egress": {"blocked",
