@@ -133,3 +133,6 @@ func (n *ndjson) send(v any) {
 	enc.Encode(v) // a client gone away is seen by the caller's context
 	http.NewResponseController(n.w).Flush()
 }
+
+// builtTemplateView is a team template as a template.built event shows it (no host state).
+func builtTemplateView(t store.TeamTemplate) v1.Template { return teamView(t, nil) }

@@ -195,3 +195,35 @@ func TestWebhookBadInput(t *testing.T) {
 	// A public address is fine (nothing is sent to it here: no events happen).
 	e.mustStatus(e.do("POST", "/v1/webhooks", e.admin, map[string]any{"url": "https://203.0.113.9/x", "events": []string{"*"}}), 201)
 }
+
+// TestWebhookTemplateBuilt: a team template's successful build is a template.built event with
+// the template as built; a failed build is none.
+func TestWebhookTemplateBuilt(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Webhooks = webhooks.Policy{AllowLoopback: true} })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.srv.RunWebhooks(ctx)
+	rcv := newReceiver(t)
+	var hook v1.Webhook
+	json.Unmarshal(e.mustStatus(e.do("POST", "/v1/webhooks", e.admin, map[string]any{"url": rcv.URL, "events": []string{"template.built"}}), 201).body, &hook)
+	e.clock.Add(time.Second)
+
+	e.build(e.admin, map[string]any{"name": "webhooked", "from": "base", "description": "for the event"})
+	e.waitFor("a template.built delivery", func() bool { return len(rcv.requests()) >= 1 })
+	r := rcv.requests()[0]
+	var ev v1.WebhookEvent
+	if err := json.Unmarshal(r.body, &ev); err != nil || ev.Type != "template.built" || ev.Template == nil ||
+		ev.Template.Name != "webhooked" || ev.Template.Owner != v1.OwnerTeam || ev.Template.Description != "for the event" {
+		t.Fatalf("template.built delivery: %s %v", r.body, err)
+	}
+	if err := webhooks.Verify(hook.Secret, r.header.Get(webhooks.HeaderSignature), r.body, e.clock.Now(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing more: a sandbox event was not asked for, the build gives one event.
+	e.create(e.admin, map[string]any{"template": "base"})
+	e.clock.Add(5 * time.Second)
+	time.Sleep(3 * webhooks.DefaultPoll) // a few rounds of the dispatcher
+	if n := len(rcv.requests()); n != 1 {
+		t.Fatalf("%d requests, want the one template.built", n)
+	}
+}

@@ -42,12 +42,13 @@ const (
 	SandboxExpired    = "sandbox.ttl_expired"
 	SandboxLost       = "sandbox.lost"
 	SandboxError      = "sandbox.error"
+	TemplateBuilt     = "template.built"
 	Change            = "change"
 	All               = "*"
 )
 
 // EventTypes lists the event types, All last.
-var EventTypes = []string{SandboxCreated, SandboxWoken, SandboxHibernated, SandboxKilled, SandboxExpired, SandboxLost, SandboxError, Change, All}
+var EventTypes = []string{SandboxCreated, SandboxWoken, SandboxHibernated, SandboxKilled, SandboxExpired, SandboxLost, SandboxError, TemplateBuilt, Change, All}
 
 // Headers of a delivery.
 const (
@@ -75,8 +76,10 @@ type Config struct {
 	Store      *store.Store
 	SecretsKey []byte
 	Policy     Policy
-	// View is a sandbox as the API shows it (a sandbox event's body).
-	View   func(store.Sandbox) v1.Sandbox
+	// View is a sandbox as the API shows it (a sandbox event's body); TemplateView a team
+	// template (a template.built event's body).
+	View         func(store.Sandbox) v1.Sandbox
+	TemplateView func(store.TeamTemplate) v1.Template
 	Logger *slog.Logger
 	Now    func() time.Time
 	// Poll is how often the store is read for events and due deliveries; RetryBase the first
@@ -259,8 +262,8 @@ func (s *Service) Run(ctx context.Context) {
 	}
 }
 
-// cursor is how far a team's sandbox changes and audit log were read.
-type cursor struct{ sandboxes, audit time.Time }
+// cursor is how far a team's sandbox changes, templates and audit log were read.
+type cursor struct{ sandboxes, templates, audit time.Time }
 
 // produce records a delivery for every new event of a team with webhooks, for each webhook that
 // asks for its type and existed before it.
@@ -276,7 +279,7 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 	for team, ws := range byTeam {
 		c, ok := cursors[team]
 		if !ok {
-			c = cursor{started, started}
+			c = cursor{started, started, started}
 		}
 		sbs, err := s.st.SandboxesChangedSince(ctx, team, c.sandboxes.Add(-lookback), batch)
 		if err != nil {
@@ -295,6 +298,25 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 				}
 				s.enqueue(ctx, ws, key, v1.WebhookEvent{Type: typ, At: v1.Timestamp(at), Sandbox: &v}, at)
 			}
+		}
+		// A team template's row is written when a build of it succeeds.
+		tpls, err := s.st.ListTeamTemplates(ctx, team)
+		if err != nil {
+			return err
+		}
+		for _, t := range tpls {
+			if t.UpdatedAt.Before(c.templates.Add(-lookback)) || t.UpdatedAt.Before(started.Add(-lookback)) {
+				continue
+			}
+			if t.UpdatedAt.After(c.templates) {
+				c.templates = t.UpdatedAt
+			}
+			var v v1.Template
+			if s.cfg.TemplateView != nil {
+				v = s.cfg.TemplateView(t)
+			}
+			key := fmt.Sprintf("tpl:%s:%d", t.Name, t.UpdatedAt.UnixMicro())
+			s.enqueue(ctx, ws, key, v1.WebhookEvent{Type: TemplateBuilt, At: v1.Timestamp(t.UpdatedAt), Template: &v}, t.UpdatedAt)
 		}
 		entries, _, err := s.st.ListAudit(ctx, store.AuditFilter{TeamID: team, Since: c.audit.Add(-lookback), Limit: batch})
 		if err != nil {

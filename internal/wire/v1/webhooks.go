@@ -51,6 +51,7 @@ type WebhookEvent struct {
 	Type      string   `json:"type"`
 	At        string   `json:"at"`
 	WebhookID string   `json:"webhook_id"`
-	Sandbox   *Sandbox `json:"sandbox,omitempty"`
-	Change    *Change  `json:"change,omitempty"`
+	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
+	Template  *Template `json:"template,omitempty"` // template.built: the team template as built
+	Change    *Change   `json:"change,omitempty"`
 }

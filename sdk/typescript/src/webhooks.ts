@@ -6,7 +6,7 @@ const seg = (s: string): string => encodeURIComponent(s);
 /** Event types a webhook may ask for; "*" is all. */
 export type WebhookEventType =
   | "sandbox.created" | "sandbox.woken" | "sandbox.hibernated" | "sandbox.killed" | "sandbox.ttl_expired"
-  | "sandbox.lost" | "sandbox.error" | "change" | "*";
+  | "sandbox.lost" | "sandbox.error" | "template.built" | "change" | "*";
 
 /** A webhook; `secret` (whsec_…) is in create's answer only. */
 export interface Webhook {
@@ -37,6 +37,7 @@ export interface WebhookEvent {
   at: string;
   webhook_id: string;
   sandbox?: Record<string, unknown>;
+  template?: Record<string, unknown>;
   change?: { method: string; route: string; resource_id: string; status: number };
 }
 
