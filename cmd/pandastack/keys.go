@@ -121,25 +121,20 @@ func teamsCmd() *cobra.Command {
 		fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", termtext.Escape(t.Name), t.ID)
 		return nil
 	})
-	var limits [5]int64
+	limits := quotaFlags()
 	quota := f.verb("quota TEAM_ID", "Set a team's own limits over the server's --quota-* defaults (admin keys)", cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-		// A limit left out takes the server's default.
-		given := func(i int, name string) *int64 {
-			if !cmd.Flags().Changed(name) {
-				return nil
+		var q v1.QuotaRequest
+		for i, l := range limits {
+			if cmd.Flags().Changed(l.flag) { // a limit left out takes the server's default
+				*l.field(&q) = &limits[i].value
 			}
-			return &limits[i]
 		}
-		q := v1.QuotaRequest{Sandboxes: given(0, "sandboxes"), VCPUs: given(1, "vcpus"), MemoryMiB: given(2, "memory-mib"),
-			Volumes: given(3, "volumes"), VolumeMiB: given(4, "volume-mib")}
 		u, err := c.SetQuota(ctx, args[0], q)
 		return showUsage(cmd, f, u, err)
 	})
-	quota.Flags().Int64Var(&limits[0], "sandboxes", 0, "running and hibernated sandboxes at once (0: no limit; left out: the server's default)")
-	quota.Flags().Int64Var(&limits[1], "vcpus", 0, "their vCPUs together (0: no limit; left out: the server's default)")
-	quota.Flags().Int64Var(&limits[2], "memory-mib", 0, "their memory together, MiB (0: no limit; left out: the server's default)")
-	quota.Flags().Int64Var(&limits[3], "volumes", 0, "volumes (0: no limit; left out: the server's default)")
-	quota.Flags().Int64Var(&limits[4], "volume-mib", 0, "the volumes' sizes together, MiB (0: no limit; left out: the server's default)")
+	for i, l := range limits {
+		quota.Flags().Int64Var(&limits[i].value, l.flag, 0, l.help+" (0: no limit; left out: the server's default)")
+	}
 	cmd.AddCommand(create, quota)
 	return cmd
 }
@@ -160,4 +155,25 @@ func expiryTime(v string, now time.Time) (string, error) {
 		return "", fmt.Errorf("--expires %q: give a duration (24h) or an RFC 3339 time (2030-01-02T15:04:05Z)", v)
 	}
 	return v, nil
+}
+
+// quotaFlag is one flag of teams quota: the limit it sets.
+type quotaFlag struct {
+	flag, help string
+	field      func(*v1.QuotaRequest) **int64
+	value      int64
+}
+
+func quotaFlags() []quotaFlag {
+	return []quotaFlag{
+		{"sandboxes", "running and hibernated sandboxes at once", func(r *v1.QuotaRequest) **int64 { return &r.Sandboxes }, 0},
+		{"vcpus", "their vCPUs together", func(r *v1.QuotaRequest) **int64 { return &r.VCPUs }, 0},
+		{"memory-mib", "their memory together, MiB", func(r *v1.QuotaRequest) **int64 { return &r.MemoryMiB }, 0},
+		{"volumes", "volumes", func(r *v1.QuotaRequest) **int64 { return &r.Volumes }, 0},
+		{"volume-mib", "the volumes' sizes together, MiB", func(r *v1.QuotaRequest) **int64 { return &r.VolumeMiB }, 0},
+		{"databases", "databases", func(r *v1.QuotaRequest) **int64 { return &r.Databases }, 0},
+		{"apps", "apps", func(r *v1.QuotaRequest) **int64 { return &r.Apps }, 0},
+		{"functions", "functions", func(r *v1.QuotaRequest) **int64 { return &r.Functions }, 0},
+		{"snapshot-mib", "the snapshots' sizes together, MiB", func(r *v1.QuotaRequest) **int64 { return &r.SnapshotMiB }, 0},
+	}
 }

@@ -40,6 +40,8 @@ var versionNames = []string{
 	14: "managed databases",
 	15: "published snapshots and hibernated sandboxes, host drain",
 	16: "apps and deployments",
+	17: "(reserved for another branch; renumbered at merge)",
+	18: "quotas on databases, apps, functions and snapshot sizes",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

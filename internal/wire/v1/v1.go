@@ -521,15 +521,20 @@ type AuditPage struct {
 }
 
 // Usage is GET /v1/usage (and PUT /v1/teams/{id}/quota's answer): a team's use against its
-// quotas. Use counts running and hibernated sandboxes, each at its template's size, and live
-// volumes at their size.
+// quotas. Use counts running and hibernated sandboxes, each at its template's size, live
+// volumes at their size, databases, apps, functions, and live snapshots at their size (MiB,
+// rounded up).
 type Usage struct {
-	TeamID    string    `json:"team_id"`
-	Sandboxes UsageItem `json:"sandboxes"`
-	VCPUs     UsageItem `json:"vcpus"`
-	MemoryMiB UsageItem `json:"memory_mib"`
-	Volumes   UsageItem `json:"volumes"`
-	VolumeMiB UsageItem `json:"volume_mib"`
+	TeamID      string    `json:"team_id"`
+	Sandboxes   UsageItem `json:"sandboxes"`
+	VCPUs       UsageItem `json:"vcpus"`
+	MemoryMiB   UsageItem `json:"memory_mib"`
+	Volumes     UsageItem `json:"volumes"`
+	VolumeMiB   UsageItem `json:"volume_mib"`
+	Databases   UsageItem `json:"databases"`
+	Apps        UsageItem `json:"apps"`
+	Functions   UsageItem `json:"functions"`
+	SnapshotMiB UsageItem `json:"snapshot_mib"`
 }
 
 // UsageItem is one quota: what is used and the limit (null: none).
@@ -541,11 +546,15 @@ type UsageItem struct {
 // QuotaRequest is the body of PUT /v1/teams/{id}/quota (admin keys): the team's own limits. A
 // field left out (or null) takes the server's default; 0 means no limit.
 type QuotaRequest struct {
-	Sandboxes *int64 `json:"sandboxes"`
-	VCPUs     *int64 `json:"vcpus"`
-	MemoryMiB *int64 `json:"memory_mib"`
-	Volumes   *int64 `json:"volumes"`
-	VolumeMiB *int64 `json:"volume_mib"`
+	Sandboxes   *int64 `json:"sandboxes"`
+	VCPUs       *int64 `json:"vcpus"`
+	MemoryMiB   *int64 `json:"memory_mib"`
+	Volumes     *int64 `json:"volumes"`
+	VolumeMiB   *int64 `json:"volume_mib"`
+	Databases   *int64 `json:"databases"`
+	Apps        *int64 `json:"apps"`
+	Functions   *int64 `json:"functions"`
+	SnapshotMiB *int64 `json:"snapshot_mib"`
 }
 
 // CodeRequest is the body of POST /v1/sandboxes/{id}/code: code run in a code context (the
