@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/faultpoint"
+
 	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
@@ -98,7 +100,7 @@ func (a *Agent) doctorVMMs(owned map[string]int, add addFinding) {
 func (a *Agent) doctorDirs(owned map[string]int, add addFinding) {
 	old := func(path string) bool {
 		fi, err := os.Stat(path)
-		return err == nil && time.Since(fi.ModTime()) > staleAfter
+		return err == nil && time.Since(fi.ModTime()) >= faultpoint.DoctorMinAge(staleAfter)
 	}
 	remove := func(path string) doctorFix { return func() error { return os.RemoveAll(path) } }
 	for _, dir := range []string{a.sandboxesDir(), filepath.Dir(a.runDir("sb_x"))} {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/faultpoint"
+
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
@@ -123,7 +125,7 @@ func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hos
 	}
 	for _, sb := range on {
 		created, _ := time.Parse(time.RFC3339, sb.CreatedAt)
-		if s.clock().Sub(created) < unrecordedAfter {
+		if s.clock().Sub(created) < faultpoint.DoctorMinAge(unrecordedAfter) {
 			continue
 		}
 		rec, err := s.store.GetSandbox(ctx, sb.ID)
