@@ -142,7 +142,15 @@ func TestFaults(t *testing.T) {
 					done <- result{got, err}
 				}()
 				victim := c.proc(which)
-				victim.waitFor(t, faultpoint.Paused+point, 10*time.Minute)
+				for !strings.Contains(victim.out.String(), faultpoint.Paused+point) {
+					select {
+					case r := <-done:
+						t.Fatalf("%s: the call ended (%v) before %s reached %s:\n%s", name, r.err, which, point, tail(victim.out.String(), 4000))
+					case <-victim.done:
+						t.Fatalf("%s: %s exited before %s:\n%s", name, which, point, tail(victim.out.String(), 4000))
+					case <-time.After(50 * time.Millisecond):
+					}
+				}
 				victim.kill()
 				if which == "server" {
 					c.startServer()

@@ -101,8 +101,9 @@ func (s *Service) Undrain(ctx context.Context, hostID string) error {
 const unrecordedAfter = 10 * time.Minute
 
 // Doctor asks a host for its leftovers and adds the control plane's: sandboxes the host runs that
-// the store does not know, or records killed or on another host. With repair, both are removed
-// (such sandboxes killed on the host).
+// the store does not know, or records killed or on another host, and snapshots the host keeps
+// that the store never recorded. With repair, they are removed (such sandboxes killed, such
+// snapshots deleted on the host).
 func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hostapi.DoctorFinding, error) {
 	h, err := s.store.GetHost(ctx, hostID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -135,6 +136,28 @@ func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hos
 		f := hostapi.DoctorFinding{Kind: "unrecorded_sandbox", Resource: sb.ID, Detail: "a sandbox this host runs that the store does not place there"}
 		if repair {
 			if err := c.KillSandbox(ctx, sb.ID); err != nil {
+				f.Error = err.Error()
+			} else {
+				f.Repaired = true
+			}
+		}
+		rep.Findings = append(rep.Findings, f)
+	}
+	snaps, err := c.ListSnapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, sn := range snaps {
+		if s.clock().Sub(sn.CreatedAt) < faultpoint.DoctorMinAge(unrecordedAfter) {
+			continue
+		}
+		if _, err := s.store.GetSnapshot(ctx, sn.ID); !errors.Is(err, store.ErrNotFound) {
+			continue // recorded (one recorded deleted is the reconcile's), or the store cannot say
+		}
+		f := hostapi.DoctorFinding{Kind: "unrecorded_snapshot", Resource: sn.ID,
+			Detail: "a snapshot this host keeps that the store does not know (its server died before recording it)"}
+		if repair {
+			if err := c.DeleteSnapshot(ctx, sn.ID); err != nil {
 				f.Error = err.Error()
 			} else {
 				f.Repaired = true
