@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/termtext"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 	"github.com/spf13/cobra"
@@ -121,19 +122,19 @@ func teamsCmd() *cobra.Command {
 		fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", termtext.Escape(t.Name), t.ID)
 		return nil
 	})
-	limits := quotaFlags()
+	limits := make([]int64, len(quotaHelp))
 	quota := f.verb("quota TEAM_ID", "Set a team's own limits over the server's --quota-* defaults (admin keys)", cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		var q v1.QuotaRequest
-		for i, l := range limits {
-			if cmd.Flags().Changed(l.flag) { // a limit left out takes the server's default
-				*l.field(&q) = &limits[i].value
+		for i, field := range q.Limits() {
+			if cmd.Flags().Changed(quotaFlag(i)) { // a limit left out takes the server's default
+				*field = &limits[i]
 			}
 		}
 		u, err := c.SetQuota(ctx, args[0], q)
 		return showUsage(cmd, f, u, err)
 	})
-	for i, l := range limits {
-		quota.Flags().Int64Var(&limits[i].value, l.flag, 0, l.help+" (0: no limit; left out: the server's default)")
+	for i, help := range quotaHelp {
+		quota.Flags().Int64Var(&limits[i], quotaFlag(i), 0, help+" (0: no limit; left out: the server's default)")
 	}
 	cmd.AddCommand(create, quota)
 	return cmd
@@ -157,23 +158,9 @@ func expiryTime(v string, now time.Time) (string, error) {
 	return v, nil
 }
 
-// quotaFlag is one flag of teams quota: the limit it sets.
-type quotaFlag struct {
-	flag, help string
-	field      func(*v1.QuotaRequest) **int64
-	value      int64
-}
+// quotaHelp says what each flag of teams quota limits, in the order of v1.QuotaRequest.Limits.
+var quotaHelp = []string{"running and hibernated sandboxes at once", "their vCPUs together", "their memory together, MiB",
+	"volumes", "the volumes' sizes together, MiB", "databases", "apps", "functions", "the snapshots' sizes together, MiB"}
 
-func quotaFlags() []quotaFlag {
-	return []quotaFlag{
-		{"sandboxes", "running and hibernated sandboxes at once", func(r *v1.QuotaRequest) **int64 { return &r.Sandboxes }, 0},
-		{"vcpus", "their vCPUs together", func(r *v1.QuotaRequest) **int64 { return &r.VCPUs }, 0},
-		{"memory-mib", "their memory together, MiB", func(r *v1.QuotaRequest) **int64 { return &r.MemoryMiB }, 0},
-		{"volumes", "volumes", func(r *v1.QuotaRequest) **int64 { return &r.Volumes }, 0},
-		{"volume-mib", "the volumes' sizes together, MiB", func(r *v1.QuotaRequest) **int64 { return &r.VolumeMiB }, 0},
-		{"databases", "databases", func(r *v1.QuotaRequest) **int64 { return &r.Databases }, 0},
-		{"apps", "apps", func(r *v1.QuotaRequest) **int64 { return &r.Apps }, 0},
-		{"functions", "functions", func(r *v1.QuotaRequest) **int64 { return &r.Functions }, 0},
-		{"snapshot-mib", "the snapshots' sizes together, MiB", func(r *v1.QuotaRequest) **int64 { return &r.SnapshotMiB }, 0},
-	}
-}
+// quotaFlag is the name of teams quota's flag of the i-th limit (memory_mib: --memory-mib).
+func quotaFlag(i int) string { return strings.ReplaceAll(store.QuotaNames[i], "_", "-") }

@@ -22,44 +22,14 @@ type Quota = store.QuotaAmount
 // died): longer than any create, fork or volume call takes.
 const quotaHoldTTL = 10 * time.Minute
 
-// quotaField is one quota: its wire name and where it is in a Quota, in the override, in the
-// usage answer and in the quota request.
-type quotaField struct {
-	name     string
-	of       func(*Quota) *int64
-	override func(*store.QuotaOverride) **int64
-	usage    func(*v1.Usage) *v1.UsageItem
-	request  func(*v1.QuotaRequest) **int64
-}
-
-var quotaFields = []quotaField{
-	{"sandboxes", func(q *Quota) *int64 { return &q.Sandboxes }, func(o *store.QuotaOverride) **int64 { return &o.Sandboxes },
-		func(u *v1.Usage) *v1.UsageItem { return &u.Sandboxes }, func(r *v1.QuotaRequest) **int64 { return &r.Sandboxes }},
-	{"vcpus", func(q *Quota) *int64 { return &q.VCPUs }, func(o *store.QuotaOverride) **int64 { return &o.VCPUs },
-		func(u *v1.Usage) *v1.UsageItem { return &u.VCPUs }, func(r *v1.QuotaRequest) **int64 { return &r.VCPUs }},
-	{"memory_mib", func(q *Quota) *int64 { return &q.MemoryMiB }, func(o *store.QuotaOverride) **int64 { return &o.MemoryMiB },
-		func(u *v1.Usage) *v1.UsageItem { return &u.MemoryMiB }, func(r *v1.QuotaRequest) **int64 { return &r.MemoryMiB }},
-	{"volumes", func(q *Quota) *int64 { return &q.Volumes }, func(o *store.QuotaOverride) **int64 { return &o.Volumes },
-		func(u *v1.Usage) *v1.UsageItem { return &u.Volumes }, func(r *v1.QuotaRequest) **int64 { return &r.Volumes }},
-	{"volume_mib", func(q *Quota) *int64 { return &q.VolumeMiB }, func(o *store.QuotaOverride) **int64 { return &o.VolumeMiB },
-		func(u *v1.Usage) *v1.UsageItem { return &u.VolumeMiB }, func(r *v1.QuotaRequest) **int64 { return &r.VolumeMiB }},
-	{"databases", func(q *Quota) *int64 { return &q.Databases }, func(o *store.QuotaOverride) **int64 { return &o.Databases },
-		func(u *v1.Usage) *v1.UsageItem { return &u.Databases }, func(r *v1.QuotaRequest) **int64 { return &r.Databases }},
-	{"apps", func(q *Quota) *int64 { return &q.Apps }, func(o *store.QuotaOverride) **int64 { return &o.Apps },
-		func(u *v1.Usage) *v1.UsageItem { return &u.Apps }, func(r *v1.QuotaRequest) **int64 { return &r.Apps }},
-	{"functions", func(q *Quota) *int64 { return &q.Functions }, func(o *store.QuotaOverride) **int64 { return &o.Functions },
-		func(u *v1.Usage) *v1.UsageItem { return &u.Functions }, func(r *v1.QuotaRequest) **int64 { return &r.Functions }},
-	{"snapshot_mib", func(q *Quota) *int64 { return &q.SnapshotMiB }, func(o *store.QuotaOverride) **int64 { return &o.SnapshotMiB },
-		func(u *v1.Usage) *v1.UsageItem { return &u.SnapshotMiB }, func(r *v1.QuotaRequest) **int64 { return &r.SnapshotMiB }},
-}
-
 // teamQuota is the server's default overlaid with the team's own override.
 func (s *Server) teamQuota(ctx context.Context, teamID string) (Quota, error) {
 	q := s.cfg.Quota
 	o, err := s.store.GetQuotaOverride(ctx, teamID)
-	for _, f := range quotaFields {
-		if v := *f.override(&o); v != nil {
-			*f.of(&q) = *v
+	limits := q.Fields()
+	for i, v := range o.Fields() {
+		if *v != nil {
+			*limits[i] = **v
 		}
 	}
 	return q, err
@@ -173,11 +143,12 @@ func (s *Server) holdWithin(ctx context.Context, teamID string, q, need Quota) (
 		if err != nil {
 			return err
 		}
-		for _, f := range quotaFields {
-			limit, used, add := *f.of(&q), *f.of(&use)+*f.of(&held), *f.of(&need)
+		limits, uses, helds, needs := q.Fields(), use.Fields(), held.Fields(), need.Fields()
+		for i, name := range store.QuotaNames {
+			limit, used, add := *limits[i], *uses[i]+*helds[i], *needs[i]
 			if limit > 0 && add > 0 && used+add > limit {
 				return errdefs.New(errdefs.Exhausted, "quota exceeded: %s limit %d, in use %d, this call needs %d more (see GET /v1/usage; free some, or ask the operator for more)",
-					f.name, limit, used, add)
+					name, limit, used, add)
 			}
 		}
 		return s.store.AddQuotaHold(ctx, id, teamID, need, quotaHoldTTL)
@@ -200,12 +171,12 @@ func (s *Server) usageView(ctx context.Context, teamID string) (v1.Usage, error)
 	}
 	u, err := s.teamUse(ctx, teamID)
 	view := v1.Usage{TeamID: teamID}
-	for _, f := range quotaFields {
-		it := v1.UsageItem{Used: *f.of(&u)}
-		if limit := *f.of(&q); limit > 0 {
+	limits, uses := q.Fields(), u.Fields()
+	for i, it := range view.Items() {
+		it.Used = *uses[i]
+		if limit := *limits[i]; limit > 0 {
 			it.Limit = &limit
 		}
-		*f.usage(&view) = it
 	}
 	return view, err
 }
@@ -224,11 +195,11 @@ func (s *Server) setQuota(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var o store.QuotaOverride
-	for _, f := range quotaFields {
-		v := *f.request(&req)
-		*f.override(&o) = v
-		if v != nil && *v < 0 {
-			s.writeError(w, r, invalid("%s must be 0 (no limit) or more, got %d", f.name, *v))
+	limits := o.Fields()
+	for i, v := range req.Limits() {
+		*limits[i] = *v
+		if *v != nil && **v < 0 {
+			s.writeError(w, r, invalid("%s must be 0 (no limit) or more, got %d", store.QuotaNames[i], **v))
 			return
 		}
 	}

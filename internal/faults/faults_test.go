@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/faultpoint"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // op is an operation a case interrupts: prep (run before the fault, on a healthy system) returns
@@ -241,16 +243,9 @@ func (c *cluster) converge(ctx context.Context, name string) []string {
 	// The records follow the host (its reconcile): nothing live in the store the host lacks.
 	c.eventually(name+": records match the host", 2*time.Minute, func() error {
 		recs, err := c.records(ctx)
-		if err != nil {
+		host, herr := c.hostSandboxes(ctx)
+		if err := errors.Join(err, herr); err != nil {
 			return err
-		}
-		onHost, err := c.ac.ListSandboxes(ctx)
-		if err != nil {
-			return err
-		}
-		host := map[string]string{}
-		for _, sb := range onHost {
-			host[sb.ID] = sb.State
 		}
 		for id, st := range recs {
 			switch {
@@ -310,7 +305,17 @@ func (c *cluster) converge(ctx context.Context, name string) []string {
 	return slices.Compact(found)
 }
 
-// records is every sandbox the store has, by state.
+// hostSandboxes is every sandbox the host has, with its state.
+func (c *cluster) hostSandboxes(ctx context.Context) (map[string]string, error) {
+	list, err := c.ac.ListSandboxes(ctx)
+	out := map[string]string{}
+	for _, sb := range list {
+		out[sb.ID] = sb.State
+	}
+	return out, err
+}
+
+// records is every sandbox the store has, with its state.
 func (c *cluster) records(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
 	cursor := ""
@@ -333,14 +338,13 @@ func (c *cluster) records(ctx context.Context) (map[string]string, error) {
 // VMM cgroup belongs to a sandbox the host runs; no bake or snapshot is half made; the pool is one
 // loop device; every live snapshot record is on the host and every host snapshot recorded.
 func (c *cluster) leaks(ctx context.Context) error {
-	onHost, err := c.ac.ListSandboxes(ctx)
+	all, err := c.hostSandboxes(ctx)
 	if err != nil {
 		return err
 	}
-	running, all := map[string]bool{}, map[string]bool{}
-	for _, sb := range onHost {
-		all[sb.ID] = true
-		running[sb.ID] = sb.State == "running"
+	running := map[string]bool{}
+	for id, st := range all {
+		running[id] = st == "running"
 	}
 	var problems []string
 	for what := range c.vmms() {
@@ -352,7 +356,7 @@ func (c *cluster) leaks(ctx context.Context) error {
 	for _, dir := range []string{filepath.Join(pool, "sandboxes"), filepath.Join(c.agentDir, "run")} {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), "sb_") && !all[e.Name()] {
+			if _, ok := all[e.Name()]; strings.HasPrefix(e.Name(), "sb_") && !ok {
 				problems = append(problems, "directory "+filepath.Join(dir, e.Name())+" of no sandbox")
 			}
 			if strings.HasPrefix(e.Name(), "bake-") {
@@ -368,7 +372,7 @@ func (c *cluster) leaks(ctx context.Context) error {
 			}
 		}
 	}
-	for _, cg := range agentCgroups(c.agentDir) {
+	for _, cg := range testenv.AgentCgroups(c.agentDir) {
 		ents, _ := os.ReadDir(cg)
 		for _, e := range ents {
 			if e.IsDir() && strings.HasPrefix(e.Name(), "sb_") && !running[e.Name()] {
@@ -387,15 +391,16 @@ func (c *cluster) leaks(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	have := map[string]bool{}
+	recorded, have := map[string]bool{}, map[string]bool{}
+	for _, sn := range snaps {
+		recorded[sn.ID] = true
+	}
 	for _, sn := range hostSnaps {
 		have[sn.ID] = true
 	}
-	recorded := map[string]bool{}
-	for _, sn := range snaps {
-		recorded[sn.ID] = true
-		if !have[sn.ID] {
-			problems = append(problems, "snapshot record "+sn.ID+" the host does not have")
+	for id := range recorded {
+		if !have[id] {
+			problems = append(problems, "snapshot record "+id+" the host does not have")
 		}
 	}
 	for id := range have {

@@ -2,8 +2,6 @@ package faults
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,6 +20,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/faultpoint"
+	"github.com/pandastack/pandastack/internal/hostagent"
 	"github.com/pandastack/pandastack/internal/network/nettest"
 	"github.com/pandastack/pandastack/internal/testenv"
 )
@@ -278,7 +277,7 @@ func (c *cluster) teardown() {
 	for _, dev := range loopsOf(pool + ".xfs") {
 		exec.Command("losetup", "-d", dev).Run()
 	}
-	cgs := agentCgroups(c.agentDir)
+	cgs := testenv.AgentCgroups(c.agentDir)
 	for i := len(cgs) - 1; i >= 0; i-- {
 		subs, _ := os.ReadDir(cgs[i])
 		for _, s := range subs {
@@ -298,28 +297,12 @@ func (c *cluster) teardown() {
 	os.RemoveAll(c.dir)
 }
 
-// vmms lists the QEMU processes working in the agent's run directories (sandboxes' and bakes').
+// vmms lists the QEMU processes working in the agent's run directories (sandboxes' and bakes'),
+// as "<run dir name> pid <pid>" → pid.
 func (c *cluster) vmms() map[string]int {
-	runs := filepath.Join(c.agentDir, "run")
 	out := map[string]int{}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err != nil || !strings.Contains(strings.SplitN(string(cmd), "\x00", 2)[0], "qemu-system") {
-			continue
-		}
-		cwd, err := os.Readlink(filepath.Join("/proc", p.Name(), "cwd"))
-		if err != nil {
-			continue
-		}
-		cwd = strings.TrimSuffix(cwd, " (deleted)")
-		if filepath.Dir(cwd) == runs {
-			out[filepath.Base(cwd)+" pid "+strconv.Itoa(pid)] = pid
-		}
+	for pid, dir := range hostagent.VMMsIn(filepath.Join(c.agentDir, "run")) {
+		out[dir+" pid "+strconv.Itoa(pid)] = pid
 	}
 	return out
 }
@@ -328,36 +311,4 @@ func (c *cluster) vmms() map[string]int {
 func loopsOf(file string) []string {
 	out, _ := exec.Command("losetup", "-n", "-O", "NAME", "-j", file).Output()
 	return strings.Fields(string(out))
-}
-
-// agentCgroups lists the cgroup folders of the agent with this data dir (the child runs in our
-// own cgroup): pandastack/<hash of the data dir> under it, in each hierarchy.
-func agentCgroups(agentDir string) []string {
-	data, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil
-	}
-	h := sha256.Sum256([]byte(agentDir))
-	name := filepath.Join("pandastack", hex.EncodeToString(h[:])[:12])
-	var out []string
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		var roots []string
-		switch f[1] {
-		case "":
-			roots = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
-		case "cpu", "memory", "pids", "cpu,cpuacct", "cpuacct,cpu":
-			roots = []string{filepath.Join("/sys/fs/cgroup", f[1])}
-		}
-		for _, r := range roots {
-			d := filepath.Join(r, f[2], name)
-			if _, err := os.Stat(d); err == nil {
-				out = append(out, d)
-			}
-		}
-	}
-	return out
 }

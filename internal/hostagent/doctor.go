@@ -64,10 +64,10 @@ func (a *Agent) Doctor(repair bool) hostapi.DoctorReport {
 
 type addFinding func(kind, resource, detail string, fix doctorFix)
 
-// doctorVMMs: QEMU processes working in one of this agent's sandbox run directories whose sandbox
-// is gone or runs another VMM.
-func (a *Agent) doctorVMMs(owned map[string]int, add addFinding) {
-	runs := filepath.Dir(a.runDir("sb_x"))
+// VMMsIn lists the QEMU processes working in a directory of runs (an agent's run directories:
+// sandboxes' and bakes'), by pid, each with the name of its directory.
+func VMMsIn(runs string) map[int]string {
+	out := map[int]string{}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
@@ -82,9 +82,18 @@ func (a *Agent) doctorVMMs(owned map[string]int, add addFinding) {
 		if err != nil {
 			continue
 		}
-		cwd = strings.TrimSuffix(cwd, " (deleted)")
-		id := filepath.Base(cwd)
-		if filepath.Dir(cwd) != runs || !strings.HasPrefix(id, "sb_") {
+		if cwd = strings.TrimSuffix(cwd, " (deleted)"); filepath.Dir(cwd) == runs {
+			out[pid] = filepath.Base(cwd)
+		}
+	}
+	return out
+}
+
+// doctorVMMs: QEMU processes working in one of this agent's sandbox run directories whose sandbox
+// is gone or runs another VMM.
+func (a *Agent) doctorVMMs(owned map[string]int, add addFinding) {
+	for pid, id := range VMMsIn(filepath.Dir(a.runDir("sb_x"))) {
+		if !strings.HasPrefix(id, "sb_") {
 			continue
 		}
 		if vmm, ok := owned[id]; ok && (vmm == pid || vmm == 0) {

@@ -134,13 +134,7 @@ func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hos
 			continue // recorded here (or the store cannot say: nothing is killed on doubt)
 		}
 		f := hostapi.DoctorFinding{Kind: "unrecorded_sandbox", Resource: sb.ID, Detail: "a sandbox this host runs that the store does not place there"}
-		if repair {
-			if err := c.KillSandbox(ctx, sb.ID); err != nil {
-				f.Error = err.Error()
-			} else {
-				f.Repaired = true
-			}
-		}
+		repairWith(&f, repair, func() error { return c.KillSandbox(ctx, sb.ID) })
 		rep.Findings = append(rep.Findings, f)
 	}
 	snaps, err := c.ListSnapshots(ctx)
@@ -156,14 +150,20 @@ func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hos
 		}
 		f := hostapi.DoctorFinding{Kind: "unrecorded_snapshot", Resource: sn.ID,
 			Detail: "a snapshot this host keeps that the store does not know (its server died before recording it)"}
-		if repair {
-			if err := c.DeleteSnapshot(ctx, sn.ID); err != nil {
-				f.Error = err.Error()
-			} else {
-				f.Repaired = true
-			}
-		}
+		repairWith(&f, repair, func() error { return c.DeleteSnapshot(ctx, sn.ID) })
 		rep.Findings = append(rep.Findings, f)
 	}
 	return rep.Findings, nil
+}
+
+// repairWith runs fix when repair is asked for, and records on f whether it worked.
+func repairWith(f *hostapi.DoctorFinding, repair bool, fix func() error) {
+	if !repair {
+		return
+	}
+	if err := fix(); err != nil {
+		f.Error = err.Error()
+	} else {
+		f.Repaired = true
+	}
 }

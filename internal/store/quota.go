@@ -21,6 +21,11 @@ type QuotaOverride struct {
 	SnapshotMiB *int64
 }
 
+// Fields are o's limits in the order of QuotaNames.
+func (o *QuotaOverride) Fields() []**int64 {
+	return []**int64{&o.Sandboxes, &o.VCPUs, &o.MemoryMiB, &o.Volumes, &o.VolumeMiB, &o.Databases, &o.Apps, &o.Functions, &o.SnapshotMiB}
+}
+
 // GetQuotaOverride returns a team's override (every field nil when it has none).
 func (s *Store) GetQuotaOverride(ctx context.Context, teamID string) (QuotaOverride, error) {
 	var a, b, c, d, e, f, g, h, i sql.NullInt64

@@ -15,6 +15,14 @@ type QuotaAmount struct {
 	Databases, Apps, Functions, SnapshotMiB         int64
 }
 
+// Fields are a's amounts in the order of QuotaNames.
+func (a *QuotaAmount) Fields() []*int64 {
+	return []*int64{&a.Sandboxes, &a.VCPUs, &a.MemoryMiB, &a.Volumes, &a.VolumeMiB, &a.Databases, &a.Apps, &a.Functions, &a.SnapshotMiB}
+}
+
+// QuotaNames are the quotas' names on the wire, in the order of the Fields methods.
+var QuotaNames = []string{"sandboxes", "vcpus", "memory_mib", "volumes", "volume_mib", "databases", "apps", "functions", "snapshot_mib"}
+
 // A quota hold is use a call has claimed and not yet recorded: a create holds its sandbox's
 // size from the quota check until the sandbox is in the store (or the create failed). The check
 // counts recorded use and holds together under WithTeamLock, so two calls racing for a team's

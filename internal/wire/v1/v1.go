@@ -525,16 +525,23 @@ type AuditPage struct {
 // volumes at their size, databases, apps, functions, and live snapshots at their size (MiB,
 // rounded up).
 type Usage struct {
-	TeamID      string    `json:"team_id"`
-	Sandboxes   UsageItem `json:"sandboxes"`
-	VCPUs       UsageItem `json:"vcpus"`
-	MemoryMiB   UsageItem `json:"memory_mib"`
-	Volumes     UsageItem `json:"volumes"`
-	VolumeMiB   UsageItem `json:"volume_mib"`
+	TeamID    string    `json:"team_id"`
+	Sandboxes UsageItem `json:"sandboxes"`
+	VCPUs     UsageItem `json:"vcpus"`
+	MemoryMiB UsageItem `json:"memory_mib"`
+	// Volumes, and their sizes together.
+	Volumes   UsageItem `json:"volumes"`
+	VolumeMiB UsageItem `json:"volume_mib"`
+	// Products, and the snapshots' sizes together.
 	Databases   UsageItem `json:"databases"`
 	Apps        UsageItem `json:"apps"`
 	Functions   UsageItem `json:"functions"`
 	SnapshotMiB UsageItem `json:"snapshot_mib"`
+}
+
+// Items are u's quotas in the order of Limits.
+func (u *Usage) Items() []*UsageItem {
+	return []*UsageItem{&u.Sandboxes, &u.VCPUs, &u.MemoryMiB, &u.Volumes, &u.VolumeMiB, &u.Databases, &u.Apps, &u.Functions, &u.SnapshotMiB}
 }
 
 // UsageItem is one quota: what is used and the limit (null: none).
@@ -546,15 +553,23 @@ type UsageItem struct {
 // QuotaRequest is the body of PUT /v1/teams/{id}/quota (admin keys): the team's own limits. A
 // field left out (or null) takes the server's default; 0 means no limit.
 type QuotaRequest struct {
-	Sandboxes   *int64 `json:"sandboxes"`
-	VCPUs       *int64 `json:"vcpus"`
-	MemoryMiB   *int64 `json:"memory_mib"`
-	Volumes     *int64 `json:"volumes"`
-	VolumeMiB   *int64 `json:"volume_mib"`
+	Sandboxes *int64 `json:"sandboxes"`
+	VCPUs     *int64 `json:"vcpus"`
+	MemoryMiB *int64 `json:"memory_mib"`
+	// Volumes, and their sizes together.
+	Volumes   *int64 `json:"volumes"`
+	VolumeMiB *int64 `json:"volume_mib"`
+	// Products, and the snapshots' sizes together.
 	Databases   *int64 `json:"databases"`
 	Apps        *int64 `json:"apps"`
 	Functions   *int64 `json:"functions"`
 	SnapshotMiB *int64 `json:"snapshot_mib"`
+}
+
+// Limits are r's limits, in the order sandboxes, vcpus, memory_mib, volumes, volume_mib,
+// databases, apps, functions, snapshot_mib.
+func (r *QuotaRequest) Limits() []**int64 {
+	return []**int64{&r.Sandboxes, &r.VCPUs, &r.MemoryMiB, &r.Volumes, &r.VolumeMiB, &r.Databases, &r.Apps, &r.Functions, &r.SnapshotMiB}
 }
 
 // CodeRequest is the body of POST /v1/sandboxes/{id}/code: code run in a code context (the
