@@ -144,12 +144,15 @@ func TestFaults(t *testing.T) {
 					done <- result{got, err}
 				}()
 				victim := c.proc(which)
+				deadline := time.After(10 * time.Minute)
 				for !strings.Contains(victim.out.String(), faultpoint.Paused+point) {
 					select {
 					case r := <-done:
-						t.Fatalf("%s: the call ended (%v) before %s reached %s:\n%s", name, r.err, which, point, tail(victim.out.String(), 4000))
+						t.Fatalf("%s: the call ended (%v) before %s reached %s:\n%s", name, r.err, which, point, c.logs())
 					case <-victim.done:
-						t.Fatalf("%s: %s exited before %s:\n%s", name, which, point, tail(victim.out.String(), 4000))
+						t.Fatalf("%s: %s exited before %s:\n%s", name, which, point, c.logs())
+					case <-deadline:
+						t.Fatalf("%s: %s did not reach %s:\n%s", name, which, point, c.logs())
 					case <-time.After(50 * time.Millisecond):
 					}
 				}

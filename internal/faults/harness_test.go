@@ -229,10 +229,15 @@ func (c *cluster) eventually(what string, limit time.Duration, check func() erro
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("%s: %v\nserver:\n%s\nagent:\n%s", what, err, tail(c.server.out.String(), 3000), tail(c.agent.out.String(), 3000))
+			c.t.Fatalf("%s: %v\n%s", what, err, c.logs())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// logs is the end of both processes' output.
+func (c *cluster) logs() string {
+	return "server:\n" + tail(c.server.out.String(), 3000) + "\nagent:\n" + tail(c.agent.out.String(), 3000)
 }
 
 // restart stops p's process gracefully and starts it again with env (a pause point).
