@@ -199,26 +199,32 @@ func (c *cluster) diskFull(ctx context.Context) []string {
 	c.agent.waitFor(t, faultpoint.Held+"agent.snapshot.admitted", 5*time.Minute)
 	pool := filepath.Join(c.agentDir, "pool")
 	var fills []string
-	for i := 0; ; i++ {
+	// Allocated, not written: the pool fills, its sparse file on the host's disk does not grow.
+	// Smaller and smaller files take what is left, to the last block.
+	size := int64(1) << 40
+	for i := 0; size >= 4096 && i < 200; i++ {
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(pool, &st); err != nil {
 			t.Fatal(err)
 		}
-		free := int64(st.Bavail) * st.Bsize
-		if free < 1<<20 || i > 20 {
-			t.Logf("pool filled: %d bytes free", free)
+		size = min(size, int64(st.Bavail)*st.Bsize)
+		if size < 4096 {
 			break
 		}
 		f := filepath.Join(pool, fmt.Sprintf("fill-%d", i))
-		fills = append(fills, f)
 		fh, err := os.Create(f)
 		if err != nil {
 			break
 		}
-		// Allocated, not written: the pool is full, its sparse file on the host disk does not grow.
-		syscall.Fallocate(int(fh.Fd()), 0, 0, free-free/64)
+		fills = append(fills, f)
+		if err := syscall.Fallocate(int(fh.Fd()), 0, 0, size); err != nil {
+			size /= 2
+		}
 		fh.Close()
 	}
+	var st syscall.Statfs_t
+	syscall.Statfs(pool, &st)
+	t.Logf("pool filled: %d bytes free", int64(st.Bavail)*st.Bsize)
 	os.WriteFile(release, nil, 0o600)
 	err := <-done
 	t.Logf("snapshot on a full disk: %v", err)
