@@ -89,7 +89,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	tmp, err := m.snapshots.Begin(snap.ID)
 	defer os.RemoveAll(tmp) // nothing half-made is ever visible
 	if err != nil {
-		return snapshot.Record{}, err
+		return snapshot.Record{}, snapshotErr(id, err)
 	}
 	vm := rec.VM
 	st, err := m.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(tmp), runtime.SnapshotOptions{
