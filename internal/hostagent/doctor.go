@@ -78,7 +78,9 @@ func (a *Agent) doctor(repair bool, minAge time.Duration, atStart bool) hostapi.
 	}
 	pass(func(add addFinding) {
 		a.doctorDirs(owned, minAge, atStart, add)
-		a.doctorNetwork(add)
+		if !atStart { // the network's start has reclaimed its own leftovers, while it filled its ready slots
+			a.doctorNetwork(add)
+		}
 		a.doctorCgroups(owned, add)
 	})
 	return out
