@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -118,17 +119,9 @@ func TestQuotaRace(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.Quota = Quota{Sandboxes: 3} })
 	e.agent.SetCreateDelay(200 * time.Millisecond) // every create is in flight at once
 	const n = 8
-	codes := make(chan int, n)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() { codes <- e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base"}).status })
-	}
-	wg.Wait()
-	close(codes)
-	count := map[int]int{}
-	for c := range codes {
-		count[c]++
-	}
+	count := race(n, func(int) int {
+		return e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base"}).status
+	})
 	if count[201] != 3 || count[429] != n-3 {
 		t.Fatalf("%d racing creates under a limit of 3: %v, want 3 created and %d refused", n, count, n-3)
 	}
@@ -191,4 +184,36 @@ func TestServiceQuotas(t *testing.T) {
 	if h, err := e.st.HeldQuota(ctx, team); err != nil || h != (store.QuotaAmount{}) {
 		t.Fatalf("holds left: %+v %v", h, err)
 	}
+}
+
+// TestServiceQuotaRace: app creates racing for a team's last slots go through the same holds as
+// sandboxes: exactly the limit's count is made.
+func TestServiceQuotaRace(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Quota = Quota{Apps: 3} })
+	const n = 8
+	count := race(n, func(i int) int {
+		return e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "race" + strconv.Itoa(i)}).status
+	})
+	if count[201] != 3 || count[429] != n-3 {
+		t.Fatalf("%d racing app creates under a limit of 3: %v", n, count)
+	}
+	if u := e.usage(e.admin); u.Apps.Used != 3 {
+		t.Fatalf("apps in use after the race: %+v", u.Apps)
+	}
+}
+
+// race runs call n times at once and counts the statuses they answered.
+func race(n int, call func(i int) int) map[int]int {
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { codes <- call(i) })
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	return count
 }
