@@ -24,6 +24,8 @@ type cluster struct {
 	dir            string
 	direct, public *apiClient
 	stop           func()
+	agentPID       int
+	serverPID      int
 }
 
 // startCluster starts a cluster in a temp dir under /var/tmp, its agent's network slots in cidr
@@ -76,7 +78,8 @@ func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl
 		stops = append(stops, func() { c.Process.Signal(syscall.SIGTERM); c.Wait() })
 	}
 	cl = &cluster{dir: dir, direct: &apiClient{base: "http://" + agentAddr, auth: "Bearer " + token},
-		public: &apiClient{base: "http://" + serverAddr, auth: "Bearer " + key}, stop: stop}
+		public: &apiClient{base: "http://" + serverAddr, auth: "Bearer " + key}, stop: stop,
+		agentPID: agent.Process.Pid, serverPID: server.Process.Pid}
 	for _, c := range []*apiClient{cl.direct, cl.public} {
 		if err := waitHealthy(c.base, 60*time.Second); err != nil {
 			return nil, fmt.Errorf("%w (logs in %s)", err, dir)

@@ -31,7 +31,7 @@ func main() {
 	guestAgent := flag.String("guest-agent", "bin/pandastack-guest", "pandastack-guest binary")
 	imageCache := flag.String("image-cache", os.Getenv("PANDASTACK_IMAGE_CACHE"), "guest image cache (default: inside the data dir)")
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
-	suites := flag.String("suites", defaultSuites, "comma-separated suites to run (templates, which builds the whole catalog, and code, which bakes code-interpreter, run only when named)")
+	suites := flag.String("suites", defaultSuites, "comma-separated suites to run (templates, which builds the whole catalog, code, which bakes code-interpreter, and soak, which runs for -soak-duration, run only when named)")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
 	flag.StringVar(&guestBefore, "guest-agent-before", "", "an earlier pandastack-guest binary: suite guest-before compares creates with it against -guest-agent")
 	flag.StringVar(&cpuModel, "cpu", "qemu64", "suite cpu compares creates (and what the template runs) under this QEMU CPU model against the default")
@@ -194,8 +194,10 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = databasesSuite(ctx, res, guestAgent, imageCache, max(creates/2, 2))
 		case "apps":
 			err = appsSuite(ctx, res, guestAgent, imageCache, max(creates/3, 3))
+		case "soak":
+			err = soakSuite(ctx, res, guestAgent, imageCache)
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, apps, templates, code, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, apps, soak, templates, code, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

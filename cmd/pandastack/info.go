@@ -48,7 +48,7 @@ func infoCmd() *cobra.Command {
 
 func usageCmd() *cobra.Command {
 	var f apiFlags
-	cmd := f.verb("usage", "Show your team's use against its quotas (running and hibernated sandboxes)", cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+	cmd := f.verb("usage", "Show your team's use against its quotas (sandboxes, volumes, databases, apps, functions, snapshots)", cobra.NoArgs, func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		u, err := c.Usage(ctx)
 		return showUsage(cmd, &f, u, err)
 	})
@@ -74,7 +74,8 @@ func printUsage(cmd *cobra.Command, u v1.Usage) {
 	for _, it := range []struct {
 		name string
 		v    v1.UsageItem
-	}{{"sandboxes", u.Sandboxes}, {"vcpus", u.VCPUs}, {"memory_mib", u.MemoryMiB}, {"volumes", u.Volumes}, {"volume_mib", u.VolumeMiB}} {
+	}{{"sandboxes", u.Sandboxes}, {"vcpus", u.VCPUs}, {"memory_mib", u.MemoryMiB}, {"volumes", u.Volumes}, {"volume_mib", u.VolumeMiB},
+		{"databases", u.Databases}, {"apps", u.Apps}, {"functions", u.Functions}, {"snapshot_mib", u.SnapshotMiB}} {
 		limit := "none"
 		if it.v.Limit != nil {
 			limit = strconv.FormatInt(*it.v.Limit, 10)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/termtext"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 	"github.com/spf13/cobra"
@@ -121,25 +122,20 @@ func teamsCmd() *cobra.Command {
 		fmt.Fprintf(cmd.ErrOrStderr(), "team %s (%s) created; its first key is above and is shown only once\n", termtext.Escape(t.Name), t.ID)
 		return nil
 	})
-	var limits [5]int64
+	limits := make([]int64, len(quotaHelp))
 	quota := f.verb("quota TEAM_ID", "Set a team's own limits over the server's --quota-* defaults (admin keys)", cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-		// A limit left out takes the server's default.
-		given := func(i int, name string) *int64 {
-			if !cmd.Flags().Changed(name) {
-				return nil
+		var q v1.QuotaRequest
+		for i, field := range q.Limits() {
+			if cmd.Flags().Changed(quotaFlag(i)) { // a limit left out takes the server's default
+				*field = &limits[i]
 			}
-			return &limits[i]
 		}
-		q := v1.QuotaRequest{Sandboxes: given(0, "sandboxes"), VCPUs: given(1, "vcpus"), MemoryMiB: given(2, "memory-mib"),
-			Volumes: given(3, "volumes"), VolumeMiB: given(4, "volume-mib")}
 		u, err := c.SetQuota(ctx, args[0], q)
 		return showUsage(cmd, f, u, err)
 	})
-	quota.Flags().Int64Var(&limits[0], "sandboxes", 0, "running and hibernated sandboxes at once (0: no limit; left out: the server's default)")
-	quota.Flags().Int64Var(&limits[1], "vcpus", 0, "their vCPUs together (0: no limit; left out: the server's default)")
-	quota.Flags().Int64Var(&limits[2], "memory-mib", 0, "their memory together, MiB (0: no limit; left out: the server's default)")
-	quota.Flags().Int64Var(&limits[3], "volumes", 0, "volumes (0: no limit; left out: the server's default)")
-	quota.Flags().Int64Var(&limits[4], "volume-mib", 0, "the volumes' sizes together, MiB (0: no limit; left out: the server's default)")
+	for i, help := range quotaHelp {
+		quota.Flags().Int64Var(&limits[i], quotaFlag(i), 0, help+" (0: no limit; left out: the server's default)")
+	}
 	cmd.AddCommand(create, quota)
 	return cmd
 }
@@ -161,3 +157,10 @@ func expiryTime(v string, now time.Time) (string, error) {
 	}
 	return v, nil
 }
+
+// quotaHelp says what each flag of teams quota limits, in the order of v1.QuotaRequest.Limits.
+var quotaHelp = []string{"running and hibernated sandboxes at once", "their vCPUs together", "their memory together, MiB",
+	"volumes", "the volumes' sizes together, MiB", "databases", "apps", "functions", "the snapshots' sizes together, MiB"}
+
+// quotaFlag is the name of teams quota's flag of the i-th limit (memory_mib: --memory-mib).
+func quotaFlag(i int) string { return strings.ReplaceAll(store.QuotaNames[i], "_", "-") }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
 	"io"
 	"os"
 	"os/exec"
@@ -46,38 +44,6 @@ func mountedAt(t *testing.T, dir string) bool {
 func loopsOf(file string) []string {
 	out, _ := exec.Command("losetup", "-n", "-O", "NAME", "-j", file).Output()
 	return strings.Fields(string(out))
-}
-
-// agentCgroups lists the existing cgroup folders of the agent with this data dir (the child runs
-// in our own cgroup): pandastack/<hash of the data dir> under it, in each hierarchy.
-func agentCgroups(t *testing.T, agentDir string) []string {
-	data, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256([]byte(agentDir))
-	name := filepath.Join("pandastack", hex.EncodeToString(h[:])[:12])
-	var out []string
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		var roots []string
-		switch f[1] {
-		case "":
-			roots = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
-		case "cpu", "memory", "pids", "cpu,cpuacct", "cpuacct,cpu":
-			roots = []string{filepath.Join("/sys/fs/cgroup", f[1])}
-		}
-		for _, r := range roots {
-			d := filepath.Join(r, f[2], name)
-			if _, err := os.Stat(d); err == nil {
-				out = append(out, d)
-			}
-		}
-	}
-	return out
 }
 
 // upProcess is `pandastack up` running in a child process (see TestMain).
@@ -196,7 +162,7 @@ func TestUpHygiene(t *testing.T) {
 	if !mountedAt(t, pool) || len(loopsOf(img)) == 0 {
 		t.Errorf("while up runs, %s is not a loop-mounted pool", pool)
 	}
-	cgroups = agentCgroups(t, filepath.Join(dir, "agent"))
+	cgroups = testenv.AgentCgroups(filepath.Join(dir, "agent"))
 	if len(cgroups) == 0 {
 		t.Errorf("while up runs, no cgroup of its agent is found:\n%s", stderr.String())
 	}

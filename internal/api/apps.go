@@ -45,6 +45,12 @@ func (s *Server) createApp(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	release, err := s.holdQuota(r.Context(), id.TeamID, Quota{Apps: 1})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer release()
 	a, err := s.apps.Create(r.Context(), id.TeamID, sp)
 	s.reply(w, r, http.StatusCreated, s.appView(a), err)
 }

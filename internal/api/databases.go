@@ -28,7 +28,7 @@ func (s *Server) databaseView(d store.Database, password, note string) v1.Databa
 }
 
 // newDatabase answers a request that makes a database (create, branch, restore): it reads the
-// body into a T, holds a sandbox of the team's quota (a database is a sandbox of the team's) and
+// body into a T, holds a database and a sandbox of the team's quota (a database is a sandbox of the team's) and
 // answers 201 with what build returns (a password and a note only for a create).
 func newDatabase[T any](s *Server, w http.ResponseWriter, r *http.Request,
 	build func(ctx context.Context, teamID string, req T) (d store.Database, password, note string, err error)) {
@@ -38,7 +38,7 @@ func newDatabase[T any](s *Server, w http.ResponseWriter, r *http.Request,
 		s.writeError(w, r, err)
 		return
 	}
-	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, database.Template, 1)
+	release, err := s.holdSandboxesAnd(r.Context(), id.TeamID, database.Template, 1, Quota{Databases: 1})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -66,9 +66,15 @@ func (s *Server) deployFunction(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, functions.BaseTemplate, 1)
+	// The bake is a sandbox of the team's; a new name is one more function (a known one, a new
+	// version of it).
+	var more Quota
+	if _, err := s.store.GetTeamFunctionByName(r.Context(), id.TeamID, spec.Name); errors.Is(err, store.ErrNotFound) {
+		more.Functions = 1
+	}
+	release, err := s.holdSandboxesAnd(r.Context(), id.TeamID, functions.BaseTemplate, 1, more)
 	if err != nil {
-		s.writeError(w, r, err) // the bake is a sandbox of the team's
+		s.writeError(w, r, err)
 		return
 	}
 	defer release()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/blob"
@@ -311,12 +312,18 @@ func (e *env) addHost(id string, shared *agenttest.Blob) *agenttest.Agent {
 }
 
 // TestHostDoctor: the control plane adds to a host's own findings the sandboxes it runs that the
-// store does not place there (once they are older than an operation in flight), and the repair
-// kills them there; recorded sandboxes are never touched; team keys are refused.
+// store does not place there and the snapshots it keeps that the store never recorded (once they
+// are older than an operation in flight), and the repair kills or deletes them there; recorded
+// sandboxes and snapshots are never touched; team keys are refused.
 func TestHostDoctor(t *testing.T) {
 	e := newEnv(t)
 	kept := e.create(e.admin, map[string]any{"template": "base"})
 	e.agent.AddSandbox("sb_strayone", "base")
+	recorded := e.mustStatus(e.do("POST", "/v1/sandboxes/"+kept.ID+"/snapshots", e.admin, nil), 201).json(t)["id"].(string)
+	stray, err := agentclient.New(e.agent.URL(), agentToken).CreateSnapshot(context.Background(), kept.ID) // its server died before recording it
+	if err != nil {
+		t.Fatal(err)
+	}
 	report := func(method, path string) v1.DoctorReport {
 		var r v1.DoctorReport
 		if err := json.Unmarshal(e.mustStatus(e.do(method, path, e.admin, nil), 200).body, &r); err != nil {
@@ -328,15 +335,19 @@ func TestHostDoctor(t *testing.T) {
 		t.Fatalf("a sandbox younger than an operation in flight was reported: %+v", r)
 	}
 	e.clock.Add(11 * time.Minute)
-	if r := report("GET", "/v1/hosts/host-a/doctor"); len(r.Findings) != 1 || r.Findings[0].Kind != "unrecorded_sandbox" ||
-		r.Findings[0].Resource != "sb_strayone" || r.Findings[0].Repaired {
+	if r := report("GET", "/v1/hosts/host-a/doctor"); len(r.Findings) != 2 || r.Findings[0].Kind != "unrecorded_sandbox" ||
+		r.Findings[0].Resource != "sb_strayone" || r.Findings[0].Repaired ||
+		r.Findings[1].Kind != "unrecorded_snapshot" || r.Findings[1].Resource != stray.ID {
 		t.Fatalf("doctor: %+v", r)
 	}
-	if r := report("POST", "/v1/hosts/host-a/doctor/repair"); len(r.Findings) != 1 || !r.Findings[0].Repaired {
+	if r := report("POST", "/v1/hosts/host-a/doctor/repair"); len(r.Findings) != 2 || !r.Findings[0].Repaired || !r.Findings[1].Repaired {
 		t.Fatalf("repair: %+v", r)
 	}
 	if got := e.agent.All(); slices.Contains(got, "sb_strayone") || !slices.Contains(got, kept.ID) {
 		t.Fatalf("after the repair the host has %v", got)
+	}
+	if got := e.agent.Snapshots(); slices.Contains(got, stray.ID) || !slices.Contains(got, recorded) {
+		t.Fatalf("after the repair the host keeps snapshots %v", got)
 	}
 	beta := e.newTeam("beta")
 	if r := e.do("GET", "/v1/hosts/host-a/doctor", beta, nil); r.status != 403 {

@@ -63,7 +63,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	var sn store.Snapshot
 	if err == nil {
-		sn, err = s.svc.Snapshot(r.Context(), sb)
+		sn, err = s.snapshotWithinQuota(r.Context(), sb)
 	}
 	s.reply(w, r, http.StatusCreated, snapshotViewOf(sn), err)
 }

@@ -13,47 +13,37 @@ import (
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
-// Quota is a team's limits (0: none) on its running and hibernated sandboxes and its volumes;
-// the same shape holds a team's use and what a call asks for.
+// Quota is a team's limits (0: none) on its running and hibernated sandboxes, its volumes,
+// databases, apps, functions and snapshot sizes; the same shape holds a team's use and what a
+// call asks for.
 type Quota = store.QuotaAmount
 
 // quotaHoldTTL is how long a call's quota hold lasts if the call never releases it (its server
 // died): longer than any create, fork or volume call takes.
 const quotaHoldTTL = 10 * time.Minute
 
-// quotaField is one quota: its wire name and where it is in a Quota and in the override.
-type quotaField struct {
-	name     string
-	of       func(*Quota) *int64
-	override func(*store.QuotaOverride) **int64
-}
-
-var quotaFields = []quotaField{
-	{"sandboxes", func(q *Quota) *int64 { return &q.Sandboxes }, func(o *store.QuotaOverride) **int64 { return &o.Sandboxes }},
-	{"vcpus", func(q *Quota) *int64 { return &q.VCPUs }, func(o *store.QuotaOverride) **int64 { return &o.VCPUs }},
-	{"memory_mib", func(q *Quota) *int64 { return &q.MemoryMiB }, func(o *store.QuotaOverride) **int64 { return &o.MemoryMiB }},
-	{"volumes", func(q *Quota) *int64 { return &q.Volumes }, func(o *store.QuotaOverride) **int64 { return &o.Volumes }},
-	{"volume_mib", func(q *Quota) *int64 { return &q.VolumeMiB }, func(o *store.QuotaOverride) **int64 { return &o.VolumeMiB }},
-}
-
 // teamQuota is the server's default overlaid with the team's own override.
 func (s *Server) teamQuota(ctx context.Context, teamID string) (Quota, error) {
 	q := s.cfg.Quota
 	o, err := s.store.GetQuotaOverride(ctx, teamID)
-	for _, f := range quotaFields {
-		if v := *f.override(&o); v != nil {
-			*f.of(&q) = *v
+	limits := q.Fields()
+	for i, v := range o.Fields() {
+		if *v != nil {
+			*limits[i] = **v
 		}
 	}
 	return q, err
 }
 
 // teamUse is what a team holds: its running and hibernated sandboxes, each at its template's
-// size, and its volumes.
+// size, its volumes, databases, apps, functions and snapshots.
 func (s *Server) teamUse(ctx context.Context, teamID string) (Quota, error) {
 	var u Quota
 	var err error
 	if u.Volumes, u.VolumeMiB, err = s.store.VolumeUse(ctx, teamID); err != nil {
+		return Quota{}, err
+	}
+	if u.Databases, u.Apps, u.Functions, u.SnapshotMiB, err = s.store.ServiceUse(ctx, teamID); err != nil {
 		return Quota{}, err
 	}
 	byTemplate, err := s.store.LiveSandboxTemplates(ctx, teamID)
@@ -104,13 +94,23 @@ func (s *Server) templateSize(ctx context.Context, teamID, name string) (vcpus, 
 // holdSandboxQuota holds n more sandboxes of template tmpl against the team's limits (see
 // holdQuota).
 func (s *Server) holdSandboxQuota(ctx context.Context, teamID, tmpl string, n int64) (release func(), err error) {
+	return s.holdSandboxesAnd(ctx, teamID, tmpl, n, Quota{})
+}
+
+// holdSandboxesAnd holds n sandboxes of template tmpl and also more (a database, an app, a
+// function: each is a sandbox of the team's as well).
+func (s *Server) holdSandboxesAnd(ctx context.Context, teamID, tmpl string, n int64, more Quota) (release func(), err error) {
 	q, err := s.teamQuota(ctx, teamID)
 	if err != nil || q == (Quota{}) {
 		return func() {}, err // no limits: not even the template's size is looked up
 	}
-	need, err := s.sandboxNeed(ctx, teamID, tmpl, n)
-	if err != nil {
-		return func() {}, err
+	need := more
+	if n > 0 {
+		sb, err := s.sandboxNeed(ctx, teamID, tmpl, n)
+		if err != nil {
+			return func() {}, err
+		}
+		need.Sandboxes, need.VCPUs, need.MemoryMiB = sb.Sandboxes, sb.VCPUs, sb.MemoryMiB
 	}
 	return s.holdWithin(ctx, teamID, q, need)
 }
@@ -143,11 +143,12 @@ func (s *Server) holdWithin(ctx context.Context, teamID string, q, need Quota) (
 		if err != nil {
 			return err
 		}
-		for _, f := range quotaFields {
-			limit, used, add := *f.of(&q), *f.of(&use)+*f.of(&held), *f.of(&need)
+		limits, uses, helds, needs := q.Fields(), use.Fields(), held.Fields(), need.Fields()
+		for i, name := range store.QuotaNames {
+			limit, used, add := *limits[i], *uses[i]+*helds[i], *needs[i]
 			if limit > 0 && add > 0 && used+add > limit {
 				return errdefs.New(errdefs.Exhausted, "quota exceeded: %s limit %d, in use %d, this call needs %d more (see GET /v1/usage; free some, or ask the operator for more)",
-					f.name, limit, used, add)
+					name, limit, used, add)
 			}
 		}
 		return s.store.AddQuotaHold(ctx, id, teamID, need, quotaHoldTTL)
@@ -169,16 +170,15 @@ func (s *Server) usageView(ctx context.Context, teamID string) (v1.Usage, error)
 		return v1.Usage{}, err
 	}
 	u, err := s.teamUse(ctx, teamID)
-	items := map[string]v1.UsageItem{}
-	for _, f := range quotaFields {
-		it := v1.UsageItem{Used: *f.of(&u)}
-		if limit := *f.of(&q); limit > 0 {
+	view := v1.Usage{TeamID: teamID}
+	limits, uses := q.Fields(), u.Fields()
+	for i, it := range view.Items() {
+		it.Used = *uses[i]
+		if limit := *limits[i]; limit > 0 {
 			it.Limit = &limit
 		}
-		items[f.name] = it
 	}
-	return v1.Usage{TeamID: teamID, Sandboxes: items["sandboxes"], VCPUs: items["vcpus"], MemoryMiB: items["memory_mib"],
-		Volumes: items["volumes"], VolumeMiB: items["volume_mib"]}, err
+	return view, err
 }
 
 // usage is GET /v1/usage: the caller's team's use against its quota.
@@ -194,10 +194,12 @@ func (s *Server) setQuota(w http.ResponseWriter, r *http.Request) {
 	if !s.adminBody(w, r, "set a team's quota", &req, true) {
 		return
 	}
-	o := store.QuotaOverride{Sandboxes: req.Sandboxes, VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, Volumes: req.Volumes, VolumeMiB: req.VolumeMiB}
-	for _, f := range quotaFields {
-		if v := *f.override(&o); v != nil && *v < 0 {
-			s.writeError(w, r, invalid("%s must be 0 (no limit) or more, got %d", f.name, *v))
+	var o store.QuotaOverride
+	limits := o.Fields()
+	for i, v := range req.Limits() {
+		*limits[i] = *v
+		if *v != nil && **v < 0 {
+			s.writeError(w, r, invalid("%s must be 0 (no limit) or more, got %d", store.QuotaNames[i], **v))
 			return
 		}
 	}
@@ -212,4 +214,26 @@ func (s *Server) setQuota(w http.ResponseWriter, r *http.Request) {
 		u, err = s.usageView(r.Context(), team)
 	}
 	s.reply(w, r, http.StatusOK, u, err)
+}
+
+// snapshotWithinQuota takes a snapshot of sb if the team's snapshot sizes have room for it. Its
+// size is known only once taken, so the call holds the sandbox's memory size (what its memory
+// image takes at most; the disk's changes come on top) until the snapshot is recorded.
+func (s *Server) snapshotWithinQuota(ctx context.Context, sb store.Sandbox) (store.Snapshot, error) {
+	q, err := s.teamQuota(ctx, sb.TeamID)
+	if err != nil {
+		return store.Snapshot{}, err
+	}
+	release := func() {}
+	if q.SnapshotMiB > 0 {
+		_, mem, err := s.templateSize(ctx, sb.TeamID, sb.Template)
+		if err != nil {
+			return store.Snapshot{}, err
+		}
+		if release, err = s.holdWithin(ctx, sb.TeamID, q, Quota{SnapshotMiB: mem}); err != nil {
+			return store.Snapshot{}, err
+		}
+	}
+	defer release()
+	return s.svc.Snapshot(ctx, sb)
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -118,17 +119,9 @@ func TestQuotaRace(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.Quota = Quota{Sandboxes: 3} })
 	e.agent.SetCreateDelay(200 * time.Millisecond) // every create is in flight at once
 	const n = 8
-	codes := make(chan int, n)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() { codes <- e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base"}).status })
-	}
-	wg.Wait()
-	close(codes)
-	count := map[int]int{}
-	for c := range codes {
-		count[c]++
-	}
+	count := race(n, func(int) int {
+		return e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base"}).status
+	})
 	if count[201] != 3 || count[429] != n-3 {
 		t.Fatalf("%d racing creates under a limit of 3: %v, want 3 created and %d refused", n, count, n-3)
 	}
@@ -139,4 +132,88 @@ func TestQuotaRace(t *testing.T) {
 	if h, err := e.st.HeldQuota(context.Background(), u.TeamID); err != nil || h != (store.QuotaAmount{}) {
 		t.Fatalf("holds left after the creates: %+v %v", h, err)
 	}
+}
+
+// TestServiceQuotas: databases, apps, functions and snapshot sizes have limits too; a create
+// over one is 429 quota_exceeded naming it and the use, before any work starts, and
+// GET /v1/usage counts them.
+func TestServiceQuotas(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Quota = Quota{Databases: 1, Apps: 1, Functions: 1, SnapshotMiB: 256} })
+	ctx := context.Background()
+	team := e.usage(e.admin).TeamID
+	refused := func(what string, r resp, want string) {
+		t.Helper()
+		if r.status != 429 || r.errCode() != "quota_exceeded" || !strings.Contains(r.errMessage(), want) {
+			t.Fatalf("%s over quota: %d %s, want 429 naming %q", what, r.status, r.body, want)
+		}
+	}
+
+	e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "one"}), 201)
+	refused("app", e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "two"}), "apps limit 1, in use 1")
+
+	// A database and a function recorded as a create would record them (their bakes need VMs).
+	if _, err := e.st.CreateDatabase(ctx, store.Database{ID: "db_1", TeamID: team, Name: "one", Version: "17", SandboxID: "sb_x", State: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	refused("database", e.do("POST", "/v1/databases", e.admin, map[string]any{"name": "two"}), "databases limit 1, in use 1")
+	if _, _, err := e.st.AddFunctionVersion(ctx, "fn_1", "one", store.FunctionVersion{TeamID: team, Runtime: "python3", Handler: "main.handler"}); err != nil {
+		t.Fatal(err)
+	}
+	body, ct := deployBody(t, map[string]any{"name": "two", "runtime": "python3", "handler": "main.handler"},
+		zipBundle(t, map[string]string{"main.py": "def handler(e, c):\n    return e\n"}))
+	refused("function", e.do("POST", "/v1/functions", e.admin, body, "Content-Type", ct), "functions limit 1, in use 1")
+
+	// A snapshot holds its sandbox's memory size until taken; the fake agent's take 4 KiB (1 MiB
+	// counted), so a second no longer fits beside the first.
+	sb := e.create(e.admin, map[string]any{"template": "base"})
+	e.mustStatus(e.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", e.admin, nil), 201)
+	refused("snapshot", e.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", e.admin, nil), "snapshot_mib limit 256, in use 1, this call needs 256 more")
+
+	u := e.usage(e.admin)
+	if u.Apps.Used != 1 || u.Databases.Used != 1 || u.Functions.Used != 1 || u.SnapshotMiB.Used != 1 || limitOf(u.SnapshotMiB) != 256 || limitOf(u.Apps) != 1 {
+		t.Fatalf("usage: %+v", u)
+	}
+	// An override lifts one limit and keeps the others' defaults.
+	var set v1.Usage
+	json.Unmarshal(e.mustStatus(e.do("PUT", "/v1/teams/"+team+"/quota", e.admin, map[string]any{"apps": 0, "snapshot_mib": 1000}), 200).body, &set)
+	if set.Apps.Limit != nil || limitOf(set.SnapshotMiB) != 1000 || limitOf(set.Databases) != 1 {
+		t.Fatalf("set quota: %+v", set)
+	}
+	e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "two"}), 201)
+	e.mustStatus(e.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", e.admin, nil), 201)
+	if h, err := e.st.HeldQuota(ctx, team); err != nil || h != (store.QuotaAmount{}) {
+		t.Fatalf("holds left: %+v %v", h, err)
+	}
+}
+
+// TestServiceQuotaRace: app creates racing for a team's last slots go through the same holds as
+// sandboxes: exactly the limit's count is made.
+func TestServiceQuotaRace(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Quota = Quota{Apps: 3} })
+	const n = 8
+	count := race(n, func(i int) int {
+		return e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "race" + strconv.Itoa(i)}).status
+	})
+	if count[201] != 3 || count[429] != n-3 {
+		t.Fatalf("%d racing app creates under a limit of 3: %v", n, count)
+	}
+	if u := e.usage(e.admin); u.Apps.Used != 3 {
+		t.Fatalf("apps in use after the race: %+v", u.Apps)
+	}
+}
+
+// race runs call n times at once and counts the statuses they answered.
+func race(n int, call func(i int) int) map[int]int {
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { codes <- call(i) })
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	return count
 }

@@ -262,6 +262,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		}
 	}
 	a.volumes.Attached, a.snapshots.InUse = a.sandboxes.Attachments, a.sandboxes.BaseDirs
+	a.reclaim() // what an agent killed mid-operation left (not its running sandboxes: adopted)
 	var bg context.Context
 	bg, a.stop = context.WithCancel(context.Background())
 	a.sandboxes.Start(bg, cfg.IdleHibernate)

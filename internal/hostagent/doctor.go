@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/faultpoint"
+
 	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
@@ -29,43 +31,77 @@ type doctorFix func() error
 
 // Doctor reports this host's leftovers; with repair it removes each and says which it did.
 func (a *Agent) Doctor(repair bool) hostapi.DoctorReport {
+	return a.doctor(repair, faultpoint.DoctorMinAge(staleAfter), false)
+}
+
+// reclaim repairs, as the agent starts, what an earlier agent left: nothing is in flight yet,
+// so leftovers of any age are taken, and a bake's VMM and directories too.
+func (a *Agent) reclaim() {
+	if rep := a.doctor(true, 0, true); len(rep.Findings) > 0 {
+		a.log.Info("reclaimed what an earlier agent left", "findings", len(rep.Findings))
+	}
+}
+
+// doctor finds the leftovers older than minAge (bakes' too when atStart) and repairs them when
+// asked, VMMs first: their cgroups are empty once they are gone, and taken in the same pass.
+func (a *Agent) doctor(repair bool, minAge time.Duration, atStart bool) hostapi.DoctorReport {
 	owned := map[string]int{} // sandbox id → its VMM's pid (0: not running)
 	for _, sb := range a.sandboxes.List() {
 		owned[sb.ID] = sb.PID
 	}
-	type found struct {
-		hostapi.DoctorFinding
-		fix doctorFix
-	}
-	var all []found
-	add := func(kind, resource, detail string, fix doctorFix) {
-		all = append(all, found{hostapi.DoctorFinding{Kind: kind, Resource: resource, Detail: detail}, fix})
-	}
-	a.doctorVMMs(owned, add)
-	a.doctorDirs(owned, add)
-	a.doctorNetwork(add)
-	a.doctorCgroups(owned, add)
 	out := hostapi.DoctorReport{Findings: []hostapi.DoctorFinding{}}
-	for _, f := range all {
-		if repair {
-			if err := f.fix(); err != nil {
-				f.Error = err.Error()
-			} else {
-				f.Repaired = true
+	pass := func(scan func(add addFinding)) {
+		scan(func(kind, resource, detail string, fix doctorFix) {
+			f := hostapi.DoctorFinding{Kind: kind, Resource: resource, Detail: detail}
+			if repair {
+				if err := fix(); err != nil {
+					f.Error = err.Error()
+				} else {
+					f.Repaired = true
+				}
+				a.log.Warn("doctor", "kind", f.Kind, "resource", f.Resource, "repaired", f.Repaired, "err", f.Error)
 			}
-			a.log.Warn("doctor", "kind", f.Kind, "resource", f.Resource, "repaired", f.Repaired, "err", f.Error)
-		}
-		out.Findings = append(out.Findings, f.DoctorFinding)
+			out.Findings = append(out.Findings, f)
+		})
 	}
+	var killed []int
+	pass(func(add addFinding) {
+		a.doctorVMMs(owned, atStart, func(kind, resource, detail string, fix doctorFix) {
+			if pid, err := strconv.Atoi(strings.TrimPrefix(resource, "pid ")); err == nil {
+				killed = append(killed, pid)
+			}
+			add(kind, resource, detail, fix)
+		})
+	})
+	if repair {
+		waitGone(killed, 10*time.Second)
+	}
+	pass(func(add addFinding) {
+		a.doctorDirs(owned, minAge, atStart, add)
+		if !atStart { // the network's start has reclaimed its own leftovers, while it filled its ready slots
+			a.doctorNetwork(add)
+		}
+		a.doctorCgroups(owned, add)
+	})
 	return out
+}
+
+// waitGone waits (at most limit) until the processes pids have ended.
+func waitGone(pids []int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 type addFinding func(kind, resource, detail string, fix doctorFix)
 
-// doctorVMMs: QEMU processes working in one of this agent's sandbox run directories whose sandbox
-// is gone or runs another VMM.
-func (a *Agent) doctorVMMs(owned map[string]int, add addFinding) {
-	runs := filepath.Dir(a.runDir("sb_x"))
+// VMMsIn lists the QEMU processes working in a directory of runs (an agent's run directories:
+// sandboxes' and bakes'), by pid, each with the name of its directory.
+func VMMsIn(runs string) map[int]string {
+	out := map[int]string{}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
@@ -80,9 +116,23 @@ func (a *Agent) doctorVMMs(owned map[string]int, add addFinding) {
 		if err != nil {
 			continue
 		}
-		cwd = strings.TrimSuffix(cwd, " (deleted)")
-		id := filepath.Base(cwd)
-		if filepath.Dir(cwd) != runs || !strings.HasPrefix(id, "sb_") {
+		if cwd = strings.TrimSuffix(cwd, " (deleted)"); filepath.Dir(cwd) == runs {
+			out[pid] = filepath.Base(cwd)
+		}
+	}
+	return out
+}
+
+// doctorVMMs: QEMU processes working in one of this agent's sandbox run directories whose sandbox
+// is gone or runs another VMM; atStart, a bake's VMM as well (no bake is in flight then).
+func (a *Agent) doctorVMMs(owned map[string]int, atStart bool, add addFinding) {
+	for pid, id := range VMMsIn(filepath.Dir(a.runDir("sb_x"))) {
+		if atStart && strings.HasPrefix(id, "bake-") {
+			add("orphan_vmm", "pid "+strconv.Itoa(pid), "the VMM of a bake its agent did not finish ("+id+")", func() error {
+				return syscall.Kill(pid, syscall.SIGKILL)
+			})
+		}
+		if !strings.HasPrefix(id, "sb_") {
 			continue
 		}
 		if vmm, ok := owned[id]; ok && (vmm == pid || vmm == 0) {
@@ -94,11 +144,12 @@ func (a *Agent) doctorVMMs(owned map[string]int, add addFinding) {
 	}
 }
 
-// doctorDirs: sandbox and run directories of no sandbox, and half-made snapshots and pulls.
-func (a *Agent) doctorDirs(owned map[string]int, add addFinding) {
+// doctorDirs: sandbox and run directories of no sandbox, and half-made snapshots and pulls;
+// atStart, half-made bakes as well.
+func (a *Agent) doctorDirs(owned map[string]int, minAge time.Duration, atStart bool, add addFinding) {
 	old := func(path string) bool {
 		fi, err := os.Stat(path)
-		return err == nil && time.Since(fi.ModTime()) > staleAfter
+		return err == nil && time.Since(fi.ModTime()) >= minAge
 	}
 	remove := func(path string) doctorFix { return func() error { return os.RemoveAll(path) } }
 	for _, dir := range []string{a.sandboxesDir(), filepath.Dir(a.runDir("sb_x"))} {
@@ -117,6 +168,14 @@ func (a *Agent) doctorDirs(owned map[string]int, add addFinding) {
 		if (strings.HasSuffix(e.Name(), ".tmp") || strings.HasSuffix(e.Name(), ".pulling")) && old(p) {
 			add("stale_tmp", p, "a snapshot that was never finished (its save or pull stopped midway)", remove(p))
 		}
+	}
+	if !atStart {
+		return
+	}
+	bakes, _ := filepath.Glob(filepath.Join(a.templatesDir(), "*.baking"))
+	runs, _ := filepath.Glob(a.runDir("bake-*"))
+	for _, p := range append(bakes, runs...) {
+		add("stale_tmp", p, "a bake that was never finished", remove(p))
 	}
 }
 

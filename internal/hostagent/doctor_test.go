@@ -103,3 +103,54 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("doctor after the repair: %+v", report.Findings)
 	}
 }
+
+// TestStartReclaims: an agent's start takes what an agent killed mid-operation left, of any age
+// (nothing of its own is in flight yet): a VMM of no sandbox, a bake's VMM, its half-made
+// template and run directory, a fresh sandbox directory of no record.
+func TestStartReclaims(t *testing.T) {
+	nettest.NeedRoot(t)
+	h := newHarness(t, func(c *Config) { c.DiskReserveMiB = 512 }) // a crowded disk is fine: no VM runs
+	a := h.agent
+	fake := filepath.Join(t.TempDir(), "qemu-system-reclaim")
+	if data, err := os.ReadFile("/bin/sleep"); err != nil || os.WriteFile(fake, data, 0o755) != nil {
+		t.Fatal("copy sleep", err)
+	}
+	var exited []chan error
+	var dirs []string
+	for _, id := range []string{"sb_killedmidcreate", "bake-reclaimed"} {
+		dir := a.runDir(id)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		vmm := exec.Command(fake, "600")
+		vmm.Dir = dir
+		if err := vmm.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { vmm.Process.Kill() })
+		done := make(chan error, 1)
+		go func() { done <- vmm.Wait() }()
+		exited = append(exited, done)
+		dirs = append(dirs, dir)
+	}
+	for _, d := range []string{filepath.Join(a.sandboxesDir(), "sb_killedmidcreate"), filepath.Join(a.templatesDir(), "tmpl-x.baking")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+	}
+	h.stop()
+	h.start()
+	for i, done := range exited {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("VMM %d still runs after the agent's start", i)
+		}
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("%s is still there after the agent's start", d)
+		}
+	}
+}

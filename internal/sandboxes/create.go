@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/faultpoint"
+
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
@@ -85,6 +87,7 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	faultpoint.Reach("server.create.started") // the VM runs, its record is not written yet
 	rec.HostID = host.ID
 	out, err := s.record(ctx, host, rec, vols)
 	if errors.Is(err, store.ErrNotFound) && len(vols) > 0 {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/faultpoint"
+
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
@@ -99,8 +101,9 @@ func (s *Service) Undrain(ctx context.Context, hostID string) error {
 const unrecordedAfter = 10 * time.Minute
 
 // Doctor asks a host for its leftovers and adds the control plane's: sandboxes the host runs that
-// the store does not know, or records killed or on another host. With repair, both are removed
-// (such sandboxes killed on the host).
+// the store does not know, or records killed or on another host, and snapshots the host keeps
+// that the store never recorded. With repair, they are removed (such sandboxes killed, such
+// snapshots deleted on the host).
 func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hostapi.DoctorFinding, error) {
 	h, err := s.store.GetHost(ctx, hostID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -123,7 +126,7 @@ func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hos
 	}
 	for _, sb := range on {
 		created, _ := time.Parse(time.RFC3339, sb.CreatedAt)
-		if s.clock().Sub(created) < unrecordedAfter {
+		if s.clock().Sub(created) < faultpoint.DoctorMinAge(unrecordedAfter) {
 			continue
 		}
 		rec, err := s.store.GetSandbox(ctx, sb.ID)
@@ -131,14 +134,36 @@ func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hos
 			continue // recorded here (or the store cannot say: nothing is killed on doubt)
 		}
 		f := hostapi.DoctorFinding{Kind: "unrecorded_sandbox", Resource: sb.ID, Detail: "a sandbox this host runs that the store does not place there"}
-		if repair {
-			if err := c.KillSandbox(ctx, sb.ID); err != nil {
-				f.Error = err.Error()
-			} else {
-				f.Repaired = true
-			}
+		repairWith(&f, repair, func() error { return c.KillSandbox(ctx, sb.ID) })
+		rep.Findings = append(rep.Findings, f)
+	}
+	snaps, err := c.ListSnapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, sn := range snaps {
+		if s.clock().Sub(sn.CreatedAt) < faultpoint.DoctorMinAge(unrecordedAfter) {
+			continue
 		}
+		if _, err := s.store.GetSnapshot(ctx, sn.ID); !errors.Is(err, store.ErrNotFound) {
+			continue // recorded (one recorded deleted is the reconcile's), or the store cannot say
+		}
+		f := hostapi.DoctorFinding{Kind: "unrecorded_snapshot", Resource: sn.ID,
+			Detail: "a snapshot this host keeps that the store does not know (its server died before recording it)"}
+		repairWith(&f, repair, func() error { return c.DeleteSnapshot(ctx, sn.ID) })
 		rep.Findings = append(rep.Findings, f)
 	}
 	return rep.Findings, nil
+}
+
+// repairWith runs fix when repair is asked for, and records on f whether it worked.
+func repairWith(f *hostapi.DoctorFinding, repair bool, fix func() error) {
+	if !repair {
+		return
+	}
+	if err := fix(); err != nil {
+		f.Error = err.Error()
+	} else {
+		f.Repaired = true
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/pandastack/pandastack/internal/faultpoint"
+
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
@@ -42,6 +44,7 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 		s.Touched(ctx, parent, c, err)
 		return nil, err
 	}
+	faultpoint.Reach("server.fork.started") // the children run, unrecorded
 	// The parent was woken for the fork if it was hibernated.
 	s.Touched(ctx, parent, c, nil)
 	undo := func(cause error) ([]store.Sandbox, error) {

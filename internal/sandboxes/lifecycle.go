@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/faultpoint"
+
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
@@ -52,6 +54,7 @@ func (s *Service) Snapshot(ctx context.Context, sb store.Sandbox) (store.Snapsho
 	if err != nil {
 		return store.Snapshot{}, err
 	}
+	faultpoint.Reach("server.snapshot.taken") // on the host, unrecorded
 	tmpl := sb.Template
 	if sn.Template != "" {
 		tmpl = sn.Template

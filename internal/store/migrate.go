@@ -42,6 +42,7 @@ var versionNames = []string{
 	16: "apps and deployments",
 	17: "sandboxes and snapshots owned by a service",
 	18: "webhooks and their deliveries",
+	19: "quotas on databases, apps, functions and snapshot sizes",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

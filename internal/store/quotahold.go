@@ -12,7 +12,16 @@ import (
 // team holds.
 type QuotaAmount struct {
 	Sandboxes, VCPUs, MemoryMiB, Volumes, VolumeMiB int64
+	Databases, Apps, Functions, SnapshotMiB         int64
 }
+
+// Fields are a's amounts in the order of QuotaNames.
+func (a *QuotaAmount) Fields() []*int64 {
+	return []*int64{&a.Sandboxes, &a.VCPUs, &a.MemoryMiB, &a.Volumes, &a.VolumeMiB, &a.Databases, &a.Apps, &a.Functions, &a.SnapshotMiB}
+}
+
+// QuotaNames are the quotas' names on the wire, in the order of the Fields methods.
+var QuotaNames = []string{"sandboxes", "vcpus", "memory_mib", "volumes", "volume_mib", "databases", "apps", "functions", "snapshot_mib"}
 
 // A quota hold is use a call has claimed and not yet recorded: a create holds its sandbox's
 // size from the quota check until the sandbox is in the store (or the create failed). The check
@@ -48,8 +57,10 @@ func (s *Store) WithTeamLock(ctx context.Context, teamID string, fn func() error
 func (s *Store) HeldQuota(ctx context.Context, teamID string) (QuotaAmount, error) {
 	var h QuotaAmount
 	err := s.queryRow(ctx, s.db, `SELECT COALESCE(SUM(sandboxes), 0), COALESCE(SUM(vcpus), 0), COALESCE(SUM(memory_mib), 0),
-		COALESCE(SUM(volumes), 0), COALESCE(SUM(volume_mib), 0) FROM quota_holds WHERE team_id = ? AND expires_at > ?`,
-		teamID, micros(s.now())).Scan(&h.Sandboxes, &h.VCPUs, &h.MemoryMiB, &h.Volumes, &h.VolumeMiB)
+		COALESCE(SUM(volumes), 0), COALESCE(SUM(volume_mib), 0), COALESCE(SUM(databases), 0), COALESCE(SUM(apps), 0),
+		COALESCE(SUM(functions), 0), COALESCE(SUM(snapshot_mib), 0) FROM quota_holds WHERE team_id = ? AND expires_at > ?`,
+		teamID, micros(s.now())).Scan(&h.Sandboxes, &h.VCPUs, &h.MemoryMiB, &h.Volumes, &h.VolumeMiB,
+		&h.Databases, &h.Apps, &h.Functions, &h.SnapshotMiB)
 	return h, err
 }
 
@@ -61,8 +72,10 @@ func (s *Store) AddQuotaHold(ctx context.Context, id, teamID string, a QuotaAmou
 		if _, err := s.exec(ctx, tx, `DELETE FROM quota_holds WHERE team_id = ? AND expires_at <= ?`, teamID, micros(now)); err != nil {
 			return err
 		}
-		_, err := s.exec(ctx, tx, `INSERT INTO quota_holds (id, team_id, sandboxes, vcpus, memory_mib, volumes, volume_mib, expires_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, id, teamID, a.Sandboxes, a.VCPUs, a.MemoryMiB, a.Volumes, a.VolumeMiB, micros(now.Add(ttl)))
+		_, err := s.exec(ctx, tx, `INSERT INTO quota_holds (id, team_id, sandboxes, vcpus, memory_mib, volumes, volume_mib,
+				databases, apps, functions, snapshot_mib, expires_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, id, teamID, a.Sandboxes, a.VCPUs, a.MemoryMiB, a.Volumes, a.VolumeMiB,
+			a.Databases, a.Apps, a.Functions, a.SnapshotMiB, micros(now.Add(ttl)))
 		return err
 	})
 }
@@ -84,5 +97,11 @@ var quotaHoldsSchema = []schemaStep{
 			volumes BIGINT NOT NULL DEFAULT 0, volume_mib BIGINT NOT NULL DEFAULT 0
 		)`,
 		`CREATE INDEX quota_holds_team ON quota_holds (team_id, expires_at)`,
+	}},
+	{19, []string{
+		`ALTER TABLE quota_holds ADD COLUMN databases BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE quota_holds ADD COLUMN apps BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE quota_holds ADD COLUMN functions BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE quota_holds ADD COLUMN snapshot_mib BIGINT NOT NULL DEFAULT 0`,
 	}},
 }

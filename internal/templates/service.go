@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/faultpoint"
+
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/scheduler"
@@ -233,6 +235,7 @@ func (s *Service) Run(ctx context.Context, teamID string, b Build, progress func
 	if err != nil {
 		return store.TeamTemplate{}, false, err
 	}
+	faultpoint.Reach("server.template.built") // baked on the host, unrecorded
 	rec, err := s.store.UpsertTeamTemplate(context.WithoutCancel(ctx), store.TeamTemplate{TeamID: teamID, Name: b.Spec.Name,
 		AgentName: b.AgentSpec.Name, HostID: b.Host.ID, Spec: string(b.Spec.JSON()), Description: b.Spec.Description,
 		VCPUs: built.VCPUs, MemoryMiB: built.MemoryMiB, DiskMiB: built.DiskMiB, SizeBytes: built.SizeBytes, BakeMS: built.BakeMS})

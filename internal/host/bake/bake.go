@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/faultpoint"
+
 	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
@@ -411,6 +413,7 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 		return nil, fmt.Errorf("template %s: guest agent did not come up: %v (console: %s)", spec.Name, err, consoleTail(runDir))
 	}
 	say("guest agent ready after %d ms", time.Since(start).Milliseconds())
+	faultpoint.Reach("agent.bake.booted") // the bake VM runs, nothing is saved yet
 	if spec.Start != "" {
 		if err := startService(bootCtx, client, spec, say); err != nil {
 			client.Close()

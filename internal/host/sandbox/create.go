@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/faultpoint"
+
 	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
@@ -178,6 +180,7 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 		return fail(err)
 	}
 	timing.Mark(ctx, StepVolumes)
+	faultpoint.Reach("agent.launch." + op) // the VMM runs, its record is not on disk yet
 	sb.mu.Lock()
 	sb.setRunning(vm, client, slot)
 	sb.rec.ReadyMs = time.Since(start).Milliseconds()

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/faultpoint"
+
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/host/layout"
@@ -76,6 +78,9 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 		return snapshot.Record{}, err
 	}
 	defer release()
+	if !internal {
+		faultpoint.Reach("agent.snapshot.admitted") // its room is admitted, nothing written yet
+	}
 	snap := snapshot.Record{Snapshot: hostapi.Snapshot{ID: snapshot.NewID(), SandboxID: id, Template: rec.Template, TemplateDir: rec.TemplateDir,
 		VCPUs: rec.VCPUs, MemoryMiB: rec.MemoryMiB, NIC: rec.NIC, VolumeSlots: rec.VolumeSlots,
 		Identity: rec.Identity, // the VMM that runs the sandbox, which writes the state
@@ -84,7 +89,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	tmp, err := m.snapshots.Begin(snap.ID)
 	defer os.RemoveAll(tmp) // nothing half-made is ever visible
 	if err != nil {
-		return snapshot.Record{}, err
+		return snapshot.Record{}, snapshotErr(id, err)
 	}
 	vm := rec.VM
 	st, err := m.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(tmp), runtime.SnapshotOptions{
@@ -95,6 +100,9 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	})
 	if err != nil {
 		return snapshot.Record{}, snapshotErr(id, err)
+	}
+	if !internal {
+		faultpoint.Reach("agent.snapshot.written") // its files are written, not committed
 	}
 	snap.CreatedAt = time.Now().UTC()
 	snap.PauseMS = float64(st.Pause.Microseconds()) / 1000
@@ -248,6 +256,7 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 		sb.mu.Unlock()
 		return hostapi.Sandbox{}, snapshotErr(id, err)
 	}
+	faultpoint.Reach("agent.hibernate.saved") // memory saved, the VMM paused, the record says running
 	sb.closeGuest()
 	if err := m.rt.Kill(&vm); err != nil {
 		return hostapi.Sandbox{}, err

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,10 +157,30 @@ func (m *Manager) adopt() {
 		}
 		if m.rt.Alive(&vm) {
 			m.log.Info("re-adopted running sandbox", "sandbox", sb.rec.ID, "pid", vm.Pid)
+			// An agent killed while it held the VM paused (a hibernate's or snapshot's save)
+			// left it so: running again, as its record says. A no-op for a running VM.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := m.rt.Resume(ctx, &vm); err != nil {
+				m.log.Warn("could not resume a re-adopted sandbox", "sandbox", sb.rec.ID, "err", err)
+			}
+			cancel()
 		}
+		m.dropUnrecordedMem(sb)
 		m.adoptNetwork(sb)
 		// For a VMM that died while no agent watched, this reports at once.
 		m.watch(sb, &vm)
+	}
+}
+
+// dropUnrecordedMem removes a sandbox's memory snapshots newer than its record's: a hibernate
+// whose agent was killed after saving, before recording it.
+func (m *Manager) dropUnrecordedMem(sb *sandbox) {
+	dirs, _ := filepath.Glob(filepath.Join(sb.dir, "mem-*"))
+	for _, d := range dirs {
+		if gen, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), "mem-")); err == nil && gen > sb.rec.MemGen {
+			m.log.Info("removing a hibernation its agent did not record", "sandbox", sb.rec.ID, "dir", d)
+			os.RemoveAll(d)
+		}
 	}
 }
 

@@ -524,15 +524,27 @@ type AuditPage struct {
 }
 
 // Usage is GET /v1/usage (and PUT /v1/teams/{id}/quota's answer): a team's use against its
-// quotas. Use counts running and hibernated sandboxes, each at its template's size, and live
-// volumes at their size.
+// quotas. Use counts running and hibernated sandboxes, each at its template's size, live
+// volumes at their size, databases, apps, functions, and live snapshots at their size (MiB,
+// rounded up).
 type Usage struct {
 	TeamID    string    `json:"team_id"`
 	Sandboxes UsageItem `json:"sandboxes"`
 	VCPUs     UsageItem `json:"vcpus"`
 	MemoryMiB UsageItem `json:"memory_mib"`
+	// Volumes, and their sizes together.
 	Volumes   UsageItem `json:"volumes"`
 	VolumeMiB UsageItem `json:"volume_mib"`
+	// Products, and the snapshots' sizes together.
+	Databases   UsageItem `json:"databases"`
+	Apps        UsageItem `json:"apps"`
+	Functions   UsageItem `json:"functions"`
+	SnapshotMiB UsageItem `json:"snapshot_mib"`
+}
+
+// Items are u's quotas in the order of Limits.
+func (u *Usage) Items() []*UsageItem {
+	return []*UsageItem{&u.Sandboxes, &u.VCPUs, &u.MemoryMiB, &u.Volumes, &u.VolumeMiB, &u.Databases, &u.Apps, &u.Functions, &u.SnapshotMiB}
 }
 
 // UsageItem is one quota: what is used and the limit (null: none).
@@ -547,8 +559,20 @@ type QuotaRequest struct {
 	Sandboxes *int64 `json:"sandboxes"`
 	VCPUs     *int64 `json:"vcpus"`
 	MemoryMiB *int64 `json:"memory_mib"`
+	// Volumes, and their sizes together.
 	Volumes   *int64 `json:"volumes"`
 	VolumeMiB *int64 `json:"volume_mib"`
+	// Products, and the snapshots' sizes together.
+	Databases   *int64 `json:"databases"`
+	Apps        *int64 `json:"apps"`
+	Functions   *int64 `json:"functions"`
+	SnapshotMiB *int64 `json:"snapshot_mib"`
+}
+
+// Limits are r's limits, in the order sandboxes, vcpus, memory_mib, volumes, volume_mib,
+// databases, apps, functions, snapshot_mib.
+func (r *QuotaRequest) Limits() []**int64 {
+	return []**int64{&r.Sandboxes, &r.VCPUs, &r.MemoryMiB, &r.Volumes, &r.VolumeMiB, &r.Databases, &r.Apps, &r.Functions, &r.SnapshotMiB}
 }
 
 // CodeRequest is the body of POST /v1/sandboxes/{id}/code: code run in a code context (the

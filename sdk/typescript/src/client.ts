@@ -156,6 +156,10 @@ export interface Usage {
   memory_mib: UsageItem;
   volumes: UsageItem;
   volume_mib: UsageItem;
+  databases: UsageItem;
+  apps: UsageItem;
+  functions: UsageItem;
+  snapshot_mib: UsageItem;
 }
 
 /** One audited call (`GET /v1/audit`). */

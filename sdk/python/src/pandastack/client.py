@@ -89,7 +89,7 @@ class PandaStack:
 
     def usage(self) -> Dict[str, Any]:
         """The team's use against its quotas (``GET /v1/usage``): ``{"team_id", "sandboxes",
-        "vcpus", "memory_mib", "volumes", "volume_mib"}``, each ``{"used", "limit"}`` (``limit`` None: no limit)."""
+        "vcpus", "memory_mib", "volumes", "volume_mib", "databases", "apps", "functions", "snapshot_mib"}``, each ``{"used", "limit"}`` (``limit`` None: no limit)."""
         return self._http.request("GET", "/v1/usage", idempotent=True).json()
 
     def audit(self, since: Any = None, resource: Optional[str] = None, limit: Optional[int] = None,
