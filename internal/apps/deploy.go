@@ -61,7 +61,7 @@ func (s *Service) Deploy(ctx context.Context, teamID, id string, archive []byte,
 		src.Kind = "upload"
 	}
 	d, err := s.cfg.Store.CreateDeployment(ctx, store.Deployment{ID: auth.NewID("dep_"), AppID: a.ID, TeamID: teamID, State: Queued,
-		Source: src.Kind, Commit: src.Commit, Branch: src.Branch, Plan: string(pj)})
+		Source: src.Kind, Commit: src.Commit, Branch: src.Branch, Plan: string(pj), LeaseUntil: s.dbNow(ctx).Add(LeaseTime)})
 	if err != nil {
 		return d, err
 	}
@@ -92,6 +92,13 @@ func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball 
 		delete(s.logs, d.ID)
 		s.mu.Unlock()
 	}()
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.renew(d.ID, stop)
+	if cur, err := s.cfg.Store.GetDeployment(ctx, d.AppID, d.ID); err != nil || cur.State != Queued {
+		lb.close() // another replica recorded it failed while it waited (this one looked gone)
+		return
+	}
 	secrets, err := sealed.Open(s.cfg.SecretsKey, a.Secrets)
 	if err != nil {
 		s.log.Error("apps: unsealing secrets failed", "app", a.ID, "err", err)
@@ -128,6 +135,9 @@ func (s *Service) save(d store.Deployment, lb *logBuf, final bool) store.Deploym
 
 // fail records d failed with err (its logs end with it); the live deployment keeps serving.
 func (s *Service) fail(d store.Deployment, lb *logBuf, err error) {
+	if s.ctx.Err() != nil {
+		err = errors.New(ErrServerStopped)
+	}
 	lb.Printf("\n==> deploy failed: %v\n", err)
 	d.State, d.Error = Failed, lb.scrub(err.Error())
 	if d.SnapshotID != "" {
@@ -659,8 +669,12 @@ func (s *Service) Maintain(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Run calls Maintain every interval until ctx ends.
+// Run records failed the deployments a stopped server left unfinished (Recover), then calls
+// Maintain (and Recover) every interval until ctx ends.
 func (s *Service) Run(ctx context.Context, interval time.Duration) {
+	if err := s.Recover(ctx, true); err != nil && ctx.Err() == nil {
+		s.log.Warn("apps: recovering unfinished deployments failed", "err", err)
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -668,7 +682,7 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
+			if err := errors.Join(s.Recover(ctx, false), s.Maintain(ctx)); err != nil && ctx.Err() == nil {
 				s.log.Warn("apps: maintenance failed", "err", err)
 			}
 		}
