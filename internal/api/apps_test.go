@@ -2,10 +2,12 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http/cgi"
 	"net/http/httptest"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/apps"
+	"github.com/pandastack/pandastack/internal/sealed"
 )
 
 // TestAppsAPI: the apps routes' validation, team isolation and plans, without VMs.
@@ -48,6 +51,36 @@ func TestAppsAPI(t *testing.T) {
 	e.mustStatus(e.do("PATCH", "/v1/apps/web", e.admin, map[string]any{"build": map[string]any{"port": 3000}}), 200)
 	if got := e.mustStatus(e.do("GET", "/v1/apps/"+a["id"].(string), e.admin, nil), 200).json(t); got["build"].(map[string]any)["port"] != 3000.0 {
 		t.Fatalf("patched: %v", got)
+	}
+	// set_env / set_secrets keep the other variables; unset removes names of either.
+	e.mustStatus(e.do("PATCH", "/v1/apps/web", e.admin, map[string]any{"env": map[string]string{"A": "1", "B": "2"}}), 200)
+	got := e.mustStatus(e.do("PATCH", "/v1/apps/web", e.admin, map[string]any{"set_env": map[string]string{"B": "3", "C": "4"},
+		"set_secrets": map[string]string{"KEY": "k3y"}, "unset": []string{"A"}}), 200).json(t)
+	if fmt.Sprint(got["env"]) != "map[B:3 C:4]" || fmt.Sprint(got["secret_names"]) != "[KEY TOKEN]" || strings.Contains(string(mustJSON(got)), "k3y") {
+		t.Fatalf("after set/unset: %v", got)
+	}
+	stored, _ := e.st.GetAppByName(context.Background(), "web")
+	if secrets, err := sealed.Open(nil, stored.Secrets); err != nil || fmt.Sprint(secrets) != "map[KEY:k3y TOKEN:s3cr3t]" {
+		t.Fatalf("secrets after set: %v %v", secrets, err)
+	}
+	got = e.mustStatus(e.do("PATCH", "/v1/apps/web", e.admin, map[string]any{"unset": []string{"TOKEN", "C"}}), 200).json(t)
+	if fmt.Sprint(got["env"]) != "map[B:3]" || fmt.Sprint(got["secret_names"]) != "[KEY]" {
+		t.Fatalf("after unset: %v", got)
+	}
+	for _, c := range []struct {
+		body map[string]any
+		msg  string
+	}{
+		{map[string]any{"unset": []string{"NOPE"}}, "neither in the app's env nor in its secrets"},
+		{map[string]any{"set_env": map[string]string{"KEY": "x"}}, "both in env and in secrets"},
+		{map[string]any{"set_secrets": map[string]string{"B": "x"}}, "both in env and in secrets"},
+		{map[string]any{"set_env": map[string]string{"B": "x"}, "unset": []string{"B"}}, "both set and unset"},
+		{map[string]any{"set_env": map[string]string{"PORT": "1"}}, "not PORT"},
+		{map[string]any{"set_secrets": map[string]string{"1X": "1"}}, "shell variable name"},
+	} {
+		if r := e.do("PATCH", "/v1/apps/web", e.admin, c.body); r.status != 400 || !strings.Contains(r.errMessage(), c.msg) {
+			t.Errorf("patch %v: %d %s", c.body, r.status, r.body)
+		}
 	}
 	other := e.mustStatus(e.do("POST", "/v1/teams", e.admin, map[string]string{"name": "other"}), 201).json(t)["key"].(map[string]any)["key"].(string)
 	e.mustStatus(e.do("GET", "/v1/apps/web", other, nil), 404)
