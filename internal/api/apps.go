@@ -131,6 +131,20 @@ func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, v, err)
 }
 
+func (s *Server) listPreviews(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	ps, err := s.apps.Previews(r.Context(), id.TeamID, r.PathValue("id"))
+	s.reply(w, r, http.StatusOK, v1.AppPreviews{Previews: viewsOf(ps, func(p apps.Preview) v1.AppPreview {
+		return v1.AppPreview{Slug: p.Slug, Branch: p.Deployment.Branch, DeploymentID: p.Deployment.ID, URL: p.URL}
+	})}, err)
+}
+
+// deletePreview removes the preview of {branch} (a branch name or its slug; path-escaped).
+func (s *Server) deletePreview(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	s.reply(w, r, http.StatusNoContent, nil, s.apps.DeletePreview(r.Context(), id.TeamID, r.PathValue("id"), r.PathValue("branch")))
+}
+
 func (s *Server) rollbackApp(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	var req v1.RollbackRequest

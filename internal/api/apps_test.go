@@ -19,6 +19,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/apps"
 	"github.com/pandastack/pandastack/internal/sealed"
+	"github.com/pandastack/pandastack/internal/store"
 )
 
 // TestAppsAPI: the apps routes' validation, team isolation and plans, without VMs.
@@ -110,6 +111,38 @@ func TestAppsAPI(t *testing.T) {
 			t.Fatalf("%s: %d %s", host, w.Code, w.Body)
 		}
 	}
+	// Previews: listed with their URL; deleting one (by branch, path-escaped, or slug) removes its
+	// route, kills its instance and supersedes its deployment; the app's branch is not a preview.
+	ctx := context.Background()
+	sb := e.mustStatus(e.do("POST", "/v1/sandboxes", e.admin, `{"template": "base"}`), 201).json(t)["id"].(string)
+	if _, err := e.st.CreateDeployment(ctx, store.Deployment{ID: "dep_prev", AppID: stored.ID, TeamID: stored.TeamID, State: apps.Deploying,
+		Source: "upload", Branch: "feature/x", SandboxID: sb}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.st.SetPreview(ctx, stored.ID, "feature-x", "", "dep_prev"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	ps := e.mustStatus(e.do("GET", "/v1/apps/web/previews", e.admin, nil), 200).json(t)["previews"].([]any)
+	if want := "[map[branch:feature/x deployment_id:dep_prev slug:feature-x url:http://web--feature-x.apps.localhost]]"; fmt.Sprint(ps) != want {
+		t.Fatalf("previews: %v", ps)
+	}
+	e.mustStatus(e.do("GET", "/v1/apps/web/previews", other, nil), 404)
+	e.mustStatus(e.do("DELETE", "/v1/apps/web/previews/feature%2Fx", other, nil), 404)
+	e.mustStatus(e.do("DELETE", "/v1/apps/web/previews/main", e.admin, nil), 400)
+	e.mustStatus(e.do("DELETE", "/v1/apps/web/previews/nope", e.admin, nil), 404)
+	e.mustStatus(e.do("DELETE", "/v1/apps/web/previews/feature%2Fx", e.admin, nil), 204)
+	e.srv.apps.Wait()
+	if ps := e.mustStatus(e.do("GET", "/v1/apps/web/previews", e.admin, nil), 200).json(t)["previews"].([]any); len(ps) != 0 {
+		t.Fatalf("after delete: %v", ps)
+	}
+	if d, _ := e.st.GetDeployment(ctx, stored.ID, "dep_prev"); d.State != apps.Superseded || d.SandboxID != "" {
+		t.Fatalf("deployment after its preview's delete: %s %q", d.State, d.SandboxID)
+	}
+	if got, _ := e.st.GetSandbox(ctx, sb); got.State != store.StateKilled {
+		t.Fatalf("instance after its preview's delete: %s", got.State)
+	}
+	e.mustStatus(e.do("DELETE", "/v1/apps/web/previews/feature-x", e.admin, nil), 404)
+
 	e.mustStatus(e.do("DELETE", "/v1/apps/web", e.admin, nil), 204)
 	e.mustStatus(e.do("GET", "/v1/apps/web", e.admin, nil), 404)
 }

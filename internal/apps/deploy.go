@@ -691,3 +691,67 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 
 // shellQuote quotes s for sh.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Preview is a branch preview of an app and the deployment serving it.
+type Preview struct {
+	Slug       string
+	Deployment store.Deployment
+	URL        string
+}
+
+// Previews returns the team's app's previews, by slug.
+func (s *Service) Previews(ctx context.Context, teamID, id string) ([]Preview, error) {
+	a, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := s.cfg.Store.ListPreviews(ctx, a.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Preview, 0, len(ps))
+	for _, p := range ps {
+		d, err := s.cfg.Store.GetDeployment(ctx, a.ID, p.DeploymentID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Preview{Slug: p.Slug, Deployment: d, URL: s.routeURL(a, p.Slug)})
+	}
+	return out, nil
+}
+
+// DeletePreview removes the team's app's preview of branch (or slug): its route goes, its
+// instance is drained and killed, its deployment is superseded (its release stays: a rollback
+// to it serves the preview again). The app's own branch is not a preview (errdefs.Invalid).
+func (s *Service) DeletePreview(ctx context.Context, teamID, id, branch string) error {
+	a, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	slug := PreviewSlug(a, branch)
+	if slug == "" {
+		return errdefs.Invalidf("%s is the app's branch, not a preview (delete the app instead)", bundle.Trunc(branch))
+	}
+	depID, err := s.cfg.Store.GetPreview(ctx, a.ID, slug)
+	if err != nil {
+		return err
+	}
+	if depID == "" {
+		return errdefs.NotFoundf("app %s has no preview %s", a.Name, slug)
+	}
+	d, err := s.cfg.Store.GetDeployment(ctx, a.ID, depID)
+	if err != nil {
+		return err
+	}
+	s.route.Lock()
+	ok, err := s.cfg.Store.DeletePreview(ctx, a.ID, slug, depID)
+	s.route.Unlock()
+	if err == nil && !ok {
+		err = errdefs.Conflictf("the preview's route changed meanwhile; try again")
+	}
+	if err != nil {
+		return err
+	}
+	s.stopInstance(d.SandboxID, "app preview deleted", time.Duration(a.DrainTimeoutSeconds)*time.Second)
+	return nil
+}

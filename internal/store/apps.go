@@ -233,6 +233,37 @@ func (s *Store) GetPreview(ctx context.Context, appID, slug string) (string, err
 	return id, err
 }
 
+// Preview is the route of an app's branch preview: its slug and the deployment serving it.
+type Preview struct {
+	Slug         string
+	DeploymentID string
+}
+
+// ListPreviews returns app appID's previews by slug.
+func (s *Store) ListPreviews(ctx context.Context, appID string) ([]Preview, error) {
+	return queryAll(ctx, s, s.db, `SELECT slug, deployment_id FROM app_previews WHERE app_id = ? ORDER BY slug`,
+		scanFields(func(p *Preview) []any { return []any{&p.Slug, &p.DeploymentID} }), appID)
+}
+
+// DeletePreview removes app appID's preview slug if it still points at deployment from, which
+// becomes superseded, in one transaction. False when another switch came first.
+func (s *Store) DeletePreview(ctx context.Context, appID, slug, from string) (bool, error) {
+	ok := false
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(ctx, tx, `DELETE FROM app_previews WHERE app_id = ? AND slug = ? AND deployment_id = ?`, appID, slug, from)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		ok = true
+		_, err = s.exec(ctx, tx, `UPDATE app_deployments SET state = 'superseded', sandbox_id = '' WHERE id = ?`, from)
+		return err
+	})
+	return ok, err
+}
+
 // SetPreview points app appID's preview slug at deployment to if it still points at from (""
 // for none): to becomes live, from superseded, in one transaction. False when another switch
 // came first.

@@ -98,6 +98,19 @@ type Deployments struct {
 	Deployments []Deployment `json:"deployments"`
 }
 
+// AppPreview is a branch preview of an app: served at URL by its deployment.
+type AppPreview struct {
+	Slug         string `json:"slug"`
+	Branch       string `json:"branch"`
+	DeploymentID string `json:"deployment_id"`
+	URL          string `json:"url,omitempty"`
+}
+
+// AppPreviews is GET /v1/apps/{id}/previews, by slug.
+type AppPreviews struct {
+	Previews []AppPreview `json:"previews"`
+}
+
 // RollbackRequest is the body of POST /v1/apps/{id}/rollback.
 type RollbackRequest struct {
 	DeploymentID string `json:"deployment_id"`
