@@ -49,7 +49,7 @@ export {
   type ScheduleRun,
   type CreateScheduleParams,
 } from "./functions.js";
-export { Apps, type App, type AppBuild, type AppPlan, type AppSpec, type Deployment, type GitHubHook } from "./apps.js";
+export { Apps, type App, type AppBuild, type AppPlan, type AppPreview, type AppSpec, type Deployment, type GitHubHook } from "./apps.js";
 export {
   Databases,
   type Database,
