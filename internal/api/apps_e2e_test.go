@@ -33,9 +33,9 @@ import (
 const appSecret = "tok-4711-very-secret"
 
 type deploymentJSON struct {
-	ID, State, Error, Branch string
-	SandboxID                string `json:"sandbox_id"`
-	Plan                     struct{ Framework, Start string }
+	ID, State, Error, Branch, URL string
+	SandboxID                     string `json:"sandbox_id"`
+	Plan                          struct{ Framework, Start string }
 }
 
 // packFixture copies testdata/apps/<name> to a temporary directory, lets edit change it, and
@@ -345,6 +345,31 @@ func TestE2EApps(t *testing.T) {
 		t.Fatalf("preview: %+v", got)
 	}
 	cp.mustServe(t, "web--feature-x", "node v4-preview")
+	cp.mustServe(t, "web", "node v3-from-git")
+
+	// Every deployment with a release has its own URL: superseded v2 is restored there (once)
+	// and serves v2 while the app serves v3; the live one's is its instance.
+	_, ob := cp.call(t, "GET", "/v1/apps/web/deployments/"+v2.ID, nil, "")
+	var old deploymentJSON
+	json.Unmarshal(ob, &old)
+	oldHost := "web--" + strings.TrimPrefix(v2.ID, "dep_")
+	if old.State != "superseded" || old.URL != "http://"+oldHost+".apps.localhost" {
+		t.Fatalf("v2 after later deploys: %+v", old)
+	}
+	start = time.Now()
+	cp.mustServe(t, oldHost, "node v2")
+	t.Logf("a superseded release's own URL, first response (restore + health check): %s", time.Since(start))
+	cp.mustServe(t, oldHost, "node v2")
+	cp.mustServe(t, "web", "node v3-from-git")
+	cp.mustServe(t, "web--"+strings.TrimPrefix(pushed.ID, "dep_"), "node v3-from-git")
+
+	// Deleting the preview: its host name answers 404, the app still serves.
+	if code, _ := call("DELETE", "/v1/apps/web/previews/feature%2Fx", nil); code != 204 {
+		t.Fatalf("delete preview: %d", code)
+	}
+	if code, _, _ := cp.appGet("web--feature-x", "/"); code != 404 {
+		t.Fatalf("deleted preview answers %d", code)
+	}
 	cp.mustServe(t, "web", "node v3-from-git")
 
 	// Scale to zero: idle past suspend_after_seconds, the instance hibernates; a request wakes it.

@@ -114,7 +114,7 @@ func TestAppsAPI(t *testing.T) {
 	// Previews: listed with their URL; deleting one (by branch, path-escaped, or slug) removes its
 	// route, kills its instance and supersedes its deployment; the app's branch is not a preview.
 	ctx := context.Background()
-	sb := e.mustStatus(e.do("POST", "/v1/sandboxes", e.admin, `{"template": "base"}`), 201).json(t)["id"].(string)
+	sb := newBaseSandbox(t, e)
 	if _, err := e.st.CreateDeployment(ctx, store.Deployment{ID: "dep_prev", AppID: stored.ID, TeamID: stored.TeamID, State: apps.Deploying,
 		Source: "upload", Branch: "feature/x", SandboxID: sb}); err != nil {
 		t.Fatal(err)
@@ -143,8 +143,60 @@ func TestAppsAPI(t *testing.T) {
 	}
 	e.mustStatus(e.do("DELETE", "/v1/apps/web/previews/feature-x", e.admin, nil), 404)
 
+	// A deployment's own URL: a superseded release is restored on the first request (once),
+	// again after its instance was stopped; a failed deployment has none.
+	snap := e.mustStatus(e.do("POST", "/v1/sandboxes/"+newBaseSandbox(t, e)+"/snapshots", e.admin, `{}`), 201).json(t)["id"].(string)
+	for _, d := range []store.Deployment{{ID: "dep_old", State: apps.Superseded, SnapshotID: snap}, {ID: "dep_bad", State: apps.Failed}} {
+		d.AppID, d.TeamID, d.Source, d.Plan = stored.ID, stored.TeamID, "upload", `{"port": 3000}`
+		if _, err := e.st.CreateDeployment(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	viaRouter := func(host string) (int, string) {
+		req := httptest.NewRequest("GET", "/hello", nil)
+		req.Host = host
+		w := httptest.NewRecorder()
+		e.srv.Handler().ServeHTTP(w, req)
+		return w.Code, w.Body.String()
+	}
+	ds := e.mustStatus(e.do("GET", "/v1/apps/web/deployments", e.admin, nil), 200).json(t)["deployments"].([]any)
+	urls := map[string]any{}
+	for _, d := range ds {
+		urls[d.(map[string]any)["id"].(string)] = d.(map[string]any)["url"]
+	}
+	if urls["dep_old"] != "http://web--old.apps.localhost" || urls["dep_bad"] != nil {
+		t.Fatalf("deployment urls: %v", urls)
+	}
+	var instance string
+	for i := range 2 {
+		if code, body := viaRouter("web--old.apps.localhost"); code != 200 || !strings.Contains(body, `"port":"3000"`) || !strings.Contains(body, `"path":"/hello"`) {
+			t.Fatalf("deployment URL: %d %s", code, body)
+		}
+		d, _ := e.st.GetDeployment(ctx, stored.ID, "dep_old")
+		inst, _ := e.st.GetSandbox(ctx, d.SandboxID)
+		if d.State != apps.Superseded || inst.SnapshotID != snap || inst.Metadata["pandastack.app_role"] != "url" || i == 1 && d.SandboxID != instance {
+			t.Fatalf("request %d: deployment %+v, instance %+v (first %s)", i, d, inst, instance)
+		}
+		instance = d.SandboxID
+	}
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+instance, e.admin, nil), 204)
+	if code, body := viaRouter("web--old.apps.localhost"); code != 200 {
+		t.Fatalf("after its instance was killed: %d %s", code, body)
+	}
+	if d, _ := e.st.GetDeployment(ctx, stored.ID, "dep_old"); d.SandboxID == instance || d.SandboxID == "" {
+		t.Fatalf("not restored again: %q", d.SandboxID)
+	}
+	if code, body := viaRouter("web--bad.apps.localhost"); code != 404 || !strings.Contains(body, "no release") {
+		t.Fatalf("failed deployment's URL: %d %s", code, body)
+	}
+
 	e.mustStatus(e.do("DELETE", "/v1/apps/web", e.admin, nil), 204)
 	e.mustStatus(e.do("GET", "/v1/apps/web", e.admin, nil), 404)
+}
+
+// newBaseSandbox creates a sandbox of base and returns its id.
+func newBaseSandbox(t *testing.T, e *env) string {
+	return e.mustStatus(e.do("POST", "/v1/sandboxes", e.admin, `{"template": "base"}`), 201).json(t)["id"].(string)
 }
 
 // TestGitHubWebhook: a recorded push payload whose clone URL is a repository served here, with a

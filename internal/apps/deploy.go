@@ -360,26 +360,15 @@ func copyOutput(w io.Writer, body io.Reader, flush func()) error {
 // release makes d's release serve app a: an instance restored from it and healthy, the route
 // switched to it, the old instance drained and stopped. On an error the old one keeps serving.
 func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment, lb *logBuf) error {
-	snap, err := s.cfg.Store.GetSnapshot(ctx, d.SnapshotID)
-	if err != nil || snap.Deleted {
-		return errdefs.Conflictf("the release snapshot of deployment %s is gone", d.ID)
-	}
-	plan := PlanOf(*d)
 	lb.Printf("==> restoring an instance of the release\n")
 	t := time.Now()
-	sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
-		Snapshot: &snap, Metadata: map[string]string{"pandastack.app": a.Name, "pandastack.app_role": "instance", "pandastack.deployment": d.ID},
-		TTLSeconds: InstanceTTL})
+	sb, err := s.restore(ctx, a, *d, "instance", lb)
 	if err != nil {
 		return err
 	}
-	c, err := s.cfg.Sandboxes.Target(ctx, sb)
-	if err == nil {
-		err = s.healthy(ctx, c, sb.ID, 0, plan.Port, time.Duration(a.HealthTimeoutSeconds)*time.Second, lb)
-	}
-	if err != nil {
-		s.stopInstance(sb.ID, "app instance unhealthy", 0)
-		return err
+	if cur, err := s.cfg.Store.GetDeployment(ctx, a.ID, d.ID); err == nil && cur.SandboxID != "" {
+		// A rollback: the instance of the deployment's own URL gives way to the live one.
+		s.stopInstance(cur.SandboxID, "app deployment live again", time.Duration(a.DrainTimeoutSeconds)*time.Second)
 	}
 	d.SandboxID = sb.ID
 	lb.Printf("==> instance %s healthy in %.1f s; switching\n", sb.ID, time.Since(t).Seconds())
@@ -430,29 +419,51 @@ func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment,
 	return nil
 }
 
+// restore makes an instance of d's release (role: instance, or url for its own URL's) and waits
+// for its health check; an unhealthy one is stopped.
+func (s *Service) restore(ctx context.Context, a store.App, d store.Deployment, role string, lb *logBuf) (store.Sandbox, error) {
+	snap, err := s.cfg.Store.GetSnapshot(ctx, d.SnapshotID)
+	if err != nil || snap.Deleted {
+		return store.Sandbox{}, errdefs.Conflictf("the release snapshot of deployment %s is gone", d.ID)
+	}
+	sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
+		Snapshot: &snap, Metadata: map[string]string{"pandastack.app": a.Name, "pandastack.app_role": role, "pandastack.deployment": d.ID},
+		TTLSeconds: InstanceTTL})
+	if err != nil {
+		return sb, err
+	}
+	c, err := s.cfg.Sandboxes.Target(ctx, sb)
+	if err == nil {
+		err = s.healthy(ctx, c, sb.ID, 0, PlanOf(d).Port, time.Duration(a.HealthTimeoutSeconds)*time.Second, lb)
+	}
+	if err != nil {
+		s.stopInstance(sb.ID, "app instance unhealthy", 0)
+		return store.Sandbox{}, err
+	}
+	return sb, nil
+}
+
 // Rollback points the team's app's route at an earlier deployment's release: a new instance of
 // it, healthy, then the switch and the drain of the current one. No rebuild.
-func (s *Service) Rollback(ctx context.Context, teamID, id, depID string) (store.Deployment, error) {
+func (s *Service) Rollback(ctx context.Context, teamID, id, depID string) (store.App, store.Deployment, error) {
 	a, d, err := s.Deployment(ctx, teamID, id, depID)
 	if err != nil {
-		return d, err
+		return a, d, err
 	}
 	if d.SnapshotID == "" || d.State != Superseded && d.State != Live {
-		return d, errdefs.Invalidf("deployment %s has no release to roll back to (it is %s)", d.ID, d.State)
+		return a, d, errdefs.Invalidf("deployment %s has no release to roll back to (it is %s)", d.ID, d.State)
 	}
 	lock := s.appLock(a.ID)
 	lock.Lock()
 	defer lock.Unlock()
 	if d.State == Live {
-		return d, nil // it serves already
+		return a, d, nil // it serves already
 	}
 	lb := newLogBuf()
 	lb.WriteString(d.Logs)
 	lb.Printf("\n==> rollback to this release\n")
-	if err := s.release(context.WithoutCancel(ctx), a, &d, lb); err != nil {
-		return d, err
-	}
-	return d, nil
+	err = s.release(context.WithoutCancel(ctx), a, &d, lb)
+	return a, d, err
 }
 
 // stopInstance kills sandbox id after its in-flight requests finished (at most drain), in the
@@ -523,21 +534,45 @@ func (s *Service) routeURL(a store.App, slug string) string {
 	return "http://" + a.Name + "--" + slug + ".apps." + s.cfg.ProxyDomain
 }
 
-// DeploymentURL is where a live deployment serves ("" for another).
+// DeploymentURL is a deployment's own address, http://<app>--<id without dep_>.apps.<domain>,
+// while it has a release: live, or superseded (its release restored on the first request,
+// scaled to zero); "" for another or without a proxy domain.
 func (s *Service) DeploymentURL(a store.App, d store.Deployment) string {
-	if d.State != Live {
+	if s.cfg.ProxyDomain == "" || d.SnapshotID == "" || d.State != Live && d.State != Superseded {
 		return ""
 	}
-	return s.routeURL(a, PreviewSlug(a, d.Branch))
+	return "http://" + a.Name + "--" + strings.TrimPrefix(d.ID, "dep_") + ".apps." + s.cfg.ProxyDomain
 }
+
+// URLIdle is how long a superseded release's own URL instance runs without a request before it
+// hibernates (the app's suspend_after_seconds when shorter).
+const URLIdle = 5 * time.Minute
 
 // Target is where a request for name (an app, or <app>--<preview slug>) goes now: its live
 // instance and port. done must be
 // called when the request has finished (the instance is not stopped before, up to its drain).
 func (s *Service) Target(ctx context.Context, name string) (sb store.Sandbox, port int, done func(), err error) {
+	appName, label, _ := strings.Cut(name, "--")
+	if label != "" {
+		// <app>--<deployment id without dep_>: that deployment's own URL.
+		a, err := s.cfg.Store.GetAppByName(ctx, appName)
+		if err == nil {
+			if d, err := s.cfg.Store.GetDeployment(ctx, a.ID, "dep_"+label); err == nil {
+				return s.deploymentTarget(ctx, a, d)
+			}
+		}
+	}
+	return s.routeTarget(ctx, appName, label)
+}
+
+// routeTarget is the live instance of app appName's route slug (its preview, "" for the app).
+func (s *Service) routeTarget(ctx context.Context, appName, slug string) (sb store.Sandbox, port int, done func(), err error) {
 	s.route.RLock()
 	defer s.route.RUnlock()
-	appName, slug, _ := strings.Cut(name, "--")
+	name := appName
+	if slug != "" {
+		name += "--" + slug
+	}
 	a, err := s.cfg.Store.GetAppByName(ctx, appName)
 	if errors.Is(err, store.ErrNotFound) {
 		return sb, 0, nil, errdefs.NotFoundf("there is no app %s", bundle.Trunc(appName))
@@ -561,6 +596,13 @@ func (s *Service) Target(ctx context.Context, name string) (sb store.Sandbox, po
 	if sb, err = s.cfg.Store.GetSandbox(ctx, d.SandboxID); err != nil {
 		return sb, 0, nil, errdefs.New(errdefs.Unavailable, "app %s has no running instance", a.Name)
 	}
+	sb, port, done = s.serve(sb, d)
+	return sb, port, done, nil
+}
+
+// serve counts a request in flight on instance sb of deployment d (under the route's read lock
+// for a route's instance); done ends it.
+func (s *Service) serve(sb store.Sandbox, d store.Deployment) (store.Sandbox, int, func()) {
 	s.mu.Lock()
 	s.inflight[sb.ID]++
 	s.lastSeen[sb.ID] = time.Now()
@@ -572,7 +614,55 @@ func (s *Service) Target(ctx context.Context, name string) (sb store.Sandbox, po
 		}
 		s.lastSeen[sb.ID] = time.Now()
 		s.mu.Unlock()
-	}, nil
+	}
+}
+
+// deploymentTarget is where a request to deployment d's own URL goes: the live instance while
+// it is live; for a superseded one, the instance of its own URL, restored from its release on
+// the first request (and after it was stopped), health-checked, then recorded.
+func (s *Service) deploymentTarget(ctx context.Context, a store.App, d store.Deployment) (store.Sandbox, int, func(), error) {
+	if d.State == Live {
+		s.route.RLock()
+		defer s.route.RUnlock()
+		if d, err := s.cfg.Store.GetDeployment(ctx, a.ID, d.ID); err == nil && d.State == Live {
+			if sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID); err == nil {
+				sb, port, done := s.serve(sb, d)
+				return sb, port, done, nil
+			}
+		}
+		return store.Sandbox{}, 0, nil, errdefs.New(errdefs.Unavailable, "deployment %s has no running instance; try again", d.ID)
+	}
+	if d.State != Superseded || d.SnapshotID == "" {
+		return store.Sandbox{}, 0, nil, errdefs.NotFoundf("deployment %s of %s has no release (it is %s)", d.ID, a.Name, d.State)
+	}
+	lock := s.appLock("url:" + d.ID) // one restore per deployment at a time
+	lock.Lock()
+	defer lock.Unlock()
+	d, err := s.cfg.Store.GetDeployment(ctx, a.ID, d.ID)
+	if err != nil {
+		return store.Sandbox{}, 0, nil, err
+	}
+	if d.State != Superseded {
+		return store.Sandbox{}, 0, nil, errdefs.New(errdefs.Unavailable, "deployment %s is %s now; try again", d.ID, d.State)
+	}
+	if d.SandboxID != "" {
+		if sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID); err == nil && sandboxes.Usable(sb) == nil {
+			sb, port, done := s.serve(sb, d)
+			return sb, port, done, nil
+		}
+	}
+	sb, err := s.restore(ctx, a, d, "url", newLogBuf())
+	if err != nil {
+		return store.Sandbox{}, 0, nil, errdefs.New(errdefs.Unavailable, "restoring deployment %s failed: %v", d.ID, err)
+	}
+	if ok, err := s.cfg.Store.SetDeploymentInstance(context.WithoutCancel(ctx), d.ID, d.SandboxID, sb.ID); !ok || err != nil {
+		s.stopInstance(sb.ID, "app deployment changed meanwhile", 0)
+		return store.Sandbox{}, 0, nil, errdefs.New(errdefs.Unavailable, "deployment %s changed meanwhile; try again", d.ID)
+	}
+	s.log.Info("app deployment restored for its own URL", "app", a.ID, "deployment", d.ID, "instance", sb.ID)
+	d.SandboxID = sb.ID
+	sb, port, done := s.serve(sb, d)
+	return sb, port, done, nil
 }
 
 // BuildLogs writes a deployment's build logs to w: all of them, or with follow those so far and
@@ -631,7 +721,7 @@ func (s *Service) Logs(ctx context.Context, teamID, id string, follow bool, w io
 // one wakes it: its host does). It goes through
 // every instance and returns what failed.
 func (s *Service) Maintain(ctx context.Context) error {
-	deps, err := s.cfg.Store.ListLiveDeployments(ctx)
+	deps, err := s.cfg.Store.ListInstanceDeployments(ctx)
 	if err != nil {
 		return err
 	}
@@ -647,7 +737,16 @@ func (s *Service) Maintain(ctx context.Context) error {
 			}
 		}
 		a, err := s.cfg.Store.GetTeamApp(ctx, d.TeamID, d.AppID)
-		if err != nil || a.SuspendAfterSeconds == 0 || a.MinInstances > 0 {
+		if err != nil {
+			continue
+		}
+		idle := time.Duration(a.SuspendAfterSeconds) * time.Second
+		if d.State == Superseded {
+			idle = min(idle, URLIdle) // an old release's own URL: always scaled to zero
+			if idle == 0 {
+				idle = URLIdle
+			}
+		} else if a.SuspendAfterSeconds == 0 || a.MinInstances > 0 {
 			continue // no scale to zero
 		}
 		if sb = s.cfg.Sandboxes.Current(ctx, sb); sb.State != store.StateRunning {
@@ -660,7 +759,7 @@ func (s *Service) Maintain(ctx context.Context) error {
 			s.lastSeen[sb.ID], last = time.Now(), time.Now()
 		}
 		s.mu.Unlock()
-		if !busy && time.Since(last) > time.Duration(a.SuspendAfterSeconds)*time.Second {
+		if !busy && time.Since(last) > idle {
 			if _, err := s.cfg.Sandboxes.Hibernate(ctx, sb); err != nil {
 				errs = append(errs, fmt.Errorf("hibernating the idle instance %s: %w", sb.ID, err))
 			}

@@ -372,12 +372,13 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 }
 
 // Deployments returns the team's app's deployments, newest first.
-func (s *Service) Deployments(ctx context.Context, teamID, id string, limit int) ([]store.Deployment, error) {
+func (s *Service) Deployments(ctx context.Context, teamID, id string, limit int) (store.App, []store.Deployment, error) {
 	a, err := s.Get(ctx, teamID, id)
 	if err != nil {
-		return nil, err
+		return a, nil, err
 	}
-	return s.cfg.Store.ListDeployments(ctx, a.ID, limit)
+	ds, err := s.cfg.Store.ListDeployments(ctx, a.ID, limit)
+	return a, ds, err
 }
 
 // Deployment returns one deployment of the team's app.

@@ -224,6 +224,26 @@ func (s *Store) ListLiveDeployments(ctx context.Context) ([]Deployment, error) {
 		(SELECT live_deployment_id FROM apps) OR id IN (SELECT deployment_id FROM app_previews)`, scanDeployment)
 }
 
+// ListInstanceDeployments returns the live and superseded deployments with an instance (a
+// route's, or a superseded release's own URL's), every team's.
+func (s *Store) ListInstanceDeployments(ctx context.Context) ([]Deployment, error) {
+	return queryAll(ctx, s, s.db, `SELECT `+deploymentCols+` FROM app_deployments WHERE sandbox_id != ''
+		AND state IN ('live', 'superseded')`, scanDeployment)
+}
+
+// SetDeploymentInstance records sandbox to as the instance of superseded deployment id (its own
+// URL's) if its instance is still from (compare-and-set). False when it changed meanwhile or the
+// deployment is no longer superseded.
+func (s *Store) SetDeploymentInstance(ctx context.Context, id, from, to string) (bool, error) {
+	res, err := s.exec(ctx, s.db, `UPDATE app_deployments SET sandbox_id = ? WHERE id = ? AND sandbox_id = ? AND state = 'superseded'`,
+		to, id, from)
+	if err != nil {
+		return false, err
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
 // GetPreview returns the deployment serving app appID's preview slug ("" for none).
 func (s *Store) GetPreview(ctx context.Context, appID, slug string) (string, error) {
 	id, err := scanOne[string](s.queryRow(ctx, s.db, `SELECT deployment_id FROM app_previews WHERE app_id = ? AND slug = ?`, appID, slug))
