@@ -23,9 +23,9 @@ var appsTable = printer[v1.App]{[]string{"ID", "NAME", "BRANCH", "LIVE", "URL", 
 	return []string{a.ID, a.Name, a.Branch, orDash(a.LiveDeploymentID), orDash(a.URL), a.UpdatedAt}
 }}
 
-var deploymentsTable = printer[v1.Deployment]{[]string{"ID", "STATE", "SOURCE", "COMMIT", "FRAMEWORK", "BUILD_MS", "CREATED", "ERROR"}, func(d v1.Deployment) []string {
+var deploymentsTable = printer[v1.Deployment]{[]string{"ID", "STATE", "SOURCE", "COMMIT", "FRAMEWORK", "BUILD_MS", "CREATED", "URL", "ERROR"}, func(d v1.Deployment) []string {
 	return []string{d.ID, d.State, d.Source, orDash(d.Commit[:min(12, len(d.Commit))]), orDash(d.Plan.Framework),
-		strconv.FormatInt(d.BuildMS, 10), d.CreatedAt, orDash(escapeLines(d.Error))}
+		strconv.FormatInt(d.BuildMS, 10), d.CreatedAt, orDash(d.URL), orDash(escapeLines(d.Error))}
 }}
 
 var previewsTable = printer[v1.AppPreview]{[]string{"SLUG", "BRANCH", "DEPLOYMENT", "URL"}, func(p v1.AppPreview) []string {
