@@ -61,7 +61,7 @@ func (s *Service) Deploy(ctx context.Context, teamID, id string, archive []byte,
 		src.Kind = "upload"
 	}
 	d, err := s.cfg.Store.CreateDeployment(ctx, store.Deployment{ID: auth.NewID("dep_"), AppID: a.ID, TeamID: teamID, State: Queued,
-		Source: src.Kind, Commit: src.Commit, Branch: src.Branch, Plan: string(pj), LeaseUntil: s.dbNow(ctx).Add(LeaseTime)})
+		Source: src.Kind, Commit: src.Commit, Branch: src.Branch, Plan: string(pj), LeaseUntil: s.cfg.Store.Clock(ctx).Add(LeaseTime)})
 	if err != nil {
 		return d, err
 	}

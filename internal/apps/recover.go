@@ -17,27 +17,11 @@ const LeaseTime = 2 * time.Minute
 
 // renew extends deployment id's lease until stop is closed.
 func (s *Service) renew(id string, stop <-chan struct{}) {
-	t := time.NewTicker(LeaseTime / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			ctx := context.Background()
-			if err := s.cfg.Store.RenewDeployment(ctx, id, s.dbNow(ctx).Add(LeaseTime)); err != nil {
-				s.log.Warn("apps: could not renew a deployment's lease", "deployment", id, "err", err)
-			}
-		}
-	}
-}
-
-// dbNow is the database's clock (leases are compared across replicas), else the local one.
-func (s *Service) dbNow(ctx context.Context) time.Time {
-	if t, err := s.cfg.Store.DBNow(ctx); err == nil {
-		return t
-	}
-	return time.Now().UTC()
+	s.cfg.Store.HoldLease(stop, LeaseTime, func(ctx context.Context, until time.Time) error {
+		return s.cfg.Store.RenewDeployment(ctx, id, until)
+	}, func(err error) {
+		s.log.Warn("apps: could not renew a deployment's lease", "deployment", id, "err", err)
+	})
 }
 
 // Recover records failed (ErrServerStopped) the deployments left queued, building or deploying
@@ -46,7 +30,7 @@ func (s *Service) dbNow(ctx context.Context) time.Time {
 // instances are killed and their release snapshots dropped; a deployment a route serves is
 // never touched.
 func (s *Service) Recover(ctx context.Context, atStart bool) error {
-	before := s.dbNow(ctx)
+	before := s.cfg.Store.Clock(ctx)
 	if atStart && s.cfg.Store.Dialect() == store.SQLite {
 		before = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 	}

@@ -2,8 +2,6 @@ package apps
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -16,10 +14,8 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/bundle"
-	"github.com/pandastack/pandastack/internal/sandboxes"
-	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/templates"
+	"github.com/pandastack/pandastack/internal/testenv/fakehost"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -32,12 +28,7 @@ import (
 // SQLite store and the fake host agent behind a proxy that holds execs.
 func TestRecoverAfterRestart(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st := fakehost.Store(t)
 	ag := agenttest.New("host-a", "tok", "base")
 	t.Cleanup(ag.Close)
 	agURL, _ := url.Parse(ag.URL())
@@ -52,14 +43,9 @@ func TestRecoverAfterRestart(t *testing.T) {
 	}))
 	t.Cleanup(proxy.Close)
 	t.Cleanup(func() { close(hold) }) // runs first: the held exec returns, the old service can close
-	newService := func() *Service {
-		sched := scheduler.New(scheduler.Config{Store: st, Logger: log})
-		sched.AddStaticAgent(proxy.URL, "tok")
-		if err := sched.PollStatic(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return New(Config{Store: st, Logger: log, Templates: templates.New(st, sched, log),
-			Sandboxes: sandboxes.New(sandboxes.Config{Store: st, Scheduler: sched, Logger: log, DefaultTTL: time.Minute, MaxTTL: time.Hour})})
+	newService := func() *Service {   // a server: its own scheduler and services over the store
+		sbs, tpls := fakehost.Services(t, st, proxy.URL, "tok")
+		return New(Config{Store: st, Logger: fakehost.Quiet, Templates: tpls, Sandboxes: sbs})
 	}
 	if _, err := st.CreateTeam(ctx, store.Team{ID: "team_1", Name: "one"}); err != nil {
 		t.Fatal(err)
