@@ -26,13 +26,14 @@ func (s *Service) renew(id string, stop <-chan struct{}) {
 
 // Recover records failed (ErrServerStopped) the deployments left queued, building or deploying
 // by a server that stopped: those whose lease passed and, at start over SQLite (one server per
-// database: none of them can be another's), every one. Their build sandboxes and unreleased
-// instances are killed and their release snapshots dropped; a deployment a route serves is
-// never touched.
+// database), every one the server before this one left (its last lease renewal was before this
+// service started: the lease ends before started+LeaseTime; this service's own end after).
+// Their build sandboxes and unreleased instances are killed and their release snapshots
+// dropped; a deployment a route serves is never touched.
 func (s *Service) Recover(ctx context.Context, atStart bool) error {
 	before := s.cfg.Store.Clock(ctx)
 	if atStart && s.cfg.Store.Dialect() == store.SQLite {
-		before = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+		before = s.started.Add(LeaseTime)
 	}
 	deps, err := s.cfg.Store.FailOrphanedDeployments(ctx, before, ErrServerStopped)
 	for _, d := range deps {

@@ -2,6 +2,8 @@ package apps
 
 import (
 	"context"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -24,7 +26,8 @@ import (
 // a new service over the same (SQLite: one server) store records them failed with
 // ErrServerStopped at its start and
 // kills the build sandbox, leaving the live deployment and its route alone. A deployment whose
-// lease holds is left alone by the periodic recovery, one whose lease passed is failed. Over a real
+// lease holds is left alone by the periodic recovery, one whose lease passed is failed; one the
+// new server took after its start is not failed by its start's recovery. Over a real
 // SQLite store and the fake host agent behind a proxy that holds execs.
 func TestRecoverAfterRestart(t *testing.T) {
 	ctx := context.Background()
@@ -33,6 +36,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	t.Cleanup(ag.Close)
 	agURL, _ := url.Parse(ag.URL())
 	fwd := httputil.NewSingleHostReverseProxy(agURL)
+	fwd.ErrorLog = log.New(io.Discard, "", 0) // the held exec's end when the old server closes
 	execs, hold := make(chan string, 4), make(chan struct{})
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/exec") {
@@ -66,7 +70,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	if _, err := st.CreateDeployment(ctx, store.Deployment{ID: "dep_held", AppID: a.ID, TeamID: a.TeamID, State: Building,
-		Source: "upload", LeaseUntil: time.Now().Add(time.Hour)}); err != nil {
+		Source: "upload", LeaseUntil: time.Now().Add(LeaseTime / 2)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.CreateDeployment(ctx, store.Deployment{ID: "dep_lost", AppID: a.ID, TeamID: a.TeamID, State: Building,
@@ -120,7 +124,12 @@ func TestRecoverAfterRestart(t *testing.T) {
 			t.Fatalf("%s with its lease held was recovered", id)
 		}
 	}
-	// The new server's start: the old one's unfinished deployments are failed.
+	// The new server's start: the old one's unfinished deployments are failed, not one the new
+	// server took meanwhile.
+	if _, err := st.CreateDeployment(ctx, store.Deployment{ID: "dep_new", AppID: a.ID, TeamID: a.TeamID, State: Queued,
+		Source: "upload", LeaseUntil: st.Clock(ctx).Add(LeaseTime)}); err != nil {
+		t.Fatal(err)
+	}
 	if err := cur.Recover(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +146,9 @@ func TestRecoverAfterRestart(t *testing.T) {
 	}
 	if slices := ag.Running(); len(slices) != 0 {
 		t.Errorf("running on the host: %v", slices)
+	}
+	if d := get("dep_new"); d.State != Queued {
+		t.Errorf("the new server's own deployment: %s", d.State)
 	}
 	if d := get(live.ID); d.State != Live {
 		t.Errorf("live deployment: %s", d.State)

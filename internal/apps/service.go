@@ -105,6 +105,9 @@ type Service struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// started is when this service started (the store's clock): deployments it takes have leases
+	// past started+LeaseTime, those of a server before it (over the same SQLite) end before.
+	started time.Time
 }
 
 // New builds a service.
@@ -117,7 +120,7 @@ func New(cfg Config) *Service {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, inflight: map[string]int{}, lastSeen: map[string]time.Time{},
-		logs: map[string]*logBuf{}, deploys: map[string]*sync.Mutex{}, ctx: ctx, cancel: cancel}
+		logs: map[string]*logBuf{}, deploys: map[string]*sync.Mutex{}, ctx: ctx, cancel: cancel, started: cfg.Store.Clock(ctx)}
 }
 
 // Close cancels builds in flight and waits for them.
