@@ -218,12 +218,6 @@ func (s *Store) ListDeployments(ctx context.Context, appID string, limit int) ([
 		ORDER BY created_at DESC, id DESC LIMIT ?`, scanDeployment, appID, limit)
 }
 
-// ListLiveDeployments returns the deployments that serve an app or a preview now (every team's).
-func (s *Store) ListLiveDeployments(ctx context.Context) ([]Deployment, error) {
-	return queryAll(ctx, s, s.db, `SELECT `+deploymentCols+` FROM app_deployments WHERE id IN
-		(SELECT live_deployment_id FROM apps) OR id IN (SELECT deployment_id FROM app_previews)`, scanDeployment)
-}
-
 // ListInstanceDeployments returns the live and superseded deployments with an instance (a
 // route's, or a superseded release's own URL's), every team's.
 func (s *Store) ListInstanceDeployments(ctx context.Context) ([]Deployment, error) {
