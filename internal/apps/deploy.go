@@ -84,6 +84,9 @@ func detectPlan(files []bundle.File, b v1.AppBuild) v1.AppPlan {
 // run builds, releases and switches to deployment d, one deploy of an app at a time.
 func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, lb *logBuf) {
 	ctx := s.ctx
+	stop := make(chan struct{}) // the lease is held while it waits for the app's lock too
+	defer close(stop)
+	go s.renew(d.ID, stop)
 	lock := s.appLock(a.ID)
 	lock.Lock()
 	defer lock.Unlock()
@@ -92,9 +95,6 @@ func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball 
 		delete(s.logs, d.ID)
 		s.mu.Unlock()
 	}()
-	stop := make(chan struct{})
-	defer close(stop)
-	go s.renew(d.ID, stop)
 	if cur, err := s.cfg.Store.GetDeployment(ctx, d.AppID, d.ID); err != nil || cur.State != Queued {
 		lb.close() // another replica recorded it failed while it waited (this one looked gone)
 		return
