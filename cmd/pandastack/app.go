@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -290,7 +291,16 @@ func appCmd() *cobra.Command {
 			})
 		unset := f.verb("unset APP KEY...", "Remove "+v.what+" by name", cobra.MinimumNArgs(2),
 			func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-				a, err := c.UpdateApp(ctx, args[0], v1.AppSpec{Unset: args[1:]})
+				a, err := c.GetApp(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				for _, k := range args[1:] { // the API's unset takes either: keep each verb to its own
+					if _, inEnv := a.Env[k]; inEnv != (v.name == "env") || !inEnv && !slices.Contains(a.SecretNames, k) {
+						return fmt.Errorf("%s is not in the %s of app %s", k, v.name, a.Name)
+					}
+				}
+				a, err = c.UpdateApp(ctx, args[0], v1.AppSpec{Unset: args[1:]})
 				if err != nil {
 					return err
 				}

@@ -54,6 +54,16 @@ func TestCLIApps(t *testing.T) {
 		!strings.Contains(out, `"KEY",`) || !strings.Contains(out, `"TOKEN"`) || strings.Contains(out, "k3y") {
 		t.Fatalf("after env/secrets set:\n%s", out)
 	}
+	if _, _, err := run(t, "", "app", "env", "unset", "web", "KEY"); err == nil || !strings.Contains(err.Error(), "KEY is not in the env of app web") {
+		t.Fatalf("env unset of a secret: %v", err)
+	}
+	if _, _, err := run(t, "", "app", "secrets", "unset", "web", "B"); err == nil || !strings.Contains(err.Error(), "B is not in the secrets") {
+		t.Fatalf("secrets unset of an env variable: %v", err)
+	}
+	mustRun(t, "", "app", "secrets", "unset", "web", "KEY")
+	if out := mustRun(t, "", "app", "get", "web", "--json"); strings.Contains(out, `"KEY"`) || !strings.Contains(out, `"B": "2"`) {
+		t.Fatalf("after secrets unset:\n%s", out)
+	}
 	if _, _, err := run(t, "", "app", "secrets", "set", "web", "NOPAIR"); err == nil || !strings.Contains(err.Error(), "KEY=VALUE") {
 		t.Fatalf("secrets set without =: %v", err)
 	}
