@@ -37,6 +37,7 @@ const appSecret = "tok-4711-very-secret"
 type deploymentJSON struct {
 	ID, State, Error, Branch, URL string
 	SandboxID                     string `json:"sandbox_id"`
+	BuildMS                       int64  `json:"build_ms"`
 	Plan                          struct{ Framework, Start string }
 }
 
@@ -218,10 +219,12 @@ func TestE2EApps(t *testing.T) {
 		deploys = append(deploys, struct{ app, id string }{"vite", vd.ID})
 	}
 	for _, d := range deploys {
-		if got := cp.appWait(t, d.app, d.id); got.State != "live" {
+		got := cp.appWait(t, d.app, d.id)
+		if got.State != "live" {
 			_, logs := cp.call(t, "GET", "/v1/apps/"+d.app+"/deployments/"+d.id+"/logs", nil, "")
 			t.Fatalf("%s: %+v\n%s", d.app, got, logs)
 		}
+		t.Logf("%s: built and released in %d ms (four builds at once)", d.app, got.BuildMS)
 	}
 	cp.mustServe(t, "web", "node v1 built=true")
 	cp.mustServe(t, "site", "static fixture")
