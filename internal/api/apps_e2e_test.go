@@ -224,7 +224,7 @@ func TestE2EApps(t *testing.T) {
 			_, logs := cp.call(t, "GET", "/v1/apps/"+d.app+"/deployments/"+d.id+"/logs", nil, "")
 			t.Fatalf("%s: %+v\n%s", d.app, got, logs)
 		}
-		t.Logf("%s: built and released in %d ms (four builds at once)", d.app, got.BuildMS)
+		t.Logf("%s: build (build VM to release snapshot) %d ms, four at once", d.app, got.BuildMS)
 	}
 	cp.mustServe(t, "web", "node v1 built=true")
 	cp.mustServe(t, "site", "static fixture")
