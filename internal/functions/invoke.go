@@ -65,7 +65,7 @@ func (s *Service) InvokeAsync(ctx context.Context, teamID, id string, payload js
 		return store.FunctionRun{}, err
 	}
 	run, err := s.cfg.Store.CreateFunctionRun(ctx, store.FunctionRun{ID: auth.NewID("run_"), FunctionID: fn.ID, TeamID: teamID,
-		Version: v.Version, Trigger: "async", Status: RunQueued, Payload: string(payload), LeaseUntil: s.cfg.Store.Clock(ctx).Add(LeaseTime)})
+		Version: v.Version, Trigger: "async", Status: RunQueued, Payload: string(payload), LeaseUntil: s.dbNow(ctx).Add(LeaseTime)})
 	if err != nil {
 		return run, err
 	}
@@ -112,16 +112,33 @@ const LeaseTime = 2 * time.Minute
 
 // renew extends run id's lease until stop is closed.
 func (s *Service) renew(id string, stop <-chan struct{}) {
-	s.cfg.Store.HoldLease(stop, LeaseTime, func(ctx context.Context, until time.Time) error {
-		return s.cfg.Store.RenewFunctionRun(ctx, id, until)
-	}, func(err error) { s.log.Warn("functions: could not renew an async run's lease", "run", id, "err", err) })
+	t := time.NewTicker(LeaseTime / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if err := s.cfg.Store.RenewFunctionRun(context.Background(), id, s.dbNow(context.Background()).Add(LeaseTime)); err != nil {
+				s.log.Warn("functions: could not renew an async run's lease", "run", id, "err", err)
+			}
+		}
+	}
+}
+
+// dbNow is the database's clock (leases are compared across replicas), else the local one.
+func (s *Service) dbNow(ctx context.Context) time.Time {
+	if t, err := s.cfg.Store.DBNow(ctx); err == nil {
+		return t
+	}
+	return time.Now().UTC()
 }
 
 // TakeOver resumes async runs whose replica stopped (their lease passed): each is claimed by
 // one replica and attempted again, unless its last attempt was under way (then it is recorded
 // failed: the function may have run).
 func (s *Service) TakeOver(ctx context.Context) error {
-	now := s.cfg.Store.Clock(ctx)
+	now := s.dbNow(ctx)
 	runs, err := s.cfg.Store.TakeOverFunctionRuns(ctx, now, now.Add(LeaseTime), 20)
 	for _, r := range runs {
 		fn, gerr := s.cfg.Store.GetFunction(ctx, r.FunctionID)

@@ -2,12 +2,17 @@ package functions
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/testenv/fakehost"
+	"github.com/pandastack/pandastack/internal/templates"
 )
 
 // TestTakeOver: an async run whose replica stopped (its lease passed) is taken over and attempted
@@ -17,11 +22,21 @@ import (
 // was attempted and recorded).
 func TestTakeOver(t *testing.T) {
 	ctx := context.Background()
-	st := fakehost.Store(t)
+	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ag := agenttest.New("host-a", "tok", "base")
 	t.Cleanup(ag.Close)
-	sbs, tpls := fakehost.Services(t, st, ag.URL(), "tok")
-	svc := New(Config{Store: st, Logger: fakehost.Quiet, Templates: tpls, Sandboxes: sbs})
+	sched := scheduler.New(scheduler.Config{Store: st, Logger: log})
+	sched.AddStaticAgent(ag.URL(), "tok")
+	if err := sched.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	svc := New(Config{Store: st, Logger: log, Templates: templates.New(st, sched, log),
+		Sandboxes: sandboxes.New(sandboxes.Config{Store: st, Scheduler: sched, Logger: log, DefaultTTL: time.Minute, MaxTTL: time.Hour})})
 	t.Cleanup(svc.Close)
 	if _, err := st.CreateTeam(ctx, store.Team{ID: "team_1", Name: "one"}); err != nil {
 		t.Fatal(err)
