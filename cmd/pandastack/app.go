@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,9 +24,13 @@ var appsTable = printer[v1.App]{[]string{"ID", "NAME", "BRANCH", "LIVE", "URL", 
 	return []string{a.ID, a.Name, a.Branch, orDash(a.LiveDeploymentID), orDash(a.URL), a.UpdatedAt}
 }}
 
-var deploymentsTable = printer[v1.Deployment]{[]string{"ID", "STATE", "SOURCE", "COMMIT", "FRAMEWORK", "BUILD_MS", "CREATED", "ERROR"}, func(d v1.Deployment) []string {
+var deploymentsTable = printer[v1.Deployment]{[]string{"ID", "STATE", "SOURCE", "COMMIT", "FRAMEWORK", "BUILD_MS", "CREATED", "URL", "ERROR"}, func(d v1.Deployment) []string {
 	return []string{d.ID, d.State, d.Source, orDash(d.Commit[:min(12, len(d.Commit))]), orDash(d.Plan.Framework),
-		strconv.FormatInt(d.BuildMS, 10), d.CreatedAt, orDash(escapeLines(d.Error))}
+		strconv.FormatInt(d.BuildMS, 10), d.CreatedAt, orDash(d.URL), orDash(escapeLines(d.Error))}
+}}
+
+var previewsTable = printer[v1.AppPreview]{[]string{"SLUG", "BRANCH", "DEPLOYMENT", "URL"}, func(p v1.AppPreview) []string {
+	return []string{p.Slug, p.Branch, p.DeploymentID, orDash(p.URL)}
 }}
 
 // appSpecFlags are the settings create and update share.
@@ -74,7 +79,7 @@ func (a *appSpecFlags) resolve(cmd *cobra.Command) (v1.AppSpec, error) {
 	return sp, nil
 }
 
-// appCmd is `pandastack app create|list|get|update|delete|deploy|plan|logs|deployments|rollback|github`.
+// appCmd is `pandastack app create|list|get|update|delete|deploy|plan|logs|deployments|rollback|github|env|secrets|preview`.
 func appCmd() *cobra.Command {
 	cmd, f := group("app", "Git-deployed apps: build in a microVM, release as a snapshot, serve at <name>.apps.<domain>", "apps")
 
@@ -264,9 +269,71 @@ func appCmd() *cobra.Command {
 			}
 			return deploymentsTable.print(f, cmd, ds, false)
 		})
+	// env|secrets set|unset: PATCH set_env / set_secrets / unset, the other variables kept.
+	var vars []*cobra.Command
+	for _, v := range []struct{ name, what string }{{"env", "environment variables"}, {"secrets", "secrets (sealed, redacted from logs)"}} {
+		g := &cobra.Command{Use: v.name, Short: "Set or unset the app's " + v.what + " (from its next deploy)"}
+		set := f.verb("set APP KEY=VALUE...", "Add or change "+v.what+", keeping the others", cobra.MinimumNArgs(2),
+			func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+				pairs, err := parsePairs(v.name, args[1:])
+				if err != nil {
+					return err
+				}
+				sp := v1.AppSpec{SetEnv: pairs}
+				if v.name == "secrets" {
+					sp = v1.AppSpec{SetSecrets: pairs}
+				}
+				a, err := c.UpdateApp(ctx, args[0], sp)
+				if err != nil {
+					return err
+				}
+				return appsTable.one(f, cmd, a)
+			})
+		unset := f.verb("unset APP KEY...", "Remove "+v.what+" by name", cobra.MinimumNArgs(2),
+			func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+				a, err := c.GetApp(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				for _, k := range args[1:] { // the API's unset takes either: keep each verb to its own
+					if _, inEnv := a.Env[k]; inEnv != (v.name == "env") || !inEnv && !slices.Contains(a.SecretNames, k) {
+						return fmt.Errorf("%s is not in the %s of app %s", k, v.name, a.Name)
+					}
+				}
+				a, err = c.UpdateApp(ctx, args[0], v1.AppSpec{Unset: args[1:]})
+				if err != nil {
+					return err
+				}
+				return appsTable.one(f, cmd, a)
+			})
+		g.AddCommand(set, unset)
+		vars = append(vars, g)
+	}
+	preview := &cobra.Command{Use: "preview", Short: "An app's branch previews (<app>--<slug>.apps.<domain>)"}
+	preview.AddCommand(f.verb("list APP", "List an app's previews", cobra.ExactArgs(1),
+		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			ps, err := c.AppPreviews(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return previewsTable.print(f, cmd, ps, false)
+		}),
+		&cobra.Command{Use: "delete APP BRANCH...", Short: "Delete previews (by branch or slug): their route, instance; their releases stay for a rollback",
+			Args: cobra.MinimumNArgs(2), RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+				for _, b := range args[1:] {
+					if err := c.DeleteAppPreview(ctx, args[0], b); err != nil {
+						return err
+					}
+					if !f.json {
+						fmt.Fprintln(cmd.OutOrStdout(), "deleted", b)
+					}
+				}
+				return nil
+			})})
 	list := listCmd(f, appsTable, "List your team's apps", (*client.Client).ListApps)
 	get := getCmd(f, appsTable, "get APP", "Show an app", (*client.Client).GetApp)
 	del := f.deleteCmd("delete APP...", "Delete apps with their instances, releases and deployments", (*client.Client).DeleteApp)
-	cmd.AddCommand(createCmd, updateCmd, deploy, plan, logs, rollback, deployments, github, list, get, del)
+	cmd.AddCommand(createCmd, updateCmd, deploy, plan, logs, rollback, deployments, github, list, get, del, preview)
+	cmd.AddCommand(vars...)
 	return cmd
 }

@@ -47,6 +47,32 @@ func TestCLIApps(t *testing.T) {
 		!strings.Contains(out, `"port": 3000`) || strings.Contains(out, "s3cr3t") {
 		t.Fatalf("get:\n%s", out)
 	}
+	mustRun(t, "", "app", "env", "set", "web", "A=1", "B=2")
+	mustRun(t, "", "app", "secrets", "set", "web", "KEY=k3y")
+	mustRun(t, "", "app", "env", "unset", "web", "A")
+	if out := mustRun(t, "", "app", "get", "web", "--json"); !strings.Contains(out, `"B": "2"`) || strings.Contains(out, `"A"`) ||
+		!strings.Contains(out, `"KEY",`) || !strings.Contains(out, `"TOKEN"`) || strings.Contains(out, "k3y") {
+		t.Fatalf("after env/secrets set:\n%s", out)
+	}
+	if _, _, err := run(t, "", "app", "env", "unset", "web", "KEY"); err == nil || !strings.Contains(err.Error(), "KEY is not in the env of app web") {
+		t.Fatalf("env unset of a secret: %v", err)
+	}
+	if _, _, err := run(t, "", "app", "secrets", "unset", "web", "B"); err == nil || !strings.Contains(err.Error(), "B is not in the secrets") {
+		t.Fatalf("secrets unset of an env variable: %v", err)
+	}
+	mustRun(t, "", "app", "secrets", "unset", "web", "KEY")
+	if out := mustRun(t, "", "app", "get", "web", "--json"); strings.Contains(out, `"KEY"`) || !strings.Contains(out, `"B": "2"`) {
+		t.Fatalf("after secrets unset:\n%s", out)
+	}
+	if _, _, err := run(t, "", "app", "secrets", "set", "web", "NOPAIR"); err == nil || !strings.Contains(err.Error(), "KEY=VALUE") {
+		t.Fatalf("secrets set without =: %v", err)
+	}
+	if out := mustRun(t, "", "app", "preview", "list", "web"); !strings.Contains(out, "SLUG") {
+		t.Fatalf("preview list:\n%s", out)
+	}
+	if _, _, err := run(t, "", "app", "preview", "delete", "web", "feature/x"); err == nil || !strings.Contains(err.Error(), "no preview feature-x") {
+		t.Fatalf("preview delete of none: %v", err)
+	}
 	mustRun(t, "", "app", "delete", "web")
 	if _, _, err := run(t, "", "app", "get", "web"); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("deleted: %v", err)

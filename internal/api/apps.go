@@ -32,10 +32,11 @@ func (s *Server) appView(a store.App) v1.App {
 		DrainTimeoutSeconds: a.DrainTimeoutSeconds, CreatedAt: v1.Timestamp(a.CreatedAt), UpdatedAt: v1.Timestamp(a.UpdatedAt)}
 }
 
-func deploymentView(d store.Deployment) v1.Deployment {
+// deploymentView is d of app a, with its own URL while it has a release.
+func (s *Server) deploymentView(a store.App, d store.Deployment) v1.Deployment {
 	return v1.Deployment{ID: d.ID, AppID: d.AppID, State: d.State, Source: d.Source, Commit: d.Commit, Branch: d.Branch,
-		Plan: apps.PlanOf(d), Error: d.Error, SnapshotID: d.SnapshotID, SandboxID: d.SandboxID, BuildMS: d.BuildMS,
-		CreatedAt: v1.Timestamp(d.CreatedAt), FinishedAt: v1.Timestamp(d.FinishedAt)}
+		Plan: apps.PlanOf(d), Error: d.Error, URL: s.apps.DeploymentURL(a, d), SnapshotID: d.SnapshotID, SandboxID: d.SandboxID,
+		BuildMS: d.BuildMS, CreatedAt: v1.Timestamp(d.CreatedAt), FinishedAt: v1.Timestamp(d.FinishedAt)}
 }
 
 func (s *Server) createApp(w http.ResponseWriter, r *http.Request) {
@@ -101,7 +102,7 @@ func (s *Server) deployApp(w http.ResponseWriter, r *http.Request) {
 	}
 	release()
 	d, err := s.apps.Deploy(r.Context(), id.TeamID, r.PathValue("id"), b, apps.Source{Kind: "upload", Branch: r.URL.Query().Get("branch")})
-	s.reply(w, r, http.StatusAccepted, deploymentView(d), err)
+	s.reply(w, r, http.StatusAccepted, s.deploymentView(store.App{}, d), err)
 }
 
 // readArchive reads a request body of at most bundle.MaxBytes.
@@ -122,19 +123,32 @@ func readArchive(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 func (s *Server) listDeployments(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	limit, err := limitParam(r)
+	var a store.App
 	var ds []store.Deployment
 	if err == nil {
-		ds, err = s.apps.Deployments(r.Context(), id.TeamID, r.PathValue("id"), limit)
+		a, ds, err = s.apps.Deployments(r.Context(), id.TeamID, r.PathValue("id"), limit)
 	}
-	s.reply(w, r, http.StatusOK, v1.Deployments{Deployments: viewsOf(ds, deploymentView)}, err)
+	s.reply(w, r, http.StatusOK, v1.Deployments{Deployments: viewsOf(ds, func(d store.Deployment) v1.Deployment { return s.deploymentView(a, d) })}, err)
 }
 
 func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	a, d, err := s.apps.Deployment(r.Context(), id.TeamID, r.PathValue("id"), r.PathValue("dep"))
-	v := deploymentView(d)
-	v.URL = s.apps.DeploymentURL(a, d)
-	s.reply(w, r, http.StatusOK, v, err)
+	s.reply(w, r, http.StatusOK, s.deploymentView(a, d), err)
+}
+
+func (s *Server) listPreviews(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	ps, err := s.apps.Previews(r.Context(), id.TeamID, r.PathValue("id"))
+	s.reply(w, r, http.StatusOK, v1.AppPreviews{Previews: viewsOf(ps, func(p apps.Preview) v1.AppPreview {
+		return v1.AppPreview{Slug: p.Slug, Branch: p.Deployment.Branch, DeploymentID: p.Deployment.ID, URL: p.URL}
+	})}, err)
+}
+
+// deletePreview removes the preview of {branch} (a branch name or its slug; path-escaped).
+func (s *Server) deletePreview(w http.ResponseWriter, r *http.Request) {
+	id, _ := auth.FromContext(r.Context())
+	s.reply(w, r, http.StatusNoContent, nil, s.apps.DeletePreview(r.Context(), id.TeamID, r.PathValue("id"), r.PathValue("branch")))
 }
 
 func (s *Server) rollbackApp(w http.ResponseWriter, r *http.Request) {
@@ -148,8 +162,8 @@ func (s *Server) rollbackApp(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, invalid("deployment_id is required"))
 		return
 	}
-	d, err := s.apps.Rollback(r.Context(), id.TeamID, r.PathValue("id"), req.DeploymentID)
-	s.reply(w, r, http.StatusOK, deploymentView(d), err)
+	a, d, err := s.apps.Rollback(r.Context(), id.TeamID, r.PathValue("id"), req.DeploymentID)
+	s.reply(w, r, http.StatusOK, s.deploymentView(a, d), err)
 }
 
 // followParam reads ?follow= (1/true or 0/false).

@@ -10,12 +10,14 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,9 +35,10 @@ import (
 const appSecret = "tok-4711-very-secret"
 
 type deploymentJSON struct {
-	ID, State, Error, Branch string
-	SandboxID                string `json:"sandbox_id"`
-	Plan                     struct{ Framework, Start string }
+	ID, State, Error, Branch, URL string
+	SandboxID                     string `json:"sandbox_id"`
+	BuildMS                       int64  `json:"build_ms"`
+	Plan                          struct{ Framework, Start string }
 }
 
 // packFixture copies testdata/apps/<name> to a temporary directory, lets edit change it, and
@@ -105,6 +108,26 @@ func (cp *e2eCP) mustServe(t *testing.T, app, want string) {
 	}
 }
 
+// vendorVite packs testdata/apps/vite with its node_modules installed here by the host's npm
+// (`npm ci` from the lockfile, no install scripts): the VM builds it without a registry. Without
+// npm or the registry it says why the vite part is skipped.
+func vendorVite(t *testing.T) ([]byte, string) {
+	if _, err := exec.LookPath("npm"); err != nil {
+		return nil, "no npm on this host to vendor the vite fixture's node_modules"
+	}
+	var out []byte
+	var err error
+	b := packFixture(t, "vite", func(dir string) {
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts")
+		cmd.Dir = dir
+		out, err = cmd.CombinedOutput()
+	})
+	if err != nil {
+		return nil, fmt.Sprintf("npm ci of the vite fixture failed (no registry here?): %v\n%s", err, out)
+	}
+	return b, ""
+}
+
 // testCA is the PEM of a self-signed CA certificate (the operator's --guest-ca-file).
 func testCA(t *testing.T) []byte {
 	t.Helper()
@@ -141,8 +164,11 @@ func TestE2EApps(t *testing.T) {
 	if code, m := call("POST", "/v1/apps", map[string]any{"name": "Not_DNS"}); code != 400 {
 		t.Fatalf("bad name: %d %v", code, m)
 	}
-	for _, name := range []string{"web", "site", "py"} {
+	for _, name := range []string{"web", "site", "py", "vite"} {
 		spec := map[string]any{"name": name}
+		if name == "vite" { // its dependencies come vendored (vendorVite): nothing to install in the VM
+			spec["build"] = map[string]any{"install": "true", "build": "node node_modules/vite/bin/vite.js build"}
+		}
 		if name == "web" {
 			spec["env"] = map[string]string{"GREETING": "hello"}
 			spec["secrets"] = map[string]string{"API_TOKEN": appSecret}
@@ -173,7 +199,9 @@ func TestE2EApps(t *testing.T) {
 		res.Body.Close()
 	}
 
-	// Three apps deploy at once: a plain node server, a static site, a standard-library python app.
+	// Four apps deploy at once: a plain node server, a static site, a standard-library python app
+	// and a vite app (its node_modules vendored here by the host's npm; the VM reaches no registry).
+	viteSrc, viteSkip := vendorVite(t)
 	v1 := cp.appDeploy(t, "web", packFixture(t, "node", func(dir string) {
 		os.WriteFile(filepath.Join(dir, "debug.log"), []byte("ignored"), 0o644)
 	}))
@@ -182,15 +210,38 @@ func TestE2EApps(t *testing.T) {
 	if v1.Plan.Framework != "node" || site.Plan.Framework != "static" || py.Plan.Framework != "python" {
 		t.Fatalf("plans: %+v %+v %+v", v1.Plan, site.Plan, py.Plan)
 	}
-	for _, d := range []struct{ app, id string }{{"web", v1.ID}, {"site", site.ID}, {"py", py.ID}} {
-		if got := cp.appWait(t, d.app, d.id); got.State != "live" {
+	deploys := []struct{ app, id string }{{"web", v1.ID}, {"site", site.ID}, {"py", py.ID}}
+	if viteSkip == "" {
+		vd := cp.appDeploy(t, "vite", viteSrc)
+		if vd.Plan.Framework != "vite" || !strings.Contains(vd.Plan.Start, "dist") {
+			t.Fatalf("vite plan: %+v", vd.Plan)
+		}
+		deploys = append(deploys, struct{ app, id string }{"vite", vd.ID})
+	}
+	for _, d := range deploys {
+		got := cp.appWait(t, d.app, d.id)
+		if got.State != "live" {
 			_, logs := cp.call(t, "GET", "/v1/apps/"+d.app+"/deployments/"+d.id+"/logs", nil, "")
 			t.Fatalf("%s: %+v\n%s", d.app, got, logs)
 		}
+		t.Logf("%s: build (build VM to release snapshot) %d ms, four at once", d.app, got.BuildMS)
 	}
 	cp.mustServe(t, "web", "node v1 built=true")
 	cp.mustServe(t, "site", "static fixture")
 	cp.mustServe(t, "py", "python ok /")
+	t.Run("vite", func(t *testing.T) {
+		if viteSkip != "" {
+			t.Skip(viteSkip)
+		}
+		_, body, _ := cp.appGet("vite", "/")
+		asset := regexp.MustCompile(`/assets/index-[A-Za-z0-9_-]+\.js`).FindString(body)
+		if !strings.Contains(body, "<title>vite fixture</title>") || asset == "" {
+			t.Fatalf("vite's built index.html: %q", body)
+		}
+		if code, js, err := cp.appGet("vite", asset); code != 200 || !strings.Contains(js, "vite fixture built") {
+			t.Fatalf("vite's built bundle %s: %d %q %v", asset, code, js, err)
+		}
+	})
 	if _, body, _ := cp.appGet("web", "/env"); !strings.Contains(body, `"greeting":"hello"`) || !strings.Contains(body, `"tokenLength":20`) ||
 		!strings.Contains(body, `"extraCA":true,"bundleHasCA":true`) {
 		t.Fatalf("env: %s", body)
@@ -345,6 +396,31 @@ func TestE2EApps(t *testing.T) {
 		t.Fatalf("preview: %+v", got)
 	}
 	cp.mustServe(t, "web--feature-x", "node v4-preview")
+	cp.mustServe(t, "web", "node v3-from-git")
+
+	// Every deployment with a release has its own URL: superseded v2 is restored there (once)
+	// and serves v2 while the app serves v3; the live one's is its instance.
+	_, ob := cp.call(t, "GET", "/v1/apps/web/deployments/"+v2.ID, nil, "")
+	var old deploymentJSON
+	json.Unmarshal(ob, &old)
+	oldHost := "web--" + strings.TrimPrefix(v2.ID, "dep_")
+	if old.State != "superseded" || old.URL != "http://"+oldHost+".apps.localhost" {
+		t.Fatalf("v2 after later deploys: %+v", old)
+	}
+	start = time.Now()
+	cp.mustServe(t, oldHost, "node v2")
+	t.Logf("a superseded release's own URL, first response (restore + health check): %s", time.Since(start))
+	cp.mustServe(t, oldHost, "node v2")
+	cp.mustServe(t, "web", "node v3-from-git")
+	cp.mustServe(t, "web--"+strings.TrimPrefix(pushed.ID, "dep_"), "node v3-from-git")
+
+	// Deleting the preview: its host name answers 404, the app still serves.
+	if code, _ := call("DELETE", "/v1/apps/web/previews/feature%2Fx", nil); code != 204 {
+		t.Fatalf("delete preview: %d", code)
+	}
+	if code, _, _ := cp.appGet("web--feature-x", "/"); code != 404 {
+		t.Fatalf("deleted preview answers %d", code)
+	}
 	cp.mustServe(t, "web", "node v3-from-git")
 
 	// Scale to zero: idle past suspend_after_seconds, the instance hibernates; a request wakes it.

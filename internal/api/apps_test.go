@@ -2,10 +2,12 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http/cgi"
 	"net/http/httptest"
 	"os"
@@ -16,6 +18,8 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/apps"
+	"github.com/pandastack/pandastack/internal/sealed"
+	"github.com/pandastack/pandastack/internal/store"
 )
 
 // TestAppsAPI: the apps routes' validation, team isolation and plans, without VMs.
@@ -49,6 +53,36 @@ func TestAppsAPI(t *testing.T) {
 	if got := e.mustStatus(e.do("GET", "/v1/apps/"+a["id"].(string), e.admin, nil), 200).json(t); got["build"].(map[string]any)["port"] != 3000.0 {
 		t.Fatalf("patched: %v", got)
 	}
+	// set_env / set_secrets keep the other variables; unset removes names of either.
+	e.mustStatus(e.do("PATCH", "/v1/apps/web", e.admin, map[string]any{"env": map[string]string{"A": "1", "B": "2"}}), 200)
+	got := e.mustStatus(e.do("PATCH", "/v1/apps/web", e.admin, map[string]any{"set_env": map[string]string{"B": "3", "C": "4"},
+		"set_secrets": map[string]string{"KEY": "k3y"}, "unset": []string{"A"}}), 200).json(t)
+	if fmt.Sprint(got["env"]) != "map[B:3 C:4]" || fmt.Sprint(got["secret_names"]) != "[KEY TOKEN]" || strings.Contains(string(mustJSON(got)), "k3y") {
+		t.Fatalf("after set/unset: %v", got)
+	}
+	stored, _ := e.st.GetAppByName(context.Background(), "web")
+	if secrets, err := sealed.Open(nil, stored.Secrets); err != nil || fmt.Sprint(secrets) != "map[KEY:k3y TOKEN:s3cr3t]" {
+		t.Fatalf("secrets after set: %v %v", secrets, err)
+	}
+	got = e.mustStatus(e.do("PATCH", "/v1/apps/web", e.admin, map[string]any{"unset": []string{"TOKEN", "C"}}), 200).json(t)
+	if fmt.Sprint(got["env"]) != "map[B:3]" || fmt.Sprint(got["secret_names"]) != "[KEY]" {
+		t.Fatalf("after unset: %v", got)
+	}
+	for _, c := range []struct {
+		body map[string]any
+		msg  string
+	}{
+		{map[string]any{"unset": []string{"NOPE"}}, "neither in the app's env nor in its secrets"},
+		{map[string]any{"set_env": map[string]string{"KEY": "x"}}, "both in env and in secrets"},
+		{map[string]any{"set_secrets": map[string]string{"B": "x"}}, "both in env and in secrets"},
+		{map[string]any{"set_env": map[string]string{"B": "x"}, "unset": []string{"B"}}, "both set and unset"},
+		{map[string]any{"set_env": map[string]string{"PORT": "1"}}, "not PORT"},
+		{map[string]any{"set_secrets": map[string]string{"1X": "1"}}, "shell variable name"},
+	} {
+		if r := e.do("PATCH", "/v1/apps/web", e.admin, c.body); r.status != 400 || !strings.Contains(r.errMessage(), c.msg) {
+			t.Errorf("patch %v: %d %s", c.body, r.status, r.body)
+		}
+	}
 	other := e.mustStatus(e.do("POST", "/v1/teams", e.admin, map[string]string{"name": "other"}), 201).json(t)["key"].(map[string]any)["key"].(string)
 	e.mustStatus(e.do("GET", "/v1/apps/web", other, nil), 404)
 	e.mustStatus(e.do("POST", "/v1/apps/web/deployments", other, tarGzBundle(t, map[string]string{"index.html": "x"})), 404)
@@ -77,8 +111,92 @@ func TestAppsAPI(t *testing.T) {
 			t.Fatalf("%s: %d %s", host, w.Code, w.Body)
 		}
 	}
+	// Previews: listed with their URL; deleting one (by branch, path-escaped, or slug) removes its
+	// route, kills its instance and supersedes its deployment; the app's branch is not a preview.
+	ctx := context.Background()
+	sb := newBaseSandbox(t, e)
+	if _, err := e.st.CreateDeployment(ctx, store.Deployment{ID: "dep_prev", AppID: stored.ID, TeamID: stored.TeamID, State: apps.Deploying,
+		Source: "upload", Branch: "feature/x", SandboxID: sb}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.st.SetPreview(ctx, stored.ID, "feature-x", "", "dep_prev"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	ps := e.mustStatus(e.do("GET", "/v1/apps/web/previews", e.admin, nil), 200).json(t)["previews"].([]any)
+	if want := "[map[branch:feature/x deployment_id:dep_prev slug:feature-x url:http://web--feature-x.apps.localhost]]"; fmt.Sprint(ps) != want {
+		t.Fatalf("previews: %v", ps)
+	}
+	e.mustStatus(e.do("GET", "/v1/apps/web/previews", other, nil), 404)
+	e.mustStatus(e.do("DELETE", "/v1/apps/web/previews/feature%2Fx", other, nil), 404)
+	e.mustStatus(e.do("DELETE", "/v1/apps/web/previews/main", e.admin, nil), 400)
+	e.mustStatus(e.do("DELETE", "/v1/apps/web/previews/nope", e.admin, nil), 404)
+	e.mustStatus(e.do("DELETE", "/v1/apps/web/previews/feature%2Fx", e.admin, nil), 204)
+	e.srv.apps.Wait()
+	if ps := e.mustStatus(e.do("GET", "/v1/apps/web/previews", e.admin, nil), 200).json(t)["previews"].([]any); len(ps) != 0 {
+		t.Fatalf("after delete: %v", ps)
+	}
+	if d, _ := e.st.GetDeployment(ctx, stored.ID, "dep_prev"); d.State != apps.Superseded || d.SandboxID != "" {
+		t.Fatalf("deployment after its preview's delete: %s %q", d.State, d.SandboxID)
+	}
+	if got, _ := e.st.GetSandbox(ctx, sb); got.State != store.StateKilled {
+		t.Fatalf("instance after its preview's delete: %s", got.State)
+	}
+	e.mustStatus(e.do("DELETE", "/v1/apps/web/previews/feature-x", e.admin, nil), 404)
+
+	// A deployment's own URL: a superseded release is restored on the first request (once),
+	// again after its instance was stopped; a failed deployment has none.
+	snap := e.mustStatus(e.do("POST", "/v1/sandboxes/"+newBaseSandbox(t, e)+"/snapshots", e.admin, `{}`), 201).json(t)["id"].(string)
+	for _, d := range []store.Deployment{{ID: "dep_old", State: apps.Superseded, SnapshotID: snap}, {ID: "dep_bad", State: apps.Failed}} {
+		d.AppID, d.TeamID, d.Source, d.Plan = stored.ID, stored.TeamID, "upload", `{"port": 3000}`
+		if _, err := e.st.CreateDeployment(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	viaRouter := func(host string) (int, string) {
+		req := httptest.NewRequest("GET", "/hello", nil)
+		req.Host = host
+		w := httptest.NewRecorder()
+		e.srv.Handler().ServeHTTP(w, req)
+		return w.Code, w.Body.String()
+	}
+	ds := e.mustStatus(e.do("GET", "/v1/apps/web/deployments", e.admin, nil), 200).json(t)["deployments"].([]any)
+	urls := map[string]any{}
+	for _, d := range ds {
+		urls[d.(map[string]any)["id"].(string)] = d.(map[string]any)["url"]
+	}
+	if urls["dep_old"] != "http://web--old.apps.localhost" || urls["dep_bad"] != nil {
+		t.Fatalf("deployment urls: %v", urls)
+	}
+	var instance string
+	for i := range 2 {
+		if code, body := viaRouter("web--old.apps.localhost"); code != 200 || !strings.Contains(body, `"port":"3000"`) || !strings.Contains(body, `"path":"/hello"`) {
+			t.Fatalf("deployment URL: %d %s", code, body)
+		}
+		d, _ := e.st.GetDeployment(ctx, stored.ID, "dep_old")
+		inst, _ := e.st.GetSandbox(ctx, d.SandboxID)
+		if d.State != apps.Superseded || inst.SnapshotID != snap || inst.Metadata["pandastack.app_role"] != "url" || i == 1 && d.SandboxID != instance {
+			t.Fatalf("request %d: deployment %+v, instance %+v (first %s)", i, d, inst, instance)
+		}
+		instance = d.SandboxID
+	}
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+instance, e.admin, nil), 204)
+	if code, body := viaRouter("web--old.apps.localhost"); code != 200 {
+		t.Fatalf("after its instance was killed: %d %s", code, body)
+	}
+	if d, _ := e.st.GetDeployment(ctx, stored.ID, "dep_old"); d.SandboxID == instance || d.SandboxID == "" {
+		t.Fatalf("not restored again: %q", d.SandboxID)
+	}
+	if code, body := viaRouter("web--bad.apps.localhost"); code != 404 || !strings.Contains(body, "no release") {
+		t.Fatalf("failed deployment's URL: %d %s", code, body)
+	}
+
 	e.mustStatus(e.do("DELETE", "/v1/apps/web", e.admin, nil), 204)
 	e.mustStatus(e.do("GET", "/v1/apps/web", e.admin, nil), 404)
+}
+
+// newBaseSandbox creates a sandbox of base and returns its id.
+func newBaseSandbox(t *testing.T, e *env) string {
+	return e.mustStatus(e.do("POST", "/v1/sandboxes", e.admin, `{"template": "base"}`), 201).json(t)["id"].(string)
 }
 
 // TestGitHubWebhook: a recorded push payload whose clone URL is a repository served here, with a

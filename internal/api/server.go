@@ -327,6 +327,8 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/apps/{id}/deployments/{dep}", apiKey, s.getDeployment},
 		{"GET", "/v1/apps/{id}/deployments/{dep}/logs", apiKey, s.deploymentLogs},
 		{"POST", "/v1/apps/{id}/rollback", apiKey, s.rollbackApp},
+		{"GET", "/v1/apps/{id}/previews", apiKey, s.listPreviews},
+		{"DELETE", "/v1/apps/{id}/previews/{branch}", apiKey, s.deletePreview},
 		{"GET", "/v1/apps/{id}/logs", apiKey, s.appLogs},
 		{"POST", "/v1/apps/{id}/github", apiKey, s.connectGitHub},
 		{"POST", "/v1/apps/{id}/github/webhook", open, s.githubWebhook},

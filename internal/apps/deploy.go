@@ -61,7 +61,7 @@ func (s *Service) Deploy(ctx context.Context, teamID, id string, archive []byte,
 		src.Kind = "upload"
 	}
 	d, err := s.cfg.Store.CreateDeployment(ctx, store.Deployment{ID: auth.NewID("dep_"), AppID: a.ID, TeamID: teamID, State: Queued,
-		Source: src.Kind, Commit: src.Commit, Branch: src.Branch, Plan: string(pj)})
+		Source: src.Kind, Commit: src.Commit, Branch: src.Branch, Plan: string(pj), LeaseUntil: s.cfg.Store.Clock(ctx).Add(LeaseTime)})
 	if err != nil {
 		return d, err
 	}
@@ -84,6 +84,9 @@ func detectPlan(files []bundle.File, b v1.AppBuild) v1.AppPlan {
 // run builds, releases and switches to deployment d, one deploy of an app at a time.
 func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, lb *logBuf) {
 	ctx := s.ctx
+	stop := make(chan struct{}) // the lease is held while it waits for the app's lock too
+	defer close(stop)
+	go s.renew(d.ID, stop)
 	lock := s.appLock(a.ID)
 	lock.Lock()
 	defer lock.Unlock()
@@ -92,6 +95,10 @@ func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball 
 		delete(s.logs, d.ID)
 		s.mu.Unlock()
 	}()
+	if cur, err := s.cfg.Store.GetDeployment(ctx, d.AppID, d.ID); err != nil || cur.State != Queued {
+		lb.close() // another replica recorded it failed while it waited (this one looked gone)
+		return
+	}
 	secrets, err := sealed.Open(s.cfg.SecretsKey, a.Secrets)
 	if err != nil {
 		s.log.Error("apps: unsealing secrets failed", "app", a.ID, "err", err)
@@ -128,6 +135,9 @@ func (s *Service) save(d store.Deployment, lb *logBuf, final bool) store.Deploym
 
 // fail records d failed with err (its logs end with it); the live deployment keeps serving.
 func (s *Service) fail(d store.Deployment, lb *logBuf, err error) {
+	if s.ctx.Err() != nil {
+		err = errors.New(ErrServerStopped)
+	}
 	lb.Printf("\n==> deploy failed: %v\n", err)
 	d.State, d.Error = Failed, lb.scrub(err.Error())
 	if d.SnapshotID != "" {
@@ -350,26 +360,15 @@ func copyOutput(w io.Writer, body io.Reader, flush func()) error {
 // release makes d's release serve app a: an instance restored from it and healthy, the route
 // switched to it, the old instance drained and stopped. On an error the old one keeps serving.
 func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment, lb *logBuf) error {
-	snap, err := s.cfg.Store.GetSnapshot(ctx, d.SnapshotID)
-	if err != nil || snap.Deleted {
-		return errdefs.Conflictf("the release snapshot of deployment %s is gone", d.ID)
-	}
-	plan := PlanOf(*d)
 	lb.Printf("==> restoring an instance of the release\n")
 	t := time.Now()
-	sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
-		Snapshot: &snap, Metadata: map[string]string{"pandastack.app": a.Name, "pandastack.app_role": "instance", "pandastack.deployment": d.ID},
-		TTLSeconds: InstanceTTL})
+	sb, err := s.restore(ctx, a, *d, "instance", lb)
 	if err != nil {
 		return err
 	}
-	c, err := s.cfg.Sandboxes.Target(ctx, sb)
-	if err == nil {
-		err = s.healthy(ctx, c, sb.ID, 0, plan.Port, time.Duration(a.HealthTimeoutSeconds)*time.Second, lb)
-	}
-	if err != nil {
-		s.stopInstance(sb.ID, "app instance unhealthy", 0)
-		return err
+	if cur, err := s.cfg.Store.GetDeployment(ctx, a.ID, d.ID); err == nil && cur.SandboxID != "" {
+		// A rollback: the instance of the deployment's own URL gives way to the live one.
+		s.stopInstance(cur.SandboxID, "app deployment live again", time.Duration(a.DrainTimeoutSeconds)*time.Second)
 	}
 	d.SandboxID = sb.ID
 	lb.Printf("==> instance %s healthy in %.1f s; switching\n", sb.ID, time.Since(t).Seconds())
@@ -420,29 +419,51 @@ func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment,
 	return nil
 }
 
+// restore makes an instance of d's release (role: instance, or url for its own URL's) and waits
+// for its health check; an unhealthy one is stopped.
+func (s *Service) restore(ctx context.Context, a store.App, d store.Deployment, role string, lb *logBuf) (store.Sandbox, error) {
+	snap, err := s.cfg.Store.GetSnapshot(ctx, d.SnapshotID)
+	if err != nil || snap.Deleted {
+		return store.Sandbox{}, errdefs.Conflictf("the release snapshot of deployment %s is gone", d.ID)
+	}
+	sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
+		Snapshot: &snap, Metadata: map[string]string{"pandastack.app": a.Name, "pandastack.app_role": role, "pandastack.deployment": d.ID},
+		TTLSeconds: InstanceTTL})
+	if err != nil {
+		return sb, err
+	}
+	c, err := s.cfg.Sandboxes.Target(ctx, sb)
+	if err == nil {
+		err = s.healthy(ctx, c, sb.ID, 0, PlanOf(d).Port, time.Duration(a.HealthTimeoutSeconds)*time.Second, lb)
+	}
+	if err != nil {
+		s.stopInstance(sb.ID, "app instance unhealthy", 0)
+		return store.Sandbox{}, err
+	}
+	return sb, nil
+}
+
 // Rollback points the team's app's route at an earlier deployment's release: a new instance of
 // it, healthy, then the switch and the drain of the current one. No rebuild.
-func (s *Service) Rollback(ctx context.Context, teamID, id, depID string) (store.Deployment, error) {
+func (s *Service) Rollback(ctx context.Context, teamID, id, depID string) (store.App, store.Deployment, error) {
 	a, d, err := s.Deployment(ctx, teamID, id, depID)
 	if err != nil {
-		return d, err
+		return a, d, err
 	}
 	if d.SnapshotID == "" || d.State != Superseded && d.State != Live {
-		return d, errdefs.Invalidf("deployment %s has no release to roll back to (it is %s)", d.ID, d.State)
+		return a, d, errdefs.Invalidf("deployment %s has no release to roll back to (it is %s)", d.ID, d.State)
 	}
 	lock := s.appLock(a.ID)
 	lock.Lock()
 	defer lock.Unlock()
 	if d.State == Live {
-		return d, nil // it serves already
+		return a, d, nil // it serves already
 	}
 	lb := newLogBuf()
 	lb.WriteString(d.Logs)
 	lb.Printf("\n==> rollback to this release\n")
-	if err := s.release(context.WithoutCancel(ctx), a, &d, lb); err != nil {
-		return d, err
-	}
-	return d, nil
+	err = s.release(context.WithoutCancel(ctx), a, &d, lb)
+	return a, d, err
 }
 
 // stopInstance kills sandbox id after its in-flight requests finished (at most drain), in the
@@ -513,21 +534,45 @@ func (s *Service) routeURL(a store.App, slug string) string {
 	return "http://" + a.Name + "--" + slug + ".apps." + s.cfg.ProxyDomain
 }
 
-// DeploymentURL is where a live deployment serves ("" for another).
+// DeploymentURL is a deployment's own address, http://<app>--<id without dep_>.apps.<domain>,
+// while it has a release: live, or superseded (its release restored on the first request,
+// scaled to zero); "" for another or without a proxy domain.
 func (s *Service) DeploymentURL(a store.App, d store.Deployment) string {
-	if d.State != Live {
+	if s.cfg.ProxyDomain == "" || d.SnapshotID == "" || d.State != Live && d.State != Superseded {
 		return ""
 	}
-	return s.routeURL(a, PreviewSlug(a, d.Branch))
+	return "http://" + a.Name + "--" + strings.TrimPrefix(d.ID, "dep_") + ".apps." + s.cfg.ProxyDomain
 }
+
+// URLIdle is how long a superseded release's own URL instance runs without a request before it
+// hibernates (the app's suspend_after_seconds when shorter).
+const URLIdle = 5 * time.Minute
 
 // Target is where a request for name (an app, or <app>--<preview slug>) goes now: its live
 // instance and port. done must be
 // called when the request has finished (the instance is not stopped before, up to its drain).
 func (s *Service) Target(ctx context.Context, name string) (sb store.Sandbox, port int, done func(), err error) {
+	appName, label, _ := strings.Cut(name, "--")
+	if label != "" {
+		// <app>--<deployment id without dep_>: that deployment's own URL.
+		a, err := s.cfg.Store.GetAppByName(ctx, appName)
+		if err == nil {
+			if d, err := s.cfg.Store.GetDeployment(ctx, a.ID, "dep_"+label); err == nil {
+				return s.deploymentTarget(ctx, a, d)
+			}
+		}
+	}
+	return s.routeTarget(ctx, appName, label)
+}
+
+// routeTarget is the live instance of app appName's route slug (its preview, "" for the app).
+func (s *Service) routeTarget(ctx context.Context, appName, slug string) (sb store.Sandbox, port int, done func(), err error) {
 	s.route.RLock()
 	defer s.route.RUnlock()
-	appName, slug, _ := strings.Cut(name, "--")
+	name := appName
+	if slug != "" {
+		name += "--" + slug
+	}
 	a, err := s.cfg.Store.GetAppByName(ctx, appName)
 	if errors.Is(err, store.ErrNotFound) {
 		return sb, 0, nil, errdefs.NotFoundf("there is no app %s", bundle.Trunc(appName))
@@ -551,6 +596,13 @@ func (s *Service) Target(ctx context.Context, name string) (sb store.Sandbox, po
 	if sb, err = s.cfg.Store.GetSandbox(ctx, d.SandboxID); err != nil {
 		return sb, 0, nil, errdefs.New(errdefs.Unavailable, "app %s has no running instance", a.Name)
 	}
+	sb, port, done = s.serve(sb, d)
+	return sb, port, done, nil
+}
+
+// serve counts a request in flight on instance sb of deployment d (under the route's read lock
+// for a route's instance); done ends it.
+func (s *Service) serve(sb store.Sandbox, d store.Deployment) (store.Sandbox, int, func()) {
 	s.mu.Lock()
 	s.inflight[sb.ID]++
 	s.lastSeen[sb.ID] = time.Now()
@@ -562,7 +614,55 @@ func (s *Service) Target(ctx context.Context, name string) (sb store.Sandbox, po
 		}
 		s.lastSeen[sb.ID] = time.Now()
 		s.mu.Unlock()
-	}, nil
+	}
+}
+
+// deploymentTarget is where a request to deployment d's own URL goes: the live instance while
+// it is live; for a superseded one, the instance of its own URL, restored from its release on
+// the first request (and after it was stopped), health-checked, then recorded.
+func (s *Service) deploymentTarget(ctx context.Context, a store.App, d store.Deployment) (store.Sandbox, int, func(), error) {
+	if d.State == Live {
+		s.route.RLock()
+		defer s.route.RUnlock()
+		if d, err := s.cfg.Store.GetDeployment(ctx, a.ID, d.ID); err == nil && d.State == Live {
+			if sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID); err == nil {
+				sb, port, done := s.serve(sb, d)
+				return sb, port, done, nil
+			}
+		}
+		return store.Sandbox{}, 0, nil, errdefs.New(errdefs.Unavailable, "deployment %s has no running instance; try again", d.ID)
+	}
+	if d.State != Superseded || d.SnapshotID == "" {
+		return store.Sandbox{}, 0, nil, errdefs.NotFoundf("deployment %s of %s has no release (it is %s)", d.ID, a.Name, d.State)
+	}
+	lock := s.appLock("url:" + d.ID) // one restore per deployment at a time
+	lock.Lock()
+	defer lock.Unlock()
+	d, err := s.cfg.Store.GetDeployment(ctx, a.ID, d.ID)
+	if err != nil {
+		return store.Sandbox{}, 0, nil, err
+	}
+	if d.State != Superseded {
+		return store.Sandbox{}, 0, nil, errdefs.New(errdefs.Unavailable, "deployment %s is %s now; try again", d.ID, d.State)
+	}
+	if d.SandboxID != "" {
+		if sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID); err == nil && sandboxes.Usable(sb) == nil {
+			sb, port, done := s.serve(sb, d)
+			return sb, port, done, nil
+		}
+	}
+	sb, err := s.restore(ctx, a, d, "url", newLogBuf())
+	if err != nil {
+		return store.Sandbox{}, 0, nil, errdefs.New(errdefs.Unavailable, "restoring deployment %s failed: %v", d.ID, err)
+	}
+	if ok, err := s.cfg.Store.SetDeploymentInstance(context.WithoutCancel(ctx), d.ID, d.SandboxID, sb.ID); !ok || err != nil {
+		s.stopInstance(sb.ID, "app deployment changed meanwhile", 0)
+		return store.Sandbox{}, 0, nil, errdefs.New(errdefs.Unavailable, "deployment %s changed meanwhile; try again", d.ID)
+	}
+	s.log.Info("app deployment restored for its own URL", "app", a.ID, "deployment", d.ID, "instance", sb.ID)
+	d.SandboxID = sb.ID
+	sb, port, done := s.serve(sb, d)
+	return sb, port, done, nil
 }
 
 // BuildLogs writes a deployment's build logs to w: all of them, or with follow those so far and
@@ -621,7 +721,7 @@ func (s *Service) Logs(ctx context.Context, teamID, id string, follow bool, w io
 // one wakes it: its host does). It goes through
 // every instance and returns what failed.
 func (s *Service) Maintain(ctx context.Context) error {
-	deps, err := s.cfg.Store.ListLiveDeployments(ctx)
+	deps, err := s.cfg.Store.ListInstanceDeployments(ctx)
 	if err != nil {
 		return err
 	}
@@ -637,7 +737,16 @@ func (s *Service) Maintain(ctx context.Context) error {
 			}
 		}
 		a, err := s.cfg.Store.GetTeamApp(ctx, d.TeamID, d.AppID)
-		if err != nil || a.SuspendAfterSeconds == 0 || a.MinInstances > 0 {
+		if err != nil {
+			continue
+		}
+		idle := time.Duration(a.SuspendAfterSeconds) * time.Second
+		if d.State == Superseded {
+			idle = min(idle, URLIdle) // an old release's own URL: always scaled to zero
+			if idle == 0 {
+				idle = URLIdle
+			}
+		} else if a.SuspendAfterSeconds == 0 || a.MinInstances > 0 {
 			continue // no scale to zero
 		}
 		if sb = s.cfg.Sandboxes.Current(ctx, sb); sb.State != store.StateRunning {
@@ -650,7 +759,7 @@ func (s *Service) Maintain(ctx context.Context) error {
 			s.lastSeen[sb.ID], last = time.Now(), time.Now()
 		}
 		s.mu.Unlock()
-		if !busy && time.Since(last) > time.Duration(a.SuspendAfterSeconds)*time.Second {
+		if !busy && time.Since(last) > idle {
 			if _, err := s.cfg.Sandboxes.Hibernate(ctx, sb); err != nil {
 				errs = append(errs, fmt.Errorf("hibernating the idle instance %s: %w", sb.ID, err))
 			}
@@ -659,8 +768,12 @@ func (s *Service) Maintain(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Run calls Maintain every interval until ctx ends.
+// Run records failed the deployments a stopped server left unfinished (Recover), then calls
+// Maintain (and Recover) every interval until ctx ends.
 func (s *Service) Run(ctx context.Context, interval time.Duration) {
+	if err := s.Recover(ctx, true); err != nil && ctx.Err() == nil {
+		s.log.Warn("apps: recovering unfinished deployments failed", "err", err)
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -668,7 +781,7 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.Maintain(ctx); err != nil && ctx.Err() == nil {
+			if err := errors.Join(s.Recover(ctx, false), s.Maintain(ctx)); err != nil && ctx.Err() == nil {
 				s.log.Warn("apps: maintenance failed", "err", err)
 			}
 		}
@@ -677,3 +790,67 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 
 // shellQuote quotes s for sh.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Preview is a branch preview of an app and the deployment serving it.
+type Preview struct {
+	Slug       string
+	Deployment store.Deployment
+	URL        string
+}
+
+// Previews returns the team's app's previews, by slug.
+func (s *Service) Previews(ctx context.Context, teamID, id string) ([]Preview, error) {
+	a, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := s.cfg.Store.ListPreviews(ctx, a.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Preview, 0, len(ps))
+	for _, p := range ps {
+		d, err := s.cfg.Store.GetDeployment(ctx, a.ID, p.DeploymentID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Preview{Slug: p.Slug, Deployment: d, URL: s.routeURL(a, p.Slug)})
+	}
+	return out, nil
+}
+
+// DeletePreview removes the team's app's preview of branch (or slug): its route goes, its
+// instance is drained and killed, its deployment is superseded (its release stays: a rollback
+// to it serves the preview again). The app's own branch is not a preview (errdefs.Invalid).
+func (s *Service) DeletePreview(ctx context.Context, teamID, id, branch string) error {
+	a, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	slug := PreviewSlug(a, branch)
+	if slug == "" {
+		return errdefs.Invalidf("%s is the app's branch, not a preview (delete the app instead)", bundle.Trunc(branch))
+	}
+	depID, err := s.cfg.Store.GetPreview(ctx, a.ID, slug)
+	if err != nil {
+		return err
+	}
+	if depID == "" {
+		return errdefs.NotFoundf("app %s has no preview %s", a.Name, slug)
+	}
+	d, err := s.cfg.Store.GetDeployment(ctx, a.ID, depID)
+	if err != nil {
+		return err
+	}
+	s.route.Lock()
+	ok, err := s.cfg.Store.DeletePreview(ctx, a.ID, slug, depID)
+	s.route.Unlock()
+	if err == nil && !ok {
+		err = errdefs.Conflictf("the preview's route changed meanwhile; try again")
+	}
+	if err != nil {
+		return err
+	}
+	s.stopInstance(d.SandboxID, "app preview deleted", time.Duration(a.DrainTimeoutSeconds)*time.Second)
+	return nil
+}

@@ -105,6 +105,9 @@ type Service struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// started is when this service started (the store's clock): deployments it takes have leases
+	// past started+LeaseTime, those of a server before it (over the same SQLite) end before.
+	started time.Time
 }
 
 // New builds a service.
@@ -117,7 +120,7 @@ func New(cfg Config) *Service {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, inflight: map[string]int{}, lastSeen: map[string]time.Time{},
-		logs: map[string]*logBuf{}, deploys: map[string]*sync.Mutex{}, ctx: ctx, cancel: cancel}
+		logs: map[string]*logBuf{}, deploys: map[string]*sync.Mutex{}, ctx: ctx, cancel: cancel, started: cfg.Store.Clock(ctx)}
 }
 
 // Close cancels builds in flight and waits for them.
@@ -174,18 +177,22 @@ func (s *Service) apply(ctx context.Context, a *store.App, sp v1.AppSpec) error 
 		}
 		a.Branch = sp.Branch
 	}
-	if err := sealed.CheckVars(sp.Env, sp.Secrets, "PORT"); err != nil {
+	env, secrets, err := s.vars(*a, sp)
+	if err != nil {
 		return err
 	}
-	if sp.Env != nil {
-		a.Env = sp.Env
+	if err := sealed.CheckVars(env, secrets, "PORT"); err != nil {
+		return err
 	}
-	if sp.Secrets != nil {
-		stored, err := sealed.Seal(s.cfg.SecretsKey, sp.Secrets)
+	if env != nil {
+		a.Env = env
+	}
+	if secrets != nil {
+		stored, err := sealed.Seal(s.cfg.SecretsKey, secrets)
 		if err != nil {
 			return err
 		}
-		a.Secrets, a.SecretNames = stored, slices.Sorted(maps.Keys(sp.Secrets))
+		a.Secrets, a.SecretNames = stored, slices.Sorted(maps.Keys(secrets))
 	}
 	for k := range a.Env {
 		if slices.Contains(a.SecretNames, k) {
@@ -243,6 +250,54 @@ func (s *Service) apply(ctx context.Context, a *store.App, sp v1.AppSpec) error 
 		a.MemoryMiB = sp.MemoryMiB
 	}
 	return nil
+}
+
+// vars is a's env and secrets as sp changes them (nil: unchanged): Env and Secrets replace,
+// SetEnv and SetSecrets add or change, Unset removes names (each one set before).
+func (s *Service) vars(a store.App, sp v1.AppSpec) (env, secrets map[string]string, err error) {
+	env, secrets = sp.Env, sp.Secrets
+	if len(sp.SetEnv) > 0 || len(sp.Unset) > 0 {
+		env = maps.Clone(cmpOr(env, a.Env))
+		if env == nil {
+			env = map[string]string{}
+		}
+		maps.Copy(env, sp.SetEnv)
+	}
+	if len(sp.SetSecrets) > 0 || slices.ContainsFunc(sp.Unset, func(k string) bool { return slices.Contains(a.SecretNames, k) }) {
+		if secrets == nil {
+			if secrets, err = sealed.Open(s.cfg.SecretsKey, a.Secrets); err != nil {
+				return nil, nil, errdefs.Conflictf("the app's secrets cannot be read on this server: set them all again with secrets")
+			}
+		} else {
+			secrets = maps.Clone(secrets)
+		}
+		maps.Copy(secrets, sp.SetSecrets)
+	}
+	if len(sp.Unset) > 100 {
+		return nil, nil, errdefs.Invalidf("unset names at most 100 variables")
+	}
+	for _, k := range sp.Unset {
+		_, inEnv := env[k]
+		_, inSecrets := secrets[k]
+		_, set := sp.SetEnv[k]
+		_, setSecret := sp.SetSecrets[k]
+		switch {
+		case set || setSecret:
+			return nil, nil, errdefs.Invalidf("%s is both set and unset", bundle.Trunc(k))
+		case !inEnv && !inSecrets:
+			return nil, nil, errdefs.Invalidf("%s is neither in the app's env nor in its secrets", bundle.Trunc(k))
+		}
+		delete(env, k)
+		delete(secrets, k)
+	}
+	return env, secrets, nil
+}
+
+func cmpOr(m, or map[string]string) map[string]string {
+	if m != nil {
+		return m
+	}
+	return or
 }
 
 // Create records a new app of the team (no deployment yet).
@@ -320,12 +375,13 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 }
 
 // Deployments returns the team's app's deployments, newest first.
-func (s *Service) Deployments(ctx context.Context, teamID, id string, limit int) ([]store.Deployment, error) {
+func (s *Service) Deployments(ctx context.Context, teamID, id string, limit int) (store.App, []store.Deployment, error) {
 	a, err := s.Get(ctx, teamID, id)
 	if err != nil {
-		return nil, err
+		return a, nil, err
 	}
-	return s.cfg.Store.ListDeployments(ctx, a.ID, limit)
+	ds, err := s.cfg.Store.ListDeployments(ctx, a.ID, limit)
+	return a, ds, err
 }
 
 // Deployment returns one deployment of the team's app.

@@ -99,3 +99,14 @@ func (c *Client) copyText(ctx context.Context, path string, follow bool, w io.Wr
 func (c *Client) ConnectGitHub(ctx context.Context, id, repo, branch string) (v1.GitHubHook, error) {
 	return send[v1.GitHubHook](ctx, c, "POST", objPath("/v1/apps", id)+"/github", nil, v1.GitHubConnectRequest{Repo: repo, Branch: branch})
 }
+
+// AppPreviews lists an app's branch previews.
+func (c *Client) AppPreviews(ctx context.Context, id string) ([]v1.AppPreview, error) {
+	out, err := send[v1.AppPreviews](ctx, c, "GET", objPath("/v1/apps", id)+"/previews", nil, nil)
+	return out.Previews, err
+}
+
+// DeleteAppPreview deletes the preview of an app's branch (or slug).
+func (c *Client) DeleteAppPreview(ctx context.Context, id, branch string) error {
+	return c.call(ctx, "DELETE", objPath("/v1/apps", id)+"/previews/"+url.PathEscape(branch), nil, nil, nil)
+}

@@ -53,6 +53,9 @@ type Deployment struct {
 	BuildMS    int64
 	CreatedAt  time.Time
 	FinishedAt time.Time
+	// LeaseUntil: the replica building an unfinished (queued, building, deploying) deployment
+	// renews it; one whose lease passed lost its server (RecoverDeployments). 0 once finished.
+	LeaseUntil time.Time
 }
 
 const appCols = `id, team_id, name, branch, env, secret_names, secrets, build, vcpus, memory_mib, suspend_after_seconds,
@@ -65,11 +68,11 @@ var scanApp = scanFields(func(a *App) []any {
 })
 
 const deploymentCols = `id, app_id, team_id, state, source, commit_sha, branch, plan, error, logs, snapshot_id, sandbox_id, pid,
-	build_ms, created_at, finished_at`
+	build_ms, created_at, finished_at, lease_until`
 
 var scanDeployment = scanFields(func(d *Deployment) []any {
 	return []any{&d.ID, &d.AppID, &d.TeamID, &d.State, &d.Source, &d.Commit, &d.Branch, &d.Plan, &d.Error, &d.Logs, &d.SnapshotID,
-		&d.SandboxID, &d.Pid, &d.BuildMS, timeCol(&d.CreatedAt), timeCol(&d.FinishedAt)}
+		&d.SandboxID, &d.Pid, &d.BuildMS, timeCol(&d.CreatedAt), timeCol(&d.FinishedAt), timeCol(&d.LeaseUntil)}
 })
 
 func appArgs(a App) []any {
@@ -141,18 +144,19 @@ func (s *Store) DeleteApp(ctx context.Context, teamID, id string) error {
 // CreateDeployment records a new deployment (created now).
 func (s *Store) CreateDeployment(ctx context.Context, d Deployment) (Deployment, error) {
 	d.CreatedAt = fromMicros(micros(s.now().UTC()))
-	_, err := s.exec(ctx, s.db, `INSERT INTO app_deployments (`+deploymentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
+	_, err := s.exec(ctx, s.db, `INSERT INTO app_deployments (`+deploymentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)`,
 		d.ID, d.AppID, d.TeamID, d.State, d.Source, d.Commit, d.Branch, d.Plan, d.Error, d.Logs, d.SnapshotID, d.SandboxID, d.Pid,
-		d.BuildMS, micros(d.CreatedAt))
+		d.BuildMS, micros(d.CreatedAt), micros(d.LeaseUntil))
 	return d, conflictOr(err)
 }
 
-// UpdateDeployment records a deployment's progress (finished now when final).
+// UpdateDeployment records a deployment's progress (finished now when final: its lease ends).
 func (s *Store) UpdateDeployment(ctx context.Context, d Deployment, final bool) (Deployment, error) {
 	fin := `finished_at`
 	if final {
 		d.FinishedAt = fromMicros(micros(s.now().UTC()))
-		fin = `?`
+		d.LeaseUntil = time.Time{}
+		fin = `?, lease_until = 0`
 	}
 	args := []any{d.State, d.Plan, d.Error, d.Logs, d.SnapshotID, d.SandboxID, d.Pid, d.BuildMS}
 	if final {
@@ -161,6 +165,43 @@ func (s *Store) UpdateDeployment(ctx context.Context, d Deployment, final bool) 
 	_, err := s.exec(ctx, s.db, `UPDATE app_deployments SET state = ?, plan = ?, error = ?, logs = ?, snapshot_id = ?, sandbox_id = ?,
 		pid = ?, build_ms = ?, finished_at = `+fin+` WHERE id = ?`, append(args, d.ID)...)
 	return d, err
+}
+
+// RenewDeployment extends the lease of an unfinished deployment this replica works on.
+func (s *Store) RenewDeployment(ctx context.Context, id string, until time.Time) error {
+	_, err := s.exec(ctx, s.db, `UPDATE app_deployments SET lease_until = ? WHERE id = ? AND lease_until > 0`, micros(until), id)
+	return err
+}
+
+// unfinishedDeployment is a deployment no route serves whose state is not final.
+const unfinishedDeployment = `state IN ('queued', 'building', 'deploying')
+	AND id NOT IN (SELECT live_deployment_id FROM apps) AND id NOT IN (SELECT deployment_id FROM app_previews)`
+
+// FailOrphanedDeployments records failed with msg the unfinished deployments (queued, building,
+// deploying; never one a route serves) whose lease ends before before: their server stopped.
+// Each is claimed by one replica (compare-and-set on its lease); it returns those this call
+// failed.
+func (s *Store) FailOrphanedDeployments(ctx context.Context, before time.Time, msg string) ([]Deployment, error) {
+	stale, err := queryAll(ctx, s, s.db, `SELECT `+deploymentCols+` FROM app_deployments WHERE lease_until < ? AND `+
+		unfinishedDeployment+` ORDER BY created_at LIMIT 100`, scanDeployment, micros(before))
+	if err != nil {
+		return nil, err
+	}
+	var out []Deployment
+	for _, d := range stale {
+		d.FinishedAt = fromMicros(micros(s.now().UTC()))
+		d.Logs += "\n==> deploy failed: " + msg + "\n"
+		res, err := s.exec(ctx, s.db, `UPDATE app_deployments SET state = 'failed', error = ?, logs = ?, finished_at = ?, lease_until = 0
+			WHERE id = ? AND lease_until = ? AND `+unfinishedDeployment, msg, d.Logs, micros(d.FinishedAt), d.ID, micros(d.LeaseUntil))
+		if err != nil {
+			return out, err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			d.State, d.Error, d.LeaseUntil = "failed", msg, time.Time{}
+			out = append(out, d)
+		}
+	}
+	return out, nil
 }
 
 // GetDeployment returns deployment id of appID.
@@ -177,10 +218,24 @@ func (s *Store) ListDeployments(ctx context.Context, appID string, limit int) ([
 		ORDER BY created_at DESC, id DESC LIMIT ?`, scanDeployment, appID, limit)
 }
 
-// ListLiveDeployments returns the deployments that serve an app or a preview now (every team's).
-func (s *Store) ListLiveDeployments(ctx context.Context) ([]Deployment, error) {
-	return queryAll(ctx, s, s.db, `SELECT `+deploymentCols+` FROM app_deployments WHERE id IN
-		(SELECT live_deployment_id FROM apps) OR id IN (SELECT deployment_id FROM app_previews)`, scanDeployment)
+// ListInstanceDeployments returns the live and superseded deployments with an instance (a
+// route's, or a superseded release's own URL's), every team's.
+func (s *Store) ListInstanceDeployments(ctx context.Context) ([]Deployment, error) {
+	return queryAll(ctx, s, s.db, `SELECT `+deploymentCols+` FROM app_deployments WHERE sandbox_id != ''
+		AND state IN ('live', 'superseded')`, scanDeployment)
+}
+
+// SetDeploymentInstance records sandbox to as the instance of superseded deployment id (its own
+// URL's) if its instance is still from (compare-and-set). False when it changed meanwhile or the
+// deployment is no longer superseded.
+func (s *Store) SetDeploymentInstance(ctx context.Context, id, from, to string) (bool, error) {
+	res, err := s.exec(ctx, s.db, `UPDATE app_deployments SET sandbox_id = ? WHERE id = ? AND sandbox_id = ? AND state = 'superseded'`,
+		to, id, from)
+	if err != nil {
+		return false, err
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
 }
 
 // GetPreview returns the deployment serving app appID's preview slug ("" for none).
@@ -190,6 +245,37 @@ func (s *Store) GetPreview(ctx context.Context, appID, slug string) (string, err
 		return "", nil
 	}
 	return id, err
+}
+
+// Preview is the route of an app's branch preview: its slug and the deployment serving it.
+type Preview struct {
+	Slug         string
+	DeploymentID string
+}
+
+// ListPreviews returns app appID's previews by slug.
+func (s *Store) ListPreviews(ctx context.Context, appID string) ([]Preview, error) {
+	return queryAll(ctx, s, s.db, `SELECT slug, deployment_id FROM app_previews WHERE app_id = ? ORDER BY slug`,
+		scanFields(func(p *Preview) []any { return []any{&p.Slug, &p.DeploymentID} }), appID)
+}
+
+// DeletePreview removes app appID's preview slug if it still points at deployment from, which
+// becomes superseded, in one transaction. False when another switch came first.
+func (s *Store) DeletePreview(ctx context.Context, appID, slug, from string) (bool, error) {
+	ok := false
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(ctx, tx, `DELETE FROM app_previews WHERE app_id = ? AND slug = ? AND deployment_id = ?`, appID, slug, from)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		ok = true
+		_, err = s.exec(ctx, tx, `UPDATE app_deployments SET state = 'superseded', sandbox_id = '' WHERE id = ?`, from)
+		return err
+	})
+	return ok, err
 }
 
 // SetPreview points app appID's preview slug at deployment to if it still points at from (""
@@ -297,5 +383,10 @@ var appsSchema = []schemaStep{
 			created_at  BIGINT NOT NULL,
 			PRIMARY KEY (app_id, delivery_id)
 		)`,
+	}},
+	{20, []string{
+		// An unfinished deployment's lease: its replica renews it while it builds; one whose lease
+		// passed lost its server and is recorded failed (0: finished, or from before this column).
+		`ALTER TABLE app_deployments ADD COLUMN lease_until BIGINT NOT NULL DEFAULT 0`,
 	}},
 }

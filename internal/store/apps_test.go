@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 // TestAppRoutes: app names are unique across teams; a route switch (app or preview) is a
@@ -53,8 +54,54 @@ func TestAppRoutes(t *testing.T) {
 		if id, err := s.GetPreview(ctx, a.ID, "feature-x"); id != "dep_3" || err != nil {
 			t.Fatalf("preview route: %q %v", id, err)
 		}
-		if live, err := s.ListLiveDeployments(ctx); err != nil || len(live) != 2 {
-			t.Fatalf("live deployments: %d %v", len(live), err)
+		if ps, err := s.ListPreviews(ctx, a.ID); err != nil || len(ps) != 1 || ps[0] != (Preview{"feature-x", "dep_3"}) {
+			t.Fatalf("previews: %v %v", ps, err)
+		}
+		// A superseded deployment's own URL instance: compare-and-set.
+		if ok, err := s.SetDeploymentInstance(ctx, "dep_1", "", "sb_url"); !ok || err != nil {
+			t.Fatalf("url instance: %v %v", ok, err)
+		}
+		if ok, err := s.SetDeploymentInstance(ctx, "dep_1", "", "sb_other"); ok || err != nil {
+			t.Fatalf("a stale url instance went through: %v %v", ok, err)
+		}
+		if ok, _ := s.SetDeploymentInstance(ctx, "dep_2", "", "sb_x"); ok {
+			t.Fatal("a live deployment got a url instance")
+		}
+		if ds, err := s.ListInstanceDeployments(ctx); err != nil || len(ds) != 1 || ds[0].SandboxID != "sb_url" {
+			t.Fatalf("deployments with instances: %v %v", ds, err)
+		}
+		// Deleting a preview: compare-and-set, its deployment superseded.
+		if ok, err := s.DeletePreview(ctx, a.ID, "feature-x", "dep_1"); ok || err != nil {
+			t.Fatalf("a stale preview delete went through: %v %v", ok, err)
+		}
+		if ok, err := s.DeletePreview(ctx, a.ID, "feature-x", "dep_3"); !ok || err != nil || state("dep_3") != "superseded" {
+			t.Fatalf("preview delete: %v %v %s", ok, err, state("dep_3"))
+		}
+		if id, _ := s.GetPreview(ctx, a.ID, "feature-x"); id != "" {
+			t.Fatalf("deleted preview still routes to %s", id)
+		}
+		// Orphaned deployments: an unfinished one whose lease passed is failed once; one whose
+		// lease holds, and a route's, are not.
+		now := s.now().UTC()
+		for _, d := range []Deployment{{ID: "dep_lost", State: "building", LeaseUntil: now.Add(-time.Minute)},
+			{ID: "dep_held", State: "queued", LeaseUntil: now.Add(time.Minute)}, {ID: "dep_route", State: "deploying"}} {
+			d.AppID, d.TeamID, d.Source = a.ID, "team_a", "upload"
+			if _, err := s.CreateDeployment(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ok, err := s.SetPreview(ctx, a.ID, "other", "", "dep_route"); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		s.exec(ctx, s.db, `UPDATE app_deployments SET state = 'deploying' WHERE id = 'dep_route'`)
+		if ds, err := s.FailOrphanedDeployments(ctx, now, "gone"); err != nil || len(ds) != 1 || ds[0].ID != "dep_lost" {
+			t.Fatalf("orphaned: %v %v", ds, err)
+		}
+		if d, _ := s.GetDeployment(ctx, a.ID, "dep_lost"); d.State != "failed" || d.Error != "gone" || !d.LeaseUntil.IsZero() {
+			t.Fatalf("orphan after: %+v", d)
+		}
+		if ds, err := s.FailOrphanedDeployments(ctx, now.Add(time.Hour), "gone"); err != nil || len(ds) != 1 || ds[0].ID != "dep_held" {
+			t.Fatalf("orphaned later: %v %v", ds, err)
 		}
 		if fresh, err := s.ClaimDelivery(ctx, a.ID, "d-1"); !fresh || err != nil {
 			t.Fatalf("first delivery: %v %v", fresh, err)

@@ -43,6 +43,7 @@ var versionNames = []string{
 	17: "sandboxes and snapshots owned by a service",
 	18: "webhooks and their deliveries",
 	19: "quotas on databases, apps, functions and snapshot sizes",
+	20: "app deployments' leases",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

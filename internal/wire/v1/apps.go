@@ -29,10 +29,15 @@ type AppPlan struct {
 // AppSpec is the body of POST /v1/apps and (every field optional) PATCH /v1/apps/{id}. Secrets
 // are stored encrypted and never answered: an app lists their names only.
 type AppSpec struct {
-	Name                 string            `json:"name,omitempty"`
-	Branch               string            `json:"branch,omitempty"`
-	Env                  map[string]string `json:"env,omitempty"`
-	Secrets              map[string]string `json:"secrets,omitempty"`
+	Name    string            `json:"name,omitempty"`
+	Branch  string            `json:"branch,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Secrets map[string]string `json:"secrets,omitempty"`
+	// SetEnv and SetSecrets add or change these variables, keeping the others; Unset removes
+	// variables (env or secrets) by name. Env and Secrets replace all of theirs.
+	SetEnv               map[string]string `json:"set_env,omitempty"`
+	SetSecrets           map[string]string `json:"set_secrets,omitempty"`
+	Unset                []string          `json:"unset,omitempty"`
 	Build                *AppBuild         `json:"build,omitempty"`
 	VCPUs                int64             `json:"vcpus,omitempty"`
 	MemoryMiB            int64             `json:"memory_mib,omitempty"`
@@ -91,6 +96,19 @@ type Deployment struct {
 // Deployments is GET /v1/apps/{id}/deployments, newest first.
 type Deployments struct {
 	Deployments []Deployment `json:"deployments"`
+}
+
+// AppPreview is a branch preview of an app: served at URL by its deployment.
+type AppPreview struct {
+	Slug         string `json:"slug"`
+	Branch       string `json:"branch"`
+	DeploymentID string `json:"deployment_id"`
+	URL          string `json:"url,omitempty"`
+}
+
+// AppPreviews is GET /v1/apps/{id}/previews, by slug.
+type AppPreviews struct {
+	Previews []AppPreview `json:"previews"`
 }
 
 // RollbackRequest is the body of POST /v1/apps/{id}/rollback.

@@ -1170,6 +1170,18 @@ class AppsOffline(OfflineCase):
         self.assertEqual(self.client.apps.connect_github("web", "acme/web")["secret"], "whsec_x")
         self.assertEqual((s.path(8), s.requests[8].json()), ("/v1/apps/web/github", {"repo": "acme/web"}))
 
+    def test_variables_and_previews(self) -> None:
+        prev = {"slug": "feature-x", "branch": "feature/x", "deployment_id": "dep_2"}
+        s = self.answer(ok({"id": "app_1"}), ok({"id": "app_1"}), ok({"id": "app_1"}), ok({"previews": [prev]}), ok(None, 204))
+        self.client.apps.set_env("web", {"A": "1"})
+        self.client.apps.set_secrets("web", {"K": "v"})
+        self.client.apps.unset("web", "A", "K")
+        self.assertEqual([r.json() for r in s.requests[:3]], [{"set_env": {"A": "1"}}, {"set_secrets": {"K": "v"}}, {"unset": ["A", "K"]}])
+        self.assertEqual(self.client.apps.previews("web"), [prev])
+        self.client.apps.delete_preview("web", "feature/x")
+        self.assertEqual([(r.method, s.path(i)) for i, r in enumerate(s.requests)],
+                         [("PATCH", "/v1/apps/web")] * 3 + [("GET", "/v1/apps/web/previews"), ("DELETE", "/v1/apps/web/previews/feature%2Fx")])
+
 
 if __name__ == "__main__":
     unittest.main()

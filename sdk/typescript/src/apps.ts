@@ -32,6 +32,12 @@ export interface AppSpec {
   env?: Record<string, string>;
   /** In the build's and the app's environment; stored sealed, redacted from logs, never answered. */
   secrets?: Record<string, string>;
+  /** Update: variables added or changed, the others kept. */
+  setEnv?: Record<string, string>;
+  /** Update: secrets added or changed, the others kept. */
+  setSecrets?: Record<string, string>;
+  /** Update: names removed from env or secrets (each must be set). */
+  unset?: string[];
   build?: AppBuild;
   vcpus?: number;
   memoryMib?: number;
@@ -91,10 +97,19 @@ export interface Deployment {
   finished_at?: string;
 }
 
+/** A branch preview of an app, served at `url` by its deployment. */
+export interface AppPreview {
+  slug: string;
+  branch: string;
+  deployment_id: string;
+  url?: string;
+}
+
 function wireSpec(s: AppSpec): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   const fields: [string, unknown][] = [
-    ["name", s.name], ["branch", s.branch], ["env", s.env], ["secrets", s.secrets], ["build", s.build], ["vcpus", s.vcpus],
+    ["name", s.name], ["branch", s.branch], ["env", s.env], ["secrets", s.secrets], ["set_env", s.setEnv],
+    ["set_secrets", s.setSecrets], ["unset", s.unset], ["build", s.build], ["vcpus", s.vcpus],
     ["memory_mib", s.memoryMib], ["suspend_after_seconds", s.suspendAfterSeconds], ["min_instances", s.minInstances],
     ["health_timeout_seconds", s.healthTimeoutSeconds], ["drain_timeout_seconds", s.drainTimeoutSeconds],
   ];
@@ -172,6 +187,16 @@ export class Apps {
   /** The live instance's output so far (secrets redacted). */
   async logs(app: string): Promise<string> {
     return (await this.client.http.request("GET", `/v1/apps/${seg(app)}/logs`, { idempotent: true })).text();
+  }
+
+  /** The app's branch previews. */
+  async previews(app: string): Promise<AppPreview[]> {
+    return (await this.client.http.json<{ previews?: AppPreview[] }>("GET", `/v1/apps/${seg(app)}/previews`, { idempotent: true }))?.previews ?? [];
+  }
+
+  /** Delete a branch's preview (by branch or slug): its route and instance go; its release stays for a rollback. */
+  async deletePreview(app: string, branch: string): Promise<void> {
+    await this.client.http.json("DELETE", `/v1/apps/${seg(app)}/previews/${seg(branch)}`, { idempotent: true });
   }
 
   /** Serve an earlier deployment's release again (no rebuild). */

@@ -908,4 +908,16 @@ describe("offline: apps", () => {
       "GET /v1/apps/web/deployments/dep_1", "POST /v1/apps/web/rollback", "DELETE /v1/apps/web",
       "POST /v1/apps/web/deployments?branch=feature%2Fx", "POST /v1/apps/web/github"]);
   });
+
+  it("set/unset variables and previews use PATCH and the previews routes", async () => {
+    const prev = { slug: "feature-x", branch: "feature/x", deployment_id: "dep_2" };
+    const f = script(ok({ id: "app_1", name: "web" }), ok({ previews: [prev] }), ok(null, 204));
+    const c = client(f);
+    await c.apps.update("web", { setEnv: { A: "1" }, setSecrets: { K: "v" }, unset: ["B"] });
+    assert.deepEqual(f.calls[0].json(), { set_env: { A: "1" }, set_secrets: { K: "v" }, unset: ["B"] });
+    assert.deepEqual(await c.apps.previews("web"), [prev]);
+    await c.apps.deletePreview("web", "feature/x");
+    assert.deepEqual(f.calls.map((x) => x.method + " " + x.path()), ["PATCH /v1/apps/web", "GET /v1/apps/web/previews",
+      "DELETE /v1/apps/web/previews/feature%2Fx"]);
+  });
 });

@@ -92,6 +92,27 @@ class Apps:
     def delete(self, app: str) -> None:
         self._http.request("DELETE", _app(app), idempotent=True)
 
+    def set_env(self, app: str, env: Mapping[str, str]) -> Dict[str, Any]:
+        """Add or change environment variables, keeping the others (from the next deploy)."""
+        return self.update(app, set_env=dict(env))
+
+    def set_secrets(self, app: str, secrets: Mapping[str, str]) -> Dict[str, Any]:
+        """Add or change secrets, keeping the others (from the next deploy)."""
+        return self.update(app, set_secrets=dict(secrets))
+
+    def unset(self, app: str, *names: str) -> Dict[str, Any]:
+        """Remove variables by name, from env or secrets (each must be set)."""
+        return self.update(app, unset=list(names))
+
+    def previews(self, app: str) -> List[Dict[str, Any]]:
+        """The app's branch previews: ``{slug, branch, deployment_id, url}``."""
+        return (self._http.request("GET", _app(app, "/previews"), idempotent=True).json() or {}).get("previews") or []
+
+    def delete_preview(self, app: str, branch: str) -> None:
+        """Delete a branch's preview (by branch or slug): its route and instance go; its release
+        stays for a rollback."""
+        self._http.request("DELETE", _app(app, "/previews/" + quote(branch, safe="")), idempotent=True)
+
     def deploy(self, app: str, source: Union[bytes, str], branch: Optional[str] = None) -> Dict[str, Any]:
         """Deploy ``source`` (bytes of a .tar.gz or .zip, or a path: a directory is packed with
         :func:`pack_directory`, a file sent as is); returns the queued deployment (see :meth:`wait`).

@@ -1,0 +1,1 @@
+document.getElementById("app").textContent = "vite fixture built in " + import.meta.env.MODE + " mode";
