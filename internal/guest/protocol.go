@@ -264,6 +264,7 @@ const (
 	OpHealth = "health"
 	OpSync   = "sync"
 	OpMount  = "mount"
+	OpUsage  = "usage" // the guest's own resource figures: Usage
 	// Background processes: see process.go.
 	OpProcStart  = "proc_start"
 	OpProcList   = "proc_list"
@@ -344,6 +345,19 @@ type FileInfo struct {
 	Mode   string    `json:"mode"` // octal permission bits, e.g. "0644"
 	Mtime  time.Time `json:"mtime"`
 	Target string    `json:"target,omitempty"` // symlink target
+}
+
+// Usage is the answer to the usage op: the guest's view of its resources. CPU figures are the
+// kernel's cumulative ticks (/proc/stat), so a caller compares two answers for a busy share.
+type Usage struct {
+	CPUs          int    `json:"cpus"`
+	CPUBusyTicks  uint64 `json:"cpu_busy_ticks"`  // all but idle and iowait, every CPU together
+	CPUTotalTicks uint64 `json:"cpu_total_ticks"` // every state, every CPU together
+	MemTotal      int64  `json:"mem_total"`       // bytes (MemTotal)
+	MemAvailable  int64  `json:"mem_available"`   // bytes (MemAvailable)
+	MemCache      int64  `json:"mem_cache"`       // bytes (Cached + Buffers)
+	DiskTotal     int64  `json:"disk_total"`      // bytes of the root filesystem
+	DiskUsed      int64  `json:"disk_used"`       // bytes in use on it
 }
 
 // Health is the answer to the health op.

@@ -403,6 +403,7 @@ func (a *Agent) handler() http.Handler {
 		"GET /v1/sandboxes":                              a.listSandboxes,
 		"GET /v1/sandboxes/{id}":                         a.getSandbox,
 		"DELETE /v1/sandboxes/{id}":                      a.kill,
+		"GET /v1/sandboxes/{id}/metrics":                 a.metrics,
 		"POST /v1/sandboxes/{id}/fork":                   a.fork,
 		"POST /v1/sandboxes/{id}/hibernate":              a.hibernate,
 		"POST /v1/sandboxes/{id}/wake":                   a.wake,

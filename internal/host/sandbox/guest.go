@@ -19,25 +19,35 @@ func (m *Manager) guest(ctx context.Context, id string) (*guest.Client, *sandbox
 	if err != nil {
 		return nil, nil, err
 	}
+	c, err := sb.guest(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, sb, nil
+}
+
+// guest returns a live guest agent client of a running sandbox (connecting when needed).
+func (sb *sandbox) guest(ctx context.Context) (*guest.Client, error) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
+	id := sb.rec.ID
 	if sb.rec.State != StateRunning {
 		if sb.rec.State == StateError {
-			return nil, nil, errdefs.Conflictf("sandbox %s is in state error: %s", id, sb.rec.Error)
+			return nil, errdefs.Conflictf("sandbox %s is in state error: %s", id, sb.rec.Error)
 		}
-		return nil, nil, errdefs.Conflictf("sandbox %s is %s", id, sb.rec.State)
+		return nil, errdefs.Conflictf("sandbox %s is %s", id, sb.rec.State)
 	}
 	if sb.client == nil {
 		c, err := connect(ctx, sb.rec.VM.AgentSocket, 15*time.Second)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, nil, err // the caller went away
+				return nil, err // the caller went away
 			}
-			return nil, nil, errdefs.WithCode(errdefs.Unavailable, "guest_unreachable", "sandbox %s: guest agent unreachable: %v", id, err)
+			return nil, errdefs.WithCode(errdefs.Unavailable, "guest_unreachable", "sandbox %s: guest agent unreachable: %v", id, err)
 		}
 		sb.client = c
 	}
-	return sb.client, sb, nil
+	return sb.client, nil
 }
 
 // callErr explains a failed guest call: a VMM that died meanwhile is a conflict with its reason.

@@ -90,6 +90,10 @@ type sandbox struct {
 	killed   bool
 	dir      string
 	slot     *network.Slot // while the VMM runs, if it has a NIC
+	// usage is the guest's figures of the last metrics call, and when they were read (the
+	// previous sample of the next call's CPU share).
+	usage   guest.Usage
+	usageAt time.Time
 }
 
 func (sb *sandbox) info() hostapi.Sandbox {

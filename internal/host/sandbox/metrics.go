@@ -1,0 +1,112 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/cgroup"
+	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
+)
+
+// Metrics sampling: a CPU share needs two readings of the guest's tick counters. The previous
+// call's reading serves when it is recent enough; otherwise the call reads twice, cpuWindow apart.
+const (
+	cpuWindow    = 250 * time.Millisecond
+	maxSampleAge = time.Minute
+)
+
+// Metrics reads a running sandbox's resource figures: the guest's own (its agent's usage op) and
+// its VMM's on this host. It neither wakes a hibernated sandbox (a conflict) nor counts as use.
+func (m *Manager) Metrics(ctx context.Context, id string) (hostapi.SandboxMetrics, error) {
+	sb, err := m.get(id)
+	if err != nil {
+		return hostapi.SandboxMetrics{}, err
+	}
+	c, err := sb.guest(ctx)
+	if err != nil {
+		return hostapi.SandboxMetrics{}, err
+	}
+	now, err := c.Usage(ctx)
+	if err != nil {
+		return hostapi.SandboxMetrics{}, m.callErr(sb, err)
+	}
+	at := time.Now()
+	sb.mu.Lock()
+	prev, prevAt := sb.usage, sb.usageAt
+	vm, vcpus := sb.rec.VM, sb.rec.VCPUs
+	sb.mu.Unlock()
+	if prevAt.IsZero() || at.Sub(prevAt) > maxSampleAge || prev.CPUTotalTicks >= now.CPUTotalTicks || prev.CPUBusyTicks > now.CPUBusyTicks {
+		// No usable earlier reading (the first call, an old one, or a guest that rebooted).
+		select {
+		case <-ctx.Done():
+			return hostapi.SandboxMetrics{}, ctx.Err()
+		case <-time.After(cpuWindow):
+		}
+		prev = now
+		if now, err = c.Usage(ctx); err != nil {
+			return hostapi.SandboxMetrics{}, m.callErr(sb, err)
+		}
+		at = time.Now()
+	}
+	sb.mu.Lock()
+	sb.usage, sb.usageAt = now, at
+	sb.mu.Unlock()
+
+	out := hostapi.SandboxMetrics{At: hostapi.Time(at), VCPUs: vcpus,
+		MemTotalBytes: now.MemTotal, MemUsedBytes: max(now.MemTotal-now.MemAvailable, 0), MemCacheBytes: now.MemCache,
+		DiskTotalBytes: now.DiskTotal, DiskUsedBytes: now.DiskUsed}
+	if now.CPUs > 0 {
+		out.VCPUs = now.CPUs
+	}
+	if dt := now.CPUTotalTicks - prev.CPUTotalTicks; now.CPUTotalTicks > prev.CPUTotalTicks {
+		out.CPUUsedPct = min(100, 100*float64(now.CPUBusyTicks-prev.CPUBusyTicks)/float64(dt))
+	}
+	if cpu, mem, err := vmmUsage(vm); err == nil {
+		out.HostCPUSeconds, out.HostMemBytes = cpu.Seconds(), mem
+	} else {
+		m.log.Debug("sandbox metrics: VMM figures", "sandbox", id, "err", err)
+	}
+	return out, nil
+}
+
+// vmmUsage is the CPU time and memory of a VMM: its cgroup's when it is confined in one, else its
+// process's (utime + stime, resident set).
+func vmmUsage(vm runtime.VM) (time.Duration, int64, error) {
+	if len(vm.Cgroups) > 0 {
+		return cgroup.Usage(vm.Cgroups)
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", vm.Pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields after the command (which may hold spaces) start at the last ')': state is field 3,
+	// utime and stime are 14 and 15.
+	i := strings.LastIndexByte(string(stat), ')')
+	f := strings.Fields(string(stat)[i+1:])
+	if i < 0 || len(f) < 13 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected format", vm.Pid)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	cpu := time.Duration(ut+st) * time.Second / clockTicks
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", vm.Pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	var rss int64
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			rss = kb << 10
+		}
+	}
+	return cpu, rss, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times (100 on every Linux port we run on).
+const clockTicks = 100
