@@ -223,6 +223,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/sandboxes/{id}", apiKey, s.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", apiKey, s.killSandbox},
 		{"POST", "/v1/sandboxes/{id}/ttl", apiKey, s.setTTL},
+		{"GET", "/v1/sandboxes/{id}/metrics", apiKey, s.sandboxMetrics},
 		{"POST", "/v1/sandboxes/{id}/exec", apiKey, s.exec},
 		{"POST", "/v1/sandboxes/{id}/code", apiKey, s.runCode},
 		{"POST", "/v1/sandboxes/{id}/code/contexts", apiKey, s.createCodeContext},
