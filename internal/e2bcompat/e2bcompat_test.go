@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -199,8 +200,33 @@ func TestControlAPI(t *testing.T) {
 	if a := e.do("POST", "/sandboxes/"+sb.SandboxID+"/timeout", e.key, map[string]any{"timeout": 120}); a.status != http.StatusNoContent {
 		t.Fatalf("timeout: %d %s", a.status, a.body)
 	}
+	// Metrics: the figures of now while it runs, none while paused (and asking does not wake it).
+	type metric struct {
+		Timestamp                                        string
+		TimestampUnix                                    int64
+		CPUCount                                         int
+		CPUUsedPct                                       float64
+		MemUsed, MemTotal, MemCache, DiskUsed, DiskTotal int64
+	}
+	var ms []metric
+	e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", e.key, nil).decode(t, &ms)
+	if len(ms) != 1 || ms[0].CPUCount < 1 || ms[0].MemUsed <= 0 || ms[0].MemTotal < ms[0].MemUsed || ms[0].DiskUsed <= 0 ||
+		ms[0].DiskTotal < ms[0].DiskUsed || ms[0].TimestampUnix < time.Now().Unix()-60 || ms[0].Timestamp == "" {
+		t.Fatalf("metrics: %+v", ms)
+	}
+	e.do("GET", fmt.Sprintf("/sandboxes/%s/metrics?start=1&end=%d", sb.SandboxID, time.Now().Add(-time.Hour).Unix()), e.key, nil).decode(t, &ms)
+	if len(ms) != 0 {
+		t.Fatalf("metrics of an hour ago: %+v", ms)
+	}
+	e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics?start=x", e.key, nil).wantError(t, http.StatusBadRequest)
+	e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", e.otherKey, nil).wantError(t, http.StatusNotFound)
 	if a := e.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", e.key, nil); a.status != http.StatusNoContent {
 		t.Fatalf("pause: %d %s", a.status, a.body)
+	}
+	e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", e.key, nil).decode(t, &ms)
+	e.do("GET", "/sandboxes/"+sb.SandboxID, e.key, nil).decode(t, &d)
+	if len(ms) != 0 || d.State != "paused" {
+		t.Fatalf("metrics of a paused sandbox: %+v (state %s)", ms, d.State)
 	}
 	e.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", e.key, nil).wantError(t, http.StatusConflict)
 	if a := e.do("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", e.key, map[string]any{"timeout": 300}); a.status != http.StatusCreated {

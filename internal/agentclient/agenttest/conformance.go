@@ -624,6 +624,7 @@ func (k *contract) metrics(t *testing.T) {
 	id := k.main.ID
 	for i := range 2 { // the second call measures CPU since the first
 		m := must[agentclient.SandboxMetrics](t, "metrics")(k.c.SandboxMetrics(ctx(), id))
+		t.Logf("metrics %d: %+v", i, m)
 		given := int64(k.main.MemoryMiB) << 20
 		if !isTime(m.At) || m.VCPUs != k.main.VCPUs || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 ||
 			m.MemTotalBytes < given/2 || m.MemTotalBytes > given || m.MemUsedBytes <= 0 || m.MemUsedBytes >= m.MemTotalBytes ||

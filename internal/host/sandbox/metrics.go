@@ -37,34 +37,44 @@ func (m *Manager) Metrics(ctx context.Context, id string) (hostapi.SandboxMetric
 	}
 	at := time.Now()
 	sb.mu.Lock()
-	prev, prevAt := sb.usage, sb.usageAt
+	prev, prevAt, lastPct := sb.usage, sb.usageAt, sb.usagePct
 	vm, vcpus := sb.rec.VM, sb.rec.VCPUs
 	sb.mu.Unlock()
-	if prevAt.IsZero() || at.Sub(prevAt) > maxSampleAge || prev.CPUTotalTicks >= now.CPUTotalTicks || prev.CPUBusyTicks > now.CPUBusyTicks {
-		// No usable earlier reading (the first call, an old one, or a guest that rebooted).
-		select {
-		case <-ctx.Done():
-			return hostapi.SandboxMetrics{}, ctx.Err()
-		case <-time.After(cpuWindow):
+	usable := !prevAt.IsZero() && at.Sub(prevAt) <= maxSampleAge &&
+		prev.CPUTotalTicks <= now.CPUTotalTicks && prev.CPUBusyTicks <= now.CPUBusyTicks
+	var pct float64
+	switch {
+	case usable && at.Sub(prevAt) < cpuWindow:
+		// Too close to the previous reading for a share of its own: that reading's share stands
+		// (and stays the base of the next).
+		pct = lastPct
+	default:
+		if !usable {
+			// No usable earlier reading (the first call, an old one, or a guest that rebooted).
+			select {
+			case <-ctx.Done():
+				return hostapi.SandboxMetrics{}, ctx.Err()
+			case <-time.After(cpuWindow):
+			}
+			prev = now
+			if now, err = c.Usage(ctx); err != nil {
+				return hostapi.SandboxMetrics{}, m.callErr(sb, err)
+			}
+			at = time.Now()
 		}
-		prev = now
-		if now, err = c.Usage(ctx); err != nil {
-			return hostapi.SandboxMetrics{}, m.callErr(sb, err)
+		if dt := now.CPUTotalTicks - prev.CPUTotalTicks; dt > 0 && now.CPUBusyTicks >= prev.CPUBusyTicks {
+			pct = min(100, 100*float64(now.CPUBusyTicks-prev.CPUBusyTicks)/float64(dt))
 		}
-		at = time.Now()
+		sb.mu.Lock()
+		sb.usage, sb.usageAt, sb.usagePct = now, at, pct
+		sb.mu.Unlock()
 	}
-	sb.mu.Lock()
-	sb.usage, sb.usageAt = now, at
-	sb.mu.Unlock()
 
-	out := hostapi.SandboxMetrics{At: hostapi.Time(at), VCPUs: vcpus,
+	out := hostapi.SandboxMetrics{At: hostapi.Time(at), VCPUs: vcpus, CPUUsedPct: pct,
 		MemTotalBytes: now.MemTotal, MemUsedBytes: max(now.MemTotal-now.MemAvailable, 0), MemCacheBytes: now.MemCache,
 		DiskTotalBytes: now.DiskTotal, DiskUsedBytes: now.DiskUsed}
 	if now.CPUs > 0 {
 		out.VCPUs = now.CPUs
-	}
-	if dt := now.CPUTotalTicks - prev.CPUTotalTicks; now.CPUTotalTicks > prev.CPUTotalTicks {
-		out.CPUUsedPct = min(100, 100*float64(now.CPUBusyTicks-prev.CPUBusyTicks)/float64(dt))
 	}
 	if cpu, mem, err := vmmUsage(vm); err == nil {
 		out.HostCPUSeconds, out.HostMemBytes = cpu.Seconds(), mem
@@ -74,11 +84,14 @@ func (m *Manager) Metrics(ctx context.Context, id string) (hostapi.SandboxMetric
 	return out, nil
 }
 
-// vmmUsage is the CPU time and memory of a VMM: its cgroup's when it is confined in one, else its
-// process's (utime + stime, resident set).
-func vmmUsage(vm runtime.VM) (time.Duration, int64, error) {
-	if len(vm.Cgroups) > 0 {
-		return cgroup.Usage(vm.Cgroups)
+// vmmUsage is the CPU time and memory of a VMM: its cgroup's where the group accounts for them
+// (a v1 host with cpuacct apart from cpu does not count CPU in our group), else its process's
+// (utime + stime of all its threads, resident set).
+func vmmUsage(vm runtime.VM) (cpu time.Duration, mem int64, err error) {
+	cpu, cerr := cgroup.CPUUsage(vm.Cgroups)
+	mem, merr := cgroup.MemoryUsage(vm.Cgroups)
+	if cerr == nil && merr == nil {
+		return cpu, mem, nil
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", vm.Pid))
 	if err != nil {
@@ -91,21 +104,24 @@ func vmmUsage(vm runtime.VM) (time.Duration, int64, error) {
 	if i < 0 || len(f) < 13 {
 		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected format", vm.Pid)
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	cpu := time.Duration(ut+st) * time.Second / clockTicks
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", vm.Pid))
-	if err != nil {
-		return 0, 0, err
+	if cerr != nil {
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		cpu = time.Duration(ut+st) * time.Second / clockTicks
 	}
-	var rss int64
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			rss = kb << 10
+	if merr != nil {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", vm.Pid))
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				mem = kb << 10
+			}
 		}
 	}
-	return cpu, rss, nil
+	return cpu, mem, nil
 }
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times (100 on every Linux port we run on).
