@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,13 +35,24 @@ func (s *Server) codeRoutes() *http.ServeMux {
 	return mux
 }
 
-// checkLanguage accepts what the kernels run: Python (E2B's default).
-func checkLanguage(l *string) error {
-	if l == nil || *l == "" || *l == "python" {
-		return nil
+// languageOf is an E2B language name as internal/codeinterp takes it ("" the default, Python),
+// and the error when the kernels do not run that language: the check is codeinterp's, so the
+// facade serves whatever languages its contexts gain.
+func languageOf(l *string) (string, error) {
+	if l == nil {
+		return "", nil
 	}
-	return errdefs.Invalidf("language %q is not supported: PandaStack's code interpreter runs python", truncate(*l))
+	lang := strings.ToLower(strings.TrimSpace(*l))
+	if err := codeinterp.CheckContext(&v1.CreateCodeContextRequest{Language: lang}); err != nil {
+		return "", err
+	}
+	return lang, nil
 }
+
+// unsupportedLanguage is the name of the execution error a runCode in a language the kernels
+// do not run answers: the SDK shows it as the execution's error (a 4xx would reach the caller as
+// a bare "400 Bad Request").
+const unsupportedLanguage = "UnsupportedLanguageError"
 
 // line is one NDJSON line of /execute.
 type line map[string]any
@@ -70,14 +82,21 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	err := decode(w, r, &req)
 	if err == nil {
-		err = checkLanguage(req.Language)
-	}
-	if err == nil {
 		err = s.b.CheckEnv("env_vars", req.EnvVars)
 	}
 	creq := v1.CodeRequest{Code: req.Code}
 	if req.ContextID != nil {
 		creq.ContextID = *req.ContextID
+	}
+	if err == nil && creq.ContextID == "" { // a context runs its own language
+		var langErr error
+		if creq.Language, langErr = languageOf(req.Language); langErr != nil {
+			_, msg := answerOf(langErr)
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			b, _ := json.Marshal(line{"type": "error", "name": unsupportedLanguage, "value": msg, "traceback": unsupportedLanguage + ": " + msg})
+			w.Write(append(b, '\n'))
+			return
+		}
 	}
 	if err == nil {
 		err = codeinterp.CheckRun(&creq)
@@ -174,7 +193,11 @@ type contextJSON struct {
 }
 
 func contextOf(c v1.CodeContext) contextJSON {
-	return contextJSON{ID: c.ID, Language: "python", Cwd: c.Cwd}
+	lang := c.Language
+	if lang == "" {
+		lang = "python"
+	}
+	return contextJSON{ID: c.ID, Language: lang, Cwd: c.Cwd}
 }
 
 func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
@@ -184,10 +207,10 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 		Cwd      string  `json:"cwd"`
 	}
 	err := decode(w, r, &req)
-	if err == nil {
-		err = checkLanguage(req.Language)
-	}
 	creq := v1.CreateCodeContextRequest{Cwd: req.Cwd}
+	if err == nil {
+		creq.Language, err = languageOf(req.Language)
+	}
 	if err == nil {
 		err = codeinterp.CheckContext(&creq)
 	}

@@ -92,6 +92,7 @@ func (s *Server) controlRoutes() *http.ServeMux {
 	h("POST /sandboxes/{id}/snapshots", s.snapshot)
 	h("GET /snapshots", s.listSnapshots)
 	h("GET /sandboxes/{id}/metrics", s.metrics)
+	h("PUT /sandboxes/{id}/network", s.updateNetwork)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -669,4 +670,14 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, id auth.Identit
 		}
 	}
 	s.reply(w, r, http.StatusOK, out, err)
+}
+
+// updateNetwork (sbx.updateNetwork) would change a running sandbox's egress rules: PandaStack
+// sets them at create only, so a sandbox of the caller's answers a 501 that says so.
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, id auth.Identity) {
+	_, err := s.owned(r, id)
+	if err == nil {
+		err = errdefs.New(errdefs.NotImplemented, "changing a running sandbox's network is not supported: PandaStack sets egress at create (allowInternetAccess; egress rules through its own API, docs/networking.md)")
+	}
+	s.fail(w, r, err)
 }

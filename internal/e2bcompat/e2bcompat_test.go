@@ -274,6 +274,8 @@ func TestControlAPI(t *testing.T) {
 	e.do("POST", "/v2/sandboxes", e.key, map[string]any{"timeout": 0}).wantError(t, http.StatusBadRequest)
 	e.do("POST", "/v3/templates", e.key, map[string]any{}).wantError(t, http.StatusNotImplemented)
 	e.do("GET", "/volumes", e.key, nil).wantError(t, http.StatusNotImplemented)
+	e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", e.key, map[string]any{"allowOut": []string{"1.1.1.1"}}).wantError(t, http.StatusNotImplemented)
+	e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", e.otherKey, map[string]any{}).wantError(t, http.StatusNotFound)
 
 	if a := e.do("DELETE", "/sandboxes/"+sb.SandboxID, e.key, nil); a.status != http.StatusNoContent {
 		t.Fatalf("kill: %d %s", a.status, a.body)

@@ -35,6 +35,13 @@ test('runCode: values, output, a DataFrame, a plot, an exception, contexts', asy
     assert.equal(err.error?.value, 'division by zero')
     assert.match(err.error?.traceback ?? '', /ZeroDivisionError/)
 
+    // A language the kernels do not run: the execution's error says so (contexts: a 400).
+    const r = await sbx.runCode('x <- 1', { language: 'r' })
+    assert.equal(r.error?.name, 'UnsupportedLanguageError')
+    assert.match(r.error?.value ?? '', /language "r" is not supported/)
+    await assert.rejects(sbx.createCodeContext({ language: 'r' }), /400/)
+    assert.equal((await sbx.runCode('3*3', { language: 'python' })).text, '9')
+
     // contexts: their own variables.
     const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
     await sbx.runCode('y = "in ctx"', { context: ctx })
