@@ -69,14 +69,23 @@ func (s *Server) audited(rt route, next http.Handler) http.Handler {
 	if !mutating(rt) {
 		return next
 	}
+	return s.auditedOn(rt, "", next)
+}
+
+// auditedOn is audited for a call on resource ("": the route's {id} or {name}, else the id a
+// create answered).
+func (s *Server) auditedOn(rt route, resource string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		aw := &auditWriter{recorder: recorder{ResponseWriter: w}, capture: !strings.Contains(rt.path, "{")}
+		aw := &auditWriter{recorder: recorder{ResponseWriter: w}, capture: resource == "" && !strings.Contains(rt.path, "{")}
 		next.ServeHTTP(aw, r)
 		id, ok := auth.FromContext(r.Context())
 		if !ok {
 			return
 		}
-		res := r.PathValue("id")
+		res := resource
+		if res == "" {
+			res = r.PathValue("id")
+		}
 		if res == "" {
 			res = r.PathValue("name")
 		}

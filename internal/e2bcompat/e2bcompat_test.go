@@ -499,6 +499,19 @@ func TestRateLimitAndAudit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *api.Config) { c.RateLimit = api.RateLimit{PerSecond: 0.001, Burst: 2} })
 	sb := e.create(map[string]any{"templateID": "base"})
+	// The data plane (no key: the sandbox's token) takes from its team's bucket, of the same size.
+	if a := e.upload(sb, "/home/user/secret.txt", "not-in-the-log"); a.status != http.StatusOK {
+		t.Fatalf("upload: %d %s", a.status, a.body)
+	}
+	read := func() answer {
+		return e.do("GET", "/files?path=/home/user/secret.txt", "", nil, "E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", sb.EnvdAccessToken)
+	}
+	if a := read(); a.status != http.StatusOK {
+		t.Fatalf("read: %d %s", a.status, a.body)
+	}
+	if a := read(); a.status != http.StatusTooManyRequests || a.header.Get("Retry-After") == "" {
+		t.Fatalf("a third data-plane call with a burst of 2: %d %s", a.status, a.body)
+	}
 	if a := e.do("DELETE", "/sandboxes/"+sb.SandboxID, e.key, nil); a.status != http.StatusNoContent {
 		t.Fatalf("kill: %d %s", a.status, a.body)
 	}
@@ -517,9 +530,12 @@ func TestRateLimitAndAudit(t *testing.T) {
 	}
 	var routes []string
 	for _, en := range entries {
-		routes = append(routes, en.Method+" "+en.Route+" "+en.ResourceID)
+		routes = append(routes, en.Method+" "+en.Route+" "+en.ResourceID+" key="+en.KeyID)
 	}
-	if got := strings.Join(routes, ","); !strings.Contains(got, "POST e2b /v2/sandboxes") || !strings.Contains(got, "DELETE e2b /sandboxes/{id} "+sb.SandboxID) {
+	// The upload is recorded on the sandbox, with no key and nothing of its content; reads are not.
+	sbID, _ := e2bcompat.FromE2B(sb.SandboxID)
+	if got := strings.Join(routes, ","); !strings.Contains(got, "POST e2b /v2/sandboxes") || !strings.Contains(got, "DELETE e2b /sandboxes/{id} "+sb.SandboxID) ||
+		!strings.Contains(got, "POST e2b envd /files "+sbID+" key=,") || strings.Contains(got, "GET") || strings.Contains(got, "secret") {
 		t.Fatalf("audit log: %s", got)
 	}
 }
