@@ -42,6 +42,10 @@ func (a *auditWriter) Write(b []byte) (int, error) {
 	return a.recorder.Write(b)
 }
 
+// Flush passes a flush on: handlers that assert http.Flusher (connect-go's streams, the E2B
+// facade's) stream through the audit too.
+func (a *auditWriter) Flush() { http.NewResponseController(a.ResponseWriter).Flush() }
+
 // createdID is the id of the object a create answered with: "id", or a new team's "team.id".
 func (a *auditWriter) createdID() string {
 	if a.status < 200 || a.status > 299 || a.head.Len() == 0 {
