@@ -222,6 +222,8 @@ type Request struct {
 	TimeoutMs int64             `json:"timeout_ms,omitempty"`
 	// Stdin says FrameData/FrameEOF stdin frames follow; without it stdin is /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
+	// Tag labels a background process (proc_start; CheckTag): listed with it, chosen by the caller.
+	Tag string `json:"tag,omitempty"`
 
 	// file ops (User applies to exec too)
 	User      string `json:"user,omitempty"`
@@ -322,6 +324,7 @@ type ExecRequest struct {
 	Cwd     string            `json:"cwd,omitempty"`
 	User    string            `json:"user,omitempty"`
 	Timeout time.Duration     `json:"timeout,omitempty"` // 0: no timeout
+	Tag     string            `json:"tag,omitempty"`     // a background process's label (StartProcess)
 }
 
 // MaxUserProcs caps the processes (threads, per uid) of the sandbox's unprivileged accounts.

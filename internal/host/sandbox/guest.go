@@ -171,11 +171,14 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req hostapi.Start
 	if err := validateExec(&hostapi.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: req.Env}); err != nil {
 		return 0, err
 	}
+	if err := guest.CheckTag(req.Tag); err != nil {
+		return 0, errdefs.Invalidf("%v", err)
+	}
 	c, sb, err := m.guest(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	pid, err := c.StartProcess(ctx, guest.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: execEnv(sb, req.Env), Cwd: req.Cwd, User: req.User}, req.Stdin)
+	pid, err := c.StartProcess(ctx, guest.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: execEnv(sb, req.Env), Cwd: req.Cwd, User: req.User, Tag: req.Tag}, req.Stdin)
 	if err != nil {
 		return 0, m.callErr(sb, err)
 	}

@@ -260,6 +260,8 @@ type StartProcessRequest struct {
 	Cwd   string            `json:"cwd,omitempty"`
 	User  string            `json:"user,omitempty"`
 	Stdin bool              `json:"stdin,omitempty"`
+	// Tag labels the process (printable, at most 256 bytes): listed with it.
+	Tag string `json:"tag,omitempty"`
 }
 
 // ProcessStarted answers a process start: its pid in the sandbox.
@@ -271,6 +273,7 @@ type ProcessStarted struct {
 // types here are the host agent's too (internal/wire/hostapi aliases them): relayed as they are.
 type Process struct {
 	Pid         int      `json:"pid"`
+	Tag         string   `json:"tag,omitempty"`
 	Cmd         string   `json:"cmd,omitempty"`
 	Argv        []string `json:"argv,omitempty"`
 	Cwd         string   `json:"cwd"`
