@@ -370,18 +370,30 @@ func TestEnvd(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("false exited %d (%v)", code, st.Err())
 	}
-	// A background process: listed, signalled; an unknown pid is not_found.
-	bg, _ := proc.Start(ctx, connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "sleep", Args: []string{"600"}}}))
+	// A background process with a tag: listed with it, signalled by it; an unknown pid or tag is
+	// not_found.
+	tag := "napper"
+	bg, _ := proc.Start(ctx, connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "sleep", Args: []string{"600"}}, Tag: &tag}))
 	if !bg.Receive() || bg.Msg().GetEvent().GetStart() == nil {
 		t.Fatalf("no start event: %v", bg.Err())
 	}
 	pid := bg.Msg().GetEvent().GetStart().GetPid()
 	ls, err := proc.List(ctx, connect.NewRequest(&process.ListRequest{}))
-	if err != nil || len(ls.Msg.GetProcesses()) != 1 || ls.Msg.GetProcesses()[0].GetPid() != pid {
+	if err != nil || len(ls.Msg.GetProcesses()) != 1 || ls.Msg.GetProcesses()[0].GetPid() != pid || ls.Msg.GetProcesses()[0].GetTag() != tag {
 		t.Fatalf("list: %v %v", ls, err)
 	}
-	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}
-	if _, err := proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: sel, Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
+	byTag := func(tag string) *process.ProcessSelector {
+		return &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}}
+	}
+	_, err = proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: byTag("nobody"), Signal: process.Signal_SIGNAL_SIGKILL}))
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("signal of an unknown tag: %v", err)
+	}
+	badTag := "a\x00b"
+	if st, _ := proc.Start(ctx, connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "true"}, Tag: &badTag})); st.Receive() || connect.CodeOf(st.Err()) != connect.CodeInvalidArgument {
+		t.Fatalf("a tag with a NUL: %v", st.Err())
+	}
+	if _, err := proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: byTag(tag), Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
 		t.Fatal(err)
 	}
 	for bg.Receive() {
@@ -489,7 +501,7 @@ func TestEnvd(t *testing.T) {
 		t.Fatalf("malformed unary JSON: %d %q", a.status, a.body)
 	}
 	var ce *connect.Error
-	_, err = proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: sel}))
+	_, err = proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}}))
 	if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
 		t.Fatalf("update of a process without a pty: %v", err)
 	}
