@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -100,6 +101,9 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	if err == nil {
 		err = codeinterp.CheckRun(&creq)
+	}
+	if err == nil && creq.ContextID != "" {
+		creq.ContextID, err = s.contextID(r.Context(), t, creq.ContextID)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -224,39 +228,96 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) {
 	t := targetOf(r.Context())
 	list, err := codeinterp.ListContexts(r.Context(), t.c, t.sb.ID)
+	var standIns map[string]string
+	if err == nil {
+		standIns, err = s.b.Store.E2BCodeContexts(r.Context(), t.sb.ID)
+	}
+	shown := map[string]string{} // a restarted context's id → the id the SDK knows
+	for e2bID, id := range standIns {
+		shown[id] = e2bID
+	}
 	out := make([]contextJSON, 0, len(list))
 	for _, c := range list {
+		if e2bID, ok := shown[c.ID]; ok {
+			c.ID = e2bID
+		}
 		out = append(out, contextOf(c))
 	}
 	s.reply(w, r, http.StatusOK, out, err)
 }
 
-// contextCall answers a call on the context the path names: call's error, else 200 {}.
-func (s *Server) contextCall(w http.ResponseWriter, r *http.Request, call func(ctx context.Context, t target, id string) error) {
-	id := r.PathValue("id")
-	err := codeinterp.CheckContextID(id)
+// contextID is the context that stands for the context id the SDK knows: itself, or the fresh
+// context a restart made for it.
+func (s *Server) contextID(ctx context.Context, t target, e2bID string) (string, error) {
+	standIns, err := s.b.Store.E2BCodeContexts(ctx, t.sb.ID)
+	if id, ok := standIns[e2bID]; ok {
+		return id, err
+	}
+	return e2bID, err
+}
+
+// contextCall answers a call on the context the path names (e2bID, as the SDK knows it; id, the
+// context standing for it): call's error, else 200 {}.
+func (s *Server) contextCall(w http.ResponseWriter, r *http.Request, call func(ctx context.Context, t target, e2bID, id string) error) {
+	e2bID := r.PathValue("id")
+	t := targetOf(r.Context())
+	err := codeinterp.CheckContextID(e2bID)
+	var id string
 	if err == nil {
-		err = call(r.Context(), targetOf(r.Context()), id)
+		id, err = s.contextID(r.Context(), t, e2bID)
+	}
+	if err == nil {
+		err = call(r.Context(), t, e2bID, id)
 	}
 	s.reply(w, r, http.StatusOK, map[string]any{}, err)
 }
 
 func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) {
-	s.contextCall(w, r, func(ctx context.Context, t target, id string) error {
-		return codeinterp.DeleteContext(ctx, t.c, t.sb.ID, id)
+	s.contextCall(w, r, func(ctx context.Context, t target, e2bID, id string) error {
+		if err := codeinterp.DeleteContext(ctx, t.c, t.sb.ID, id); err != nil {
+			return err
+		}
+		return s.b.Store.SetE2BCodeContext(ctx, t.sb.ID, e2bID, "")
 	})
 }
 
-// restartContext starts a context afresh in place (its id names one warm kernel, which stays):
-// what runs is interrupted and its variables are cleared (IPython's %reset -f); modules it
-// imported stay loaded, unlike after a kernel restart.
+// defaultContext is the code server's default context: it cannot be replaced.
+const defaultContext = "default"
+
+// restartContext restarts a context as a kernel restart does: a fresh context (new kernel, same
+// cwd and language) takes the place of the old one under the id the SDK keeps, and the old one
+// is stopped. The default context cannot be replaced: what runs in it is interrupted and its
+// variables are cleared (IPython's %reset -f), modules it imported stay loaded.
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
-	s.contextCall(w, r, func(ctx context.Context, t target, id string) error {
-		if err := codeinterp.Interrupt(ctx, t.c, t.sb.ID, id); err != nil {
+	s.contextCall(w, r, func(ctx context.Context, t target, e2bID, id string) error {
+		if id == defaultContext {
+			if err := codeinterp.Interrupt(ctx, t.c, t.sb.ID, id); err != nil {
+				return err
+			}
+			timeout := float64(60)
+			return quietly(ctx, t, v1.CodeRequest{Code: "%reset -f", ContextID: id, TimeoutSeconds: &timeout}, "restarting the context")
+		}
+		list, err := codeinterp.ListContexts(ctx, t.c, t.sb.ID)
+		if err != nil {
 			return err
 		}
-		timeout := float64(60)
-		return quietly(ctx, t, v1.CodeRequest{Code: "%reset -f", ContextID: id, TimeoutSeconds: &timeout}, "restarting the context")
+		i := slices.IndexFunc(list, func(c v1.CodeContext) bool { return c.ID == id })
+		if i < 0 {
+			return errdefs.NotFoundf("context %s not found", truncate(e2bID))
+		}
+		fresh, err := codeinterp.CreateContext(ctx, t.c, t.sb.ID, v1.CreateCodeContextRequest{Cwd: list[i].Cwd, Language: list[i].Language})
+		if err != nil {
+			return err
+		}
+		if err := s.b.Store.SetE2BCodeContext(ctx, t.sb.ID, e2bID, fresh.ID); err != nil {
+			codeinterp.DeleteContext(context.WithoutCancel(ctx), t.c, t.sb.ID, fresh.ID)
+			return err
+		}
+		// The old kernel goes; the SDK's id already names the fresh one.
+		if err := codeinterp.DeleteContext(context.WithoutCancel(ctx), t.c, t.sb.ID, id); err != nil {
+			s.log.Warn("e2b: a restarted code context's old kernel did not stop", "sandbox", t.sb.ID, "context", id, "err", err)
+		}
+		return nil
 	})
 }
 

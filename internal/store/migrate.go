@@ -40,6 +40,7 @@ var versionNames = []string{
 	14: "managed databases",
 	15: "published snapshots and hibernated sandboxes, host drain",
 	16: "apps and deployments",
+	17: "E2B facade's restarted code contexts",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

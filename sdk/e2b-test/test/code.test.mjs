@@ -49,8 +49,13 @@ test('runCode: values, output, a DataFrame, a plot, an exception, contexts', asy
     assert.equal((await sbx.runCode('import os; os.getcwd()', { context: ctx })).text, "'/tmp'")
     assert.equal((await sbx.runCode('"y" in globals()')).text, 'False')
     assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+    // A restart is a new kernel under the same id: variables and module state are gone, the
+    // cwd stays.
+    await sbx.runCode('import json\njson.marked = True', { context: ctx })
     await sbx.restartCodeContext(ctx)
     assert.equal((await sbx.runCode('y', { context: ctx })).error?.name, 'NameError')
+    assert.equal((await sbx.runCode('import json, os\n(hasattr(json, "marked"), os.getcwd())', { context: ctx })).text, "(False, '/tmp')")
+    assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
     await sbx.removeCodeContext(ctx)
   } finally {
     await sbx.kill()
