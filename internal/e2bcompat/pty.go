@@ -43,7 +43,7 @@ type ptySession struct {
 
 	mu   sync.Mutex
 	subs map[chan []byte]bool
-	done chan struct{}                // closed once end is set and every chunk was handed out
+	done chan struct{}                  // closed once end is set and every chunk was handed out
 	end  *process.ProcessEvent_EndEvent // how it ended (nil: it broke; err says why)
 	err  error
 }

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"strconv"
@@ -72,30 +71,23 @@ func cpuTicks(file string, u *guest.Usage) error {
 
 // meminfo reads a /proc/meminfo file into bytes by key.
 func meminfo(file string) (map[string]int64, error) {
-	f, err := os.Open(file)
+	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	out := map[string]int64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, _ := strings.Cut(line, ":")
 		fs := strings.Fields(v)
 		if len(fs) == 0 {
 			continue
 		}
-		n, err := strconv.ParseInt(fs[0], 10, 64)
-		if err != nil {
-			continue
+		if n, err := strconv.ParseInt(fs[0], 10, 64); err == nil {
+			if len(fs) > 1 && fs[1] == "kB" {
+				n <<= 10
+			}
+			out[k] = n
 		}
-		if len(fs) > 1 && fs[1] == "kB" {
-			n <<= 10
-		}
-		out[k] = n
 	}
-	return out, sc.Err()
+	return out, nil
 }
