@@ -237,14 +237,14 @@ func (p *processService) startPTY(ctx context.Context, t target, m *process.Star
 	sub := sess.subscribe() // before any output: the creator sees all of it
 	go func() {
 		defer cancel()
-		defer p.ptys.remove(t.sb.ID, pid)
-		sess.run(life)
+		sess.run(life, func() { p.ptys.remove(t.sb.ID, pid) })
 	}()
 	return followPTY(ctx, sess, pid, sub, send)
 }
 
-// run copies the terminal's output to its followers until it ends, then records how.
-func (s *ptySession) run(life context.Context) {
+// run copies the terminal's output to its followers until it ends, then unlists it and records
+// how it ended (so a follower told of the end finds it gone from List).
+func (s *ptySession) run(life context.Context, unlist func()) {
 	defer s.term.Close()
 	exit, err := s.term.Wait(writerFunc(func(b []byte) (int, error) {
 		s.publish(b)
@@ -261,6 +261,7 @@ func (s *ptySession) run(life context.Context) {
 	case exit.ExitCode != nil:
 		end.ExitCode, end.Status = int32(*exit.ExitCode), fmt.Sprintf("exit status %d", *exit.ExitCode)
 	}
+	unlist()
 	s.finish(end, err)
 }
 
