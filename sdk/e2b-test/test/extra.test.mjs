@@ -55,11 +55,11 @@ test('watchDir, 50 MiB upload and download, command timeout, pty, sandbox expiry
     // output from then on, and its end.
     const lone = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} })
     await lone.disconnect()
-    const back = []
-    const rejoined = await sbx.pty.connect(lone.pid, { onData: (d) => back.push(Buffer.from(d).toString()) })
+    const followed = []
+    const rejoined = await sbx.pty.connect(lone.pid, { onData: (d) => followed.push(Buffer.from(d).toString()) })
     await sbx.pty.sendInput(lone.pid, new TextEncoder().encode('echo "re$((6*7))"; exit 0\n'))
     assert.equal((await rejoined.wait()).exitCode, 0)
-    assert.match(back.join(''), /re42/)
+    assert.match(followed.join(''), /re42/)
     assert.ok(!(await sbx.commands.list()).some((p) => p.pid === lone.pid))
 
     // Process tags: the SDK's own Process client sends them (commands.run has no option for
