@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/cgroup"
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
@@ -32,6 +34,9 @@ func (m *Manager) Metrics(ctx context.Context, id string) (hostapi.SandboxMetric
 		return hostapi.SandboxMetrics{}, err
 	}
 	now, err := c.Usage(ctx)
+	if guest.ErrorCode(err) == guest.CodeInvalidArgument && strings.Contains(err.Error(), "unknown op") {
+		return hostapi.SandboxMetrics{}, errdefs.Conflictf("sandbox %s runs a guest agent older than metrics: a sandbox of a template baked since has them", id)
+	}
 	if err != nil {
 		return hostapi.SandboxMetrics{}, m.callErr(sb, err)
 	}
