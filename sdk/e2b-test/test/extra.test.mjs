@@ -66,10 +66,10 @@ test('watchDir, 50 MiB upload and download, command timeout, pty, sandbox expiry
     // them); commands.list shows them, and a tag selects the process.
     const tagged = sbx.commands.rpc.start({ process: { cmd: '/bin/bash', args: ['-c', 'sleep 600'], envs: {} }, tag: 'napper', stdin: false })
     const it = tagged[Symbol.asyncIterator]()
-    const started = (await it.next()).value
-    assert.equal(started.event.case, 'start')
+    const started = (await it.next()).value.event?.event // StartResponse.event: a ProcessEvent
+    assert.equal(started?.case, 'start')
     const listed = (await sbx.commands.list()).find((p) => p.tag === 'napper')
-    assert.equal(listed?.pid, started.event.value.pid)
+    assert.equal(listed?.pid, started.value.pid)
     await sbx.commands.rpc.sendSignal({ process: { selector: { case: 'tag', value: 'napper' } }, signal: 9 })
     for await (const _ of { [Symbol.asyncIterator]: () => it }) { /* to its end */ }
     assert.ok(!(await sbx.commands.list()).some((p) => p.tag === 'napper'))
