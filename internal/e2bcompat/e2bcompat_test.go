@@ -581,3 +581,73 @@ func TestAutoPause(t *testing.T) {
 		t.Fatalf("connect of the paused sandbox: %d %s", a.status, a.body)
 	}
 }
+
+// The code interpreter's port against the fake host's toy code server (a run answers the id of
+// the context that ran it): a restart puts a fresh context behind the id the SDK keeps; an
+// unsupported language is the execution's error.
+func TestCodeContexts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sb := e.create(map[string]any{"templateID": "code-interpreter-v1"})
+	code := func(method, path string, body any) answer {
+		return e.do(method, path, "", body, "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49999", "X-Access-Token", sb.EnvdAccessToken)
+	}
+	ranIn := func(ctxID string) string {
+		t.Helper()
+		a := code("POST", "/execute", map[string]any{"code": "1", "context_id": ctxID})
+		for _, l := range strings.Split(strings.TrimSpace(string(a.body)), "\n") {
+			var line struct{ Type, Text string }
+			if json.Unmarshal([]byte(l), &line) == nil && line.Type == "result" {
+				return line.Text
+			}
+		}
+		t.Fatalf("execute in %s: %d %s", ctxID, a.status, a.body)
+		return ""
+	}
+	var c struct{ ID, Language, Cwd string }
+	code("POST", "/contexts", map[string]any{"cwd": "/tmp"}).decode(t, &c)
+	if c.ID == "" || c.Cwd != "/tmp" || c.Language != "python" || ranIn(c.ID) != c.ID {
+		t.Fatalf("context %+v", c)
+	}
+	if a := code("POST", "/contexts/"+c.ID+"/restart", nil); a.status != http.StatusOK {
+		t.Fatalf("restart: %d %s", a.status, a.body)
+	}
+	fresh := ranIn(c.ID)
+	if fresh == c.ID || fresh == "" {
+		t.Fatalf("after a restart, %s still runs in %s", c.ID, fresh)
+	}
+	if again := code("POST", "/contexts/"+c.ID+"/restart", nil); again.status != http.StatusOK || ranIn(c.ID) == fresh {
+		t.Fatalf("a second restart: %d %s", again.status, again.body)
+	}
+	var list []struct{ ID, Cwd string }
+	code("GET", "/contexts", nil).decode(t, &list)
+	ids := map[string]string{}
+	for _, l := range list {
+		ids[l.ID] = l.Cwd
+	}
+	if len(list) != 2 || ids[c.ID] != "/tmp" || ids["default"] == "" {
+		t.Fatalf("contexts after restarts: %+v", list)
+	}
+	// The default context is reset in place.
+	if a := code("POST", "/contexts/default/restart", nil); a.status != http.StatusOK || ranIn("default") != "default" {
+		t.Fatalf("restart of the default context: %d %s", a.status, a.body)
+	}
+	if a := code("DELETE", "/contexts/"+c.ID, nil); a.status != http.StatusOK {
+		t.Fatalf("delete: %d %s", a.status, a.body)
+	}
+	code("GET", "/contexts", nil).decode(t, &list)
+	if len(list) != 1 || list[0].ID != "default" {
+		t.Fatalf("contexts after the delete: %+v", list)
+	}
+	code("POST", "/contexts/"+c.ID+"/restart", nil).wantError(t, http.StatusNotFound)
+
+	// A language the kernels do not run: an execution error that says so; a context: 400.
+	a := code("POST", "/execute", map[string]any{"code": "x <- 1", "language": "r"})
+	if a.status != http.StatusOK || !strings.Contains(string(a.body), `"name":"UnsupportedLanguageError"`) || !strings.Contains(string(a.body), `language \"r\" is not supported`) {
+		t.Fatalf("execute in r: %d %s", a.status, a.body)
+	}
+	code("POST", "/contexts", map[string]any{"language": "r"}).wantError(t, http.StatusBadRequest)
+	if ranIn("") != "default" {
+		t.Fatal("an execution without a context runs in the default one")
+	}
+}

@@ -121,6 +121,9 @@ type sandbox struct {
 	env    map[string]string // the create's (a fork's parent's)
 	mounts []agentclient.VolumeMount
 	noWake bool // the next wake fails as if its memory files were gone
+	// The toy code server's contexts (code.go), for code-interpreter sandboxes.
+	code    []codeContext
+	codeSeq int
 }
 
 // guest is what a VM holds: its files and the toy "memory" counter that `inc` counts. Snapshots,
