@@ -111,6 +111,9 @@ func TestCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "get", id, "--json")), &got); err != nil || got["state"] != "running" {
 		t.Fatalf("get --json: %v %v", got, err)
 	}
+	if out := mustRun(t, "", "sandbox", "metrics", id); !strings.Contains(out, "CPU%") || !strings.Contains(out, "MiB") {
+		t.Fatalf("sandbox metrics:\n%s", out)
+	}
 	var arr []map[string]any
 	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "list", "--json", "-m", "task=nope")), &arr); err != nil || len(arr) != 0 {
 		t.Fatalf("list --json filter: %v %v", arr, err)

@@ -16,7 +16,7 @@ import (
 // Background processes (docs/processes.md): start, ps, logs, kill-process.
 
 var processes = printer[client.Process]{
-	header: []string{"PID", "STATE", "EXIT", "STARTED", "USER", "COMMAND"},
+	header: []string{"PID", "TAG", "STATE", "EXIT", "STARTED", "USER", "COMMAND"},
 	row: func(p client.Process) []string {
 		exit := "-"
 		if p.ExitCode != nil {
@@ -29,7 +29,7 @@ var processes = printer[client.Process]{
 		if command == "" {
 			command = strings.Join(p.Argv, " ")
 		}
-		return []string{strconv.Itoa(p.Pid), p.State, exit, p.StartedAt, p.User, command}
+		return []string{strconv.Itoa(p.Pid), orDash(p.Tag), p.State, exit, p.StartedAt, p.User, command}
 	},
 }
 
@@ -64,6 +64,7 @@ returns, while nobody reads its output, across hibernate and wake, and in forks.
 	fl := cmd.Flags()
 	cf.register(fl)
 	fl.BoolVar(&req.Stdin, "stdin", false, "keep a pipe to its stdin open (write with the API's …/stdin)")
+	fl.StringVar(&req.Tag, "tag", "", "a label listed with the process (sandbox ps)")
 	return cmd
 }
 

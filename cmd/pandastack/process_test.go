@@ -31,12 +31,12 @@ func TestCLIProcesses(t *testing.T) {
 	}
 
 	var started map[string]int
-	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "start", "--json", id, "sleep 600")), &started); err != nil || started["pid"] == 0 {
+	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "start", "--json", "--tag", "napper", id, "sleep 600")), &started); err != nil || started["pid"] == 0 {
 		t.Fatalf("start --json: %v %v", started, err)
 	}
 	sleeper := started["pid"]
 	ps := mustRun(t, "", "sandbox", "ps", id)
-	if !strings.Contains(ps, "PID") || !strings.Contains(ps, "sleep 600") || !strings.Contains(ps, "running") || !strings.Contains(ps, "exited") {
+	if !strings.Contains(ps, "PID") || !strings.Contains(ps, "sleep 600") || !strings.Contains(ps, "napper") || !strings.Contains(ps, "running") || !strings.Contains(ps, "exited") {
 		t.Fatalf("ps:\n%s", ps)
 	}
 	if out := mustRun(t, "", "sandbox", "kill-process", id, strconv.Itoa(sleeper), "--signal", "TERM"); !strings.Contains(out, "sent TERM") {

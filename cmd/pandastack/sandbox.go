@@ -20,11 +20,22 @@ func init() {
 	sb, f := group("sandbox", "Create, list, exec in, move files in, fork, snapshot, hibernate and kill sandboxes", "sandboxes", "sb")
 	sb.AddCommand(sandboxCreateCmd(f), sandboxListCmd(f), getCmd(f, sandboxes, "get ID", "Show one sandbox", (*client.Client).GetSandbox),
 		sandboxExecCmd(f), sandboxCodeCmd(f), sandboxStartCmd(f), sandboxPsCmd(f), sandboxLogsCmd(f), sandboxKillProcessCmd(f), sandboxShellCmd(f), watchCmd(f),
+		getCmd(f, sandboxMetrics, "metrics ID", "Show a running sandbox's CPU, memory and disk use now (as its guest and its host see them)",
+			(*client.Client).SandboxMetrics),
 		sandboxKillCmd(f), sandboxTTLCmd(f), sandboxFilesCmd(f), sandboxForkCmd(f), sandboxSnapshotCmd(f),
 		getCmd(f, sandboxes, "hibernate ID", "Hibernate a sandbox: its memory goes to disk and its VM stops; any call wakes it",
 			(*client.Client).Hibernate),
 		getCmd(f, sandboxes, "wake ID", "Wake a hibernated sandbox (any exec or files call also does)", (*client.Client).Wake))
 	rootCmd.AddCommand(sb)
+}
+
+var sandboxMetrics = printer[client.SandboxMetrics]{
+	header: []string{"VCPUS", "CPU%", "MEM USED", "MEM TOTAL", "DISK USED", "DISK TOTAL", "HOST CPU S", "HOST MEM"},
+	row: func(m client.SandboxMetrics) []string {
+		return []string{strconv.Itoa(m.VCPUs), strconv.FormatFloat(m.CPUUsedPct, 'f', 1, 64),
+			humanBytes(m.MemUsedBytes), humanBytes(m.MemTotalBytes), humanBytes(m.DiskUsedBytes), humanBytes(m.DiskTotalBytes),
+			strconv.FormatFloat(m.HostCPUSeconds, 'f', 1, 64), humanBytes(m.HostMemBytes)}
+	},
 }
 
 var sandboxes = printer[client.Sandbox]{

@@ -91,6 +91,7 @@ type (
 	Stat                = hostapi.Stat
 	StartProcessRequest = hostapi.StartProcessRequest
 	Process             = hostapi.Process
+	SandboxMetrics      = hostapi.SandboxMetrics
 	StdinRequest        = hostapi.StdinRequest
 )
 
@@ -275,6 +276,12 @@ func (c *Client) ListSandboxes(ctx context.Context) ([]Sandbox, error) {
 // KillSandbox calls DELETE /v1/sandboxes/{id} (idempotent on the agent too).
 func (c *Client) KillSandbox(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", "/v1/sandboxes/"+url.PathEscape(id), nil, nil)
+}
+
+// SandboxMetrics calls GET /v1/sandboxes/{id}/metrics: a running sandbox's resource figures.
+func (c *Client) SandboxMetrics(ctx context.Context, id string) (SandboxMetrics, error) {
+	var out SandboxMetrics
+	return out, c.call(ctx, "GET", "/v1/sandboxes/"+url.PathEscape(id)+"/metrics", nil, &out)
 }
 
 // Fork calls POST /v1/sandboxes/{id}/fork: count children of a running (or hibernated) sandbox,

@@ -43,6 +43,10 @@ func (a *auditWriter) Write(b []byte) (int, error) {
 	return a.recorder.Write(b)
 }
 
+// Flush passes a flush on: handlers that assert http.Flusher (connect-go's streams, the E2B
+// facade's) stream through the audit too.
+func (a *auditWriter) Flush() { http.NewResponseController(a.ResponseWriter).Flush() }
+
 // createdID is the id of the object a create answered with: "id", or a new team's "team.id".
 func (a *auditWriter) createdID() string {
 	if a.status < 200 || a.status > 299 || a.head.Len() == 0 {
@@ -70,14 +74,23 @@ func (s *Server) audited(rt route, next http.Handler) http.Handler {
 	if !mutating(rt) {
 		return next
 	}
+	return s.auditedOn(rt, "", next)
+}
+
+// auditedOn is audited for a call on resource ("": the route's {id} or {name}, else the id a
+// create answered).
+func (s *Server) auditedOn(rt route, resource string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		aw := &auditWriter{recorder: recorder{ResponseWriter: w}, capture: !strings.Contains(rt.path, "{")}
+		aw := &auditWriter{recorder: recorder{ResponseWriter: w}, capture: resource == "" && !strings.Contains(rt.path, "{")}
 		next.ServeHTTP(aw, r)
 		id, ok := auth.FromContext(r.Context())
 		if !ok {
 			return
 		}
-		res := r.PathValue("id")
+		res := resource
+		if res == "" {
+			res = r.PathValue("id")
+		}
 		if res == "" {
 			res = r.PathValue("name")
 		}

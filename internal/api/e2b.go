@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/e2bcompat"
 )
 
@@ -22,6 +23,18 @@ func (s *Server) E2BBackend() e2bcompat.Backend {
 		Guard: func(method, pattern string, isCreate bool, writeErr func(http.ResponseWriter, *http.Request, error), h http.Handler) http.Handler {
 			rt := route{method: method, path: "e2b " + pattern, access: apiKey}
 			return s.limited(isCreate, writeErr, s.audited(rt, h))
+		},
+		// Data-plane calls (envd, the code interpreter) come with a sandbox's access token, not
+		// a key: they take from one bucket per team of the same size, and the mutating ones
+		// are audited on the sandbox with no key (route "e2b <what>").
+		DataGuard: func(teamID, sandboxID, method, what string, mutating bool, writeErr func(http.ResponseWriter, *http.Request, error), h http.Handler) http.Handler {
+			if mutating {
+				h = s.auditedOn(route{method: method, path: "e2b " + what, access: apiKey}, sandboxID, h)
+			}
+			limited := s.limited(false, writeErr, h)
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				limited.ServeHTTP(w, r.WithContext(auth.WithIdentity(r.Context(), auth.Identity{TeamID: teamID})))
+			})
 		},
 		MaxUploadBytes: s.cfg.MaxUploadBytes, MaxTTL: s.cfg.MaxTTL, Logger: s.log.With("part", "e2b")}
 }

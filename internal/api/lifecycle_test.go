@@ -13,6 +13,7 @@ import (
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/store"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // Fork, snapshots, hibernate and wake through the public API, against the fakeagent test double
@@ -609,4 +610,26 @@ func TestKillAll(t *testing.T) {
 			t.Errorf("%s after KillAll: %s %q %v", id, sb.State, sb.Error, err)
 		}
 	}
+}
+
+// TestSandboxMetrics: a running sandbox's figures come from its host; a hibernated one has none
+// (409) and stays hibernated; another team's sandbox is not found.
+func TestSandboxMetrics(t *testing.T) {
+	e := newEnv(t)
+	k := e.admin
+	sb := e.create(k, map[string]any{"template": "base"})
+	var m v1.SandboxMetrics
+	if err := json.Unmarshal(e.mustStatus(e.do("GET", "/v1/sandboxes/"+sb.ID+"/metrics", k, nil), 200).body, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.At == "" || m.VCPUs < 1 || m.MemTotalBytes <= 0 || m.MemUsedBytes <= 0 || m.DiskTotalBytes <= 0 || m.DiskUsedBytes <= 0 {
+		t.Fatalf("metrics: %+v", m)
+	}
+	e.mustStatus(e.do("POST", "/v1/sandboxes/"+sb.ID+"/hibernate", k, nil), 200)
+	e.mustStatus(e.do("GET", "/v1/sandboxes/"+sb.ID+"/metrics", k, nil), 409)
+	if e.record(sb.ID).State != store.StateHibernated || e.agent.State(sb.ID) != "hibernated" {
+		t.Fatalf("metrics woke the sandbox: %s / %s", e.record(sb.ID).State, e.agent.State(sb.ID))
+	}
+	e.mustStatus(e.do("GET", "/v1/sandboxes/"+sb.ID+"/metrics", e.newTeam("beta"), nil), 404)
+	e.mustStatus(e.do("GET", "/v1/sandboxes/sb_nosuch/metrics", k, nil), 404)
 }

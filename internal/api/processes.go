@@ -77,6 +77,11 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = validateCommand(req.Cmd, req.Argv, req.Env)
 	}
+	if err == nil {
+		if terr := guest.CheckTag(req.Tag); terr != nil {
+			err = invalid("%v", terr)
+		}
+	}
 	s.processCall(w, r, err, false, func(sb sandboxRef, _ int) (int, any, error) {
 		pid, err := sb.c.StartProcess(r.Context(), sb.rec.ID, req)
 		return http.StatusCreated, ifOK(v1.ProcessStarted{Pid: pid}, err), err

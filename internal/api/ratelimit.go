@@ -112,11 +112,15 @@ func (s *Server) limited(isCreate bool, writeErr func(http.ResponseWriter, *http
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, _ := auth.FromContext(r.Context())
+		key := id.KeyID
+		if key == "" { // a call without a key (the E2B data plane's): its team's bucket
+			key = "team:" + id.TeamID
+		}
 		for _, b := range []*buckets{all, create} {
 			if b == nil {
 				continue
 			}
-			ok, left, wait := b.take(id.KeyID)
+			ok, left, wait := b.take(key)
 			h := w.Header()
 			h.Set("X-RateLimit-Limit", strconv.Itoa(int(b.size)))
 			h.Set("X-RateLimit-Remaining", strconv.Itoa(left))

@@ -252,6 +252,16 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, viewOf(sb), err)
 }
 
+// sandboxMetrics answers a running sandbox's resource figures (a hibernated one: 409).
+func (s *Server) sandboxMetrics(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.sandbox(r)
+	var m v1.SandboxMetrics
+	if err == nil {
+		m, err = s.svc.Metrics(r.Context(), sb)
+	}
+	s.reply(w, r, http.StatusOK, m, err)
+}
+
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	f := store.SandboxFilter{TeamID: id.TeamID, Limit: DefaultListLimit, Metadata: map[string]string{}, Unowned: true}

@@ -190,7 +190,7 @@ func New(cfg Config) *Server {
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir, GuestCA: cfg.GuestCA})
 	s.webhooks = webhooks.New(webhooks.Config{Store: cfg.Store, SecretsKey: cfg.SecretsKey, Policy: cfg.Webhooks, View: viewOf,
 		TemplateView: builtTemplateView,
-		Logger: cfg.Logger, Now: cfg.Now, RetryBase: cfg.WebhookRetryBase})
+		Logger:       cfg.Logger, Now: cfg.Now, RetryBase: cfg.WebhookRetryBase})
 	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
 	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()
@@ -236,6 +236,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/sandboxes/{id}", apiKey, s.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", apiKey, s.killSandbox},
 		{"POST", "/v1/sandboxes/{id}/ttl", apiKey, s.setTTL},
+		{"GET", "/v1/sandboxes/{id}/metrics", apiKey, s.sandboxMetrics},
 		{"POST", "/v1/sandboxes/{id}/exec", apiKey, s.exec},
 		{"POST", "/v1/sandboxes/{id}/code", apiKey, s.runCode},
 		{"POST", "/v1/sandboxes/{id}/code/contexts", apiKey, s.createCodeContext},

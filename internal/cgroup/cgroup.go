@@ -393,3 +393,33 @@ func (m *Manager) Memory() (limit, used int64, err error) {
 	}
 	return limit, max(usage-inactive, 0), nil
 }
+
+// CPUUsage reads one group's CPU time (its directories, one per hierarchy, as Create returned
+// them): cpu.stat usage_usec on v2, cpuacct.usage on v1 when cpuacct shares the cpu hierarchy.
+func CPUUsage(dirs []string) (time.Duration, error) {
+	if stat, err := Read(dirs, "cpu.stat"); err == nil {
+		for _, line := range strings.Split(stat, "\n") {
+			if k, v, _ := strings.Cut(line, " "); k == "usage_usec" {
+				n, err := strconv.ParseInt(v, 10, 64)
+				return time.Duration(n) * time.Microsecond, err
+			}
+		}
+	}
+	v, err := Read(dirs, "cpuacct.usage")
+	if err != nil {
+		return 0, fmt.Errorf("cgroup: no CPU usage in %v", dirs)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return time.Duration(n), err
+}
+
+// MemoryUsage reads one group's memory use: memory.current on v2, memory.usage_in_bytes on v1.
+func MemoryUsage(dirs []string) (int64, error) {
+	v, err := Read(dirs, "memory.current")
+	if err != nil {
+		if v, err = Read(dirs, "memory.usage_in_bytes"); err != nil {
+			return 0, err
+		}
+	}
+	return strconv.ParseInt(v, 10, 64)
+}

@@ -88,6 +88,7 @@ type (
 	ExecResult          = v1.ExecResult
 	ExecEvent           = v1.ExecEvent
 	Process             = v1.Process
+	SandboxMetrics      = v1.SandboxMetrics
 	ProcessEvent        = v1.ProcessEvent
 	StartProcessRequest = v1.StartProcessRequest
 	Stat                = v1.Stat
@@ -193,6 +194,11 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateRequest) (Sandbox,
 // GetSandbox returns one sandbox.
 func (c *Client) GetSandbox(ctx context.Context, id string) (Sandbox, error) {
 	return send[Sandbox](ctx, c, "GET", sbPath(id, ""), nil, nil)
+}
+
+// SandboxMetrics returns a running sandbox's resource use now (a hibernated one: a 409 error).
+func (c *Client) SandboxMetrics(ctx context.Context, id string) (SandboxMetrics, error) {
+	return send[SandboxMetrics](ctx, c, "GET", sbPath(id, "/metrics"), nil, nil)
 }
 
 // ListOptions filters a list.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,13 +36,24 @@ func (s *Server) codeRoutes() *http.ServeMux {
 	return mux
 }
 
-// checkLanguage accepts what the kernels run: Python (E2B's default).
-func checkLanguage(l *string) error {
-	if l == nil || *l == "" || *l == "python" {
-		return nil
+// languageOf is an E2B language name as internal/codeinterp takes it ("" the default, Python),
+// and the error when the kernels do not run that language: the check is codeinterp's, so the
+// facade serves whatever languages its contexts gain.
+func languageOf(l *string) (string, error) {
+	if l == nil {
+		return "", nil
 	}
-	return errdefs.Invalidf("language %q is not supported: PandaStack's code interpreter runs python", truncate(*l))
+	lang := strings.ToLower(strings.TrimSpace(*l))
+	if err := codeinterp.CheckContext(&v1.CreateCodeContextRequest{Language: lang}); err != nil {
+		return "", err
+	}
+	return lang, nil
 }
+
+// unsupportedLanguage is the name of the execution error a runCode in a language the kernels
+// do not run answers: the SDK shows it as the execution's error (a 4xx would reach the caller as
+// a bare "400 Bad Request").
+const unsupportedLanguage = "UnsupportedLanguageError"
 
 // line is one NDJSON line of /execute.
 type line map[string]any
@@ -70,17 +83,27 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	err := decode(w, r, &req)
 	if err == nil {
-		err = checkLanguage(req.Language)
-	}
-	if err == nil {
 		err = s.b.CheckEnv("env_vars", req.EnvVars)
 	}
 	creq := v1.CodeRequest{Code: req.Code}
 	if req.ContextID != nil {
 		creq.ContextID = *req.ContextID
 	}
+	if err == nil && creq.ContextID == "" { // a context runs its own language
+		var langErr error
+		if creq.Language, langErr = languageOf(req.Language); langErr != nil {
+			_, msg := answerOf(langErr)
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			b, _ := json.Marshal(line{"type": "error", "name": unsupportedLanguage, "value": msg, "traceback": unsupportedLanguage + ": " + msg})
+			w.Write(append(b, '\n'))
+			return
+		}
+	}
 	if err == nil {
 		err = codeinterp.CheckRun(&creq)
+	}
+	if err == nil && creq.ContextID != "" {
+		creq.ContextID, err = s.contextID(r.Context(), t, creq.ContextID)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -174,7 +197,11 @@ type contextJSON struct {
 }
 
 func contextOf(c v1.CodeContext) contextJSON {
-	return contextJSON{ID: c.ID, Language: "python", Cwd: c.Cwd}
+	lang := c.Language
+	if lang == "" {
+		lang = "python"
+	}
+	return contextJSON{ID: c.ID, Language: lang, Cwd: c.Cwd}
 }
 
 func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
@@ -184,10 +211,10 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 		Cwd      string  `json:"cwd"`
 	}
 	err := decode(w, r, &req)
-	if err == nil {
-		err = checkLanguage(req.Language)
-	}
 	creq := v1.CreateCodeContextRequest{Cwd: req.Cwd}
+	if err == nil {
+		creq.Language, err = languageOf(req.Language)
+	}
 	if err == nil {
 		err = codeinterp.CheckContext(&creq)
 	}
@@ -201,39 +228,96 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) {
 	t := targetOf(r.Context())
 	list, err := codeinterp.ListContexts(r.Context(), t.c, t.sb.ID)
+	var standIns map[string]string
+	if err == nil {
+		standIns, err = s.b.Store.E2BCodeContexts(r.Context(), t.sb.ID)
+	}
+	shown := map[string]string{} // a restarted context's id → the id the SDK knows
+	for e2bID, id := range standIns {
+		shown[id] = e2bID
+	}
 	out := make([]contextJSON, 0, len(list))
 	for _, c := range list {
+		if e2bID, ok := shown[c.ID]; ok {
+			c.ID = e2bID
+		}
 		out = append(out, contextOf(c))
 	}
 	s.reply(w, r, http.StatusOK, out, err)
 }
 
-// contextCall answers a call on the context the path names: call's error, else 200 {}.
-func (s *Server) contextCall(w http.ResponseWriter, r *http.Request, call func(ctx context.Context, t target, id string) error) {
-	id := r.PathValue("id")
-	err := codeinterp.CheckContextID(id)
+// contextID is the context that stands for the context id the SDK knows: itself, or the fresh
+// context a restart made for it.
+func (s *Server) contextID(ctx context.Context, t target, e2bID string) (string, error) {
+	standIns, err := s.b.Store.E2BCodeContexts(ctx, t.sb.ID)
+	if id, ok := standIns[e2bID]; ok {
+		return id, err
+	}
+	return e2bID, err
+}
+
+// contextCall answers a call on the context the path names (e2bID, as the SDK knows it; id, the
+// context standing for it): call's error, else 200 {}.
+func (s *Server) contextCall(w http.ResponseWriter, r *http.Request, call func(ctx context.Context, t target, e2bID, id string) error) {
+	e2bID := r.PathValue("id")
+	t := targetOf(r.Context())
+	err := codeinterp.CheckContextID(e2bID)
+	var id string
 	if err == nil {
-		err = call(r.Context(), targetOf(r.Context()), id)
+		id, err = s.contextID(r.Context(), t, e2bID)
+	}
+	if err == nil {
+		err = call(r.Context(), t, e2bID, id)
 	}
 	s.reply(w, r, http.StatusOK, map[string]any{}, err)
 }
 
 func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) {
-	s.contextCall(w, r, func(ctx context.Context, t target, id string) error {
-		return codeinterp.DeleteContext(ctx, t.c, t.sb.ID, id)
+	s.contextCall(w, r, func(ctx context.Context, t target, e2bID, id string) error {
+		if err := codeinterp.DeleteContext(ctx, t.c, t.sb.ID, id); err != nil {
+			return err
+		}
+		return s.b.Store.SetE2BCodeContext(ctx, t.sb.ID, e2bID, "")
 	})
 }
 
-// restartContext starts a context afresh in place (its id names one warm kernel, which stays):
-// what runs is interrupted and its variables are cleared (IPython's %reset -f); modules it
-// imported stay loaded, unlike after a kernel restart.
+// defaultContext is the code server's default context: it cannot be replaced.
+const defaultContext = "default"
+
+// restartContext restarts a context as a kernel restart does: a fresh context (new kernel, same
+// cwd and language) takes the place of the old one under the id the SDK keeps, and the old one
+// is stopped. The default context cannot be replaced: what runs in it is interrupted and its
+// variables are cleared (IPython's %reset -f), modules it imported stay loaded.
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
-	s.contextCall(w, r, func(ctx context.Context, t target, id string) error {
-		if err := codeinterp.Interrupt(ctx, t.c, t.sb.ID, id); err != nil {
+	s.contextCall(w, r, func(ctx context.Context, t target, e2bID, id string) error {
+		if id == defaultContext {
+			if err := codeinterp.Interrupt(ctx, t.c, t.sb.ID, id); err != nil {
+				return err
+			}
+			timeout := float64(60)
+			return quietly(ctx, t, v1.CodeRequest{Code: "%reset -f", ContextID: id, TimeoutSeconds: &timeout}, "restarting the context")
+		}
+		list, err := codeinterp.ListContexts(ctx, t.c, t.sb.ID)
+		if err != nil {
 			return err
 		}
-		timeout := float64(60)
-		return quietly(ctx, t, v1.CodeRequest{Code: "%reset -f", ContextID: id, TimeoutSeconds: &timeout}, "restarting the context")
+		i := slices.IndexFunc(list, func(c v1.CodeContext) bool { return c.ID == id })
+		if i < 0 {
+			return errdefs.NotFoundf("context %s not found", truncate(e2bID))
+		}
+		fresh, err := codeinterp.CreateContext(ctx, t.c, t.sb.ID, v1.CreateCodeContextRequest{Cwd: list[i].Cwd, Language: list[i].Language})
+		if err != nil {
+			return err
+		}
+		if err := s.b.Store.SetE2BCodeContext(ctx, t.sb.ID, e2bID, fresh.ID); err != nil {
+			codeinterp.DeleteContext(context.WithoutCancel(ctx), t.c, t.sb.ID, fresh.ID)
+			return err
+		}
+		// The old kernel goes; the SDK's id already names the fresh one.
+		if err := codeinterp.DeleteContext(context.WithoutCancel(ctx), t.c, t.sb.ID, id); err != nil {
+			s.log.Warn("e2b: a restarted code context's old kernel did not stop", "sandbox", t.sb.ID, "context", id, "err", err)
+		}
+		return nil
 	})
 }
 

@@ -92,6 +92,7 @@ func (s *Server) controlRoutes() *http.ServeMux {
 	h("POST /sandboxes/{id}/snapshots", s.snapshot)
 	h("GET /snapshots", s.listSnapshots)
 	h("GET /sandboxes/{id}/metrics", s.metrics)
+	h("PUT /sandboxes/{id}/network", s.updateNetwork)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -626,9 +627,57 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, id auth.I
 	s.reply(w, r, http.StatusOK, out, err)
 }
 
-// metrics answers E2B's SandboxMetric list. PandaStack keeps no per-sandbox usage series yet,
-// so a sandbox that exists answers an empty list (the SDK returns it as such).
+// metricJSON is E2B's SandboxMetric (bytes; cpuUsedPct 0-100).
+type metricJSON struct {
+	Timestamp     string  `json:"timestamp"`
+	TimestampUnix int64   `json:"timestampUnix"`
+	CPUCount      int     `json:"cpuCount"`
+	CPUUsedPct    float64 `json:"cpuUsedPct"`
+	MemUsed       int64   `json:"memUsed"`
+	MemTotal      int64   `json:"memTotal"`
+	MemCache      int64   `json:"memCache"`
+	DiskUsed      int64   `json:"diskUsed"`
+	DiskTotal     int64   `json:"diskTotal"`
+}
+
+// metrics answers E2B's SandboxMetric list: PandaStack keeps no series, so the list holds the
+// figures of now (GET /v1/sandboxes/{id}/metrics) when now lies in [start, end] and the sandbox
+// runs; a paused sandbox has none (an empty list, and it stays paused).
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request, id auth.Identity) {
+	sb, err := s.owned(r, id)
+	var start, end int64
+	for _, p := range []struct {
+		name string
+		to   *int64
+	}{{"start", &start}, {"end", &end}} {
+		if v := r.URL.Query().Get(p.name); v != "" && err == nil {
+			if *p.to, err = strconv.ParseInt(v, 10, 64); err != nil || *p.to < 0 {
+				err = errdefs.Invalidf("%s must be a time in unix seconds", p.name)
+			}
+		}
+	}
+	out := []metricJSON{}
+	now := time.Now().Unix()
+	if err == nil && sb.State == store.StateRunning && (start == 0 || start <= now) && (end == 0 || end >= now-1) {
+		var m agentclient.SandboxMetrics
+		if m, err = s.b.Sandboxes.Metrics(r.Context(), sb); err == nil {
+			at, _ := time.Parse(time.RFC3339Nano, m.At)
+			out = append(out, metricJSON{Timestamp: at.UTC().Format(time.RFC3339), TimestampUnix: at.Unix(),
+				CPUCount: m.VCPUs, CPUUsedPct: m.CPUUsedPct, MemUsed: m.MemUsedBytes, MemTotal: m.MemTotalBytes,
+				MemCache: m.MemCacheBytes, DiskUsed: m.DiskUsedBytes, DiskTotal: m.DiskTotalBytes})
+		} else if status, _ := answerOf(err); status == http.StatusConflict {
+			err = nil // paused or stopped meanwhile: no figures
+		}
+	}
+	s.reply(w, r, http.StatusOK, out, err)
+}
+
+// updateNetwork (sbx.updateNetwork) would change a running sandbox's egress rules: PandaStack
+// sets them at create only, so a sandbox of the caller's answers a 501 that says so.
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, id auth.Identity) {
 	_, err := s.owned(r, id)
-	s.reply(w, r, http.StatusOK, []any{}, err)
+	if err == nil {
+		err = errdefs.New(errdefs.NotImplemented, "changing a running sandbox's network is not supported: PandaStack sets egress at create (allowInternetAccess; egress rules through its own API, docs/networking.md)")
+	}
+	s.fail(w, r, err)
 }

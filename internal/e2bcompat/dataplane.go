@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"path"
+	"regexp"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -70,18 +71,54 @@ func (s *Server) dataPlane(w http.ResponseWriter, r *http.Request, e2bID string,
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		s.serveTarget(w, r, sb, true, s.envd)
+		s.serveTarget(w, r, sb, port, true, s.envd)
 	case CodePort:
 		// The code-interpreter SDK sends the token on /execute only.
-		s.serveTarget(w, r, sb, r.URL.Path == "/execute", s.code)
+		s.serveTarget(w, r, sb, port, r.URL.Path == "/execute", s.code)
 	default:
 		s.b.Proxy(w, r, port, sb.ID)
 	}
 }
 
+// mutatingRPCs are the envd calls that change a sandbox, audited as /v1's equivalents are
+// (process starts, stdin, signals, file changes); reads and watches are not.
+var mutatingRPCs = map[string]bool{
+	"/process.Process/Start": true, "/process.Process/SendInput": true, "/process.Process/CloseStdin": true,
+	"/process.Process/SendSignal": true, "/process.Process/Update": true, "/process.Process/StreamInput": true,
+	"/filesystem.Filesystem/MakeDir": true, "/filesystem.Filesystem/Move": true, "/filesystem.Filesystem/Remove": true,
+}
+
+var contextPath = regexp.MustCompile(`^/contexts/[^/]+(/restart)?$`)
+
+// dataRoute names a data-plane call for the rate limit and the audit log (a bounded set of
+// names: no ids, no file paths) and says whether it changes the sandbox.
+func dataRoute(port int, r *http.Request) (what string, mutating bool) {
+	p, post := r.URL.Path, r.Method == http.MethodPost
+	if port == EnvdPort {
+		switch {
+		case mutatingRPCs[p]:
+			return "envd " + p, true
+		case p == "/files":
+			return "envd /files", post
+		}
+		return "envd", false
+	}
+	switch {
+	case p == "/execute" || p == "/contexts":
+		return "code " + p, post
+	case contextPath.MatchString(p):
+		if strings.HasSuffix(p, "/restart") {
+			return "code /contexts/{id}/restart", post
+		}
+		return "code /contexts/{id}", r.Method == http.MethodDelete
+	}
+	return "code", false
+}
+
 // serveTarget checks the sandbox's access token (when needed), finds its host and serves r
-// with h, the target in its context.
-func (s *Server) serveTarget(w http.ResponseWriter, r *http.Request, sb store.Sandbox, needToken bool, h http.Handler) {
+// with h, the target in its context, through the team's rate limit and (for a call that changes
+// the sandbox) the audit log.
+func (s *Server) serveTarget(w http.ResponseWriter, r *http.Request, sb store.Sandbox, port int, needToken bool, h http.Handler) {
 	if needToken {
 		tok, err := s.b.Store.E2BAccessToken(r.Context(), sb.TeamID, sb.ID, newAccessToken())
 		if err != nil {
@@ -100,6 +137,10 @@ func (s *Server) serveTarget(w http.ResponseWriter, r *http.Request, sb store.Sa
 		return
 	}
 	t := target{sb: sb, c: c, user: basicUser(r)}
+	if s.b.DataGuard != nil {
+		what, mutating := dataRoute(port, r)
+		h = s.b.DataGuard(sb.TeamID, sb.ID, r.Method, what, mutating, s.fail, h)
+	}
 	h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
 	s.b.Sandboxes.Touched(context.WithoutCancel(r.Context()), sb, c, nil)
 }

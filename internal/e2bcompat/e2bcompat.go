@@ -83,6 +83,10 @@ type Backend struct {
 	// snapshots) in the /v1 API's per-key rate limit (refusals answered with writeErr) and audit
 	// log; the request's context carries the caller (auth.WithIdentity).
 	Guard func(method, pattern string, isCreate bool, writeErr func(http.ResponseWriter, *http.Request, error), h http.Handler) http.Handler
+	// DataGuard wraps a data-plane call of sandboxID (team teamID) in the team's rate limit
+	// (refusals answered with writeErr) and, when mutating, the audit log (route "e2b " + what,
+	// never a body).
+	DataGuard func(teamID, sandboxID, method, what string, mutating bool, writeErr func(http.ResponseWriter, *http.Request, error), h http.Handler) http.Handler
 	// Proxy forwards r to port of sandbox (PandaStack's id) through the port proxy.
 	Proxy          func(w http.ResponseWriter, r *http.Request, port int, sandboxID string)
 	MaxUploadBytes int64

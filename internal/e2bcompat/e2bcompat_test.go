@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -199,8 +200,33 @@ func TestControlAPI(t *testing.T) {
 	if a := e.do("POST", "/sandboxes/"+sb.SandboxID+"/timeout", e.key, map[string]any{"timeout": 120}); a.status != http.StatusNoContent {
 		t.Fatalf("timeout: %d %s", a.status, a.body)
 	}
+	// Metrics: the figures of now while it runs, none while paused (and asking does not wake it).
+	type metric struct {
+		Timestamp                                        string
+		TimestampUnix                                    int64
+		CPUCount                                         int
+		CPUUsedPct                                       float64
+		MemUsed, MemTotal, MemCache, DiskUsed, DiskTotal int64
+	}
+	var ms []metric
+	e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", e.key, nil).decode(t, &ms)
+	if len(ms) != 1 || ms[0].CPUCount < 1 || ms[0].MemUsed <= 0 || ms[0].MemTotal < ms[0].MemUsed || ms[0].DiskUsed <= 0 ||
+		ms[0].DiskTotal < ms[0].DiskUsed || ms[0].TimestampUnix < time.Now().Unix()-60 || ms[0].Timestamp == "" {
+		t.Fatalf("metrics: %+v", ms)
+	}
+	e.do("GET", fmt.Sprintf("/sandboxes/%s/metrics?start=1&end=%d", sb.SandboxID, time.Now().Add(-time.Hour).Unix()), e.key, nil).decode(t, &ms)
+	if len(ms) != 0 {
+		t.Fatalf("metrics of an hour ago: %+v", ms)
+	}
+	e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics?start=x", e.key, nil).wantError(t, http.StatusBadRequest)
+	e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", e.otherKey, nil).wantError(t, http.StatusNotFound)
 	if a := e.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", e.key, nil); a.status != http.StatusNoContent {
 		t.Fatalf("pause: %d %s", a.status, a.body)
+	}
+	e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", e.key, nil).decode(t, &ms)
+	e.do("GET", "/sandboxes/"+sb.SandboxID, e.key, nil).decode(t, &d)
+	if len(ms) != 0 || d.State != "paused" {
+		t.Fatalf("metrics of a paused sandbox: %+v (state %s)", ms, d.State)
 	}
 	e.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", e.key, nil).wantError(t, http.StatusConflict)
 	if a := e.do("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", e.key, map[string]any{"timeout": 300}); a.status != http.StatusCreated {
@@ -248,6 +274,8 @@ func TestControlAPI(t *testing.T) {
 	e.do("POST", "/v2/sandboxes", e.key, map[string]any{"timeout": 0}).wantError(t, http.StatusBadRequest)
 	e.do("POST", "/v3/templates", e.key, map[string]any{}).wantError(t, http.StatusNotImplemented)
 	e.do("GET", "/volumes", e.key, nil).wantError(t, http.StatusNotImplemented)
+	e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", e.key, map[string]any{"allowOut": []string{"1.1.1.1"}}).wantError(t, http.StatusNotImplemented)
+	e.do("PUT", "/sandboxes/"+sb.SandboxID+"/network", e.otherKey, map[string]any{}).wantError(t, http.StatusNotFound)
 
 	if a := e.do("DELETE", "/sandboxes/"+sb.SandboxID, e.key, nil); a.status != http.StatusNoContent {
 		t.Fatalf("kill: %d %s", a.status, a.body)
@@ -342,18 +370,30 @@ func TestEnvd(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("false exited %d (%v)", code, st.Err())
 	}
-	// A background process: listed, signalled; an unknown pid is not_found.
-	bg, _ := proc.Start(ctx, connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "sleep", Args: []string{"600"}}}))
+	// A background process with a tag: listed with it, signalled by it; an unknown pid or tag is
+	// not_found.
+	tag := "napper"
+	bg, _ := proc.Start(ctx, connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "sleep", Args: []string{"600"}}, Tag: &tag}))
 	if !bg.Receive() || bg.Msg().GetEvent().GetStart() == nil {
 		t.Fatalf("no start event: %v", bg.Err())
 	}
 	pid := bg.Msg().GetEvent().GetStart().GetPid()
 	ls, err := proc.List(ctx, connect.NewRequest(&process.ListRequest{}))
-	if err != nil || len(ls.Msg.GetProcesses()) != 1 || ls.Msg.GetProcesses()[0].GetPid() != pid {
+	if err != nil || len(ls.Msg.GetProcesses()) != 1 || ls.Msg.GetProcesses()[0].GetPid() != pid || ls.Msg.GetProcesses()[0].GetTag() != tag {
 		t.Fatalf("list: %v %v", ls, err)
 	}
-	sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}
-	if _, err := proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: sel, Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
+	byTag := func(tag string) *process.ProcessSelector {
+		return &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}}
+	}
+	_, err = proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: byTag("nobody"), Signal: process.Signal_SIGNAL_SIGKILL}))
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("signal of an unknown tag: %v", err)
+	}
+	badTag := "a\x00b"
+	if st, _ := proc.Start(ctx, connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "true"}, Tag: &badTag})); st.Receive() || connect.CodeOf(st.Err()) != connect.CodeInvalidArgument {
+		t.Fatalf("a tag with a NUL: %v", st.Err())
+	}
+	if _, err := proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: byTag(tag), Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
 		t.Fatal(err)
 	}
 	for bg.Receive() {
@@ -461,7 +501,7 @@ func TestEnvd(t *testing.T) {
 		t.Fatalf("malformed unary JSON: %d %q", a.status, a.body)
 	}
 	var ce *connect.Error
-	_, err = proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: sel}))
+	_, err = proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}}))
 	if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
 		t.Fatalf("update of a process without a pty: %v", err)
 	}
@@ -471,6 +511,19 @@ func TestRateLimitAndAudit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *api.Config) { c.RateLimit = api.RateLimit{PerSecond: 0.001, Burst: 2} })
 	sb := e.create(map[string]any{"templateID": "base"})
+	// The data plane (no key: the sandbox's token) takes from its team's bucket, of the same size.
+	if a := e.upload(sb, "/home/user/secret.txt", "not-in-the-log"); a.status != http.StatusOK {
+		t.Fatalf("upload: %d %s", a.status, a.body)
+	}
+	read := func() answer {
+		return e.do("GET", "/files?path=/home/user/secret.txt", "", nil, "E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", sb.EnvdAccessToken)
+	}
+	if a := read(); a.status != http.StatusOK {
+		t.Fatalf("read: %d %s", a.status, a.body)
+	}
+	if a := read(); a.status != http.StatusTooManyRequests || a.header.Get("Retry-After") == "" {
+		t.Fatalf("a third data-plane call with a burst of 2: %d %s", a.status, a.body)
+	}
 	if a := e.do("DELETE", "/sandboxes/"+sb.SandboxID, e.key, nil); a.status != http.StatusNoContent {
 		t.Fatalf("kill: %d %s", a.status, a.body)
 	}
@@ -489,9 +542,12 @@ func TestRateLimitAndAudit(t *testing.T) {
 	}
 	var routes []string
 	for _, en := range entries {
-		routes = append(routes, en.Method+" "+en.Route+" "+en.ResourceID)
+		routes = append(routes, en.Method+" "+en.Route+" "+en.ResourceID+" key="+en.KeyID)
 	}
-	if got := strings.Join(routes, ","); !strings.Contains(got, "POST e2b /v2/sandboxes") || !strings.Contains(got, "DELETE e2b /sandboxes/{id} "+sb.SandboxID) {
+	// The upload is recorded on the sandbox, with no key and nothing of its content; reads are not.
+	sbID, _ := e2bcompat.FromE2B(sb.SandboxID)
+	if got := strings.Join(routes, ","); !strings.Contains(got, "POST e2b /v2/sandboxes") || !strings.Contains(got, "DELETE e2b /sandboxes/{id} "+sb.SandboxID) ||
+		!strings.Contains(got, "POST e2b envd /files "+sbID+" key=,") || strings.Contains(got, "GET") || strings.Contains(got, "secret") {
 		t.Fatalf("audit log: %s", got)
 	}
 }
@@ -523,5 +579,75 @@ func TestAutoPause(t *testing.T) {
 	e.do("GET", "/sandboxes/"+killed.SandboxID, e.key, nil).wantError(t, http.StatusNotFound)
 	if a := e.do("POST", "/sandboxes/"+paused.SandboxID+"/connect", e.key, map[string]any{"timeout": 60}); a.status != http.StatusCreated {
 		t.Fatalf("connect of the paused sandbox: %d %s", a.status, a.body)
+	}
+}
+
+// The code interpreter's port against the fake host's toy code server (a run answers the id of
+// the context that ran it): a restart puts a fresh context behind the id the SDK keeps; an
+// unsupported language is the execution's error.
+func TestCodeContexts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sb := e.create(map[string]any{"templateID": "code-interpreter-v1"})
+	code := func(method, path string, body any) answer {
+		return e.do(method, path, "", body, "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49999", "X-Access-Token", sb.EnvdAccessToken)
+	}
+	ranIn := func(ctxID string) string {
+		t.Helper()
+		a := code("POST", "/execute", map[string]any{"code": "1", "context_id": ctxID})
+		for _, l := range strings.Split(strings.TrimSpace(string(a.body)), "\n") {
+			var line struct{ Type, Text string }
+			if json.Unmarshal([]byte(l), &line) == nil && line.Type == "result" {
+				return line.Text
+			}
+		}
+		t.Fatalf("execute in %s: %d %s", ctxID, a.status, a.body)
+		return ""
+	}
+	var c struct{ ID, Language, Cwd string }
+	code("POST", "/contexts", map[string]any{"cwd": "/tmp"}).decode(t, &c)
+	if c.ID == "" || c.Cwd != "/tmp" || c.Language != "python" || ranIn(c.ID) != c.ID {
+		t.Fatalf("context %+v", c)
+	}
+	if a := code("POST", "/contexts/"+c.ID+"/restart", nil); a.status != http.StatusOK {
+		t.Fatalf("restart: %d %s", a.status, a.body)
+	}
+	fresh := ranIn(c.ID)
+	if fresh == c.ID || fresh == "" {
+		t.Fatalf("after a restart, %s still runs in %s", c.ID, fresh)
+	}
+	if again := code("POST", "/contexts/"+c.ID+"/restart", nil); again.status != http.StatusOK || ranIn(c.ID) == fresh {
+		t.Fatalf("a second restart: %d %s", again.status, again.body)
+	}
+	var list []struct{ ID, Cwd string }
+	code("GET", "/contexts", nil).decode(t, &list)
+	ids := map[string]string{}
+	for _, l := range list {
+		ids[l.ID] = l.Cwd
+	}
+	if len(list) != 2 || ids[c.ID] != "/tmp" || ids["default"] == "" {
+		t.Fatalf("contexts after restarts: %+v", list)
+	}
+	// The default context is reset in place.
+	if a := code("POST", "/contexts/default/restart", nil); a.status != http.StatusOK || ranIn("default") != "default" {
+		t.Fatalf("restart of the default context: %d %s", a.status, a.body)
+	}
+	if a := code("DELETE", "/contexts/"+c.ID, nil); a.status != http.StatusOK {
+		t.Fatalf("delete: %d %s", a.status, a.body)
+	}
+	code("GET", "/contexts", nil).decode(t, &list)
+	if len(list) != 1 || list[0].ID != "default" {
+		t.Fatalf("contexts after the delete: %+v", list)
+	}
+	code("POST", "/contexts/"+c.ID+"/restart", nil).wantError(t, http.StatusNotFound)
+
+	// A language the kernels do not run: an execution error that says so; a context: 400.
+	a := code("POST", "/execute", map[string]any{"code": "x <- 1", "language": "r"})
+	if a.status != http.StatusOK || !strings.Contains(string(a.body), `"name":"UnsupportedLanguageError"`) || !strings.Contains(string(a.body), `language \"r\" is not supported`) {
+		t.Fatalf("execute in r: %d %s", a.status, a.body)
+	}
+	code("POST", "/contexts", map[string]any{"language": "r"}).wantError(t, http.StatusBadRequest)
+	if ranIn("") != "default" {
+		t.Fatal("an execution without a context runs in the default one")
 	}
 }

@@ -32,13 +32,30 @@ type processService struct {
 	ptys ptys
 }
 
-// pidOf is the pid a selector names; tags are not supported (the SDKs select by pid).
-func pidOf(sel *process.ProcessSelector) (int, error) {
+// pidOf is the pid a selector names: a pid, or a tag given at start (the newest running process
+// or pty with it; tags are PandaStack's process tags).
+func (p *processService) pidOf(ctx context.Context, t target, sel *process.ProcessSelector) (int, error) {
 	if sel == nil {
 		return 0, connect.NewError(connect.CodeInvalidArgument, errors.New("process selector is required"))
 	}
-	if _, ok := sel.Selector.(*process.ProcessSelector_Tag); ok {
-		return 0, connect.NewError(connect.CodeUnimplemented, errors.New("selecting a process by tag is not supported: select it by pid"))
+	if tsel, ok := sel.Selector.(*process.ProcessSelector_Tag); ok {
+		if pid := p.ptys.byTag(t.sb.ID, tsel.Tag); pid != 0 {
+			return int(pid), nil
+		}
+		ps, err := t.c.ListProcesses(ctx, t.sb.ID)
+		if err != nil {
+			return 0, connectErr(err)
+		}
+		found := 0
+		for _, pr := range ps { // oldest start first: the last match is the newest
+			if pr.Tag == tsel.Tag && pr.State == "running" {
+				found = pr.Pid
+			}
+		}
+		if found == 0 {
+			return 0, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %q not found", truncate(tsel.Tag)))
+		}
+		return found, nil
 	}
 	pid := int(sel.GetPid())
 	if pid <= 0 {
@@ -57,12 +74,15 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	if err := p.s.b.CheckEnv("envs", cfg.GetEnvs()); err != nil {
 		return connectErr(err)
 	}
+	if err := guest.CheckTag(m.GetTag()); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
 	if m.Pty != nil {
 		return p.startPTY(ctx, t, m, func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) })
 	}
 	stdin := m.Stdin == nil || m.GetStdin() // envd keeps stdin open unless told not to
 	sreq := agentclient.StartProcessRequest{Argv: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(),
-		User: t.user, Stdin: stdin}
+		User: t.user, Stdin: stdin, Tag: m.GetTag()}
 	if cfg.Cwd != nil {
 		sreq.Cwd = absPath(t.user, cfg.GetCwd())
 	}
@@ -93,15 +113,18 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 
 func (p *processService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
 	t := targetOf(ctx)
-	pid, err := pidOf(req.Msg.GetProcess())
+	pid, err := p.pidOf(ctx, t, req.Msg.GetProcess())
 	if err != nil {
 		return err
 	}
-	if _, isPTY, err := p.ptys.get(t.sb.ID, pid); isPTY {
-		if err == nil {
-			err = connect.NewError(connect.CodeUnimplemented, errors.New("reconnecting to a pty is not supported: its output goes to the stream that created it"))
+	if s, isPTY, err := p.ptys.get(t.sb.ID, pid); isPTY {
+		if err != nil {
+			return err
 		}
-		return err
+		// pty.connect: its output from now on, then its end.
+		return followPTY(ctx, s, uint32(pid), s.subscribe(), func(ev *process.ProcessEvent) error {
+			return stream.Send(&process.ConnectResponse{Event: ev})
+		})
 	}
 	ps, err := t.c.ListProcesses(ctx, t.sb.ID)
 	if err != nil {
@@ -226,14 +249,14 @@ func (p *processService) List(ctx context.Context, req *connect.Request[process.
 		if len(pr.Argv) > 0 {
 			cfg.Cmd, cfg.Args = pr.Argv[0], pr.Argv[1:]
 		}
-		out.Processes = append(out.Processes, &process.ProcessInfo{Pid: uint32(pr.Pid), Config: cfg})
+		out.Processes = append(out.Processes, &process.ProcessInfo{Pid: uint32(pr.Pid), Config: cfg, Tag: optional(pr.Tag)})
 	}
 	return connect.NewResponse(out), nil
 }
 
 func (p *processService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
 	t := targetOf(ctx)
-	pid, err := pidOf(req.Msg.GetProcess())
+	pid, err := p.pidOf(ctx, t, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +283,7 @@ func (p *processService) SendInput(ctx context.Context, req *connect.Request[pro
 
 func (p *processService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
 	t := targetOf(ctx)
-	pid, err := pidOf(req.Msg.GetProcess())
+	pid, err := p.pidOf(ctx, t, req.Msg.GetProcess())
 	if err == nil {
 		err = connectErr(t.c.WriteStdin(ctx, t.sb.ID, pid, agentclient.StdinRequest{EOF: true}))
 	}
@@ -272,7 +295,7 @@ func (p *processService) CloseStdin(ctx context.Context, req *connect.Request[pr
 
 func (p *processService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
 	t := targetOf(ctx)
-	pid, err := pidOf(req.Msg.GetProcess())
+	pid, err := p.pidOf(ctx, t, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +323,7 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 // Update resizes a pty.
 func (p *processService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
 	t := targetOf(ctx)
-	pid, err := pidOf(req.Msg.GetProcess())
+	pid, err := p.pidOf(ctx, t, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}

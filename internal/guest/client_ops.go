@@ -419,6 +419,13 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 	return h, err
 }
 
+// Usage asks the agent for the guest's resource figures.
+func (c *Client) Usage(ctx context.Context) (Usage, error) {
+	var u Usage
+	err := c.simple(ctx, &Request{Op: OpUsage}, FrameResult, &u)
+	return u, err
+}
+
 // Mount mounts the guest's ext4 disk with virtio serial at path (as root, whatever the guest's
 // users), waiting until the guest sees the disk at sizeBytes; grow runs resize2fs afterwards.
 func (c *Client) Mount(ctx context.Context, serial, path string, sizeBytes int64, readOnly, grow bool) error {

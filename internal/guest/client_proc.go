@@ -11,7 +11,7 @@ import (
 // its stdin for WriteStdin (else it reads /dev/null).
 func (c *Client) StartProcess(ctx context.Context, req ExecRequest, stdin bool) (int, error) {
 	var out ProcessStarted
-	err := c.simple(ctx, &Request{Op: OpProcStart, Cmd: req.Cmd, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Stdin: stdin},
+	err := c.simple(ctx, &Request{Op: OpProcStart, Cmd: req.Cmd, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Stdin: stdin, Tag: req.Tag},
 		FrameResult, &out)
 	return out.Pid, err
 }

@@ -154,6 +154,13 @@ func TestExecBasics(t *testing.T) {
 	if err != nil || !h.OK || h.Version != guest.Version {
 		t.Fatalf("health %+v %v", h, err)
 	}
+	// The agent reads this machine's /proc and root filesystem here: figures a guest would give.
+	u, err := c.Usage(tctx(t))
+	if err != nil || u.CPUs < 1 || u.CPUBusyTicks == 0 || u.CPUBusyTicks > u.CPUTotalTicks ||
+		u.MemTotal <= 0 || u.MemAvailable <= 0 || u.MemAvailable > u.MemTotal ||
+		u.DiskTotal <= 0 || u.DiskUsed <= 0 || u.DiskUsed > u.DiskTotal {
+		t.Fatalf("usage %+v %v", u, err)
+	}
 	if err := c.Sync(tctx(t)); err != nil {
 		t.Fatal(err)
 	}

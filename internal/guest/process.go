@@ -2,9 +2,12 @@ package guest
 
 import (
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Background processes (ops proc_*): the guest agent starts a process in its own process group
@@ -47,6 +50,17 @@ var ProcessSignals = map[string]syscall.Signal{
 	"CONT": syscall.SIGCONT,
 }
 
+// MaxTagBytes bounds a background process's tag.
+const MaxTagBytes = 256
+
+// CheckTag validates a background process's tag: printable UTF-8, at most MaxTagBytes ("": none).
+func CheckTag(tag string) error {
+	if len(tag) > MaxTagBytes || !utf8.ValidString(tag) || strings.IndexFunc(tag, unicode.IsControl) >= 0 {
+		return fmt.Errorf("tag must be printable UTF-8 of at most %d bytes", MaxTagBytes)
+	}
+	return nil
+}
+
 // ParseSignal accepts an allowed signal's name, with or without "SIG", in any case.
 func ParseSignal(name string) (syscall.Signal, bool) {
 	s, ok := ProcessSignals[strings.TrimPrefix(strings.ToUpper(name), "SIG")]
@@ -61,6 +75,7 @@ type ProcessStarted struct {
 // ProcessInfo describes one background process, running or recently exited.
 type ProcessInfo struct {
 	Pid       int       `json:"pid"`
+	Tag       string    `json:"tag,omitempty"`
 	Cmd       string    `json:"cmd,omitempty"`
 	Argv      []string  `json:"argv,omitempty"`
 	Cwd       string    `json:"cwd"`

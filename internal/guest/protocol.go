@@ -222,6 +222,8 @@ type Request struct {
 	TimeoutMs int64             `json:"timeout_ms,omitempty"`
 	// Stdin says FrameData/FrameEOF stdin frames follow; without it stdin is /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
+	// Tag labels a background process (proc_start; CheckTag): listed with it, chosen by the caller.
+	Tag string `json:"tag,omitempty"`
 
 	// file ops (User applies to exec too)
 	User      string `json:"user,omitempty"`
@@ -264,6 +266,7 @@ const (
 	OpHealth = "health"
 	OpSync   = "sync"
 	OpMount  = "mount"
+	OpUsage  = "usage" // the guest's own resource figures: Usage
 	// Background processes: see process.go.
 	OpProcStart  = "proc_start"
 	OpProcList   = "proc_list"
@@ -321,6 +324,7 @@ type ExecRequest struct {
 	Cwd     string            `json:"cwd,omitempty"`
 	User    string            `json:"user,omitempty"`
 	Timeout time.Duration     `json:"timeout,omitempty"` // 0: no timeout
+	Tag     string            `json:"tag,omitempty"`     // a background process's label (StartProcess)
 }
 
 // MaxUserProcs caps the processes (threads, per uid) of the sandbox's unprivileged accounts.
@@ -344,6 +348,19 @@ type FileInfo struct {
 	Mode   string    `json:"mode"` // octal permission bits, e.g. "0644"
 	Mtime  time.Time `json:"mtime"`
 	Target string    `json:"target,omitempty"` // symlink target
+}
+
+// Usage is the answer to the usage op: the guest's view of its resources. CPU figures are the
+// kernel's cumulative ticks (/proc/stat), so a caller compares two answers for a busy share.
+type Usage struct {
+	CPUs          int    `json:"cpus"`
+	CPUBusyTicks  uint64 `json:"cpu_busy_ticks"`  // all but idle and iowait, every CPU together
+	CPUTotalTicks uint64 `json:"cpu_total_ticks"` // every state, every CPU together
+	MemTotal      int64  `json:"mem_total"`       // bytes (MemTotal)
+	MemAvailable  int64  `json:"mem_available"`   // bytes (MemAvailable)
+	MemCache      int64  `json:"mem_cache"`       // bytes (Cached + Buffers)
+	DiskTotal     int64  `json:"disk_total"`      // bytes of the root filesystem
+	DiskUsed      int64  `json:"disk_used"`       // bytes in use on it
 }
 
 // Health is the answer to the health op.

@@ -69,6 +69,10 @@ func (a *Agent) Handler() http.Handler {
 		answer(w, 200)(a.sandboxes.Get(r.PathValue("id")))
 	})
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}", deleted("id", a.sandboxes.Kill))
+	// Not busy: reading the figures is not use (idle hibernation goes on), nor does it wake.
+	mux.HandleFunc("GET /v1/sandboxes/{id}/metrics", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, 200)(a.sandboxes.Metrics(r.Context(), r.PathValue("id")))
+	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", a.busy(a.handleExec))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusCreated)(a.sandboxes.SnapshotSandbox(r.Context(), r.PathValue("id")))

@@ -24,7 +24,7 @@ func (a *Agent) processRoutes(mux *http.ServeMux) {
 
 // ProcessView is the wire form of a guest process.
 func ProcessView(p guest.ProcessInfo) hostapi.Process {
-	out := hostapi.Process{Pid: p.Pid, Cmd: p.Cmd, Argv: p.Argv, Cwd: p.Cwd, User: p.User, State: "running",
+	out := hostapi.Process{Pid: p.Pid, Tag: p.Tag, Cmd: p.Cmd, Argv: p.Argv, Cwd: p.Cwd, User: p.User, State: "running",
 		ExitCode: p.ExitCode, Signal: p.Signal, StartedAt: hostapi.Time(p.StartedAt), Stdin: p.Stdin,
 		OutputStart: p.OutputStart, OutputEnd: p.OutputEnd}
 	if !p.Running {

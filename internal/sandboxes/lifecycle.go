@@ -37,6 +37,23 @@ func (s *Service) Target(ctx context.Context, sb store.Sandbox) (*agentclient.Cl
 	return s.Client(ctx, sb)
 }
 
+// Metrics returns a running sandbox's resource figures from its host. A hibernated sandbox has
+// none (a conflict): reading them neither wakes it nor counts as use.
+func (s *Service) Metrics(ctx context.Context, sb store.Sandbox) (agentclient.SandboxMetrics, error) {
+	if sb.State == store.StateHibernated {
+		return agentclient.SandboxMetrics{}, errdefs.Conflictf("sandbox %s is hibernated: it has figures again once it wakes", sb.ID)
+	}
+	c, err := s.Target(ctx, sb)
+	if err != nil {
+		return agentclient.SandboxMetrics{}, err
+	}
+	m, err := c.SandboxMetrics(ctx, sb.ID)
+	if isAgentStatus(err, errdefs.Conflict) {
+		s.Refresh(ctx, sb, c, RefreshTimeout) // hibernated or stopped meanwhile: the record follows
+	}
+	return m, err
+}
+
 // Snapshot snapshots a usable sandbox without volumes on its host (waking it if hibernated) and
 // records the snapshot; a snapshot the store fails to record is deleted on the host again.
 func (s *Service) Snapshot(ctx context.Context, sb store.Sandbox) (store.Snapshot, error) {

@@ -17,6 +17,13 @@ var e2bSchema = []schemaStep{
 			pause_on_timeout INTEGER NOT NULL DEFAULT 0
 		)`,
 	}},
+	// A code context the facade restarted is a fresh context under the id the SDK keeps.
+	{21, []string{
+		`CREATE TABLE e2b_code_contexts (
+			sandbox_id TEXT NOT NULL, e2b_id TEXT NOT NULL, context_id TEXT NOT NULL,
+			PRIMARY KEY (sandbox_id, e2b_id)
+		)`,
+	}},
 }
 
 // E2BAccessToken returns the envd access token of a sandbox of teamID, recording fresh as its
@@ -48,13 +55,48 @@ func (s *Store) PausesOnTimeout(ctx context.Context, sandboxID string) (bool, er
 	return n != 0, err
 }
 
-// PruneE2BSandboxes deletes the E2B rows of sandboxes that are killed (or gone) and returns how
-// many it deleted.
+// PruneE2BSandboxes deletes the E2B rows of sandboxes that are killed (or gone), their code
+// contexts' too, and returns how many sandbox rows it deleted.
 func (s *Store) PruneE2BSandboxes(ctx context.Context) (int64, error) {
+	if _, err := s.exec(ctx, s.db, `DELETE FROM e2b_code_contexts WHERE NOT EXISTS (
+		SELECT 1 FROM sandboxes WHERE sandboxes.id = e2b_code_contexts.sandbox_id AND sandboxes.state <> '`+StateKilled+`')`); err != nil {
+		return 0, err
+	}
 	res, err := s.exec(ctx, s.db, `DELETE FROM e2b_sandboxes WHERE NOT EXISTS (
 		SELECT 1 FROM sandboxes WHERE sandboxes.id = e2b_sandboxes.sandbox_id AND sandboxes.state <> '`+StateKilled+`')`)
 	if err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// E2BCodeContexts returns a sandbox's restarted code contexts: the id the SDK knows → the id of
+// the context that now stands for it.
+func (s *Store) E2BCodeContexts(ctx context.Context, sandboxID string) (map[string]string, error) {
+	rows, err := s.query(ctx, s.db, `SELECT e2b_id, context_id FROM e2b_code_contexts WHERE sandbox_id = ?`, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var e2bID, id string
+		if err := rows.Scan(&e2bID, &id); err != nil {
+			return nil, err
+		}
+		out[e2bID] = id
+	}
+	return out, rows.Err()
+}
+
+// SetE2BCodeContext records that context id now stands for e2bID in a sandbox ("": e2bID is
+// gone, or is itself again).
+func (s *Store) SetE2BCodeContext(ctx context.Context, sandboxID, e2bID, id string) error {
+	if id == "" || id == e2bID {
+		_, err := s.exec(ctx, s.db, `DELETE FROM e2b_code_contexts WHERE sandbox_id = ? AND e2b_id = ?`, sandboxID, e2bID)
+		return err
+	}
+	_, err := s.exec(ctx, s.db, `INSERT INTO e2b_code_contexts (sandbox_id, e2b_id, context_id) VALUES (?, ?, ?)
+		ON CONFLICT (sandbox_id, e2b_id) DO UPDATE SET context_id = excluded.context_id`, sandboxID, e2bID, id)
+	return err
 }

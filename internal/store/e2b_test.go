@@ -36,6 +36,16 @@ func TestE2BSandboxes(t *testing.T) {
 		if p, err := s.PausesOnTimeout(ctx, "sb_none"); err != nil || p {
 			t.Fatalf("a sandbox without a row pauses: %v %v", p, err)
 		}
+		// Restarted code contexts: the SDK's id → the context standing for it now.
+		for _, c := range [][3]string{{"sb_live", "ctx1", "ctx2"}, {"sb_live", "ctx1", "ctx3"}, {"sb_live", "ctx4", "ctx5"},
+			{"sb_live", "ctx4", ""}, {"sb_dead", "ctx1", "ctx9"}} {
+			if err := s.SetE2BCodeContext(ctx, c[0], c[1], c[2]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if m, err := s.E2BCodeContexts(ctx, "sb_live"); err != nil || len(m) != 1 || m["ctx1"] != "ctx3" {
+			t.Fatalf("code contexts: %v %v", m, err)
+		}
 		if _, err := s.SetSandboxState(ctx, "sb_dead", StateKilled, "test"); err != nil {
 			t.Fatal(err)
 		}
@@ -44,6 +54,12 @@ func TestE2BSandboxes(t *testing.T) {
 		}
 		if tok, err := s.E2BAccessToken(ctx, "team_a", "sb_live", "x"); err != nil || tok != "first-sb_live" {
 			t.Fatalf("the live sandbox's row went: %q %v", tok, err)
+		}
+		if m, err := s.E2BCodeContexts(ctx, "sb_dead"); err != nil || len(m) != 0 {
+			t.Fatalf("a killed sandbox's code contexts: %v %v", m, err)
+		}
+		if m, err := s.E2BCodeContexts(ctx, "sb_live"); err != nil || m["ctx1"] != "ctx3" {
+			t.Fatalf("the live sandbox's code contexts went: %v %v", m, err)
 		}
 	})
 }

@@ -44,6 +44,7 @@ var versionNames = []string{
 	18: "webhooks and their deliveries",
 	19: "quotas on databases, apps, functions and snapshot sizes",
 	20: "app deployments' leases",
+	21: "E2B facade's restarted code contexts",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

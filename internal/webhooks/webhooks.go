@@ -80,8 +80,8 @@ type Config struct {
 	// template (a template.built event's body).
 	View         func(store.Sandbox) v1.Sandbox
 	TemplateView func(store.TeamTemplate) v1.Template
-	Logger *slog.Logger
-	Now    func() time.Time
+	Logger       *slog.Logger
+	Now          func() time.Time
 	// Poll is how often the store is read for events and due deliveries; RetryBase the first
 	// retry's delay (doubling each time, at most an hour); MaxAttempts the attempts before a
 	// delivery fails; Retention how long finished deliveries are kept.

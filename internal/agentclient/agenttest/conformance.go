@@ -43,7 +43,7 @@ func Run(t *testing.T, tg Target) {
 		needsBox bool // uses the sandbox create makes
 	}{
 		{"health", k.health, false}, {"templates", k.templates, false}, {"create_refused", k.createRefused, false},
-		{"create", k.create, false}, {"exec", k.exec, true}, {"processes", k.processes, true}, {"files", k.files, true}, {"filetree", k.filetree, true}, {"snapshots", k.snapshots, true},
+		{"create", k.create, false}, {"exec", k.exec, true}, {"processes", k.processes, true}, {"metrics", k.metrics, true}, {"files", k.files, true}, {"filetree", k.filetree, true}, {"snapshots", k.snapshots, true},
 		{"fork", k.fork, true}, {"hibernate", k.hibernate, true}, {"volumes", k.volumes, false}, {"kill", k.kill, true},
 	}
 	for _, s := range steps {
@@ -590,8 +590,10 @@ func (k *contract) hibernate(t *testing.T) {
 			t.Errorf("hibernate answered %+v", sb)
 		}
 	}
+	_, err := k.c.SandboxMetrics(ctx(), id)
+	wantErr(t, "metrics of a hibernated sandbox", err, 409, "conflict")
 	if sb := must[agentclient.Sandbox](t, "get")(k.c.GetSandbox(ctx(), id)); sb.State != agentclient.StateHibernated || sb.PID != 0 {
-		t.Errorf("get after hibernate: %+v", sb)
+		t.Errorf("get after hibernate (and metrics, which must not wake it): %+v", sb)
 	}
 	k.checkCounts(t, id)
 	for range 2 { // waking a running sandbox answers it as it is
@@ -610,10 +612,29 @@ func (k *contract) hibernate(t *testing.T) {
 	if sb := must[agentclient.Sandbox](t, "get")(k.c.GetSandbox(ctx(), id)); sb.State != agentclient.StateRunning {
 		t.Errorf("after an exec woke it: %+v", sb)
 	}
-	_, err := k.c.Hibernate(ctx(), missingSandbox)
+	_, err = k.c.Hibernate(ctx(), missingSandbox)
 	wantErr(t, "hibernate an unknown sandbox", err, 404, "not_found")
 	_, err = k.c.Wake(ctx(), missingSandbox)
 	wantErr(t, "wake an unknown sandbox", err, 404, "not_found")
+}
+
+// metrics: a running sandbox's figures are plausible for its size (the guest sees a little less
+// memory than it was given: the kernel keeps some); an unknown sandbox is a 404.
+func (k *contract) metrics(t *testing.T) {
+	id := k.main.ID
+	for i := range 2 { // the second call measures CPU since the first
+		m := must[agentclient.SandboxMetrics](t, "metrics")(k.c.SandboxMetrics(ctx(), id))
+		t.Logf("metrics %d: %+v", i, m)
+		given := int64(k.main.MemoryMiB) << 20
+		if !isTime(m.At) || m.VCPUs != k.main.VCPUs || m.CPUUsedPct < 0 || m.CPUUsedPct > 100 ||
+			m.MemTotalBytes < given/2 || m.MemTotalBytes > given || m.MemUsedBytes <= 0 || m.MemUsedBytes >= m.MemTotalBytes ||
+			m.MemCacheBytes < 0 || m.DiskTotalBytes < 64<<20 || m.DiskUsedBytes <= 0 || m.DiskUsedBytes > m.DiskTotalBytes ||
+			m.HostCPUSeconds <= 0 || m.HostMemBytes <= 0 {
+			t.Errorf("metrics %d of a %d-vCPU %d MiB sandbox: %+v", i, k.main.VCPUs, k.main.MemoryMiB, m)
+		}
+	}
+	_, err := k.c.SandboxMetrics(ctx(), missingSandbox)
+	wantErr(t, "metrics of an unknown sandbox", err, 404, "not_found")
 }
 
 // volumes: create, grow, attach at create (one read-write user or read-only ones), refusals

@@ -76,8 +76,8 @@ func (k *contract) processes(t *testing.T) {
 		t.Errorf("listed echo: %+v", p)
 	}
 
-	sleeper := start(agentclient.StartProcessRequest{Cmd: "sleep 600"})
-	if p := k.findProcess(t, sleeper); p.State != "running" || p.ExitCode != nil {
+	sleeper := start(agentclient.StartProcessRequest{Cmd: "sleep 600", Tag: "web server ✓"})
+	if p := k.findProcess(t, sleeper); p.State != "running" || p.ExitCode != nil || p.Tag != "web server ✓" {
 		t.Errorf("listed sleeper: %+v", p)
 	}
 	if _, end := k.readOutput(t, sleeper, 0, false); !end.Running {
@@ -113,6 +113,7 @@ func (k *contract) processes(t *testing.T) {
 	wantErr(t, "signal an unknown pid", k.c.SignalProcess(ctx(), k.main.ID, nobody, "TERM"), 404, "not_found")
 	wantErr(t, "kill an unknown pid", second(k.c.KillProcess(ctx(), k.main.ID, nobody)), 404, "not_found")
 	wantErr(t, "offset past the end", second(k.c.ProcessOutput(ctx(), k.main.ID, echo, 1<<40, false)), 400, "invalid_request")
+	wantErr(t, "a tag with a control character", second(k.c.StartProcess(ctx(), k.main.ID, agentclient.StartProcessRequest{Cmd: "true", Tag: "a\nb"})), 400, "invalid_request")
 	wantErr(t, "no command", second(k.c.StartProcess(ctx(), k.main.ID, agentclient.StartProcessRequest{})), 400, "invalid_request")
 	wantErr(t, "processes of a missing sandbox", second(k.c.ListProcesses(ctx(), missingSandbox)), 404, "not_found")
 }

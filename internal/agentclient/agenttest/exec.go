@@ -118,6 +118,13 @@ func (sb *sandbox) interpret(req agentclient.ExecRequest) (run, *agentclient.Err
 	case "inc":
 		sb.counter++
 		say(strconv.Itoa(sb.counter) + "\n")
+	case "pandastack-code":
+		if sb.Template != "code-interpreter" || req.Stdin == nil {
+			return run{}, notFound("executable %q not found in PATH", verb)
+		}
+		for _, l := range sb.codeServer(*req.Stdin) {
+			say(l + "\n")
+		}
 	case "lines":
 		n, _ := strconv.Atoi(arg)
 		for i := 1; i <= n; i++ {

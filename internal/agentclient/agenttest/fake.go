@@ -126,6 +126,9 @@ type sandbox struct {
 	// watches are the open watch streams (filetree.go); moved is the move a change made.
 	watches []*fakeWatch
 	moved   *[2]string
+	// The toy code server's contexts (code.go), for code-interpreter sandboxes.
+	code    []codeContext
+	codeSeq int
 }
 
 // guest is what a VM holds: its files and the toy "memory" counter that `inc` counts. Snapshots,
@@ -416,6 +419,7 @@ func (a *Agent) handler() http.Handler {
 		"GET /v1/sandboxes":                              a.listSandboxes,
 		"GET /v1/sandboxes/{id}":                         a.getSandbox,
 		"DELETE /v1/sandboxes/{id}":                      a.kill,
+		"GET /v1/sandboxes/{id}/metrics":                 a.metrics,
 		"POST /v1/sandboxes/{id}/fork":                   a.fork,
 		"POST /v1/sandboxes/{id}/hibernate":              a.hibernate,
 		"POST /v1/sandboxes/{id}/wake":                   a.wake,

@@ -65,6 +65,9 @@ func (a *Agent) startProcess(r *http.Request) (any, *agentclient.Error) {
 	if err := validateExec(&agentclient.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: req.Env}); err != nil {
 		return nil, err
 	}
+	if err := guestproto.CheckTag(req.Tag); err != nil {
+		return nil, invalid("%v", err)
+	}
 	sb, err := a.live(r)
 	if err != nil {
 		return nil, err
@@ -78,7 +81,7 @@ func (a *Agent) startProcess(r *http.Request) (any, *agentclient.Error) {
 	if user == "" {
 		user = "user"
 	}
-	p := &proc{ended: make(chan struct{}), info: agentclient.Process{Pid: 1000 + a.seq, Cmd: req.Cmd, Argv: req.Argv,
+	p := &proc{ended: make(chan struct{}), info: agentclient.Process{Pid: 1000 + a.seq, Tag: req.Tag, Cmd: req.Cmd, Argv: req.Argv,
 		Cwd: "/home/user", User: user, State: "running", StartedAt: hostapi.Time(time.Now().UTC()), Stdin: req.Stdin}}
 	if req.Cwd != "" {
 		p.info.Cwd = req.Cwd

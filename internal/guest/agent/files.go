@@ -95,6 +95,13 @@ func (a *Agent) handleStream(st *yamux.Stream) {
 		w.json(guest.FrameResult, guest.Health{
 			OK: true, Version: guest.Version, UptimeMs: time.Since(a.start).Milliseconds(), BootID: a.bootID,
 		})
+	case guest.OpUsage:
+		u, err := usage()
+		if err != nil {
+			w.fail(gerr(guest.CodeInternal, err.Error()))
+			return
+		}
+		w.json(guest.FrameResult, u)
 	case guest.OpSync:
 		unix.Sync()
 		w.frame(guest.FrameResult, []byte("{}"))

@@ -167,6 +167,9 @@ func (a *Agent) startProcess(req *guest.Request) (*proc, error) {
 	if running >= guest.MaxProcesses {
 		return nil, gerr(guest.CodeConflict, fmt.Sprintf("%d background processes are running, the most at once; kill one first", running))
 	}
+	if err := guest.CheckTag(req.Tag); err != nil {
+		return nil, gerr(guest.CodeInvalidArgument, err.Error())
+	}
 	x, err := a.prepareExec(req)
 	if err != nil {
 		return nil, err
@@ -206,7 +209,7 @@ func (a *Agent) startProcess(req *guest.Request) (*proc, error) {
 	u, _ := a.lookupUser(req.User)
 	p := &proc{pid: cmd.Process.Pid, changed: make(chan struct{}), stdin: stdinW}
 	p.stdinOpen.Store(stdinW != nil)
-	p.info = guest.ProcessInfo{Pid: p.pid, Cmd: req.Cmd, Argv: req.Argv, Cwd: x.cwd, Running: true, StartedAt: time.Now().UTC()}
+	p.info = guest.ProcessInfo{Pid: p.pid, Tag: req.Tag, Cmd: req.Cmd, Argv: req.Argv, Cwd: x.cwd, Running: true, StartedAt: time.Now().UTC()}
 	if u != nil {
 		p.info.User = u.Name
 	}

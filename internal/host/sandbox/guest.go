@@ -19,25 +19,35 @@ func (m *Manager) guest(ctx context.Context, id string) (*guest.Client, *sandbox
 	if err != nil {
 		return nil, nil, err
 	}
+	c, err := sb.guest(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, sb, nil
+}
+
+// guest returns a live guest agent client of a running sandbox (connecting when needed).
+func (sb *sandbox) guest(ctx context.Context) (*guest.Client, error) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
+	id := sb.rec.ID
 	if sb.rec.State != StateRunning {
 		if sb.rec.State == StateError {
-			return nil, nil, errdefs.Conflictf("sandbox %s is in state error: %s", id, sb.rec.Error)
+			return nil, errdefs.Conflictf("sandbox %s is in state error: %s", id, sb.rec.Error)
 		}
-		return nil, nil, errdefs.Conflictf("sandbox %s is %s", id, sb.rec.State)
+		return nil, errdefs.Conflictf("sandbox %s is %s", id, sb.rec.State)
 	}
 	if sb.client == nil {
 		c, err := connect(ctx, sb.rec.VM.AgentSocket, 15*time.Second)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, nil, err // the caller went away
+				return nil, err // the caller went away
 			}
-			return nil, nil, errdefs.WithCode(errdefs.Unavailable, "guest_unreachable", "sandbox %s: guest agent unreachable: %v", id, err)
+			return nil, errdefs.WithCode(errdefs.Unavailable, "guest_unreachable", "sandbox %s: guest agent unreachable: %v", id, err)
 		}
 		sb.client = c
 	}
-	return sb.client, sb, nil
+	return sb.client, nil
 }
 
 // callErr explains a failed guest call: a VMM that died meanwhile is a conflict with its reason.
@@ -161,11 +171,14 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req hostapi.Start
 	if err := validateExec(&hostapi.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: req.Env}); err != nil {
 		return 0, err
 	}
+	if err := guest.CheckTag(req.Tag); err != nil {
+		return 0, errdefs.Invalidf("%v", err)
+	}
 	c, sb, err := m.guest(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	pid, err := c.StartProcess(ctx, guest.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: execEnv(sb, req.Env), Cwd: req.Cwd, User: req.User}, req.Stdin)
+	pid, err := c.StartProcess(ctx, guest.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: execEnv(sb, req.Env), Cwd: req.Cwd, User: req.User, Tag: req.Tag}, req.Stdin)
 	if err != nil {
 		return 0, m.callErr(sb, err)
 	}

@@ -92,6 +92,11 @@ type sandbox struct {
 	killed   bool
 	dir      string
 	slot     *network.Slot // while the VMM runs, if it has a NIC
+	// usage is the guest's figures a metrics call last measured a CPU share to (usagePct), and
+	// when they were read: the base of the next call's share.
+	usage    guest.Usage
+	usageAt  time.Time
+	usagePct float64
 }
 
 func (sb *sandbox) info() hostapi.Sandbox {

@@ -365,6 +365,9 @@ type (
 	TerminalMessage = v1.TerminalMessage
 )
 
+// SandboxMetrics is GET /v1/sandboxes/{id}/metrics, relayed as it is by the public API.
+type SandboxMetrics = v1.SandboxMetrics
+
 // DoctorFinding is one leftover `GET /v1/doctor` found on the host (orphan_vmm, orphan_dir,
 // orphan_netns, orphan_cgroup, stale_tmp): relayed as it is by the public API.
 type DoctorFinding = v1.DoctorFinding

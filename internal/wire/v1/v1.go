@@ -57,6 +57,26 @@ type Sandbox struct {
 	TrafficToken string `json:"traffic_token,omitempty"`
 }
 
+// SandboxMetrics is GET /v1/sandboxes/{id}/metrics: a running sandbox's resource use now, as its
+// guest sees it (CPU, memory, root disk) and as its host sees its VMM (host_*). A hibernated
+// sandbox has none (409; the call does not wake it).
+type SandboxMetrics struct {
+	At    string `json:"at"` // RFC 3339, when the figures were read
+	VCPUs int    `json:"vcpus"`
+	// CPUUsedPct is the busy share of the guest's CPUs (0-100, all together) since the previous
+	// call's figures when they are at most a minute old, else over a quarter of a second.
+	CPUUsedPct     float64 `json:"cpu_used_pct"`
+	MemTotalBytes  int64   `json:"mem_total_bytes"`
+	MemUsedBytes   int64   `json:"mem_used_bytes"`  // total less what the guest counts available
+	MemCacheBytes  int64   `json:"mem_cache_bytes"` // page cache and buffers
+	DiskTotalBytes int64   `json:"disk_total_bytes"`
+	DiskUsedBytes  int64   `json:"disk_used_bytes"` // the root filesystem's
+	// HostCPUSeconds is the CPU time the VMM has used on its host since it started (emulation
+	// included), HostMemBytes the memory it holds there (its cgroup's, else its resident set).
+	HostCPUSeconds float64 `json:"host_cpu_seconds"`
+	HostMemBytes   int64   `json:"host_mem_bytes"`
+}
+
 // A request to a private port carries the sandbox's traffic token in this header, or in this
 // query parameter (the port proxy then sets a cookie of the same name for the page's own requests).
 const (
@@ -240,6 +260,8 @@ type StartProcessRequest struct {
 	Cwd   string            `json:"cwd,omitempty"`
 	User  string            `json:"user,omitempty"`
 	Stdin bool              `json:"stdin,omitempty"`
+	// Tag labels the process (printable, at most 256 bytes): listed with it.
+	Tag string `json:"tag,omitempty"`
 }
 
 // ProcessStarted answers a process start: its pid in the sandbox.
@@ -251,6 +273,7 @@ type ProcessStarted struct {
 // types here are the host agent's too (internal/wire/hostapi aliases them): relayed as they are.
 type Process struct {
 	Pid         int      `json:"pid"`
+	Tag         string   `json:"tag,omitempty"`
 	Cmd         string   `json:"cmd,omitempty"`
 	Argv        []string `json:"argv,omitempty"`
 	Cwd         string   `json:"cwd"`

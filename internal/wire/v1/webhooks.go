@@ -48,9 +48,9 @@ type WebhookDeliveries struct {
 // events, the sandbox; for "change", the call. The delivery's id, the event type and the
 // signature are in the headers (docs/events.md).
 type WebhookEvent struct {
-	Type      string   `json:"type"`
-	At        string   `json:"at"`
-	WebhookID string   `json:"webhook_id"`
+	Type      string    `json:"type"`
+	At        string    `json:"at"`
+	WebhookID string    `json:"webhook_id"`
 	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
 	Template  *Template `json:"template,omitempty"` // template.built: the team template as built
 	Change    *Change   `json:"change,omitempty"`

@@ -35,6 +35,13 @@ test('runCode: values, output, a DataFrame, a plot, an exception, contexts', asy
     assert.equal(err.error?.value, 'division by zero')
     assert.match(err.error?.traceback ?? '', /ZeroDivisionError/)
 
+    // A language the kernels do not run: the execution's error says so (contexts: a 400).
+    const r = await sbx.runCode('x <- 1', { language: 'r' })
+    assert.equal(r.error?.name, 'UnsupportedLanguageError')
+    assert.match(r.error?.value ?? '', /language "r" is not supported/)
+    await assert.rejects(sbx.createCodeContext({ language: 'r' }), /400/)
+    assert.equal((await sbx.runCode('3*3', { language: 'python' })).text, '9')
+
     // contexts: their own variables.
     const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
     await sbx.runCode('y = "in ctx"', { context: ctx })
@@ -42,8 +49,13 @@ test('runCode: values, output, a DataFrame, a plot, an exception, contexts', asy
     assert.equal((await sbx.runCode('import os; os.getcwd()', { context: ctx })).text, "'/tmp'")
     assert.equal((await sbx.runCode('"y" in globals()')).text, 'False')
     assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+    // A restart is a new kernel under the same id: variables and module state are gone, the
+    // cwd stays.
+    await sbx.runCode('import json\njson.marked = True', { context: ctx })
     await sbx.restartCodeContext(ctx)
     assert.equal((await sbx.runCode('y', { context: ctx })).error?.name, 'NameError')
+    assert.equal((await sbx.runCode('import json, os\n(hasattr(json, "marked"), os.getcwd())', { context: ctx })).text, "(False, '/tmp')")
+    assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
     await sbx.removeCodeContext(ctx)
   } finally {
     await sbx.kill()

@@ -65,6 +65,17 @@ test('create, commands, files, list, kill and bad input', async () => {
     assert.equal(got.sandboxId, sbx.sandboxId)
     assert.equal(got.state, 'running')
     assert.equal(got.metadata.suite, 'core')
+    // getMetrics: the figures of now, as the guest and its host measure them.
+    const metrics = await sbx.getMetrics()
+    assert.equal(metrics.length, 1, JSON.stringify(metrics))
+    const [m] = metrics
+    assert.ok(m.cpuCount >= 1 && m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100, JSON.stringify(m))
+    assert.ok(m.memUsed > 0 && m.memUsed < m.memTotal && m.memTotal <= got.memoryMB * 1024 * 1024, JSON.stringify(m))
+    assert.ok(m.diskUsed > 0 && m.diskUsed < m.diskTotal && m.memCache >= 0, JSON.stringify(m))
+    assert.ok(Math.abs(m.timestamp.getTime() - Date.now()) < 60000, String(m.timestamp))
+    console.log('getMetrics:', JSON.stringify(m))
+    // updateNetwork has nothing to map onto (egress is set at create): a clear error.
+    await assert.rejects(sbx.updateNetwork({ allowOut: ['1.1.1.1'] }), /network is not supported/)
 
     // Bad input: an unknown template; a wrong key; another team's key sees no such sandbox (404 in E2B's body).
     await assert.rejects(Sandbox.create('no-such-template'), (e) => e instanceof SandboxError && e.statusCode === 400 && /unknown template/.test(e.message))

@@ -1,5 +1,5 @@
 // The stock npm `e2b` SDK against PandaStack's E2B facade: watchDir, 50 MiB files both ways, a
-// command's timeout, a pty, and a sandbox's own timeout ending it.
+// command's timeout, a pty and reconnecting to it, process tags, and a sandbox's own timeout ending it.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
@@ -50,6 +50,30 @@ test('watchDir, 50 MiB upload and download, command timeout, pty, sandbox expiry
     assert.equal(await sbx.pty.kill(hung.pid), true)
     await assert.rejects(hung.wait(), (e) => e.exitCode === -1)
     assert.ok(!(await sbx.commands.list()).some((p) => p.pid === hung.pid))
+
+    // pty.connect: a terminal outlives the stream that created it; a new follower sees its
+    // output from then on, and its end.
+    const lone = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} })
+    await lone.disconnect()
+    const followed = []
+    const rejoined = await sbx.pty.connect(lone.pid, { onData: (d) => followed.push(Buffer.from(d).toString()) })
+    await sbx.pty.sendInput(lone.pid, new TextEncoder().encode('echo "re$((6*7))"; exit 0\n'))
+    assert.equal((await rejoined.wait()).exitCode, 0)
+    assert.match(followed.join(''), /re42/)
+    assert.ok(!(await sbx.commands.list()).some((p) => p.pid === lone.pid))
+
+    // Process tags: the SDK's own Process client sends them (commands.run has no option for
+    // them); commands.list shows them, and a tag selects the process.
+    const tagged = sbx.commands.rpc.start({ process: { cmd: '/bin/bash', args: ['-c', 'sleep 600'], envs: {} }, tag: 'napper', stdin: false })
+    const it = tagged[Symbol.asyncIterator]()
+    const started = (await it.next()).value.event?.event // StartResponse.event: a ProcessEvent
+    assert.equal(started?.case, 'start')
+    const listed = (await sbx.commands.list()).find((p) => p.tag === 'napper')
+    assert.equal(listed?.pid, started.value.pid)
+    await sbx.commands.rpc.sendSignal({ process: { selector: { case: 'tag', value: 'napper' } }, signal: 9 })
+    for await (const _ of { [Symbol.asyncIterator]: () => it }) { /* to its end */ }
+    assert.ok(!(await sbx.commands.list()).some((p) => p.tag === 'napper'))
+    await assert.rejects(sbx.commands.rpc.sendSignal({ process: { selector: { case: 'tag', value: 'napper' } }, signal: 9 }), /not found/)
 
     // The sandbox's own timeout ends it.
     await sbx.setTimeout(2000)

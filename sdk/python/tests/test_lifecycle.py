@@ -99,11 +99,18 @@ class Hibernate(LiveTestCase):
         self.assertIs(sb.hibernate(), sb)
         self.assertEqual(sb.state, "hibernated")
         self.assertEqual(self.client.sandboxes.get(sb.id).state, "hibernated")
+        # a hibernated sandbox has no figures, and asking does not wake it
+        with self.assertRaises(pandastack.errors.Conflict):
+            sb.metrics()
+        self.assertEqual(self.client.sandboxes.get(sb.id).state, "hibernated")
         self.assertEqual([s.id for s in self.client.sandboxes.list(metadata={"tag": tag}, state="hibernated")],
                          [sb.id])
 
         sb.wake()
         self.assertEqual(sb.state, "running")
+        m = sb.metrics()
+        self.assertTrue(0 < m["mem_used_bytes"] < m["mem_total_bytes"] and m["disk_used_bytes"] > 0, m)
+        self.assertTrue(0 <= m["cpu_used_pct"] <= 100 and m["vcpus"] >= 1, m)
         self.assertEqual(sb.filesystem.read("/tmp/h.txt"), "kept")
         self.assertTrue(daemon_alive(sb, pid))
 

@@ -140,6 +140,14 @@ class Create(OfflineCase):
         self.assertEqual(s.query(2)["cursor"], ["c2"])
         self.assertEqual(s.requests[1].body, None)
 
+    def test_metrics(self) -> None:
+        m = {"at": "2026-01-01T00:00:00Z", "vcpus": 1, "cpu_used_pct": 12.5, "mem_total_bytes": 4, "mem_used_bytes": 2,
+             "mem_cache_bytes": 1, "disk_total_bytes": 8, "disk_used_bytes": 3, "host_cpu_seconds": 0.5, "host_mem_bytes": 5}
+        s = self.answer(ok(SB), ok(m))
+        self.assertEqual(self.client.sandboxes.get("sb_one").metrics(), m)
+        self.assertEqual(s.path(1), "/v1/sandboxes/sb_one/metrics")
+        self.assertEqual(s.requests[1].method, "GET")
+
     def test_list_limit_stops_early(self) -> None:
         s = self.answer(ok({"sandboxes": [SB, SB], "next_cursor": "more"}))
         self.assertEqual(len(self.client.sandboxes.list(limit=2)), 2)

@@ -26,6 +26,7 @@ export {
   type VolumeAttachment,
   type VolumeMount,
   type SandboxData,
+  type SandboxMetrics,
   type SandboxState,
 } from "./sandbox.js";
 export { Result, Execution, type ExecutionError, type Logs, type CodeContext, type RunCodeOptions, type ResultData } from "./code.js";

@@ -7,6 +7,8 @@ import { OutputGatherer } from "./output.js";
 /** A background process as the API lists it. */
 export interface Process {
   pid: number;
+  /** The label given at start. */
+  tag?: string;
   cmd?: string;
   argv?: string[];
   cwd?: string;
@@ -45,6 +47,8 @@ export interface StartProcessOptions {
   user?: string;
   /** Keep a pipe to its stdin open for `sendStdin` (else it reads /dev/null). */
   stdin?: boolean;
+  /** A label listed with the process (printable, at most 256 bytes). */
+  tag?: string;
 }
 
 export interface WaitOptions {
@@ -76,6 +80,7 @@ const time = (v: unknown): Date | null => (typeof v === "string" && v ? new Date
 function toProcess(x: Record<string, unknown>): Process {
   return {
     pid: Number(x.pid),
+    tag: x.tag as string | undefined,
     cmd: x.cmd as string | undefined,
     argv: x.argv as string[] | undefined,
     cwd: x.cwd as string | undefined,
@@ -204,6 +209,7 @@ export class Processes {
     if (options.cwd !== undefined) body.cwd = options.cwd;
     if (options.user !== undefined) body.user = options.user;
     if (options.stdin) body.stdin = true;
+    if (options.tag !== undefined) body.tag = options.tag;
     const d = await this.sandbox.client.http.json<{ pid: number }>("POST", this.path(), { json: body });
     return new ProcessHandle(this.sandbox, Number(d.pid));
   }

@@ -26,6 +26,22 @@ export interface SandboxData {
   [key: string]: unknown;
 }
 
+/** A running sandbox's resource use (`sandbox.metrics()`). */
+export interface SandboxMetrics {
+  at: string;
+  vcpus: number;
+  /** Busy share of the guest's CPUs together, 0-100. */
+  cpu_used_pct: number;
+  mem_total_bytes: number;
+  mem_used_bytes: number;
+  mem_cache_bytes: number;
+  disk_total_bytes: number;
+  disk_used_bytes: number;
+  /** CPU time the VMM used on its host since it started. */
+  host_cpu_seconds: number;
+  host_mem_bytes: number;
+}
+
 interface FileData {
   name?: string;
   path?: string;
@@ -658,6 +674,15 @@ export class Sandbox {
   }
 
   /** Reload the fields from the API. */
+  /**
+   * The sandbox's resource use now (`GET /v1/sandboxes/{id}/metrics`): the guest's CPU share,
+   * memory and root disk, and its VMM's CPU time and memory on the host. A hibernated sandbox has
+   * none (a `ConflictError`); the call does not wake it.
+   */
+  async metrics(): Promise<SandboxMetrics> {
+    return this.client.http.json<SandboxMetrics>("GET", this.path() + "/metrics", { idempotent: true });
+  }
+
   async refresh(): Promise<this> {
     this.update(await this.client.http.json<SandboxData>("GET", this.path(), { idempotent: true }));
     return this;

@@ -88,10 +88,16 @@ describe("lifecycle", () => {
     assert.equal(await sb.hibernate(), sb);
     assert.equal(sb.state, "hibernated");
     assert.equal((await client.sandboxes.get(sb.id)).state, "hibernated");
+    // A hibernated sandbox has no figures, and asking does not wake it.
+    await assert.rejects(sb.metrics(), (e) => e.status === 409);
+    assert.equal((await client.sandboxes.get(sb.id)).state, "hibernated");
     assert.deepEqual((await client.sandboxes.list({ metadata: { tag }, state: "hibernated" })).map((s) => s.id), [sb.id]);
 
     await sb.wake();
     assert.equal(sb.state, "running");
+    const m = await sb.metrics();
+    assert.ok(m.mem_total_bytes > 0 && m.mem_used_bytes > 0 && m.mem_used_bytes < m.mem_total_bytes, JSON.stringify(m));
+    assert.ok(m.disk_used_bytes > 0 && m.cpu_used_pct >= 0 && m.cpu_used_pct <= 100 && m.vcpus >= 1, JSON.stringify(m));
     assert.equal(await sb.filesystem.read("/tmp/h.txt"), "kept");
     assert.ok(await alive(sb, pid));
 

@@ -156,6 +156,16 @@ describe("offline: create, get, list", () => {
     assert.equal(f.calls[3].query().limit, "2");
   });
 
+  it("metrics reads the sandbox's figures", async () => {
+    const m = { at: "2026-01-01T00:00:00Z", vcpus: 1, cpu_used_pct: 12.5, mem_total_bytes: 4, mem_used_bytes: 2, mem_cache_bytes: 1,
+      disk_total_bytes: 8, disk_used_bytes: 3, host_cpu_seconds: 0.5, host_mem_bytes: 5 };
+    const f = script(ok(SB), ok(m));
+    const sb = await client(f).sandboxes.get("sb_one");
+    assert.deepEqual(await sb.metrics(), m);
+    assert.equal(f.calls[1].path(), "/v1/sandboxes/sb_one/metrics");
+    assert.equal(f.calls[1].method, "GET");
+  });
+
   it("env, base URL with a path prefix, and the with() helper", async () => {
     const f = script(ok(SB, 201), ok({ stdout: "x", stderr: "", exit_code: 0 }), ok(null, 204));
     const c = new PandaStack({ fetch: f, env: { PANDASTACK_TOKEN: " pds_env ", PANDASTACK_BASE_URL: "https://example.invalid/api/" } });

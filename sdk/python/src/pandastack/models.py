@@ -114,17 +114,18 @@ class ExecEvent:
 
 
 class Process:
-    """A background process: ``pid``, ``cmd`` or ``argv``, ``cwd``, ``user``, ``state``
+    """A background process: ``pid``, ``tag`` (the label given at start, or None), ``cmd`` or ``argv``, ``cwd``, ``user``, ``state``
     (``running`` or ``exited``), ``exit_code`` and ``signal`` once exited, ``started_at`` and
     ``exited_at``, ``stdin`` (its stdin pipe is open), ``output_start``/``output_end`` (the
     output offsets still kept), ``raw``."""
 
-    __slots__ = ("pid", "cmd", "argv", "cwd", "user", "state", "exit_code", "signal", "started_at", "exited_at",
+    __slots__ = ("pid", "tag", "cmd", "argv", "cwd", "user", "state", "exit_code", "signal", "started_at", "exited_at",
                  "stdin", "output_start", "output_end", "raw")
 
     def __init__(self, d: Mapping[str, Any]) -> None:
         self.raw: Dict[str, Any] = dict(d)
         self.pid: int = int(d.get("pid") or 0)
+        self.tag: Optional[str] = d.get("tag")
         self.cmd: Optional[str] = d.get("cmd")
         self.argv: List[str] = list(d.get("argv") or [])
         self.cwd: Optional[str] = d.get("cwd")

@@ -174,13 +174,16 @@ class Processes:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         stdin: bool = False,
+        tag: Optional[str] = None,
     ) -> ProcessHandle:
         """Start ``cmd`` (a shell command line, or an argv list) in the background and return at
         once. It runs until it exits or is killed, whoever reads it; ``stdin=True`` keeps a pipe
-        to its stdin open for :meth:`ProcessHandle.send_stdin`."""
+        to its stdin open for :meth:`ProcessHandle.send_stdin`; ``tag`` labels it in listings."""
         body = command_body(cmd, env, cwd, user)
         if stdin:
             body["stdin"] = True
+        if tag is not None:
+            body["tag"] = tag
         r = self._sb._http.request("POST", self._sb._path("/processes"), json_body=body)
         return ProcessHandle(self._sb, int((r.json() or {})["pid"]))
 

@@ -352,6 +352,13 @@ class Sandbox:
         self._update(r.json())
         return self
 
+    def metrics(self) -> Dict[str, Any]:
+        """The sandbox's resource use now (``GET /v1/sandboxes/{id}/metrics``): ``{"at", "vcpus",
+        "cpu_used_pct", "mem_total_bytes", "mem_used_bytes", "mem_cache_bytes", "disk_total_bytes",
+        "disk_used_bytes", "host_cpu_seconds", "host_mem_bytes"}``. A hibernated sandbox has none
+        (``Conflict``); the call does not wake it."""
+        return self._http.request("GET", self._path() + "/metrics", idempotent=True).json()
+
     def _update_from(self, d: Any) -> None:
         if isinstance(d, dict) and d.get("id") == self.id:
             self._update(d)
