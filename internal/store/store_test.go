@@ -975,6 +975,11 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{14, "managed databases", "6938e6cd2cf728ab5e3fe81d8690544c984a7337f3f49218a27b0175d3f96848"},
 		{15, "published snapshots and hibernated sandboxes, host drain", "bd8ff7a906b4e5457859e362bec97e23844359395781c7f49cdf2491b8432125"},
 		{16, "apps and deployments", "c62781664178b9a71b999827ab688ca9e416e069df0f1e8acdad1f2c5d094e5d"},
+		{17, "sandboxes and snapshots owned by a service", "77a2fb2478c3945fe8f4c10087664151365e9e14d5a44d5609ec0249849218b4"},
+		{18, "webhooks and their deliveries", "17bff22c72d5d341a2a18119a40e1288451d0dc045f5d29ec84d585afe56d805"},
+		{19, "quotas on databases, apps, functions and snapshot sizes", "39110397cff2235860c7a1b1faa5551db0c6f79b0e5217328de09bb1500a6098"},
+		{20, "app deployments' leases", "ddf6c30b2f276576deb5fa8f77af9a2d69fbe127f973b9e9014761f5b717f535"},
+		{21, "E2B facade's restarted code contexts", "569c499d8b80227cd3253d8a37a41bc14e813f4bcd6a7d1343a270c0df8fd30c"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))
