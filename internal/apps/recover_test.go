@@ -17,6 +17,7 @@ import (
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/bundle"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/testenv"
 	"github.com/pandastack/pandastack/internal/testenv/fakehost"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -31,7 +32,7 @@ import (
 // SQLite store and the fake host agent behind a proxy that holds execs.
 func TestRecoverAfterRestart(t *testing.T) {
 	ctx := context.Background()
-	st := fakehost.Store(t)
+	st := testenv.SQLiteStore(t)
 	ag := agenttest.New("host-a", "tok", "base")
 	t.Cleanup(ag.Close)
 	agURL, _ := url.Parse(ag.URL())

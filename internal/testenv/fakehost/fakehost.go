@@ -1,13 +1,12 @@
-// Package fakehost sets up service tests over a real SQLite store and a fake host agent
-// (internal/agentclient/agenttest): the store, and the sandbox and template services whose one
-// host is the agent at a URL (the fake's, or a proxy in front of it).
+// Package fakehost sets up service tests over a fake host agent (internal/agentclient/agenttest):
+// the sandbox and template services whose one host is the agent at a URL (the fake's, or a proxy
+// in front of it), over a store (testenv.SQLiteStore).
 package fakehost
 
 import (
 	"context"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,17 +18,6 @@ import (
 
 // Quiet is a logger that drops everything.
 var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// Store opens a SQLite store in t's temporary directory, closed when t ends.
-func Store(t testing.TB) *store.Store {
-	t.Helper()
-	st, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
 
 // Services are the sandbox and template services over st, with the agent at agentURL (token
 // its bearer token) as their one host, polled once.
