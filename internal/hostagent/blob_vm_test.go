@@ -8,10 +8,12 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/blob/blobtest"
+	"github.com/pandastack/pandastack/internal/faultpoint"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -68,6 +70,36 @@ func TestTemplatesTravelThroughBlobStore(t *testing.T) {
 	}
 	if strings.Contains(said(), "pulling") {
 		t.Fatalf("a restarted host pulled its template again:\n%s", said())
+	}
+
+	// S3 gone during a publish: the snapshot is taken and answered (kept on this host, not
+	// published) within bounds, nothing is left half-made (the doctor finds nothing, even with
+	// no age threshold), and once S3 is back the next snapshot is published.
+	t.Setenv(faultpoint.MinAgeEnv, "0")
+	sb = a.create()
+	srv.Stop()
+	start := time.Now()
+	var snap hostapi.Snapshot
+	if code := a.call("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", nil, &snap); code != 201 && code != 200 {
+		t.Fatalf("a snapshot with S3 gone: status %d", code)
+	}
+	t.Logf("snapshot with S3 gone answered in %v", time.Since(start).Round(time.Millisecond))
+	if snap.Published {
+		t.Fatalf("a snapshot taken with S3 gone says it is published: %+v", snap)
+	}
+	var report hostapi.DoctorReport
+	if code := a.call("GET", "/v1/doctor", nil, &report); code != 200 || len(report.Findings) != 0 {
+		t.Fatalf("after a publish with S3 gone the doctor finds %+v (status %d)", report.Findings, code)
+	}
+	var child hostapi.Sandbox
+	if code := a.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID}, &child); code != 201 {
+		t.Fatalf("restore of the unpublished snapshot on its host: status %d", code)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.call("POST", "/v1/sandboxes/"+sb.ID+"/snapshots", nil, &snap); (code != 201 && code != 200) || !snap.Published {
+		t.Fatalf("a snapshot once S3 is back: status %d, %+v", code, snap)
 	}
 }
 

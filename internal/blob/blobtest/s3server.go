@@ -15,6 +15,9 @@ type S3Server struct {
 	Endpoint string // http://127.0.0.1:PORT
 	Access   string
 	Secret   string
+
+	dir, addr string
+	stop      func()
 }
 
 // StartS3 runs versitygw (bin/versitygw from `make setup`, or PANDASTACK_VERSITYGW) until t ends.
@@ -29,20 +32,16 @@ func StartS3(t *testing.T) *S3Server {
 		}
 		t.Skip(msg)
 	}
-	s, stop, err := RunS3(t.TempDir())
+	s, _, err := RunS3(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(stop)
+	t.Cleanup(s.Stop)
 	return s
 }
 
 // RunS3 starts versitygw on a free loopback port serving dir; stop ends it.
 func RunS3(dir string) (s *S3Server, stop func(), err error) {
-	bin := FindVersitygw()
-	if bin == "" {
-		return nil, nil, fmt.Errorf("versitygw not found: run `make setup` (installs bin/versitygw) or set PANDASTACK_VERSITYGW")
-	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
@@ -52,30 +51,52 @@ func RunS3(dir string) (s *S3Server, stop func(), err error) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	s = &S3Server{Endpoint: "http://" + addr, Access: "vgw-test-access", Secret: "pandastack-test-secret"}
-	cmd := exec.Command(bin, "--access", s.Access, "--secret", s.Secret, "--port", addr, "--quiet", "posix", dir)
+	s = &S3Server{Endpoint: "http://" + addr, Access: "vgw-test-access", Secret: "pandastack-test-secret", dir: dir, addr: addr}
+	if err := s.Start(); err != nil {
+		return nil, nil, err
+	}
+	return s, s.Stop, nil
+}
+
+// Stop ends the server (an S3 endpoint gone: connections are refused); Start brings it back at
+// the same address with the same data.
+func (s *S3Server) Stop() {
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+}
+
+// Start runs the server (again) at its address.
+func (s *S3Server) Start() error {
+	bin := FindVersitygw()
+	if bin == "" {
+		return fmt.Errorf("versitygw not found: run `make setup` (installs bin/versitygw) or set PANDASTACK_VERSITYGW")
+	}
+	cmd := exec.Command(bin, "--access", s.Access, "--secret", s.Secret, "--port", s.addr, "--quiet", "posix", s.dir)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		return nil, nil, err
+		return err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	stop = func() { cmd.Process.Kill(); <-exited }
+	stop := func() { cmd.Process.Kill(); <-exited }
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		c, err := net.DialTimeout("tcp", s.addr, time.Second)
 		if err == nil {
 			c.Close()
-			return s, stop, nil
+			s.stop = stop
+			return nil
 		}
 		select {
 		case werr := <-exited:
-			return nil, nil, fmt.Errorf("versitygw exited before listening (%v); its output is above", werr)
+			return fmt.Errorf("versitygw exited before listening (%v); its output is above", werr)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, nil, fmt.Errorf("versitygw did not listen on %s: %v", addr, err)
+			return fmt.Errorf("versitygw did not listen on %s: %v", s.addr, err)
 		}
 	}
 }
