@@ -184,6 +184,11 @@ func Interrupt(ctx context.Context, c Execer, id, contextID string) error {
 	return control(ctx, c, id, map[string]any{"op": "interrupt", "context": contextID}, 60, nil)
 }
 
+// Ping asks the code server for an answer without touching a kernel: the transport's round trip.
+func Ping(ctx context.Context, c Execer, id string) error {
+	return control(ctx, c, id, map[string]any{"op": "ping"}, 60, nil)
+}
+
 // control sends a one-answer request and decodes its answer into out.
 func control(ctx context.Context, c Execer, id string, in map[string]any, timeout float64, out any) error {
 	got := false
