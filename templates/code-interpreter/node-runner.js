@@ -81,17 +81,20 @@ function resultEvent(v) {
   return { result: r };
 }
 
+// Dynamic import() in the code loads as the main script's would (where this Node has the option).
+const scriptOptions = { filename: '<code>', importModuleDynamically: vm.constants?.USE_MAIN_CONTEXT_DEFAULT_LOADER };
+
 // compile makes a script of code; one with a top-level await becomes an async function: one
 // that is a single expression returns its value, other code runs as the function's body.
 function compile(code) {
   try {
-    return new vm.Script(code, { filename: '<code>' });
+    return new vm.Script(code, scriptOptions);
   } catch (e) {
     if (!(e instanceof SyntaxError) || !/\bawait\b/.test(code)) throw e;
     try {
-      return new vm.Script(`(async () => { return (\n${code.replace(/;\s*$/, '')}\n) })()`, { filename: '<code>', lineOffset: -1 });
+      return new vm.Script(`(async () => { return (\n${code.replace(/;\s*$/, '')}\n) })()`, { ...scriptOptions, lineOffset: -1 });
     } catch {
-      return new vm.Script(`(async () => {\n${code}\n})()`, { filename: '<code>', lineOffset: -1 });
+      return new vm.Script(`(async () => {\n${code}\n})()`, { ...scriptOptions, lineOffset: -1 });
     }
   }
 }

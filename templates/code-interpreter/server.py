@@ -50,6 +50,7 @@ MARKER = "\n[output truncated: more than %d bytes]\n" % OUTPUT_LIMIT
 HOME = os.path.expanduser("~")
 NODE_RUNNER = os.environ.get("PANDASTACK_CODE_NODE_RUNNER", "/usr/local/bin/pandastack-code-node")
 DEFAULTS = {"python": "default", "javascript": "default-javascript"}
+ALIASES = {"js": "javascript", "": "python", None: "python"}
 # Modules every kernel imports before it is handed out (comma-separated).
 IMPORTS = os.environ.get("PANDASTACK_CODE_IMPORTS", "numpy,pandas,matplotlib,matplotlib.pyplot,sklearn,sklearn.linear_model,"
                          "sklearn.model_selection,sklearn.preprocessing,sklearn.metrics")
@@ -335,7 +336,7 @@ class NodeKernel:
         env = dict(os.environ, PANDASTACK_CODE_FD=str(theirs.fileno()),
                    PANDASTACK_CODE_OUTPUT_LIMIT=str(OUTPUT_LIMIT))
         try:
-            self.proc = subprocess.Popen(["node", NODE_RUNNER], cwd=cwd, env=env, pass_fds=(theirs.fileno(),),
+            self.proc = subprocess.Popen(["node", "--no-warnings", NODE_RUNNER], cwd=cwd, env=env, pass_fds=(theirs.fileno(),),
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as e:
             raise Fail("unavailable", "JavaScript contexts need Node.js and %s: %s" % (NODE_RUNNER, e))
@@ -414,6 +415,7 @@ class Contexts:
 
     def create(self, cwd, cid=None, language="python"):
         cwd = cwd or HOME
+        language = ALIASES.get(language, language)
         if language not in DEFAULTS:
             raise Fail("invalid", "language %r is not one of %s" % (language, ", ".join(DEFAULTS)))
         if not os.path.isdir(cwd):
@@ -467,7 +469,7 @@ class Handler(socketserver.StreamRequestHandler):
             if op == "run":
                 self.run(req)
             elif op == "create":
-                self.send({"context": CTX.create(req.get("cwd"), language=req.get("language") or "python")})
+                self.send({"context": CTX.create(req.get("cwd"), language=req.get("language"))})
             elif op == "list":
                 with CTX.mu:
                     self.send({"contexts": [i for i, _ in CTX.items.values()]})
@@ -489,7 +491,8 @@ class Handler(socketserver.StreamRequestHandler):
             self.send({"fail": {"kind": "internal", "message": "%s: %s" % (type(e).__name__, e)}})
 
     def run(self, req):
-        cid = req.get("context") or DEFAULTS.get(req.get("language") or "python")
+        lang = req.get("language")
+        cid = req.get("context") or DEFAULTS.get(ALIASES.get(lang, lang))
         if cid is None:
             raise Fail("invalid", "language %r is not one of %s" % (req.get("language"), ", ".join(DEFAULTS)))
         info, k = CTX.get(cid)
