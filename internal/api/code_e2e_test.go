@@ -12,14 +12,20 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/testenv"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // TestE2ECodeInterpreter bakes the code-interpreter template once (its kernels start and import
 // the data stack before the snapshot) and drives its /code endpoints through the public API on
-// real microVMs. The subtests run in parallel, each on its own sandbox of the one bake.
+// real microVMs. The subtests run in parallel, each on its own sandbox of the one bake. The
+// sandboxes have their network (as on a real host), so calls take the direct port path.
 func TestE2ECodeInterpreter(t *testing.T) {
-	ctx, host, _, c := startE2E(t, 60*time.Minute)
+	testenv.NeedVMs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	t.Cleanup(cancel)
+	host, cp := startNetworkedCP(t, Config{})
+	c := cp.client(cp.admin)
 	start := time.Now()
 	host.bake(ctx, "code-interpreter")
 	t.Logf("code-interpreter baked in %s", time.Since(start).Round(time.Second))
@@ -143,7 +149,7 @@ func TestE2ECodeInterpreter(t *testing.T) {
 		if got := text(t, id, "", "secret"); got != "'default'" {
 			t.Fatalf("default context after the other set its own: %q", got)
 		}
-		if l, err := c.ListCodeContexts(ctx, id); err != nil || len(l) != 2 {
+		if l, err := c.ListCodeContexts(ctx, id); err != nil || len(l) != 3 { // default, default-javascript, cc
 			t.Fatalf("list: %+v %v", l, err)
 		}
 		if _, err := c.RunCode(ctx, id, v1.CodeRequest{Code: "1", ContextID: "nosuch"}); apiCode(err) != "404 not_found" {
