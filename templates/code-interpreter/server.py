@@ -95,15 +95,9 @@ def __pandastack_warm(limit, marker, imports):
         state["n"], state["cut"] = 0, False
 
     ip.events.register("pre_run_cell", reset)
-    # The display formatter's first DataFrame and figure (the rich results of a first run_code).
+    # The display formatter's first DataFrame (the rich result of a typical first run_code).
     if "pandas" in sys.modules:
         ip.display_formatter.format(sys.modules["pandas"].DataFrame({"a": range(3)}).describe())
-    if "matplotlib.pyplot" in sys.modules:
-        plt = sys.modules["matplotlib.pyplot"]
-        fig = plt.figure(figsize=(2, 2))
-        plt.plot([1, 2], [1, 2])
-        ip.display_formatter.format(fig)
-        plt.close(fig)
 
 __pandastack_warm(%d, %r, %r)
 del __pandastack_warm
@@ -166,20 +160,13 @@ class Zygote:
     @staticmethod
     def _exercise():
         """Runs what a first execution typically runs (a DataFrame's describe and its text and
-        HTML forms, a PNG chart), so the lazy imports and caches it fills (pandas' formatters,
-        matplotlib's fonts) are in every kernel's memory before the snapshot."""
-        import io
+        HTML forms), so the lazy imports and caches it fills are in every kernel's memory before
+        the snapshot. (A chart's first rendering is left out: it costs the bake minutes on a
+        loaded TCG host, against the ready check's 15.)"""
         if "pandas" in sys.modules:
             import pandas as pd
             d = pd.DataFrame({"a": range(10), "b": [v * 0.5 for v in range(10)]}).describe()
             repr(d), d._repr_html_()
-        if "matplotlib.pyplot" in sys.modules:
-            import matplotlib.pyplot as plt
-            fig = plt.figure(figsize=(2, 2))
-            plt.plot([1, 2, 3], [1, 4, 9], marker="o")
-            plt.title("warm")
-            fig.savefig(io.BytesIO(), format="png")
-            plt.close(fig)
 
     @staticmethod
     def _kernel(connection_file, cwd):
