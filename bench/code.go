@@ -98,7 +98,7 @@ func (b *bench) codeSuiteOn(ctx context.Context, res map[string]float64, rounds 
 	}
 	res["code_bake_ms"] = float64(info.BakeMS)
 	c := agentclient.New(b.url, "")
-	var first, oneplus, js, exec, ping, relay, pyExec []float64
+	var first, second, oneplus, js, exec, ping, relay, pyExec []float64
 	for range samples(rounds) {
 		_, id, err := b.create("code-interpreter")
 		if err != nil {
@@ -116,7 +116,7 @@ func (b *bench) codeSuiteOn(ctx context.Context, res map[string]float64, rounds 
 				return err
 			})
 		}
-		ops := []sample{run(describeCode), run("1+1"), timed(func() error { return codeRunIn(ctx, c, id, "javascript", "1+1") }),
+		ops := []sample{run(describeCode), run(describeCode), run("1+1"), timed(func() error { return codeRunIn(ctx, c, id, "javascript", "1+1") }),
 			execOf("", "true"), timed(func() error { return codeinterp.Ping(ctx, c, id) }), execOf(`{"op":"ping"}`+"\n", codeinterp.Relay)}
 		if len(pyExec) < samples(3) { // the old way, ~18 s a call: a few samples are enough
 			ops = append(ops, execOf("", "python3", "-c", "import pandas as pd; print(pd.DataFrame({'a': range(10)}).describe())"))
@@ -126,14 +126,15 @@ func (b *bench) codeSuiteOn(ctx context.Context, res map[string]float64, rounds 
 		if err != nil {
 			return err
 		}
-		first, oneplus, js, exec = append(first, lat[0]...), append(oneplus, lat[1]...), append(js, lat[2]...), append(exec, lat[3]...)
-		ping, relay = append(ping, lat[4]...), append(relay, lat[5]...)
-		if len(lat) > 6 {
-			pyExec = append(pyExec, lat[6]...)
+		first, second, oneplus, js = append(first, lat[0]...), append(second, lat[1]...), append(oneplus, lat[2]...), append(js, lat[3]...)
+		exec, ping, relay = append(exec, lat[4]...), append(ping, lat[5]...), append(relay, lat[6]...)
+		if len(lat) > 7 {
+			pyExec = append(pyExec, lat[7]...)
 		}
 	}
 	res["code_first_describe_p50_ms"] = pct(first, 50)
 	res["code_first_describe_p99_ms"] = pct(first, 99)
+	res["code_second_describe_p50_ms"] = pct(second, 50)
 	res["code_roundtrip_p50_ms"] = pct(oneplus, 50)
 	res["code_roundtrip_p99_ms"] = pct(oneplus, 99)
 	res["code_js_roundtrip_p50_ms"] = pct(js, 50)
@@ -144,8 +145,8 @@ func (b *bench) codeSuiteOn(ctx context.Context, res map[string]float64, rounds 
 	res["code_first_describe_over_exec"] = res["code_first_describe_p50_ms"] / res["code_exec_p50_ms"]
 	res["code_first_describe_over_python_exec"] = res["code_first_describe_p50_ms"] / res["code_python_exec_describe_p50_ms"]
 	res["code_roundtrip_over_exec"] = res["code_roundtrip_p50_ms"] / res["code_exec_p50_ms"]
-	fmt.Printf("code interpreter: first describe after create p50 %.0f ms p99 %.0f ms; exec true p50 %.0f ms; first describe / exec %.2f (goal <= 1.5)\n",
-		res["code_first_describe_p50_ms"], res["code_first_describe_p99_ms"], res["code_exec_p50_ms"], res["code_first_describe_over_exec"])
+	fmt.Printf("code interpreter: first describe after create p50 %.0f ms p99 %.0f ms (the same describe again p50 %.0f ms); exec true p50 %.0f ms; first describe / exec %.2f (goal <= 1.5)\n",
+		res["code_first_describe_p50_ms"], res["code_first_describe_p99_ms"], res["code_second_describe_p50_ms"], res["code_exec_p50_ms"], res["code_first_describe_over_exec"])
 	fmt.Printf("code interpreter: 1+1 p50 %.0f ms (/ exec %.2f), JavaScript 1+1 p50 %.0f ms, server ping over the port p50 %.0f ms, "+
 		"relay ping by exec p50 %.0f ms; exec of python3 -c with the same describe p50 %.0f ms (first describe / it %.3f)\n",
 		res["code_roundtrip_p50_ms"], res["code_roundtrip_over_exec"], res["code_js_roundtrip_p50_ms"], res["code_ping_p50_ms"],

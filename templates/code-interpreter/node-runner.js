@@ -101,11 +101,11 @@ function compile(code) {
 
 let count = 0;
 
-async function execute(code, timeoutMs) {
+async function execute(code, timeoutMs, silent) {
   const t0 = Date.now();
   running = true;
   sent = 0;
-  count++;
+  if (!silent) count++;
   try {
     let v = compile(code).runInThisContext({ timeout: timeoutMs, breakOnSigint: true, displayErrors: false });
     if (v && typeof v.then === 'function') {
@@ -149,7 +149,7 @@ sock.on('data', (d) => {
     const line = buf.slice(0, i);
     buf = buf.slice(i + 1);
     const req = JSON.parse(line);
-    queue = queue.then(() => execute(String(req.code ?? ''), Math.round(Number(req.timeout || 300) * 1000)));
+    queue = queue.then(() => execute(String(req.code ?? ''), Math.round(Number(req.timeout || 300) * 1000), !!req.silent));
   }
 });
 sock.on('end', () => process.exit(0));
