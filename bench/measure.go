@@ -78,12 +78,18 @@ func (b *bench) agentConfig(dataDir string) hostagent.Config {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
+// newAgent starts an extra agent in its own data dir (name, under the bench's), configured by set,
+// with nothing baked. The caller closes it.
+func (b *bench) newAgent(name string, set func(*hostagent.Config)) (*hostagent.Agent, error) {
+	cfg := b.agentConfig(filepath.Join(b.dataDir, name))
+	set(&cfg)
+	return hostagent.New(context.Background(), cfg)
+}
+
 // sideAgent starts an extra agent for one suite, in its own data dir (name, under the bench's)
 // and configured by set, with base baked. The caller closes it.
 func (b *bench) sideAgent(ctx context.Context, name string, set func(*hostagent.Config)) (*hostagent.Agent, error) {
-	cfg := b.agentConfig(filepath.Join(b.dataDir, name))
-	set(&cfg)
-	a, err := hostagent.New(ctx, cfg)
+	a, err := b.newAgent(name, set)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ import (
 func init() {
 	sb, f := group("sandbox", "Create, list, exec in, move files in, fork, snapshot, hibernate and kill sandboxes", "sandboxes", "sb")
 	sb.AddCommand(sandboxCreateCmd(f), sandboxListCmd(f), getCmd(f, sandboxes, "get ID", "Show one sandbox", (*client.Client).GetSandbox),
-		sandboxExecCmd(f), sandboxCodeCmd(f), sandboxStartCmd(f), sandboxPsCmd(f), sandboxLogsCmd(f), sandboxKillProcessCmd(f), sandboxShellCmd(f), watchCmd(f),
+		sandboxExecCmd(f), sandboxCodeCmd(f), sandboxCodeContextCmd(f), sandboxStartCmd(f), sandboxPsCmd(f), sandboxLogsCmd(f), sandboxKillProcessCmd(f), sandboxShellCmd(f), watchCmd(f),
 		getCmd(f, sandboxMetrics, "metrics ID", "Show a running sandbox's CPU, memory and disk use now (as its guest and its host see them)",
 			(*client.Client).SandboxMetrics),
 		sandboxKillCmd(f), sandboxTTLCmd(f), sandboxFilesCmd(f), sandboxForkCmd(f), sandboxSnapshotCmd(f),

@@ -12,14 +12,20 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/testenv"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // TestE2ECodeInterpreter bakes the code-interpreter template once (its kernels start and import
 // the data stack before the snapshot) and drives its /code endpoints through the public API on
-// real microVMs. The subtests run in parallel, each on its own sandbox of the one bake.
+// real microVMs. The subtests run in parallel, each on its own sandbox of the one bake. The
+// sandboxes have their network (as on a real host), so calls take the direct port path.
 func TestE2ECodeInterpreter(t *testing.T) {
-	ctx, host, _, c := startE2E(t, 60*time.Minute)
+	testenv.NeedVMs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	t.Cleanup(cancel)
+	host, cp := startNetworkedCP(t, Config{})
+	c := cp.client(cp.admin)
 	start := time.Now()
 	host.bake(ctx, "code-interpreter")
 	t.Logf("code-interpreter baked in %s", time.Since(start).Round(time.Second))
@@ -143,7 +149,7 @@ func TestE2ECodeInterpreter(t *testing.T) {
 		if got := text(t, id, "", "secret"); got != "'default'" {
 			t.Fatalf("default context after the other set its own: %q", got)
 		}
-		if l, err := c.ListCodeContexts(ctx, id); err != nil || len(l) != 2 {
+		if l, err := c.ListCodeContexts(ctx, id); err != nil || len(l) != 3 { // default, default-javascript, cc
 			t.Fatalf("list: %+v %v", l, err)
 		}
 		if _, err := c.RunCode(ctx, id, v1.CodeRequest{Code: "1", ContextID: "nosuch"}); apiCode(err) != "404 not_found" {
@@ -184,6 +190,69 @@ func TestE2ECodeInterpreter(t *testing.T) {
 		}
 		if got := text(t, id, "", "'secret' in globals(), 6 * 7"); got != "(False, 42)" {
 			t.Fatalf("after the kernel died: %q", got)
+		}
+	})
+
+	t.Run("javascript and the direct port", func(t *testing.T) {
+		t.Parallel()
+		id := create(t)
+		// Without the relay in the guest the calls still work: they reach the server's port
+		// through the host agent, not an exec.
+		if r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: "rm /usr/local/bin/pandastack-code", User: "root"}); err != nil || r.ExitCode != 0 {
+			t.Fatalf("rm the relay: %+v %v", r, err)
+		}
+		js := func(ctxID, code string) v1.CodeExecution {
+			t.Helper()
+			x, err := c.RunCode(ctx, id, v1.CodeRequest{Code: code, Language: "js", ContextID: ctxID})
+			if err != nil {
+				t.Fatalf("run %q: %v", code, err)
+			}
+			return x
+		}
+		// State between calls, console.log as stdout, the last expression as the text result.
+		x := js("", "const xs = [1, 2, 3];\nlet total = xs.reduce((a, b) => a + b, 0);\nconsole.log('sum', total);\ntotal * 2")
+		if x.Error != nil || strings.Join(x.Logs.Stdout, "") != "sum 6\n" || len(x.Results) != 1 || x.Results[0].Text != "12" || !x.Results[0].IsMainResult {
+			t.Fatalf("js: %+v", x)
+		}
+		if x = js("", "total += 1; ({total, xs})"); x.Error != nil || len(x.Results) != 1 || x.Results[0].JSON != `{"total":7,"xs":[1,2,3]}` {
+			t.Fatalf("js state: %+v", x)
+		}
+		if x = js("", "await new Promise((r) => setTimeout(() => r(total + 35), 10))"); x.Error != nil || len(x.Results) != 1 || x.Results[0].Text != "42" {
+			t.Fatalf("js await: %+v", x)
+		}
+		// An error: name, value, traceback; the context lives on.
+		x = js("", "function f() { throw new RangeError('too far') }\nf()")
+		if x.Error == nil || x.Error.Name != "RangeError" || x.Error.Value != "too far" || !strings.Contains(x.Error.Traceback, "at f (") {
+			t.Fatalf("js error: %+v", x)
+		}
+		// The Python context is another one (and runs Python).
+		if got := text(t, id, "", "'total' in globals(), 6 * 7"); got != "(False, 42)" {
+			t.Fatalf("python next to js: %q", got)
+		}
+		// A new JavaScript context has its own variables; the list says its language.
+		cc, err := c.CreateCodeContext(ctx, id, v1.CreateCodeContextRequest{Language: "javascript", Cwd: "/tmp"})
+		if err != nil || cc.Language != "javascript" {
+			t.Fatalf("create js context: %+v %v", cc, err)
+		}
+		if x = js(cc.ID, "[typeof total, process.cwd()]"); x.Error != nil || len(x.Results) != 1 || x.Results[0].JSON != `["undefined","/tmp"]` {
+			t.Fatalf("new js context: %+v", x)
+		}
+		// A timeout stops a busy loop; the context keeps its state.
+		one := 1.0
+		x, err = c.RunCode(ctx, id, v1.CodeRequest{Code: "for (;;) {}", Language: "javascript", TimeoutSeconds: &one})
+		if err != nil || x.Error == nil || x.Error.Name != "TimeoutError" {
+			t.Fatalf("js timeout: %+v %v", x, err)
+		}
+		if x = js("", "total"); len(x.Results) != 1 || x.Results[0].Text != "7" {
+			t.Fatalf("after the timeout: %+v", x)
+		}
+		l, err := c.ListCodeContexts(ctx, id)
+		langs := map[string]string{}
+		for _, cc := range l {
+			langs[cc.ID] = cc.Language
+		}
+		if err != nil || langs["default"] != "python" || langs["default-javascript"] != "javascript" || langs[cc.ID] != "javascript" {
+			t.Fatalf("contexts: %+v %v", l, err)
 		}
 	})
 

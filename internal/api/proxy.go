@@ -14,6 +14,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/codeinterp"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -111,6 +112,11 @@ func (s *Server) portTarget(host string) (port int, id string, ok bool) {
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, port int, id string) {
 	if port < 1 || port > 65535 {
 		proxyPage(w, http.StatusBadRequest, "Bad port", fmt.Sprintf("Port %d is not a TCP port (1-65535).", port))
+		return
+	}
+	if port == codeinterp.Port { // it runs code: only the API's callers (with a key) reach it
+		proxyPage(w, http.StatusForbidden, "Reserved port", fmt.Sprintf(
+			"Port %d is the code interpreter's: it is reached through the API (POST /v1/sandboxes/%s/code), not by host name.", port, id))
 		return
 	}
 	sb, err := s.store.GetSandbox(r.Context(), id)

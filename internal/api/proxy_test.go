@@ -59,6 +59,7 @@ func TestPortProxy(t *testing.T) {
 	}{
 		{"unknown sandbox", "8000-sb_nosuchsandbox.sandboxes.example.test", 502, "No such sandbox"},
 		{"port out of range", "99999-" + sb.ID + ".sandboxes.example.test", 400, "not a TCP port"},
+		{"the code server's port", "49999-" + sb.ID + ".sandboxes.example.test", 403, "code interpreter"},
 	} {
 		code, hdr, body := e.proxyDo("GET", c.host, "/", "")
 		if code != c.status || !strings.Contains(body, c.page) || !strings.HasPrefix(hdr.Get("Content-Type"), "text/html") {

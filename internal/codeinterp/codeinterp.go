@@ -1,8 +1,11 @@
 // Package codeinterp runs code in a sandbox's warm kernels (the code-interpreter template's code
-// server, see docs/code-interpreter.md). It reaches the server through the guest agent's exec:
-// one exec of the relay command per request, its request line on stdin and the server's NDJSON
-// answer on stdout, so neither the host agent nor the guest agent knows about kernels. A sandbox
-// whose template lacks the relay gets a clear error, not a hang.
+// server, see docs/code-interpreter.md). One request is one TCP connection to the server's port
+// (Port) in the guest through the host agent's port path (the raw tunnel functions and apps use
+// too): the request line goes in, the server's NDJSON answer comes out. Where the port path
+// cannot reach it (a sandbox without network, a server of an older bake listening on guest
+// loopback only), the request goes through the guest agent's exec of the relay command instead:
+// its request line on stdin, the answer on stdout. Neither agent knows about kernels. A sandbox
+// whose template has no code server gets a clear error, not a hang.
 package codeinterp
 
 import (
@@ -12,8 +15,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
+	"os"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
@@ -22,6 +28,10 @@ import (
 
 // Relay is the command in the guest that carries one request to the code server.
 const Relay = "pandastack-code"
+
+// Port is the code server's TCP port in the guest. The public port proxy refuses it: the code
+// server is reached only through the API (and the E2B facade's code port), never by host name.
+const Port = 49999
 
 // Limits on requests and answers.
 const (
@@ -36,8 +46,8 @@ const (
 	relaySlack = 60
 )
 
-// Languages are the languages a context can run.
-var Languages = []string{"python"}
+// Languages are the languages a context can run ("js" is a name of "javascript").
+var Languages = []string{"python", "javascript"}
 
 var contextIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -46,13 +56,20 @@ type Execer interface {
 	ExecStream(ctx context.Context, id string, req agentclient.ExecRequest) (io.ReadCloser, error)
 }
 
+// Dialer opens a TCP connection to a port in a sandbox through its host agent (an
+// *agentclient.Client is one). An Execer that is also a Dialer is reached directly on Port.
+type Dialer interface {
+	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
+}
+
 // CheckRun validates a run request and fills its defaults.
 func CheckRun(req *v1.CodeRequest) error {
-	if err := checkLanguage(req.Language); err != nil {
+	lang, err := Language(req.Language)
+	if err != nil {
 		return err
 	}
 	if strings.TrimSpace(req.Code) == "" {
-		return errdefs.Invalidf("code is required: the Python to run")
+		return errdefs.Invalidf("code is required: the code to run")
 	}
 	if len(req.Code) > MaxCodeBytes {
 		return errdefs.New(errdefs.TooLarge, "code is %d bytes; the limit is %d (put data in a file and read it from the code)", len(req.Code), MaxCodeBytes)
@@ -67,19 +84,20 @@ func CheckRun(req *v1.CodeRequest) error {
 		t := float64(DefaultTimeoutSeconds)
 		req.TimeoutSeconds = &t
 	}
-	req.Language = "python"
+	req.Language = lang
 	return nil
 }
 
 // CheckContext validates a context request.
 func CheckContext(req *v1.CreateCodeContextRequest) error {
-	if err := checkLanguage(req.Language); err != nil {
+	lang, err := Language(req.Language)
+	if err != nil {
 		return err
 	}
 	if req.Cwd != "" && (!strings.HasPrefix(req.Cwd, "/") || len(req.Cwd) > 4096 || strings.ContainsRune(req.Cwd, 0)) {
 		return errdefs.Invalidf("cwd must be an absolute path in the sandbox")
 	}
-	req.Language = "python"
+	req.Language = lang
 	return nil
 }
 
@@ -91,17 +109,22 @@ func CheckContextID(id string) error {
 	return nil
 }
 
-func checkLanguage(l string) error {
-	if l == "" || l == "python" {
-		return nil
+// Language is the language l names ("" is python, "js" javascript), or a 400.
+func Language(l string) (string, error) {
+	switch strings.ToLower(l) {
+	case "", "python":
+		return "python", nil
+	case "javascript", "js":
+		return "javascript", nil
 	}
-	return errdefs.Invalidf("language %q is not supported: code contexts run %s", l, strings.Join(Languages, ", "))
+	return "", errdefs.Invalidf("language %q is not supported: code contexts run %s", l, strings.Join(Languages, ", "))
 }
 
 // Run executes req (checked by CheckRun) in sandbox id and hands each event to emit as it
 // comes; the last is End. An exception in the code is an Error event, not an error.
 func Run(ctx context.Context, c Execer, id string, req v1.CodeRequest, emit func(v1.CodeEvent) error) error {
-	in := map[string]any{"op": "run", "context": req.ContextID, "code": req.Code, "timeout": *req.TimeoutSeconds}
+	// Without a context the language picks its default one; a context runs its own language.
+	in := map[string]any{"op": "run", "context": req.ContextID, "language": req.Language, "code": req.Code, "timeout": *req.TimeoutSeconds}
 	ended := false
 	err := call(ctx, c, id, in, *req.TimeoutSeconds+relaySlack, func(line []byte) error {
 		var ev struct {
@@ -137,7 +160,7 @@ func Collect(ctx context.Context, c Execer, id string, req v1.CodeRequest) (v1.C
 func CreateContext(ctx context.Context, c Execer, id string, req v1.CreateCodeContextRequest) (v1.CodeContext, error) {
 	var out struct{ Context v1.CodeContext }
 	// The kernel forks from the guest's zygote (already warm): seconds, but allow for a loaded host.
-	err := control(ctx, c, id, map[string]any{"op": "create", "cwd": req.Cwd}, 300, &out)
+	err := control(ctx, c, id, map[string]any{"op": "create", "cwd": req.Cwd, "language": req.Language}, 300, &out)
 	return out.Context, err
 }
 
@@ -159,6 +182,11 @@ func DeleteContext(ctx context.Context, c Execer, id, contextID string) error {
 // Interrupt interrupts the context's running execution (KeyboardInterrupt in Python).
 func Interrupt(ctx context.Context, c Execer, id, contextID string) error {
 	return control(ctx, c, id, map[string]any{"op": "interrupt", "context": contextID}, 60, nil)
+}
+
+// Ping asks the code server for an answer without touching a kernel: the transport's round trip.
+func Ping(ctx context.Context, c Execer, id string) error {
+	return control(ctx, c, id, map[string]any{"op": "ping"}, 60, nil)
 }
 
 // control sends a one-answer request and decodes its answer into out.
@@ -204,12 +232,67 @@ func (f *serverFail) err() error {
 	return errdefs.New(errdefs.Unavailable, "code server: %s", f.Message)
 }
 
-// call runs the relay with in as its request and hands each answer line to line.
+// call sends in to the code server, directly on Port when c can dial it and through the relay
+// otherwise, and hands each answer line to line.
 func call(ctx context.Context, c Execer, id string, in map[string]any, timeout float64, line func([]byte) error) error {
 	reqLine, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
+	if d, ok := c.(Dialer); ok {
+		conn, err := d.DialPort(ctx, id, Port)
+		if err == nil {
+			return callConn(ctx, conn, reqLine, timeout, line)
+		}
+		// The agent answered but cannot reach the port (nothing listens on the guest's address,
+		// no network): the relay may still reach the server on guest loopback, or say clearly
+		// that there is none. Anything else (the host is down, the caller left) is the answer.
+		var ae *agentclient.Error
+		if !errors.As(err, &ae) || ae.Status == 0 || ctx.Err() != nil {
+			return err
+		}
+	}
+	return callExec(ctx, c, id, reqLine, timeout, line)
+}
+
+// callConn sends the request line on conn (a tunnel to the server's port) and hands each answer
+// line to line until the server closes.
+func callConn(ctx context.Context, conn net.Conn, reqLine []byte, timeout float64, line func([]byte) error) error {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(time.Duration(timeout * float64(time.Second))))
+	stop := context.AfterFunc(ctx, func() { conn.Close() }) // the caller left: the server interrupts the code
+	defer stop()
+	if _, err := conn.Write(append(reqLine, '\n')); err != nil {
+		return connErr(ctx, err, timeout)
+	}
+	sc := bufio.NewScanner(conn)
+	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
+	for sc.Scan() {
+		if err := line(sc.Bytes()); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return errdefs.New(errdefs.Unavailable, "the code server sent a line longer than %d bytes", maxLineBytes)
+		}
+		return connErr(ctx, err, timeout)
+	}
+	return nil
+}
+
+func connErr(ctx context.Context, err error, timeout float64) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return errdefs.New(errdefs.Unavailable, "the code server did not answer within %g s", timeout)
+	}
+	return errdefs.New(errdefs.Unavailable, "the connection to the code server broke: %v", err)
+}
+
+// callExec runs the relay with reqLine as its request and hands each answer line to line.
+func callExec(ctx context.Context, c Execer, id string, reqLine []byte, timeout float64, line func([]byte) error) error {
 	stdin := string(reqLine) + "\n"
 	// argv, not a shell: one process start less (tens of ms under TCG). A guest without the relay
 	// answers 404 naming the executable.

@@ -1,9 +1,11 @@
 package codeinterp
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"strings"
 	"testing"
 
@@ -84,5 +86,118 @@ func TestRelayFailures(t *testing.T) {
 		if errdefs.KindOf(err) != c.kind || err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v (kind %v), want kind %v saying %q", c.name, err, errdefs.KindOf(err), c.kind, c.says)
 		}
+	}
+}
+
+// fakeAgent is a host agent with a port path: DialPort reaches a real TCP server on loopback
+// (the code server's stand-in) unless dialErr says the agent refused; exec is fakeExec.
+type fakeAgent struct {
+	fakeExec
+	addr    string
+	dialErr error
+	port    int
+}
+
+func (f *fakeAgent) DialPort(ctx context.Context, _ string, port int) (net.Conn, error) {
+	f.port = port
+	if f.dialErr != nil {
+		return nil, f.dialErr
+	}
+	return (&net.Dialer{}).DialContext(ctx, "tcp", f.addr)
+}
+
+// codeServer answers each connection's request line with answer(request).
+func codeServer(t *testing.T, answer func(req map[string]any) string) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var req map[string]any
+				line, _ := bufio.NewReader(c).ReadBytes('\n')
+				json.Unmarshal(line, &req)
+				io.WriteString(c, answer(req))
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func TestDirectPort(t *testing.T) {
+	addr := codeServer(t, func(req map[string]any) string {
+		if req["op"] == "list" {
+			return `{"contexts":[{"id":"default","language":"python","cwd":"/home/user"}]}` + "\n"
+		}
+		return `{"stdout":"hi\n"}` + "\n" + `{"result":{"text":"` + req["code"].(string) + `","is_main_result":true}}` + "\n" + `{"end":{"execution_count":1,"duration_ms":2}}` + "\n"
+	})
+	f := &fakeAgent{addr: addr}
+	req := v1.CodeRequest{Code: "40+2"}
+	CheckRun(&req)
+	x, err := Collect(context.Background(), f, "sb_1", req)
+	if err != nil || f.port != Port || f.got.Argv != nil || len(x.Results) != 1 || x.Results[0].Text != "40+2" || x.Logs.Stdout[0] != "hi\n" {
+		t.Fatalf("direct run: %+v %v (port %d, exec %+v)", x, err, f.port, f.got)
+	}
+	list, err := ListContexts(context.Background(), f, "sb_1")
+	if err != nil || len(list) != 1 || list[0].ID != "default" || f.got.Argv != nil {
+		t.Fatalf("direct list: %+v %v", list, err)
+	}
+}
+
+func TestDirectPortFallsBack(t *testing.T) {
+	end := `{"end":{"execution_count":1,"duration_ms":2}}` + "\n"
+	// The agent answers that nothing listens on the guest's address: the relay is tried.
+	f := &fakeAgent{fakeExec: fakeExec{chunks: []string{end}}, dialErr: &agentclient.Error{Status: 502, Message: "nothing listens on port 49999"}}
+	req := v1.CodeRequest{Code: "1"}
+	CheckRun(&req)
+	if _, err := Collect(context.Background(), f, "sb_1", req); err != nil || len(f.got.Argv) != 1 || f.got.Argv[0] != Relay {
+		t.Fatalf("fallback: %v %+v", err, f.got)
+	}
+	// Without a relay either, the sandbox has no code interpreter.
+	f = &fakeAgent{fakeExec: fakeExec{err: errdefs.NotFoundf(`executable "pandastack-code" not found in PATH`)}, dialErr: &agentclient.Error{Status: 502, Message: "nothing listens"}}
+	if _, err := Collect(context.Background(), f, "sb_1", req); errdefs.KindOf(err) != errdefs.Conflict {
+		t.Fatalf("no interpreter: %v", err)
+	}
+	// An unreachable host is the answer: no exec.
+	f = &fakeAgent{fakeExec: fakeExec{chunks: []string{end}}, dialErr: &agentclient.Unreachable{Err: io.ErrUnexpectedEOF}}
+	if _, err := Collect(context.Background(), f, "sb_1", req); err == nil || f.got.Argv != nil {
+		t.Fatalf("unreachable: %v %+v", err, f.got)
+	}
+	// A server that closes without an end event is an error, as through the relay.
+	f = &fakeAgent{addr: codeServer(t, func(map[string]any) string { return `{"stdout":"a"}` + "\n" })}
+	if _, err := Collect(context.Background(), f, "sb_1", req); errdefs.KindOf(err) != errdefs.Unavailable || !strings.Contains(err.Error(), "without an end") {
+		t.Fatalf("no end: %v", err)
+	}
+}
+
+func TestLanguages(t *testing.T) {
+	for in, want := range map[string]string{"": "python", "python": "python", "js": "javascript", "JavaScript": "javascript"} {
+		req := v1.CodeRequest{Code: "1", Language: in}
+		cc := v1.CreateCodeContextRequest{Language: in}
+		if err := CheckRun(&req); err != nil || req.Language != want {
+			t.Errorf("run %q: %q %v", in, req.Language, err)
+		}
+		if err := CheckContext(&cc); err != nil || cc.Language != want {
+			t.Errorf("context %q: %q %v", in, cc.Language, err)
+		}
+	}
+	req := v1.CodeRequest{Code: "1", Language: "ruby"}
+	if err := CheckRun(&req); errdefs.KindOf(err) != errdefs.Invalid || !strings.Contains(err.Error(), "python, javascript") {
+		t.Errorf("ruby: %v", err)
+	}
+	// The language goes to the server, which picks its default context with it.
+	f := &fakeExec{chunks: []string{`{"end":{"execution_count":1,"duration_ms":2}}` + "\n"}}
+	req = v1.CodeRequest{Code: "1", Language: "js"}
+	CheckRun(&req)
+	var sent map[string]any
+	if _, err := Collect(context.Background(), f, "sb_1", req); err != nil || json.Unmarshal([]byte(*f.got.Stdin), &sent) != nil || sent["language"] != "javascript" {
+		t.Fatalf("sent %v: %v", sent, err)
 	}
 }

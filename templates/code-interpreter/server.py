@@ -1,19 +1,25 @@
 #!/usr/bin/python3
-"""pandastack-code-server: warm Jupyter kernels behind a line protocol on guest loopback.
+"""pandastack-code-server: warm Jupyter kernels (and Node.js contexts) behind a line protocol.
 
 The template starts this before the bake, so every sandbox restores with a kernel running and
 numpy, pandas, matplotlib and scikit-learn already imported. Kernels are forked from a zygote: a
 single-threaded process that imported the data stack and ipykernel once and forks a kernel per
 context, so a new context is warm in about a second (its pages are shared copy-on-write) instead
-of importing everything again (minutes under TCG). The control plane reaches it through the guest agent's exec of
-pandastack-code, which relays one request line in and the answer out.
+of importing everything again (minutes under TCG). JavaScript contexts are Node.js processes
+running pandastack-code-node (node-runner.js), which answers the same events.
 
-Protocol (one TCP connection per request on 127.0.0.1:$PANDASTACK_CODE_PORT, default 49999):
-the client sends one JSON line, the server answers JSON lines and closes.
+The control plane reaches the server directly: one TCP connection per request to the guest's
+port $PANDASTACK_CODE_PORT (default 49999) through the host agent's port path (the public port
+proxy refuses this port). pandastack-code relays a request from inside the guest (the fallback
+path, through the guest agent's exec, and the bake's ready check).
 
-  {"op":"run","context":"default","code":"...","timeout":300}
+Protocol: the client sends one JSON line, the server answers JSON lines and closes.
+
+  {"op":"run","context":"ID","language":"python|javascript","code":"...","timeout":300}
       -> {"stdout":"..."} {"stderr":"..."} {"result":{...}} {"error":{...}} ... {"end":{...}}
-  {"op":"create","cwd":"/home/user"}   -> {"context":{"id","language","cwd"}}
+      (without a context: the language's default context, "default" or "default-javascript")
+  {"op":"create","cwd":"/home/user","language":"python|javascript"}
+                                       -> {"context":{"id","language","cwd"}}
   {"op":"list"}                        -> {"contexts":[...]}
   {"op":"delete","context":"ID"}       -> {"ok":true}
   {"op":"interrupt","context":"ID"}    -> {"ok":true}
@@ -25,8 +31,11 @@ import json
 import os
 import queue
 import re
+import select
 import signal
+import socket
 import socketserver
+import subprocess
 import sys
 import threading
 import time
@@ -39,6 +48,9 @@ PORT = int(os.environ.get("PANDASTACK_CODE_PORT", "49999"))
 OUTPUT_LIMIT = int(os.environ.get("PANDASTACK_CODE_OUTPUT_LIMIT", str(1 << 20)))
 MARKER = "\n[output truncated: more than %d bytes]\n" % OUTPUT_LIMIT
 HOME = os.path.expanduser("~")
+NODE_RUNNER = os.environ.get("PANDASTACK_CODE_NODE_RUNNER", "/usr/local/bin/pandastack-code-node")
+DEFAULTS = {"python": "default", "javascript": "default-javascript"}
+ALIASES = {"js": "javascript", "": "python", None: "python"}
 # Modules every kernel imports before it is handed out (comma-separated).
 IMPORTS = os.environ.get("PANDASTACK_CODE_IMPORTS", "numpy,pandas,matplotlib,matplotlib.pyplot,sklearn,sklearn.linear_model,"
                          "sklearn.model_selection,sklearn.preprocessing,sklearn.metrics")
@@ -83,6 +95,9 @@ def __pandastack_warm(limit, marker, imports):
         state["n"], state["cut"] = 0, False
 
     ip.events.register("pre_run_cell", reset)
+    # The display formatter's first DataFrame (the rich result of a typical first run_code).
+    if "pandas" in sys.modules:
+        ip.display_formatter.format(sys.modules["pandas"].DataFrame({"a": range(3)}).describe())
 
 __pandastack_warm(%d, %r, %r)
 del __pandastack_warm
@@ -129,6 +144,7 @@ class Zygote:
         for m in IMPORTS.split(","):
             if m:
                 importlib.import_module(m)
+        Zygote._exercise()
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the OS reaps exited kernels: no zombies
         io = sock.makefile("rwb", buffering=0)
         io.write(b"ready\n")
@@ -140,6 +156,17 @@ class Zygote:
                 sock.close()
                 Zygote._kernel(req["connection_file"], req["cwd"])
             io.write(b"%d\n" % pid)
+
+    @staticmethod
+    def _exercise():
+        """Runs what a first execution typically runs (a DataFrame's describe and its text and
+        HTML forms), so the lazy imports and caches it fills are in every kernel's memory before
+        the snapshot. (A chart's first rendering is left out: it costs the bake minutes on a
+        loaded TCG host, against the ready check's 15.)"""
+        if "pandas" in sys.modules:
+            import pandas as pd
+            d = pd.DataFrame({"a": range(10), "b": [v * 0.5 for v in range(10)]}).describe()
+            repr(d), d._repr_html_()
 
     @staticmethod
     def _kernel(connection_file, cwd):
@@ -287,17 +314,102 @@ class Kernel:
         yield {"end": {"execution_count": count, "duration_ms": int((time.monotonic() - start) * 1000)}}
 
 
+class NodeKernel:
+    """One JavaScript context: a Node.js process running pandastack-code-node, which answers a
+    request line with the same events as a Python kernel; one execution at a time."""
+
+    def __init__(self, cwd):
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ, PANDASTACK_CODE_FD=str(theirs.fileno()),
+                   PANDASTACK_CODE_OUTPUT_LIMIT=str(OUTPUT_LIMIT))
+        try:
+            self.proc = subprocess.Popen(["node", "--no-warnings", NODE_RUNNER], cwd=cwd, env=env, pass_fds=(theirs.fileno(),),
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:
+            raise Fail("unavailable", "JavaScript contexts need Node.js and %s: %s" % (NODE_RUNNER, e))
+        finally:
+            theirs.close()
+        self.sock, self.buf = ours, b""
+        self.pid = self.proc.pid
+        self.lock = threading.Lock()
+        self.dead = False
+        if self._line(time.monotonic() + 300) is None:
+            self.shutdown()
+            raise Fail("unavailable", "the JavaScript context did not start (see /var/log/pandastack-start.log)")
+
+    def _line(self, deadline):
+        """The runner's next line, or None when it is gone or deadline passed."""
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                return None
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                self.dead = True
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def interrupt(self):
+        try:
+            os.kill(self.pid, signal.SIGINT)
+        except ProcessLookupError:
+            raise Fail("unavailable", "the context's runner is gone")
+
+    def shutdown(self):
+        for f in (self.sock.close, self.proc.kill, self.proc.wait):
+            try:
+                f()
+            except OSError:
+                pass
+
+    def execute(self, code, timeout, silent=False):
+        """Yields events for one execution (the caller holds self.lock); silent ones are not
+        counted."""
+        start = time.monotonic()
+        self.sock.sendall(json.dumps({"code": code, "timeout": timeout, "silent": silent}).encode() + b"\n")
+        # The runner stops the code at its timeout; past that and a grace it is stuck (a busy
+        # loop in a callback): it is killed and the context goes on afresh.
+        deadline = start + timeout + 30
+        while True:
+            ev = self._line(deadline)
+            if ev is None:
+                if not self.dead:
+                    yield {"error": {"name": "TimeoutError", "value": "the JavaScript context did not stop after %g s; it was restarted" % timeout,
+                                     "traceback": ""}}
+                    self.dead = True
+                    self.proc.kill()
+                else:
+                    yield {"error": {"name": "KernelDied", "value": DIED, "traceback": ""}}
+                yield {"end": {"execution_count": None, "duration_ms": int((time.monotonic() - start) * 1000)}}
+                return
+            yield ev
+            if "end" in ev:
+                return
+
+
+def new_kernel(language, cwd):
+    return NodeKernel(cwd) if language == "javascript" else Kernel(cwd)
+
+
 class Contexts:
     def __init__(self):
         self.mu = threading.Lock()
         self.items = {}  # id -> (info, Kernel)
 
-    def create(self, cwd, cid=None):
+    def create(self, cwd, cid=None, language="python"):
         cwd = cwd or HOME
+        language = ALIASES.get(language, language)
+        if language not in DEFAULTS:
+            raise Fail("invalid", "language %r is not one of %s" % (language, ", ".join(DEFAULTS)))
         if not os.path.isdir(cwd):
             raise Fail("invalid", "cwd %s is not a directory in the sandbox" % cwd)
-        k = Kernel(cwd)
-        info = {"id": cid or uuid.uuid4().hex[:16], "language": "python", "cwd": cwd}
+        k = new_kernel(language, cwd)
+        info = {"id": cid or uuid.uuid4().hex[:16], "language": language, "cwd": cwd}
         with self.mu:
             self.items[info["id"]] = (info, k)
         return info
@@ -316,14 +428,14 @@ class Contexts:
             info, cur = self.items[cid]
         if cur is not old:
             return cur
-        k = Kernel(info["cwd"])
+        k = new_kernel(info["language"], info["cwd"])
         with self.mu:
             self.items[cid] = (info, k)
         return k
 
     def delete(self, cid):
-        if cid == "default":
-            raise Fail("invalid", "the default context cannot be deleted")
+        if cid in DEFAULTS.values():
+            raise Fail("invalid", "a default context cannot be deleted")
         info, k = self.get(cid)
         with self.mu:
             self.items.pop(cid, None)
@@ -345,7 +457,7 @@ class Handler(socketserver.StreamRequestHandler):
             if op == "run":
                 self.run(req)
             elif op == "create":
-                self.send({"context": CTX.create(req.get("cwd"))})
+                self.send({"context": CTX.create(req.get("cwd"), language=req.get("language"))})
             elif op == "list":
                 with CTX.mu:
                     self.send({"contexts": [i for i, _ in CTX.items.values()]})
@@ -367,7 +479,10 @@ class Handler(socketserver.StreamRequestHandler):
             self.send({"fail": {"kind": "internal", "message": "%s: %s" % (type(e).__name__, e)}})
 
     def run(self, req):
-        cid = req.get("context") or "default"
+        lang = req.get("language")
+        cid = req.get("context") or DEFAULTS.get(ALIASES.get(lang, lang))
+        if cid is None:
+            raise Fail("invalid", "language %r is not one of %s" % (req.get("language"), ", ".join(DEFAULTS)))
         info, k = CTX.get(cid)
         with k.lock:
             if k.dead or not k.alive():  # it died idle (out of memory, say): say so, go on afresh
@@ -400,8 +515,19 @@ def main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for kernels
     CTX.create(HOME, cid="default")
     print("default kernel warm after %.1f s" % (time.monotonic() - t), flush=True)
-    srv = Server(("127.0.0.1", PORT), Handler)
-    print("listening on 127.0.0.1:%d" % PORT, flush=True)
+    try:
+        CTX.create(HOME, cid=DEFAULTS["javascript"], language="javascript")
+        k = CTX.get(DEFAULTS["javascript"])[1]
+        with k.lock:  # one execution, so the snapshot holds the runner's code paths compiled
+            for _ in k.execute("(() => [1, 2].map((x) => x * 2))()", 120, silent=True):
+                pass
+        print("default JavaScript context ready after %.1f s" % (time.monotonic() - t), flush=True)
+    except Fail as e:
+        print("no default JavaScript context: %s" % e, flush=True)
+    # All addresses: the host agent's port path reaches the guest's network address; the public
+    # port proxy refuses this port, so only the API's callers get here.
+    srv = Server(("0.0.0.0", PORT), Handler)
+    print("listening on port %d" % PORT, flush=True)
     srv.serve_forever()
 
 

@@ -602,7 +602,7 @@ func (r *QuotaRequest) Limits() []**int64 {
 // sandbox's default one without ContextID). TimeoutSeconds nil means the default (300).
 type CodeRequest struct {
 	Code           string   `json:"code"`
-	Language       string   `json:"language,omitempty"` // "python" (the default and only language)
+	Language       string   `json:"language,omitempty"` // "python" (the default), "javascript" ("js")
 	ContextID      string   `json:"context_id,omitempty"`
 	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty"`
 }

@@ -194,6 +194,16 @@ class Code(OfflineCase):
         self.assertEqual(s.requests[0].headers["Accept"], "application/x-ndjson")
         self.assertEqual((got[0], got[1].html, x.execution_count), ("a", "<table/>", 1))
 
+    def test_javascript(self) -> None:
+        s = self.answer(ok({"results": [{"text": "[ 2, 4 ]", "json": "[2, 4]", "is_main_result": True}],
+                            "logs": {"stdout": [], "stderr": []}, "execution_count": 1, "duration_ms": 1}),
+                        ok({"id": "c2", "language": "javascript", "cwd": "/home/user"}, status=201))
+        x = self.sandbox().run_code("[1, 2].map((v) => v * 2)", language="js")
+        self.assertEqual((s.requests[0].json(), x.text, x.results[0].json),
+                         ({"code": "[1, 2].map((v) => v * 2)", "language": "js"}, "[ 2, 4 ]", [2, 4]))
+        c = self.sandbox().create_code_context(language="javascript")
+        self.assertEqual((c.language, s.requests[1].json()), ("javascript", {"language": "javascript"}))
+
     def test_run_code_stream_error(self) -> None:
         self.answer(ndjson({"stdout": "a"}, {"stream_error": {"code": "upstream_unreachable", "message": "gone"}}))
         with self.assertRaises(pandastack.PandaStackError):

@@ -99,6 +99,9 @@ export class Execution {
   }
 }
 
+/** A code context's language: Python (the default; a Jupyter kernel) or JavaScript ("js": Node.js). */
+export type CodeLanguage = "python" | "javascript" | "js";
+
 /** A kernel with its own variables in a sandbox (`Sandbox.createCodeContext`). */
 export interface CodeContext {
   id: string;
@@ -107,9 +110,10 @@ export interface CodeContext {
 }
 
 export interface RunCodeOptions {
-  /** A context from `createCodeContext` (or its id); the sandbox's default context if left out. */
+  /** A context from `createCodeContext` (or its id); the language's default context if left out. */
   context?: string | CodeContext;
-  language?: "python";
+  /** The language of the default context to run in (python unless said); a context runs its own. */
+  language?: CodeLanguage;
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
   onResult?: (result: Result) => void;

@@ -29,7 +29,7 @@ export {
   type SandboxMetrics,
   type SandboxState,
 } from "./sandbox.js";
-export { Result, Execution, type ExecutionError, type Logs, type CodeContext, type RunCodeOptions, type ResultData } from "./code.js";
+export { Result, Execution, type ExecutionError, type Logs, type CodeContext, type CodeLanguage, type RunCodeOptions, type ResultData } from "./code.js";
 export {
   Processes,
   ProcessHandle,

@@ -3,7 +3,7 @@ import type { Transport } from "./http.js";
 import { OutputGatherer } from "./output.js";
 import { Processes } from "./processes.js";
 import { WatchHandle, packDir, unpackDir } from "./filetree.js";
-import { type CodeContext, Execution, type RunCodeOptions, codeBody, streamCode } from "./code.js";
+import { type CodeContext, type CodeLanguage, Execution, type RunCodeOptions, codeBody, streamCode } from "./code.js";
 
 // ---------------------------------------------------------------------------------------------
 // Wire shapes (snake_case, as the API sends them)
@@ -726,7 +726,8 @@ export class Sandbox {
 
   /**
    * Run Python in the sandbox's warm kernel (templates with a code interpreter, such as
-   * code-interpreter). Variables live on between calls in a context. An exception in the code is
+   * code-interpreter), or JavaScript with `language: "js"`. Variables live on between calls in a
+   * context. An exception in the code is
    * `execution.error`, not a rejection. With callbacks, output and results arrive as they happen.
    */
   async runCode(code: string, options: RunCodeOptions = {}): Promise<Execution> {
@@ -740,7 +741,7 @@ export class Sandbox {
   }
 
   /** Start a code context: a kernel with its own variables (warm: the data stack is imported). */
-  async createCodeContext(options: { cwd?: string; language?: "python"; signal?: AbortSignal } = {}): Promise<CodeContext> {
+  async createCodeContext(options: { cwd?: string; language?: CodeLanguage; signal?: AbortSignal } = {}): Promise<CodeContext> {
     const body: Record<string, unknown> = { language: options.language ?? "python" };
     if (options.cwd !== undefined) body.cwd = options.cwd;
     return this.client.http.json<CodeContext>("POST", this.path("/code/contexts"), { json: body, timeoutMs: this.execTimeoutMs(900), signal: options.signal });

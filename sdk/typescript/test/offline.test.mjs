@@ -210,6 +210,15 @@ describe("offline: code interpreter", () => {
     await assert.rejects(sandbox(f).runCode("x", { onStdout: () => {} }), PandaStackError);
   });
 
+  it("javascript: runCode and createCodeContext send the language", async () => {
+    const f = script(ok({ results: [{ text: "[ 2, 4 ]", json: "[2,4]", is_main_result: true }], logs: { stdout: [], stderr: [] }, execution_count: 1, duration_ms: 1 }),
+      ok({ id: "c2", language: "javascript", cwd: "/home/user" }, 201));
+    const x = await sandbox(f).runCode("[1, 2].map((v) => v * 2)", { language: "js" });
+    assert.deepEqual([f.calls[0].json(), x.text, x.results[0].json], [{ code: "[1, 2].map((v) => v * 2)", language: "js" }, "[ 2, 4 ]", [2, 4]]);
+    const c = await sandbox(f).createCodeContext({ language: "javascript" });
+    assert.deepEqual([c.language, f.calls[1].json()], ["javascript", { language: "javascript" }]);
+  });
+
   it("contexts and interrupt", async () => {
     const f = script(ok({ id: "c1", language: "python", cwd: "/tmp" }, 201), ok(null, 204));
     const c = await sandbox(f).createCodeContext({ cwd: "/tmp" });

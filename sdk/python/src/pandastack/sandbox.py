@@ -455,6 +455,8 @@ class Sandbox:
         """Run Python in the sandbox's warm kernel (templates with a code interpreter, such as
         code-interpreter) and return the :class:`Execution`. Variables live on between calls in
         a context (the default one, or ``context`` from :meth:`create_code_context`).
+        ``language="javascript"`` (or ``"js"``) runs the code in the JavaScript (Node.js) default
+        context instead; a ``context`` runs its own language.
 
         An exception in the code is ``Execution.error``, not a raised error. With callbacks,
         output and results are handed over as they happen. ``timeout`` (seconds, default 300)
@@ -508,7 +510,7 @@ class Sandbox:
 
     def create_code_context(self, cwd: Optional[str] = None, language: str = "python") -> CodeContext:
         """Start a code context: a kernel with its own variables (warm: the data stack is
-        already imported)."""
+        already imported). ``language`` is ``"python"`` or ``"javascript"`` (``"js"``)."""
         body: Dict[str, Any] = {"language": language}
         if cwd is not None:
             body["cwd"] = cwd
