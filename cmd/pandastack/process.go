@@ -36,6 +36,7 @@ var processes = printer[client.Process]{
 func sandboxStartCmd(f *apiFlags) *cobra.Command {
 	var req client.StartProcessRequest
 	var cf commandFlags
+	var pty string
 	cmd := &cobra.Command{
 		Use:   "start ID -- COMMAND [ARG...]",
 		Short: "Start a background process in a sandbox and print its pid (it runs on without this CLI)",
@@ -49,6 +50,13 @@ returns, while nobody reads its output, across hibernate and wake, and in forks.
 			id, err := cf.parse(args, &req.Cmd, &req.Argv, &req.Env, &req.Cwd, &req.User)
 			if err != nil {
 				return err
+			}
+			if pty != "" {
+				size, err := parseTermSize(pty)
+				if err != nil {
+					return err
+				}
+				req.PTY = &size
 			}
 			pid, err := c.StartProcess(ctx, id, req)
 			if err != nil {
@@ -65,7 +73,17 @@ returns, while nobody reads its output, across hibernate and wake, and in forks.
 	cf.register(fl)
 	fl.BoolVar(&req.Stdin, "stdin", false, "keep a pipe to its stdin open (write with the API's …/stdin)")
 	fl.StringVar(&req.Tag, "tag", "", "a label listed with the process (sandbox ps)")
+	fl.StringVar(&pty, "pty", "", "run it on a terminal of its own of COLSxROWS (e.g. 120x40; its stdin types into it)")
 	return cmd
+}
+
+// parseTermSize reads COLSxROWS.
+func parseTermSize(s string) (client.TermSize, error) {
+	var t client.TermSize
+	if n, err := fmt.Sscanf(s, "%dx%d", &t.Cols, &t.Rows); err != nil || n != 2 || t.Cols < 1 || t.Rows < 1 {
+		return t, fmt.Errorf("--pty %q: want COLSxROWS, e.g. 120x40", s)
+	}
+	return t, nil
 }
 
 func sandboxPsCmd(f *apiFlags) *cobra.Command {

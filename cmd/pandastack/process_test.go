@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,7 +56,18 @@ func TestCLIProcesses(t *testing.T) {
 	if out := mustRun(t, "", "sandbox", "kill-process", id, other); !strings.Contains(out, "SIGKILL") {
 		t.Fatalf("kill-process: %q", out)
 	}
+	var onTerm map[string]int
+	if err := json.Unmarshal([]byte(mustRun(t, "", "sandbox", "start", "--json", "--pty", "120x40", id, "sleep 600")), &onTerm); err != nil || onTerm["pid"] == 0 {
+		t.Fatalf("start --pty: %v %v", onTerm, err)
+	}
+	var all []map[string]any
+	json.Unmarshal([]byte(mustRun(t, "", "sandbox", "ps", "--json", id)), &all)
+	if !slices.ContainsFunc(all, func(p map[string]any) bool { return p["pid"] == float64(onTerm["pid"]) && p["pty"] == true }) {
+		t.Fatalf("the --pty process is not listed as one: %v", all)
+	}
 	for _, bad := range [][]string{
+		{"sandbox", "start", "--pty", "wide", id, "true"},
+		{"sandbox", "start", "--pty", "0x10", id, "true"},
 		{"sandbox", "kill-process", id, "abc"},
 		{"sandbox", "kill-process", id, other, "--signal", "SEGV"},
 		{"sandbox", "logs", id, "999999"},

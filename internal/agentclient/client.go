@@ -549,6 +549,11 @@ func (c *Client) SignalProcess(ctx context.Context, id string, pid int, signal s
 	return c.call(ctx, "POST", processPath(id, pid, "/signal"), hostapi.SignalRequest{Signal: signal}, nil)
 }
 
+// ResizeProcess calls POST …/processes/{pid}/resize: a PTY process's terminal size.
+func (c *Client) ResizeProcess(ctx context.Context, id string, pid, cols, rows int) error {
+	return c.call(ctx, "POST", processPath(id, pid, "/resize"), hostapi.TermSize{Cols: cols, Rows: rows}, nil)
+}
+
 // KillProcess calls DELETE …/processes/{pid}: the process after its tree was killed.
 func (c *Client) KillProcess(ctx context.Context, id string, pid int) (Process, error) {
 	var out Process

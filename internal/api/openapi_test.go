@@ -78,7 +78,7 @@ var wireTypes = func() map[string]reflect.Type {
 	for _, v := range []any{
 		network.Egress{}, v1.AppBuild{}, v1.AppPlan{}, v1.AppSpec{}, v1.App{}, v1.Apps{}, v1.Deployment{},
 		v1.Deployments{}, v1.AppPreview{}, v1.AppPreviews{}, v1.RollbackRequest{}, v1.GitHubConnectRequest{}, v1.GitHubHook{}, v1.WebhookResult{},
-		v1.ErrorBody{}, v1.ErrorDetail{}, v1.Sandbox{}, v1.SandboxPage{}, v1.SandboxMetrics{},
+		v1.ErrorBody{}, v1.ErrorDetail{}, v1.Sandbox{}, v1.SandboxPage{}, v1.SandboxMetrics{}, v1.TermSize{},
 		v1.CreateWebhookRequest{}, v1.Webhook{}, v1.Webhooks{}, v1.WebhookDelivery{}, v1.WebhookDeliveries{}, v1.WebhookEvent{},
 		v1.Sandboxes{}, v1.Event{}, v1.Change{}, v1.TerminalTicket{}, v1.CreateRequest{}, v1.VolumeMount{}, v1.TTLRequest{}, v1.ForkRequest{},
 		v1.ExecRequest{}, v1.ExecResult{}, v1.ExecEvent{}, v1.Stat{}, v1.Entries{}, v1.PathRequest{},

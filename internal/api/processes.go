@@ -82,6 +82,9 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 			err = invalid("%v", terr)
 		}
 	}
+	if err == nil && req.PTY != nil {
+		err = checkTermSize(*req.PTY)
+	}
 	s.processCall(w, r, err, false, func(sb sandboxRef, _ int) (int, any, error) {
 		pid, err := sb.c.StartProcess(r.Context(), sb.rec.ID, req)
 		return http.StatusCreated, ifOK(v1.ProcessStarted{Pid: pid}, err), err
@@ -149,9 +152,28 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+func (s *Server) resizeProcess(w http.ResponseWriter, r *http.Request) {
+	var req v1.TermSize
+	err := decodeJSON(w, r, &req, false)
+	if err == nil {
+		err = checkTermSize(req)
+	}
+	s.processCall(w, r, err, true, func(sb sandboxRef, pid int) (int, any, error) {
+		return 0, nil, sb.c.ResizeProcess(r.Context(), sb.rec.ID, pid, req.Cols, req.Rows)
+	})
+}
+
 func (s *Server) killProcess(w http.ResponseWriter, r *http.Request) {
 	s.processCall(w, r, nil, true, func(sb sandboxRef, pid int) (int, any, error) {
 		p, err := sb.c.KillProcess(r.Context(), sb.rec.ID, pid)
 		return http.StatusOK, ifOK(p, err), err
 	})
+}
+
+// checkTermSize refuses a terminal size outside 1 to guest.MaxTermSize (0 is the default, 80×24).
+func checkTermSize(t v1.TermSize) error {
+	if err := guest.CheckTermSize(t.Cols, t.Rows); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
 }

@@ -258,6 +258,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/sandboxes/{id}/processes/{pid}/output", apiKey, s.processOutput},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/stdin", apiKey, s.processStdin},
 		{"POST", "/v1/sandboxes/{id}/processes/{pid}/signal", apiKey, s.signalProcess},
+		{"POST", "/v1/sandboxes/{id}/processes/{pid}/resize", apiKey, s.resizeProcess},
 		{"DELETE", "/v1/sandboxes/{id}/processes/{pid}", apiKey, s.killProcess},
 		{"GET", auth.TerminalRoute, apiKey, s.pty},
 		{"POST", auth.TerminalRoute + "/ticket", apiKey, s.terminalTicket},

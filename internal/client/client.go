@@ -91,6 +91,7 @@ type (
 	SandboxMetrics      = v1.SandboxMetrics
 	ProcessEvent        = v1.ProcessEvent
 	StartProcessRequest = v1.StartProcessRequest
+	TermSize            = v1.TermSize
 	Stat                = v1.Stat
 	Template            = v1.Template
 	Key                 = v1.Key
@@ -597,6 +598,11 @@ func (c *Client) WriteStdin(ctx context.Context, id string, pid int, data string
 // process's group.
 func (c *Client) SignalProcess(ctx context.Context, id string, pid int, signal string) error {
 	return c.call(ctx, "POST", procPath(id, pid, "/signal"), nil, v1.SignalRequest{Signal: signal}, nil)
+}
+
+// ResizeProcess sets a PTY process's terminal size.
+func (c *Client) ResizeProcess(ctx context.Context, id string, pid, cols, rows int) error {
+	return c.call(ctx, "POST", procPath(id, pid, "/resize"), nil, v1.TermSize{Cols: cols, Rows: rows}, nil)
 }
 
 // KillProcess kills a process's whole tree and returns it after.

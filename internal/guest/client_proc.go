@@ -16,6 +16,20 @@ func (c *Client) StartProcess(ctx context.Context, req ExecRequest, stdin bool) 
 	return out.Pid, err
 }
 
+// StartProcessPTY starts a background process on a terminal of cols×rows (0: 80×24) whose input
+// WriteStdin types (process.go).
+func (c *Client) StartProcessPTY(ctx context.Context, req ExecRequest, cols, rows int) (int, error) {
+	var out ProcessStarted
+	err := c.simple(ctx, &Request{Op: OpProcStart, Cmd: req.Cmd, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Tag: req.Tag,
+		PTY: true, Cols: cols, Rows: rows}, FrameResult, &out)
+	return out.Pid, err
+}
+
+// ResizeProcess sets a PTY process's terminal size.
+func (c *Client) ResizeProcess(ctx context.Context, pid, cols, rows int) error {
+	return c.simple(ctx, &Request{Op: OpProcResize, Pid: pid, Cols: cols, Rows: rows}, FrameResult, nil)
+}
+
 // ListProcesses lists the background processes, running and recently exited.
 func (c *Client) ListProcesses(ctx context.Context) ([]ProcessInfo, error) {
 	var out ProcessList

@@ -15,7 +15,7 @@ import (
 // bounded ring with absolute byte offsets (the combined output, in the order it was produced), so
 // any number of readers, one after another or at once, read it from any offset still kept.
 //
-//	proc_start   Request{Cmd|Argv, Env, Cwd, User, Stdin}            → FrameResult ProcessStarted
+//	proc_start   Request{Cmd|Argv, Env, Cwd, User, Stdin, PTY, Cols, Rows} → FrameResult ProcessStarted
 //	proc_list    Request{}                                           → FrameResult ProcessList
 //	proc_output  Request{Pid, Offset, Follow}                        → FrameResult {} (accepted),
 //	             FrameStdout/FrameStderr (payload: 8-byte big-endian offset, then the bytes),
@@ -23,6 +23,11 @@ import (
 //	proc_stdin   Request{Pid, EOF}, FrameData…, FrameEOF              → FrameResult {}
 //	proc_signal  Request{Pid, Signal}                                → FrameResult {}
 //	proc_kill    Request{Pid}: SIGKILL to the group and every descendant → FrameResult ProcessInfo
+//	proc_resize  Request{Pid, Cols, Rows}: a PTY process's terminal size → FrameResult {}
+//
+// With PTY the process runs on a terminal of its own (a session leader, TERM=xterm-256color
+// unless given): its output is the terminal's (one stream, stdout), proc_stdin types into it, and
+// closing stdin only stops further typing (the terminal's end of input is ^D, "\x04").
 //
 // A process keeps running when its reader goes away, when the host hibernates the VM (its memory
 // is saved with the agent's table) and in a fork's children (the same memory, so the same table).
@@ -87,6 +92,8 @@ type ProcessInfo struct {
 	ExitedAt  time.Time `json:"exited_at,omitzero"`
 	// Stdin: its stdin is a pipe that proc_stdin writes to (asked for at start, not closed yet).
 	Stdin bool `json:"stdin"`
+	// PTY: it runs on a terminal of its own (proc_start with PTY).
+	PTY bool `json:"pty,omitempty"`
 	// OutputStart is the oldest offset still kept, OutputEnd the offset the next byte gets.
 	OutputStart int64 `json:"output_start"`
 	OutputEnd   int64 `json:"output_end"`

@@ -274,3 +274,51 @@ func TestProcessOutputRing(t *testing.T) {
 		t.Fatalf("read %d bytes from %d, want the kept %d from %d", n, first, guest.ProcessOutputRing, p.OutputStart)
 	}
 }
+
+// TestProcessPTY: a process started on a terminal sees a terminal of the size asked for, a resize
+// reaches it, stdin types into it (echoed, as a terminal does), its output is one stream, and the
+// listing says pty; resizing a process without a terminal, or to a bad size, is refused.
+func TestProcessPTY(t *testing.T) {
+	e := startAgent(t)
+	c := connect(t, e)
+	ctx := tctx(t)
+	pid, err := c.StartProcessPTY(ctx, guest.ExecRequest{Cmd: `stty size; read l; stty size; echo "[$l]"; tty -s && echo on-a-tty; echo "TERM=$TERM"`}, 100, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitLines(t, ctx, c, pid, 1); !strings.Contains(got, "30 100") {
+		t.Fatalf("first size %q, want 30 100", got)
+	}
+	if p := findProc(t, c, pid); !p.PTY || !p.Stdin || !p.Running {
+		t.Fatalf("listed %+v, want a running pty process taking stdin", p)
+	}
+	if err := c.ResizeProcess(ctx, pid, 120, 40); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteStdin(ctx, pid, []byte("hello\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	so, se, end := output(t, ctx, c, pid, 0, true)
+	for _, want := range []string{"40 120", "[hello]", "on-a-tty", "TERM=xterm-256color"} {
+		if !strings.Contains(so, want) {
+			t.Errorf("output %q lacks %q", so, want)
+		}
+	}
+	if se != "" || end.ExitCode != 0 {
+		t.Errorf("stderr %q (a terminal has one stream), end %+v", se, end)
+	}
+	if err := c.ResizeProcess(ctx, pid, 80, 24); guest.ErrorCode(err) != guest.CodeConflict {
+		t.Errorf("resize after the exit: %v", err)
+	}
+	plain, err := c.StartProcess(ctx, guest.ExecRequest{Cmd: "sleep 300"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.KillProcess(context.Background(), plain) })
+	if err := c.ResizeProcess(ctx, plain, 80, 24); guest.ErrorCode(err) != guest.CodeConflict {
+		t.Errorf("resize of a process without a terminal: %v", err)
+	}
+	if _, err := c.StartProcessPTY(ctx, guest.ExecRequest{Cmd: "true"}, 0, 99999); guest.ErrorCode(err) != guest.CodeInvalidArgument {
+		t.Errorf("a terminal of 99999 rows: %v", err)
+	}
+}

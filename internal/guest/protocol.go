@@ -248,9 +248,11 @@ type Request struct {
 	Signal string `json:"signal,omitempty"`
 	EOF    bool   `json:"eof,omitempty"` // proc_stdin: close the process's stdin after the data
 
-	// pty (pty.go): the terminal's size, at the start and in resize requests.
-	Cols int `json:"cols,omitempty"`
-	Rows int `json:"rows,omitempty"`
+	// pty (pty.go): the terminal's size, at the start and in resize requests; also proc_start's
+	// (with PTY: the process runs on a terminal of its own) and proc_resize's.
+	Cols int  `json:"cols,omitempty"`
+	Rows int  `json:"rows,omitempty"`
+	PTY  bool `json:"pty,omitempty"`
 }
 
 // Ops.
@@ -274,6 +276,7 @@ const (
 	OpProcStdin  = "proc_stdin"
 	OpProcSignal = "proc_signal"
 	OpProcKill   = "proc_kill"
+	OpProcResize = "proc_resize"
 	OpPTY        = "pty" // an interactive terminal: see pty.go
 )
 

@@ -88,3 +88,11 @@ func (p *PTY) Next() ([]byte, *ExecResult, error) {
 
 // Close ends the session (the guest hangs the terminal up if it still runs).
 func (p *PTY) Close() { p.cl.finish() }
+
+// CheckTermSize refuses a terminal size outside 1 to MaxTermSize (0 stands for the default).
+func CheckTermSize(cols, rows int) error {
+	if cols < 0 || rows < 0 || cols > MaxTermSize || rows > MaxTermSize {
+		return fmt.Errorf("terminal size %dx%d is outside 1 to %d", cols, rows, MaxTermSize)
+	}
+	return nil
+}

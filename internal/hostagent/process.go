@@ -18,6 +18,7 @@ func (a *Agent) processRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/sandboxes/{id}/processes/{pid}/output", a.busy(a.handleProcessOutput))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/processes/{pid}/stdin", a.busy(a.handleProcessStdin))
 	mux.HandleFunc("POST /v1/sandboxes/{id}/processes/{pid}/signal", a.busy(a.handleProcessSignal))
+	mux.HandleFunc("POST /v1/sandboxes/{id}/processes/{pid}/resize", a.busy(a.handleProcessResize))
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}/processes/{pid}", a.busy(a.handleKillProcess))
 	mux.HandleFunc("GET /v1/sandboxes/{id}/pty", a.busy(a.handlePTY)) // pty.go
 }
@@ -25,7 +26,7 @@ func (a *Agent) processRoutes(mux *http.ServeMux) {
 // ProcessView is the wire form of a guest process.
 func ProcessView(p guest.ProcessInfo) hostapi.Process {
 	out := hostapi.Process{Pid: p.Pid, Tag: p.Tag, Cmd: p.Cmd, Argv: p.Argv, Cwd: p.Cwd, User: p.User, State: "running",
-		ExitCode: p.ExitCode, Signal: p.Signal, StartedAt: hostapi.Time(p.StartedAt), Stdin: p.Stdin,
+		ExitCode: p.ExitCode, Signal: p.Signal, StartedAt: hostapi.Time(p.StartedAt), Stdin: p.Stdin, PTY: p.PTY,
 		OutputStart: p.OutputStart, OutputEnd: p.OutputEnd}
 	if !p.Running {
 		out.State = "exited"
@@ -158,6 +159,26 @@ func (a *Agent) handleProcessSignal(w http.ResponseWriter, r *http.Request) {
 	}
 	a.guestCall(w, r, func(ctx context.Context, c *guest.Client) (any, error) {
 		return nil, c.SignalProcess(ctx, pid, req.Signal)
+	})
+}
+
+func (a *Agent) handleProcessResize(w http.ResponseWriter, r *http.Request) {
+	var req hostapi.TermSize
+	pid, err := pathPid(r)
+	if err == nil {
+		err = decodeJSON(w, r, &req)
+	}
+	if err == nil {
+		if serr := guest.CheckTermSize(req.Cols, req.Rows); serr != nil {
+			err = errdefs.Invalidf("%v", serr)
+		}
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	a.guestCall(w, r, func(ctx context.Context, c *guest.Client) (any, error) {
+		return nil, c.ResizeProcess(ctx, pid, req.Cols, req.Rows)
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,7 +105,24 @@ func (k *contract) processes(t *testing.T) {
 	}
 	wantErr(t, "stdin after eof", k.c.WriteStdin(ctx(), k.main.ID, cat, agentclient.StdinRequest{Data: "x"}), 409, "conflict")
 
+	// On a terminal: listed as such, typed into (a terminal echoes what is typed, then cat
+	// prints it), resized; a process without a terminal cannot be resized.
+	term := start(agentclient.StartProcessRequest{Argv: []string{"cat"}, PTY: &hostapi.TermSize{Cols: 100, Rows: 30}})
+	if p := k.findProcess(t, term); !p.PTY || !p.Stdin || p.State != "running" {
+		t.Errorf("listed pty process: %+v", p)
+	}
+	must[struct{}](t, "type into a pty")(struct{}{}, k.c.WriteStdin(ctx(), k.main.ID, term, agentclient.StdinRequest{Data: "ping\n"}))
+	must[struct{}](t, "resize")(struct{}{}, k.c.ResizeProcess(ctx(), k.main.ID, term, 120, 40))
+	wantErr(t, "a terminal too large", k.c.ResizeProcess(ctx(), k.main.ID, term, 120, 100000), 400, "invalid_request")
+	if p := must[agentclient.Process](t, "kill the pty process")(k.c.KillProcess(ctx(), k.main.ID, term)); p.State != "exited" {
+		t.Errorf("killed pty process: %+v", p)
+	}
+	if text, _ := k.readOutput(t, term, 0, false); !strings.Contains(text, "ping") {
+		t.Errorf("pty output %q lacks what was typed", text)
+	}
+
 	victim := start(agentclient.StartProcessRequest{Cmd: "sleep 600"})
+	wantErr(t, "resize a process without a terminal", k.c.ResizeProcess(ctx(), k.main.ID, victim, 80, 24), 409, "conflict")
 	if p := must[agentclient.Process](t, "kill process")(k.c.KillProcess(ctx(), k.main.ID, victim)); p.State != "exited" || p.Signal != "SIGKILL" {
 		t.Errorf("killed: %+v", p)
 	}

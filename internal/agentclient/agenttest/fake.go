@@ -446,6 +446,7 @@ func (a *Agent) handler() http.Handler {
 		"GET /v1/sandboxes/{id}/processes":               a.listProcesses,
 		"POST /v1/sandboxes/{id}/processes/{pid}/stdin":  a.processStdin,
 		"POST /v1/sandboxes/{id}/processes/{pid}/signal": a.signalProcess,
+		"POST /v1/sandboxes/{id}/processes/{pid}/resize": a.resizeProcess,
 		"DELETE /v1/sandboxes/{id}/processes/{pid}":      a.killProcess,
 		"/": a.noRoute,
 	} {

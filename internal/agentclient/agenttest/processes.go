@@ -68,6 +68,11 @@ func (a *Agent) startProcess(r *http.Request) (any, *agentclient.Error) {
 	if err := guestproto.CheckTag(req.Tag); err != nil {
 		return nil, invalid("%v", err)
 	}
+	if req.PTY != nil {
+		if err := guestproto.CheckTermSize(req.PTY.Cols, req.PTY.Rows); err != nil {
+			return nil, invalid("%v", err)
+		}
+	}
 	sb, err := a.live(r)
 	if err != nil {
 		return nil, err
@@ -82,7 +87,8 @@ func (a *Agent) startProcess(r *http.Request) (any, *agentclient.Error) {
 		user = "user"
 	}
 	p := &proc{ended: make(chan struct{}), info: agentclient.Process{Pid: 1000 + a.seq, Tag: req.Tag, Cmd: req.Cmd, Argv: req.Argv,
-		Cwd: "/home/user", User: user, State: "running", StartedAt: hostapi.Time(time.Now().UTC()), Stdin: req.Stdin}}
+		Cwd: "/home/user", User: user, State: "running", StartedAt: hostapi.Time(time.Now().UTC()), Stdin: req.Stdin || req.PTY != nil,
+		PTY: req.PTY != nil}}
 	if req.Cwd != "" {
 		p.info.Cwd = req.Cwd
 	}
@@ -91,7 +97,7 @@ func (a *Agent) startProcess(r *http.Request) (any, *agentclient.Error) {
 	}
 	verb, _, _ := strings.Cut(strings.TrimSpace(req.Cmd+strings.Join(req.Argv, " ")), " ")
 	switch {
-	case verb == "cat" && req.Stdin:
+	case verb == "cat" && p.info.Stdin:
 		p.echo = true
 	case verb == "sleep":
 	default:
@@ -176,6 +182,27 @@ func (a *Agent) signalProcess(r *http.Request) (any, *agentclient.Error) {
 	}
 	if sig != syscall.SIGSTOP && sig != syscall.SIGCONT {
 		p.exit(128+int(sig), "SIG"+strings.TrimPrefix(strings.ToUpper(req.Signal), "SIG"))
+	}
+	return nil, nil
+}
+
+// resizeProcess is a PTY process's terminal size (the fake keeps none).
+func (a *Agent) resizeProcess(r *http.Request) (any, *agentclient.Error) {
+	var req hostapi.TermSize
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := guestproto.CheckTermSize(req.Cols, req.Rows); err != nil {
+		return nil, invalid("%v", err)
+	}
+	p, err := a.theProcess(r)
+	switch {
+	case err != nil:
+		return nil, err
+	case !p.info.PTY:
+		return nil, conflict("process %d has no terminal (start it with a pty)", p.info.Pid)
+	case p.info.State == "exited":
+		return nil, conflict("process %d has exited", p.info.Pid)
 	}
 	return nil, nil
 }

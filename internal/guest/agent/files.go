@@ -111,7 +111,7 @@ func (a *Agent) handleStream(st *yamux.Stream) {
 			return
 		}
 		w.frame(guest.FrameResult, []byte("{}"))
-	case guest.OpProcStart, guest.OpProcList, guest.OpProcOutput, guest.OpProcStdin, guest.OpProcSignal, guest.OpProcKill:
+	case guest.OpProcStart, guest.OpProcList, guest.OpProcOutput, guest.OpProcStdin, guest.OpProcSignal, guest.OpProcKill, guest.OpProcResize:
 		a.opProcess(st, fr, w, &req)
 	case guest.OpPTY:
 		a.opPTY(st, fr, w, &req)

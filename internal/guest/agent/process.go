@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/creack/pty"
 	"github.com/hashicorp/yamux"
 	"github.com/pandastack/pandastack/internal/guest"
 	"golang.org/x/sys/unix"
@@ -42,7 +43,8 @@ type proc struct {
 	changed chan struct{}    // closed (and replaced) whenever output or the exit arrives
 
 	stdinMu   sync.Mutex  // one proc_stdin writer at a time; guards stdin
-	stdin     *os.File    // nil: no stdin pipe, or it was closed
+	stdin     *os.File    // nil: no stdin pipe, or it was closed (a PTY's: a duplicate of term)
+	term      *os.File    // a PTY process's terminal (master side); nil otherwise
 	stdinOpen atomic.Bool // stdin != nil, for readers that must not wait for a writer
 }
 
@@ -170,6 +172,9 @@ func (a *Agent) startProcess(req *guest.Request) (*proc, error) {
 	if err := guest.CheckTag(req.Tag); err != nil {
 		return nil, gerr(guest.CodeInvalidArgument, err.Error())
 	}
+	if req.PTY {
+		return a.startPTYProcess(req)
+	}
 	x, err := a.prepareExec(req)
 	if err != nil {
 		return nil, err
@@ -206,10 +211,71 @@ func (a *Agent) startProcess(req *guest.Request) (*proc, error) {
 		closeAll(stdinW, outR, errR)
 		return nil, err
 	}
+	p := a.track(req, x, cmd, stdinW, nil)
+	a.procs.own(p, cmd, map[*os.File]bool{outR: false, errR: true})
+	return p, nil
+}
+
+// startPTYProcess starts req on a terminal of its own: a session leader whose stdin, stdout and
+// stderr are the terminal; its output is the terminal's, and stdin writes type into it.
+func (a *Agent) startPTYProcess(req *guest.Request) (*proc, error) {
+	cols, rows, err := termSize(req.Cols, req.Rows)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := req.Env["TERM"]; !ok {
+		env := map[string]string{"TERM": "xterm-256color"}
+		for k, v := range req.Env {
+			env[k] = v
+		}
+		req.Env = env
+	}
+	x, err := a.prepareExec(req)
+	if err != nil {
+		return nil, err
+	}
+	master, tty, err := pty.Open()
+	if err != nil {
+		return nil, err
+	}
+	pty.Setsize(master, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+	if x.cred != nil {
+		tty.Chown(int(x.cred.Uid), ttyGroup)
+	}
+	// Writes go through a duplicate, so that closing "stdin" leaves the terminal to the reader.
+	var typer *os.File
+	if rc, err := master.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			if nfd, err := unix.Dup(int(fd)); err == nil {
+				typer = os.NewFile(uintptr(nfd), "pty")
+			}
+		})
+	}
+	if typer == nil {
+		closeAll(master, tty)
+		return nil, fmt.Errorf("duplicating the terminal failed")
+	}
+	cmd := &exec.Cmd{Path: x.path, Args: x.argv, Env: x.env, Dir: x.cwd, Stdin: tty, Stdout: tty, Stderr: tty,
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Setctty: true, Credential: x.cred}}
+	err = cmd.Start()
+	tty.Close()
+	if err != nil {
+		closeAll(master, typer)
+		return nil, err
+	}
+	p := a.track(req, x, cmd, typer, master)
+	a.procs.own(p, cmd, map[*os.File]bool{master: false})
+	return p, nil
+}
+
+// track records a started process in the table.
+func (a *Agent) track(req *guest.Request, x *preparedExec, cmd *exec.Cmd, stdin, term *os.File) *proc {
+	t := &a.procs
 	u, _ := a.lookupUser(req.User)
-	p := &proc{pid: cmd.Process.Pid, changed: make(chan struct{}), stdin: stdinW}
-	p.stdinOpen.Store(stdinW != nil)
-	p.info = guest.ProcessInfo{Pid: p.pid, Tag: req.Tag, Cmd: req.Cmd, Argv: req.Argv, Cwd: x.cwd, Running: true, StartedAt: time.Now().UTC()}
+	p := &proc{pid: cmd.Process.Pid, changed: make(chan struct{}), stdin: stdin, term: term}
+	p.stdinOpen.Store(stdin != nil)
+	p.info = guest.ProcessInfo{Pid: p.pid, Tag: req.Tag, Cmd: req.Cmd, Argv: req.Argv, Cwd: x.cwd, Running: true, StartedAt: time.Now().UTC(),
+		PTY: term != nil}
 	if u != nil {
 		p.info.User = u.Name
 	}
@@ -219,17 +285,24 @@ func (a *Agent) startProcess(req *guest.Request) (*proc, error) {
 	}
 	t.procs[p.pid] = p
 	t.mu.Unlock()
+	return p
+}
 
+// own pumps p's outputs (each file: whether it is stderr) into its ring and records its exit
+// once they are drained.
+func (t *procTable) own(p *proc, cmd *exec.Cmd, outs map[*os.File]bool) {
 	var drained sync.WaitGroup
-	drained.Add(2)
-	go p.pump(outR, false, &drained)
-	go p.pump(errR, true, &drained)
+	drained.Add(len(outs))
+	for f, stderr := range outs {
+		go p.pump(f, stderr, &drained)
+	}
 	go func() {
 		cmd.Wait()
 		// What the process wrote before it exited is in the pipes: take it in before the exit is
 		// told, while children that still hold the pipes keep writing into the ring afterwards.
-		outR.SetReadDeadline(pastDeadline)
-		errR.SetReadDeadline(pastDeadline)
+		for f := range outs {
+			f.SetReadDeadline(pastDeadline)
+		}
 		drained.Wait()
 		end := guest.ProcessEnd{}
 		end.ExitCode, end.Signal = exitStatus(cmd.ProcessState)
@@ -246,7 +319,6 @@ func (a *Agent) startProcess(req *guest.Request) (*proc, error) {
 		}
 		t.mu.Unlock()
 	}()
-	return p, nil
 }
 
 // exitStatus is how a process ended, as a shell reports it: its exit code, or 128 + the number
@@ -651,5 +723,36 @@ func (a *Agent) opProcess(st *yamux.Stream, fr *guest.FrameReader, w *frameWrite
 		a.opProcSignal(w, req)
 	case guest.OpProcKill:
 		a.opProcKill(w, req)
+	case guest.OpProcResize:
+		a.opProcResize(w, req)
+	}
+}
+
+// opProcResize sets a PTY process's terminal size (its programs get SIGWINCH).
+func (a *Agent) opProcResize(w *frameWriter, req *guest.Request) {
+	p, err := a.procs.get(req.Pid)
+	if err != nil {
+		w.fail(err)
+		return
+	}
+	cols, rows, err := termSize(req.Cols, req.Rows)
+	if err != nil {
+		w.fail(err)
+		return
+	}
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	switch {
+	case p.term == nil:
+		w.fail(gerr(guest.CodeConflict, fmt.Sprintf("process %d has no terminal (start it with a pty)", req.Pid)))
+	case exited:
+		w.fail(gerr(guest.CodeConflict, fmt.Sprintf("process %d has exited", req.Pid)))
+	default:
+		if err := pty.Setsize(p.term, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)}); err != nil {
+			w.fail(gerr(guest.CodeConflict, fmt.Sprintf("process %d: its terminal is gone", req.Pid)))
+			return
+		}
+		w.frame(guest.FrameResult, []byte("{}"))
 	}
 }

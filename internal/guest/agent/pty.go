@@ -3,7 +3,6 @@ package agent
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"sync"
@@ -159,8 +158,8 @@ func termSize(cols, rows int) (int, int, error) {
 	if rows == 0 {
 		rows = guest.DefaultRows
 	}
-	if cols < 1 || rows < 1 || cols > guest.MaxTermSize || rows > guest.MaxTermSize {
-		return 0, 0, gerr(guest.CodeInvalidArgument, fmt.Sprintf("terminal size %dx%d is outside 1 to %d", cols, rows, guest.MaxTermSize))
+	if err := guest.CheckTermSize(cols, rows); err != nil {
+		return 0, 0, gerr(guest.CodeInvalidArgument, err.Error())
 	}
 	return cols, rows, nil
 }

@@ -174,11 +174,22 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req hostapi.Start
 	if err := guest.CheckTag(req.Tag); err != nil {
 		return 0, errdefs.Invalidf("%v", err)
 	}
+	if req.PTY != nil {
+		if err := guest.CheckTermSize(req.PTY.Cols, req.PTY.Rows); err != nil {
+			return 0, errdefs.Invalidf("%v", err)
+		}
+	}
 	c, sb, err := m.guest(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	pid, err := c.StartProcess(ctx, guest.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: execEnv(sb, req.Env), Cwd: req.Cwd, User: req.User, Tag: req.Tag}, req.Stdin)
+	greq := guest.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: execEnv(sb, req.Env), Cwd: req.Cwd, User: req.User, Tag: req.Tag}
+	var pid int
+	if req.PTY != nil {
+		pid, err = c.StartProcessPTY(ctx, greq, req.PTY.Cols, req.PTY.Rows)
+	} else {
+		pid, err = c.StartProcess(ctx, greq, req.Stdin)
+	}
 	if err != nil {
 		return 0, m.callErr(sb, err)
 	}

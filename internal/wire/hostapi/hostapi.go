@@ -360,6 +360,7 @@ type (
 	ArchiveResult       = v1.ArchiveResult
 	StdinRequest        = v1.StdinRequest
 	SignalRequest       = v1.SignalRequest
+	TermSize            = v1.TermSize
 	// TerminalMessage is a terminal WebSocket's text message (GET /v1/sandboxes/{id}/pty): the
 	// control plane passes the connection through.
 	TerminalMessage = v1.TerminalMessage

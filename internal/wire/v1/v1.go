@@ -262,6 +262,16 @@ type StartProcessRequest struct {
 	Stdin bool              `json:"stdin,omitempty"`
 	// Tag labels the process (printable, at most 256 bytes): listed with it.
 	Tag string `json:"tag,omitempty"`
+	// PTY runs it on a terminal of its own of this size (stdin types into it; its output is the
+	// terminal's, one stream); resize with POST …/processes/{pid}/resize.
+	PTY *TermSize `json:"pty,omitempty"`
+}
+
+// TermSize is a terminal's size: columns and rows (1–1000; 0: 80×24), also the body of POST
+// …/processes/{pid}/resize.
+type TermSize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
 }
 
 // ProcessStarted answers a process start: its pid in the sandbox.
@@ -284,6 +294,7 @@ type Process struct {
 	StartedAt   string   `json:"started_at"`
 	ExitedAt    string   `json:"exited_at,omitempty"`
 	Stdin       bool     `json:"stdin"`
+	PTY         bool     `json:"pty,omitempty"`
 	OutputStart int64    `json:"output_start"`
 	OutputEnd   int64    `json:"output_end"`
 }

@@ -383,6 +383,17 @@ class BackgroundProcesses(OfflineCase):
         self.assertEqual((s.requests[4].method, s.path(4)), ("DELETE", "/v1/sandboxes/sb_one/processes/42"))
         self.assertEqual((p.state, p.exit_code, p.signal), ("exited", 137, "SIGKILL"))
 
+    def test_pty_start_and_resize(self) -> None:
+        s = self.answer(ok({"pid": 7}, 201), ok(None, 204), ok({"processes": [{"pid": 7, "state": "running", "pty": True,
+                                                                               "stdin": True}]}))
+        sb = self.sandbox()
+        h = sb.processes.start("bash", pty={"cols": 120, "rows": 40})
+        self.assertEqual(s.requests[0].json(), {"cmd": "bash", "pty": {"cols": 120, "rows": 40}})
+        h.resize(100, 30)
+        self.assertEqual((s.path(1), s.requests[1].json()), ("/v1/sandboxes/sb_one/processes/7/resize",
+                                                             {"cols": 100, "rows": 30}))
+        self.assertTrue(sb.processes.list()[0].pty)
+
     def test_output_events_and_offsets(self) -> None:
         s = self.answer(ndjson({"offset": 5, "next": 8, "stdout": "ab\n"}, {"offset": 8, "next": 10, "stderr": "e\n"},
                                {"next": 10, "running": True}))

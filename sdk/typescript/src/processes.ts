@@ -23,6 +23,8 @@ export interface Process {
   exitedAt: Date | null;
   /** Its stdin pipe is open (started with `stdin: true`, not closed yet). */
   stdin: boolean;
+  /** It runs on a terminal of its own (started with `pty`). */
+  pty: boolean;
   /** The oldest output offset still kept (the last 1 MiB is). */
   outputStart: number;
   /** The offset the next output byte gets. */
@@ -49,6 +51,9 @@ export interface StartProcessOptions {
   stdin?: boolean;
   /** A label listed with the process (printable, at most 256 bytes). */
   tag?: string;
+  /** Run it on a terminal of its own (`sendStdin` types into it; its output is the terminal's;
+   * `resize` resizes it). Sizes 1–1000; 0 or absent: 80×24. */
+  pty?: { cols?: number; rows?: number };
 }
 
 export interface WaitOptions {
@@ -91,6 +96,7 @@ function toProcess(x: Record<string, unknown>): Process {
     startedAt: time(x.started_at),
     exitedAt: time(x.exited_at),
     stdin: Boolean(x.stdin),
+    pty: Boolean(x.pty),
     outputStart: Number(x.output_start ?? 0),
     outputEnd: Number(x.output_end ?? 0),
     raw: { ...x },
@@ -173,6 +179,11 @@ export class ProcessHandle {
     await this.http.request("POST", this.path("/stdin"), { json: options.eof ? { data: text, eof: true } : { data: text } });
   }
 
+  /** Set the terminal size of a process started with `pty` (its programs get SIGWINCH). */
+  async resize(cols: number, rows: number): Promise<void> {
+    await this.http.request("POST", this.path("/resize"), { json: { cols, rows } });
+  }
+
   /** Send a signal to its group: TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT. */
   async signal(signal: string): Promise<void> {
     await this.http.request("POST", this.path("/signal"), { json: { signal } });
@@ -210,6 +221,7 @@ export class Processes {
     if (options.user !== undefined) body.user = options.user;
     if (options.stdin) body.stdin = true;
     if (options.tag !== undefined) body.tag = options.tag;
+    if (options.pty) body.pty = { cols: options.pty.cols ?? 0, rows: options.pty.rows ?? 0 };
     const d = await this.sandbox.client.http.json<{ pid: number }>("POST", this.path(), { json: body });
     return new ProcessHandle(this.sandbox, Number(d.pid));
   }

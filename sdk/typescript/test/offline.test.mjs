@@ -704,6 +704,16 @@ describe("offline: background processes", () => {
     assert.deepEqual([f.calls[4].method, f.calls[4].path(), p.state, p.exitCode, p.signal], ["DELETE", "/v1/sandboxes/sb_one/processes/42", "exited", 137, "SIGKILL"]);
   });
 
+  it("a pty process: start with a size, resize, listed as one", async () => {
+    const f = script(ok({ pid: 7 }, 201), ok(null, 204), ok({ processes: [{ pid: 7, state: "running", pty: true, stdin: true }] }));
+    const sb = new Sandbox(client(f), SB);
+    const h = await sb.processes.start("bash", { pty: { cols: 120, rows: 40 } });
+    assert.deepEqual(f.calls[0].json(), { cmd: "bash", pty: { cols: 120, rows: 40 } });
+    await h.resize(100, 30);
+    assert.deepEqual([f.calls[1].path(), f.calls[1].json()], ["/v1/sandboxes/sb_one/processes/7/resize", { cols: 100, rows: 30 }]);
+    assert.equal((await sb.processes.list())[0].pty, true);
+  });
+
   it("output is a GET from an offset; the handle's offset follows it", async () => {
     const f = script(ndjson([{ offset: 5, next: 8, stdout: "ab\n" }, { offset: 8, next: 10, stderr: "e\n" }, { next: 10, running: true }]));
     const h = new Sandbox(client(f), SB).processes.connect(42, { offset: 5 });

@@ -116,11 +116,11 @@ class ExecEvent:
 class Process:
     """A background process: ``pid``, ``tag`` (the label given at start, or None), ``cmd`` or ``argv``, ``cwd``, ``user``, ``state``
     (``running`` or ``exited``), ``exit_code`` and ``signal`` once exited, ``started_at`` and
-    ``exited_at``, ``stdin`` (its stdin pipe is open), ``output_start``/``output_end`` (the
+    ``exited_at``, ``stdin`` (its stdin pipe is open), ``pty`` (it runs on a terminal), ``output_start``/``output_end`` (the
     output offsets still kept), ``raw``."""
 
     __slots__ = ("pid", "tag", "cmd", "argv", "cwd", "user", "state", "exit_code", "signal", "started_at", "exited_at",
-                 "stdin", "output_start", "output_end", "raw")
+                 "stdin", "pty", "output_start", "output_end", "raw")
 
     def __init__(self, d: Mapping[str, Any]) -> None:
         self.raw: Dict[str, Any] = dict(d)
@@ -136,6 +136,7 @@ class Process:
         self.started_at: Optional[_dt.datetime] = parse_time(d.get("started_at"))
         self.exited_at: Optional[_dt.datetime] = parse_time(d.get("exited_at"))
         self.stdin: bool = bool(d.get("stdin", False))
+        self.pty: bool = bool(d.get("pty", False))
         self.output_start: int = int(d.get("output_start") or 0)
         self.output_end: int = int(d.get("output_end") or 0)
 

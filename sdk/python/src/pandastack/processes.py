@@ -139,6 +139,10 @@ class ProcessHandle:
             body["eof"] = True
         self._http.request("POST", self._path("/stdin"), json_body=body)
 
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal size of a process started with ``pty=`` (its programs get SIGWINCH)."""
+        self._http.request("POST", self._path("/resize"), json_body={"cols": cols, "rows": rows})
+
     def signal(self, signal: str) -> None:
         """Send a signal to the process's group: TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP or
         CONT (``SIGTERM`` works too)."""
@@ -175,15 +179,20 @@ class Processes:
         user: Optional[str] = None,
         stdin: bool = False,
         tag: Optional[str] = None,
+        pty: Optional[Mapping[str, int]] = None,
     ) -> ProcessHandle:
         """Start ``cmd`` (a shell command line, or an argv list) in the background and return at
         once. It runs until it exits or is killed, whoever reads it; ``stdin=True`` keeps a pipe
-        to its stdin open for :meth:`ProcessHandle.send_stdin`; ``tag`` labels it in listings."""
+        to its stdin open for :meth:`ProcessHandle.send_stdin`; ``tag`` labels it in listings;
+        ``pty={"cols": 120, "rows": 40}`` runs it on a terminal of its own (``send_stdin`` types
+        into it, its output is the terminal's; :meth:`ProcessHandle.resize` resizes it)."""
         body = command_body(cmd, env, cwd, user)
         if stdin:
             body["stdin"] = True
         if tag is not None:
             body["tag"] = tag
+        if pty is not None:
+            body["pty"] = {"cols": int(pty.get("cols", 0)), "rows": int(pty.get("rows", 0))}
         r = self._sb._http.request("POST", self._sb._path("/processes"), json_body=body)
         return ProcessHandle(self._sb, int((r.json() or {})["pid"]))
 
