@@ -223,13 +223,7 @@ func (a *Agent) startPTYProcess(req *guest.Request) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := req.Env["TERM"]; !ok {
-		env := map[string]string{"TERM": "xterm-256color"}
-		for k, v := range req.Env {
-			env[k] = v
-		}
-		req.Env = env
-	}
+	req.Env = withTerm(req.Env)
 	x, err := a.prepareExec(req)
 	if err != nil {
 		return nil, err

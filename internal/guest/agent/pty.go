@@ -40,13 +40,7 @@ func (a *Agent) opPTY(st *yamux.Stream, fr *guest.FrameReader, w *frameWriter, r
 		}
 		req.Argv = []string{shell, "-l"}
 	}
-	if _, ok := req.Env["TERM"]; !ok {
-		env := map[string]string{"TERM": "xterm-256color"}
-		for k, v := range req.Env {
-			env[k] = v
-		}
-		req.Env = env
-	}
+	req.Env = withTerm(req.Env)
 	x, err := a.prepareExec(req)
 	if err != nil {
 		w.fail(err)
@@ -162,4 +156,17 @@ func termSize(cols, rows int) (int, int, error) {
 		return 0, 0, gerr(guest.CodeInvalidArgument, err.Error())
 	}
 	return cols, rows, nil
+}
+
+// withTerm is env with TERM=xterm-256color unless it sets TERM: what a program on a terminal of
+// ours is told it runs on.
+func withTerm(env map[string]string) map[string]string {
+	if _, ok := env["TERM"]; ok {
+		return env
+	}
+	out := map[string]string{"TERM": "xterm-256color"}
+	for k, v := range env {
+		out[k] = v
+	}
+	return out
 }
