@@ -182,6 +182,9 @@ func TestLazyRestore(t *testing.T) {
 	if err := syscall.Statfs(target, &fs); err != nil || fs.Type != 0x65735546 {
 		t.Fatalf("%s -> %s is not on FUSE (%x, %v)", ram, target, fs.Type, err)
 	}
+	if fi, err := os.Stat(filepath.Dir(filepath.Dir(target))); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the lazy mounts' directory is %v (%v), want root only (0700)", fi.Mode().Perm(), err)
+	}
 	if r := b.exec(sb.ID, map[string]any{"cmd": "echo up"}); r.Stdout != "up\n" {
 		t.Fatalf("exec in the lazily restored sandbox: %+v", r)
 	}

@@ -45,8 +45,13 @@ func (l *Lazy) pull(ctx context.Context, s *Store, bs blob.Store, m artifact.Man
 	}
 	mount := filepath.Join(l.MountDir, m.Name)
 	lazy.Unmount(mount) // a server left by a pull that failed later
-	for _, d := range []string{l.CacheDir, l.LogDir} {
+	// Root only: a served memory image is readable by every user who can reach it (the VMMs'
+	// jails bind it in as root, so nobody else needs to).
+	for _, d := range []string{l.CacheDir, l.LogDir, l.MountDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", st, err
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
 			return "", st, err
 		}
 	}
