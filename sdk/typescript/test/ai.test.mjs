@@ -28,6 +28,9 @@ function scriptedModel(script) {
   let step = 0, n = 0;
   return new MockLanguageModelV4({
     doGenerate: async ({ prompt }) => {
+      // From the fourth step on the script polls a process: a pause between polls, so that the
+      // step limit is not used up before the process ends on a fast machine.
+      if (step >= 3) await new Promise((r) => setTimeout(r, 100));
       const calls = script(step++, lastResults(prompt));
       if (!calls) return { content: [{ type: "text", text: "done" }], finishReason: { unified: "stop", raw: undefined }, usage, warnings: [] };
       return {
