@@ -150,6 +150,13 @@ func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, 
 	n := int((info.Size() + ChunkSize - 1) / ChunkSize)
 	out := File{Path: filepath.ToSlash(rel), Size: info.Size(), Mode: uint32(info.Mode().Perm()), Chunks: make([]string, n)}
 	known := local.known(filepath.Join(dir, rel), f, info)
+	read := func(i int) ([]byte, error) {
+		buf := make([]byte, ChunkLen(info.Size(), i))
+		if _, err := f.ReadAt(buf, int64(i)*ChunkSize); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		return buf, nil
+	}
 	err = forEach(ctx, n, func(i int) error {
 		var buf []byte
 		if sum, ok := known[i]; ok {
@@ -160,8 +167,8 @@ func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, 
 			out.Chunks[i] = sum
 			st.known.Add(1)
 		} else {
-			buf = make([]byte, ChunkLen(info.Size(), i))
-			if _, err := f.ReadAt(buf, int64(i)*ChunkSize); err != nil && !errors.Is(err, io.EOF) {
+			var err error
+			if buf, err = read(i); err != nil {
 				return err
 			}
 			if allZero(buf) {
@@ -178,8 +185,8 @@ func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, 
 			return err
 		}
 		if buf == nil { // known but not stored (its publication swept): read it after all
-			buf = make([]byte, ChunkLen(info.Size(), i))
-			if _, err := f.ReadAt(buf, int64(i)*ChunkSize); err != nil && !errors.Is(err, io.EOF) {
+			var err error
+			if buf, err = read(i); err != nil {
 				return err
 			}
 			if got := sha256.Sum256(buf); hex.EncodeToString(got[:]) != out.Chunks[i] {
@@ -228,27 +235,18 @@ func Get(ctx context.Context, s blob.Store, kind, name string) (Manifest, error)
 // appear whole or not at all: each is written beside its place and renamed once every chunk of it
 // has been verified.
 func Pull(ctx context.Context, s blob.Store, kind, name, dir string) (Manifest, Stats, error) {
-	return pull(ctx, s, kind, name, dir, nil)
-}
-
-func pull(ctx context.Context, s blob.Store, kind, name, dir string, local *Local) (Manifest, Stats, error) {
-	m, err := Get(ctx, s, kind, name)
-	if err != nil {
-		return Manifest{}, Stats{}, err
-	}
-	return pullManifest(ctx, s, m, dir, local)
+	return (*Local)(nil).Pull(ctx, s, kind, name, dir)
 }
 
 // pullManifest pulls m's files (all of them: a caller may pass a manifest cut to fewer files).
-func pullManifest(ctx context.Context, s blob.Store, m Manifest, dir string, local *Local) (Manifest, Stats, error) {
-	kind, name := m.Kind, m.Name
+func pullManifest(ctx context.Context, s blob.Store, m Manifest, dir string, local *Local) (Stats, error) {
 	var st stats
 	for _, f := range m.Files {
 		if err := pullFile(ctx, s, dir, f, local, &st); err != nil {
-			return Manifest{}, Stats{}, fmt.Errorf("pull %s/%s: %s: %w", kind, name, f.Path, err)
+			return Stats{}, fmt.Errorf("pull %s/%s: %s: %w", m.Kind, m.Name, f.Path, err)
 		}
 	}
-	return m, st.snapshot(), nil
+	return st.snapshot(), nil
 }
 
 func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Local, st *stats) error {
@@ -273,7 +271,7 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Loca
 			return nil
 		}
 		st.chunks.Add(1)
-		if local.place(sum, ChunkLen(f.Size, i), tmp, int64(i)*ChunkSize) {
+		if local.Place(sum, ChunkLen(f.Size, i), tmp, int64(i)*ChunkSize) {
 			st.local.Add(1)
 			return nil
 		}

@@ -152,15 +152,10 @@ func (l *Local) AddDir(dir string) {
 	l.add(dir, k.Manifest, ids)
 }
 
-// Place is place for other packages (the lazy cache fills chunks from this host's files too).
-func (l *Local) Place(sum string, want int, dst *os.File, off int64) bool {
-	return l.place(sum, want, dst, off)
-}
-
-// place writes chunk sum (want bytes) into dst at off from a local file, if one has it: cloned
+// Place writes chunk sum (want bytes) into dst at off from a local file, if one has it: cloned
 // when its file is unchanged since indexed (copied if the filesystem cannot clone), read and
 // verified otherwise. false: not here (or not intact): fetch it.
-func (l *Local) place(sum string, want int, dst *os.File, off int64) bool {
+func (l *Local) Place(sum string, want int, dst *os.File, off int64) bool {
 	if l == nil {
 		return false
 	}
@@ -233,18 +228,22 @@ func (l *Local) Push(ctx context.Context, s blob.Store, kind, name, dir string, 
 }
 
 // Pull is the package's Pull taking chunks from local files where it can (Stats.Local counts
-// them); it leaves the manifest in dir and indexes the pulled files.
+// them); it leaves the manifest in dir and indexes the pulled files (a nil Local: neither).
 func (l *Local) Pull(ctx context.Context, s blob.Store, kind, name, dir string) (Manifest, Stats, error) {
-	m, st, err := pull(ctx, s, kind, name, dir, l)
-	if err == nil && l != nil {
-		l.keep(dir, m)
+	m, err := Get(ctx, s, kind, name)
+	if err != nil {
+		return Manifest{}, Stats{}, err
 	}
-	return m, st, err
+	st, err := l.PullManifest(ctx, s, m, dir)
+	if err != nil {
+		return Manifest{}, st, err
+	}
+	return m, st, nil
 }
 
 // PullManifest is Pull of a manifest already read (Get), possibly cut to some of its files.
 func (l *Local) PullManifest(ctx context.Context, s blob.Store, m Manifest, dir string) (Stats, error) {
-	_, st, err := pullManifest(ctx, s, m, dir, l)
+	st, err := pullManifest(ctx, s, m, dir, l)
 	if err == nil && l != nil {
 		l.keep(dir, m)
 	}
