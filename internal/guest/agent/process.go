@@ -219,22 +219,9 @@ func (a *Agent) startProcess(req *guest.Request) (*proc, error) {
 // startPTYProcess starts req on a terminal of its own: a session leader whose stdin, stdout and
 // stderr are the terminal; its output is the terminal's, and stdin writes type into it.
 func (a *Agent) startPTYProcess(req *guest.Request) (*proc, error) {
-	cols, rows, err := termSize(req.Cols, req.Rows)
+	cmd, master, x, err := a.startOnTerminal(req)
 	if err != nil {
 		return nil, err
-	}
-	req.Env = withTerm(req.Env)
-	x, err := a.prepareExec(req)
-	if err != nil {
-		return nil, err
-	}
-	master, tty, err := pty.Open()
-	if err != nil {
-		return nil, err
-	}
-	pty.Setsize(master, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
-	if x.cred != nil {
-		tty.Chown(int(x.cred.Uid), ttyGroup)
 	}
 	// Writes go through a duplicate, so that closing "stdin" leaves the terminal to the reader.
 	var typer *os.File
@@ -246,16 +233,10 @@ func (a *Agent) startPTYProcess(req *guest.Request) (*proc, error) {
 		})
 	}
 	if typer == nil {
-		closeAll(master, tty)
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		master.Close()
 		return nil, fmt.Errorf("duplicating the terminal failed")
-	}
-	cmd := &exec.Cmd{Path: x.path, Args: x.argv, Env: x.env, Dir: x.cwd, Stdin: tty, Stdout: tty, Stderr: tty,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Setctty: true, Credential: x.cred}}
-	err = cmd.Start()
-	tty.Close()
-	if err != nil {
-		closeAll(master, typer)
-		return nil, err
 	}
 	p := a.track(req, x, cmd, typer, master)
 	a.procs.own(p, cmd, map[*os.File]bool{master: false})

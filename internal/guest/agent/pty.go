@@ -23,11 +23,6 @@ const hangupGrace = 2 * time.Second
 // opPTY runs a command on a new pseudo-terminal (internal/guest/pty.go has the protocol).
 func (a *Agent) opPTY(st *yamux.Stream, fr *guest.FrameReader, w *frameWriter, req *guest.Request) {
 	started := time.Now()
-	cols, rows, err := termSize(req.Cols, req.Rows)
-	if err != nil {
-		w.fail(err)
-		return
-	}
 	if req.Cmd == "" && len(req.Argv) == 0 {
 		u, err := a.lookupUser(req.User)
 		if err != nil {
@@ -40,30 +35,12 @@ func (a *Agent) opPTY(st *yamux.Stream, fr *guest.FrameReader, w *frameWriter, r
 		}
 		req.Argv = []string{shell, "-l"}
 	}
-	req.Env = withTerm(req.Env)
-	x, err := a.prepareExec(req)
-	if err != nil {
-		w.fail(err)
-		return
-	}
-	master, tty, err := pty.Open()
+	cmd, master, _, err := a.startOnTerminal(req)
 	if err != nil {
 		w.fail(err)
 		return
 	}
 	defer master.Close()
-	pty.Setsize(master, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
-	if x.cred != nil {
-		tty.Chown(int(x.cred.Uid), ttyGroup)
-	}
-	cmd := &exec.Cmd{Path: x.path, Args: x.argv, Env: x.env, Dir: x.cwd, Stdin: tty, Stdout: tty, Stderr: tty,
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Setctty: true, Credential: x.cred}}
-	err = cmd.Start()
-	tty.Close()
-	if err != nil {
-		w.fail(err)
-		return
-	}
 	pid := cmd.Process.Pid
 	w.frame(guest.FrameResult, []byte("{}")) // started: what follows is the terminal
 
@@ -169,4 +146,36 @@ func withTerm(env map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// startOnTerminal starts req on a new terminal of req.Cols×req.Rows (0: the default size): a
+// session leader whose stdin, stdout and stderr are the terminal, TERM set unless req.Env sets
+// it. It returns the terminal's master side (the caller's to close) and what prepareExec made.
+func (a *Agent) startOnTerminal(req *guest.Request) (*exec.Cmd, *os.File, *preparedExec, error) {
+	cols, rows, err := termSize(req.Cols, req.Rows)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	req.Env = withTerm(req.Env)
+	x, err := a.prepareExec(req)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	master, tty, err := pty.Open()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pty.Setsize(master, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+	if x.cred != nil {
+		tty.Chown(int(x.cred.Uid), ttyGroup)
+	}
+	cmd := &exec.Cmd{Path: x.path, Args: x.argv, Env: x.env, Dir: x.cwd, Stdin: tty, Stdout: tty, Stderr: tty,
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Setctty: true, Credential: x.cred}}
+	err = cmd.Start()
+	tty.Close()
+	if err != nil {
+		master.Close()
+		return nil, nil, nil, err
+	}
+	return cmd, master, x, nil
 }
