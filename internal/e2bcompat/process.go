@@ -314,7 +314,14 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 		}
 		return connect.NewResponse(&process.SendSignalResponse{}), err
 	}
-	if err := t.c.SignalProcess(ctx, t.sb.ID, pid, sig); err != nil {
+	if sig == "KILL" {
+		// The kill waits for the tree's exit, so a List right after the answer no longer
+		// shows the process (a bare signal left it "running" until the guest reaped it).
+		_, err = t.c.KillProcess(ctx, t.sb.ID, pid)
+	} else {
+		err = t.c.SignalProcess(ctx, t.sb.ID, pid, sig)
+	}
+	if err != nil {
 		return nil, connectErr(err)
 	}
 	return connect.NewResponse(&process.SendSignalResponse{}), nil
