@@ -78,6 +78,10 @@ var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
 // ManifestKey is where the manifest of kind/name is stored.
 func ManifestKey(kind, name string) string { return "manifests/" + kind + "/" + name + ".json" }
 
+// TraceKey is where the order in which kind/name's chunks were first read at its first lazy
+// restore is kept (internal/artifact/lazy); it goes with the manifest.
+func TraceKey(kind, name string) string { return "traces/" + kind + "/" + name + ".json" }
+
 func chunkKey(sum string) string { return "chunks/" + sum }
 
 func checkName(kind, name string) error {
@@ -323,7 +327,10 @@ func Delete(ctx context.Context, s blob.Store, kind, name string) error {
 	if err := checkName(kind, name); err != nil {
 		return err
 	}
-	return s.Delete(ctx, ManifestKey(kind, name))
+	if err := s.Delete(ctx, ManifestKey(kind, name)); err != nil {
+		return err
+	}
+	return s.Delete(ctx, TraceKey(kind, name))
 }
 
 // Sweep deletes every chunk no manifest names that is older than grace (a push in progress has

@@ -197,6 +197,12 @@ func (m *Mount) Trace() []Touch {
 	return append([]Touch(nil), m.trace...)
 }
 
+func (m *Mount) traceLen() int {
+	m.traceMu.Lock()
+	defer m.traceMu.Unlock()
+	return len(m.trace)
+}
+
 func (m *Mount) touch(path string, i int) {
 	key := fmt.Sprintf("%s#%d", path, i)
 	m.traceMu.Lock()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -228,6 +229,17 @@ func TestServerProcess(t *testing.T) {
 	if err != nil || !bytes.Equal(got, mem) {
 		t.Fatalf("read through the server process: %v (equal %v)", err, bytes.Equal(got, mem))
 	}
+	// Its reads are this artifact's first restore: the server keeps their order in the store.
+	var trace []lazy.Touch
+	for range 200 {
+		if trace, err = lazy.LoadTrace(context.Background(), fs, m); err != nil || trace != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || len(trace) != 6 || trace[0].Chunk != 0 || trace[5].Chunk != 5 {
+		t.Fatalf("trace the server saved: %v, %v; want chunks 0 to 5", trace, err)
+	}
 	if err := lazy.Unmount(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -238,4 +250,61 @@ func TestServerProcess(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("server %d still runs after its mount was unmounted", pid)
+}
+
+// The first restore's reads are recorded once they pause and kept beside the manifest; a later
+// restore prefetches those chunks first, in that order; entries that name no chunk of the
+// artifact are dropped on load; deleting the artifact deletes its trace.
+func TestLazyTraceRecordedThenReplayed(t *testing.T) {
+	s, m, mem := setup(t)
+	ctx := context.Background()
+	if tr, err := lazy.LoadTrace(ctx, s, m); err != nil || tr != nil {
+		t.Fatalf("trace before any restore = %v, %v; want none", tr, err)
+	}
+	c, _ := lazy.NewCache(t.TempDir(), s)
+	mt := serve(t, m, c)
+	f, err := os.Open(filepath.Join(mt.Dir, "snap", "mem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	page := make([]byte, 4096)
+	for _, i := range []int64{4, 0, 4, 2} {
+		if _, err := f.ReadAt(page, i*chunk+4096); err != nil || !bytes.Equal(page, mem[i*chunk+4096:i*chunk+8192]) {
+			t.Fatalf("page of chunk %d: %v", i, err)
+		}
+	}
+	rec, err := lazy.RecordTrace(ctx, s, mt, m, 200*time.Millisecond, 10*time.Second)
+	want := []lazy.Touch{{"snap/mem", 4}, {"snap/mem", 0}, {"snap/mem", 2}}
+	if err != nil || !slices.Equal(rec, want) {
+		t.Fatalf("recorded %v, %v; want %v", rec, err, want)
+	}
+	got, err := lazy.LoadTrace(ctx, s, m)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("loaded %v, %v; want %v", got, err, want)
+	}
+	order := lazy.PrefetchOrder(m, got)
+	wantOrder := []int{4, 0, 2, 1, 3, 5}
+	if len(order) != len(wantOrder) {
+		t.Fatalf("prefetch order %v, want chunks %v", order, wantOrder)
+	}
+	for i, c := range wantOrder {
+		if order[i] != (lazy.Touch{Path: "snap/mem", Chunk: c}) {
+			t.Fatalf("prefetch order %v, want chunks %v", order, wantOrder)
+		}
+	}
+	// A trace naming chunks the artifact lacks only loses those entries.
+	bad := []lazy.Touch{{"snap/mem", 5}, {"snap/mem", 6}, {"snap/mem", -1}, {"../etc/passwd", 0}, {"snap/mem", 1}}
+	if err := lazy.SaveTrace(ctx, s, m, bad); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := lazy.LoadTrace(ctx, s, m); err != nil || !slices.Equal(got, []lazy.Touch{{"snap/mem", 5}, {"snap/mem", 1}}) {
+		t.Fatalf("loaded a bad trace as %v, %v", got, err)
+	}
+	if err := artifact.Delete(ctx, s, m.Kind, m.Name); err != nil {
+		t.Fatal(err)
+	}
+	if tr, err := lazy.LoadTrace(ctx, s, m); err != nil || tr != nil {
+		t.Fatalf("trace after the artifact's delete = %v, %v; want none", tr, err)
+	}
 }

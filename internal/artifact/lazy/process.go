@@ -83,16 +83,20 @@ func serveProcess() error {
 	}
 	fmt.Println("ready")
 	os.Stdout.Close()
+	trace, err := LoadTrace(ctx, store, spec.Manifest)
+	if err != nil {
+		log.Warn("no prefetch order", "err", err)
+	}
+	if trace == nil {
+		go func() {
+			t, err := RecordTrace(ctx, store, m, spec.Manifest, traceSettle, traceMax)
+			log.Info("recorded the first restore's reads", "chunks", len(t), "err", err)
+		}()
+	}
 	go func() {
 		start := time.Now()
-		var order []Touch
-		for _, f := range spec.Manifest.Files {
-			for i := range f.Chunks {
-				order = append(order, Touch{Path: f.Path, Chunk: i})
-			}
-		}
-		err := Prefetch(ctx, cache, spec.Manifest, order, 4)
-		log.Info("prefetched", "ms", time.Since(start).Milliseconds(), "fetched", cache.Fetched.Load(), "placed", cache.Placed.Load(), "err", err)
+		err := Prefetch(ctx, cache, spec.Manifest, PrefetchOrder(spec.Manifest, trace), 4)
+		log.Info("prefetched", "ms", time.Since(start).Milliseconds(), "traced", len(trace), "fetched", cache.Fetched.Load(), "placed", cache.Placed.Load(), "err", err)
 	}()
 	m.server.Wait()
 	log.Info("unmounted")
