@@ -207,6 +207,32 @@ func TestLazyRestore(t *testing.T) {
 		t.Fatalf("memory of a snapshot of the lazily restored sandbox: %+v", r)
 	}
 
+	// A sandbox hibernated on A and published wakes on B with its memory served lazily; killing
+	// it ends the serving.
+	var hib hostapi.Sandbox
+	if code := a.call("POST", "/v1/sandboxes/"+parent.ID+"/hibernate", nil, &hib); code != 200 || hib.Hibernated == "" {
+		t.Fatalf("hibernate on A: status %d, publication %q", code, hib.Hibernated)
+	}
+	var adopted hostapi.Sandbox
+	if code := b.call("POST", "/v1/sandboxes", map[string]any{"id": parent.ID, "hibernated": hib.Hibernated}, &adopted); code != 201 {
+		t.Fatalf("adopt on the lazy host: status %d", code)
+	}
+	mems, _ := filepath.Glob(filepath.Join(b.agent.layout.Sandboxes(), parent.ID, "mem-*", "ram"))
+	if len(mems) != 1 {
+		t.Fatalf("adopted sandbox's memory files: %v", mems)
+	}
+	adoptedMem, err := os.Readlink(mems[0])
+	if err != nil || syscall.Statfs(adoptedMem, &fs) != nil || fs.Type != 0x65735546 {
+		t.Fatalf("the adopted sandbox's memory is not served lazily: %s -> %s (%v)", mems[0], adoptedMem, err)
+	}
+	if r := b.exec(parent.ID, map[string]any{"cmd": "sha256sum < /dev/shm/big", "user": "root"}); r.ExitCode != 0 || r.Stdout != sum {
+		t.Fatalf("the adopted sandbox's memory: %+v (want %q)", r, sum)
+	}
+	b.call("DELETE", "/v1/sandboxes/"+parent.ID, nil, nil)
+	if err := syscall.Statfs(adoptedMem, &fs); err == nil && fs.Type == 0x65735546 {
+		t.Errorf("the killed adopted sandbox's memory is still served")
+	}
+
 	// Freed: the sandboxes go, the snapshot is deleted; GC ends its server.
 	for _, id := range []string{sb.ID, again.ID} {
 		b.call("DELETE", "/v1/sandboxes/"+id, nil, nil)

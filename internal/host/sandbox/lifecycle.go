@@ -271,6 +271,7 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 	sb.rec.VM = runtime.VM{}
 	err = sb.persist()
 	sb.mu.Unlock()
+	m.freeLazyMem(sb) // the new hibernation holds all of the memory (a FUSE base is never diffed)
 	m.dropOwnMem(sb, oldBase)
 	m.snapshots.GC()
 	if err == nil {

@@ -65,6 +65,9 @@ type record struct {
 	// Published names the blob-store publication of the current hibernation ("" while running:
 	// a wake makes it stale).
 	Published string `json:"published,omitempty"`
+	// LazyMount: the memory the sandbox was adopted with is served lazily from this mount
+	// (snapshot.Lazy) until the sandbox hibernates again or is killed.
+	LazyMount string `json:"lazy_mount,omitempty"`
 }
 
 // spec is the machine to restore; kernel and initrd always come from the template.
@@ -274,6 +277,7 @@ func (m *Manager) Kill(id string) error {
 		os.RemoveAll(vm.RunDir)
 	}
 	m.releaseNetwork(sb)
+	m.freeLazyMem(sb)
 	if err := os.RemoveAll(sb.dir); err != nil {
 		return err
 	}

@@ -92,12 +92,19 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 	tmp := dir + ".pulling"
 	os.RemoveAll(tmp)
 	defer os.RemoveAll(tmp)
-	_, st, err := m.Templates.Local().Pull(ctx, bs, hibernatedKind, pub, tmp)
+	// With lazy restore the memory is served from the store while the sandbox already runs.
+	var mount string
+	var st artifact.Stats
+	if lz := m.snapshots.Lazy; lz != nil {
+		mount, st, err = lz.Pull(ctx, m.Templates.Local(), bs, man, tmp)
+	} else {
+		st, err = m.Templates.Local().PullManifest(ctx, bs, man, tmp)
+	}
 	if err != nil {
 		return hostapi.Sandbox{}, err
 	}
 	mem := filepath.Join(dir, filepath.Base(rec.BaseDir))
-	rec.BaseDir, rec.TemplateDir, rec.VM = mem, mem, runtime.VM{}
+	rec.BaseDir, rec.TemplateDir, rec.VM, rec.LazyMount = mem, mem, runtime.VM{}, mount
 	rec.State, rec.Error, rec.Published, rec.Netns, rec.GuestAddr = StateHibernated, "", pub, "", ""
 	sb := &sandbox{dir: dir, rec: rec, lastUsed: start}
 	m.mu.Lock()
@@ -113,16 +120,36 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 	}
 	if err != nil {
 		m.mu.Unlock()
+		m.freeLazyMem(sb)
 		os.RemoveAll(dir)
 		return hostapi.Sandbox{}, err
 	}
 	m.sandboxes[id] = sb
 	m.mu.Unlock()
 	m.log.Info("adopted hibernated sandbox", "sandbox", id, "publication", pub, "ms", time.Since(start).Milliseconds(), "fetched_mib", st.Bytes>>20,
-		"local_mib", int64(st.Local)*artifact.ChunkSize>>20)
+		"local_mib", int64(st.Local)*artifact.ChunkSize>>20, "lazy", mount != "")
 	woke, err := m.awake(ctx, id)
 	if err != nil {
 		return hostapi.Sandbox{}, err
 	}
 	return woke.info(), nil
+}
+
+// freeLazyMem ends the lazy serving of the memory sb was adopted with; its VMM must be gone. A
+// mount that cannot be freed now is left to the agent's next start (reclaim).
+func (m *Manager) freeLazyMem(sb *sandbox) {
+	sb.mu.Lock()
+	mount := sb.rec.LazyMount
+	sb.mu.Unlock()
+	if mount == "" {
+		return
+	}
+	if err := snapshot.FreeMount(mount); err != nil {
+		m.log.Warn("could not end the lazy serving of a sandbox's memory", "sandbox", sb.rec.ID, "mount", mount, "err", err)
+		return
+	}
+	sb.mu.Lock()
+	sb.rec.LazyMount = ""
+	sb.persist()
+	sb.mu.Unlock()
 }

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 	"os"
+	"path"
 	"path/filepath"
 
 	"github.com/pandastack/pandastack/internal/artifact"
@@ -28,18 +29,19 @@ type Lazy struct {
 	IndexDirs func() []string
 }
 
-// pull pulls m into tmp with its memory served lazily, and returns the mount it is served at.
-func (l *Lazy) pull(ctx context.Context, s *Store, bs blob.Store, m artifact.Manifest, tmp string) (string, artifact.Stats, error) {
+// Pull pulls m into tmp with its memory files (every file named "ram") served lazily, and returns
+// the mount they are served at. local is this host's chunk index, for the files pulled whole.
+func (l *Lazy) Pull(ctx context.Context, local *artifact.Local, bs blob.Store, m artifact.Manifest, tmp string) (string, artifact.Stats, error) {
 	eager, mem := m, m
 	eager.Files, mem.Files = nil, nil
 	for _, f := range m.Files {
-		if f.Path == "ram" {
+		if path.Base(f.Path) == "ram" {
 			mem.Files = append(mem.Files, f)
 		} else {
 			eager.Files = append(eager.Files, f)
 		}
 	}
-	st, err := s.Local.PullManifest(ctx, bs, eager, tmp)
+	st, err := local.PullManifest(ctx, bs, eager, tmp)
 	if err != nil || len(mem.Files) == 0 {
 		return "", st, err
 	}
@@ -61,11 +63,35 @@ func (l *Lazy) pull(ctx context.Context, s *Store, bs blob.Store, m artifact.Man
 	}
 	if _, err := lazy.Start(lazy.ProcessSpec{Mount: mount, CacheDir: l.CacheDir, Store: l.StoreURL, Manifest: mem,
 		IndexDirs: index, Log: filepath.Join(l.LogDir, m.Name+".log")}); err != nil {
+		os.Remove(mount)
 		return "", st, err
 	}
-	if err := os.Symlink(filepath.Join(mount, "ram"), filepath.Join(tmp, "ram")); err != nil {
-		lazy.Unmount(mount)
-		return "", st, err
+	for _, f := range mem.Files {
+		link := filepath.Join(tmp, filepath.FromSlash(f.Path))
+		err := os.MkdirAll(filepath.Dir(link), 0o700)
+		if err == nil {
+			err = os.Symlink(filepath.Join(mount, filepath.FromSlash(f.Path)), link)
+		}
+		if err != nil {
+			FreeMount(mount)
+			return "", st, err
+		}
 	}
 	return mount, st, nil
+}
+
+// FreeMount ends the serving of mount (a Lazy.Pull's) and removes it; nothing may map its files
+// any more.
+func FreeMount(mount string) error {
+	if err := lazy.Unmount(mount); err != nil {
+		return err
+	}
+	os.Remove(mount)
+	return nil
+}
+
+// Idle: nothing is served lazily on this host (no mount is left), so its chunk cache may go.
+func (l *Lazy) Idle() bool {
+	entries, err := os.ReadDir(l.MountDir)
+	return err == nil && len(entries) == 0 || os.IsNotExist(err)
 }

@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/pandastack/pandastack/internal/artifact"
-	"github.com/pandastack/pandastack/internal/artifact/lazy"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
@@ -97,7 +96,7 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 	}
 	var st artifact.Stats
 	if s.Lazy != nil {
-		r.LazyMount, st, err = s.Lazy.pull(ctx, s, bs, m, tmp)
+		r.LazyMount, st, err = s.Lazy.Pull(ctx, s.Local, bs, m, tmp)
 	} else {
 		_, st, err = s.Local.Pull(ctx, bs, Kind, id, tmp)
 	}
@@ -109,7 +108,7 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 	r.TemplateDir, r.Published = filepath.Join(s.dir, id), true
 	if err := s.Commit(tmp, &r); err != nil {
 		if r.LazyMount != "" {
-			lazy.Unmount(r.LazyMount)
+			FreeMount(r.LazyMount)
 		}
 		return nil, st, err
 	}

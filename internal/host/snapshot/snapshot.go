@@ -16,7 +16,6 @@ import (
 	"sync"
 
 	"github.com/pandastack/pandastack/internal/artifact"
-	"github.com/pandastack/pandastack/internal/artifact/lazy"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/runtime"
@@ -140,23 +139,19 @@ func (s *Store) Delete(id string) error {
 // GC frees deleted snapshots that no sandbox uses as its memory base any more.
 func (s *Store) GC() {
 	used := s.InUse()
-	served := false // a snapshot left is served lazily
 	for _, r := range s.records() {
 		if !r.Deleted || used[r.Dir] {
-			served = served || r.LazyMount != ""
 			continue
 		}
-		if r.LazyMount != "" {
-			if err := lazy.Unmount(r.LazyMount); err != nil {
-				served = true // still served: freed at a later GC
-				continue
-			}
-			os.Remove(r.LazyMount)
+		if r.LazyMount != "" && FreeMount(r.LazyMount) != nil {
+			continue // still served: freed at a later GC
 		}
 		os.RemoveAll(r.Dir)
 	}
-	if s.Lazy != nil && !served {
-		os.RemoveAll(s.Lazy.CacheDir) // nothing reads it any more
+	// Snapshots and adopted hibernations are served from mounts of their own; once none is
+	// left, nothing reads the cache any more.
+	if s.Lazy != nil && s.Lazy.Idle() {
+		os.RemoveAll(s.Lazy.CacheDir)
 	}
 }
 
