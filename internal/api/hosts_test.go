@@ -246,11 +246,13 @@ func TestDrainHost(t *testing.T) {
 }
 
 // TestSweepPublished: the sweep deletes the publications of deleted or unknown snapshots and of
-// stale hibernations once they are older than the grace, and keeps live ones (and their chunks).
+// stale hibernations once they are older than the grace, and keeps live ones (and their chunks),
+// and those of sandboxes that changed within the grace.
 func TestSweepPublished(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	bs, err := blob.OpenFile(t.TempDir())
+	bsDir := t.TempDir()
+	bs, err := blob.OpenFile(bsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,13 +277,21 @@ func TestSweepPublished(t *testing.T) {
 	publish("hibernated", sb.ID+"-1", 4)
 	publish("hibernated", sb.ID+"-2", 5)
 	publish("template", "base-abc", 6)
+	// A publication two hours old of a sandbox that changed within the grace (woken from it: a
+	// lazy host may still be fetching its chunks) is kept, though it would not wake from it again.
+	woke := e.create(e.admin, map[string]any{"template": "base"})
+	publish("hibernated", woke.ID+"-1", 7)
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(filepath.Join(bsDir, artifact.ManifestKey("hibernated", woke.ID+"-1")), old, old); err != nil {
+		t.Fatal(err)
+	}
 
 	if m, c, err := e.srv.svc.SweepPublished(ctx, bs, time.Hour); err != nil || m != 0 || c != 0 {
 		t.Fatalf("sweep within the grace: %d manifests, %d chunks, %v", m, c, err)
 	}
 	e.clock.Add(2 * time.Hour)
 	m, _, err := e.srv.svc.SweepPublished(ctx, bs, time.Hour)
-	if err != nil || m != 3 {
+	if err != nil || m != 4 { // the woken-from one too, now that its sandbox is older than the grace
 		t.Fatalf("sweep after the grace: %d manifests, %v", m, err)
 	}
 	for kind, names := range map[string][]string{"snapshot": {live}, "hibernated": {sb.ID + "-2"}, "template": {"base-abc"}} {

@@ -34,7 +34,7 @@ func (s *Service) SweepPublished(ctx context.Context, bs blob.Store, grace time.
 		prefix := "manifests/" + kind + "/"
 		err := bs.List(ctx, prefix, func(in blob.Info) error {
 			name := strings.TrimSuffix(strings.TrimPrefix(in.Key, prefix), ".json")
-			if in.Modified.Before(cutoff) && !s.publicationNeeded(ctx, kind, name) {
+			if in.Modified.Before(cutoff) && !s.publicationNeeded(ctx, kind, name, cutoff) {
 				dead = append(dead, name)
 			}
 			return nil
@@ -54,8 +54,10 @@ func (s *Service) SweepPublished(ctx context.Context, bs blob.Store, grace time.
 }
 
 // publicationNeeded: a snapshot that is recorded and not deleted, or the hibernation a sandbox
-// would wake from. A store error counts as needed (nothing is deleted on doubt).
-func (s *Service) publicationNeeded(ctx context.Context, kind, name string) bool {
+// would wake from — or has woken from since cutoff: a host that woke it lazily may still be
+// fetching its chunks (internal/artifact/lazy). A store error counts as needed (nothing is
+// deleted on doubt).
+func (s *Service) publicationNeeded(ctx context.Context, kind, name string, cutoff time.Time) bool {
 	switch kind {
 	case snapshotKind:
 		sn, err := s.store.GetSnapshot(ctx, name)
@@ -72,7 +74,7 @@ func (s *Service) publicationNeeded(ctx context.Context, kind, name string) bool
 		if errors.Is(err, store.ErrNotFound) {
 			return false
 		}
-		return err != nil || sb.HibernatedImage == name
+		return err != nil || sb.HibernatedImage == name || sb.UpdatedAt.After(cutoff)
 	}
 	return true
 }
