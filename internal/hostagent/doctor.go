@@ -3,6 +3,7 @@ package hostagent
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/faultpoint"
+	"github.com/pandastack/pandastack/internal/host/snapshot"
 
 	"github.com/pandastack/pandastack/internal/cgroup"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
@@ -167,6 +169,16 @@ func (a *Agent) doctorDirs(owned map[string]int, minAge time.Duration, atStart b
 		p := filepath.Join(a.snapshotsDir(), e.Name())
 		if (strings.HasSuffix(e.Name(), ".tmp") || strings.HasSuffix(e.Name(), ".pulling")) && old(p) {
 			add("stale_tmp", p, "a snapshot that was never finished (its save or pull stopped midway)", remove(p))
+		}
+	}
+	// A lazy mount nothing names: its pull stopped after the server started (FreeMount also
+	// takes a directory that is no mount any more).
+	served := a.snapshots.LazyMounts()
+	maps.Copy(served, a.sandboxes.LazyMounts())
+	mounts, _ := filepath.Glob(filepath.Join(a.layout.DataDir, "lazy", "*"))
+	for _, p := range mounts {
+		if !served[p] && old(p) {
+			add("orphan_lazy_mount", p, "memory served lazily for a snapshot or sandbox this host does not have", func() error { return snapshot.FreeMount(p) })
 		}
 	}
 	if !atStart {

@@ -39,6 +39,7 @@ func TestDoctor(t *testing.T) {
 	strayRun := mkdir(a.runDir("sb_straydir"), true)
 	freshDir := mkdir(filepath.Join(a.sandboxesDir(), "sb_inflight"), false)
 	halfSnap := mkdir(filepath.Join(a.snapshotsDir(), "snap_half.tmp"), true)
+	strayMount := mkdir(filepath.Join(a.layout.DataDir, "lazy", "snap_gone"), true)
 	nettest.Run(t, "ip", "netns", "add", prefix+"-7")
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", prefix+"-7").Run() })
 	var cg string
@@ -71,7 +72,7 @@ func TestDoctor(t *testing.T) {
 		return out
 	}
 	want := []string{"orphan_dir sb_straydir", "orphan_dir sb_straydir", "orphan_netns " + prefix + "-7",
-		"orphan_vmm pid " + itoa(vmm.Process.Pid), "stale_tmp snap_half.tmp"}
+		"orphan_lazy_mount snap_gone", "orphan_vmm pid " + itoa(vmm.Process.Pid), "stale_tmp snap_half.tmp"}
 	if cg != "" {
 		want = append(want, "orphan_cgroup sb_straycg")
 		sort.Strings(want)
@@ -86,7 +87,7 @@ func TestDoctor(t *testing.T) {
 	if code := h.call("POST", "/v1/doctor/repair", nil, &report); code != 200 || !slices.Equal(kinds(report, true), want) {
 		t.Fatalf("repair: status %d, findings %+v", code, report.Findings)
 	}
-	for _, p := range []string{strayDir, strayRun, halfSnap, cg, "/var/run/netns/" + prefix + "-7"} {
+	for _, p := range []string{strayDir, strayRun, halfSnap, strayMount, cg, "/var/run/netns/" + prefix + "-7"} {
 		if _, err := os.Stat(p); p != "" && err == nil {
 			t.Errorf("%s is still there after the repair", p)
 		}

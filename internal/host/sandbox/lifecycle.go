@@ -44,6 +44,21 @@ func (m *Manager) BaseDirs() map[string]bool {
 	return used
 }
 
+// LazyMounts is the set of mounts adopted sandboxes' memory is served from (snapshot.Lazy).
+func (m *Manager) LazyMounts() map[string]bool {
+	out := map[string]bool{}
+	m.mu.Lock()
+	for _, sb := range m.sandboxes {
+		sb.mu.Lock()
+		if sb.rec.LazyMount != "" {
+			out[sb.rec.LazyMount] = true
+		}
+		sb.mu.Unlock()
+	}
+	m.mu.Unlock()
+	return out
+}
+
 // SnapshotSandbox saves a running sandbox's memory and disk as a snapshot object. The sandbox is
 // paused only for the copy of what its guest wrote and keeps running after.
 func (m *Manager) SnapshotSandbox(ctx context.Context, id string) (hostapi.Snapshot, error) {

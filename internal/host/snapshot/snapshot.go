@@ -136,6 +136,17 @@ func (s *Store) Delete(id string) error {
 	return nil
 }
 
+// LazyMounts is the set of mounts this host's snapshots are served from (Lazy).
+func (s *Store) LazyMounts() map[string]bool {
+	out := map[string]bool{}
+	for _, r := range s.records() {
+		if r.LazyMount != "" {
+			out[r.LazyMount] = true
+		}
+	}
+	return out
+}
+
 // GC frees deleted snapshots that no sandbox uses as its memory base any more.
 func (s *Store) GC() {
 	used := s.InUse()

@@ -370,7 +370,7 @@ type (
 type SandboxMetrics = v1.SandboxMetrics
 
 // DoctorFinding is one leftover `GET /v1/doctor` found on the host (orphan_vmm, orphan_dir,
-// orphan_netns, orphan_cgroup, stale_tmp): relayed as it is by the public API.
+// orphan_netns, orphan_cgroup, orphan_lazy_mount, stale_tmp): relayed as it is by the public API.
 type DoctorFinding = v1.DoctorFinding
 
 // DoctorReport is GET /v1/doctor and POST /v1/doctor/repair.
