@@ -104,7 +104,7 @@ func New(cfg Config) *Service {
 	if cfg.Template == "" {
 		cfg.Template = Template
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, act: activity{open: map[string]int{}, last: map[string]time.Time{}, start: time.Now()}}
+	return &Service{cfg: cfg, log: cfg.Logger, act: newActivity()}
 }
 
 // Domain is the suffix of database host names: db.<domain>.

@@ -45,13 +45,14 @@ var versionNames = []string{
 	19: "quotas on databases, apps, functions and snapshot sizes",
 	20: "app deployments' leases",
 	21: "E2B facade's restarted code contexts",
+	22: "database clients per server replica",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
 // (tables before the tables that reference them).
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
 	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema, e2bSchema,
-	databasesSchema,
+	databasesSchema, databaseClientsSchema,
 	appsSchema, webhooksSchema)
 
 // assemble groups the domains' steps into migrations by version.

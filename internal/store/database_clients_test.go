@@ -1,0 +1,62 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestDatabaseClients: a replica's report replaces its earlier one and goes when its clients do;
+// another replica counts only the others' fresh reports; stale reports go; last_client_at only
+// rises.
+func TestDatabaseClients(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		withTeams(t, s, "team_a")
+		for _, id := range []string{"db_a", "db_b"} {
+			if _, err := s.CreateDatabase(ctx, Database{ID: id, TeamID: "team_a", Name: id[3:], Version: "17", SandboxID: "sb_" + id, State: "running"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t0 := time.Now().UTC().Truncate(time.Microsecond)
+		report := func(replica string, at time.Time, open map[string]int, last map[string]time.Time) {
+			t.Helper()
+			if err := s.ReportDatabaseClients(ctx, replica, at, open, last, at.Add(-15*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		elsewhere := func(replica string, since time.Time) map[string]int {
+			t.Helper()
+			got, err := s.DatabaseClientsElsewhere(ctx, replica, since)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		report("r1", t0, map[string]int{"db_a": 2, "db_b": 1}, map[string]time.Time{"db_a": t0})
+		report("r2", t0, map[string]int{"db_a": 1}, map[string]time.Time{"db_a": t0.Add(-time.Hour)})
+		if got := elsewhere("r2", t0.Add(-time.Second)); got["db_a"] != 2 || got["db_b"] != 1 || len(got) != 2 {
+			t.Errorf("r2 sees %v, want r1's clients", got)
+		}
+		if got := elsewhere("r3", t0.Add(-time.Second)); got["db_a"] != 3 {
+			t.Errorf("r3 sees %v, want db_a's 3 clients of r1 and r2", got)
+		}
+		// r1's clients of db_b leave: its row goes; a report older than since does not count.
+		report("r1", t0.Add(5*time.Second), map[string]int{"db_b": 0}, map[string]time.Time{"db_b": t0.Add(5 * time.Second)})
+		if got := elsewhere("r2", t0.Add(time.Second)); len(got) != 0 {
+			t.Errorf("r2 sees %v, want nothing reported since t0+1s", got)
+		}
+		if got := elsewhere("r2", t0.Add(-time.Second)); got["db_b"] != 0 || got["db_a"] != 2 {
+			t.Errorf("r2 sees %v after db_b's clients left r1", got)
+		}
+		// A report 20 s later expires r1's and r2's rows of t0 (stale after 15 s).
+		report("r3", t0.Add(20*time.Second), nil, nil)
+		if got := elsewhere("r9", time.Time{}); len(got) != 0 {
+			t.Errorf("stale reports still count: %v", got)
+		}
+		last, err := s.DatabaseLastClients(ctx)
+		if err != nil || len(last) != 2 || !last["db_a"].Equal(t0) || !last["db_b"].Equal(t0.Add(5*time.Second)) {
+			t.Errorf("last clients %v, %v; want db_a at t0 (an older report does not lower it), db_b at t0+5s", last, err)
+		}
+	})
+}
