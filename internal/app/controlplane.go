@@ -204,7 +204,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		cp.dbLn, cp.DBAddr, cp.DBCA = dbLn, dbLn.Addr().String(), dbCA
 		dbs := srv.Databases()
 		router := dbrouter.New(dbrouter.Config{TLS: dbTLS, Domain: dbs.Domain(), Dial: dbs.DialID, Active: dbs.Active,
-			Logger: o.Logger.With("part", "dbrouter")})
+			Cancels: routerCancels{st}, Logger: o.Logger.With("part", "dbrouter")})
 		go router.Serve(dbLn)
 		o.Logger.Info("databases' router listening", "addr", cp.DBAddr, "ca", dbCA)
 	}
@@ -387,4 +387,16 @@ func readGuestCAs(files []string) ([]byte, error) {
 		out = append(append(out, b...), '\n')
 	}
 	return out, nil
+}
+
+// routerCancels keeps the router's cancel keys in the store, where every replica finds them.
+type routerCancels struct{ *store.Store }
+
+func (c routerCancels) CancelTargets(ctx context.Context, hash string) ([]dbrouter.CancelTarget, error) {
+	ts, err := c.CancelKeyTargets(ctx, hash)
+	out := make([]dbrouter.CancelTarget, len(ts))
+	for i, t := range ts {
+		out[i] = dbrouter.CancelTarget{ID: t.ID, Pooler: t.Pooler}
+	}
+	return out, err
 }

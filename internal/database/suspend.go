@@ -20,6 +20,10 @@ import (
 // DefaultSuspendInterval is how often idle databases are looked for.
 const DefaultSuspendInterval = 5 * time.Second
 
+// CancelKeyLifetime is how long a connection's cancel key is kept for the other replicas when the
+// replica it came through died without deleting it.
+const CancelKeyLifetime = 24 * time.Hour
+
 // StateSuspended is a database whose VM is hibernated.
 const StateSuspended = "suspended"
 
@@ -80,6 +84,9 @@ func (s *Service) share(ctx context.Context) error {
 	}
 	if err == nil {
 		lastAnywhere, err = s.cfg.Store.DatabaseLastClients(ctx)
+	}
+	if err == nil { // the router's shared cancel keys that their replica did not delete (it died)
+		_, err = s.cfg.Store.PruneCancelKeys(ctx, now.Add(-CancelKeyLifetime))
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

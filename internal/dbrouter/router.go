@@ -5,14 +5,16 @@
 // and postgres in that database's VM: postgres authenticates (SCRAM), not the router. Plaintext
 // startups, unknown and malformed names are answered with a PostgreSQL ErrorResponse, never a
 // hang. Cancel requests (which arrive on a new connection) reach the database whose backend
-// handed out the key. Message framing is jackc/pgx's pgproto3.
+// handed out the key, through whichever replica they arrive at (Config.Cancels). Message framing is jackc/pgx's pgproto3.
 package dbrouter
 
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -61,7 +63,27 @@ type Config struct {
 	Logger *slog.Logger
 	// Active, when set, is told when a database's client connections start and end (scale to zero).
 	Active func(id string, delta int)
+	// Cancels, when set, shares cancel keys with the other replicas: a client's cancel request
+	// arrives on a new connection, which the balancer may hand to another replica.
+	Cancels SharedCancels
 }
+
+// SharedCancels keeps the cancel keys every replica's connections were handed, by a hash of the
+// key (never the key itself: with it anyone can cancel a query).
+type SharedCancels interface {
+	PutCancelKey(ctx context.Context, hash, id string, pooler bool) error
+	CancelTargets(ctx context.Context, hash string) ([]CancelTarget, error)
+	DeleteCancelKey(ctx context.Context, hash, id string, pooler bool) error
+}
+
+// CancelTarget is where a shared cancel key leads: database ID's postgres, or its pooler.
+type CancelTarget struct {
+	ID     string
+	Pooler bool
+}
+
+// sharedTimeout bounds a call to Cancels.
+const sharedTimeout = 5 * time.Second
 
 // Router serves PostgreSQL connections. Create with New.
 type Router struct {
@@ -345,6 +367,7 @@ func (r *Router) scanStartup(up, client net.Conn, tg target) ([]cancelKey, error
 				r.cancels[k] = tg
 				r.mu.Unlock()
 				keys = append(keys, k)
+				r.shared(func(ctx context.Context, c SharedCancels) error { return c.PutCancelKey(ctx, k.hash(), tg.id, tg.pooler) })
 			}
 		}
 		if _, err := client.Write(msg); err != nil {
@@ -361,21 +384,72 @@ func (r *Router) scanStartup(up, client net.Conn, tg target) ([]cancelKey, error
 
 func (r *Router) forget(keys []cancelKey) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, k := range keys {
+	tgs := make([]target, len(keys))
+	for i, k := range keys {
+		tgs[i] = r.cancels[k]
 		delete(r.cancels, k)
+	}
+	r.mu.Unlock()
+	for i, k := range keys {
+		r.shared(func(ctx context.Context, c SharedCancels) error {
+			return c.DeleteCancelKey(ctx, k.hash(), tgs[i].id, tgs[i].pooler)
+		})
 	}
 }
 
-// cancel forwards a cancel request to the database whose backend handed out its key; an unknown
-// key is dropped silently, as postgres does.
+// hash names a key in SharedCancels.
+func (k cancelKey) hash() string {
+	b := binary.BigEndian.AppendUint32(nil, k.pid)
+	sum := sha256.Sum256(append(b, k.secret...))
+	return hex.EncodeToString(sum[:])
+}
+
+// shared runs call on the shared cancel keys, if any, in the background: a connection never waits
+// for it (a cancel through another replica in the first moments of a connection may miss).
+func (r *Router) shared(call func(context.Context, SharedCancels) error) {
+	if r.cfg.Cancels == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
+		defer cancel()
+		if err := call(ctx, r.cfg.Cancels); err != nil {
+			r.cfg.Logger.Warn("dbrouter: sharing a cancel key with the other replicas failed", "err", err)
+		}
+	}()
+}
+
+// cancel forwards a cancel request to the database whose backend handed out its key — known here,
+// or shared by another replica; an unknown key is dropped silently, as postgres does.
 func (r *Router) cancel(m *pgproto3.CancelRequest) error {
+	k := cancelKey{pid: m.ProcessID, secret: string(m.SecretKey)}
 	r.mu.Lock()
-	tg, ok := r.cancels[cancelKey{pid: m.ProcessID, secret: string(m.SecretKey)}]
+	tg, ok := r.cancels[k]
 	r.mu.Unlock()
-	if !ok {
+	if ok {
+		return r.forwardCancel(m, tg)
+	}
+	if r.cfg.Cancels == nil {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
+	tgs, err := r.cfg.Cancels.CancelTargets(ctx, k.hash())
+	cancel()
+	if err != nil {
+		return err
+	}
+	// Keys are random per backend: several targets only by chance, and postgres ignores a
+	// cancel whose key is not its backend's.
+	for _, t := range tgs {
+		if err := r.forwardCancel(m, target{id: t.ID, pooler: t.Pooler}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forwardCancel sends m to tg's postgres (or pooler) on a connection of its own.
+func (r *Router) forwardCancel(m *pgproto3.CancelRequest, tg target) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	up, err := r.cfg.Dial(ctx, tg.id, tg.pooler)

@@ -2,18 +2,22 @@ package dbrouter
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
 )
@@ -116,5 +120,162 @@ func TestCertificate(t *testing.T) {
 	}
 	if st, _ := os.Stat(filepath.Join(dir, keyFile)); st.Mode().Perm() != 0o600 {
 		t.Fatalf("key file mode %v", st.Mode())
+	}
+}
+
+// sharedKeys is SharedCancels in memory (the server keeps them in its store: TestCancelKeys).
+type sharedKeys struct {
+	mu   sync.Mutex
+	keys map[string][]CancelTarget
+}
+
+func (s *sharedKeys) PutCancelKey(_ context.Context, hash, id string, pooler bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys[hash] = append(s.keys[hash], CancelTarget{ID: id, Pooler: pooler})
+	return nil
+}
+
+func (s *sharedKeys) CancelTargets(_ context.Context, hash string) ([]CancelTarget, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.keys[hash]), nil
+}
+
+func (s *sharedKeys) DeleteCancelKey(_ context.Context, hash, id string, pooler bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys[hash] = slices.DeleteFunc(s.keys[hash], func(t CancelTarget) bool { return t == CancelTarget{ID: id, Pooler: pooler} })
+	if len(s.keys[hash]) == 0 {
+		delete(s.keys, hash)
+	}
+	return nil
+}
+
+func (s *sharedKeys) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
+}
+
+// fakePostgres answers a startup with AuthenticationOk, its backend key and ReadyForQuery, and
+// reports the cancel requests it gets.
+func fakePostgres(t *testing.T, pid, secret uint32) (string, chan *pgproto3.CancelRequest) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	cancels := make(chan *pgproto3.CancelRequest, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				msg, _, err := readStartup(c)
+				if err != nil {
+					return
+				}
+				if cr, ok := msg.(*pgproto3.CancelRequest); ok {
+					cancels <- cr
+					return
+				}
+				var out []byte
+				out, _ = (&pgproto3.AuthenticationOk{}).Encode(out)
+				out, _ = (&pgproto3.BackendKeyData{ProcessID: pid, SecretKey: binary.BigEndian.AppendUint32(nil, secret)}).Encode(out)
+				out, _ = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(out)
+				c.Write(out)
+				io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return ln.Addr().String(), cancels
+}
+
+// TestCancelThroughAnotherReplica: a connection made through one replica's router is cancelled
+// by a cancel request that reaches another replica (they share keys through Config.Cancels), and
+// the key is forgotten everywhere when the connection ends.
+func TestCancelThroughAnotherReplica(t *testing.T) {
+	pgAddr, cancels := fakePostgres(t, 4242, 0xfeedbeef)
+	shared := &sharedKeys{keys: map[string][]CancelTarget{}}
+	tlsCfg, ca, err := LoadOrCreateTLS(t.TempDir(), "db.localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dialedMu sync.Mutex
+	var dialed []string
+	replica := func() int {
+		r := New(Config{TLS: tlsCfg, Domain: "db.localhost", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Cancels: shared,
+			Dial: func(ctx context.Context, id string, pooler bool) (net.Conn, error) {
+				dialedMu.Lock()
+				dialed = append(dialed, id)
+				dialedMu.Unlock()
+				return net.Dial("tcp", pgAddr)
+			}})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go r.Serve(ln)
+		return ln.Addr().(*net.TCPAddr).Port
+	}
+	a, b := replica(), replica()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg, err := pgconn.ParseConfig("host=db_one.db.localhost user=u dbname=d sslmode=verify-full sslrootcert=" + ca + " port=" + strconv.Itoa(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for shared.len() == 0 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond) // shared in the background
+	}
+	// The client's cancel, sent to replica B (plaintext, as libpq sends cancels).
+	send := func(pid, secret uint32) {
+		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		req, _ := (&pgproto3.CancelRequest{ProcessID: pid, SecretKey: binary.BigEndian.AppendUint32(nil, secret)}).Encode(nil)
+		c.Write(req)
+		io.Copy(io.Discard, c) // B closes the connection when done
+	}
+	send(conn.PID(), 0xfeedbeef)
+	select {
+	case got := <-cancels:
+		if got.ProcessID != 4242 || binary.BigEndian.Uint32(got.SecretKey) != 0xfeedbeef {
+			t.Errorf("postgres got the cancel %+v", got)
+		}
+	case <-ctx.Done():
+		t.Fatal("the cancel sent through replica B never reached the database")
+	}
+	send(4242, 1) // a wrong secret reaches nothing
+	select {
+	case got := <-cancels:
+		t.Errorf("a cancel with a wrong secret reached postgres: %+v", got)
+	case <-time.After(200 * time.Millisecond):
+	}
+	conn.Close(ctx)
+	for shared.len() != 0 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if shared.len() != 0 {
+		t.Errorf("the ended connection's key is still shared")
+	}
+	dialedMu.Lock()
+	defer dialedMu.Unlock()
+	if strings.Join(dialed, ",") != "db_one,db_one" {
+		t.Errorf("dialed %v, want db_one for the connection and for the cancel", dialed)
 	}
 }

@@ -23,7 +23,58 @@ var databaseClientsSchema = []schemaStep{
 			PRIMARY KEY (database_id, replica)
 		)`,
 		`ALTER TABLE databases ADD COLUMN last_client_at BIGINT NOT NULL DEFAULT 0`,
+		// Cancel keys postgres handed the router's connections, by hash (internal/dbrouter), so a
+		// cancel request reaches its database through any replica.
+		`CREATE TABLE database_cancel_keys (
+			key_hash    TEXT NOT NULL,
+			database_id TEXT NOT NULL,
+			pooler      INTEGER NOT NULL,
+			created_at  BIGINT NOT NULL,
+			PRIMARY KEY (key_hash, database_id, pooler)
+		)`,
+		`CREATE INDEX database_cancel_keys_created ON database_cancel_keys (created_at)`,
 	}},
+}
+
+// PutCancelKey records that the cancel key hashed as hash leads to database id (or its pooler).
+func (s *Store) PutCancelKey(ctx context.Context, hash, id string, pooler bool) error {
+	_, err := s.exec(ctx, s.db, `INSERT INTO database_cancel_keys (key_hash, database_id, pooler, created_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (key_hash, database_id, pooler) DO UPDATE SET created_at = excluded.created_at`, hash, id, boolInt(pooler), micros(s.now()))
+	return err
+}
+
+// CancelKeyTargets lists where the cancel key hashed as hash leads: database id and pooler.
+func (s *Store) CancelKeyTargets(ctx context.Context, hash string) ([]DatabaseTarget, error) {
+	return queryAll(ctx, s, s.db, `SELECT database_id, pooler FROM database_cancel_keys WHERE key_hash = ? ORDER BY database_id, pooler`,
+		func(sc scanner) (DatabaseTarget, error) {
+			var t DatabaseTarget
+			var pooler int64
+			err := sc.Scan(&t.ID, &pooler)
+			t.Pooler = pooler != 0
+			return t, err
+		}, hash)
+}
+
+// DatabaseTarget is a database's postgres, or its pooler.
+type DatabaseTarget struct {
+	ID     string
+	Pooler bool
+}
+
+// DeleteCancelKey forgets a cancel key (its connection ended).
+func (s *Store) DeleteCancelKey(ctx context.Context, hash, id string, pooler bool) error {
+	_, err := s.exec(ctx, s.db, `DELETE FROM database_cancel_keys WHERE key_hash = ? AND database_id = ? AND pooler = ?`, hash, id, boolInt(pooler))
+	return err
+}
+
+// PruneCancelKeys deletes cancel keys recorded before cutoff (their replica died without deleting
+// them; a connection that old cannot be cancelled through another replica) and returns how many.
+func (s *Store) PruneCancelKeys(ctx context.Context, cutoff time.Time) (int64, error) {
+	res, err := s.exec(ctx, s.db, `DELETE FROM database_cancel_keys WHERE created_at < ?`, micros(cutoff))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // ReportDatabaseClients records, as of at, that replica has open[id] clients on each database id

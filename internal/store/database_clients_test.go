@@ -60,3 +60,42 @@ func TestDatabaseClients(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelKeys: a shared cancel key leads to its database (and pooler), goes when deleted, and
+// old ones are pruned.
+func TestCancelKeys(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		clk := withClock(s)
+		for _, k := range []struct {
+			hash, id string
+			pooler   bool
+		}{{"h1", "db_a", false}, {"h1", "db_a", true}, {"h2", "db_b", false}} {
+			if err := s.PutCancelKey(ctx, k.hash, k.id, k.pooler); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := s.CancelKeyTargets(ctx, "h1"); err != nil || len(got) != 2 || got[0] != (DatabaseTarget{"db_a", false}) || got[1] != (DatabaseTarget{"db_a", true}) {
+			t.Fatalf("h1 leads to %+v, %v", got, err)
+		}
+		if err := s.DeleteCancelKey(ctx, "h1", "db_a", true); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.CancelKeyTargets(ctx, "h1"); len(got) != 1 || got[0].Pooler {
+			t.Fatalf("after deleting the pooler's: %+v", got)
+		}
+		if got, _ := s.CancelKeyTargets(ctx, "nope"); len(got) != 0 {
+			t.Fatalf("an unknown key leads to %+v", got)
+		}
+		clk.add(2 * time.Hour)
+		if err := s.PutCancelKey(ctx, "h3", "db_c", false); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.PruneCancelKeys(ctx, clk.now().Add(-time.Hour)); err != nil || n != 2 {
+			t.Fatalf("pruned %d, %v; want the 2 old keys", n, err)
+		}
+		if got, _ := s.CancelKeyTargets(ctx, "h3"); len(got) != 1 {
+			t.Fatalf("the fresh key was pruned: %+v", got)
+		}
+	})
+}
