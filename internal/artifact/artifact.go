@@ -243,17 +243,17 @@ func Pull(ctx context.Context, s blob.Store, kind, name, dir string) (Manifest, 
 }
 
 // pullManifest pulls m's files (all of them: a caller may pass a manifest cut to fewer files).
-func pullManifest(ctx context.Context, s blob.Store, m Manifest, dir string, local *Local) (Stats, error) {
+func pullManifest(ctx context.Context, s blob.Store, m Manifest, dir string, local *Local, sync bool) (Stats, error) {
 	var st stats
 	for _, f := range m.Files {
-		if err := pullFile(ctx, s, dir, f, local, &st); err != nil {
+		if err := pullFile(ctx, s, dir, f, local, &st, sync); err != nil {
 			return Stats{}, fmt.Errorf("pull %s/%s: %s: %w", m.Kind, m.Name, f.Path, err)
 		}
 	}
 	return st.snapshot(), nil
 }
 
-func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Local, st *stats) error {
+func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Local, st *stats, sync bool) error {
 	dst := filepath.Join(dir, filepath.FromSlash(f.Path))
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err
@@ -294,8 +294,10 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Loca
 	if err := tmp.Chmod(os.FileMode(f.Mode).Perm()); err != nil {
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		return err
+	if sync {
+		if err := tmp.Sync(); err != nil {
+			return err
+		}
 	}
 	return os.Rename(tmp.Name(), dst)
 }

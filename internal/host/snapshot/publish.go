@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/pandastack/pandastack/internal/artifact"
@@ -98,7 +99,10 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 	if s.Lazy != nil {
 		r.LazyMount, st, err = s.Lazy.Pull(ctx, s.Local, bs, m, tmp)
 	} else {
-		_, st, err = s.Local.Pull(ctx, bs, Kind, id, tmp)
+		// Unflushed (a pulled snapshot is a copy of the store's): UseLocal drops it after a
+		// reboot, so torn files are never restored.
+		st, err = s.Local.PullUnsynced(ctx, bs, m, tmp)
+		r.PulledBoot = BootID()
 	}
 	if err != nil {
 		return nil, st, err
@@ -115,9 +119,11 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 	return &r, st, nil
 }
 
-// UseLocal makes l the index of chunks this host holds, and indexes this host's snapshots in it.
+// UseLocal makes l the index of chunks this host holds, and indexes this host's snapshots in it
+// (once torn pulls are dropped).
 func (s *Store) UseLocal(l *artifact.Local) {
 	s.Local = l
+	s.DropTornPulls()
 	dirs, _ := filepath.Glob(filepath.Join(s.dir, "snap_*"))
 	for _, d := range dirs {
 		l.AddDir(d)
@@ -154,4 +160,21 @@ func (s *Store) lockPull(id string) (unlock func()) {
 	s.pullMu.Unlock()
 	mu.Lock()
 	return mu.Unlock
+}
+
+// BootID names this boot of the machine ("" where the kernel does not say).
+func BootID() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(b))
+}
+
+// DropTornPulls deletes the snapshots pulled unflushed in an earlier boot of the machine (their
+// files may be torn) that no sandbox restores from; they are pulled again when needed.
+func (s *Store) DropTornPulls() {
+	boot, used := BootID(), s.InUse()
+	for _, r := range s.records() {
+		if r.PulledBoot != "" && r.PulledBoot != boot && !used[r.Dir] {
+			os.RemoveAll(r.Dir)
+		}
+	}
 }

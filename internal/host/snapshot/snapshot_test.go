@@ -78,3 +78,27 @@ func TestLegacyIdentity(t *testing.T) {
 		t.Fatalf("load: %+v %v", r, err)
 	}
 }
+
+// A snapshot pulled unflushed in an earlier boot is dropped (unless a sandbox restores from it);
+// one pulled in this boot, and the host's own, stay.
+func TestDropTornPulls(t *testing.T) {
+	if BootID() == "" {
+		t.Skip("no boot id on this kernel")
+	}
+	ident := runtime.Identity{VMM: "qemu", Version: "1", Machine: "microvm", CPU: "max", Accel: "tcg"}
+	s := New(layout.Layout{DataDir: t.TempDir(), Pool: t.TempDir()}, ident)
+	snap := func(id, boot string) *Record {
+		return publish(t, s, Record{Snapshot: hostapi.Snapshot{ID: id, Template: "base", Identity: ident, Published: boot != ""}, PulledBoot: boot})
+	}
+	own, now, torn, used := snap("snap_own", ""), snap("snap_now", BootID()), snap("snap_torn", "an-earlier-boot"), snap("snap_used", "an-earlier-boot")
+	s.InUse = func() map[string]bool { return map[string]bool{used.Dir: true} }
+	s.DropTornPulls()
+	for _, r := range []*Record{own, now, used} {
+		if _, err := s.Load(r.ID); err != nil {
+			t.Errorf("%s was dropped: %v", r.ID, err)
+		}
+	}
+	if _, err := os.Stat(torn.Dir); !os.IsNotExist(err) {
+		t.Errorf("a snapshot pulled unflushed before this boot stays: %v", err)
+	}
+}
