@@ -370,3 +370,36 @@ func TestTakeOver(t *testing.T) {
 		t.Errorf("run with a live lease was touched: %+v", r)
 	}
 }
+
+// TestTransports: an invocation reaches the runner through the guest agent relay when the host
+// has it, over the port path when asked to (WithTransport) and, as the fallback, when the host
+// answers the relay with 404 (an agent from before it). Over a fake host agent whose runner
+// answers both ways.
+func TestTransports(t *testing.T) {
+	ctx := context.Background()
+	ag := agenttest.New("host-a", "tok", "base")
+	t.Cleanup(ag.Close)
+	svc := newReplica(t, testenv.SQLiteStore(t), ag, 0)
+	fn, _ := addFunction(t, svc, 5, true)
+	g := newGatedRunner(ag)
+	close(g.release)
+	for _, c := range []struct {
+		relay     bool
+		transport string
+		relayed   int
+	}{{true, "", 1}, {true, TransportRelay, 1}, {true, TransportPort, 0}, {false, "", 0}} {
+		ag.ServeRelay(c.relay)
+		before := ag.Relayed()
+		tctx, err := WithTransport(ctx, c.transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, err := svc.Invoke(tctx, fn.TeamID, fn.ID, json.RawMessage(`{}`), "sync")
+		if err != nil || run.Status != RunSucceeded || ag.Relayed()-before != c.relayed {
+			t.Errorf("relay on the host %v, transport %q: %+v, %v; relayed %d, want %d", c.relay, c.transport, run, err, ag.Relayed()-before, c.relayed)
+		}
+	}
+	if _, err := WithTransport(ctx, "carrier-pigeon"); !errdefs.Is(err, errdefs.Invalid) {
+		t.Errorf("an unknown transport: %v", err)
+	}
+}
