@@ -372,7 +372,7 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 	var out invocation
 	t1 := time.Now()
 	err = s.runnerCall(ictx, c, sb.ID, "POST", "/invoke", body, &out)
-	s.log.Debug("function invoked", "run", run.ID, "sandbox", sb.ID, "create_ms", t1.Sub(t0).Milliseconds(),
+	s.log.Debug("function invoked", "run", run.ID, "sandbox", sb.ID, "transport", s.transport(ictx), "create_ms", t1.Sub(t0).Milliseconds(),
 		"runner_ms", time.Since(t1).Milliseconds(), "handler_ms", out.DurationMS)
 	switch {
 	case errors.Is(ictx.Err(), context.DeadlineExceeded):

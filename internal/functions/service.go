@@ -373,14 +373,22 @@ func WithTransport(ctx context.Context, transport string) (context.Context, erro
 	return ctx, errdefs.Invalidf("%s must be %s or %s", TransportHeader, TransportRelay, TransportPort)
 }
 
+// transport is the transport of the runner calls under ctx: WithTransport's, else the configured one.
+func (s *Service) transport(ctx context.Context) string {
+	if t, _ := ctx.Value(transportKey{}).(string); t != "" {
+		return t
+	}
+	if s.cfg.Transport != "" {
+		return s.cfg.Transport
+	}
+	return TransportRelay
+}
+
 // runnerCall sends one request to the runner in sandbox sbID and decodes its JSON answer into
 // out: through the guest agent (TransportRelay), else — or when the agents have no relay —
 // through the host's port path.
 func (s *Service) runnerCall(ctx context.Context, c *agentclient.Client, sbID, method, path string, body []byte, out any) error {
-	transport, _ := ctx.Value(transportKey{}).(string)
-	if transport == "" {
-		transport = s.cfg.Transport
-	}
+	transport := s.transport(ctx)
 	var (
 		resp *http.Response
 		err  error
