@@ -92,8 +92,8 @@ type Config struct {
 	// LeaseTime is how long a run stays this replica's without a renewal (0: LeaseTime; tests
 	// shorten it).
 	LeaseTime time.Duration
-	// Transport is how invocations reach the runner in their sandbox: TransportRelay (the
-	// default) or TransportPort.
+	// Transport is how invocations reach the runner in their sandbox: TransportPort (the
+	// default) or TransportRelay.
 	Transport string
 }
 
@@ -347,13 +347,16 @@ func (s *Service) waitReady(ctx context.Context, c *agentclient.Client, sbID str
 
 // Transports of the calls to a function's runner in its sandbox.
 const (
-	// TransportRelay: through the host agent and the sandbox's guest agent to the runner's port on
-	// the guest's loopback (hostapi.RelayPath), over the agent channel every sandbox already has:
-	// no guest network stack on the way. A host or guest agent without the relay (older ones) is
-	// called over TransportPort instead.
-	TransportRelay = "relay"
-	// TransportPort: through the host agent's port path to the guest's address (its network).
+	// TransportPort (the default): through the host agent's port path to the guest's address
+	// (its network device and TCP stack).
 	TransportPort = "port"
+	// TransportRelay: through the host agent and the sandbox's guest agent to the runner's port
+	// on the guest's loopback (hostapi.RelayPath), over the agent channel every sandbox already
+	// has, skipping the guest's network device. Measured slower than the port path under TCG (the
+	// guest agent's code and a loopback TCP connection with both ends in the guest cost more than
+	// the network path they replace: docs/functions.md), so only on request; a host or guest
+	// agent without it is called over TransportPort instead.
+	TransportRelay = "relay"
 	// TransportHeader on a sync invoke picks the transport of that invocation (diagnostics and
 	// the bench's same-run comparison); without it the server's configured one.
 	TransportHeader = "X-Pandastack-Function-Transport"
@@ -381,19 +384,19 @@ func (s *Service) transport(ctx context.Context) string {
 	if s.cfg.Transport != "" {
 		return s.cfg.Transport
 	}
-	return TransportRelay
+	return TransportPort
 }
 
 // runnerCall sends one request to the runner in sandbox sbID and decodes its JSON answer into
-// out: through the guest agent (TransportRelay), else — or when the agents have no relay —
-// through the host's port path.
+// out: through the host's port path, or through the guest agent when asked (TransportRelay) and
+// the agents have the relay.
 func (s *Service) runnerCall(ctx context.Context, c *agentclient.Client, sbID, method, path string, body []byte, out any) error {
 	transport := s.transport(ctx)
 	var (
 		resp *http.Response
 		err  error
 	)
-	if transport != TransportPort {
+	if transport == TransportRelay {
 		resp, err = s.relayCall(ctx, c, sbID, method, path, body)
 	}
 	if resp == nil && err == nil {

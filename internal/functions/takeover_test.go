@@ -371,10 +371,10 @@ func TestTakeOver(t *testing.T) {
 	}
 }
 
-// TestTransports: an invocation reaches the runner through the guest agent relay when the host
-// has it, over the port path when asked to (WithTransport) and, as the fallback, when the host
-// answers the relay with 404 (an agent from before it). Over a fake host agent whose runner
-// answers both ways.
+// TestTransports: an invocation reaches the runner over the port path by default, through the
+// guest agent relay when asked to (WithTransport) and the host has it, and over the port path as
+// the fallback when the host answers the relay with 404 (an agent from before it). Over a fake
+// host agent whose runner answers both ways.
 func TestTransports(t *testing.T) {
 	ctx := context.Background()
 	ag := agenttest.New("host-a", "tok", "base")
@@ -387,7 +387,7 @@ func TestTransports(t *testing.T) {
 		relay     bool
 		transport string
 		relayed   int
-	}{{true, "", 1}, {true, TransportRelay, 1}, {true, TransportPort, 0}, {false, "", 0}} {
+	}{{true, "", 0}, {true, TransportRelay, 1}, {true, TransportPort, 0}, {false, TransportRelay, 0}} {
 		ag.ServeRelay(c.relay)
 		before := ag.Relayed()
 		tctx, err := WithTransport(ctx, c.transport)
