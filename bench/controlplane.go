@@ -195,7 +195,11 @@ func waitHealthy(base string, timeout time.Duration) error {
 	}
 }
 
-type apiClient struct{ base, auth string }
+// apiClient calls a server's (or an agent's) API; header is sent with every request too.
+type apiClient struct {
+	base, auth string
+	header     http.Header
+}
 
 func (c *apiClient) do(method, path string, body any, want int) ([]byte, error) {
 	var rd io.Reader
@@ -205,6 +209,9 @@ func (c *apiClient) do(method, path string, body any, want int) ([]byte, error) 
 	}
 	req, _ := http.NewRequest(method, c.base+path, rd)
 	req.Header.Set("Authorization", c.auth)
+	for k, v := range c.header {
+		req.Header[k] = v
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err

@@ -38,17 +38,23 @@ func functionsSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 	}
 	res["fn_deploy_ms"] = ms(time.Since(t))
 	invoke := timed(func() error { return invokeOnce(cl.public, fnID) })
+	// The same invocation with the runner reached through the guest agent's relay instead of the
+	// guest's network (the port path, the default).
+	relayed := &apiClient{base: cl.public.base, auth: cl.public.auth, header: http.Header{"X-Pandastack-Function-Transport": {"relay"}}}
+	invokeRelay := timed(func() error { return invokeOnce(relayed, fnID) })
 	create := cl.public.createTimed("/v1/sandboxes", func() any { return map[string]any{"template": "base"} })
 	naive := timed(func() error { return naiveOnce(cl.public) })
 	trigger := timed(func() error { return httpTriggerOnce(cl.public.base, fnID) })
-	lat, err := interleaved(rounds, invoke, create, naive, trigger)
+	lat, err := interleaved(rounds, invoke, invokeRelay, create, naive, trigger)
 	if err != nil {
 		return err
 	}
-	for i, name := range []string{"fn_invoke", "fn_sandbox_create", "fn_naive_vm_import", "fn_http_trigger"} {
+	for i, name := range []string{"fn_invoke", "fn_invoke_relay", "fn_sandbox_create", "fn_naive_vm_import", "fn_http_trigger"} {
 		res[name+"_p50_ms"], res[name+"_p99_ms"] = pct(lat[i], 50), pct(lat[i], 99)
 	}
 	res["fn_invoke_over_create"] = res["fn_invoke_p50_ms"] / res["fn_sandbox_create_p50_ms"]
+	res["fn_invoke_relay_over_create"] = res["fn_invoke_relay_p50_ms"] / res["fn_sandbox_create_p50_ms"]
+	res["fn_invoke_relay_over_invoke"] = res["fn_invoke_relay_p50_ms"] / res["fn_invoke_p50_ms"]
 	res["fn_http_trigger_over_invoke"] = res["fn_http_trigger_p50_ms"] / res["fn_invoke_p50_ms"]
 	res["fn_naive_over_invoke"] = res["fn_naive_vm_import_p50_ms"] / res["fn_invoke_p50_ms"]
 

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/splice"
@@ -20,6 +22,18 @@ import (
 // the returned connection carries that port's bytes both ways. A hibernated sandbox is woken
 // first; nothing listening is the agent's 502 as an *Error.
 func (c *Client) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	return c.upgrade(ctx, "/"+path.Join("v1/sandboxes", id, "ports", strconv.Itoa(port))+"/")
+}
+
+// RelayPort is DialPort through the sandbox's guest agent (hostapi.RelayPath): to port on the
+// guest's loopback over the agent's channel, not the guest's network. An agent or guest agent
+// without the relay answers an *Error (404 or 400) before anything reached the port.
+func (c *Client) RelayPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	return c.upgrade(ctx, hostapi.RelayPath(id, port))
+}
+
+// upgrade sends a TCP upgrade request for path (of the agent) and returns the upgraded connection.
+func (c *Client) upgrade(ctx context.Context, path string) (net.Conn, error) {
 	u, err := url.Parse(c.BaseURL)
 	if err != nil {
 		return nil, err
@@ -43,7 +57,7 @@ func (c *Client) DialPort(ctx context.Context, id string, port int) (net.Conn, e
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	req, _ := http.NewRequest("GET", u.JoinPath("/v1/sandboxes", id, "ports", strconv.Itoa(port)).String()+"/", nil)
+	req, _ := http.NewRequest("GET", strings.TrimSuffix(c.BaseURL, "/")+path, nil)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", hostapi.TCPUpgrade)
 	req.Header.Set("Authorization", "Bearer "+c.Token)

@@ -194,7 +194,11 @@ func (s *Server) invokeFunction(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	switch r.URL.Query().Get("async") {
 	case "", "0", "false":
-		run, err := s.functions.Invoke(r.Context(), id.TeamID, r.PathValue("id"), req.Payload, "sync")
+		ctx, err := functions.WithTransport(r.Context(), r.Header.Get(functions.TransportHeader))
+		var run store.FunctionRun
+		if err == nil {
+			run, err = s.functions.Invoke(ctx, id.TeamID, r.PathValue("id"), req.Payload, "sync")
+		}
 		s.reply(w, r, http.StatusOK, functionRunView(run), err)
 	case "1", "true":
 		run, err := s.functions.InvokeAsync(r.Context(), id.TeamID, r.PathValue("id"), req.Payload)

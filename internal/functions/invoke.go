@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
@@ -48,10 +49,14 @@ func (s *Service) Invoke(ctx context.Context, teamID, id string, payload json.Ra
 	case !ok:
 		return store.FunctionRun{}, errdefs.New(errdefs.Exhausted, "function %s has %d invocations running, its max_concurrency: retry later", fn.Name, v.MaxConcurrency)
 	}
-	stop := s.renew(run.ID)
-	defer stop()
-	s.attempt(context.WithoutCancel(ctx), fn, v, &run)
-	if err := s.cfg.Store.UpdateFunctionRun(context.WithoutCancel(ctx), run, true); err != nil {
+	h := s.hold(context.WithoutCancel(ctx), run)
+	defer h.stop()
+	s.attempt(h.ctx, fn, v, &run)
+	if err := s.record(h, &run, true); errors.Is(err, store.ErrLeaseLost) {
+		// This server was cut off past the run's lease and another replica recorded it lost: its
+		// record stands (the caller sees what GET …/runs/{run} shows).
+		return s.cfg.Store.GetFunctionRun(context.WithoutCancel(ctx), run.FunctionID, run.ID)
+	} else if err != nil {
 		return run, err
 	}
 	return run, nil
@@ -87,12 +92,15 @@ func (s *Service) InvokeAsync(ctx context.Context, teamID, id string, payload js
 }
 
 func (s *Service) runAsync(fn store.Function, v store.FunctionVersion, run store.FunctionRun) {
-	stop := s.renew(run.ID)
-	defer stop()
+	h := s.hold(s.ctx, run)
+	defer h.stop()
 	backoff := time.Second
 	for {
 		for { // wait for a slot
-			started, ok, err := s.start(s.ctx, v, run, false)
+			started, ok, err := h.start(s, v, run)
+			if errors.Is(err, store.ErrLeaseLost) {
+				return
+			}
 			if err != nil {
 				s.log.Warn("functions: could not start an attempt", "run", run.ID, "err", err)
 			}
@@ -104,9 +112,11 @@ func (s *Service) runAsync(fn store.Function, v store.FunctionVersion, run store
 				return
 			}
 		}
-		s.attempt(s.ctx, fn, v, &run)
+		s.attempt(h.ctx, fn, v, &run)
 		final := run.Status == RunSucceeded || run.Attempts > v.Retries
-		if err := s.cfg.Store.UpdateFunctionRun(context.WithoutCancel(s.ctx), run, final); err != nil {
+		if err := s.record(h, &run, final); errors.Is(err, store.ErrLeaseLost) {
+			return
+		} else if err != nil {
 			s.log.Warn("functions: could not record a run", "run", run.ID, "err", err)
 		}
 		if final || !s.sleep(backoff) {
@@ -128,27 +138,97 @@ func (s *Service) leaseTime() time.Duration {
 	return LeaseTime
 }
 
-// renew extends run id's lease until the returned stop is called or the service closes (a
-// closed server's runs lapse like a dead one's).
-func (s *Service) renew(id string) (stop func()) {
-	done := make(chan struct{})
+// runHold is this replica's hold on an unfinished run: the lease end it last wrote, which each of
+// its writes of the run must still find in the store (store.ErrLeaseLost otherwise: a replica
+// took the run over after this one was cut off past the lease). It renews the lease every
+// quarter of the lease time until stop or the service closes (a closed server's runs lapse like
+// a dead one's); once the run is lost, the attempt under way (ctx) is ended.
+type runHold struct {
+	id     string
+	ctx    context.Context // the attempts'; cancelled when the run is lost
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex // one write of the run at a time, each with the current lease
+	until time.Time
+	lost  bool
+}
+
+// hold starts holding run (its lease as run.LeaseUntil says) for attempts under parent.
+func (s *Service) hold(parent context.Context, run store.FunctionRun) *runHold {
+	h := &runHold{id: run.ID, until: run.LeaseUntil, done: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancel(parent)
 	go func() {
 		t := time.NewTicker(s.leaseTime() / 4)
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
+			case <-h.done:
 				return
 			case <-s.ctx.Done():
 				return
 			case <-t.C:
-				if err := s.cfg.Store.RenewFunctionRun(context.Background(), id, s.dbNow(context.Background()).Add(s.leaseTime())); err != nil {
-					s.log.Warn("functions: could not renew a run's lease", "run", id, "err", err)
+				ctx := context.Background()
+				until := s.dbNow(ctx).Add(s.leaseTime())
+				err := h.write(func(held time.Time) (time.Time, error) {
+					return until, s.cfg.Store.RenewFunctionRun(ctx, h.id, held, until)
+				})
+				if err != nil && !errors.Is(err, store.ErrLeaseLost) {
+					s.log.Warn("functions: could not renew a run's lease", "run", h.id, "err", err)
 				}
 			}
 		}
 	}()
-	return func() { close(done) }
+	return h
+}
+
+// stop ends the renewals.
+func (h *runHold) stop() { close(h.done); h.cancel() }
+
+// write makes one write of the run with the lease held (put returns the lease after it); a
+// write that finds the lease gone marks the run lost and ends the attempt under way.
+func (h *runHold) write(put func(held time.Time) (time.Time, error)) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost {
+		return store.ErrLeaseLost
+	}
+	until, err := put(h.until)
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		h.lost = true
+		h.cancel()
+	case err == nil:
+		h.until = until
+	}
+	return err
+}
+
+// start starts run's next attempt in a slot (Service.start) with the lease held.
+func (h *runHold) start(s *Service, v store.FunctionVersion, run store.FunctionRun) (started store.FunctionRun, ok bool, err error) {
+	err = h.write(func(held time.Time) (time.Time, error) {
+		run.LeaseUntil = held
+		started, ok, err = s.start(s.ctx, v, run, false)
+		if !ok || err != nil {
+			return held, err
+		}
+		return started.LeaseUntil, nil
+	})
+	return started, ok, err
+}
+
+// record writes run's progress or end (final) with the lease held; store.ErrLeaseLost: another
+// replica has the run (this outcome is dropped and logged).
+func (s *Service) record(h *runHold, run *store.FunctionRun, final bool) error {
+	err := h.write(func(held time.Time) (time.Time, error) {
+		run.LeaseUntil = held
+		return held, s.cfg.Store.UpdateFunctionRun(context.WithoutCancel(h.ctx), *run, final)
+	})
+	if errors.Is(err, store.ErrLeaseLost) {
+		s.log.Warn("functions: another replica took over a run this server was cut off from; its outcome here is dropped",
+			"run", run.ID, "function", run.FunctionID, "status", run.Status)
+	}
+	return err
 }
 
 // dbNow is the database's clock (leases are compared across replicas), else the local one.
@@ -174,7 +254,9 @@ func (s *Service) TakeOver(ctx context.Context) error {
 		v, verr := s.cfg.Store.GetFunctionVersion(ctx, r.FunctionID, r.Version)
 		if gerr != nil || verr != nil || r.Trigger != "async" || r.Status == RunRunning && r.Attempts > v.Retries {
 			r.Status, r.ErrorType, r.ErrorMessage, r.ErrorTraceback = RunFailed, "PlatformError", ServerLost, ""
-			if uerr := s.cfg.Store.UpdateFunctionRun(ctx, r, true); uerr != nil {
+			if uerr := s.cfg.Store.UpdateFunctionRun(ctx, r, true); errors.Is(uerr, store.ErrLeaseLost) {
+				continue // its server came back and recorded it meanwhile
+			} else if uerr != nil {
 				return uerr
 			}
 			s.log.Warn("functions: a run's server was lost", "run", r.ID, "function", r.FunctionID, "trigger", r.Trigger)
@@ -290,7 +372,7 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 	var out invocation
 	t1 := time.Now()
 	err = s.runnerCall(ictx, c, sb.ID, "POST", "/invoke", body, &out)
-	s.log.Debug("function invoked", "run", run.ID, "sandbox", sb.ID, "create_ms", t1.Sub(t0).Milliseconds(),
+	s.log.Debug("function invoked", "run", run.ID, "sandbox", sb.ID, "transport", s.transport(ictx), "create_ms", t1.Sub(t0).Milliseconds(),
 		"runner_ms", time.Since(t1).Milliseconds(), "handler_ms", out.DurationMS)
 	switch {
 	case errors.Is(ictx.Err(), context.DeadlineExceeded):

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -436,4 +437,24 @@ func (c *Client) Mount(ctx context.Context, serial, path string, sizeBytes int64
 // Sync flushes the guest's filesystems (sync(2)); call before a snapshot.
 func (c *Client) Sync(ctx context.Context) error {
 	return c.simple(ctx, &Request{Op: OpSync}, FrameResult, nil)
+}
+
+// DialPort connects to TCP port on the guest's loopback through the agent (OpDial): the returned
+// connection carries that port's bytes both ways over the agent's channel, not the guest's
+// network. ctx bounds the dial only; closing the connection ends it.
+func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	cl, err := c.start(ctx, &Request{Op: OpDial, Port: port})
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.expect(FrameResult, nil); err != nil {
+		cl.finish()
+		return nil, err
+	}
+	// The connection is the caller's now: no more watchdog, no more ctx.
+	cl.once.Do(func() {
+		close(cl.done)
+		cl.stop()
+	})
+	return cl.st, nil
 }

@@ -954,3 +954,40 @@ func TestConnectRetriesUntilSocketAppears(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestDialPort: a connection to a loopback port through the agent carries bytes both ways and
+// half-closes (the server sees EOF, then answers); a port nobody listens on is not_found.
+func TestDialPort(t *testing.T) {
+	c := connect(t, startAgent(t))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		b, _ := io.ReadAll(conn) // until the client's half-close
+		conn.Write(append([]byte("got "), b...))
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	conn, err := c.DialPort(tctx(t), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte("hello"))
+	conn.Close() // yamux: a half-close, the answer still comes
+	b, err := io.ReadAll(conn)
+	if err != nil || string(b) != "got hello" {
+		t.Errorf("through the agent: %q, %v", b, err)
+	}
+	ln2, _ := net.Listen("tcp", "127.0.0.1:0")
+	free := ln2.Addr().(*net.TCPAddr).Port
+	ln2.Close()
+	_, err = c.DialPort(tctx(t), free)
+	wantCode(t, err, guest.CodeNotFound)
+}

@@ -253,6 +253,9 @@ type Request struct {
 	Cols int  `json:"cols,omitempty"`
 	Rows int  `json:"rows,omitempty"`
 	PTY  bool `json:"pty,omitempty"`
+
+	// dial: the TCP port on the guest's loopback to connect the stream to (OpDial).
+	Port int `json:"port,omitempty"`
 }
 
 // Ops.
@@ -278,6 +281,10 @@ const (
 	OpProcKill   = "proc_kill"
 	OpProcResize = "proc_resize"
 	OpPTY        = "pty" // an interactive terminal: see pty.go
+	// OpDial connects the stream to a TCP port on the guest's loopback (Request.Port): after a
+	// FrameResult ({}) the stream carries that connection's raw bytes both ways, no frames. The
+	// host reaches a guest server over the agent's channel instead of the guest's network.
+	OpDial = "dial"
 )
 
 // Limits shared by both sides.

@@ -74,6 +74,7 @@ func (a *Agent) Handler() http.Handler {
 		answer(w, 200)(a.sandboxes.Metrics(r.Context(), r.PathValue("id")))
 	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", a.busy(a.handleExec))
+	mux.HandleFunc("GET /v1/sandboxes/{id}/relay/{port}", a.handleRelay)
 	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request) {
 		answer(w, http.StatusCreated)(a.sandboxes.SnapshotSandbox(r.Context(), r.PathValue("id")))
 	})

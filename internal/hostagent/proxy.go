@@ -18,9 +18,11 @@ import (
 )
 
 // reacher finds where a running sandbox's ports are and marks it in use meanwhile: the sandbox
-// manager (sandbox.Manager.Reach), or a stub in tests.
+// manager (sandbox.Manager.Reach), or a stub in tests. Relay connects to a port on the guest's
+// loopback through its guest agent instead (sandbox.Manager.Relay).
 type reacher interface {
 	Reach(ctx context.Context, id string) (addr string, done func(), err error)
+	Relay(ctx context.Context, id string, port int) (conn net.Conn, done func(), err error)
 }
 
 // maxPort: ports 1-65535 are proxied; the guest decides what listens.
@@ -87,6 +89,12 @@ func tunnel(w http.ResponseWriter, r *http.Request, addr string, port int, id st
 		return
 	}
 	defer up.Close()
+	upgraded(w, up)
+}
+
+// upgraded answers 101 to a TCP upgrade and joins the client's connection with up until both
+// directions end.
+func upgraded(w http.ResponseWriter, up net.Conn) {
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		writeError(w, errdefs.New(errdefs.Internal, "tcp upgrade: %v", err))
@@ -101,6 +109,30 @@ func tunnel(w http.ResponseWriter, r *http.Request, addr string, port int, id st
 		return
 	}
 	splice.Join(conn, io.MultiReader(brw.Reader, conn), up)
+}
+
+// handleRelay is GET /v1/sandboxes/{id}/relay/{port} with a TCP upgrade (hostapi.RelayPath): a
+// raw connection to that port on the guest's loopback through its guest agent, not its network
+// (the control plane's calls to servers of its own in the guest, e.g. a function's runner). Only
+// the agent token reaches it: the public port proxy builds port paths only.
+func (a *Agent) handleRelay(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > maxPort {
+		writeError(w, errdefs.Invalidf("port must be 1-%d", maxPort))
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), hostapi.TCPUpgrade) {
+		writeError(w, errdefs.Invalidf("the relay is a TCP upgrade (Upgrade: %s)", hostapi.TCPUpgrade))
+		return
+	}
+	up, done, err := a.reach.Relay(r.Context(), r.PathValue("id"), port)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer done()
+	defer up.Close()
+	upgraded(w, up)
 }
 
 // proxyTransport connects to sandbox ports: a dead port fails fast, idle connections are reused.

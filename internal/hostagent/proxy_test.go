@@ -28,6 +28,19 @@ func (g guestAt) Reach(_ context.Context, id string) (string, func(), error) {
 	return string(g), func() {}, nil
 }
 
+// Relay stands in for the guest agent's loopback dial with a TCP dial of addr:port.
+func (g guestAt) Relay(ctx context.Context, id string, port int) (net.Conn, func(), error) {
+	addr, done, err := g.Reach(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := net.Dial("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
+	if err != nil {
+		return nil, nil, errdefs.New(errdefs.Unavailable, "nothing listens on port %d in sandbox %s", port, id)
+	}
+	return c, done, nil
+}
+
 // The agent's port proxy passes the application's path through as sent and never redirects to
 // its own route (no VM: the sandbox's "guest address" is a loopback server that echoes the
 // request line).
@@ -92,30 +105,38 @@ func TestProxyTCPTunnel(t *testing.T) {
 	defer srv.Close()
 	ctx := context.Background()
 
-	c, err := agentclient.New(srv.URL, "tok").DialPort(ctx, "sb_x", mustAtoi(t, port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Write([]byte("select 1;\x00binary\xff"))
-	c.(interface{ CloseWrite() error }).CloseWrite()
-	b, err := io.ReadAll(c)
-	c.Close()
-	if err != nil || string(b) != "echo:select 1;\x00binary\xff" {
-		t.Fatalf("tunnel: %q %v", b, err)
-	}
+	// The port path's tunnel, and the relay through the guest agent (here a stub's TCP dial).
+	for name, dial := range map[string]func(c *agentclient.Client, id string, port int) (net.Conn, error){
+		"port": func(c *agentclient.Client, id string, port int) (net.Conn, error) { return c.DialPort(ctx, id, port) },
+		"relay": func(c *agentclient.Client, id string, port int) (net.Conn, error) {
+			return c.RelayPort(ctx, id, port)
+		},
+	} {
+		c, err := dial(agentclient.New(srv.URL, "tok"), "sb_x", mustAtoi(t, port))
+		if err != nil {
+			t.Fatal(name, err)
+		}
+		c.Write([]byte("select 1;\x00binary\xff"))
+		c.(interface{ CloseWrite() error }).CloseWrite()
+		b, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || string(b) != "echo:select 1;\x00binary\xff" {
+			t.Fatalf("%s tunnel: %q %v", name, b, err)
+		}
 
-	closed, _ := net.Listen("tcp", "127.0.0.1:0")
-	_, cport, _ := net.SplitHostPort(closed.Addr().String())
-	closed.Close()
-	if _, err := agentclient.New(srv.URL, "tok").DialPort(ctx, "sb_x", mustAtoi(t, cport)); errdefs.KindOf(asDef(err)) != errdefs.Unavailable ||
-		!strings.Contains(err.Error(), "nothing listens on port") {
-		t.Fatalf("closed port: %v", err)
-	}
-	if _, err := agentclient.New(srv.URL, "wrong").DialPort(ctx, "sb_x", mustAtoi(t, port)); err == nil || !strings.Contains(err.Error(), "401") {
-		t.Fatalf("wrong token: %v", err)
-	}
-	if _, err := agentclient.New(srv.URL, "tok").DialPort(ctx, "sb_nope", mustAtoi(t, port)); err == nil || !strings.Contains(err.Error(), "not found") {
-		t.Fatalf("unknown sandbox: %v", err)
+		closed, _ := net.Listen("tcp", "127.0.0.1:0")
+		_, cport, _ := net.SplitHostPort(closed.Addr().String())
+		closed.Close()
+		if _, err := dial(agentclient.New(srv.URL, "tok"), "sb_x", mustAtoi(t, cport)); errdefs.KindOf(asDef(err)) != errdefs.Unavailable ||
+			!strings.Contains(err.Error(), "nothing listens on port") {
+			t.Fatalf("%s: closed port: %v", name, err)
+		}
+		if _, err := dial(agentclient.New(srv.URL, "wrong"), "sb_x", mustAtoi(t, port)); err == nil || !strings.Contains(err.Error(), "401") {
+			t.Fatalf("%s: wrong token: %v", name, err)
+		}
+		if _, err := dial(agentclient.New(srv.URL, "tok"), "sb_nope", mustAtoi(t, port)); err == nil || !strings.Contains(err.Error(), "not found") {
+			t.Fatalf("%s: unknown sandbox: %v", name, err)
+		}
 	}
 }
 

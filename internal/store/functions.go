@@ -257,10 +257,11 @@ func (s *Store) insertFunctionRun(ctx context.Context, q querier, r FunctionRun)
 // lease at now, cluster-wide: the count and the write are one transaction under the team's lock
 // (WithTeamLock), so replicas racing for a function's last slot cannot both take it. insert
 // records r as a new run; otherwise r (queued, or between two attempts) starts its next attempt
-// (its attempts counted up). Either way it is running with its lease until until; a run whose
-// server dies stops holding its slot when the lease lapses. false: every slot is taken.
+// (its attempts counted up) if its lease is still the caller's (r.LeaseUntil, else
+// ErrLeaseLost). Either way it is running with its lease until until; a run whose server dies
+// stops holding its slot when the lease lapses. false: every slot is taken.
 func (s *Store) StartFunctionRun(ctx context.Context, r FunctionRun, insert bool, max int64, now, until time.Time) (FunctionRun, bool, error) {
-	ok := false
+	ok, held := false, r.LeaseUntil
 	r.Status, r.LeaseUntil = "running", fromMicros(micros(until))
 	err := s.WithTeamLock(ctx, r.TeamID, func() error {
 		return s.inTx(ctx, func(tx *sql.Tx) error {
@@ -279,15 +280,33 @@ func (s *Store) StartFunctionRun(ctx context.Context, r FunctionRun, insert bool
 				return err
 			}
 			r.Attempts++
-			_, err := s.exec(ctx, tx, `UPDATE function_runs SET status = ?, attempts = ?, lease_until = ? WHERE id = ?`,
-				r.Status, r.Attempts, micros(r.LeaseUntil), r.ID)
-			return err
+			res, err := s.exec(ctx, tx, `UPDATE function_runs SET status = ?, attempts = ?, lease_until = ? WHERE id = ? AND lease_until = ?`,
+				r.Status, r.Attempts, micros(r.LeaseUntil), r.ID, micros(held))
+			return held1(res, err)
 		})
 	})
 	return r, ok, conflictOr(err)
 }
 
-// UpdateFunctionRun records a run's progress or end (finished now when final).
+// ErrLeaseLost: a run's lease is no longer the one its caller holds (another replica took the
+// run over, or finished it as lost): the caller's write was not made.
+var ErrLeaseLost = errors.New("the run's lease passed to another replica")
+
+// held1 is ErrLeaseLost when a write conditional on a run's lease matched no row.
+func held1(res sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// UpdateFunctionRun records a run's progress or end (finished now when final) if its lease is
+// still the one the caller holds (r.LeaseUntil), else ErrLeaseLost: a replica cut off from the
+// database past its lease must not overwrite what the replica that took the run over recorded
+// (its outcome, or that the run's server was lost).
 func (s *Store) UpdateFunctionRun(ctx context.Context, r FunctionRun, final bool) error {
 	fin := int64(0)
 	if final {
@@ -297,16 +316,18 @@ func (s *Store) UpdateFunctionRun(ctx context.Context, r FunctionRun, final bool
 	if final {
 		lease = `0`
 	}
-	_, err := s.exec(ctx, s.db, `UPDATE function_runs SET status = ?, attempts = ?, result = ?, logs = ?, error_type = ?,
-		error_message = ?, error_traceback = ?, duration_ms = ?, sandbox_id = ?, finished_at = ?, lease_until = `+lease+` WHERE id = ?`,
-		r.Status, r.Attempts, r.Result, r.Logs, r.ErrorType, r.ErrorMessage, r.ErrorTraceback, r.DurationMS, r.SandboxID, fin, r.ID)
-	return err
+	return held1(s.exec(ctx, s.db, `UPDATE function_runs SET status = ?, attempts = ?, result = ?, logs = ?, error_type = ?,
+		error_message = ?, error_traceback = ?, duration_ms = ?, sandbox_id = ?, finished_at = ?, lease_until = `+lease+`
+		WHERE id = ? AND lease_until = ? AND lease_until > 0`,
+		r.Status, r.Attempts, r.Result, r.Logs, r.ErrorType, r.ErrorMessage, r.ErrorTraceback, r.DurationMS, r.SandboxID, fin, r.ID,
+		micros(r.LeaseUntil)))
 }
 
-// RenewFunctionRun extends the lease of a run this replica works on (while it is unfinished).
-func (s *Store) RenewFunctionRun(ctx context.Context, id string, until time.Time) error {
-	_, err := s.exec(ctx, s.db, `UPDATE function_runs SET lease_until = ? WHERE id = ? AND lease_until > 0`, micros(until), id)
-	return err
+// RenewFunctionRun moves the lease of an unfinished run this replica works on from held (the
+// end it last wrote) to until; ErrLeaseLost when the run is no longer this replica's.
+func (s *Store) RenewFunctionRun(ctx context.Context, id string, held, until time.Time) error {
+	return held1(s.exec(ctx, s.db, `UPDATE function_runs SET lease_until = ? WHERE id = ? AND lease_until = ? AND lease_until > 0`,
+		micros(until), id, micros(held)))
 }
 
 // TakeOverFunctionRuns claims up to limit unfinished runs (queued, running, or an async run

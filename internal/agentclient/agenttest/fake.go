@@ -59,6 +59,8 @@ type Agent struct {
 	buildGate   chan struct{} // HoldBuilds
 	blob        *Blob         // UseBlob
 	portHandler http.Handler  // ServePorts
+	relay       bool          // ServeRelay
+	relayed     int           // requests the relay carried
 }
 
 // Blob is a blob store fake agents share: what one publishes another can pull. It keeps the
@@ -211,6 +213,49 @@ func (a *Agent) ForkIDs(ids ...string) { a.with(func() { a.forkIDs = ids }) }
 // (a guest's server): h sees the path below the port (/v1/sandboxes/{id}/ports/{port}/x → /x)
 // and the sandbox's id in r.Host. nil: the echo again.
 func (a *Agent) ServePorts(h http.Handler) { a.with(func() { a.portHandler = h }) }
+
+// ServeRelay makes the fake answer the guest agent relay too (hostapi.RelayPath, a TCP upgrade):
+// one HTTP request per connection, answered by the ServePorts handler. Off (the default) it
+// answers 404, like an agent from before the relay.
+func (a *Agent) ServeRelay(on bool) { a.with(func() { a.relay = on }) }
+
+// Relayed is how many requests the relay carried.
+func (a *Agent) Relayed() (n int) {
+	a.with(func() { n = a.relayed })
+	return n
+}
+
+// relayed answers GET /v1/sandboxes/{id}/relay/{port}: the upgrade, then one request to the
+// ServePorts handler over the connection.
+func (a *Agent) serveRelay(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	_, ok := a.sandboxes[r.PathValue("id")]
+	h, on := a.portHandler, a.relay
+	a.mu.Unlock()
+	switch {
+	case !on || h == nil:
+		writeErr(w, notFound("no route for %s %s", r.Method, r.URL.Path))
+		return
+	case !ok:
+		writeErr(w, notFound("no such sandbox"))
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + hostapi.TCPUpgrade + "\r\n\r\n")
+	brw.Flush()
+	req, err := http.ReadRequest(brw.Reader)
+	if err != nil {
+		return
+	}
+	a.with(func() { a.relayed++ })
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	rec.Result().Write(conn)
+}
 
 // onSandbox runs fn on sandbox id, if this host has it, with the lock held.
 func (a *Agent) onSandbox(id string, fn func(*sandbox)) {
@@ -463,6 +508,7 @@ func (a *Agent) handler() http.Handler {
 	api.HandleFunc("GET /v1/sandboxes/{id}/processes/{pid}/output", a.processOutput)
 	api.HandleFunc("GET /v1/sandboxes/{id}/files/watch", a.watch)
 	api.HandleFunc("POST /v1/templates", a.buildTemplate)
+	api.HandleFunc("GET /v1/sandboxes/{id}/relay/{port}", a.serveRelay)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")
 		if t := r.Header.Get(agentclient.ProxyTokenHeader); t != "" {

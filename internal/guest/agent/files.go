@@ -121,6 +121,8 @@ func (a *Agent) handleStream(st *yamux.Stream) {
 		a.opArchiveGet(st, fr, w, &req)
 	case guest.OpArchivePut:
 		a.opArchivePut(fr, w, &req)
+	case guest.OpDial:
+		opDial(st, w, &req)
 	default:
 		w.fail(gerr(guest.CodeInvalidArgument, fmt.Sprintf("unknown op %q", req.Op)))
 	}

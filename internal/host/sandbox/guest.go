@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -226,4 +227,18 @@ func (m *Manager) Reach(ctx context.Context, id string) (addr string, done func(
 		return "", nil, errdefs.Conflictf("sandbox %s has no network", id)
 	}
 	return addr, m.InUse(id), nil
+}
+
+// Relay connects to port on a running sandbox's loopback through its guest agent (waking it
+// first) instead of its network, and marks it in use until done is called.
+func (m *Manager) Relay(ctx context.Context, id string, port int) (conn net.Conn, done func(), err error) {
+	c, sb, err := m.guest(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err = c.DialPort(ctx, port)
+	if err != nil {
+		return nil, nil, m.callErr(sb, err)
+	}
+	return conn, m.InUse(id), nil
 }

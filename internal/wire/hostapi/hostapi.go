@@ -9,6 +9,8 @@
 package hostapi
 
 import (
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +37,12 @@ const ProxyTokenHeader = "X-Pandastack-Agent-Token"
 // 101 and the connection then carries that port's bytes both ways (for protocols that are not
 // HTTP, e.g. a database's wire protocol).
 const TCPUpgrade = "tcp"
+
+// RelayPath is where a TCP upgrade reaches port on sandbox id's loopback through its guest agent
+// instead of its network (the control plane's own servers in the guest; agent token only).
+func RelayPath(id string, port int) string {
+	return "/v1/sandboxes/" + url.PathEscape(id) + "/relay/" + strconv.Itoa(port)
+}
 
 // Time is t as the wire carries it (what a time.Time marshals to, unquoted).
 func Time(t time.Time) string { return t.Format(time.RFC3339Nano) }
