@@ -114,6 +114,11 @@ async function readText(res: Response, onText: (s: string) => void): Promise<voi
   }
 }
 
+/** text GETs a text/plain answer whole (a database's log). */
+export async function text(path: string, signal?: AbortSignal): Promise<string> {
+  return (await send("GET", path, { signal, accept: "text/plain" })).text();
+}
+
 /** textStream GETs a text/plain answer (a log with follow=1) and hands each piece to onText. */
 export async function textStream(path: string, signal: AbortSignal, onText: (s: string) => void): Promise<void> {
   await readText(await send("GET", path, { signal, accept: "text/plain" }), onText);
@@ -190,8 +195,16 @@ function stopEvents(): void {
 
 // -- wire types (internal/wire/v1; docs/api.md) ----------------------------------------------
 
-export type { App, AppPlan, AuditEntry, Database, DatabaseConnection, Deployment, Fn, FnRun, FnVersion, Schedule, ScheduleRun, Usage, UsageItem } from "./wire";
+export type { App, AppBuild, AppPlan, AuditEntry, Database, DatabaseConnection, Deployment, Fn, FnRun, FnVersion, GitHubHook, Schedule, ScheduleRun, Usage, UsageItem } from "./wire";
 
+/** GET /v1/databases/{id}/stats (read from postgres). */
+export interface DatabaseStats {
+  size_bytes: number;
+  connections: number;
+  transactions_committed: number;
+  transactions_rolled_back: number;
+  uptime_seconds: number;
+}
 export interface DatabaseBackup {
   id: string;
   database_id: string;
