@@ -45,6 +45,8 @@ var versionNames = []string{
 	19: "quotas on databases, apps, functions and snapshot sizes",
 	20: "app deployments' leases",
 	21: "E2B facade's restarted code contexts",
+	22: "reserved (another branch's migration; a no-op here)",
+	23: "app deployments' changes by team",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
