@@ -355,7 +355,7 @@ try {
       if (r.status() !== 202) throw new Error("deploy answered " + r.status() + " " + (await r.text()));
       const dep = (await r.json()).id;
       // Its row shows up at once; its build log is followed live; the page follows it to live
-      // (polling while a deployment is under way: a build's end makes no event).
+      // without a reload (the events stream's deployment events: a build's end is no call).
       const row = page.locator(`table[aria-label="Deployments"] tr[data-key="${dep}"]`);
       await row.waitFor();
       await page.locator(`pre[data-log="Build log ${dep}"]`, { hasText: "==> build sandbox" }).waitFor();

@@ -1,3 +1,5 @@
+import type { Deployment } from "./wire";
+
 // The console's only way to the API: every call carries the key in the Authorization header (never
 // in a URL), errors surface as the API's own message, and a 401 from any call signs out.
 
@@ -145,9 +147,11 @@ export const q = (v: string) => encodeURIComponent(v);
 // -- the events stream (GET /v1/events) -----------------------------------------------------
 
 export interface SandboxEvent {
-  type: "ready" | "sandbox" | "change" | "ping";
+  type: "ready" | "sandbox" | "deployment" | "change" | "ping";
   at: string;
   sandbox?: Sandbox;
+  /** An app deployment as it now is: made, built, failed, switched to, superseded. */
+  deployment?: Deployment;
   /** A call of one of the team's keys that changed a resource (the audit log's view). */
   change?: { method: string; route: string; resource_id: string; status: number };
 }

@@ -2,11 +2,16 @@
 // state, live build logs and runtime logs (follow=1 text streams), rollback, env and secrets
 // (secret values are write-only: the API answers only their names, and so does this page).
 import { useEffect, useRef, useState } from "preact/hooks";
-import { call, get, post, q, textStream, type App, type AppBuild, type Deployment, type GitHubHook } from "../api";
+import { call, get, onEvent, post, q, textStream, type App, type AppBuild, type Deployment, type GitHubHook } from "../api";
 import { ActionButton, Copy, DeleteButton, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, message, navigate, useChanges, useLoad } from "../ui";
 
 const base = (id: string) => "/v1/apps/" + q(id);
-const busyStates = ["queued", "building", "deploying"];
+
+/** useDeployments calls reload on every deployment event (of appId, or any app's): a build
+ * that ends, fails or is switched to is no call, so no "change" event says so. */
+function useDeployments(appId: string | null, reload: () => void): void {
+  useEffect(() => onEvent((ev) => ev.deployment && (appId === null || ev.deployment.app_id === appId) && reload()), [appId, reload]);
+}
 
 type Pair = { k: string; v: string };
 
@@ -46,6 +51,7 @@ const toMap = (pairs: Pair[]) => Object.fromEntries(pairs.filter((p) => p.k.trim
 export function Apps() {
   const list = useLoad((s) => get<{ apps: App[] }>("/v1/apps", s), []);
   useChanges(["/v1/apps"], list.reload);
+  useDeployments(null, list.reload);
   const [name, setName] = useState("");
   const [branch, setBranch] = useState("main");
   const [env, setEnv] = useState<Pair[]>([]);
@@ -128,16 +134,10 @@ export function AppDetail({ id }: { id: string }) {
   const deps = useLoad((s) => get<{ deployments: Deployment[] }>(base(id) + "/deployments", s), [id]);
   useChanges(["/v1/apps"], app.reload);
   useChanges(["/v1/apps/{id}/deployments", "/v1/apps/{id}/rollback"], deps.reload);
-  // Builds run in the background (no change event when they end): poll while one is under way.
-  const building = deps.data?.deployments.some((d) => busyStates.includes(d.state)) ?? false;
-  useEffect(() => {
-    if (!building) return;
-    const t = setInterval(() => {
-      deps.reload();
-      app.reload();
-    }, 2000);
-    return () => clearInterval(t);
-  }, [building]);
+  // Builds run in the background: their progress comes as deployment events.
+  const a0 = app.data?.id ?? null;
+  useDeployments(a0, deps.reload);
+  useDeployments(a0, app.reload);
   const [shown, setShown] = useState<string | null>(null);
   const [err, setErr] = useState("");
   const file = useRef<HTMLInputElement>(null);
