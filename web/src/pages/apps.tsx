@@ -253,14 +253,18 @@ function Settings({ app, onSaved }: { app: App; onSaved: () => void }) {
         <p class="hint">Values are never shown back: enter every secret the app should have (this replaces the set).</p>
         <Vars label="Secret" pairs={secrets} set={setSecrets} secret />
       </Form>
-      {saved && (
-        <p role="status" class="muted">
-          {saved}
-        </p>
-      )}
+      <Saved text={saved} />
     </section>
   );
 }
+
+/** Saved: what the last save did (a status line), or nothing. */
+const Saved = ({ text }: { text: string }) =>
+  text ? (
+    <p role="status" class="muted">
+      {text}
+    </p>
+  ) : null;
 
 const frameworks = ["next", "vite", "cra", "node", "static", "python"] as const;
 
@@ -339,11 +343,7 @@ function BuildSettings({ app, onSaved }: { app: App; onSaved: () => void }) {
           {int("drain_timeout_seconds", "Drain timeout (seconds)", "1-300", 1, 300)}
         </div>
       </Form>
-      {saved && (
-        <p role="status" class="muted">
-          {saved}
-        </p>
-      )}
+      <Saved text={saved} />
     </section>
   );
 }
