@@ -9,7 +9,7 @@
 // Prints one line per step; exits non-zero at the first failure (its screenshot saved).
 import { execFileSync } from "node:child_process";
 import http from "node:http";
-import { mkdtempSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
@@ -22,6 +22,8 @@ if (!BASE || !ADMIN) {
   process.exit(2);
 }
 const ART = process.env.CONSOLE_ARTIFACTS || mkdtempSync(join(tmpdir(), "pandastack-console-"));
+// Scratch files (the function's bundle, the app's sources): removed at the end.
+const SCRATCH = mkdtempSync(join(tmpdir(), "console-e2e-"));
 mkdirSync(ART, { recursive: true });
 console.log("console e2e: screenshots in " + ART);
 
@@ -195,7 +197,7 @@ try {
     });
 
     await step("functions: invoke with a payload, see the result and the run", async () => {
-      const dir = mkdtempSync(join(tmpdir(), "console-fn-"));
+      const dir = mkdtempSync(join(SCRATCH, "fn-"));
       writeFileSync(join(dir, "main.py"), 'def handler(event, context):\n    print("greeting", event.get("name"))\n    return {"hello": event.get("name")}\n');
       execFileSync("tar", ["-czf", join(dir, "fn.tar.gz"), "-C", dir, "main.py"]);
       const fd = new FormData();
@@ -243,10 +245,11 @@ try {
   await step("apps: build settings and sizes saved from the form; GitHub connect shows the webhook once", async () => {
     await page.getByRole("link", { name: "console-app", exact: true }).click();
     await heading("App console-app").waitFor();
-    await page.getByLabel("Framework", { exact: true }).selectOption("static");
+    // (A select's accessible name ends with its chosen option: these labels are matched in part.)
+    await page.getByLabel("Framework").selectOption("static");
     await page.getByLabel("Port", { exact: true }).fill("8081");
     await page.getByLabel("Health timeout (seconds)", { exact: true }).fill("300");
-    await page.getByLabel("Minimum instances", { exact: true }).selectOption("1");
+    await page.getByLabel("Minimum instances").selectOption("1");
     await saveBuild();
     const got = await api(KEY, "GET", "/v1/apps/" + appId);
     if (got.build.framework !== "static" || got.build.port !== 8081 || got.health_timeout_seconds !== 300 || got.min_instances !== 1 || got.env.GREETING !== "hello")
@@ -257,7 +260,7 @@ try {
     await page.getByRole("alert").filter({ hasText: /memory_mib|base template/ }).waitFor();
     await page.getByLabel("Memory (MiB)", { exact: true }).fill("");
     // Back to what the deploys below need: the detected plan on the static server's default port.
-    await page.getByLabel("Framework", { exact: true }).selectOption("");
+    await page.getByLabel("Framework").selectOption("");
     await page.getByLabel("Port", { exact: true }).fill("");
     await saveBuild();
     const back = await api(KEY, "GET", "/v1/apps/" + appId);
@@ -282,7 +285,7 @@ try {
     // snapshot of Python's static server. Two versions, deployed from the file input, then a
     // rollback to the first: the live deployment and what the app serves change each time.
     const site = (v) => {
-      const dir = mkdtempSync(join(tmpdir(), "console-site-"));
+      const dir = mkdtempSync(join(SCRATCH, "site-"));
       writeFileSync(join(dir, "index.html"), `<!doctype html>\n<title>console site</title>\n<h1>console site ${v}</h1>\n`);
       execFileSync("tar", ["-czf", join(dir, "site.tar.gz"), "-C", dir, "index.html"]);
       return { name: `site-${v}.tar.gz`, mimeType: "application/gzip", buffer: readFileSync(join(dir, "site.tar.gz")) };
@@ -460,6 +463,7 @@ try {
 } finally {
   for (const fn of cleanup.reverse()) await fn().catch(() => {});
   await browser?.close();
+  rmSync(SCRATCH, { recursive: true, force: true });
 }
 console.log("console e2e figures: " + JSON.stringify(figures));
 console.log(`console e2e: ${passed} passed, ${exitCode ? 1 : 0} failed; screenshots in ${ART}`);
