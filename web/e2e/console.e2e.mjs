@@ -290,12 +290,12 @@ try {
       execFileSync("tar", ["-czf", join(dir, "site.tar.gz"), "-C", dir, "index.html"]);
       return { name: `site-${v}.tar.gz`, mimeType: "application/gzip", buffer: readFileSync(join(dir, "site.tar.gz")) };
     };
-    // What the app serves: the server's proxy by the app's host name (its URL's), on loopback.
+    // What the app serves: this server (its proxy) asked for the app's host name (its URL's).
     const served = async () => {
       const a = await api(KEY, "GET", "/v1/apps/" + appId);
-      const u = new URL(a.url);
+      const server = new URL(BASE);
       return new Promise((resolve, reject) => {
-        const req = http.get({ host: "127.0.0.1", port: u.port || 80, path: "/", headers: { Host: u.host } }, (res) => {
+        const req = http.get({ host: server.hostname, port: server.port, path: "/", headers: { Host: new URL(a.url).hostname } }, (res) => {
           let b = "";
           res.setEncoding("utf8");
           res.on("data", (c) => (b += c));
