@@ -1,7 +1,7 @@
 // Databases (/v1/databases, docs/databases.md): list and create, a database's connection strings
 // with copy buttons (the password shown once: a create's or a rotation's answer, kept only in this
 // page's memory), the SQL editor over the query broker, backups and restore, branches.
-import { useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, get, post, q, text, type Database, type DatabaseBackup, type DatabaseStats, type QueryResult } from "../api";
 import { ActionButton, DeleteButton, Copy, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useAction, useChanges, useLoad, Busy } from "../ui";
 
@@ -156,6 +156,11 @@ function Health({ id, state }: { id: string; state: string }) {
   const stats = useLoad((s) => (on ? get<DatabaseStats>(base(id) + "/stats", s) : Promise.resolve(undefined)), [id, on, asked]);
   const log = useLoad((s) => (on ? text(base(id) + "/logs?bytes=65536", s) : Promise.resolve(undefined)), [id, on, asked]);
   const st = stats.data;
+  // The log's end is what matters: show it scrolled to the bottom.
+  const pre = useRef<HTMLPreElement>(null);
+  useEffect(() => {
+    if (pre.current) pre.current.scrollTop = pre.current.scrollHeight;
+  }, [log.data]);
   return (
     <section aria-label="Stats and logs">
       <div class="btn-row">
@@ -184,7 +189,7 @@ function Health({ id, state }: { id: string; state: string }) {
       {log.data !== undefined && (
         <>
           <h3>Postgres log (the last 64 KiB)</h3>
-          <pre class="log" tabIndex={0} data-log="Postgres log">
+          <pre class="log" ref={pre} tabIndex={0} data-log="Postgres log">
             {log.data || "(empty)"}
           </pre>
         </>
