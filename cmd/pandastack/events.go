@@ -16,7 +16,7 @@ func init() { rootCmd.AddCommand(eventsCmd()) }
 // eventsCmd is `pandastack events`: GET /v1/events until Ctrl-C (or the key is revoked).
 func eventsCmd() *cobra.Command {
 	var f apiFlags
-	cmd := f.verb("events", "Follow your team's changes as they happen (sandboxes created, hibernated, woken, killed, lost; every changing call)", cobra.NoArgs,
+	cmd := f.verb("events", "Follow your team's changes as they happen (sandboxes created, hibernated, woken, killed, lost; app deployments built, failed, switched to; every changing call)", cobra.NoArgs,
 		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
 			return c.Events(ctx, func(ev v1.Event) (bool, error) {
@@ -30,6 +30,9 @@ func eventsCmd() *cobra.Command {
 				case ev.Type == "sandbox" && ev.Sandbox != nil:
 					sb := ev.Sandbox
 					fmt.Fprintln(w, termtext.Escape(fmt.Sprintf("%s  %s  %-10s  %s  %s", ev.At, sb.ID, sb.State, sb.Host, sb.Error)))
+				case ev.Type == "deployment" && ev.Deployment != nil:
+					d := ev.Deployment
+					fmt.Fprintln(w, termtext.Escape(fmt.Sprintf("%s  %s  %-10s  app %s  %s", ev.At, d.ID, d.State, d.AppID, d.Error)))
 				case ev.Type == "change" && ev.Change != nil:
 					c := ev.Change
 					fmt.Fprintln(w, termtext.Escape(fmt.Sprintf("%s  %s  %s %s (%d)", ev.At, c.ResourceID, c.Method, c.Route, c.Status)))

@@ -30,8 +30,15 @@ const (
 	MaxEventStreams = 16
 )
 
-// events is GET /v1/events: the team's sandbox changes and changing calls as NDJSON lines
-// (v1.Event), until the client goes away or its key is revoked.
+// seenState is what a stream last sent of a sandbox or a deployment (and when it changed).
+type seenState struct {
+	sig    string
+	killed bool
+	at     time.Time
+}
+
+// events is GET /v1/events: the team's sandbox and deployment changes and changing calls as
+// NDJSON lines (v1.Event), until the client goes away or its key is revoked.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if err := onlyParams(r.URL.Query()); err != nil {
 		s.writeError(w, r, err)
@@ -44,14 +51,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.streams.Release(id.KeyID)
-	type seenState struct {
-		sig    string
-		killed bool
-		at     time.Time
-	}
 	seen := map[string]seenState{}
 	changes := map[string]time.Time{} // audit entries sent, by id
+	deps := map[string]seenState{}    // deployments sent, by id
+	appsSeen := map[string]store.App{}
 	since := s.now()
+	depSince := since
 	// The audit log's own cursor; calls from just before the stream began are reported too.
 	started := since.Add(-eventLookback)
 	auditSince := since
@@ -92,6 +97,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			out.send(v1.Event{Type: "sandbox", At: v1.Timestamp(sb.UpdatedAt), Sandbox: &v})
 			lastSent = time.Now()
 		}
+		// Deployments change in the background (built, failed, switched to, superseded): no call
+		// says so, the deployment's own record does.
+		if sent, err := s.deploymentEvents(ctx, out, id.TeamID, &depSince, deps, appsSeen); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("events: reading deployments", "err", err)
+			}
+		} else if sent {
+			lastSent = time.Now()
+		}
 		entries, _, err := s.store.ListAudit(ctx, store.AuditFilter{TeamID: id.TeamID, Since: auditSince.Add(-eventLookback), Limit: eventBatch})
 		if err != nil {
 			if ctx.Err() == nil {
@@ -117,10 +131,16 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 				delete(changes, aid)
 			}
 		}
-		// Killed sandboxes never change again: forget them once out of the lookback window.
+		// Killed sandboxes never change again: forget them once out of the lookback window; and
+		// deployments once their change is (a later change has a later time and is sent).
 		for sid, st := range seen {
 			if st.killed && st.at.Before(since.Add(-2*eventLookback)) {
 				delete(seen, sid)
+			}
+		}
+		for did, st := range deps {
+			if st.at.Before(depSince.Add(-2 * eventLookback)) {
+				delete(deps, did)
 			}
 		}
 		if time.Since(lastSent) >= eventPing {
@@ -128,6 +148,38 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			lastSent = time.Now()
 		}
 	}
+}
+
+// deploymentEvents sends a "deployment" event for each of the team's deployments changed since
+// *since (less the lookback) and not sent in that state yet, and moves *since on. apps caches the
+// apps named (a deployment's URL is its app's).
+func (s *Server) deploymentEvents(ctx context.Context, out *ndjson, teamID string, since *time.Time, sent map[string]seenState, apps map[string]store.App) (bool, error) {
+	ds, err := s.store.DeploymentsChangedSince(ctx, teamID, since.Add(-eventLookback), eventBatch)
+	if err != nil {
+		return false, err
+	}
+	sentOne := false
+	for _, d := range ds {
+		if d.UpdatedAt.After(*since) {
+			*since = d.UpdatedAt
+		}
+		sig := d.State + "\x00" + d.Error + "\x00" + d.SnapshotID
+		if sent[d.ID].sig == sig {
+			continue
+		}
+		a, ok := apps[d.AppID]
+		if !ok {
+			if a, err = s.store.GetApp(ctx, d.AppID); err != nil {
+				continue // deleted meanwhile
+			}
+			apps[d.AppID] = a
+		}
+		sent[d.ID] = seenState{sig: sig, at: d.UpdatedAt}
+		v := s.deploymentView(a, d)
+		out.send(v1.Event{Type: "deployment", At: v1.Timestamp(d.UpdatedAt), Deployment: &v})
+		sentOne = true
+	}
+	return sentOne, nil
 }
 
 // keyStillValid reports whether the key behind id is neither revoked nor expired (nor gone).

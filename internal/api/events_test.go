@@ -2,12 +2,15 @@ package api
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/apps"
+	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 	"github.com/pandastack/pandastack/web"
 )
@@ -104,6 +107,47 @@ func TestEvents(t *testing.T) {
 			break
 		}
 	}
+
+	// A deployment's changes made by no call (a build that ends, fails or is superseded) arrive
+	// as "deployment" events, another team's never.
+	ctx := context.Background()
+	mkDep := func(key, name string) (store.App, store.Deployment) {
+		t.Helper()
+		id := e.mustStatus(e.do("POST", "/v1/apps", key, map[string]any{"name": name}), 201).json(t)["id"].(string)
+		app, err := e.st.GetApp(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := e.st.CreateDeployment(ctx, store.Deployment{ID: "dep_" + name, AppID: id, TeamID: app.TeamID, State: apps.Queued, Source: "upload"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return app, d
+	}
+	_, theirDep := mkDep(b, "their-app")
+	myApp, myDep := mkDep(a, "my-app")
+	wantDep := func(state string) {
+		t.Helper()
+		got := *nextEvent(t, evA, "deployment").Deployment
+		if got.ID == theirDep.ID {
+			t.Fatalf("team A's stream shows team B's deployment %s", theirDep.ID)
+		}
+		if got.ID != myDep.ID || got.AppID != myApp.ID || got.State != state {
+			t.Fatalf("deployment event %+v, want %s %s", got, myDep.ID, state)
+		}
+	}
+	wantDep(apps.Queued)
+	myDep.State = apps.Building
+	if _, err := e.st.UpdateDeployment(ctx, myDep, false); err != nil {
+		t.Fatal(err)
+	}
+	wantDep(apps.Building)
+	theirDep.State, myDep.State, myDep.Error = apps.Failed, apps.Failed, "build failed"
+	e.st.UpdateDeployment(ctx, theirDep, true)
+	if _, err := e.st.UpdateDeployment(ctx, myDep, true); err != nil {
+		t.Fatal(err)
+	}
+	wantDep(apps.Failed)
 
 	// A revoked key's stream ends; a new one is refused.
 	k := e.mustStatus(e.do("POST", "/v1/keys", a, map[string]string{"name": "console"}), 201).json(t)

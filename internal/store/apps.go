@@ -56,6 +56,8 @@ type Deployment struct {
 	// LeaseUntil: the replica building an unfinished (queued, building, deploying) deployment
 	// renews it; one whose lease passed lost its server (RecoverDeployments). 0 once finished.
 	LeaseUntil time.Time
+	// UpdatedAt is its last change of state, error or release (the events stream's cursor).
+	UpdatedAt time.Time
 }
 
 const appCols = `id, team_id, name, branch, env, secret_names, secrets, build, vcpus, memory_mib, suspend_after_seconds,
@@ -68,11 +70,11 @@ var scanApp = scanFields(func(a *App) []any {
 })
 
 const deploymentCols = `id, app_id, team_id, state, source, commit_sha, branch, plan, error, logs, snapshot_id, sandbox_id, pid,
-	build_ms, created_at, finished_at, lease_until`
+	build_ms, created_at, finished_at, lease_until, updated_at`
 
 var scanDeployment = scanFields(func(d *Deployment) []any {
 	return []any{&d.ID, &d.AppID, &d.TeamID, &d.State, &d.Source, &d.Commit, &d.Branch, &d.Plan, &d.Error, &d.Logs, &d.SnapshotID,
-		&d.SandboxID, &d.Pid, &d.BuildMS, timeCol(&d.CreatedAt), timeCol(&d.FinishedAt), timeCol(&d.LeaseUntil)}
+		&d.SandboxID, &d.Pid, &d.BuildMS, timeCol(&d.CreatedAt), timeCol(&d.FinishedAt), timeCol(&d.LeaseUntil), timeCol(&d.UpdatedAt)}
 })
 
 func appArgs(a App) []any {
@@ -144,26 +146,28 @@ func (s *Store) DeleteApp(ctx context.Context, teamID, id string) error {
 // CreateDeployment records a new deployment (created now).
 func (s *Store) CreateDeployment(ctx context.Context, d Deployment) (Deployment, error) {
 	d.CreatedAt = fromMicros(micros(s.now().UTC()))
-	_, err := s.exec(ctx, s.db, `INSERT INTO app_deployments (`+deploymentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)`,
+	d.UpdatedAt = d.CreatedAt
+	_, err := s.exec(ctx, s.db, `INSERT INTO app_deployments (`+deploymentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`,
 		d.ID, d.AppID, d.TeamID, d.State, d.Source, d.Commit, d.Branch, d.Plan, d.Error, d.Logs, d.SnapshotID, d.SandboxID, d.Pid,
-		d.BuildMS, micros(d.CreatedAt), micros(d.LeaseUntil))
+		d.BuildMS, micros(d.CreatedAt), micros(d.LeaseUntil), micros(d.UpdatedAt))
 	return d, conflictOr(err)
 }
 
 // UpdateDeployment records a deployment's progress (finished now when final: its lease ends).
 func (s *Store) UpdateDeployment(ctx context.Context, d Deployment, final bool) (Deployment, error) {
 	fin := `finished_at`
+	d.UpdatedAt = fromMicros(micros(s.now().UTC()))
 	if final {
-		d.FinishedAt = fromMicros(micros(s.now().UTC()))
+		d.FinishedAt = d.UpdatedAt
 		d.LeaseUntil = time.Time{}
 		fin = `?, lease_until = 0`
 	}
-	args := []any{d.State, d.Plan, d.Error, d.Logs, d.SnapshotID, d.SandboxID, d.Pid, d.BuildMS}
+	args := []any{d.State, d.Plan, d.Error, d.Logs, d.SnapshotID, d.SandboxID, d.Pid, d.BuildMS, micros(d.UpdatedAt)}
 	if final {
 		args = append(args, micros(d.FinishedAt))
 	}
 	_, err := s.exec(ctx, s.db, `UPDATE app_deployments SET state = ?, plan = ?, error = ?, logs = ?, snapshot_id = ?, sandbox_id = ?,
-		pid = ?, build_ms = ?, finished_at = `+fin+` WHERE id = ?`, append(args, d.ID)...)
+		pid = ?, build_ms = ?, updated_at = ?, finished_at = `+fin+` WHERE id = ?`, append(args, d.ID)...)
 	return d, err
 }
 
@@ -190,9 +194,10 @@ func (s *Store) FailOrphanedDeployments(ctx context.Context, before time.Time, m
 	var out []Deployment
 	for _, d := range stale {
 		d.FinishedAt = fromMicros(micros(s.now().UTC()))
+		d.UpdatedAt = d.FinishedAt
 		d.Logs += "\n==> deploy failed: " + msg + "\n"
-		res, err := s.exec(ctx, s.db, `UPDATE app_deployments SET state = 'failed', error = ?, logs = ?, finished_at = ?, lease_until = 0
-			WHERE id = ? AND lease_until = ? AND `+unfinishedDeployment, msg, d.Logs, micros(d.FinishedAt), d.ID, micros(d.LeaseUntil))
+		res, err := s.exec(ctx, s.db, `UPDATE app_deployments SET state = 'failed', error = ?, logs = ?, finished_at = ?, updated_at = ?, lease_until = 0
+			WHERE id = ? AND lease_until = ? AND `+unfinishedDeployment, msg, d.Logs, micros(d.FinishedAt), micros(d.UpdatedAt), d.ID, micros(d.LeaseUntil))
 		if err != nil {
 			return out, err
 		}
@@ -216,6 +221,13 @@ func (s *Store) ListDeployments(ctx context.Context, appID string, limit int) ([
 	}
 	return queryAll(ctx, s, s.db, `SELECT `+deploymentCols+` FROM app_deployments WHERE app_id = ?
 		ORDER BY created_at DESC, id DESC LIMIT ?`, scanDeployment, appID, limit)
+}
+
+// DeploymentsChangedSince returns team teamID's deployments changed (made, or their state,
+// error or release) after since, oldest change first, at most limit: the events stream's feed.
+func (s *Store) DeploymentsChangedSince(ctx context.Context, teamID string, since time.Time, limit int) ([]Deployment, error) {
+	return queryAll(ctx, s, s.db, `SELECT `+deploymentCols+` FROM app_deployments WHERE team_id = ? AND updated_at > ?
+		ORDER BY updated_at, id LIMIT ?`, scanDeployment, teamID, micros(since), limit)
 }
 
 // ListInstanceDeployments returns the live and superseded deployments with an instance (a
@@ -272,7 +284,7 @@ func (s *Store) DeletePreview(ctx context.Context, appID, slug, from string) (bo
 			return nil
 		}
 		ok = true
-		_, err = s.exec(ctx, tx, `UPDATE app_deployments SET state = 'superseded', sandbox_id = '' WHERE id = ?`, from)
+		_, err = s.exec(ctx, tx, `UPDATE app_deployments SET state = 'superseded', sandbox_id = '', updated_at = ? WHERE id = ?`, micros(s.now().UTC()), from)
 		return err
 	})
 	return ok, err
@@ -314,11 +326,12 @@ func (s *Store) switchRoute(ctx context.Context, from, to string, move func(*sql
 			return nil
 		}
 		ok = true
-		if _, err := s.exec(ctx, tx, `UPDATE app_deployments SET state = 'live' WHERE id = ?`, to); err != nil {
+		now := micros(s.now().UTC())
+		if _, err := s.exec(ctx, tx, `UPDATE app_deployments SET state = 'live', updated_at = ? WHERE id = ?`, now, to); err != nil {
 			return err
 		}
 		if from != "" {
-			_, err = s.exec(ctx, tx, `UPDATE app_deployments SET state = 'superseded' WHERE id = ?`, from)
+			_, err = s.exec(ctx, tx, `UPDATE app_deployments SET state = 'superseded', updated_at = ? WHERE id = ?`, now, from)
 		}
 		return err
 	})
@@ -388,5 +401,11 @@ var appsSchema = []schemaStep{
 		// An unfinished deployment's lease: its replica renews it while it builds; one whose lease
 		// passed lost its server and is recorded failed (0: finished, or from before this column).
 		`ALTER TABLE app_deployments ADD COLUMN lease_until BIGINT NOT NULL DEFAULT 0`,
+	}},
+	{23, []string{
+		// A deployment's last change (the events stream reads the team's changes since its cursor);
+		// 0 for deployments from before this column.
+		`ALTER TABLE app_deployments ADD COLUMN updated_at BIGINT NOT NULL DEFAULT 0`,
+		`CREATE INDEX app_deployments_changes ON app_deployments (team_id, updated_at)`,
 	}},
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -124,5 +125,75 @@ func TestAppRoutes(t *testing.T) {
 		if fresh, _ := s.ClaimDelivery(ctx, a.ID, "d-1"); !fresh {
 			t.Fatal("deliveries left")
 		}
+	})
+}
+
+// TestDeploymentChanges: every change of a deployment's state (made, built, switched to, superseded,
+// failed as orphaned) moves it into the team's changes after the last cursor; another team's never.
+func TestDeploymentChanges(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		clk := withTeams(t, s, "team_a", "team_b")
+		a, err := s.CreateApp(ctx, App{ID: "app_1", TeamID: "team_a", Name: "web", Branch: "main", Build: "{}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cursor := clk.now()
+		clk.add(time.Millisecond)
+		// changed returns the ids changed after the cursor, in order, and moves the cursor on.
+		changed := func(team string) []string {
+			t.Helper()
+			clk.add(time.Second)
+			ds, err := s.DeploymentsChangedSince(ctx, team, cursor, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, d := range ds {
+				ids = append(ids, d.ID+":"+d.State)
+			}
+			if team == "team_a" {
+				cursor = clk.now()
+				clk.add(time.Millisecond)
+			}
+			return ids
+		}
+		want := func(got []string, want ...string) {
+			t.Helper()
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Fatalf("changes %v, want %v", got, want)
+			}
+		}
+		mk := func(id string, lease time.Time) Deployment {
+			d, err := s.CreateDeployment(ctx, Deployment{ID: id, AppID: a.ID, TeamID: "team_a", State: "queued", Source: "upload", LeaseUntil: lease})
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk.add(time.Millisecond)
+			return d
+		}
+		d1, d2 := mk("dep_1", time.Time{}), mk("dep_2", time.Time{})
+		want(changed("team_a"), "dep_1:queued", "dep_2:queued")
+		want(changed("team_a"))
+		d1.State = "building"
+		if _, err := s.UpdateDeployment(ctx, d1, false); err != nil {
+			t.Fatal(err)
+		}
+		want(changed("team_a"), "dep_1:building")
+		if ok, err := s.SetLiveDeployment(ctx, a.ID, "", d1.ID); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		want(changed("team_a"), "dep_1:live")
+		if ok, err := s.SetLiveDeployment(ctx, a.ID, d1.ID, d2.ID); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		want(changed("team_a"), "dep_1:superseded", "dep_2:live")
+		mk("dep_lost", clk.now().Add(-time.Minute))
+		want(changed("team_a"), "dep_lost:queued")
+		if ds, err := s.FailOrphanedDeployments(ctx, clk.now(), "gone"); err != nil || len(ds) != 1 {
+			t.Fatal(ds, err)
+		}
+		want(changed("team_a"), "dep_lost:failed")
+		want(changed("team_b"))
 	})
 }

@@ -46,6 +46,7 @@ var versionNames = []string{
 	20: "app deployments' leases",
 	21: "E2B facade's restarted code contexts",
 	22: "database clients per server replica",
+	23: "app deployments' changes by team",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

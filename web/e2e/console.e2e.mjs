@@ -8,7 +8,8 @@
 //   CONSOLE_E2E_VMS=0   skip the steps that start microVMs (a server without hosts)
 // Prints one line per step; exits non-zero at the first failure (its screenshot saved).
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import http from "node:http";
+import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
@@ -21,6 +22,8 @@ if (!BASE || !ADMIN) {
   process.exit(2);
 }
 const ART = process.env.CONSOLE_ARTIFACTS || mkdtempSync(join(tmpdir(), "pandastack-console-"));
+// Scratch files (the function's bundle, the app's sources): removed at the end.
+const SCRATCH = mkdtempSync(join(tmpdir(), "console-e2e-"));
 mkdirSync(ART, { recursive: true });
 console.log("console e2e: screenshots in " + ART);
 
@@ -194,7 +197,7 @@ try {
     });
 
     await step("functions: invoke with a payload, see the result and the run", async () => {
-      const dir = mkdtempSync(join(tmpdir(), "console-fn-"));
+      const dir = mkdtempSync(join(SCRATCH, "fn-"));
       writeFileSync(join(dir, "main.py"), 'def handler(event, context):\n    print("greeting", event.get("name"))\n    return {"hello": event.get("name")}\n');
       execFileSync("tar", ["-czf", join(dir, "fn.tar.gz"), "-C", dir, "main.py"]);
       const fd = new FormData();
@@ -212,6 +215,137 @@ try {
     });
   }
 
+  let appId = "";
+  await step("apps: one created through the API is listed; its secrets are masked", async () => {
+    const secret = "s3cret-" + Date.now();
+    const app = await api(KEY, "POST", "/v1/apps", { name: "console-app", env: { GREETING: "hello" }, secrets: { API_TOKEN: secret } });
+    appId = app.id;
+    cleanup.push(() => api(ADMIN, "DELETE", "/v1/apps/" + app.id));
+    await nav("Apps").click();
+    await heading("Apps").waitFor();
+    await page.getByRole("link", { name: "console-app", exact: true }).click();
+    await heading("App console-app").waitFor();
+    await page.locator('[data-secret-name="API_TOKEN"]').waitFor();
+    await page.getByRole("cell", { name: "No deployments yet." }).waitFor();
+    if ((await page.getByLabel("Environment value 1", { exact: true }).inputValue()) !== "hello") throw new Error("env not shown");
+    if ((await page.content()).includes(secret)) throw new Error("the secret's value is on the page");
+    await shot("22-app");
+    await nav("Apps").click();
+    await page.getByRole("link", { name: "console-app", exact: true }).waitFor();
+    await shot("21-apps");
+  });
+
+  // saveBuild submits the build settings and waits for the PATCH's answer (200).
+  const saveBuild = async () => {
+    const answered = page.waitForResponse((r) => r.request().method() === "PATCH" && r.url().endsWith("/v1/apps/" + appId));
+    await page.getByRole("button", { name: "Save build settings" }).click();
+    const r = await answered;
+    if (r.status() !== 200) throw new Error("PATCH answered " + r.status() + " " + (await r.text()));
+  };
+  await step("apps: build settings and sizes saved from the form; GitHub connect shows the webhook once", async () => {
+    await page.getByRole("link", { name: "console-app", exact: true }).click();
+    await heading("App console-app").waitFor();
+    // (A select's accessible name ends with its chosen option: these labels are matched in part.)
+    await page.getByLabel("Framework").selectOption("static");
+    await page.getByLabel("Port", { exact: true }).fill("8081");
+    await page.getByLabel("Health timeout (seconds)", { exact: true }).fill("300");
+    await page.getByLabel("Minimum instances").selectOption("1");
+    await saveBuild();
+    const got = await api(KEY, "GET", "/v1/apps/" + appId);
+    if (got.build.framework !== "static" || got.build.port !== 8081 || got.health_timeout_seconds !== 300 || got.min_instances !== 1 || got.env.GREETING !== "hello")
+      throw new Error("the app after the build settings' save: " + JSON.stringify(got));
+    // A value the API refuses (more memory than the base template has): its message under the form.
+    await page.getByLabel("Memory (MiB)", { exact: true }).fill("1000000");
+    await page.getByRole("button", { name: "Save build settings" }).click();
+    await page.getByRole("alert").filter({ hasText: /memory_mib|base template/ }).waitFor();
+    await page.getByLabel("Memory (MiB)", { exact: true }).fill("");
+    // Back to what the deploys below need: the detected plan on the static server's default port.
+    await page.getByLabel("Framework").selectOption("");
+    await page.getByLabel("Port", { exact: true }).fill("");
+    await saveBuild();
+    const back = await api(KEY, "GET", "/v1/apps/" + appId);
+    if (back.build.framework || back.build.port) throw new Error("build overrides not cleared: " + JSON.stringify(back.build));
+    await page.getByLabel("Repository", { exact: true }).fill("acme/console-site");
+    await page.getByRole("button", { name: "Connect", exact: true }).click();
+    const hook = page.locator("[data-github-hook]");
+    await hook.waitFor();
+    const url = await hook.locator('[data-conn="Webhook URL"]').textContent();
+    const secret = await hook.locator('[data-conn="Webhook secret"]').textContent();
+    if (!url?.endsWith("/v1/apps/" + appId + "/github/webhook") || !secret) throw new Error(`webhook shown: ${url} ${secret}`);
+    await page.locator(".facts", { hasText: "acme/console-site" }).waitFor();
+    await shot("23-app-settings");
+    await nav("Apps").click();
+    await page.getByRole("link", { name: "console-app", exact: true }).click();
+    await page.locator('[data-secret-name="API_TOKEN"]').waitFor();
+    if ((await page.content()).includes(secret)) throw new Error("the webhook secret shows again");
+  });
+
+  if (VMS) {
+    // The static fixture (as internal/api's apps e2e): no install, no build; the release is a
+    // snapshot of Python's static server. Two versions, deployed from the file input, then a
+    // rollback to the first: the live deployment and what the app serves change each time.
+    const site = (v) => {
+      const dir = mkdtempSync(join(SCRATCH, "site-"));
+      writeFileSync(join(dir, "index.html"), `<!doctype html>\n<title>console site</title>\n<h1>console site ${v}</h1>\n`);
+      execFileSync("tar", ["-czf", join(dir, "site.tar.gz"), "-C", dir, "index.html"]);
+      return { name: `site-${v}.tar.gz`, mimeType: "application/gzip", buffer: readFileSync(join(dir, "site.tar.gz")) };
+    };
+    // What the app serves: this server (its proxy) asked for the app's host name (its URL's).
+    const served = async () => {
+      const a = await api(KEY, "GET", "/v1/apps/" + appId);
+      const server = new URL(BASE);
+      return new Promise((resolve, reject) => {
+        const req = http.get({ host: server.hostname, port: server.port, path: "/", headers: { Host: new URL(a.url).hostname } }, (res) => {
+          let b = "";
+          res.setEncoding("utf8");
+          res.on("data", (c) => (b += c));
+          res.on("end", () => resolve(b));
+        });
+        req.on("error", reject);
+      });
+    };
+    const live = page.locator(".facts [data-live]");
+    const deploy = async (v) => {
+      const t0 = Date.now();
+      await page.getByLabel("Source archive", { exact: true }).setInputFiles(site(v));
+      const answered = page.waitForResponse((r) => r.request().method() === "POST" && r.url().endsWith("/v1/apps/" + appId + "/deployments"));
+      await page.getByRole("button", { name: "Deploy", exact: true }).click();
+      const r = await answered;
+      if (r.status() !== 202) throw new Error("deploy answered " + r.status() + " " + (await r.text()));
+      const dep = (await r.json()).id;
+      // Its row shows up at once; its build log is followed live; the page follows it to live
+      // without a reload (the events stream's deployment events: a build's end is no call).
+      const row = page.locator(`table[aria-label="Deployments"] tr[data-key="${dep}"]`);
+      await row.waitFor();
+      await page.locator(`pre[data-log="Build log ${dep}"]`, { hasText: "==> build sandbox" }).waitFor();
+      await row.locator(".state-live").waitFor({ timeout: 900_000 });
+      await page.locator(`.facts [data-live="${dep}"]`).waitFor();
+      await page.locator(`pre[data-log="Build log ${dep}"]`, { hasText: "==> live at" }).waitFor();
+      figures["app_deploy_" + v + "_ms"] = Date.now() - t0;
+      const body = await served();
+      if (!body.includes("console site " + v)) throw new Error(`after deploying ${v} the app serves: ${body}`);
+      return dep;
+    };
+    await step("apps: deploy two versions from the browser, roll back to the first", async () => {
+      await heading("App console-app").waitFor();
+      const d1 = await deploy("v1");
+      const d2 = await deploy("v2");
+      await page.locator(`tr[data-key="${d1}"] .state-superseded`).waitFor();
+      await shot("24-app-deployed");
+      page.once("dialog", (d) => d.accept());
+      const t0 = Date.now();
+      await page.getByRole("button", { name: "Roll back to " + d1 }).click();
+      await page.locator(`.facts [data-live="${d1}"]`).waitFor();
+      figures.app_rollback_ms = Date.now() - t0;
+      await page.locator(`tr[data-key="${d1}"] .state-live`).waitFor();
+      await page.locator(`tr[data-key="${d2}"] .state-superseded`).waitFor();
+      const body = await served();
+      if (!body.includes("console site v1")) throw new Error("after the rollback the app serves: " + body);
+      if ((await live.getAttribute("data-live")) !== d1) throw new Error("live deployment after the rollback: " + (await live.getAttribute("data-live")));
+      await shot("25-app-rolled-back");
+    });
+  }
+
   if (VMS) {
     await step("databases: create one from the form (password shown once); select 1 in the SQL editor", async () => {
       await nav("Databases").click();
@@ -219,8 +353,10 @@ try {
       await page.getByLabel("Name", { exact: true }).fill("console-db");
       const t0 = Date.now();
       await page.getByRole("button", { name: "Create database" }).click();
-      // The first database bakes the postgres template on this host: minutes under TCG.
-      await heading("Database console-db").waitFor({ timeout: 900_000 });
+      // The first database bakes the postgres template on this host: minutes under TCG. A refused
+      // create (the bake failed) shows the API's message: fail with it at once.
+      await heading("Database console-db").or(page.getByRole("alert")).waitFor({ timeout: 900_000 });
+      if (await page.getByRole("alert").isVisible()) throw new Error("the create was refused: " + (await page.getByRole("alert").textContent()));
       figures.database_create_ms = Date.now() - t0;
       const dbId = page.url().split("/").pop();
       cleanup.push(() => api(ADMIN, "DELETE", "/v1/databases/" + dbId));
@@ -237,6 +373,13 @@ try {
       await page.getByLabel("SQL statement", { exact: true }).fill("select * from no_such_table");
       await page.getByRole("button", { name: "Run", exact: true }).click();
       await page.locator("[data-sql-error]", { hasText: "SQLSTATE 42P01" }).waitFor();
+      // Stats and the postgres log (read from the database): the refused statement is in the log.
+      await page.locator('[data-stat="uptime"]').waitFor();
+      const committed = Number((await page.locator('[data-stat="transactions"]').textContent())?.split(" ")[0]);
+      if (!(committed > 0)) throw new Error("stats: transactions committed " + committed);
+      await page.getByRole("region", { name: "Stats and logs" }).getByRole("button", { name: "Refresh" }).click();
+      await page.locator('pre[data-log="Postgres log"]', { hasText: "no_such_table" }).waitFor();
+      await shot("19b-database-stats");
       // Shown once: back on the page (the list, then the database), it is gone.
       await nav("Databases").click();
       await page.getByRole("link", { name: "console-db", exact: true }).click();
@@ -248,24 +391,6 @@ try {
       await shot("20-databases");
     });
   }
-
-  await step("apps: one created through the API is listed; its secrets are masked", async () => {
-    const secret = "s3cret-" + Date.now();
-    const app = await api(KEY, "POST", "/v1/apps", { name: "console-app", env: { GREETING: "hello" }, secrets: { API_TOKEN: secret } });
-    cleanup.push(() => api(ADMIN, "DELETE", "/v1/apps/" + app.id));
-    await nav("Apps").click();
-    await heading("Apps").waitFor();
-    await page.getByRole("link", { name: "console-app", exact: true }).click();
-    await heading("App console-app").waitFor();
-    await page.locator('[data-secret-name="API_TOKEN"]').waitFor();
-    await page.getByRole("cell", { name: "No deployments yet." }).waitFor();
-    if ((await page.getByLabel("Environment value 1", { exact: true }).inputValue()) !== "hello") throw new Error("env not shown");
-    if ((await page.content()).includes(secret)) throw new Error("the secret's value is on the page");
-    await shot("22-app");
-    await nav("Apps").click();
-    await page.getByRole("link", { name: "console-app", exact: true }).waitFor();
-    await shot("21-apps");
-  });
 
   await step("volumes: create one; team B's never shows", async () => {
     await nav("Volumes").click();
@@ -338,6 +463,7 @@ try {
 } finally {
   for (const fn of cleanup.reverse()) await fn().catch(() => {});
   await browser?.close();
+  rmSync(SCRATCH, { recursive: true, force: true });
 }
 console.log("console e2e figures: " + JSON.stringify(figures));
 console.log(`console e2e: ${passed} passed, ${exitCode ? 1 : 0} failed; screenshots in ${ART}`);

@@ -1,3 +1,5 @@
+import type { Deployment } from "./wire";
+
 // The console's only way to the API: every call carries the key in the Authorization header (never
 // in a URL), errors surface as the API's own message, and a 401 from any call signs out.
 
@@ -114,6 +116,11 @@ async function readText(res: Response, onText: (s: string) => void): Promise<voi
   }
 }
 
+/** text GETs a text/plain answer whole (a database's log). */
+export async function text(path: string, signal?: AbortSignal): Promise<string> {
+  return (await send("GET", path, { signal, accept: "text/plain" })).text();
+}
+
 /** textStream GETs a text/plain answer (a log with follow=1) and hands each piece to onText. */
 export async function textStream(path: string, signal: AbortSignal, onText: (s: string) => void): Promise<void> {
   await readText(await send("GET", path, { signal, accept: "text/plain" }), onText);
@@ -140,9 +147,11 @@ export const q = (v: string) => encodeURIComponent(v);
 // -- the events stream (GET /v1/events) -----------------------------------------------------
 
 export interface SandboxEvent {
-  type: "ready" | "sandbox" | "change" | "ping";
+  type: "ready" | "sandbox" | "deployment" | "change" | "ping";
   at: string;
   sandbox?: Sandbox;
+  /** An app deployment as it now is: made, built, failed, switched to, superseded. */
+  deployment?: Deployment;
   /** A call of one of the team's keys that changed a resource (the audit log's view). */
   change?: { method: string; route: string; resource_id: string; status: number };
 }
@@ -190,8 +199,16 @@ function stopEvents(): void {
 
 // -- wire types (internal/wire/v1; docs/api.md) ----------------------------------------------
 
-export type { App, AppPlan, AuditEntry, Database, DatabaseConnection, Deployment, Fn, FnRun, FnVersion, Schedule, ScheduleRun, Usage, UsageItem } from "./wire";
+export type { App, AppBuild, AppPlan, AuditEntry, Database, DatabaseConnection, Deployment, Fn, FnRun, FnVersion, GitHubHook, Schedule, ScheduleRun, Usage, UsageItem } from "./wire";
 
+/** GET /v1/databases/{id}/stats (read from postgres). */
+export interface DatabaseStats {
+  size_bytes: number;
+  connections: number;
+  transactions_committed: number;
+  transactions_rolled_back: number;
+  uptime_seconds: number;
+}
 export interface DatabaseBackup {
   id: string;
   database_id: string;

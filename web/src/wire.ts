@@ -4,4 +4,4 @@
 export type { AuditEntry, Usage, UsageItem } from "../../sdk/typescript/src/client.js";
 export type { FunctionInfo as Fn, FunctionRun as FnRun, FunctionVersion as FnVersion, Schedule, ScheduleRun } from "../../sdk/typescript/src/functions.js";
 export type { Database, DatabaseConnection } from "../../sdk/typescript/src/databases.js";
-export type { App, AppPlan, Deployment } from "../../sdk/typescript/src/apps.js";
+export type { App, AppBuild, AppPlan, Deployment, GitHubHook } from "../../sdk/typescript/src/apps.js";

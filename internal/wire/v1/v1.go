@@ -92,14 +92,17 @@ type SandboxPage struct {
 
 // Event is one NDJSON line of GET /v1/events: "ready" once the stream is watching, then
 // "sandbox" with a sandbox's record whenever its state, host or error changes (created,
-// hibernated, woken, killed, lost), "change" for every successful call that changed one of the
-// team's resources (any key's: a volume made, a key revoked, a function deployed), and "ping"
-// when nothing happened for a while.
+// hibernated, woken, killed, lost), "deployment" with an app deployment's record whenever its
+// state, error or release changes (queued, building, deploying, live, failed, superseded: a
+// build ending is no call), "change" for every successful call that changed one of the team's
+// resources (any key's: a volume made, a key revoked, a function deployed), and "ping" when
+// nothing happened for a while.
 type Event struct {
-	Type    string   `json:"type"`
-	At      string   `json:"at"`
-	Sandbox *Sandbox `json:"sandbox,omitempty"`
-	Change  *Change  `json:"change,omitempty"`
+	Type       string      `json:"type"`
+	At         string      `json:"at"`
+	Sandbox    *Sandbox    `json:"sandbox,omitempty"`
+	Deployment *Deployment `json:"deployment,omitempty"`
+	Change     *Change     `json:"change,omitempty"`
 }
 
 // Change is a call that changed something: its method and route pattern, the resource it named

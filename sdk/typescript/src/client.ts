@@ -2,7 +2,7 @@ import { ConfigurationError } from "./errors.js";
 import { Transport, type FetchLike } from "./http.js";
 import { Sandboxes, Snapshots, Templates, Volumes, registerClientFactory, type ClientContext, type SandboxData } from "./sandbox.js";
 import { Databases } from "./databases.js";
-import { Apps } from "./apps.js";
+import { Apps, type Deployment } from "./apps.js";
 import { Functions, Schedules } from "./functions.js";
 import { Webhooks } from "./webhooks.js";
 
@@ -121,7 +121,8 @@ export class PandaStack {
 
   /**
    * Follow the team's changes (`GET /v1/events`): `ready`, then a `sandbox` event whenever one is
-   * created or changes state, host or error, a `change` event for every call that changed one of
+   * created or changes state, host or error, a `deployment` event whenever an app deployment is
+   * made or changes state (built, failed, switched to, superseded), a `change` event for every call that changed one of
    * the team's resources, and `ping` after 15 s of silence. Ends when the
    * key is revoked; stop early with `signal` (or by leaving the `for await`).
    */
@@ -134,10 +135,12 @@ export class PandaStack {
 
 /** One line of `GET /v1/events`. */
 export interface SandboxEvent {
-  type: "ready" | "sandbox" | "change" | "ping";
+  type: "ready" | "sandbox" | "deployment" | "change" | "ping";
   at: string;
   /** The sandbox as it now is (type `sandbox`). */
   sandbox?: SandboxData;
+  /** The app deployment as it now is (type `deployment`). */
+  deployment?: Deployment;
   /** A call of one of the team's keys that changed a resource (type `change`; not who made it). */
   change?: { method: string; route: string; resource_id: string; status: number };
 }

@@ -2,11 +2,16 @@
 // state, live build logs and runtime logs (follow=1 text streams), rollback, env and secrets
 // (secret values are write-only: the API answers only their names, and so does this page).
 import { useEffect, useRef, useState } from "preact/hooks";
-import { call, get, post, q, textStream, type App, type Deployment } from "../api";
-import { ActionButton, DeleteButton, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, message, navigate, useChanges, useLoad } from "../ui";
+import { call, get, onEvent, post, q, textStream, type App, type AppBuild, type Deployment, type GitHubHook } from "../api";
+import { ActionButton, Copy, DeleteButton, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, message, navigate, useChanges, useLoad } from "../ui";
 
 const base = (id: string) => "/v1/apps/" + q(id);
-const busyStates = ["queued", "building", "deploying"];
+
+/** useDeployments calls reload on every deployment event (of appId, or any app's): a build
+ * that ends, fails or is switched to is no call, so no "change" event says so. */
+function useDeployments(appId: string | null, reload: () => void): void {
+  useEffect(() => onEvent((ev) => ev.deployment && (appId === null || ev.deployment.app_id === appId) && reload()), [appId, reload]);
+}
 
 type Pair = { k: string; v: string };
 
@@ -46,6 +51,7 @@ const toMap = (pairs: Pair[]) => Object.fromEntries(pairs.filter((p) => p.k.trim
 export function Apps() {
   const list = useLoad((s) => get<{ apps: App[] }>("/v1/apps", s), []);
   useChanges(["/v1/apps"], list.reload);
+  useDeployments(null, list.reload);
   const [name, setName] = useState("");
   const [branch, setBranch] = useState("main");
   const [env, setEnv] = useState<Pair[]>([]);
@@ -128,16 +134,10 @@ export function AppDetail({ id }: { id: string }) {
   const deps = useLoad((s) => get<{ deployments: Deployment[] }>(base(id) + "/deployments", s), [id]);
   useChanges(["/v1/apps"], app.reload);
   useChanges(["/v1/apps/{id}/deployments", "/v1/apps/{id}/rollback"], deps.reload);
-  // Builds run in the background (no change event when they end): poll while one is under way.
-  const building = deps.data?.deployments.some((d) => busyStates.includes(d.state)) ?? false;
-  useEffect(() => {
-    if (!building) return;
-    const t = setInterval(() => {
-      deps.reload();
-      app.reload();
-    }, 2000);
-    return () => clearInterval(t);
-  }, [building]);
+  // Builds run in the background: their progress comes as deployment events.
+  const a0 = app.data?.id ?? null;
+  useDeployments(a0, deps.reload);
+  useDeployments(a0, app.reload);
   const [shown, setShown] = useState<string | null>(null);
   const [err, setErr] = useState("");
   const file = useRef<HTMLInputElement>(null);
@@ -153,7 +153,7 @@ export function AppDetail({ id }: { id: string }) {
           items={[
             a.url && ["URL", <a href={a.url} class="mono">{a.url}</a>],
             ["Branch", a.branch],
-            ["Live deployment", a.live_deployment_id ?? "none yet"],
+            ["Live deployment", <span class="mono" data-live={a.live_deployment_id ?? ""}>{a.live_deployment_id ?? "none yet"}</span>],
             a.github_repo && ["GitHub", a.github_repo],
             ["Size", `${a.vcpus} vCPU · ` + (a.memory_mib ? a.memory_mib + " MiB" : "the template's memory")],
             ["Suspends after", a.suspend_after_seconds ? a.suspend_after_seconds + " s idle" : "never"],
@@ -210,6 +210,8 @@ export function AppDetail({ id }: { id: string }) {
       {shown && <LogView key={shown} path={base(id) + "/deployments/" + q(shown) + "/logs"} label={"Build log " + shown} />}
       {a?.live_deployment_id && <LogView key={"rt" + a.live_deployment_id} path={base(id) + "/logs"} label="Runtime log" />}
       {a && <Settings app={a} onSaved={app.reload} />}
+      {a && <BuildSettings app={a} onSaved={app.reload} />}
+      {a && <GitHub app={a} onSaved={app.reload} />}
     </>
   );
 }
@@ -251,10 +253,147 @@ function Settings({ app, onSaved }: { app: App; onSaved: () => void }) {
         <p class="hint">Values are never shown back: enter every secret the app should have (this replaces the set).</p>
         <Vars label="Secret" pairs={secrets} set={setSecrets} secret />
       </Form>
-      {saved && (
-        <p role="status" class="muted">
-          {saved}
-        </p>
+      <Saved text={saved} />
+    </section>
+  );
+}
+
+/** Saved: what the last save did (a status line), or nothing. */
+const Saved = ({ text }: { text: string }) =>
+  text ? (
+    <p role="status" class="muted">
+      {text}
+    </p>
+  ) : null;
+
+const frameworks = ["next", "vite", "cra", "node", "static", "python"] as const;
+
+/** num is a number input's value as an integer (empty: 0). */
+const num = (v: string) => (v.trim() === "" ? 0 : Math.trunc(Number(v)));
+
+/** BuildSettings: the detected plan's overrides (empty: detected) and the app's sizes and timeouts. */
+function BuildSettings({ app, onSaved }: { app: App; onSaved: () => void }) {
+  const [b, setB] = useState<Record<"framework" | "install" | "build" | "start" | "port", string>>({
+    framework: app.build.framework ?? "",
+    install: app.build.install ?? "",
+    build: app.build.build ?? "",
+    start: app.build.start ?? "",
+    port: app.build.port ? String(app.build.port) : "",
+  });
+  const [n, setN] = useState<Record<string, string>>({
+    vcpus: String(app.vcpus),
+    memory_mib: app.memory_mib ? String(app.memory_mib) : "",
+    suspend_after_seconds: String(app.suspend_after_seconds),
+    min_instances: String(app.min_instances),
+    health_timeout_seconds: String(app.health_timeout_seconds),
+    drain_timeout_seconds: String(app.drain_timeout_seconds),
+  });
+  const [saved, setSaved] = useState("");
+  const cmd = (k: "install" | "build" | "start", label: string, hint: string) => (
+    <Field label={label} hint={hint}>
+      <input class="mono" value={b[k]} maxLength={4096} placeholder="detected" onInput={(e) => setB({ ...b, [k]: e.currentTarget.value })} />
+    </Field>
+  );
+  const int = (k: string, label: string, hint: string, min: number, max: number) => (
+    <Field label={label} hint={hint}>
+      <input type="number" min={min} max={max} value={n[k]} onInput={(e) => setN({ ...n, [k]: e.currentTarget.value })} />
+    </Field>
+  );
+  return (
+    <section aria-label="Build and size">
+      <h2>Build and size</h2>
+      <p class="muted">Empty fields are detected from the source (the deployments' Plan column shows what ran). Changes apply from the next deploy.</p>
+      <Form label="Build settings" submit="Save build settings" onSubmit={async () => {
+          const build: AppBuild = { install: b.install, build: b.build, start: b.start, port: num(b.port) };
+          if (b.framework) build.framework = b.framework as AppBuild["framework"];
+          const body: Record<string, unknown> = { build };
+          // Only what changed: memory is checked against the base template (which must be baked).
+          for (const [k, v] of Object.entries(n)) if (v.trim() !== "" && num(v) !== app[k as keyof App]) body[k] = num(v);
+          await call("PATCH", base(app.id), { body });
+          setSaved("build settings saved");
+          onSaved();
+        }}>
+        <div class="form inline plain">
+          <Field label="Framework">
+            <select value={b.framework} onChange={(e) => setB({ ...b, framework: e.currentTarget.value })}>
+              <option value="">detected</option>
+              {frameworks.map((f) => (
+                <option value={f}>{f}</option>
+              ))}
+            </select>
+          </Field>
+          {cmd("install", "Install command", "true: skip (node_modules uploaded)")}
+          {cmd("build", "Build command", "")}
+          {cmd("start", "Start command", "must listen on $PORT")}
+          <Field label="Port" hint="PORT (default 8080)">
+            <input type="number" min={1} max={65535} value={b.port} placeholder="8080" onInput={(e) => setB({ ...b, port: e.currentTarget.value })} />
+          </Field>
+        </div>
+        <div class="form inline plain">
+          {int("vcpus", "vCPUs", "1-64", 1, 64)}
+          {int("memory_mib", "Memory (MiB)", "empty: the base template's", 1, 1 << 20)}
+          {int("suspend_after_seconds", "Suspend after (seconds)", "idle; 0: never", 0, 86400)}
+          <Field label="Minimum instances" hint="1 keeps it running">
+            <select value={n.min_instances} onChange={(e) => setN({ ...n, min_instances: e.currentTarget.value })}>
+              <option value="0">0 (scale to zero)</option>
+              <option value="1">1</option>
+            </select>
+          </Field>
+          {int("health_timeout_seconds", "Health timeout (seconds)", "1-600", 1, 600)}
+          {int("drain_timeout_seconds", "Drain timeout (seconds)", "1-300", 1, 300)}
+        </div>
+      </Form>
+      <Saved text={saved} />
+    </section>
+  );
+}
+
+/** GitHub: connect the app to a repository; the webhook's secret is shown once. */
+function GitHub({ app, onSaved }: { app: App; onSaved: () => void }) {
+  const [repo, setRepo] = useState(app.github_repo ?? "");
+  const [branch, setBranch] = useState(app.branch);
+  const [hook, setHook] = useState<GitHubHook | null>(null);
+  return (
+    <section aria-label="GitHub">
+      <h2>GitHub push to deploy</h2>
+      <p class="muted">
+        {app.github_repo ? (
+          <>
+            Connected to <span class="mono">{app.github_repo}</span>. Connecting again makes a new secret (the old one stops working).
+          </>
+        ) : (
+          "Not connected. Public repositories only: a push is cloned from GitHub and deployed."
+        )}
+      </p>
+      <Form label="Connect a GitHub repository" submit={app.github_repo ? "Connect again" : "Connect"} class="inline" onSubmit={async () => {
+          setHook(await post<GitHubHook>(base(app.id) + "/github", { repo, branch }));
+          onSaved();
+        }}>
+        <Field label="Repository" hint="owner/name">
+          <input class="mono" value={repo} onInput={(e) => setRepo(e.currentTarget.value)} required />
+        </Field>
+        <Field label="GitHub branch">
+          <input value={branch} onInput={(e) => setBranch(e.currentTarget.value)} />
+        </Field>
+      </Form>
+      {hook && (
+        <div class="notice" role="status" data-github-hook>
+          <p>
+            <strong>Add this webhook to {hook.repo}</strong> (Settings → Webhooks: content type application/json, push events). The secret is shown once.
+          </p>
+          <div class="conn">
+            <span class="field-label">Payload URL</span>
+            <code data-conn="Webhook URL">{hook.webhook_url}</code>
+            <Copy text={hook.webhook_url} label="Copy webhook URL" />
+          </div>
+          <div class="conn">
+            <span class="field-label">Secret</span>
+            <code class="secret" data-conn="Webhook secret">
+              {hook.secret}
+            </code>
+            <Copy text={hook.secret} label="Copy webhook secret" />
+          </div>
+        </div>
       )}
     </section>
   );

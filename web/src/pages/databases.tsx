@@ -1,8 +1,8 @@
 // Databases (/v1/databases, docs/databases.md): list and create, a database's connection strings
 // with copy buttons (the password shown once: a create's or a rotation's answer, kept only in this
 // page's memory), the SQL editor over the query broker, backups and restore, branches.
-import { useState } from "preact/hooks";
-import { ApiError, get, post, q, type Database, type DatabaseBackup, type QueryResult } from "../api";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { ApiError, get, post, q, text, type Database, type DatabaseBackup, type DatabaseStats, type QueryResult } from "../api";
 import { ActionButton, DeleteButton, Copy, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useAction, useChanges, useLoad, Busy } from "../ui";
 
 const base = (id: string) => "/v1/databases/" + q(id);
@@ -129,6 +129,7 @@ export function DatabaseDetail({ id }: { id: string }) {
           </section>
         </>
       )}
+      {d && <Health id={id} state={d.state} />}
       <SqlEditor id={id} />
       <Backups id={id} />
       <h2>Branches</h2>
@@ -142,6 +143,58 @@ export function DatabaseDetail({ id }: { id: string }) {
       </Form>
       <DatabaseTable label="Branches" rows={all.data?.databases.filter((x) => x.parent_id === id)} loading={all.loading} empty="No branches or restores of this database." />
     </>
+  );
+}
+
+const dur = (s: number) => (s < 120 ? s + " s" : s < 7200 ? Math.round(s / 60) + " min" : s < 172800 ? (s / 3600).toFixed(1) + " h" : (s / 86400).toFixed(1) + " d");
+
+/** Health: the database's figures (/stats) and the end of its postgres log (/logs). Both are read
+ * from postgres and wake a suspended database, so they load by themselves only while it is ready. */
+function Health({ id, state }: { id: string; state: string }) {
+  const [asked, setAsked] = useState(0);
+  const on = state === "ready" || asked > 0;
+  const stats = useLoad((s) => (on ? get<DatabaseStats>(base(id) + "/stats", s) : Promise.resolve(undefined)), [id, on, asked]);
+  const log = useLoad((s) => (on ? text(base(id) + "/logs?bytes=65536", s) : Promise.resolve(undefined)), [id, on, asked]);
+  const st = stats.data;
+  // The log's end is what matters: show it scrolled to the bottom.
+  const pre = useRef<HTMLPreElement>(null);
+  useEffect(() => {
+    if (pre.current) pre.current.scrollTop = pre.current.scrollHeight;
+  }, [log.data]);
+  return (
+    <section aria-label="Stats and logs">
+      <div class="btn-row">
+        <h2>Stats and logs</h2>
+        <button type="button" class="small" onClick={() => setAsked(asked + 1)}>
+          {on ? "Refresh" : "Read (wakes the database)"}
+        </button>
+        {on && (stats.loading || log.loading) && <span class="muted">loading…</span>}
+      </div>
+      {!on && <p class="muted">The database is {state}: reading its figures or its log wakes it.</p>}
+      <ErrorBox error={stats.error || log.error} />
+      {st && (
+        <dl class="facts" data-stats>
+          <dt>Size</dt>
+          <dd data-stat="size">{fmtBytes(st.size_bytes)}</dd>
+          <dt>Sessions</dt>
+          <dd data-stat="connections">{st.connections}</dd>
+          <dt>Transactions</dt>
+          <dd data-stat="transactions">
+            {st.transactions_committed} committed · {st.transactions_rolled_back} rolled back
+          </dd>
+          <dt>Up for</dt>
+          <dd data-stat="uptime">{dur(st.uptime_seconds)}</dd>
+        </dl>
+      )}
+      {log.data !== undefined && (
+        <>
+          <h3>Postgres log (the last 64 KiB)</h3>
+          <pre class="log" ref={pre} tabIndex={0} data-log="Postgres log">
+            {log.data || "(empty)"}
+          </pre>
+        </>
+      )}
+    </section>
   );
 }
 

@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { bytes, call, del, get, post, q, stream, type AuditEntry, type Process, type Sandbox, type SandboxEvent, type Stat } from "../api";
-import { ActionButton, DeleteButton, ErrorBox, Field, Form, State, Table, Time, fmtBytes, fmtTime, useLoad } from "../ui";
+import { ActionButton, DeleteButton, ErrorBox, Field, Form, State, Table, Time, fmtBytes, fmtTime, message, useLoad } from "../ui";
 
 interface XTermModule {
   XTerm: typeof import("@xterm/xterm").Terminal;
@@ -212,14 +212,24 @@ export function Processes({ sb }: { sb: Sandbox }) {
   const [cmd, setCmd] = useState("");
   const [output, setOutput] = useState<{ pid: number; text: string } | null>(null);
   const [err, setErr] = useState("");
+  // The shown process's output, followed until it exits (or another is shown, or the page ends).
+  const following = useRef<AbortController | null>(null);
+  useEffect(() => () => following.current?.abort(), []);
   const show = async (pid: number) => {
+    following.current?.abort();
+    const ac = new AbortController();
+    following.current = ac;
     let text = "";
-    await stream("GET", base + "/" + pid + "/output", {}, (v) => {
-      const ev = v as { stdout?: string; stderr?: string; exit_code?: number; signal?: string };
-      text += (ev.stdout ?? "") + (ev.stderr ?? "");
-      if (ev.exit_code !== undefined || ev.signal) text += `\n[exited: ${ev.signal ?? ev.exit_code}]`;
-    });
     setOutput({ pid, text });
+    await stream("GET", base + "/" + pid + "/output?follow=1", { signal: ac.signal }, (v) => {
+      const ev = v as { stdout?: string; stderr?: string; exit_code?: number; signal?: string };
+      text = (text + (ev.stdout ?? "") + (ev.stderr ?? "")).slice(-200_000);
+      if (ev.exit_code !== undefined || ev.signal) text += `\n[exited: ${ev.signal ?? ev.exit_code}]`;
+      if (!ac.signal.aborted) setOutput({ pid, text });
+    }).catch((e) => {
+      if (!ac.signal.aborted) throw e;
+    });
+    if (!ac.signal.aborted) procs.reload();
   };
   return (
     <div>
@@ -250,9 +260,9 @@ export function Processes({ sb }: { sb: Sandbox }) {
             label: "Actions",
             cell: (p) => (
               <div class="btn-row">
-                <ActionButton class="small" onError={setErr} onClick={() => show(p.pid)}>
+                <button type="button" class="small" aria-pressed={output?.pid === p.pid} onClick={() => void show(p.pid).then(() => setErr(""), (e) => setErr(message(e)))}>
                   Output
-                </ActionButton>
+                </button>
                 {p.state === "running" && (
                   <ActionButton
                     class="small"

@@ -106,7 +106,9 @@ class PandaStack:
     def events(self, timeout: Optional[float] = 60.0) -> Iterator[Dict[str, Any]]:
         """Follow the team's changes (``GET /v1/events``): yields ``{"type": "ready"}``, then
         ``{"type": "sandbox", "at", "sandbox": {...}}`` whenever a sandbox is created or changes
-        state, host or error, ``{"type": "change", "at", "change": {"method", "route",
+        state, host or error, ``{"type": "deployment", "at", "deployment": {...}}`` whenever an
+        app deployment is made or changes state (built, failed, switched to, superseded),
+        ``{"type": "change", "at", "change": {"method", "route",
         "resource_id", "status"}}`` for every call that changed one of the team's resources, and
         ``{"type": "ping"}`` after 15 s of silence (so a
         ``timeout`` above that only fires on a dead server). Ends when the key is revoked; stop
