@@ -93,9 +93,14 @@ func (s *Server) deployApp(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	// A deploy runs one sandbox beside the live instance (the build, then the new instance until
-	// the switch): the team's quota must have room for it now.
-	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, apps.BaseTemplate, 1)
+	// A deploy runs sandboxes beside the live instances (the build, then the new instances until
+	// the switch): the team's quota must have room for them now.
+	a, err := s.apps.Get(r.Context(), id.TeamID, r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, apps.BaseTemplate, int64(apps.InstanceCount(a)))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
