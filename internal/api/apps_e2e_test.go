@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,37 +113,23 @@ func (cp *e2eCP) blueGreen(t *testing.T, app string, clients int, archive []byte
 	t.Helper()
 	var failed, served atomic.Int64
 	var sawNew atomic.Bool
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				code, body, err := cp.appGet(app, "/")
-				switch {
-				case err != nil || code != 200:
-					failed.Add(1)
-					t.Logf("request failed during the switch: %d %q %v", code, body, err)
-				case strings.Contains(body, want):
-					sawNew.Store(true)
-				}
-				served.Add(1)
-			}
-		}()
-	}
+	stop := testenv.Loop(clients, func() {
+		code, body, err := cp.appGet(app, "/")
+		switch {
+		case err != nil || code != 200:
+			failed.Add(1)
+			t.Logf("request failed during the switch: %d %q %v", code, body, err)
+		case strings.Contains(body, want):
+			sawNew.Store(true)
+		}
+		served.Add(1)
+	})
 	d := cp.appDeploy(t, app, archive)
 	got := cp.appWait(t, app, d.ID)
 	if got.State == "live" {
 		waitFor(t, time.Minute, "a client to see "+want, sawNew.Load)
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	if got.State != "live" {
 		_, logs := cp.call(t, "GET", "/v1/apps/"+app+"/deployments/"+d.ID+"/logs", nil, "")
 		t.Fatalf("%s's new deployment: %+v\n%s", app, got, logs)
