@@ -266,12 +266,12 @@ func (s *Server) connectGitHub(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	a, secret, err := s.apps.ConnectGitHub(r.Context(), id.TeamID, r.PathValue("id"), req.Repo, req.Branch)
+	a, secret, err := s.apps.ConnectGitHub(r.Context(), id.TeamID, r.PathValue("id"), req.Repo, req.Branch, req.Token)
 	scheme := "http"
 	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
 		scheme = "https"
 	}
-	s.reply(w, r, http.StatusOK, v1.GitHubHook{AppID: a.ID, Repo: a.GitHubRepo, Branch: a.Branch, Secret: secret,
+	s.reply(w, r, http.StatusOK, v1.GitHubHook{AppID: a.ID, Repo: a.GitHubRepo, Branch: a.Branch, Secret: secret, Private: req.Token != "",
 		WebhookURL: scheme + "://" + r.Host + "/v1/apps/" + a.ID + "/github/webhook"}, err)
 }
 

@@ -8,12 +8,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,7 +240,23 @@ func TestGitHubWebhook(t *testing.T) {
 	run(work, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "one")
 	sha := run(work, "rev-parse", "HEAD")
 	run(root, "clone", "-q", "--bare", work, filepath.Join(root, "site.git"))
-	gitSrv := httptest.NewServer(&cgi.Handler{Path: apps.GitBackend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}})
+	run(root, "clone", "-q", "--bare", work, filepath.Join(root, "private.git"))
+	// private.git answers only requests with the token (as GitHub does, basic auth).
+	const token = "ghp_private-4711"
+	backend := &cgi.Handler{Path: apps.GitBackend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}}
+	var tokenSeen, refused atomic.Int64
+	gitSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/private.git") {
+			if user, pass, ok := r.BasicAuth(); !ok || user != "x-access-token" || pass != token {
+				refused.Add(1)
+				w.Header().Set("WWW-Authenticate", `Basic realm="private"`)
+				http.Error(w, "authentication required", http.StatusUnauthorized)
+				return
+			}
+			tokenSeen.Add(1)
+		}
+		backend.ServeHTTP(w, r)
+	}))
 	defer gitSrv.Close()
 
 	payload := func(ref string) []byte {
@@ -301,5 +319,48 @@ func TestGitHubWebhook(t *testing.T) {
 	}
 	if !branches["main"] || !branches["feature/x"] {
 		t.Fatalf("deployments: %+v", deps)
+	}
+
+	// A private repository: cloned with the app's token; without it, refused (nothing deployed).
+	e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "priv"}), 201)
+	e.mustStatus(e.do("POST", "/v1/apps/priv/github", e.admin, map[string]any{"repo": "acme/private", "token": "has space"}), 400)
+	e.mustStatus(e.do("POST", "/v1/apps/priv/github", e.admin, map[string]any{"repo": "acme/private", "token": strings.Repeat("x", 1025)}), 400)
+	tokenOf := map[string]string{"priv": token, "nopriv": ""}
+	privateDelivery := func(app, delivery string) {
+		t.Helper()
+		hook := e.mustStatus(e.do("POST", "/v1/apps/"+app+"/github", e.admin, map[string]any{"repo": "acme/private", "token": tokenOf[app]}), 200).json(t)
+		if (hook["private"] == true) != (tokenOf[app] != "") {
+			t.Fatalf("hook of %s: %v", app, hook)
+		}
+		b, _ := json.Marshal(map[string]any{"ref": "refs/heads/main", "after": sha, "deleted": false,
+			"repository": map[string]any{"full_name": "acme/private", "clone_url": gitSrv.URL + "/private.git"}})
+		p := strings.TrimPrefix(hook["webhook_url"].(string), e.hs.URL)
+		r := e.do("POST", p, "", b, "X-GitHub-Event", "push", "X-GitHub-Delivery", delivery, "X-Hub-Signature-256", sign(hook["secret"].(string), b),
+			"Content-Type", "application/json")
+		if r.status != 202 {
+			t.Fatalf("push to %s: %d %s", app, r.status, r.body)
+		}
+	}
+	e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "nopriv"}), 201)
+	privateDelivery("nopriv", "p-1")
+	waitFor(t, 30*time.Second, "the clone without a token to be refused", func() bool { return refused.Load() > 0 })
+	privateDelivery("priv", "p-2")
+	waitFor(t, 30*time.Second, "the private push's deployment", func() bool {
+		var l struct{ Deployments []struct{ Commit string } }
+		json.Unmarshal(e.do("GET", "/v1/apps/priv/deployments", e.admin, nil).body, &l)
+		return len(l.Deployments) == 1 && l.Deployments[0].Commit == sha
+	})
+	if tokenSeen.Load() == 0 {
+		t.Fatal("the clone did not send the token")
+	}
+	for _, app := range []string{"priv", "nopriv"} {
+		if b := e.mustStatus(e.do("GET", "/v1/apps/"+app, e.admin, nil), 200).body; strings.Contains(string(b), token) {
+			t.Fatalf("%s answers the token: %s", app, b)
+		}
+	}
+	e.srv.apps.Wait()
+	var l struct{ Deployments []struct{ Commit string } }
+	if json.Unmarshal(e.do("GET", "/v1/apps/nopriv/deployments", e.admin, nil).body, &l); len(l.Deployments) != 0 {
+		t.Fatalf("a clone without the token deployed: %+v", l)
 	}
 }
