@@ -158,7 +158,13 @@ const (
 	extraCA     = stateDir + "/extra-ca.pem"
 	caBundle    = stateDir + "/ca-bundle.pem"
 	depsKeyFile = stateDir + "/deps-key"
+	// generationFile counts the builds in a row made on a previous release (0: on base).
+	generationFile = stateDir + "/generation"
 )
+
+// MaxWarmBuilds is how many builds in a row start from the previous release; the next starts
+// from a fresh base sandbox (a newly baked base, nothing left over from older builds).
+const MaxWarmBuilds = 10
 
 // runEnv is the environment of the app's build and process.
 func (s *Service) runEnv(a store.App, secrets map[string]string, port int) map[string]string {
@@ -184,7 +190,7 @@ func (s *Service) runEnv(a store.App, secrets map[string]string, port int) map[s
 // moved into the new source instead.
 func (s *Service) build(ctx context.Context, a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, depsKey string,
 	secrets map[string]string, lb *logBuf) (store.Snapshot, int, error) {
-	sb, c, err := s.buildSandbox(ctx, a, d, lb)
+	sb, c, gen, err := s.buildSandbox(ctx, a, d, lb)
 	if err != nil {
 		return store.Snapshot{}, 0, err
 	}
@@ -206,7 +212,8 @@ for dep in node_modules .venv; do
   if [ -e %[3]s/prev-app/$dep ] && [ ! -e $dep ]; then mv %[3]s/prev-app/$dep $dep; fi
 done
 rm -rf %[3]s/prev-app
-`, appDir, srcTar, stateDir)
+echo %[4]d > %[5]s
+`, appDir, srcTar, stateDir, gen, generationFile)
 	if len(s.cfg.GuestCA) > 0 {
 		if _, err := c.WriteFile(ctx, sb.ID, extraCA, bytes.NewReader(s.cfg.GuestCA), int64(len(s.cfg.GuestCA))); err != nil {
 			return store.Snapshot{}, 0, fmt.Errorf("writing the extra CA certificates: %w", err)
@@ -251,13 +258,14 @@ echo %[2]s > %[1]s
 	return snap, pid, nil
 }
 
-// buildSandbox is the sandbox d builds in: a restore of the release serving d's route (its
-// preview's, else the app's) with its app stopped, so that its installed dependencies can be
-// reused; without one (or when it cannot be used), a new sandbox of the base template.
-func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deployment, lb *logBuf) (store.Sandbox, *agentclient.Client, error) {
+// buildSandbox is the sandbox d builds in and its generation (builds in a row on a previous
+// release, this one included): a restore of the release serving d's route (its preview's, else
+// the app's) with its app stopped, so that its installed dependencies can be reused; without one,
+// when it cannot be used or after MaxWarmBuilds of them, a new sandbox of the base template (0).
+func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deployment, lb *logBuf) (store.Sandbox, *agentclient.Client, int, error) {
 	recorded, agentName, host, err := s.cfg.Templates.Resolve(ctx, a.TeamID, s.cfg.BaseTemplate)
 	if err != nil {
-		return store.Sandbox{}, nil, err
+		return store.Sandbox{}, nil, 0, err
 	}
 	md := map[string]string{"pandastack.app": a.Name, "pandastack.app_role": "build", "pandastack.deployment": d.ID}
 	ttl := int64(BuildTimeout/time.Second) + 600
@@ -265,31 +273,51 @@ func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deploym
 		t := time.Now()
 		sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
 			Snapshot: &snap, Metadata: md, TTLSeconds: ttl})
+		gen := 0
 		if err == nil {
 			var c *agentclient.Client
 			if c, err = s.cfg.Sandboxes.Target(ctx, sb); err == nil {
 				_, err = c.KillProcess(ctx, sb.ID, int(prev.Pid)) // its tree, waited for: the port is free
 			}
 			if err == nil {
+				gen = readGeneration(ctx, c, sb.ID) + 1
+			}
+			if err == nil && gen <= MaxWarmBuilds {
 				lb.Printf("==> build sandbox from the release of %s (%.1f s; its dependencies are reused when unchanged)\n", prev.ID, time.Since(t).Seconds())
-				return sb, c, nil
+				return sb, c, gen, nil
 			}
 			s.stopInstance(sb.ID, "app build cache unusable", 0)
 		}
-		lb.Printf("==> the release of %s cannot be built on (%v); a new build sandbox\n", prev.ID, err)
+		if err != nil {
+			lb.Printf("==> the release of %s cannot be built on (%v); a new build sandbox\n", prev.ID, err)
+		} else {
+			lb.Printf("==> %d builds in a row on previous releases: this one starts afresh\n", MaxWarmBuilds)
+		}
 	}
 	lb.Printf("==> build sandbox from %s\n", s.cfg.BaseTemplate)
 	sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: recorded, AgentTemplate: agentName, TemplateHost: host,
 		Metadata: md, TTLSeconds: ttl})
 	if err != nil {
-		return store.Sandbox{}, nil, err
+		return store.Sandbox{}, nil, 0, err
 	}
 	c, err := s.cfg.Sandboxes.Target(ctx, sb)
 	if err != nil {
 		s.stopInstance(sb.ID, "app build failed", 0)
-		return store.Sandbox{}, nil, err
+		return store.Sandbox{}, nil, 0, err
 	}
-	return sb, c, nil
+	return sb, c, 0, nil
+}
+
+// readGeneration is the generation a release was built in (generationFile; 0 when unreadable).
+func readGeneration(ctx context.Context, c *agentclient.Client, sbID string) int {
+	res, err := c.ReadFile(ctx, sbID, generationFile)
+	if err != nil {
+		return 0
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 64))
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
 }
 
 // previousRelease is the deployment serving d's route (its preview's, else the app's) and its
