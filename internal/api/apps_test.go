@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -362,5 +363,58 @@ func TestGitHubWebhook(t *testing.T) {
 	var l struct{ Deployments []struct{ Commit string } }
 	if json.Unmarshal(e.do("GET", "/v1/apps/nopriv/deployments", e.admin, nil).body, &l); len(l.Deployments) != 0 {
 		t.Fatalf("a clone without the token deployed: %+v", l)
+	}
+}
+
+// TestAppInstancesBalanced: the router spreads an app's requests round-robin over its live
+// deployment's instances (found by their metadata), skips one that was killed, and answers 502
+// when none is left; a preview or another deployment's sandboxes are not among them.
+func TestAppInstancesBalanced(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ProxyDomain = "localhost" })
+	ctx := context.Background()
+	e.agent.ServePorts(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Host) }))
+	e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "duo", "min_instances": 2}), 201)
+	app, _ := e.st.GetAppByName(ctx, "duo")
+	instance := func(dep, role string) string {
+		return e.create(e.admin, map[string]any{"template": "base", "metadata": map[string]string{
+			"pandastack.app": "duo", "pandastack.app_role": role, "pandastack.deployment": dep}}).ID
+	}
+	a, b := instance("dep_live", "instance"), instance("dep_live", "instance")
+	instance("dep_live", "build")
+	instance("dep_other", "instance")
+	if _, err := e.st.CreateDeployment(ctx, store.Deployment{ID: "dep_live", AppID: app.ID, TeamID: app.TeamID, State: apps.Live,
+		Source: "upload", Plan: `{"port": 3000}`, SandboxID: a}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.st.SetLiveDeployment(ctx, app.ID, "", "dep_live"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	get := func() (int, string) {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Host = "duo.apps.localhost"
+		w := httptest.NewRecorder()
+		e.srv.Handler().ServeHTTP(w, req)
+		return w.Code, w.Body.String()
+	}
+	seen := map[string]int{}
+	for range 6 {
+		code, body := get()
+		if code != 200 {
+			t.Fatalf("request: %d %s", code, body)
+		}
+		seen[body]++
+	}
+	if len(seen) != 2 || seen[a] != 3 || seen[b] != 3 {
+		t.Fatalf("requests reached %v; want 3 each of %s and %s", seen, a, b)
+	}
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+a, e.admin, nil), 204)
+	for range 3 {
+		if code, body := get(); code != 200 || body != b {
+			t.Fatalf("with %s killed: %d %s", a, code, body)
+		}
+	}
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+b, e.admin, nil), 204)
+	if code, body := get(); code != 502 || !strings.Contains(body, "no running instance") {
+		t.Fatalf("with both killed: %d %s", code, body)
 	}
 }
