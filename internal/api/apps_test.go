@@ -368,7 +368,8 @@ func TestGitHubWebhook(t *testing.T) {
 
 // TestAppInstancesBalanced: the router spreads an app's requests round-robin over its live
 // deployment's instances (found by their metadata), skips one that was killed, and answers 502
-// when none is left; a preview or another deployment's sandboxes are not among them.
+// when none is left; a build sandbox or another deployment's are not among them. Maintenance
+// restores the missing instances from the release.
 func TestAppInstancesBalanced(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.ProxyDomain = "localhost" })
 	ctx := context.Background()
@@ -382,8 +383,9 @@ func TestAppInstancesBalanced(t *testing.T) {
 	a, b := instance("dep_live", "instance"), instance("dep_live", "instance")
 	instance("dep_live", "build")
 	instance("dep_other", "instance")
+	snap := e.mustStatus(e.do("POST", "/v1/sandboxes/"+newBaseSandbox(t, e)+"/snapshots", e.admin, `{}`), 201).json(t)["id"].(string)
 	if _, err := e.st.CreateDeployment(ctx, store.Deployment{ID: "dep_live", AppID: app.ID, TeamID: app.TeamID, State: apps.Live,
-		Source: "upload", Plan: `{"port": 3000}`, SandboxID: a}); err != nil {
+		Source: "upload", Plan: `{"port": 3000}`, SandboxID: a, SnapshotID: snap}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := e.st.SetLiveDeployment(ctx, app.ID, "", "dep_live"); !ok || err != nil {
@@ -416,5 +418,21 @@ func TestAppInstancesBalanced(t *testing.T) {
 	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+b, e.admin, nil), 204)
 	if code, body := get(); code != 502 || !strings.Contains(body, "no running instance") {
 		t.Fatalf("with both killed: %d %s", code, body)
+	}
+	// Maintenance restores two new instances of the release; requests reach both.
+	if err := e.srv.apps.Maintain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.apps.Wait()
+	seen = map[string]int{}
+	for range 4 {
+		if code, body := get(); code != 200 || body == a || body == b {
+			t.Fatalf("after the replacement: %d %s", code, body)
+		} else {
+			seen[body]++
+		}
+	}
+	if len(seen) != 2 {
+		t.Fatalf("replaced instances answering: %v", seen)
 	}
 }

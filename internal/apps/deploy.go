@@ -843,9 +843,9 @@ func (s *Service) Logs(ctx context.Context, teamID, id string, follow bool, w io
 	return copyOutput(&redactor{w: w, secrets: secretValues(secrets)}, body, flush)
 }
 
-// Maintain renews live instances' TTLs and hibernates those idle past their app's
-// suspend_after_seconds unless its min_instances keeps them running (a request to a hibernated
-// one wakes it: its host does). It goes through
+// Maintain renews live instances' TTLs, replaces those of an app with min_instances > 1 that
+// are gone (replenish), and hibernates those idle past their app's suspend_after_seconds unless
+// its min_instances keeps them running (a request to a hibernated one wakes it: its host does). It goes through
 // every instance and returns what failed.
 func (s *Service) Maintain(ctx context.Context) error {
 	deps, err := s.cfg.Store.ListInstanceDeployments(ctx)
@@ -868,6 +868,7 @@ func (s *Service) Maintain(ctx context.Context) error {
 				idle = URLIdle
 			}
 		} else {
+			s.replenish(ctx, a, d)
 			ids = s.instances(ctx, d, false).ids
 			if a.SuspendAfterSeconds == 0 || a.MinInstances > 0 {
 				idle = 0 // no scale to zero

@@ -131,3 +131,41 @@ func (s *Service) stopInstances(ctx context.Context, d store.Deployment, reason 
 		s.stopInstance(id, reason, drain)
 	}
 }
+
+// replenish restores instances of app a's live deployment d until it has InstanceCount(a)
+// usable ones again (one that died or was killed is replaced), in the background; not while a
+// deploy or rollback of the app runs (they hold its lock).
+func (s *Service) replenish(ctx context.Context, a store.App, d store.Deployment) {
+	if a.MinInstances <= 1 || d.State != Live || d.SnapshotID == "" {
+		return
+	}
+	usable := 0
+	for _, id := range s.instances(ctx, d, true).ids {
+		if sb, err := s.cfg.Store.GetSandbox(ctx, id); err == nil && sandboxes.Usable(sb) == nil {
+			usable++
+		}
+	}
+	missing := InstanceCount(a) - usable
+	lock := s.appLock(a.ID)
+	if missing <= 0 || !lock.TryLock() {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer lock.Unlock()
+		sbs, err := s.restoreInstances(s.ctx, a, d, missing, newLogBuf())
+		if err != nil {
+			s.log.Warn("apps: replacing instances failed", "app", a.ID, "deployment", d.ID, "err", err)
+			return
+		}
+		if cur, err := s.cfg.Store.GetDeployment(s.ctx, a.ID, d.ID); err != nil || cur.State != Live {
+			for _, sb := range sbs {
+				s.stopInstance(sb.ID, "app deployment no longer live", 0)
+			}
+			return
+		}
+		s.instances(s.ctx, d, true) // they carry the deployment's metadata
+		s.log.Info("apps: instances replaced", "app", a.ID, "deployment", d.ID, "count", len(sbs))
+	}()
+}
