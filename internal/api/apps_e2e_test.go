@@ -206,6 +206,8 @@ func TestE2EApps(t *testing.T) {
 		if name == "web" {
 			spec["env"] = map[string]string{"GREETING": "hello"}
 			spec["secrets"] = map[string]string{"API_TOKEN": appSecret}
+			// A bound, not a timing: node's start-up under TCG on a loaded machine can take a minute.
+			spec["health_timeout_seconds"] = 300
 		}
 		if code, m := call("POST", "/v1/apps", spec); code != 201 {
 			t.Fatalf("create %s: %d %v", name, code, m)
@@ -314,7 +316,7 @@ func TestE2EApps(t *testing.T) {
 		t.Fatalf("unhealthy release: %+v", got)
 	}
 	cp.mustServe(t, "web", "node v2")
-	call("PATCH", "/v1/apps/web", map[string]any{"health_timeout_seconds": 60})
+	call("PATCH", "/v1/apps/web", map[string]any{"health_timeout_seconds": 300})
 
 	// Rollback to v1: no build, the old release restored.
 	start := time.Now()
