@@ -10,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/bundle"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // benchApp is a plain node server (no dependencies) that answers its version.
@@ -80,28 +80,14 @@ func appsSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 
 	// Blue-green: a second deploy while 4 clients loop requests.
 	var failed, served atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if body, err := appRequest(c.base, "bench"); err != nil || !strings.HasPrefix(body, "bench v") {
-					failed.Add(1)
-				}
-				served.Add(1)
-			}
-		}()
-	}
+	stop := testenv.Loop(4, func() {
+		if body, err := appRequest(c.base, "bench"); err != nil || !strings.HasPrefix(body, "bench v") {
+			failed.Add(1)
+		}
+		served.Add(1)
+	})
 	v2, d2, err := deploy("v2")
-	close(stop)
-	wg.Wait()
+	stop()
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -166,13 +168,17 @@ func appCmd() *cobra.Command {
 	deploy.Flags().BoolVarP(&detach, "detach", "d", false, "print the queued deployment and return")
 	deploy.Flags().StringVar(&branch, "branch", "", "deploy as this branch: another than the app's is its preview at <app>--<branch>.apps.<domain>")
 
-	var ghBranch string
+	var ghBranch, ghTokenFile string
 	github := &cobra.Command{
 		Use:   "github APP OWNER/REPO",
 		Short: "Connect an app to a GitHub repository: prints the webhook URL and secret to add there (push events, application/json)",
 		Args:  cobra.ExactArgs(2),
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			h, err := c.ConnectGitHub(ctx, args[0], args[1], ghBranch)
+			token, err := readTokenFile(cmd, ghTokenFile)
+			if err != nil {
+				return err
+			}
+			h, err := c.ConnectGitHub(ctx, args[0], args[1], ghBranch, token)
 			if err != nil {
 				return err
 			}
@@ -186,6 +192,7 @@ func appCmd() *cobra.Command {
 		}),
 	}
 	github.Flags().StringVar(&ghBranch, "branch", "", "the branch that deploys the app (default: the app's)")
+	github.Flags().StringVar(&ghTokenFile, "token-file", "", "a private repository: FILE (- for stdin) holds a token that reads it (GitHub personal access or installation token)")
 
 	var planBuild appSpecFlags
 	plan := &cobra.Command{
@@ -336,4 +343,23 @@ func appCmd() *cobra.Command {
 	cmd.AddCommand(createCmd, updateCmd, deploy, plan, logs, rollback, deployments, github, list, get, del, preview)
 	cmd.AddCommand(vars...)
 	return cmd
+}
+
+// readTokenFile reads a token from file (- for stdin; "" for none), trimmed: never a flag's
+// value, which process lists show.
+func readTokenFile(cmd *cobra.Command, file string) (string, error) {
+	var b []byte
+	var err error
+	switch file {
+	case "":
+		return "", nil
+	case "-":
+		b, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 64<<10))
+	default:
+		b, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

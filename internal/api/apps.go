@@ -93,9 +93,14 @@ func (s *Server) deployApp(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	// A deploy runs one sandbox beside the live instance (the build, then the new instance until
-	// the switch): the team's quota must have room for it now.
-	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, apps.BaseTemplate, 1)
+	// A deploy runs sandboxes beside the live instances (the build, then the new instances until
+	// the switch): the team's quota must have room for them now.
+	a, err := s.apps.Get(r.Context(), id.TeamID, r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, apps.BaseTemplate, int64(apps.InstanceCount(a)))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -261,12 +266,12 @@ func (s *Server) connectGitHub(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	a, secret, err := s.apps.ConnectGitHub(r.Context(), id.TeamID, r.PathValue("id"), req.Repo, req.Branch)
+	a, secret, err := s.apps.ConnectGitHub(r.Context(), id.TeamID, r.PathValue("id"), req.Repo, req.Branch, req.Token)
 	scheme := "http"
 	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
 		scheme = "https"
 	}
-	s.reply(w, r, http.StatusOK, v1.GitHubHook{AppID: a.ID, Repo: a.GitHubRepo, Branch: a.Branch, Secret: secret,
+	s.reply(w, r, http.StatusOK, v1.GitHubHook{AppID: a.ID, Repo: a.GitHubRepo, Branch: a.Branch, Secret: secret, Private: req.Token != "",
 		WebhookURL: scheme + "://" + r.Host + "/v1/apps/" + a.ID + "/github/webhook"}, err)
 }
 

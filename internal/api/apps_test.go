@@ -8,12 +8,15 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,7 +241,23 @@ func TestGitHubWebhook(t *testing.T) {
 	run(work, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "one")
 	sha := run(work, "rev-parse", "HEAD")
 	run(root, "clone", "-q", "--bare", work, filepath.Join(root, "site.git"))
-	gitSrv := httptest.NewServer(&cgi.Handler{Path: apps.GitBackend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}})
+	run(root, "clone", "-q", "--bare", work, filepath.Join(root, "private.git"))
+	// private.git answers only requests with the token (as GitHub does, basic auth).
+	const token = "ghp_private-4711"
+	backend := &cgi.Handler{Path: apps.GitBackend, Env: []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"}}
+	var tokenSeen, refused atomic.Int64
+	gitSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/private.git") {
+			if user, pass, ok := r.BasicAuth(); !ok || user != "x-access-token" || pass != token {
+				refused.Add(1)
+				w.Header().Set("WWW-Authenticate", `Basic realm="private"`)
+				http.Error(w, "authentication required", http.StatusUnauthorized)
+				return
+			}
+			tokenSeen.Add(1)
+		}
+		backend.ServeHTTP(w, r)
+	}))
 	defer gitSrv.Close()
 
 	payload := func(ref string) []byte {
@@ -301,5 +320,119 @@ func TestGitHubWebhook(t *testing.T) {
 	}
 	if !branches["main"] || !branches["feature/x"] {
 		t.Fatalf("deployments: %+v", deps)
+	}
+
+	// A private repository: cloned with the app's token; without it, refused (nothing deployed).
+	e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "priv"}), 201)
+	e.mustStatus(e.do("POST", "/v1/apps/priv/github", e.admin, map[string]any{"repo": "acme/private", "token": "has space"}), 400)
+	e.mustStatus(e.do("POST", "/v1/apps/priv/github", e.admin, map[string]any{"repo": "acme/private", "token": strings.Repeat("x", 1025)}), 400)
+	tokenOf := map[string]string{"priv": token, "nopriv": ""}
+	privateDelivery := func(app, delivery string) {
+		t.Helper()
+		hook := e.mustStatus(e.do("POST", "/v1/apps/"+app+"/github", e.admin, map[string]any{"repo": "acme/private", "token": tokenOf[app]}), 200).json(t)
+		if (hook["private"] == true) != (tokenOf[app] != "") {
+			t.Fatalf("hook of %s: %v", app, hook)
+		}
+		b, _ := json.Marshal(map[string]any{"ref": "refs/heads/main", "after": sha, "deleted": false,
+			"repository": map[string]any{"full_name": "acme/private", "clone_url": gitSrv.URL + "/private.git"}})
+		p := strings.TrimPrefix(hook["webhook_url"].(string), e.hs.URL)
+		r := e.do("POST", p, "", b, "X-GitHub-Event", "push", "X-GitHub-Delivery", delivery, "X-Hub-Signature-256", sign(hook["secret"].(string), b),
+			"Content-Type", "application/json")
+		if r.status != 202 {
+			t.Fatalf("push to %s: %d %s", app, r.status, r.body)
+		}
+	}
+	e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "nopriv"}), 201)
+	privateDelivery("nopriv", "p-1")
+	waitFor(t, 30*time.Second, "the clone without a token to be refused", func() bool { return refused.Load() > 0 })
+	privateDelivery("priv", "p-2")
+	waitFor(t, 30*time.Second, "the private push's deployment", func() bool {
+		var l struct{ Deployments []struct{ Commit string } }
+		json.Unmarshal(e.do("GET", "/v1/apps/priv/deployments", e.admin, nil).body, &l)
+		return len(l.Deployments) == 1 && l.Deployments[0].Commit == sha
+	})
+	if tokenSeen.Load() == 0 {
+		t.Fatal("the clone did not send the token")
+	}
+	for _, app := range []string{"priv", "nopriv"} {
+		if b := e.mustStatus(e.do("GET", "/v1/apps/"+app, e.admin, nil), 200).body; strings.Contains(string(b), token) {
+			t.Fatalf("%s answers the token: %s", app, b)
+		}
+	}
+	e.srv.apps.Wait()
+	var l struct{ Deployments []struct{ Commit string } }
+	if json.Unmarshal(e.do("GET", "/v1/apps/nopriv/deployments", e.admin, nil).body, &l); len(l.Deployments) != 0 {
+		t.Fatalf("a clone without the token deployed: %+v", l)
+	}
+}
+
+// TestAppInstancesBalanced: the router spreads an app's requests round-robin over its live
+// deployment's instances (found by their metadata), skips one that was killed, and answers 502
+// when none is left; a build sandbox or another deployment's are not among them. Maintenance
+// restores the missing instances from the release.
+func TestAppInstancesBalanced(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ProxyDomain = "localhost" })
+	ctx := context.Background()
+	e.agent.ServePorts(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Host) }))
+	e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "duo", "min_instances": 2}), 201)
+	app, _ := e.st.GetAppByName(ctx, "duo")
+	instance := func(dep, role string) string {
+		return e.create(e.admin, map[string]any{"template": "base", "metadata": map[string]string{
+			"pandastack.app": "duo", "pandastack.app_role": role, "pandastack.deployment": dep}}).ID
+	}
+	a, b := instance("dep_live", "instance"), instance("dep_live", "instance")
+	instance("dep_live", "build")
+	instance("dep_other", "instance")
+	snap := e.mustStatus(e.do("POST", "/v1/sandboxes/"+newBaseSandbox(t, e)+"/snapshots", e.admin, `{}`), 201).json(t)["id"].(string)
+	if _, err := e.st.CreateDeployment(ctx, store.Deployment{ID: "dep_live", AppID: app.ID, TeamID: app.TeamID, State: apps.Live,
+		Source: "upload", Plan: `{"port": 3000}`, SandboxID: a, SnapshotID: snap}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.st.SetLiveDeployment(ctx, app.ID, "", "dep_live"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	get := func() (int, string) {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Host = "duo.apps.localhost"
+		w := httptest.NewRecorder()
+		e.srv.Handler().ServeHTTP(w, req)
+		return w.Code, w.Body.String()
+	}
+	seen := map[string]int{}
+	for range 6 {
+		code, body := get()
+		if code != 200 {
+			t.Fatalf("request: %d %s", code, body)
+		}
+		seen[body]++
+	}
+	if len(seen) != 2 || seen[a] != 3 || seen[b] != 3 {
+		t.Fatalf("requests reached %v; want 3 each of %s and %s", seen, a, b)
+	}
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+a, e.admin, nil), 204)
+	for range 3 {
+		if code, body := get(); code != 200 || body != b {
+			t.Fatalf("with %s killed: %d %s", a, code, body)
+		}
+	}
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+b, e.admin, nil), 204)
+	if code, body := get(); code != 502 || !strings.Contains(body, "no running instance") {
+		t.Fatalf("with both killed: %d %s", code, body)
+	}
+	// Maintenance restores two new instances of the release; requests reach both.
+	if err := e.srv.apps.Maintain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.srv.apps.Wait()
+	seen = map[string]int{}
+	for range 4 {
+		if code, body := get(); code != 200 || body == a || body == b {
+			t.Fatalf("after the replacement: %d %s", code, body)
+		} else {
+			seen[body]++
+		}
+	}
+	if len(seen) != 2 {
+		t.Fatalf("replaced instances answering: %v", seen)
 	}
 }

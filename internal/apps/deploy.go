@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -69,10 +70,11 @@ func (s *Service) Deploy(ctx context.Context, teamID, id string, archive []byte,
 	s.mu.Lock()
 	s.logs[d.ID] = lb
 	s.mu.Unlock()
+	key := detect.DepsKey(tree(files), plan.Install, a.Env)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.run(a, d, plan, tarball, lb)
+		s.run(a, d, plan, tarball, key, lb)
 	}()
 	return d, nil
 }
@@ -82,7 +84,7 @@ func detectPlan(files []bundle.File, b v1.AppBuild) v1.AppPlan {
 }
 
 // run builds, releases and switches to deployment d, one deploy of an app at a time.
-func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, lb *logBuf) {
+func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, depsKey string, lb *logBuf) {
 	ctx := s.ctx
 	stop := make(chan struct{}) // the lease is held while it waits for the app's lock too
 	defer close(stop)
@@ -109,7 +111,7 @@ func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball 
 	start := time.Now()
 	d.State = Building
 	s.save(d, lb, false)
-	snap, pid, err := s.build(ctx, a, d, plan, tarball, secrets, lb)
+	snap, pid, err := s.build(ctx, a, d, plan, tarball, depsKey, secrets, lb)
 	d.BuildMS = time.Since(start).Milliseconds()
 	if err != nil {
 		s.fail(d, lb, err)
@@ -149,11 +151,20 @@ func (s *Service) fail(d store.Deployment, lb *logBuf, err error) {
 	s.log.Info("app deployment failed", "app", d.AppID, "deployment", d.ID, "err", err)
 }
 
-// Where the extra CA certificates (Config.GuestCA) and the bundle with the system's go in a VM.
+// Where the extra CA certificates (Config.GuestCA) and the bundle with the system's go in a VM,
+// and the key of the dependencies installed in it (detect.DepsKey).
 const (
-	extraCA  = "/home/user/.pandastack/extra-ca.pem"
-	caBundle = "/home/user/.pandastack/ca-bundle.pem"
+	stateDir    = "/home/user/.pandastack"
+	extraCA     = stateDir + "/extra-ca.pem"
+	caBundle    = stateDir + "/ca-bundle.pem"
+	depsKeyFile = stateDir + "/deps-key"
+	// generationFile counts the builds in a row made on a previous release (0: on base).
+	generationFile = stateDir + "/generation"
 )
+
+// MaxWarmBuilds is how many builds in a row start from the previous release; the next starts
+// from a fresh base sandbox (a newly baked base, nothing left over from older builds).
+const MaxWarmBuilds = 10
 
 // runEnv is the environment of the app's build and process.
 func (s *Service) runEnv(a store.App, secrets map[string]string, port int) map[string]string {
@@ -171,42 +182,57 @@ func (s *Service) runEnv(a store.App, secrets map[string]string, port int) map[s
 	return env
 }
 
-// build makes the release of d: a sandbox of the base template with the source unpacked, the
+// build makes the release of d: a build sandbox (buildSandbox) with the source unpacked, the
 // install and build commands run (their output streamed into lb), the start command started and
-// healthy on $PORT, snapshotted. The build sandbox is killed either way.
-func (s *Service) build(ctx context.Context, a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte,
+// healthy on $PORT, snapshotted. The build sandbox is killed either way. The install is skipped
+// when the build sandbox comes from the previous release and its dependencies' key (depsKey,
+// detect.DepsKey) is the one that release was installed with: its node_modules and .venv are
+// moved into the new source instead.
+func (s *Service) build(ctx context.Context, a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, depsKey string,
 	secrets map[string]string, lb *logBuf) (store.Snapshot, int, error) {
-	recorded, agentName, host, err := s.cfg.Templates.Resolve(ctx, a.TeamID, s.cfg.BaseTemplate)
-	if err != nil {
-		return store.Snapshot{}, 0, err
-	}
-	lb.Printf("==> build sandbox from %s\n", s.cfg.BaseTemplate)
-	sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: recorded, AgentTemplate: agentName, TemplateHost: host,
-		Metadata:   map[string]string{"pandastack.app": a.Name, "pandastack.app_role": "build", "pandastack.deployment": d.ID},
-		TTLSeconds: int64(BuildTimeout/time.Second) + 600})
+	sb, c, gen, err := s.buildSandbox(ctx, a, d, lb)
 	if err != nil {
 		return store.Snapshot{}, 0, err
 	}
 	defer s.stopInstance(sb.ID, "app build finished", 0)
-	c, err := s.cfg.Sandboxes.Target(ctx, sb)
-	if err != nil {
-		return store.Snapshot{}, 0, err
-	}
 	if _, err := c.WriteFile(ctx, sb.ID, srcTar, bytes.NewReader(tarball), int64(len(tarball))); err != nil {
 		return store.Snapshot{}, 0, fmt.Errorf("writing the source into the build sandbox: %w", err)
 	}
 	env := s.runEnv(a, secrets, plan.Port)
-	script := fmt.Sprintf("set -e\nmkdir -p %[1]s\ntar -xf %[2]s -C %[1]s\nrm %[2]s\ncd %[1]s\n", appDir, srcTar)
+	// The previous release's app directory (a build from it) goes, but for its dependencies.
+	script := fmt.Sprintf(`set -e
+mkdir -p %[3]s
+rm -rf %[3]s/prev-app
+if [ -d %[1]s ]; then mv %[1]s %[3]s/prev-app; fi
+mkdir -p %[1]s
+tar -xf %[2]s -C %[1]s
+rm %[2]s
+cd %[1]s
+for dep in node_modules .venv; do
+  if [ -e %[3]s/prev-app/$dep ] && [ ! -e $dep ]; then mv %[3]s/prev-app/$dep $dep; fi
+done
+rm -rf %[3]s/prev-app
+echo %[4]d > %[5]s
+`, appDir, srcTar, stateDir, gen, generationFile)
 	if len(s.cfg.GuestCA) > 0 {
 		if _, err := c.WriteFile(ctx, sb.ID, extraCA, bytes.NewReader(s.cfg.GuestCA), int64(len(s.cfg.GuestCA))); err != nil {
 			return store.Snapshot{}, 0, fmt.Errorf("writing the extra CA certificates: %w", err)
 		}
 		script += fmt.Sprintf("cat /etc/ssl/certs/ca-certificates.crt %s > %s\n", extraCA, caBundle)
 	}
-	for _, step := range []struct{ what, cmd string }{{"install", plan.Install}, {"build", plan.Build}} {
-		if step.cmd != "" {
-			script += fmt.Sprintf("echo %s\n%s\n", shellQuote("==> "+step.what+": "+step.cmd), step.cmd)
-		}
+	if plan.Install != "" {
+		script += fmt.Sprintf(`if [ "$(cat %[1]s 2>/dev/null)" = %[2]s ]; then
+  echo '==> install: skipped, the dependencies of the previous release are reused (their inputs are unchanged)'
+else
+  rm -f %[1]s
+  echo %[3]s
+  %[4]s
+fi
+echo %[2]s > %[1]s
+`, depsKeyFile, depsKey, shellQuote("==> install: "+plan.Install), plan.Install)
+	}
+	if plan.Build != "" {
+		script += fmt.Sprintf("echo %s\n%s\n", shellQuote("==> build: "+plan.Build), plan.Build)
 	}
 	t := time.Now()
 	if err := s.stream(ctx, c, sb.ID, script, env, lb); err != nil {
@@ -230,6 +256,95 @@ func (s *Service) build(ctx context.Context, a store.App, d store.Deployment, pl
 	}
 	lb.Printf("==> release %s saved in %.1f s\n", snap.ID, time.Since(t).Seconds())
 	return snap, pid, nil
+}
+
+// buildSandbox is the sandbox d builds in and its generation (builds in a row on a previous
+// release, this one included): a restore of the release serving d's route (its preview's, else
+// the app's) with its app stopped, so that its installed dependencies can be reused; without one,
+// when it cannot be used or after MaxWarmBuilds of them, a new sandbox of the base template (0).
+func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deployment, lb *logBuf) (store.Sandbox, *agentclient.Client, int, error) {
+	recorded, agentName, host, err := s.cfg.Templates.Resolve(ctx, a.TeamID, s.cfg.BaseTemplate)
+	if err != nil {
+		return store.Sandbox{}, nil, 0, err
+	}
+	md := map[string]string{"pandastack.app": a.Name, "pandastack.app_role": "build", "pandastack.deployment": d.ID}
+	ttl := int64(BuildTimeout/time.Second) + 600
+	if prev, snap, ok := s.previousRelease(ctx, a, d, recorded, agentName); ok {
+		t := time.Now()
+		sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
+			Snapshot: &snap, Metadata: md, TTLSeconds: ttl})
+		gen := 0
+		if err == nil {
+			var c *agentclient.Client
+			if c, err = s.cfg.Sandboxes.Target(ctx, sb); err == nil {
+				_, err = c.KillProcess(ctx, sb.ID, int(prev.Pid)) // its tree, waited for: the port is free
+			}
+			if err == nil {
+				gen = readGeneration(ctx, c, sb.ID) + 1
+			}
+			if err == nil && gen <= MaxWarmBuilds {
+				lb.Printf("==> build sandbox from the release of %s (%.1f s; its dependencies are reused when unchanged)\n", prev.ID, time.Since(t).Seconds())
+				return sb, c, gen, nil
+			}
+			s.stopInstance(sb.ID, "app build cache unusable", 0)
+		}
+		if err != nil {
+			lb.Printf("==> the release of %s cannot be built on (%v); a new build sandbox\n", prev.ID, err)
+		} else {
+			lb.Printf("==> %d builds in a row on previous releases: this one starts afresh\n", MaxWarmBuilds)
+		}
+	}
+	lb.Printf("==> build sandbox from %s\n", s.cfg.BaseTemplate)
+	sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: recorded, AgentTemplate: agentName, TemplateHost: host,
+		Metadata: md, TTLSeconds: ttl})
+	if err != nil {
+		return store.Sandbox{}, nil, 0, err
+	}
+	c, err := s.cfg.Sandboxes.Target(ctx, sb)
+	if err != nil {
+		s.stopInstance(sb.ID, "app build failed", 0)
+		return store.Sandbox{}, nil, 0, err
+	}
+	return sb, c, 0, nil
+}
+
+// readGeneration is the generation a release was built in (generationFile; 0 when unreadable).
+func readGeneration(ctx context.Context, c *agentclient.Client, sbID string) int {
+	res, err := c.ReadFile(ctx, sbID, generationFile)
+	if err != nil {
+		return 0
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 64))
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// previousRelease is the deployment serving d's route (its preview's, else the app's) and its
+// release snapshot, when it has one of the base template and its app's pid.
+func (s *Service) previousRelease(ctx context.Context, a store.App, d store.Deployment, templates ...string) (store.Deployment, store.Snapshot, bool) {
+	cur, err := s.cfg.Store.GetTeamApp(ctx, a.TeamID, a.ID)
+	if err != nil {
+		return store.Deployment{}, store.Snapshot{}, false
+	}
+	id := cur.LiveDeploymentID
+	if slug := PreviewSlug(cur, d.Branch); slug != "" {
+		if p, err := s.cfg.Store.GetPreview(ctx, a.ID, slug); err == nil && p != "" {
+			id = p
+		}
+	}
+	if id == "" {
+		return store.Deployment{}, store.Snapshot{}, false
+	}
+	prev, err := s.cfg.Store.GetDeployment(ctx, a.ID, id)
+	if err != nil || prev.SnapshotID == "" || prev.Pid <= 0 {
+		return prev, store.Snapshot{}, false
+	}
+	snap, err := s.cfg.Store.GetSnapshot(ctx, prev.SnapshotID)
+	if err != nil || snap.Deleted || !slices.Contains(templates, snap.Template) {
+		return prev, snap, false
+	}
+	return prev, snap, true
 }
 
 // stream runs script in the sandbox, its output (stdout and stderr) appended to lb as it comes.
@@ -360,29 +475,40 @@ func copyOutput(w io.Writer, body io.Reader, flush func()) error {
 // release makes d's release serve app a: an instance restored from it and healthy, the route
 // switched to it, the old instance drained and stopped. On an error the old one keeps serving.
 func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment, lb *logBuf) error {
-	lb.Printf("==> restoring an instance of the release\n")
+	n := InstanceCount(a)
+	lb.Printf("==> restoring %d instance(s) of the release\n", n)
 	t := time.Now()
-	sb, err := s.restore(ctx, a, *d, "instance", lb)
+	sbs, err := s.restoreInstances(ctx, a, *d, n, lb)
 	if err != nil {
 		return err
+	}
+	sb := sbs[0]
+	ids := make([]string, n)
+	for i, sb := range sbs {
+		ids[i] = sb.ID
+	}
+	stopNew := func(reason string) {
+		for _, id := range ids {
+			s.stopInstance(id, reason, 0)
+		}
 	}
 	if cur, err := s.cfg.Store.GetDeployment(ctx, a.ID, d.ID); err == nil && cur.SandboxID != "" {
 		// A rollback: the instance of the deployment's own URL gives way to the live one.
 		s.stopInstance(cur.SandboxID, "app deployment live again", time.Duration(a.DrainTimeoutSeconds)*time.Second)
 	}
 	d.SandboxID = sb.ID
-	lb.Printf("==> instance %s healthy in %.1f s; switching\n", sb.ID, time.Since(t).Seconds())
+	lb.Printf("==> instance(s) %s healthy in %.1f s; switching\n", strings.Join(ids, ", "), time.Since(t).Seconds())
 	*d = s.save(*d, lb, false)
 	cur, err := s.cfg.Store.GetTeamApp(ctx, a.TeamID, a.ID)
 	if err != nil {
-		s.stopInstance(sb.ID, "app deleted", 0)
+		stopNew("app deleted")
 		return err
 	}
 	slug := PreviewSlug(cur, d.Branch)
 	curID := cur.LiveDeploymentID
 	if slug != "" {
 		if curID, err = s.cfg.Store.GetPreview(ctx, a.ID, slug); err != nil {
-			s.stopInstance(sb.ID, "app switch failed", 0)
+			stopNew("app switch failed")
 			return err
 		}
 	}
@@ -390,6 +516,7 @@ func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment,
 	if curID != "" {
 		old, _ = s.cfg.Store.GetDeployment(ctx, a.ID, curID)
 	}
+	s.setInstances(d.ID, ids) // before the switch: the router's first request finds them all
 	s.route.Lock()
 	ok, err := s.cfg.Store.SetLiveDeployment(ctx, a.ID, curID, d.ID)
 	if slug != "" {
@@ -400,7 +527,7 @@ func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment,
 		err = errdefs.Conflictf("the app's route changed meanwhile")
 	}
 	if err != nil {
-		s.stopInstance(sb.ID, "app switch failed", 0)
+		stopNew("app switch failed")
 		d.SandboxID = ""
 		return err
 	}
@@ -408,9 +535,9 @@ func (s *Service) release(ctx context.Context, a store.App, d *store.Deployment,
 	lb.Printf("==> live at %s\n", s.routeURL(a, slug))
 	*d = s.save(*d, lb, true)
 	lb.close()
-	s.log.Info("app deployment live", "app", a.ID, "deployment", d.ID, "instance", sb.ID)
+	s.log.Info("app deployment live", "app", a.ID, "deployment", d.ID, "instances", ids)
 	if old.ID != "" && old.SandboxID != "" {
-		s.stopInstance(old.SandboxID, "app deployment superseded", time.Duration(a.DrainTimeoutSeconds)*time.Second)
+		s.stopInstances(ctx, old, "app deployment superseded", time.Duration(a.DrainTimeoutSeconds)*time.Second)
 		if full, err := s.cfg.Store.GetDeployment(ctx, a.ID, old.ID); err == nil {
 			full.SandboxID, full.State = "", Superseded
 			s.cfg.Store.UpdateDeployment(context.WithoutCancel(ctx), full, false)
@@ -593,8 +720,8 @@ func (s *Service) routeTarget(ctx context.Context, appName, slug string) (sb sto
 	if err != nil {
 		return sb, 0, nil, err
 	}
-	if sb, err = s.cfg.Store.GetSandbox(ctx, d.SandboxID); err != nil {
-		return sb, 0, nil, errdefs.New(errdefs.Unavailable, "app %s has no running instance", a.Name)
+	if sb, err = s.pick(ctx, a, d); err != nil {
+		return sb, 0, nil, err
 	}
 	sb, port, done = s.serve(sb, d)
 	return sb, port, done, nil
@@ -625,7 +752,7 @@ func (s *Service) deploymentTarget(ctx context.Context, a store.App, d store.Dep
 		s.route.RLock()
 		defer s.route.RUnlock()
 		if d, err := s.cfg.Store.GetDeployment(ctx, a.ID, d.ID); err == nil && d.State == Live {
-			if sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID); err == nil {
+			if sb, err := s.pick(ctx, a, d); err == nil {
 				sb, port, done := s.serve(sb, d)
 				return sb, port, done, nil
 			}
@@ -716,9 +843,9 @@ func (s *Service) Logs(ctx context.Context, teamID, id string, follow bool, w io
 	return copyOutput(&redactor{w: w, secrets: secretValues(secrets)}, body, flush)
 }
 
-// Maintain renews live instances' TTLs and hibernates those idle past their app's
-// suspend_after_seconds unless its min_instances keeps one running (a request to a hibernated
-// one wakes it: its host does). It goes through
+// Maintain renews live instances' TTLs, replaces those of an app with min_instances > 1 that
+// are gone (replenish), and hibernates those idle past their app's suspend_after_seconds unless
+// its min_instances keeps them running (a request to a hibernated one wakes it: its host does). It goes through
 // every instance and returns what failed.
 func (s *Service) Maintain(ctx context.Context) error {
 	deps, err := s.cfg.Store.ListInstanceDeployments(ctx)
@@ -726,46 +853,73 @@ func (s *Service) Maintain(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	listed := map[string]bool{}
 	for _, d := range deps {
-		sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
-		if err != nil || sandboxes.Usable(sb) != nil {
-			continue
-		}
-		if time.Until(sb.ExpiresAt) < InstanceTTL*time.Second/2 {
-			if _, err := s.cfg.Sandboxes.SetTTL(ctx, sb, InstanceTTL); err != nil {
-				errs = append(errs, fmt.Errorf("renewing the ttl of %s: %w", sb.ID, err))
-			}
-		}
+		listed[d.ID] = true
 		a, err := s.cfg.Store.GetTeamApp(ctx, d.TeamID, d.AppID)
 		if err != nil {
 			continue
 		}
 		idle := time.Duration(a.SuspendAfterSeconds) * time.Second
+		ids := []string{d.SandboxID}
 		if d.State == Superseded {
 			idle = min(idle, URLIdle) // an old release's own URL: always scaled to zero
 			if idle == 0 {
 				idle = URLIdle
 			}
-		} else if a.SuspendAfterSeconds == 0 || a.MinInstances > 0 {
-			continue // no scale to zero
+		} else {
+			s.replenish(ctx, a, d)
+			ids = s.instances(ctx, d, false).ids
+			if a.SuspendAfterSeconds == 0 || a.MinInstances > 0 {
+				idle = 0 // no scale to zero
+			}
 		}
-		if sb = s.cfg.Sandboxes.Current(ctx, sb); sb.State != store.StateRunning {
-			continue
-		}
-		s.mu.Lock()
-		last, seen := s.lastSeen[sb.ID]
-		busy := s.inflight[sb.ID] > 0
-		if !seen {
-			s.lastSeen[sb.ID], last = time.Now(), time.Now()
-		}
-		s.mu.Unlock()
-		if !busy && time.Since(last) > idle {
-			if _, err := s.cfg.Sandboxes.Hibernate(ctx, sb); err != nil {
-				errs = append(errs, fmt.Errorf("hibernating the idle instance %s: %w", sb.ID, err))
+		for _, id := range ids {
+			if err := s.maintain(ctx, id, idle); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
+	s.mu.Lock()
+	for id, set := range s.sets {
+		if !listed[id] && time.Since(set.at) > time.Minute {
+			delete(s.sets, id) // no longer serving (another replica switched away from it)
+		}
+	}
+	s.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// maintain renews instance id's TTL and hibernates it when it had no request for idle (0: never).
+func (s *Service) maintain(ctx context.Context, id string, idle time.Duration) error {
+	sb, err := s.cfg.Store.GetSandbox(ctx, id)
+	if err != nil || sandboxes.Usable(sb) != nil {
+		return nil
+	}
+	if time.Until(sb.ExpiresAt) < InstanceTTL*time.Second/2 {
+		if _, err := s.cfg.Sandboxes.SetTTL(ctx, sb, InstanceTTL); err != nil {
+			return fmt.Errorf("renewing the ttl of %s: %w", sb.ID, err)
+		}
+	}
+	if idle == 0 {
+		return nil
+	}
+	if sb = s.cfg.Sandboxes.Current(ctx, sb); sb.State != store.StateRunning {
+		return nil
+	}
+	s.mu.Lock()
+	last, seen := s.lastSeen[sb.ID]
+	busy := s.inflight[sb.ID] > 0
+	if !seen {
+		s.lastSeen[sb.ID], last = time.Now(), time.Now()
+	}
+	s.mu.Unlock()
+	if !busy && time.Since(last) > idle {
+		if _, err := s.cfg.Sandboxes.Hibernate(ctx, sb); err != nil {
+			return fmt.Errorf("hibernating the idle instance %s: %w", sb.ID, err)
+		}
+	}
+	return nil
 }
 
 // Run records failed the deployments a stopped server left unfinished (Recover), then calls
@@ -851,6 +1005,6 @@ func (s *Service) DeletePreview(ctx context.Context, teamID, id, branch string) 
 	if err != nil {
 		return err
 	}
-	s.stopInstance(d.SandboxID, "app preview deleted", time.Duration(a.DrainTimeoutSeconds)*time.Second)
+	s.stopInstances(ctx, d, "app preview deleted", time.Duration(a.DrainTimeoutSeconds)*time.Second)
 	return nil
 }

@@ -122,10 +122,18 @@ func (l *limited) Write(p []byte) (int, error) {
 }
 
 func git(ctx context.Context, dir string, args ...string) (string, error) {
+	return gitEnv(ctx, nil, dir, args...)
+}
+
+// gitEnv is git with env added to the server's environment.
+func gitEnv(ctx context.Context, env []string, dir string, args ...string) (string, error) {
 	if dir != "" {
 		args = append([]string{"-C", dir}, args...)
 	}
 	cmd := exec.CommandContext(ctx, "git", args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -27,6 +30,9 @@ import (
 // MaxWebhookBytes bounds a webhook's body (GitHub caps payloads at 25 MB).
 const MaxWebhookBytes = 25 << 20
 
+// MaxTokenBytes bounds a repository token (GitHub's are well under).
+const MaxTokenBytes = 1024
+
 // CloneTimeout bounds the clone of a pushed commit.
 const CloneTimeout = 5 * time.Minute
 
@@ -35,13 +41,21 @@ var repoPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,10
 // ConnectGitHub connects the team's app to GitHub repository repo ("owner/name"), its pushes to
 // branch (empty: the app's) deploying it, and returns the app and the webhook's new secret (shown
 // once; connecting again makes a new one).
-func (s *Service) ConnectGitHub(ctx context.Context, teamID, id, repo, branch string) (store.App, string, error) {
+//
+// token, when set, is a credential that reads a private repository (a GitHub personal access or
+// installation token): sealed with the webhook secret, never answered, sent only to clone a
+// pushed commit — as HTTP basic auth (user x-access-token), over https (or http to a loopback
+// address), without following redirects, through git's environment (never its arguments).
+func (s *Service) ConnectGitHub(ctx context.Context, teamID, id, repo, branch, token string) (store.App, string, error) {
 	a, err := s.Get(ctx, teamID, id)
 	if err != nil {
 		return a, "", err
 	}
 	if !repoPattern.MatchString(repo) {
 		return a, "", errdefs.Invalidf("repo must be owner/name, as on GitHub")
+	}
+	if len(token) > MaxTokenBytes || strings.IndexFunc(token, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return a, "", errdefs.Invalidf("token is at most %d bytes of printable characters, without spaces", MaxTokenBytes)
 	}
 	if branch != "" {
 		if !branchPattern.MatchString(branch) || strings.Contains(branch, "..") {
@@ -53,7 +67,11 @@ func (s *Service) ConnectGitHub(ctx context.Context, teamID, id, repo, branch st
 	if err != nil {
 		return a, "", err
 	}
-	if a.GitHubSecret, err = sealed.Seal(s.cfg.SecretsKey, map[string]string{"secret": secret}); err != nil {
+	sec := map[string]string{"secret": secret}
+	if token != "" {
+		sec["token"] = token
+	}
+	if a.GitHubSecret, err = sealed.Seal(s.cfg.SecretsKey, sec); err != nil {
 		return a, "", err
 	}
 	a.GitHubRepo = repo
@@ -127,15 +145,15 @@ func (s *Service) Webhook(ctx context.Context, id, event, delivery, signature st
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if _, err := s.deployPushed(a, ev); err != nil {
+		if _, err := s.deployPushed(a, ev, sec["token"]); err != nil {
 			s.log.Warn("apps: a GitHub push did not deploy", "app", a.ID, "commit", ev.After, "err", err)
 		}
 	}()
 	return "deploying " + ev.After, nil
 }
 
-// deployPushed clones the pushed branch and deploys its commit.
-func (s *Service) deployPushed(a store.App, ev pushEvent) (store.Deployment, error) {
+// deployPushed clones the pushed branch (with token, when set) and deploys its commit.
+func (s *Service) deployPushed(a store.App, ev pushEvent, token string) (store.Deployment, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, CloneTimeout)
 	defer cancel()
 	branch := strings.TrimPrefix(ev.Ref, "refs/heads/")
@@ -144,7 +162,11 @@ func (s *Service) deployPushed(a store.App, ev pushEvent) (store.Deployment, err
 		return store.Deployment{}, err
 	}
 	defer os.RemoveAll(dir)
-	if _, err := git(ctx, "", "-c", "protocol.allow=never", "-c", "protocol.http.allow=always", "-c", "protocol.https.allow=always",
+	env, err := cloneCredentials(ev.Repository.CloneURL, token)
+	if err != nil {
+		return store.Deployment{}, err
+	}
+	if _, err := gitEnv(ctx, env, "", "-c", "protocol.allow=never", "-c", "protocol.http.allow=always", "-c", "protocol.https.allow=always",
 		"clone", "--quiet", "--bare", "--single-branch", "--branch", branch, "--", ev.Repository.CloneURL, dir); err != nil {
 		return store.Deployment{}, err
 	}
@@ -153,4 +175,24 @@ func (s *Service) deployPushed(a store.App, ev pushEvent) (store.Deployment, err
 		return store.Deployment{}, err
 	}
 	return s.Deploy(ctx, a.TeamID, a.ID, archive, Source{Kind: "git", Commit: ev.After, Branch: branch})
+}
+
+// cloneCredentials is git's environment that sends token to cloneURL (none without a token):
+// an Authorization header from its configuration in the environment, never on the command line
+// (process lists) nor in the URL (error messages); redirects are not followed, so the header
+// goes to that host only, and only over https or to a loopback address.
+func cloneCredentials(cloneURL, token string) ([]string, error) {
+	if token == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(cloneURL)
+	if err != nil {
+		return nil, errdefs.Invalidf("the push's clone_url is not a URL")
+	}
+	if ip := net.ParseIP(u.Hostname()); u.Scheme != "https" && (ip == nil || !ip.IsLoopback()) && u.Hostname() != "localhost" {
+		return nil, errdefs.Invalidf("the repository's token is only sent over https (the push's clone_url is %s)", u.Redacted())
+	}
+	basic := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + token))
+	return []string{"GIT_CONFIG_COUNT=2", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Basic " + basic,
+		"GIT_CONFIG_KEY_1=http.followRedirects", "GIT_CONFIG_VALUE_1=false", "GIT_TERMINAL_PROMPT=0"}, nil
 }

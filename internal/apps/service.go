@@ -56,6 +56,8 @@ const (
 	BuildTimeout = 30 * time.Minute
 	// MaxLogBytes bounds the build logs a deployment keeps (the tail).
 	MaxLogBytes = 1 << 20
+	// MaxInstances bounds min_instances: how many instances of a release serve an app.
+	MaxInstances = 10
 	// InstanceTTL is how long an instance lives without a renewal; the service renews it.
 	InstanceTTL = 86400
 )
@@ -101,6 +103,7 @@ type Service struct {
 	lastSeen map[string]time.Time // last request per instance sandbox (scale to zero)
 	logs     map[string]*logBuf   // build logs of deployments building on this replica
 	deploys  map[string]*sync.Mutex
+	sets     map[string]*instanceSet // a live deployment's instances, by deployment (router cache)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -120,7 +123,7 @@ func New(cfg Config) *Service {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, inflight: map[string]int{}, lastSeen: map[string]time.Time{},
-		logs: map[string]*logBuf{}, deploys: map[string]*sync.Mutex{}, ctx: ctx, cancel: cancel, started: cfg.Store.Clock(ctx)}
+		logs: map[string]*logBuf{}, deploys: map[string]*sync.Mutex{}, sets: map[string]*instanceSet{}, ctx: ctx, cancel: cancel, started: cfg.Store.Clock(ctx)}
 }
 
 // Close cancels builds in flight and waits for them.
@@ -225,8 +228,8 @@ func (s *Service) apply(ctx context.Context, a *store.App, sp v1.AppSpec) error 
 		}{"suspend_after_seconds", *sp.SuspendAfterSeconds, &a.SuspendAfterSeconds, 0, 86400})
 	}
 	if sp.MinInstances != nil {
-		if *sp.MinInstances < 0 || *sp.MinInstances > 1 {
-			return errdefs.Invalidf("min_instances must be 0 or 1 (one instance per app for now; 1 keeps it running: no scale to zero)")
+		if *sp.MinInstances < 0 || *sp.MinInstances > MaxInstances {
+			return errdefs.Invalidf("min_instances must be 0-%d (0: one instance that scales to zero; n: n instances kept running, requests balanced across them)", MaxInstances)
 		}
 		a.MinInstances = *sp.MinInstances
 	}
@@ -366,7 +369,7 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 		return err
 	}
 	for _, d := range deps {
-		s.stopInstance(d.SandboxID, "app deleted", 0)
+		s.stopInstances(ctx, d, "app deleted", 0)
 		if d.SnapshotID != "" {
 			s.dropSnapshot(ctx, teamID, d.SnapshotID)
 		}

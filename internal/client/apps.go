@@ -96,8 +96,8 @@ func (c *Client) copyText(ctx context.Context, path string, follow bool, w io.Wr
 
 // ConnectGitHub connects an app to a GitHub repository ("owner/name"; branch "" keeps the app's)
 // and returns the webhook to add there, with its secret (shown once).
-func (c *Client) ConnectGitHub(ctx context.Context, id, repo, branch string) (v1.GitHubHook, error) {
-	return send[v1.GitHubHook](ctx, c, "POST", objPath("/v1/apps", id)+"/github", nil, v1.GitHubConnectRequest{Repo: repo, Branch: branch})
+func (c *Client) ConnectGitHub(ctx context.Context, id, repo, branch, token string) (v1.GitHubHook, error) {
+	return send[v1.GitHubHook](ctx, c, "POST", objPath("/v1/apps", id)+"/github", nil, v1.GitHubConnectRequest{Repo: repo, Branch: branch, Token: token})
 }
 
 // AppPreviews lists an app's branch previews.

@@ -221,7 +221,7 @@ func detectPython(files Files, p *v1.AppPlan) {
 	py := "python3"
 	switch {
 	case has(files, "requirements.txt"):
-		p.Install = "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt"
+		p.Install = pythonRequirements
 		py = ".venv/bin/python"
 	case has(files, "pyproject.toml"):
 		p.Install = "python3 -m venv .venv && .venv/bin/pip install ."

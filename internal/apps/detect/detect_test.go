@@ -95,3 +95,76 @@ func TestUnknownSaysWhatToSet(t *testing.T) {
 		t.Fatalf("plan %+v", p)
 	}
 }
+
+// TestDepsKey: the key changes with what the install reads (and only that, for the installs
+// detect writes); an install that reads the whole tree keys on the whole tree.
+func TestDepsKey(t *testing.T) {
+	base := Files{"package.json": []byte(`{"dependencies": {"left-pad": "1"}}`), "package-lock.json": []byte("{}"), "server.js": []byte("v1")}
+	with := func(name, data string) Files {
+		f := Files{}
+		for k, v := range base {
+			f[k] = v
+		}
+		f[name] = []byte(data)
+		return f
+	}
+	key := DepsKey(base, "npm ci", nil)
+	same := []struct {
+		what  string
+		files Files
+	}{{"a source change", with("server.js", "v2")}, {"a new source file", with("lib.js", "x")}}
+	for _, c := range same {
+		if DepsKey(c.files, "npm ci", nil) != key {
+			t.Errorf("%s changed the key of npm ci", c.what)
+		}
+	}
+	differ := []struct {
+		what     string
+		files    Files
+		install  string
+		env      map[string]string
+		reusable bool
+	}{
+		{"the lockfile", with("package-lock.json", `{"lockfileVersion": 3}`), "npm ci", nil, true},
+		{"package.json", with("package.json", `{"dependencies": {"left-pad": "2"}}`), "npm ci", nil, true},
+		{".npmrc", with(".npmrc", "registry=https://registry.example.invalid/"), "npm ci", nil, true},
+		{"the install command", base, "npm install", nil, true},
+		{"an env value", base, "npm ci", map[string]string{"NODE_ENV": "production"}, true},
+		// Keyed on every file: a source change changes it.
+		{"a custom install", with("server.js", "v2"), "make deps", nil, false},
+		{"a workspace dependency", with("package.json", `{"dependencies": {"lib": "workspace:*"}}`), "npm ci", nil, false},
+		{"a file: dependency outside", with("package.json", `{"dependencies": {"lib": "file:../lib"}}`), "npm ci", nil, false},
+	}
+	for _, c := range differ {
+		k := DepsKey(c.files, c.install, c.env)
+		if k == key {
+			t.Errorf("%s did not change the key", c.what)
+		}
+		c.files["server.js"] = []byte("v3")
+		if again := DepsKey(c.files, c.install, c.env); (again == k) != c.reusable {
+			t.Errorf("%s: a source change kept the key: %v, want %v", c.what, again == k, c.reusable)
+		}
+	}
+	// A file: dependency inside the tree: its files are in the key, the others not.
+	local := with("package.json", `{"dependencies": {"greet": "file:vendor/greet"}}`)
+	local["vendor/greet/index.js"] = []byte("v1")
+	localKey := DepsKey(local, "npm ci", nil)
+	if local["server.js"] = []byte("v9"); DepsKey(local, "npm ci", nil) != localKey {
+		t.Error("a source change outside the file: dependency changed the key")
+	}
+	if local["vendor/greet/index.js"] = []byte("v2"); DepsKey(local, "npm ci", nil) == localKey {
+		t.Error("a change of the file: dependency kept the key")
+	}
+	py := Files{"requirements.txt": []byte("flask==3.0\n"), "app.py": []byte("v1")}
+	pyKey := DepsKey(py, pythonRequirements, nil)
+	py["app.py"] = []byte("v2")
+	if DepsKey(py, pythonRequirements, nil) != pyKey {
+		t.Error("a source change changed the key of pip install -r requirements.txt")
+	}
+	py["requirements.txt"] = []byte("-e ./mylib\n")
+	pyLocal := DepsKey(py, pythonRequirements, nil)
+	py["app.py"] = []byte("v3")
+	if DepsKey(py, pythonRequirements, nil) == pyLocal {
+		t.Error("requirements naming a local path: a source change kept the key")
+	}
+}

@@ -120,6 +120,9 @@ type RollbackRequest struct {
 type GitHubConnectRequest struct {
 	Repo   string `json:"repo"`
 	Branch string `json:"branch,omitempty"`
+	// Token reads a private repository (a GitHub personal access or installation token with
+	// read access to its contents): sealed, never answered, sent only to clone pushed commits.
+	Token string `json:"token,omitempty"`
 }
 
 // GitHubHook answers POST /v1/apps/{id}/github: the webhook to add to the repository (content
@@ -130,6 +133,8 @@ type GitHubHook struct {
 	Branch     string `json:"branch"`
 	WebhookURL string `json:"webhook_url"`
 	Secret     string `json:"secret"`
+	// Private: a token was given; pushes are cloned with it.
+	Private bool `json:"private,omitempty"`
 }
 
 // WebhookResult answers a webhook delivery: what was done with it.

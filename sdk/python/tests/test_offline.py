@@ -1196,8 +1196,8 @@ class AppsOffline(OfflineCase):
         self.assertEqual((s.requests[6].method, s.path(6)), ("DELETE", "/v1/apps/web"))
         self.client.apps.deploy("web", b"\x1f\x8b", branch="feature/x")
         self.assertEqual(s.path(7), "/v1/apps/web/deployments?branch=feature%2Fx")
-        self.assertEqual(self.client.apps.connect_github("web", "acme/web")["secret"], "whsec_x")
-        self.assertEqual((s.path(8), s.requests[8].json()), ("/v1/apps/web/github", {"repo": "acme/web"}))
+        self.assertEqual(self.client.apps.connect_github("web", "acme/web", token="ghp_x")["secret"], "whsec_x")
+        self.assertEqual((s.path(8), s.requests[8].json()), ("/v1/apps/web/github", {"repo": "acme/web", "token": "ghp_x"}))
 
     def test_variables_and_previews(self) -> None:
         prev = {"slug": "feature-x", "branch": "feature/x", "deployment_id": "dep_2"}

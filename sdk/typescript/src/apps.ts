@@ -77,6 +77,8 @@ export interface GitHubHook {
   webhook_url: string;
   /** Shown once; connecting again makes a new one. */
   secret: string;
+  /** A token was given: pushes are cloned with it. */
+  private?: boolean;
 }
 
 /** One deploy of an app. */
@@ -155,9 +157,15 @@ export class Apps {
     });
   }
 
-  /** Connect the app to GitHub repository `repo` ("owner/name"): the webhook URL and secret (shown once) to add there. */
-  async connectGitHub(app: string, repo: string, opts: { branch?: string } = {}): Promise<GitHubHook> {
-    return this.client.http.json<GitHubHook>("POST", `/v1/apps/${seg(app)}/github`, { json: opts.branch ? { repo, branch: opts.branch } : { repo } });
+  /**
+   * Connect the app to GitHub repository `repo` ("owner/name"): the webhook URL and secret (shown once) to add there.
+   * `token` reads a private repository (sealed on the server, never answered).
+   */
+  async connectGitHub(app: string, repo: string, opts: { branch?: string; token?: string } = {}): Promise<GitHubHook> {
+    const body: Record<string, string> = { repo };
+    if (opts.branch) body.branch = opts.branch;
+    if (opts.token) body.token = opts.token;
+    return this.client.http.json<GitHubHook>("POST", `/v1/apps/${seg(app)}/github`, { json: body });
   }
 
   async deployments(app: string, opts: { limit?: number } = {}): Promise<Deployment[]> {

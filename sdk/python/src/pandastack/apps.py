@@ -126,12 +126,16 @@ class Apps:
         return self._http.request("POST", _app(app, "/deployments"), data=source, params={"branch": branch},
                                   headers={"Content-Type": "application/gzip"}).json() or {}
 
-    def connect_github(self, app: str, repo: str, branch: Optional[str] = None) -> Dict[str, Any]:
+    def connect_github(self, app: str, repo: str, branch: Optional[str] = None,
+                       token: Optional[str] = None) -> Dict[str, Any]:
         """Connect the app to GitHub repository ``repo`` ("owner/name"): returns ``{webhook_url,
-        secret, ...}`` to add as the repository's webhook (the secret is shown once)."""
+        secret, ...}`` to add as the repository's webhook (the secret is shown once). ``token``
+        reads a private repository (sealed on the server, never answered)."""
         body: Dict[str, Any] = {"repo": repo}
         if branch:
             body["branch"] = branch
+        if token:
+            body["token"] = token
         return self._http.request("POST", _app(app, "/github"), json_body=body).json() or {}
 
     def deployments(self, app: str, limit: Optional[int] = None) -> List[Dict[str, Any]]:

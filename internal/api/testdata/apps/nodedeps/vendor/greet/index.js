@@ -1,0 +1,1 @@
+module.exports = (who) => `hello from greet to ${who}`;
