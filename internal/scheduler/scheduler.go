@@ -121,9 +121,7 @@ type Scheduler struct {
 
 	reconciler *store.Lock // held by the one replica that runs ReconcileAll
 
-	hostsMu  sync.Mutex   // guards the host list cache; held while it is refreshed (one read at a time)
-	hostList []store.Host // the store's hosts as last read (and patched since); never mutated in place
-	hostAt   time.Time    // when hostList was read (wall clock)
+	hc hostCache // what placement reads (lock order: hc.mu before mu)
 }
 
 type reservation struct {
@@ -359,120 +357,89 @@ func (s *Scheduler) TemplateMemMiB(ctx context.Context, template string) int64 {
 }
 
 // Place returns the hosts that can take a sandbox of template, best first: hosts that have it
-// baked, then by most free memory, then fewest sandboxes. None fitting is an errdefs.Capacity.
+// baked, then by most free memory, then fewest sandboxes. When more than placeSample hosts fit it
+// ranks a random sample of them (the baked ones first), found by probing the template's hosts at
+// random: its cost does not grow with the fleet. None fitting is an errdefs.Capacity.
 func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, error) {
-	hosts, err := s.hosts(ctx)
-	if err != nil {
+	if err := s.refreshHosts(ctx); err != nil {
 		return nil, err
 	}
 	need := s.TemplateMemMiB(ctx, template)
 	vcpus := s.templateVCPUs(ctx, template)
+	heard := s.heardSince()
+	c := &s.hc
+	c.mu.RLock()
+	s.mu.Lock()
+	fit := func(h *store.Host) (hostRank, bool) {
+		if !placeable(h, heard) || s.limits[h.ID].checkSize("", vcpus, need) != nil {
+			return hostRank{}, false
+		}
+		p := s.pending[h.ID]
+		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
+			return hostRank{}, false
+		}
+		free, known := s.roomLocked(*h, p)
+		if known && free < need {
+			return hostRank{}, false
+		}
+		return hostRank{*h, slices.Contains(h.Baked, template), free, h.SlotsUsed + p.slots}, true
+	}
 	var cands []hostRank
+	sampled := false
+	if th := c.byTmpl[template]; th != nil {
+		cands, sampled = c.pick(th.baked, placeSample, fit)
+		rest, more := c.pick(th.plain, placeSample-len(cands), fit)
+		cands, sampled = append(cands, rest...), sampled || more
+	}
+	var err error
+	if len(cands) == 0 {
+		err = s.noRoomLocked(template, vcpus, need, heard)
+	}
+	s.mu.Unlock()
+	c.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	if sampled { // ties in random order, so concurrent creates do not all pick the same host
+		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	}
+	return rankHosts(cands, need, !sampled), nil
+}
+
+// placeable says whether placement may pick h at all: up, not draining, heard from since heard.
+func placeable(h *store.Host, heard time.Time) bool {
+	return h.State == store.HostUp && !h.Draining && !h.LastHeartbeat.Before(heard)
+}
+
+// noRoomLocked says why no host can take a sandbox of template (s.hc.mu and s.mu held): a
+// template larger than every host that has it allows (errdefs.Invalid), else an
+// errdefs.Capacity. It reads every host: only a placement that failed calls it.
+func (s *Scheduler) noRoomLocked(template string, vcpus, need int64, heard time.Time) error {
 	up, knows, tooBig := 0, 0, 0
 	var sizeErr error
-	heard := s.heardSince()
-	s.mu.Lock()
-	for _, h := range hosts {
-		if h.State != store.HostUp || h.Draining || h.LastHeartbeat.Before(heard) {
+	for _, h := range s.hc.hosts {
+		if !placeable(h, heard) {
 			continue
 		}
 		up++
-		if !contains(h.Templates, template) {
+		if !slices.Contains(h.Templates, template) {
 			continue
 		}
 		knows++
 		if err := s.limits[h.ID].checkSize("template "+template, vcpus, need); err != nil {
 			tooBig, sizeErr = tooBig+1, err
-			continue
-		}
-		p := s.pending[h.ID]
-		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
-			continue
-		}
-		free, known := s.roomLocked(h, p)
-		if known && free < need {
-			continue
-		}
-		cands = append(cands, hostRank{h, contains(h.Baked, template), free, h.SlotsUsed + p.slots})
-	}
-	s.mu.Unlock()
-	if len(cands) == 0 {
-		switch {
-		case knows > 0 && tooBig == knows:
-			return nil, sizeErr
-		case up == 0:
-			return nil, errdefs.Capacityf("no host is up to run sandboxes")
-		case knows == 0:
-			return nil, errdefs.Capacityf("no host that is up can run template %q", template)
-		default:
-			return nil, errdefs.Capacityf("no host has room for a %q sandbox (%d MiB): all are full", template, need)
 		}
 	}
-	cands, sampled := sample(cands)
-	return rankHosts(cands, need, !sampled), nil
-}
-
-// hosts is the store's host list, read at most every HostCacheTTL (see Config). The slice is
-// shared: callers must not change it.
-func (s *Scheduler) hosts(ctx context.Context) ([]store.Host, error) {
-	if s.cfg.HostCacheTTL <= 0 {
-		return s.cfg.Store.ListHosts(ctx)
+	switch {
+	case knows > 0 && tooBig == knows:
+		return sizeErr
+	case up == 0:
+		return errdefs.Capacityf("no host is up to run sandboxes")
+	case knows == 0:
+		return errdefs.Capacityf("no host that is up can run template %q", template)
+	default:
+		return errdefs.Capacityf("no host has room for a %q sandbox (%d MiB): all are full", template, need)
 	}
-	s.hostsMu.Lock()
-	defer s.hostsMu.Unlock()
-	if s.hostList != nil && time.Since(s.hostAt) < s.cfg.HostCacheTTL {
-		return s.hostList, nil
-	}
-	list, err := s.cfg.Store.ListHosts(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s.hostList, s.hostAt = list, time.Now()
-	return list, nil
-}
-
-// noteHosts puts what this process just wrote of hosts into the cached list (a copy: readers
-// may hold the old one).
-func (s *Scheduler) noteHosts(hs ...store.Host) {
-	s.hostsMu.Lock()
-	defer s.hostsMu.Unlock()
-	if s.hostList == nil {
-		return
-	}
-	list := slices.Clone(s.hostList)
-	for _, h := range hs {
-		i := slices.IndexFunc(list, func(c store.Host) bool { return c.ID == h.ID })
-		switch {
-		case i < 0:
-			list = append(list, h)
-		default:
-			h.RegisteredAt = list[i].RegisteredAt
-			list[i] = h
-		}
-	}
-	s.hostList = list
-}
-
-// sample keeps at most placeSample candidates, at random, the preferred ones (template baked)
-// before the others; sampled reports whether it dropped any (the rest are then in random order).
-func sample(cands []hostRank) (out []hostRank, sampled bool) {
-	if len(cands) <= placeSample {
-		return cands, false
-	}
-	var first, rest []hostRank
-	for _, c := range cands {
-		if c.first {
-			first = append(first, c)
-		} else {
-			rest = append(rest, c)
-		}
-	}
-	pick := func(from []hostRank, n int) []hostRank {
-		rand.Shuffle(len(from), func(i, j int) { from[i], from[j] = from[j], from[i] })
-		return from[:min(n, len(from))]
-	}
-	out = pick(first, placeSample)
-	return append(out, pick(rest, placeSample-len(out))...), true
 }
 
 // heardSince is how recent a host's last heartbeat must be for placement to pick it: within two
@@ -561,22 +528,23 @@ func rankHosts(cands []hostRank, tie int64, byID bool) []store.Host {
 // those with a free slot first (a volume is used by sandboxes placed on its host), then by most
 // free memory, then fewest sandboxes. No host up is an errdefs.Capacity.
 func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
-	hosts, err := s.hosts(ctx)
-	if err != nil {
+	if err := s.refreshHosts(ctx); err != nil {
 		return nil, err
 	}
 	var cands []hostRank
 	heard := s.heardSince()
+	s.hc.mu.RLock()
 	s.mu.Lock()
-	for _, h := range hosts {
-		if h.State != store.HostUp || h.Draining || h.LastHeartbeat.Before(heard) {
+	for _, h := range s.hc.hosts {
+		if !placeable(h, heard) {
 			continue
 		}
 		p := s.pending[h.ID]
-		free, _ := s.roomLocked(h, p)
-		cands = append(cands, hostRank{h, h.SlotsTotal == 0 || h.SlotsTotal-h.SlotsUsed-p.slots > 0, free, h.SlotsUsed + p.slots})
+		free, _ := s.roomLocked(*h, p)
+		cands = append(cands, hostRank{*h, h.SlotsTotal == 0 || h.SlotsTotal-h.SlotsUsed-p.slots > 0, free, h.SlotsUsed + p.slots})
 	}
 	s.mu.Unlock()
+	s.hc.mu.RUnlock()
 	if len(cands) == 0 {
 		return nil, errdefs.Capacityf("no host is up to keep volumes")
 	}

@@ -321,9 +321,9 @@ func TestHostCache(t *testing.T) {
 	if got, _ := s.Place(ctx, "base"); strings.Contains(strings.Join(ids(got), ","), "c") {
 		t.Fatalf("the cache read the store again before its TTL: %v", ids(got))
 	}
-	s.hostsMu.Lock()
-	s.hostAt = time.Time{} // the TTL has passed
-	s.hostsMu.Unlock()
+	s.hc.mu.Lock()
+	s.hc.at = time.Time{} // the TTL has passed
+	s.hc.mu.Unlock()
 	if got, _ := s.Place(ctx, "base"); len(got) != 3 {
 		t.Fatalf("after the TTL: %v", ids(got))
 	}
