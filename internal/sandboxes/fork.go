@@ -37,10 +37,10 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	releaseAll := s.reserveSlots(parent.HostID, count)
+	doneAll := s.reserveSlots(parent.HostID, count)
 	got, err := c.Fork(ctx, parent.ID, count)
+	doneAll(err == nil)
 	if err != nil {
-		releaseAll()
 		s.Touched(ctx, parent, c, err)
 		return nil, err
 	}
@@ -56,7 +56,6 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 				s.log.Error("could not kill a fork child that was not recorded", "sandbox", ch.ID, "host", parent.HostID, "err", kerr)
 			}
 		}
-		releaseAll()
 		return nil, cause
 	}
 	if len(got) != count {
@@ -75,15 +74,16 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	return out, nil
 }
 
-// reserveSlots holds count slots on hostID for a fork's children until the returned release.
-func (s *Service) reserveSlots(hostID string, count int) (release func()) {
-	releases := make([]func(), count)
-	for i := range releases {
-		releases[i] = s.sched.Reserve(hostID, 0)
+// reserveSlots holds count slots on hostID for a fork's children (Scheduler.Reserve); call the
+// returned done once the host answered, with whether the children are there.
+func (s *Service) reserveSlots(hostID string, count int) (done func(placed bool)) {
+	dones := make([]func(bool), count)
+	for i := range dones {
+		dones[i] = s.sched.Reserve(hostID, 0)
 	}
-	return func() {
-		for _, f := range releases {
-			f()
+	return func(placed bool) {
+		for _, f := range dones {
+			f(placed)
 		}
 	}
 }
@@ -133,7 +133,8 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	defer s.reserveSlots(target.ID, count)()
+	placed, done := false, s.reserveSlots(target.ID, count)
+	defer func() { done(placed) }()
 	sn, err := src.CreateSnapshot(ctx, parent.ID)
 	s.Touched(ctx, parent, src, err) // a hibernated parent was woken for its snapshot
 	if err != nil {
@@ -172,6 +173,7 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 		kill()
 		return nil, err
 	}
+	placed = true
 	recs := s.childRecords(parent, target.ID, got)
 	out, err := s.store.CreateSandboxes(ctx, recs)
 	if err != nil {

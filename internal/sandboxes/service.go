@@ -27,7 +27,7 @@ type Scheduler interface {
 	Place(ctx context.Context, template string) ([]store.Host, error)
 	PlaceOn(ctx context.Context, hostID string, n int, memMiB int64) (store.Host, error)
 	PlaceVolume(ctx context.Context) ([]store.Host, error)
-	Reserve(hostID string, memMiB int64) (release func())
+	Reserve(hostID string, memMiB int64) (done func(placed bool))
 	Client(h store.Host) *agentclient.Client
 }
 

@@ -108,7 +108,8 @@ type Scheduler struct {
 	started time.Time
 
 	mu      sync.Mutex
-	pending map[string]reservation // placed since the host's last report
+	pending map[string]reservation // being placed, or placed and not yet counted by a report (Reserve)
+	placed  map[string][]placedRes // of those, the placed ones
 	clients map[string]*agentclient.Client
 	static  []*staticAgent
 	tmplMem map[string]int            // template -> memory_mib, from reports
@@ -152,7 +153,7 @@ func New(cfg Config) *Scheduler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{},
+	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{},
 		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, catalog: map[string]store.Template{},
 		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler")}
 }
@@ -164,13 +165,14 @@ func (s *Scheduler) HeartbeatTimeout() time.Duration { return s.cfg.HeartbeatTim
 // template catalog from it. A host coming back from `down`, or heard from for the first time since
 // this process started (both sides may have restarted), is reconciled before Register returns.
 func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
-	return s.register(ctx, reg, false)
+	return s.register(ctx, reg, false, s.pushedReadAfter())
 }
 
 // register is Register; with later, a host heard from for the first time since this process
 // started is queued for Run's reconcile loop instead (a new replica hears every host's heartbeat
-// within one interval: reconciling them all inside those requests would stall them).
-func (s *Scheduler) register(ctx context.Context, reg Registration, later bool) error {
+// within one interval: reconciling them all inside those requests would stall them). The agent read
+// its report after readAfter: it counts the sandboxes placed before (settleLocked).
+func (s *Scheduler) register(ctx context.Context, reg Registration, later bool, readAfter time.Time) error {
 	if reg.HostID == "" || reg.URL == "" {
 		return fmt.Errorf("registration needs host_id and url")
 	}
@@ -183,7 +185,7 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool) 
 	if err != nil {
 		return err
 	}
-	firstSight := s.noteReport(h, reg)
+	firstSight := s.noteReport(h, reg, readAfter)
 	switch {
 	case prev == "":
 		s.cfg.Logger.Info("host registered", "host", h.ID, "url", h.URL, "slots", h.SlotsTotal, "mem_mib_free", h.MemMiBFree, "templates", h.Templates)
@@ -242,12 +244,12 @@ func (s *Scheduler) noteCatalog(ctx context.Context, reg Registration) error {
 	return nil
 }
 
-// noteReport takes in a report the store has recorded: the host's reservations end (the report
-// counts what was placed before it), its limits and template sizes, the host list cache. It
+// noteReport takes in a report the store has recorded: the host's reservations whose sandboxes
+// it counts end (settleLocked), its limits and template sizes, the host list cache. It
 // reports whether this process had not heard from the host before.
-func (s *Scheduler) noteReport(h store.Host, reg Registration) (firstSight bool) {
+func (s *Scheduler) noteReport(h store.Host, reg Registration, readAfter time.Time) (firstSight bool) {
 	s.mu.Lock()
-	delete(s.pending, h.ID)
+	s.settleLocked(h.ID, readAfter)
 	s.limits[h.ID] = reg.HostLimits
 	for _, t := range reg.Templates {
 		if t.MemoryMiB > 0 {
@@ -283,7 +285,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 			return err
 		}
 		if ok {
-			s.noteReport(h, reg)
+			s.noteReport(h, reg, s.pushedReadAfter())
 			return nil
 		}
 	}
@@ -292,7 +294,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 	} else if err != nil {
 		return err
 	}
-	return s.register(ctx, reg, true)
+	return s.register(ctx, reg, true, s.pushedReadAfter())
 }
 
 // reconcileSoon queues hostID for Run's reconcile loop.
@@ -551,31 +553,73 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 	return rankHosts(cands, DefaultTemplateMemMiB, true), nil
 }
 
-// Reserve counts a sandbox being placed on a host until the host's next report; the returned
-// func undoes it (call it when the create failed).
-func (s *Scheduler) Reserve(hostID string, memMiB int64) (release func()) {
+// reportSettle is how long after a placement ended a host's report is taken to count it: a
+// report received sooner may have been made before the sandbox was there (an agent reads its
+// state, then sends it).
+const reportSettle = time.Second
+
+// Reserve counts a sandbox being placed on a host (slots and memMiB) from now until the host
+// counts it itself. Call done when the host answered: done(false) when nothing was placed (the
+// reservation ends at once), done(true) when the sandbox is there (it ends with the host's first
+// report received reportSettle later or more). Reports received meanwhile, or while the host is
+// still working, do not end it: they may not count the sandbox yet.
+func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)) {
 	s.mu.Lock()
-	r := s.pending[hostID]
-	r.slots++
-	r.mem += memMiB
-	s.pending[hostID] = r
+	s.addPendingLocked(hostID, 1, memMiB)
 	s.mu.Unlock()
 	var once sync.Once
-	return func() {
+	return func(placed bool) {
 		once.Do(func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if r, ok := s.pending[hostID]; ok {
-				r.slots--
-				r.mem -= memMiB
-				if r.slots <= 0 {
-					delete(s.pending, hostID)
-				} else {
-					s.pending[hostID] = r
-				}
+			if placed {
+				s.placed[hostID] = append(s.placed[hostID], placedRes{at: s.cfg.Now(), mem: memMiB})
+				return
 			}
+			s.addPendingLocked(hostID, -1, -memMiB)
 		})
 	}
+}
+
+// placedRes is a reservation whose sandbox is on its host, waiting for a report that counts it.
+type placedRes struct {
+	at  time.Time // when the host answered
+	mem int64
+}
+
+// addPendingLocked adds slots and mem to a host's reservations (s.mu held).
+func (s *Scheduler) addPendingLocked(hostID string, slots, mem int64) {
+	r := s.pending[hostID]
+	r.slots += slots
+	r.mem += mem
+	if r.slots <= 0 {
+		delete(s.pending, hostID)
+		return
+	}
+	s.pending[hostID] = r
+}
+
+// pushedReadAfter is when a report an agent pushed (a registration or heartbeat received now)
+// was read at the latest: reportSettle ago.
+func (s *Scheduler) pushedReadAfter() time.Time { return s.cfg.Now().Add(-reportSettle) }
+
+// settleLocked ends the reservations of hostID whose sandboxes a report read after readAfter
+// counts: those placed before it (s.mu held).
+func (s *Scheduler) settleLocked(hostID string, cutoff time.Time) {
+	rs := s.placed[hostID]
+	keep := rs[:0]
+	for _, r := range rs {
+		if r.at.After(cutoff) {
+			keep = append(keep, r)
+			continue
+		}
+		s.addPendingLocked(hostID, -1, -r.mem)
+	}
+	if len(keep) == 0 {
+		delete(s.placed, hostID)
+		return
+	}
+	s.placed[hostID] = keep
 }
 
 // PlaceOn checks that hostID, where a sandbox must go (a fork's children live with their
@@ -804,6 +848,7 @@ func (s *Scheduler) PollStatic(ctx context.Context) error {
 func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PollInterval+5*time.Second)
 	defer cancel()
+	asked := s.cfg.Now() // the answer counts every sandbox placed before this
 	info, err := agentclient.New(a.url, a.token).Info(pctx)
 	if err != nil {
 		return err
@@ -811,7 +856,7 @@ func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	if info.HostID == "" {
 		return fmt.Errorf("agent at %s reported no host_id", a.url)
 	}
-	return s.Register(ctx, RegistrationFromInfo(info, a.url, a.token))
+	return s.register(ctx, RegistrationFromInfo(info, a.url, a.token), false, asked)
 }
 
 // ReconcileAll reconciles every host that is up, on the one replica holding the reconciler lock

@@ -82,24 +82,18 @@ func TestPlacement(t *testing.T) {
 		t.Fatal("template memory")
 	}
 
-	// Reservations count until the host reports again.
-	var releases []func()
+	// Reservations count while the host works (TestReservationsEndWhenCounted: and after).
+	var dones []func(bool)
 	for i := 0; i < 4; i++ {
-		releases = append(releases, s.Reserve("big-baked", 512))
+		dones = append(dones, s.Reserve("big-baked", 512))
 	}
 	if got, _ := s.Place(ctx, "agent"); len(got) != 0 {
 		t.Fatalf("reserved-full host still offered: %v", ids(got))
 	}
-	releases[0]()
-	releases[0]() // idempotent
+	dones[0](false)
+	dones[0](false) // idempotent
 	if got, _ := s.Place(ctx, "agent"); len(got) != 1 {
-		t.Fatal("release did not free a slot")
-	}
-	if err := s.Register(ctx, reg("big-baked", 4000, 0, tmpl("base", true), tmpl("agent", false))); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := s.Place(ctx, "base"); got[0].ID != "big-baked" {
-		t.Fatalf("report did not reset reservations: %v", ids(got))
+		t.Fatal("a placement that failed did not free its slot")
 	}
 	// Catalog picked up every reported template.
 	for _, n := range []string{"base", "agent"} {
@@ -424,5 +418,61 @@ func TestHeartbeatOfADownHost(t *testing.T) {
 	}
 	if err := s.Heartbeat(ctx, Registration{HostID: "host-nope", URL: "http://x"}); !errors.Is(err, ErrUnknownHost) {
 		t.Fatalf("unknown host: %v", err)
+	}
+}
+
+// TestReservationsEndWhenCounted: a host's report does not end the reservations of sandboxes it
+// is still making, nor of those it made just before (the report may have been read before they
+// were there); the first report received reportSettle after the host answered does.
+func TestReservationsEndWhenCounted(t *testing.T) {
+	ctx := context.Background()
+	var offset time.Duration
+	clock := func() time.Time { return time.Now().Add(offset) }
+	s, _ := newSched(t, Config{Now: clock})
+	report := func(used int64) {
+		t.Helper()
+		if err := s.Heartbeat(ctx, reg("h", 8000, used, tmpl("base", true))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Register(ctx, reg("h", 8000, 0, tmpl("base", true))); err != nil {
+		t.Fatal(err)
+	}
+	free := func() int64 {
+		t.Helper()
+		h, err := s.PlaceOn(ctx, "h", 1, 0)
+		if err != nil {
+			return 0
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return h.SlotsTotal - h.SlotsUsed - s.pending["h"].slots
+	}
+	working := s.Reserve("h", 256) // the host is still making it
+	made := s.Reserve("h", 256)
+	made(true) // the host answered: it is there
+	report(0)  // read before either was counted
+	if n := free(); n != 2 {
+		t.Fatalf("%d slots free after a report during the creates, want 2 (4 less the two being made)", n)
+	}
+	offset += 2 * reportSettle
+	report(1) // counts the one made
+	if n := free(); n != 2 {
+		t.Fatalf("%d slots free after a report that counts one sandbox, want 2 (one counted, one being made)", n)
+	}
+	working(true)
+	report(1) // too soon after it was made to count it
+	if n := free(); n != 2 {
+		t.Fatalf("%d slots free after a report right after the second create ended, want 2", n)
+	}
+	offset += 2 * reportSettle
+	report(2)
+	if n := free(); n != 2 {
+		t.Fatalf("%d slots free after a report counting both, want 2", n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) != 0 || len(s.placed) != 0 {
+		t.Fatalf("reservations left: %v %v", s.pending, s.placed)
 	}
 }
