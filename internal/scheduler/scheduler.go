@@ -72,6 +72,9 @@ type Registration struct {
 	SlotsUsed   int64                  `json:"slots_used"`
 	Templates   []agentclient.Template `json:"templates"`
 	HostLimits
+	// ReadMsAgo is how long before sending it the agent read this report (0: not said). It tells
+	// which placements the report counts (settleLocked).
+	ReadMsAgo int64 `json:"read_ms_ago,omitempty"`
 }
 
 // HostLimits is a host's resource policy as it reports it (zero: none reported).
@@ -165,7 +168,7 @@ func (s *Scheduler) HeartbeatTimeout() time.Duration { return s.cfg.HeartbeatTim
 // template catalog from it. A host coming back from `down`, or heard from for the first time since
 // this process started (both sides may have restarted), is reconciled before Register returns.
 func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
-	return s.register(ctx, reg, false, s.pushedReadAfter())
+	return s.register(ctx, reg, false, s.pushedReadAfter(reg))
 }
 
 // register is Register; with later, a host heard from for the first time since this process
@@ -285,7 +288,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 			return err
 		}
 		if ok {
-			s.noteReport(h, reg, s.pushedReadAfter())
+			s.noteReport(h, reg, s.pushedReadAfter(reg))
 			return nil
 		}
 	}
@@ -294,7 +297,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 	} else if err != nil {
 		return err
 	}
-	return s.register(ctx, reg, true, s.pushedReadAfter())
+	return s.register(ctx, reg, true, s.pushedReadAfter(reg))
 }
 
 // reconcileSoon queues hostID for Run's reconcile loop.
@@ -553,10 +556,14 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 	return rankHosts(cands, DefaultTemplateMemMiB, true), nil
 }
 
-// reportSettle is how long after a placement ended a host's report is taken to count it: a
-// report received sooner may have been made before the sandbox was there (an agent reads its
-// state, then sends it).
+// reportSettle is how long after a placement ended a host's report that does not say when it was
+// read (ReadMsAgo) is taken to count it: a report received sooner may have been read before the
+// sandbox was there (an agent reads its state, then sends it).
 const reportSettle = time.Second
+
+// reportTransit bounds how long a report that says when it was read took to arrive (loopback or a
+// data-centre network, and the server's queue).
+const reportTransit = 250 * time.Millisecond
 
 // Reserve counts a sandbox being placed on a host (slots and memMiB) from now until the host
 // counts it itself. Call done when the host answered: done(false) when nothing was placed (the
@@ -599,9 +606,14 @@ func (s *Scheduler) addPendingLocked(hostID string, slots, mem int64) {
 	s.pending[hostID] = r
 }
 
-// pushedReadAfter is when a report an agent pushed (a registration or heartbeat received now)
-// was read at the latest: reportSettle ago.
-func (s *Scheduler) pushedReadAfter() time.Time { return s.cfg.Now().Add(-reportSettle) }
+// pushedReadAfter is a time the agent read reg (a registration or heartbeat received now) after:
+// what it says (ReadMsAgo) and reportTransit before, else reportSettle ago.
+func (s *Scheduler) pushedReadAfter(reg Registration) time.Time {
+	if reg.ReadMsAgo > 0 {
+		return s.cfg.Now().Add(-time.Duration(reg.ReadMsAgo)*time.Millisecond - reportTransit)
+	}
+	return s.cfg.Now().Add(-reportSettle)
+}
 
 // settleLocked ends the reservations of hostID whose sandboxes a report read after readAfter
 // counts: those placed before it (s.mu held).

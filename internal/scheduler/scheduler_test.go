@@ -471,8 +471,35 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 		t.Fatalf("%d slots free after a report counting both, want 2", n)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if len(s.pending) != 0 || len(s.placed) != 0 {
 		t.Fatalf("reservations left: %v %v", s.pending, s.placed)
+	}
+	s.mu.Unlock()
+
+	// A report that says when it was read settles sooner: read after the host answered, it counts
+	// the sandbox; read before, it does not.
+	s.Reserve("h", 256)(true)
+	offset += reportSettle / 2
+	stale := reg("h", 8000, 2, tmpl("base", true))
+	stale.ReadMsAgo = (reportSettle / 2).Milliseconds() + 1
+	if err := s.Heartbeat(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if n := free(); n != 1 {
+		t.Fatalf("%d slots free after a report read before the third create ended, want 1", n)
+	}
+	fresh := reg("h", 8000, 3, tmpl("base", true))
+	fresh.ReadMsAgo = 1
+	offset += reportTransit + time.Millisecond
+	if err := s.Heartbeat(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if n := free(); n != 1 {
+		t.Fatalf("%d slots free after a report read after the third create ended, want 1 (counted once)", n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) != 0 {
+		t.Fatalf("reservation left after a report that counts it: %v", s.pending)
 	}
 }
