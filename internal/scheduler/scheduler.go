@@ -580,7 +580,7 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			if placed {
-				s.placed[hostID] = append(s.placed[hostID], placedRes{at: s.cfg.Now(), mem: memMiB})
+				s.placed[hostID] = append(s.placed[hostID], placedRes{at: s.cfg.Now(), slots: 1, mem: memMiB})
 				return
 			}
 			s.addPendingLocked(hostID, -1, -memMiB)
@@ -588,18 +588,31 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 	}
 }
 
-// placedRes is a reservation whose sandbox is on its host, waiting for a report that counts it.
-type placedRes struct {
-	at  time.Time // when the host answered
-	mem int64
+// Freed counts a sandbox its host has just stopped (a kill it answered) as gone — a slot and
+// memMiB back — until a report counts it, like Reserve's placed sandboxes: the host's last report
+// still counts it.
+func (s *Scheduler) Freed(hostID string, memMiB int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addPendingLocked(hostID, -1, -memMiB)
+	s.placed[hostID] = append(s.placed[hostID], placedRes{at: s.cfg.Now(), slots: -1, mem: -memMiB})
 }
 
-// addPendingLocked adds slots and mem to a host's reservations (s.mu held).
+// placedRes is a sandbox placed on its host (slots 1) or stopped there (slots -1, mem negative)
+// that no report has counted yet.
+type placedRes struct {
+	at    time.Time // when the host answered
+	slots int64
+	mem   int64
+}
+
+// addPendingLocked adds slots and mem to a host's reservations (s.mu held); either may be
+// negative (sandboxes stopped since the last report).
 func (s *Scheduler) addPendingLocked(hostID string, slots, mem int64) {
 	r := s.pending[hostID]
 	r.slots += slots
 	r.mem += mem
-	if r.slots <= 0 {
+	if r.slots == 0 && r.mem == 0 {
 		delete(s.pending, hostID)
 		return
 	}
@@ -625,7 +638,7 @@ func (s *Scheduler) settleLocked(hostID string, cutoff time.Time) {
 			keep = append(keep, r)
 			continue
 		}
-		s.addPendingLocked(hostID, -1, -r.mem)
+		s.addPendingLocked(hostID, -r.slots, -r.mem)
 	}
 	if len(keep) == 0 {
 		delete(s.placed, hostID)

@@ -498,8 +498,24 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 		t.Fatalf("%d slots free after a report read after the third create ended, want 1 (counted once)", n)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if len(s.pending) != 0 {
 		t.Fatalf("reservation left after a report that counts it: %v", s.pending)
+	}
+	s.mu.Unlock()
+
+	// A sandbox the host has just stopped frees its slot at once, until a report counts it gone.
+	s.Freed("h", 256)
+	if n := free(); n != 2 {
+		t.Fatalf("%d slots free after a kill (3 used in the last report), want 2", n)
+	}
+	offset += 2 * reportSettle
+	report(2)
+	if n := free(); n != 2 {
+		t.Fatalf("%d slots free after a report that counts the kill, want 2 (freed once)", n)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) != 0 || len(s.placed) != 0 {
+		t.Fatalf("reservations left: %v %v", s.pending, s.placed)
 	}
 }
