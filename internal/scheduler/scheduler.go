@@ -275,6 +275,7 @@ func (s *Scheduler) noteReport(h store.Host, reg Registration, readAfter time.Ti
 // heartbeat of a host since this process started does not wait for its reconcile: Run's
 // reconcile loop does it soon after.
 func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
+	readAfter := s.pushedReadAfter(reg) // on arrival: the writes below may wait for the store
 	s.mu.Lock()
 	seen := s.seen[reg.HostID]
 	s.mu.Unlock()
@@ -288,7 +289,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 			return err
 		}
 		if ok {
-			s.noteReport(h, reg, s.pushedReadAfter(reg))
+			s.noteReport(h, reg, readAfter)
 			return nil
 		}
 	}
@@ -297,7 +298,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 	} else if err != nil {
 		return err
 	}
-	return s.register(ctx, reg, true, s.pushedReadAfter(reg))
+	return s.register(ctx, reg, true, readAfter)
 }
 
 // reconcileSoon queues hostID for Run's reconcile loop.
@@ -563,7 +564,7 @@ const reportSettle = time.Second
 
 // reportTransit bounds how long a report that says when it was read took to arrive (loopback or a
 // data-centre network, and the server's queue).
-const reportTransit = 250 * time.Millisecond
+const reportTransit = 500 * time.Millisecond
 
 // Reserve counts a sandbox being placed on a host (slots and memMiB) from now until the host
 // counts it itself. Call done when the host answered: done(false) when nothing was placed (the
