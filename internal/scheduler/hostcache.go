@@ -131,9 +131,14 @@ func (s *Scheduler) refreshHosts(ctx context.Context) error {
 
 // noteHosts puts what this process just wrote of hosts into the cached list.
 func (s *Scheduler) noteHosts(hs ...store.Host) {
+	s.hc.mu.Lock()
+	defer s.hc.mu.Unlock()
+	s.noteHostsLocked(hs...)
+}
+
+// noteHostsLocked is noteHosts with s.hc.mu held.
+func (s *Scheduler) noteHostsLocked(hs ...store.Host) {
 	c := &s.hc
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !c.loaded && c.during == nil {
 		return // the first placement reads it all
 	}

@@ -251,6 +251,12 @@ func (s *Scheduler) noteCatalog(ctx context.Context, reg Registration) error {
 // it counts end (settleLocked), its limits and template sizes, the host list cache. It
 // reports whether this process had not heard from the host before.
 func (s *Scheduler) noteReport(h store.Host, reg Registration, readAfter time.Time) (firstSight bool) {
+	h.State, h.LastHeartbeat = store.HostUp, s.cfg.Now()
+	// The report replaces the host's entry and ends the reservations it counts at once: a
+	// placement sees both or neither (never the old entry without the reservations).
+	s.hc.mu.Lock()
+	defer s.hc.mu.Unlock()
+	s.noteHostsLocked(h)
 	s.mu.Lock()
 	s.settleLocked(h.ID, readAfter)
 	s.limits[h.ID] = reg.HostLimits
@@ -265,8 +271,6 @@ func (s *Scheduler) noteReport(h store.Host, reg Registration, readAfter time.Ti
 	firstSight = !s.seen[h.ID]
 	s.seen[h.ID] = true
 	s.mu.Unlock()
-	h.State, h.LastHeartbeat = store.HostUp, s.cfg.Now()
-	s.noteHosts(h)
 	return firstSight
 }
 
