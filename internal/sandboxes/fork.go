@@ -37,7 +37,10 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	doneAll := s.reserveSlots(parent.HostID, count)
+	doneAll, err := s.reserveSlots(parent.HostID, count)
+	if err != nil {
+		return nil, err
+	}
 	got, err := c.Fork(ctx, parent.ID, count)
 	doneAll(err == nil)
 	if err != nil {
@@ -74,18 +77,24 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	return out, nil
 }
 
-// reserveSlots holds count slots on hostID for a fork's children (Scheduler.Reserve); call the
-// returned done once the host answered, with whether the children are there.
-func (s *Service) reserveSlots(hostID string, count int) (done func(placed bool)) {
-	dones := make([]func(bool), count)
-	for i := range dones {
-		dones[i] = s.sched.Reserve(hostID, 0)
-	}
-	return func(placed bool) {
+// reserveSlots holds count slots on hostID for a fork's children (Scheduler.Reserve: all or
+// none); call the returned done once the host answered, with whether the children are there.
+func (s *Service) reserveSlots(hostID string, count int) (done func(placed bool), err error) {
+	dones := make([]func(bool), 0, count)
+	done = func(placed bool) {
 		for _, f := range dones {
 			f(placed)
 		}
 	}
+	for range count {
+		f, err := s.sched.Reserve(hostID, 0)
+		if err != nil {
+			done(false)
+			return nil, err
+		}
+		dones = append(dones, f)
+	}
+	return done, nil
 }
 
 // childRecords are the records of a fork's children on hostID: the parent's team, metadata, ttl
@@ -133,7 +142,11 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	placed, done := false, s.reserveSlots(target.ID, count)
+	done, err := s.reserveSlots(target.ID, count)
+	if err != nil {
+		return nil, err
+	}
+	placed := false
 	defer func() { done(placed) }()
 	sn, err := src.CreateSnapshot(ctx, parent.ID)
 	s.Touched(ctx, parent, src, err) // a hibernated parent was woken for its snapshot

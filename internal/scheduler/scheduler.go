@@ -571,14 +571,31 @@ const reportSettle = time.Second
 const reportTransit = 500 * time.Millisecond
 
 // Reserve counts a sandbox being placed on a host (slots and memMiB) from now until the host
-// counts it itself. Call done when the host answered: done(false) when nothing was placed (the
-// reservation ends at once), done(true) when the sandbox is there (it ends with the host's first
-// report received reportSettle later or more). Reports received meanwhile, or while the host is
-// still working, do not end it: they may not count the sandbox yet.
-func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)) {
+// counts it itself. It checks the room again under the lock that counts it, so concurrent
+// placements cannot both take a host's last slot: no room left (by the host's last report less
+// the reservations) is an errdefs.Capacity, and nothing is reserved. Call done when the host
+// answered: done(false) when nothing was placed (the reservation ends at once), done(true) when
+// the sandbox is there (it ends with the first report read after that). Reports read before do
+// not end it: they do not count the sandbox.
+func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool), err error) {
+	s.hc.mu.RLock()
 	s.mu.Lock()
-	s.addPendingLocked(hostID, 1, memMiB)
+	if i, ok := s.hc.pos[hostID]; ok {
+		h, p := s.hc.hosts[i], s.pending[hostID]
+		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
+			err = errdefs.Capacityf("host %s has no free slot left (taken by other placements meanwhile)", hostID)
+		} else if free, known := s.roomLocked(*h, p); known && memMiB > 0 && free < memMiB {
+			err = errdefs.Capacityf("host %s does not have %d MiB of guest memory left (taken by other placements meanwhile)", hostID, memMiB)
+		}
+	}
+	if err == nil {
+		s.addPendingLocked(hostID, 1, memMiB)
+	}
 	s.mu.Unlock()
+	s.hc.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
 	var once sync.Once
 	return func(placed bool) {
 		once.Do(func() {
@@ -590,7 +607,7 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 			}
 			s.addPendingLocked(hostID, -1, -memMiB)
 		})
-	}
+	}, nil
 }
 
 // Freed counts a sandbox its host has just stopped (a kill it answered) as gone — a slot and

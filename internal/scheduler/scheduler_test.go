@@ -85,7 +85,7 @@ func TestPlacement(t *testing.T) {
 	// Reservations count while the host works (TestReservationsEndWhenCounted: and after).
 	var dones []func(bool)
 	for i := 0; i < 4; i++ {
-		dones = append(dones, s.Reserve("big-baked", 512))
+		dones = append(dones, reserve(t, s, "big-baked", 512))
 	}
 	if got, _ := s.Place(ctx, "agent"); len(got) != 0 {
 		t.Fatalf("reserved-full host still offered: %v", ids(got))
@@ -205,9 +205,9 @@ func TestPlacementSpreadsAcrossLookalikeHosts(t *testing.T) {
 	if got[0].ID != "b" {
 		t.Fatalf("placement %v", ids(got))
 	}
-	s.Reserve("b", 512)
-	s.Reserve("b", 512)
-	s.Reserve("b", 512)
+	reserve(t, s, "b", 512)
+	reserve(t, s, "b", 512)
+	reserve(t, s, "b", 512)
 	if got, _ := s.Place(ctx, "base"); got[0].ID != "a" {
 		t.Fatalf("after reservations on b: %v", ids(got))
 	}
@@ -261,7 +261,7 @@ func TestPlacementLimits(t *testing.T) {
 		t.Fatalf("placement %v %v, want [small]", ids(got), err)
 	}
 	for range 4 {
-		s.Reserve("small", 512)
+		reserve(t, s, "small", 512)
 	}
 	if _, err := s.Place(ctx, "base"); !errdefs.Is(err, errdefs.Capacity) {
 		t.Fatalf("placement past the commit limits: %v", err)
@@ -448,8 +448,8 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 		defer s.mu.Unlock()
 		return h.SlotsTotal - h.SlotsUsed - s.pending["h"].slots
 	}
-	working := s.Reserve("h", 256) // the host is still making it
-	made := s.Reserve("h", 256)
+	working := reserve(t, s, "h", 256) // the host is still making it
+	made := reserve(t, s, "h", 256)
 	made(true) // the host answered: it is there
 	report(0)  // read before either was counted
 	if n := free(); n != 2 {
@@ -478,7 +478,7 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 
 	// A report that says when it was read settles sooner: read after the host answered, it counts
 	// the sandbox; read before, it does not.
-	s.Reserve("h", 256)(true)
+	reserve(t, s, "h", 256)(true)
 	offset += reportSettle / 2
 	stale := reg("h", 8000, 2, tmpl("base", true))
 	stale.ReadMsAgo = (reportSettle / 2).Milliseconds() + 1
@@ -518,4 +518,38 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 	if len(s.pending) != 0 || len(s.placed) != 0 {
 		t.Fatalf("reservations left: %v %v", s.pending, s.placed)
 	}
+}
+
+// reserve is s.Reserve, which must succeed.
+func reserve(t *testing.T, s *Scheduler, hostID string, memMiB int64) func(bool) {
+	t.Helper()
+	done, err := s.Reserve(hostID, memMiB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return done
+}
+
+// TestReserveChecksRoomAgain: two placements that both picked a host's last slot cannot both
+// reserve it; the second is refused (errdefs.Capacity: its create moves on to the next host).
+func TestReserveChecksRoomAgain(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newSched(t, Config{HostCacheTTL: time.Hour})
+	if err := s.Register(ctx, reg("h", 8000, 3, tmpl("base", true))); err != nil { // 1 of 4 slots free
+		t.Fatal(err)
+	}
+	first, err := s.Place(ctx, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.Place(ctx, "base")
+	if err != nil || first[0].ID != "h" || second[0].ID != "h" {
+		t.Fatalf("both placements pick h: %v %v %v", ids(first), ids(second), err)
+	}
+	done := reserve(t, s, "h", 256)
+	if _, err := s.Reserve("h", 256); !errdefs.Is(err, errdefs.Capacity) {
+		t.Fatalf("second reservation of h's last slot: %v", err)
+	}
+	done(false)
+	reserve(t, s, "h", 256) // the slot is back
 }
