@@ -28,7 +28,7 @@ type Scheduler interface {
 	PlaceOn(ctx context.Context, hostID string, n int, memMiB int64) (store.Host, error)
 	PlaceVolume(ctx context.Context) ([]store.Host, error)
 	Reserve(hostID string, memMiB int64) (done func(placed bool), err error)
-	Freed(hostID string, memMiB int64)
+	Freeing(hostID string, memMiB int64) (done func(stopped bool))
 	Client(h store.Host) *agentclient.Client
 }
 

@@ -110,18 +110,19 @@ type Scheduler struct {
 	cfg     Config
 	started time.Time
 
-	mu      sync.Mutex
-	pending map[string]reservation // being placed, or placed and not yet counted by a report (Reserve)
-	placed  map[string][]placedRes // of those, the placed ones
-	clients map[string]*agentclient.Client
-	static  []*staticAgent
-	tmplMem map[string]int            // template -> memory_mib, from reports
-	tmplCPU map[string]int            // template -> vcpus, from reports
-	limits  map[string]HostLimits     // host -> its last reported policy
-	seen    map[string]bool           // hosts this process has heard from
-	catalog map[string]store.Template // last catalog entry written per template
-	due     map[string]bool           // hosts to reconcile soon (first heartbeat since start)
-	dueSig  chan struct{}             // something was added to due
+	mu         sync.Mutex
+	pending    map[string]reservation // being placed, or placed and not yet counted by a report (Reserve)
+	placed     map[string][]placedRes // of those, the placed ones (and sandboxes stopped: Freeing)
+	lastReport map[string]time.Time   // host -> when its last report was read at the latest
+	clients    map[string]*agentclient.Client
+	static     []*staticAgent
+	tmplMem    map[string]int            // template -> memory_mib, from reports
+	tmplCPU    map[string]int            // template -> vcpus, from reports
+	limits     map[string]HostLimits     // host -> its last reported policy
+	seen       map[string]bool           // hosts this process has heard from
+	catalog    map[string]store.Template // last catalog entry written per template
+	due        map[string]bool           // hosts to reconcile soon (first heartbeat since start)
+	dueSig     chan struct{}             // something was added to due
 
 	reconciler *store.Lock // held by the one replica that runs ReconcileAll
 
@@ -156,7 +157,7 @@ func New(cfg Config) *Scheduler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{},
+	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
 		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, catalog: map[string]store.Template{},
 		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler")}
 }
@@ -168,14 +169,14 @@ func (s *Scheduler) HeartbeatTimeout() time.Duration { return s.cfg.HeartbeatTim
 // template catalog from it. A host coming back from `down`, or heard from for the first time since
 // this process started (both sides may have restarted), is reconciled before Register returns.
 func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
-	return s.register(ctx, reg, false, s.pushedReadAfter(reg))
+	return s.register(ctx, reg, false, s.pushedRead(reg))
 }
 
 // register is Register; with later, a host heard from for the first time since this process
 // started is queued for Run's reconcile loop instead (a new replica hears every host's heartbeat
 // within one interval: reconciling them all inside those requests would stall them). The agent read
-// its report after readAfter: it counts the sandboxes placed before (settleLocked).
-func (s *Scheduler) register(ctx context.Context, reg Registration, later bool, readAfter time.Time) error {
+// its report within read: it counts the sandboxes placed or stopped before (settleLocked).
+func (s *Scheduler) register(ctx context.Context, reg Registration, later bool, read readWindow) error {
 	if reg.HostID == "" || reg.URL == "" {
 		return fmt.Errorf("registration needs host_id and url")
 	}
@@ -188,7 +189,7 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool, 
 	if err != nil {
 		return err
 	}
-	firstSight := s.noteReport(h, reg, readAfter)
+	firstSight := s.noteReport(h, reg, read)
 	switch {
 	case prev == "":
 		s.cfg.Logger.Info("host registered", "host", h.ID, "url", h.URL, "slots", h.SlotsTotal, "mem_mib_free", h.MemMiBFree, "templates", h.Templates)
@@ -250,7 +251,7 @@ func (s *Scheduler) noteCatalog(ctx context.Context, reg Registration) error {
 // noteReport takes in a report the store has recorded: the host's reservations whose sandboxes
 // it counts end (settleLocked), its limits and template sizes, the host list cache. It
 // reports whether this process had not heard from the host before.
-func (s *Scheduler) noteReport(h store.Host, reg Registration, readAfter time.Time) (firstSight bool) {
+func (s *Scheduler) noteReport(h store.Host, reg Registration, read readWindow) (firstSight bool) {
 	h.State, h.LastHeartbeat = store.HostUp, s.cfg.Now()
 	// The report replaces the host's entry and ends the reservations it counts at once: a
 	// placement sees both or neither (never the old entry without the reservations).
@@ -258,7 +259,7 @@ func (s *Scheduler) noteReport(h store.Host, reg Registration, readAfter time.Ti
 	defer s.hc.mu.Unlock()
 	s.noteHostsLocked(h)
 	s.mu.Lock()
-	s.settleLocked(h.ID, readAfter)
+	s.settleLocked(h.ID, read)
 	s.limits[h.ID] = reg.HostLimits
 	for _, t := range reg.Templates {
 		if t.MemoryMiB > 0 {
@@ -279,7 +280,7 @@ func (s *Scheduler) noteReport(h store.Host, reg Registration, readAfter time.Ti
 // heartbeat of a host since this process started does not wait for its reconcile: Run's
 // reconcile loop does it soon after.
 func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
-	readAfter := s.pushedReadAfter(reg) // on arrival: the writes below may wait for the store
+	read := s.pushedRead(reg) // on arrival: the writes below may wait for the store
 	s.mu.Lock()
 	seen := s.seen[reg.HostID]
 	s.mu.Unlock()
@@ -293,7 +294,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 			return err
 		}
 		if ok {
-			s.noteReport(h, reg, readAfter)
+			s.noteReport(h, reg, read)
 			return nil
 		}
 	}
@@ -302,7 +303,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 	} else if err != nil {
 		return err
 	}
-	return s.register(ctx, reg, true, readAfter)
+	return s.register(ctx, reg, true, read)
 }
 
 // reconcileSoon queues hostID for Run's reconcile loop.
@@ -610,20 +611,29 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 	}, nil
 }
 
-// Freed counts a sandbox its host has just stopped (a kill it answered) as gone — a slot and
-// memMiB back — until a report counts it, like Reserve's placed sandboxes: the host's last report
-// still counts it.
-func (s *Scheduler) Freed(hostID string, memMiB int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.addPendingLocked(hostID, -1, -memMiB)
-	s.placed[hostID] = append(s.placed[hostID], placedRes{at: s.cfg.Now(), slots: -1, mem: -memMiB})
+// Freeing is called before a host is asked to stop a sandbox of memMiB; call the returned func
+// with whether it did. A stop counts as a slot and memMiB back at once, until a report that may
+// have been read after it was asked for (the host's last report still counts the sandbox).
+func (s *Scheduler) Freeing(hostID string, memMiB int64) (done func(stopped bool)) {
+	asked := s.cfg.Now()
+	return func(stopped bool) {
+		if !stopped {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.lastReport[hostID].Before(asked) {
+			return // a report that arrived meanwhile may count it already
+		}
+		s.addPendingLocked(hostID, -1, -memMiB)
+		s.placed[hostID] = append(s.placed[hostID], placedRes{at: asked, slots: -1, mem: -memMiB})
+	}
 }
 
 // placedRes is a sandbox placed on its host (slots 1) or stopped there (slots -1, mem negative)
 // that no report has counted yet.
 type placedRes struct {
-	at    time.Time // when the host answered
+	at    time.Time // placed: when the host answered; stopped: when it was asked to
 	slots int64
 	mem   int64
 }
@@ -641,21 +651,32 @@ func (s *Scheduler) addPendingLocked(hostID string, slots, mem int64) {
 	s.pending[hostID] = r
 }
 
-// pushedReadAfter is a time the agent read reg (a registration or heartbeat received now) after:
-// what it says (ReadMsAgo) and reportTransit before, else reportSettle ago.
-func (s *Scheduler) pushedReadAfter(reg Registration) time.Time {
+// readWindow is when an agent read a report: after after, by by at the latest.
+type readWindow struct{ after, by time.Time }
+
+// pushedRead is when the agent read reg (a registration or heartbeat arriving now): what it
+// says (ReadMsAgo) and reportTransit before, else reportSettle before; by now at the latest.
+func (s *Scheduler) pushedRead(reg Registration) readWindow {
+	now := s.cfg.Now()
 	if reg.ReadMsAgo > 0 {
-		return s.cfg.Now().Add(-time.Duration(reg.ReadMsAgo)*time.Millisecond - reportTransit)
+		return readWindow{after: now.Add(-time.Duration(reg.ReadMsAgo)*time.Millisecond - reportTransit), by: now}
 	}
-	return s.cfg.Now().Add(-reportSettle)
+	return readWindow{after: now.Add(-reportSettle), by: now}
 }
 
-// settleLocked ends the reservations of hostID whose sandboxes a report read after readAfter
-// counts: those placed before it (s.mu held).
-func (s *Scheduler) settleLocked(hostID string, cutoff time.Time) {
+// settleLocked ends the reservations of hostID that a report read within read counts (s.mu
+// held), erring on the side of room taken: a placed sandbox's when the report was surely read
+// after the host answered; a stopped one's credit when the report may have been read after the
+// kill was asked for.
+func (s *Scheduler) settleLocked(hostID string, read readWindow) {
+	s.lastReport[hostID] = read.by
 	rs := s.placed[hostID]
 	keep := rs[:0]
 	for _, r := range rs {
+		cutoff := read.after
+		if r.slots < 0 {
+			cutoff = read.by
+		}
 		if r.at.After(cutoff) {
 			keep = append(keep, r)
 			continue
@@ -895,7 +916,7 @@ func (s *Scheduler) PollStatic(ctx context.Context) error {
 func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PollInterval+5*time.Second)
 	defer cancel()
-	asked := s.cfg.Now() // the answer counts every sandbox placed before this
+	asked := s.cfg.Now() // the answer counts every sandbox placed or stopped before this
 	info, err := agentclient.New(a.url, a.token).Info(pctx)
 	if err != nil {
 		return err
@@ -903,7 +924,7 @@ func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	if info.HostID == "" {
 		return fmt.Errorf("agent at %s reported no host_id", a.url)
 	}
-	return s.register(ctx, RegistrationFromInfo(info, a.url, a.token), false, asked)
+	return s.register(ctx, RegistrationFromInfo(info, a.url, a.token), false, readWindow{after: asked, by: s.cfg.Now()})
 }
 
 // ReconcileAll reconciles every host that is up, on the one replica holding the reconciler lock

@@ -504,7 +504,8 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 	s.mu.Unlock()
 
 	// A sandbox the host has just stopped frees its slot at once, until a report counts it gone.
-	s.Freed("h", 256)
+	offset += time.Millisecond
+	s.Freeing("h", 256)(true)
 	if n := free(); n != 2 {
 		t.Fatalf("%d slots free after a kill (3 used in the last report), want 2", n)
 	}
@@ -512,6 +513,16 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 	report(2)
 	if n := free(); n != 2 {
 		t.Fatalf("%d slots free after a report that counts the kill, want 2 (freed once)", n)
+	}
+	// A stop whose host reported while it was being asked for gives nothing back: that report
+	// may count it already.
+	offset += time.Millisecond
+	stopping := s.Freeing("h", 256)
+	offset += time.Millisecond
+	report(1)
+	stopping(true)
+	if n := free(); n != 3 {
+		t.Fatalf("%d slots free after a report during a kill, want 3 (freed once)", n)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
