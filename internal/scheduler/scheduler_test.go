@@ -448,33 +448,35 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 		defer s.mu.Unlock()
 		return h.SlotsTotal - h.SlotsUsed - s.pending["h"].slots
 	}
+	wantFree := func(want int64, after string) {
+		t.Helper()
+		if n := free(); n != want {
+			t.Fatalf("%d slots free after %s", n, after)
+		}
+	}
+	noneLeft := func() {
+		t.Helper()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.pending) != 0 || len(s.placed) != 0 {
+			t.Fatalf("reservations left: %v %v", s.pending, s.placed)
+		}
+	}
 	working := reserve(t, s, "h", 256) // the host is still making it
 	made := reserve(t, s, "h", 256)
 	made(true) // the host answered: it is there
 	report(0)  // read before either was counted
-	if n := free(); n != 2 {
-		t.Fatalf("%d slots free after a report during the creates, want 2 (4 less the two being made)", n)
-	}
+	wantFree(2, "a report during the creates, want 2 (4 less the two being made)")
 	offset += 2 * reportSettle
 	report(1) // counts the one made
-	if n := free(); n != 2 {
-		t.Fatalf("%d slots free after a report that counts one sandbox, want 2 (one counted, one being made)", n)
-	}
+	wantFree(2, "a report that counts one sandbox, want 2 (one counted, one being made)")
 	working(true)
 	report(1) // too soon after it was made to count it
-	if n := free(); n != 2 {
-		t.Fatalf("%d slots free after a report right after the second create ended, want 2", n)
-	}
+	wantFree(2, "a report right after the second create ended, want 2")
 	offset += 2 * reportSettle
 	report(2)
-	if n := free(); n != 2 {
-		t.Fatalf("%d slots free after a report counting both, want 2", n)
-	}
-	s.mu.Lock()
-	if len(s.pending) != 0 || len(s.placed) != 0 {
-		t.Fatalf("reservations left: %v %v", s.pending, s.placed)
-	}
-	s.mu.Unlock()
+	wantFree(2, "a report counting both, want 2")
+	noneLeft()
 
 	// A report that says when it was read settles sooner: read after the host answered, it counts
 	// the sandbox; read before, it does not.
@@ -485,35 +487,23 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 	if err := s.Heartbeat(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
-	if n := free(); n != 1 {
-		t.Fatalf("%d slots free after a report read before the third create ended, want 1", n)
-	}
+	wantFree(1, "a report read before the third create ended, want 1")
 	fresh := reg("h", 8000, 3, tmpl("base", true))
 	fresh.ReadMsAgo = 1
 	offset += reportTransit + time.Millisecond
 	if err := s.Heartbeat(ctx, fresh); err != nil {
 		t.Fatal(err)
 	}
-	if n := free(); n != 1 {
-		t.Fatalf("%d slots free after a report read after the third create ended, want 1 (counted once)", n)
-	}
-	s.mu.Lock()
-	if len(s.pending) != 0 {
-		t.Fatalf("reservation left after a report that counts it: %v", s.pending)
-	}
-	s.mu.Unlock()
+	wantFree(1, "a report read after the third create ended, want 1 (counted once)")
+	noneLeft()
 
 	// A sandbox the host has just stopped frees its slot at once, until a report counts it gone.
 	offset += time.Millisecond
 	s.Freeing("h", 256)(true)
-	if n := free(); n != 2 {
-		t.Fatalf("%d slots free after a kill (3 used in the last report), want 2", n)
-	}
+	wantFree(2, "a kill (3 used in the last report), want 2")
 	offset += 2 * reportSettle
 	report(2)
-	if n := free(); n != 2 {
-		t.Fatalf("%d slots free after a report that counts the kill, want 2 (freed once)", n)
-	}
+	wantFree(2, "a report that counts the kill, want 2 (freed once)")
 	// A stop whose host reported while it was being asked for gives nothing back: that report
 	// may count it already.
 	offset += time.Millisecond
@@ -521,14 +511,8 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 	offset += time.Millisecond
 	report(1)
 	stopping(true)
-	if n := free(); n != 3 {
-		t.Fatalf("%d slots free after a report during a kill, want 3 (freed once)", n)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.pending) != 0 || len(s.placed) != 0 {
-		t.Fatalf("reservations left: %v %v", s.pending, s.placed)
-	}
+	wantFree(3, "a report during a kill, want 3 (freed once)")
+	noneLeft()
 }
 
 // reserve is s.Reserve, which must succeed.
