@@ -30,13 +30,23 @@ func main() {
 	flag.BoolVar(&c.InProcess, "in-process", false, "run the servers inside this process (their CPU then includes the fleet and the load)")
 	flag.StringVar(&c.Logs, "logs", "", "directory to keep the servers' logs in (default: removed at the end)")
 	flag.StringVar(&c.Bin, "bin", "", "pandastack binary for the servers (default: built from this tree)")
+	against := flag.Int("against", 0, "first run the same phases with this many hosts, then print each phase's creates/s at -hosts as a ratio of it")
 	flag.Parse()
 	c.Phases = strings.Split(*phases, ",")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := Run(ctx, c)
+	var figures map[string]float64
+	var err error
+	if *against > 0 {
+		figures, err = RunAgainst(ctx, c, *against)
+	} else {
+		var rep *Report
+		if rep, err = Run(ctx, c); err == nil {
+			figures = rep.Figures
+		}
+	}
 	if err == nil && *out != "" {
-		err = results.Merge(*out, rep.Figures)
+		err = results.Merge(*out, figures)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)

@@ -33,15 +33,22 @@ type Client struct {
 }
 
 // sharedTransport keeps connections to agents alive across calls and clients; no overall timeout
-// because exec streams and file transfers may run long (callers bound calls with contexts).
+// because exec streams and file transfers may run long (callers bound calls with contexts). Its
+// idle connections are bounded per host and in all by MaxIdleAgentConns: a fleet of 1,000 hosts,
+// each called now and then, must not evict one host's connection to make room for another's
+// (every create would then dial its host afresh).
 var sharedTransport = &http.Transport{
 	Proxy:                 nil, // agents are reached directly, never through an HTTP proxy
 	DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-	MaxIdleConns:          256,
+	MaxIdleConns:          MaxIdleAgentConns,
 	MaxIdleConnsPerHost:   64,
 	IdleConnTimeout:       90 * time.Second,
 	ExpectContinueTimeout: time.Second,
 }
+
+// MaxIdleAgentConns bounds the idle connections kept to all agents together: room for a few to
+// each host of a fleet of several thousand (an idle connection costs a few KiB on each side).
+const MaxIdleAgentConns = 16384
 
 // New returns a client for the agent at baseURL with bearer token.
 func New(baseURL, token string) *Client {

@@ -76,9 +76,13 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 	}
 	var host store.Host
 	err = s.tryHosts("a sandbox", hosts, []string{"capacity"}, func(h store.Host) error {
-		release := s.sched.Reserve(h.ID, mem)
-		if _, err := s.sched.Client(h).CreateSandbox(ctx, areq); err != nil {
-			release()
+		done, err := s.sched.Reserve(h.ID, mem)
+		if err != nil {
+			return err
+		}
+		_, err = s.sched.Client(h).CreateSandbox(ctx, areq)
+		done(err == nil)
+		if err != nil {
 			return err
 		}
 		host = h

@@ -37,10 +37,13 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	releaseAll := s.reserveSlots(parent.HostID, count)
-	got, err := c.Fork(ctx, parent.ID, count)
+	doneAll, err := s.reserveSlots(parent.HostID, count)
 	if err != nil {
-		releaseAll()
+		return nil, err
+	}
+	got, err := c.Fork(ctx, parent.ID, count)
+	doneAll(err == nil)
+	if err != nil {
 		s.Touched(ctx, parent, c, err)
 		return nil, err
 	}
@@ -56,7 +59,6 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 				s.log.Error("could not kill a fork child that was not recorded", "sandbox", ch.ID, "host", parent.HostID, "err", kerr)
 			}
 		}
-		releaseAll()
 		return nil, cause
 	}
 	if len(got) != count {
@@ -75,17 +77,24 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	return out, nil
 }
 
-// reserveSlots holds count slots on hostID for a fork's children until the returned release.
-func (s *Service) reserveSlots(hostID string, count int) (release func()) {
-	releases := make([]func(), count)
-	for i := range releases {
-		releases[i] = s.sched.Reserve(hostID, 0)
-	}
-	return func() {
-		for _, f := range releases {
-			f()
+// reserveSlots holds count slots on hostID for a fork's children (Scheduler.Reserve: all or
+// none); call the returned done once the host answered, with whether the children are there.
+func (s *Service) reserveSlots(hostID string, count int) (done func(placed bool), err error) {
+	dones := make([]func(bool), 0, count)
+	done = func(placed bool) {
+		for _, f := range dones {
+			f(placed)
 		}
 	}
+	for range count {
+		f, err := s.sched.Reserve(hostID, 0)
+		if err != nil {
+			done(false)
+			return nil, err
+		}
+		dones = append(dones, f)
+	}
+	return done, nil
 }
 
 // childRecords are the records of a fork's children on hostID: the parent's team, metadata, ttl
@@ -133,7 +142,12 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	defer s.reserveSlots(target.ID, count)()
+	done, err := s.reserveSlots(target.ID, count)
+	if err != nil {
+		return nil, err
+	}
+	placed := false
+	defer func() { done(placed) }()
 	sn, err := src.CreateSnapshot(ctx, parent.ID)
 	s.Touched(ctx, parent, src, err) // a hibernated parent was woken for its snapshot
 	if err != nil {
@@ -172,6 +186,7 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 		kill()
 		return nil, err
 	}
+	placed = true
 	recs := s.childRecords(parent, target.ID, got)
 	out, err := s.store.CreateSandboxes(ctx, recs)
 	if err != nil {

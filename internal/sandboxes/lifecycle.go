@@ -220,9 +220,14 @@ func (s *Service) Kill(ctx context.Context, sb store.Sandbox, reason string) err
 		return nil
 	}
 	if sb.HostID != "" {
+		freed := func(bool) {}
+		if sb.State == store.StateRunning { // its slot is free before the host's next report says so
+			freed = s.sched.Freeing(sb.HostID, s.sched.TemplateMemMiB(ctx, sb.Template))
+		}
 		err := s.onHost(ctx, sb.HostID, KillTimeout, func(ctx context.Context, c *agentclient.Client) error {
 			return c.KillSandbox(ctx, sb.ID)
 		})
+		freed(err == nil)
 		if err != nil && err != errHostDown {
 			s.log.Warn("killing on the host failed; recorded killed, the host's reconcile will stop it", "sandbox", sb.ID, "host", sb.HostID, "err", err)
 		}

@@ -27,7 +27,8 @@ type Scheduler interface {
 	Place(ctx context.Context, template string) ([]store.Host, error)
 	PlaceOn(ctx context.Context, hostID string, n int, memMiB int64) (store.Host, error)
 	PlaceVolume(ctx context.Context) ([]store.Host, error)
-	Reserve(hostID string, memMiB int64) (release func())
+	Reserve(hostID string, memMiB int64) (done func(placed bool), err error)
+	Freeing(hostID string, memMiB int64) (done func(stopped bool))
 	Client(h store.Host) *agentclient.Client
 }
 
@@ -112,6 +113,9 @@ const maxHostTries = 3
 func retryable(err error, codes ...string) bool {
 	var ue *agentclient.Unreachable
 	if errors.As(err, &ue) {
+		return true
+	}
+	if errdefs.Is(err, errdefs.Capacity) && slices.Contains(codes, "capacity") { // Reserve: taken meanwhile
 		return true
 	}
 	var ae *agentclient.Error

@@ -78,20 +78,25 @@ func RunRegistrar(ctx context.Context, cfg RegistrarConfig) error {
 		err := func() error {
 			ictx, cancel := context.WithTimeout(ctx, cfg.Interval+5*time.Second)
 			defer cancel()
+			asked := time.Now()
 			info, err := local.Info(ictx)
 			if err != nil {
 				return fmt.Errorf("read own agent info: %w", err)
 			}
 			reg := RegistrationFromInfo(info, cfg.AgentURL, cfg.AgentToken)
+			var ans Registered
+			post := func(path string) (int, error) {
+				reg.ReadMsAgo = time.Since(asked).Milliseconds() + 1 // rounded up: the report is at least this old
+				return postJSON(ictx, cfg.HTTP, strings.TrimRight(cfg.ServerURL, "/")+path, cfg.ClusterToken, reg, &ans)
+			}
 			path := HeartbeatPath
 			if !registered {
 				path = RegisterPath
 			}
-			var ans Registered
-			status, err := postJSON(ictx, cfg.HTTP, strings.TrimRight(cfg.ServerURL, "/")+path, cfg.ClusterToken, reg, &ans)
+			status, err := post(path)
 			if status == http.StatusNotFound && path == HeartbeatPath {
 				registered = false
-				status, err = postJSON(ictx, cfg.HTTP, strings.TrimRight(cfg.ServerURL, "/")+RegisterPath, cfg.ClusterToken, reg, &ans)
+				status, err = post(RegisterPath)
 			}
 			if err != nil {
 				return err

@@ -72,6 +72,9 @@ type Registration struct {
 	SlotsUsed   int64                  `json:"slots_used"`
 	Templates   []agentclient.Template `json:"templates"`
 	HostLimits
+	// ReadMsAgo is how long before sending it the agent read this report (0: not said). It tells
+	// which placements the report counts (settleLocked).
+	ReadMsAgo int64 `json:"read_ms_ago,omitempty"`
 }
 
 // HostLimits is a host's resource policy as it reports it (zero: none reported).
@@ -107,23 +110,23 @@ type Scheduler struct {
 	cfg     Config
 	started time.Time
 
-	mu      sync.Mutex
-	pending map[string]reservation // placed since the host's last report
-	clients map[string]*agentclient.Client
-	static  []*staticAgent
-	tmplMem map[string]int            // template -> memory_mib, from reports
-	tmplCPU map[string]int            // template -> vcpus, from reports
-	limits  map[string]HostLimits     // host -> its last reported policy
-	seen    map[string]bool           // hosts this process has heard from
-	catalog map[string]store.Template // last catalog entry written per template
-	due     map[string]bool           // hosts to reconcile soon (first heartbeat since start)
-	dueSig  chan struct{}             // something was added to due
+	mu         sync.Mutex
+	pending    map[string]reservation // being placed, or placed and not yet counted by a report (Reserve)
+	placed     map[string][]placedRes // of those, the placed ones (and sandboxes stopped: Freeing)
+	lastReport map[string]time.Time   // host -> when its last report was read at the latest
+	clients    map[string]*agentclient.Client
+	static     []*staticAgent
+	tmplMem    map[string]int            // template -> memory_mib, from reports
+	tmplCPU    map[string]int            // template -> vcpus, from reports
+	limits     map[string]HostLimits     // host -> its last reported policy
+	seen       map[string]bool           // hosts this process has heard from
+	catalog    map[string]store.Template // last catalog entry written per template
+	due        map[string]bool           // hosts to reconcile soon (first heartbeat since start)
+	dueSig     chan struct{}             // something was added to due
 
 	reconciler *store.Lock // held by the one replica that runs ReconcileAll
 
-	hostsMu  sync.Mutex   // guards the host list cache; held while it is refreshed (one read at a time)
-	hostList []store.Host // the store's hosts as last read (and patched since); never mutated in place
-	hostAt   time.Time    // when hostList was read (wall clock)
+	hc hostCache // what placement reads (lock order: hc.mu before mu)
 }
 
 type reservation struct {
@@ -154,7 +157,7 @@ func New(cfg Config) *Scheduler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{},
+	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
 		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, catalog: map[string]store.Template{},
 		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler")}
 }
@@ -166,13 +169,14 @@ func (s *Scheduler) HeartbeatTimeout() time.Duration { return s.cfg.HeartbeatTim
 // template catalog from it. A host coming back from `down`, or heard from for the first time since
 // this process started (both sides may have restarted), is reconciled before Register returns.
 func (s *Scheduler) Register(ctx context.Context, reg Registration) error {
-	return s.register(ctx, reg, false)
+	return s.register(ctx, reg, false, s.pushedRead(reg))
 }
 
 // register is Register; with later, a host heard from for the first time since this process
 // started is queued for Run's reconcile loop instead (a new replica hears every host's heartbeat
-// within one interval: reconciling them all inside those requests would stall them).
-func (s *Scheduler) register(ctx context.Context, reg Registration, later bool) error {
+// within one interval: reconciling them all inside those requests would stall them). The agent read
+// its report within read: it counts the sandboxes placed or stopped before (settleLocked).
+func (s *Scheduler) register(ctx context.Context, reg Registration, later bool, read readWindow) error {
 	if reg.HostID == "" || reg.URL == "" {
 		return fmt.Errorf("registration needs host_id and url")
 	}
@@ -185,7 +189,7 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool) 
 	if err != nil {
 		return err
 	}
-	firstSight := s.noteReport(h, reg)
+	firstSight := s.noteReport(h, reg, read)
 	switch {
 	case prev == "":
 		s.cfg.Logger.Info("host registered", "host", h.ID, "url", h.URL, "slots", h.SlotsTotal, "mem_mib_free", h.MemMiBFree, "templates", h.Templates)
@@ -244,12 +248,18 @@ func (s *Scheduler) noteCatalog(ctx context.Context, reg Registration) error {
 	return nil
 }
 
-// noteReport takes in a report the store has recorded: the host's reservations end (the report
-// counts what was placed before it), its limits and template sizes, the host list cache. It
+// noteReport takes in a report the store has recorded: the host's reservations whose sandboxes
+// it counts end (settleLocked), its limits and template sizes, the host list cache. It
 // reports whether this process had not heard from the host before.
-func (s *Scheduler) noteReport(h store.Host, reg Registration) (firstSight bool) {
+func (s *Scheduler) noteReport(h store.Host, reg Registration, read readWindow) (firstSight bool) {
+	h.State, h.LastHeartbeat = store.HostUp, s.cfg.Now()
+	// The report replaces the host's entry and ends the reservations it counts at once: a
+	// placement sees both or neither (never the old entry without the reservations).
+	s.hc.mu.Lock()
+	defer s.hc.mu.Unlock()
+	s.noteHostsLocked(h)
 	s.mu.Lock()
-	delete(s.pending, h.ID)
+	s.settleLocked(h.ID, read)
 	s.limits[h.ID] = reg.HostLimits
 	for _, t := range reg.Templates {
 		if t.MemoryMiB > 0 {
@@ -262,8 +272,6 @@ func (s *Scheduler) noteReport(h store.Host, reg Registration) (firstSight bool)
 	firstSight = !s.seen[h.ID]
 	s.seen[h.ID] = true
 	s.mu.Unlock()
-	h.State, h.LastHeartbeat = store.HostUp, s.cfg.Now()
-	s.noteHosts(h)
 	return firstSight
 }
 
@@ -272,6 +280,7 @@ func (s *Scheduler) noteReport(h store.Host, reg Registration) (firstSight bool)
 // heartbeat of a host since this process started does not wait for its reconcile: Run's
 // reconcile loop does it soon after.
 func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
+	read := s.pushedRead(reg) // on arrival: the writes below may wait for the store
 	s.mu.Lock()
 	seen := s.seen[reg.HostID]
 	s.mu.Unlock()
@@ -285,7 +294,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 			return err
 		}
 		if ok {
-			s.noteReport(h, reg)
+			s.noteReport(h, reg, read)
 			return nil
 		}
 	}
@@ -294,7 +303,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 	} else if err != nil {
 		return err
 	}
-	return s.register(ctx, reg, true)
+	return s.register(ctx, reg, true, read)
 }
 
 // reconcileSoon queues hostID for Run's reconcile loop.
@@ -359,120 +368,89 @@ func (s *Scheduler) TemplateMemMiB(ctx context.Context, template string) int64 {
 }
 
 // Place returns the hosts that can take a sandbox of template, best first: hosts that have it
-// baked, then by most free memory, then fewest sandboxes. None fitting is an errdefs.Capacity.
+// baked, then by most free memory, then fewest sandboxes. When more than placeSample hosts fit it
+// ranks a random sample of them (the baked ones first), found by probing the template's hosts at
+// random: its cost does not grow with the fleet. None fitting is an errdefs.Capacity.
 func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, error) {
-	hosts, err := s.hosts(ctx)
-	if err != nil {
+	if err := s.refreshHosts(ctx); err != nil {
 		return nil, err
 	}
 	need := s.TemplateMemMiB(ctx, template)
 	vcpus := s.templateVCPUs(ctx, template)
+	heard := s.heardSince()
+	c := &s.hc
+	c.mu.RLock()
+	s.mu.Lock()
+	fit := func(h *store.Host) (hostRank, bool) {
+		if !placeable(h, heard) || s.limits[h.ID].checkSize("", vcpus, need) != nil {
+			return hostRank{}, false
+		}
+		p := s.pending[h.ID]
+		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
+			return hostRank{}, false
+		}
+		free, known := s.roomLocked(*h, p)
+		if known && free < need {
+			return hostRank{}, false
+		}
+		return hostRank{*h, slices.Contains(h.Baked, template), free, h.SlotsUsed + p.slots}, true
+	}
 	var cands []hostRank
+	sampled := false
+	if th := c.byTmpl[template]; th != nil {
+		cands, sampled = c.pick(th.baked, placeSample, fit)
+		rest, more := c.pick(th.plain, placeSample-len(cands), fit)
+		cands, sampled = append(cands, rest...), sampled || more
+	}
+	var err error
+	if len(cands) == 0 {
+		err = s.noRoomLocked(template, vcpus, need, heard)
+	}
+	s.mu.Unlock()
+	c.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	if sampled { // ties in random order, so concurrent creates do not all pick the same host
+		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	}
+	return rankHosts(cands, need, !sampled), nil
+}
+
+// placeable says whether placement may pick h at all: up, not draining, heard from since heard.
+func placeable(h *store.Host, heard time.Time) bool {
+	return h.State == store.HostUp && !h.Draining && !h.LastHeartbeat.Before(heard)
+}
+
+// noRoomLocked says why no host can take a sandbox of template (s.hc.mu and s.mu held): a
+// template larger than every host that has it allows (errdefs.Invalid), else an
+// errdefs.Capacity. It reads every host: only a placement that failed calls it.
+func (s *Scheduler) noRoomLocked(template string, vcpus, need int64, heard time.Time) error {
 	up, knows, tooBig := 0, 0, 0
 	var sizeErr error
-	heard := s.heardSince()
-	s.mu.Lock()
-	for _, h := range hosts {
-		if h.State != store.HostUp || h.Draining || h.LastHeartbeat.Before(heard) {
+	for _, h := range s.hc.hosts {
+		if !placeable(h, heard) {
 			continue
 		}
 		up++
-		if !contains(h.Templates, template) {
+		if !slices.Contains(h.Templates, template) {
 			continue
 		}
 		knows++
 		if err := s.limits[h.ID].checkSize("template "+template, vcpus, need); err != nil {
 			tooBig, sizeErr = tooBig+1, err
-			continue
-		}
-		p := s.pending[h.ID]
-		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
-			continue
-		}
-		free, known := s.roomLocked(h, p)
-		if known && free < need {
-			continue
-		}
-		cands = append(cands, hostRank{h, contains(h.Baked, template), free, h.SlotsUsed + p.slots})
-	}
-	s.mu.Unlock()
-	if len(cands) == 0 {
-		switch {
-		case knows > 0 && tooBig == knows:
-			return nil, sizeErr
-		case up == 0:
-			return nil, errdefs.Capacityf("no host is up to run sandboxes")
-		case knows == 0:
-			return nil, errdefs.Capacityf("no host that is up can run template %q", template)
-		default:
-			return nil, errdefs.Capacityf("no host has room for a %q sandbox (%d MiB): all are full", template, need)
 		}
 	}
-	cands, sampled := sample(cands)
-	return rankHosts(cands, need, !sampled), nil
-}
-
-// hosts is the store's host list, read at most every HostCacheTTL (see Config). The slice is
-// shared: callers must not change it.
-func (s *Scheduler) hosts(ctx context.Context) ([]store.Host, error) {
-	if s.cfg.HostCacheTTL <= 0 {
-		return s.cfg.Store.ListHosts(ctx)
+	switch {
+	case knows > 0 && tooBig == knows:
+		return sizeErr
+	case up == 0:
+		return errdefs.Capacityf("no host is up to run sandboxes")
+	case knows == 0:
+		return errdefs.Capacityf("no host that is up can run template %q", template)
+	default:
+		return errdefs.Capacityf("no host has room for a %q sandbox (%d MiB): all are full", template, need)
 	}
-	s.hostsMu.Lock()
-	defer s.hostsMu.Unlock()
-	if s.hostList != nil && time.Since(s.hostAt) < s.cfg.HostCacheTTL {
-		return s.hostList, nil
-	}
-	list, err := s.cfg.Store.ListHosts(ctx)
-	if err != nil {
-		return nil, err
-	}
-	s.hostList, s.hostAt = list, time.Now()
-	return list, nil
-}
-
-// noteHosts puts what this process just wrote of hosts into the cached list (a copy: readers
-// may hold the old one).
-func (s *Scheduler) noteHosts(hs ...store.Host) {
-	s.hostsMu.Lock()
-	defer s.hostsMu.Unlock()
-	if s.hostList == nil {
-		return
-	}
-	list := slices.Clone(s.hostList)
-	for _, h := range hs {
-		i := slices.IndexFunc(list, func(c store.Host) bool { return c.ID == h.ID })
-		switch {
-		case i < 0:
-			list = append(list, h)
-		default:
-			h.RegisteredAt = list[i].RegisteredAt
-			list[i] = h
-		}
-	}
-	s.hostList = list
-}
-
-// sample keeps at most placeSample candidates, at random, the preferred ones (template baked)
-// before the others; sampled reports whether it dropped any (the rest are then in random order).
-func sample(cands []hostRank) (out []hostRank, sampled bool) {
-	if len(cands) <= placeSample {
-		return cands, false
-	}
-	var first, rest []hostRank
-	for _, c := range cands {
-		if c.first {
-			first = append(first, c)
-		} else {
-			rest = append(rest, c)
-		}
-	}
-	pick := func(from []hostRank, n int) []hostRank {
-		rand.Shuffle(len(from), func(i, j int) { from[i], from[j] = from[j], from[i] })
-		return from[:min(n, len(from))]
-	}
-	out = pick(first, placeSample)
-	return append(out, pick(rest, placeSample-len(out))...), true
 }
 
 // heardSince is how recent a host's last heartbeat must be for placement to pick it: within two
@@ -561,53 +539,155 @@ func rankHosts(cands []hostRank, tie int64, byID bool) []store.Host {
 // those with a free slot first (a volume is used by sandboxes placed on its host), then by most
 // free memory, then fewest sandboxes. No host up is an errdefs.Capacity.
 func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
-	hosts, err := s.hosts(ctx)
-	if err != nil {
+	if err := s.refreshHosts(ctx); err != nil {
 		return nil, err
 	}
 	var cands []hostRank
 	heard := s.heardSince()
+	s.hc.mu.RLock()
 	s.mu.Lock()
-	for _, h := range hosts {
-		if h.State != store.HostUp || h.Draining || h.LastHeartbeat.Before(heard) {
+	for _, h := range s.hc.hosts {
+		if !placeable(h, heard) {
 			continue
 		}
 		p := s.pending[h.ID]
-		free, _ := s.roomLocked(h, p)
-		cands = append(cands, hostRank{h, h.SlotsTotal == 0 || h.SlotsTotal-h.SlotsUsed-p.slots > 0, free, h.SlotsUsed + p.slots})
+		free, _ := s.roomLocked(*h, p)
+		cands = append(cands, hostRank{*h, h.SlotsTotal == 0 || h.SlotsTotal-h.SlotsUsed-p.slots > 0, free, h.SlotsUsed + p.slots})
 	}
 	s.mu.Unlock()
+	s.hc.mu.RUnlock()
 	if len(cands) == 0 {
 		return nil, errdefs.Capacityf("no host is up to keep volumes")
 	}
 	return rankHosts(cands, DefaultTemplateMemMiB, true), nil
 }
 
-// Reserve counts a sandbox being placed on a host until the host's next report; the returned
-// func undoes it (call it when the create failed).
-func (s *Scheduler) Reserve(hostID string, memMiB int64) (release func()) {
+// reportSettle is how long after a placement ended a host's report that does not say when it was
+// read (ReadMsAgo) is taken to count it: a report received sooner may have been read before the
+// sandbox was there (an agent reads its state, then sends it).
+const reportSettle = time.Second
+
+// reportTransit bounds how long a report that says when it was read took to arrive (loopback or a
+// data-centre network, and the server's queue).
+const reportTransit = 500 * time.Millisecond
+
+// Reserve counts a sandbox being placed on a host (slots and memMiB) from now until the host
+// counts it itself. It checks the room again under the lock that counts it, so concurrent
+// placements cannot both take a host's last slot: no room left (by the host's last report less
+// the reservations) is an errdefs.Capacity, and nothing is reserved. Call done when the host
+// answered: done(false) when nothing was placed (the reservation ends at once), done(true) when
+// the sandbox is there (it ends with the first report read after that). Reports read before do
+// not end it: they do not count the sandbox.
+func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool), err error) {
+	s.hc.mu.RLock()
 	s.mu.Lock()
-	r := s.pending[hostID]
-	r.slots++
-	r.mem += memMiB
-	s.pending[hostID] = r
+	if i, ok := s.hc.pos[hostID]; ok {
+		h, p := s.hc.hosts[i], s.pending[hostID]
+		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
+			err = errdefs.Capacityf("host %s has no free slot left (taken by other placements meanwhile)", hostID)
+		} else if free, known := s.roomLocked(*h, p); known && memMiB > 0 && free < memMiB {
+			err = errdefs.Capacityf("host %s does not have %d MiB of guest memory left (taken by other placements meanwhile)", hostID, memMiB)
+		}
+	}
+	if err == nil {
+		s.addPendingLocked(hostID, 1, memMiB)
+	}
 	s.mu.Unlock()
+	s.hc.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
 	var once sync.Once
-	return func() {
+	return func(placed bool) {
 		once.Do(func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if r, ok := s.pending[hostID]; ok {
-				r.slots--
-				r.mem -= memMiB
-				if r.slots <= 0 {
-					delete(s.pending, hostID)
-				} else {
-					s.pending[hostID] = r
-				}
+			if placed {
+				s.placed[hostID] = append(s.placed[hostID], placedRes{at: s.cfg.Now(), slots: 1, mem: memMiB})
+				return
 			}
+			s.addPendingLocked(hostID, -1, -memMiB)
 		})
+	}, nil
+}
+
+// Freeing is called before a host is asked to stop a sandbox of memMiB; call the returned func
+// with whether it did. A stop counts as a slot and memMiB back at once, until a report that may
+// have been read after it was asked for (the host's last report still counts the sandbox).
+func (s *Scheduler) Freeing(hostID string, memMiB int64) (done func(stopped bool)) {
+	asked := s.cfg.Now()
+	return func(stopped bool) {
+		if !stopped {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.lastReport[hostID].Before(asked) {
+			return // a report that arrived meanwhile may count it already
+		}
+		s.addPendingLocked(hostID, -1, -memMiB)
+		s.placed[hostID] = append(s.placed[hostID], placedRes{at: asked, slots: -1, mem: -memMiB})
 	}
+}
+
+// placedRes is a sandbox placed on its host (slots 1) or stopped there (slots -1, mem negative)
+// that no report has counted yet.
+type placedRes struct {
+	at    time.Time // placed: when the host answered; stopped: when it was asked to
+	slots int64
+	mem   int64
+}
+
+// addPendingLocked adds slots and mem to a host's reservations (s.mu held); either may be
+// negative (sandboxes stopped since the last report).
+func (s *Scheduler) addPendingLocked(hostID string, slots, mem int64) {
+	r := s.pending[hostID]
+	r.slots += slots
+	r.mem += mem
+	if r.slots == 0 && r.mem == 0 {
+		delete(s.pending, hostID)
+		return
+	}
+	s.pending[hostID] = r
+}
+
+// readWindow is when an agent read a report: after after, by by at the latest.
+type readWindow struct{ after, by time.Time }
+
+// pushedRead is when the agent read reg (a registration or heartbeat arriving now): what it
+// says (ReadMsAgo) and reportTransit before, else reportSettle before; by now at the latest.
+func (s *Scheduler) pushedRead(reg Registration) readWindow {
+	now := s.cfg.Now()
+	if reg.ReadMsAgo > 0 {
+		return readWindow{after: now.Add(-time.Duration(reg.ReadMsAgo)*time.Millisecond - reportTransit), by: now}
+	}
+	return readWindow{after: now.Add(-reportSettle), by: now}
+}
+
+// settleLocked ends the reservations of hostID that a report read within read counts (s.mu
+// held), erring on the side of room taken: a placed sandbox's when the report was surely read
+// after the host answered; a stopped one's credit when the report may have been read after the
+// kill was asked for.
+func (s *Scheduler) settleLocked(hostID string, read readWindow) {
+	s.lastReport[hostID] = read.by
+	rs := s.placed[hostID]
+	keep := rs[:0]
+	for _, r := range rs {
+		cutoff := read.after
+		if r.slots < 0 {
+			cutoff = read.by
+		}
+		if r.at.After(cutoff) {
+			keep = append(keep, r)
+			continue
+		}
+		s.addPendingLocked(hostID, -r.slots, -r.mem)
+	}
+	if len(keep) == 0 {
+		delete(s.placed, hostID)
+		return
+	}
+	s.placed[hostID] = keep
 }
 
 // PlaceOn checks that hostID, where a sandbox must go (a fork's children live with their
@@ -836,6 +916,7 @@ func (s *Scheduler) PollStatic(ctx context.Context) error {
 func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PollInterval+5*time.Second)
 	defer cancel()
+	asked := s.cfg.Now() // the answer counts every sandbox placed or stopped before this
 	info, err := agentclient.New(a.url, a.token).Info(pctx)
 	if err != nil {
 		return err
@@ -843,7 +924,7 @@ func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	if info.HostID == "" {
 		return fmt.Errorf("agent at %s reported no host_id", a.url)
 	}
-	return s.Register(ctx, RegistrationFromInfo(info, a.url, a.token))
+	return s.register(ctx, RegistrationFromInfo(info, a.url, a.token), false, readWindow{after: asked, by: s.cfg.Now()})
 }
 
 // ReconcileAll reconciles every host that is up, on the one replica holding the reconciler lock

@@ -82,24 +82,18 @@ func TestPlacement(t *testing.T) {
 		t.Fatal("template memory")
 	}
 
-	// Reservations count until the host reports again.
-	var releases []func()
+	// Reservations count while the host works (TestReservationsEndWhenCounted: and after).
+	var dones []func(bool)
 	for i := 0; i < 4; i++ {
-		releases = append(releases, s.Reserve("big-baked", 512))
+		dones = append(dones, reserve(t, s, "big-baked", 512))
 	}
 	if got, _ := s.Place(ctx, "agent"); len(got) != 0 {
 		t.Fatalf("reserved-full host still offered: %v", ids(got))
 	}
-	releases[0]()
-	releases[0]() // idempotent
+	dones[0](false)
+	dones[0](false) // idempotent
 	if got, _ := s.Place(ctx, "agent"); len(got) != 1 {
-		t.Fatal("release did not free a slot")
-	}
-	if err := s.Register(ctx, reg("big-baked", 4000, 0, tmpl("base", true), tmpl("agent", false))); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := s.Place(ctx, "base"); got[0].ID != "big-baked" {
-		t.Fatalf("report did not reset reservations: %v", ids(got))
+		t.Fatal("a placement that failed did not free its slot")
 	}
 	// Catalog picked up every reported template.
 	for _, n := range []string{"base", "agent"} {
@@ -211,9 +205,9 @@ func TestPlacementSpreadsAcrossLookalikeHosts(t *testing.T) {
 	if got[0].ID != "b" {
 		t.Fatalf("placement %v", ids(got))
 	}
-	s.Reserve("b", 512)
-	s.Reserve("b", 512)
-	s.Reserve("b", 512)
+	reserve(t, s, "b", 512)
+	reserve(t, s, "b", 512)
+	reserve(t, s, "b", 512)
 	if got, _ := s.Place(ctx, "base"); got[0].ID != "a" {
 		t.Fatalf("after reservations on b: %v", ids(got))
 	}
@@ -267,7 +261,7 @@ func TestPlacementLimits(t *testing.T) {
 		t.Fatalf("placement %v %v, want [small]", ids(got), err)
 	}
 	for range 4 {
-		s.Reserve("small", 512)
+		reserve(t, s, "small", 512)
 	}
 	if _, err := s.Place(ctx, "base"); !errdefs.Is(err, errdefs.Capacity) {
 		t.Fatalf("placement past the commit limits: %v", err)
@@ -321,9 +315,9 @@ func TestHostCache(t *testing.T) {
 	if got, _ := s.Place(ctx, "base"); strings.Contains(strings.Join(ids(got), ","), "c") {
 		t.Fatalf("the cache read the store again before its TTL: %v", ids(got))
 	}
-	s.hostsMu.Lock()
-	s.hostAt = time.Time{} // the TTL has passed
-	s.hostsMu.Unlock()
+	s.hc.mu.Lock()
+	s.hc.at = time.Time{} // the TTL has passed
+	s.hc.mu.Unlock()
 	if got, _ := s.Place(ctx, "base"); len(got) != 3 {
 		t.Fatalf("after the TTL: %v", ids(got))
 	}
@@ -425,4 +419,132 @@ func TestHeartbeatOfADownHost(t *testing.T) {
 	if err := s.Heartbeat(ctx, Registration{HostID: "host-nope", URL: "http://x"}); !errors.Is(err, ErrUnknownHost) {
 		t.Fatalf("unknown host: %v", err)
 	}
+}
+
+// TestReservationsEndWhenCounted: a host's report does not end the reservations of sandboxes it
+// is still making, nor of those it made just before (the report may have been read before they
+// were there); the first report received reportSettle after the host answered does.
+func TestReservationsEndWhenCounted(t *testing.T) {
+	ctx := context.Background()
+	var offset time.Duration
+	clock := func() time.Time { return time.Now().Add(offset) }
+	s, _ := newSched(t, Config{Now: clock})
+	report := func(used int64) {
+		t.Helper()
+		if err := s.Heartbeat(ctx, reg("h", 8000, used, tmpl("base", true))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Register(ctx, reg("h", 8000, 0, tmpl("base", true))); err != nil {
+		t.Fatal(err)
+	}
+	free := func() int64 {
+		t.Helper()
+		h, err := s.PlaceOn(ctx, "h", 1, 0)
+		if err != nil {
+			return 0
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return h.SlotsTotal - h.SlotsUsed - s.pending["h"].slots
+	}
+	wantFree := func(want int64, after string) {
+		t.Helper()
+		if n := free(); n != want {
+			t.Fatalf("%d slots free after %s", n, after)
+		}
+	}
+	noneLeft := func() {
+		t.Helper()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.pending) != 0 || len(s.placed) != 0 {
+			t.Fatalf("reservations left: %v %v", s.pending, s.placed)
+		}
+	}
+	working := reserve(t, s, "h", 256) // the host is still making it
+	made := reserve(t, s, "h", 256)
+	made(true) // the host answered: it is there
+	report(0)  // read before either was counted
+	wantFree(2, "a report during the creates, want 2 (4 less the two being made)")
+	offset += 2 * reportSettle
+	report(1) // counts the one made
+	wantFree(2, "a report that counts one sandbox, want 2 (one counted, one being made)")
+	working(true)
+	report(1) // too soon after it was made to count it
+	wantFree(2, "a report right after the second create ended, want 2")
+	offset += 2 * reportSettle
+	report(2)
+	wantFree(2, "a report counting both, want 2")
+	noneLeft()
+
+	// A report that says when it was read settles sooner: read after the host answered, it counts
+	// the sandbox; read before, it does not.
+	reserve(t, s, "h", 256)(true)
+	offset += reportSettle / 2
+	stale := reg("h", 8000, 2, tmpl("base", true))
+	stale.ReadMsAgo = (reportSettle / 2).Milliseconds() + 1
+	if err := s.Heartbeat(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	wantFree(1, "a report read before the third create ended, want 1")
+	fresh := reg("h", 8000, 3, tmpl("base", true))
+	fresh.ReadMsAgo = 1
+	offset += reportTransit + time.Millisecond
+	if err := s.Heartbeat(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	wantFree(1, "a report read after the third create ended, want 1 (counted once)")
+	noneLeft()
+
+	// A sandbox the host has just stopped frees its slot at once, until a report counts it gone.
+	offset += time.Millisecond
+	s.Freeing("h", 256)(true)
+	wantFree(2, "a kill (3 used in the last report), want 2")
+	offset += 2 * reportSettle
+	report(2)
+	wantFree(2, "a report that counts the kill, want 2 (freed once)")
+	// A stop whose host reported while it was being asked for gives nothing back: that report
+	// may count it already.
+	offset += time.Millisecond
+	stopping := s.Freeing("h", 256)
+	offset += time.Millisecond
+	report(1)
+	stopping(true)
+	wantFree(3, "a report during a kill, want 3 (freed once)")
+	noneLeft()
+}
+
+// reserve is s.Reserve, which must succeed.
+func reserve(t *testing.T, s *Scheduler, hostID string, memMiB int64) func(bool) {
+	t.Helper()
+	done, err := s.Reserve(hostID, memMiB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return done
+}
+
+// TestReserveChecksRoomAgain: two placements that both picked a host's last slot cannot both
+// reserve it; the second is refused (errdefs.Capacity: its create moves on to the next host).
+func TestReserveChecksRoomAgain(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newSched(t, Config{HostCacheTTL: time.Hour})
+	if err := s.Register(ctx, reg("h", 8000, 3, tmpl("base", true))); err != nil { // 1 of 4 slots free
+		t.Fatal(err)
+	}
+	first, err := s.Place(ctx, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.Place(ctx, "base")
+	if err != nil || first[0].ID != "h" || second[0].ID != "h" {
+		t.Fatalf("both placements pick h: %v %v %v", ids(first), ids(second), err)
+	}
+	done := reserve(t, s, "h", 256)
+	if _, err := s.Reserve("h", 256); !errdefs.Is(err, errdefs.Capacity) {
+		t.Fatalf("second reservation of h's last slot: %v", err)
+	}
+	done(false)
+	reserve(t, s, "h", 256) // the slot is back
 }

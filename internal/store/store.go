@@ -98,14 +98,22 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 	return open(ctx, db, SQLite)
 }
 
+// PostgresPoolSize is how many connections one replica keeps to PostgreSQL at most (size the
+// server's max_connections for it: replicas × this, plus headroom).
+const PostgresPoolSize = 32
+
 // OpenPostgres opens the PostgreSQL database at url.
 func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open postgres: %w", err)
 	}
-	db.SetMaxOpenConns(32)
-	db.SetMaxIdleConns(8)
+	// Every open connection may stay idle: a pool that keeps fewer than it opens closes the
+	// extras after each burst and dials them again on the next (a PostgreSQL backend per dial, its
+	// catalog caches and plans cold). A fleet's heartbeats and creates make such bursts all the
+	// time; idle connections still go after ConnMaxIdleTime.
+	db.SetMaxOpenConns(PostgresPoolSize)
+	db.SetMaxIdleConns(PostgresPoolSize)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	return open(ctx, db, Postgres)
 }
