@@ -45,6 +45,9 @@ var versionNames = []string{
 	19: "quotas on databases, apps, functions and snapshot sizes",
 	20: "app deployments' leases",
 	21: "E2B facade's restarted code contexts",
+	22: "reserved (placeholder)",
+	23: "reserved (placeholder)",
+	24: "background processes' exits",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
@@ -52,7 +55,7 @@ var versionNames = []string{
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
 	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema, e2bSchema,
 	databasesSchema,
-	appsSchema, webhooksSchema)
+	appsSchema, webhooksSchema, processExitsSchema)
 
 // assemble groups the domains' steps into migrations by version.
 func assemble(domains ...[]schemaStep) []migration {
