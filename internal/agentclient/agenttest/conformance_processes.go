@@ -202,6 +202,8 @@ func (k *contract) processExits(t *testing.T) {
 	}
 
 	shared := start(id, "shared")
+	pre := start(id, "pre") // ends just before the fork: the parent's exit, whether or not looked at yet
+	term(id, pre)
 	child := must[[]agentclient.Sandbox](t, "fork")(k.c.Fork(ctx(), id, 1))[0]
 	defer k.c.KillSandbox(ctx(), child.ID)
 	if p := must[agentclient.Process](t, "kill in the child")(k.c.KillProcess(ctx(), child.ID, shared)); p.State != "exited" {
@@ -210,6 +212,7 @@ func (k *contract) processExits(t *testing.T) {
 	if e := l.await(t, child.ID, shared); e.Tag != "shared" || e.ExitCode != 137 || e.Signal != "SIGKILL" {
 		t.Errorf("the child's exit: %+v", e)
 	}
+	l.await(t, id, pre)
 	term(id, shared)
 	if e := l.await(t, id, shared); e.ExitCode != 143 {
 		t.Errorf("the parent's exit of the process it shares with its child: %+v", e)
