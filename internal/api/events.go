@@ -11,6 +11,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/webhooks"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -50,11 +51,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		at     time.Time
 	}
 	seen := map[string]seenState{}
-	changes := map[string]time.Time{} // audit entries sent, by id
+	changes := map[string]time.Time{}   // audit entries sent, by id
+	exitsSent := map[string]time.Time{} // process exits sent, by key
 	since := s.now()
 	// The audit log's own cursor; calls from just before the stream began are reported too.
 	started := since.Add(-eventLookback)
-	auditSince := since
+	auditSince, exitSince := since, since
 	out := &ndjson{w: w}
 	out.send(v1.Event{Type: "ready", At: v1.Timestamp(since)})
 	poll := time.NewTicker(eventPoll)
@@ -112,9 +114,34 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			out.send(v1.Event{Type: "change", At: v1.Timestamp(a.CreatedAt), Change: &c})
 			lastSent = time.Now()
 		}
+		exits, err := s.store.ProcessExitsSince(ctx, id.TeamID, exitSince.Add(-eventLookback), eventBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("events: reading process exits", "err", err)
+			}
+			continue
+		}
+		for _, e := range exits {
+			if e.RecordedAt.After(exitSince) {
+				exitSince = e.RecordedAt
+			}
+			key := webhooks.ProcessExitKey(e)
+			if _, sent := exitsSent[key]; sent || !e.RecordedAt.After(started) {
+				continue
+			}
+			exitsSent[key] = e.RecordedAt
+			v := webhooks.ProcessExitView(e)
+			out.send(v1.Event{Type: webhooks.ProcessExited, At: v.ExitedAt, Process: &v})
+			lastSent = time.Now()
+		}
 		for aid, at := range changes {
 			if at.Before(auditSince.Add(-2 * eventLookback)) {
 				delete(changes, aid)
+			}
+		}
+		for key, at := range exitsSent {
+			if at.Before(exitSince.Add(-2 * eventLookback)) {
+				delete(exitsSent, key)
 			}
 		}
 		// Killed sandboxes never change again: forget them once out of the lookback window.

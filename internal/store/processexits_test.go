@@ -33,7 +33,7 @@ func TestProcessExits(t *testing.T) {
 		}{
 			{"h1", []ProcessExit{exit("sb_a", 10), exit("sb_a", 11)}, 2},
 			{"h1", []ProcessExit{exit("sb_a", 10), exit("sb_a", 12)}, 1}, // 10 again: once
-			{"h1", []ProcessExit{exit("sb_b", 10)}, 0},                    // not h1's sandbox
+			{"h1", []ProcessExit{exit("sb_b", 10)}, 0},                   // not h1's sandbox
 			{"h1", []ProcessExit{exit("sb_svc", 10), exit("sb_gone", 1)}, 0},
 			{"h2", []ProcessExit{exit("sb_b", 10)}, 1},
 		} {

@@ -34,7 +34,7 @@ import (
 const (
 	ExitLook     = time.Second
 	MaxExitLog   = 4096
-	MaxExitsPage = 500
+	MaxExitsPage = 200
 	exitLookWait = 5 * time.Second
 )
 
