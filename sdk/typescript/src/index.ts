@@ -81,5 +81,6 @@ export {
 } from "./errors.js";
 export type { FetchLike, FetchResponse } from "./http.js";
 export { WatchHandle, type FileEvent } from "./filetree.js";
+export { Terminal, type TerminalOptions } from "./terminal.js";
 export { packTar, unpackTar, type TarEntry } from "./tar.js";
 export { VERSION } from "./version.js";
