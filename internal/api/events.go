@@ -59,6 +59,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	auditSince, exitSince := since, since
 	out := &ndjson{w: w}
 	out.send(v1.Event{Type: "ready", At: v1.Timestamp(since)})
+	failed := func(what string, err error) bool { // a failed read is logged; the next poll tries again
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("events: reading "+what, "err", err)
+		}
+		return err != nil
+	}
 	poll := time.NewTicker(eventPoll)
 	defer poll.Stop()
 	lastSent, lastKeyCheck := time.Now(), time.Now()
@@ -75,10 +81,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		sbs, err := s.store.SandboxesChangedSince(ctx, id.TeamID, since.Add(-eventLookback), eventBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("events: reading changes", "err", err)
-			}
+		if failed("changes", err) {
 			continue
 		}
 		for _, sb := range sbs {
@@ -95,10 +98,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			lastSent = time.Now()
 		}
 		entries, _, err := s.store.ListAudit(ctx, store.AuditFilter{TeamID: id.TeamID, Since: auditSince.Add(-eventLookback), Limit: eventBatch})
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("events: reading the audit log", "err", err)
-			}
+		if failed("the audit log", err) {
 			continue
 		}
 		for i := len(entries) - 1; i >= 0; i-- { // oldest first
@@ -115,10 +115,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			lastSent = time.Now()
 		}
 		exits, err := s.store.ProcessExitsSince(ctx, id.TeamID, exitSince.Add(-eventLookback), eventBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("events: reading process exits", "err", err)
-			}
+		if failed("process exits", err) {
 			continue
 		}
 		for _, e := range exits {
