@@ -85,9 +85,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		for _, sb := range sbs {
-			if sb.UpdatedAt.After(since) {
-				since = sb.UpdatedAt
-			}
+			advance(&since, sb.UpdatedAt)
 			sig := sb.State + "\x00" + sb.HostID + "\x00" + sb.Error
 			if seen[sb.ID].sig == sig {
 				continue
@@ -103,9 +101,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		for i := len(entries) - 1; i >= 0; i-- { // oldest first
 			a := entries[i]
-			if a.CreatedAt.After(auditSince) {
-				auditSince = a.CreatedAt
-			}
+			advance(&auditSince, a.CreatedAt)
 			if _, sent := changes[a.ID]; sent || a.Status < 200 || a.Status > 299 || !a.CreatedAt.After(started) {
 				continue
 			}
@@ -119,9 +115,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		for _, e := range exits {
-			if e.RecordedAt.After(exitSince) {
-				exitSince = e.RecordedAt
-			}
+			advance(&exitSince, e.RecordedAt)
 			key := webhooks.ProcessExitKey(e)
 			if _, sent := exitsSent[key]; sent || !e.RecordedAt.After(started) {
 				continue
@@ -151,6 +145,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			out.send(v1.Event{Type: "ping", At: v1.Timestamp(s.now())})
 			lastSent = time.Now()
 		}
+	}
+}
+
+// advance moves a cursor on to t if t is later.
+func advance(cur *time.Time, t time.Time) {
+	if t.After(*cur) {
+		*cur = t
 	}
 }
 
