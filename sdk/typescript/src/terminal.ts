@@ -26,7 +26,7 @@ interface WsSocket {
   on(event: "message", fn: (data: Uint8Array | Uint8Array[] | ArrayBuffer, isBinary: boolean) => void): void;
   on(event: "close", fn: (code: number, reason: Uint8Array) => void): void;
   on(event: "error", fn: (err: Error) => void): void;
-  on(event: "unexpected-response", fn: (req: { destroy(): void }, res: WsResponse) => void): void;
+  on(event: "unexpected-response", fn: (req: { destroy(): void; socket?: { destroy(): void } | null }, res: WsResponse) => void): void;
   send(data: string | Uint8Array, cb?: (err?: Error) => void): void;
   close(code?: number, reason?: string): void;
   terminate(): void;
@@ -35,6 +35,7 @@ interface WsSocket {
 
 interface WsResponse {
   statusCode?: number;
+  socket?: { destroy(): void } | null;
   headers: Record<string, string | string[] | undefined>;
   on(event: "data", fn: (chunk: Uint8Array) => void): void;
   on(event: "end" | "error", fn: () => void): void;
@@ -219,6 +220,7 @@ export async function openTerminal(http: Transport, path: string, opts: Terminal
   await new Promise<void>((resolve, reject) => {
     ws.on("open", resolve);
     ws.on("unexpected-response", (req, res) => {
+      const conn = req.socket ?? res.socket; // held now: the response's end detaches it
       const parts: Uint8Array[] = [];
       let size = 0;
       res.on("data", (c) => {
@@ -226,7 +228,10 @@ export async function openTerminal(http: Transport, path: string, opts: Terminal
         size += c.length;
       });
       const fail = () => {
+        // The server may keep the connection open after its answer (Go's does): let it go, or
+        // it keeps Node running.
         req.destroy();
+        conn?.destroy();
         const text = new TextDecoder().decode(toBytes(parts));
         const get = (name: string) => {
           const v = res.headers[name.toLowerCase()];

@@ -996,12 +996,26 @@ describe("terminal WebSocket (a loopback ws server)", () => {
     }
   });
 
-  it("a refused upgrade is the typed error", async () => {
-    const { wss, sb } = await serve(() => {}, (_info, cb) => cb(false, 403, "Forbidden"));
+  it("a refused upgrade is the typed error, and its connection is let go", async () => {
+    // A server that answers the upgrade with an error and keeps the connection open (as Go's
+    // does): the client must close it, or it keeps Node running.
+    const { createServer } = await import("node:http");
+    const srv = createServer();
+    let closed;
+    const gone = new Promise((r) => (closed = r));
+    srv.on("upgrade", (_req, socket) => {
+      const body = '{"error":{"code":"forbidden","message":"this key lacks the sandboxes scope"}}';
+      socket.write(`HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+      socket.on("end", closed); // the client let go (the server side stays half open)
+    });
+    await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+    const c = new PandaStack({ apiKey: "pds_ws", baseUrl: `http://127.0.0.1:${srv.address().port}`, env: {} });
+    const sb = new sdk.Sandbox(c, { id: "sb_1", state: "running" });
     try {
-      await assert.rejects(sb.terminal(), Forbidden);
+      await assert.rejects(sb.terminal(), (e) => e instanceof Forbidden && /sandboxes scope/.test(e.message));
+      await gone;
     } finally {
-      wss.close();
+      srv.close();
     }
   });
 });
