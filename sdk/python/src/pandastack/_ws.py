@@ -194,6 +194,7 @@ class WebSocket:
         except OSError:
             pass
         self._sock.close()
+        self._r.close()  # the socket's descriptor is freed once its file object is closed too
 
 
 def connect(transport: Any, path: str, params: Optional[Mapping[str, Any]], timeout: Optional[float]) -> WebSocket:
@@ -211,6 +212,13 @@ def connect(transport: Any, path: str, params: Optional[Mapping[str, Any]], time
         raise transport._timeout_error("GET", path, timeout, h) from e
     except OSError as e:
         raise transport._connection_error(e, h) from e
+    reader = None
+
+    def drop() -> None:  # a failed opening: the descriptor goes with the file object too
+        if reader is not None:
+            reader.close()
+        sock.close()
+
     try:
         if u.scheme == "https":
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=u.hostname)
@@ -230,13 +238,13 @@ def connect(transport: Any, path: str, params: Optional[Mapping[str, Any]], time
                                             request_id=h["X-Request-Id"])
         sock.settimeout(None)
     except (socket.timeout, TimeoutError) as e:
-        sock.close()
+        drop()
         raise transport._timeout_error("GET", path, timeout, h) from e
     except errors.PandaStackError:
-        sock.close()
+        drop()
         raise
     except (OSError, ValueError) as e:
-        sock.close()
+        drop()
         raise transport._connection_error(e, h) from e
     return WebSocket(sock, reader)
 
