@@ -16,7 +16,7 @@ func init() { rootCmd.AddCommand(eventsCmd()) }
 // eventsCmd is `pandastack events`: GET /v1/events until Ctrl-C (or the key is revoked).
 func eventsCmd() *cobra.Command {
 	var f apiFlags
-	cmd := f.verb("events", "Follow your team's changes as they happen (sandboxes created, hibernated, woken, killed, lost; app deployments built, failed, switched to; every changing call)", cobra.NoArgs,
+	cmd := f.verb("events", "Follow your team's changes as they happen (sandboxes created, hibernated, woken, killed, lost; app deployments built, failed, switched to; processes that exited; every changing call)", cobra.NoArgs,
 		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			w := cmd.OutOrStdout()
 			return c.Events(ctx, func(ev v1.Event) (bool, error) {
@@ -36,6 +36,9 @@ func eventsCmd() *cobra.Command {
 				case ev.Type == "change" && ev.Change != nil:
 					c := ev.Change
 					fmt.Fprintln(w, termtext.Escape(fmt.Sprintf("%s  %s  %s %s (%d)", ev.At, c.ResourceID, c.Method, c.Route, c.Status)))
+				case ev.Type == "process.exited" && ev.Process != nil:
+					p := ev.Process
+					fmt.Fprintln(w, termtext.Escape(fmt.Sprintf("%s  %s  process %d %q exited %d %s", ev.At, p.SandboxID, p.Pid, p.Tag, p.ExitCode, p.Signal)))
 				}
 				return false, nil
 			})

@@ -532,6 +532,13 @@ func (c *Client) ListProcesses(ctx context.Context, id string) ([]Process, error
 	return out.Processes, c.call(ctx, "GET", processPath(id, 0, ""), nil, &out)
 }
 
+// ProcessExits returns the processes that ended on the host's sandboxes after cursor after
+// (GET /v1/process-exits).
+func (c *Client) ProcessExits(ctx context.Context, after int64) (hostapi.ProcessExits, error) {
+	var out hostapi.ProcessExits
+	return out, c.callQ(ctx, "GET", "/v1/process-exits", url.Values{"after": {strconv.FormatInt(after, 10)}}, nil, &out)
+}
+
 // ProcessOutput opens GET …/processes/{pid}/output (NDJSON hostapi.ProcessEvent lines); the
 // caller closes the body.
 func (c *Client) ProcessOutput(ctx context.Context, id string, pid int, offset int64, follow bool) (io.ReadCloser, error) {

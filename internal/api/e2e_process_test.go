@@ -14,6 +14,7 @@ import (
 	"github.com/pandastack/pandastack/internal/hostagent"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/testenv"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // procOut is what a reader of a process's output saw.
@@ -109,6 +110,15 @@ func TestE2EProcesses(t *testing.T) {
 		return pid
 	}
 
+	// Exits arrive as "process.exited" events: the host agent's look, its report, the store.
+	exited := make(chan v1.ProcessExit, 64)
+	go c.Events(ctx, func(ev v1.Event) (bool, error) {
+		if ev.Type == "process.exited" && ev.Process != nil {
+			exited <- *ev.Process
+		}
+		return false, nil
+	})
+
 	// A process printing over time: a reader that drops mid-way and reconnects from its last
 	// offset gets every line once; the exit code is listed after.
 	pid := start(client.StartProcessRequest{Cmd: `for i in $(seq 1 30); do echo "line $i $WHO"; sleep 0.05; done; echo done >&2; exit 7`})
@@ -133,6 +143,14 @@ func TestE2EProcesses(t *testing.T) {
 	ps, err := c.ListProcesses(ctx, sb.ID)
 	if err != nil || len(ps) != 1 || ps[0].Pid != pid || ps[0].State != "exited" || ps[0].ExitCode == nil || *ps[0].ExitCode != 7 {
 		t.Fatalf("list after exit: %+v %v", ps, err)
+	}
+	select {
+	case e := <-exited:
+		if e.SandboxID != sb.ID || e.Pid != pid || e.ExitCode != 7 || e.Signal != "" {
+			t.Fatalf("process.exited %+v, want pid %d of %s, exit 7", e, pid, sb.ID)
+		}
+	case <-ctx.Done(): // a hang guard, not a measure
+		t.Fatal("no process.exited event")
 	}
 
 	// A tree: DELETE kills the process, its group and a child that left it; no orphan stays.

@@ -11,6 +11,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/webhooks"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -55,13 +56,20 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	changes := map[string]time.Time{} // audit entries sent, by id
 	deps := map[string]seenState{}    // deployments sent, by id
 	appsSeen := map[string]store.App{}
+	exitsSent := map[string]time.Time{} // process exits sent, by key
 	since := s.now()
 	depSince := since
 	// The audit log's own cursor; calls from just before the stream began are reported too.
 	started := since.Add(-eventLookback)
-	auditSince := since
+	auditSince, exitSince := since, since
 	out := &ndjson{w: w}
 	out.send(v1.Event{Type: "ready", At: v1.Timestamp(since)})
+	failed := func(what string, err error) bool { // a failed read is logged; the next poll tries again
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("events: reading "+what, "err", err)
+		}
+		return err != nil
+	}
 	poll := time.NewTicker(eventPoll)
 	defer poll.Stop()
 	lastSent, lastKeyCheck := time.Now(), time.Now()
@@ -78,16 +86,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		sbs, err := s.store.SandboxesChangedSince(ctx, id.TeamID, since.Add(-eventLookback), eventBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("events: reading changes", "err", err)
-			}
+		if failed("changes", err) {
 			continue
 		}
 		for _, sb := range sbs {
-			if sb.UpdatedAt.After(since) {
-				since = sb.UpdatedAt
-			}
+			advance(&since, sb.UpdatedAt)
 			sig := sb.State + "\x00" + sb.HostID + "\x00" + sb.Error
 			if seen[sb.ID].sig == sig {
 				continue
@@ -99,25 +102,16 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		// Deployments change in the background (built, failed, switched to, superseded): no call
 		// says so, the deployment's own record does.
-		if sent, err := s.deploymentEvents(ctx, out, id.TeamID, &depSince, deps, appsSeen); err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("events: reading deployments", "err", err)
-			}
-		} else if sent {
+		if sent, err := s.deploymentEvents(ctx, out, id.TeamID, &depSince, deps, appsSeen); !failed("deployments", err) && sent {
 			lastSent = time.Now()
 		}
 		entries, _, err := s.store.ListAudit(ctx, store.AuditFilter{TeamID: id.TeamID, Since: auditSince.Add(-eventLookback), Limit: eventBatch})
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("events: reading the audit log", "err", err)
-			}
+		if failed("the audit log", err) {
 			continue
 		}
 		for i := len(entries) - 1; i >= 0; i-- { // oldest first
 			a := entries[i]
-			if a.CreatedAt.After(auditSince) {
-				auditSince = a.CreatedAt
-			}
+			advance(&auditSince, a.CreatedAt)
 			if _, sent := changes[a.ID]; sent || a.Status < 200 || a.Status > 299 || !a.CreatedAt.After(started) {
 				continue
 			}
@@ -126,9 +120,29 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			out.send(v1.Event{Type: "change", At: v1.Timestamp(a.CreatedAt), Change: &c})
 			lastSent = time.Now()
 		}
+		exits, err := s.store.ProcessExitsSince(ctx, id.TeamID, exitSince.Add(-eventLookback), eventBatch)
+		if failed("process exits", err) {
+			continue
+		}
+		for _, e := range exits {
+			advance(&exitSince, e.RecordedAt)
+			key := webhooks.ProcessExitKey(e)
+			if _, sent := exitsSent[key]; sent || !e.RecordedAt.After(started) {
+				continue
+			}
+			exitsSent[key] = e.RecordedAt
+			v := webhooks.ProcessExitView(e)
+			out.send(v1.Event{Type: webhooks.ProcessExited, At: v.ExitedAt, Process: &v})
+			lastSent = time.Now()
+		}
 		for aid, at := range changes {
 			if at.Before(auditSince.Add(-2 * eventLookback)) {
 				delete(changes, aid)
+			}
+		}
+		for key, at := range exitsSent {
+			if at.Before(exitSince.Add(-2 * eventLookback)) {
+				delete(exitsSent, key)
 			}
 		}
 		// Killed sandboxes never change again: forget them once out of the lookback window; and
@@ -160,9 +174,7 @@ func (s *Server) deploymentEvents(ctx context.Context, out *ndjson, teamID strin
 	}
 	sentOne := false
 	for _, d := range ds {
-		if d.UpdatedAt.After(*since) {
-			*since = d.UpdatedAt
-		}
+		advance(since, d.UpdatedAt)
 		sig := d.State + "\x00" + d.Error + "\x00" + d.SnapshotID
 		if sent[d.ID].sig == sig {
 			continue
@@ -180,6 +192,13 @@ func (s *Server) deploymentEvents(ctx context.Context, out *ndjson, teamID strin
 		sentOne = true
 	}
 	return sentOne, nil
+}
+
+// advance moves a cursor on to t if t is later.
+func advance(cur *time.Time, t time.Time) {
+	if t.After(*cur) {
+		*cur = t
+	}
 }
 
 // keyStillValid reports whether the key behind id is neither revoked nor expired (nor gone).

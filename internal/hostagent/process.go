@@ -21,6 +21,18 @@ func (a *Agent) processRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/processes/{pid}/resize", a.busy(a.handleProcessResize))
 	mux.HandleFunc("DELETE /v1/sandboxes/{id}/processes/{pid}", a.busy(a.handleKillProcess))
 	mux.HandleFunc("GET /v1/sandboxes/{id}/pty", a.busy(a.handlePTY)) // pty.go
+	// The exits the agent saw (internal/host/sandbox/exits.go), for the control plane.
+	mux.HandleFunc("GET /v1/process-exits", a.handleProcessExits)
+}
+
+// handleProcessExits is GET /v1/process-exits?after=N.
+func (a *Agent) handleProcessExits(w http.ResponseWriter, r *http.Request) {
+	after, err := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+	if err != nil || after < 0 {
+		writeError(w, errdefs.Invalidf("after %q is not a cursor (a number >= 0 from the last answer's next, or 0)", r.URL.Query().Get("after")))
+		return
+	}
+	writeJSON(w, http.StatusOK, a.sandboxes.ProcessExits(after))
 }
 
 // ProcessView is the wire form of a guest process.

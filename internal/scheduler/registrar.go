@@ -72,6 +72,7 @@ func RunRegistrar(ctx context.Context, cfg RegistrarConfig) error {
 	}
 	local := agentclient.New(cfg.LocalURL, cfg.AgentToken)
 	registered, failing := false, false
+	var exits int64 // the agent's process-exits cursor: moved on once the server took a report
 	t := time.NewTicker(cfg.Interval)
 	defer t.Stop()
 	for {
@@ -84,6 +85,7 @@ func RunRegistrar(ctx context.Context, cfg RegistrarConfig) error {
 				return fmt.Errorf("read own agent info: %w", err)
 			}
 			reg := RegistrationFromInfo(info, cfg.AgentURL, cfg.AgentToken)
+			next := AddProcessExits(ictx, local, &reg, exits)
 			var ans Registered
 			post := func(path string) (int, error) {
 				reg.ReadMsAgo = time.Since(asked).Milliseconds() + 1 // rounded up: the report is at least this old
@@ -101,6 +103,7 @@ func RunRegistrar(ctx context.Context, cfg RegistrarConfig) error {
 			if err != nil {
 				return err
 			}
+			exits = next
 			if !registered {
 				cfg.Logger.Info("registered with the control plane", "server", cfg.ServerURL, "host", reg.HostID, "advertised_url", cfg.AgentURL)
 				if cfg.OnRegistered != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // DefaultHeartbeatTimeout is how long a host may stay silent before it is marked down.
@@ -75,6 +76,9 @@ type Registration struct {
 	// ReadMsAgo is how long before sending it the agent read this report (0: not said). It tells
 	// which placements the report counts (settleLocked).
 	ReadMsAgo int64 `json:"read_ms_ago,omitempty"`
+	// ProcessExits are the background processes that ended on the host since the last report
+	// (GET /v1/process-exits on the agent): recorded, once each, for "process.exited" events.
+	ProcessExits []hostapi.ProcessExit `json:"process_exits,omitempty"`
 }
 
 // HostLimits is a host's resource policy as it reports it (zero: none reported).
@@ -138,6 +142,7 @@ type staticAgent struct {
 	url, token string
 	hostID     string
 	failing    bool
+	exits      int64 // the agent's process-exits cursor
 }
 
 // New returns a scheduler; call Run to start its loops.
@@ -187,6 +192,9 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool, 
 	}
 	prev, err := s.cfg.Store.UpsertHost(ctx, h)
 	if err != nil {
+		return err
+	}
+	if err := s.recordExits(ctx, reg); err != nil {
 		return err
 	}
 	firstSight := s.noteReport(h, reg, read)
@@ -295,7 +303,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 		}
 		if ok {
 			s.noteReport(h, reg, read)
-			return nil
+			return s.recordExits(ctx, reg)
 		}
 	}
 	if _, err := s.cfg.Store.GetHost(ctx, reg.HostID); errors.Is(err, store.ErrNotFound) {
@@ -917,14 +925,58 @@ func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PollInterval+5*time.Second)
 	defer cancel()
 	asked := s.cfg.Now() // the answer counts every sandbox placed or stopped before this
-	info, err := agentclient.New(a.url, a.token).Info(pctx)
+	c := agentclient.New(a.url, a.token)
+	info, err := c.Info(pctx)
 	if err != nil {
 		return err
 	}
 	if info.HostID == "" {
 		return fmt.Errorf("agent at %s reported no host_id", a.url)
 	}
-	return s.register(ctx, RegistrationFromInfo(info, a.url, a.token), false, readWindow{after: asked, by: s.cfg.Now()})
+	reg := RegistrationFromInfo(info, a.url, a.token)
+	read := readWindow{after: asked, by: s.cfg.Now()}
+	s.mu.Lock()
+	cursor := a.exits
+	s.mu.Unlock()
+	next := AddProcessExits(pctx, c, &reg, cursor)
+	if err := s.register(ctx, reg, false, read); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	a.exits = next
+	s.mu.Unlock()
+	return nil
+}
+
+// AddProcessExits puts into reg the exits the agent logged after cursor and returns the cursor
+// to ask from once reg is recorded (cursor itself when the agent did not answer: an agent older
+// than the call, or a failure, is asked again next time).
+func AddProcessExits(ctx context.Context, c *agentclient.Client, reg *Registration, cursor int64) int64 {
+	page, err := c.ProcessExits(ctx, cursor)
+	if err != nil {
+		return cursor
+	}
+	reg.ProcessExits = page.Exits
+	return page.Next
+}
+
+// recordExits records the process exits a host reported.
+func (s *Scheduler) recordExits(ctx context.Context, reg Registration) error {
+	if len(reg.ProcessExits) == 0 {
+		return nil
+	}
+	exits := make([]store.ProcessExit, 0, len(reg.ProcessExits))
+	for _, e := range reg.ProcessExits {
+		started, err1 := time.Parse(time.RFC3339Nano, e.StartedAt)
+		exited, err2 := time.Parse(time.RFC3339Nano, e.ExitedAt)
+		if err1 != nil || err2 != nil || e.Pid <= 0 || e.SandboxID == "" {
+			continue // not an exit this server can name: dropped
+		}
+		exits = append(exits, store.ProcessExit{SandboxID: e.SandboxID, Pid: e.Pid, Tag: e.Tag, ExitCode: e.ExitCode, Signal: e.Signal,
+			StartedAt: started, ExitedAt: exited})
+	}
+	_, err := s.cfg.Store.RecordProcessExits(ctx, reg.HostID, exits)
+	return err
 }
 
 // ReconcileAll reconciles every host that is up, on the one replica holding the reconciler lock

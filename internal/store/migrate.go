@@ -47,6 +47,7 @@ var versionNames = []string{
 	21: "E2B facade's restarted code contexts",
 	22: "database clients per server replica",
 	23: "app deployments' changes by team",
+	24: "background processes' exits",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
@@ -54,7 +55,7 @@ var versionNames = []string{
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
 	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema, e2bSchema,
 	databasesSchema, databaseClientsSchema,
-	appsSchema, webhooksSchema)
+	appsSchema, webhooksSchema, processExitsSchema)
 
 // assemble groups the domains' steps into migrations by version.
 func assemble(domains ...[]schemaStep) []migration {

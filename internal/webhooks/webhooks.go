@@ -43,12 +43,13 @@ const (
 	SandboxLost       = "sandbox.lost"
 	SandboxError      = "sandbox.error"
 	TemplateBuilt     = "template.built"
+	ProcessExited     = "process.exited"
 	Change            = "change"
 	All               = "*"
 )
 
 // EventTypes lists the event types, All last.
-var EventTypes = []string{SandboxCreated, SandboxWoken, SandboxHibernated, SandboxKilled, SandboxExpired, SandboxLost, SandboxError, TemplateBuilt, Change, All}
+var EventTypes = []string{SandboxCreated, SandboxWoken, SandboxHibernated, SandboxKilled, SandboxExpired, SandboxLost, SandboxError, TemplateBuilt, ProcessExited, Change, All}
 
 // Headers of a delivery.
 const (
@@ -253,6 +254,9 @@ func (s *Service) Run(ctx context.Context) {
 			if _, err := s.st.PruneDeliveries(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
 				s.log.Warn("webhooks: pruning deliveries", "err", err)
 			}
+			if _, err := s.st.PruneProcessExits(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
+				s.log.Warn("webhooks: pruning process exits", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -263,7 +267,7 @@ func (s *Service) Run(ctx context.Context) {
 }
 
 // cursor is how far a team's sandbox changes, templates and audit log were read.
-type cursor struct{ sandboxes, templates, audit time.Time }
+type cursor struct{ sandboxes, templates, audit, exits time.Time }
 
 // produce records a delivery for every new event of a team with webhooks, for each webhook that
 // asks for its type and existed before it.
@@ -279,7 +283,7 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 	for team, ws := range byTeam {
 		c, ok := cursors[team]
 		if !ok {
-			c = cursor{started, started, started}
+			c = cursor{started, started, started, started}
 		}
 		sbs, err := s.st.SandboxesChangedSince(ctx, team, c.sandboxes.Add(-lookback), batch)
 		if err != nil {
@@ -318,6 +322,15 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 			key := fmt.Sprintf("tpl:%s:%d", t.Name, t.UpdatedAt.UnixMicro())
 			s.enqueue(ctx, ws, key, v1.WebhookEvent{Type: TemplateBuilt, At: v1.Timestamp(t.UpdatedAt), Template: &v}, t.UpdatedAt)
 		}
+		exits, err := s.st.ProcessExitsSince(ctx, team, c.exits.Add(-lookback), batch)
+		if err != nil {
+			return err
+		}
+		for _, e := range exits {
+			c.exits = later(c.exits, e.RecordedAt)
+			v := ProcessExitView(e)
+			s.enqueue(ctx, ws, ProcessExitKey(e), v1.WebhookEvent{Type: ProcessExited, At: v.ExitedAt, Process: &v}, e.RecordedAt)
+		}
 		entries, _, err := s.st.ListAudit(ctx, store.AuditFilter{TeamID: team, Since: c.audit.Add(-lookback), Limit: batch})
 		if err != nil {
 			return err
@@ -337,6 +350,24 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 	}
 	s.forgetOld()
 	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// ProcessExitView is an exit as events show it.
+func ProcessExitView(e store.ProcessExit) v1.ProcessExit {
+	return v1.ProcessExit{SandboxID: e.SandboxID, Pid: e.Pid, Tag: e.Tag, ExitCode: e.ExitCode, Signal: e.Signal,
+		StartedAt: v1.Timestamp(e.StartedAt), ExitedAt: v1.Timestamp(e.ExitedAt)}
+}
+
+// ProcessExitKey names an exit (a process ends once).
+func ProcessExitKey(e store.ProcessExit) string {
+	return fmt.Sprintf("pe:%s:%d:%d", e.SandboxID, e.Pid, e.StartedAt.UnixMicro())
 }
 
 // sandboxEvents are the event types of a sandbox's changed row, from the state this replica saw

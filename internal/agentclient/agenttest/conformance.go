@@ -43,7 +43,7 @@ func Run(t *testing.T, tg Target) {
 		needsBox bool // uses the sandbox create makes
 	}{
 		{"health", k.health, false}, {"templates", k.templates, false}, {"create_refused", k.createRefused, false},
-		{"create", k.create, false}, {"exec", k.exec, true}, {"processes", k.processes, true}, {"metrics", k.metrics, true}, {"files", k.files, true}, {"filetree", k.filetree, true}, {"snapshots", k.snapshots, true},
+		{"create", k.create, false}, {"exec", k.exec, true}, {"processes", k.processes, true}, {"process_exits", k.processExits, true}, {"metrics", k.metrics, true}, {"files", k.files, true}, {"filetree", k.filetree, true}, {"snapshots", k.snapshots, true},
 		{"fork", k.fork, true}, {"hibernate", k.hibernate, true}, {"volumes", k.volumes, false}, {"kill", k.kill, true},
 	}
 	for _, s := range steps {

@@ -135,3 +135,99 @@ func (k *contract) processes(t *testing.T) {
 	wantErr(t, "no command", second(k.c.StartProcess(ctx(), k.main.ID, agentclient.StartProcessRequest{})), 400, "invalid_request")
 	wantErr(t, "processes of a missing sandbox", second(k.c.ListProcesses(ctx(), missingSandbox)), 404, "not_found")
 }
+
+// exitKey names one exit: a process ends once.
+type exitKey struct {
+	sandbox, started string
+	pid              int
+}
+
+// exitLog follows GET /v1/process-exits from where it was, as the control plane does.
+type exitLog struct {
+	c      *agentclient.Client
+	cursor int64
+	seen   map[exitKey]int // how often each exit was reported
+	got    []hostapi.ProcessExit
+}
+
+// await reads the exits until one of sandbox's pid is among them (the agent looks at the guests
+// on its own time: the loop is a hang guard, not a measure) and returns it.
+func (l *exitLog) await(t *testing.T, sandbox string, pid int) hostapi.ProcessExit {
+	t.Helper()
+	for range 600 {
+		page := must[hostapi.ProcessExits](t, "process exits")(l.c.ProcessExits(ctx(), l.cursor))
+		if page.Next < l.cursor {
+			t.Fatalf("cursor went back: %d after %d", page.Next, l.cursor)
+		}
+		l.cursor = page.Next
+		for _, e := range page.Exits {
+			l.seen[exitKey{e.SandboxID, e.StartedAt, e.Pid}]++
+			l.got = append(l.got, e)
+		}
+		for _, e := range l.got {
+			if e.SandboxID == sandbox && e.Pid == pid {
+				return e
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no exit of process %d of %s reported", pid, sandbox)
+	return hostapi.ProcessExit{}
+}
+
+// processExits: the agent reports each background process's exit once, with its tag and how it
+// ended — across a hibernation (an exit before it is not reported again after the wake, a process
+// that ran through it is reported when it ends) and a fork (a child reports the exits in its own
+// life, not the ones it inherited; a process running at the fork ends once in each).
+func (k *contract) processExits(t *testing.T) {
+	id := k.main.ID
+	l := &exitLog{c: k.c, seen: map[exitKey]int{}}
+	start := func(sb, tag string) int {
+		return must[int](t, "start process")(k.c.StartProcess(ctx(), sb, agentclient.StartProcessRequest{Cmd: "sleep 600", Tag: tag}))
+	}
+	term := func(sb string, pid int) {
+		must[struct{}](t, "signal TERM")(struct{}{}, k.c.SignalProcess(ctx(), sb, pid, "TERM"))
+	}
+	before := start(id, "before")
+	through := start(id, "through")
+	term(id, before)
+	if e := l.await(t, id, before); e.Tag != "before" || e.ExitCode != 143 || e.Signal != "SIGTERM" || !isTime(e.StartedAt) || !isTime(e.ExitedAt) {
+		t.Errorf("exit of a TERMed process: %+v", e)
+	}
+	must[agentclient.Sandbox](t, "hibernate")(k.c.Hibernate(ctx(), id))
+	must[agentclient.Sandbox](t, "wake")(k.c.Wake(ctx(), id))
+	term(id, through)
+	if e := l.await(t, id, through); e.Tag != "through" || e.ExitCode != 143 {
+		t.Errorf("exit of a process that ran through a hibernation: %+v", e)
+	}
+
+	shared := start(id, "shared")
+	pre := start(id, "pre") // ends just before the fork: the parent's exit, whether or not looked at yet
+	term(id, pre)
+	child := must[[]agentclient.Sandbox](t, "fork")(k.c.Fork(ctx(), id, 1))[0]
+	defer k.c.KillSandbox(ctx(), child.ID)
+	if p := must[agentclient.Process](t, "kill in the child")(k.c.KillProcess(ctx(), child.ID, shared)); p.State != "exited" {
+		t.Errorf("killed in the child: %+v", p)
+	}
+	if e := l.await(t, child.ID, shared); e.Tag != "shared" || e.ExitCode != 137 || e.Signal != "SIGKILL" {
+		t.Errorf("the child's exit: %+v", e)
+	}
+	l.await(t, id, pre)
+	term(id, shared)
+	if e := l.await(t, id, shared); e.ExitCode != 143 {
+		t.Errorf("the parent's exit of the process it shares with its child: %+v", e)
+	}
+	// A last look after everything ended: nothing twice, nothing inherited.
+	l.await(t, id, shared)
+	for key, n := range l.seen {
+		if n != 1 {
+			t.Errorf("exit %+v reported %d times", key, n)
+		}
+		if key.sandbox == child.ID && key.pid != shared {
+			t.Errorf("the child reported an exit it inherited: %+v", key)
+		}
+	}
+	if err := k.c.KillSandbox(ctx(), child.ID); err != nil {
+		t.Errorf("kill %s: %v", child.ID, err)
+	}
+}

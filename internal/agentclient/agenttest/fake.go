@@ -45,6 +45,8 @@ type Agent struct {
 	kills     int
 	refused   int                       // creates refused for want of a free slot
 	onKill    func(id string, had bool) // OnKill
+	exitLog   []loggedExit              // processes' exits, in the order seen (processes.go)
+	exitSeq   int64
 	srv       *httptest.Server
 
 	// Knobs the tests turn (the setters below).
@@ -493,7 +495,8 @@ func (a *Agent) handler() http.Handler {
 		"POST /v1/sandboxes/{id}/processes/{pid}/signal": a.signalProcess,
 		"POST /v1/sandboxes/{id}/processes/{pid}/resize": a.resizeProcess,
 		"DELETE /v1/sandboxes/{id}/processes/{pid}":      a.killProcess,
-		"/": a.noRoute,
+		"GET /v1/process-exits":                          a.processExits,
+		"/":                                              a.noRoute,
 	} {
 		api.HandleFunc(pattern, a.serve(fn))
 	}

@@ -2,6 +2,7 @@ package agenttest
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -21,10 +22,11 @@ import (
 
 // proc is one fake background process.
 type proc struct {
-	info  agentclient.Process
-	out   []hostapi.ProcessEvent // output chunks, with offsets
-	echo  bool                   // `cat` with stdin: stdin comes back as stdout
-	ended chan struct{}          // closed at the exit (followers wait on it)
+	info   agentclient.Process
+	out    []hostapi.ProcessEvent // output chunks, with offsets
+	echo   bool                   // `cat` with stdin: stdin comes back as stdout
+	ended  chan struct{}          // closed at the exit (followers wait on it)
+	logged bool                   // the exit is in the agent's exit log (exits.go)
 }
 
 func (p *proc) clone() *proc {
@@ -33,6 +35,7 @@ func (p *proc) clone() *proc {
 	c.ended = make(chan struct{})
 	if p.info.State == "exited" {
 		close(c.ended)
+		c.logged = true // the copy of an exit is the original's (a fork's parent's, a snapshot's source's)
 	}
 	return &c
 }
@@ -280,4 +283,39 @@ func (a *Agent) processOutput(w http.ResponseWriter, r *http.Request) {
 		end.Running = true
 	}
 	enc.Encode(end)
+}
+
+// processExits is GET /v1/process-exits. Like the real agent, the fake looks at its sandboxes'
+// process tables for exits it has not logged yet, logs them, and answers those after the cursor.
+func (a *Agent) processExits(r *http.Request) (any, *agentclient.Error) {
+	after, perr := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+	if perr != nil {
+		return nil, invalid("after %q is not a cursor (a number)", r.URL.Query().Get("after"))
+	}
+	sbs := slices.SortedFunc(maps.Values(a.sandboxes), func(x, y *sandbox) int { return x.order - y.order })
+	for _, sb := range sbs {
+		pids := slices.Sorted(maps.Keys(sb.procs))
+		for _, pid := range pids {
+			p := sb.procs[pid]
+			if p.logged || p.info.State != "exited" {
+				continue
+			}
+			p.logged = true
+			a.exitSeq++
+			a.exitLog = append(a.exitLog, loggedExit{a.exitSeq, hostapi.ProcessExit{SandboxID: sb.ID, Pid: pid, Tag: p.info.Tag,
+				ExitCode: *p.info.ExitCode, Signal: p.info.Signal, StartedAt: p.info.StartedAt, ExitedAt: p.info.ExitedAt}})
+		}
+	}
+	out := hostapi.ProcessExits{Exits: []hostapi.ProcessExit{}, Next: after}
+	for _, e := range a.exitLog {
+		if e.seq > after {
+			out.Exits, out.Next = append(out.Exits, e.ProcessExit), e.seq
+		}
+	}
+	return out, nil
+}
+
+type loggedExit struct {
+	seq int64
+	hostapi.ProcessExit
 }

@@ -192,6 +192,9 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 		m.releaseNetwork(sb)
 		return fail(err)
 	}
+	if m.restoredProcs(src.rec) { // the exits in the copied table are the source's
+		m.lookExits(ctx, sb, client, true)
+	}
 	m.watch(sb, vm)
 	timing.Mark(ctx, StepBookkeeping)
 	m.steps.Observe(op, timing.From(ctx))

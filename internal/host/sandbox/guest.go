@@ -194,6 +194,7 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req hostapi.Start
 	if err != nil {
 		return 0, m.callErr(sb, err)
 	}
+	sb.watchProcs()
 	return pid, nil
 }
 

@@ -253,6 +253,9 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 		return hostapi.Sandbox{}, err
 	}
 	defer release()
+	if c != nil && sb.hasProcs() { // the exits so far; later ones are in the saved table
+		m.lookExits(ctx, sb, c, false)
+	}
 	gen := rec.MemGen + 1
 	memDir := filepath.Join(sb.dir, "mem-"+strconv.Itoa(gen))
 	os.RemoveAll(memDir)
@@ -355,6 +358,7 @@ func (m *Manager) awake(ctx context.Context, id string) (*sandbox, error) {
 	}
 	sb.mu.Lock()
 	sb.setRunning(vm, client, slot)
+	sb.procWatch = true // what ended after the last look before the hibernation
 	sb.killed = false
 	sb.rec.Error, sb.rec.Published = "", ""
 	err = sb.persist()

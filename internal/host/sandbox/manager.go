@@ -77,6 +77,7 @@ type Manager struct {
 	// build VMs, sandboxes being woken.
 	reservedMiB int
 	pressureMu  sync.Mutex // one pressure relief at a time
+	exits       exitLog    // background processes' exits (exits.go)
 }
 
 // New returns the manager of cfg and re-adopts the sandboxes an earlier agent process left.
@@ -89,9 +90,10 @@ func New(cfg Config) *Manager {
 	return m
 }
 
-// Start runs the background loops until ctx ends: idle hibernation (idle > 0) and memory pressure
-// relief (with a watermark).
+// Start runs the background loops until ctx ends: looking for processes' exits (exits.go), idle
+// hibernation (idle > 0) and memory pressure relief (with a watermark).
 func (m *Manager) Start(ctx context.Context, idle time.Duration) {
+	go m.exitLoop(ctx)
 	if idle > 0 {
 		go m.idleLoop(ctx, idle)
 	}

@@ -100,6 +100,12 @@ type sandbox struct {
 	usage    guest.Usage
 	usageAt  time.Time
 	usagePct float64
+	// procWatch: its process table is looked at for exits (exits.go); exitsSeen are the exits
+	// in it already logged (or inherited).
+	procWatch bool
+	exitsSeen map[exitKey]bool
+	look      sync.Mutex // one look at a time, so each compares with the one before
+
 }
 
 func (sb *sandbox) info() hostapi.Sandbox {
@@ -173,6 +179,7 @@ func (m *Manager) adopt() {
 			}
 			cancel()
 		}
+		sb.procWatch = true // its processes' exits are looked at again
 		m.dropUnrecordedMem(sb)
 		m.adoptNetwork(sb)
 		// For a VMM that died while no agent watched, this reports at once.
@@ -250,9 +257,18 @@ func (m *Manager) Kill(id string) error {
 		sb.mu.Unlock()
 		return errdefs.Conflictf("sandbox %s is still being created", id)
 	}
-	sb.killed = true
 	vm := sb.rec.VM
 	c := sb.client
+	look := sb.procWatch && c != nil && sb.rec.State == StateRunning
+	sb.mu.Unlock()
+	if look { // the exits since the last look, before the VM goes
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		m.lookExits(ctx, sb, c, false)
+		cancel()
+	}
+	sb.mu.Lock()
+	sb.killed = true
+	c = sb.client
 	sb.client = nil
 	hasVolumes := len(sb.rec.Volumes) > 0 && sb.rec.State == StateRunning
 	sb.mu.Unlock()

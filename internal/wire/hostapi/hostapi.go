@@ -369,10 +369,20 @@ type (
 	StdinRequest        = v1.StdinRequest
 	SignalRequest       = v1.SignalRequest
 	TermSize            = v1.TermSize
+	ProcessExit         = v1.ProcessExit
 	// TerminalMessage is a terminal WebSocket's text message (GET /v1/sandboxes/{id}/pty): the
 	// control plane passes the connection through.
 	TerminalMessage = v1.TerminalMessage
 )
+
+// ProcessExits is GET /v1/process-exits?after=N: the background processes that ended on the
+// host's sandboxes since cursor N (oldest first, at most a page), and the cursor to ask from next.
+// The control plane records them (store: once each) and then asks from Next; a cursor from before
+// the agent restarted is below every new one (cursors start at the agent's start time).
+type ProcessExits struct {
+	Exits []ProcessExit `json:"exits"`
+	Next  int64         `json:"next"`
+}
 
 // SandboxMetrics is GET /v1/sandboxes/{id}/metrics, relayed as it is by the public API.
 type SandboxMetrics = v1.SandboxMetrics

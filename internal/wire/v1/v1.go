@@ -94,15 +94,16 @@ type SandboxPage struct {
 // "sandbox" with a sandbox's record whenever its state, host or error changes (created,
 // hibernated, woken, killed, lost), "deployment" with an app deployment's record whenever its
 // state, error or release changes (queued, building, deploying, live, failed, superseded: a
-// build ending is no call), "change" for every successful call that changed one of the team's
-// resources (any key's: a volume made, a key revoked, a function deployed), and "ping" when
-// nothing happened for a while.
+// build ending is no call), "process.exited" with a background process's exit, "change" for every
+// successful call that changed one of the team's resources (any key's: a volume made, a key
+// revoked, a function deployed), and "ping" when nothing happened for a while.
 type Event struct {
-	Type       string      `json:"type"`
-	At         string      `json:"at"`
-	Sandbox    *Sandbox    `json:"sandbox,omitempty"`
-	Deployment *Deployment `json:"deployment,omitempty"`
-	Change     *Change     `json:"change,omitempty"`
+	Type       string       `json:"type"`
+	At         string       `json:"at"`
+	Sandbox    *Sandbox     `json:"sandbox,omitempty"`
+	Deployment *Deployment  `json:"deployment,omitempty"`
+	Change     *Change      `json:"change,omitempty"`
+	Process    *ProcessExit `json:"process,omitempty"` // "process.exited"
 }
 
 // Change is a call that changed something: its method and route pattern, the resource it named
@@ -305,6 +306,18 @@ type Process struct {
 // Processes is GET /v1/sandboxes/{id}/processes.
 type Processes struct {
 	Processes []Process `json:"processes"`
+}
+
+// ProcessExit is a background process that ended: a "process.exited" event (GET /v1/events,
+// webhooks). ExitCode is 128 + the signal's number when a signal (Signal, e.g. "SIGTERM") ended it.
+type ProcessExit struct {
+	SandboxID string `json:"sandbox_id"`
+	Pid       int    `json:"pid"`
+	Tag       string `json:"tag,omitempty"`
+	ExitCode  int    `json:"exit_code"`
+	Signal    string `json:"signal,omitempty"`
+	StartedAt string `json:"started_at"`
+	ExitedAt  string `json:"exited_at"`
 }
 
 // ProcessEvent is one NDJSON line of GET …/processes/{pid}/output: output at Offset, then the

@@ -54,4 +54,6 @@ type WebhookEvent struct {
 	Sandbox   *Sandbox  `json:"sandbox,omitempty"`
 	Template  *Template `json:"template,omitempty"` // template.built: the team template as built
 	Change    *Change   `json:"change,omitempty"`
+	// Process is a "process.exited" event's process.
+	Process *ProcessExit `json:"process,omitempty"`
 }

@@ -1212,5 +1212,142 @@ class AppsOffline(OfflineCase):
                          [("PATCH", "/v1/apps/web")] * 3 + [("GET", "/v1/apps/web/previews"), ("DELETE", "/v1/apps/web/previews/feature%2Fx")])
 
 
+class _ToyWebSocketServer:
+    """A WebSocket server on loopback for one connection, scripted: ``script(conn, frames)`` runs
+    after the handshake with helpers to send frames and read the client's (unmasked for the test)."""
+
+    def __init__(self, script: Callable[..., None], refuse: Optional[bytes] = None) -> None:
+        from pandastack import _ws
+        self._ws = _ws
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1)
+        self.port = self.sock.getsockname()[1]
+        self.request = b""
+        self.got: List[Any] = []
+        self.error: Optional[BaseException] = None
+        self._script, self._refuse = script, refuse
+        import threading
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        try:
+            f = conn.makefile("rb")
+            while True:
+                line = f.readline()
+                self.request += line
+                if line in (b"\r\n", b""):
+                    break
+            if self._refuse is not None:
+                conn.sendall(self._refuse)
+                return
+            key = re.search(rb"Sec-WebSocket-Key: (\S+)", self.request).group(1).decode()
+            conn.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                          "Sec-WebSocket-Accept: %s\r\n\r\n" % self._ws.accept_key(key)).encode())
+
+            def frame(opcode: int, payload: bytes, fin: bool = True) -> None:
+                n = len(payload)
+                head = bytes([(0x80 if fin else 0) | opcode])
+                if n < 126:
+                    head += bytes([n])
+                elif n < 65536:
+                    head += bytes([126]) + n.to_bytes(2, "big")
+                else:
+                    head += bytes([127]) + n.to_bytes(8, "big")
+                conn.sendall(head + payload)
+
+            def read() -> Any:
+                b0, b1 = f.read(2)
+                n = b1 & 0x7F
+                if n == 126:
+                    n = int.from_bytes(f.read(2), "big")
+                elif n == 127:
+                    n = int.from_bytes(f.read(8), "big")
+                assert b1 & 0x80, "a client frame must be masked"
+                mask = f.read(4)
+                data = bytes(c ^ mask[i % 4] for i, c in enumerate(f.read(n)))
+                self.got.append((b0 & 0x0F, data))
+                return b0 & 0x0F, data
+
+            self._script(frame, read)
+        except BaseException as e:  # reported by the test
+            self.error = e
+        finally:
+            conn.close()
+            self.sock.close()
+
+
+class TerminalWebSocket(unittest.TestCase):
+    """The terminal's WebSocket client (``_ws``, RFC 6455 on the standard library) against a toy
+    server on loopback: the handshake (key, accept, Authorization), masked frames out, fragmented
+    and long messages in, a ping answered, the exit message, the closing handshake; a refused
+    upgrade is the API's typed error."""
+
+    def sandbox(self, port: int) -> Any:
+        c = pandastack.PandaStack(token="pds_ws", base_url="http://127.0.0.1:%d" % port, env={})
+        return pandastack.Sandbox(c, {"id": "sb_1", "state": "running"})
+
+    def test_frames(self) -> None:
+        big = os.urandom(70000)
+
+        def script(frame: Callable[..., None], read: Callable[[], Any]) -> None:
+            frame(0x2, b"hel", fin=False)
+            frame(0x9, b"are you there")  # a ping between fragments
+            frame(0x0, b"lo")
+            frame(0x2, big)
+            assert read() == (0xA, b"are you there")  # the pong
+            assert read() == (0x2, b"ls\n")
+            op, data = read()
+            assert op == 0x1 and json.loads(data) == {"type": "resize", "cols": 100, "rows": 30}
+            frame(0x1, b'{"type":"exit","exit_code":130,"signal":"SIGINT"}')
+            frame(0x8, (1000).to_bytes(2, "big"))
+            assert read()[0] == 0x8  # the closing handshake's answer
+
+        srv = _ToyWebSocketServer(script)
+        t = self.sandbox(srv.port).terminal("bash", cols=100, rows=30, timeout=10)
+        self.assertEqual(t.read(timeout=10), b"hello")
+        self.assertEqual(t.read(timeout=10), big)
+        t.write("ls\n")
+        t.resize(100, 30)
+        self.assertEqual(t.wait(timeout=10), 130)
+        self.assertEqual((t.signal, t.read(), t.read()), ("SIGINT", b"", b""))
+        srv.thread.join(10)
+        self.assertIsNone(srv.error)
+        head = srv.request.decode()
+        self.assertIn("GET /v1/sandboxes/sb_1/pty?cmd=bash&cols=100&rows=30 HTTP/1.1", head)
+        self.assertIn("Authorization: Bearer pds_ws", head)
+        with self.assertRaises(pandastack.APIConnectionError):
+            t.write("after the end")
+        with self.assertRaises(pandastack.InvalidRequest):
+            t.resize(0, 10)
+
+    def test_close_and_on_data(self) -> None:
+        def script(frame: Callable[..., None], read: Callable[[], Any]) -> None:
+            frame(0x2, b"prompt$ ")
+            assert read()[0] == 0x8  # the client hangs up
+
+        seen: List[bytes] = []
+        srv = _ToyWebSocketServer(script)
+        t = self.sandbox(srv.port).terminal(on_data=seen.append, timeout=10)
+        while not seen:
+            srv.thread.join(0.01)
+        t.close()
+        srv.thread.join(10)
+        self.assertIsNone(srv.error)
+        self.assertEqual(seen, [b"prompt$ "])
+        with self.assertRaises(pandastack.APIConnectionError):  # no exit was told
+            t.wait(timeout=10)
+
+    def test_refused_upgrade(self) -> None:
+        body = b'{"error":{"code":"forbidden","message":"this key lacks the sandboxes scope"}}'
+        srv = _ToyWebSocketServer(lambda *a: None, refuse=b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\n"
+                                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        with self.assertRaises(pandastack.Forbidden) as cm:
+            self.sandbox(srv.port).terminal(timeout=10)
+        self.assertIn("sandboxes scope", str(cm.exception))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -4,7 +4,7 @@ import { Sandboxes, Snapshots, Templates, Volumes, registerClientFactory, type C
 import { Databases } from "./databases.js";
 import { Apps, type Deployment } from "./apps.js";
 import { Functions, Schedules } from "./functions.js";
-import { Webhooks } from "./webhooks.js";
+import { Webhooks, type ProcessExit } from "./webhooks.js";
 
 /** Where the hosted API lives; a self-hosted `pandastack up` prints its own base URL. */
 export const DEFAULT_BASE_URL = "https://api.pandastack.ai";
@@ -135,7 +135,7 @@ export class PandaStack {
 
 /** One line of `GET /v1/events`. */
 export interface SandboxEvent {
-  type: "ready" | "sandbox" | "deployment" | "change" | "ping";
+  type: "ready" | "sandbox" | "deployment" | "change" | "process.exited" | "ping";
   at: string;
   /** The sandbox as it now is (type `sandbox`). */
   sandbox?: SandboxData;
@@ -143,6 +143,8 @@ export interface SandboxEvent {
   deployment?: Deployment;
   /** A call of one of the team's keys that changed a resource (type `change`; not who made it). */
   change?: { method: string; route: string; resource_id: string; status: number };
+  /** A background process that ended (type `process.exited`). */
+  process?: ProcessExit;
 }
 
 /** One quota: what is used and the limit (null: none). */

@@ -162,6 +162,22 @@ export class Transport {
     };
   }
 
+  /**
+   * @internal Where a WebSocket to `path` goes (ws:// or wss://) and the headers it opens with
+   * (the key, the user agent, a request id): the terminal's.
+   */
+  socketTarget(path: string, query?: Query): { url: string; headers: Record<string, string> } {
+    const url = (this.baseUrl + path + encodeQuery(query)).replace(/^http/, "ws");
+    const headers = this.headers();
+    delete headers.accept;
+    return { url, headers };
+  }
+
+  /** @internal The typed error of a refused WebSocket upgrade (its status, headers and body). */
+  upgradeError(status: number, headers: { get(name: string): string | null }, text: string, sentRequestId?: string): Promise<never> {
+    return this.fail({ status, ok: false, headers, body: null, text: async () => text } as unknown as FetchResponse, sentRequestId);
+  }
+
   private async fail(resp: FetchResponse, sentRequestId?: string): Promise<never> {
     let text = "";
     try {

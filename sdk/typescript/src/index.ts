@@ -50,7 +50,7 @@ export {
   type ScheduleRun,
   type CreateScheduleParams,
 } from "./functions.js";
-export { Webhooks, verifyWebhook, type Webhook, type WebhookDelivery, type WebhookEvent, type WebhookEventType } from "./webhooks.js";
+export { Webhooks, verifyWebhook, type Webhook, type WebhookDelivery, type WebhookEvent, type WebhookEventType, type ProcessExit } from "./webhooks.js";
 export { Apps, type App, type AppBuild, type AppPlan, type AppPreview, type AppSpec, type Deployment, type GitHubHook } from "./apps.js";
 export {
   Databases,
@@ -81,5 +81,6 @@ export {
 } from "./errors.js";
 export type { FetchLike, FetchResponse } from "./http.js";
 export { WatchHandle, type FileEvent } from "./filetree.js";
+export { Terminal, type TerminalOptions } from "./terminal.js";
 export { packTar, unpackTar, type TarEntry } from "./tar.js";
 export { VERSION } from "./version.js";

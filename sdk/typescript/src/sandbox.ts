@@ -2,6 +2,7 @@ import { APIConnectionError, ConfigurationError, Conflict, NotFound, PandaStackE
 import type { Transport } from "./http.js";
 import { OutputGatherer } from "./output.js";
 import { Processes } from "./processes.js";
+import { openTerminal, type Terminal, type TerminalOptions } from "./terminal.js";
 import { WatchHandle, packDir, unpackDir } from "./filetree.js";
 import { type CodeContext, type CodeLanguage, Execution, type RunCodeOptions, codeBody, streamCode } from "./code.js";
 
@@ -665,6 +666,19 @@ export class Sandbox {
 
   private path(sub = ""): string {
     return `/v1/sandboxes/${seg(this.id)}${sub}`;
+  }
+
+  /**
+   * Opens an interactive terminal (GET …/pty, a WebSocket through the `ws` package): the user's
+   * login shell, or the shell command line `cmd`, on a pseudo-terminal of `cols`×`rows` (default
+   * 80×24). Wakes a hibernated sandbox.
+   *
+   *     const t = await sb.terminal({ cols: 120, rows: 40, onData: (b) => process.stdout.write(b) });
+   *     t.write("echo hi; exit 3\n");
+   *     await t.wait(); // 3
+   */
+  terminal(opts: TerminalOptions = {}): Promise<Terminal> {
+    return openTerminal(this.client.http, this.path(), opts);
   }
 
   private execTimeoutMs(timeoutSeconds?: number): number | null {

@@ -6,7 +6,7 @@ const seg = (s: string): string => encodeURIComponent(s);
 /** Event types a webhook may ask for; "*" is all. */
 export type WebhookEventType =
   | "sandbox.created" | "sandbox.woken" | "sandbox.hibernated" | "sandbox.killed" | "sandbox.ttl_expired"
-  | "sandbox.lost" | "sandbox.error" | "template.built" | "change" | "*";
+  | "sandbox.lost" | "sandbox.error" | "template.built" | "process.exited" | "change" | "*";
 
 /** A webhook; `secret` (whsec_…) is in create's answer only. */
 export interface Webhook {
@@ -39,6 +39,19 @@ export interface WebhookEvent {
   sandbox?: Record<string, unknown>;
   template?: Record<string, unknown>;
   change?: { method: string; route: string; resource_id: string; status: number };
+  /** The process that ended (type `process.exited`). */
+  process?: ProcessExit;
+}
+
+/** A background process that ended (`process.exited`): `exit_code` is 128 + the signal's number when a signal ended it. */
+export interface ProcessExit {
+  sandbox_id: string;
+  pid: number;
+  tag?: string;
+  exit_code: number;
+  signal?: string;
+  started_at: string;
+  exited_at: string;
 }
 
 export class Webhooks {

@@ -950,3 +950,72 @@ describe("offline: apps", () => {
       "DELETE /v1/apps/web/previews/feature%2Fx"]);
   });
 });
+
+describe("terminal WebSocket (a loopback ws server)", () => {
+  // The terminal's client side against a `ws` server on loopback: the upgrade carries the key and
+  // the query; binary both ways; resize as JSON; the exit message; a refused upgrade is the API's
+  // typed error.
+  async function serve(onConnection, verifyClient) {
+    const { WebSocketServer } = await import("ws");
+    const wss = new WebSocketServer({ host: "127.0.0.1", port: 0, verifyClient });
+    await new Promise((r) => wss.on("listening", r));
+    const seen = [];
+    wss.on("connection", (ws, req) => {
+      seen.push(req);
+      onConnection(ws);
+    });
+    const c = new PandaStack({ apiKey: "pds_ws", baseUrl: `http://127.0.0.1:${wss.address().port}`, env: {} });
+    const sb = new sdk.Sandbox(c, { id: "sb_1", state: "running" });
+    return { wss, seen, sb, c };
+  }
+
+  it("types, resizes, reads and learns the exit", async () => {
+    const got = [];
+    const { wss, seen, sb } = await serve((ws) => {
+      ws.send(Buffer.from("hello"), { binary: true });
+      ws.on("message", (data, isBinary) => {
+        got.push([isBinary, data.toString()]);
+        if (got.length === 2) {
+          ws.send(JSON.stringify({ type: "exit", exit_code: 130, signal: "SIGINT" }));
+          ws.close(1000);
+        }
+      });
+    });
+    try {
+      const t = await sb.terminal({ cmd: "bash", cols: 100, rows: 30 });
+      assert.equal(Buffer.from(await t.read()).toString(), "hello");
+      t.write("ls\n");
+      t.resize(100, 30);
+      assert.equal(await t.wait(), 130);
+      assert.deepEqual([t.signal, await t.read()], ["SIGINT", null]);
+      assert.deepEqual(got, [[true, "ls\n"], [false, '{"type":"resize","cols":100,"rows":30}']]);
+      assert.equal(seen[0].url, "/v1/sandboxes/sb_1/pty?cmd=bash&cols=100&rows=30");
+      assert.equal(seen[0].headers.authorization, "Bearer pds_ws");
+    } finally {
+      wss.close();
+    }
+  });
+
+  it("a refused upgrade is the typed error, and its connection is let go", async () => {
+    // A server that answers the upgrade with an error and keeps the connection open (as Go's
+    // does): the client must close it, or it keeps Node running.
+    const { createServer } = await import("node:http");
+    const srv = createServer();
+    let closed;
+    const gone = new Promise((r) => (closed = r));
+    srv.on("upgrade", (_req, socket) => {
+      const body = '{"error":{"code":"forbidden","message":"this key lacks the sandboxes scope"}}';
+      socket.write(`HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+      socket.on("end", closed); // the client let go (the server side stays half open)
+    });
+    await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+    const c = new PandaStack({ apiKey: "pds_ws", baseUrl: `http://127.0.0.1:${srv.address().port}`, env: {} });
+    const sb = new sdk.Sandbox(c, { id: "sb_1", state: "running" });
+    try {
+      await assert.rejects(sb.terminal(), (e) => e instanceof Forbidden && /sandboxes scope/.test(e.message));
+      await gone;
+    } finally {
+      srv.close();
+    }
+  });
+});

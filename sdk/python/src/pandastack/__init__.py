@@ -39,6 +39,7 @@ from .models import ExecEvent, ExecResult, FileInfo, Process, ProcessEvent, Snap
 from .processes import ProcessHandle, Processes, ProcessResult
 from .sandbox import ExecStream, Filesystem, Sandbox, Sandboxes, Snapshots, Templates, Volumes
 from ._tree import FileEvent, WatchHandle
+from .terminal import Terminal
 from .aio import AsyncPandaStack
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "Filesystem",
     "FileEvent",
     "WatchHandle",
+    "Terminal",
     "AsyncPandaStack",
     "ExecStream",
     "ExecResult",

@@ -27,6 +27,7 @@ from .code import CodeContext, Execution, ExecutionError, Result
 from .models import ExecEvent, ExecResult, FileInfo, OutputGatherer, Snapshot, Template, Volume, as_list, parse_time
 from .processes import Processes, command_body
 from ._tree import FileEvent, WatchHandle, pack_tree, unpack_tree
+from .terminal import Terminal, open_terminal
 
 __all__ = ["Sandbox", "Filesystem", "ExecStream", "Sandboxes", "Snapshots", "Templates"]
 
@@ -345,6 +346,19 @@ class Sandbox:
 
     def _path(self, sub: str = "") -> str:
         return "/v1/sandboxes/%s%s" % (_seg(self.id), sub)
+
+    def terminal(self, cmd: Optional[str] = None, *, user: Optional[str] = None, cwd: Optional[str] = None,
+                 cols: Optional[int] = None, rows: Optional[int] = None,
+                 on_data: Optional[Callable[[bytes], Any]] = None, timeout: Optional[float] = 60.0) -> Terminal:
+        """Open an interactive terminal (``GET …/pty``, a WebSocket): the user's login shell, or
+        the shell command line ``cmd``, on a pseudo-terminal of ``cols`` x ``rows`` (default 80x24)
+        as ``user`` in ``cwd``. Wakes a hibernated sandbox. ``timeout`` bounds the opening only::
+
+            with sb.terminal(cols=120, rows=40) as t:
+                t.write("echo hi; exit 3\n")
+                print(t.wait())            # 3; t.read() has what it printed
+        """
+        return open_terminal(self, cmd, user, cwd, cols, rows, on_data, timeout)
 
     def refresh(self) -> "Sandbox":
         """Reload the sandbox's attributes from the API."""

@@ -1,0 +1,169 @@
+package sandbox
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/periodic"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
+)
+
+// Process exits ("process.exited", docs/events.md). The guest agent keeps each background
+// process's exit (the last guest.MaxExitedProcesses of them); the host agent looks at the process
+// tables of the running sandboxes that have background processes, once a second, and logs each
+// exit it has not seen. The control plane reads the log from a cursor (GET /v1/process-exits) on
+// its heartbeat path and records each exit once. Nothing follows a process: a look is one guest
+// call that does not count as use (idle hibernation goes on), and a hibernated sandbox is not
+// looked at at all.
+//
+//   - Hibernation: the sandbox is looked at just before its memory is saved; what ends after that
+//     look is in the saved table and is logged after the wake (the wake looks again).
+//   - Fork, create from a snapshot: the child's table starts as a copy of its source's. Its first
+//     look, at the end of the restore, takes the exits already there as inherited (they are the
+//     source's); the processes still running go on in the child and their exits are the child's.
+//   - Kill: the sandbox is looked at a last time before its VM goes.
+//   - Agent restart: the log is memory, and every running sandbox is looked at again; exits logged
+//     before are logged again and the control plane's store drops the repeats.
+//
+// An exit can be missed when more than guest.MaxExitedProcesses processes of one sandbox end
+// between two looks, or when the log (MaxExitLog) wraps before the control plane reads it.
+
+// Exit log bounds.
+const (
+	ExitLook     = time.Second
+	MaxExitLog   = 4096
+	MaxExitsPage = 200
+	exitLookWait = 5 * time.Second
+)
+
+type exitKey struct {
+	pid     int
+	started time.Time
+}
+
+type loggedExit struct {
+	seq int64
+	hostapi.ProcessExit
+}
+
+// exitLog is the manager's log of process exits.
+type exitLog struct {
+	mu   sync.Mutex
+	seq  int64 // the last seq handed out; starts at the agent's start time (unix ns)
+	list []loggedExit
+}
+
+func (l *exitLog) add(e hostapi.ProcessExit) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seq == 0 {
+		l.seq = time.Now().UnixNano()
+	}
+	l.seq++
+	l.list = append(l.list, loggedExit{l.seq, e})
+	if len(l.list) > MaxExitLog {
+		l.list = append([]loggedExit(nil), l.list[len(l.list)-MaxExitLog:]...)
+	}
+}
+
+// ProcessExits returns the exits logged after cursor after (at most MaxExitsPage) and the cursor
+// to ask from next.
+func (m *Manager) ProcessExits(after int64) hostapi.ProcessExits {
+	l := &m.exits
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := hostapi.ProcessExits{Exits: []hostapi.ProcessExit{}, Next: max(after, l.seq)}
+	for _, e := range l.list {
+		if e.seq <= after {
+			continue
+		}
+		if len(out.Exits) == MaxExitsPage {
+			break
+		}
+		out.Exits, out.Next = append(out.Exits, e.ProcessExit), e.seq
+	}
+	return out
+}
+
+// exitLoop looks at the sandboxes with background processes every ExitLook until ctx ends.
+func (m *Manager) exitLoop(ctx context.Context) {
+	periodic.Every(ctx, ExitLook, func() {
+		m.mu.Lock()
+		var due []*sandbox
+		for _, sb := range m.sandboxes {
+			sb.mu.Lock()
+			if sb.procWatch && sb.rec.State == StateRunning {
+				due = append(due, sb)
+			}
+			sb.mu.Unlock()
+		}
+		m.mu.Unlock()
+		for _, sb := range due {
+			c, err := sb.guest(ctx)
+			if err == nil {
+				m.lookExits(ctx, sb, c, false)
+			}
+		}
+	})
+}
+
+// lookExits lists sb's processes and logs the exits not seen before (with inherit, it marks them
+// seen without logging: a restored copy's). A failed look changes nothing.
+func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client, inherit bool) {
+	sb.look.Lock()
+	defer sb.look.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, exitLookWait)
+	defer cancel()
+	ps, err := c.ListProcesses(ctx)
+	if err != nil {
+		return
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	seen := make(map[exitKey]bool, len(ps))
+	running := false
+	for _, p := range ps {
+		if p.Running {
+			running = true
+			continue
+		}
+		k := exitKey{p.Pid, p.StartedAt}
+		seen[k] = true
+		if sb.exitsSeen[k] || inherit || p.ExitCode == nil {
+			continue
+		}
+		m.exits.add(hostapi.ProcessExit{SandboxID: sb.rec.ID, Pid: p.Pid, Tag: p.Tag, ExitCode: *p.ExitCode, Signal: p.Signal,
+			StartedAt: hostapi.Time(p.StartedAt), ExitedAt: hostapi.Time(p.ExitedAt)})
+	}
+	// What left the guest's table cannot come back: only the keys still listed are kept.
+	sb.exitsSeen, sb.procWatch = seen, running
+}
+
+// watchProcs has sb looked at from the next round on (a process was started, or may run).
+func (sb *sandbox) watchProcs() {
+	sb.mu.Lock()
+	sb.procWatch = true
+	sb.mu.Unlock()
+}
+
+// hasProcs reports whether sb has (or had) background processes this agent knows of.
+func (sb *sandbox) hasProcs() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.procWatch || len(sb.exitsSeen) > 0
+}
+
+// restoredProcs reports whether a sandbox restored as rec may hold background processes copied
+// from its source: a fork of a sandbox that has them, or a restore of a user snapshot.
+func (m *Manager) restoredProcs(rec record) bool {
+	if rec.SnapshotID != "" {
+		return true
+	}
+	if rec.ForkOf == "" {
+		return false
+	}
+	parent, err := m.get(rec.ForkOf)
+	return err != nil || parent.hasProcs()
+}
