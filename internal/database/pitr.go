@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
@@ -35,7 +37,7 @@ import (
 const (
 	pitrDir    = "/var/lib/postgresql/pitr"
 	walSpool   = pitrDir + "/wal"     // archive_command copies segments here (if it exists)
-	baseDir    = pitrDir + "/base"    // a pg_basebackup in progress
+	baseDir    = pitrDir + "/base"    // pg_basebackups in progress (one at a time)
 	restoreDir = pitrDir + "/restore" // restore_command's source during a restore
 	dataDir    = "/var/lib/postgresql/17/main"
 	// ArchiveInterval is how often the spools are drained: with archive_timeout it bounds what a
@@ -60,39 +62,64 @@ func (s *Service) walBase(ctx context.Context, d store.Database) error {
 	if err != nil {
 		return err
 	}
+	unlock := s.lockBase(d.ID) // one base backup of a database at a time
+	defer unlock()
+	dir := fmt.Sprintf("%s/%d", baseDir, time.Now().UnixNano())
 	out, err := s.guest(ctx, sb, `set -e
-install -d -o postgres -g postgres -m 700 `+pitrDir+` `+walSpool+`
-rm -rf `+baseDir+`
-runuser -u postgres -- pg_basebackup -D `+baseDir+` -Fp -X fetch -c fast -l pandastack
-sed -n 's/^START WAL LOCATION: .*(file \([0-9A-F]*\))$/\1/p' `+baseDir+`/backup_label`, nil, promoteTimeout)
-	end := time.Now().UTC()
-	start := strings.TrimSpace(out)
-	if len(start) != 24 {
-		return fmt.Errorf("database: the base backup's start WAL file is %q", trunc(out))
+install -d -o postgres -g postgres -m 700 `+pitrDir+` `+walSpool+` `+baseDir+`
+rm -rf `+baseDir+`/*
+runuser -u postgres -- pg_basebackup -D `+dir+` -Fp -X fetch -c fast -l pandastack
+sed -n 's/^START WAL LOCATION: .*(file \([0-9A-F]*\))$/\1/p' `+dir+`/backup_label
+date -u +%Y%m%dT%H%M%S.%NZ`, nil, promoteTimeout)
+	if err != nil {
+		return err
+	}
+	// The base is named by when it ended on the database's own clock, the clock its commits are
+	// stamped with (recovery_target_time is compared with those).
+	var start, stamp string
+	fmt.Sscan(out, &start, &stamp)
+	end, perr := time.Parse(stampLayout, stamp)
+	if len(start) != 24 || perr != nil {
+		return fmt.Errorf("database: the base backup's start WAL file and end are %q", trunc(out))
 	}
 	c, err := s.cfg.Sandboxes.Target(ctx, sb)
 	if err != nil {
 		return err
 	}
 	files := c.FilesAs("root")
-	tr, err := files.ArchiveGet(ctx, sb.ID, baseDir, "tar")
+	tr, err := files.ArchiveGet(ctx, sb.ID, dir, "tar")
 	if err != nil {
 		return err
 	}
-	body, err := io.ReadAll(tr)
-	tr.Close()
+	defer tr.Close()
+	// Through a temporary file: a base is as large as the cluster, and the store reads from a seeker.
+	tmp, err := os.CreateTemp("", "pandastack-db-base-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	size, err := io.Copy(tmp, tr)
 	if err != nil {
 		return err
 	}
 	key := prefix(d.ID) + "base/" + end.Format(stampLayout) + "-" + start + ".tar"
-	if err := s.cfg.Blob.Put(ctx, key, bytes.NewReader(body)); err != nil {
+	if err := s.cfg.Blob.Put(ctx, key, tmp); err != nil {
 		return err
 	}
-	if err := files.Remove(ctx, sb.ID, baseDir, true); err != nil {
+	if err := files.Remove(ctx, sb.ID, dir, true); err != nil {
 		s.log.Warn("database: could not remove a sent base backup in the VM", "database", d.ID, "err", err)
 	}
-	s.log.Info("database WAL base backup", "database", d.ID, "bytes", len(body), "start_wal", start)
+	s.log.Info("database WAL base backup", "database", d.ID, "bytes", size, "start_wal", start)
 	return nil
+}
+
+// lockBase serialises the base backups of database id; the returned func unlocks.
+func (s *Service) lockBase(id string) func() {
+	m, _ := s.bases.LoadOrStore(id, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
 }
 
 // DrainWAL moves every running database's archived WAL segments from its VM to the blob store
@@ -128,8 +155,7 @@ func (s *Service) drain(ctx context.Context, d store.Database, sb store.Sandbox)
 	}
 	files := c.FilesAs("root")
 	entries, err := files.List(ctx, sb.ID, walSpool, 1)
-	var ae *agentclient.Error
-	if errors.As(err, &ae) && ae.Status == errdefs.NotFound.Status() {
+	if notFound(err) {
 		return 0, nil // no spool yet: no base backup yet, nothing archived
 	}
 	if err != nil {
@@ -152,12 +178,18 @@ func (s *Service) drain(ctx context.Context, d store.Database, sb store.Sandbox)
 		if err := s.cfg.Blob.Put(ctx, prefix(d.ID)+"wal/"+e.Name, bytes.NewReader(body)); err != nil {
 			return n, err
 		}
-		if err := files.Remove(ctx, sb.ID, path.Join(walSpool, e.Name), false); err != nil {
-			return n, err
+		if err := files.Remove(ctx, sb.ID, path.Join(walSpool, e.Name), false); err != nil && !notFound(err) {
+			return n, err // (a concurrent drain may have removed it: stored either way)
 		}
 		n++
 	}
 	return n, nil
+}
+
+// notFound says whether err is the host agent's 404.
+func notFound(err error) bool {
+	var ae *agentclient.Error
+	return errors.As(err, &ae) && ae.Status == errdefs.NotFound.Status()
 }
 
 // RunArchiver drains the WAL spools every ArchiveInterval until ctx ends.
@@ -229,18 +261,18 @@ func (s *Service) restoreToTime(ctx context.Context, p store.Database, name stri
 			base = &bases[i]
 		}
 	}
-	if base == nil {
-		return d, false, nil
+	switch {
+	case len(bases) == 0:
+		return d, false, nil // archived since before WAL archiving: the snapshots
+	case base == nil:
+		return d, true, errdefs.Invalidf("database %s can be restored to instants from %s on (its first base backup); for an earlier state restore a backup by backup_id",
+			p.ID, bases[0].end.Format(time.RFC3339Nano))
 	}
 	var wal []blob.Info
-	var walEnd time.Time
 	if err := s.cfg.Blob.List(ctx, prefix(p.ID)+"wal/", func(in blob.Info) error {
 		n := path.Base(in.Key)
 		if walName.MatchString(n) && (strings.HasSuffix(n, ".history") || n[8:] >= base.start[8:]) {
 			wal = append(wal, in)
-			if in.Modified.After(walEnd) {
-				walEnd = in.Modified
-			}
 		}
 		return nil
 	}); err != nil {
@@ -256,7 +288,11 @@ func (s *Service) restoreToTime(ctx context.Context, p store.Database, name stri
 	if err != nil {
 		return d, true, err
 	}
-	if err := s.recover(ctx, sb, base.key, wal, to, walEnd); err != nil {
+	_, err = s.cfg.Store.SetSandboxExpiry(ctx, sb.ID, farFuture, 0) // a long replay must not outlive its VM
+	if err == nil {
+		err = s.recover(ctx, sb, base.key, wal, to)
+	}
+	if err != nil {
 		if kerr := s.cfg.Sandboxes.Kill(ctx, sb, "database restore failed"); kerr != nil {
 			s.log.Warn("database: could not kill the sandbox of a failed restore", "sandbox", sb.ID, "err", kerr)
 		}
@@ -269,9 +305,8 @@ func (s *Service) restoreToTime(ctx context.Context, p store.Database, name stri
 }
 
 // recover replaces the cluster in sb's VM (restored from the template, postgres running) with the
-// base backup under baseKey and replays the wal files up to instant to (to the end of the archive
-// when to is after the newest file: it holds nothing later), then promotes it.
-func (s *Service) recover(ctx context.Context, sb store.Sandbox, baseKey string, wal []blob.Info, to, walEnd time.Time) error {
+// base backup under baseKey and replays the wal files up to instant to, then promotes it.
+func (s *Service) recover(ctx context.Context, sb store.Sandbox, baseKey string, wal []blob.Info, to time.Time) error {
 	if _, err := s.guest(ctx, sb, `set -e
 pg_ctlcluster -m fast 17 main stop
 rm -rf `+dataDir+` `+pitrDir+`
@@ -308,11 +343,9 @@ install -d -o postgres -g postgres -m 700 `+dataDir+` `+pitrDir+` `+restoreDir, 
 			return fmt.Errorf("database: placing archived WAL: %w", err)
 		}
 	}
-	target := ""
-	if to.Before(walEnd) {
-		target = "recovery_target_time = '" + to.UTC().Format("2006-01-02 15:04:05.999999") + "+00'\n"
-	}
-	conf := "restore_command = 'cp " + restoreDir + "/%f \"%p\"'\n" + target + "recovery_target_action = 'promote'\n"
+	conf := "restore_command = 'cp " + restoreDir + "/%f \"%p\"'\n" +
+		"recovery_target_time = '" + to.UTC().Format("2006-01-02 15:04:05.999999") + "+00'\n" +
+		"recovery_target_action = 'promote'\n"
 	// Recovery that reaches the end of the archive before any commit after to (nothing was
 	// committed since: an idle database, a source whose last minutes were lost with its host)
 	// stops with "recovery ended before configured recovery target was reached"; it then goes on

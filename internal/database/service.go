@@ -94,6 +94,8 @@ type Service struct {
 	log *slog.Logger
 	act activity
 	bg  sync.WaitGroup // base backups running in the background (Wait)
+	// bases holds a *sync.Mutex per database: one base backup of it at a time (pitr.go).
+	bases sync.Map
 }
 
 // New builds a service.
