@@ -22,8 +22,8 @@ var databasesTable = printer[v1.Database]{[]string{"ID", "NAME", "STATE", "VERSI
 	return []string{d.ID, d.Name, d.State, d.Version, d.Connection.URI, d.CreatedAt}
 }}
 
-var backupsTable = printer[v1.DatabaseBackup]{[]string{"ID", "DATABASE", "SIZE_BYTES", "CREATED"}, func(b v1.DatabaseBackup) []string {
-	return []string{b.ID, b.DatabaseID, strconv.FormatInt(b.SizeBytes, 10), b.CreatedAt}
+var backupsTable = printer[v1.DatabaseBackup]{[]string{"ID", "DATABASE", "SIZE_BYTES", "CREATED", "PUBLISHED"}, func(b v1.DatabaseBackup) []string {
+	return []string{b.ID, b.DatabaseID, strconv.FormatInt(b.SizeBytes, 10), b.CreatedAt, strconv.FormatBool(b.Published)}
 }}
 
 // databaseCmd is `pandastack db create|list|get|delete|connect|query|branch|password|stats|logs|
