@@ -38,6 +38,7 @@ type dbAnswer struct {
 	Version    string `json:"version"`
 	Password   string `json:"password"`
 	Note       string `json:"note"`
+	SandboxID  string `json:"sandbox_id"`
 	Connection struct {
 		URI       string `json:"uri"`
 		PoolerURI string `json:"pooler_uri"`
@@ -497,13 +498,41 @@ func TestE2EDatabases(t *testing.T) {
 	if err := pc2.QueryRow(ctx, "select (select count(*) from pitr_rows), pg_is_in_recovery()").Scan(&rows, &inRecovery); err != nil || rows != 5 || inRecovery {
 		t.Fatalf("the database restored to %s: %d rows, in recovery %v (%v), want 5 and promoted", instant, rows, inRecovery, err)
 	}
-	if _, err := pc2.Exec(ctx, "insert into pitr_rows values (6)"); err != nil {
-		t.Fatalf("the restored database takes writes: %v", err)
-	}
-	pc2.Close(ctx)
 	var gone bool
 	if err := c2.QueryRow(ctx, "select to_regclass('pitr_rows') is null").Scan(&gone); err != nil || !gone {
 		t.Fatalf("the old database changed: table there %v (%v)", !gone, err)
+	}
+	// The restored database archives its own WAL from its base backup (taken at its birth) on. Its
+	// VM lost (as with its host), a restore gets what was drained: a row whose segment the archiver
+	// copied and the server drained is there.
+	cp.srv.Databases().Wait()
+	var seg, archived string
+	if _, err := pc2.Exec(ctx, "insert into pitr_rows values (6)"); err != nil {
+		t.Fatalf("the restored database takes writes: %v", err)
+	}
+	if err := pc2.QueryRow(ctx, "select clock_timestamp(), pg_walfile_name(pg_switch_wal())").Scan(&instant, &seg); err != nil {
+		t.Fatal(err)
+	}
+	for archived < seg {
+		if err := pc2.QueryRow(ctx, "select coalesce(last_archived_wal, '') from pg_stat_archiver").Scan(&archived); err != nil {
+			t.Fatalf("waiting for the archiver to copy %s: %v", seg, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	pc2.Close(ctx)
+	if _, err := cp.srv.Databases().DrainWAL(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.client().KillSandbox(ctx, pitr.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	code, b = cp.call(t, "POST", "/v1/databases/"+pitr.ID+"/restore", []byte(`{"name":"shop-lost","to_time":"`+instant.UTC().Format(time.RFC3339Nano)+`"}`), "application/json")
+	var lost dbAnswer
+	if json.Unmarshal(b, &lost); code != 201 {
+		t.Fatalf("restore of a database whose VM is gone: %d %s", code, b)
+	}
+	if code, got := cp.call(t, "POST", "/v1/databases/"+lost.ID+"/query", []byte(`{"query":"select string_agg(id::text, ',' order by id) from pitr_rows"}`), "application/json"); code != 200 || !strings.Contains(string(got), `[["1,2,3,4,5,6"]]`) {
+		t.Fatalf("the database restored from the archive of a lost VM: %d %s", code, got)
 	}
 	// The daily backups: every database (the branch and the restored ones too) had its base
 	// backup when it was made, so a pass takes none.
