@@ -5,13 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/splice"
 )
 
 // databasesSuite runs a real agent and server with the databases' router and measures, in the
@@ -19,7 +24,8 @@ import (
 // sandbox creates of the same template, and a new connection + SELECT 1 through the router (TLS,
 // SNI) against the same through the host agent's tunnel straight to the VM's postgres, with TLS
 // (the VM's own certificate, its handshake on the guest's CPU) and without: router_over_direct and
-// router_over_direct_plain are the router's cost against each.
+// router_over_direct_plain are the router's cost against each; pgbench TPS through the router,
+// the pooler and directly (pgbenchTPS); branch, backup and restore times.
 func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, rounds int) error {
 	dbAddr := freeAddr()
 	cl, err := startCluster(guestAgent, imageCache, "10.196.0.0/20", "--db-addr", dbAddr)
@@ -105,6 +111,12 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 	res["db_connect_direct_p50_ms"], res["db_connect_direct_p99_ms"] = pct(lat[1], 50), pct(lat[1], 99)
 	res["db_connect_router_over_direct"] = res["db_connect_router_p50_ms"] / res["db_connect_direct_p50_ms"]
 
+	if err := pgbenchTPS(ctx, res, db.ID, db.Password, dbAddr, func(ctx context.Context) (net.Conn, error) {
+		return agent.DialPort(ctx, db.SandboxID, 5432)
+	}); err != nil {
+		return err
+	}
+
 	// Branch (a fork of the VM), backup (a snapshot) and restore (a new database from it).
 	k := 0
 	branch := func() (float64, error) {
@@ -148,5 +160,80 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 	for i, name := range []string{"db_branch", "db_backup", "db_restore"} {
 		res[name+"_p50_ms"], res[name+"_p99_ms"] = pct(lat[i], 50), pct(lat[i], 99)
 	}
+	return nil
+}
+
+// pgbenchTPS runs the host's pgbench (TPC-B-like, 4 clients, 10 s) against the database through
+// the router (TLS terminated on the host), through the pooler (router + PgBouncer in the VM) and
+// directly (a loopback listener spliced to the agent's tunnel: no router, no TLS), interleaved,
+// and records each way's median TPS and the ratios against direct.
+func pgbenchTPS(ctx context.Context, res map[string]float64, id, password, routerAddr string, dial func(context.Context) (net.Conn, error)) error {
+	pgbench, err := exec.LookPath("pgbench")
+	if err != nil {
+		return fmt.Errorf("the pgbench figures need pgbench on the host (apt-get install postgresql-client): %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	tunnel := func(c net.Conn) {
+		defer c.Close()
+		if up, err := dial(ctx); err == nil {
+			splice.Join(c, nil, up)
+			up.Close()
+		}
+	}
+	go func() {
+		for c, err := ln.Accept(); err == nil; c, err = ln.Accept() {
+			go tunnel(c)
+		}
+	}()
+	rHost, rPort, _ := net.SplitHostPort(routerAddr)
+	if rHost == "" {
+		rHost = "127.0.0.1"
+	}
+	_, dPort, _ := net.SplitHostPort(ln.Addr().String())
+	conninfo := map[string]string{
+		"router": fmt.Sprintf("host=%s.db.localhost hostaddr=%s port=%s sslmode=require", id, rHost, rPort),
+		"pooler": fmt.Sprintf("host=%s-pooler.db.localhost hostaddr=%s port=%s sslmode=require", id, rHost, rPort),
+		"direct": fmt.Sprintf("host=127.0.0.1 port=%s sslmode=disable", dPort),
+	}
+	run := func(way string, args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, pgbench, append(args, "-U", "conn_owner", "-d", conninfo[way]+" dbname=conn")...)
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+password)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("pgbench %s: %v\n%s", way, err, out)
+		}
+		return string(out), nil
+	}
+	if _, err := run("direct", "-i", "-s", "1", "-q"); err != nil {
+		return err
+	}
+	tps := regexp.MustCompile(`tps = ([0-9.]+)`)
+	way := func(name string, extra ...string) sample {
+		return func() (float64, error) {
+			out, err := run(name, append([]string{"-n", "-c", "4", "-j", "2", "-T", "10"}, extra...)...)
+			if err != nil {
+				return 0, err
+			}
+			m := tps.FindStringSubmatch(out)
+			if m == nil {
+				return 0, fmt.Errorf("pgbench %s: no tps in %s", name, out)
+			}
+			return strconv.ParseFloat(m[1], 64)
+		}
+	}
+	// The pooler is in transaction mode: pgbench's default simple protocol works through it.
+	lat, err := interleaved(3, way("router"), way("pooler"), way("direct"))
+	if err != nil {
+		return err
+	}
+	for i, name := range []string{"router", "pooler", "direct"} {
+		res["db_pgbench_"+name+"_tps_p50"] = pct(lat[i], 50)
+	}
+	res["db_pgbench_router_over_direct"] = res["db_pgbench_router_tps_p50"] / res["db_pgbench_direct_tps_p50"]
+	res["db_pgbench_pooler_over_direct"] = res["db_pgbench_pooler_tps_p50"] / res["db_pgbench_direct_tps_p50"]
 	return nil
 }

@@ -22,8 +22,8 @@ var databasesTable = printer[v1.Database]{[]string{"ID", "NAME", "STATE", "VERSI
 	return []string{d.ID, d.Name, d.State, d.Version, d.Connection.URI, d.CreatedAt}
 }}
 
-var backupsTable = printer[v1.DatabaseBackup]{[]string{"ID", "DATABASE", "SIZE_BYTES", "CREATED"}, func(b v1.DatabaseBackup) []string {
-	return []string{b.ID, b.DatabaseID, strconv.FormatInt(b.SizeBytes, 10), b.CreatedAt}
+var backupsTable = printer[v1.DatabaseBackup]{[]string{"ID", "DATABASE", "SIZE_BYTES", "CREATED", "PUBLISHED"}, func(b v1.DatabaseBackup) []string {
+	return []string{b.ID, b.DatabaseID, strconv.FormatInt(b.SizeBytes, 10), b.CreatedAt, strconv.FormatBool(b.Published)}
 }}
 
 // databaseCmd is `pandastack db create|list|get|delete|connect|query|branch|password|stats|logs|
@@ -167,7 +167,7 @@ func databaseCmd() *cobra.Command {
 	var restoreReq v1.RestoreRequest
 	restore := &cobra.Command{
 		Use:     "restore ID --name NAME [--to-time RFC3339 | --backup BACKUP_ID]",
-		Short:   "Restore a backup into a NEW database (default: the newest backup)",
+		Short:   "Restore into a NEW database: to an instant (WAL archive), a backup, or the newest backup",
 		Args:    cobra.ExactArgs(1),
 		PreRunE: requireFlag("name"),
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
@@ -179,7 +179,7 @@ func databaseCmd() *cobra.Command {
 		}),
 	}
 	restore.Flags().StringVar(&restoreReq.Name, "name", "", "the new database's name")
-	restore.Flags().StringVar(&restoreReq.ToTime, "to-time", "", "the newest backup taken at or before this RFC 3339 time")
+	restore.Flags().StringVar(&restoreReq.ToTime, "to-time", "", "recover to this RFC 3339 instant (with a blob store: any instant after the first base backup; else the newest backup at or before it)")
 	restore.Flags().StringVar(&restoreReq.BackupID, "backup", "", "this backup")
 
 	var ca string

@@ -89,7 +89,7 @@ func (s *Server) rotateDatabasePassword(w http.ResponseWriter, r *http.Request) 
 
 func databaseBackupView(databaseID string) func(store.Snapshot) v1.DatabaseBackup {
 	return func(sn store.Snapshot) v1.DatabaseBackup {
-		return v1.DatabaseBackup{ID: sn.ID, DatabaseID: databaseID, SizeBytes: sn.SizeBytes, CreatedAt: v1.Timestamp(sn.CreatedAt)}
+		return v1.DatabaseBackup{ID: sn.ID, DatabaseID: databaseID, SizeBytes: sn.SizeBytes, CreatedAt: v1.Timestamp(sn.CreatedAt), Published: sn.Published}
 	}
 }
 
@@ -109,7 +109,7 @@ func (s *Server) listDatabaseBackups(w http.ResponseWriter, r *http.Request) {
 // restoreDatabase makes a new database from a backup.
 func (s *Server) restoreDatabase(w http.ResponseWriter, r *http.Request) {
 	newDatabase(s, w, r, func(ctx context.Context, teamID string, req v1.RestoreRequest) (store.Database, string, string, error) {
-		to := s.now()
+		var to time.Time // zero: the newest backup
 		if req.ToTime != "" {
 			t, err := time.Parse(time.RFC3339Nano, req.ToTime)
 			if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/dbrouter"
 	"github.com/pandastack/pandastack/internal/hostagent"
 	"github.com/pandastack/pandastack/internal/network"
@@ -37,6 +38,7 @@ type dbAnswer struct {
 	Version    string `json:"version"`
 	Password   string `json:"password"`
 	Note       string `json:"note"`
+	SandboxID  string `json:"sandbox_id"`
 	Connection struct {
 		URI       string `json:"uri"`
 		PoolerURI string `json:"pooler_uri"`
@@ -137,9 +139,14 @@ func TestE2EDatabases(t *testing.T) {
 	slots := nettest.FreeCIDR(t, 22)
 	host := startVMHostWith(t, func(c *hostagent.Config) {
 		c.Network = &network.Config{CIDR: slots, Prefix: prefix, Ready: 2, DNS: out.Addr}
+		c.BlobStore = "file://" + t.TempDir() // backups leave the host
 	})
 	host.bake(ctx, "postgres-17")
-	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{ProxyDomain: "localhost", PublicURL: "http://localhost:8080"}, host)
+	archive, err := blob.Open(ctx, "file://"+t.TempDir()) // the control plane's: archived WAL and base backups
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{ProxyDomain: "localhost", PublicURL: "http://localhost:8080", Blob: archive}, host)
 	port, caPath := dbRouter(t, cp)
 
 	// Bad input is a clear 400; the alias 16 is taken with a note.
@@ -156,6 +163,18 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatalf("create: %d %s", code, b)
 	}
 	t.Logf("database created in %s", time.Since(start))
+	// A base backup at creation (in the background), published to the blob store.
+	cp.srv.Databases().Wait()
+	var first struct {
+		Backups []struct {
+			ID        string
+			Published bool
+		}
+	}
+	if code, b := cp.call(t, "GET", "/v1/databases/"+db.ID+"/backups", nil, ""); json.Unmarshal(b, &first) != nil || code != 200 ||
+		len(first.Backups) != 1 || !first.Backups[0].Published {
+		t.Fatalf("backups after the create: %d %s", code, b)
+	}
 	wantURI := "postgres://shop_db_owner:" + db.Password + "@" + db.ID + ".db.localhost:" + strconv.Itoa(port) + "/shop_db?sslmode=require"
 	if db.Connection.URI != wantURI || db.Connection.HTTPURL != "http://"+db.ID+".db.localhost:8080/sql" {
 		t.Fatalf("connection %+v, want uri %s", db.Connection, wantURI)
@@ -429,8 +448,96 @@ func TestE2EDatabases(t *testing.T) {
 	if restored != "1,2,3,200,300" {
 		t.Fatalf("restored database has %s, want the rows of the backup's instant", restored)
 	}
-	// The daily backups: the branch and the restored database have none yet, the parent's is fresh.
-	for pass, want := range []int{2, 0} {
+	// A published backup restores when its host no longer has it (as on another host): the
+	// host pulls it from the blob store. The creation backup predates the table.
+	dirs, _ := filepath.Glob(filepath.Join(host.dir, "snapshots", first.Backups[0].ID))
+	more, _ := filepath.Glob(filepath.Join(host.dir, "*", "snapshots", first.Backups[0].ID))
+	dirs = append(dirs, more...)
+	if len(dirs) != 1 {
+		t.Fatalf("the creation backup's directory on the host: %v", dirs)
+	}
+	if err := os.RemoveAll(dirs[0]); err != nil {
+		t.Fatal(err)
+	}
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"shop-at-birth","backup_id":"`+first.Backups[0].ID+`"}`), "application/json")
+	var birth dbAnswer
+	if json.Unmarshal(b, &birth); code != 201 {
+		t.Fatalf("restore of a backup its host lost: %d %s", code, b)
+	}
+	if code, got := cp.call(t, "POST", "/v1/databases/"+birth.ID+"/query", []byte(`{"query":"select to_regclass('items') is null"}`), "application/json"); code != 200 || !strings.Contains(string(got), `[["t"]]`) {
+		t.Fatalf("the database restored from its creation backup: %d %s", code, got)
+	}
+	// Point-in-time restore: WAL is archived (drained into the blob store) and a restore to an
+	// instant between two commits replays a base backup up to it, into a NEW database.
+	if _, err := c2.Exec(ctx, "create table pitr_rows as select generate_series(1, 5) as id"); err != nil {
+		t.Fatal(err)
+	}
+	var instant time.Time // the database's own clock, after the create's commit
+	if err := c2.QueryRow(ctx, "select clock_timestamp()").Scan(&instant); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Exec(ctx, "drop table pitr_rows"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.srv.Databases().DrainWAL(ctx); err != nil {
+		t.Fatalf("draining the archived WAL: %v", err)
+	}
+	start = time.Now()
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"shop-pitr","to_time":"`+instant.UTC().Format(time.RFC3339Nano)+`"}`), "application/json")
+	var pitr dbAnswer
+	if json.Unmarshal(b, &pitr); code != 201 {
+		t.Fatalf("restore to an instant: %d %s", code, b)
+	}
+	t.Logf("restored to an instant in %s", time.Since(start))
+	pc2, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, pitr.ID, 1))
+	if err != nil {
+		t.Fatalf("connect to the database restored to an instant: %v", err)
+	}
+	var rows int
+	var inRecovery bool
+	if err := pc2.QueryRow(ctx, "select (select count(*) from pitr_rows), pg_is_in_recovery()").Scan(&rows, &inRecovery); err != nil || rows != 5 || inRecovery {
+		t.Fatalf("the database restored to %s: %d rows, in recovery %v (%v), want 5 and promoted", instant, rows, inRecovery, err)
+	}
+	var gone bool
+	if err := c2.QueryRow(ctx, "select to_regclass('pitr_rows') is null").Scan(&gone); err != nil || !gone {
+		t.Fatalf("the old database changed: table there %v (%v)", !gone, err)
+	}
+	// The restored database archives its own WAL from its base backup (taken at its birth) on. Its
+	// VM lost (as with its host), a restore gets what was drained: a row whose segment the archiver
+	// copied and the server drained is there.
+	cp.srv.Databases().Wait()
+	var seg, archived string
+	if _, err := pc2.Exec(ctx, "insert into pitr_rows values (6)"); err != nil {
+		t.Fatalf("the restored database takes writes: %v", err)
+	}
+	if err := pc2.QueryRow(ctx, "select clock_timestamp(), pg_walfile_name(pg_switch_wal())").Scan(&instant, &seg); err != nil {
+		t.Fatal(err)
+	}
+	for archived < seg {
+		if err := pc2.QueryRow(ctx, "select coalesce(last_archived_wal, '') from pg_stat_archiver").Scan(&archived); err != nil {
+			t.Fatalf("waiting for the archiver to copy %s: %v", seg, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	pc2.Close(ctx)
+	if _, err := cp.srv.Databases().DrainWAL(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.client().KillSandbox(ctx, pitr.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	code, b = cp.call(t, "POST", "/v1/databases/"+pitr.ID+"/restore", []byte(`{"name":"shop-lost","to_time":"`+instant.UTC().Format(time.RFC3339Nano)+`"}`), "application/json")
+	var lost dbAnswer
+	if json.Unmarshal(b, &lost); code != 201 {
+		t.Fatalf("restore of a database whose VM is gone: %d %s", code, b)
+	}
+	if code, got := cp.call(t, "POST", "/v1/databases/"+lost.ID+"/query", []byte(`{"query":"select string_agg(id::text, ',' order by id) from pitr_rows"}`), "application/json"); code != 200 || !strings.Contains(string(got), `[["1,2,3,4,5,6"]]`) {
+		t.Fatalf("the database restored from the archive of a lost VM: %d %s", code, got)
+	}
+	// The daily backups: every database (the branch and the restored ones too) had its base
+	// backup when it was made, so a pass takes none.
+	cp.srv.Databases().Wait()
+	for pass, want := range []int{0} {
 		if n, err := cp.srv.Databases().BackupDue(ctx); err != nil || n != want {
 			t.Fatalf("scheduled backups pass %d: took %d (%v), want %d", pass+1, n, err, want)
 		}

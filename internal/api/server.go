@@ -81,8 +81,10 @@ type Config struct {
 	// validated with network.ParseOpen); teams may then allow inside them. Shown by GET /v1/info.
 	EgressOpen []netip.Prefix
 	// BlobStore is the blob store's URL (without credentials) that registering hosts are told,
-	// or "" when artifacts stay on their host.
+	// or "" when artifacts stay on their host. Blob is that store, opened: the databases'
+	// archived WAL and base backups go there (nil: not archived).
 	BlobStore string
+	Blob      blob.Store
 	// AuditRetention is how long audit entries are kept (default 30 days); AuditPruneInterval
 	// how often older ones are deleted (default 1 h).
 	AuditRetention     time.Duration
@@ -185,7 +187,7 @@ func New(cfg Config) *Server {
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain})
 	s.schedules.SetFunctions(s.functions)
 	s.databases = database.New(database.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
-		SecretsKey: cfg.SecretsKey, Domain: cfg.ProxyDomain, RouterPort: cfg.DBRouterPort, HTTPBase: cfg.PublicURL})
+		SecretsKey: cfg.SecretsKey, Domain: cfg.ProxyDomain, RouterPort: cfg.DBRouterPort, HTTPBase: cfg.PublicURL, Blob: cfg.Blob})
 	s.apps = apps.New(apps.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir, GuestCA: cfg.GuestCA})
 	s.webhooks = webhooks.New(webhooks.Config{Store: cfg.Store, SecretsKey: cfg.SecretsKey, Policy: cfg.Webhooks, View: viewOf,

@@ -180,7 +180,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 	}
 	srv := api.New(api.Config{DBRouterPort: dbPort, PublicURL: o.PublicURL, Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
 		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, Quota: o.Quota, RateLimit: o.RateLimit,
-		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), SecretsKey: secretsKey,
+		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), Blob: bs, SecretsKey: secretsKey,
 		Console: web.Handler(), GitDir: gitDir(o), GuestCA: guestCA, Webhooks: hookPolicy})
 	var e2bLn net.Listener
 	if o.E2BAddr != "" {
@@ -216,6 +216,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		go srv.RunFunctions(lctx)
 		go srv.Databases().RunSuspender(lctx, 0)
 		go srv.Databases().RunBackups(lctx)
+		go srv.Databases().RunArchiver(lctx)
 		if bs != nil {
 			go srv.RunPublishedSweeper(lctx, bs)
 		}

@@ -24,8 +24,48 @@ const (
 	maxBackups      = 1000
 )
 
-// Backup snapshots the team's database now.
+// background runs job for d after the request that made d has been answered (a base backup must
+// not delay a create); Wait waits for such jobs.
+func (s *Service) background(d store.Database, job func(context.Context, store.Database) error) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), sandboxes.LifecycleTimeout)
+		defer cancel()
+		if err := job(ctx, d); err != nil {
+			s.log.Warn("database: base backup failed; the scheduled backups take one within the hour", "database", d.ID, "err", err)
+		}
+	}()
+}
+
+// Wait waits for the base backups running in the background (tests, shutdown).
+func (s *Service) Wait() { s.bg.Wait() }
+
+// baseBackup is a new database's first backup, so that it is restorable from its creation on
+// (the scheduled pass would take one within the hour).
+func (s *Service) baseBackup(ctx context.Context, d store.Database) error {
+	_, err := s.Backup(ctx, d.TeamID, d.ID)
+	return err
+}
+
+// Backup snapshots the team's database now and, when WAL is archived, takes a base backup for
+// point-in-time restores as well (pitr.go).
 func (s *Service) Backup(ctx context.Context, teamID, id string) (store.Snapshot, error) {
+	sn, err := s.snapshot(ctx, teamID, id)
+	if err == nil && s.archiving() {
+		d, gerr := s.Get(ctx, teamID, id)
+		if gerr == nil {
+			gerr = s.walBase(ctx, d)
+		}
+		if gerr != nil { // the snapshot is a backup all the same; restores to instants use an older base
+			s.log.Warn("database: base backup for point-in-time restores failed", "database", id, "err", gerr)
+		}
+	}
+	return sn, err
+}
+
+// snapshot snapshots the team's database now.
+func (s *Service) snapshot(ctx context.Context, teamID, id string) (store.Snapshot, error) {
 	d, err := s.Get(ctx, teamID, id)
 	if err != nil {
 		return store.Snapshot{}, err
@@ -51,8 +91,9 @@ func (s *Service) Backups(ctx context.Context, teamID, id string) ([]store.Snaps
 	return list, err
 }
 
-// Restore makes a new database called name from a backup of the team's database: backupID, or
-// else the newest backup taken at or before toTime. The new database has the old one's owner,
+// Restore makes a new database called name from a backup of the team's database: backupID; or,
+// with toTime and WAL archived, recovered to that instant (restoreToTime); else the newest backup
+// taken at or before toTime (zero: now). The new database has the old one's owner,
 // database name and password; the old one is not touched.
 func (s *Service) Restore(ctx context.Context, teamID, id, name, backupID string, toTime time.Time) (store.Database, error) {
 	if !namePattern.MatchString(name) {
@@ -61,6 +102,18 @@ func (s *Service) Restore(ctx context.Context, teamID, id, name, backupID string
 	p, err := s.Get(ctx, teamID, id)
 	if err != nil {
 		return p, err
+	}
+	if _, err := s.cfg.Store.GetTeamDatabaseByName(ctx, teamID, name); err == nil {
+		return store.Database{}, errdefs.Conflictf("the team already has a database named %s", name)
+	}
+	if backupID == "" && !toTime.IsZero() && s.archiving() {
+		// To any instant: a base backup and the archived WAL up to it.
+		if d, ok, err := s.restoreToTime(context.WithoutCancel(ctx), p, name, toTime); ok {
+			return d, err
+		}
+	}
+	if toTime.IsZero() {
+		toTime = time.Now()
 	}
 	backups, err := s.Backups(ctx, teamID, id)
 	if err != nil {
@@ -78,9 +131,6 @@ func (s *Service) Restore(ctx context.Context, teamID, id, name, backupID string
 		return store.Database{}, errdefs.NotFoundf("database %s has no backup %s", p.ID, trunc(backupID))
 	case pick == nil:
 		return store.Database{}, errdefs.Invalidf("database %s has no backup taken at or before %s", p.ID, toTime.UTC().Format(time.RFC3339))
-	}
-	if _, err := s.cfg.Store.GetTeamDatabaseByName(ctx, teamID, name); err == nil {
-		return store.Database{}, errdefs.Conflictf("the team already has a database named %s", name)
 	}
 	ctx = context.WithoutCancel(ctx)
 	sb, err := s.cfg.Sandboxes.Create(ctx, teamID, sandboxes.CreateParams{Template: pick.Template, AgentTemplate: pick.Template, Snapshot: pick,
@@ -113,13 +163,14 @@ func (s *Service) record(ctx context.Context, sb store.Sandbox, d store.Database
 		return undo(err)
 	}
 	s.log.Info(what, append([]any{"database", d.ID, "from", d.ParentID, "sandbox", sb.ID}, logKV...)...)
+	s.background(d, s.baseBackup)
 	return d, nil
 }
 
 // BackupDue takes a backup of every database whose newest backup is older than BackupInterval
 // (or that has none; a database suspended since its newest backup is left asleep) and deletes
-// backups older than BackupRetention, never a database's newest; it returns how many backups it
-// took.
+// backups older than BackupRetention, never a database's newest (and so the WAL archive's base
+// backups, and the WAL older than the oldest base kept); it returns how many backups it took.
 func (s *Service) BackupDue(ctx context.Context) (int, error) {
 	list, err := s.cfg.Store.ListAllDatabases(ctx)
 	if err != nil {
@@ -137,6 +188,11 @@ func (s *Service) BackupDue(ctx context.Context) (int, error) {
 				s.log.Warn("database: scheduled backup failed", "database", d.ID, "err", err)
 			} else {
 				n++
+			}
+		}
+		if s.archiving() {
+			if err := s.pruneArchive(ctx, d.ID, now); err != nil {
+				s.log.Warn("database: could not prune the WAL archive", "database", d.ID, "err", err)
 			}
 		}
 		for i, b := range backups {

@@ -20,12 +20,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/sealed"
@@ -81,6 +83,9 @@ type Config struct {
 	HTTPBase string
 	// Template is the template databases restore (default Template).
 	Template string
+	// Blob is where archived WAL and base backups for point-in-time restores go (pitr.go); nil:
+	// WAL is not archived and restores are to backup (snapshot) instants only.
+	Blob blob.Store
 }
 
 // Service creates databases and connects to them. Create with New.
@@ -88,6 +93,9 @@ type Service struct {
 	cfg Config
 	log *slog.Logger
 	act activity
+	bg  sync.WaitGroup // base backups running in the background (Wait)
+	// bases holds a *sync.Mutex per database: one base backup of it at a time (pitr.go).
+	bases sync.Map
 }
 
 // New builds a service.
@@ -237,6 +245,7 @@ func (s *Service) Create(ctx context.Context, teamID string, sp v1.DatabaseSpec)
 		return undo(err)
 	}
 	s.log.Info("database created", "database", d.ID, "team", teamID, "sandbox", sb.ID)
+	s.background(d, s.baseBackup)
 	return d, password, note, nil
 }
 
@@ -401,21 +410,27 @@ func setupSQL(d store.Database, verifier string) string {
 // psql runs sql in the database's VM as the postgres superuser over the local socket (exec: it
 // needs no password, e.g. to set a new one).
 func (s *Service) psql(ctx context.Context, sb store.Sandbox, dbName, sql string) error {
+	_, err := s.guest(ctx, sb, "exec runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -d "+shellQuote(dbName), &sql, setupTimeout)
+	return err
+}
+
+// guest runs a shell script as root in the database's VM (without the template's PG*
+// environment: psql then talks over the socket) and returns its output; a non-zero exit is an
+// error carrying the script's output.
+func (s *Service) guest(ctx context.Context, sb store.Sandbox, script string, stdin *string, timeout float64) (string, error) {
 	c, err := s.cfg.Sandboxes.Target(ctx, sb)
 	if err != nil {
-		return err
+		return "", err
 	}
-	secs := setupTimeout
-	res, err := c.Exec(ctx, sb.ID, agentclient.ExecRequest{
-		Cmd:   "unset PGHOST PGUSER PGPASSWORD; exec runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -d " + shellQuote(dbName),
-		Stdin: &sql, TimeoutSeconds: &secs, User: "root"})
+	res, err := c.Exec(ctx, sb.ID, agentclient.ExecRequest{Cmd: "unset PGHOST PGUSER PGPASSWORD; " + script,
+		Stdin: stdin, TimeoutSeconds: &timeout, User: "root"})
 	if err != nil {
-		return err
+		return "", err
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("database: setting up postgres failed (exit %d): %s", res.ExitCode, trunc(res.Stderr+res.Stdout))
+		return res.Stdout, fmt.Errorf("database: a command in the database's VM failed (exit %d): %s", res.ExitCode, trunc(res.Stderr+res.Stdout))
 	}
-	return nil
+	return res.Stdout, nil
 }
 
 // Get returns the team's database; another team's is NotFound.
@@ -451,6 +466,9 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 	}
 	if err := s.cfg.Store.DeleteDatabase(ctx, teamID, d.ID); err != nil {
 		return err
+	}
+	if err := s.deleteArchive(context.WithoutCancel(ctx), d.ID); err != nil {
+		s.log.Warn("database: could not delete the archived WAL of a deleted database", "database", d.ID, "err", err)
 	}
 	for _, b := range backups { // databases restored from one keep running
 		if err := s.cfg.Sandboxes.DeleteSnapshot(context.WithoutCancel(ctx), teamID, b.ID); err != nil {

@@ -158,6 +158,11 @@ func (s *Service) SuspendIdle(ctx context.Context) (int, error) {
 		if err != nil || sb.State != store.StateRunning {
 			continue
 		}
+		if s.archiving() { // what is archived leaves before the VM sleeps
+			if _, err := s.drain(ctx, d, sb); err != nil {
+				s.log.Warn("database: draining archived WAL before suspending failed", "database", d.ID, "err", err)
+			}
+		}
 		if _, err := s.cfg.Sandboxes.Hibernate(ctx, sb); err != nil {
 			s.log.Warn("database: could not suspend an idle database", "database", d.ID, "sandbox", sb.ID, "err", err)
 			continue

@@ -71,6 +71,8 @@ type DatabaseBackup struct {
 	DatabaseID string `json:"database_id"`
 	SizeBytes  int64  `json:"size_bytes"`
 	CreatedAt  string `json:"created_at"`
+	// Published: the backup is in the blob store too, so it outlives its host (a restore pulls it).
+	Published bool `json:"published"`
 }
 
 // DatabaseBackups is GET /v1/databases/{id}/backups, newest first.

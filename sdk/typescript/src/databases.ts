@@ -48,6 +48,16 @@ export interface CreateDatabaseParams {
 }
 
 /** A statement's result: rows as arrays of PostgreSQL text values (null for NULL). */
+/** A backup: a snapshot of the database's VM. */
+export interface DatabaseBackup {
+  id: string;
+  database_id: string;
+  size_bytes: number;
+  created_at: string;
+  /** In the blob store too: the backup outlives its host. */
+  published: boolean;
+}
+
 export interface QueryResult {
   fields: { name: string; dataTypeID: number }[];
   rows: (string | null)[][];
@@ -104,16 +114,16 @@ export class Databases {
     return resp.text();
   }
 
-  /** Back the database up now (a snapshot of its VM). */
-  async backup(id: string): Promise<{ id: string; database_id: string; size_bytes: number; created_at: string }> {
+  /** Back the database up now (a snapshot of its VM; `published`: in the blob store, it outlives its host). */
+  async backup(id: string): Promise<DatabaseBackup> {
     return this.client.http.json("POST", `/v1/databases/${seg(id)}/backups`, { timeoutMs: this.client.createTimeoutMs });
   }
 
-  async backups(id: string): Promise<{ id: string; database_id: string; size_bytes: number; created_at: string }[]> {
-    return (await this.client.http.json<{ backups?: { id: string; database_id: string; size_bytes: number; created_at: string }[] }>("GET", `/v1/databases/${seg(id)}/backups`, { idempotent: true }))?.backups ?? [];
+  async backups(id: string): Promise<DatabaseBackup[]> {
+    return (await this.client.http.json<{ backups?: DatabaseBackup[] }>("GET", `/v1/databases/${seg(id)}/backups`, { idempotent: true }))?.backups ?? [];
   }
 
-  /** A NEW database from a backup: `backupId`, else the newest at or before `toTime` (default now). */
+  /** A NEW database: recovered to the instant `toTime` (WAL archive, with a blob store), or from backup `backupId`, else from the newest backup. */
   async restore(id: string, p: { name: string; toTime?: string; backupId?: string }): Promise<Database> {
     const body: Record<string, unknown> = { name: p.name };
     if (p.toTime !== undefined) body.to_time = p.toTime;

@@ -55,6 +55,7 @@ export { Apps, type App, type AppBuild, type AppPlan, type AppPreview, type AppS
 export {
   Databases,
   type Database,
+  type DatabaseBackup,
   type DatabaseConnection,
   type CreateDatabaseParams,
   type QueryResult,

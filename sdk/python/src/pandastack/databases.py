@@ -72,15 +72,16 @@ class Databases:
         return bytes_(r.body).decode("utf-8", "replace")
 
     def backup(self, database_id: str) -> Dict[str, Any]:
-        """Back the database up now (a snapshot of its VM)."""
+        """Back the database up now (a snapshot of its VM; ``published``: in the blob store)."""
         return self._http.request("POST", _db(database_id, "/backups"), timeout=self._client.create_timeout).json() or {}
 
     def backups(self, database_id: str) -> List[Dict[str, Any]]:
         return (self._http.request("GET", _db(database_id, "/backups"), idempotent=True).json() or {}).get("backups") or []
 
     def restore(self, database_id: str, name: str, to_time: Optional[str] = None, backup_id: Optional[str] = None) -> Dict[str, Any]:
-        """A NEW database from a backup: ``backup_id``, else the newest at or before ``to_time``
-        (RFC 3339; default now)."""
+        """A NEW database: recovered to the instant ``to_time`` (RFC 3339; with a blob store the
+        WAL archive reaches any instant after the first base backup), or from backup ``backup_id``,
+        else from the newest backup (at or before ``to_time``)."""
         body: Dict[str, Any] = {"name": name}
         if to_time is not None:
             body["to_time"] = to_time

@@ -1,0 +1,426 @@
+package database
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/blob"
+	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/store"
+)
+
+// Point-in-time restore (docs/databases.md). The template's postgres archives every completed
+// WAL segment (archive_mode on, archive_timeout 60 s) into a spool directory in the guest, when
+// that directory exists; the control plane drains the spool through the host agent's files API
+// into the blob store and deletes what it drained (the VM has no way to the store itself). Base
+// backups for it are pg_basebackup copies (plain, with the WAL they need), taken with each backup
+// (at creation, daily, on demand) and sent the same way as a tar. A restore to an instant is a
+// new database from the template whose cluster is replaced by the newest base that ended at or
+// before that instant, replaying the archived WAL up to it (recovery_target_time, then promote).
+//
+// Blob store layout: databases/<id>/base/<end>-<start WAL file>.tar and databases/<id>/wal/<file>.
+
+// Paths in the guest, and the archiver's pace.
+const (
+	pitrDir    = "/var/lib/postgresql/pitr"
+	walSpool   = pitrDir + "/wal"     // archive_command copies segments here (if it exists)
+	baseDir    = pitrDir + "/base"    // pg_basebackups in progress (one at a time)
+	restoreDir = pitrDir + "/restore" // restore_command's source during a restore
+	dataDir    = "/var/lib/postgresql/17/main"
+	// ArchiveInterval is how often the spools are drained: with archive_timeout it bounds what a
+	// host loss can lose (docs/databases.md).
+	ArchiveInterval = 10 * time.Second
+	maxSegment      = 64 << 20 // a WAL segment is 16 MiB; larger files in the spool are not ours
+	stampLayout     = "20060102T150405.000000000Z"
+	promoteTimeout  = 600.0
+)
+
+var walName = regexp.MustCompile(`^([0-9A-F]{24}|[0-9A-F]{8}\.history)$`)
+
+func prefix(id string) string { return "databases/" + id + "/" }
+
+// archiving says whether WAL is archived (the service has a blob store).
+func (s *Service) archiving() bool { return s.cfg.Blob != nil }
+
+// walBase takes a pg_basebackup of d in its VM (turning the WAL spool on first) and puts it in
+// the blob store as a tar named by the instant it ended and the WAL file it starts from.
+func (s *Service) walBase(ctx context.Context, d store.Database) error {
+	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
+	if err != nil {
+		return err
+	}
+	unlock := s.lockBase(d.ID) // one base backup of a database at a time
+	defer unlock()
+	dir := fmt.Sprintf("%s/%d", baseDir, time.Now().UnixNano())
+	out, err := s.guest(ctx, sb, `set -e
+install -d -o postgres -g postgres -m 700 `+pitrDir+` `+walSpool+` `+baseDir+`
+rm -rf `+baseDir+`/*
+runuser -u postgres -- pg_basebackup -D `+dir+` -Fp -X fetch -c fast -l pandastack
+sed -n 's/^START WAL LOCATION: .*(file \([0-9A-F]*\))$/\1/p' `+dir+`/backup_label
+date -u +%Y%m%dT%H%M%S.%NZ`, nil, promoteTimeout)
+	if err != nil {
+		return err
+	}
+	// The base is named by when it ended on the database's own clock, the clock its commits are
+	// stamped with (recovery_target_time is compared with those).
+	var start, stamp string
+	fmt.Sscan(out, &start, &stamp)
+	end, perr := time.Parse(stampLayout, stamp)
+	if len(start) != 24 || perr != nil {
+		return fmt.Errorf("database: the base backup's start WAL file and end are %q", trunc(out))
+	}
+	c, err := s.cfg.Sandboxes.Target(ctx, sb)
+	if err != nil {
+		return err
+	}
+	files := c.FilesAs("root")
+	tr, err := files.ArchiveGet(ctx, sb.ID, dir, "tar")
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	// Through a temporary file: a base is as large as the cluster, and the store reads from a seeker.
+	tmp, err := os.CreateTemp("", "pandastack-db-base-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	size, err := io.Copy(tmp, tr)
+	if err != nil {
+		return err
+	}
+	key := prefix(d.ID) + "base/" + end.Format(stampLayout) + "-" + start + ".tar"
+	if err := s.cfg.Blob.Put(ctx, key, tmp); err != nil {
+		return err
+	}
+	if err := files.Remove(ctx, sb.ID, dir, true); err != nil {
+		s.log.Warn("database: could not remove a sent base backup in the VM", "database", d.ID, "err", err)
+	}
+	s.log.Info("database WAL base backup", "database", d.ID, "bytes", size, "start_wal", start)
+	return nil
+}
+
+// lockBase serialises the base backups of database id; the returned func unlocks.
+func (s *Service) lockBase(id string) func() {
+	m, _ := s.bases.LoadOrStore(id, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// DrainWAL moves every running database's archived WAL segments from its VM to the blob store
+// and returns how many it moved. Suspended databases are left asleep (they drained on suspend).
+func (s *Service) DrainWAL(ctx context.Context) (int, error) {
+	if !s.archiving() {
+		return 0, nil
+	}
+	list, err := s.cfg.Store.ListAllDatabases(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range list {
+		sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
+		if err != nil || sb.State != store.StateRunning {
+			continue
+		}
+		m, err := s.drain(ctx, d, sb)
+		n += m
+		if err != nil {
+			s.log.Warn("database: draining archived WAL failed", "database", d.ID, "err", err)
+		}
+	}
+	return n, nil
+}
+
+// drain moves d's spooled WAL files to the blob store, each deleted in the VM once stored.
+func (s *Service) drain(ctx context.Context, d store.Database, sb store.Sandbox) (int, error) {
+	c, err := s.cfg.Sandboxes.Target(ctx, sb)
+	if err != nil {
+		return 0, err
+	}
+	files := c.FilesAs("root")
+	entries, err := files.List(ctx, sb.ID, walSpool, 1)
+	if notFound(err) {
+		return 0, nil // no spool yet: no base backup yet, nothing archived
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		if e.Type != "file" || !walName.MatchString(e.Name) || e.Size > maxSegment {
+			continue // a copy in progress (.name.tmp) or not ours
+		}
+		resp, err := files.Read(ctx, sb.ID, path.Join(walSpool, e.Name))
+		if err != nil {
+			return n, err
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, maxSegment+1))
+		resp.Body.Close()
+		if err != nil {
+			return n, err
+		}
+		if err := s.cfg.Blob.Put(ctx, prefix(d.ID)+"wal/"+e.Name, bytes.NewReader(body)); err != nil {
+			return n, err
+		}
+		if err := files.Remove(ctx, sb.ID, path.Join(walSpool, e.Name), false); err != nil && !notFound(err) {
+			return n, err // (a concurrent drain may have removed it: stored either way)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// notFound says whether err is the host agent's 404.
+func notFound(err error) bool {
+	var ae *agentclient.Error
+	return errors.As(err, &ae) && ae.Status == errdefs.NotFound.Status()
+}
+
+// RunArchiver drains the WAL spools every ArchiveInterval until ctx ends.
+func (s *Service) RunArchiver(ctx context.Context) {
+	if s.archiving() {
+		s.every(ctx, ArchiveInterval, "draining archived WAL", s.DrainWAL)
+	}
+}
+
+// flushWAL makes the source's WAL up to now archived and drained: it switches to a new segment,
+// waits for the archiver to have copied the finished one and drains the spool. A database whose
+// VM is not running is left as it is (its WAL was drained when it was suspended).
+func (s *Service) flushWAL(ctx context.Context, d store.Database) error {
+	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
+	if err != nil || sb.State != store.StateRunning {
+		return nil
+	}
+	if _, err := s.guest(ctx, sb, `q() { runuser -u postgres -- psql -XAtc "$1"; }
+[ -d `+walSpool+` ] || exit 0
+q "select pg_current_xact_id()" >/dev/null || exit 1 # a commit stamped now: replay to an earlier instant stops there
+seg=$(q "select pg_walfile_name(pg_switch_wal())") || exit 1
+for i in $(seq 1200); do
+  last=$(q "select coalesce(last_archived_wal, '') from pg_stat_archiver")
+  if [ -n "$last" ] && { [ "$last" = "$seg" ] || [ "$last" \> "$seg" ]; }; then exit 0; fi
+  sleep 0.1
+done
+echo "the archiver did not archive $seg" >&2; exit 1`, nil, promoteTimeout); err != nil {
+		return err
+	}
+	_, err = s.drain(ctx, d, sb)
+	return err
+}
+
+// walBaseAt names a base backup in the blob store: the instant it ended and its first WAL file.
+type walBaseAt struct {
+	key, start string
+	end        time.Time
+}
+
+// walBases lists d's base backups, oldest first.
+func (s *Service) walBases(ctx context.Context, id string) ([]walBaseAt, error) {
+	var out []walBaseAt
+	p := prefix(id) + "base/"
+	err := s.cfg.Blob.List(ctx, p, func(in blob.Info) error {
+		stamp, start, ok := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(in.Key, p), ".tar"), "-")
+		if t, err := time.Parse(stampLayout, stamp); err == nil && ok && len(start) == 24 {
+			out = append(out, walBaseAt{key: in.Key, start: start, end: t})
+		}
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].end.Before(out[j].end) })
+	return out, err
+}
+
+// restoreToTime makes a new database called name recovered to instant to from p's base backups
+// and archived WAL. ok is false when p has no base backup that ended at or before to (the caller
+// then falls back to the VM snapshots).
+func (s *Service) restoreToTime(ctx context.Context, p store.Database, name string, to time.Time) (d store.Database, ok bool, err error) {
+	if err := s.flushWAL(ctx, p); err != nil {
+		s.log.Warn("database: could not archive the newest WAL before a restore; restoring from what is archived", "database", p.ID, "err", err)
+	}
+	bases, err := s.walBases(ctx, p.ID)
+	if err != nil {
+		return d, true, err
+	}
+	var base *walBaseAt
+	for i := range bases {
+		if !bases[i].end.After(to) {
+			base = &bases[i]
+		}
+	}
+	switch {
+	case len(bases) == 0:
+		return d, false, nil // archived since before WAL archiving: the snapshots
+	case base == nil:
+		return d, true, errdefs.Invalidf("database %s can be restored to instants from %s on (its first base backup); for an earlier state restore a backup by backup_id",
+			p.ID, bases[0].end.Format(time.RFC3339Nano))
+	}
+	var wal []blob.Info
+	if err := s.cfg.Blob.List(ctx, prefix(p.ID)+"wal/", func(in blob.Info) error {
+		n := path.Base(in.Key)
+		if walName.MatchString(n) && (strings.HasSuffix(n, ".history") || n[8:] >= base.start[8:]) {
+			wal = append(wal, in)
+		}
+		return nil
+	}); err != nil {
+		return d, true, err
+	}
+
+	recorded, agentName, host, err := s.cfg.Templates.Resolve(ctx, p.TeamID, s.cfg.Template)
+	if err != nil {
+		return d, true, err
+	}
+	sb, err := s.cfg.Sandboxes.Create(ctx, p.TeamID, sandboxes.CreateParams{Template: recorded, AgentTemplate: agentName, TemplateHost: host,
+		Metadata: map[string]string{"pandastack.database": "restore of " + p.ID}})
+	if err != nil {
+		return d, true, err
+	}
+	_, err = s.cfg.Store.SetSandboxExpiry(ctx, sb.ID, farFuture, 0) // a long replay must not outlive its VM
+	if err == nil {
+		err = s.recover(ctx, sb, base.key, wal, to)
+	}
+	if err != nil {
+		if kerr := s.cfg.Sandboxes.Kill(ctx, sb, "database restore failed"); kerr != nil {
+			s.log.Warn("database: could not kill the sandbox of a failed restore", "sandbox", sb.ID, "err", kerr)
+		}
+		return d, true, err
+	}
+	d = p
+	d.ID, d.Name, d.SandboxID, d.ParentID, d.State = auth.NewID("db_"), name, sb.ID, p.ID, StateReady
+	d, err = s.record(ctx, sb, d, "database restored to an instant", "to_time", to, "base", base.key, "wal_files", len(wal))
+	return d, true, err
+}
+
+// recover replaces the cluster in sb's VM (restored from the template, postgres running) with the
+// base backup under baseKey and replays the wal files up to instant to, then promotes it.
+func (s *Service) recover(ctx context.Context, sb store.Sandbox, baseKey string, wal []blob.Info, to time.Time) error {
+	if _, err := s.guest(ctx, sb, `set -e
+pg_ctlcluster -m fast 17 main stop
+rm -rf `+dataDir+` `+pitrDir+`
+install -d -o postgres -g postgres -m 700 `+dataDir+` `+pitrDir+` `+restoreDir, nil, setupTimeout); err != nil {
+		return err
+	}
+	c, err := s.cfg.Sandboxes.Target(ctx, sb)
+	if err != nil {
+		return err
+	}
+	files := c.FilesAs("postgres")
+	put := func(key, dst string, archive bool) error {
+		info, err := s.cfg.Blob.Stat(ctx, key)
+		if err != nil {
+			return err
+		}
+		r, err := s.cfg.Blob.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		if archive {
+			_, err = files.ArchivePut(ctx, sb.ID, dst, r, info.Size)
+		} else {
+			_, err = files.Write(ctx, sb.ID, dst, r, info.Size)
+		}
+		return err
+	}
+	if err := put(baseKey, dataDir, true); err != nil {
+		return fmt.Errorf("database: laying down the base backup: %w", err)
+	}
+	for _, w := range wal {
+		if err := put(w.Key, path.Join(restoreDir, path.Base(w.Key)), false); err != nil {
+			return fmt.Errorf("database: placing archived WAL: %w", err)
+		}
+	}
+	conf := "restore_command = 'cp " + restoreDir + "/%f \"%p\"'\n" +
+		"recovery_target_time = '" + to.UTC().Format("2006-01-02 15:04:05.999999") + "+00'\n" +
+		"recovery_target_action = 'promote'\n"
+	// Recovery that reaches the end of the archive before any commit after to (nothing was
+	// committed since: an idle database, a source whose last minutes were lost with its host)
+	// stops with "recovery ended before configured recovery target was reached"; it then goes on
+	// to the end of the archive without the target, which is the same instant's data.
+	_, err = s.guest(ctx, sb, `conf=/etc/postgresql/17/main/conf.d/zz-recovery.conf
+log=/var/log/postgresql/postgresql-17-main.log
+cat > $conf || exit 1
+runuser -u postgres -- touch `+dataDir+`/recovery.signal || exit 1
+: > $log
+pg_ctlcluster 17 main start >/dev/null 2>&1
+for i in $(seq 3000); do
+  if [ "$(runuser -u postgres -- psql -XAtc 'select pg_is_in_recovery()' 2>/dev/null)" = f ]; then
+    rm -f $conf `+restoreDir+`/*
+    runuser -u postgres -- psql -XAtc 'select pg_reload_conf()' >/dev/null
+    exit 0
+  fi
+  if ! pg_ctlcluster 17 main status >/dev/null 2>&1; then
+    if grep -q 'before configured recovery target' $log && grep -q recovery_target_time $conf; then
+      sed -i '/recovery_target_time/d' $conf
+      pg_ctlcluster 17 main start >/dev/null 2>&1
+    elif [ $i -gt 50 ]; then
+      break
+    fi
+  fi
+  sleep 0.2
+done
+tail -n 30 $log >&2
+exit 1`, &conf, promoteTimeout)
+	return err
+}
+
+// deleteArchive deletes d's base backups and archived WAL from the blob store.
+func (s *Service) deleteArchive(ctx context.Context, id string) error {
+	if !s.archiving() {
+		return nil
+	}
+	var keys []string
+	if err := s.cfg.Blob.List(ctx, prefix(id), func(in blob.Info) error { keys = append(keys, in.Key); return nil }); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := s.cfg.Blob.Delete(ctx, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pruneArchive deletes d's base backups older than BackupRetention (never the newest) and the
+// archived WAL older than the oldest base kept: what no restore can use any more.
+func (s *Service) pruneArchive(ctx context.Context, id string, now time.Time) error {
+	bases, err := s.walBases(ctx, id)
+	if err != nil || len(bases) == 0 {
+		return err
+	}
+	keep := 0
+	for keep < len(bases)-1 && now.Sub(bases[keep].end) > BackupRetention {
+		if err := s.cfg.Blob.Delete(ctx, bases[keep].key); err != nil {
+			return err
+		}
+		keep++
+	}
+	var old []string
+	if err := s.cfg.Blob.List(ctx, prefix(id)+"wal/", func(in blob.Info) error {
+		if n := path.Base(in.Key); len(n) == 24 && n[8:] < bases[keep].start[8:] {
+			old = append(old, in.Key)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, k := range old {
+		if err := s.cfg.Blob.Delete(ctx, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+package database
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/blob"
+)
+
+// The archive's retention: base backups older than the retention go (never the newest), and with
+// them the WAL older than the oldest base kept; what a restore can still use stays.
+func TestPruneArchive(t *testing.T) {
+	ctx := context.Background()
+	bs, err := blob.Open(ctx, "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Blob: bs})
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	put := func(key string) {
+		if err := bs.Put(ctx, key, strings.NewReader("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := func(age time.Duration, start string) string {
+		return "databases/db_a/base/" + now.Add(-age).Format(stampLayout) + "-" + start + ".tar"
+	}
+	old, kept, newest := base(10*24*time.Hour, "000000010000000000000002"), base(3*24*time.Hour, "000000010000000000000005"), base(time.Hour, "000000010000000000000009")
+	for _, k := range []string{old, kept, newest, "databases/db_a/base/garbage.tar",
+		"databases/db_a/wal/000000010000000000000002", "databases/db_a/wal/000000010000000000000004",
+		"databases/db_a/wal/000000010000000000000005", "databases/db_a/wal/00000001000000000000000A",
+		"databases/db_a/wal/00000002.history", "databases/db_b/wal/000000010000000000000001"} {
+		put(k)
+	}
+	bases, err := s.walBases(ctx, "db_a")
+	if err != nil || len(bases) != 3 || bases[0].key != old || bases[2].start != "000000010000000000000009" {
+		t.Fatalf("bases %+v %v", bases, err)
+	}
+	if err := s.pruneArchive(ctx, "db_a", now); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	bs.List(ctx, "databases/", func(in blob.Info) error { left = append(left, in.Key); return nil })
+	sort.Strings(left)
+	want := []string{kept, newest, "databases/db_a/base/garbage.tar",
+		"databases/db_a/wal/000000010000000000000005", "databases/db_a/wal/00000001000000000000000A",
+		"databases/db_a/wal/00000002.history", "databases/db_b/wal/000000010000000000000001"}
+	sort.Strings(want)
+	if strings.Join(left, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("left after pruning:\n%s\nwant:\n%s", strings.Join(left, "\n"), strings.Join(want, "\n"))
+	}
+	// Deleting the database deletes its archive, not another's.
+	if err := s.deleteArchive(ctx, "db_a"); err != nil {
+		t.Fatal(err)
+	}
+	left = nil
+	bs.List(ctx, "databases/", func(in blob.Info) error { left = append(left, in.Key); return nil })
+	if len(left) != 1 || left[0] != "databases/db_b/wal/000000010000000000000001" {
+		t.Fatalf("after deleting db_a's archive: %v", left)
+	}
+}
