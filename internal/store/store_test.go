@@ -980,6 +980,9 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{19, "quotas on databases, apps, functions and snapshot sizes", "39110397cff2235860c7a1b1faa5551db0c6f79b0e5217328de09bb1500a6098"},
 		{20, "app deployments' leases", "ddf6c30b2f276576deb5fa8f77af9a2d69fbe127f973b9e9014761f5b717f535"},
 		{21, "E2B facade's restarted code contexts", "569c499d8b80227cd3253d8a37a41bc14e813f4bcd6a7d1343a270c0df8fd30c"},
+		{22, "database clients per server replica", "ff05b4a8577221d66144b593f92ca38c61b1e095eb04e6311093d7e95550130d"},
+		{23, "app deployments' changes by team", "a1bcd5cf624df928e36eb49fffa54d81be4af9649b39b7051bdc2245125c6f48"},
+		{24, "background processes' exits", "5043500de09ac674da9ce7929d249513260593259139c44f9d29358587593810"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))
