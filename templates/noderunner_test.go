@@ -2,14 +2,10 @@ package templates
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,7 +14,7 @@ import (
 // nodeRunner is code-interpreter's JavaScript context (node-runner.js) run on this host's Node.js,
 // reached as pandastack-code-server reaches it: a socket on fd $PANDASTACK_CODE_FD.
 type nodeRunner struct {
-	conn net.Conn
+	conn *os.File
 	r    *bufio.Reader
 }
 
@@ -28,10 +24,11 @@ func startNodeRunner(t *testing.T) *nodeRunner {
 	if err != nil {
 		t.Skip("no Node.js on this host")
 	}
-	script, err := filepath.Abs("code-interpreter/node-runner.js")
+	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
+	script := wd + "/code-interpreter/node-runner.js"
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -45,13 +42,8 @@ func startNodeRunner(t *testing.T) *nodeRunner {
 		t.Fatal(err)
 	}
 	theirs.Close()
-	conn, err := net.FileConn(ours)
-	ours.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); cmd.Process.Kill(); cmd.Wait() })
-	n := &nodeRunner{conn: conn, r: bufio.NewReader(conn)}
+	t.Cleanup(func() { ours.Close(); cmd.Process.Kill(); cmd.Wait() })
+	n := &nodeRunner{conn: ours, r: bufio.NewReader(ours)}
 	if ev := n.next(t); ev["ready"] != true {
 		t.Fatalf("first line %v, want ready", ev)
 	}
@@ -98,7 +90,7 @@ func (n *nodeRunner) run(t *testing.T, code string) (kinds []string, results []m
 			}
 			kinds, results = append(kinds, kind), append(results, r)
 		case ev["error"] != nil:
-			kinds = append(kinds, fmt.Sprintf("error %v", ev["error"].(map[string]any)["value"]))
+			kinds = append(kinds, "error "+ev["error"].(map[string]any)["value"].(string))
 		case ev["stderr"] != nil:
 			kinds, stderr = append(kinds, "stderr"), stderr+ev["stderr"].(string)
 		default:
@@ -117,7 +109,7 @@ var pngBytes = append([]byte("\x89PNG\r\n\x1a\n"), []byte("\x00\x00\x00\rIHDR").
 // value's own _repr_*_ methods — in the order the code makes them.
 func TestNodeRunnerRichResults(t *testing.T) {
 	n := startNodeRunner(t)
-	png := fmt.Sprintf("Buffer.from(%q, 'base64')", base64.StdEncoding.EncodeToString(pngBytes))
+	png := "Buffer.from('" + base64.StdEncoding.EncodeToString(pngBytes) + "', 'base64')"
 	for _, c := range []struct {
 		name, code string
 		kinds      []string
@@ -149,9 +141,8 @@ func TestNodeRunnerRichResults(t *testing.T) {
 			"); display.markdown('# t'); display.json({x: [1]}); console.log('b'); 2",
 			[]string{"stdout", "result(html)", "result(svg)", "result(png)", "result(markdown)", "result(json)", "stdout", "mainresult(text)"},
 			func(t *testing.T, r []map[string]any, _ string) {
-				got, err := base64.StdEncoding.DecodeString(r[2]["png"].(string))
-				if err != nil || !bytes.Equal(got, pngBytes) {
-					t.Errorf("png %q: %v", r[2]["png"], err)
+				if r[2]["png"] != base64.StdEncoding.EncodeToString(pngBytes) {
+					t.Errorf("png %q", r[2]["png"])
 				}
 				if r[0]["html"] != "<b>hi</b>" || r[1]["svg"] != "<svg/>" || r[3]["markdown"] != "# t" || r[4]["json"] != `{"x":[1]}` {
 					t.Errorf("results %v", r)
