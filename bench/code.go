@@ -105,6 +105,7 @@ func (b *bench) codeSuiteOn(ctx context.Context, res map[string]float64, rounds 
 	}
 	res["code_bake_ms"] = float64(info.BakeMS)
 	c := agentclient.New(b.url, "")
+	timeout := 300.0 // the old way's exec passes the default minute on a loaded host
 	var first, second, oneplus, js, exec, ping, relay, pyExec []float64
 	var inKernel [2][]float64 // the server-measured part of the first and second describe
 	for range samples(rounds) {
@@ -117,7 +118,7 @@ func (b *bench) codeSuiteOn(ctx context.Context, res map[string]float64, rounds 
 		}
 		execOf := func(stdin string, argv ...string) sample {
 			return timed(func() error {
-				r, err := c.Exec(ctx, id, agentclient.ExecRequest{Argv: argv, Stdin: &stdin})
+				r, err := c.Exec(ctx, id, agentclient.ExecRequest{Argv: argv, Stdin: &stdin, TimeoutSeconds: &timeout})
 				if err == nil && r.ExitCode != 0 {
 					err = fmt.Errorf("exec %v: %+v", argv, r)
 				}
