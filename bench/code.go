@@ -109,7 +109,7 @@ func (b *bench) codeSuiteOn(ctx context.Context, res map[string]float64, rounds 
 	timeout := 300.0 // the old way's exec passes the default minute on a loaded host
 	var first, second, oneplus, js, exec, ping, relay, pyExec []float64
 	var inKernel [2][]float64 // the server-measured part of the first and second describe
-	var firstExec []float64 // exec true as the first call after a create (a sandbox of its own)
+	var firstExec []float64   // exec true as the first call after a create (a sandbox of its own)
 	for range samples(rounds) {
 		_, id0, err := b.create("code-interpreter")
 		if err != nil {
