@@ -558,10 +558,6 @@ def main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for kernels
     CTX.create(HOME, cid="default")
     print("default kernel warm after %.1f s" % (time.monotonic() - t), flush=True)
-    k = CTX.get("default")[1]
-    with k.lock:  # what the first run_code of a restored sandbox costs when nothing is cold
-        took = [[ev["end"]["duration_ms"] for ev in k.execute(WARM_RUNS[0], 300, history=False) if "end" in ev][0] for _ in range(2)]
-    print("in this VM, a describe through the kernel now takes %d ms, again %d ms" % tuple(took), flush=True)
     try:
         CTX.create(HOME, cid=DEFAULTS["javascript"], language="javascript")
         k = CTX.get(DEFAULTS["javascript"])[1]
