@@ -69,8 +69,12 @@ func TestE2ECodeInterpreter(t *testing.T) {
 		x := run(t, id, "", "import pandas as pd\ndf = pd.DataFrame({'a': range(10)})\ndf.describe()")
 		t.Logf("first run_code (pandas describe) after create: %s", time.Since(t0).Round(time.Millisecond))
 		if len(x.Results) != 1 || !x.Results[0].IsMainResult || !strings.Contains(x.Results[0].HTML, "<table") ||
-			!strings.Contains(x.Results[0].Text, "mean") || x.ExecutionCount == nil {
+			!strings.Contains(x.Results[0].Text, "mean") || x.ExecutionCount == nil || *x.ExecutionCount != 1 {
 			t.Fatalf("describe: %+v", x)
+		}
+		// The warm-ups before the snapshot left no trace (Out holds this call's result only).
+		if got := text(t, id, "", "sorted(Out), hasattr(__import__('sys'), 'last_value')"); got != "([1], False)" {
+			t.Fatalf("the warm-ups' trace: %q", got)
 		}
 		if got := text(t, id, "", "import sys\nall(m in sys.modules for m in ('sklearn', 'matplotlib.pyplot'))"); got != "True" {
 			t.Fatalf("the data stack is not imported in the snapshot's kernel: %q", got)
@@ -216,6 +220,12 @@ func TestE2ECodeInterpreter(t *testing.T) {
 		}
 		if x = js("", "total += 1; ({total, xs})"); x.Error != nil || len(x.Results) != 1 || x.Results[0].JSON != `{"total":7,"xs":[1,2,3]}` {
 			t.Fatalf("js state: %+v", x)
+		}
+		// Rich results: display()'s SVG in order, then records as json and an HTML table.
+		x = js("", "display.svg('<svg/>'); [{a: 1}, {a: '<b>'}]")
+		if x.Error != nil || len(x.Results) != 2 || x.Results[0].SVG != "<svg/>" || x.Results[0].IsMainResult ||
+			x.Results[1].JSON != `[{"a":1},{"a":"<b>"}]` || !strings.Contains(x.Results[1].HTML, "<td>&lt;b&gt;</td>") || !x.Results[1].IsMainResult {
+			t.Fatalf("js rich results: %+v", x)
 		}
 		if x = js("", "await new Promise((r) => setTimeout(() => r(total + 35), 10))"); x.Error != nil || len(x.Results) != 1 || x.Results[0].Text != "42" {
 			t.Fatalf("js await: %+v", x)

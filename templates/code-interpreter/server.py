@@ -103,6 +103,37 @@ __pandastack_warm(%d, %r, %r)
 del __pandastack_warm
 """ % (OUTPUT_LIMIT, MARKER, [m for m in IMPORTS.split(",") if m])
 
+# Run in every new kernel after WARM, each as an ordinary execution (not silent: the display hook,
+# the execute_result and error messages and their decoding here all run) that is kept out of the
+# history and the execution count: the kinds of result a first run_code gives, so what their first
+# use initializes (lazily imported formatters, traceback machinery) is in the snapshot.
+WARM_RUNS = [
+    "__import__('pandas').DataFrame({'a': range(10)}).describe() if 'pandas' in __import__('sys').modules else None",
+    "print('warm'); {'a': [1, 2]}",
+    "1/0",
+]
+
+# Run silently after WARM_RUNS: no trace of them for the code (_, Out, the last exception), and
+# what exists then (the imports, IPython, ipykernel, what the warm-ups initialized) stays for the
+# kernel's life: out of the collector's sight, so no collection walks (and touches, page by page,
+# in every restored VM) its hundreds of thousands of objects.
+WARM_DONE = r"""
+def __pandastack_done():
+    import gc, sys
+    get_ipython().displayhook.flush()
+    for a in ("last_type", "last_value", "last_traceback", "last_exc"):
+        sys.__dict__.pop(a, None)
+    gc.collect()
+    gc.freeze()
+
+__pandastack_done()
+del __pandastack_done
+"""
+
+# The default JavaScript context's execution before the snapshot: the runner's paths for a main
+# result and a display() (V8 compiles a function on its first call; the snapshot keeps it).
+JS_WARM = "display.html('<b>warm</b>'); [{a: 1, b: 'x'}, {a: 2, b: 'y'}].map((r) => r)"
+
 DIED = ("the kernel of this context exited (os._exit, a crash, or out of memory); the context goes on "
         "in a fresh kernel: its variables are gone")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -145,6 +176,9 @@ class Zygote:
             if m:
                 importlib.import_module(m)
         Zygote._exercise()
+        import gc
+        gc.collect()
+        gc.freeze()  # shared by every kernel (copy-on-write), never walked by their collections
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the OS reaps exited kernels: no zombies
         io = sock.makefile("rwb", buffering=0)
         io.write(b"ready\n")
@@ -178,7 +212,9 @@ class Zygote:
             os.chdir(cwd)
             from ipykernel.kernelapp import IPKernelApp
             app = IPKernelApp.instance()
-            app.initialize(["-f", connection_file])
+            # No history database: IPython would write every execution to SQLite from a thread
+            # of its own (In/Out and _i<n> live in memory either way).
+            app.initialize(["-f", connection_file, "--HistoryManager.enabled=False"])
             app.start()
             code = 0
         finally:
@@ -227,6 +263,12 @@ class Kernel:
             for ev in self.execute(WARM, 300, silent=True):
                 if "error" in ev:
                     raise RuntimeError("warm-up failed: %s" % ev["error"])
+            for code in WARM_RUNS:
+                for _ in self.execute(code, 300, history=False):
+                    pass
+            for ev in self.execute(WARM_DONE, 300, silent=True):
+                if "error" in ev:
+                    raise RuntimeError("warm-up failed: %s" % ev["error"])
 
     def alive(self):
         try:
@@ -252,10 +294,11 @@ class Kernel:
             except OSError:
                 pass
 
-    def execute(self, code, timeout, silent=False):
-        """Yields events for one execution (the caller holds self.lock)."""
+    def execute(self, code, timeout, silent=False, history=True):
+        """Yields events for one execution (the caller holds self.lock); one without history does
+        not count."""
         start = time.monotonic()
-        msg_id = self.kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False)
+        msg_id = self.kc.execute(code, silent=silent, store_history=history and not silent, allow_stdin=False)
         deadline = start + timeout
         timed_out = False
         sent = 0
@@ -519,7 +562,7 @@ def main():
         CTX.create(HOME, cid=DEFAULTS["javascript"], language="javascript")
         k = CTX.get(DEFAULTS["javascript"])[1]
         with k.lock:  # one execution, so the snapshot holds the runner's code paths compiled
-            for _ in k.execute("(() => [1, 2].map((x) => x * 2))()", 120, silent=True):
+            for _ in k.execute(JS_WARM, 120, silent=True):
                 pass
         print("default JavaScript context ready after %.1f s" % (time.monotonic() - t), flush=True)
     except Fail as e:

@@ -204,6 +204,20 @@ class Code(OfflineCase):
         c = self.sandbox().create_code_context(language="javascript")
         self.assertEqual((c.language, s.requests[1].json()), ("javascript", {"language": "javascript"}))
 
+    def test_javascript_rich_results(self) -> None:
+        import base64
+        s = self.answer(ndjson({"result": {"svg": "<svg/>", "is_main_result": False}},
+                               {"result": {"png": base64.b64encode(PNG).decode(), "is_main_result": False}},
+                               {"result": {"text": "[ { a: 1 } ]", "html": "<table border=\"1\" class=\"dataframe\"></table>",
+                                           "json": "[{\"a\":1}]", "is_main_result": True}},
+                               {"end": {"execution_count": 2, "duration_ms": 3}}))
+        got: List[Any] = []
+        x = self.sandbox().run_code("display.svg(s); display.png(buf); [{a: 1}]", language="javascript", on_result=got.append)
+        self.assertEqual(s.requests[0].json()["language"], "javascript")
+        self.assertEqual([r.formats() for r in x.results], [["svg"], ["png"], ["text", "html", "json"]])
+        self.assertEqual((x.results[0].svg, x.results[1].png, x.results[2].json, x.text, len(got)),
+                         ("<svg/>", PNG, [{"a": 1}], "[ { a: 1 } ]", 3))
+
     def test_run_code_stream_error(self) -> None:
         self.answer(ndjson({"stdout": "a"}, {"stream_error": {"code": "upstream_unreachable", "message": "gone"}}))
         with self.assertRaises(pandastack.PandaStackError):

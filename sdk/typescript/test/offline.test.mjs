@@ -219,6 +219,18 @@ describe("offline: code interpreter", () => {
     assert.deepEqual([c.language, f.calls[1].json()], ["javascript", { language: "javascript" }]);
   });
 
+  it("javascript rich results: display()'s svg and png, a records table with its json", async () => {
+    const png = Buffer.from(PNG).toString("base64");
+    const f = script(ndjson([{ result: { svg: "<svg/>", is_main_result: false } }, { result: { png, is_main_result: false } },
+      { result: { text: "[ { a: 1 } ]", html: '<table border="1" class="dataframe"></table>', json: '[{"a":1}]', is_main_result: true } },
+      { end: { execution_count: 2, duration_ms: 3 } }]));
+    const got = [];
+    const x = await sandbox(f).runCode("display.svg(s); display.png(buf); [{a: 1}]", { language: "javascript", onResult: (r) => got.push(r) });
+    assert.equal(f.calls[0].json().language, "javascript");
+    assert.deepEqual(x.results.map((r) => r.formats()), [["svg"], ["png"], ["text", "html", "json"]]);
+    assert.deepEqual([x.results[0].svg, [...x.results[1].png], x.results[2].json, x.text, got.length], ["<svg/>", [...PNG], [{ a: 1 }], "[ { a: 1 } ]", 3]);
+  });
+
   it("contexts and interrupt", async () => {
     const f = script(ok({ id: "c1", language: "python", cwd: "/tmp" }, 201), ok(null, 204));
     const c = await sandbox(f).createCodeContext({ cwd: "/tmp" });
