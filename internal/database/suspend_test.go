@@ -11,7 +11,6 @@ import (
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/store/pgtest"
 	"github.com/pandastack/pandastack/internal/templates"
 	"github.com/pandastack/pandastack/internal/testenv"
 )
@@ -34,19 +33,10 @@ func replica(t *testing.T, st *store.Store, ag *agenttest.Agent) *Service {
 // once the client leaves, the other waits suspend_after_seconds from the leaving, not from its own
 // last sight; a replica that stops reporting (dead, its clients with it) stops counting.
 func TestSuspendCountsEveryReplica(t *testing.T) {
-	pg, err := pgtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Stop)
 	ctx := context.Background()
-	url, err := pg.NewDatabase(ctx, "suspend")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ag := agenttest.New("host-a", "tok", "base")
 	t.Cleanup(ag.Close)
-	sts := testenv.PostgresStores(t, url, 2)
+	sts := testenv.PostgresStores(t, testenv.PostgresDatabase(t, "suspend"), 2)
 	a, b := replica(t, sts[0], ag), replica(t, sts[1], ag)
 	if _, err := sts[0].CreateTeam(ctx, store.Team{ID: "team_1", Name: "one"}); err != nil {
 		t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/store/pgtest"
 	"github.com/pandastack/pandastack/internal/templates"
 	"github.com/pandastack/pandastack/internal/testenv"
 )
@@ -248,16 +247,8 @@ func TestMissedAfterDowntime(t *testing.T) {
 // TestReplicasFireOnce: two server replicas (each its own store handle, scheduler and engine)
 // on one PostgreSQL database tick together; every instant runs exactly once.
 func TestReplicasFireOnce(t *testing.T) {
-	pg, err := pgtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Stop)
 	ctx := context.Background()
-	url, err := pg.NewDatabase(ctx, "schedules")
-	if err != nil {
-		t.Fatal(err)
-	}
+	url := testenv.PostgresDatabase(t, "schedules")
 	start := time.Date(2026, 6, 1, 8, 0, 0, 0, time.UTC)
 	clk := testenv.NewClock(start)
 	ag := agenttest.New("host-a", token, "base")

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/store/pgtest"
 )
 
 // SQLiteStore opens a store in a new SQLite database under the test's temp dir, closed when the
@@ -34,4 +35,20 @@ func PostgresStores(t testing.TB, url string, n int) []*store.Store {
 		out = append(out, st)
 	}
 	return out
+}
+
+// PostgresDatabase starts a PostgreSQL server of the test's own (stopped when it ends) and returns
+// the URL of a new database called name on it.
+func PostgresDatabase(t testing.TB, name string) string {
+	t.Helper()
+	pg, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Stop)
+	url, err := pg.NewDatabase(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
 }
