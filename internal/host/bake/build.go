@@ -93,6 +93,14 @@ func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img imag
 		return out, fmt.Errorf("build VM: guest agent did not come up: %v (console: %s)", err, consoleTail(runDir))
 	}
 	defer client.Close()
+	// Under load the first call after a cold boot has lost its session (see retryLost): a no-op
+	// takes that, not a build step — steps are not safe to run twice.
+	if err := retryLost(ctx, say, "the first call", func() error {
+		_, err := client.Exec(ctx, guest.ExecRequest{Cmd: "true", User: "root", Timeout: time.Minute}, nil, io.Discard, io.Discard)
+		return err
+	}); err != nil {
+		return out, fmt.Errorf("build VM: %w", err)
+	}
 	if err := ts.buildInGuest(ctx, client, r, say); err != nil {
 		return out, err
 	}
