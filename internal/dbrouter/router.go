@@ -367,7 +367,9 @@ func (r *Router) scanStartup(up, client net.Conn, tg target) ([]cancelKey, error
 				r.cancels[k] = tg
 				r.mu.Unlock()
 				keys = append(keys, k)
-				r.shared(func(ctx context.Context, c SharedCancels) error { return c.PutCancelKey(ctx, k.hash(), tg.id, tg.pooler) })
+				r.shared(func(ctx context.Context, c SharedCancels) error {
+					return c.PutCancelKey(ctx, k.hash(), tg.id, tg.pooler)
+				})
 			}
 		}
 		if _, err := client.Write(msg); err != nil {
