@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -33,6 +34,15 @@ func (s *Server) appView(a store.App) v1.App {
 }
 
 // deploymentView is d of app a, with its own URL while it has a release.
+// webhookDeploymentView is d as a deployment event's body shows it.
+func (s *Server) webhookDeploymentView(ctx context.Context, d store.Deployment) (v1.Deployment, error) {
+	a, err := s.store.GetApp(ctx, d.AppID)
+	if err != nil {
+		return v1.Deployment{}, err
+	}
+	return s.deploymentView(a, d), nil
+}
+
 func (s *Server) deploymentView(a store.App, d store.Deployment) v1.Deployment {
 	return v1.Deployment{ID: d.ID, AppID: d.AppID, State: d.State, Source: d.Source, Commit: d.Commit, Branch: d.Branch,
 		Plan: apps.PlanOf(d), Error: d.Error, URL: s.apps.DeploymentURL(a, d), SnapshotID: d.SnapshotID, SandboxID: d.SandboxID,

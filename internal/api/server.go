@@ -191,8 +191,8 @@ func New(cfg Config) *Server {
 	s.apps = apps.New(apps.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir, GuestCA: cfg.GuestCA})
 	s.webhooks = webhooks.New(webhooks.Config{Store: cfg.Store, SecretsKey: cfg.SecretsKey, Policy: cfg.Webhooks, View: viewOf,
-		TemplateView: builtTemplateView,
-		Logger:       cfg.Logger, Now: cfg.Now, RetryBase: cfg.WebhookRetryBase})
+		TemplateView: builtTemplateView, DeploymentView: s.webhookDeploymentView,
+		Logger: cfg.Logger, Now: cfg.Now, RetryBase: cfg.WebhookRetryBase})
 	s.limits.all = newBuckets(cfg.RateLimit.PerSecond, cfg.RateLimit.Burst, cfg.Now)
 	s.limits.create = newBuckets(cfg.RateLimit.CreatesPerSecond, cfg.RateLimit.CreateBurst, cfg.Now)
 	s.handler = s.routes()

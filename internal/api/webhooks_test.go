@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/webhooks"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -225,5 +226,64 @@ func TestWebhookTemplateBuilt(t *testing.T) {
 	time.Sleep(3 * webhooks.DefaultPoll) // a few rounds of the dispatcher
 	if n := len(rcv.requests()); n != 1 {
 		t.Fatalf("%d requests, want the one template.built", n)
+	}
+}
+
+// TestWebhookDeployments: an app deployment's states reach a webhook that asked for them, each
+// once, with the deployment (its URL once it has a release); a webhook of another type gets none.
+func TestWebhookDeployments(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Webhooks = webhooks.Policy{AllowLoopback: true}; c.ProxyDomain = "localtest.me" })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.srv.RunWebhooks(ctx)
+	rcv, other := newReceiver(t), newReceiver(t)
+	var hook v1.Webhook
+	json.Unmarshal(e.mustStatus(e.do("POST", "/v1/webhooks", e.admin, map[string]any{"url": rcv.URL,
+		"events": []string{"deployment.created", "deployment.live", "deployment.failed"}}), 201).body, &hook)
+	e.mustStatus(e.do("POST", "/v1/webhooks", e.admin, map[string]any{"url": other.URL, "events": []string{"template.built"}}), 201)
+	var app v1.App
+	json.Unmarshal(e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "hooked"}), 201).body, &app)
+	e.clock.Add(time.Second)
+
+	// The deployment's own record moves through its states, as a build does.
+	row, err := e.st.GetApp(ctx, app.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.st.CreateDeployment(ctx, store.Deployment{ID: "dep_hooked1", AppID: app.ID, TeamID: row.TeamID, State: "queued", Source: "upload"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("deployment.created", func() bool { return len(rcv.requests()) >= 1 })
+	for _, state := range []string{"building", "deploying", "live"} {
+		e.clock.Add(time.Second)
+		d.State = state
+		if state == "deploying" {
+			d.SnapshotID = "snap_release"
+		}
+		if d, err = e.st.UpdateDeployment(ctx, d, state == "live"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * webhooks.DefaultPoll) // building and deploying are looked at, not asked for
+	}
+	e.waitFor("deployment.live", func() bool { return len(rcv.requests()) >= 2 })
+	e.clock.Add(5 * time.Second)
+	time.Sleep(3 * webhooks.DefaultPoll)
+	got := rcv.requests()
+	if len(got) != 2 {
+		t.Fatalf("%d deliveries, want deployment.created and deployment.live", len(got))
+	}
+	for i, want := range []string{"deployment.created", "deployment.live"} {
+		var ev v1.WebhookEvent
+		if err := json.Unmarshal(got[i].body, &ev); err != nil || ev.Type != want || got[i].header.Get(webhooks.HeaderEvent) != want ||
+			ev.Deployment == nil || ev.Deployment.ID != "dep_hooked1" || ev.Deployment.AppID != app.ID || (want == "deployment.live") != (ev.Deployment.URL != "") {
+			t.Fatalf("delivery %d: %s %v, want %s of dep_hooked1", i, got[i].body, err, want)
+		}
+		if err := webhooks.Verify(hook.Secret, got[i].header.Get(webhooks.HeaderSignature), got[i].body, e.clock.Now(), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(other.requests()); n != 0 {
+		t.Fatalf("the template.built webhook got %d deliveries", n)
 	}
 }

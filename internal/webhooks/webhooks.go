@@ -44,12 +44,32 @@ const (
 	SandboxError      = "sandbox.error"
 	TemplateBuilt     = "template.built"
 	ProcessExited     = "process.exited"
-	Change            = "change"
-	All               = "*"
+	// An app deployment's events: one per state it reaches (queued is "created").
+	DeploymentCreated    = "deployment.created"
+	DeploymentBuilding   = "deployment.building"
+	DeploymentDeploying  = "deployment.deploying"
+	DeploymentLive       = "deployment.live"
+	DeploymentFailed     = "deployment.failed"
+	DeploymentSuperseded = "deployment.superseded"
+	Change               = "change"
+	All                  = "*"
 )
 
 // EventTypes lists the event types, All last.
-var EventTypes = []string{SandboxCreated, SandboxWoken, SandboxHibernated, SandboxKilled, SandboxExpired, SandboxLost, SandboxError, TemplateBuilt, ProcessExited, Change, All}
+var EventTypes = []string{SandboxCreated, SandboxWoken, SandboxHibernated, SandboxKilled, SandboxExpired, SandboxLost, SandboxError, TemplateBuilt, ProcessExited,
+	DeploymentCreated, DeploymentBuilding, DeploymentDeploying, DeploymentLive, DeploymentFailed, DeploymentSuperseded, Change, All}
+
+// deploymentEvent is the event type of a deployment in state (queued, building, deploying, live,
+// failed, superseded: internal/apps's states), "" for a state it does not know.
+func deploymentEvent(state string) string {
+	if state == "queued" {
+		return DeploymentCreated
+	}
+	if t := "deployment." + state; slices.Contains(EventTypes, t) {
+		return t
+	}
+	return ""
+}
 
 // Headers of a delivery.
 const (
@@ -81,8 +101,11 @@ type Config struct {
 	// template (a template.built event's body).
 	View         func(store.Sandbox) v1.Sandbox
 	TemplateView func(store.TeamTemplate) v1.Template
-	Logger       *slog.Logger
-	Now          func() time.Time
+	// DeploymentView is an app deployment as the API shows it (a deployment event's body); an
+	// error (its app deleted meanwhile) drops the event.
+	DeploymentView func(context.Context, store.Deployment) (v1.Deployment, error)
+	Logger         *slog.Logger
+	Now            func() time.Time
 	// Poll is how often the store is read for events and due deliveries; RetryBase the first
 	// retry's delay (doubling each time, at most an hour); MaxAttempts the attempts before a
 	// delivery fails; Retention how long finished deliveries are kept.
@@ -267,7 +290,7 @@ func (s *Service) Run(ctx context.Context) {
 }
 
 // cursor is how far a team's sandbox changes, templates and audit log were read.
-type cursor struct{ sandboxes, templates, audit, exits time.Time }
+type cursor struct{ sandboxes, templates, audit, exits, deployments time.Time }
 
 // produce records a delivery for every new event of a team with webhooks, for each webhook that
 // asks for its type and existed before it.
@@ -283,7 +306,7 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 	for team, ws := range byTeam {
 		c, ok := cursors[team]
 		if !ok {
-			c = cursor{started, started, started, started}
+			c = cursor{started, started, started, started, started}
 		}
 		sbs, err := s.st.SandboxesChangedSince(ctx, team, c.sandboxes.Add(-lookback), batch)
 		if err != nil {
@@ -322,6 +345,9 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 			key := fmt.Sprintf("tpl:%s:%d", t.Name, t.UpdatedAt.UnixMicro())
 			s.enqueue(ctx, ws, key, v1.WebhookEvent{Type: TemplateBuilt, At: v1.Timestamp(t.UpdatedAt), Template: &v}, t.UpdatedAt)
 		}
+		if err := s.deploymentEvents(ctx, ws, team, started, &c.deployments); err != nil {
+			return err
+		}
 		exits, err := s.st.ProcessExitsSince(ctx, team, c.exits.Add(-lookback), batch)
 		if err != nil {
 			return err
@@ -349,6 +375,34 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 		cursors[team] = c
 	}
 	s.forgetOld()
+	return nil
+}
+
+// deploymentEvents records the deliveries of the team's deployments changed since *since (less
+// the lookback), one per state a deployment reached (a deployment's row holds its latest state
+// only: one that passed through a state between two reads is reported in the state it is in), and
+// moves *since on.
+func (s *Service) deploymentEvents(ctx context.Context, ws []store.Webhook, team string, started time.Time, since *time.Time) error {
+	if s.cfg.DeploymentView == nil {
+		return nil
+	}
+	ds, err := s.st.DeploymentsChangedSince(ctx, team, since.Add(-lookback), batch)
+	if err != nil {
+		return err
+	}
+	for _, d := range ds {
+		*since = later(*since, d.UpdatedAt)
+		typ := deploymentEvent(d.State)
+		if typ == "" || d.UpdatedAt.Before(started.Add(-lookback)) {
+			continue
+		}
+		v, err := s.cfg.DeploymentView(ctx, d)
+		if err != nil {
+			continue
+		}
+		// The key is the deployment and its state: a state is delivered once per webhook.
+		s.enqueue(ctx, ws, "dep:"+d.ID+":"+d.State, v1.WebhookEvent{Type: typ, At: v1.Timestamp(d.UpdatedAt), Deployment: &v}, d.UpdatedAt)
+	}
 	return nil
 }
 

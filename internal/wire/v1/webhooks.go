@@ -56,4 +56,6 @@ type WebhookEvent struct {
 	Change    *Change   `json:"change,omitempty"`
 	// Process is a "process.exited" event's process.
 	Process *ProcessExit `json:"process,omitempty"`
+	// Deployment is a "deployment.*" event's app deployment, as GET …/deployments/{id} shows it.
+	Deployment *Deployment `json:"deployment,omitempty"`
 }

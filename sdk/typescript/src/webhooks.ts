@@ -6,7 +6,9 @@ const seg = (s: string): string => encodeURIComponent(s);
 /** Event types a webhook may ask for; "*" is all. */
 export type WebhookEventType =
   | "sandbox.created" | "sandbox.woken" | "sandbox.hibernated" | "sandbox.killed" | "sandbox.ttl_expired"
-  | "sandbox.lost" | "sandbox.error" | "template.built" | "process.exited" | "change" | "*";
+  | "sandbox.lost" | "sandbox.error" | "template.built" | "process.exited"
+  | "deployment.created" | "deployment.building" | "deployment.deploying" | "deployment.live"
+  | "deployment.failed" | "deployment.superseded" | "change" | "*";
 
 /** A webhook; `secret` (whsec_…) is in create's answer only. */
 export interface Webhook {
@@ -41,6 +43,8 @@ export interface WebhookEvent {
   change?: { method: string; route: string; resource_id: string; status: number };
   /** The process that ended (type `process.exited`). */
   process?: ProcessExit;
+  /** The app deployment (types `deployment.*`), as `apps.deployment()` returns it. */
+  deployment?: Record<string, unknown>;
 }
 
 /** A background process that ended (`process.exited`): `exit_code` is 128 + the signal's number when a signal ended it. */
