@@ -61,7 +61,7 @@ func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl
 	agentAddr, serverAddr := freeAddr(), freeAddr()
 	token, key := randomString(32), "pds_"+randomString(32)
 	agentArgs := []string{"agent", "--data-dir", filepath.Join(dir, "agent"), "--addr", agentAddr, "--token", token, "--guest-agent", guestAgent,
-		"--network-cidr", cidr}
+		"--network-cidr", cidr, "--log-level", serverLogLevel}
 	if imageCache != "" {
 		agentArgs = append(agentArgs, "--image-cache", imageCache)
 	}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -198,6 +199,10 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	m.watch(sb, vm)
 	timing.Mark(ctx, StepBookkeeping)
 	m.steps.Observe(op, timing.From(ctx))
+	if m.log.Enabled(ctx, slog.LevelDebug) {
+		m.log.Debug("sandbox restored", append([]any{"op", op, "sandbox", id, "snapshot", rec.SnapshotID, "template", rec.Template},
+			timing.From(ctx).LogArgs()...)...)
+	}
 	return sb.info(), nil
 }
 
