@@ -182,9 +182,13 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	}
 	timing.Mark(ctx, StepVolumes)
 	faultpoint.Reach("agent.launch." + op) // the VMM runs, its record is not on disk yet
+	inherits := m.restoredProcs(src.rec)
 	sb.mu.Lock()
 	sb.setRunning(vm, client, slot)
 	sb.rec.ReadyMs = time.Since(start).Milliseconds()
+	if inherits { // the exits in the copied table are the source's: the first look tells (exits.go)
+		sb.procWatch, sb.inheritBefore = true, start
+	}
 	err = sb.persist()
 	sb.mu.Unlock()
 	if err != nil {
@@ -192,9 +196,6 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 		m.rt.Kill(vm)
 		m.releaseNetwork(sb)
 		return fail(err)
-	}
-	if m.restoredProcs(src.rec) { // the exits in the copied table are the source's
-		m.lookExits(ctx, sb, client, true)
 	}
 	m.watch(sb, vm)
 	timing.Mark(ctx, StepBookkeeping)

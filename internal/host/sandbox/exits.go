@@ -21,8 +21,11 @@ import (
 //   - Hibernation: the sandbox is looked at just before its memory is saved; what ends after that
 //     look is in the saved table and is logged after the wake (the wake looks again).
 //   - Fork, create from a snapshot: the child's table starts as a copy of its source's. Its first
-//     look, at the end of the restore, takes the exits already there as inherited (they are the
-//     source's); the processes still running go on in the child and their exits are the child's.
+//     look (the exit loop's next round, or a hibernation's or kill's look if one comes first: not
+//     on the restore's path, which it would slow by a guest call) takes the exits that ended
+//     before the restore began as inherited (they are the source's; the guest's clock is set at
+//     the restore's hello); the processes still running go on in the child and their exits are
+//     the child's.
 //   - Kill: the sandbox is looked at a last time before its VM goes.
 //   - Agent restart: the log is memory, and every running sandbox is looked at again; exits logged
 //     before are logged again and the control plane's store drops the repeats.
@@ -103,15 +106,16 @@ func (m *Manager) exitLoop(ctx context.Context) {
 		for _, sb := range due {
 			c, err := sb.guest(ctx)
 			if err == nil {
-				m.lookExits(ctx, sb, c, false)
+				m.lookExits(ctx, sb, c)
 			}
 		}
 	})
 }
 
-// lookExits lists sb's processes and logs the exits not seen before (with inherit, it marks them
-// seen without logging: a restored copy's). A failed look changes nothing.
-func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client, inherit bool) {
+// lookExits lists sb's processes and logs the exits not seen before; while sb has exits to
+// inherit (a restored copy's: sandbox.inheritBefore), those that ended before its restore began
+// are its source's and are marked seen without logging. A failed look changes nothing.
+func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client) {
 	sb.look.Lock()
 	defer sb.look.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, exitLookWait)
@@ -122,8 +126,20 @@ func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client, i
 	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	seen := make(map[exitKey]bool, len(ps))
-	running := false
+	var exits []hostapi.ProcessExit
+	sb.exitsSeen, sb.procWatch, exits = newExits(sb.rec.ID, ps, sb.exitsSeen, sb.inheritBefore)
+	sb.inheritBefore = time.Time{}
+	for _, e := range exits {
+		m.exits.add(e)
+	}
+}
+
+// newExits compares a sandbox's process table ps with the exits seen at the look before: the
+// exits seen now (what left the guest's table cannot come back: only the keys still listed are
+// kept), whether a process still runs, and the exits to log. Exits that ended before
+// inheritBefore (if set) are inherited: seen, not logged.
+func newExits(id string, ps []guest.ProcessInfo, seenBefore map[exitKey]bool, inheritBefore time.Time) (seen map[exitKey]bool, running bool, exits []hostapi.ProcessExit) {
+	seen = make(map[exitKey]bool, len(ps))
 	for _, p := range ps {
 		if p.Running {
 			running = true
@@ -131,14 +147,13 @@ func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client, i
 		}
 		k := exitKey{p.Pid, p.StartedAt}
 		seen[k] = true
-		if sb.exitsSeen[k] || inherit || p.ExitCode == nil {
+		if seenBefore[k] || p.ExitCode == nil || !inheritBefore.IsZero() && p.ExitedAt.Before(inheritBefore) {
 			continue
 		}
-		m.exits.add(hostapi.ProcessExit{SandboxID: sb.rec.ID, Pid: p.Pid, Tag: p.Tag, ExitCode: *p.ExitCode, Signal: p.Signal,
+		exits = append(exits, hostapi.ProcessExit{SandboxID: id, Pid: p.Pid, Tag: p.Tag, ExitCode: *p.ExitCode, Signal: p.Signal,
 			StartedAt: hostapi.Time(p.StartedAt), ExitedAt: hostapi.Time(p.ExitedAt)})
 	}
-	// What left the guest's table cannot come back: only the keys still listed are kept.
-	sb.exitsSeen, sb.procWatch = seen, running
+	return seen, running, exits
 }
 
 // watchProcs has sb looked at from the next round on (a process was started, or may run).

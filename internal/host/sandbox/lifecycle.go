@@ -254,7 +254,7 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 	}
 	defer release()
 	if c != nil && sb.hasProcs() { // the exits so far; later ones are in the saved table
-		m.lookExits(ctx, sb, c, false)
+		m.lookExits(ctx, sb, c)
 	}
 	gen := rec.MemGen + 1
 	memDir := filepath.Join(sb.dir, "mem-"+strconv.Itoa(gen))
