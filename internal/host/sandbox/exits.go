@@ -97,7 +97,11 @@ func (m *Manager) exitLoop(ctx context.Context) {
 		var due []*sandbox
 		for _, sb := range m.sandboxes {
 			sb.mu.Lock()
-			if sb.procWatch && sb.rec.State == StateRunning {
+			// A copy restored less than a round ago is looked at from the next round: its
+			// first look tells its own exits by time (inheritBefore), and a copy's first
+			// moments are its first work's (a function's invocation), not a look's.
+			fresh := !sb.inheritBefore.IsZero() && time.Since(sb.inheritBefore) < ExitLook
+			if sb.procWatch && sb.rec.State == StateRunning && !fresh {
 				due = append(due, sb)
 			}
 			sb.mu.Unlock()
