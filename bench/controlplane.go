@@ -81,7 +81,7 @@ func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl
 		public: &apiClient{base: "http://" + serverAddr, auth: "Bearer " + key}, stop: stop,
 		agentPID: agent.Process.Pid, serverPID: server.Process.Pid}
 	for _, c := range []*apiClient{cl.direct, cl.public} {
-		if err := waitHealthy(c.base, 60*time.Second); err != nil {
+		if err := waitHealthy(c.base, 3*time.Minute); err != nil { // a loaded machine starts agents slowly (apt, the KVM probe)
 			return nil, fmt.Errorf("%w (logs in %s)", err, dir)
 		}
 	}
