@@ -26,6 +26,7 @@ import (
 type source struct {
 	rec     record // template fields, base dir, lineage
 	diskSrc string // disk image the sandbox's disk is reflinked from
+	noProcs bool   // a snapshot whose sandbox had no background processes (snapshot.Record.NoProcs)
 }
 
 var idRE = regexp.MustCompile(`^sb_[a-z0-9]{1,60}$`)
@@ -60,7 +61,7 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 		}
 		src = source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
 			MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots,
-			Identity: snap.Identity}, diskSrc: snap.File("disk.img")}
+			Identity: snap.Identity}, diskSrc: snap.File("disk.img"), noProcs: snap.NoProcs}
 		if req.ForkOf != "" { // a fork child made on another host than its parent's
 			if len(req.Env) > 0 || req.Egress != nil || len(req.Volumes) > 0 {
 				return hostapi.Sandbox{}, errdefs.Invalidf("a fork child (fork_of) takes its parent's env and egress, and has no volumes")
@@ -182,7 +183,7 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	}
 	timing.Mark(ctx, StepVolumes)
 	faultpoint.Reach("agent.launch." + op) // the VMM runs, its record is not on disk yet
-	inherits := m.restoredProcs(src.rec)
+	inherits := m.restoredProcs(src)
 	sb.mu.Lock()
 	sb.setRunning(vm, client, slot)
 	sb.rec.ReadyMs = time.Since(start).Milliseconds()

@@ -174,11 +174,12 @@ func (sb *sandbox) hasProcs() bool {
 	return sb.procWatch || len(sb.exitsSeen) > 0
 }
 
-// restoredProcs reports whether a sandbox restored as rec may hold background processes copied
-// from its source: a fork of a sandbox that has them, or a restore of a user snapshot.
-func (m *Manager) restoredProcs(rec record) bool {
+// restoredProcs reports whether a sandbox restored from src may hold background processes copied
+// from its source: a fork of a sandbox that has them, or a restore of a user snapshot of one.
+func (m *Manager) restoredProcs(src source) bool {
+	rec := src.rec
 	if rec.SnapshotID != "" {
-		return true
+		return !src.noProcs
 	}
 	if rec.ForkOf == "" {
 		return false

@@ -42,3 +42,21 @@ func TestNewExits(t *testing.T) {
 		}
 	}
 }
+
+// A restore inherits processes from a snapshot unless its sandbox had none (and from a snapshot
+// saved before that was recorded).
+func TestRestoredProcs(t *testing.T) {
+	m := &Manager{}
+	for _, tc := range []struct {
+		src  source
+		want bool
+	}{
+		{source{rec: record{Template: "base"}}, false},
+		{source{rec: record{SnapshotID: "snap_a"}}, true},
+		{source{rec: record{SnapshotID: "snap_a"}, noProcs: true}, false},
+	} {
+		if got := m.restoredProcs(tc.src); got != tc.want {
+			t.Errorf("%+v: %v, want %v", tc.src, got, tc.want)
+		}
+	}
+}

@@ -107,7 +107,7 @@ type sandbox struct {
 	// inheritBefore, until its first look, is when the restore of a copy (a fork's child, a
 	// create from a snapshot) began: the exits in its table that ended before are its source's.
 	inheritBefore time.Time
-	look      sync.Mutex // one look at a time, so each compares with the one before
+	look          sync.Mutex // one look at a time, so each compares with the one before
 
 }
 
