@@ -121,28 +121,31 @@ func functionsSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 	res["fn_runner_first_over_second"] = res["fn_runner_first_p50_ms"] / res["fn_runner_second_p50_ms"]
 	fmt.Printf("runner in a restored VM: first request p50 %.0f ms, second %.0f ms\n", res["fn_runner_first_p50_ms"], res["fn_runner_second_p50_ms"])
 
+	// 8 clients at once on one host: an invocation that fails (on an overloaded machine, one that
+	// times out) is counted, not fatal, so the figures above are kept.
 	clients, each := 8, samples(4)
 	start := time.Now()
 	var wg sync.WaitGroup
-	errs := make(chan error, clients)
+	var mu sync.Mutex
+	failed := 0
 	for range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range each {
 				if err := invokeOnce(cl.public, fnID); err != nil {
-					errs <- err
-					return
+					mu.Lock()
+					if failed++; failed == 1 {
+						fmt.Println("an invocation with 8 clients failed:", err)
+					}
+					mu.Unlock()
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return err
-	}
-	res["fn_invokes_per_s_8_clients"] = float64(clients*each) / time.Since(start).Seconds()
+	res["fn_invokes_failed_8_clients"] = float64(failed)
+	res["fn_invokes_per_s_8_clients"] = float64(clients*each-failed) / time.Since(start).Seconds()
 	if samplesCap == 0 && scheduleDriftOn { // real minutes: not in a smoke run
 		drift, err := scheduleDrift(cl.public, fnID, 3)
 		if err != nil {
