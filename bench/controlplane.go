@@ -61,7 +61,7 @@ func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl
 	agentAddr, serverAddr := freeAddr(), freeAddr()
 	token, key := randomString(32), "pds_"+randomString(32)
 	agentArgs := []string{"agent", "--data-dir", filepath.Join(dir, "agent"), "--addr", agentAddr, "--token", token, "--guest-agent", guestAgent,
-		"--network-cidr", cidr}
+		"--network-cidr", cidr, "--log-level", serverLogLevel}
 	if imageCache != "" {
 		agentArgs = append(agentArgs, "--image-cache", imageCache)
 	}
@@ -81,7 +81,7 @@ func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl
 		public: &apiClient{base: "http://" + serverAddr, auth: "Bearer " + key}, stop: stop,
 		agentPID: agent.Process.Pid, serverPID: server.Process.Pid}
 	for _, c := range []*apiClient{cl.direct, cl.public} {
-		if err := waitHealthy(c.base, 60*time.Second); err != nil {
+		if err := waitHealthy(c.base, 3*time.Minute); err != nil { // a loaded machine starts agents slowly (apt, the KVM probe)
 			return nil, fmt.Errorf("%w (logs in %s)", err, dir)
 		}
 	}

@@ -36,6 +36,7 @@ func main() {
 	flag.StringVar(&guestBefore, "guest-agent-before", "", "an earlier pandastack-guest binary: suite guest-before compares creates with it against -guest-agent")
 	flag.StringVar(&cpuModel, "cpu", "qemu64", "suite cpu compares creates (and what the template runs) under this QEMU CPU model against the default")
 	flag.BoolVar(&scheduleDriftOn, "schedule-drift", true, "suite functions: measure the scheduler's drift (3 real minutes)")
+	flag.StringVar(&functionsBefore, "functions-before", "", "suite functions: a directory with an earlier pandastack and pandastack-guest whose invocations and creates run interleaved with this build's")
 	flag.StringVar(&serverLogLevel, "server-log-level", "info", "the log level of the servers the controlplane-style suites start (debug shows per-invocation timings)")
 	smoke := flag.Bool("smoke", false, "check that every suite still runs: 2 samples of everything, figures not judged, no results file unless -out is given")
 	flag.Parse()

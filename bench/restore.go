@@ -62,7 +62,14 @@ func (b *bench) restoreSuite(ctx context.Context, res map[string]float64, create
 
 // stepMeans reads a host agent's /metrics text and returns the mean of each create step.
 func stepMeans(metrics string) map[string]float64 {
-	sums, counts := map[string]float64{}, map[string]float64{}
+	return stepMeansSince(stepTotals{}, parseStepTotals(metrics))
+}
+
+// stepTotals are the sums (seconds) and counts of each create step in a host agent's /metrics.
+type stepTotals struct{ sums, counts map[string]float64 }
+
+func parseStepTotals(metrics string) stepTotals {
+	t := stepTotals{map[string]float64{}, map[string]float64{}}
 	for _, line := range strings.Split(metrics, "\n") {
 		name, rest, ok := strings.Cut(line, `{op="create",step="`)
 		if !ok {
@@ -75,15 +82,20 @@ func stepMeans(metrics string) map[string]float64 {
 		}
 		switch name {
 		case "pandastack_host_sandbox_step_seconds_sum":
-			sums[step] = v
+			t.sums[step] = v
 		case "pandastack_host_sandbox_step_seconds_count":
-			counts[step] = v
+			t.counts[step] = v
 		}
 	}
+	return t
+}
+
+// stepMeansSince is the mean (ms) of each create step over the creates between before and after.
+func stepMeansSince(before, after stepTotals) map[string]float64 {
 	out := map[string]float64{}
-	for s, n := range counts {
-		if n > 0 {
-			out[s] = sums[s] / n * 1000
+	for s, n := range after.counts {
+		if n -= before.counts[s]; n > 0 {
+			out[s] = (after.sums[s] - before.sums[s]) / n * 1000
 		}
 	}
 	return out

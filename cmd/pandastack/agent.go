@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 
 func init() {
 	var cfg app.AgentConfig
+	var logLevel string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the host agent: owns the microVMs on this machine (HTTP API for the control plane)",
@@ -29,7 +29,11 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 			if cfg.ServerToken == "" {
 				cfg.ServerToken = os.Getenv("PANDASTACK_CLUSTER_TOKEN")
 			}
-			cfg.Agent.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+			log, err := newLogger(logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Agent.Logger = log
 			cfg.Version = version
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -44,6 +48,7 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 	f.StringVar(&cfg.Agent.DataDir, "data-dir", "/var/lib/pandastack/agent", "where images, templates and sandbox disks live")
 	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:7070", "listen address of the agent API")
 	f.StringVar(&cfg.Agent.Token, "token", "", "shared secret the control plane must send (default $PANDASTACK_AGENT_TOKEN)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error (debug: each restore's steps)")
 	f.StringVar(&cfg.Agent.Accel, "accel", "", "force the accelerator: kvm or tcg (default: probe)")
 	f.StringVar(&cfg.Agent.GuestAgent, "guest-agent", "", "path of the pandastack-guest binary (default: next to this binary)")
 	f.StringVar(&cfg.ServerURL, "server", "", "control plane URL to register with and heartbeat to")

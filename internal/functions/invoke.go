@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/timing"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -37,12 +39,15 @@ const MaxBackoff = 30 * time.Second
 // killed. The run is recorded; its outcome (result, logs, error) is in the returned run. The work
 // goes on if the caller leaves (the run is still recorded).
 func (s *Service) Invoke(ctx context.Context, teamID, id string, payload json.RawMessage, trigger string) (store.FunctionRun, error) {
+	ctx, tr := timing.Ensure(ctx)
 	fn, v, err := s.Get(ctx, teamID, id)
 	if err != nil {
 		return store.FunctionRun{}, err
 	}
+	timing.Mark(ctx, "lookup")
 	run, ok, err := s.start(ctx, v, store.FunctionRun{ID: auth.NewID("run_"), FunctionID: fn.ID, TeamID: teamID,
 		Version: v.Version, Trigger: trigger, Attempts: 1, Payload: string(payload)}, true)
+	timing.Mark(ctx, "start")
 	switch {
 	case err != nil:
 		return run, err
@@ -52,7 +57,10 @@ func (s *Service) Invoke(ctx context.Context, teamID, id string, payload json.Ra
 	h := s.hold(context.WithoutCancel(ctx), run)
 	defer h.stop()
 	s.attempt(h.ctx, fn, v, &run)
-	if err := s.record(h, &run, true); errors.Is(err, store.ErrLeaseLost) {
+	err = s.record(h, &run, true)
+	timing.Mark(ctx, "record")
+	s.logSteps(ctx, run, tr)
+	if errors.Is(err, store.ErrLeaseLost) {
 		// This server was cut off past the run's lease and another replica recorded it lost: its
 		// record stands (the caller sees what GET …/runs/{run} shows).
 		return s.cfg.Store.GetFunctionRun(context.WithoutCancel(ctx), run.FunctionID, run.ID)
@@ -231,6 +239,19 @@ func (s *Service) record(h *runHold, run *store.FunctionRun, final bool) error {
 	return err
 }
 
+// logSteps logs, at debug, how long each step of a sync invocation took (the bench's breakdown):
+// lookup (function and version), start (the run recorded in a slot), snapshot (the warm
+// snapshot looked up), place/host_create/sandbox_record (sandboxes.Service.Create: the host
+// agent's restore is host_create), target, prepare, runner (the event to the runner in the VM
+// and its answer), record (the run's outcome written).
+func (s *Service) logSteps(ctx context.Context, run store.FunctionRun, tr *timing.Trace) {
+	if !s.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	s.log.Debug("function invoked", append([]any{"run", run.ID, "sandbox", run.SandboxID, "status", run.Status, "transport", s.transport(ctx),
+		"handler_ms", run.DurationMS}, tr.LogArgs()...)...)
+}
+
 // dbNow is the database's clock (leases are compared across replicas), else the local one.
 func (s *Service) dbNow(ctx context.Context) time.Time {
 	if t, err := s.cfg.Store.DBNow(ctx); err == nil {
@@ -345,8 +366,8 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 		s.log.Error("functions: unsealing secrets failed", "function", fn.ID, "version", v.Version, "err", err)
 		return
 	}
+	timing.Mark(ctx, "snapshot")
 	timeout := time.Duration(v.TimeoutSeconds) * time.Second
-	t0 := time.Now()
 	sb, err := s.cfg.Sandboxes.Create(ctx, fn.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
 		Snapshot: &snap, Metadata: map[string]string{"pandastack.function": fn.Name, "pandastack.function_run": run.ID},
 		TTLSeconds: int64(timeout/time.Second) + 300, Owner: store.OwnerFunction})
@@ -361,6 +382,7 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 		platform("PlatformError", err)
 		return
 	}
+	timing.Mark(ctx, "target")
 	if len(run.Payload) == 0 {
 		run.Payload = "null"
 	}
@@ -370,10 +392,9 @@ func (s *Service) attempt(ctx context.Context, fn store.Function, v store.Functi
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var out invocation
-	t1 := time.Now()
+	timing.Mark(ctx, "prepare")
 	err = s.runnerCall(ictx, c, sb.ID, "POST", "/invoke", body, &out)
-	s.log.Debug("function invoked", "run", run.ID, "sandbox", sb.ID, "transport", s.transport(ictx), "create_ms", t1.Sub(t0).Milliseconds(),
-		"runner_ms", time.Since(t1).Milliseconds(), "handler_ms", out.DurationMS)
+	timing.Mark(ctx, "runner")
 	switch {
 	case errors.Is(ictx.Err(), context.DeadlineExceeded):
 		run.Status, run.ErrorType = RunTimedOut, "Timeout"

@@ -3,6 +3,7 @@ package sandboxes
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // CreateTimeout bounds one create on a host: the first create of a template bakes it, which can
@@ -54,10 +56,13 @@ type CreateParams struct {
 // host can start it. The work runs detached from ctx's cancellation, so a caller
 // that goes away cannot leave a VM running that the store does not know.
 func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (store.Sandbox, error) {
+	own := timing.From(ctx) == nil // a caller's trace (a function invocation's) has these steps too
+	ctx, tr := timing.Ensure(ctx)
 	hosts, mem, err := s.place(ctx, teamID, p)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	timing.Mark(ctx, "place")
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CreateTimeout)
 	defer cancel()
 	sbID := auth.NewID("sb_")
@@ -92,8 +97,13 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 		return store.Sandbox{}, err
 	}
 	faultpoint.Reach("server.create.started") // the VM runs, its record is not written yet
+	timing.Mark(ctx, "host_create")
 	rec.HostID = host.ID
 	out, err := s.record(ctx, host, rec, vols)
+	timing.Mark(ctx, "sandbox_record")
+	if own && err == nil && s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.Debug("sandbox created", append([]any{"sandbox", sbID, "host", host.ID}, tr.LogArgs()...)...)
+	}
 	if errors.Is(err, store.ErrNotFound) && len(vols) > 0 {
 		err = errdefs.NotFoundf("a volume of this sandbox was deleted meanwhile")
 	}

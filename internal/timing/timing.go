@@ -74,6 +74,16 @@ func (t *Trace) Total() time.Duration {
 	return t.last.Sub(t.start)
 }
 
+// LogArgs is the trace for a log line: "<step>_ms", its milliseconds (µs precision), for each
+// step in order, then "total_ms".
+func (t *Trace) LogArgs() []any {
+	var args []any
+	for _, st := range append(t.Steps(), Step{"total", t.Total()}) {
+		args = append(args, st.Name+"_ms", float64(st.D.Microseconds())/1000)
+	}
+	return args
+}
+
 type ctxKey struct{}
 
 // With returns ctx carrying t.

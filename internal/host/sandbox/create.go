@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 type source struct {
 	rec     record // template fields, base dir, lineage
 	diskSrc string // disk image the sandbox's disk is reflinked from
+	noProcs bool   // a snapshot whose sandbox had no background processes (snapshot.Record.NoProcs)
 }
 
 var idRE = regexp.MustCompile(`^sb_[a-z0-9]{1,60}$`)
@@ -59,7 +61,7 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 		}
 		src = source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
 			MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots,
-			Identity: snap.Identity}, diskSrc: snap.File("disk.img")}
+			Identity: snap.Identity}, diskSrc: snap.File("disk.img"), noProcs: snap.NoProcs}
 		if req.ForkOf != "" { // a fork child made on another host than its parent's
 			if len(req.Env) > 0 || req.Egress != nil || len(req.Volumes) > 0 {
 				return hostapi.Sandbox{}, errdefs.Invalidf("a fork child (fork_of) takes its parent's env and egress, and has no volumes")
@@ -181,9 +183,13 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	}
 	timing.Mark(ctx, StepVolumes)
 	faultpoint.Reach("agent.launch." + op) // the VMM runs, its record is not on disk yet
+	inherits := m.restoredProcs(src)
 	sb.mu.Lock()
 	sb.setRunning(vm, client, slot)
 	sb.rec.ReadyMs = time.Since(start).Milliseconds()
+	if inherits { // the exits in the copied table are the source's: the first look tells (exits.go)
+		sb.procWatch, sb.inheritBefore = true, start
+	}
 	err = sb.persist()
 	sb.mu.Unlock()
 	if err != nil {
@@ -192,12 +198,13 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 		m.releaseNetwork(sb)
 		return fail(err)
 	}
-	if m.restoredProcs(src.rec) { // the exits in the copied table are the source's
-		m.lookExits(ctx, sb, client, true)
-	}
 	m.watch(sb, vm)
 	timing.Mark(ctx, StepBookkeeping)
 	m.steps.Observe(op, timing.From(ctx))
+	if m.log.Enabled(ctx, slog.LevelDebug) {
+		m.log.Debug("sandbox restored", append([]any{"op", op, "sandbox", id, "snapshot", rec.SnapshotID, "template", rec.Template},
+			timing.From(ctx).LogArgs()...)...)
+	}
 	return sb.info(), nil
 }
 

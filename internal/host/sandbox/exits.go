@@ -21,8 +21,11 @@ import (
 //   - Hibernation: the sandbox is looked at just before its memory is saved; what ends after that
 //     look is in the saved table and is logged after the wake (the wake looks again).
 //   - Fork, create from a snapshot: the child's table starts as a copy of its source's. Its first
-//     look, at the end of the restore, takes the exits already there as inherited (they are the
-//     source's); the processes still running go on in the child and their exits are the child's.
+//     look (the exit loop's next round, or a hibernation's or kill's look if one comes first: not
+//     on the restore's path, which it would slow by a guest call) takes the exits that ended
+//     before the restore began as inherited (they are the source's; the guest's clock is set at
+//     the restore's hello); the processes still running go on in the child and their exits are
+//     the child's.
 //   - Kill: the sandbox is looked at a last time before its VM goes.
 //   - Agent restart: the log is memory, and every running sandbox is looked at again; exits logged
 //     before are logged again and the control plane's store drops the repeats.
@@ -94,7 +97,11 @@ func (m *Manager) exitLoop(ctx context.Context) {
 		var due []*sandbox
 		for _, sb := range m.sandboxes {
 			sb.mu.Lock()
-			if sb.procWatch && sb.rec.State == StateRunning {
+			// A copy restored less than a round ago is looked at from the next round: its
+			// first look tells its own exits by time (inheritBefore), and a copy's first
+			// moments are its first work's (a function's invocation), not a look's.
+			fresh := !sb.inheritBefore.IsZero() && time.Since(sb.inheritBefore) < ExitLook
+			if sb.procWatch && sb.rec.State == StateRunning && !fresh {
 				due = append(due, sb)
 			}
 			sb.mu.Unlock()
@@ -103,15 +110,16 @@ func (m *Manager) exitLoop(ctx context.Context) {
 		for _, sb := range due {
 			c, err := sb.guest(ctx)
 			if err == nil {
-				m.lookExits(ctx, sb, c, false)
+				m.lookExits(ctx, sb, c)
 			}
 		}
 	})
 }
 
-// lookExits lists sb's processes and logs the exits not seen before (with inherit, it marks them
-// seen without logging: a restored copy's). A failed look changes nothing.
-func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client, inherit bool) {
+// lookExits lists sb's processes and logs the exits not seen before; while sb has exits to
+// inherit (a restored copy's: sandbox.inheritBefore), those that ended before its restore began
+// are its source's and are marked seen without logging. A failed look changes nothing.
+func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client) {
 	sb.look.Lock()
 	defer sb.look.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, exitLookWait)
@@ -122,8 +130,20 @@ func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client, i
 	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	seen := make(map[exitKey]bool, len(ps))
-	running := false
+	var exits []hostapi.ProcessExit
+	sb.exitsSeen, sb.procWatch, exits = newExits(sb.rec.ID, ps, sb.exitsSeen, sb.inheritBefore)
+	sb.inheritBefore = time.Time{}
+	for _, e := range exits {
+		m.exits.add(e)
+	}
+}
+
+// newExits compares a sandbox's process table ps with the exits seen at the look before: the
+// exits seen now (what left the guest's table cannot come back: only the keys still listed are
+// kept), whether a process still runs, and the exits to log. Exits that ended before
+// inheritBefore (if set) are inherited: seen, not logged.
+func newExits(id string, ps []guest.ProcessInfo, seenBefore map[exitKey]bool, inheritBefore time.Time) (seen map[exitKey]bool, running bool, exits []hostapi.ProcessExit) {
+	seen = make(map[exitKey]bool, len(ps))
 	for _, p := range ps {
 		if p.Running {
 			running = true
@@ -131,14 +151,13 @@ func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client, i
 		}
 		k := exitKey{p.Pid, p.StartedAt}
 		seen[k] = true
-		if sb.exitsSeen[k] || inherit || p.ExitCode == nil {
+		if seenBefore[k] || p.ExitCode == nil || !inheritBefore.IsZero() && p.ExitedAt.Before(inheritBefore) {
 			continue
 		}
-		m.exits.add(hostapi.ProcessExit{SandboxID: sb.rec.ID, Pid: p.Pid, Tag: p.Tag, ExitCode: *p.ExitCode, Signal: p.Signal,
+		exits = append(exits, hostapi.ProcessExit{SandboxID: id, Pid: p.Pid, Tag: p.Tag, ExitCode: *p.ExitCode, Signal: p.Signal,
 			StartedAt: hostapi.Time(p.StartedAt), ExitedAt: hostapi.Time(p.ExitedAt)})
 	}
-	// What left the guest's table cannot come back: only the keys still listed are kept.
-	sb.exitsSeen, sb.procWatch = seen, running
+	return seen, running, exits
 }
 
 // watchProcs has sb looked at from the next round on (a process was started, or may run).
@@ -155,11 +174,12 @@ func (sb *sandbox) hasProcs() bool {
 	return sb.procWatch || len(sb.exitsSeen) > 0
 }
 
-// restoredProcs reports whether a sandbox restored as rec may hold background processes copied
-// from its source: a fork of a sandbox that has them, or a restore of a user snapshot.
-func (m *Manager) restoredProcs(rec record) bool {
+// restoredProcs reports whether a sandbox restored from src may hold background processes copied
+// from its source: a fork of a sandbox that has them, or a restore of a user snapshot of one.
+func (m *Manager) restoredProcs(src source) bool {
+	rec := src.rec
 	if rec.SnapshotID != "" {
-		return true
+		return !src.noProcs
 	}
 	if rec.ForkOf == "" {
 		return false

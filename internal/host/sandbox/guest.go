@@ -185,6 +185,9 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req hostapi.Start
 		return 0, err
 	}
 	greq := guest.ExecRequest{Cmd: req.Cmd, Argv: req.Argv, Env: execEnv(sb, req.Env), Cwd: req.Cwd, User: req.User, Tag: req.Tag}
+	// Watched before the guest has it: a snapshot saved meanwhile knows it may hold a process
+	// (snapshot.Record.NoProcs). A start that fails costs one look.
+	sb.watchProcs()
 	var pid int
 	if req.PTY != nil {
 		pid, err = c.StartProcessPTY(ctx, greq, req.PTY.Cols, req.PTY.Rows)
@@ -194,7 +197,6 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req hostapi.Start
 	if err != nil {
 		return 0, m.callErr(sb, err)
 	}
-	sb.watchProcs()
 	return pid, nil
 }
 

@@ -120,6 +120,9 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 		faultpoint.Reach("agent.snapshot.written") // its files are written, not committed
 	}
 	snap.CreatedAt = time.Now().UTC()
+	// Read after the save: a process the guest started before the pause was marked before its
+	// start reached the guest (StartProcess).
+	snap.NoProcs = !sb.hasProcs()
 	snap.PauseMS = float64(st.Pause.Microseconds()) / 1000
 	snap.DirtyBytes = st.DirtyBytes
 	if err := m.snapshots.Commit(tmp, &snap); err != nil {
@@ -254,7 +257,7 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 	}
 	defer release()
 	if c != nil && sb.hasProcs() { // the exits so far; later ones are in the saved table
-		m.lookExits(ctx, sb, c, false)
+		m.lookExits(ctx, sb, c)
 	}
 	gen := rec.MemGen + 1
 	memDir := filepath.Join(sb.dir, "mem-"+strconv.Itoa(gen))

@@ -104,7 +104,10 @@ type sandbox struct {
 	// in it already logged (or inherited).
 	procWatch bool
 	exitsSeen map[exitKey]bool
-	look      sync.Mutex // one look at a time, so each compares with the one before
+	// inheritBefore, until its first look, is when the restore of a copy (a fork's child, a
+	// create from a snapshot) began: the exits in its table that ended before are its source's.
+	inheritBefore time.Time
+	look          sync.Mutex // one look at a time, so each compares with the one before
 
 }
 
@@ -263,7 +266,7 @@ func (m *Manager) Kill(id string) error {
 	sb.mu.Unlock()
 	if look { // the exits since the last look, before the VM goes
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		m.lookExits(ctx, sb, c, false)
+		m.lookExits(ctx, sb, c)
 		cancel()
 	}
 	sb.mu.Lock()

@@ -27,7 +27,11 @@ type Record struct {
 	hostapi.Snapshot
 	// Internal snapshots back forks; they are deleted with their last child.
 	Internal bool `json:"internal,omitempty"`
-	Deleted  bool `json:"deleted,omitempty"`
+	// NoProcs: its sandbox had no background processes its agent knew of (none started, none
+	// restored with it), so a sandbox restored from it has no exits to inherit and none to look
+	// for. Records from before it (false) are taken as having them.
+	NoProcs bool `json:"no_procs,omitempty"`
+	Deleted bool `json:"deleted,omitempty"`
 	// LazyMount: the memory file ("ram") is a link into this mount, served by a process of its
 	// own until the snapshot is freed (lazy.go).
 	LazyMount string `json:"lazy_mount,omitempty"`
