@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -164,6 +166,13 @@ func vendorVite(t *testing.T) ([]byte, string) {
 
 // testCA is the PEM of a self-signed CA certificate (the operator's --guest-ca-file).
 func testCA(t *testing.T) []byte {
+	pemCA, _ := testCAIssuing(t)
+	return pemCA
+}
+
+// testCAIssuing is a self-signed CA certificate (PEM) and a function that issues a server
+// certificate from it for the given IP addresses (a TLS-inspecting proxy's CA, in tests).
+func testCAIssuing(t *testing.T) ([]byte, func(ips ...net.IP) tls.Certificate) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -175,7 +184,25 @@ func testCA(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(ips ...net.IP) tls.Certificate {
+		skey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "registry behind the proxy"},
+			IPAddresses: ips, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+		sder, err := x509.CreateCertificate(rand.Reader, leaf, ca, &skey.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tls.Certificate{Certificate: [][]byte{sder}, PrivateKey: skey}
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), issue
 }
 
 func TestE2EApps(t *testing.T) {

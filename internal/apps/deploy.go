@@ -151,12 +151,10 @@ func (s *Service) fail(d store.Deployment, lb *logBuf, err error) {
 	s.log.Info("app deployment failed", "app", d.AppID, "deployment", d.ID, "err", err)
 }
 
-// Where the extra CA certificates (Config.GuestCA) and the bundle with the system's go in a VM,
-// and the key of the dependencies installed in it (detect.DepsKey).
+// Where the key of the dependencies installed in a VM (detect.DepsKey) is kept. (The operator's
+// extra CA certificates are every sandbox's: internal/sandboxes installs them.)
 const (
 	stateDir    = "/home/user/.pandastack"
-	extraCA     = stateDir + "/extra-ca.pem"
-	caBundle    = stateDir + "/ca-bundle.pem"
 	depsKeyFile = stateDir + "/deps-key"
 	// generationFile counts the builds in a row made on a previous release (0: on base).
 	generationFile = stateDir + "/generation"
@@ -173,12 +171,6 @@ func (s *Service) runEnv(a store.App, secrets map[string]string, port int) map[s
 	maps.Copy(env, secrets)
 	env["PORT"] = strconv.Itoa(port)
 	env["HOME"] = "/home/user"
-	if len(s.cfg.GuestCA) > 0 {
-		env["NODE_EXTRA_CA_CERTS"] = extraCA
-		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"} {
-			env[k] = caBundle
-		}
-	}
 	return env
 }
 
@@ -214,12 +206,6 @@ done
 rm -rf %[3]s/prev-app
 echo %[4]d > %[5]s
 `, appDir, srcTar, stateDir, gen, generationFile)
-	if len(s.cfg.GuestCA) > 0 {
-		if _, err := c.WriteFile(ctx, sb.ID, extraCA, bytes.NewReader(s.cfg.GuestCA), int64(len(s.cfg.GuestCA))); err != nil {
-			return store.Snapshot{}, 0, fmt.Errorf("writing the extra CA certificates: %w", err)
-		}
-		script += fmt.Sprintf("cat /etc/ssl/certs/ca-certificates.crt %s > %s\n", extraCA, caBundle)
-	}
 	if plan.Install != "" {
 		script += fmt.Sprintf(`if [ "$(cat %[1]s 2>/dev/null)" = %[2]s ]; then
   echo '==> install: skipped, the dependencies of the previous release are reused (their inputs are unchanged)'

@@ -43,6 +43,9 @@ type Config struct {
 	DefaultTTL, MaxTTL time.Duration
 	// EgressOpen are the operator's open private ranges, passed to the host with every create.
 	EgressOpen []netip.Prefix
+	// GuestCA is PEM of the operator's extra CA certificates every new sandbox trusts
+	// (guestca.go); empty: none.
+	GuestCA []byte
 }
 
 // Service places, starts, forks and records sandboxes. Create with New.
@@ -54,6 +57,7 @@ type Service struct {
 	defaultTTL time.Duration
 	maxTTL     time.Duration
 	egressOpen []string
+	guestCA    []byte
 	moves      singleflight.Group // moveHibernated, by sandbox id
 }
 
@@ -70,7 +74,7 @@ func New(cfg Config) *Service {
 		open = append(open, p.String())
 	}
 	return &Service{store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger, now: cfg.Now,
-		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open}
+		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open, guestCA: cfg.GuestCA}
 }
 
 // EgressOpen is the operator's open private ranges, as the hosts are given them.
