@@ -1,25 +1,29 @@
 package sandboxes
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
-	"time"
+	"net/http"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 )
 
 // Where the operator's extra CA certificates (Config.GuestCA, `--guest-ca-file`) go in a guest:
 // their own file, which update-ca-certificates also picks up if the sandbox runs it, and a
-// marked block appended to the system bundle that OpenSSL, curl, git, Python's ssl and Go read.
+// marked block of the system bundle that OpenSSL, curl, git, Python's ssl and Go read.
 const (
-	GuestCAFile    = "/usr/local/share/ca-certificates/pandastack-extra.crt"
-	GuestCABundle  = "/etc/ssl/certs/ca-certificates.crt"
-	guestCABegin   = "# pandastack extra CA certificates: begin"
-	guestCAEnd     = "# pandastack extra CA certificates: end"
-	guestCATimeout = 60 * time.Second
-	// MaxGuestCA bounds the PEM (it travels in one exec request; Debian's whole bundle is ~220 KB).
+	GuestCAFile   = "/usr/local/share/ca-certificates/pandastack-extra.crt"
+	GuestCABundle = "/etc/ssl/certs/ca-certificates.crt"
+	guestCABegin  = "# pandastack extra CA certificates: begin\n"
+	guestCAEnd    = "# pandastack extra CA certificates: end\n"
+	// MaxGuestCA bounds the PEM (Debian's whole bundle is ~220 KB).
 	MaxGuestCA = 512 << 10
+	// maxBundle bounds the system bundle read back from a guest.
+	maxBundle = 8 << 20
 )
 
 // GuestCAEnv is the environment every exec of a sandbox gets (under the create's own env) when
@@ -34,24 +38,6 @@ func GuestCAEnv() map[string]string {
 	}
 }
 
-// guestCAScript installs the PEM on its stdin as file and a marked block of bundle (created if
-// missing); a no-op when the same certificates are there already (a restore of a snapshot made
-// with them). Another set replaces the marked block.
-func guestCAScript(file, bundle string) string {
-	return fmt.Sprintf(`set -e
-x=%[1]s
-b=%[2]s
-pem=$(cat)
-if [ -f "$x" ] && [ "$(cat "$x")" = "$pem" ] && grep -qxF '%[3]s' "$b" 2>/dev/null; then exit 0; fi
-mkdir -p "${x%%/*}" "${b%%/*}"
-printf '%%s\n' "$pem" > "$x.tmp" && chmod 644 "$x.tmp" && mv "$x.tmp" "$x"
-touch "$b"
-sed '/^%[3]s$/,/^%[4]s$/d' "$b" > "$b.tmp"
-{ echo '%[3]s'; cat "$x"; echo '%[4]s'; } >> "$b.tmp"
-chmod 644 "$b.tmp" && mv "$b.tmp" "$b"
-`, file, bundle, guestCABegin, guestCAEnd)
-}
-
 // withGuestCAEnv is env with the CA variables under it (the create's own win), or env itself
 // when there are no extra CA certificates.
 func (s *Service) withGuestCAEnv(env map[string]string) map[string]string {
@@ -63,21 +49,71 @@ func (s *Service) withGuestCAEnv(env map[string]string) map[string]string {
 	return out
 }
 
-// installGuestCA puts the operator's extra CA certificates into sandbox id's trust store, as
-// root, before the create returns (one exec; nothing when there are none).
+// caBlock is the marked block of pem in a bundle.
+func caBlock(pem []byte) []byte {
+	pem = bytes.TrimRight(pem, "\n")
+	return []byte(guestCABegin + string(pem) + "\n" + guestCAEnd)
+}
+
+// withCABlock is bundle with its marked block (if any) replaced by pem's at the end, and whether
+// that changes it.
+func withCABlock(bundle, pem []byte) ([]byte, bool) {
+	block := caBlock(pem)
+	if i := bytes.Index(bundle, []byte(guestCABegin)); i >= 0 && (i == 0 || bundle[i-1] == '\n') {
+		rest := bundle[i:]
+		if bytes.HasPrefix(rest, block) && len(bytes.TrimSpace(rest[len(block):])) == 0 {
+			return bundle, false // the same set, already at the end
+		}
+		end := bytes.Index(rest, []byte(guestCAEnd))
+		if end < 0 {
+			end = len(rest) // a cut block: everything after its start goes
+		} else {
+			end += len(guestCAEnd)
+		}
+		bundle = append(bytes.Clone(bundle[:i]), rest[end:]...)
+	}
+	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
+		bundle = append(bundle, '\n')
+	}
+	return append(bundle, block...), true
+}
+
+// installGuestCA puts the operator's extra CA certificates into sandbox id's trust store before
+// the create returns, through the files API as root (no process in the guest): the system
+// bundle is read and, unless it has them already (a restore of a snapshot made with them),
+// written back with its marked block replaced, beside GuestCAFile. Nothing when there are none.
 func (s *Service) installGuestCA(ctx context.Context, c *agentclient.Client, id string) error {
 	if len(s.guestCA) == 0 {
 		return nil
 	}
-	pem := string(s.guestCA)
-	timeout := guestCATimeout.Seconds()
-	r, err := c.Exec(ctx, id, agentclient.ExecRequest{Argv: []string{"/bin/sh", "-c", guestCAScript(GuestCAFile, GuestCABundle)}, User: "root",
-		Stdin: &pem, TimeoutSeconds: &timeout})
-	if err != nil {
-		return fmt.Errorf("installing the extra CA certificates: %w", err)
+	root := c.FilesAs("root")
+	var bundle []byte
+	var ae *agentclient.Error
+	resp, err := root.Read(ctx, id, GuestCABundle)
+	switch {
+	case err == nil:
+		bundle, err = io.ReadAll(io.LimitReader(resp.Body, maxBundle+1))
+		resp.Body.Close()
+		if err == nil && len(bundle) > maxBundle {
+			err = fmt.Errorf("%s is over %d bytes", GuestCABundle, maxBundle)
+		}
+	case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+		err = nil // an image without a bundle gets one of the extra certificates
 	}
-	if r.ExitCode != 0 {
-		return fmt.Errorf("installing the extra CA certificates: exit %d: %s", r.ExitCode, Truncate(r.Stderr))
+	if err != nil {
+		return fmt.Errorf("installing the extra CA certificates: reading %s: %w", GuestCABundle, err)
+	}
+	out, changed := withCABlock(bundle, s.guestCA)
+	if !changed {
+		return nil
+	}
+	for _, f := range []struct {
+		path string
+		body []byte
+	}{{GuestCAFile, s.guestCA}, {GuestCABundle, out}} {
+		if _, err := root.Write(ctx, id, f.path, bytes.NewReader(f.body), int64(len(f.body))); err != nil {
+			return fmt.Errorf("installing the extra CA certificates: writing %s: %w", f.path, err)
+		}
 	}
 	return nil
 }

@@ -2,67 +2,95 @@ package sandboxes
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"io"
 	"strings"
 	"testing"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/store"
 )
 
-// TestGuestCAScript runs the guest's install script with a POSIX shell on this machine, its
-// paths in a temporary directory: the system bundle keeps its certificates and gains one marked
-// block; the same set again changes nothing; another set replaces the block; a missing bundle
-// is created.
-func TestGuestCAScript(t *testing.T) {
-	dir := t.TempDir()
-	file, bundle := filepath.Join(dir, "local/extra.crt"), filepath.Join(dir, "certs/bundle.crt")
-	os.MkdirAll(filepath.Dir(bundle), 0o755)
-	os.WriteFile(bundle, []byte("SYSTEM CA 1\nSYSTEM CA 2\n"), 0o644)
-	run := func(pem string) {
-		t.Helper()
-		cmd := exec.Command("/bin/sh", "-c", guestCAScript(file, bundle))
-		cmd.Stdin = strings.NewReader(pem)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("script: %v\n%s", err, out)
+// TestWithCABlock: the system bundle keeps its own certificates and gets one marked block of the
+// operator's, at its end; the same set again changes nothing; another set replaces the block
+// wherever it was; a block cut short (no end marker) goes.
+func TestWithCABlock(t *testing.T) {
+	one, two := "CA ONE\n", "CA TWO\nCA THREE"
+	block := func(pem string) string { return string(caBlock([]byte(pem))) }
+	for _, c := range []struct {
+		name, bundle, pem, want string
+		changed                 bool
+	}{
+		{"empty", "", one, block(one), true},
+		{"system bundle", "SYS 1\nSYS 2\n", one, "SYS 1\nSYS 2\n" + block(one), true},
+		{"no final newline", "SYS 1", one, "SYS 1\n" + block(one), true},
+		{"same set", "SYS 1\n" + block(one), one, "SYS 1\n" + block(one), false},
+		{"same set, blank line after", "SYS 1\n" + block(one) + "\n", one, "SYS 1\n" + block(one) + "\n", false},
+		{"another set", "SYS 1\n" + block(one), two, "SYS 1\n" + block(two), true},
+		{"block not last", "SYS 1\n" + block(one) + "USER CA\n", one, "SYS 1\nUSER CA\n" + block(one), true},
+		{"cut block", "SYS 1\n" + guestCABegin + "CA ON", one, "SYS 1\n" + block(one), true},
+		{"marker text inside a line", "SYS 1 " + guestCABegin, one, "SYS 1 " + guestCABegin + block(one), true},
+	} {
+		got, changed := withCABlock([]byte(c.bundle), []byte(c.pem))
+		if string(got) != c.want || changed != c.changed {
+			t.Errorf("%s: got %q (changed %v), want %q (%v)", c.name, got, changed, c.want, c.changed)
 		}
 	}
-	read := func(p string) string { b, _ := os.ReadFile(p); return string(b) }
-	block := func(pem string) string { return guestCABegin + "\n" + pem + guestCAEnd + "\n" }
-
-	run("CA ONE\n")
-	if got := read(bundle); got != "SYSTEM CA 1\nSYSTEM CA 2\n"+block("CA ONE\n") || read(file) != "CA ONE\n" {
-		t.Fatalf("first install: bundle %q, file %q", got, read(file))
-	}
-	fi, _ := os.Stat(bundle)
-	run("CA ONE\n") // a restore of a snapshot made with the same set: nothing is written
-	if fi2, _ := os.Stat(bundle); !fi2.ModTime().Equal(fi.ModTime()) || read(bundle) != "SYSTEM CA 1\nSYSTEM CA 2\n"+block("CA ONE\n") {
-		t.Fatalf("same set again: %q", read(bundle))
-	}
-	run("CA TWO\nCA THREE\n")
-	if got := read(bundle); got != "SYSTEM CA 1\nSYSTEM CA 2\n"+block("CA TWO\nCA THREE\n") {
-		t.Fatalf("another set: %q", got)
-	}
-	os.Remove(bundle)
-	run("CA ONE\n")
-	if got := read(bundle); got != block("CA ONE\n") {
-		t.Fatalf("no bundle before: %q", got)
-	}
-	if fi, _ := os.Stat(file); fi.Mode().Perm() != 0o644 {
-		t.Fatalf("file mode %v", fi.Mode())
+	if block(two) != guestCABegin+"CA TWO\nCA THREE\n"+guestCAEnd {
+		t.Errorf("block: %q", block(two))
 	}
 }
 
-// TestGuestCAInstallFails: when the certificates cannot be installed in a new sandbox from a
-// template (the fake agent runs no shell), the create fails saying so, the VM is killed and
-// nothing is recorded — no sandbox that silently lacks the operator's CA.
-func TestGuestCAInstallFails(t *testing.T) {
+// TestGuestCAInstalled: over the fake host (files and exec of its own), a create from a template
+// gets the certificates (file and bundle block, written as root) and the variables, under the
+// create's own env; a service without them changes nothing.
+func TestGuestCAInstalled(t *testing.T) {
 	e := newEnv(t)
-	e.svc.guestCA = []byte("-----BEGIN CERTIFICATE-----\n")
-	_, err := e.svc.Create(context.Background(), e.team, CreateParams{Template: "base", AgentTemplate: "base"})
-	if err == nil || !strings.Contains(err.Error(), "installing the extra CA certificates") {
-		t.Fatalf("create: %v", err)
+	ctx := context.Background()
+	pem := "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+	read := func(sb store.Sandbox, path string) string {
+		t.Helper()
+		c, err := e.svc.Target(ctx, sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.FilesAs("root").Read(ctx, sb.ID, path)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
 	}
-	if creates, kills := e.a.Counts(); creates != 1 || kills != 1 || len(e.a.Running()) != 0 || e.count() != 0 {
-		t.Fatalf("creates %d, kills %d, running %v, recorded %d", creates, kills, e.a.Running(), e.count())
+	printenv := func(sb store.Sandbox, name string) string {
+		t.Helper()
+		c, _ := e.svc.Target(ctx, sb)
+		r, err := c.Exec(ctx, sb.ID, agentclient.ExecRequest{Cmd: "printenv " + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(r.Stdout)
+	}
+
+	plain, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(plain, GuestCAFile); !strings.Contains(got, "not_found") || printenv(plain, "NODE_EXTRA_CA_CERTS") != "" {
+		t.Fatalf("without extra CAs: file %q", got)
+	}
+
+	e.svc.guestCA = []byte(pem)
+	sb, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Env: map[string]string{"PIP_CERT": "/mine.pem"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if read(sb, GuestCAFile) != pem || read(sb, GuestCABundle) != string(caBlock([]byte(pem))) {
+		t.Fatalf("installed: file %q, bundle %q", read(sb, GuestCAFile), read(sb, GuestCABundle))
+	}
+	for name, want := range map[string]string{"NODE_EXTRA_CA_CERTS": GuestCAFile, "REQUESTS_CA_BUNDLE": GuestCABundle,
+		"SSL_CERT_FILE": GuestCABundle, "PIP_CERT": "/mine.pem"} {
+		if got := printenv(sb, name); got != want {
+			t.Errorf("%s=%q, want %q", name, got, want)
+		}
 	}
 }
