@@ -66,9 +66,13 @@ func packFixture(t *testing.T, name string, edit func(dir string)) []byte {
 	return b
 }
 
-func (cp *e2eCP) appDeploy(t *testing.T, app string, archive []byte) deploymentJSON {
+func (cp *e2eCP) appDeploy(t *testing.T, app string, archive []byte, query ...string) deploymentJSON {
 	t.Helper()
-	code, b := cp.call(t, "POST", "/v1/apps/"+app+"/deployments", archive, "application/gzip")
+	path := "/v1/apps/" + app + "/deployments"
+	if len(query) > 0 {
+		path += "?" + strings.Join(query, "&")
+	}
+	code, b := cp.call(t, "POST", path, archive, "application/gzip")
 	var d deploymentJSON
 	if code != 202 || json.Unmarshal(b, &d) != nil {
 		t.Fatalf("deploy %s: %d %s", app, code, b)
@@ -323,12 +327,17 @@ func TestE2EApps(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, "version.txt"), []byte("v2\n"), 0o644)
 	}), "node v2")
 
-	// A broken build fails and leaves v2 serving, its logs saying why.
+	// A broken build fails and leaves v2 serving, its logs saying why. It is a clean build: not on
+	// v2's release (the build cache) but in a new sandbox of base.
 	bad := cp.appDeploy(t, "web", packFixture(t, "node", func(dir string) {
 		os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"scripts": {"build": "echo compiling; exit 3", "start": "node server.js"}}`), 0o644)
-	}))
+	}), "clean=1")
 	if got := cp.appWait(t, "web", bad.ID); got.State != "failed" || !strings.Contains(got.Error, "exit 3") {
 		t.Fatalf("broken build: %+v", got)
+	}
+	if _, logs := cp.call(t, "GET", "/v1/apps/web/deployments/"+bad.ID+"/logs", nil, ""); !strings.Contains(string(logs), "==> clean build") ||
+		!strings.Contains(string(logs), "==> build sandbox from base") || strings.Contains(string(logs), "from the release of") {
+		t.Fatalf("clean build's logs:\n%s", logs)
 	}
 	cp.mustServe(t, "web", "node v2")
 

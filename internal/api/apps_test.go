@@ -100,6 +100,10 @@ func TestAppsAPI(t *testing.T) {
 	}
 	e.mustStatus(e.do("POST", "/v1/apps/web/deployments", e.admin, bytes.Repeat([]byte("x"), 33<<20)), 413)
 	e.mustStatus(e.do("POST", "/v1/apps/web/deployments", e.admin, "not an archive"), 400)
+	if r := e.do("POST", "/v1/apps/web/deployments?clean=maybe", e.admin, tarGzBundle(t, map[string]string{"index.html": "x"})); r.status != 400 ||
+		!strings.Contains(r.errMessage(), "clean must be 1, 0, true or false") {
+		t.Fatalf("clean=maybe: %d %s", r.status, r.body)
+	}
 	if l := e.mustStatus(e.do("GET", "/v1/apps/web/deployments", e.admin, nil), 200).json(t); len(l["deployments"].([]any)) != 0 {
 		t.Fatalf("refused deploys were recorded: %v", l)
 	}

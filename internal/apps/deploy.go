@@ -30,6 +30,9 @@ type Source struct {
 	Kind   string // "upload" or "git"
 	Commit string
 	Branch string
+	// Clean skips the build cache: the build starts from a new base sandbox and runs the install
+	// even when the previous release's dependencies would do.
+	Clean bool
 }
 
 // Deploy starts a deploy of the team's app from a source archive (.tar.gz or .zip): the plan is
@@ -74,7 +77,7 @@ func (s *Service) Deploy(ctx context.Context, teamID, id string, archive []byte,
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.run(a, d, plan, tarball, key, lb)
+		s.run(a, d, plan, tarball, key, src.Clean, lb)
 	}()
 	return d, nil
 }
@@ -84,7 +87,7 @@ func detectPlan(files []bundle.File, b v1.AppBuild) v1.AppPlan {
 }
 
 // run builds, releases and switches to deployment d, one deploy of an app at a time.
-func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, depsKey string, lb *logBuf) {
+func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, depsKey string, clean bool, lb *logBuf) {
 	ctx := s.ctx
 	stop := make(chan struct{}) // the lease is held while it waits for the app's lock too
 	defer close(stop)
@@ -111,7 +114,7 @@ func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball 
 	start := time.Now()
 	d.State = Building
 	s.save(d, lb, false)
-	snap, pid, err := s.build(ctx, a, d, plan, tarball, depsKey, secrets, lb)
+	snap, pid, err := s.build(ctx, a, d, plan, tarball, depsKey, clean, secrets, lb)
 	d.BuildMS = time.Since(start).Milliseconds()
 	if err != nil {
 		s.fail(d, lb, err)
@@ -179,10 +182,10 @@ func (s *Service) runEnv(a store.App, secrets map[string]string, port int) map[s
 // healthy on $PORT, snapshotted. The build sandbox is killed either way. The install is skipped
 // when the build sandbox comes from the previous release and its dependencies' key (depsKey,
 // detect.DepsKey) is the one that release was installed with: its node_modules and .venv are
-// moved into the new source instead.
+// moved into the new source instead. A clean build always starts from base.
 func (s *Service) build(ctx context.Context, a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, depsKey string,
-	secrets map[string]string, lb *logBuf) (store.Snapshot, int, error) {
-	sb, c, gen, err := s.buildSandbox(ctx, a, d, lb)
+	clean bool, secrets map[string]string, lb *logBuf) (store.Snapshot, int, error) {
+	sb, c, gen, err := s.buildSandbox(ctx, a, d, clean, lb)
 	if err != nil {
 		return store.Snapshot{}, 0, err
 	}
@@ -247,15 +250,18 @@ echo %[2]s > %[1]s
 // buildSandbox is the sandbox d builds in and its generation (builds in a row on a previous
 // release, this one included): a restore of the release serving d's route (its preview's, else
 // the app's) with its app stopped, so that its installed dependencies can be reused; without one,
-// when it cannot be used or after MaxWarmBuilds of them, a new sandbox of the base template (0).
-func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deployment, lb *logBuf) (store.Sandbox, *agentclient.Client, int, error) {
+// when it cannot be used, after MaxWarmBuilds of them or for a clean build, a new sandbox of the
+// base template (0).
+func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deployment, clean bool, lb *logBuf) (store.Sandbox, *agentclient.Client, int, error) {
 	recorded, agentName, host, err := s.cfg.Templates.Resolve(ctx, a.TeamID, s.cfg.BaseTemplate)
 	if err != nil {
 		return store.Sandbox{}, nil, 0, err
 	}
 	md := map[string]string{"pandastack.app": a.Name, "pandastack.app_role": "build", "pandastack.deployment": d.ID}
 	ttl := int64(BuildTimeout/time.Second) + 600
-	if prev, snap, ok := s.previousRelease(ctx, a, d, recorded, agentName); ok {
+	if clean {
+		lb.Printf("==> clean build: the build cache is not used\n")
+	} else if prev, snap, ok := s.previousRelease(ctx, a, d, recorded, agentName); ok {
 		t := time.Now()
 		sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
 			Snapshot: &snap, Metadata: md, TTLSeconds: ttl})

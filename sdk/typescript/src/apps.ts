@@ -147,13 +147,14 @@ export class Apps {
 
   /**
    * Deploy a source archive (bytes of a .tar.gz or .zip; `pandastack app deploy` packs a directory); resolves to the
-   * queued deployment. A `branch` other than the app's deploys its preview (`<app>--<branch>.apps.<domain>`).
+   * queued deployment. A `branch` other than the app's deploys its preview (`<app>--<branch>.apps.<domain>`); `clean`
+   * skips the build cache (a new build sandbox, the install run).
    */
-  async deploy(app: string, archive: Uint8Array, opts: { branch?: string } = {}): Promise<Deployment> {
+  async deploy(app: string, archive: Uint8Array, opts: { branch?: string; clean?: boolean } = {}): Promise<Deployment> {
     return this.client.http.json<Deployment>("POST", `/v1/apps/${seg(app)}/deployments`, {
       body: archive,
       headers: { "content-type": "application/gzip" },
-      query: { branch: opts.branch },
+      query: { branch: opts.branch, clean: opts.clean ? "true" : undefined },
     });
   }
 
