@@ -238,7 +238,7 @@ func appCmd() *cobra.Command {
 	var depID string
 	logs := &cobra.Command{
 		Use:   "logs APP",
-		Short: "Print the live instance's output, or with --build a deployment's build logs (default: the latest)",
+		Short: "Print the live instances' output (each line labelled [sb_…]), or with --build a deployment's build logs (default: the latest)",
 		Args:  cobra.ExactArgs(1),
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			if !build && depID == "" {

@@ -804,37 +804,6 @@ func (s *Service) BuildLogs(ctx context.Context, teamID, id, depID string, follo
 	return lb.follow(ctx, w, follow, flush)
 }
 
-// Logs writes the runtime output of the team's app's live instance to w; with follow, it goes on
-// until ctx ends.
-func (s *Service) Logs(ctx context.Context, teamID, id string, follow bool, w io.Writer, flush func()) error {
-	a, err := s.Get(ctx, teamID, id)
-	if err != nil {
-		return err
-	}
-	if a.LiveDeploymentID == "" {
-		return errdefs.Conflictf("app %s has no live deployment", a.Name)
-	}
-	d, err := s.cfg.Store.GetDeployment(ctx, a.ID, a.LiveDeploymentID)
-	if err != nil {
-		return err
-	}
-	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
-	if err != nil || d.Pid == 0 {
-		return errdefs.Conflictf("app %s has no running instance", a.Name)
-	}
-	c, err := s.cfg.Sandboxes.Target(ctx, sb)
-	if err != nil {
-		return err
-	}
-	body, err := c.ProcessOutput(ctx, sb.ID, int(d.Pid), 0, follow)
-	if err != nil {
-		return err
-	}
-	defer body.Close()
-	secrets, _ := sealed.Open(s.cfg.SecretsKey, a.Secrets)
-	return copyOutput(&redactor{w: w, secrets: secretValues(secrets)}, body, flush)
-}
-
 // Maintain renews live instances' TTLs, replaces those of an app with min_instances > 1 that
 // are gone (replenish), and hibernates those idle past their app's suspend_after_seconds unless
 // its min_instances keeps them running (a request to a hibernated one wakes it: its host does). It goes through

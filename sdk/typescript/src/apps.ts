@@ -193,7 +193,7 @@ export class Apps {
     return (await this.client.http.request("GET", `/v1/apps/${seg(app)}/deployments/${seg(id)}/logs`, { idempotent: true })).text();
   }
 
-  /** The live instance's output so far (secrets redacted). */
+  /** The live instances' output so far, each line prefixed `[sb_…] ` (secrets redacted). */
   async logs(app: string): Promise<string> {
     return (await this.client.http.request("GET", `/v1/apps/${seg(app)}/logs`, { idempotent: true })).text();
   }

@@ -166,7 +166,7 @@ class Apps:
         return self._http.request("GET", path, idempotent=True).body.decode("utf-8", "replace")
 
     def logs(self, app: str) -> str:
-        """The live instance's output so far (secrets redacted)."""
+        """The live instances' output so far, each line prefixed ``[sb_…] `` (secrets redacted)."""
         return self._http.request("GET", _app(app, "/logs"), idempotent=True).body.decode("utf-8", "replace")
 
     def rollback(self, app: str, deployment_id: str) -> Dict[str, Any]:
