@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -159,8 +161,9 @@ func (s *Service) fail(d store.Deployment, lb *logBuf, err error) {
 const (
 	stateDir    = "/home/user/.pandastack"
 	depsKeyFile = stateDir + "/deps-key"
-	// generationFile counts the builds in a row made on a previous release (0: on base).
-	generationFile = stateDir + "/generation"
+	// buildStateFile holds the count of builds in a row made on a previous release (0: on base)
+	// and the key of the secrets the build had (secretsKey).
+	buildStateFile = stateDir + "/build-state"
 )
 
 // MaxWarmBuilds is how many builds in a row start from the previous release; the next starts
@@ -185,7 +188,8 @@ func (s *Service) runEnv(a store.App, secrets map[string]string, port int) map[s
 // moved into the new source instead. A clean build always starts from base.
 func (s *Service) build(ctx context.Context, a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, depsKey string,
 	clean bool, secrets map[string]string, lb *logBuf) (store.Snapshot, int, error) {
-	sb, c, gen, err := s.buildSandbox(ctx, a, d, clean, lb)
+	key := secretsKey(secrets)
+	sb, c, gen, err := s.buildSandbox(ctx, a, d, clean, key, lb)
 	if err != nil {
 		return store.Snapshot{}, 0, err
 	}
@@ -207,8 +211,8 @@ for dep in node_modules .venv; do
   if [ -e %[3]s/prev-app/$dep ] && [ ! -e $dep ]; then mv %[3]s/prev-app/$dep $dep; fi
 done
 rm -rf %[3]s/prev-app
-echo %[4]d > %[5]s
-`, appDir, srcTar, stateDir, gen, generationFile)
+echo %[4]d %[6]s > %[5]s
+`, appDir, srcTar, stateDir, gen, buildStateFile, key)
 	if plan.Install != "" {
 		script += fmt.Sprintf(`if [ "$(cat %[1]s 2>/dev/null)" = %[2]s ]; then
   echo '==> install: skipped, the dependencies of the previous release are reused (their inputs are unchanged)'
@@ -250,9 +254,9 @@ echo %[2]s > %[1]s
 // buildSandbox is the sandbox d builds in and its generation (builds in a row on a previous
 // release, this one included): a restore of the release serving d's route (its preview's, else
 // the app's) with its app stopped, so that its installed dependencies can be reused; without one,
-// when it cannot be used, after MaxWarmBuilds of them or for a clean build, a new sandbox of the
-// base template (0).
-func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deployment, clean bool, lb *logBuf) (store.Sandbox, *agentclient.Client, int, error) {
+// when it cannot be used, when the app's secrets changed since it was built (secretsKey), after
+// MaxWarmBuilds of them or for a clean build, a new sandbox of the base template (0).
+func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deployment, clean bool, secretsKey string, lb *logBuf) (store.Sandbox, *agentclient.Client, int, error) {
 	recorded, agentName, host, err := s.cfg.Templates.Resolve(ctx, a.TeamID, s.cfg.BaseTemplate)
 	if err != nil {
 		return store.Sandbox{}, nil, 0, err
@@ -265,24 +269,29 @@ func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deploym
 		t := time.Now()
 		sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
 			Snapshot: &snap, Metadata: md, TTLSeconds: ttl})
-		gen := 0
+		gen, key := 0, ""
 		if err == nil {
 			var c *agentclient.Client
 			if c, err = s.cfg.Sandboxes.Target(ctx, sb); err == nil {
 				_, err = c.KillProcess(ctx, sb.ID, int(prev.Pid)) // its tree, waited for: the port is free
 			}
 			if err == nil {
-				gen = readGeneration(ctx, c, sb.ID) + 1
+				gen, key = readBuildState(ctx, c, sb.ID)
+				gen++
 			}
-			if err == nil && gen <= MaxWarmBuilds {
+			if err == nil && key == secretsKey && gen <= MaxWarmBuilds {
 				lb.Printf("==> build sandbox from the release of %s (%.1f s; its dependencies are reused when unchanged)\n", prev.ID, time.Since(t).Seconds())
 				return sb, c, gen, nil
 			}
 			s.stopInstance(sb.ID, "app build cache unusable", 0)
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			lb.Printf("==> the release of %s cannot be built on (%v); a new build sandbox\n", prev.ID, err)
-		} else {
+		case key != secretsKey:
+			// Its memory, freed pages included, may hold the old values: none is carried over.
+			lb.Printf("==> the app's secrets changed since the release of %s: a new build sandbox\n", prev.ID)
+		default:
 			lb.Printf("==> %d builds in a row on previous releases: this one starts afresh\n", MaxWarmBuilds)
 		}
 	}
@@ -300,16 +309,29 @@ func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deploym
 	return sb, c, 0, nil
 }
 
-// readGeneration is the generation a release was built in (generationFile; 0 when unreadable).
-func readGeneration(ctx context.Context, c *agentclient.Client, sbID string) int {
-	res, err := c.ReadFile(ctx, sbID, generationFile)
+// readBuildState is the generation a release was built in and the key of its secrets
+// (buildStateFile; 0 and "" when unreadable).
+func readBuildState(ctx context.Context, c *agentclient.Client, sbID string) (int, string) {
+	res, err := c.ReadFile(ctx, sbID, buildStateFile)
 	if err != nil {
-		return 0
+		return 0, ""
 	}
 	defer res.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(res.Body, 64))
-	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return n
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 256))
+	gen, key, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	n, _ := strconv.Atoi(gen)
+	return n, key
+}
+
+// secretsKey identifies a set of secrets (names and values): a build is made on a previous
+// release only when its key is the same, so that no earlier value lingers in a release's memory
+// (freed pages are not cleared) after a secret was changed or removed.
+func secretsKey(secrets map[string]string) string {
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(secrets)) {
+		fmt.Fprintf(h, "%s\x00%s\x00", k, secrets[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // previousRelease is the deployment serving d's route (its preview's, else the app's) and its
