@@ -80,6 +80,23 @@ func (cp *e2eCP) appDeploy(t *testing.T, app string, archive []byte, query ...st
 	return d
 }
 
+// appDeployLive deploys archive (of version) to app, waits for it to be live and checks its build
+// logs hold each of want.
+func (cp *e2eCP) appDeployLive(t *testing.T, app, version string, archive []byte, want ...string) deploymentJSON {
+	t.Helper()
+	d := cp.appWait(t, app, cp.appDeploy(t, app, archive).ID)
+	_, logs := cp.call(t, "GET", "/v1/apps/"+app+"/deployments/"+d.ID+"/logs", nil, "")
+	if d.State != "live" {
+		t.Fatalf("%s: %+v\n%s", version, d, logs)
+	}
+	for _, w := range want {
+		if !strings.Contains(string(logs), w) {
+			t.Fatalf("%s's build logs lack %q:\n%s", version, w, logs)
+		}
+	}
+	return d
+}
+
 // appWait waits for a deployment to end (live or failed) and returns it.
 func (cp *e2eCP) appWait(t *testing.T, app, id string) deploymentJSON {
 	t.Helper()

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/network/nettest"
@@ -39,18 +38,9 @@ func TestE2EAppsSecretRotation(t *testing.T) {
 	}
 	deploy := func(version string, want ...string) deploymentJSON {
 		t.Helper()
-		d := cp.appWait(t, "rot", cp.appDeploy(t, "rot", packFixture(t, "node", func(dir string) {
+		d := cp.appDeployLive(t, "rot", version, packFixture(t, "node", func(dir string) {
 			os.WriteFile(filepath.Join(dir, "version.txt"), []byte(version+"\n"), 0o644)
-		})).ID)
-		_, logs := cp.call(t, "GET", "/v1/apps/rot/deployments/"+d.ID+"/logs", nil, "")
-		if d.State != "live" {
-			t.Fatalf("%s: %+v\n%s", version, d, logs)
-		}
-		for _, w := range want {
-			if !strings.Contains(string(logs), w) {
-				t.Fatalf("%s's build logs lack %q:\n%s", version, w, logs)
-			}
-		}
+		}), want...)
 		t.Logf("%s built in %d ms", version, d.BuildMS)
 		return d
 	}
