@@ -92,7 +92,11 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 		return store.Sandbox{}, err
 	}
 	faultpoint.Reach("server.create.started") // the VM runs, its record is not written yet
-	if err := s.installGuestCA(ctx, s.sched.Client(host), sbID); err != nil {
+	source := host.ID + "/template/" + p.AgentTemplate
+	if p.Snapshot != nil {
+		source = host.ID + "/snapshot/" + p.Snapshot.ID
+	}
+	if err := s.installGuestCA(ctx, s.sched.Client(host), sbID, source); err != nil {
 		if p.Snapshot != nil { // a snapshot's guest may be the team's doing (a full disk): it still starts
 			s.log.Warn("sandbox restored without the extra CA certificates", "sandbox", sbID, "snapshot", p.Snapshot.ID, "err", err)
 		} else {

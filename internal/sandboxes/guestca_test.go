@@ -94,3 +94,61 @@ func TestGuestCAInstalled(t *testing.T) {
 		}
 	}
 }
+
+// TestGuestCARestores: restores of one snapshot whose system bundle lacks the block get it (the
+// first reads the bundle, later ones use what it found: the same result), and restores of a
+// snapshot that has it keep it as it was.
+func TestGuestCARestores(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pem := "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+	file := func(sb store.Sandbox, path string) string {
+		t.Helper()
+		c, _ := e.svc.Target(ctx, sb)
+		resp, err := c.FilesAs("root").Read(ctx, sb.ID, path)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	src, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := e.svc.Target(ctx, src)
+	if _, err := c.FilesAs("root").Write(ctx, src.ID, GuestCABundle, strings.NewReader("SYSTEM CA\n"), 10); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e.svc.Snapshot(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc.guestCA = []byte(pem)
+	restore := func(snap store.Snapshot) store.Sandbox {
+		t.Helper()
+		sb, err := e.svc.Create(ctx, e.team, CreateParams{Template: snap.Template, AgentTemplate: snap.Template, Snapshot: &snap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	want := "SYSTEM CA\n" + string(caBlock([]byte(pem)))
+	first := restore(snap)
+	for i, sb := range []store.Sandbox{first, restore(snap), restore(snap)} {
+		if got := file(sb, GuestCABundle); got != want || file(sb, GuestCAFile) != pem {
+			t.Fatalf("restore %d: bundle %q, file %q", i, got, file(sb, GuestCAFile))
+		}
+	}
+	with, err := e.svc.Snapshot(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if got := file(restore(with), GuestCABundle); got != want {
+			t.Fatalf("restore %d of a snapshot with the block: %q", i, got)
+		}
+	}
+}
+

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
@@ -58,6 +59,8 @@ type Service struct {
 	maxTTL     time.Duration
 	egressOpen []string
 	guestCA    []byte
+	caMu       sync.Mutex
+	caSeen     map[string]bundleSeen // installGuestCA's, by host and source
 	moves      singleflight.Group // moveHibernated, by sandbox id
 }
 
@@ -74,7 +77,7 @@ func New(cfg Config) *Service {
 		open = append(open, p.String())
 	}
 	return &Service{store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger, now: cfg.Now,
-		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open, guestCA: cfg.GuestCA}
+		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open, guestCA: cfg.GuestCA, caSeen: map[string]bundleSeen{}}
 }
 
 // EgressOpen is the operator's open private ranges, as the hosts are given them.
