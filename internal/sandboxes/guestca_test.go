@@ -151,4 +151,3 @@ func TestGuestCARestores(t *testing.T) {
 		}
 	}
 }
-

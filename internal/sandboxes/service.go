@@ -61,7 +61,7 @@ type Service struct {
 	guestCA    []byte
 	caMu       sync.Mutex
 	caSeen     map[string]bundleSeen // installGuestCA's, by host and source
-	moves      singleflight.Group // moveHibernated, by sandbox id
+	moves      singleflight.Group    // moveHibernated, by sandbox id
 }
 
 // New builds a service from cfg; cfg's TTLs must already be set (the API applies its defaults).
