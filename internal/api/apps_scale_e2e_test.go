@@ -119,6 +119,11 @@ func TestE2EAppsInstances(t *testing.T) {
 	t.Logf("v1 across two instances: %v", cp.answeringInstances(t, "duo", d1.ID, 2))
 	cp.wsEcho(t, "duo", "hello v1")
 	old := cp.instancesOf(t, d1.ID)
+	// Runtime logs: the app's output on both instances, each line labelled with its instance.
+	if _, rt := cp.call(t, "GET", "/v1/apps/duo/logs", nil, ""); !strings.Contains(string(rt), "["+old[0]+"] listening on 8080") ||
+		!strings.Contains(string(rt), "["+old[1]+"] listening on 8080") {
+		t.Fatalf("runtime logs of %v:\n%s", old, rt)
+	}
 
 	d2 := cp.blueGreen(t, "duo", 2, packFixture(t, "node", func(dir string) {
 		os.WriteFile(filepath.Join(dir, "version.txt"), []byte("v2\n"), 0o644)
