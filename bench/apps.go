@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,33 +45,7 @@ func appsSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 		if err != nil {
 			return "", 0, err
 		}
-		t := time.Now()
-		req, _ := http.NewRequest("POST", c.base+"/v1/apps/bench/deployments", bytes.NewReader(archive))
-		req.Header.Set("Authorization", c.auth)
-		req.Header.Set("Content-Type", "application/gzip")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return "", 0, err
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var d struct{ ID, State, Error string }
-		if json.Unmarshal(body, &d); resp.StatusCode != 202 {
-			return "", 0, fmt.Errorf("deploy: %d %s", resp.StatusCode, body)
-		}
-		for d.State != "live" {
-			if d.State == "failed" {
-				logs, _ := c.do("GET", "/v1/apps/bench/deployments/"+d.ID+"/logs", nil, 200)
-				return "", 0, fmt.Errorf("deployment %s failed: %s\n%s", d.ID, d.Error, logs)
-			}
-			time.Sleep(100 * time.Millisecond)
-			b, err := c.do("GET", "/v1/apps/bench/deployments/"+d.ID, nil, 200)
-			if err != nil {
-				return "", 0, err
-			}
-			json.Unmarshal(b, &d)
-		}
-		return d.ID, ms(time.Since(t)), nil
+		return deployBenchApp(c, "bench", archive)
 	}
 	v1, d1, err := deploy("v1")
 	if err != nil {
@@ -198,6 +173,38 @@ func appRequest(base, app string) (string, error) {
 }
 
 // benchAppArchive packs the bench app at version.
+// deployBenchApp uploads archive to app and waits until the deployment is live: its id and the
+// time from the upload to live.
+func deployBenchApp(c *apiClient, app string, archive []byte) (string, float64, error) {
+	t := time.Now()
+	req, _ := http.NewRequest("POST", c.base+"/v1/apps/"+app+"/deployments", bytes.NewReader(archive))
+	req.Header.Set("Authorization", c.auth)
+	req.Header.Set("Content-Type", "application/gzip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var d struct{ ID, State, Error string }
+	if json.Unmarshal(body, &d); resp.StatusCode != 202 {
+		return "", 0, fmt.Errorf("deploy: %d %s", resp.StatusCode, body)
+	}
+	for d.State != "live" {
+		if d.State == "failed" {
+			logs, _ := c.do("GET", "/v1/apps/"+app+"/deployments/"+d.ID+"/logs", nil, 200)
+			return "", 0, fmt.Errorf("deployment %s failed: %s\n%s", d.ID, d.Error, logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+		b, err := c.do("GET", "/v1/apps/"+app+"/deployments/"+d.ID, nil, 200)
+		if err != nil {
+			return "", 0, err
+		}
+		json.Unmarshal(b, &d)
+	}
+	return d.ID, ms(time.Since(t)), nil
+}
+
 func benchAppArchive(version string) ([]byte, error) {
 	dir, err := os.MkdirTemp("", "pandastack-bench-app-")
 	if err != nil {
@@ -211,4 +218,76 @@ func benchAppArchive(version string) ([]byte, error) {
 		}
 	}
 	return bundle.Pack(dir)
+}
+
+// nextApp is a minimal Next.js app (app router, one page); its dependencies come from the npm
+// registry inside the build VM.
+var nextApp = map[string]string{
+	"package.json": `{"name": "nextbench", "private": true,
+  "dependencies": {"next": "^15", "react": "^19", "react-dom": "^19"}}
+`,
+	"app/layout.js": "export default function RootLayout({ children }) { return <html><body>{children}</body></html>; }\n",
+	"app/page.js":   "export default function Page() { return <h1>next bench</h1>; }\n",
+}
+
+// appsNextSuite measures a real ` + "`next build`" + ` in a build microVM (issue 18's Next.js figure): a
+// deploy of nextApp, whose install reaches the npm registry from the guest — behind a
+// TLS-inspecting proxy give its CA with -guest-ca-file (the server's --guest-ca-file) — then a
+// redeploy of a source change on the build cache (node_modules reused, the install skipped). Its
+// figures are the whole deploys (upload to live) and the build (build VM to release snapshot).
+// Run only when named (-suites appsnext): it needs the registry and takes many minutes under TCG.
+func appsNextSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string) error {
+	var args []string
+	if guestCAFile != "" {
+		args = append(args, "--guest-ca-file", guestCAFile)
+	}
+	cl, err := startCluster(guestAgent, imageCache, "10.208.0.0/20", args...)
+	if err != nil {
+		return err
+	}
+	defer cl.stop()
+	c := cl.public
+	next := "node node_modules/next/dist/bin/next"
+	if _, err := c.do("POST", "/v1/apps", map[string]any{"name": "nextbench", "health_timeout_seconds": 600,
+		"env":   map[string]string{"NEXT_TELEMETRY_DISABLED": "1"},
+		"build": map[string]any{"install": "npm install --no-audit --no-fund", "build": next + " build", "start": next + " start -p $PORT"}}, 201); err != nil {
+		return err
+	}
+	for i, key := range []string{"app_next_first", "app_next_redeploy"} {
+		dir, err := os.MkdirTemp("", "pandastack-bench-next-")
+		if err != nil {
+			return err
+		}
+		files := maps.Clone(nextApp)
+		files["app/page.js"] = strings.Replace(files["app/page.js"], "next bench", fmt.Sprintf("next bench %d", i+1), 1)
+		for name, content := range files {
+			os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755)
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				return err
+			}
+		}
+		archive, err := bundle.Pack(dir)
+		os.RemoveAll(dir)
+		if err != nil {
+			return err
+		}
+		id, total, err := deployBenchApp(c, "nextbench", archive)
+		if err != nil {
+			return err
+		}
+		b, err := c.do("GET", "/v1/apps/nextbench/deployments/"+id, nil, 200)
+		if err != nil {
+			return err
+		}
+		var d struct {
+			BuildMS float64 `json:"build_ms"`
+		}
+		json.Unmarshal(b, &d)
+		res[key+"_deploy_ms"], res[key+"_build_ms"] = total, d.BuildMS
+		if body, err := appRequest(c.base, "nextbench"); err != nil || !strings.Contains(body, fmt.Sprintf("next bench %d", i+1)) {
+			return fmt.Errorf("the next app after deploy %d: %v %q", i+1, err, body)
+		}
+		fmt.Printf("next app deploy %d: %.0f ms (build %.0f ms)\n", i+1, total, d.BuildMS)
+	}
+	return nil
 }

@@ -37,6 +37,7 @@ func main() {
 	flag.StringVar(&cpuModel, "cpu", "qemu64", "suite cpu compares creates (and what the template runs) under this QEMU CPU model against the default")
 	flag.BoolVar(&scheduleDriftOn, "schedule-drift", true, "suite functions: measure the scheduler's drift (3 real minutes)")
 	flag.StringVar(&functionsBefore, "functions-before", "", "suite functions: a directory with an earlier pandastack and pandastack-guest whose invocations and creates run interleaved with this build's")
+	flag.StringVar(&guestCAFile, "guest-ca-file", "", "suite appsnext: a PEM file of CA certificates the server gives the guests (a TLS-inspecting proxy's, for npm)")
 	flag.StringVar(&serverLogLevel, "server-log-level", "info", "the log level of the servers the controlplane-style suites start (debug shows per-invocation timings)")
 	smoke := flag.Bool("smoke", false, "check that every suite still runs: 2 samples of everything, figures not judged, no results file unless -out is given")
 	flag.Parse()
@@ -55,8 +56,8 @@ func main() {
 // defaultSuites are the suites a plain run (and the smoke test) runs.
 const defaultSuites = "restore,sandbox,lifecycle,controlplane,network,volumes,confine,blob,crosshost,processes,functions"
 
-// The comparisons of suites guest-before and cpu (flags).
-var guestBefore, cpuModel string
+// The comparisons of suites guest-before and cpu, and suite appsnext's guest CA file (flags).
+var guestBefore, cpuModel, guestCAFile string
 
 // Suite functions' drift measurement, and the started servers' log level (flags).
 var (
@@ -195,10 +196,12 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = databasesSuite(ctx, res, guestAgent, imageCache, max(creates/2, 2))
 		case "apps":
 			err = appsSuite(ctx, res, guestAgent, imageCache, max(creates/3, 3))
+		case "appsnext":
+			err = appsNextSuite(ctx, res, guestAgent, imageCache)
 		case "soak":
 			err = soakSuite(ctx, res, guestAgent, imageCache)
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, apps, soak, templates, code, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, apps, appsnext, soak, templates, code, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

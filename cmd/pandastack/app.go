@@ -127,7 +127,7 @@ func appCmd() *cobra.Command {
 	}
 	update.register(updateCmd)
 
-	var detach bool
+	var detach, clean bool
 	var branch string
 	deploy := &cobra.Command{
 		Use:   "deploy APP [DIR]",
@@ -142,7 +142,7 @@ func appCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			d, err := c.DeployApp(ctx, args[0], archive, branch)
+			d, err := c.DeployApp(ctx, args[0], archive, client.DeployOptions{Branch: branch, Clean: clean})
 			if err != nil {
 				return err
 			}
@@ -166,6 +166,7 @@ func appCmd() *cobra.Command {
 		}),
 	}
 	deploy.Flags().BoolVarP(&detach, "detach", "d", false, "print the queued deployment and return")
+	deploy.Flags().BoolVar(&clean, "clean", false, "skip the build cache: build in a new base sandbox and run the install")
 	deploy.Flags().StringVar(&branch, "branch", "", "deploy as this branch: another than the app's is its preview at <app>--<branch>.apps.<domain>")
 
 	var ghBranch, ghTokenFile string
@@ -237,7 +238,7 @@ func appCmd() *cobra.Command {
 	var depID string
 	logs := &cobra.Command{
 		Use:   "logs APP",
-		Short: "Print the live instance's output, or with --build a deployment's build logs (default: the latest)",
+		Short: "Print the live instances' output (each line labelled [sb_…]), or with --build a deployment's build logs (default: the latest)",
 		Args:  cobra.ExactArgs(1),
 		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			if !build && depID == "" {

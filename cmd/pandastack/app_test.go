@@ -47,6 +47,11 @@ func TestCLIApps(t *testing.T) {
 		!strings.Contains(out, `"port": 3000`) || strings.Contains(out, "s3cr3t") {
 		t.Fatalf("get:\n%s", out)
 	}
+	site := t.TempDir() // the fake host runs no build: the deploy fails, its logs say it was clean
+	os.WriteFile(filepath.Join(site, "index.html"), []byte("hi"), 0o644)
+	if out, _, err := run(t, "", "app", "deploy", "web", site, "--clean"); err == nil || !strings.Contains(out, "==> clean build: the build cache is not used") {
+		t.Fatalf("deploy --clean: %v\n%s", err, out)
+	}
 	mustRun(t, "", "app", "env", "set", "web", "A=1", "B=2")
 	mustRun(t, "", "app", "secrets", "set", "web", "KEY=k3y")
 	mustRun(t, "", "app", "env", "unset", "web", "A")

@@ -98,6 +98,11 @@ func (s *Server) deleteApp(w http.ResponseWriter, r *http.Request) {
 // with the queued deployment; the build goes on in the background.
 func (s *Server) deployApp(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
+	clean, err := boolQuery(r.URL.Query(), "clean")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	b, err := readArchive(w, r)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -116,7 +121,8 @@ func (s *Server) deployApp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	release()
-	d, err := s.apps.Deploy(r.Context(), id.TeamID, r.PathValue("id"), b, apps.Source{Kind: "upload", Branch: r.URL.Query().Get("branch")})
+	d, err := s.apps.Deploy(r.Context(), id.TeamID, r.PathValue("id"), b, apps.Source{Kind: "upload", Branch: r.URL.Query().Get("branch"),
+		Clean: clean})
 	s.reply(w, r, http.StatusAccepted, s.deploymentView(store.App{}, d), err)
 }
 

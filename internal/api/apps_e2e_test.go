@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -64,12 +66,33 @@ func packFixture(t *testing.T, name string, edit func(dir string)) []byte {
 	return b
 }
 
-func (cp *e2eCP) appDeploy(t *testing.T, app string, archive []byte) deploymentJSON {
+func (cp *e2eCP) appDeploy(t *testing.T, app string, archive []byte, query ...string) deploymentJSON {
 	t.Helper()
-	code, b := cp.call(t, "POST", "/v1/apps/"+app+"/deployments", archive, "application/gzip")
+	path := "/v1/apps/" + app + "/deployments"
+	if len(query) > 0 {
+		path += "?" + strings.Join(query, "&")
+	}
+	code, b := cp.call(t, "POST", path, archive, "application/gzip")
 	var d deploymentJSON
 	if code != 202 || json.Unmarshal(b, &d) != nil {
 		t.Fatalf("deploy %s: %d %s", app, code, b)
+	}
+	return d
+}
+
+// appDeployLive deploys archive (of version) to app, waits for it to be live and checks its build
+// logs hold each of want.
+func (cp *e2eCP) appDeployLive(t *testing.T, app, version string, archive []byte, want ...string) deploymentJSON {
+	t.Helper()
+	d := cp.appWait(t, app, cp.appDeploy(t, app, archive).ID)
+	_, logs := cp.call(t, "GET", "/v1/apps/"+app+"/deployments/"+d.ID+"/logs", nil, "")
+	if d.State != "live" {
+		t.Fatalf("%s: %+v\n%s", version, d, logs)
+	}
+	for _, w := range want {
+		if !strings.Contains(string(logs), w) {
+			t.Fatalf("%s's build logs lack %q:\n%s", version, w, logs)
+		}
 	}
 	return d
 }
@@ -164,6 +187,13 @@ func vendorVite(t *testing.T) ([]byte, string) {
 
 // testCA is the PEM of a self-signed CA certificate (the operator's --guest-ca-file).
 func testCA(t *testing.T) []byte {
+	pemCA, _ := testCAIssuing(t)
+	return pemCA
+}
+
+// testCAIssuing is a self-signed CA certificate (PEM) and a function that issues a server
+// certificate from it for the given IP addresses (a TLS-inspecting proxy's CA, in tests).
+func testCAIssuing(t *testing.T) ([]byte, func(ips ...net.IP) tls.Certificate) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -175,7 +205,25 @@ func testCA(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(ips ...net.IP) tls.Certificate {
+		skey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "registry behind the proxy"},
+			IPAddresses: ips, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+		sder, err := x509.CreateCertificate(rand.Reader, leaf, ca, &skey.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tls.Certificate{Certificate: [][]byte{sder}, PrivateKey: skey}
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), issue
 }
 
 func TestE2EApps(t *testing.T) {
@@ -296,12 +344,17 @@ func TestE2EApps(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, "version.txt"), []byte("v2\n"), 0o644)
 	}), "node v2")
 
-	// A broken build fails and leaves v2 serving, its logs saying why.
+	// A broken build fails and leaves v2 serving, its logs saying why. It is a clean build: not on
+	// v2's release (the build cache) but in a new sandbox of base.
 	bad := cp.appDeploy(t, "web", packFixture(t, "node", func(dir string) {
 		os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"scripts": {"build": "echo compiling; exit 3", "start": "node server.js"}}`), 0o644)
-	}))
+	}), "clean=1")
 	if got := cp.appWait(t, "web", bad.ID); got.State != "failed" || !strings.Contains(got.Error, "exit 3") {
 		t.Fatalf("broken build: %+v", got)
+	}
+	if _, logs := cp.call(t, "GET", "/v1/apps/web/deployments/"+bad.ID+"/logs", nil, ""); !strings.Contains(string(logs), "==> clean build") ||
+		!strings.Contains(string(logs), "==> build sandbox from base") || strings.Contains(string(logs), "from the release of") {
+		t.Fatalf("clean build's logs:\n%s", logs)
 	}
 	cp.mustServe(t, "web", "node v2")
 

@@ -119,6 +119,11 @@ func TestE2EAppsInstances(t *testing.T) {
 	t.Logf("v1 across two instances: %v", cp.answeringInstances(t, "duo", d1.ID, 2))
 	cp.wsEcho(t, "duo", "hello v1")
 	old := cp.instancesOf(t, d1.ID)
+	// Runtime logs: the app's output on both instances, each line labelled with its instance.
+	if _, rt := cp.call(t, "GET", "/v1/apps/duo/logs", nil, ""); !strings.Contains(string(rt), "["+old[0]+"] listening on 8080") ||
+		!strings.Contains(string(rt), "["+old[1]+"] listening on 8080") {
+		t.Fatalf("runtime logs of %v:\n%s", old, rt)
+	}
 
 	d2 := cp.blueGreen(t, "duo", 2, packFixture(t, "node", func(dir string) {
 		os.WriteFile(filepath.Join(dir, "version.txt"), []byte("v2\n"), 0o644)
@@ -147,22 +152,12 @@ func TestE2EAppsBuildCache(t *testing.T) {
 	}
 	deploy := func(version, greeting string, want ...string) deploymentJSON {
 		t.Helper()
-		d := cp.appWait(t, "deps", cp.appDeploy(t, "deps", packFixture(t, "nodedeps", func(dir string) {
+		return cp.appDeployLive(t, "deps", version, packFixture(t, "nodedeps", func(dir string) {
 			os.WriteFile(filepath.Join(dir, "version.txt"), []byte(version+"\n"), 0o644)
 			if greeting != "" {
 				os.WriteFile(filepath.Join(dir, "vendor", "greet", "index.js"), []byte("module.exports = () => '"+greeting+"';\n"), 0o644)
 			}
-		})).ID)
-		_, logs := cp.call(t, "GET", "/v1/apps/deps/deployments/"+d.ID+"/logs", nil, "")
-		if d.State != "live" {
-			t.Fatalf("%s: %+v\n%s", version, d, logs)
-		}
-		for _, w := range want {
-			if !strings.Contains(string(logs), w) {
-				t.Fatalf("%s's build logs lack %q:\n%s", version, w, logs)
-			}
-		}
-		return d
+		}), want...)
 	}
 	d1 := deploy("v1", "", "==> build sandbox from base", "==> install: npm ci")
 	cp.mustServe(t, "deps", "nodedeps v1: hello from greet to you")

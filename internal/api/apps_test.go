@@ -100,6 +100,10 @@ func TestAppsAPI(t *testing.T) {
 	}
 	e.mustStatus(e.do("POST", "/v1/apps/web/deployments", e.admin, bytes.Repeat([]byte("x"), 33<<20)), 413)
 	e.mustStatus(e.do("POST", "/v1/apps/web/deployments", e.admin, "not an archive"), 400)
+	if r := e.do("POST", "/v1/apps/web/deployments?clean=maybe", e.admin, tarGzBundle(t, map[string]string{"index.html": "x"})); r.status != 400 ||
+		!strings.Contains(r.errMessage(), "clean must be 1, 0, true or false") {
+		t.Fatalf("clean=maybe: %d %s", r.status, r.body)
+	}
 	if l := e.mustStatus(e.do("GET", "/v1/apps/web/deployments", e.admin, nil), 200).json(t); len(l["deployments"].([]any)) != 0 {
 		t.Fatalf("refused deploys were recorded: %v", l)
 	}
@@ -434,5 +438,47 @@ func TestAppInstancesBalanced(t *testing.T) {
 	}
 	if len(seen) != 2 {
 		t.Fatalf("replaced instances answering: %v", seen)
+	}
+}
+
+// TestAppRuntimeLogsAllInstances: GET /v1/apps/{id}/logs reads the app's process on every live
+// instance (restores of the release: the same pid), each line labelled with its instance, the
+// secret redacted; with follow too; a killed instance drops out; none left is a 409.
+func TestAppRuntimeLogsAllInstances(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.mustStatus(e.do("POST", "/v1/apps", e.admin, map[string]any{"name": "duo", "min_instances": 2,
+		"secrets": map[string]string{"TOKEN": "s3cr3t-value"}}), 201)
+	app, _ := e.st.GetAppByName(ctx, "duo")
+	src := newBaseSandbox(t, e)
+	started := e.mustStatus(e.do("POST", "/v1/sandboxes/"+src+"/processes", e.admin, map[string]any{"cmd": "echo listening with s3cr3t-value"}), 201).json(t)
+	pid := int64(started["pid"].(float64))
+	snap := e.mustStatus(e.do("POST", "/v1/sandboxes/"+src+"/snapshots", e.admin, `{}`), 201).json(t)["id"].(string)
+	instance := func() string {
+		return e.create(e.admin, map[string]any{"snapshot_id": snap, "metadata": map[string]string{
+			"pandastack.app": "duo", "pandastack.app_role": "instance", "pandastack.deployment": "dep_live"}}).ID
+	}
+	a, b := instance(), instance()
+	if _, err := e.st.CreateDeployment(ctx, store.Deployment{ID: "dep_live", AppID: app.ID, TeamID: app.TeamID, State: apps.Live,
+		Source: "upload", Plan: `{"port": 3000}`, SandboxID: a, SnapshotID: snap, Pid: pid}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.st.SetLiveDeployment(ctx, app.ID, "", "dep_live"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	line := func(id string) string { return "[" + id + "] listening with " + apps.Redacted + "\n" }
+	for _, q := range []string{"", "?follow=1"} {
+		got := string(e.mustStatus(e.do("GET", "/v1/apps/duo/logs"+q, e.admin, nil), 200).body)
+		if len(got) != len(line(a))+len(line(b)) || !strings.Contains(got, line(a)) || !strings.Contains(got, line(b)) {
+			t.Fatalf("logs%s:\n%s", q, got)
+		}
+	}
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+a, e.admin, nil), 204)
+	if got := string(e.mustStatus(e.do("GET", "/v1/apps/duo/logs", e.admin, nil), 200).body); got != line(b) {
+		t.Fatalf("logs with %s killed:\n%s", a, got)
+	}
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+b, e.admin, nil), 204)
+	if r := e.do("GET", "/v1/apps/duo/logs", e.admin, nil); r.status != 409 || !strings.Contains(r.errMessage(), "no running instance") {
+		t.Fatalf("logs with none left: %d %s", r.status, r.body)
 	}
 }

@@ -237,7 +237,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, sub, what string
 func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) {
 	q, err := fileQuery(r, "recursive")
 	if err == nil {
-		err = boolQuery(q, "recursive")
+		_, err = boolQuery(q, "recursive")
 	}
 	s.hostStream(w, r, "/watch", q, err, func(sb store.Sandbox, body io.ReadCloser) {
 		s.relayNDJSON(w, r, sb.ID, "watch", body)
@@ -279,14 +279,17 @@ func (s *Server) hostStream(w http.ResponseWriter, r *http.Request, sub string, 
 	relay(sb, resp.Body)
 }
 
-// boolQuery checks that the query flag name, when given, is 1, 0, true or false.
-func boolQuery(q url.Values, name string) error {
+// boolQuery is the query flag name: false when not given, an error unless it is 1, 0, true or
+// false.
+func boolQuery(q url.Values, name string) (bool, error) {
 	if v := q.Get(name); v != "" {
-		if _, err := strconv.ParseBool(v); err != nil {
-			return invalid("%s must be 1, 0, true or false", name)
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, invalid("%s must be 1, 0, true or false", name)
 		}
+		return b, nil
 	}
-	return nil
+	return false, nil
 }
 
 // targetOK is the request's sandbox and its host's client once err (the caller's verdict on the

@@ -286,6 +286,12 @@ func TestE2EFunctions(t *testing.T) {
 // startNetworkedCP starts a host agent whose sandboxes have their network (slots and an outside
 // namespace of the test's own, nothing beyond) and a control plane over it configured by cfg.
 func startNetworkedCP(t *testing.T, cfg Config) (*vmHost, *e2eCP) {
+	host, cp, _ := startNetworkedCPOut(t, cfg)
+	return host, cp
+}
+
+// startNetworkedCPOut is startNetworkedCP that also returns the outside world its sandboxes reach.
+func startNetworkedCPOut(t *testing.T, cfg Config) (*vmHost, *e2eCP, *nettest.Outside) {
 	t.Helper()
 	prefix := nettest.NewPrefix()
 	out := nettest.NewOutside(t, prefix)
@@ -293,7 +299,7 @@ func startNetworkedCP(t *testing.T, cfg Config) (*vmHost, *e2eCP) {
 	host := startVMHostWith(t, func(c *hostagent.Config) {
 		c.Network = &network.Config{CIDR: slots, Prefix: prefix, Ready: 4, DNS: out.Addr}
 	})
-	return host, startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, cfg, host)
+	return host, startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, cfg, host), out
 }
 
 func mustJSON(v any) []byte {

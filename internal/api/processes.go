@@ -116,10 +116,8 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request) {
 			err = invalid("offset %q is not a byte offset (a number >= 0)", truncate(v))
 		}
 	}
-	if v := q.Get("follow"); err == nil && v != "" {
-		if follow, err = strconv.ParseBool(v); err != nil {
-			err = invalid("follow must be 1, 0, true or false")
-		}
+	if err == nil {
+		follow, err = boolQuery(q, "follow")
 	}
 	s.processCall(w, r, err, true, func(sb sandboxRef, pid int) (int, any, error) {
 		body, err := sb.c.ProcessOutput(r.Context(), sb.rec.ID, pid, offset, follow)

@@ -103,7 +103,8 @@ type Config struct {
 	// 5432); PublicURL the server's base URL for their http_url (empty: none).
 	DBRouterPort int
 	PublicURL    string
-	// GuestCA is PEM of extra CA certificates app builds and instances trust; empty: none.
+	// GuestCA is PEM of extra CA certificates every sandbox trusts (app builds and instances
+	// too); empty: none.
 	GuestCA []byte
 	// Webhooks is which destinations webhooks may reach (internal/webhooks): `pandastack up`
 	// allows loopback; the zero value refuses every non-public address.
@@ -180,7 +181,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger,
 		auth: &auth.Authenticator{Store: cfg.Store, Now: cfg.Now}, metrics: newMetrics()}
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
-		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen})
+		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen, GuestCA: cfg.GuestCA})
 	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
 	s.schedules = schedules.New(schedules.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger, Now: scheduleClock})
 	s.functions = functions.New(functions.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
@@ -189,7 +190,7 @@ func New(cfg Config) *Server {
 	s.databases = database.New(database.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
 		SecretsKey: cfg.SecretsKey, Domain: cfg.ProxyDomain, RouterPort: cfg.DBRouterPort, HTTPBase: cfg.PublicURL, Blob: cfg.Blob})
 	s.apps = apps.New(apps.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
-		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir, GuestCA: cfg.GuestCA})
+		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir})
 	s.webhooks = webhooks.New(webhooks.Config{Store: cfg.Store, SecretsKey: cfg.SecretsKey, Policy: cfg.Webhooks, View: viewOf,
 		TemplateView: builtTemplateView, DeploymentView: s.webhookDeploymentView,
 		Logger: cfg.Logger, Now: cfg.Now, RetryBase: cfg.WebhookRetryBase})

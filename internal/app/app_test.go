@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pandastack/pandastack/internal/sandboxes"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -178,7 +180,8 @@ func TestUnknownPresetKeyIsSaid(t *testing.T) {
 	}
 }
 
-// TestReadGuestCAs: PEM certificates are bundled; a file without one, or with a key, is refused.
+// TestReadGuestCAs: PEM certificates are bundled; a file without one, or with a key, or over the
+// limit, is refused.
 func TestReadGuestCAs(t *testing.T) {
 	dir := t.TempDir()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -195,7 +198,9 @@ func TestReadGuestCAs(t *testing.T) {
 	if err != nil || bytes.Count(b, []byte("BEGIN CERTIFICATE")) != 2 {
 		t.Fatalf("bundle: %v\n%s", err, b)
 	}
-	for _, f := range []string{withKey, empty, filepath.Join(dir, "missing.pem")} {
+	huge := filepath.Join(dir, "huge.pem")
+	os.WriteFile(huge, bytes.Repeat(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), sandboxes.MaxGuestCA/len(der)), 0o644)
+	for _, f := range []string{withKey, empty, huge, filepath.Join(dir, "missing.pem")} {
 		if _, err := readGuestCAs([]string{f}); err == nil {
 			t.Fatalf("%s was accepted", f)
 		}

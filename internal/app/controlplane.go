@@ -28,6 +28,7 @@ import (
 	"github.com/pandastack/pandastack/internal/dbrouter"
 	"github.com/pandastack/pandastack/internal/e2bcompat"
 	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/webhooks"
@@ -73,7 +74,7 @@ type ControlPlaneConfig struct {
 	PublicURL string
 	// GitDir holds apps' git remotes; empty: beside a SQLite store's file, none with PostgreSQL.
 	GitDir string
-	// GuestCAFiles are PEM files of extra CA certificates app builds and instances trust (a
+	// GuestCAFiles are PEM files of extra CA certificates every sandbox trusts, app builds too (a
 	// TLS-inspecting proxy's, for package registries).
 	GuestCAFiles []string
 	Version      string // reported by /healthz
@@ -386,6 +387,9 @@ func readGuestCAs(files []string) ([]byte, error) {
 			return nil, fmt.Errorf("--guest-ca-file %s: no PEM certificate in it", f)
 		}
 		out = append(append(out, b...), '\n')
+	}
+	if len(out) > sandboxes.MaxGuestCA {
+		return nil, fmt.Errorf("--guest-ca-file: %d bytes of certificates, more than the %d-byte limit", len(out), sandboxes.MaxGuestCA)
 	}
 	return out, nil
 }

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +32,9 @@ type Source struct {
 	Kind   string // "upload" or "git"
 	Commit string
 	Branch string
+	// Clean skips the build cache: the build starts from a new base sandbox and runs the install
+	// even when the previous release's dependencies would do.
+	Clean bool
 }
 
 // Deploy starts a deploy of the team's app from a source archive (.tar.gz or .zip): the plan is
@@ -74,7 +79,7 @@ func (s *Service) Deploy(ctx context.Context, teamID, id string, archive []byte,
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.run(a, d, plan, tarball, key, lb)
+		s.run(a, d, plan, tarball, key, src.Clean, lb)
 	}()
 	return d, nil
 }
@@ -84,7 +89,7 @@ func detectPlan(files []bundle.File, b v1.AppBuild) v1.AppPlan {
 }
 
 // run builds, releases and switches to deployment d, one deploy of an app at a time.
-func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, depsKey string, lb *logBuf) {
+func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, depsKey string, clean bool, lb *logBuf) {
 	ctx := s.ctx
 	stop := make(chan struct{}) // the lease is held while it waits for the app's lock too
 	defer close(stop)
@@ -111,7 +116,7 @@ func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball 
 	start := time.Now()
 	d.State = Building
 	s.save(d, lb, false)
-	snap, pid, err := s.build(ctx, a, d, plan, tarball, depsKey, secrets, lb)
+	snap, pid, err := s.build(ctx, a, d, plan, tarball, depsKey, clean, secrets, lb)
 	d.BuildMS = time.Since(start).Milliseconds()
 	if err != nil {
 		s.fail(d, lb, err)
@@ -151,15 +156,14 @@ func (s *Service) fail(d store.Deployment, lb *logBuf, err error) {
 	s.log.Info("app deployment failed", "app", d.AppID, "deployment", d.ID, "err", err)
 }
 
-// Where the extra CA certificates (Config.GuestCA) and the bundle with the system's go in a VM,
-// and the key of the dependencies installed in it (detect.DepsKey).
+// Where the key of the dependencies installed in a VM (detect.DepsKey) is kept. (The operator's
+// extra CA certificates are every sandbox's: internal/sandboxes installs them.)
 const (
 	stateDir    = "/home/user/.pandastack"
-	extraCA     = stateDir + "/extra-ca.pem"
-	caBundle    = stateDir + "/ca-bundle.pem"
 	depsKeyFile = stateDir + "/deps-key"
-	// generationFile counts the builds in a row made on a previous release (0: on base).
-	generationFile = stateDir + "/generation"
+	// buildStateFile holds the count of builds in a row made on a previous release (0: on base)
+	// and the key of the secrets the build had (secretsKey).
+	buildStateFile = stateDir + "/build-state"
 )
 
 // MaxWarmBuilds is how many builds in a row start from the previous release; the next starts
@@ -173,12 +177,6 @@ func (s *Service) runEnv(a store.App, secrets map[string]string, port int) map[s
 	maps.Copy(env, secrets)
 	env["PORT"] = strconv.Itoa(port)
 	env["HOME"] = "/home/user"
-	if len(s.cfg.GuestCA) > 0 {
-		env["NODE_EXTRA_CA_CERTS"] = extraCA
-		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"} {
-			env[k] = caBundle
-		}
-	}
 	return env
 }
 
@@ -187,10 +185,11 @@ func (s *Service) runEnv(a store.App, secrets map[string]string, port int) map[s
 // healthy on $PORT, snapshotted. The build sandbox is killed either way. The install is skipped
 // when the build sandbox comes from the previous release and its dependencies' key (depsKey,
 // detect.DepsKey) is the one that release was installed with: its node_modules and .venv are
-// moved into the new source instead.
+// moved into the new source instead. A clean build always starts from base.
 func (s *Service) build(ctx context.Context, a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, depsKey string,
-	secrets map[string]string, lb *logBuf) (store.Snapshot, int, error) {
-	sb, c, gen, err := s.buildSandbox(ctx, a, d, lb)
+	clean bool, secrets map[string]string, lb *logBuf) (store.Snapshot, int, error) {
+	key := secretsKey(secrets)
+	sb, c, gen, err := s.buildSandbox(ctx, a, d, clean, key, lb)
 	if err != nil {
 		return store.Snapshot{}, 0, err
 	}
@@ -212,14 +211,8 @@ for dep in node_modules .venv; do
   if [ -e %[3]s/prev-app/$dep ] && [ ! -e $dep ]; then mv %[3]s/prev-app/$dep $dep; fi
 done
 rm -rf %[3]s/prev-app
-echo %[4]d > %[5]s
-`, appDir, srcTar, stateDir, gen, generationFile)
-	if len(s.cfg.GuestCA) > 0 {
-		if _, err := c.WriteFile(ctx, sb.ID, extraCA, bytes.NewReader(s.cfg.GuestCA), int64(len(s.cfg.GuestCA))); err != nil {
-			return store.Snapshot{}, 0, fmt.Errorf("writing the extra CA certificates: %w", err)
-		}
-		script += fmt.Sprintf("cat /etc/ssl/certs/ca-certificates.crt %s > %s\n", extraCA, caBundle)
-	}
+echo %[4]d %[6]s > %[5]s
+`, appDir, srcTar, stateDir, gen, buildStateFile, key)
 	if plan.Install != "" {
 		script += fmt.Sprintf(`if [ "$(cat %[1]s 2>/dev/null)" = %[2]s ]; then
   echo '==> install: skipped, the dependencies of the previous release are reused (their inputs are unchanged)'
@@ -261,36 +254,44 @@ echo %[2]s > %[1]s
 // buildSandbox is the sandbox d builds in and its generation (builds in a row on a previous
 // release, this one included): a restore of the release serving d's route (its preview's, else
 // the app's) with its app stopped, so that its installed dependencies can be reused; without one,
-// when it cannot be used or after MaxWarmBuilds of them, a new sandbox of the base template (0).
-func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deployment, lb *logBuf) (store.Sandbox, *agentclient.Client, int, error) {
+// when it cannot be used, when the app's secrets changed since it was built (secretsKey), after
+// MaxWarmBuilds of them or for a clean build, a new sandbox of the base template (0).
+func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deployment, clean bool, secretsKey string, lb *logBuf) (store.Sandbox, *agentclient.Client, int, error) {
 	recorded, agentName, host, err := s.cfg.Templates.Resolve(ctx, a.TeamID, s.cfg.BaseTemplate)
 	if err != nil {
 		return store.Sandbox{}, nil, 0, err
 	}
 	md := map[string]string{"pandastack.app": a.Name, "pandastack.app_role": "build", "pandastack.deployment": d.ID}
 	ttl := int64(BuildTimeout/time.Second) + 600
-	if prev, snap, ok := s.previousRelease(ctx, a, d, recorded, agentName); ok {
+	if clean {
+		lb.Printf("==> clean build: the build cache is not used\n")
+	} else if prev, snap, ok := s.previousRelease(ctx, a, d, recorded, agentName); ok {
 		t := time.Now()
 		sb, err := s.cfg.Sandboxes.Create(ctx, a.TeamID, sandboxes.CreateParams{Template: snap.Template, AgentTemplate: snap.Template,
 			Snapshot: &snap, Metadata: md, TTLSeconds: ttl})
-		gen := 0
+		gen, key := 0, ""
 		if err == nil {
 			var c *agentclient.Client
 			if c, err = s.cfg.Sandboxes.Target(ctx, sb); err == nil {
 				_, err = c.KillProcess(ctx, sb.ID, int(prev.Pid)) // its tree, waited for: the port is free
 			}
 			if err == nil {
-				gen = readGeneration(ctx, c, sb.ID) + 1
+				gen, key = readBuildState(ctx, c, sb.ID)
+				gen++
 			}
-			if err == nil && gen <= MaxWarmBuilds {
+			if err == nil && key == secretsKey && gen <= MaxWarmBuilds {
 				lb.Printf("==> build sandbox from the release of %s (%.1f s; its dependencies are reused when unchanged)\n", prev.ID, time.Since(t).Seconds())
 				return sb, c, gen, nil
 			}
 			s.stopInstance(sb.ID, "app build cache unusable", 0)
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			lb.Printf("==> the release of %s cannot be built on (%v); a new build sandbox\n", prev.ID, err)
-		} else {
+		case key != secretsKey:
+			// Its memory, freed pages included, may hold the old values: none is carried over.
+			lb.Printf("==> the app's secrets changed since the release of %s: a new build sandbox\n", prev.ID)
+		default:
 			lb.Printf("==> %d builds in a row on previous releases: this one starts afresh\n", MaxWarmBuilds)
 		}
 	}
@@ -308,16 +309,29 @@ func (s *Service) buildSandbox(ctx context.Context, a store.App, d store.Deploym
 	return sb, c, 0, nil
 }
 
-// readGeneration is the generation a release was built in (generationFile; 0 when unreadable).
-func readGeneration(ctx context.Context, c *agentclient.Client, sbID string) int {
-	res, err := c.ReadFile(ctx, sbID, generationFile)
+// readBuildState is the generation a release was built in and the key of its secrets
+// (buildStateFile; 0 and "" when unreadable).
+func readBuildState(ctx context.Context, c *agentclient.Client, sbID string) (int, string) {
+	res, err := c.ReadFile(ctx, sbID, buildStateFile)
 	if err != nil {
-		return 0
+		return 0, ""
 	}
 	defer res.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(res.Body, 64))
-	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return n
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 256))
+	gen, key, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	n, _ := strconv.Atoi(gen)
+	return n, key
+}
+
+// secretsKey identifies a set of secrets (names and values): a build is made on a previous
+// release only when its key is the same, so that no earlier value lingers in a release's memory
+// (freed pages are not cleared) after a secret was changed or removed.
+func secretsKey(secrets map[string]string) string {
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(secrets)) {
+		fmt.Fprintf(h, "%s\x00%s\x00", k, secrets[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // previousRelease is the deployment serving d's route (its preview's, else the app's) and its
@@ -810,37 +824,6 @@ func (s *Service) BuildLogs(ctx context.Context, teamID, id, depID string, follo
 		return err
 	}
 	return lb.follow(ctx, w, follow, flush)
-}
-
-// Logs writes the runtime output of the team's app's live instance to w; with follow, it goes on
-// until ctx ends.
-func (s *Service) Logs(ctx context.Context, teamID, id string, follow bool, w io.Writer, flush func()) error {
-	a, err := s.Get(ctx, teamID, id)
-	if err != nil {
-		return err
-	}
-	if a.LiveDeploymentID == "" {
-		return errdefs.Conflictf("app %s has no live deployment", a.Name)
-	}
-	d, err := s.cfg.Store.GetDeployment(ctx, a.ID, a.LiveDeploymentID)
-	if err != nil {
-		return err
-	}
-	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
-	if err != nil || d.Pid == 0 {
-		return errdefs.Conflictf("app %s has no running instance", a.Name)
-	}
-	c, err := s.cfg.Sandboxes.Target(ctx, sb)
-	if err != nil {
-		return err
-	}
-	body, err := c.ProcessOutput(ctx, sb.ID, int(d.Pid), 0, follow)
-	if err != nil {
-		return err
-	}
-	defer body.Close()
-	secrets, _ := sealed.Open(s.cfg.SecretsKey, a.Secrets)
-	return copyOutput(&redactor{w: w, secrets: secretValues(secrets)}, body, flush)
 }
 
 // Maintain renews live instances' TTLs, replaces those of an app with min_instances > 1 that

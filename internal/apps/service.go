@@ -82,10 +82,6 @@ type Config struct {
 	ProxyDomain string
 	// GitDir, when set, holds the apps' git remotes (bare repositories); empty: no git push.
 	GitDir string
-	// GuestCA is PEM of extra CA certificates builds and instances trust (a TLS-inspecting
-	// proxy's): added to a CA bundle in the VM that NODE_EXTRA_CA_CERTS, SSL_CERT_FILE,
-	// REQUESTS_CA_BUNDLE, PIP_CERT and GIT_SSL_CAINFO name. Empty: none.
-	GuestCA []byte
 }
 
 // Service manages apps and their deployments. Create with New; Close waits for its builds.

@@ -38,13 +38,24 @@ func (c *Client) DeleteApp(ctx context.Context, id string) error {
 	return c.call(ctx, "DELETE", objPath("/v1/apps", id), nil, nil, nil)
 }
 
+// DeployOptions are a deploy's switches.
+type DeployOptions struct {
+	// Branch, when other than the app's, deploys its preview.
+	Branch string
+	// Clean skips the build cache: a new build sandbox of base, the install run.
+	Clean bool
+}
+
 // DeployApp uploads a source archive (.tar.gz or .zip bytes; bundle.Pack makes one of a
-// directory) and returns the queued deployment; a branch other than the app's deploys its preview.
-func (c *Client) DeployApp(ctx context.Context, id string, archive []byte, branch string) (v1.Deployment, error) {
+// directory) and returns the queued deployment.
+func (c *Client) DeployApp(ctx context.Context, id string, archive []byte, o DeployOptions) (v1.Deployment, error) {
 	var d v1.Deployment
-	var q url.Values
-	if branch != "" {
-		q = url.Values{"branch": {branch}}
+	q := url.Values{}
+	if o.Branch != "" {
+		q.Set("branch", o.Branch)
+	}
+	if o.Clean {
+		q.Set("clean", "true")
 	}
 	resp, err := c.Do(ctx, "POST", objPath("/v1/apps", id)+"/deployments", q, bytes.NewReader(archive), int64(len(archive)), "application/gzip", "")
 	if err != nil {

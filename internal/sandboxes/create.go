@@ -66,7 +66,7 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CreateTimeout)
 	defer cancel()
 	sbID := auth.NewID("sb_")
-	areq := agentclient.CreateRequest{ID: sbID, Template: p.AgentTemplate, Env: p.Env, Egress: p.Egress, EgressOpen: s.egressOpen}
+	areq := agentclient.CreateRequest{ID: sbID, Template: p.AgentTemplate, Env: s.withGuestCAEnv(p.Env), Egress: p.Egress, EgressOpen: s.egressOpen}
 	rec := store.Sandbox{ID: sbID, TeamID: teamID, Template: p.Template, Metadata: p.Metadata, TTLSeconds: p.TTLSeconds,
 		TrafficTokenHash: p.TrafficTokenHash, Owner: p.Owner}
 	if p.Snapshot != nil {
@@ -97,6 +97,18 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 		return store.Sandbox{}, err
 	}
 	faultpoint.Reach("server.create.started") // the VM runs, its record is not written yet
+	source := host.ID + "/template/" + p.AgentTemplate
+	if p.Snapshot != nil {
+		source = host.ID + "/snapshot/" + p.Snapshot.ID
+	}
+	if err := s.installGuestCA(ctx, s.sched.Client(host), sbID, source); err != nil {
+		if p.Snapshot != nil { // a snapshot's guest may be the team's doing (a full disk): it still starts
+			s.log.Warn("sandbox restored without the extra CA certificates", "sandbox", sbID, "snapshot", p.Snapshot.ID, "err", err)
+		} else {
+			s.killUnrecorded(ctx, host, sbID)
+			return store.Sandbox{}, err
+		}
+	}
 	timing.Mark(ctx, "host_create")
 	rec.HostID = host.ID
 	out, err := s.record(ctx, host, rec, vols)
@@ -174,10 +186,16 @@ func (s *Service) record(ctx context.Context, h store.Host, sb store.Sandbox, vo
 		rec, err = s.store.CreateSandbox(ctx, sb)
 	}
 	if err != nil {
-		if kerr := s.sched.Client(h).KillSandbox(ctx, sb.ID); kerr != nil {
-			s.log.Error("could not kill a sandbox the store failed to record", "sandbox", sb.ID, "host", h.ID, "err", kerr)
-		}
+		s.killUnrecorded(ctx, h, sb.ID)
 		return store.Sandbox{}, err
 	}
 	return rec, nil
+}
+
+// killUnrecorded kills a sandbox its host started but the store will not know (an unrecorded VM
+// is a leak).
+func (s *Service) killUnrecorded(ctx context.Context, h store.Host, id string) {
+	if err := s.sched.Client(h).KillSandbox(ctx, id); err != nil {
+		s.log.Error("could not kill a sandbox that is not recorded", "sandbox", id, "host", h.ID, "err", err)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
@@ -43,6 +44,9 @@ type Config struct {
 	DefaultTTL, MaxTTL time.Duration
 	// EgressOpen are the operator's open private ranges, passed to the host with every create.
 	EgressOpen []netip.Prefix
+	// GuestCA is PEM of the operator's extra CA certificates every new sandbox trusts
+	// (guestca.go); empty: none.
+	GuestCA []byte
 }
 
 // Service places, starts, forks and records sandboxes. Create with New.
@@ -54,7 +58,10 @@ type Service struct {
 	defaultTTL time.Duration
 	maxTTL     time.Duration
 	egressOpen []string
-	moves      singleflight.Group // moveHibernated, by sandbox id
+	guestCA    []byte
+	caMu       sync.Mutex
+	caSeen     map[string]bundleSeen // installGuestCA's, by host and source
+	moves      singleflight.Group    // moveHibernated, by sandbox id
 }
 
 // New builds a service from cfg; cfg's TTLs must already be set (the API applies its defaults).
@@ -70,7 +77,7 @@ func New(cfg Config) *Service {
 		open = append(open, p.String())
 	}
 	return &Service{store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger, now: cfg.Now,
-		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open}
+		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open, guestCA: cfg.GuestCA, caSeen: map[string]bundleSeen{}}
 }
 
 // EgressOpen is the operator's open private ranges, as the hosts are given them.

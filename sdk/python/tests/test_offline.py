@@ -1208,8 +1208,8 @@ class AppsOffline(OfflineCase):
         self.assertEqual((s.path(5), s.requests[5].json()), ("/v1/apps/web/rollback", {"deployment_id": "dep_0"}))
         self.client.apps.delete("web")
         self.assertEqual((s.requests[6].method, s.path(6)), ("DELETE", "/v1/apps/web"))
-        self.client.apps.deploy("web", b"\x1f\x8b", branch="feature/x")
-        self.assertEqual(s.path(7), "/v1/apps/web/deployments?branch=feature%2Fx")
+        self.client.apps.deploy("web", b"\x1f\x8b", branch="feature/x", clean=True)
+        self.assertEqual(s.path(7), "/v1/apps/web/deployments?branch=feature%2Fx&clean=true")
         self.assertEqual(self.client.apps.connect_github("web", "acme/web", token="ghp_x")["secret"], "whsec_x")
         self.assertEqual((s.path(8), s.requests[8].json()), ("/v1/apps/web/github", {"repo": "acme/web", "token": "ghp_x"}))
 

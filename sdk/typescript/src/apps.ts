@@ -147,13 +147,14 @@ export class Apps {
 
   /**
    * Deploy a source archive (bytes of a .tar.gz or .zip; `pandastack app deploy` packs a directory); resolves to the
-   * queued deployment. A `branch` other than the app's deploys its preview (`<app>--<branch>.apps.<domain>`).
+   * queued deployment. A `branch` other than the app's deploys its preview (`<app>--<branch>.apps.<domain>`); `clean`
+   * skips the build cache (a new build sandbox, the install run).
    */
-  async deploy(app: string, archive: Uint8Array, opts: { branch?: string } = {}): Promise<Deployment> {
+  async deploy(app: string, archive: Uint8Array, opts: { branch?: string; clean?: boolean } = {}): Promise<Deployment> {
     return this.client.http.json<Deployment>("POST", `/v1/apps/${seg(app)}/deployments`, {
       body: archive,
       headers: { "content-type": "application/gzip" },
-      query: { branch: opts.branch },
+      query: { branch: opts.branch, clean: opts.clean ? "true" : undefined },
     });
   }
 
@@ -192,7 +193,7 @@ export class Apps {
     return (await this.client.http.request("GET", `/v1/apps/${seg(app)}/deployments/${seg(id)}/logs`, { idempotent: true })).text();
   }
 
-  /** The live instance's output so far (secrets redacted). */
+  /** The live instances' output so far, each line prefixed `[sb_…] ` (secrets redacted). */
   async logs(app: string): Promise<string> {
     return (await this.client.http.request("GET", `/v1/apps/${seg(app)}/logs`, { idempotent: true })).text();
   }

@@ -942,12 +942,12 @@ describe("offline: apps", () => {
     await c.apps.rollback("web", "dep_0");
     assert.deepEqual(f.calls[3].json(), { deployment_id: "dep_0" });
     await c.apps.delete("web");
-    await c.apps.deploy("web", new Uint8Array([31, 139]), { branch: "feature/x" });
+    await c.apps.deploy("web", new Uint8Array([31, 139]), { branch: "feature/x", clean: true });
     assert.equal((await c.apps.connectGitHub("web", "acme/web", { token: "ghp_x" })).secret, "whsec_x");
     assert.deepEqual(f.calls[6].json(), { repo: "acme/web", token: "ghp_x" });
     assert.deepEqual(f.calls.map((x) => x.method + " " + x.path()), ["POST /v1/apps", "POST /v1/apps/web/deployments",
       "GET /v1/apps/web/deployments/dep_1", "POST /v1/apps/web/rollback", "DELETE /v1/apps/web",
-      "POST /v1/apps/web/deployments?branch=feature%2Fx", "POST /v1/apps/web/github"]);
+      "POST /v1/apps/web/deployments?branch=feature%2Fx&clean=true", "POST /v1/apps/web/github"]);
   });
 
   it("set/unset variables and previews use PATCH and the previews routes", async () => {

@@ -113,17 +113,20 @@ class Apps:
         stays for a rollback."""
         self._http.request("DELETE", _app(app, "/previews/" + quote(branch, safe="")), idempotent=True)
 
-    def deploy(self, app: str, source: Union[bytes, str], branch: Optional[str] = None) -> Dict[str, Any]:
+    def deploy(self, app: str, source: Union[bytes, str], branch: Optional[str] = None,
+               clean: bool = False) -> Dict[str, Any]:
         """Deploy ``source`` (bytes of a .tar.gz or .zip, or a path: a directory is packed with
         :func:`pack_directory`, a file sent as is); returns the queued deployment (see :meth:`wait`).
-        A ``branch`` other than the app's deploys its preview (``<app>--<branch>.apps.<domain>``)."""
+        A ``branch`` other than the app's deploys its preview (``<app>--<branch>.apps.<domain>``).
+        ``clean`` skips the build cache (a new build sandbox, the install run)."""
         if isinstance(source, str):
             if os.path.isdir(source):
                 source = pack_directory(source)
             else:
                 with open(source, "rb") as f:
                     source = f.read()
-        return self._http.request("POST", _app(app, "/deployments"), data=source, params={"branch": branch},
+        return self._http.request("POST", _app(app, "/deployments"), data=source,
+                                  params={"branch": branch, "clean": clean or None},
                                   headers={"Content-Type": "application/gzip"}).json() or {}
 
     def connect_github(self, app: str, repo: str, branch: Optional[str] = None,
@@ -163,7 +166,7 @@ class Apps:
         return self._http.request("GET", path, idempotent=True).body.decode("utf-8", "replace")
 
     def logs(self, app: str) -> str:
-        """The live instance's output so far (secrets redacted)."""
+        """The live instances' output so far, each line prefixed ``[sb_…] `` (secrets redacted)."""
         return self._http.request("GET", _app(app, "/logs"), idempotent=True).body.decode("utf-8", "replace")
 
     def rollback(self, app: str, deployment_id: str) -> Dict[str, Any]:
