@@ -164,6 +164,12 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.compareSuite(ctx, res, "guest_before", func(c *hostagent.Config) { c.GuestAgent = before }, creates, nil)
 		case "firstexec":
 			err = b.firstExecSuite(ctx, res, creates)
+		case "cpuweight":
+			err = b.cpuWeightSuite(ctx, res, creates)
+		case "forkwake-cold":
+			err = b.forkWakeColdSuite(ctx, res, creates)
+		case "forkwake":
+			err = b.forkWakeSuite(ctx, res, creates)
 		case "before":
 			// The guest side as it was before issue 31 (its agent, the bake's host connected while
 			// the state is saved) against now.
@@ -197,7 +203,7 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		case "soak":
 			err = soakSuite(ctx, res, guestAgent, imageCache)
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, apps, soak, templates, code, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, apps, soak, templates, code, before, guest-before, firstexec, forkwake, forkwake-cold, cpuweight, livebake, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", suite, err)

@@ -62,9 +62,15 @@ func (b *bench) restoreSuite(ctx context.Context, res map[string]float64, create
 
 // stepMeans reads a host agent's /metrics text and returns the mean of each create step.
 func stepMeans(metrics string) map[string]float64 {
-	sums, counts := map[string]float64{}, map[string]float64{}
+	sums, counts := stepSums(metrics, "create")
+	return means(sums, counts)
+}
+
+// stepSums reads a host agent's /metrics text: each step's sum (seconds) and count for op.
+func stepSums(metrics, op string) (sums, counts map[string]float64) {
+	sums, counts = map[string]float64{}, map[string]float64{}
 	for _, line := range strings.Split(metrics, "\n") {
-		name, rest, ok := strings.Cut(line, `{op="create",step="`)
+		name, rest, ok := strings.Cut(line, `{op="`+op+`",step="`)
 		if !ok {
 			continue
 		}
@@ -80,6 +86,11 @@ func stepMeans(metrics string) map[string]float64 {
 			counts[step] = v
 		}
 	}
+	return sums, counts
+}
+
+// means is each step's mean in ms.
+func means(sums, counts map[string]float64) map[string]float64 {
 	out := map[string]float64{}
 	for s, n := range counts {
 		if n > 0 {

@@ -81,6 +81,7 @@ type SnapshotOptions struct {
 type SnapshotStats struct {
 	Pause      time.Duration // guest stopped for this long
 	DirtyBytes int64         // guest memory copied (what the VM wrote since its base)
+	WarmBytes  int64         // base pages the VM had read, copied too (qemu: diffRAM)
 	Full       bool          // the full-RAM path was used
 }
 

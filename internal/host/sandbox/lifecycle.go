@@ -79,6 +79,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	}
 	sb.op.Lock()
 	defer sb.op.Unlock()
+	timing.Mark(ctx, StepSaveLock)
 	rec, c := sb.current()
 	if rec.State != StateRunning {
 		return snapshot.Record{}, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
@@ -93,6 +94,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 		return snapshot.Record{}, err
 	}
 	defer release()
+	timing.Mark(ctx, StepSaveSync)
 	if !internal {
 		faultpoint.Reach("agent.snapshot.admitted") // its room is admitted, nothing written yet
 	}
@@ -116,6 +118,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	if err != nil {
 		return snapshot.Record{}, snapshotErr(id, err)
 	}
+	timing.Mark(ctx, StepSave)
 	if !internal {
 		faultpoint.Reach("agent.snapshot.written") // its files are written, not committed
 	}
@@ -125,7 +128,8 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	if err := m.snapshots.Commit(tmp, &snap); err != nil {
 		return snapshot.Record{}, snapshotErr(id, err)
 	}
-	m.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMS, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
+	timing.Mark(ctx, StepSaveCommit)
+	m.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMS, "copied_mib", st.DirtyBytes>>20, "warmed_mib", st.WarmBytes>>20, "full", st.Full)
 	if !internal {
 		m.publish(ctx, &snap)
 	}
@@ -164,10 +168,12 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]hostapi.San
 	if count < 1 || count > MaxForkCount {
 		return nil, errdefs.Invalidf("count must be 1-%d", MaxForkCount)
 	}
-	snap, err := m.snapshot(ctx, id, true, m.cfg.FullSnapshots)
+	sctx := timing.With(ctx, timing.NewTrace())
+	snap, err := m.snapshot(sctx, id, true, m.cfg.FullSnapshots)
 	if err != nil {
 		return nil, err
 	}
+	m.steps.Observe("fork_snapshot", timing.From(sctx))
 	// The fork's snapshot is internal: marked deleted now, freed with its last child.
 	defer m.snapshots.Delete(snap.ID)
 	parent, err := m.get(id)
