@@ -75,6 +75,9 @@ type SnapshotOptions struct {
 	KeepPaused bool
 	// Full streams all guest RAM instead of the diff against base (the fallback path).
 	Full bool
+	// Transient skips making the files durable (no fsync): a snapshot that does not outlive the
+	// VMMs restored from it (a fork's), which a host crash ends anyway.
+	Transient bool
 }
 
 // SnapshotStats describes one snapshot.
@@ -162,4 +165,11 @@ const (
 	StepQMP     = "vmm_qmp"          // the VMM answers on its control socket
 	StepMigrate = "migrate_incoming" // the device state loaded
 	StepCont    = "cont"             // the vCPUs resumed (when the state was saved paused)
+
+	// The steps of a diff snapshot (Snapshot).
+	StepSaveStop    = "save_stop"    // QMP connected, the vCPUs stopped
+	StepSaveMemory  = "save_memory"  // the RAM file cloned and the pages copied into it
+	StepSaveDevices = "save_devices" // the device state written
+	StepSavePaused  = "save_paused"  // the caller's work while paused (the disk's reflink), vCPUs resumed
+	StepSaveStream  = "save_stream"  // the restorable stream spliced
 )

@@ -89,7 +89,15 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 		return snapshot.Record{}, errdefs.Conflictf("sandbox %s has volumes mounted; snapshots and forks of it are refused (docs/volumes.md)", id)
 	}
 	// The memory file (at most the guest's RAM) and room for the disk blocks the snapshot pins.
-	release, err := m.prepareSave(ctx, sb, c, "a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB)<<20)
+	// A fork's snapshot skips the guest's sync: its children restore the memory and the disk
+	// together, captured while the VM is paused (QEMU drains and flushes its drives when it stops
+	// the VM), so what the guest has not written yet is in the memory they restore. A snapshot
+	// the caller keeps (and may publish, or keep past this VMM's version) is synced as before.
+	gc := c
+	if internal {
+		gc = nil
+	}
+	release, err := m.prepareSave(ctx, sb, gc, "a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB)<<20)
 	if err != nil {
 		return snapshot.Record{}, err
 	}
@@ -110,7 +118,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	}
 	vm := rec.VM
 	st, err := m.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(tmp), runtime.SnapshotOptions{
-		Full: full,
+		Full: full, Transient: internal, // a fork's: gone with its children
 		WhilePaused: func() error {
 			return storage.Clone(filepath.Join(sb.dir, "disk.img"), filepath.Join(tmp, "disk.img"))
 		},

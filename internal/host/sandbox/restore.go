@@ -87,7 +87,7 @@ const (
 	// The steps of a fork's snapshot of its parent (op fork_snapshot; each child is then a fork).
 	StepSaveLock   = "save_lock"   // the parent awake and its lifecycle lock taken
 	StepSaveSync   = "save_sync"   // room admitted, the guest's buffers written (guest sync)
-	StepSave       = "save"        // paused, memory diff and device state saved, disk reflinked, resumed, stream spliced
+	StepSave       = "save"        // what the runtime does not mark of its save (runtime.StepSave*)
 	StepSaveCommit = "save_commit" // the snapshot's record committed
 )
 

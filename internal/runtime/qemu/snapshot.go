@@ -15,6 +15,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/timing"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,6 +60,7 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 	if err := q.run(ctx, "stop", nil, nil); err != nil {
 		return st, err
 	}
+	timing.Mark(ctx, runtime.StepSaveStop)
 	paused := true
 	resume := func() {
 		if paused && !keepPaused {
@@ -74,6 +76,7 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 		cleanup()
 		return st, fmt.Errorf("memory diff: %w", err)
 	}
+	timing.Mark(ctx, runtime.StepSaveMemory)
 	// In the VMM's run dir: the only place a jailed VMM can write.
 	dev := filepath.Join(vm.RunDir, "devstate")
 	defer os.Remove(dev)
@@ -81,6 +84,7 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 		cleanup()
 		return st, err
 	}
+	timing.Mark(ctx, runtime.StepSaveDevices)
 	if whilePaused != nil {
 		if err := whilePaused(); err != nil {
 			cleanup()
@@ -89,10 +93,12 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 	}
 	resume()
 	st.Pause = time.Since(t0)
-	if err := spliceStream(base.StateFile, dev, out.StateFile); err != nil {
+	timing.Mark(ctx, runtime.StepSavePaused)
+	if err := spliceStream(base.StateFile, dev, out.StateFile, !opts.Transient); err != nil {
 		cleanup()
 		return st, err
 	}
+	timing.Mark(ctx, runtime.StepSaveStream)
 	return st, nil
 }
 
@@ -355,7 +361,7 @@ func copyRun(pid int, out *os.File, addr uint64, off int64, length uint64, buf [
 // spliceStream writes a restorable migration stream: the base stream up to its first device
 // section, the device sections of dev (after its 8-byte header), and the base's vmdescription
 // trailer. Section ids and order match because both come from the same QEMU and device set.
-func spliceStream(baseState, dev, out string) error {
+func spliceStream(baseState, dev, out string, durable bool) error {
 	b, err := os.ReadFile(baseState)
 	if err != nil {
 		return err
@@ -394,9 +400,11 @@ func spliceStream(baseState, dev, out string) error {
 			return err
 		}
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if durable {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	return f.Close()
 }
