@@ -12,14 +12,7 @@ import (
 // (cpu.shares on v1, cpu.weight on v2), a group made in it keeps its own quota, and cpus < 1
 // gives back the kernel's default of one process.
 func TestSetCPUWeight(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (cgroups)")
-	}
-	m, err := Open("pandastack-test-weight/" + strconv.Itoa(os.Getpid()))
-	if err != nil {
-		t.Skip("no usable cgroup hierarchy here: ", err)
-	}
-	t.Cleanup(func() { m.Close() })
+	m := testManager(t, "pandastack-test-weight/"+strconv.Itoa(os.Getpid()))
 	file, unit := "cpu.shares", 1024
 	if m.v2 {
 		file, unit = "cpu.weight", 100
@@ -59,4 +52,18 @@ func TestSetCPUWeight(t *testing.T) {
 	if got, _ := m.CPUWeight(); got != unit {
 		t.Fatalf("after SetCPUWeight(0): %s %d, want the default %d", file, got, unit)
 	}
+}
+
+// testManager opens name for a test (as root, where cgroups are mounted; else the test is
+// skipped) and closes it after.
+func testManager(t *testing.T, name string) *Manager {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (cgroups)")
+	}
+	m, err := Open(name)
+	if err != nil {
+		t.Skip("no usable cgroup hierarchy here: ", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -16,16 +16,9 @@ import (
 // brings those into the new file's page cache (a reflink shares blocks, not cache: without it
 // they are not cached), and the content stays the same either way.
 func TestDiffRAMWarm(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (a loop-mounted XFS pool, where files reflink)")
-	}
-	pool, err := storage.Open(t.TempDir(), 1, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pool.Close() })
+	pool := testenv.ReflinkPool(t)
 	const pages = 256
-	base := filepath.Join(pool.Dir, "base")
+	base := filepath.Join(pool, "base")
 	content := make([]byte, pages*pageSize)
 	for i := range pages {
 		for j := range pageSize {
@@ -58,7 +51,7 @@ func TestDiffRAMWarm(t *testing.T) {
 	}
 
 	for _, warmed := range []bool{false, true} {
-		out := filepath.Join(pool.Dir, map[bool]string{false: "cold", true: "warm"}[warmed])
+		out := filepath.Join(pool, map[bool]string{false: "cold", true: "warm"}[warmed])
 		dirty, read, err := diffRAM(os.Getpid(), base, out)
 		if err != nil {
 			t.Fatal(err)
