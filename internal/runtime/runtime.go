@@ -89,7 +89,7 @@ type SnapshotStats struct {
 	// VM restored from it then does not read them from disk. It changes no content, so it may run
 	// at any time, also while VMs restore from the snapshot.
 	Warm func(ramFile string) (int64, error)
-	Full       bool          // the full-RAM path was used
+	Full bool // the full-RAM path was used
 }
 
 // Exit says how a VMM ended.
