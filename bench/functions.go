@@ -197,7 +197,7 @@ func runnerTwice(cl *cluster, fnID string, n int) (first, second []float64, err 
 // agentStepTotals reads the host agent's create step histograms.
 func agentStepTotals(direct *apiClient) (stepTotals, error) {
 	m, err := direct.do("GET", "/metrics", nil, 200)
-	return parseStepTotals(string(m)), err
+	return parseStepTotals(string(m), "create"), err
 }
 
 // scheduleDrift runs an every-minute schedule of the function for n instants and returns, per

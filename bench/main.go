@@ -56,6 +56,13 @@ func main() {
 // defaultSuites are the suites a plain run (and the smoke test) runs.
 const defaultSuites = "restore,sandbox,lifecycle,controlplane,network,volumes,confine,blob,crosshost,processes,functions"
 
+// roundSuites are the suites of the main agent that take only the number of rounds (-creates).
+var roundSuites = map[string]func(*bench, context.Context, map[string]float64, int) error{
+	"restore": (*bench).restoreSuite, "network": (*bench).networkSuite, "volumes": (*bench).volumeSuite,
+	"confine": (*bench).confineSuite, "firstexec": (*bench).firstExecSuite, "cpuweight": (*bench).cpuWeightSuite,
+	"forkwake": (*bench).forkWakeSuite, "forkwake-cold": (*bench).forkWakeColdSuite,
+}
+
 // The comparisons of suites guest-before and cpu, and suite appsnext's guest CA file (flags).
 var guestBefore, cpuModel, guestCAFile string
 
@@ -136,11 +143,15 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		}
 	}
 
-	for _, suite := range strings.Split(suites, ",") {
+	for _, name := range strings.Split(suites, ",") {
+		suite := name
 		var err error
+		if f, ok := roundSuites[suite]; ok {
+			suite = "" // handled
+			err = f(b, ctx, res, creates)
+		}
 		switch suite {
-		case "restore":
-			err = b.restoreSuite(ctx, res, creates)
+		case "":
 		case "sandbox":
 			err = b.sandboxSuite(ctx, res, creates, idle)
 		case "lifecycle":
@@ -150,12 +161,6 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			if floor, err = b.minimalRestore(ctx); err == nil {
 				err = controlPlaneSuite(ctx, res, guestAgent, imageCache, creates, floor)
 			}
-		case "network":
-			err = b.networkSuite(ctx, res, creates)
-		case "volumes":
-			err = b.volumeSuite(ctx, res, creates)
-		case "confine":
-			err = b.confineSuite(ctx, res, creates)
 		case "templates":
 			err = b.templateSuite(ctx, res, max(creates/3, 5))
 		case "guest-before":
@@ -164,8 +169,6 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			}
 			before, _ := filepath.Abs(guestBefore)
 			err = b.compareSuite(ctx, res, "guest_before", func(c *hostagent.Config) { c.GuestAgent = before }, creates, nil)
-		case "firstexec":
-			err = b.firstExecSuite(ctx, res, creates)
 		case "before":
 			// The guest side as it was before issue 31 (its agent, the bake's host connected while
 			// the state is saved) against now.
@@ -201,10 +204,10 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		case "soak":
 			err = soakSuite(ctx, res, guestAgent, imageCache)
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, apps, appsnext, soak, templates, code, before, guest-before, firstexec, livebake, tsc, unconfined, cpu)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, apps, appsnext, soak, templates, code, before, guest-before, firstexec, forkwake, forkwake-cold, cpuweight, livebake, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", suite, err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
 		if err := merge(out, res); err != nil { // keep each suite's figures even if a later one fails
 			return err

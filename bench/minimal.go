@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -73,6 +74,15 @@ func newMinimal(ctx context.Context, tmpl *bake.Template, dir string) (*minimal,
 	c, err := guest.Connect(bctx, mn.path("agent.sock"))
 	if err != nil {
 		return nil, fmt.Errorf("minimal VM: guest agent: %w (console: %s)", err, mn.path("console.log"))
+	}
+	// Under load the first call after a cold boot can lose its session (as in a template's build
+	// VM, bake.retryLost): a no-op takes it.
+	noop := func() error {
+		_, err := c.Exec(bctx, guest.ExecRequest{User: "root", Timeout: time.Minute, Cmd: "true"}, nil, io.Discard, io.Discard)
+		return err
+	}
+	if err := noop(); errors.Is(err, guest.ErrConnectionLost) {
+		noop()
 	}
 	var out strings.Builder
 	res, err := c.Exec(bctx, guest.ExecRequest{User: "root", Timeout: time.Minute,

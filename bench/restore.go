@@ -62,16 +62,16 @@ func (b *bench) restoreSuite(ctx context.Context, res map[string]float64, create
 
 // stepMeans reads a host agent's /metrics text and returns the mean of each create step.
 func stepMeans(metrics string) map[string]float64 {
-	return stepMeansSince(stepTotals{}, parseStepTotals(metrics))
+	return stepMeansSince(stepTotals{}, parseStepTotals(metrics, "create"))
 }
 
 // stepTotals are the sums (seconds) and counts of each create step in a host agent's /metrics.
 type stepTotals struct{ sums, counts map[string]float64 }
 
-func parseStepTotals(metrics string) stepTotals {
+func parseStepTotals(metrics, op string) stepTotals {
 	t := stepTotals{map[string]float64{}, map[string]float64{}}
 	for _, line := range strings.Split(metrics, "\n") {
-		name, rest, ok := strings.Cut(line, `{op="create",step="`)
+		name, rest, ok := strings.Cut(line, `{op="`+op+`",step="`)
 		if !ok {
 			continue
 		}
@@ -90,7 +90,7 @@ func parseStepTotals(metrics string) stepTotals {
 	return t
 }
 
-// stepMeansSince is the mean (ms) of each create step over the creates between before and after.
+// stepMeansSince is the mean (ms) of each step over the operations between before and after.
 func stepMeansSince(before, after stepTotals) map[string]float64 {
 	out := map[string]float64{}
 	for s, n := range after.counts {

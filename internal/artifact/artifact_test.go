@@ -19,6 +19,7 @@ import (
 	"github.com/pandastack/pandastack/internal/blob/blobtest"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 const chunk = artifact.ChunkSize
@@ -288,25 +289,18 @@ func TestLocalChunks(t *testing.T) {
 // parent's digests because their blocks are the parent's; the manifest is the one a full read
 // gives. A parent changed since it was indexed lends nothing.
 func TestPushNamesSharedChunksUnread(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (a loop-mounted XFS pool)")
-	}
-	pool, err := storage.Open(t.TempDir(), 1, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pool.Close() })
+	pool := testenv.ReflinkPool(t)
 	ctx := context.Background()
 	s := fileStore(t)
 	_, mem := makeArtifact(t)
-	parent := filepath.Join(pool.Dir, "template")
+	parent := filepath.Join(pool, "template")
 	write(t, filepath.Join(parent, "mem"), mem, 0o600)
 	host := artifact.NewLocal()
 	if _, _, err := host.Push(ctx, s, "template", "base-1", parent, []string{"mem"}, nil); err != nil {
 		t.Fatal(err)
 	}
 
-	child := filepath.Join(pool.Dir, "child")
+	child := filepath.Join(pool, "child")
 	os.MkdirAll(child, 0o700)
 	if err := storage.Clone(filepath.Join(parent, "mem"), filepath.Join(child, "mem")); err != nil {
 		t.Fatal(err)

@@ -348,6 +348,41 @@ func (m *Manager) SetMemoryLimit(bytes int64) error {
 	return nil
 }
 
+// SetCPUWeight gives the parent group, and each level of its name above it (the "pandastack"
+// group all agents on the host share), the CPU weight of cpus busy processes: cpu.shares
+// cpus×1024 on v1, cpu.weight cpus×100 on v2 (each process's default being 1024 and 100). With
+// the default weight of one, all VMMs together would get one process's share of a busy host
+// against the processes outside our groups, whatever the machine's size. It only weighs the
+// groups against their siblings under contention: each VMM's own CPU quota is unchanged. cpus < 1:
+// the kernel's default weight (one process).
+func (m *Manager) SetCPUWeight(cpus int) error {
+	file, unit, maxW := "cpu.shares", 1024, 262144
+	dir := m.parents["cpu"]
+	if m.v2 {
+		file, unit, maxW, dir = "cpu.weight", 100, 10000, m.parents[""]
+	}
+	v := strconv.Itoa(min(max(cpus, 1)*unit, maxW))
+	var errs []error
+	for range strings.Count(m.name, "/") + 1 {
+		errs = append(errs, write(dir, file, v))
+		dir = filepath.Dir(dir)
+	}
+	return errors.Join(errs...)
+}
+
+// CPUWeight reads the parent group's cpu.shares (v1) or cpu.weight (v2).
+func (m *Manager) CPUWeight() (int, error) {
+	file, dir := "cpu.shares", m.parents["cpu"]
+	if m.v2 {
+		file, dir = "cpu.weight", m.parents[""]
+	}
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
 // Memory reports the limit the groups are under together (the smallest on the parent's path;
 // 0: none) and their working set: usage less inactive file pages, the clean cache the kernel
 // reclaims first (what cAdvisor and the kubelet count too).

@@ -79,6 +79,9 @@ type Config struct {
 	CPUModel string
 	// ReliableTSC boots guests with tsc=reliable (qemu.Driver.WithReliableTSC; for comparisons).
 	ReliableTSC bool
+	// ColdSnapshots makes snapshots (forks, hibernation) copy only what the guest wrote
+	// (qemu.Driver.WithColdSnapshots; for comparisons).
+	ColdSnapshots bool
 	// LiveBakeSnapshot keeps a bake's host connected while its state is saved (bake.Config's
 	// LiveSnapshot; for comparisons).
 	LiveBakeSnapshot bool
@@ -100,6 +103,11 @@ type Config struct {
 	// VMMOverheadMiB is what a VMM may use beyond its guest's RAM before its cgroup's OOM
 	// killer ends it (QEMU, TCG's code cache, the page default 512).
 	VMMOverheadMiB int
+	// VMMCPUWeight is the CPU weight of the VMMs' parent cgroup, in busy processes: under
+	// contention all VMMs together get as much CPU as this many processes outside it (default:
+	// the host's CPU count; -1: the kernel's default, one process). Each VMM's own CPU quota is
+	// unchanged (cgroup.Manager.SetCPUWeight).
+	VMMCPUWeight int
 	// Network, when set, gives every sandbox a NIC in its own network namespace (a slot of this
 	// pool) with its egress policy; templates are then baked with a NIC. Nil: no networking.
 	Network *network.Config
@@ -224,6 +232,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	if cfg.ReliableTSC {
 		drv.WithReliableTSC()
+	}
+	if cfg.ColdSnapshots {
+		drv.WithColdSnapshots()
 	}
 	a.rt = drv
 	a.snapshots = snapshot.New(a.layout, drv.Identity())

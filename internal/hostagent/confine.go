@@ -2,6 +2,7 @@ package hostagent
 
 import (
 	"fmt"
+	goruntime "runtime"
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/cgroup"
@@ -34,6 +35,16 @@ func (a *Agent) confine(drv *qemu.Driver) error {
 		// E.g. VMMs re-adopted from an earlier run already use more: admission and the
 		// pressure path still go by HostMemoryMiB.
 		a.log.Warn("cannot set the VMMs' memory limit", "host_memory_mib", a.cfg.HostMemoryMiB, "err", err)
+	}
+	// All VMMs together weigh as many processes as the host has CPUs (they can use them all):
+	// with the kernel's default they would weigh one, and a create would lose its CPU to any
+	// other busy process on a loaded host.
+	weight := a.cfg.VMMCPUWeight
+	if weight == 0 {
+		weight = goruntime.NumCPU()
+	}
+	if err := cg.SetCPUWeight(weight); err != nil {
+		a.log.Warn("cannot set the VMMs' CPU weight", "cpus", weight, "err", err)
 	}
 	drv.Confine(&qemu.Confinement{GID: a.cfg.JailUIDBase, DefaultUID: a.cfg.JailUIDBase, JailRoot: "/run/pandastack/jail-root",
 		Cgroups: cg, MemoryOverheadMiB: a.cfg.VMMOverheadMiB, PidsMax: 256})

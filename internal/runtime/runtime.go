@@ -75,13 +75,21 @@ type SnapshotOptions struct {
 	KeepPaused bool
 	// Full streams all guest RAM instead of the diff against base (the fallback path).
 	Full bool
+	// Transient skips making the files durable (no fsync): a snapshot that does not outlive the
+	// VMMs restored from it (a fork's), which a host crash ends anyway.
+	Transient bool
 }
 
 // SnapshotStats describes one snapshot.
 type SnapshotStats struct {
 	Pause      time.Duration // guest stopped for this long
 	DirtyBytes int64         // guest memory copied (what the VM wrote since its base)
-	Full       bool          // the full-RAM path was used
+	// Warm, when set, brings the pages the VM had read into the page cache of the new RAM file,
+	// now at ramFile (the snapshot's directory may have moved), and returns the bytes written: a
+	// VM restored from it then does not read them from disk. It changes no content, so it may run
+	// at any time, also while VMs restore from the snapshot.
+	Warm func(ramFile string) (int64, error)
+	Full bool // the full-RAM path was used
 }
 
 // Exit says how a VMM ended.
@@ -161,4 +169,11 @@ const (
 	StepQMP     = "vmm_qmp"          // the VMM answers on its control socket
 	StepMigrate = "migrate_incoming" // the device state loaded
 	StepCont    = "cont"             // the vCPUs resumed (when the state was saved paused)
+
+	// The steps of a diff snapshot (Snapshot).
+	StepSaveStop    = "save_stop"    // QMP connected, the vCPUs stopped
+	StepSaveMemory  = "save_memory"  // the RAM file cloned and the pages copied into it
+	StepSaveDevices = "save_devices" // the device state written
+	StepSavePaused  = "save_paused"  // the caller's work while paused (the disk's reflink), vCPUs resumed
+	StepSaveStream  = "save_stream"  // the restorable stream spliced
 )

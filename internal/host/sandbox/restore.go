@@ -83,6 +83,13 @@ const (
 	StepDrives      = "drives"      // volume drives and spare-slot placeholders
 	StepVolumes     = "volumes"     // volumes mounted in the guest
 	StepBookkeeping = "bookkeeping" // the record persisted, the VMM watched
+
+	// The steps of a fork's snapshot of its parent (op fork_snapshot; each child is then a fork).
+	StepSaveLock   = "save_lock"   // the parent awake and its lifecycle lock taken
+	StepSaveSync   = "save_sync"   // room admitted, the guest's buffers written (guest sync)
+	StepSave       = "save"        // what the runtime does not mark of its save (runtime.StepSave*)
+	StepSaveCommit = "save_commit" // the snapshot's record committed
+	StepSaveWarm   = "save_warm"   // the pages the parent had read, into the snapshot's RAM file's page cache
 )
 
 // checkIdentity refuses to restore state saved under another VMM identity (runtime.Identity): a

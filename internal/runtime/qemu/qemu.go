@@ -37,7 +37,9 @@ type Driver struct {
 	cpu    string
 	// reliableTSC: the guest command line has tsc=reliable (WithReliableTSC).
 	reliableTSC bool
-	ident       runtime.Identity
+	// coldSnapshots: a diff snapshot copies only the pages the guest wrote (WithColdSnapshots).
+	coldSnapshots bool
+	ident         runtime.Identity
 
 	confine *Confinement // nil: VMMs run as this process's user, unjailed
 
@@ -180,6 +182,11 @@ func Cmdline() string { return cmdline(hostTSCKHz(), "") }
 // high-resolution timers. Off by default: it did not make creates measurably faster here (bench
 // suite tsc compares); for comparisons.
 func (d *Driver) WithReliableTSC() { d.reliableTSC = true }
+
+// WithColdSnapshots makes diff snapshots copy only the pages the guest wrote, not also those it
+// read (diffRAM; for comparisons: a VM restored from such a snapshot reads its working set from
+// disk).
+func (d *Driver) WithColdSnapshots() { d.coldSnapshots = true }
 
 func cmdline(tscKHz int, extra string) string {
 	// panic=-1 reboots at once on a guest panic and -no-reboot turns that into QEMU's exit.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/timing"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,6 +60,7 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 	if err := q.run(ctx, "stop", nil, nil); err != nil {
 		return st, err
 	}
+	timing.Mark(ctx, runtime.StepSaveStop)
 	paused := true
 	resume := func() {
 		if paused && !keepPaused {
@@ -69,11 +71,13 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 	defer resume()
 	cleanup := func() { os.Remove(out.RAMFile); os.Remove(out.StateFile) }
 
-	st.DirtyBytes, err = diffRAM(vm.Pid, base.RAMFile, out.RAMFile)
+	var read []fileRun
+	st.DirtyBytes, read, err = diffRAM(vm.Pid, base.RAMFile, out.RAMFile)
 	if err != nil {
 		cleanup()
 		return st, fmt.Errorf("memory diff: %w", err)
 	}
+	timing.Mark(ctx, runtime.StepSaveMemory)
 	// In the VMM's run dir: the only place a jailed VMM can write.
 	dev := filepath.Join(vm.RunDir, "devstate")
 	defer os.Remove(dev)
@@ -81,6 +85,7 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 		cleanup()
 		return st, err
 	}
+	timing.Mark(ctx, runtime.StepSaveDevices)
 	if whilePaused != nil {
 		if err := whilePaused(); err != nil {
 			cleanup()
@@ -89,9 +94,14 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 	}
 	resume()
 	st.Pause = time.Since(t0)
-	if err := spliceStream(base.StateFile, dev, out.StateFile); err != nil {
+	timing.Mark(ctx, runtime.StepSavePaused)
+	if err := spliceStream(base.StateFile, dev, out.StateFile, !opts.Transient); err != nil {
 		cleanup()
 		return st, err
+	}
+	timing.Mark(ctx, runtime.StepSaveStream)
+	if !d.coldSnapshots && len(read) > 0 {
+		st.Warm = func(ramFile string) (int64, error) { return warm(base.RAMFile, ramFile, read) }
 	}
 	return st, nil
 }
@@ -253,66 +263,116 @@ func fileMappings(pid int, path string) ([]mapping, error) {
 }
 
 // diffRAM writes newRAM = reflink(baseRAM) + every page of pid's private mapping of baseRAM that
-// the guest wrote (anonymous: present without the file bit, or swapped). Returns the bytes copied.
-func diffRAM(pid int, baseRAM, newRAM string) (int64, error) {
+// the guest wrote (anonymous: present without the file bit, or swapped). It returns the bytes of
+// those pages (dirty) and the runs of the base's pages the guest has read (present with the file
+// bit: in baseRAM's page cache), for warm.
+func diffRAM(pid int, baseRAM, newRAM string) (dirty int64, read []fileRun, err error) {
 	maps, err := fileMappings(pid, baseRAM)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := storage.Clone(baseRAM, newRAM); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	out, err := os.OpenFile(newRAM, os.O_WRONLY, 0)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer out.Close()
 	pm, err := os.Open(fmt.Sprintf("/proc/%d/pagemap", pid))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer pm.Close()
-	var copied int64
 	buf := make([]byte, 1<<20)
 	entries := make([]byte, 8*4096)
 	for _, m := range maps {
 		npages := (m.end - m.start) / pageSize
-		var runStart, runLen uint64 // in pages, relative to m.start
+		var anon fileRun // the current run of written pages, in pages relative to m.start
 		flush := func() error {
-			if runLen == 0 {
+			if anon.len == 0 {
 				return nil
 			}
-			n, err := copyRun(pid, out, m.start+runStart*pageSize, int64(m.fileOff+runStart*pageSize), runLen*pageSize, buf)
-			copied += n
-			runLen = 0
+			n, err := copyRun(pid, out, m.start+anon.off*pageSize, int64(m.fileOff+anon.off*pageSize), anon.len*pageSize, buf)
+			dirty += n
+			anon.len = 0
 			return err
 		}
 		for i := uint64(0); i < npages; i += uint64(len(entries) / 8) {
 			n := min(npages-i, uint64(len(entries)/8))
 			if _, err := pm.ReadAt(entries[:n*8], int64((m.start/pageSize+i)*8)); err != nil {
-				return copied, fmt.Errorf("pagemap: %w", err)
+				return dirty, nil, fmt.Errorf("pagemap: %w", err)
 			}
 			for j := uint64(0); j < n; j++ {
 				e := binary.LittleEndian.Uint64(entries[j*8:])
-				anon := (e&pmPresent != 0 && e&pmFile == 0) || e&pmSwapped != 0
 				page := i + j
-				if anon && runLen > 0 && runStart+runLen == page {
-					runLen++
-					continue
+				if e&pmPresent != 0 && e&pmFile != 0 {
+					off := m.fileOff + page*pageSize
+					if k := len(read) - 1; k >= 0 && read[k].off+read[k].len == off {
+						read[k].len += pageSize
+					} else {
+						read = append(read, fileRun{off, pageSize})
+					}
 				}
-				if err := flush(); err != nil {
-					return copied, err
-				}
-				if anon {
-					runStart, runLen = page, 1
+				if (e&pmPresent != 0 && e&pmFile == 0) || e&pmSwapped != 0 {
+					if anon.len > 0 && anon.off+anon.len == page {
+						anon.len++
+						continue
+					}
+					if err := flush(); err != nil {
+						return dirty, nil, err
+					}
+					anon = fileRun{page, 1}
 				}
 			}
 		}
 		if err := flush(); err != nil {
-			return copied, err
+			return dirty, nil, err
 		}
 	}
-	return copied, nil
+	return dirty, read, nil
+}
+
+// fileRun is a run of a file: offset and length (bytes; diffRAM's current run: pages).
+type fileRun struct{ off, len uint64 }
+
+// warm writes the runs of baseRAM into newRAM, its clone, from baseRAM's page cache (the runs
+// are pages a VM had read through its mapping, so they are there). The content does not change:
+// newRAM's blocks are baseRAM's there. But a reflink shares blocks, not the page cache, which is
+// per file: a VM restored from newRAM (a fork child, a woken sandbox) would otherwise read each
+// page it touches from disk, in its vCPU thread (measured: ~30 major faults and 3-4x the guest's
+// first answer of a create from a template, whose RAM file is hot). Written, the working set is
+// in newRAM's cache. Since the content is the same, this may run at any time, even while a VM
+// restored from newRAM runs. It returns the bytes written.
+func warm(baseRAM, newRAM string, runs []fileRun) (int64, error) {
+	in, err := os.Open(baseRAM)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(newRAM, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+	buf := make([]byte, 1<<20)
+	var done int64
+	for _, r := range runs {
+		for off, end := int64(r.off), int64(r.off+r.len); off < end; {
+			n, err := in.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
+			if n > 0 {
+				if _, err := out.WriteAt(buf[:n], off); err != nil {
+					return done, err
+				}
+				done += int64(n)
+				off += int64(n)
+			}
+			if err != nil {
+				return done, err
+			}
+		}
+	}
+	return done, nil
 }
 
 // copyRun copies length bytes at addr in pid's memory to out at off, through buf.
@@ -343,7 +403,7 @@ func copyRun(pid int, out *os.File, addr uint64, off int64, length uint64, buf [
 // spliceStream writes a restorable migration stream: the base stream up to its first device
 // section, the device sections of dev (after its 8-byte header), and the base's vmdescription
 // trailer. Section ids and order match because both come from the same QEMU and device set.
-func spliceStream(baseState, dev, out string) error {
+func spliceStream(baseState, dev, out string, durable bool) error {
 	b, err := os.ReadFile(baseState)
 	if err != nil {
 		return err
@@ -382,9 +442,11 @@ func spliceStream(baseState, dev, out string) error {
 			return err
 		}
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
+	if durable {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	return f.Close()
 }

@@ -1,0 +1,113 @@
+package qemu
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+	"unsafe"
+
+	"github.com/pandastack/pandastack/internal/testenv"
+	"golang.org/x/sys/unix"
+)
+
+// TestDiffRAMWarm: a diff snapshot of a private mapping (this process's, standing in for a VMM's
+// guest RAM) holds the base plus the written pages, and finds the pages that were read; warm
+// brings those into the new file's page cache (a reflink shares blocks, not cache: without it
+// they are not cached), and the content stays the same either way.
+func TestDiffRAMWarm(t *testing.T) {
+	pool := testenv.ReflinkPool(t)
+	const pages = 256
+	base := filepath.Join(pool, "base")
+	content := make([]byte, pages*pageSize)
+	for i := range pages {
+		for j := range pageSize {
+			content[i*pageSize+j] = byte(i + j)
+		}
+	}
+	if err := os.WriteFile(base, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), 0, len(content), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	const readPage, writtenPage = 40, 200 // far apart: fault-around maps up to 16 pages near a read
+	for i := range 8 {
+		sink += mem[(readPage+i)*pageSize] // read: present, from the file
+	}
+	want := append([]byte(nil), content...)
+	for _, p := range []int{writtenPage, writtenPage + 1} {
+		for j := range pageSize {
+			mem[p*pageSize+j] = 0xee // written: anonymous
+			want[p*pageSize+j] = 0xee
+		}
+	}
+
+	for _, warmed := range []bool{false, true} {
+		out := filepath.Join(pool, map[bool]string{false: "cold", true: "warm"}[warmed])
+		dirty, read, err := diffRAM(os.Getpid(), base, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dirty != 2*pageSize {
+			t.Errorf("dirty %d bytes, want the 2 written pages", dirty)
+		}
+		var readBytes uint64
+		for _, r := range read {
+			readBytes += r.len
+			if w := uint64(writtenPage * pageSize); r.off < w+2*pageSize && w < r.off+r.len {
+				t.Errorf("read run %v holds a written page", r)
+			}
+		}
+		// At least the 8 read (fault-around maps neighbours of the page cache too).
+		if readBytes < 8*pageSize {
+			t.Errorf("%d bytes of read pages found (%v), want at least the 8 read", readBytes, read)
+		}
+		if warmed {
+			if n, err := warm(base, out, read); err != nil || n != int64(readBytes) {
+				t.Fatalf("warm: %d bytes, %v; want %d", n, err, readBytes)
+			}
+		}
+		// Before anything reads out (which brings it into the cache).
+		if cached := resident(t, out, readPage, 8); cached != warmed {
+			t.Errorf("warmed=%v: the read pages are in the new file's page cache: %v", warmed, cached)
+		}
+		if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+			t.Errorf("warmed=%v: the snapshot's RAM file is not the base with the written pages", warmed)
+		}
+	}
+}
+
+var sink byte // keeps the test's reads
+
+// resident reports whether all n pages of path from page first are in its page cache.
+func resident(t *testing.T, path string, first, n int) bool {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), int64(first*pageSize), n*pageSize, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, n)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatal(errno)
+	}
+	for _, v := range vec {
+		if v&1 == 0 {
+			return false
+		}
+	}
+	return true
+}
