@@ -49,7 +49,10 @@ type Config struct {
 	// replica learns itself (registrations, heartbeats, hosts it marks down) updates the list at
 	// once, what other replicas write is seen within the TTL. 0 reads the store on every placement.
 	HostCacheTTL time.Duration
-	Now          func() time.Time
+	// HeartbeatBatch: a heartbeat that reports nothing new waits this long for others to share
+	// one liveness write (default DefaultHeartbeatBatch).
+	HeartbeatBatch time.Duration
+	Now            func() time.Time
 }
 
 // DefaultHostCacheTTL is the host list's staleness the server runs with.
@@ -124,13 +127,15 @@ type Scheduler struct {
 	tmplCPU    map[string]int            // template -> vcpus, from reports
 	limits     map[string]HostLimits     // host -> its last reported policy
 	seen       map[string]bool           // hosts this process has heard from
+	written    map[string]string         // host -> fingerprint of the report this process last wrote (store.ReportHash)
 	catalog    map[string]store.Template // last catalog entry written per template
 	due        map[string]bool           // hosts to reconcile soon (first heartbeat since start)
 	dueSig     chan struct{}             // something was added to due
 
 	reconciler *store.Lock // held by the one replica that runs ReconcileAll
 
-	hc hostCache // what placement reads (lock order: hc.mu before mu)
+	hc    hostCache // what placement reads (lock order: hc.mu before mu)
+	beats beats     // liveness-only heartbeats being batched
 }
 
 type reservation struct {
@@ -156,6 +161,9 @@ func New(cfg Config) *Scheduler {
 	if cfg.ReconcileInterval <= 0 {
 		cfg.ReconcileInterval = time.Minute
 	}
+	if cfg.HeartbeatBatch <= 0 {
+		cfg.HeartbeatBatch = DefaultHeartbeatBatch
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -163,8 +171,8 @@ func New(cfg Config) *Scheduler {
 		cfg.Logger = slog.Default()
 	}
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
-		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, catalog: map[string]store.Template{},
-		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler")}
+		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, written: map[string]string{}, catalog: map[string]store.Template{},
+		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), beats: beats{max: maxBeatBatch}}
 }
 
 // HeartbeatTimeout is the configured timeout.
@@ -260,6 +268,7 @@ func (s *Scheduler) noteCatalog(ctx context.Context, reg Registration) error {
 // it counts end (settleLocked), its limits and template sizes, the host list cache. It
 // reports whether this process had not heard from the host before.
 func (s *Scheduler) noteReport(h store.Host, reg Registration, read readWindow) (firstSight bool) {
+	hash := store.ReportHash(h)
 	h.State, h.LastHeartbeat = store.HostUp, s.cfg.Now()
 	// The report replaces the host's entry and ends the reservations it counts at once: a
 	// placement sees both or neither (never the old entry without the reservations).
@@ -279,24 +288,36 @@ func (s *Scheduler) noteReport(h store.Host, reg Registration, read readWindow) 
 	}
 	firstSight = !s.seen[h.ID]
 	s.seen[h.ID] = true
+	s.written[h.ID] = hash
 	s.mu.Unlock()
 	return firstSight
 }
 
 // Heartbeat is Register for a host that is already known; an unknown one gets ErrUnknownHost.
-// A host this process has heard from and the store has up costs one statement. The first
-// heartbeat of a host since this process started does not wait for its reconcile: Run's
-// reconcile loop does it soon after.
+// A host this process has heard from and the store has up costs one statement; one that reports
+// what this process last wrote for it shares a statement with the other such heartbeats of a
+// HeartbeatBatch window (only its liveness is written). The first heartbeat of a host since this
+// process started does not wait for its reconcile: Run's reconcile loop does it soon after.
 func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
-	read := s.pushedRead(reg) // on arrival: the writes below may wait for the store
+	arrived, read := s.cfg.Now(), s.pushedRead(reg) // on arrival: the writes below may wait for the store
 	s.mu.Lock()
-	seen := s.seen[reg.HostID]
+	seen, written := s.seen[reg.HostID], s.written[reg.HostID]
 	s.mu.Unlock()
 	if seen && reg.URL != "" {
 		if err := s.noteCatalog(ctx, reg); err != nil {
 			return err
 		}
 		h := hostOf(reg)
+		if written == store.ReportHash(h) {
+			ok, err := s.touch(ctx, h.ID, written, arrived)
+			if err != nil {
+				return err
+			}
+			if ok {
+				s.noteReport(h, reg, read)
+				return s.recordExits(ctx, reg)
+			}
+		}
 		ok, err := s.cfg.Store.RefreshUpHost(ctx, h)
 		if err != nil {
 			return err

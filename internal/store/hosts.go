@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"hash/fnv"
+	"strconv"
 	"time"
 )
 
@@ -70,15 +72,15 @@ func (s *Store) UpsertHost(ctx context.Context, h Host) (prev string, err error)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			prev = ""
-			_, err = s.exec(ctx, tx, `INSERT INTO hosts (`+hostCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
-				h.ID, h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, now)
+			_, err = s.exec(ctx, tx, `INSERT INTO hosts (`+hostCols+`, report_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)`,
+				h.ID, h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, now, ReportHash(h))
 			return err
 		case err != nil:
 			return err
 		}
 		_, err = s.exec(ctx, tx, `UPDATE hosts SET url = ?, token = ?, state = ?, accel = ?, mem_mib_total = ?, mem_mib_free = ?,
-			slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ? WHERE id = ?`,
-			h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, h.ID)
+			slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ?, report_hash = ? WHERE id = ?`,
+			h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, ReportHash(h), h.ID)
 		return err
 	})
 	return prev, err
@@ -96,13 +98,67 @@ func (s *Store) RefreshUpHost(ctx context.Context, h Host) (bool, error) {
 		return false, err
 	}
 	res, err := s.exec(ctx, s.db, `UPDATE hosts SET url = ?, token = ?, accel = ?, mem_mib_total = ?, mem_mib_free = ?,
-		slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ? WHERE id = ? AND state = ?`,
-		h.URL, h.Token, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), micros(s.now()), h.ID, HostUp)
+		slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ?, report_hash = ? WHERE id = ? AND state = ?`,
+		h.URL, h.Token, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), micros(s.now()), ReportHash(h), h.ID, HostUp)
 	if err != nil {
 		return false, err
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+// ReportHash fingerprints what a report writes to a host's row (everything but when it was
+// heard): a heartbeat whose fingerprint is the row's changed nothing but the host's liveness
+// (TouchHosts).
+func ReportHash(h Host) string {
+	f := fnv.New64a()
+	for _, v := range []string{h.URL, h.Token, h.Accel, strconv.FormatInt(h.MemMiBTotal, 10), strconv.FormatInt(h.MemMiBFree, 10),
+		strconv.FormatInt(h.SlotsTotal, 10), strconv.FormatInt(h.SlotsUsed, 10)} {
+		f.Write([]byte(v))
+		f.Write([]byte{0})
+	}
+	for _, list := range [][]string{h.Templates, h.Baked} {
+		for _, t := range list {
+			f.Write([]byte(t))
+			f.Write([]byte{0})
+		}
+		f.Write([]byte{1})
+	}
+	return strconv.FormatUint(f.Sum64(), 16)
+}
+
+// HostReport is a host's id and the fingerprint of its report (ReportHash).
+type HostReport struct{ ID, Hash string }
+
+// TouchHosts records, in one statement, that the given hosts were heard at `at` and reported
+// nothing new: each row whose host is up and whose fingerprint is the report's gets `at` as its
+// last heartbeat. It returns the ids it wrote; a host left out (down, unknown, or its row holds
+// another report — one another replica wrote, say) needs its whole report written (RefreshUpHost).
+func (s *Store) TouchHosts(ctx context.Context, at time.Time, reports []HostReport) (map[string]bool, error) {
+	pairs := make([][2]string, len(reports))
+	for i, r := range reports {
+		pairs[i] = [2]string{r.ID, r.Hash}
+	}
+	js, err := json.Marshal(pairs)
+	if err != nil {
+		return nil, err
+	}
+	// One statement text whatever the batch's size (one prepared statement per connection).
+	q := `UPDATE hosts SET last_heartbeat = ? WHERE state = 'up' AND (id, report_hash) IN
+		(SELECT value->>0, value->>1 FROM json_each(?)) RETURNING id`
+	if s.dialect == Postgres {
+		q = `UPDATE hosts SET last_heartbeat = ? WHERE state = 'up' AND (id, report_hash) IN
+		(SELECT e->>0, e->>1 FROM json_array_elements(?::json) e) RETURNING id`
+	}
+	ids, err := queryAll(ctx, s, s.db, q, scanOne[string], micros(at), string(js))
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		done[id] = true
+	}
+	return done, nil
 }
 
 // SetHostDraining starts (true) or ends a host's drain; ErrNotFound for an unknown host.
@@ -204,5 +260,10 @@ var hostsSchema = []schemaStep{
 	{15, []string{
 		// An operator's drain: no new placements; hibernated sandboxes wake elsewhere.
 		`ALTER TABLE hosts ADD COLUMN draining INTEGER NOT NULL DEFAULT 0`,
+	}},
+	{25, []string{
+		// The fingerprint of the report the row holds (ReportHash): a heartbeat that reports the
+		// same only moves last_heartbeat, batched with others (TouchHosts).
+		`ALTER TABLE hosts ADD COLUMN report_hash TEXT NOT NULL DEFAULT ''`,
 	}},
 }
