@@ -20,6 +20,7 @@ const maxBeatBatch = 1000
 // later than it was heard).
 type beatBatch struct {
 	first   time.Time
+	readAt  time.Time // the earliest its reports may have been read
 	reports []store.HostReport
 	once    sync.Once
 	done    chan struct{}
@@ -34,19 +35,22 @@ type beats struct {
 	max int        // a batch this long is written at once (maxBeatBatch; tests set less)
 }
 
-// touch records that host id, whose report has fingerprint hash, was heard at arrived, in the
-// batch of its window; false when the store's row did not take it (the host is down, unknown, or
+// touch records that host id, whose report has fingerprint hash, was heard at arrived (read
+// within read), in the batch of its window; false when the store's row did not take it (the host is down, unknown, or
 // its row holds another report): the caller writes the whole report then.
-func (s *Scheduler) touch(ctx context.Context, id, hash string, arrived time.Time) (bool, error) {
+func (s *Scheduler) touch(ctx context.Context, id, hash string, arrived time.Time, read readWindow) (bool, error) {
 	s.beats.mu.Lock()
 	b := s.beats.cur
 	if b == nil {
-		b = &beatBatch{first: arrived, done: make(chan struct{})}
+		b = &beatBatch{first: arrived, readAt: read.after, done: make(chan struct{})}
 		s.beats.cur = b
 		time.AfterFunc(s.cfg.HeartbeatBatch, func() { s.flushBeats(b) })
 	}
 	if arrived.Before(b.first) {
 		b.first = arrived
+	}
+	if read.after.Before(b.readAt) {
+		b.readAt = read.after
 	}
 	b.reports = append(b.reports, store.HostReport{ID: id, Hash: hash})
 	full := len(b.reports) >= max(s.beats.max, 1)
@@ -75,7 +79,7 @@ func (s *Scheduler) flushBeats(b *beatBatch) {
 		s.beats.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		b.touched, b.err = s.cfg.Store.TouchHosts(ctx, b.first, b.reports)
+		b.touched, b.err = s.cfg.Store.TouchHosts(ctx, b.first, b.readAt, b.reports)
 		close(b.done)
 	})
 }

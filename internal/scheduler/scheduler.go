@@ -52,8 +52,15 @@ type Config struct {
 	// HeartbeatBatch: a heartbeat that reports nothing new waits this long for others to share
 	// one liveness write (default DefaultHeartbeatBatch).
 	HeartbeatBatch time.Duration
-	Now            func() time.Time
+	// ClaimTTL: a reservation whose caller never says how its placement ended (it failed, or
+	// its process died) ends after this (default DefaultClaimTTL).
+	ClaimTTL time.Duration
+	Now      func() time.Time
 }
+
+// DefaultClaimTTL is how long a reservation lasts at most: longer than any create (a restore, or
+// a cold boot under load), short enough that a failed caller's slot comes back soon.
+const DefaultClaimTTL = 5 * time.Minute
 
 // DefaultHostCacheTTL is the host list's staleness the server runs with.
 const DefaultHostCacheTTL = time.Second
@@ -164,6 +171,9 @@ func New(cfg Config) *Scheduler {
 	if cfg.HeartbeatBatch <= 0 {
 		cfg.HeartbeatBatch = DefaultHeartbeatBatch
 	}
+	if cfg.ClaimTTL <= 0 {
+		cfg.ClaimTTL = DefaultClaimTTL
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -194,6 +204,7 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool, 
 		return fmt.Errorf("registration needs host_id and url")
 	}
 	h := hostOf(reg)
+	h.ReadAt = read.after
 	// The catalog first: a host is seen up only once its templates can be asked for.
 	if err := s.noteCatalog(ctx, reg); err != nil {
 		return err
@@ -308,8 +319,9 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 			return err
 		}
 		h := hostOf(reg)
+		h.ReadAt = read.after
 		if written == store.ReportHash(h) {
-			ok, err := s.touch(ctx, h.ID, written, arrived)
+			ok, err := s.touch(ctx, h.ID, written, arrived, read)
 			if err != nil {
 				return err
 			}
@@ -603,10 +615,13 @@ const reportTransit = 500 * time.Millisecond
 // Reserve counts a sandbox being placed on a host (slots and memMiB) from now until the host
 // counts it itself. It checks the room again under the lock that counts it, so concurrent
 // placements cannot both take a host's last slot: no room left (by the host's last report less
-// the reservations) is an errdefs.Capacity, and nothing is reserved. Call done when the host
-// answered: done(false) when nothing was placed (the reservation ends at once), done(true) when
-// the sandbox is there (it ends with the first report read after that). Reports read before do
-// not end it: they do not count the sandbox.
+// the reservations) is an errdefs.Capacity, and nothing is reserved. The slot is also claimed in
+// the store (Store.ClaimSlot), where every replica's placements count: a host whose last slot
+// another replica took is an errdefs.Capacity too. Call done when the host answered: done(false)
+// when nothing was placed (the reservation ends at once), done(true) when the sandbox is there
+// (it ends with the first report read after that). Reports read before do not end it: they do
+// not count the sandbox. A reservation whose done is never called (its caller failed) ends after
+// ClaimTTL.
 func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool), err error) {
 	s.hc.mu.RLock()
 	s.mu.Lock()
@@ -626,19 +641,51 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 	if err != nil {
 		return nil, err
 	}
+	unreserve := func() {
+		s.mu.Lock()
+		s.addPendingLocked(hostID, -1, -memMiB)
+		s.mu.Unlock()
+	}
+	claim := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	now := s.cfg.Now()
+	ok, err := s.cfg.Store.ClaimSlot(ctx, claim, hostID, now, now.Add(s.cfg.ClaimTTL))
+	cancel()
+	if err != nil || !ok {
+		unreserve()
+		if err != nil {
+			return nil, fmt.Errorf("claim a slot of host %s: %w", hostID, err)
+		}
+		return nil, errdefs.Capacityf("host %s has no free slot left (taken by placements of another server meanwhile)", hostID)
+	}
 	var once sync.Once
-	return func(placed bool) {
+	var expiry *time.Timer
+	done = func(placed bool) {
 		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if placed {
-				s.placed[hostID] = append(s.placed[hostID], placedRes{at: s.cfg.Now(), slots: 1, mem: memMiB})
+			expiry.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+			defer cancel()
+			if err := s.cfg.Store.AnswerClaim(ctx, claim, placed, s.cfg.Now()); err != nil {
+				s.cfg.Logger.Warn("could not record a placement's answer (its slot stays claimed until the claim expires)", "host", hostID, "err", err)
+			}
+			if !placed {
+				unreserve()
 				return
 			}
-			s.addPendingLocked(hostID, -1, -memMiB)
+			s.mu.Lock()
+			s.placed[hostID] = append(s.placed[hostID], placedRes{at: s.cfg.Now(), slots: 1, mem: memMiB})
+			s.mu.Unlock()
 		})
-	}, nil
+	}
+	expiry = time.AfterFunc(s.cfg.ClaimTTL, func() {
+		s.cfg.Logger.Warn("a placement was never answered: its reservation expired", "host", hostID, "ttl", s.cfg.ClaimTTL)
+		done(false)
+	})
+	return done, nil
 }
+
+// claimTimeout bounds the store calls of a reservation.
+const claimTimeout = 10 * time.Second
 
 // Freeing is called before a host is asked to stop a sandbox of memMiB; call the returned func
 // with whether it did. A stop counts as a slot and memMiB back at once, until a report that may
@@ -760,6 +807,9 @@ func (s *Scheduler) CheckHosts(ctx context.Context) error {
 	}
 	marked, err := s.cfg.Store.MarkStaleHostsDown(ctx, now.Add(-s.cfg.HeartbeatTimeout))
 	s.noteHosts(marked...)
+	if err := s.cfg.Store.DropEndedClaims(ctx, now); err != nil {
+		s.cfg.Logger.Warn("could not delete ended slot claims", "err", err)
+	}
 	for _, h := range marked {
 		s.cfg.Logger.Warn("host missed its heartbeats: marked down, its sandboxes are lost", "host", h.ID,
 			"last_heartbeat", h.LastHeartbeat, "timeout", s.cfg.HeartbeatTimeout)

@@ -210,7 +210,7 @@ func TestTouchHosts(t *testing.T) {
 		stale := b
 		stale.SlotsUsed = 1 // b's row holds SlotsUsed 0
 		at := t0.Add(30 * time.Second)
-		got, err := s.TouchHosts(ctx, at, []HostReport{{"a", ReportHash(a)}, {"b", ReportHash(stale)}, {"c", ReportHash(c)}, {"x", ReportHash(a)}})
+		got, err := s.TouchHosts(ctx, at, at, []HostReport{{"a", ReportHash(a)}, {"b", ReportHash(stale)}, {"c", ReportHash(c)}, {"x", ReportHash(a)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +225,7 @@ func TestTouchHosts(t *testing.T) {
 		if h, _ := s.GetHost(ctx, "c"); h.State != HostDown {
 			t.Fatalf("a touch brought a down host up: %+v", h)
 		}
-		if got, err := s.TouchHosts(ctx, at, nil); len(got) != 0 || err != nil {
+		if got, err := s.TouchHosts(ctx, at, at, nil); len(got) != 0 || err != nil {
 			t.Fatalf("empty batch: %v %v", got, err)
 		}
 	})
