@@ -182,9 +182,10 @@ func (s *Store) ClaimSlot(ctx context.Context, claimID, hostID string, now, expi
 	var n int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if s.dialect == Postgres {
-			// The host's row is the claims' lock: the count below is read after the claims
-			// committed before this one took it.
-			if _, err := s.exec(ctx, tx, `SELECT 1 FROM hosts WHERE id = ? FOR UPDATE`, hostID); err != nil {
+			// One claim of a host at a time (an advisory lock of this transaction, not the host's
+			// row: heartbeats do not wait for claims): the count below is read after the claims
+			// committed before this one took the lock. SQLite runs one writer at a time anyway.
+			if _, err := s.exec(ctx, tx, `SELECT pg_advisory_xact_lock(?)`, lockKey("host claims "+hostID)); err != nil {
 				return err
 			}
 		}
