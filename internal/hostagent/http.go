@@ -167,17 +167,11 @@ func (a *Agent) handleInfo(w http.ResponseWriter, r *http.Request) {
 	limit := a.sandboxes.CommitLimitMiB()
 	writeJSON(w, 200, hostapi.Info{
 		HostID: a.hostID, Accel: a.rt.Accel(), MemMiBTotal: int64(a.cfg.HostMemoryMiB), MemMiBFree: int64(a.sandboxes.MemAvailableMiB()),
-		SlotsTotal: int64(maxSlots(limit)), SlotsUsed: int64(len(a.sandboxes.List())), Templates: a.templates.List(),
+		SlotsTotal: int64(a.sandboxes.SlotsTotal()), SlotsUsed: int64(len(a.sandboxes.List())), Templates: a.templates.List(),
 		MaxVCPUs: int64(a.cfg.MaxVCPUs), MaxMemoryMiB: int64(a.cfg.MaxMemoryMiB), MemoryOvercommit: a.cfg.MemoryOvercommit,
 		MemMiBCommitted: int64(committed), MemMiBCommitLimit: int64(limit), MemMiBWatermark: int64(a.cfg.MemoryWatermarkMiB),
 		PoolMiBTotal: sp.TotalMiB, PoolMiBFree: sp.FreeMiB,
 	})
-}
-
-// maxSlots bounds how many sandboxes this host counts: its commit limit over the smallest guest
-// a template may have. Placement goes by committed memory; slots only cap the count.
-func maxSlots(commitLimitMiB int) int {
-	return max(1, commitLimitMiB/template.MinMemoryMiB)
 }
 
 func (a *Agent) handleBake(w http.ResponseWriter, r *http.Request) {

@@ -49,8 +49,18 @@ type Config struct {
 	// replica learns itself (registrations, heartbeats, hosts it marks down) updates the list at
 	// once, what other replicas write is seen within the TTL. 0 reads the store on every placement.
 	HostCacheTTL time.Duration
-	Now          func() time.Time
+	// HeartbeatBatch: a heartbeat that reports nothing new waits this long for others to share
+	// one liveness write (default DefaultHeartbeatBatch).
+	HeartbeatBatch time.Duration
+	// ClaimTTL: a reservation whose caller never says how its placement ended (it failed, or
+	// its process died) ends after this (default DefaultClaimTTL).
+	ClaimTTL time.Duration
+	Now      func() time.Time
 }
+
+// DefaultClaimTTL is how long a reservation lasts at most: longer than any create (a restore, or
+// a cold boot under load), short enough that a failed caller's slot comes back soon.
+const DefaultClaimTTL = 5 * time.Minute
 
 // DefaultHostCacheTTL is the host list's staleness the server runs with.
 const DefaultHostCacheTTL = time.Second
@@ -124,13 +134,15 @@ type Scheduler struct {
 	tmplCPU    map[string]int            // template -> vcpus, from reports
 	limits     map[string]HostLimits     // host -> its last reported policy
 	seen       map[string]bool           // hosts this process has heard from
+	written    map[string]string         // host -> fingerprint of the report this process last wrote (store.ReportHash)
 	catalog    map[string]store.Template // last catalog entry written per template
 	due        map[string]bool           // hosts to reconcile soon (first heartbeat since start)
 	dueSig     chan struct{}             // something was added to due
 
 	reconciler *store.Lock // held by the one replica that runs ReconcileAll
 
-	hc hostCache // what placement reads (lock order: hc.mu before mu)
+	hc    hostCache // what placement reads (lock order: hc.mu before mu)
+	beats beats     // liveness-only heartbeats being batched
 }
 
 type reservation struct {
@@ -156,6 +168,12 @@ func New(cfg Config) *Scheduler {
 	if cfg.ReconcileInterval <= 0 {
 		cfg.ReconcileInterval = time.Minute
 	}
+	if cfg.HeartbeatBatch <= 0 {
+		cfg.HeartbeatBatch = DefaultHeartbeatBatch
+	}
+	if cfg.ClaimTTL <= 0 {
+		cfg.ClaimTTL = DefaultClaimTTL
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -163,8 +181,8 @@ func New(cfg Config) *Scheduler {
 		cfg.Logger = slog.Default()
 	}
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
-		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, catalog: map[string]store.Template{},
-		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler")}
+		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, written: map[string]string{}, catalog: map[string]store.Template{},
+		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), beats: beats{max: maxBeatBatch}}
 }
 
 // HeartbeatTimeout is the configured timeout.
@@ -186,6 +204,7 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool, 
 		return fmt.Errorf("registration needs host_id and url")
 	}
 	h := hostOf(reg)
+	h.ReadAt = read.after
 	// The catalog first: a host is seen up only once its templates can be asked for.
 	if err := s.noteCatalog(ctx, reg); err != nil {
 		return err
@@ -260,6 +279,7 @@ func (s *Scheduler) noteCatalog(ctx context.Context, reg Registration) error {
 // it counts end (settleLocked), its limits and template sizes, the host list cache. It
 // reports whether this process had not heard from the host before.
 func (s *Scheduler) noteReport(h store.Host, reg Registration, read readWindow) (firstSight bool) {
+	hash := store.ReportHash(h)
 	h.State, h.LastHeartbeat = store.HostUp, s.cfg.Now()
 	// The report replaces the host's entry and ends the reservations it counts at once: a
 	// placement sees both or neither (never the old entry without the reservations).
@@ -279,24 +299,37 @@ func (s *Scheduler) noteReport(h store.Host, reg Registration, read readWindow) 
 	}
 	firstSight = !s.seen[h.ID]
 	s.seen[h.ID] = true
+	s.written[h.ID] = hash
 	s.mu.Unlock()
 	return firstSight
 }
 
 // Heartbeat is Register for a host that is already known; an unknown one gets ErrUnknownHost.
-// A host this process has heard from and the store has up costs one statement. The first
-// heartbeat of a host since this process started does not wait for its reconcile: Run's
-// reconcile loop does it soon after.
+// A host this process has heard from and the store has up costs one statement; one that reports
+// what this process last wrote for it shares a statement with the other such heartbeats of a
+// HeartbeatBatch window (only its liveness is written). The first heartbeat of a host since this
+// process started does not wait for its reconcile: Run's reconcile loop does it soon after.
 func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
-	read := s.pushedRead(reg) // on arrival: the writes below may wait for the store
+	arrived, read := s.cfg.Now(), s.pushedRead(reg) // on arrival: the writes below may wait for the store
 	s.mu.Lock()
-	seen := s.seen[reg.HostID]
+	seen, written := s.seen[reg.HostID], s.written[reg.HostID]
 	s.mu.Unlock()
 	if seen && reg.URL != "" {
 		if err := s.noteCatalog(ctx, reg); err != nil {
 			return err
 		}
 		h := hostOf(reg)
+		h.ReadAt = read.after
+		if written == store.ReportHash(h) {
+			ok, err := s.touch(ctx, h.ID, written, arrived, read)
+			if err != nil {
+				return err
+			}
+			if ok {
+				s.noteReport(h, reg, read)
+				return s.recordExits(ctx, reg)
+			}
+		}
 		ok, err := s.cfg.Store.RefreshUpHost(ctx, h)
 		if err != nil {
 			return err
@@ -582,10 +615,13 @@ const reportTransit = 500 * time.Millisecond
 // Reserve counts a sandbox being placed on a host (slots and memMiB) from now until the host
 // counts it itself. It checks the room again under the lock that counts it, so concurrent
 // placements cannot both take a host's last slot: no room left (by the host's last report less
-// the reservations) is an errdefs.Capacity, and nothing is reserved. Call done when the host
-// answered: done(false) when nothing was placed (the reservation ends at once), done(true) when
-// the sandbox is there (it ends with the first report read after that). Reports read before do
-// not end it: they do not count the sandbox.
+// the reservations) is an errdefs.Capacity, and nothing is reserved. The slot is also claimed in
+// the store (Store.ClaimSlot), where every replica's placements count: a host whose last slot
+// another replica took is an errdefs.Capacity too. Call done when the host answered: done(false)
+// when nothing was placed (the reservation ends at once), done(true) when the sandbox is there
+// (it ends with the first report read after that). Reports read before do not end it: they do
+// not count the sandbox. A reservation whose done is never called (its caller failed) ends after
+// ClaimTTL.
 func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool), err error) {
 	s.hc.mu.RLock()
 	s.mu.Lock()
@@ -605,19 +641,51 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 	if err != nil {
 		return nil, err
 	}
+	unreserve := func() {
+		s.mu.Lock()
+		s.addPendingLocked(hostID, -1, -memMiB)
+		s.mu.Unlock()
+	}
+	claim := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	now := s.cfg.Now()
+	ok, err := s.cfg.Store.ClaimSlot(ctx, claim, hostID, now, now.Add(s.cfg.ClaimTTL))
+	cancel()
+	if err != nil || !ok {
+		unreserve()
+		if err != nil {
+			return nil, fmt.Errorf("claim a slot of host %s: %w", hostID, err)
+		}
+		return nil, errdefs.Capacityf("host %s has no free slot left (taken by placements of another server meanwhile)", hostID)
+	}
 	var once sync.Once
-	return func(placed bool) {
+	var expiry *time.Timer
+	done = func(placed bool) {
 		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if placed {
-				s.placed[hostID] = append(s.placed[hostID], placedRes{at: s.cfg.Now(), slots: 1, mem: memMiB})
+			expiry.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+			defer cancel()
+			if err := s.cfg.Store.AnswerClaim(ctx, claim, placed, s.cfg.Now()); err != nil {
+				s.cfg.Logger.Warn("could not record a placement's answer (its slot stays claimed until the claim expires)", "host", hostID, "err", err)
+			}
+			if !placed {
+				unreserve()
 				return
 			}
-			s.addPendingLocked(hostID, -1, -memMiB)
+			s.mu.Lock()
+			s.placed[hostID] = append(s.placed[hostID], placedRes{at: s.cfg.Now(), slots: 1, mem: memMiB})
+			s.mu.Unlock()
 		})
-	}, nil
+	}
+	expiry = time.AfterFunc(s.cfg.ClaimTTL, func() {
+		s.cfg.Logger.Warn("a placement was never answered: its reservation expired", "host", hostID, "ttl", s.cfg.ClaimTTL)
+		done(false)
+	})
+	return done, nil
 }
+
+// claimTimeout bounds the store calls of a reservation.
+const claimTimeout = 10 * time.Second
 
 // Freeing is called before a host is asked to stop a sandbox of memMiB; call the returned func
 // with whether it did. A stop counts as a slot and memMiB back at once, until a report that may
@@ -739,6 +807,9 @@ func (s *Scheduler) CheckHosts(ctx context.Context) error {
 	}
 	marked, err := s.cfg.Store.MarkStaleHostsDown(ctx, now.Add(-s.cfg.HeartbeatTimeout))
 	s.noteHosts(marked...)
+	if err := s.cfg.Store.DropEndedClaims(ctx, now); err != nil {
+		s.cfg.Logger.Warn("could not delete ended slot claims", "err", err)
+	}
 	for _, h := range marked {
 		s.cfg.Logger.Warn("host missed its heartbeats: marked down, its sandboxes are lost", "host", h.ID,
 			"last_heartbeat", h.LastHeartbeat, "timeout", s.cfg.HeartbeatTimeout)

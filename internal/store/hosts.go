@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"hash/fnv"
+	"strconv"
 	"time"
 )
 
@@ -32,6 +34,17 @@ type Host struct {
 	// Draining: an operator drains the host: nothing new is placed there, and its hibernated
 	// sandboxes with a published image wake on other hosts.
 	Draining bool
+	// ReadAt is when the host read the report it sent, at the earliest (written with the report;
+	// zero: now): its slots_used counts the sandboxes it created before (ClaimSlot).
+	ReadAt time.Time
+}
+
+// readAt is h.ReadAt in the store's units (now when not given).
+func (s *Store) readAt(h Host) int64 {
+	if h.ReadAt.IsZero() {
+		return micros(s.now())
+	}
+	return micros(h.ReadAt)
 }
 
 const hostCols = `id, url, token, state, accel, mem_mib_total, mem_mib_free, slots_total, slots_used, templates, baked, registered_at, last_heartbeat, draining`
@@ -70,15 +83,15 @@ func (s *Store) UpsertHost(ctx context.Context, h Host) (prev string, err error)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			prev = ""
-			_, err = s.exec(ctx, tx, `INSERT INTO hosts (`+hostCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)`,
-				h.ID, h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, now)
+			_, err = s.exec(ctx, tx, `INSERT INTO hosts (`+hostCols+`, report_hash, read_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`,
+				h.ID, h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, now, ReportHash(h), s.readAt(h))
 			return err
 		case err != nil:
 			return err
 		}
 		_, err = s.exec(ctx, tx, `UPDATE hosts SET url = ?, token = ?, state = ?, accel = ?, mem_mib_total = ?, mem_mib_free = ?,
-			slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ? WHERE id = ?`,
-			h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, h.ID)
+			slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ?, report_hash = ?, read_at = ? WHERE id = ?`,
+			h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, ReportHash(h), s.readAt(h), h.ID)
 		return err
 	})
 	return prev, err
@@ -96,13 +109,116 @@ func (s *Store) RefreshUpHost(ctx context.Context, h Host) (bool, error) {
 		return false, err
 	}
 	res, err := s.exec(ctx, s.db, `UPDATE hosts SET url = ?, token = ?, accel = ?, mem_mib_total = ?, mem_mib_free = ?,
-		slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ? WHERE id = ? AND state = ?`,
-		h.URL, h.Token, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), micros(s.now()), h.ID, HostUp)
+		slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ?, report_hash = ?, read_at = ? WHERE id = ? AND state = ?`,
+		h.URL, h.Token, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), micros(s.now()), ReportHash(h), s.readAt(h), h.ID, HostUp)
 	if err != nil {
 		return false, err
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+// ReportHash fingerprints what a report writes to a host's row (everything but when it was
+// heard): a heartbeat whose fingerprint is the row's changed nothing but the host's liveness
+// (TouchHosts).
+func ReportHash(h Host) string {
+	f := fnv.New64a()
+	for _, v := range []string{h.URL, h.Token, h.Accel, strconv.FormatInt(h.MemMiBTotal, 10), strconv.FormatInt(h.MemMiBFree, 10),
+		strconv.FormatInt(h.SlotsTotal, 10), strconv.FormatInt(h.SlotsUsed, 10)} {
+		f.Write([]byte(v))
+		f.Write([]byte{0})
+	}
+	for _, list := range [][]string{h.Templates, h.Baked} {
+		for _, t := range list {
+			f.Write([]byte(t))
+			f.Write([]byte{0})
+		}
+		f.Write([]byte{1})
+	}
+	return strconv.FormatUint(f.Sum64(), 16)
+}
+
+// HostReport is a host's id and the fingerprint of its report (ReportHash).
+type HostReport struct{ ID, Hash string }
+
+// TouchHosts records, in one statement, that the given hosts were heard at `at` and reported
+// nothing new, read at readAt at the earliest: each row whose host is up and whose fingerprint is
+// the report's gets `at` as its last heartbeat. It returns the ids it wrote; a host left out
+// (down, unknown, or its row holds another report — one another replica wrote, say) needs its
+// whole report written (RefreshUpHost).
+func (s *Store) TouchHosts(ctx context.Context, at, readAt time.Time, reports []HostReport) (map[string]bool, error) {
+	pairs := make([][2]string, len(reports))
+	for i, r := range reports {
+		pairs[i] = [2]string{r.ID, r.Hash}
+	}
+	js, err := json.Marshal(pairs)
+	if err != nil {
+		return nil, err
+	}
+	// One statement text whatever the batch's size (one prepared statement per connection).
+	q := `UPDATE hosts SET last_heartbeat = ?, read_at = MAX(read_at, ?) WHERE state = 'up' AND (id, report_hash) IN
+		(SELECT value->>0, value->>1 FROM json_each(?)) RETURNING id`
+	if s.dialect == Postgres {
+		q = `UPDATE hosts SET last_heartbeat = ?, read_at = GREATEST(read_at, ?) WHERE state = 'up' AND (id, report_hash) IN
+		(SELECT e->>0, e->>1 FROM json_array_elements(?::json) e) RETURNING id`
+	}
+	ids, err := queryAll(ctx, s, s.db, q, scanOne[string], micros(at), micros(readAt), string(js))
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		done[id] = true
+	}
+	return done, nil
+}
+
+// ClaimSlot claims a slot of host hostID for a sandbox being placed there, shared by every
+// replica on this store: false (nothing claimed) when the host's last report and the claims it
+// does not count leave no slot. A claim counts until it expires, or, once answered
+// (AnswerClaim), until a report read after the answer is written. A host reporting no slots is
+// not checked.
+func (s *Store) ClaimSlot(ctx context.Context, claimID, hostID string, now, expires time.Time) (bool, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if s.dialect == Postgres {
+			// One claim of a host at a time (an advisory lock of this transaction, not the host's
+			// row: heartbeats do not wait for claims): the count below is read after the claims
+			// committed before this one took the lock. SQLite runs one writer at a time anyway.
+			if _, err := s.exec(ctx, tx, `SELECT pg_advisory_xact_lock(?)`, lockKey("host claims "+hostID)); err != nil {
+				return err
+			}
+		}
+		res, err := s.exec(ctx, tx, `INSERT INTO host_claims (id, host_id, answered_at, expires_at)
+			SELECT ?, h.id, 0, ? FROM hosts h WHERE h.id = ? AND (h.slots_total = 0 OR h.slots_used + 1 +
+				(SELECT COUNT(*) FROM host_claims c WHERE c.host_id = h.id AND c.expires_at > ?
+					AND (c.answered_at = 0 OR c.answered_at > h.read_at)) <= h.slots_total)`,
+			claimID, micros(expires), hostID, micros(now))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n == 1, err
+}
+
+// AnswerClaim ends a claim whose host answered: a sandbox placed (placed) keeps its slot until
+// a report read after `at` counts it; nothing placed ends it now.
+func (s *Store) AnswerClaim(ctx context.Context, claimID string, placed bool, at time.Time) error {
+	if !placed {
+		_, err := s.exec(ctx, s.db, `DELETE FROM host_claims WHERE id = ?`, claimID)
+		return err
+	}
+	_, err := s.exec(ctx, s.db, `UPDATE host_claims SET answered_at = ? WHERE id = ?`, micros(at), claimID)
+	return err
+}
+
+// DropEndedClaims deletes the claims that no longer count (expired, or counted by a report).
+func (s *Store) DropEndedClaims(ctx context.Context, now time.Time) error {
+	_, err := s.exec(ctx, s.db, `DELETE FROM host_claims WHERE expires_at <= ? OR answered_at > 0 AND
+		answered_at <= (SELECT h.read_at FROM hosts h WHERE h.id = host_claims.host_id)`, micros(now))
+	return err
 }
 
 // SetHostDraining starts (true) or ends a host's drain; ErrNotFound for an unknown host.
@@ -204,5 +320,20 @@ var hostsSchema = []schemaStep{
 	{15, []string{
 		// An operator's drain: no new placements; hibernated sandboxes wake elsewhere.
 		`ALTER TABLE hosts ADD COLUMN draining INTEGER NOT NULL DEFAULT 0`,
+	}},
+	{25, []string{
+		// The fingerprint of the report the row holds (ReportHash): a heartbeat that reports the
+		// same only moves last_heartbeat, batched with others (TouchHosts).
+		`ALTER TABLE hosts ADD COLUMN report_hash TEXT NOT NULL DEFAULT ''`,
+		// When the host read that report, at the earliest: the claims answered before are counted.
+		`ALTER TABLE hosts ADD COLUMN read_at BIGINT NOT NULL DEFAULT 0`,
+		// Slots claimed by placements on any replica and not yet counted by a report (ClaimSlot).
+		`CREATE TABLE host_claims (
+			id          TEXT PRIMARY KEY,
+			host_id     TEXT NOT NULL,
+			answered_at BIGINT NOT NULL DEFAULT 0,
+			expires_at  BIGINT NOT NULL
+		)`,
+		`CREATE INDEX host_claims_host ON host_claims (host_id)`,
 	}},
 }

@@ -21,9 +21,14 @@ type Lock struct {
 
 // NewLock returns the lock named name (not yet taken).
 func (s *Store) NewLock(name string) *Lock {
+	return &Lock{s: s, key: lockKey(name)}
+}
+
+// lockKey is the PostgreSQL advisory lock key of name.
+func lockKey(name string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("pandastack lock " + name))
-	return &Lock{s: s, key: int64(h.Sum64())}
+	return int64(h.Sum64())
 }
 
 // Hold reports whether this process holds the lock, taking it if it is free. A holder keeps it

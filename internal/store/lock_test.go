@@ -187,3 +187,46 @@ func TestRefreshUpHost(t *testing.T) {
 		}
 	})
 }
+
+// TestTouchHosts: the batched liveness write moves last_heartbeat of the up hosts whose row holds
+// the same report, and leaves out (for a whole write) a down host, an unknown one, and a host
+// whose row holds another report.
+func TestTouchHosts(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+		s.now = func() time.Time { return t0 }
+		a := Host{ID: "a", URL: "http://a", SlotsTotal: 4, Templates: []string{"base"}}
+		b, c := a, a
+		b.ID, c.ID = "b", "c"
+		for _, h := range []Host{a, b, c} {
+			if _, err := s.UpsertHost(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.MarkHostDown(ctx, "c", "test"); err != nil {
+			t.Fatal(err)
+		}
+		stale := b
+		stale.SlotsUsed = 1 // b's row holds SlotsUsed 0
+		at := t0.Add(30 * time.Second)
+		got, err := s.TouchHosts(ctx, at, at, []HostReport{{"a", ReportHash(a)}, {"b", ReportHash(stale)}, {"c", ReportHash(c)}, {"x", ReportHash(a)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || !got["a"] {
+			t.Fatalf("touched %v, want only a", got)
+		}
+		for id, want := range map[string]time.Time{"a": at, "b": t0, "c": t0} {
+			if h, err := s.GetHost(ctx, id); err != nil || !h.LastHeartbeat.Equal(want) {
+				t.Fatalf("host %s: last heartbeat %v (%v), want %v", id, h.LastHeartbeat, err, want)
+			}
+		}
+		if h, _ := s.GetHost(ctx, "c"); h.State != HostDown {
+			t.Fatalf("a touch brought a down host up: %+v", h)
+		}
+		if got, err := s.TouchHosts(ctx, at, at, nil); len(got) != 0 || err != nil {
+			t.Fatalf("empty batch: %v %v", got, err)
+		}
+	})
+}

@@ -48,6 +48,7 @@ var versionNames = []string{
 	22: "database clients per server replica",
 	23: "app deployments' changes by team",
 	24: "background processes' exits",
+	25: "hosts' report fingerprints",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

@@ -143,7 +143,7 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 		m.mu.Unlock()
 		return hostapi.Sandbox{}, err
 	}
-	if err := m.admitLocked("sandbox "+id, rec.MemoryMiB); err != nil {
+	if err := m.admitSandboxLocked(id, rec.MemoryMiB); err != nil {
 		m.mu.Unlock()
 		return hostapi.Sandbox{}, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/periodic"
+	"github.com/pandastack/pandastack/internal/template"
 )
 
 // Memory and CPU policy (docs/security.md, "Host resources"):
@@ -74,6 +75,23 @@ func (l Limits) WithDefaults() Limits {
 // CommitLimitMiB is the guest memory this host admits in all.
 func (m *Manager) CommitLimitMiB() int {
 	return int(m.cfg.MemoryOvercommit * float64(m.cfg.HostMemoryMiB))
+}
+
+// SlotsTotal bounds how many sandboxes this host keeps, hibernated ones included (they hold no
+// memory): its commit limit over the smallest guest a template may have. Placement goes by
+// committed memory; slots only cap the count, and a create past them is refused (`capacity`)
+// like one past the commit limit, so the control plane tries another host.
+func (m *Manager) SlotsTotal() int {
+	return max(1, m.CommitLimitMiB()/template.MinMemoryMiB)
+}
+
+// admitSandboxLocked checks that a new sandbox of memMiB fits: a free slot and the commit limit
+// (m.mu held).
+func (m *Manager) admitSandboxLocked(id string, memMiB int) error {
+	if n, slots := len(m.sandboxes), m.SlotsTotal(); n >= slots {
+		return errdefs.Capacityf("sandbox %s: this host has no free slot (%d sandboxes, hibernated ones included, of %d slots)", id, n, slots)
+	}
+	return m.admitLocked("sandbox "+id, memMiB)
 }
 
 // CheckSize refuses a VM larger than this host's limits (bake.VMs).

@@ -37,3 +37,27 @@ func TestValidateExec(t *testing.T) {
 		t.Errorf("a sound request: %v", err)
 	}
 }
+
+// TestCreateRefusedPastSlots: hibernated sandboxes hold a slot but no memory; a create past the
+// host's slots is refused (`capacity`) even though the commit limit has room, as it is past the
+// commit limit.
+func TestCreateRefusedPastSlots(t *testing.T) {
+	m := &Manager{cfg: Config{Limits: Limits{HostMemoryMiB: 256, MemoryOvercommit: 1}}, sandboxes: map[string]*sandbox{}}
+	if m.SlotsTotal() != 2 {
+		t.Fatalf("%d slots, want 2 (256 MiB over 128)", m.SlotsTotal())
+	}
+	for _, id := range []string{"sb_1", "sb_2"} {
+		if err := m.admitSandboxLocked(id, 128); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		m.sandboxes[id] = &sandbox{rec: record{ID: id, State: StateHibernated, MemoryMiB: 128}}
+	}
+	err := m.admitSandboxLocked("sb_3", 128)
+	if !errdefs.Is(err, errdefs.Capacity) {
+		t.Fatalf("a create past the slots: %v, want a capacity error", err)
+	}
+	delete(m.sandboxes, "sb_1")
+	if err := m.admitSandboxLocked("sb_3", 128); err != nil {
+		t.Fatalf("with a slot free: %v", err)
+	}
+}

@@ -1,0 +1,139 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/testenv"
+)
+
+// replicas is n schedulers on one PostgreSQL, as n server replicas are.
+func replicas(t *testing.T, n int, cfg Config) []*Scheduler {
+	ctx := context.Background()
+	u := testenv.PostgresDatabase(t, "replicas")
+	var out []*Scheduler
+	for range n {
+		st, err := store.OpenPostgres(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		c := cfg
+		c.Store, c.Logger = st, slog.New(slog.NewTextHandler(io.Discard, nil))
+		out = append(out, New(c))
+	}
+	return out
+}
+
+// TestTwoReplicasDoNotOverCommit: two replicas placing at once on the same nearly full hosts
+// never send a host more creates than it has slots (the fakes refuse those: over-commits), each
+// knowing only its own placements and the hosts' last reports.
+func TestTwoReplicasDoNotOverCommit(t *testing.T) {
+	ctx := context.Background()
+	rs := replicas(t, 2, Config{})
+	const hosts, slots = 3, 4
+	var fakes []*agenttest.Agent
+	for i := range hosts {
+		a := agenttest.New(fmt.Sprintf("host-%d", i), "tok", "base")
+		t.Cleanup(a.Close)
+		a.SetSlots(slots)
+		a.SetCreateDelay(20 * time.Millisecond) // creates overlap
+		fakes = append(fakes, a)
+		info, err := agentclient.New(a.URL(), "tok").Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range rs {
+			if err := s.Register(ctx, RegistrationFromInfo(info, a.URL(), "tok")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Each replica tries to fill the whole fleet; a create tries up to three hosts, as
+	// sandboxes.tryHosts does.
+	var made, refusedByPlacement atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 2 * hosts * slots {
+		s := rs[i%2]
+		wg.Go(func() {
+			cands, err := s.Place(ctx, "base")
+			if err != nil {
+				refusedByPlacement.Add(1)
+				return
+			}
+			for _, h := range cands[:min(3, len(cands))] {
+				done, err := s.Reserve(h.ID, 0)
+				if err != nil {
+					continue
+				}
+				_, err = s.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: fmt.Sprintf("sb_%d", i), Template: "base"})
+				done(err == nil)
+				if err == nil {
+					made.Add(1)
+					return
+				}
+			}
+			refusedByPlacement.Add(1)
+		})
+	}
+	wg.Wait()
+	over := 0
+	for _, a := range fakes {
+		over += a.Refused()
+	}
+	if over != 0 || made.Load() > hosts*slots || made.Load() == 0 {
+		t.Fatalf("%d creates sent to full hosts (over-commits), %d made of %d slots, %d refused before", over, made.Load(), hosts*slots, refusedByPlacement.Load())
+	}
+	t.Logf("%d made of %d slots; %d refused by placement; 0 over-commits", made.Load(), hosts*slots, refusedByPlacement.Load())
+}
+
+// TestReservationExpires: a reservation whose caller never answers (it failed or panicked) ends
+// after ClaimTTL, here and in the store: the slot can be taken again.
+func TestReservationExpires(t *testing.T) {
+	ctx := context.Background()
+	clk := &settable{t: time.Now()}
+	rs := replicas(t, 2, Config{ClaimTTL: 200 * time.Millisecond, Now: clk.now})
+	r := reg("h1", 4096, 0, tmpl("base", true))
+	r.SlotsTotal = 1
+	for _, s := range rs {
+		if err := s.Register(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rs[0].Reserve("h1", 0); err != nil { // never answered
+		t.Fatal(err)
+	}
+	if _, err := rs[1].Reserve("h1", 0); err == nil {
+		t.Fatal("the other replica took the slot a reservation holds")
+	}
+	clk.add(time.Second) // the store's claim expired ...
+	deadline := time.Now().Add(10 * time.Second)
+	for { // ... and, once its timer fired, the replica's own reservation
+		rs[0].mu.Lock()
+		left := rs[0].pending["h1"].slots
+		rs[0].mu.Unlock()
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the unanswered reservation never expired")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, s := range rs {
+		done, err := s.Reserve("h1", 0)
+		if err != nil {
+			t.Fatalf("replica %d after the expiry: %v", i, err)
+		}
+		done(false)
+	}
+}
