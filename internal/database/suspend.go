@@ -159,7 +159,7 @@ func (s *Service) SuspendIdle(ctx context.Context) (int, error) {
 			continue
 		}
 		if s.archiving() { // what is archived leaves before the VM sleeps
-			if _, err := s.drain(ctx, d, sb); err != nil {
+			if _, err := s.drain(ctx, d, sb, true); err != nil {
 				s.log.Warn("database: draining archived WAL before suspending failed", "database", d.ID, "err", err)
 			}
 		}
