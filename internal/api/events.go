@@ -56,12 +56,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	changes := map[string]time.Time{} // audit entries sent, by id
 	deps := map[string]seenState{}    // deployments sent, by id
 	appsSeen := map[string]store.App{}
-	exitsSent := map[string]time.Time{} // process exits sent, by key
 	since := s.now()
 	depSince := since
 	// The audit log's own cursor; calls from just before the stream began are reported too.
 	started := since.Add(-eventLookback)
-	auditSince, exitSince := since, since
+	auditSince := since
+	exits, dbEvents := recorded{since: since, sent: map[string]time.Time{}}, recorded{since: since, sent: map[string]time.Time{}}
 	out := &ndjson{w: w}
 	out.send(v1.Event{Type: "ready", At: v1.Timestamp(since)})
 	failed := func(what string, err error) bool { // a failed read is logged; the next poll tries again
@@ -120,31 +120,33 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			out.send(v1.Event{Type: "change", At: v1.Timestamp(a.CreatedAt), Change: &c})
 			lastSent = time.Now()
 		}
-		exits, err := s.store.ProcessExitsSince(ctx, id.TeamID, exitSince.Add(-eventLookback), eventBatch)
+		pes, err := s.store.ProcessExitsSince(ctx, id.TeamID, exits.since.Add(-eventLookback), eventBatch)
 		if failed("process exits", err) {
 			continue
 		}
-		for _, e := range exits {
-			advance(&exitSince, e.RecordedAt)
-			key := webhooks.ProcessExitKey(e)
-			if _, sent := exitsSent[key]; sent || !e.RecordedAt.After(started) {
-				continue
-			}
-			exitsSent[key] = e.RecordedAt
+		for _, e := range pes {
 			v := webhooks.ProcessExitView(e)
-			out.send(v1.Event{Type: webhooks.ProcessExited, At: v.ExitedAt, Process: &v})
-			lastSent = time.Now()
+			if exits.send(out, started, webhooks.ProcessExitKey(e), e.RecordedAt, v1.Event{Type: webhooks.ProcessExited, At: v.ExitedAt, Process: &v}) {
+				lastSent = time.Now()
+			}
+		}
+		dbes, err := s.store.DatabaseEventsSince(ctx, id.TeamID, dbEvents.since.Add(-eventLookback), eventBatch)
+		if failed("database events", err) {
+			continue
+		}
+		for _, e := range dbes {
+			v := webhooks.DatabaseEventView(e)
+			if dbEvents.send(out, started, e.ID, e.At, v1.Event{Type: e.Type, At: v1.Timestamp(e.At), Database: &v}) {
+				lastSent = time.Now()
+			}
 		}
 		for aid, at := range changes {
 			if at.Before(auditSince.Add(-2 * eventLookback)) {
 				delete(changes, aid)
 			}
 		}
-		for key, at := range exitsSent {
-			if at.Before(exitSince.Add(-2 * eventLookback)) {
-				delete(exitsSent, key)
-			}
-		}
+		exits.forget()
+		dbEvents.forget()
 		// Killed sandboxes never change again: forget them once out of the lookback window; and
 		// deployments once their change is (a later change has a later time and is sent).
 		for sid, st := range seen {
@@ -192,6 +194,34 @@ func (s *Server) deploymentEvents(ctx context.Context, out *ndjson, teamID strin
 		sentOne = true
 	}
 	return sentOne, nil
+}
+
+// recorded is a stream's feed of events the store records once each (process exits, database
+// events): how far it was read, and what was sent by key (within the lookback window).
+type recorded struct {
+	since time.Time
+	sent  map[string]time.Time
+}
+
+// send sends ev (recorded at at, named key) unless it was sent already or recorded before the
+// stream started, and moves the cursor on; it reports whether it sent.
+func (r *recorded) send(out *ndjson, started time.Time, key string, at time.Time, ev v1.Event) bool {
+	advance(&r.since, at)
+	if _, sent := r.sent[key]; sent || !at.After(started) {
+		return false
+	}
+	r.sent[key] = at
+	out.send(ev)
+	return true
+}
+
+// forget drops the keys of events out of the lookback window (a later event has a later time).
+func (r *recorded) forget() {
+	for key, at := range r.sent {
+		if at.Before(r.since.Add(-2 * eventLookback)) {
+			delete(r.sent, key)
+		}
+	}
 }
 
 // advance moves a cursor on to t if t is later.

@@ -44,12 +44,15 @@ const (
 	SandboxError      = "sandbox.error"
 	TemplateBuilt     = "template.built"
 	ProcessExited     = "process.exited"
+	DatabaseBackedUp  = "database.backed_up"
+	DatabaseSuspended = "database.suspended"
 	Change            = "change"
 	All               = "*"
 )
 
 // EventTypes lists the event types, All last.
-var EventTypes = []string{SandboxCreated, SandboxWoken, SandboxHibernated, SandboxKilled, SandboxExpired, SandboxLost, SandboxError, TemplateBuilt, ProcessExited, Change, All}
+var EventTypes = []string{SandboxCreated, SandboxWoken, SandboxHibernated, SandboxKilled, SandboxExpired, SandboxLost, SandboxError, TemplateBuilt, ProcessExited,
+	DatabaseBackedUp, DatabaseSuspended, Change, All}
 
 // Headers of a delivery.
 const (
@@ -251,11 +254,11 @@ func (s *Service) Run(ctx context.Context) {
 		s.deliver(ctx)
 		if time.Since(lastPrune) > time.Hour {
 			lastPrune = time.Now()
-			if _, err := s.st.PruneDeliveries(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
-				s.log.Warn("webhooks: pruning deliveries", "err", err)
-			}
-			if _, err := s.st.PruneProcessExits(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
-				s.log.Warn("webhooks: pruning process exits", "err", err)
+			for what, prune := range map[string]func(context.Context, time.Time) (int64, error){
+				"deliveries": s.st.PruneDeliveries, "process exits": s.st.PruneProcessExits, "database events": s.st.PruneDatabaseEvents} {
+				if _, err := prune(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
+					s.log.Warn("webhooks: pruning "+what, "err", err)
+				}
 			}
 		}
 		select {
@@ -267,7 +270,7 @@ func (s *Service) Run(ctx context.Context) {
 }
 
 // cursor is how far a team's sandbox changes, templates and audit log were read.
-type cursor struct{ sandboxes, templates, audit, exits time.Time }
+type cursor struct{ sandboxes, templates, audit, exits, databases time.Time }
 
 // produce records a delivery for every new event of a team with webhooks, for each webhook that
 // asks for its type and existed before it.
@@ -283,7 +286,7 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 	for team, ws := range byTeam {
 		c, ok := cursors[team]
 		if !ok {
-			c = cursor{started, started, started, started}
+			c = cursor{started, started, started, started, started}
 		}
 		sbs, err := s.st.SandboxesChangedSince(ctx, team, c.sandboxes.Add(-lookback), batch)
 		if err != nil {
@@ -331,6 +334,15 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 			v := ProcessExitView(e)
 			s.enqueue(ctx, ws, ProcessExitKey(e), v1.WebhookEvent{Type: ProcessExited, At: v.ExitedAt, Process: &v}, e.RecordedAt)
 		}
+		dbes, err := s.st.DatabaseEventsSince(ctx, team, c.databases.Add(-lookback), batch)
+		if err != nil {
+			return err
+		}
+		for _, e := range dbes {
+			c.databases = later(c.databases, e.At)
+			v := DatabaseEventView(e)
+			s.enqueue(ctx, ws, "dbe:"+e.ID, v1.WebhookEvent{Type: e.Type, At: v1.Timestamp(e.At), Database: &v}, e.At)
+		}
 		entries, _, err := s.st.ListAudit(ctx, store.AuditFilter{TeamID: team, Since: c.audit.Add(-lookback), Limit: batch})
 		if err != nil {
 			return err
@@ -363,6 +375,11 @@ func later(a, b time.Time) time.Time {
 func ProcessExitView(e store.ProcessExit) v1.ProcessExit {
 	return v1.ProcessExit{SandboxID: e.SandboxID, Pid: e.Pid, Tag: e.Tag, ExitCode: e.ExitCode, Signal: e.Signal,
 		StartedAt: v1.Timestamp(e.StartedAt), ExitedAt: v1.Timestamp(e.ExitedAt)}
+}
+
+// DatabaseEventView is a database event as events show it.
+func DatabaseEventView(e store.DatabaseEvent) v1.DatabaseEvent {
+	return v1.DatabaseEvent{ID: e.DatabaseID, Name: e.Name, BackupID: e.BackupID, Trigger: e.Trigger, IdleSeconds: e.IdleSeconds}
 }
 
 // ProcessExitKey names an exit (a process ends once).

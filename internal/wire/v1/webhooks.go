@@ -56,4 +56,6 @@ type WebhookEvent struct {
 	Change    *Change   `json:"change,omitempty"`
 	// Process is a "process.exited" event's process.
 	Process *ProcessExit `json:"process,omitempty"`
+	// Database is a "database.backed_up" or "database.suspended" event's database.
+	Database *DatabaseEvent `json:"database,omitempty"`
 }

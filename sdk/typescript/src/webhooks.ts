@@ -6,7 +6,8 @@ const seg = (s: string): string => encodeURIComponent(s);
 /** Event types a webhook may ask for; "*" is all. */
 export type WebhookEventType =
   | "sandbox.created" | "sandbox.woken" | "sandbox.hibernated" | "sandbox.killed" | "sandbox.ttl_expired"
-  | "sandbox.lost" | "sandbox.error" | "template.built" | "process.exited" | "change" | "*";
+  | "sandbox.lost" | "sandbox.error" | "template.built" | "process.exited" | "database.backed_up" | "database.suspended"
+  | "change" | "*";
 
 /** A webhook; `secret` (whsec_…) is in create's answer only. */
 export interface Webhook {
@@ -41,6 +42,17 @@ export interface WebhookEvent {
   change?: { method: string; route: string; resource_id: string; status: number };
   /** The process that ended (type `process.exited`). */
   process?: ProcessExit;
+  /** The database backed up or suspended (types `database.backed_up`, `database.suspended`). */
+  database?: DatabaseEvent;
+}
+
+/** A database event: the backup taken and what took it (`database.backed_up`), or how long it had no client (`database.suspended`). */
+export interface DatabaseEvent {
+  id: string;
+  name: string;
+  backup_id?: string;
+  trigger?: "creation" | "schedule" | "request";
+  idle_seconds?: number;
 }
 
 /** A background process that ended (`process.exited`): `exit_code` is 128 + the signal's number when a signal ended it. */
