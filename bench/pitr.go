@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pitrSuite measures a restore to an instant (docs/databases.md) of a database of about mib MiB:
+// a real agent and server with a file blob store (WAL archive and base backups). The database is
+// filled to half the size, backed up (snapshot + pg_basebackup into the store), filled to the
+// whole size (WAL to replay after the base), an instant noted, a table dropped after it; then
+// POST …/restore {to_time} is timed (flush of the source's WAL, new VM, base laid down, WAL
+// placed, replay, promote) and the restored database checked. It records the sizes (database,
+// base, WAL archived and how well gzip did on it), each phase's time, and the restore time per
+// GiB of database (linear extrapolation: the restore moves and replays bytes).
+func pitrSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, mib int) error {
+	blobDir, err := os.MkdirTemp("/var/tmp", "pandastack-bench-pitr-blob-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(blobDir)
+	dbAddr := freeAddr()
+	cl, err := startCluster(guestAgent, imageCache, "10.197.16.0/20", "--db-addr", dbAddr, "--blob-store", "file://"+blobDir)
+	if err != nil {
+		return err
+	}
+	defer cl.stop()
+	if err := bakePostgres(cl); err != nil {
+		return err
+	}
+	body, err := cl.public.do("POST", "/v1/databases", map[string]any{"name": "pitr", "suspend_after_seconds": 0}, 201)
+	if err != nil {
+		return err
+	}
+	var db struct {
+		ID         string
+		Connection struct{ URI string }
+	}
+	json.Unmarshal(body, &db)
+	cfg, err := routerConfig(cl, dbAddr, db.Connection.URI)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	// Rows of ~1 KiB (stored inline, not TOASTed): 64 MiB per statement.
+	const rowsPer64MiB = 64 << 10 * 15 / 16
+	fill := func(table string, mib int) (time.Duration, error) {
+		t := time.Now()
+		if _, err := conn.Exec(ctx, "create table if not exists "+table+" (id bigint, pad text)"); err != nil {
+			return 0, err
+		}
+		for done := 0; done < mib; done += 64 {
+			if _, err := conn.Exec(ctx, fmt.Sprintf("insert into %s select g, repeat(md5(g::text || random()::text), 31) from generate_series(%d, %d) g",
+				table, done/64*rowsPer64MiB, (done/64+1)*rowsPer64MiB-1)); err != nil {
+				return 0, err
+			}
+		}
+		return time.Since(t), nil
+	}
+	half := max(mib/2/64*64, 64)
+	d1, err := fill("fill1", half)
+	if err != nil {
+		return err
+	}
+	t := time.Now()
+	if _, err := cl.public.do("POST", "/v1/databases/"+db.ID+"/backups", nil, 201); err != nil {
+		return err
+	}
+	backupMS := ms(time.Since(t))
+	d2, err := fill("fill2", max(mib-half, 64))
+	if err != nil {
+		return err
+	}
+	var size int64
+	var rows int64
+	var instant time.Time
+	if err := conn.QueryRow(ctx, "select pg_database_size(current_database()), (select count(*) from fill1) + (select count(*) from fill2), clock_timestamp()").Scan(&size, &rows, &instant); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "drop table fill2"); err != nil { // after the instant: not in the restore
+		return err
+	}
+	t = time.Now()
+	body, err = cl.public.do("POST", "/v1/databases/"+db.ID+"/restore", map[string]any{"name": "pitr-restored", "to_time": instant.UTC().Format(time.RFC3339Nano)}, 201)
+	if err != nil {
+		return err
+	}
+	restoreMS := ms(time.Since(t))
+	var restored struct {
+		ID         string
+		Connection struct{ URI string }
+	}
+	json.Unmarshal(body, &restored)
+	rcfg, err := routerConfig(cl, dbAddr, restored.Connection.URI)
+	if err != nil {
+		return err
+	}
+	rc, err := pgx.ConnectConfig(ctx, rcfg)
+	if err != nil {
+		return err
+	}
+	defer rc.Close(ctx)
+	var got int64
+	if err := rc.QueryRow(ctx, "select (select count(*) from fill1) + (select count(*) from fill2)").Scan(&got); err != nil || got != rows {
+		return fmt.Errorf("the restored database has %d rows (%v), want %d", got, err, rows)
+	}
+
+	// What the archive holds: base backups and WAL (gzipped, against 16 MiB a segment).
+	var baseBytes, walBytes, walSegments int64
+	filepath.Walk(filepath.Join(blobDir, "databases", db.ID), func(p string, info os.FileInfo, err error) error {
+		switch {
+		case err != nil || info.IsDir():
+		case strings.Contains(p, "/base/"):
+			baseBytes += info.Size()
+		case strings.Contains(p, "/wal/") && strings.HasSuffix(p, ".gz"):
+			walBytes += info.Size()
+			walSegments++
+		}
+		return nil
+	})
+	gib := float64(size) / (1 << 30)
+	res["db_pitr_database_mib"] = float64(size) / (1 << 20)
+	res["db_pitr_fill_mib_per_s"] = float64(half+max(mib-half, 64)) / (d1 + d2).Seconds()
+	res["db_pitr_backup_ms"] = backupMS
+	res["db_pitr_base_mib"] = float64(baseBytes) / (1 << 20)
+	res["db_pitr_wal_segments"] = float64(walSegments)
+	if walSegments > 0 {
+		res["db_pitr_wal_gzip_ratio"] = float64(walBytes) / float64(walSegments*16<<20)
+	}
+	res["db_pitr_restore_ms"] = restoreMS
+	res["db_pitr_restore_ms_per_gib"] = restoreMS / gib
+	return nil
+}
