@@ -39,16 +39,7 @@ func pitrSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 	if err != nil {
 		return err
 	}
-	var db struct {
-		ID         string
-		Connection struct{ URI string }
-	}
-	json.Unmarshal(body, &db)
-	cfg, err := routerConfig(cl, dbAddr, db.Connection.URI)
-	if err != nil {
-		return err
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	dbID, conn, err := connectMade(ctx, cl, dbAddr, body)
 	if err != nil {
 		return err
 	}
@@ -74,7 +65,7 @@ func pitrSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 		return err
 	}
 	t := time.Now()
-	if _, err := cl.public.do("POST", "/v1/databases/"+db.ID+"/backups", nil, 201); err != nil {
+	if _, err := cl.public.do("POST", "/v1/databases/"+dbID+"/backups", nil, 201); err != nil {
 		return err
 	}
 	backupMS := ms(time.Since(t))
@@ -92,21 +83,12 @@ func pitrSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 		return err
 	}
 	t = time.Now()
-	body, err = cl.public.do("POST", "/v1/databases/"+db.ID+"/restore", map[string]any{"name": "pitr-restored", "to_time": instant.UTC().Format(time.RFC3339Nano)}, 201)
+	body, err = cl.public.do("POST", "/v1/databases/"+dbID+"/restore", map[string]any{"name": "pitr-restored", "to_time": instant.UTC().Format(time.RFC3339Nano)}, 201)
 	if err != nil {
 		return err
 	}
 	restoreMS := ms(time.Since(t))
-	var restored struct {
-		ID         string
-		Connection struct{ URI string }
-	}
-	json.Unmarshal(body, &restored)
-	rcfg, err := routerConfig(cl, dbAddr, restored.Connection.URI)
-	if err != nil {
-		return err
-	}
-	rc, err := pgx.ConnectConfig(ctx, rcfg)
+	_, rc, err := connectMade(ctx, cl, dbAddr, body)
 	if err != nil {
 		return err
 	}
@@ -118,7 +100,7 @@ func pitrSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 
 	// What the archive holds: base backups and WAL (gzipped, against 16 MiB a segment).
 	var baseBytes, walBytes, walSegments int64
-	filepath.Walk(filepath.Join(blobDir, "databases", db.ID), func(p string, info os.FileInfo, err error) error {
+	filepath.Walk(filepath.Join(blobDir, "databases", dbID), func(p string, info os.FileInfo, err error) error {
 		switch {
 		case err != nil || info.IsDir():
 		case strings.Contains(p, "/base/"):
@@ -141,4 +123,19 @@ func pitrSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 	res["db_pitr_restore_ms"] = restoreMS
 	res["db_pitr_restore_ms_per_gib"] = restoreMS / gib
 	return nil
+}
+
+// connectMade connects through cl's router to the database a create or restore answered (body).
+func connectMade(ctx context.Context, cl *cluster, dbAddr string, body []byte) (string, *pgx.Conn, error) {
+	var db struct {
+		ID         string
+		Connection struct{ URI string }
+	}
+	json.Unmarshal(body, &db)
+	cfg, err := routerConfig(cl, dbAddr, db.Connection.URI)
+	if err != nil {
+		return "", nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	return db.ID, conn, err
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -17,15 +16,7 @@ import (
 // database.suspended (how long it was idle). The database's VM is a sandbox on the fake host (the
 // database row made directly: the fake runs no postgres).
 func TestDatabaseEvents(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.Webhooks = webhooks.Policy{AllowLoopback: true} })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rcv := newReceiver(t)
-	var hook v1.Webhook
-	json.Unmarshal(e.mustStatus(e.do("POST", "/v1/webhooks", e.admin, map[string]any{"url": rcv.URL,
-		"events": []string{webhooks.DatabaseBackedUp, webhooks.DatabaseSuspended}}), 201).body, &hook)
-	events := e.eventStream(e.admin)
-	go e.srv.RunWebhooks(ctx)
+	e, ctx, rcv, hook, events := hooked(t, webhooks.DatabaseBackedUp, webhooks.DatabaseSuspended)
 
 	sb := e.create(e.admin, map[string]any{"template": "base"})
 	row, _ := e.st.GetSandbox(ctx, sb.ID)

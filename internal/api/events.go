@@ -61,7 +61,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	// The audit log's own cursor; calls from just before the stream began are reported too.
 	started := since.Add(-eventLookback)
 	auditSince := since
-	exits, dbEvents := recorded{since: since, sent: map[string]time.Time{}}, recorded{since: since, sent: map[string]time.Time{}}
+	var feeds [len(webhooks.Feeds)]recorded // the once-recorded events (process exits, database events)
+	for i := range feeds {
+		feeds[i] = recorded{since: since, sent: map[string]time.Time{}}
+	}
 	out := &ndjson{w: w}
 	out.send(v1.Event{Type: "ready", At: v1.Timestamp(since)})
 	failed := func(what string, err error) bool { // a failed read is logged; the next poll tries again
@@ -120,33 +123,24 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			out.send(v1.Event{Type: "change", At: v1.Timestamp(a.CreatedAt), Change: &c})
 			lastSent = time.Now()
 		}
-		pes, err := s.store.ProcessExitsSince(ctx, id.TeamID, exits.since.Add(-eventLookback), eventBatch)
-		if failed("process exits", err) {
-			continue
-		}
-		for _, e := range pes {
-			v := webhooks.ProcessExitView(e)
-			if exits.send(out, started, webhooks.ProcessExitKey(e), e.RecordedAt, v1.Event{Type: webhooks.ProcessExited, At: v.ExitedAt, Process: &v}) {
-				lastSent = time.Now()
+		for i, f := range webhooks.Feeds {
+			evs, err := f.Read(ctx, s.store, id.TeamID, feeds[i].since.Add(-eventLookback), eventBatch)
+			if failed(f.Name, err) {
+				continue
 			}
-		}
-		dbes, err := s.store.DatabaseEventsSince(ctx, id.TeamID, dbEvents.since.Add(-eventLookback), eventBatch)
-		if failed("database events", err) {
-			continue
-		}
-		for _, e := range dbes {
-			v := webhooks.DatabaseEventView(e)
-			if dbEvents.send(out, started, e.ID, e.At, v1.Event{Type: e.Type, At: v1.Timestamp(e.At), Database: &v}) {
-				lastSent = time.Now()
+			for _, e := range evs {
+				ev := v1.Event{Type: e.Event.Type, At: e.Event.At, Process: e.Event.Process, Database: e.Event.Database}
+				if feeds[i].send(out, started, e.Key, e.At, ev) {
+					lastSent = time.Now()
+				}
 			}
+			feeds[i].forget()
 		}
 		for aid, at := range changes {
 			if at.Before(auditSince.Add(-2 * eventLookback)) {
 				delete(changes, aid)
 			}
 		}
-		exits.forget()
-		dbEvents.forget()
 		// Killed sandboxes never change again: forget them once out of the lookback window; and
 		// deployments once their change is (a later change has a later time and is sent).
 		for sid, st := range seen {

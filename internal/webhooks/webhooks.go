@@ -270,7 +270,10 @@ func (s *Service) Run(ctx context.Context) {
 }
 
 // cursor is how far a team's sandbox changes, templates and audit log were read.
-type cursor struct{ sandboxes, templates, audit, exits, databases time.Time }
+type cursor struct {
+	sandboxes, templates, audit time.Time
+	feeds                       [2]time.Time // Feeds'
+}
 
 // produce records a delivery for every new event of a team with webhooks, for each webhook that
 // asks for its type and existed before it.
@@ -286,7 +289,7 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 	for team, ws := range byTeam {
 		c, ok := cursors[team]
 		if !ok {
-			c = cursor{started, started, started, started, started}
+			c = cursor{started, started, started, [2]time.Time{started, started}}
 		}
 		sbs, err := s.st.SandboxesChangedSince(ctx, team, c.sandboxes.Add(-lookback), batch)
 		if err != nil {
@@ -325,23 +328,15 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 			key := fmt.Sprintf("tpl:%s:%d", t.Name, t.UpdatedAt.UnixMicro())
 			s.enqueue(ctx, ws, key, v1.WebhookEvent{Type: TemplateBuilt, At: v1.Timestamp(t.UpdatedAt), Template: &v}, t.UpdatedAt)
 		}
-		exits, err := s.st.ProcessExitsSince(ctx, team, c.exits.Add(-lookback), batch)
-		if err != nil {
-			return err
-		}
-		for _, e := range exits {
-			c.exits = later(c.exits, e.RecordedAt)
-			v := ProcessExitView(e)
-			s.enqueue(ctx, ws, ProcessExitKey(e), v1.WebhookEvent{Type: ProcessExited, At: v.ExitedAt, Process: &v}, e.RecordedAt)
-		}
-		dbes, err := s.st.DatabaseEventsSince(ctx, team, c.databases.Add(-lookback), batch)
-		if err != nil {
-			return err
-		}
-		for _, e := range dbes {
-			c.databases = later(c.databases, e.At)
-			v := DatabaseEventView(e)
-			s.enqueue(ctx, ws, "dbe:"+e.ID, v1.WebhookEvent{Type: e.Type, At: v1.Timestamp(e.At), Database: &v}, e.At)
+		for i, f := range Feeds {
+			evs, err := f.Read(ctx, s.st, team, c.feeds[i].Add(-lookback), batch)
+			if err != nil {
+				return err
+			}
+			for _, e := range evs {
+				c.feeds[i] = later(c.feeds[i], e.At)
+				s.enqueue(ctx, ws, e.Key, e.Event, e.At)
+			}
 		}
 		entries, _, err := s.st.ListAudit(ctx, store.AuditFilter{TeamID: team, Since: c.audit.Add(-lookback), Limit: batch})
 		if err != nil {
@@ -375,6 +370,43 @@ func later(a, b time.Time) time.Time {
 func ProcessExitView(e store.ProcessExit) v1.ProcessExit {
 	return v1.ProcessExit{SandboxID: e.SandboxID, Pid: e.Pid, Tag: e.Tag, ExitCode: e.ExitCode, Signal: e.Signal,
 		StartedAt: v1.Timestamp(e.StartedAt), ExitedAt: v1.Timestamp(e.ExitedAt)}
+}
+
+// Recorded is an event the store records once (a process exit, a database event): its key (a
+// delivery is recorded once per webhook and key), when it was recorded (the feed's cursor) and
+// the event.
+type Recorded struct {
+	Key   string
+	At    time.Time
+	Event v1.WebhookEvent
+}
+
+// Feed is a kind of once-recorded event: Read lists a team's recorded after since, oldest first.
+type Feed struct {
+	Name string
+	Read func(ctx context.Context, st *store.Store, teamID string, since time.Time, limit int) ([]Recorded, error)
+}
+
+// Feeds are the once-recorded events, for webhooks and the events stream alike.
+var Feeds = [2]Feed{
+	{"process exits", func(ctx context.Context, st *store.Store, teamID string, since time.Time, limit int) ([]Recorded, error) {
+		exits, err := st.ProcessExitsSince(ctx, teamID, since, limit)
+		out := make([]Recorded, len(exits))
+		for i, e := range exits {
+			v := ProcessExitView(e)
+			out[i] = Recorded{ProcessExitKey(e), e.RecordedAt, v1.WebhookEvent{Type: ProcessExited, At: v.ExitedAt, Process: &v}}
+		}
+		return out, err
+	}},
+	{"database events", func(ctx context.Context, st *store.Store, teamID string, since time.Time, limit int) ([]Recorded, error) {
+		dbes, err := st.DatabaseEventsSince(ctx, teamID, since, limit)
+		out := make([]Recorded, len(dbes))
+		for i, e := range dbes {
+			v := DatabaseEventView(e)
+			out[i] = Recorded{"dbe:" + e.ID, e.At, v1.WebhookEvent{Type: e.Type, At: v1.Timestamp(e.At), Database: &v}}
+		}
+		return out, err
+	}},
 }
 
 // DatabaseEventView is a database event as events show it.
