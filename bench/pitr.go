@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,7 +40,7 @@ func pitrSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 	if err != nil {
 		return err
 	}
-	dbID, conn, err := connectMade(ctx, cl, dbAddr, body)
+	dbID, uri, conn, err := connectMade(ctx, cl, dbAddr, body, "")
 	if err != nil {
 		return err
 	}
@@ -69,6 +70,7 @@ func pitrSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 		return err
 	}
 	backupMS := ms(time.Since(t))
+	fmt.Printf("pitr: filled %d MiB in %s, backup (snapshot + base) in %.0f ms\n", half, d1, backupMS)
 	d2, err := fill("fill2", max(mib-half, 64))
 	if err != nil {
 		return err
@@ -79,6 +81,7 @@ func pitrSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 	if err := conn.QueryRow(ctx, "select pg_database_size(current_database()), (select count(*) from fill1) + (select count(*) from fill2), clock_timestamp()").Scan(&size, &rows, &instant); err != nil {
 		return err
 	}
+	fmt.Printf("pitr: filled %d MiB more in %s; database %d MiB, %d rows at %s\n", max(mib-half, 64), d2, size>>20, rows, instant)
 	if _, err := conn.Exec(ctx, "drop table fill2"); err != nil { // after the instant: not in the restore
 		return err
 	}
@@ -88,7 +91,8 @@ func pitrSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 		return err
 	}
 	restoreMS := ms(time.Since(t))
-	_, rc, err := connectMade(ctx, cl, dbAddr, body)
+	fmt.Printf("pitr: restored to the instant in %.0f ms\n", restoreMS)
+	_, _, rc, err := connectMade(ctx, cl, dbAddr, body, uri) // the source's credentials
 	if err != nil {
 		return err
 	}
@@ -125,17 +129,25 @@ func pitrSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 	return nil
 }
 
-// connectMade connects through cl's router to the database a create or restore answered (body).
-func connectMade(ctx context.Context, cl *cluster, dbAddr string, body []byte) (string, *pgx.Conn, error) {
+// connectMade connects through cl's router to the database a create or restore answered (body):
+// with the URI answered (a create's, which has the password), or with the source's (from, with
+// the password) for the new database's id. It returns the id and the URI used.
+func connectMade(ctx context.Context, cl *cluster, dbAddr string, body []byte, from string) (string, string, *pgx.Conn, error) {
 	var db struct {
 		ID         string
 		Connection struct{ URI string }
 	}
 	json.Unmarshal(body, &db)
-	cfg, err := routerConfig(cl, dbAddr, db.Connection.URI)
+	uri := db.Connection.URI
+	if from != "" {
+		u, _ := url.Parse(from)
+		u.Host = strings.Replace(u.Host, strings.SplitN(u.Hostname(), ".", 2)[0], db.ID, 1)
+		uri = u.String()
+	}
+	cfg, err := routerConfig(cl, dbAddr, uri)
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
-	return db.ID, conn, err
+	return db.ID, uri, conn, err
 }
