@@ -33,16 +33,8 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 		return err
 	}
 	defer cl.stop()
-	if _, err := cl.direct.do("POST", "/v1/templates/postgres-17/bake", nil, 200); err != nil {
+	if err := bakePostgres(cl); err != nil {
 		return err
-	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if _, err := cl.public.do("GET", "/v1/templates/postgres-17", nil, 200); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("server never saw postgres-17 (see %s)", cl.dir)
-		}
 	}
 	n := 0
 	createDB := cl.public.createTimed("/v1/databases", func() any { n++; return map[string]any{"name": fmt.Sprintf("bench%d", n)} })
@@ -69,24 +61,20 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 		}
 	}
 	json.Unmarshal(body, &db)
-	ca := filepath.Join(cl.dir, "db-tls", "ca.pem")
-	viaRouter, err := pgx.ParseConfig(strings.Replace(db.Connection.URI, "sslmode=require", "sslmode=verify-full&sslrootcert="+ca, 1))
+	viaRouter, err := routerConfig(cl, dbAddr, db.Connection.URI)
 	if err != nil {
 		return err
 	}
-	routerHost, _, _ := net.SplitHostPort(dbAddr)
-	viaRouter.LookupFunc = func(context.Context, string) ([]string, error) { return []string{routerHost}, nil }
 	direct := viaRouter.Copy()
 	agent := agentclient.New(cl.direct.base, strings.TrimPrefix(cl.direct.auth, "Bearer "))
 	direct.TLSConfig.InsecureSkipVerify = true // the VM's snakeoil certificate
 	direct.DialFunc = func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return agent.DialPort(ctx, db.SandboxID, 5432)
 	}
-	viaPooler, err := pgx.ParseConfig(strings.Replace(db.Connection.PoolerURI, "sslmode=require", "sslmode=verify-full&sslrootcert="+ca, 1))
+	viaPooler, err := routerConfig(cl, dbAddr, db.Connection.PoolerURI)
 	if err != nil {
 		return err
 	}
-	viaPooler.LookupFunc = viaRouter.LookupFunc
 	plain := direct.Copy() // the floor: the tunnel without TLS
 	plain.TLSConfig, plain.Fallbacks = nil, nil
 	connect := func(cfg *pgx.ConnConfig) sample {
@@ -161,6 +149,34 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 		res[name+"_p50_ms"], res[name+"_p99_ms"] = pct(lat[i], 50), pct(lat[i], 99)
 	}
 	return nil
+}
+
+// bakePostgres bakes postgres-17 on cl's host and waits until its server sees it.
+func bakePostgres(cl *cluster) error {
+	if _, err := cl.direct.do("POST", "/v1/templates/postgres-17/bake", nil, 200); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := cl.public.do("GET", "/v1/templates/postgres-17", nil, 200); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("server never saw postgres-17 (see %s)", cl.dir)
+		}
+	}
+}
+
+// routerConfig is a pgx configuration for a database's uri through cl's router at dbAddr, its
+// certificate verified with the cluster's CA.
+func routerConfig(cl *cluster, dbAddr, uri string) (*pgx.ConnConfig, error) {
+	ca := filepath.Join(cl.dir, "db-tls", "ca.pem")
+	cfg, err := pgx.ParseConfig(strings.Replace(uri, "sslmode=require", "sslmode=verify-full&sslrootcert="+ca, 1))
+	if err != nil {
+		return nil, err
+	}
+	routerHost, _, _ := net.SplitHostPort(dbAddr)
+	cfg.LookupFunc = func(context.Context, string) ([]string, error) { return []string{routerHost}, nil }
+	return cfg, nil
 }
 
 // pgbenchTPS runs the host's pgbench (TPC-B-like, 4 clients, 10 s) against the database through

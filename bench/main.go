@@ -33,6 +33,7 @@ func main() {
 	creates := flag.Int("creates", 30, "creates for the create latency figures")
 	suites := flag.String("suites", defaultSuites, "comma-separated suites to run (templates, which builds the whole catalog, code, which bakes code-interpreter, and soak, which runs for -soak-duration, run only when named)")
 	idle := flag.Int("idle", 20, "sandboxes kept running for the PSS figure")
+	flag.IntVar(&pitrMiB, "pitr-mib", 256, "suite pitr (run only when named): the database's size in MiB")
 	flag.StringVar(&guestBefore, "guest-agent-before", "", "an earlier pandastack-guest binary: suite guest-before compares creates with it against -guest-agent")
 	flag.StringVar(&cpuModel, "cpu", "qemu64", "suite cpu compares creates (and what the template runs) under this QEMU CPU model against the default")
 	flag.BoolVar(&scheduleDriftOn, "schedule-drift", true, "suite functions: measure the scheduler's drift (3 real minutes)")
@@ -65,6 +66,9 @@ var roundSuites = map[string]func(*bench, context.Context, map[string]float64, i
 
 // The comparisons of suites guest-before and cpu, and suite appsnext's guest CA file (flags).
 var guestBefore, cpuModel, guestCAFile string
+
+// pitrMiB is suite pitr's database size (flag).
+var pitrMiB int
 
 // Suite functions' drift measurement, and the started servers' log level (flags).
 var (
@@ -197,6 +201,8 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = functionsSuite(ctx, res, guestAgent, imageCache, max(creates/2, 2))
 		case "databases":
 			err = databasesSuite(ctx, res, guestAgent, imageCache, max(creates/2, 2))
+		case "pitr":
+			err = pitrSuite(ctx, res, guestAgent, imageCache, pitrMiB)
 		case "apps":
 			err = appsSuite(ctx, res, guestAgent, imageCache, max(creates/3, 3))
 		case "appsnext":
@@ -204,7 +210,7 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		case "soak":
 			err = soakSuite(ctx, res, guestAgent, imageCache)
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, apps, appsnext, soak, templates, code, before, guest-before, firstexec, forkwake, forkwake-cold, cpuweight, livebake, tsc, unconfined, cpu)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, pitr, apps, appsnext, soak, templates, code, before, guest-before, firstexec, forkwake, forkwake-cold, cpuweight, livebake, tsc, unconfined, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)

@@ -39,6 +39,9 @@ func eventsCmd() *cobra.Command {
 				case ev.Type == "process.exited" && ev.Process != nil:
 					p := ev.Process
 					fmt.Fprintln(w, termtext.Escape(fmt.Sprintf("%s  %s  process %d %q exited %d %s", ev.At, p.SandboxID, p.Pid, p.Tag, p.ExitCode, p.Signal)))
+				case ev.Database != nil:
+					d := ev.Database
+					fmt.Fprintln(w, termtext.Escape(fmt.Sprintf("%s  %s  %s %s %s", ev.At, d.ID, ev.Type, d.BackupID, d.Trigger)))
 				}
 				return false, nil
 			})

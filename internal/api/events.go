@@ -56,12 +56,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	changes := map[string]time.Time{} // audit entries sent, by id
 	deps := map[string]seenState{}    // deployments sent, by id
 	appsSeen := map[string]store.App{}
-	exitsSent := map[string]time.Time{} // process exits sent, by key
 	since := s.now()
 	depSince := since
 	// The audit log's own cursor; calls from just before the stream began are reported too.
 	started := since.Add(-eventLookback)
-	auditSince, exitSince := since, since
+	auditSince := since
+	var feeds [len(webhooks.Feeds)]recorded // the once-recorded events (process exits, database events)
+	for i := range feeds {
+		feeds[i] = recorded{since: since, sent: map[string]time.Time{}}
+	}
 	out := &ndjson{w: w}
 	out.send(v1.Event{Type: "ready", At: v1.Timestamp(since)})
 	failed := func(what string, err error) bool { // a failed read is logged; the next poll tries again
@@ -120,29 +123,22 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			out.send(v1.Event{Type: "change", At: v1.Timestamp(a.CreatedAt), Change: &c})
 			lastSent = time.Now()
 		}
-		exits, err := s.store.ProcessExitsSince(ctx, id.TeamID, exitSince.Add(-eventLookback), eventBatch)
-		if failed("process exits", err) {
-			continue
-		}
-		for _, e := range exits {
-			advance(&exitSince, e.RecordedAt)
-			key := webhooks.ProcessExitKey(e)
-			if _, sent := exitsSent[key]; sent || !e.RecordedAt.After(started) {
+		for i, f := range webhooks.Feeds {
+			evs, err := f.Read(ctx, s.store, id.TeamID, feeds[i].since.Add(-eventLookback), eventBatch)
+			if failed(f.Name, err) {
 				continue
 			}
-			exitsSent[key] = e.RecordedAt
-			v := webhooks.ProcessExitView(e)
-			out.send(v1.Event{Type: webhooks.ProcessExited, At: v.ExitedAt, Process: &v})
-			lastSent = time.Now()
+			for _, e := range evs {
+				ev := v1.Event{Type: e.Event.Type, At: e.Event.At, Process: e.Event.Process, Database: e.Event.Database}
+				if feeds[i].send(out, started, e.Key, e.At, ev) {
+					lastSent = time.Now()
+				}
+			}
+			feeds[i].forget()
 		}
 		for aid, at := range changes {
 			if at.Before(auditSince.Add(-2 * eventLookback)) {
 				delete(changes, aid)
-			}
-		}
-		for key, at := range exitsSent {
-			if at.Before(exitSince.Add(-2 * eventLookback)) {
-				delete(exitsSent, key)
 			}
 		}
 		// Killed sandboxes never change again: forget them once out of the lookback window; and
@@ -192,6 +188,34 @@ func (s *Server) deploymentEvents(ctx context.Context, out *ndjson, teamID strin
 		sentOne = true
 	}
 	return sentOne, nil
+}
+
+// recorded is a stream's feed of events the store records once each (process exits, database
+// events): how far it was read, and what was sent by key (within the lookback window).
+type recorded struct {
+	since time.Time
+	sent  map[string]time.Time
+}
+
+// send sends ev (recorded at at, named key) unless it was sent already or recorded before the
+// stream started, and moves the cursor on; it reports whether it sent.
+func (r *recorded) send(out *ndjson, started time.Time, key string, at time.Time, ev v1.Event) bool {
+	advance(&r.since, at)
+	if _, sent := r.sent[key]; sent || !at.After(started) {
+		return false
+	}
+	r.sent[key] = at
+	out.send(ev)
+	return true
+}
+
+// forget drops the keys of events out of the lookback window (a later event has a later time).
+func (r *recorded) forget() {
+	for key, at := range r.sent {
+		if at.Before(r.since.Add(-2 * eventLookback)) {
+			delete(r.sent, key)
+		}
+	}
 }
 
 // advance moves a cursor on to t if t is later.

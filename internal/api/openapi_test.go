@@ -88,7 +88,7 @@ var wireTypes = func() map[string]reflect.Type {
 		v1.CreateTeamRequest{}, v1.NewTeam{}, v1.Info{}, v1.EgressInfo{}, v1.Range{}, v1.AuditEntry{}, v1.AuditPage{},
 		v1.Usage{}, v1.UsageItem{}, v1.QuotaRequest{}, v1.Host{}, v1.Hosts{}, v1.DrainReport{}, v1.KeptSandbox{}, v1.DoctorReport{}, v1.DoctorFinding{},
 		v1.StartProcessRequest{}, v1.ProcessStarted{}, v1.Process{},
-		v1.Processes{}, v1.ProcessEvent{}, v1.ProcessExit{}, v1.StdinRequest{}, v1.SignalRequest{}, v1.TerminalMessage{},
+		v1.Processes{}, v1.ProcessEvent{}, v1.ProcessExit{}, v1.DatabaseEvent{}, v1.StdinRequest{}, v1.SignalRequest{}, v1.TerminalMessage{},
 		v1.WatchEvent{}, v1.ArchiveResult{},
 		v1.CodeRequest{}, v1.CodeResult{}, v1.CodeError{}, v1.CodeEnd{},
 		v1.CodeEvent{}, v1.CodeLogs{}, v1.CodeExecution{}, v1.CodeContext{}, v1.CreateCodeContextRequest{}, v1.CodeContextList{},

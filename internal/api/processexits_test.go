@@ -13,18 +13,25 @@ import (
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
+// hooked is an env whose webhooks run (loopback receivers allowed), with a receiver, a webhook to
+// it for the event types, and the admin's events stream.
+func hooked(t *testing.T, types ...string) (*env, context.Context, *receiver, v1.Webhook, <-chan v1.Event) {
+	e := newEnv(t, func(c *Config) { c.Webhooks = webhooks.Policy{AllowLoopback: true} })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	rcv := newReceiver(t)
+	var hook v1.Webhook
+	json.Unmarshal(e.mustStatus(e.do("POST", "/v1/webhooks", e.admin, map[string]any{"url": rcv.URL, "events": types}), 201).body, &hook)
+	events := e.eventStream(e.admin)
+	go e.srv.RunWebhooks(ctx)
+	return e, ctx, rcv, hook, events
+}
+
 // TestProcessExitedEvent: a background process's exit reaches the events stream and a webhook
 // (signed) as "process.exited" with its pid, tag and how it ended — through the scheduler's poll
 // of the host agent, never a stream to the process — once.
 func TestProcessExitedEvent(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.Webhooks = webhooks.Policy{AllowLoopback: true} })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rcv := newReceiver(t)
-	var hook v1.Webhook
-	json.Unmarshal(e.mustStatus(e.do("POST", "/v1/webhooks", e.admin, map[string]any{"url": rcv.URL, "events": []string{"process.exited"}}), 201).body, &hook)
-	events := e.eventStream(e.admin)
-	go e.srv.RunWebhooks(ctx)
+	e, ctx, rcv, hook, events := hooked(t, "process.exited")
 
 	sb := e.create(e.admin, map[string]any{"template": "base"})
 	base := "/v1/sandboxes/" + sb.ID + "/processes"

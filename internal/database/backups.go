@@ -9,6 +9,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/webhooks"
 )
 
 // Backups are snapshots of a database's VM (memory and disk at one instant, taken with the VM
@@ -44,32 +45,52 @@ func (s *Service) Wait() { s.bg.Wait() }
 // baseBackup is a new database's first backup, so that it is restorable from its creation on
 // (the scheduled pass would take one within the hour).
 func (s *Service) baseBackup(ctx context.Context, d store.Database) error {
-	_, err := s.Backup(ctx, d.TeamID, d.ID)
+	_, err := s.backup(ctx, d.TeamID, d.ID, TriggerCreation)
 	return err
 }
+
+// What took a backup (a database.backed_up event's trigger).
+const (
+	TriggerCreation = "creation" // a new database's first backup
+	TriggerSchedule = "schedule" // the daily backups
+	TriggerRequest  = "request"  // POST …/backups
+)
 
 // Backup snapshots the team's database now and, when WAL is archived, takes a base backup for
 // point-in-time restores as well (pitr.go).
 func (s *Service) Backup(ctx context.Context, teamID, id string) (store.Snapshot, error) {
-	sn, err := s.snapshot(ctx, teamID, id)
-	if err == nil && s.archiving() {
-		d, gerr := s.Get(ctx, teamID, id)
-		if gerr == nil {
-			gerr = s.walBase(ctx, d)
-		}
-		if gerr != nil { // the snapshot is a backup all the same; restores to instants use an older base
-			s.log.Warn("database: base backup for point-in-time restores failed", "database", id, "err", gerr)
-		}
-	}
-	return sn, err
+	return s.backup(ctx, teamID, id, TriggerRequest)
 }
 
-// snapshot snapshots the team's database now.
-func (s *Service) snapshot(ctx context.Context, teamID, id string) (store.Snapshot, error) {
+// backup is Backup for trigger, recorded as a database.backed_up event.
+func (s *Service) backup(ctx context.Context, teamID, id, trigger string) (store.Snapshot, error) {
 	d, err := s.Get(ctx, teamID, id)
 	if err != nil {
 		return store.Snapshot{}, err
 	}
+	sn, err := s.snapshot(ctx, d)
+	if err != nil {
+		return sn, err
+	}
+	if s.archiving() {
+		if err := s.walBase(ctx, d); err != nil { // the snapshot is a backup all the same; restores to instants use an older base
+			s.log.Warn("database: base backup for point-in-time restores failed", "database", id, "err", err)
+		}
+	}
+	s.event(ctx, d, store.DatabaseEvent{Type: webhooks.DatabaseBackedUp, BackupID: sn.ID, Trigger: trigger})
+	return sn, nil
+}
+
+// event records e of database d for the events stream and webhooks (a failure is logged).
+func (s *Service) event(ctx context.Context, d store.Database, e store.DatabaseEvent) {
+	e.ID, e.TeamID, e.DatabaseID, e.Name = auth.NewID("dbe_"), d.TeamID, d.ID, d.Name
+	if _, err := s.cfg.Store.RecordDatabaseEvent(context.WithoutCancel(ctx), e); err != nil {
+		s.log.Warn("database: could not record an event", "database", d.ID, "type", e.Type, "err", err)
+	}
+}
+
+// snapshot snapshots database d now.
+func (s *Service) snapshot(ctx context.Context, d store.Database) (store.Snapshot, error) {
 	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
 	if err != nil {
 		return store.Snapshot{}, err
@@ -184,7 +205,7 @@ func (s *Service) BackupDue(ctx context.Context) (int, error) {
 			continue
 		}
 		if len(backups) == 0 || now.Sub(backups[0].CreatedAt) >= BackupInterval && !s.unchangedSince(ctx, d, backups[0].CreatedAt) {
-			if _, err := s.Backup(ctx, d.TeamID, d.ID); err != nil {
+			if _, err := s.backup(ctx, d.TeamID, d.ID, TriggerSchedule); err != nil {
 				s.log.Warn("database: scheduled backup failed", "database", d.ID, "err", err)
 			} else {
 				n++

@@ -2,6 +2,7 @@ package database
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +13,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
@@ -62,7 +66,7 @@ func (s *Service) walBase(ctx context.Context, d store.Database) error {
 	if err != nil {
 		return err
 	}
-	unlock := s.lockBase(d.ID) // one base backup of a database at a time
+	unlock := lockOf(&s.bases, d.ID) // one base backup of a database at a time
 	defer unlock()
 	dir := fmt.Sprintf("%s/%d", baseDir, time.Now().UnixNano())
 	out, err := s.guest(ctx, sb, `set -e
@@ -114,16 +118,28 @@ date -u +%Y%m%dT%H%M%S.%NZ`, nil, promoteTimeout)
 	return nil
 }
 
-// lockBase serialises the base backups of database id; the returned func unlocks.
-func (s *Service) lockBase(id string) func() {
-	m, _ := s.bases.LoadOrStore(id, &sync.Mutex{})
+// lockOf locks the *sync.Mutex of id in locks (made on first use); the returned func unlocks.
+func lockOf(locks *sync.Map, id string) func() {
+	m, _ := locks.LoadOrStore(id, &sync.Mutex{})
 	mu := m.(*sync.Mutex)
 	mu.Lock()
 	return mu.Unlock
 }
 
+// Draining: one replica at a time drains a database (a lease in the store, held while it drains;
+// within a replica, a mutex per database), and a drain moves up to drainSegments segments at once.
+const (
+	drainLease     = time.Minute
+	drainDatabases = 4 // databases one replica drains at once
+	drainSegments  = 4 // segments of one database moved at once
+	// drainWait bounds how long a drain that must happen (before a restore or a suspension) waits
+	// for another replica's drain of the same database to end.
+	drainWait = 2 * time.Minute
+)
+
 // DrainWAL moves every running database's archived WAL segments from its VM to the blob store
-// and returns how many it moved. Suspended databases are left asleep (they drained on suspend).
+// and returns how many it moved. A database another replica is draining is left to it; suspended
+// databases are left asleep (they drained on suspend).
 func (s *Service) DrainWAL(ctx context.Context) (int, error) {
 	if !s.archiving() {
 		return 0, nil
@@ -132,23 +148,69 @@ func (s *Service) DrainWAL(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	var n atomic.Int64
+	g := new(errgroup.Group)
+	g.SetLimit(drainDatabases)
 	for _, d := range list {
 		sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
 		if err != nil || sb.State != store.StateRunning {
 			continue
 		}
-		m, err := s.drain(ctx, d, sb)
-		n += m
-		if err != nil {
-			s.log.Warn("database: draining archived WAL failed", "database", d.ID, "err", err)
-		}
+		g.Go(func() error {
+			m, err := s.drain(ctx, d, sb, false)
+			n.Add(int64(m))
+			if err != nil {
+				s.log.Warn("database: draining archived WAL failed", "database", d.ID, "err", err)
+			}
+			return nil
+		})
 	}
-	return n, nil
+	g.Wait()
+	return int(n.Load()), nil
 }
 
-// drain moves d's spooled WAL files to the blob store, each deleted in the VM once stored.
-func (s *Service) drain(ctx context.Context, d store.Database, sb store.Sandbox) (int, error) {
+// drain moves d's spooled WAL files to the blob store (gzipped), each deleted in the VM once
+// stored, holding d's drain lease meanwhile. When another replica holds it, drain leaves the work
+// to it (must false: 0, nil) or waits for it to end and drains what is left (must: the caller
+// needs the spool empty).
+func (s *Service) drain(ctx context.Context, d store.Database, sb store.Sandbox, must bool) (int, error) {
+	unlock := lockOf(&s.drains, d.ID) // this replica's drains of d, one at a time
+	defer unlock()
+	holder := s.act.replica
+	for waited := time.Now(); ; {
+		now := s.cfg.Store.Clock(ctx)
+		ok, err := s.cfg.Store.ClaimDatabaseDrain(ctx, d.ID, holder, now, now.Add(drainLease))
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			break
+		}
+		if !must {
+			return 0, nil
+		}
+		if time.Since(waited) > drainWait {
+			return 0, fmt.Errorf("database: another replica has been draining %s's WAL for over %s", d.ID, drainWait)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	stop := make(chan struct{})
+	go s.cfg.Store.HoldLease(stop, drainLease, func(ctx context.Context, until time.Time) error {
+		return s.cfg.Store.RenewDatabaseDrain(ctx, d.ID, holder, until)
+	}, func(err error) {
+		s.log.Warn("database: renewing the WAL drain lease failed", "database", d.ID, "err", err)
+	})
+	defer func() {
+		close(stop)
+		if err := s.cfg.Store.ReleaseDatabaseDrain(context.WithoutCancel(ctx), d.ID, holder); err != nil {
+			s.log.Warn("database: releasing the WAL drain lease failed", "database", d.ID, "err", err)
+		}
+	}()
+
 	c, err := s.cfg.Sandboxes.Target(ctx, sb)
 	if err != nil {
 		return 0, err
@@ -161,29 +223,69 @@ func (s *Service) drain(ctx context.Context, d store.Database, sb store.Sandbox)
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	var n atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(drainSegments)
 	for _, e := range entries {
 		if e.Type != "file" || !walName.MatchString(e.Name) || e.Size > maxSegment {
 			continue // a copy in progress (.name.tmp) or not ours
 		}
-		resp, err := files.Read(ctx, sb.ID, path.Join(walSpool, e.Name))
-		if err != nil {
-			return n, err
-		}
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxSegment+1))
-		resp.Body.Close()
-		if err != nil {
-			return n, err
-		}
-		if err := s.cfg.Blob.Put(ctx, prefix(d.ID)+"wal/"+e.Name, bytes.NewReader(body)); err != nil {
-			return n, err
-		}
-		if err := files.Remove(ctx, sb.ID, path.Join(walSpool, e.Name), false); err != nil && !notFound(err) {
-			return n, err // (a concurrent drain may have removed it: stored either way)
-		}
-		n++
+		g.Go(func() error {
+			moved, err := s.moveSegment(gctx, files, d.ID, sb.ID, e.Name)
+			if moved {
+				n.Add(1)
+			}
+			return err
+		})
 	}
-	return n, nil
+	err = g.Wait()
+	return int(n.Load()), err
+}
+
+// moveSegment gzips the spooled WAL file name of d's VM into the blob store and deletes it in the
+// VM; false when it was gone already.
+func (s *Service) moveSegment(ctx context.Context, files agentclient.Files, id, sandboxID, name string) (bool, error) {
+	p := path.Join(walSpool, name)
+	resp, err := files.Read(ctx, sandboxID, p)
+	if notFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
+	size, err := io.Copy(zw, io.LimitReader(resp.Body, maxSegment+1))
+	resp.Body.Close()
+	if err == nil {
+		err = zw.Close()
+	}
+	if err == nil && size > maxSegment {
+		err = fmt.Errorf("database: WAL file %s is over %d bytes", name, maxSegment)
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := s.cfg.Blob.Put(ctx, prefix(id)+"wal/"+name+gzSuffix, bytes.NewReader(gz.Bytes())); err != nil {
+		return false, err
+	}
+	if err := files.Remove(ctx, sandboxID, p, false); err != nil && !notFound(err) {
+		return false, err
+	}
+	return true, nil
+}
+
+// gzSuffix ends the keys of gzipped WAL segments in the blob store; segments archived before
+// compression have none (a restore reads both).
+const gzSuffix = ".gz"
+
+// walFile is the WAL file name an archive key names (without .gz), or "" when it names none.
+func walFile(key string) string {
+	n := strings.TrimSuffix(path.Base(key), gzSuffix)
+	if !walName.MatchString(n) {
+		return ""
+	}
+	return n
 }
 
 // notFound says whether err is the host agent's 404.
@@ -219,7 +321,7 @@ done
 echo "the archiver did not archive $seg" >&2; exit 1`, nil, promoteTimeout); err != nil {
 		return err
 	}
-	_, err = s.drain(ctx, d, sb)
+	_, err = s.drain(ctx, d, sb, true)
 	return err
 }
 
@@ -242,6 +344,30 @@ func (s *Service) walBases(ctx context.Context, id string) ([]walBaseAt, error) 
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].end.Before(out[j].end) })
 	return out, err
+}
+
+// walSince lists id's archived WAL a replay from a base starting at WAL file start needs: the
+// segments from start on and the timeline histories, each once (a segment stored both gzipped and
+// plain, as by a drain before and one after compression came, is the gzipped one).
+func (s *Service) walSince(ctx context.Context, id, start string) ([]blob.Info, error) {
+	var wal []blob.Info
+	at := map[string]int{}
+	err := s.cfg.Blob.List(ctx, prefix(id)+"wal/", func(in blob.Info) error {
+		n := walFile(in.Key)
+		if n == "" || !(strings.HasSuffix(n, ".history") || n[8:] >= start[8:]) {
+			return nil
+		}
+		if i, dup := at[n]; dup {
+			if strings.HasSuffix(in.Key, gzSuffix) {
+				wal[i] = in
+			}
+			return nil
+		}
+		at[n] = len(wal)
+		wal = append(wal, in)
+		return nil
+	})
+	return wal, err
 }
 
 // restoreToTime makes a new database called name recovered to instant to from p's base backups
@@ -268,14 +394,8 @@ func (s *Service) restoreToTime(ctx context.Context, p store.Database, name stri
 		return d, true, errdefs.Invalidf("database %s can be restored to instants from %s on (its first base backup); for an earlier state restore a backup by backup_id",
 			p.ID, bases[0].end.Format(time.RFC3339Nano))
 	}
-	var wal []blob.Info
-	if err := s.cfg.Blob.List(ctx, prefix(p.ID)+"wal/", func(in blob.Info) error {
-		n := path.Base(in.Key)
-		if walName.MatchString(n) && (strings.HasSuffix(n, ".history") || n[8:] >= base.start[8:]) {
-			wal = append(wal, in)
-		}
-		return nil
-	}); err != nil {
+	wal, err := s.walSince(ctx, p.ID, base.start)
+	if err != nil {
 		return d, true, err
 	}
 
@@ -343,7 +463,9 @@ install -d -o postgres -g postgres -m 700 `+dataDir+` `+pitrDir+` `+restoreDir, 
 			return fmt.Errorf("database: placing archived WAL: %w", err)
 		}
 	}
-	conf := "restore_command = 'cp " + restoreDir + "/%f \"%p\"'\n" +
+	// Segments are gzipped in the archive (older ones are not): restore_command reads either.
+	conf := "restore_command = 'if [ -f " + restoreDir + "/%f" + gzSuffix + " ]; then gzip -dc " + restoreDir + "/%f" + gzSuffix +
+		" > \"%p\"; else cp " + restoreDir + "/%f \"%p\"; fi'\n" +
 		"recovery_target_time = '" + to.UTC().Format("2006-01-02 15:04:05.999999") + "+00'\n" +
 		"recovery_target_action = 'promote'\n"
 	// Recovery that reaches the end of the archive before any commit after to (nothing was
@@ -410,7 +532,7 @@ func (s *Service) pruneArchive(ctx context.Context, id string, now time.Time) er
 	}
 	var old []string
 	if err := s.cfg.Blob.List(ctx, prefix(id)+"wal/", func(in blob.Info) error {
-		if n := path.Base(in.Key); len(n) == 24 && n[8:] < bases[keep].start[8:] {
+		if n := walFile(in.Key); len(n) == 24 && n[8:] < bases[keep].start[8:] {
 			old = append(old, in.Key)
 		}
 		return nil

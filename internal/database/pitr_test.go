@@ -31,9 +31,24 @@ func TestPruneArchive(t *testing.T) {
 	old, kept, newest := base(10*24*time.Hour, "000000010000000000000002"), base(3*24*time.Hour, "000000010000000000000005"), base(time.Hour, "000000010000000000000009")
 	for _, k := range []string{old, kept, newest, "databases/db_a/base/garbage.tar",
 		"databases/db_a/wal/000000010000000000000002", "databases/db_a/wal/000000010000000000000004",
+		"databases/db_a/wal/000000010000000000000003.gz", "databases/db_a/wal/00000001000000000000000B.gz",
 		"databases/db_a/wal/000000010000000000000005", "databases/db_a/wal/00000001000000000000000A",
 		"databases/db_a/wal/00000002.history", "databases/db_b/wal/000000010000000000000001"} {
 		put(k)
+	}
+	// A replay from the kept base reads segments archived before compression (plain) and after
+	// (gzipped), each once (gzipped when a segment is stored both ways).
+	put("databases/db_a/wal/00000001000000000000000A.gz")
+	var replay []string
+	wal, err := s.walSince(ctx, "db_a", "000000010000000000000005")
+	for _, in := range wal {
+		replay = append(replay, strings.TrimPrefix(in.Key, "databases/db_a/wal/"))
+	}
+	if got := strings.Join(replay, " "); err != nil || got != "000000010000000000000005 00000001000000000000000A.gz 00000001000000000000000B.gz 00000002.history" {
+		t.Fatalf("WAL for a replay from segment 5: %s (%v)", got, err)
+	}
+	if err := bs.Delete(ctx, "databases/db_a/wal/00000001000000000000000A.gz"); err != nil {
+		t.Fatal(err)
 	}
 	bases, err := s.walBases(ctx, "db_a")
 	if err != nil || len(bases) != 3 || bases[0].key != old || bases[2].start != "000000010000000000000009" {
@@ -45,7 +60,7 @@ func TestPruneArchive(t *testing.T) {
 	var left []string
 	bs.List(ctx, "databases/", func(in blob.Info) error { left = append(left, in.Key); return nil })
 	sort.Strings(left)
-	want := []string{kept, newest, "databases/db_a/base/garbage.tar",
+	want := []string{kept, newest, "databases/db_a/base/garbage.tar", "databases/db_a/wal/00000001000000000000000B.gz",
 		"databases/db_a/wal/000000010000000000000005", "databases/db_a/wal/00000001000000000000000A",
 		"databases/db_a/wal/00000002.history", "databases/db_b/wal/000000010000000000000001"}
 	sort.Strings(want)

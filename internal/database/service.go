@@ -94,8 +94,9 @@ type Service struct {
 	log *slog.Logger
 	act activity
 	bg  sync.WaitGroup // base backups running in the background (Wait)
-	// bases holds a *sync.Mutex per database: one base backup of it at a time (pitr.go).
-	bases sync.Map
+	// bases and drains hold a *sync.Mutex per database: one base backup of it at a time, one
+	// drain of its WAL at a time in this replica (pitr.go).
+	bases, drains sync.Map
 }
 
 // New builds a service.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
-
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/webhooks"
 )
 
 // Scale to zero: a database no client has been connected to — through any server replica — for
@@ -159,7 +159,7 @@ func (s *Service) SuspendIdle(ctx context.Context) (int, error) {
 			continue
 		}
 		if s.archiving() { // what is archived leaves before the VM sleeps
-			if _, err := s.drain(ctx, d, sb); err != nil {
+			if _, err := s.drain(ctx, d, sb, true); err != nil {
 				s.log.Warn("database: draining archived WAL before suspending failed", "database", d.ID, "err", err)
 			}
 		}
@@ -167,7 +167,9 @@ func (s *Service) SuspendIdle(ctx context.Context) (int, error) {
 			s.log.Warn("database: could not suspend an idle database", "database", d.ID, "sandbox", sb.ID, "err", err)
 			continue
 		}
-		s.log.Info("database suspended (idle)", "database", d.ID, "idle_seconds", int(time.Since(since).Seconds()))
+		idleFor := int64(time.Since(since).Seconds())
+		s.log.Info("database suspended (idle)", "database", d.ID, "idle_seconds", idleFor)
+		s.event(ctx, d, store.DatabaseEvent{Type: webhooks.DatabaseSuspended, IdleSeconds: idleFor})
 		n++
 	}
 	return n, nil

@@ -2,30 +2,51 @@ package database
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/sandboxes"
-	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/templates"
 	"github.com/pandastack/pandastack/internal/testenv"
+	"github.com/pandastack/pandastack/internal/testenv/fakehost"
 )
 
-// replica is one server replica's database service on a shared store, its sandboxes on ag.
-func replica(t *testing.T, st *store.Store, ag *agenttest.Agent) *Service {
+// cluster is two server replicas' database services on one PostgreSQL store (sts), their
+// sandboxes on the fake host ag, their archive in bs (nil: none), and a database d of team_1 on
+// its sandbox sb.
+type cluster struct {
+	a, b *Service
+	sts  []*store.Store
+	ag   *agenttest.Agent
+	d    store.Database
+	sb   store.Sandbox
+}
+
+func twoReplicas(t *testing.T, name string, bs blob.Store, suspendAfter int64) cluster {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sched := scheduler.New(scheduler.Config{Store: st, Logger: log})
-	sched.AddStaticAgent(ag.URL(), ag.Token)
-	if err := sched.PollStatic(context.Background()); err != nil {
+	ctx := context.Background()
+	c := cluster{ag: agenttest.New("host-a", "tok", "base")}
+	t.Cleanup(c.ag.Close)
+	c.sts = testenv.PostgresStores(t, testenv.PostgresDatabase(t, name), 2)
+	replica := func(st *store.Store) *Service {
+		sbs, tpls := fakehost.Services(t, st, c.ag.URL(), c.ag.Token)
+		return New(Config{Store: st, Logger: fakehost.Quiet, Templates: tpls, Sandboxes: sbs, Blob: bs})
+	}
+	c.a, c.b = replica(c.sts[0]), replica(c.sts[1])
+	if _, err := c.sts[0].CreateTeam(ctx, store.Team{ID: "team_1", Name: "one"}); err != nil {
 		t.Fatal(err)
 	}
-	return New(Config{Store: st, Logger: log, Templates: templates.New(st, sched, log),
-		Sandboxes: sandboxes.New(sandboxes.Config{Store: st, Scheduler: sched, Logger: log, DefaultTTL: time.Hour, MaxTTL: time.Hour})})
+	var err error
+	if c.sb, err = c.a.cfg.Sandboxes.Create(ctx, "team_1", sandboxes.CreateParams{Template: "base", AgentTemplate: "base"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.d, err = c.sts[0].CreateDatabase(ctx, store.Database{ID: "db_one", TeamID: "team_1", Name: "one", Version: "17",
+		SandboxID: c.sb.ID, State: "running", SuspendAfterSeconds: suspendAfter}); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // TestSuspendCountsEveryReplica: two server replicas on one PostgreSQL store. A database with a
@@ -34,22 +55,8 @@ func replica(t *testing.T, st *store.Store, ag *agenttest.Agent) *Service {
 // last sight; a replica that stops reporting (dead, its clients with it) stops counting.
 func TestSuspendCountsEveryReplica(t *testing.T) {
 	ctx := context.Background()
-	ag := agenttest.New("host-a", "tok", "base")
-	t.Cleanup(ag.Close)
-	sts := testenv.PostgresStores(t, testenv.PostgresDatabase(t, "suspend"), 2)
-	a, b := replica(t, sts[0], ag), replica(t, sts[1], ag)
-	if _, err := sts[0].CreateTeam(ctx, store.Team{ID: "team_1", Name: "one"}); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := a.cfg.Sandboxes.Create(ctx, "team_1", sandboxes.CreateParams{Template: "base", AgentTemplate: "base"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := sts[0].CreateDatabase(ctx, store.Database{ID: "db_one", TeamID: "team_1", Name: "one", Version: "17",
-		SandboxID: sb.ID, State: "running", SuspendAfterSeconds: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := twoReplicas(t, "suspend", nil, 1)
+	a, b, sts, d, sb := c.a, c.b, c.sts, c.d, c.sb
 	state := func() string {
 		t.Helper()
 		got, err := sts[0].GetSandbox(ctx, sb.ID)

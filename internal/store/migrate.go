@@ -49,13 +49,14 @@ var versionNames = []string{
 	23: "app deployments' changes by team",
 	24: "background processes' exits",
 	25: "hosts' report fingerprints",
+	26: "database WAL drain leases",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
 // (tables before the tables that reference them).
 var migrations = assemble(teamsSchema, hostsSchema, catalogSchema, sandboxesSchema, snapshotsSchema,
 	volumesSchema, teamTemplatesSchema, auditSchema, quotaSchema, quotaHoldsSchema, functionsSchema, schedulesSchema, e2bSchema,
-	databasesSchema, databaseClientsSchema,
+	databasesSchema, databaseClientsSchema, databaseDrainSchema,
 	appsSchema, webhooksSchema, processExitsSchema)
 
 // assemble groups the domains' steps into migrations by version.

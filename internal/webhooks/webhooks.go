@@ -51,13 +51,15 @@ const (
 	DeploymentLive       = "deployment.live"
 	DeploymentFailed     = "deployment.failed"
 	DeploymentSuperseded = "deployment.superseded"
+	DatabaseBackedUp     = "database.backed_up"
+	DatabaseSuspended    = "database.suspended"
 	Change               = "change"
 	All                  = "*"
 )
 
 // EventTypes lists the event types, All last.
 var EventTypes = []string{SandboxCreated, SandboxWoken, SandboxHibernated, SandboxKilled, SandboxExpired, SandboxLost, SandboxError, TemplateBuilt, ProcessExited,
-	DeploymentCreated, DeploymentBuilding, DeploymentDeploying, DeploymentLive, DeploymentFailed, DeploymentSuperseded, Change, All}
+	DeploymentCreated, DeploymentBuilding, DeploymentDeploying, DeploymentLive, DeploymentFailed, DeploymentSuperseded, DatabaseBackedUp, DatabaseSuspended, Change, All}
 
 // deploymentEvent is the event type of a deployment in state (queued, building, deploying, live,
 // failed, superseded: internal/apps's states), "" for a state it does not know.
@@ -274,11 +276,11 @@ func (s *Service) Run(ctx context.Context) {
 		s.deliver(ctx)
 		if time.Since(lastPrune) > time.Hour {
 			lastPrune = time.Now()
-			if _, err := s.st.PruneDeliveries(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
-				s.log.Warn("webhooks: pruning deliveries", "err", err)
-			}
-			if _, err := s.st.PruneProcessExits(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
-				s.log.Warn("webhooks: pruning process exits", "err", err)
+			for what, prune := range map[string]func(context.Context, time.Time) (int64, error){
+				"deliveries": s.st.PruneDeliveries, "process exits": s.st.PruneProcessExits, "database events": s.st.PruneDatabaseEvents} {
+				if _, err := prune(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
+					s.log.Warn("webhooks: pruning "+what, "err", err)
+				}
 			}
 		}
 		select {
@@ -290,7 +292,10 @@ func (s *Service) Run(ctx context.Context) {
 }
 
 // cursor is how far a team's sandbox changes, templates and audit log were read.
-type cursor struct{ sandboxes, templates, audit, exits, deployments time.Time }
+type cursor struct {
+	sandboxes, templates, audit, deployments time.Time
+	feeds                                    [2]time.Time // Feeds'
+}
 
 // produce records a delivery for every new event of a team with webhooks, for each webhook that
 // asks for its type and existed before it.
@@ -306,7 +311,7 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 	for team, ws := range byTeam {
 		c, ok := cursors[team]
 		if !ok {
-			c = cursor{started, started, started, started, started}
+			c = cursor{started, started, started, started, [2]time.Time{started, started}}
 		}
 		sbs, err := s.st.SandboxesChangedSince(ctx, team, c.sandboxes.Add(-lookback), batch)
 		if err != nil {
@@ -348,14 +353,15 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 		if err := s.deploymentEvents(ctx, ws, team, started, &c.deployments); err != nil {
 			return err
 		}
-		exits, err := s.st.ProcessExitsSince(ctx, team, c.exits.Add(-lookback), batch)
-		if err != nil {
-			return err
-		}
-		for _, e := range exits {
-			c.exits = later(c.exits, e.RecordedAt)
-			v := ProcessExitView(e)
-			s.enqueue(ctx, ws, ProcessExitKey(e), v1.WebhookEvent{Type: ProcessExited, At: v.ExitedAt, Process: &v}, e.RecordedAt)
+		for i, f := range Feeds {
+			evs, err := f.Read(ctx, s.st, team, c.feeds[i].Add(-lookback), batch)
+			if err != nil {
+				return err
+			}
+			for _, e := range evs {
+				c.feeds[i] = later(c.feeds[i], e.At)
+				s.enqueue(ctx, ws, e.Key, e.Event, e.At)
+			}
 		}
 		entries, _, err := s.st.ListAudit(ctx, store.AuditFilter{TeamID: team, Since: c.audit.Add(-lookback), Limit: batch})
 		if err != nil {
@@ -417,6 +423,48 @@ func later(a, b time.Time) time.Time {
 func ProcessExitView(e store.ProcessExit) v1.ProcessExit {
 	return v1.ProcessExit{SandboxID: e.SandboxID, Pid: e.Pid, Tag: e.Tag, ExitCode: e.ExitCode, Signal: e.Signal,
 		StartedAt: v1.Timestamp(e.StartedAt), ExitedAt: v1.Timestamp(e.ExitedAt)}
+}
+
+// Recorded is an event the store records once (a process exit, a database event): its key (a
+// delivery is recorded once per webhook and key), when it was recorded (the feed's cursor) and
+// the event.
+type Recorded struct {
+	Key   string
+	At    time.Time
+	Event v1.WebhookEvent
+}
+
+// Feed is a kind of once-recorded event: Read lists a team's recorded after since, oldest first.
+type Feed struct {
+	Name string
+	Read func(ctx context.Context, st *store.Store, teamID string, since time.Time, limit int) ([]Recorded, error)
+}
+
+// Feeds are the once-recorded events, for webhooks and the events stream alike.
+var Feeds = [2]Feed{
+	{"process exits", func(ctx context.Context, st *store.Store, teamID string, since time.Time, limit int) ([]Recorded, error) {
+		exits, err := st.ProcessExitsSince(ctx, teamID, since, limit)
+		out := make([]Recorded, len(exits))
+		for i, e := range exits {
+			v := ProcessExitView(e)
+			out[i] = Recorded{ProcessExitKey(e), e.RecordedAt, v1.WebhookEvent{Type: ProcessExited, At: v.ExitedAt, Process: &v}}
+		}
+		return out, err
+	}},
+	{"database events", func(ctx context.Context, st *store.Store, teamID string, since time.Time, limit int) ([]Recorded, error) {
+		dbes, err := st.DatabaseEventsSince(ctx, teamID, since, limit)
+		out := make([]Recorded, len(dbes))
+		for i, e := range dbes {
+			v := DatabaseEventView(e)
+			out[i] = Recorded{"dbe:" + e.ID, e.At, v1.WebhookEvent{Type: e.Type, At: v1.Timestamp(e.At), Database: &v}}
+		}
+		return out, err
+	}},
+}
+
+// DatabaseEventView is a database event as events show it.
+func DatabaseEventView(e store.DatabaseEvent) v1.DatabaseEvent {
+	return v1.DatabaseEvent{ID: e.DatabaseID, Name: e.Name, BackupID: e.BackupID, Trigger: e.Trigger, IdleSeconds: e.IdleSeconds}
 }
 
 // ProcessExitKey names an exit (a process ends once).

@@ -104,6 +104,19 @@ type Event struct {
 	Deployment *Deployment  `json:"deployment,omitempty"`
 	Change     *Change      `json:"change,omitempty"`
 	Process    *ProcessExit `json:"process,omitempty"` // "process.exited"
+	// Database is a "database.backed_up" or "database.suspended" event's database.
+	Database *DatabaseEvent `json:"database,omitempty"`
+}
+
+// DatabaseEvent is what a database event says: the database (id, name), and for
+// "database.backed_up" the backup and what took it (creation, schedule, request), for
+// "database.suspended" how long it had had no client.
+type DatabaseEvent struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	BackupID    string `json:"backup_id,omitempty"`
+	Trigger     string `json:"trigger,omitempty"`
+	IdleSeconds int64  `json:"idle_seconds,omitempty"`
 }
 
 // Change is a call that changed something: its method and route pattern, the resource it named

@@ -4,7 +4,7 @@ import { Sandboxes, Snapshots, Templates, Volumes, registerClientFactory, type C
 import { Databases } from "./databases.js";
 import { Apps, type Deployment } from "./apps.js";
 import { Functions, Schedules } from "./functions.js";
-import { Webhooks, type ProcessExit } from "./webhooks.js";
+import { Webhooks, type DatabaseEvent, type ProcessExit } from "./webhooks.js";
 
 /** Where the hosted API lives; a self-hosted `pandastack up` prints its own base URL. */
 export const DEFAULT_BASE_URL = "https://api.pandastack.ai";
@@ -135,7 +135,7 @@ export class PandaStack {
 
 /** One line of `GET /v1/events`. */
 export interface SandboxEvent {
-  type: "ready" | "sandbox" | "deployment" | "change" | "process.exited" | "ping";
+  type: "ready" | "sandbox" | "deployment" | "change" | "process.exited" | "database.backed_up" | "database.suspended" | "ping";
   at: string;
   /** The sandbox as it now is (type `sandbox`). */
   sandbox?: SandboxData;
@@ -145,6 +145,8 @@ export interface SandboxEvent {
   change?: { method: string; route: string; resource_id: string; status: number };
   /** A background process that ended (type `process.exited`). */
   process?: ProcessExit;
+  /** A database backed up or suspended when idle (types `database.backed_up`, `database.suspended`). */
+  database?: DatabaseEvent;
 }
 
 /** One quota: what is used and the limit (null: none). */

@@ -50,7 +50,7 @@ export {
   type ScheduleRun,
   type CreateScheduleParams,
 } from "./functions.js";
-export { Webhooks, verifyWebhook, type Webhook, type WebhookDelivery, type WebhookEvent, type WebhookEventType, type ProcessExit } from "./webhooks.js";
+export { Webhooks, verifyWebhook, type Webhook, type WebhookDelivery, type WebhookEvent, type WebhookEventType, type ProcessExit, type DatabaseEvent } from "./webhooks.js";
 export { Apps, type App, type AppBuild, type AppPlan, type AppPreview, type AppSpec, type Deployment, type GitHubHook } from "./apps.js";
 export {
   Databases,

@@ -6,7 +6,7 @@ const seg = (s: string): string => encodeURIComponent(s);
 /** Event types a webhook may ask for; "*" is all. */
 export type WebhookEventType =
   | "sandbox.created" | "sandbox.woken" | "sandbox.hibernated" | "sandbox.killed" | "sandbox.ttl_expired"
-  | "sandbox.lost" | "sandbox.error" | "template.built" | "process.exited"
+  | "sandbox.lost" | "sandbox.error" | "template.built" | "process.exited" | "database.backed_up" | "database.suspended"
   | "deployment.created" | "deployment.building" | "deployment.deploying" | "deployment.live"
   | "deployment.failed" | "deployment.superseded" | "change" | "*";
 
@@ -45,6 +45,17 @@ export interface WebhookEvent {
   process?: ProcessExit;
   /** The app deployment (types `deployment.*`), as `apps.deployment()` returns it. */
   deployment?: Record<string, unknown>;
+  /** The database backed up or suspended (types `database.backed_up`, `database.suspended`). */
+  database?: DatabaseEvent;
+}
+
+/** A database event: the backup taken and what took it (`database.backed_up`), or how long it had no client (`database.suspended`). */
+export interface DatabaseEvent {
+  id: string;
+  name: string;
+  backup_id?: string;
+  trigger?: "creation" | "schedule" | "request";
+  idle_seconds?: number;
 }
 
 /** A background process that ended (`process.exited`): `exit_code` is 128 + the signal's number when a signal ended it. */
