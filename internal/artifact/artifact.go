@@ -197,7 +197,8 @@ func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, 
 	if !info.Mode().IsRegular() {
 		return File{}, errdefs.Invalidf("%s is not a regular file", rel)
 	}
-	cs, known := local.known(filepath.Join(dir, rel), f, info, chunkSizeFor(rel))
+	cs, known, bases := local.known(filepath.Join(dir, rel), f, info, chunkSizeFor(rel))
+	stored := namedBy(ctx, s, bases)
 	out := File{Path: filepath.ToSlash(rel), Size: info.Size(), Mode: uint32(info.Mode().Perm()), ChunkSize: cs}
 	n := chunks(info.Size(), cs)
 	out.Chunks = make([]string, n)
@@ -230,6 +231,9 @@ func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, 
 			out.Chunks[i] = hex.EncodeToString(sum[:])
 		}
 		st.chunks.Add(1)
+		if buf == nil && stored[out.Chunks[i]] {
+			return nil // its base's manifest in the store names it: stored, no need to ask
+		}
 		if _, err := s.Stat(ctx, chunkKey(out.Chunks[i])); err == nil {
 			return nil // already stored: content addressing makes it the same bytes
 		} else if !errdefs.Is(err, errdefs.NotFound) {
@@ -252,6 +256,27 @@ func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, 
 		return nil
 	})
 	return out, err
+}
+
+// namedBy is the set of chunks the manifests of arts (kind, name) in s name: a chunk a live
+// manifest names is in the store (Push writes a manifest after its chunks; Sweep keeps what a
+// manifest names), so a push of a file whose chunks are a base's asks the store once for the
+// base's manifest, not once per chunk (a request each on S3). A manifest that is gone or cannot
+// be read names nothing: its chunks are asked for one by one.
+func namedBy(ctx context.Context, s blob.Store, arts [][2]string) map[string]bool {
+	named := map[string]bool{}
+	for _, a := range arts {
+		m, err := Get(ctx, s, a[0], a[1])
+		if err != nil {
+			continue
+		}
+		for _, f := range m.Files {
+			for _, c := range f.Chunks {
+				named[c] = true
+			}
+		}
+	}
+	return named
 }
 
 // Get reads the manifest of kind/name.

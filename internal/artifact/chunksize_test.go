@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/storage"
 )
 
@@ -117,12 +119,28 @@ func TestMemoryFollowsBaseChunkSize(t *testing.T) {
 	rand.Read(page)
 	f.WriteAt(page, 2*chunk+4096)
 	f.Close()
-	cm, st, err := host.Push(ctx, s, "snapshot", "snap_child", child, []string{"ram"}, nil)
+	counted := &statCounter{Store: s}
+	cm, st, err := host.Push(ctx, counted, "snapshot", "snap_child", child, []string{"ram"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cm.Files[0].ChunkSize != artifact.ChunkSize || st.Known != 3 || st.Transferred != 1 {
 		t.Fatalf("push of the child: cut %d, %+v (want 4 MiB chunks, 3 known, 1 sent)", cm.Files[0].ChunkSize, st)
+	}
+	// The store was asked only for the chunk read: the base's manifest names the known ones.
+	if n := counted.stats.Load(); n != 1 {
+		t.Fatalf("push of the child asked the store for %d chunks, want 1", n)
+	}
+	// Without the base's manifest in the store, each chunk is asked for (and none is missing).
+	if err := artifact.Delete(ctx, s, "template", "base-1"); err != nil {
+		t.Fatal(err)
+	}
+	counted.stats.Store(0)
+	if _, st, err := host.Push(ctx, counted, "snapshot", "snap_child", child, []string{"ram"}, nil); err != nil || st.Transferred != 0 {
+		t.Fatalf("push again: %+v %v", st, err)
+	}
+	if n := counted.stats.Load(); n != 4 {
+		t.Fatalf("push without the base's manifest asked for %d chunks, want all 4", n)
 	}
 	other := artifact.NewLocal()
 	other.Add(parent, m)
@@ -136,4 +154,17 @@ func TestMemoryFollowsBaseChunkSize(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(out, "ram")); !bytes.Equal(got, want) {
 		t.Fatal("pulled bytes differ")
 	}
+}
+
+// statCounter counts the chunks a push asks the store about.
+type statCounter struct {
+	blob.Store
+	stats atomic.Int64
+}
+
+func (c *statCounter) Stat(ctx context.Context, key string) (blob.Info, error) {
+	if strings.HasPrefix(key, "chunks/") {
+		c.stats.Add(1)
+	}
+	return c.Store.Stat(ctx, key)
 }

@@ -37,6 +37,7 @@ type Local struct {
 	files map[string]fileID       // by path: the file as indexed
 	sums  map[string][]string     // by path: its chunks' digests as indexed ("" a hole)
 	cuts  map[string]int64        // by path: the chunk size it is cut in
+	arts  map[string][2]string    // by path: the kind and name of the artifact it is a file of
 }
 
 // maxPlaces bounds the places kept per chunk: a template's chunk is in every snapshot pulled from
@@ -71,7 +72,8 @@ const ManifestFile = "manifest.json"
 
 // NewLocal returns an empty index.
 func NewLocal() *Local {
-	return &Local{at: map[string][]localChunk{}, files: map[string]fileID{}, sums: map[string][]string{}, cuts: map[string]int64{}}
+	return &Local{at: map[string][]localChunk{}, files: map[string]fileID{}, sums: map[string][]string{}, cuts: map[string]int64{},
+		arts: map[string][2]string{}}
 }
 
 // Add indexes the chunks of m's files under dir, as those files are now.
@@ -99,7 +101,7 @@ func (l *Local) add(dir string, m Manifest, ids map[string]fileID) {
 		}
 		p := filepath.Join(dir, filepath.FromSlash(f.Path))
 		l.files[p] = id
-		l.sums[p], l.cuts[p] = f.Chunks, f.Chunk()
+		l.sums[p], l.cuts[p], l.arts[p] = f.Chunks, f.Chunk(), [2]string{m.Kind, m.Name}
 		for i, sum := range f.Chunks {
 			if sum == "" {
 				continue
@@ -287,50 +289,58 @@ const maxBases = 64
 // either file moves the written range to new blocks. The chunk size is that of the indexed files
 // f shares the most blocks with (its base: a snapshot's memory is cut like its template's, whose
 // chunks the pulling host has), else def (or, where blocks cannot be compared, a base's). nil:
-// nothing known (no FIEMAP here, no base).
-func (l *Local) known(p string, f *os.File, fi os.FileInfo, def int64) (int64, map[int]string) {
+// nothing known (no FIEMAP here, no base). arts are the artifacts (kind, name) of the bases of
+// that chunk size, whose manifests name the chunks known from them.
+func (l *Local) known(p string, f *os.File, fi os.FileInfo, def int64) (cut int64, sums map[int]string, arts [][2]string) {
 	if l == nil {
-		return def, nil
+		return def, nil, nil
 	}
 	type base struct {
 		path string
 		id   fileID
 		sums []string
 		cut  int64
+		art  [2]string
 	}
 	var bases []base
 	l.mu.Lock()
 	for bp, id := range l.files {
 		if bp != p && filepath.Base(bp) == filepath.Base(p) && len(l.sums[bp]) > 0 && len(bases) < maxBases {
-			bases = append(bases, base{bp, id, l.sums[bp], l.cuts[bp]})
+			bases = append(bases, base{bp, id, l.sums[bp], l.cuts[bp], l.arts[bp]})
 		}
 	}
 	l.mu.Unlock()
 	exts, err := storage.Extents(f)
 	if err != nil {
 		if len(bases) > 0 { // no blocks to compare: still cut like a base, whose chunks may match
-			return bases[0].cut, nil
+			return bases[0].cut, nil, nil
 		}
-		return def, nil
+		return def, nil, nil
 	}
 	var ms []mappedBase
 	cuts := []int64{def}
 	for _, b := range bases {
 		if m, ok := mapBase(b.path, b.id, b.sums, b.cut, fi); ok {
+			m.art = b.art
 			ms = append(ms, m)
 			if !slices.Contains(cuts, b.cut) {
 				cuts = append(cuts, b.cut)
 			}
 		}
 	}
-	best, bestOut, bestShared := def, map[int]string(nil), int64(-1)
+	bestShared := int64(-1)
 	for _, cs := range cuts {
 		out, shared := knownIn(exts, ms, fi.Size(), cs)
 		if shared > bestShared {
-			best, bestOut, bestShared = cs, out, shared
+			cut, sums, bestShared = cs, out, shared
 		}
 	}
-	return best, bestOut
+	for _, m := range ms {
+		if m.cut == cut && !slices.Contains(arts, m.art) {
+			arts = append(arts, m.art)
+		}
+	}
+	return cut, sums, arts
 }
 
 // knownIn is known for one chunk size cs: the digests known and the bytes they take from bases.
@@ -362,6 +372,7 @@ func knownIn(exts []storage.Extent, ms []mappedBase, size, cs int64) (map[int]st
 // mappedBase is an indexed file's digests, chunk size and blocks.
 type mappedBase struct {
 	sums []string
+	art  [2]string
 	cut  int64
 	size int64
 	exts []storage.Extent
@@ -383,7 +394,7 @@ func mapBase(p string, id fileID, sums []string, cut int64, fi os.FileInfo) (map
 	if err != nil {
 		return mappedBase{}, false
 	}
-	return mappedBase{sums, cut, bi.Size(), exts}, true
+	return mappedBase{sums: sums, cut: cut, size: bi.Size(), exts: exts}, true
 }
 
 func reliable(exts []storage.Extent) bool {
