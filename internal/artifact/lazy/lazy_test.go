@@ -25,17 +25,22 @@ import (
 
 const chunk = artifact.ChunkSize
 
-// setup pushes a 5.5-chunk memory file (chunk 1 all zero) and returns the store, its manifest
-// and the bytes.
-func setup(t *testing.T) (blob.Store, artifact.Manifest, []byte) {
+// fuseStore skips a test on a machine without FUSE, else returns an empty file store.
+func fuseStore(t *testing.T) blob.Store {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse on this machine")
 	}
-	ctx := context.Background()
 	s, err := blob.OpenFile(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// setup pushes a 5.5-chunk memory file (chunk 1 all zero) and returns the store, its manifest
+// and the bytes.
+func setup(t *testing.T) (blob.Store, artifact.Manifest, []byte) {
+	ctx, s := context.Background(), fuseStore(t)
 	src := t.TempDir()
 	mem := make([]byte, 5*chunk+chunk/2)
 	rand.Read(mem[:chunk])
@@ -313,14 +318,7 @@ func TestLazyTraceRecordedThenReplayed(t *testing.T) {
 // A memory image cut in small chunks (MemoryChunkSize) is served byte-exact, reads spanning
 // chunks included, and a read fetches only the small chunks it touches.
 func TestLazySmallChunks(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse on this machine")
-	}
-	ctx := context.Background()
-	s, err := blob.OpenFile(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, s := context.Background(), fuseStore(t)
 	const small = artifact.MemoryChunkSize
 	src := t.TempDir()
 	mem := make([]byte, 10*small+small/2)
