@@ -41,10 +41,12 @@ import (
 // may name; a manifest of format 1 names no chunk size: all of its files are cut in ChunkSize.
 const ChunkSize = 4 << 20
 
-// MemoryChunkSize cuts a guest memory image ("ram"): a guest's writes land on pages spread over
-// its memory, so a snapshot's image differs from its base in many chunks, each partly. Measured
-// on a 512 MiB guest that wrote 64 MiB (71 MiB of pages differed): 38 chunks of 4 MiB (152 MiB)
-// differ, 398 of 256 KiB (99 MiB). A file keeps the chunk size of the indexed file its blocks
+// MemoryChunkSize cuts a guest memory image ("ram") in a store where small objects are cheap
+// (blob.SmallObjectsCheap: a directory, not S3): a guest's writes land on pages spread over its
+// memory, so a snapshot's image differs from its base in many chunks, each partly. Measured on a
+// 512 MiB guest that wrote 64 MiB (71 MiB of pages differed): 38 chunks of 4 MiB (152 MiB)
+// differ, 398 of 256 KiB (99 MiB). On S3 a request per object costs more than the bytes saved:
+// memory stays in 4 MiB chunks there. A file keeps the chunk size of the indexed file its blocks
 // are shared with (see Local), so a snapshot of a template published with 4 MiB chunks is cut
 // like it and still shares its chunks.
 const MemoryChunkSize = 256 << 10
@@ -56,9 +58,9 @@ const minChunkSize = 4 << 10
 // said their chunk size) and refuses others.
 const FormatVersion = 2
 
-// chunkSizeFor is the chunk size of a file pushed with no indexed base to follow.
-func chunkSizeFor(rel string) int64 {
-	if filepath.Base(rel) == "ram" {
+// chunkSizeFor is the chunk size of a file pushed to s with no indexed base to follow.
+func chunkSizeFor(s blob.Store, rel string) int64 {
+	if filepath.Base(rel) == "ram" && blob.SmallObjectsCheap(s) {
 		return MemoryChunkSize
 	}
 	return ChunkSize
@@ -197,7 +199,7 @@ func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, 
 	if !info.Mode().IsRegular() {
 		return File{}, errdefs.Invalidf("%s is not a regular file", rel)
 	}
-	cs, known, bases := local.known(filepath.Join(dir, rel), f, info, chunkSizeFor(rel))
+	cs, known, bases := local.known(filepath.Join(dir, rel), f, info, chunkSizeFor(s, rel))
 	stored := namedBy(ctx, s, bases)
 	out := File{Path: filepath.ToSlash(rel), Size: info.Size(), Mode: uint32(info.Mode().Perm()), ChunkSize: cs}
 	n := chunks(info.Size(), cs)

@@ -363,7 +363,8 @@ func TestPushNamesSharedChunksUnread(t *testing.T) {
 	}
 }
 
-// A memory image ("ram") is cut in MemoryChunkSize chunks and its manifest says so: a page the
+// A memory image ("ram") is cut in MemoryChunkSize chunks in a store of cheap small objects (a
+// directory; S3 keeps 4 MiB) and its manifest says so: a page the
 // guest wrote costs one small chunk, not 4 MiB. Manifests of format 1 (no chunk size: 4 MiB)
 // still pull; a manifest naming a chunk size this build does not accept is refused.
 func TestMemoryChunkSize(t *testing.T) {
@@ -377,6 +378,11 @@ func TestMemoryChunkSize(t *testing.T) {
 	}
 	if m.Version != artifact.FormatVersion || m.Files[0].ChunkSize != artifact.MemoryChunkSize || m.Files[1].ChunkSize != artifact.ChunkSize {
 		t.Fatalf("manifest v%d cuts ram in %d, config in %d", m.Version, m.Files[0].ChunkSize, m.Files[1].ChunkSize)
+	}
+	// A store where small objects are not cheap (S3; here any wrapped store) keeps 4 MiB chunks.
+	if m, _, err := artifact.Push(ctx, &statCounter{Store: s}, "snapshot", "s3-like", dir, []string{"ram"}, nil); err != nil ||
+		m.Files[0].ChunkSize != artifact.ChunkSize {
+		t.Fatalf("push to a store of costly objects: %v (ram cut in %d)", err, m.Files[0].ChunkSize)
 	}
 	mem[2*chunk+7] ^= 0xff
 	write(t, filepath.Join(dir, "ram"), mem, 0o600)
