@@ -390,10 +390,13 @@ func FetchChunk(ctx context.Context, s blob.Store, sum string, want int) ([]byte
 		return nil, err
 	}
 	defer rc.Close()
-	buf, err := io.ReadAll(io.LimitReader(rc, ChunkSize+1))
-	if err != nil {
+	// Read into a buffer of the expected size (+1 to see a longer object): no growing copies.
+	buf := make([]byte, min(want, ChunkSize)+1)
+	n, err := io.ReadFull(rc, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
+	buf = buf[:n]
 	got := sha256.Sum256(buf)
 	if len(buf) != want || hex.EncodeToString(got[:]) != sum {
 		return nil, fmt.Errorf("corrupt: %d bytes with digest %x, want %d bytes", len(buf), got, want)

@@ -149,14 +149,17 @@ func TestBadChunks(t *testing.T) {
 	rc.Close()
 	bad := bytes.Clone(good)
 	bad[100] ^= 1
-	s.Put(ctx, key, bytes.NewReader(bad))
 	out := t.TempDir()
-	_, _, err = artifact.Pull(ctx, s, "template", "base", out)
-	if err == nil || !strings.Contains(err.Error(), "template/base") || !strings.Contains(err.Error(), victim) || !strings.Contains(err.Error(), "corrupt") {
-		t.Fatalf("pull of a corrupt chunk: %v", err)
-	}
-	if ents, _ := os.ReadDir(out); len(ents) != 0 {
-		t.Fatalf("a failed pull left %d files behind", len(ents))
+	// Flipped, one byte longer, one byte shorter.
+	for _, b := range [][]byte{bad, append(bytes.Clone(good), 0), good[:len(good)-1]} {
+		s.Put(ctx, key, bytes.NewReader(b))
+		_, _, err = artifact.Pull(ctx, s, "template", "base", out)
+		if err == nil || !strings.Contains(err.Error(), "template/base") || !strings.Contains(err.Error(), victim) || !strings.Contains(err.Error(), "corrupt") {
+			t.Fatalf("pull of a corrupt chunk (%d bytes): %v", len(b), err)
+		}
+		if ents, _ := os.ReadDir(out); len(ents) != 0 {
+			t.Fatalf("a failed pull left %d files behind", len(ents))
+		}
 	}
 	s.Delete(ctx, key)
 	_, _, err = artifact.Pull(ctx, s, "template", "base", out)
