@@ -59,6 +59,8 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 		return d, src.Kill(kids[0].ID)
 	}
 	var snapMS, restoreMS []float64
+	cut := &cutCompare{dir: filepath.Join(b.dataDir, "xhost-cuts")}
+	defer cut.close()
 	crossHost := func() (float64, error) {
 		if err := dirty(); err != nil {
 			return 0, err
@@ -95,6 +97,22 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 	res["xhost_fork_p50_ms"], res["xhost_fork_p99_ms"] = pct(lat[1], 50), pct(lat[1], 99)
 	res["xhost_fork_snapshot_publish_p50_ms"], res["xhost_fork_pull_restore_p50_ms"] = pct(snapMS, 50), pct(restoreMS, 50)
 	res["xhost_fork_over_same_host"] = res["xhost_fork_p50_ms"] / res["xhost_same_host_fork_p50_ms"]
+	// The cut of memory images, on snapshots of the same parent, after the forks.
+	for range samples(8) {
+		if err := dirty(); err != nil {
+			return err
+		}
+		sn, err := src.SnapshotSandbox(ctx, parent.ID)
+		if err != nil {
+			return err
+		}
+		err = cut.sample(ctx, sn)
+		src.DeleteSnapshot(sn.ID)
+		if err != nil {
+			return err
+		}
+	}
+	cut.report(res)
 
 	if err := b.lazyRestore(ctx, res, store, src, dst, parent.ID, dirty); err != nil {
 		return err
@@ -124,6 +142,7 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 		dst.Kill(sb.ID)
 	}
 	res["xhost_hibernate_publish_p50_ms"], res["xhost_adopt_wake_p50_ms"] = pct(hib, 50), pct(adopt, 50)
+	res["xhost_load_avg_1m"] = loadAvg() // other work on the machine: the absolute figures swing with it
 	fmt.Printf("cross-host: fork p50 %.0f ms (same host %.0f ms, ×%.1f; snapshot+publish %.0f, pull+restore %.0f), first %.0f ms; "+
 		"hibernate+publish %.0f ms, adopt+wake %.0f ms; template pull %.0f ms\n",
 		res["xhost_fork_p50_ms"], res["xhost_same_host_fork_p50_ms"], res["xhost_fork_over_same_host"],
@@ -175,4 +194,13 @@ func (b *bench) lazyRestore(ctx context.Context, res map[string]float64, store s
 	res["xhost_lazy_over_eager_restore"] = pct(lat[1], 50) / pct(lat[0], 50)
 	fmt.Printf("cross-host restore to first exec: eager p50 %.0f ms, lazy p50 %.0f ms (x%.2f)\n", pct(lat[0], 50), pct(lat[1], 50), res["xhost_lazy_over_eager_restore"])
 	return nil
+}
+
+// loadAvg is the machine's 1-minute load average (0 where unknown).
+func loadAvg() float64 {
+	var l float64
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Sscan(string(b), &l)
+	}
+	return l
 }

@@ -36,6 +36,8 @@ type Local struct {
 	at    map[string][]localChunk // by digest: where it is, first indexed first (at most maxPlaces)
 	files map[string]fileID       // by path: the file as indexed
 	sums  map[string][]string     // by path: its chunks' digests as indexed ("" a hole)
+	cuts  map[string]int64        // by path: the chunk size it is cut in
+	arts  map[string][2]string    // by path: the kind and name of the artifact it is a file of
 }
 
 // maxPlaces bounds the places kept per chunk: a template's chunk is in every snapshot pulled from
@@ -70,7 +72,8 @@ const ManifestFile = "manifest.json"
 
 // NewLocal returns an empty index.
 func NewLocal() *Local {
-	return &Local{at: map[string][]localChunk{}, files: map[string]fileID{}, sums: map[string][]string{}}
+	return &Local{at: map[string][]localChunk{}, files: map[string]fileID{}, sums: map[string][]string{}, cuts: map[string]int64{},
+		arts: map[string][2]string{}}
 }
 
 // Add indexes the chunks of m's files under dir, as those files are now.
@@ -98,12 +101,12 @@ func (l *Local) add(dir string, m Manifest, ids map[string]fileID) {
 		}
 		p := filepath.Join(dir, filepath.FromSlash(f.Path))
 		l.files[p] = id
-		l.sums[p] = f.Chunks
+		l.sums[p], l.cuts[p], l.arts[p] = f.Chunks, f.Chunk(), [2]string{m.Kind, m.Name}
 		for i, sum := range f.Chunks {
 			if sum == "" {
 				continue
 			}
-			c := localChunk{p, int64(i) * ChunkSize}
+			c := localChunk{p, f.Off(i)}
 			switch places := l.at[sum]; {
 			case slices.Contains(places, c):
 			case len(places) < maxPlaces:
@@ -279,42 +282,73 @@ func (l *Local) keep(dir string, m Manifest) {
 // maxBases bounds the indexed files a push compares a file's blocks with.
 const maxBases = 64
 
-// known returns the digests of f's chunks (f is path p, described by fi) that need no reading:
-// a chunk with no blocks is a hole (""), a chunk mapped to exactly the blocks of the same chunk of
-// an indexed file of the same name that is unchanged since indexed has that file's digest. Blocks
-// name bytes on one device: a reflink shares them, and a write to either file moves the written
-// range to new blocks. nil: nothing known (no FIEMAP here, no base).
-func (l *Local) known(p string, f *os.File, fi os.FileInfo) map[int]string {
+// known chooses the chunk size of f (path p, described by fi) and returns the digests of its
+// chunks that need no reading: a chunk with no blocks is a hole (""), a chunk mapped to exactly
+// the blocks of the same chunk of an indexed file of the same name that is unchanged since indexed
+// has that file's digest. Blocks name bytes on one device: a reflink shares them, and a write to
+// either file moves the written range to new blocks. The chunk size is that of the indexed files
+// f shares the most blocks with (its base: a snapshot's memory is cut like its template's, whose
+// chunks the pulling host has), else def (or, where blocks cannot be compared, a base's). nil:
+// nothing known (no FIEMAP here, no base). arts are the artifacts (kind, name) of the bases of
+// that chunk size, whose manifests name the chunks known from them.
+func (l *Local) known(p string, f *os.File, fi os.FileInfo, def int64) (cut int64, sums map[int]string, arts [][2]string) {
 	if l == nil {
-		return nil
+		return def, nil, nil
 	}
 	type base struct {
 		path string
 		id   fileID
 		sums []string
+		cut  int64
+		art  [2]string
 	}
 	var bases []base
 	l.mu.Lock()
 	for bp, id := range l.files {
 		if bp != p && filepath.Base(bp) == filepath.Base(p) && len(l.sums[bp]) > 0 && len(bases) < maxBases {
-			bases = append(bases, base{bp, id, l.sums[bp]})
+			bases = append(bases, base{bp, id, l.sums[bp], l.cuts[bp], l.arts[bp]})
 		}
 	}
 	l.mu.Unlock()
 	exts, err := storage.Extents(f)
 	if err != nil {
-		return nil
+		if len(bases) > 0 { // no blocks to compare: still cut like a base, whose chunks may match
+			return bases[0].cut, nil, nil
+		}
+		return def, nil, nil
 	}
 	var ms []mappedBase
+	cuts := []int64{def}
 	for _, b := range bases {
-		if m, ok := mapBase(b.path, b.id, b.sums, fi); ok {
+		if m, ok := mapBase(b.path, b.id, b.sums, b.cut, fi); ok {
+			m.art = b.art
 			ms = append(ms, m)
+			if !slices.Contains(cuts, b.cut) {
+				cuts = append(cuts, b.cut)
+			}
 		}
 	}
-	n := int((fi.Size() + ChunkSize - 1) / ChunkSize)
+	bestShared := int64(-1)
+	for _, cs := range cuts {
+		out, shared := knownIn(exts, ms, fi.Size(), cs)
+		if shared > bestShared {
+			cut, sums, bestShared = cs, out, shared
+		}
+	}
+	for _, m := range ms {
+		if m.cut == cut && !slices.Contains(arts, m.art) {
+			arts = append(arts, m.art)
+		}
+	}
+	return cut, sums, arts
+}
+
+// knownIn is known for one chunk size cs: the digests known and the bytes they take from bases.
+func knownIn(exts []storage.Extent, ms []mappedBase, size, cs int64) (map[int]string, int64) {
 	out := map[int]string{}
-	for i := range n {
-		off, want := uint64(i)*ChunkSize, uint64(ChunkLen(fi.Size(), i))
+	var shared int64
+	for i := range chunks(size, cs) {
+		off, want := uint64(i)*uint64(cs), uint64(chunkLen(size, cs, i))
 		mine := storage.ExtentsIn(exts, off, want)
 		if len(mine) == 0 {
 			out[i] = ""
@@ -324,26 +358,29 @@ func (l *Local) known(p string, f *os.File, fi os.FileInfo) map[int]string {
 			continue
 		}
 		for _, m := range ms {
-			if i < len(m.sums) && int64(off+want) <= m.size && uint64(ChunkLen(m.size, i)) == want &&
+			if m.cut == cs && i < len(m.sums) && int64(off+want) <= m.size && uint64(chunkLen(m.size, cs, i)) == want &&
 				slices.Equal(mine, storage.ExtentsIn(m.exts, off, want)) {
 				out[i] = m.sums[i]
+				shared += int64(want)
 				break
 			}
 		}
 	}
-	return out
+	return out, shared
 }
 
-// mappedBase is an indexed file's digests and blocks.
+// mappedBase is an indexed file's digests, chunk size and blocks.
 type mappedBase struct {
 	sums []string
+	art  [2]string
+	cut  int64
 	size int64
 	exts []storage.Extent
 }
 
 // mapBase maps the blocks of indexed file p if it is unchanged since indexed (id) and on the
 // device of the file being pushed (fi).
-func mapBase(p string, id fileID, sums []string, fi os.FileInfo) (mappedBase, bool) {
+func mapBase(p string, id fileID, sums []string, cut int64, fi os.FileInfo) (mappedBase, bool) {
 	b, err := os.Open(p)
 	if err != nil {
 		return mappedBase{}, false
@@ -357,7 +394,7 @@ func mapBase(p string, id fileID, sums []string, fi os.FileInfo) (mappedBase, bo
 	if err != nil {
 		return mappedBase{}, false
 	}
-	return mappedBase{sums, bi.Size(), exts}, true
+	return mappedBase{sums: sums, cut: cut, size: bi.Size(), exts: exts}, true
 }
 
 func reliable(exts []storage.Extent) bool {

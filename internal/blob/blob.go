@@ -22,6 +22,15 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 )
 
+// SmallObjectsCheap reports whether many small objects cost s about what fewer large ones of the
+// same bytes do: true of a directory; false of S3, where each object is a request (measured on
+// versitygw: 64 MiB in 1 MiB objects pulled 1.7–2.2 s, in 4 MiB objects 0.4–1.2 s) and of a
+// Store wrapped by another type.
+func SmallObjectsCheap(s Store) bool {
+	c, ok := s.(interface{ smallObjectsCheap() bool })
+	return ok && c.smallObjectsCheap()
+}
+
 // Store is an object store addressed by key.
 type Store interface {
 	// Put stores body under key, replacing what was there. body is read from its start.

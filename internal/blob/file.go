@@ -34,6 +34,8 @@ func OpenFile(dir string) (Store, error) {
 
 func (s *fileStore) String() string { return "file://" + s.root }
 
+func (s *fileStore) smallObjectsCheap() bool { return true }
+
 func (s *fileStore) path(key string) (string, error) {
 	if err := ValidKey(key); err != nil {
 		return "", err

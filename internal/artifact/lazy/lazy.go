@@ -232,7 +232,7 @@ func Prefetch(ctx context.Context, c *Cache, m artifact.Manifest, order []Touch,
 				if t.Chunk < 0 || t.Chunk >= len(f.Chunks) || f.Chunks[t.Chunk] == "" {
 					continue
 				}
-				if _, err := c.Ensure(ctx, f.Chunks[t.Chunk], artifact.ChunkLen(f.Size, t.Chunk)); err != nil {
+				if _, err := c.Ensure(ctx, f.Chunks[t.Chunk], f.Len(t.Chunk)); err != nil {
 					select {
 					case errs <- err:
 					default:
@@ -312,9 +312,10 @@ func (n *fileNode) Read(ctx context.Context, fh fusefs.FileHandle, dest []byte, 
 	end := min(off+int64(len(dest)), n.f.Size)
 	out := dest[:end-off]
 	for pos := off; pos < end; {
-		i := int(pos / artifact.ChunkSize)
-		in := pos - int64(i)*artifact.ChunkSize
-		take := min(end-pos, artifact.ChunkSize-in)
+		cs := n.f.Chunk()
+		i := int(pos / cs)
+		in := pos - n.f.Off(i)
+		take := min(end-pos, cs-in)
 		part := out[pos-off : pos-off+take]
 		n.m.touch(n.f.Path, i)
 		if err := n.readChunk(ctx, i, in, part); err != nil {
@@ -332,7 +333,7 @@ func (n *fileNode) readChunk(ctx context.Context, i int, off int64, dest []byte)
 		clear(dest)
 		return nil
 	}
-	p, err := n.m.cache.Ensure(ctx, sum, artifact.ChunkLen(n.f.Size, i))
+	p, err := n.m.cache.Ensure(ctx, sum, n.f.Len(i))
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,17 +25,22 @@ import (
 
 const chunk = artifact.ChunkSize
 
-// setup pushes a 5.5-chunk memory file (chunk 1 all zero) and returns the store, its manifest
-// and the bytes.
-func setup(t *testing.T) (blob.Store, artifact.Manifest, []byte) {
+// fuseStore skips a test on a machine without FUSE, else returns an empty file store.
+func fuseStore(t *testing.T) blob.Store {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse on this machine")
 	}
-	ctx := context.Background()
 	s, err := blob.OpenFile(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// setup pushes a 5.5-chunk memory file (chunk 1 all zero) and returns the store, its manifest
+// and the bytes.
+func setup(t *testing.T) (blob.Store, artifact.Manifest, []byte) {
+	ctx, s := context.Background(), fuseStore(t)
 	src := t.TempDir()
 	mem := make([]byte, 5*chunk+chunk/2)
 	rand.Read(mem[:chunk])
@@ -306,5 +312,44 @@ func TestLazyTraceRecordedThenReplayed(t *testing.T) {
 	}
 	if tr, err := lazy.LoadTrace(ctx, s, m); err != nil || tr != nil {
 		t.Fatalf("trace after the artifact's delete = %v, %v; want none", tr, err)
+	}
+}
+
+// A memory image cut in small chunks (MemoryChunkSize) is served byte-exact, reads spanning
+// chunks included, and a read fetches only the small chunks it touches.
+func TestLazySmallChunks(t *testing.T) {
+	ctx, s := context.Background(), fuseStore(t)
+	const small = artifact.MemoryChunkSize
+	src := t.TempDir()
+	mem := make([]byte, 10*small+small/2)
+	rand.Read(mem[:3*small])
+	rand.Read(mem[5*small:])
+	if err := os.WriteFile(filepath.Join(src, "ram"), mem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := artifact.Push(ctx, s, "snapshot", "small", src, []string{"ram"}, nil)
+	if err != nil || m.Files[0].ChunkSize != small {
+		t.Fatalf("push: %v (cut %d)", err, m.Files[0].ChunkSize)
+	}
+	c, err := lazy.NewCache(t.TempDir(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt := serve(t, m, c)
+	f, err := os.Open(filepath.Join(mt.Dir, "ram"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	span := make([]byte, 8192) // the last page of chunk 1 and the first of chunk 2
+	if _, err := f.ReadAt(span, 2*small-4096); err != nil || !bytes.Equal(span, mem[2*small-4096:2*small+4096]) {
+		t.Fatalf("read across chunks 1 and 2: %v", err)
+	}
+	if n := c.Fetched.Load(); n != 2 {
+		t.Fatalf("%d chunks fetched for a read of two", n)
+	}
+	all, err := io.ReadAll(f)
+	if err != nil || !bytes.Equal(all, mem) {
+		t.Fatalf("whole file: %v (equal %v)", err, bytes.Equal(all, mem))
 	}
 }

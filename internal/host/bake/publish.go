@@ -126,7 +126,7 @@ func (ts *Templates) pull(ctx context.Context, s blob.Store, pub string, say fun
 		return nil, err
 	}
 	ts.local.AddDir(dir) // the index named the files under tmp
-	say("pulled template %s in %.1f s (%d MiB fetched, %d MiB from this host's files)", info.Name, time.Since(start).Seconds(), st.Bytes>>20, int64(st.Local)*artifact.ChunkSize>>20)
+	say("pulled template %s in %.1f s (%d MiB fetched, %d MiB from this host's files)", info.Name, time.Since(start).Seconds(), st.Bytes>>20, st.LocalBytes>>20)
 	return &info, nil
 }
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/pandastack/pandastack/internal/faultpoint"
 
-	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
@@ -119,7 +118,7 @@ func (m *Manager) loadSnapshot(ctx context.Context, id string) (*snapshot.Record
 		return nil, fmt.Errorf("pulling snapshot %s: %w", id, err)
 	}
 	m.log.Info("pulled snapshot", "snapshot", id, "ms", time.Since(start).Milliseconds(), "fetched_mib", st.Bytes>>20,
-		"local_mib", int64(st.Local)*artifact.ChunkSize>>20)
+		"local_mib", st.LocalBytes>>20)
 	return snap, nil
 }
 

@@ -127,7 +127,7 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 	m.sandboxes[id] = sb
 	m.mu.Unlock()
 	m.log.Info("adopted hibernated sandbox", "sandbox", id, "publication", pub, "ms", time.Since(start).Milliseconds(), "fetched_mib", st.Bytes>>20,
-		"local_mib", int64(st.Local)*artifact.ChunkSize>>20, "lazy", mount != "")
+		"local_mib", st.LocalBytes>>20, "lazy", mount != "")
 	woke, err := m.awake(ctx, id)
 	if err != nil {
 		return hostapi.Sandbox{}, err
