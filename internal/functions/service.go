@@ -302,12 +302,6 @@ func (s *Service) bake(ctx context.Context, teamID, name string, v store.Functio
 			return "", fmt.Errorf("functions: warming the runner: %w", err)
 		}
 	}
-	// The files the bake wrote (the bundle, the interpreter's bytecode caches) to disk now: left
-	// dirty, every VM restored from the snapshot would write them back itself, its clock past
-	// their expiry, while it serves its invocation.
-	if res, err := c.Exec(ctx, sb.ID, agentclient.ExecRequest{Cmd: "sync", TimeoutSeconds: &secs}); err != nil || res.ExitCode != 0 {
-		return "", fmt.Errorf("functions: sync before the snapshot: %v (exit %d)", err, res.ExitCode)
-	}
 	sn, err := s.cfg.Sandboxes.Snapshot(ctx, sb)
 	if err != nil {
 		return "", err
