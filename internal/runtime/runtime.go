@@ -85,7 +85,7 @@ type SnapshotStats struct {
 	Pause      time.Duration // guest stopped for this long
 	DirtyBytes int64         // guest memory copied (what the VM wrote since its base)
 	// Warm, when set, brings the pages the VM had read into the page cache of the new RAM file,
-	// now at ramFile (the snapshot's directory may have moved), and returns the bytes written: a
+	// now at ramFile (the snapshot's directory may have moved), and returns the bytes read: a
 	// VM restored from it then does not read them from disk. It changes no content, so it may run
 	// at any time, also while VMs restore from the snapshot.
 	Warm func(ramFile string) (int64, error)

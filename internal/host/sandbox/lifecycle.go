@@ -315,8 +315,8 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 	}
 	os.RemoveAll(vm.RunDir)
 	if st.Warm != nil {
-		// The pages the guest had read, into the page cache of its memory file (while the base
-		// they are read from is still there): a wake soon after does not read them from disk.
+		// The pages the guest had read, into the page cache of its memory file: a wake soon
+		// after does not read them from disk.
 		if _, err := st.Warm(snapIn(memDir).RAMFile); err != nil {
 			m.log.Warn("warming a hibernated sandbox's memory failed: its wake reads it from disk", "sandbox", id, "err", err)
 		}

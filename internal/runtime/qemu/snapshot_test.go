@@ -71,7 +71,7 @@ func TestDiffRAMWarm(t *testing.T) {
 			t.Errorf("%d bytes of read pages found (%v), want at least the 8 read", readBytes, read)
 		}
 		if warmed {
-			if n, err := warm(base, out, read); err != nil || n != int64(readBytes) {
+			if n, err := warm(out, read); err != nil || n != int64(readBytes) {
 				t.Fatalf("warm: %d bytes, %v; want %d", n, err, readBytes)
 			}
 		}
