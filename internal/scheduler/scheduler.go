@@ -659,10 +659,15 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 		return nil, errdefs.Capacityf("host %s has no free slot left (taken by placements of another server meanwhile)", hostID)
 	}
 	var once sync.Once
+	var expiryMu sync.Mutex // the timer may fire before AfterFunc has returned it
 	var expiry *time.Timer
 	done = func(placed bool) {
 		once.Do(func() {
-			expiry.Stop()
+			expiryMu.Lock()
+			if expiry != nil {
+				expiry.Stop()
+			}
+			expiryMu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 			defer cancel()
 			if err := s.cfg.Store.AnswerClaim(ctx, claim, placed, s.cfg.Now()); err != nil {
@@ -677,10 +682,12 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 			s.mu.Unlock()
 		})
 	}
+	expiryMu.Lock()
 	expiry = time.AfterFunc(s.cfg.ClaimTTL, func() {
 		s.cfg.Logger.Warn("a placement was never answered: its reservation expired", "host", hostID, "ttl", s.cfg.ClaimTTL)
 		done(false)
 	})
+	expiryMu.Unlock()
 	return done, nil
 }
 
