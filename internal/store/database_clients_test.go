@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -12,12 +13,7 @@ import (
 func TestDatabaseClients(t *testing.T) {
 	eachBackend(t, func(t *testing.T, s *Store) {
 		ctx := context.Background()
-		withTeams(t, s, "team_a")
-		for _, id := range []string{"db_a", "db_b"} {
-			if _, err := s.CreateDatabase(ctx, Database{ID: id, TeamID: "team_a", Name: id[3:], Version: "17", SandboxID: "sb_" + id, State: "running"}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		withDatabases(t, s, "db_a", "db_b")
 		t0 := time.Now().UTC().Truncate(time.Microsecond)
 		report := func(replica string, at time.Time, open map[string]int, last map[string]time.Time) {
 			t.Helper()
@@ -97,5 +93,51 @@ func TestCancelKeys(t *testing.T) {
 		if got, _ := s.CancelKeyTargets(ctx, "h3"); len(got) != 1 {
 			t.Fatalf("the fresh key was pruned: %+v", got)
 		}
+	})
+}
+
+// withDatabases makes team_a and its databases ids (running, on sandboxes sb_<id>).
+func withDatabases(t *testing.T, s *Store, ids ...string) {
+	t.Helper()
+	withTeams(t, s, "team_a")
+	for _, id := range ids {
+		if _, err := s.CreateDatabase(context.Background(), Database{ID: id, TeamID: "team_a", Name: id[3:], Version: "17", SandboxID: "sb_" + id, State: "running"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDatabaseDrainLease: one holder at a time; the holder renews and re-claims its own lease;
+// another claims it once it lapses or is let go, and the old holder's renewal then fails.
+func TestDatabaseDrainLease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		withDatabases(t, s, "db_a")
+		now := time.Now().UTC()
+		claim := func(holder string, at, until time.Time, want bool) {
+			t.Helper()
+			if got, err := s.ClaimDatabaseDrain(ctx, "db_a", holder, at, until); err != nil || got != want {
+				t.Fatalf("%s claims at %s: %v (%v), want %v", holder, at, got, err, want)
+			}
+		}
+		claim("r1", now, now.Add(time.Minute), true)
+		claim("r2", now, now.Add(time.Minute), false)
+		claim("r1", now, now.Add(time.Minute), true) // its own
+		if err := s.RenewDatabaseDrain(ctx, "db_a", "r1", now.Add(2*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		claim("r2", now.Add(90*time.Second), now.Add(3*time.Minute), false) // renewed past this
+		claim("r2", now.Add(3*time.Minute), now.Add(4*time.Minute), true)   // lapsed
+		if err := s.RenewDatabaseDrain(ctx, "db_a", "r1", now.Add(5*time.Minute)); !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("the old holder renewed: %v", err)
+		}
+		if err := s.ReleaseDatabaseDrain(ctx, "db_a", "r1"); err != nil { // not its own: nothing
+			t.Fatal(err)
+		}
+		claim("r1", now.Add(3*time.Minute), now.Add(4*time.Minute), false)
+		if err := s.ReleaseDatabaseDrain(ctx, "db_a", "r2"); err != nil {
+			t.Fatal(err)
+		}
+		claim("r1", now, now.Add(time.Minute), true)
 	})
 }
