@@ -192,13 +192,17 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]hostapi.San
 		return nil, err
 	}
 	if warm != nil {
-		// The pages the parent had read, into the page cache of the snapshot's RAM file, before
-		// the children map it: they do not read them from disk. (Side by side with the children's
-		// start it measured no better on two busy cores, and a child could fault first.)
-		if _, err := warm(); err != nil {
-			m.log.Warn("warming a fork's memory failed: its children read it from disk", "sandbox", id, "err", err)
-		}
-		timing.Mark(sctx, StepSaveWarm)
+		// Side by side with the children's VMMs starting (they touch their RAM only once their
+		// state is loaded, 30 ms and more later): the pages the parent had read, into the page
+		// cache of the snapshot's RAM file, so the children fault fewer in from disk. (Done
+		// before the children started it cost more than it saved: tens of MiB read where a
+		// child faults in a few.)
+		// Not waited for: the snapshot's files stay while a child uses them.
+		go func() {
+			if _, err := warm(); err != nil {
+				m.log.Warn("warming a fork's memory failed: its children read it from disk", "sandbox", id, "err", err)
+			}
+		}()
 	}
 	m.steps.Observe("fork_snapshot", timing.From(sctx))
 	// The fork's snapshot is internal: marked deleted now, freed with its last child.

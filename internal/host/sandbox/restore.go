@@ -89,7 +89,6 @@ const (
 	StepSaveSync   = "save_sync"   // room admitted, the guest's buffers written (guest sync)
 	StepSave       = "save"        // what the runtime does not mark of its save (runtime.StepSave*)
 	StepSaveCommit = "save_commit" // the snapshot's record committed
-	StepSaveWarm   = "save_warm"   // the pages the parent had read, into the snapshot's RAM file's page cache
 )
 
 // checkIdentity refuses to restore state saved under another VMM identity (runtime.Identity): a
