@@ -149,7 +149,7 @@ func (mn *minimal) spawn(disk string, boot bool) (*minimalVM, error) {
 	if boot {
 		share = "on"
 	}
-	args := []string{"-M", "microvm,memory-backend=mem", "-accel", "tcg", "-m", fmt.Sprint(mn.memMiB, "M"),
+	args := []string{"-M", "microvm,memory-backend=mem", "-accel", "tcg,tb-size=" + fmt.Sprint(qemu.TCGCodeCacheMiB), "-m", fmt.Sprint(mn.memMiB, "M"),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-serial", "file:" + mn.path("console.log"), "-kernel", mn.kernel, "-initrd", mn.initrd, "-append", qemu.Cmdline(),
 		"-qmp", "unix:" + mn.path("qmp.sock") + ",server=on,wait=off",

@@ -77,6 +77,22 @@ func (c *Confinement) limits(spec runtime.Spec) cgroup.Limits {
 		Pids: c.PidsMax, IOWeight: 100}
 }
 
+// TCGCodeCacheMiB bounds QEMU's buffer of translated code under TCG. QEMU 7.2's default is 1 GiB
+// (an eighth of the host's RAM at most), touched as code is translated and never given back until
+// it fills and is flushed: code invalidated by the guest (every process it starts, a JIT) stays in
+// it, so a busy VMM grew 430-650 MiB over its guest's RAM, past its cgroup's VMMOverheadMiB (512),
+// and the cgroup killed it (a database replaying its WAL, a `next build`). A flush only costs
+// translating the live code again.
+const TCGCodeCacheMiB = 256
+
+// accelArg is QEMU's -accel value: under TCG with the code cache bounded.
+func (d *Driver) accelArg() string {
+	if d.accel == "tcg" {
+		return "tcg,tb-size=" + strconv.Itoa(TCGCodeCacheMiB)
+	}
+	return d.accel
+}
+
 // New returns a driver using accel ("kvm" or "tcg"; see ProbeAccel).
 func New(accel string) (*Driver, error) {
 	bin, err := exec.LookPath("qemu-system-x86_64")
@@ -219,7 +235,7 @@ func (d *Driver) args(runDir string, spec runtime.Spec, ramFile string, share bo
 	}
 	a := []string{
 		"-M", machineType + ",memory-backend=mem",
-		"-accel", d.accel,
+		"-accel", d.accelArg(),
 		"-cpu", d.cpu,
 		"-smp", strconv.Itoa(spec.VCPUs),
 		"-m", strconv.Itoa(spec.MemoryMiB) + "M",
