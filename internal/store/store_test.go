@@ -983,6 +983,8 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{22, "database clients per server replica", "ff05b4a8577221d66144b593f92ca38c61b1e095eb04e6311093d7e95550130d"},
 		{23, "app deployments' changes by team", "a1bcd5cf624df928e36eb49fffa54d81be4af9649b39b7051bdc2245125c6f48"},
 		{24, "background processes' exits", "5043500de09ac674da9ce7929d249513260593259139c44f9d29358587593810"},
+		{25, "hosts' report fingerprints", "30912b5e17a195a471c87c9b7a9c26f22685ab213028cc5abe97b55fa4ba4f74"},
+		{26, "database WAL drain leases", "ce394259c5f4f6eec835fec7cae35c4ee0a8a5a60cbdf34457390df41fb24c82"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))
