@@ -47,20 +47,6 @@ func TestGuestCAInstalled(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	pem := "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-	read := func(sb store.Sandbox, path string) string {
-		t.Helper()
-		c, err := e.svc.Target(ctx, sb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := c.FilesAs("root").Read(ctx, sb.ID, path)
-		if err != nil {
-			return "error: " + err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
 	printenv := func(sb store.Sandbox, name string) string {
 		t.Helper()
 		c, _ := e.svc.Target(ctx, sb)
@@ -75,7 +61,7 @@ func TestGuestCAInstalled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := read(plain, GuestCAFile); !strings.Contains(got, "not_found") || printenv(plain, "NODE_EXTRA_CA_CERTS") != "" {
+	if got := readAsRoot(t, e, plain, GuestCAFile); !strings.Contains(got, "not_found") || printenv(plain, "NODE_EXTRA_CA_CERTS") != "" {
 		t.Fatalf("without extra CAs: file %q", got)
 	}
 
@@ -84,8 +70,8 @@ func TestGuestCAInstalled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if read(sb, GuestCAFile) != pem || read(sb, GuestCABundle) != string(caBlock([]byte(pem))) {
-		t.Fatalf("installed: file %q, bundle %q", read(sb, GuestCAFile), read(sb, GuestCABundle))
+	if readAsRoot(t, e, sb, GuestCAFile) != pem || readAsRoot(t, e, sb, GuestCABundle) != string(caBlock([]byte(pem))) {
+		t.Fatalf("installed: file %q, bundle %q", readAsRoot(t, e, sb, GuestCAFile), readAsRoot(t, e, sb, GuestCABundle))
 	}
 	for name, want := range map[string]string{"NODE_EXTRA_CA_CERTS": GuestCAFile, "REQUESTS_CA_BUNDLE": GuestCABundle,
 		"SSL_CERT_FILE": GuestCABundle, "PIP_CERT": "/mine.pem"} {
@@ -102,17 +88,6 @@ func TestGuestCARestores(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	pem := "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-	file := func(sb store.Sandbox, path string) string {
-		t.Helper()
-		c, _ := e.svc.Target(ctx, sb)
-		resp, err := c.FilesAs("root").Read(ctx, sb.ID, path)
-		if err != nil {
-			return "error: " + err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
 	src, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base"})
 	if err != nil {
 		t.Fatal(err)
@@ -137,8 +112,8 @@ func TestGuestCARestores(t *testing.T) {
 	want := "SYSTEM CA\n" + string(caBlock([]byte(pem)))
 	first := restore(snap)
 	for i, sb := range []store.Sandbox{first, restore(snap), restore(snap)} {
-		if got := file(sb, GuestCABundle); got != want || file(sb, GuestCAFile) != pem {
-			t.Fatalf("restore %d: bundle %q, file %q", i, got, file(sb, GuestCAFile))
+		if got := readAsRoot(t, e, sb, GuestCABundle); got != want || readAsRoot(t, e, sb, GuestCAFile) != pem {
+			t.Fatalf("restore %d: bundle %q, file %q", i, got, readAsRoot(t, e, sb, GuestCAFile))
 		}
 	}
 	with, err := e.svc.Snapshot(ctx, first)
@@ -146,8 +121,25 @@ func TestGuestCARestores(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if got := file(restore(with), GuestCABundle); got != want {
+		if got := readAsRoot(t, e, restore(with), GuestCABundle); got != want {
 			t.Fatalf("restore %d of a snapshot with the block: %q", i, got)
 		}
 	}
+}
+
+// readAsRoot is a file of sb's guest as root reads it ("error: …" if it cannot be read).
+func readAsRoot(t *testing.T, e *env, sb store.Sandbox, path string) string {
+	t.Helper()
+	ctx := context.Background()
+	c, err := e.svc.Target(ctx, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.FilesAs("root").Read(ctx, sb.ID, path)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
