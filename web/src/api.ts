@@ -147,9 +147,11 @@ export const q = (v: string) => encodeURIComponent(v);
 // -- the events stream (GET /v1/events) -----------------------------------------------------
 
 export interface SandboxEvent {
-  type: "ready" | "sandbox" | "deployment" | "change" | "ping";
+  type: "ready" | "sandbox" | "deployment" | "change" | "process.exited" | "database.backed_up" | "database.suspended" | "ping";
   at: string;
   sandbox?: Sandbox;
+  /** A database backed up (by a call, its creation or the daily schedule) or suspended when idle: no call says so. */
+  database?: { id: string; name: string; backup_id?: string; trigger?: string; idle_seconds?: number };
   /** An app deployment as it now is: made, built, failed, switched to, superseded. */
   deployment?: Deployment;
   /** A call of one of the team's keys that changed a resource (the audit log's view). */

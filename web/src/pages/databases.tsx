@@ -2,7 +2,7 @@
 // with copy buttons (the password shown once: a create's or a rotation's answer, kept only in this
 // page's memory), the SQL editor over the query broker, backups and restore, branches.
 import { useEffect, useRef, useState } from "preact/hooks";
-import { ApiError, get, post, q, text, type Database, type DatabaseBackup, type DatabaseStats, type QueryResult } from "../api";
+import { ApiError, get, onEvent, post, q, text, type Database, type DatabaseBackup, type DatabaseStats, type QueryResult } from "../api";
 import { ActionButton, DeleteButton, Copy, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useAction, useChanges, useLoad, Busy } from "../ui";
 
 const base = (id: string) => "/v1/databases/" + q(id);
@@ -76,6 +76,8 @@ export function DatabaseDetail({ id }: { id: string }) {
   const db = useLoad((s) => get<Database>(base(id), s), [id]);
   const all = useLoad((s) => get<{ databases: Database[] }>("/v1/databases", s), []);
   useChanges(["/v1/databases"], all.reload);
+  // Suspended when idle, or backed up on schedule: no call of ours says so, its event does.
+  useEffect(() => onEvent((ev) => ev.database?.id === id && db.reload()), [id]);
   const [once, setOnce] = useState<Database | null>(() => {
     const d = shownOnce?.id === id ? shownOnce : null;
     shownOnce = null;
@@ -290,6 +292,7 @@ function Result({ res }: { res: QueryResult }) {
 function Backups({ id }: { id: string }) {
   const list = useLoad((s) => get<{ backups: DatabaseBackup[] }>(base(id) + "/backups", s), [id]);
   useChanges(["/v1/databases/{id}/backups"], list.reload);
+  useEffect(() => onEvent((ev) => ev.type === "database.backed_up" && ev.database?.id === id && list.reload()), [id]);
   const [err, setErr] = useState("");
   const [name, setName] = useState("");
   const [toTime, setToTime] = useState("");
