@@ -30,6 +30,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,11 +66,18 @@ func randInt(n int) int {
 }
 
 // NewPrefix returns a random name prefix for one test's namespaces, links and tables: "pt"
-// followed by 4 hex digits.
+// followed by 6 hex digits, none of whose namespaces exist. Two agents of one prefix share their
+// slots' namespaces (and reclaim each other's): with 4 digits, the ~20 agents a full test run
+// starts at once met one in about 300 runs (a fork's tap was busy in another agent's namespace).
 func NewPrefix() string {
-	b := make([]byte, 2)
-	rand.Read(b)
-	return "pt" + hex.EncodeToString(b)
+	for {
+		b := make([]byte, 3)
+		rand.Read(b)
+		p := "pt" + hex.EncodeToString(b)
+		if m, _ := filepath.Glob("/var/run/netns/" + p + "-*"); len(m) == 0 {
+			return p
+		}
+	}
 }
 
 // overlapsRoute says whether p overlaps any IPv4 route or address in the host namespace.
