@@ -186,8 +186,8 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	sb.mu.Lock()
 	sb.setRunning(vm, client, slot)
 	sb.rec.ReadyMs = time.Since(start).Milliseconds()
-	if inherits {
-		sb.procWatch, sb.inheritBefore = true, inheritAll
+	if inherits { // the exits in the copied table are the source's: the first look tells (exits.go)
+		sb.procWatch, sb.inheritBefore = true, start
 	}
 	err = sb.persist()
 	sb.mu.Unlock()
@@ -198,18 +198,6 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 		return fail(err)
 	}
 	m.watch(sb, vm)
-	if inherits {
-		// Every exit in the copied table is its source's, whatever the clocks say: a rule by time
-		// (exits that ended before the restore began) reported a parent's exit in its fork's child
-		// when the guest's clock ran ahead of the host's. Only copies of sources with background
-		// processes pay this look (a function's warm snapshot has none: restoredProcs).
-		m.lookExits(ctx, sb, client)
-		sb.mu.Lock()
-		if sb.inheritBefore == inheritAll { // the look failed: the next ones go by time
-			sb.inheritBefore = start
-		}
-		sb.mu.Unlock()
-	}
 	timing.Mark(ctx, StepBookkeeping)
 	m.steps.Observe(op, timing.From(ctx))
 	if m.log.Enabled(ctx, slog.LevelDebug) {

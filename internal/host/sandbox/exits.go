@@ -138,10 +138,6 @@ func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client) {
 	}
 }
 
-// inheritAll, as a sandbox's inheritBefore, has its next look take every exit in the table as
-// inherited (a restored copy's look at its restore).
-var inheritAll = time.Unix(1<<40, 0)
-
 // newExits compares a sandbox's process table ps with the exits seen at the look before: the
 // exits seen now (what left the guest's table cannot come back: only the keys still listed are
 // kept), whether a process still runs, and the exits to log. Exits that ended before
