@@ -294,7 +294,7 @@ func (s *Service) Run(ctx context.Context) {
 // cursor is how far a team's sandbox changes, templates and audit log were read.
 type cursor struct {
 	sandboxes, templates, audit, deployments time.Time
-	feeds                                    [2]time.Time // Feeds'
+	feeds                                    [len(Feeds)]time.Time // Feeds', in order
 }
 
 // produce records a delivery for every new event of a team with webhooks, for each webhook that
@@ -311,7 +311,10 @@ func (s *Service) produce(ctx context.Context, started time.Time, cursors map[st
 	for team, ws := range byTeam {
 		c, ok := cursors[team]
 		if !ok {
-			c = cursor{started, started, started, started, [2]time.Time{started, started}}
+			c = cursor{sandboxes: started, templates: started, audit: started, deployments: started}
+			for i := range c.feeds {
+				c.feeds[i] = started
+			}
 		}
 		sbs, err := s.st.SandboxesChangedSince(ctx, team, c.sandboxes.Add(-lookback), batch)
 		if err != nil {
