@@ -177,7 +177,7 @@ func TestE2ECodeInterpreter(t *testing.T) {
 		}()
 		wg.Wait()
 		if runErr != nil || x.Error == nil || x.Error.Name != "KeyboardInterrupt" {
-			t.Fatalf("interrupted loop: %+v %v", x, runErr)
+			t.Fatalf("interrupted loop: %+v error %+v %v", x, x.Error, runErr)
 		}
 		if got := text(t, id, cc.ID, "secret"); got != "'other'" {
 			t.Fatalf("after the interrupt: %q", got)

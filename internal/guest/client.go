@@ -69,6 +69,13 @@ type Client struct {
 	dialed bool // a handshake has succeeded: re-dials are bounded by ReplyTimeout
 }
 
+// Ready is the guest agent's READY of the last handshake.
+func (c *Client) Ready() Ready {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ready
+}
+
 // Connect dials the unix socket path (retrying while it does not exist or
 // refuses, until ctx ends), does the handshake and starts yamux.
 func Connect(ctx context.Context, socketPath string) (*Client, error) {

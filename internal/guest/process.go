@@ -90,6 +90,9 @@ type ProcessInfo struct {
 	Signal    string    `json:"signal,omitempty"` // what killed it, e.g. "SIGTERM"
 	StartedAt time.Time `json:"started_at"`
 	ExitedAt  time.Time `json:"exited_at,omitzero"`
+	// ExitSeq numbers the agent's exits in the order it recorded them (1, 2, ...; 0 while it
+	// runs). A copy restored from a snapshot carries its source's numbers on: see Ready.ExitSeq.
+	ExitSeq uint64 `json:"exit_seq,omitempty"`
 	// Stdin: its stdin is a pipe that proc_stdin writes to (asked for at start, not closed yet).
 	Stdin bool `json:"stdin"`
 	// PTY: it runs on a terminal of its own (proc_start with PTY).

@@ -322,3 +322,34 @@ func TestProcessPTY(t *testing.T) {
 		t.Errorf("a terminal of 99999 rows: %v", err)
 	}
 }
+
+// TestProcessExitNumbers: exits are numbered in the order they happen, and a handshake's READY
+// carries the last number (what a restored copy inherits: guest.Ready.ExitSeq).
+func TestProcessExitNumbers(t *testing.T) {
+	e := startAgent(t)
+	c := connect(t, e)
+	ctx := tctx(t)
+	if n := c.Ready().ExitSeq; n != 0 {
+		t.Fatalf("READY before any exit numbers %d", n)
+	}
+	var pids []int
+	for i := range 2 {
+		pid, err := c.StartProcess(ctx, guest.ExecRequest{Cmd: fmt.Sprintf("exit %d", i+3)}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, end := output(t, ctx, c, pid, 0, true); end.Running {
+			t.Fatalf("still running: %+v", end)
+		}
+		pids = append(pids, pid)
+	}
+	for i, pid := range pids {
+		if p := findProc(t, c, pid); p.ExitSeq != uint64(i+1) {
+			t.Fatalf("exit %d of %d numbered %d: %+v", i+1, pid, p.ExitSeq, p)
+		}
+	}
+	c.Close()
+	if n := connect(t, e).Ready().ExitSeq; n != 2 {
+		t.Fatalf("READY after two exits numbers %d", n)
+	}
+}

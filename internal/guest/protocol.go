@@ -48,6 +48,10 @@ type Hello struct {
 type Ready struct {
 	Version string `json:"version"`
 	BootID  string `json:"boot_id"`
+	// ExitSeq is the ExitSeq of the last exit the agent had recorded when it answered the hello.
+	// After a restore, the exits numbered up to it are in the table the snapshot copied: the
+	// source's, not the copy's (an agent of an older build leaves it 0).
+	ExitSeq uint64 `json:"exit_seq,omitempty"`
 }
 
 // HandshakeScanner pulls handshake lines out of a byte stream that may contain

@@ -282,9 +282,15 @@ func (a *Agent) onHello(c *consumer, hs *handshakeState, body string) error {
 		return nil // a resend: no second READY
 	}
 	hs.remember(h.Nonce)
-	// READY first (its body is made once: New), then the clock and the RNG while the host's GO is
-	// on its way: that is the round trip the host waits out anyway.
-	if _, err := c.Write([]byte(guest.ReadyPrefix + h.Nonce + " " + a.ready + "\n")); err != nil {
+	// READY first (its body is made once, New, until a background process has exited), then the
+	// clock and the RNG while the host's GO is on its way: that is the round trip the host waits
+	// out anyway.
+	ready := a.ready
+	if seq := a.procs.lastExitSeq(); seq > 0 {
+		b, _ := json.Marshal(guest.Ready{Version: guest.Version, BootID: a.bootID, ExitSeq: seq})
+		ready = string(b)
+	}
+	if _, err := c.Write([]byte(guest.ReadyPrefix + h.Nonce + " " + ready + "\n")); err != nil {
 		if err == errDetached {
 			return err
 		}

@@ -29,6 +29,15 @@ type procTable struct {
 	mu     sync.Mutex
 	procs  map[int]*proc
 	exited []int // pids in order of exit, oldest first
+	// exitSeq is the ExitSeq of the last exit recorded (guest.ProcessInfo.ExitSeq).
+	exitSeq uint64
+}
+
+// lastExitSeq is the number of the last exit recorded (guest.Ready.ExitSeq).
+func (t *procTable) lastExitSeq() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.exitSeq
 }
 
 // proc is one background process.
@@ -281,13 +290,17 @@ func (t *procTable) own(p *proc, cmd *exec.Cmd, outs map[*os.File]bool) {
 		drained.Wait()
 		end := guest.ProcessEnd{}
 		end.ExitCode, end.Signal = exitStatus(cmd.ProcessState)
+		// The exit is numbered under the table's lock, with the process's state, so a hello's
+		// Ready.ExitSeq never counts an exit the table does not show yet.
+		t.mu.Lock()
+		t.exitSeq++
 		p.mu.Lock()
 		p.exited, p.end = true, end
 		code := end.ExitCode
 		p.info.Running, p.info.ExitCode, p.info.Signal, p.info.ExitedAt = false, &code, end.Signal, time.Now().UTC()
+		p.info.ExitSeq = t.exitSeq
 		p.notify()
 		p.mu.Unlock()
-		t.mu.Lock()
 		t.exited = append(t.exited, p.pid)
 		for len(t.exited) > guest.MaxExitedProcesses {
 			t.forget(t.exited[0])

@@ -187,7 +187,7 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	sb.setRunning(vm, client, slot)
 	sb.rec.ReadyMs = time.Since(start).Milliseconds()
 	if inherits { // the exits in the copied table are the source's: the first look tells (exits.go)
-		sb.procWatch, sb.inheritBefore = true, start
+		sb.procWatch, sb.inheritBefore, sb.inheritSeq = true, start, client.Ready().ExitSeq
 	}
 	err = sb.persist()
 	sb.mu.Unlock()

@@ -22,10 +22,12 @@ import (
 //     look is in the saved table and is logged after the wake (the wake looks again).
 //   - Fork, create from a snapshot: the child's table starts as a copy of its source's. Its first
 //     look (the exit loop's next round, or a hibernation's or kill's look if one comes first: not
-//     on the restore's path, which it would slow by a guest call) takes the exits that ended
-//     before the restore began as inherited (they are the source's; the guest's clock is set at
-//     the restore's hello); the processes still running go on in the child and their exits are
-//     the child's.
+//     on the restore's path, which it would slow by a guest call) takes the exits the guest agent
+//     had numbered when it answered the restore's handshake (guest.Ready.ExitSeq) as inherited:
+//     they are the source's. The processes still running go on in the child and their exits are
+//     the child's; one that ends in the child in the moment between the VM's resume and the
+//     handshake is taken for inherited and not logged. (The guest's clock cannot tell them: it
+//     may have run ahead in the source and is set back at the handshake.)
 //   - Kill: the sandbox is looked at a last time before its VM goes.
 //   - Agent restart: the log is memory, and every running sandbox is looked at again; exits logged
 //     before are logged again and the control plane's store drops the repeats.
@@ -117,13 +119,16 @@ func (m *Manager) exitLoop(ctx context.Context) {
 }
 
 // lookExits lists sb's processes and logs the exits not seen before; while sb has exits to
-// inherit (a restored copy's: sandbox.inheritBefore), those that ended before its restore began
-// are its source's and are marked seen without logging. A failed look changes nothing.
+// inherit (a restored copy's: sandbox.inheritSeq, inheritBefore), those are its source's and are
+// marked seen without logging. A failed look changes nothing.
 func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client) {
 	sb.look.Lock()
 	defer sb.look.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, exitLookWait)
 	defer cancel()
+	sb.mu.Lock()
+	gen := sb.watchGen
+	sb.mu.Unlock()
 	ps, err := c.ListProcesses(ctx)
 	if err != nil {
 		return
@@ -131,18 +136,35 @@ func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	var exits []hostapi.ProcessExit
-	sb.exitsSeen, sb.procWatch, exits = newExits(sb.rec.ID, ps, sb.exitsSeen, sb.inheritBefore)
-	sb.inheritBefore = time.Time{}
+	var running bool
+	sb.exitsSeen, running, exits = newExits(sb.rec.ID, ps, sb.exitsSeen, inherited{sb.inheritSeq, sb.inheritBefore})
+	// A process started while the list was on its way is not in it: keep watching.
+	sb.procWatch = running || sb.watchGen != gen
+	sb.inheritBefore, sb.inheritSeq = time.Time{}, 0
 	for _, e := range exits {
 		m.exits.add(e)
 	}
 }
 
+// inherited tells a restored copy's inherited exits (sandbox.inheritSeq, inheritBefore); the
+// zero value inherits none.
+type inherited struct {
+	seq    uint64
+	before time.Time
+}
+
+func (in inherited) has(p guest.ProcessInfo) bool {
+	if in.seq > 0 {
+		return p.ExitSeq != 0 && p.ExitSeq <= in.seq
+	}
+	return !in.before.IsZero() && p.ExitedAt.Before(in.before)
+}
+
 // newExits compares a sandbox's process table ps with the exits seen at the look before: the
 // exits seen now (what left the guest's table cannot come back: only the keys still listed are
-// kept), whether a process still runs, and the exits to log. Exits that ended before
-// inheritBefore (if set) are inherited: seen, not logged.
-func newExits(id string, ps []guest.ProcessInfo, seenBefore map[exitKey]bool, inheritBefore time.Time) (seen map[exitKey]bool, running bool, exits []hostapi.ProcessExit) {
+// kept), whether a process still runs, and the exits to log. Inherited exits are seen, not
+// logged.
+func newExits(id string, ps []guest.ProcessInfo, seenBefore map[exitKey]bool, in inherited) (seen map[exitKey]bool, running bool, exits []hostapi.ProcessExit) {
 	seen = make(map[exitKey]bool, len(ps))
 	for _, p := range ps {
 		if p.Running {
@@ -151,7 +173,7 @@ func newExits(id string, ps []guest.ProcessInfo, seenBefore map[exitKey]bool, in
 		}
 		k := exitKey{p.Pid, p.StartedAt}
 		seen[k] = true
-		if seenBefore[k] || p.ExitCode == nil || !inheritBefore.IsZero() && p.ExitedAt.Before(inheritBefore) {
+		if seenBefore[k] || p.ExitCode == nil || in.has(p) {
 			continue
 		}
 		exits = append(exits, hostapi.ProcessExit{SandboxID: id, Pid: p.Pid, Tag: p.Tag, ExitCode: *p.ExitCode, Signal: p.Signal,
@@ -164,6 +186,7 @@ func newExits(id string, ps []guest.ProcessInfo, seenBefore map[exitKey]bool, in
 func (sb *sandbox) watchProcs() {
 	sb.mu.Lock()
 	sb.procWatch = true
+	sb.watchGen++
 	sb.mu.Unlock()
 }
 

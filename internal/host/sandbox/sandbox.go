@@ -105,9 +105,15 @@ type sandbox struct {
 	procWatch bool
 	exitsSeen map[exitKey]bool
 	// inheritBefore, until its first look, is when the restore of a copy (a fork's child, a
-	// create from a snapshot) began: the exits in its table that ended before are its source's.
+	// create from a snapshot) began, and inheritSeq the guest agent's last exit number at the
+	// restore's handshake (guest.Ready.ExitSeq): the exits in its table numbered up to it are its
+	// source's. Agents of older builds number no exits: then those that ended before
+	// inheritBefore are taken as the source's (the guest's clock may run ahead: not exact).
 	inheritBefore time.Time
-	look          sync.Mutex // one look at a time, so each compares with the one before
+	inheritSeq    uint64
+	// watchGen counts watchProcs calls: a look that began before one does not turn procWatch off.
+	watchGen uint64
+	look     sync.Mutex // one look at a time, so each compares with the one before
 
 }
 
