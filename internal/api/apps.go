@@ -72,12 +72,6 @@ func (s *Server) listApps(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, v1.Apps{Apps: viewsOf(list, s.appView)}, err)
 }
 
-func (s *Server) getApp(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	a, err := s.apps.Get(r.Context(), id.TeamID, r.PathValue("id"))
-	s.reply(w, r, http.StatusOK, s.appView(a), err)
-}
-
 func (s *Server) updateApp(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	var sp v1.AppSpec
@@ -87,11 +81,6 @@ func (s *Server) updateApp(w http.ResponseWriter, r *http.Request) {
 	}
 	a, err := s.apps.Update(r.Context(), id.TeamID, r.PathValue("id"), sp)
 	s.reply(w, r, http.StatusOK, s.appView(a), err)
-}
-
-func (s *Server) deleteApp(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	s.reply(w, r, http.StatusNoContent, nil, s.apps.Delete(r.Context(), id.TeamID, r.PathValue("id")))
 }
 
 // deployApp takes the source as the body (a .tar.gz or .zip, at most 32 MiB) and answers 202

@@ -67,11 +67,6 @@ func (s *Server) getDatabase(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, s.databaseView(d, "", ""), err)
 }
 
-func (s *Server) deleteDatabase(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	s.reply(w, r, http.StatusNoContent, nil, s.databases.Delete(r.Context(), id.TeamID, r.PathValue("id")))
-}
-
 // branchDatabase forks a database into a new one (copy-on-write, same credentials).
 func (s *Server) branchDatabase(w http.ResponseWriter, r *http.Request) {
 	newDatabase(s, w, r, func(ctx context.Context, teamID string, req v1.BranchRequest) (store.Database, string, string, error) {
@@ -120,12 +115,6 @@ func (s *Server) restoreDatabase(w http.ResponseWriter, r *http.Request) {
 		d, err := s.databases.Restore(ctx, teamID, r.PathValue("id"), req.Name, req.BackupID, to)
 		return d, "", "", err
 	})
-}
-
-func (s *Server) databaseStats(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	st, err := s.databases.Stats(r.Context(), id.TeamID, r.PathValue("id"))
-	s.reply(w, r, http.StatusOK, st, err)
 }
 
 // databaseLogs answers the end of the postgres log as text (?bytes=, default 64 KiB, at most 1 MiB).
