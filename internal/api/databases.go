@@ -33,9 +33,8 @@ func (s *Server) databaseView(d store.Database, password, note string) v1.Databa
 func newDatabase[T any](s *Server, w http.ResponseWriter, r *http.Request,
 	build func(ctx context.Context, teamID string, req T) (d store.Database, password, note string, err error)) {
 	id, _ := auth.FromContext(r.Context())
-	var req T
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decoded[T](s, w, r, false)
+	if !ok {
 		return
 	}
 	release, err := s.holdSandboxesAnd(r.Context(), id.TeamID, database.Template, 1, Quota{Databases: 1})

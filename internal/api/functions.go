@@ -170,9 +170,8 @@ func (s *Server) getFunction(w http.ResponseWriter, r *http.Request) {
 // answers 202 at once.
 func (s *Server) invokeFunction(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	var req v1.InvokeRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decoded[v1.InvokeRequest](s, w, r, true)
+	if !ok {
 		return
 	}
 	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, functions.BaseTemplate, 1)

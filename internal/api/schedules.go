@@ -34,9 +34,8 @@ func scheduleRunView(r store.ScheduleRun) v1.ScheduleRun {
 
 func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	var req v1.CreateScheduleRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decoded[v1.CreateScheduleRequest](s, w, r, false)
+	if !ok {
 		return
 	}
 	sc, err := s.schedules.Create(r.Context(), id.TeamID, schedules.Spec{Name: req.Name, Cron: req.Cron, Timezone: req.Timezone,
