@@ -164,6 +164,14 @@ func (e *env) mustStatus(r resp, want int) resp {
 	return r
 }
 
+// wantErr fails the test unless r is the error status with code and a message containing msg.
+func (e *env) wantErr(r resp, status int, code, msg string) {
+	e.t.Helper()
+	if r.status != status || r.errCode() != code || !strings.Contains(r.errMessage(), msg) {
+		e.t.Fatalf("%d %s, want %d %s containing %q", r.status, r.body, status, code, msg)
+	}
+}
+
 // create makes a sandbox and returns its object.
 func (e *env) create(key string, body map[string]any) SandboxView {
 	e.t.Helper()

@@ -32,13 +32,6 @@ func (e *env) getVolume(key, id string) VolumeView {
 	return v
 }
 
-func (e *env) wantErr(r resp, status int, code, msg string) {
-	e.t.Helper()
-	if r.status != status || r.errCode() != code || !strings.Contains(r.errMessage(), msg) {
-		e.t.Fatalf("%d %s, want %d %s containing %q", r.status, r.body, status, code, msg)
-	}
-}
-
 func vols(specs ...map[string]any) []map[string]any { return specs }
 
 func TestVolumeCalls(t *testing.T) {
