@@ -206,6 +206,15 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
+// say prints v as JSON with --json, else the line.
+func (f *apiFlags) say(cmd *cobra.Command, v any, line string) error {
+	if f.json {
+		return printJSON(cmd.OutOrStdout(), v)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), line)
+	return nil
+}
+
 // printJSON prints v indented; characters that could drive a terminal (escape sequences, C1,
 // bidi overrides) leave as \u escapes, which decode to the same values.
 func printJSON(w io.Writer, v any) error {

@@ -108,11 +108,7 @@ func databaseCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), d)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), d.Connection.URI)
-			return nil
+			return f.say(cmd, d, d.Connection.URI)
 		})
 
 	stats := f.verb("stats ID", "Show a database's size, sessions, transactions and uptime", cobra.ExactArgs(1),
