@@ -175,10 +175,15 @@ func (e *env) wantErr(r resp, status int, code, msg string) {
 // create makes a sandbox and returns its object.
 func (e *env) create(key string, body map[string]any) SandboxView {
 	e.t.Helper()
-	r := e.mustStatus(e.do("POST", "/v1/sandboxes", key, body), 201)
-	var v SandboxView
+	return decodeAs[SandboxView](e.t, e.mustStatus(e.do("POST", "/v1/sandboxes", key, body), 201))
+}
+
+// decodeAs is r's JSON body as a T.
+func decodeAs[T any](t *testing.T, r resp) T {
+	t.Helper()
+	var v T
 	if err := json.Unmarshal(r.body, &v); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return v
 }

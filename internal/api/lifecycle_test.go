@@ -29,11 +29,7 @@ func (e *env) inc(key, id string) string {
 func (e *env) forkOf(key, id string, body any) []SandboxView {
 	e.t.Helper()
 	r := e.mustStatus(e.do("POST", "/v1/sandboxes/"+id+"/fork", key, body), 201)
-	var out struct{ Sandboxes []SandboxView }
-	if err := json.Unmarshal(r.body, &out); err != nil {
-		e.t.Fatal(err)
-	}
-	return out.Sandboxes
+	return decodeAs[struct{ Sandboxes []SandboxView }](e.t, r).Sandboxes
 }
 
 func (e *env) get(key, id string) SandboxView {

@@ -14,12 +14,7 @@ import (
 
 func (e *env) createVolume(key string, body any) VolumeView {
 	e.t.Helper()
-	r := e.mustStatus(e.do("POST", "/v1/volumes", key, body), 201)
-	var v VolumeView
-	if err := json.Unmarshal(r.body, &v); err != nil {
-		e.t.Fatal(err)
-	}
-	return v
+	return decodeAs[VolumeView](e.t, e.mustStatus(e.do("POST", "/v1/volumes", key, body), 201))
 }
 
 func (e *env) getVolume(key, id string) VolumeView {
