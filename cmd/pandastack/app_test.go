@@ -29,9 +29,7 @@ func TestCLIApps(t *testing.T) {
 		t.Fatalf("unknown plan: %v\n%s", err, out)
 	}
 
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	useServer(t)
 	if _, _, err := run(t, "", "app", "create", "Not_OK"); err == nil || !strings.Contains(err.Error(), "host name") {
 		t.Fatalf("bad name: %v", err)
 	}

@@ -131,7 +131,7 @@ func (p printer[T]) one(f *apiFlags, cmd *cobra.Command, item T) error {
 }
 
 // getCmd is a verb that calls the API with its one argument and prints the object it answers
-// (get, hibernate, wake).
+// (get, hibernate, wake; with a flag as well: branch, restore, resize).
 func getCmd[T any](f *apiFlags, p printer[T], use, short string, call func(*client.Client, context.Context, string) (T, error)) *cobra.Command {
 	return f.verb(use, short, cobra.ExactArgs(1), func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 		v, err := call(c, ctx, args[0])
@@ -204,6 +204,15 @@ func quietID[T any](f *apiFlags, cmd *cobra.Command, p printer[T], quiet bool, i
 // signalContext ends on Ctrl-C so a long exec or transfer stops cleanly.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// say prints v as JSON with --json, else the line.
+func (f *apiFlags) say(cmd *cobra.Command, v any, line string) error {
+	if f.json {
+		return printJSON(cmd.OutOrStdout(), v)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), line)
+	return nil
 }
 
 // printJSON prints v indented; characters that could drive a terminal (escape sequences, C1,

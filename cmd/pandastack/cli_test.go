@@ -29,11 +29,13 @@ import (
 
 // The CLI verbs against a real control plane whose host agent is the fakeagent test double.
 
-// useServer starts a server and points the CLI's environment at it.
-func useServer(t *testing.T) {
-	url, key := startServer(t)
+// useServer starts a server and points the CLI's environment at it; it returns the server's URL
+// and the key, for the tests that also reach the server by other means.
+func useServer(t *testing.T) (url, key string) {
+	url, key = startServer(t)
 	t.Setenv("PANDASTACK_BASE_URL", url)
 	t.Setenv("PANDASTACK_API_KEY", key)
+	return url, key
 }
 
 func startServer(t *testing.T) (url, key string) {

@@ -96,19 +96,11 @@ func databaseCmd() *cobra.Command {
 	query.Flags().StringArrayVarP(&params, "param", "p", nil, "a value for $1, $2, … in order (text; repeatable)")
 
 	var branchName string
-	branch := &cobra.Command{
-		Use:     "branch ID --name NAME",
-		Short:   "Branch a database: a copy-on-write fork of it now, with the same owner and password",
-		Args:    cobra.ExactArgs(1),
-		PreRunE: requireFlag("name"),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			d, err := c.BranchDatabase(ctx, args[0], branchName)
-			if err != nil {
-				return err
-			}
-			return databasesTable.one(f, cmd, d)
-		}),
-	}
+	branch := getCmd(f, databasesTable, "branch ID --name NAME", "Branch a database: a copy-on-write fork of it now, with the same owner and password",
+		func(c *client.Client, ctx context.Context, id string) (v1.Database, error) {
+			return c.BranchDatabase(ctx, id, branchName)
+		})
+	branch.PreRunE = requireFlag("name")
 	branch.Flags().StringVar(&branchName, "name", "", "the branch's name")
 	password := f.verb("password ID", "Give the owner a new password: prints the new connection string (shown once)", cobra.ExactArgs(1),
 		func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
@@ -116,11 +108,7 @@ func databaseCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), d)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), d.Connection.URI)
-			return nil
+			return f.say(cmd, d, d.Connection.URI)
 		})
 
 	stats := f.verb("stats ID", "Show a database's size, sessions, transactions and uptime", cobra.ExactArgs(1),
@@ -165,19 +153,12 @@ func databaseCmd() *cobra.Command {
 			return backupsTable.print(f, cmd, list, false)
 		})
 	var restoreReq v1.RestoreRequest
-	restore := &cobra.Command{
-		Use:     "restore ID --name NAME [--to-time RFC3339 | --backup BACKUP_ID]",
-		Short:   "Restore into a NEW database: to an instant (WAL archive), a backup, or the newest backup",
-		Args:    cobra.ExactArgs(1),
-		PreRunE: requireFlag("name"),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			d, err := c.RestoreDatabase(ctx, args[0], restoreReq)
-			if err != nil {
-				return err
-			}
-			return databasesTable.one(f, cmd, d)
-		}),
-	}
+	restore := getCmd(f, databasesTable, "restore ID --name NAME [--to-time RFC3339 | --backup BACKUP_ID]",
+		"Restore into a NEW database: to an instant (WAL archive), a backup, or the newest backup",
+		func(c *client.Client, ctx context.Context, id string) (v1.Database, error) {
+			return c.RestoreDatabase(ctx, id, restoreReq)
+		})
+	restore.PreRunE = requireFlag("name")
 	restore.Flags().StringVar(&restoreReq.Name, "name", "", "the new database's name")
 	restore.Flags().StringVar(&restoreReq.ToTime, "to-time", "", "recover to this RFC 3339 instant (with a blob store: any instant after the first base backup; else the newest backup at or before it)")
 	restore.Flags().StringVar(&restoreReq.BackupID, "backup", "", "this backup")

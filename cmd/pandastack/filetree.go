@@ -50,11 +50,7 @@ func uploadDirCmd(f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), res)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), termtext.Escape(fmt.Sprintf("unpacked %d entries (%d bytes) into %s", res.Entries, res.Bytes, args[2])))
-			return nil
+			return f.say(cmd, res, termtext.Escape(fmt.Sprintf("unpacked %d entries (%d bytes) into %s", res.Entries, res.Bytes, args[2])))
 		})
 }
 
@@ -65,10 +61,6 @@ func downloadDirCmd(f *apiFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), map[string]int{"entries": n})
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), termtext.Escape(fmt.Sprintf("copied %d entries into %s", n, args[2])))
-			return nil
+			return f.say(cmd, map[string]int{"entries": n}, termtext.Escape(fmt.Sprintf("copied %d entries into %s", n, args[2])))
 		})
 }

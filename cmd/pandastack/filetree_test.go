@@ -15,9 +15,7 @@ import (
 // TestCLIDirCopy: upload-dir then download-dir brings a tree back (over the fake agent, which
 // keeps directories and files).
 func TestCLIDirCopy(t *testing.T) {
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	useServer(t)
 	id := strings.TrimSpace(mustRun(t, "", "sandbox", "create", "--template", "base", "-q"))
 	src := t.TempDir()
 	os.MkdirAll(filepath.Join(src, "sub", "deeper"), 0o755)

@@ -12,9 +12,7 @@ import (
 // command runs in a fake sandbox). Function deploys need microVMs: a directory is zipped and
 // refused here for its missing handler (the API's 400), which is as far as the fake goes.
 func TestCLISchedules(t *testing.T) {
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	useServer(t)
 
 	if _, _, err := run(t, "", "schedule", "create", "--cron", "61 * * * *", "--template", "base", "--cmd", "true"); err == nil ||
 		!strings.Contains(err.Error(), "minute field") {

@@ -11,9 +11,7 @@ import (
 // TestCLIMCPStdio: `pandastack mcp` speaks MCP on stdin/stdout (the Go SDK's client on the other
 // end) and acts with the key of its environment, against a control plane with the fake host agent.
 func TestCLIMCPStdio(t *testing.T) {
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	useServer(t)
 
 	serverIn, clientOut := io.Pipe()
 	clientIn, serverOut := io.Pipe()

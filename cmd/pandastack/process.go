@@ -62,11 +62,7 @@ returns, while nobody reads its output, across hibernate and wake, and in forks.
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), map[string]int{"pid": pid})
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), pid)
-			return nil
+			return f.say(cmd, map[string]int{"pid": pid}, strconv.Itoa(pid))
 		}),
 	}
 	fl := cmd.Flags()

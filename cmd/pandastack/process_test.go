@@ -12,9 +12,7 @@ import (
 // TestCLIProcesses: start prints a pid; ps lists it; logs prints its output (and with -f exits
 // with its status); kill-process signals or kills it. The host is the fake agent (toy commands).
 func TestCLIProcesses(t *testing.T) {
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	useServer(t)
 	id := strings.TrimSpace(mustRun(t, "", "sandbox", "create", "--template", "base", "-q"))
 
 	echo := strings.TrimSpace(mustRun(t, "", "sandbox", "start", id, "--", "echo", "hi", "there"))

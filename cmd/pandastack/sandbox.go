@@ -385,11 +385,7 @@ func sandboxFilesCmd(f *apiFlags) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		if f.json {
-			return printJSON(cmd.OutOrStdout(), st)
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d bytes)\n", termtext.Escape(orDash(st.Path)), st.Size)
-		return nil
+		return f.say(cmd, st, fmt.Sprintf("wrote %s (%d bytes)", termtext.Escape(orDash(st.Path)), st.Size))
 	})
 
 	var depth int

@@ -83,19 +83,11 @@ func volumeCmd() *cobra.Command {
 	list := listCmd(f, volumes, "List your team's volumes, newest first", (*client.Client).ListVolumes)
 	get := getCmd(f, volumes, "get ID", "Show one volume and the sandboxes that have it mounted", (*client.Client).GetVolume)
 	var newSize int64
-	resize := &cobra.Command{
-		Use:     "resize ID --size-mib N",
-		Short:   "Grow a volume (refused while a sandbox has it mounted)",
-		Args:    cobra.ExactArgs(1),
-		PreRunE: requireFlag("size-mib"),
-		RunE: f.run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			v, err := c.ResizeVolume(ctx, args[0], newSize)
-			if err != nil {
-				return err
-			}
-			return volumes.one(f, cmd, v)
-		}),
-	}
+	resize := getCmd(f, volumes, "resize ID --size-mib N", "Grow a volume (refused while a sandbox has it mounted)",
+		func(c *client.Client, ctx context.Context, id string) (client.Volume, error) {
+			return c.ResizeVolume(ctx, id, newSize)
+		})
+	resize.PreRunE = requireFlag("size-mib")
 	resize.Flags().Int64Var(&newSize, "size-mib", 0, "the new size in MiB (volumes only grow)")
 	del := f.deleteCmd("delete ID...", "Delete volumes and their data (refused while a sandbox has one mounted)", (*client.Client).DeleteVolume)
 	cmd.AddCommand(create, list, get, resize, del)

@@ -9,9 +9,7 @@ import (
 // TestCLIWebhooks: the webhook verbs against a control plane with the fake host agent, under the
 // server's default destination policy (nothing is sent: no delivery loop runs here).
 func TestCLIWebhooks(t *testing.T) {
-	url, key := startServer(t)
-	t.Setenv("PANDASTACK_BASE_URL", url)
-	t.Setenv("PANDASTACK_API_KEY", key)
+	url, _ := useServer(t)
 
 	if _, _, err := run(t, "", "webhook", "create", url+"/hook", "--events", "*"); err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Fatalf("loopback under the server policy: %v", err)

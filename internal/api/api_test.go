@@ -429,9 +429,7 @@ func TestCapacityAndPlacement(t *testing.T) {
 	}
 	e.create(e.admin, map[string]any{"template": "base"})
 	r := e.do("POST", "/v1/sandboxes", e.admin, `{"template": "base"}`)
-	if r.status != 503 || r.errCode() != "capacity" {
-		t.Fatalf("full host: %d %s", r.status, r.body)
-	}
+	e.wantErr(r, 503, "capacity", "")
 
 	// A second host with room takes the next sandboxes; placement spreads by free memory.
 	b := agenttest.New("host-b", agentToken, "base")
@@ -446,9 +444,7 @@ func TestCapacityAndPlacement(t *testing.T) {
 	}
 	// code-interpreter only exists on host-a, which is full.
 	r = e.do("POST", "/v1/sandboxes", e.admin, `{"template": "code-interpreter"}`)
-	if r.status != 503 || r.errCode() != "capacity" {
-		t.Fatalf("template only on a full host: %d %s", r.status, r.body)
-	}
+	e.wantErr(r, 503, "capacity", "")
 	if n := e.sandboxCount(); n != 2 {
 		t.Fatalf("%d sandboxes after capacity errors", n)
 	}
@@ -464,9 +460,7 @@ func TestHostErrorsAndRequestIDs(t *testing.T) {
 	}
 	// A host that says "full" sends the caller a capacity error after trying the others.
 	e.agent.FailCreates(&agentclient.Error{Status: 503, Code: "capacity", Message: "no free slot"})
-	if r := e.do("POST", "/v1/sandboxes", e.admin, `{"template": "base"}`); r.status != 503 || r.errCode() != "capacity" {
-		t.Fatalf("agent capacity: %d %s", r.status, r.body)
-	}
+	e.wantErr(e.do("POST", "/v1/sandboxes", e.admin, `{"template": "base"}`), 503, "capacity", "")
 	e.agent.FailCreates(nil)
 	if n := e.sandboxCount(); n != 0 {
 		t.Fatalf("failed creates recorded %d sandboxes", n)
@@ -578,14 +572,10 @@ func TestUploadLimit(t *testing.T) {
 	p := "/v1/sandboxes/" + sb.ID + "/files?path=/tmp/f"
 	e.mustStatus(e.do("PUT", p, e.admin, strings.Repeat("a", 1024)), 200)
 	r := e.do("PUT", p, e.admin, strings.Repeat("a", 1025))
-	if r.status != 413 || r.errCode() != "payload_too_large" {
-		t.Fatalf("sized upload: %d %s", r.status, r.body)
-	}
+	e.wantErr(r, 413, "payload_too_large", "")
 	// Chunked (no Content-Length): cut while streaming.
 	r = e.do("PUT", p, e.admin, io.MultiReader(strings.NewReader(strings.Repeat("b", 1000)), strings.NewReader(strings.Repeat("b", 1000))))
-	if r.status != 413 || r.errCode() != "payload_too_large" {
-		t.Fatalf("chunked upload: %d %s", r.status, r.body)
-	}
+	e.wantErr(r, 413, "payload_too_large", "")
 	if got := e.mustStatus(e.do("GET", p, e.admin, nil), 200).body; len(got) != 1024 || got[0] != 'a' {
 		t.Fatalf("file changed by a rejected upload: %d bytes", len(got))
 	}
@@ -705,9 +695,7 @@ func TestCreateOnSilentHostIs503(t *testing.T) {
 	e := newEnv(t)
 	e.agent.Close() // still up in the store, heard from just now
 	r := e.do("POST", "/v1/sandboxes", e.admin, `{"template": "base"}`)
-	if r.status != 503 || r.errCode() != "capacity" {
-		t.Fatalf("create on a host that does not answer: %d %s", r.status, r.body)
-	}
+	e.wantErr(r, 503, "capacity", "")
 	if n := e.sandboxCount(); n != 0 {
 		t.Fatalf("%d sandboxes recorded", n)
 	}

@@ -51,9 +51,8 @@ func (s *Server) deploymentView(a store.App, d store.Deployment) v1.Deployment {
 
 func (s *Server) createApp(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	var sp v1.AppSpec
-	if err := decodeJSON(w, r, &sp, false); err != nil {
-		s.writeError(w, r, err)
+	sp, ok := decoded[v1.AppSpec](s, w, r, false)
+	if !ok {
 		return
 	}
 	release, err := s.holdQuota(r.Context(), id.TeamID, Quota{Apps: 1})
@@ -72,26 +71,14 @@ func (s *Server) listApps(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, v1.Apps{Apps: viewsOf(list, s.appView)}, err)
 }
 
-func (s *Server) getApp(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	a, err := s.apps.Get(r.Context(), id.TeamID, r.PathValue("id"))
-	s.reply(w, r, http.StatusOK, s.appView(a), err)
-}
-
 func (s *Server) updateApp(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	var sp v1.AppSpec
-	if err := decodeJSON(w, r, &sp, false); err != nil {
-		s.writeError(w, r, err)
+	sp, ok := decoded[v1.AppSpec](s, w, r, false)
+	if !ok {
 		return
 	}
 	a, err := s.apps.Update(r.Context(), id.TeamID, r.PathValue("id"), sp)
 	s.reply(w, r, http.StatusOK, s.appView(a), err)
-}
-
-func (s *Server) deleteApp(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	s.reply(w, r, http.StatusNoContent, nil, s.apps.Delete(r.Context(), id.TeamID, r.PathValue("id")))
 }
 
 // deployApp takes the source as the body (a .tar.gz or .zip, at most 32 MiB) and answers 202
@@ -174,9 +161,8 @@ func (s *Server) deletePreview(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) rollbackApp(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	var req v1.RollbackRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decoded[v1.RollbackRequest](s, w, r, false)
+	if !ok {
 		return
 	}
 	if req.DeploymentID == "" {
@@ -277,9 +263,8 @@ func (s *Server) serveApp(w http.ResponseWriter, r *http.Request, name string) {
 // connectGitHub connects the app to a GitHub repository and answers the webhook to add there.
 func (s *Server) connectGitHub(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	var req v1.GitHubConnectRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decoded[v1.GitHubConnectRequest](s, w, r, false)
+	if !ok {
 		return
 	}
 	a, secret, err := s.apps.ConnectGitHub(r.Context(), id.TeamID, r.PathValue("id"), req.Repo, req.Branch, req.Token)

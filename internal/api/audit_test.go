@@ -98,9 +98,7 @@ func TestAuditLog(t *testing.T) {
 	}
 
 	// Only admin keys read it, and only their own team's.
-	if r := e.do("GET", "/v1/audit", secret, nil); r.status != 403 || r.errCode() != "forbidden" {
-		t.Fatalf("non-admin key: %d %s", r.status, r.body)
-	}
+	e.wantErr(e.do("GET", "/v1/audit", secret, nil), 403, "forbidden", "")
 	e.mustStatus(e.do("GET", "/v1/audit", betaKey, nil), 403)
 	_, betaAdmin, err := auth.IssueKey(ctx, e.st, teamID, "beta admin", true)
 	if err != nil {

@@ -33,9 +33,8 @@ func (s *Server) databaseView(d store.Database, password, note string) v1.Databa
 func newDatabase[T any](s *Server, w http.ResponseWriter, r *http.Request,
 	build func(ctx context.Context, teamID string, req T) (d store.Database, password, note string, err error)) {
 	id, _ := auth.FromContext(r.Context())
-	var req T
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decoded[T](s, w, r, false)
+	if !ok {
 		return
 	}
 	release, err := s.holdSandboxesAnd(r.Context(), id.TeamID, database.Template, 1, Quota{Databases: 1})
@@ -65,11 +64,6 @@ func (s *Server) getDatabase(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
 	d, err := s.databases.Get(r.Context(), id.TeamID, r.PathValue("id"))
 	s.reply(w, r, http.StatusOK, s.databaseView(d, "", ""), err)
-}
-
-func (s *Server) deleteDatabase(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	s.reply(w, r, http.StatusNoContent, nil, s.databases.Delete(r.Context(), id.TeamID, r.PathValue("id")))
 }
 
 // branchDatabase forks a database into a new one (copy-on-write, same credentials).
@@ -120,12 +114,6 @@ func (s *Server) restoreDatabase(w http.ResponseWriter, r *http.Request) {
 		d, err := s.databases.Restore(ctx, teamID, r.PathValue("id"), req.Name, req.BackupID, to)
 		return d, "", "", err
 	})
-}
-
-func (s *Server) databaseStats(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	st, err := s.databases.Stats(r.Context(), id.TeamID, r.PathValue("id"))
-	s.reply(w, r, http.StatusOK, st, err)
 }
 
 // databaseLogs answers the end of the postgres log as text (?bytes=, default 64 KiB, at most 1 MiB).

@@ -117,6 +117,15 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) 
 	return decodeJSONWithin(w, r, v, allowEmpty, maxJSONBody, false)
 }
 
+// decoded is decodeJSON into a new T; when that fails it has answered the error, and ok is false.
+func decoded[T any](s *Server, w http.ResponseWriter, r *http.Request, allowEmpty bool) (v T, ok bool) {
+	if err := decodeJSON(w, r, &v, allowEmpty); err != nil {
+		s.writeError(w, r, err)
+		return v, false
+	}
+	return v, true
+}
+
 // decodeJSONWithin is decodeJSON with a body limit of limit bytes; numbers decode into `any`
 // fields as json.Number when useNumber (no float rounding).
 func decodeJSONWithin(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool, limit int64, useNumber bool) error {

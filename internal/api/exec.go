@@ -27,9 +27,8 @@ func (s *Server) target(r *http.Request) (store.Sandbox, *agentclient.Client, er
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
-	var req v1.ExecRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decoded[v1.ExecRequest](s, w, r, false)
+	if !ok {
 		return
 	}
 	err := validateCommand(req.Cmd, req.Argv, req.Env)

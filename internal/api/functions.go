@@ -166,24 +166,12 @@ func (s *Server) getFunction(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, s.functionView(fn, v), err)
 }
 
-func (s *Server) deleteFunction(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	s.reply(w, r, http.StatusNoContent, nil, s.functions.Delete(r.Context(), id.TeamID, r.PathValue("id")))
-}
-
-func (s *Server) listFunctionVersions(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	vs, err := s.functions.Versions(r.Context(), id.TeamID, r.PathValue("id"))
-	s.reply(w, r, http.StatusOK, v1.FunctionVersions{Versions: viewsOf(vs, functionVersionView)}, err)
-}
-
 // invokeFunction runs the function and answers the run (200), or with ?async=1 records it and
 // answers 202 at once.
 func (s *Server) invokeFunction(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	var req v1.InvokeRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decoded[v1.InvokeRequest](s, w, r, true)
+	if !ok {
 		return
 	}
 	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, functions.BaseTemplate, 1)
@@ -206,16 +194,6 @@ func (s *Server) invokeFunction(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.writeError(w, r, invalid("async must be 1 or 0"))
 	}
-}
-
-func (s *Server) listFunctionRuns(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	limit, err := limitParam(r)
-	var runs []store.FunctionRun
-	if err == nil {
-		runs, err = s.functions.Runs(r.Context(), id.TeamID, r.PathValue("id"), limit)
-	}
-	s.reply(w, r, http.StatusOK, v1.FunctionRuns{Runs: viewsOf(runs, functionRunView)}, err)
 }
 
 func (s *Server) getFunctionRun(w http.ResponseWriter, r *http.Request) {

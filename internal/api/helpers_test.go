@@ -164,13 +164,26 @@ func (e *env) mustStatus(r resp, want int) resp {
 	return r
 }
 
+// wantErr fails the test unless r is the error status with code and a message containing msg.
+func (e *env) wantErr(r resp, status int, code, msg string) {
+	e.t.Helper()
+	if r.status != status || r.errCode() != code || !strings.Contains(r.errMessage(), msg) {
+		e.t.Fatalf("%d %s, want %d %s containing %q", r.status, r.body, status, code, msg)
+	}
+}
+
 // create makes a sandbox and returns its object.
 func (e *env) create(key string, body map[string]any) SandboxView {
 	e.t.Helper()
-	r := e.mustStatus(e.do("POST", "/v1/sandboxes", key, body), 201)
-	var v SandboxView
+	return decodeAs[SandboxView](e.t, e.mustStatus(e.do("POST", "/v1/sandboxes", key, body), 201))
+}
+
+// decodeAs is r's JSON body as a T.
+func decodeAs[T any](t *testing.T, r resp) T {
+	t.Helper()
+	var v T
 	if err := json.Unmarshal(r.body, &v); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return v
 }

@@ -16,9 +16,8 @@ const maxKeyNameLen = 128
 
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	var req v1.CreateKeyRequest
-	if err := decodeJSON(w, r, &req, true); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decoded[v1.CreateKeyRequest](s, w, r, true)
+	if !ok {
 		return
 	}
 	if len(req.Name) > maxKeyNameLen || hasControl(req.Name) {

@@ -29,11 +29,7 @@ func (e *env) inc(key, id string) string {
 func (e *env) forkOf(key, id string, body any) []SandboxView {
 	e.t.Helper()
 	r := e.mustStatus(e.do("POST", "/v1/sandboxes/"+id+"/fork", key, body), 201)
-	var out struct{ Sandboxes []SandboxView }
-	if err := json.Unmarshal(r.body, &out); err != nil {
-		e.t.Fatal(err)
-	}
-	return out.Sandboxes
+	return decodeAs[struct{ Sandboxes []SandboxView }](e.t, r).Sandboxes
 }
 
 func (e *env) get(key, id string) SandboxView {
@@ -164,9 +160,7 @@ func TestFork(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = e.do("POST", "/v1/sandboxes/"+parent.ID+"/fork", k, `{"count": 3}`)
-	if r.status != 503 || r.errCode() != "capacity" {
-		t.Fatalf("fork beyond the host's room: %d %s", r.status, r.body)
-	}
+	e.wantErr(r, 503, "capacity", "")
 	if got := e.forkOf(k, parent.ID, `{"count": 2}`); len(got) != 2 {
 		t.Fatalf("fork that fits: %+v", got)
 	}
@@ -182,13 +176,9 @@ func TestFailedForkLeavesNoChildren(t *testing.T) {
 	// The host fails the fork (it makes all children or none).
 	e.agent.FailForks(&agentclient.Error{Status: 500, Code: "internal", Message: "restore exploded"})
 	r := e.do("POST", "/v1/sandboxes/"+parent.ID+"/fork", k, `{"count": 3}`)
-	if r.status != 500 || r.errCode() != "internal" || !strings.Contains(r.errMessage(), "restore exploded") {
-		t.Fatalf("failed fork: %d %s", r.status, r.body)
-	}
+	e.wantErr(r, 500, "internal", "restore exploded")
 	e.agent.FailForks(&agentclient.Error{Status: 503, Code: "capacity", Message: "no room for the children"})
-	if r := e.do("POST", "/v1/sandboxes/"+parent.ID+"/fork", k, `{"count": 3}`); r.status != 503 || r.errCode() != "capacity" {
-		t.Fatalf("host full: %d %s", r.status, r.body)
-	}
+	e.wantErr(e.do("POST", "/v1/sandboxes/"+parent.ID+"/fork", k, `{"count": 3}`), 503, "capacity", "")
 	e.agent.FailForks(nil)
 
 	// The host makes the children but recording them fails (here: one child's id is taken in the
@@ -198,9 +188,7 @@ func TestFailedForkLeavesNoChildren(t *testing.T) {
 	rows++
 	e.agent.ForkIDs("sb_freshchild", gone.ID)
 	r = e.do("POST", "/v1/sandboxes/"+parent.ID+"/fork", k, `{"count": 2}`)
-	if r.status != 500 || r.errCode() != "internal" || !strings.Contains(r.errMessage(), "request id") {
-		t.Fatalf("fork the store could not record: %d %s", r.status, r.body)
-	}
+	e.wantErr(r, 500, "internal", "request id")
 	if _, err := e.st.GetSandbox(context.Background(), "sb_freshchild"); err != store.ErrNotFound {
 		t.Fatalf("half-made child recorded: %v", err)
 	}

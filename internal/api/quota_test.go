@@ -47,14 +47,10 @@ func TestQuotas(t *testing.T) {
 	}
 	// A fork of two would make four.
 	r := e.do("POST", "/v1/sandboxes/"+a.ID+"/fork", e.admin, map[string]int{"count": 2})
-	if r.status != 429 || r.errCode() != "quota_exceeded" || !strings.Contains(r.errMessage(), "sandboxes limit 3, in use 2") {
-		t.Fatalf("fork over quota: %d %s", r.status, r.body)
-	}
+	e.wantErr(r, 429, "quota_exceeded", "sandboxes limit 3, in use 2")
 	e.mustStatus(e.do("POST", "/v1/sandboxes/"+a.ID+"/fork", e.admin, nil), 201)
 	r = e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base"})
-	if r.status != 429 || r.errCode() != "quota_exceeded" || !strings.Contains(r.errMessage(), "sandboxes limit 3, in use 3") {
-		t.Fatalf("create over quota: %d %s", r.status, r.body)
-	}
+	e.wantErr(r, 429, "quota_exceeded", "sandboxes limit 3, in use 3")
 	// Killing one frees room.
 	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+a.ID, e.admin, nil), 204)
 	e.create(e.admin, map[string]any{"template": "base"})

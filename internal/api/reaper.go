@@ -3,8 +3,8 @@ package api
 import (
 	"context"
 	"sync"
-	"time"
 
+	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -29,19 +29,12 @@ func (s *Server) reapLock() *store.Lock {
 // RunReaper kills expired sandboxes every ReapInterval until ctx ends. Of the replicas sharing a
 // database only the one holding the reaper lock reaps; another takes over when it dies.
 func (s *Server) RunReaper(ctx context.Context) {
-	t := time.NewTicker(s.cfg.ReapInterval)
-	defer t.Stop()
 	defer s.reapLock().Release()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := s.ReapOnce(ctx); err != nil && ctx.Err() == nil {
-				s.log.Error("reaper failed", "err", err)
-			}
+	periodic.Every(ctx, s.cfg.ReapInterval, func() {
+		if _, err := s.ReapOnce(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("reaper failed", "err", err)
 		}
-	}
+	})
 }
 
 // ReapOnce kills every sandbox whose TTL has run out and returns how many it killed; a replica

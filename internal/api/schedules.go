@@ -34,9 +34,8 @@ func scheduleRunView(r store.ScheduleRun) v1.ScheduleRun {
 
 func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request) {
 	id, _ := auth.FromContext(r.Context())
-	var req v1.CreateScheduleRequest
-	if err := decodeJSON(w, r, &req, false); err != nil {
-		s.writeError(w, r, err)
+	req, ok := decoded[v1.CreateScheduleRequest](s, w, r, false)
+	if !ok {
 		return
 	}
 	sc, err := s.schedules.Create(r.Context(), id.TeamID, schedules.Spec{Name: req.Name, Cron: req.Cron, Timezone: req.Timezone,
@@ -51,21 +50,6 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, v1.Schedules{Schedules: viewsOf(list, s.scheduleView)}, err)
 }
 
-func (s *Server) getSchedule(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	sc, err := s.schedules.Get(r.Context(), id.TeamID, r.PathValue("id"))
-	s.reply(w, r, http.StatusOK, s.scheduleView(sc), err)
-}
-
-func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	if err := s.schedules.Delete(r.Context(), id.TeamID, r.PathValue("id")); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
 func (s *Server) pauseSchedule(w http.ResponseWriter, r *http.Request)  { s.enableSchedule(w, r, false) }
 func (s *Server) resumeSchedule(w http.ResponseWriter, r *http.Request) { s.enableSchedule(w, r, true) }
 
@@ -73,22 +57,6 @@ func (s *Server) enableSchedule(w http.ResponseWriter, r *http.Request, enabled 
 	id, _ := auth.FromContext(r.Context())
 	sc, err := s.schedules.SetEnabled(r.Context(), id.TeamID, r.PathValue("id"), enabled)
 	s.reply(w, r, http.StatusOK, s.scheduleView(sc), err)
-}
-
-func (s *Server) triggerSchedule(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	run, err := s.schedules.Trigger(r.Context(), id.TeamID, r.PathValue("id"))
-	s.reply(w, r, http.StatusAccepted, scheduleRunView(run), err)
-}
-
-func (s *Server) listScheduleRuns(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	limit, err := limitParam(r)
-	var runs []store.ScheduleRun
-	if err == nil {
-		runs, err = s.schedules.Runs(r.Context(), id.TeamID, r.PathValue("id"), limit)
-	}
-	s.reply(w, r, http.StatusOK, v1.ScheduleRuns{Runs: viewsOf(runs, scheduleRunView)}, err)
 }
 
 // RunSchedules ticks the cron engine every interval (0: schedules.DefaultInterval) until ctx

@@ -34,6 +34,7 @@ import (
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/templates"
 	"github.com/pandastack/pandastack/internal/webhooks"
+	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
 // Defaults of Config.
@@ -297,36 +298,42 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/functions", apiKey, s.deployFunction},
 		{"GET", "/v1/functions", apiKey, s.listFunctions},
 		{"GET", "/v1/functions/{id}", apiKey, s.getFunction},
-		{"DELETE", "/v1/functions/{id}", apiKey, s.deleteFunction},
-		{"GET", "/v1/functions/{id}/versions", apiKey, s.listFunctionVersions},
+		{"DELETE", "/v1/functions/{id}", apiKey, deleteByID(s, s.functions.Delete)},
+		{"GET", "/v1/functions/{id}/versions", apiKey, byID(s, http.StatusOK, s.functions.Versions, func(vs []store.FunctionVersion) v1.FunctionVersions {
+			return v1.FunctionVersions{Versions: viewsOf(vs, functionVersionView)}
+		})},
 		{"POST", "/v1/functions/{id}/invoke", apiKey, s.invokeFunction},
-		{"GET", "/v1/functions/{id}/runs", apiKey, s.listFunctionRuns},
+		{"GET", "/v1/functions/{id}/runs", apiKey, pageByID(s, s.functions.Runs, func(runs []store.FunctionRun) v1.FunctionRuns {
+			return v1.FunctionRuns{Runs: viewsOf(runs, functionRunView)}
+		})},
 		{"GET", "/v1/functions/{id}/runs/{run}", apiKey, s.getFunctionRun},
 		{"POST", "/v1/schedules", apiKey, s.createSchedule},
 		{"GET", "/v1/schedules", apiKey, s.listSchedules},
-		{"GET", "/v1/schedules/{id}", apiKey, s.getSchedule},
-		{"DELETE", "/v1/schedules/{id}", apiKey, s.deleteSchedule},
+		{"GET", "/v1/schedules/{id}", apiKey, byID(s, http.StatusOK, s.schedules.Get, s.scheduleView)},
+		{"DELETE", "/v1/schedules/{id}", apiKey, deleteByID(s, s.schedules.Delete)},
 		{"POST", "/v1/schedules/{id}/pause", apiKey, s.pauseSchedule},
 		{"POST", "/v1/schedules/{id}/resume", apiKey, s.resumeSchedule},
-		{"POST", "/v1/schedules/{id}/trigger", apiKey, s.triggerSchedule},
-		{"GET", "/v1/schedules/{id}/runs", apiKey, s.listScheduleRuns},
+		{"POST", "/v1/schedules/{id}/trigger", apiKey, byID(s, http.StatusAccepted, s.schedules.Trigger, scheduleRunView)},
+		{"GET", "/v1/schedules/{id}/runs", apiKey, pageByID(s, s.schedules.Runs, func(runs []store.ScheduleRun) v1.ScheduleRuns {
+			return v1.ScheduleRuns{Runs: viewsOf(runs, scheduleRunView)}
+		})},
 		{"POST", "/v1/databases", apiKey, s.createDatabase},
 		{"GET", "/v1/databases", apiKey, s.listDatabases},
 		{"GET", "/v1/databases/{id}", apiKey, s.getDatabase},
-		{"DELETE", "/v1/databases/{id}", apiKey, s.deleteDatabase},
+		{"DELETE", "/v1/databases/{id}", apiKey, deleteByID(s, s.databases.Delete)},
 		{"POST", "/v1/databases/{id}/query", apiKey, s.queryDatabase},
 		{"POST", "/v1/databases/{id}/branches", apiKey, s.branchDatabase},
 		{"POST", "/v1/databases/{id}/password", apiKey, s.rotateDatabasePassword},
-		{"GET", "/v1/databases/{id}/stats", apiKey, s.databaseStats},
+		{"GET", "/v1/databases/{id}/stats", apiKey, byID(s, http.StatusOK, s.databases.Stats, asIs[v1.DatabaseStats])},
 		{"GET", "/v1/databases/{id}/logs", apiKey, s.databaseLogs},
 		{"POST", "/v1/databases/{id}/backups", apiKey, s.backupDatabase},
 		{"GET", "/v1/databases/{id}/backups", apiKey, s.listDatabaseBackups},
 		{"POST", "/v1/databases/{id}/restore", apiKey, s.restoreDatabase},
 		{"POST", "/v1/apps", apiKey, s.createApp},
 		{"GET", "/v1/apps", apiKey, s.listApps},
-		{"GET", "/v1/apps/{id}", apiKey, s.getApp},
+		{"GET", "/v1/apps/{id}", apiKey, byID(s, http.StatusOK, s.apps.Get, s.appView)},
 		{"PATCH", "/v1/apps/{id}", apiKey, s.updateApp},
-		{"DELETE", "/v1/apps/{id}", apiKey, s.deleteApp},
+		{"DELETE", "/v1/apps/{id}", apiKey, deleteByID(s, s.apps.Delete)},
 		{"POST", "/v1/apps/{id}/deployments", apiKey, s.deployApp},
 		{"GET", "/v1/apps/{id}/deployments", apiKey, s.listDeployments},
 		{"GET", "/v1/apps/{id}/deployments/{dep}", apiKey, s.getDeployment},
@@ -340,9 +347,11 @@ func (s *Server) routeTable() []route {
 
 		{"POST", "/v1/webhooks", apiKey, s.createWebhook},
 		{"GET", "/v1/webhooks", apiKey, s.listWebhooks},
-		{"GET", "/v1/webhooks/{id}", apiKey, s.getWebhook},
-		{"DELETE", "/v1/webhooks/{id}", apiKey, s.deleteWebhook},
-		{"GET", "/v1/webhooks/{id}/deliveries", apiKey, s.listWebhookDeliveries},
+		{"GET", "/v1/webhooks/{id}", apiKey, byID(s, http.StatusOK, s.webhooks.Get, asIs[v1.Webhook])},
+		{"DELETE", "/v1/webhooks/{id}", apiKey, deleteByID(s, s.webhooks.Delete)},
+		{"GET", "/v1/webhooks/{id}/deliveries", apiKey, pageByID(s, s.webhooks.Deliveries, func(list []v1.WebhookDelivery) v1.WebhookDeliveries {
+			return v1.WebhookDeliveries{Deliveries: list}
+		})},
 
 		{"POST", auth.MCPRoute, apiKey, s.mcp},
 		{"GET", auth.MCPRoute, apiKey, s.mcp},

@@ -14,12 +14,7 @@ import (
 
 func (e *env) createVolume(key string, body any) VolumeView {
 	e.t.Helper()
-	r := e.mustStatus(e.do("POST", "/v1/volumes", key, body), 201)
-	var v VolumeView
-	if err := json.Unmarshal(r.body, &v); err != nil {
-		e.t.Fatal(err)
-	}
-	return v
+	return decodeAs[VolumeView](e.t, e.mustStatus(e.do("POST", "/v1/volumes", key, body), 201))
 }
 
 func (e *env) getVolume(key, id string) VolumeView {
@@ -30,13 +25,6 @@ func (e *env) getVolume(key, id string) VolumeView {
 		e.t.Fatal(err)
 	}
 	return v
-}
-
-func (e *env) wantErr(r resp, status int, code, msg string) {
-	e.t.Helper()
-	if r.status != status || r.errCode() != code || !strings.Contains(r.errMessage(), msg) {
-		e.t.Fatalf("%d %s, want %d %s containing %q", r.status, r.body, status, code, msg)
-	}
 }
 
 func vols(specs ...map[string]any) []map[string]any { return specs }

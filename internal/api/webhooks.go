@@ -31,31 +31,6 @@ func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, v1.Webhooks{Webhooks: list}, err)
 }
 
-func (s *Server) getWebhook(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	hook, err := s.webhooks.Get(r.Context(), id.TeamID, r.PathValue("id"))
-	s.reply(w, r, http.StatusOK, hook, err)
-}
-
-func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	if err := s.webhooks.Delete(r.Context(), id.TeamID, r.PathValue("id")); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (s *Server) listWebhookDeliveries(w http.ResponseWriter, r *http.Request) {
-	id, _ := auth.FromContext(r.Context())
-	limit, err := limitParam(r)
-	var list []v1.WebhookDelivery
-	if err == nil {
-		list, err = s.webhooks.Deliveries(r.Context(), id.TeamID, r.PathValue("id"), limit)
-	}
-	s.reply(w, r, http.StatusOK, v1.WebhookDeliveries{Deliveries: list}, err)
-}
-
 // RunWebhooks records and sends webhook deliveries until ctx ends. Every replica runs it: each
 // delivery is recorded once and sent by the replica that claims it.
 func (s *Server) RunWebhooks(ctx context.Context) { s.webhooks.Run(ctx) }

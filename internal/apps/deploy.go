@@ -21,6 +21,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/bundle"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
@@ -911,18 +912,11 @@ func (s *Service) Run(ctx context.Context, interval time.Duration) {
 	if err := s.Recover(ctx, true); err != nil && ctx.Err() == nil {
 		s.log.Warn("apps: recovering unfinished deployments failed", "err", err)
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := errors.Join(s.Recover(ctx, false), s.Maintain(ctx)); err != nil && ctx.Err() == nil {
-				s.log.Warn("apps: maintenance failed", "err", err)
-			}
+	periodic.Every(ctx, interval, func() {
+		if err := errors.Join(s.Recover(ctx, false), s.Maintain(ctx)); err != nil && ctx.Err() == nil {
+			s.log.Warn("apps: maintenance failed", "err", err)
 		}
-	}
+	})
 }
 
 // shellQuote quotes s for sh.

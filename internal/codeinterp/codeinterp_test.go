@@ -11,6 +11,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/testenv"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -108,26 +109,12 @@ func (f *fakeAgent) DialPort(ctx context.Context, _ string, port int) (net.Conn,
 
 // codeServer answers each connection's request line with answer(request).
 func codeServer(t *testing.T, answer func(req map[string]any) string) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				var req map[string]any
-				line, _ := bufio.NewReader(c).ReadBytes('\n')
-				json.Unmarshal(line, &req)
-				io.WriteString(c, answer(req))
-			}()
-		}
-	}()
+	l := testenv.Serve(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		var req map[string]any
+		line, _ := bufio.NewReader(c).ReadBytes('\n')
+		json.Unmarshal(line, &req)
+		io.WriteString(c, answer(req))
+	})
 	return l.Addr().String()
 }
 

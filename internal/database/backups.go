@@ -120,12 +120,9 @@ func (s *Service) Restore(ctx context.Context, teamID, id, name, backupID string
 	if !namePattern.MatchString(name) {
 		return store.Database{}, errdefs.Invalidf("name must be 1-50 of a-z, 0-9, _ and -, starting with a letter")
 	}
-	p, err := s.Get(ctx, teamID, id)
+	p, err := s.copySource(ctx, teamID, id, name)
 	if err != nil {
 		return p, err
-	}
-	if _, err := s.cfg.Store.GetTeamDatabaseByName(ctx, teamID, name); err == nil {
-		return store.Database{}, errdefs.Conflictf("the team already has a database named %s", name)
 	}
 	if backupID == "" && !toTime.IsZero() && s.archiving() {
 		// To any instant: a base backup and the archived WAL up to it.

@@ -290,6 +290,19 @@ func (s *Service) RotatePassword(ctx context.Context, teamID, id string) (store.
 	return d, password, nil
 }
 
+// copySource is the team's database id, about to be copied into a new database called name:
+// refused when the team already has a database so named.
+func (s *Service) copySource(ctx context.Context, teamID, id, name string) (store.Database, error) {
+	p, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return p, err
+	}
+	if _, err := s.cfg.Store.GetTeamDatabaseByName(ctx, teamID, name); err == nil {
+		return store.Database{}, errdefs.Conflictf("the team already has a database named %s", name)
+	}
+	return p, nil
+}
+
 // Branch makes a new database that is a copy-on-write fork of the team's database parent at
 // this instant (its VM: memory and disk): writes in either do not show in the other. The branch
 // has the parent's owner, database and password.
@@ -297,12 +310,9 @@ func (s *Service) Branch(ctx context.Context, teamID, parentID, name string) (st
 	if !namePattern.MatchString(name) || slices.Contains(reservedNames, name) {
 		return store.Database{}, errdefs.Invalidf("name must be 1-50 of a-z, 0-9, _ and -, starting with a letter")
 	}
-	p, err := s.Get(ctx, teamID, parentID)
+	p, err := s.copySource(ctx, teamID, parentID, name)
 	if err != nil {
 		return p, err
-	}
-	if _, err := s.cfg.Store.GetTeamDatabaseByName(ctx, teamID, name); err == nil {
-		return store.Database{}, errdefs.Conflictf("the team already has a database named %s", name)
 	}
 	psb, err := s.cfg.Store.GetSandbox(ctx, p.SandboxID)
 	if err != nil {

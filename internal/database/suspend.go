@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/webhooks"
 )
@@ -188,18 +189,11 @@ func (s *Service) RunSuspender(ctx context.Context, interval time.Duration) {
 
 // every runs pass every interval until ctx ends; a failed pass is logged as what failed.
 func (s *Service) every(ctx context.Context, interval time.Duration, what string, pass func(context.Context) (int, error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := pass(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("database: "+what+" failed", "err", err)
-			}
+	periodic.Every(ctx, interval, func() {
+		if _, err := pass(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("database: "+what+" failed", "err", err)
 		}
-	}
+	})
 }
 
 // withState is d with its state as its VM has it: suspended while hibernated.

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // startRouter serves a router whose databases are all missing (Dial answers NotFound) and
@@ -162,37 +163,23 @@ func (s *sharedKeys) len() int {
 // reports the cancel requests it gets.
 func fakePostgres(t *testing.T, pid, secret uint32) (string, chan *pgproto3.CancelRequest) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	cancels := make(chan *pgproto3.CancelRequest, 4)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				msg, _, err := readStartup(c)
-				if err != nil {
-					return
-				}
-				if cr, ok := msg.(*pgproto3.CancelRequest); ok {
-					cancels <- cr
-					return
-				}
-				var out []byte
-				out, _ = (&pgproto3.AuthenticationOk{}).Encode(out)
-				out, _ = (&pgproto3.BackendKeyData{ProcessID: pid, SecretKey: binary.BigEndian.AppendUint32(nil, secret)}).Encode(out)
-				out, _ = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(out)
-				c.Write(out)
-				io.Copy(io.Discard, c)
-			}()
+	ln := testenv.Serve(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		msg, _, err := readStartup(c)
+		if err != nil {
+			return
 		}
-	}()
+		if cr, ok := msg.(*pgproto3.CancelRequest); ok {
+			cancels <- cr
+			return
+		}
+		var out []byte
+		out, _ = (&pgproto3.AuthenticationOk{}).Encode(out)
+		out, _ = (&pgproto3.BackendKeyData{ProcessID: pid, SecretKey: binary.BigEndian.AppendUint32(nil, secret)}).Encode(out)
+		out, _ = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(out)
+		c.Write(out)
+		io.Copy(io.Discard, c)
+	})
 	return ln.Addr().String(), cancels
 }
 

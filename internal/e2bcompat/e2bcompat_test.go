@@ -12,7 +12,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -53,11 +52,7 @@ func newEnv(t *testing.T, opts ...func(*api.Config)) *env {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	agent := agenttest.New("host-a", "agent-secret", "base", "code-interpreter")
 	t.Cleanup(agent.Close)
-	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := testenv.SQLiteStore(t)
 	sched := scheduler.New(scheduler.Config{Store: st, Logger: log})
 	sched.AddStaticAgent(agent.URL(), "agent-secret")
 	if err := sched.PollStatic(ctx); err != nil {

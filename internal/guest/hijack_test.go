@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // hijackPort stands in for QEMU's end of the agent's virtio port: the host's connection is
@@ -28,21 +29,7 @@ type hijackPort struct {
 
 func newHijackPort(t *testing.T, e *env) *hijackPort {
 	p := &hijackPort{t: t, sock: filepath.Join(t.TempDir(), "port.sock"), agent: e.sock, mode: "agent"}
-	ln, err := net.Listen("unix", p.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			host, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { host.Close() })
-			go p.relay(host)
-		}
-	}()
+	testenv.Serve(t, "unix", p.sock, p.relay)
 	return p
 }
 

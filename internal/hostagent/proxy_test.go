@@ -16,6 +16,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // guestAt is a running sandbox sb_x whose ports are at addr.
@@ -81,24 +82,10 @@ func TestProxyRawPath(t *testing.T) {
 // client's half-close reaches the guest, a closed port is the agent's 502 before any upgrade,
 // and the agent token is still required.
 func TestProxyTCPTunnel(t *testing.T) {
-	guest, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer guest.Close()
-	go func() {
-		for {
-			c, err := guest.Accept()
-			if err != nil {
-				return
-			}
-			go func() { // answer everything back after the client's EOF, then close
-				defer c.Close()
-				b, _ := io.ReadAll(c)
-				c.Write(append([]byte("echo:"), b...))
-			}()
-		}
-	}()
+	guest := testenv.Serve(t, "tcp", "127.0.0.1:0", func(c net.Conn) { // answer everything back after the client's EOF, then close
+		b, _ := io.ReadAll(c)
+		c.Write(append([]byte("echo:"), b...))
+	})
 	_, port, _ := net.SplitHostPort(guest.Addr().String())
 	a := &Agent{cfg: Config{Token: "tok"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), reach: guestAt("127.0.0.1")}
 	srv := httptest.NewServer(a.Handler())

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/network/nettest"
+	"github.com/pandastack/pandastack/internal/testenv"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -278,26 +279,12 @@ func TestIsolationAndInbound(t *testing.T) {
 	nettest.ListenIn(t, gb.h, "10.0.2.15:8000", nettest.WhoHandler("guest-b"))
 
 	// A service of the host's, on every host address.
-	hl, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hl.Close() })
-	go func() {
-		for {
-			c, err := hl.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(5 * time.Second))
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-					c.Write([]byte("HTTP/1.0 200 OK\r\n\r\nhost"))
-				}
-			}()
+	hl := testenv.Serve(t, "tcp4", "0.0.0.0:0", func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			c.Write([]byte("HTTP/1.0 200 OK\r\n\r\nhost"))
 		}
-	}()
+	})
 	hport := hl.Addr().(*net.TCPAddr).Port
 	hostAt := func(x netip.Addr) string { return fmt.Sprintf("%s:%d", x, hport) }
 	priv := o.AddPrivate(t)

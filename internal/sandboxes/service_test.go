@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // The service over a SQLite store and fake host agents (no VMs); the HTTP side of the same paths
@@ -34,11 +34,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := testenv.SQLiteStore(t)
 	e := &env{t: t, st: st, now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e.sched = scheduler.New(scheduler.Config{Store: st, Logger: log})

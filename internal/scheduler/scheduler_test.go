@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,15 +15,12 @@ import (
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 func newSched(t *testing.T, cfg Config) (*Scheduler, *store.Store) {
 	t.Helper()
-	st, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "s.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := testenv.SQLiteStore(t)
 	cfg.Store = st
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	return New(cfg), st

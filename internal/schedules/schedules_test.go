@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -59,11 +58,7 @@ type env struct {
 func newEnv(t *testing.T, start time.Time) *env {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := testenv.SQLiteStore(t)
 	ag := agenttest.New("host-a", token, "base")
 	t.Cleanup(ag.Close)
 	team, err := st.CreateTeam(ctx, store.Team{ID: "team_1", Name: "one"})

@@ -216,11 +216,8 @@ func (s *Store) GetDeployment(ctx context.Context, appID, id string) (Deployment
 
 // ListDeployments returns an app's deployments, newest first, at most limit (<= 0: 100).
 func (s *Store) ListDeployments(ctx context.Context, appID string, limit int) ([]Deployment, error) {
-	if limit <= 0 {
-		limit = 100
-	}
 	return queryAll(ctx, s, s.db, `SELECT `+deploymentCols+` FROM app_deployments WHERE app_id = ?
-		ORDER BY created_at DESC, id DESC LIMIT ?`, scanDeployment, appID, limit)
+		ORDER BY created_at DESC, id DESC LIMIT ?`, scanDeployment, appID, pageLimit(limit))
 }
 
 // DeploymentsChangedSince returns team teamID's deployments changed (made, or their state,

@@ -12,8 +12,7 @@ import (
 // compare-and-set that marks the new deployment live and the old superseded; a delivery id is
 // claimed once; deleting an app takes its deployments, previews and deliveries.
 func TestAppRoutes(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		mkTeams(t, s, "team_a", "team_b")
 		a, err := s.CreateApp(ctx, App{ID: "app_1", TeamID: "team_a", Name: "web", Branch: "main", Build: "{}"})
 		if err != nil {
@@ -131,8 +130,7 @@ func TestAppRoutes(t *testing.T) {
 // TestDeploymentChanges: every change of a deployment's state (made, built, switched to, superseded,
 // failed as orphaned) moves it into the team's changes after the last cursor; another team's never.
 func TestDeploymentChanges(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		clk := withTeams(t, s, "team_a", "team_b")
 		a, err := s.CreateApp(ctx, App{ID: "app_1", TeamID: "team_a", Name: "web", Branch: "main", Build: "{}"})
 		if err != nil {

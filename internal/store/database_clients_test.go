@@ -11,8 +11,7 @@ import (
 // another replica counts only the others' fresh reports; stale reports go; last_client_at only
 // rises.
 func TestDatabaseClients(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		withDatabases(t, s, "db_a", "db_b")
 		t0 := time.Now().UTC().Truncate(time.Microsecond)
 		report := func(replica string, at time.Time, open map[string]int, last map[string]time.Time) {
@@ -60,8 +59,7 @@ func TestDatabaseClients(t *testing.T) {
 // TestCancelKeys: a shared cancel key leads to its database (and pooler), goes when deleted, and
 // old ones are pruned.
 func TestCancelKeys(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		clk := withClock(s)
 		for _, k := range []struct {
 			hash, id string
@@ -110,8 +108,7 @@ func withDatabases(t *testing.T, s *Store, ids ...string) {
 // TestDatabaseDrainLease: one holder at a time; the holder renews and re-claims its own lease;
 // another claims it once it lapses or is let go, and the old holder's renewal then fails.
 func TestDatabaseDrainLease(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		withDatabases(t, s, "db_a")
 		now := time.Now().UTC()
 		claim := func(holder string, at, until time.Time, want bool) {

@@ -9,8 +9,7 @@ import (
 // An E2B sandbox keeps the token it was first given and its timeout policy; a killed sandbox's
 // row is pruned.
 func TestE2BSandboxes(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		clk := withTeams(t, s, "team_a")
 		for _, id := range []string{"sb_live", "sb_dead"} {
 			if _, err := s.CreateSandbox(ctx, Sandbox{ID: id, TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1",

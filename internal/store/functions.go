@@ -353,11 +353,8 @@ func (s *Store) GetFunctionRun(ctx context.Context, functionID, id string) (Func
 
 // ListFunctionRuns returns a function's runs, newest first, at most limit (<= 0: 100).
 func (s *Store) ListFunctionRuns(ctx context.Context, functionID string, limit int) ([]FunctionRun, error) {
-	if limit <= 0 {
-		limit = 100
-	}
 	return queryAll(ctx, s, s.db, `SELECT `+functionRunCols+` FROM function_runs WHERE function_id = ?
-		ORDER BY created_at DESC, id DESC LIMIT ?`, scanFunctionRun, functionID, limit)
+		ORDER BY created_at DESC, id DESC LIMIT ?`, scanFunctionRun, functionID, pageLimit(limit))
 }
 
 // functionsSchema is the functions tables' part of each migration.

@@ -159,8 +159,7 @@ func TestTeamLockAcrossReplicas(t *testing.T) {
 // TestRefreshUpHost: the one-statement heartbeat writes a known, up host's report and nothing
 // else: an unknown or down host is left to UpsertHost.
 func TestRefreshUpHost(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		h := Host{ID: "h1", URL: "http://a", Token: "t", SlotsTotal: 4, Templates: []string{"base"}}
 		if ok, err := s.RefreshUpHost(ctx, h); ok || err != nil {
 			t.Fatalf("unknown host: %v %v", ok, err)
@@ -192,8 +191,7 @@ func TestRefreshUpHost(t *testing.T) {
 // the same report, and leaves out (for a whole write) a down host, an unknown one, and a host
 // whose row holds another report.
 func TestTouchHosts(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 		s.now = func() time.Time { return t0 }
 		a := Host{ID: "a", URL: "http://a", SlotsTotal: 4, Templates: []string{"base"}}

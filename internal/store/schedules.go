@@ -244,11 +244,8 @@ func (s *Store) GetScheduleRun(ctx context.Context, id string) (ScheduleRun, err
 
 // ListScheduleRuns returns a schedule's runs, newest instant first, at most limit (<= 0: 100).
 func (s *Store) ListScheduleRuns(ctx context.Context, scheduleID string, limit int) ([]ScheduleRun, error) {
-	if limit <= 0 {
-		limit = 100
-	}
 	return queryAll(ctx, s, s.db, `SELECT `+scheduleRunCols+` FROM schedule_runs WHERE schedule_id = ?
-		ORDER BY scheduled_for DESC, created_at DESC, id DESC LIMIT ?`, scanScheduleRun, scheduleID, limit)
+		ORDER BY scheduled_for DESC, created_at DESC, id DESC LIMIT ?`, scanScheduleRun, scheduleID, pageLimit(limit))
 }
 
 // schedulesSchema is the schedules tables' part of each migration.

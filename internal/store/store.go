@@ -413,14 +413,20 @@ type listQuery struct {
 	args  []any
 }
 
+// pageLimit is a list's row limit: limit, or 100 when limit <= 0.
+func pageLimit(limit int) int {
+	if limit <= 0 {
+		return 100
+	}
+	return limit
+}
+
 // queryPage runs a list query newest first (created_at, then id, descending) from after cursor
 // ("" for the first page) and cuts one page: up to limit rows (<= 0 means 100), and the cursor of
 // the next page ("" on the last one).
 func queryPage[T any](ctx context.Context, s *Store, lq listQuery, limit int, cursor string,
 	scan func(scanner) (T, error), key func(T) (time.Time, string)) ([]T, string, error) {
-	if limit <= 0 {
-		limit = 100
-	}
+	limit = pageLimit(limit)
 	where, args := lq.where, lq.args
 	if cursor != "" {
 		at, id, err := decodeCursor(cursor)

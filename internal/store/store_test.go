@@ -36,14 +36,14 @@ func TestMain(m *testing.M) {
 }
 
 // eachBackend runs fn once per backend, each time on a fresh, migrated, empty database.
-func eachBackend(t *testing.T, fn func(t *testing.T, s *Store)) {
+func eachBackend(t *testing.T, fn func(ctx context.Context, t *testing.T, s *Store)) {
 	t.Run("sqlite", func(t *testing.T) {
 		s, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "state.db"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		fn(t, s)
+		fn(context.Background(), t, s)
 	})
 	t.Run("postgres", func(t *testing.T) {
 		url := newPostgresDB(t)
@@ -52,7 +52,7 @@ func eachBackend(t *testing.T, fn func(t *testing.T, s *Store)) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		fn(t, s)
+		fn(context.Background(), t, s)
 	})
 }
 
@@ -161,8 +161,7 @@ func checkSoftDelete[T any](t *testing.T, d softDeletes[T], id, other string, wa
 }
 
 func TestMigrations(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		got, err := s.AppliedMigrations(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -219,8 +218,7 @@ func TestConcurrentOpenMigrates(t *testing.T) {
 // TestKeyScopesAndExpiry: a key's scopes and expiry are stored and read back; keys made
 // without them have none.
 func TestKeyScopesAndExpiry(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		withClock(s)
 		exp := time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC)
 		if _, _, err := s.CreateTeamWithKey(ctx, Team{ID: "team_a", Name: "alpha"},
@@ -245,8 +243,7 @@ func TestKeyScopesAndExpiry(t *testing.T) {
 }
 
 func TestTeamsAndKeys(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		withClock(s)
 		if n, _ := s.CountKeys(ctx); n != 0 {
 			t.Fatalf("fresh store has %d keys", n)
@@ -313,8 +310,7 @@ func TestTeamsAndKeys(t *testing.T) {
 }
 
 func TestSandboxes(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		clk := withTeams(t, s, "team_a", "team_b")
 		mk := func(id, team string, md map[string]string) Sandbox {
 			t.Helper()
@@ -436,8 +432,7 @@ func TestSandboxes(t *testing.T) {
 }
 
 func TestHostsAndTemplates(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		clk := withTeams(t, s, "team_a")
 		h := Host{ID: "h1", URL: "http://127.0.0.1:1", Token: "t", Accel: "tcg", MemMiBTotal: 4096, MemMiBFree: 3000,
 			SlotsTotal: 10, SlotsUsed: 1, Templates: []string{"base", "agent"}, Baked: []string{"base"}}
@@ -529,8 +524,7 @@ func TestHostsAndTemplates(t *testing.T) {
 }
 
 func TestTeamTemplates(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		clk := withTeams(t, s, "team_a", "team_b")
 		a := TeamTemplate{TeamID: "team_a", Name: "web", AgentName: "web-aaaaaaaa", HostID: "h1", Spec: `{"name":"web"}`,
 			Description: "d", VCPUs: 1, MemoryMiB: 512, DiskMiB: 2048, SizeBytes: 1 << 20, BakeMS: 1500}
@@ -610,8 +604,7 @@ func TestTeamTemplates(t *testing.T) {
 
 func TestConcurrentWrites(t *testing.T) {
 	// Many API requests write at once; SQLite must wait for its lock rather than fail.
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		mkTeams(t, s, "team_a")
 		var wg sync.WaitGroup
 		errs := make(chan error, 8*20)
@@ -662,8 +655,7 @@ func TestOpenDSN(t *testing.T) {
 }
 
 func TestForkChildrenAreAllOrNothing(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		clk := withTeams(t, s, "team_a")
 		parent, err := s.CreateSandbox(ctx, Sandbox{ID: "sb_p", TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1",
 			Metadata: map[string]string{"task": "x"}, ExpiresAt: clk.now().Add(time.Minute), TTLSeconds: 60})
@@ -707,8 +699,7 @@ func TestForkChildrenAreAllOrNothing(t *testing.T) {
 }
 
 func TestSnapshots(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		clk := withTeams(t, s, "team_a", "team_b")
 		mk := func(id, team, sb string) Snapshot {
 			t.Helper()
@@ -800,8 +791,7 @@ func TestUpgradeFromVersion1KeepsSandboxes(t *testing.T) {
 }
 
 func TestVolumes(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		clk := withTeams(t, s, "team_a", "team_b")
 		first, err := s.CreateVolume(ctx, Volume{ID: "vol_1", TeamID: "team_a", Name: "data", SizeMiB: 64, HostID: "h1"})
 		if err != nil {
@@ -919,8 +909,7 @@ func TestVolumes(t *testing.T) {
 }
 
 func TestConcurrentReadWriteAttachesOneWins(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		mkTeams(t, s, "team_a")
 		if _, err := s.CreateVolume(ctx, Volume{ID: "vol_1", TeamID: "team_a", SizeMiB: 8, HostID: "h1"}); err != nil {
 			t.Fatal(err)
@@ -1006,8 +995,7 @@ func TestMigrationsUnchanged(t *testing.T) {
 // TestStateMoves: the store applies only the moves internal/sandboxstate allows — nothing leaves
 // killed, with or without a from list — and refuses an unknown state.
 func TestStateMoves(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		mkTeams(t, s, "team_a")
 		if _, err := s.CreateSandbox(ctx, Sandbox{ID: "sb_m", TeamID: "team_a", Template: "base", State: StateRunning,
 			ExpiresAt: time.Now().Add(time.Minute)}); err != nil {

@@ -10,8 +10,7 @@ import (
 // TestAuditLog: entries are kept per team, filtered by time and resource, paged newest first,
 // and pruned by age across teams.
 func TestAuditLog(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 		add := func(id, team, res string, at time.Time) {
 			t.Helper()
@@ -66,8 +65,7 @@ func TestAuditLog(t *testing.T) {
 // TestQuotaOverrideAndUse: a team's override is stored and replaced, nil fields stay nil, a
 // missing team is ErrNotFound; live use counts running and hibernated sandboxes by template.
 func TestQuotaOverrideAndUse(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		withClock(s)
 		mkTeams(t, s, "team_a", "team_b")
 		if o, err := s.GetQuotaOverride(ctx, "team_a"); err != nil || o.Sandboxes != nil || o.VCPUs != nil || o.MemoryMiB != nil {

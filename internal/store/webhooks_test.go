@@ -11,8 +11,7 @@ import (
 // claiming at once each get distinct deliveries; a retry is claimable only when due; finished ones
 // are neither claimed nor kept past the retention.
 func TestDeliveriesOncePerEventAndClaim(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		d := func(id, key string) Delivery {
 			return Delivery{ID: id, WebhookID: "wh_a", TeamID: "team_a", EventKey: key, EventType: "sandbox.killed", Payload: "{}",
@@ -86,8 +85,7 @@ func TestDeliveriesOncePerEventAndClaim(t *testing.T) {
 // for its own sandboxes; a service's sandboxes make no events; the team sees its exits in order
 // and they are pruned.
 func TestProcessExits(t *testing.T) {
-	eachBackend(t, func(t *testing.T, s *Store) {
-		ctx := context.Background()
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
 		clk := withTeams(t, s, "team_a", "team_b")
 		for _, sb := range []Sandbox{
 			{ID: "sb_a", TeamID: "team_a", HostID: "h1"}, {ID: "sb_b", TeamID: "team_b", HostID: "h2"},

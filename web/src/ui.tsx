@@ -1,7 +1,7 @@
 // Shared pieces: routing, loading, actions with their errors, tables, small formatters.
 import type { ComponentChildren } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
-import { ApiError, del, onEvent } from "./api";
+import { ApiError, del, get, onEvent } from "./api";
 
 // -- routing (the History API; the server answers index.html for every console path) ---------
 
@@ -94,6 +94,14 @@ export function useChanges(prefixes: string[], reload: () => void): void {
       }),
     [prefixes.join(" "), reload],
   );
+}
+
+/** useLive loads GET path (again when path changes), and again whenever a change event names a
+ * route under one of routes. */
+export function useLive<T>(path: string, routes: string[]): Loaded<T> {
+  const loaded = useLoad((s) => get<T>(path, s), [path]);
+  useChanges(routes, loaded.reload);
+  return loaded;
 }
 
 /** useAction wraps user actions: busy while one runs, its error kept to show. */

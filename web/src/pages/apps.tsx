@@ -2,8 +2,8 @@
 // state, live build logs and runtime logs (follow=1 text streams), rollback, env and secrets
 // (secret values are write-only: the API answers only their names, and so does this page).
 import { useEffect, useRef, useState } from "preact/hooks";
-import { call, get, onEvent, post, q, textStream, type App, type AppBuild, type Deployment, type GitHubHook } from "../api";
-import { ActionButton, Copy, DeleteButton, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, message, navigate, useChanges, useLoad } from "../ui";
+import { call, onEvent, post, q, textStream, type App, type AppBuild, type Deployment, type GitHubHook } from "../api";
+import { ActionButton, Copy, DeleteButton, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, message, navigate, useLive } from "../ui";
 
 const base = (id: string) => "/v1/apps/" + q(id);
 
@@ -49,8 +49,7 @@ function Vars(props: { label: string; pairs: Pair[]; set: (p: Pair[]) => void; s
 const toMap = (pairs: Pair[]) => Object.fromEntries(pairs.filter((p) => p.k.trim()).map((p) => [p.k.trim(), p.v]));
 
 export function Apps() {
-  const list = useLoad((s) => get<{ apps: App[] }>("/v1/apps", s), []);
-  useChanges(["/v1/apps"], list.reload);
+  const list = useLive<{ apps: App[] }>("/v1/apps", ["/v1/apps"]);
   useDeployments(null, list.reload);
   const [name, setName] = useState("");
   const [branch, setBranch] = useState("main");
@@ -130,10 +129,8 @@ function LogView({ path, label }: { path: string; label: string }) {
 }
 
 export function AppDetail({ id }: { id: string }) {
-  const app = useLoad((s) => get<App>(base(id), s), [id]);
-  const deps = useLoad((s) => get<{ deployments: Deployment[] }>(base(id) + "/deployments", s), [id]);
-  useChanges(["/v1/apps"], app.reload);
-  useChanges(["/v1/apps/{id}/deployments", "/v1/apps/{id}/rollback"], deps.reload);
+  const app = useLive<App>(base(id), ["/v1/apps"]);
+  const deps = useLive<{ deployments: Deployment[] }>(base(id) + "/deployments", ["/v1/apps/{id}/deployments", "/v1/apps/{id}/rollback"]);
   // Builds run in the background: their progress comes as deployment events.
   const a0 = app.data?.id ?? null;
   useDeployments(a0, deps.reload);

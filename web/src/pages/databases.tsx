@@ -3,7 +3,7 @@
 // page's memory), the SQL editor over the query broker, backups and restore, branches.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, get, onEvent, post, q, text, type Database, type DatabaseBackup, type DatabaseStats, type QueryResult } from "../api";
-import { ActionButton, DeleteButton, Copy, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useAction, useChanges, useLoad, Busy } from "../ui";
+import { ActionButton, DeleteButton, Copy, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useAction, useLoad, Busy, useLive } from "../ui";
 
 const base = (id: string) => "/v1/databases/" + q(id);
 
@@ -11,8 +11,7 @@ const base = (id: string) => "/v1/databases/" + q(id);
 let shownOnce: Database | null = null;
 
 export function Databases() {
-  const list = useLoad((s) => get<{ databases: Database[] }>("/v1/databases", s), []);
-  useChanges(["/v1/databases"], list.reload);
+  const list = useLive<{ databases: Database[] }>("/v1/databases", ["/v1/databases"]);
   const [name, setName] = useState("");
   const [version, setVersion] = useState("17");
   const [suspend, setSuspend] = useState("300");
@@ -74,8 +73,7 @@ function Conn({ label, value }: { label: string; value: string | undefined }) {
 
 export function DatabaseDetail({ id }: { id: string }) {
   const db = useLoad((s) => get<Database>(base(id), s), [id]);
-  const all = useLoad((s) => get<{ databases: Database[] }>("/v1/databases", s), []);
-  useChanges(["/v1/databases"], all.reload);
+  const all = useLive<{ databases: Database[] }>("/v1/databases", ["/v1/databases"]);
   // Suspended when idle, or backed up on schedule: no call of ours says so, its event does.
   useEffect(() => onEvent((ev) => ev.database?.id === id && db.reload()), [id]);
   const [once, setOnce] = useState<Database | null>(() => {
@@ -290,8 +288,7 @@ function Result({ res }: { res: QueryResult }) {
 }
 
 function Backups({ id }: { id: string }) {
-  const list = useLoad((s) => get<{ backups: DatabaseBackup[] }>(base(id) + "/backups", s), [id]);
-  useChanges(["/v1/databases/{id}/backups"], list.reload);
+  const list = useLive<{ backups: DatabaseBackup[] }>(base(id) + "/backups", ["/v1/databases/{id}/backups"]);
   useEffect(() => onEvent((ev) => ev.type === "database.backed_up" && ev.database?.id === id && list.reload()), [id]);
   const [err, setErr] = useState("");
   const [name, setName] = useState("");

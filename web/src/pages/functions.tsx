@@ -1,10 +1,9 @@
 import { useRef, useState } from "preact/hooks";
 import { call, del, get, post, q, type Fn, type FnRun, type FnVersion, type Schedule, type ScheduleRun } from "../api";
-import { ActionButton, useChanges, DeleteButton, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useLoad } from "../ui";
+import { ActionButton, DeleteButton, ErrorBox, Facts, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useLoad, useLive } from "../ui";
 
 export function Functions() {
-  const list = useLoad((s) => get<{ functions: Fn[] }>("/v1/functions", s), []);
-  useChanges(["/v1/functions"], list.reload);
+  const list = useLive<{ functions: Fn[] }>("/v1/functions", ["/v1/functions"]);
   const [name, setName] = useState("");
   const [runtime, setRuntime] = useState("python3");
   const [handler, setHandler] = useState("main.handler");
@@ -83,8 +82,7 @@ function RunView({ run }: { run: FnRun }) {
 export function FunctionDetail({ id }: { id: string }) {
   const fn = useLoad((s) => get<Fn>("/v1/functions/" + q(id), s), [id]);
   const versions = useLoad((s) => get<{ versions: FnVersion[] }>("/v1/functions/" + q(id) + "/versions", s), [id]);
-  const runs = useLoad((s) => get<{ runs: FnRun[] }>("/v1/functions/" + q(id) + "/runs", s), [id]);
-  useChanges(["/v1/functions/{id}/invoke"], runs.reload);
+  const runs = useLive<{ runs: FnRun[] }>("/v1/functions/" + q(id) + "/runs", ["/v1/functions/{id}/invoke"]);
   const [payload, setPayload] = useState('{"name": "console"}');
   const [run, setRun] = useState<FnRun | null>(null);
   const [err, setErr] = useState("");
@@ -186,8 +184,7 @@ function ScheduleRuns({ id }: { id: string }) {
 }
 
 export function Schedules() {
-  const list = useLoad((s) => get<{ schedules: Schedule[] }>("/v1/schedules", s), []);
-  useChanges(["/v1/schedules"], list.reload);
+  const list = useLive<{ schedules: Schedule[] }>("/v1/schedules", ["/v1/schedules"]);
   const fns = useLoad((s) => get<{ functions: Fn[] }>("/v1/functions", s), []);
   const [name, setName] = useState("");
   const [cron, setCron] = useState("*/5 * * * *");

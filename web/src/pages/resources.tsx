@@ -1,6 +1,6 @@
 import { useEffect, useState } from "preact/hooks";
 import { call, get, onEvent, post, q, stream, type BuildEvent, type Host, type Key, type Sandbox, type Snapshot, type Template, type Usage, type UsageItem, type Volume } from "../api";
-import { ActionButton, useChanges, DeleteButton, Copy, ErrorBox, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useLoad } from "../ui";
+import { ActionButton, DeleteButton, Copy, ErrorBox, Field, Form, Link, PageHead, State, Table, Time, fmtBytes, navigate, useLoad, useLive } from "../ui";
 
 // -- overview ------------------------------------------------------------------------------------
 
@@ -189,8 +189,7 @@ steps:
 `;
 
 export function Templates() {
-  const list = useLoad((s) => get<{ templates: Template[] }>("/v1/templates", s), []);
-  useChanges(["/v1/templates"], list.reload);
+  const list = useLive<{ templates: Template[] }>("/v1/templates", ["/v1/templates"]);
   const [spec, setSpec] = useState(SPEC_EXAMPLE);
   const [log, setLog] = useState<string[]>([]);
   const [err, setErr] = useState("");
@@ -244,8 +243,7 @@ export function Templates() {
 // -- volumes ---------------------------------------------------------------------------------------
 
 export function Volumes() {
-  const list = useLoad((s) => get<{ volumes: Volume[] }>("/v1/volumes", s), []);
-  useChanges(["/v1/volumes"], list.reload);
+  const list = useLive<{ volumes: Volume[] }>("/v1/volumes", ["/v1/volumes"]);
   const [name, setName] = useState("");
   const [size, setSize] = useState("1024");
   const [err, setErr] = useState("");
@@ -314,8 +312,7 @@ export function Volumes() {
 // -- snapshots -----------------------------------------------------------------------------------
 
 export function Snapshots() {
-  const list = useLoad((s) => get<{ snapshots: Snapshot[] }>("/v1/snapshots?limit=1000", s), []);
-  useChanges(["/v1/snapshots", "/v1/sandboxes/{id}/snapshots"], list.reload);
+  const list = useLive<{ snapshots: Snapshot[] }>("/v1/snapshots?limit=1000", ["/v1/snapshots", "/v1/sandboxes/{id}/snapshots"]);
   const [err, setErr] = useState("");
   const made = new URLSearchParams(location.search).get("made");
   return (
@@ -361,8 +358,7 @@ export function Snapshots() {
 // -- keys ----------------------------------------------------------------------------------------------
 
 export function Keys() {
-  const list = useLoad((s) => get<{ keys: Key[] }>("/v1/keys", s), []);
-  useChanges(["/v1/keys"], list.reload);
+  const list = useLive<{ keys: Key[] }>("/v1/keys", ["/v1/keys"]);
   const [name, setName] = useState("");
   const [scope, setScope] = useState("all");
   const [made, setMade] = useState<Key | null>(null);
