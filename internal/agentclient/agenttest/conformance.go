@@ -743,6 +743,10 @@ func (k *contract) volumes(t *testing.T) {
 		t.Errorf("attachments %+v, want %+v", got.Attachments, want)
 	}
 	k.wantFile(t, r2.ID, "/data/kept", "on the volume")
+	_, err = k.c.CreateSnapshot(ctx(), r1.ID)
+	wantErr(t, "snapshot of a sandbox with a read-only volume", err, 409, "conflict")
+	_, err = k.c.Fork(ctx(), r1.ID, 1)
+	wantErr(t, "fork of a sandbox with a read-only volume", err, 409, "conflict")
 	_, err = k.c.WriteFile(ctx(), r1.ID, "/data/new", strings.NewReader("x"), 1)
 	wantErr(t, "write to a read-only volume", err, 403, "forbidden")
 	_, err = create(rw("/data"))

@@ -230,8 +230,22 @@ func (a *Agent) hibernate(r *http.Request) (any, *agentclient.Error) {
 
 func (a *Agent) wake(r *http.Request) (any, *agentclient.Error) { return view(a.awake(r)) }
 
+// copyable refuses a snapshot or fork of a sandbox with a read-only volume, as the real agent
+// does (its guest reads it through an overlay the host cannot copy).
+func copyable(sb *sandbox) *agentclient.Error {
+	for _, m := range sb.mounts {
+		if m.ReadOnly {
+			return conflict("sandbox %s has volume %s attached read-only at %s: snapshots and forks of it are refused", sb.ID, m.VolumeID, m.MountPath)
+		}
+	}
+	return nil
+}
+
 func (a *Agent) snapshot(r *http.Request) (any, *agentclient.Error) {
 	sb, err := a.live(r)
+	if err == nil {
+		err = copyable(sb)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -305,6 +319,8 @@ func (a *Agent) fork(r *http.Request) (any, *agentclient.Error) {
 	parent, err := a.live(r)
 	switch {
 	case err != nil:
+	case copyable(parent) != nil:
+		err = copyable(parent)
 	case a.forkErr != nil:
 		err = a.forkErr
 	case int64(len(a.sandboxes)+count) > a.slotsTotal:

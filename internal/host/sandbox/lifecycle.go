@@ -17,6 +17,7 @@ import (
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
+	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
@@ -86,6 +87,9 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	rec, c := sb.current()
 	if rec.State != StateRunning {
 		return snapshot.Record{}, nil, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
+	}
+	if err := volume.CheckCopyable(id, rec.Volumes); err != nil {
+		return snapshot.Record{}, nil, err
 	}
 	// The memory file (at most the guest's RAM) and room for the disk blocks the snapshot pins
 	// (and each volume copy's).

@@ -401,3 +401,15 @@ func MakePlaceholder(dir string) error {
 	}
 	return os.Truncate(p, placeholderMiB<<20)
 }
+
+// CheckCopyable refuses a snapshot or fork of sandbox id with a read-only volume among mounts: the
+// guest's view of one is a throw-away overlay (an ext4 journal replay at mount goes there), so a
+// copy of the volume's file would not match the guest's memory.
+func CheckCopyable(id string, mounts []hostapi.VolumeMount) error {
+	for _, m := range mounts {
+		if m.ReadOnly {
+			return errdefs.Conflictf("sandbox %s has volume %s attached read-only at %s: snapshots and forks of it are refused (the guest reads a read-only volume through a throw-away overlay the host cannot copy)", id, m.VolumeID, m.MountPath)
+		}
+	}
+	return nil
+}
