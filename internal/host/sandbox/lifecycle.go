@@ -241,6 +241,10 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]hostapi.San
 		}()
 	}
 	wg.Wait()
+	// The children have their own copies of the volumes: the fork's pin no blocks past it.
+	for _, c := range snap.Volumes {
+		os.Remove(snap.File(copyFile(c.Slot)))
+	}
 	if err := errors.Join(errs...); err != nil {
 		for i, c := range children {
 			if errs[i] == nil {
