@@ -93,6 +93,7 @@ type (
 	CreateVolumeRequest = hostapi.CreateVolumeRequest
 	ResizeVolumeRequest = hostapi.ResizeVolumeRequest
 	Snapshot            = hostapi.Snapshot
+	SnapshotVolume      = hostapi.SnapshotVolume
 	ExecRequest         = hostapi.ExecRequest
 	ExecResult          = hostapi.ExecResult
 	Stat                = hostapi.Stat

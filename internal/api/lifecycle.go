@@ -6,6 +6,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -39,8 +40,12 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		err = pinnable(r.Context(), req.Host)
 	}
 	release := func() {}
+	var copies []sandboxes.VolumeCopy
 	if err == nil {
-		release, err = s.holdSandboxQuota(r.Context(), sb.TeamID, sb.Template, int64(count))
+		copies, err = s.svc.ForkVolumes(r.Context(), sb)
+	}
+	if err == nil { // each child gets a copy of each volume
+		release, err = s.holdSandboxesAnd(r.Context(), sb.TeamID, sb.Template, int64(count), volumeCopiesNeed(copies, count))
 	}
 	var children []store.Sandbox
 	if err == nil {

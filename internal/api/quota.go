@@ -8,6 +8,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/template"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
@@ -95,6 +96,13 @@ func (s *Server) templateSize(ctx context.Context, teamID, name string) (vcpus, 
 // holdQuota).
 func (s *Server) holdSandboxQuota(ctx context.Context, teamID, tmpl string, n int64) (release func(), err error) {
 	return s.holdSandboxesAnd(ctx, teamID, tmpl, n, Quota{})
+}
+
+// volumeCopiesNeed is the volume quota n sandboxes that each get copies hold.
+func volumeCopiesNeed(copies []sandboxes.VolumeCopy, n int) Quota {
+	var q Quota
+	q.Volumes, q.VolumeMiB = sandboxes.CopiesNeed(copies, n)
+	return q
 }
 
 // holdSandboxesAnd holds n sandboxes of template tmpl and also more (a database, an app, a

@@ -113,7 +113,14 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	release, err := s.holdSandboxQuota(r.Context(), id.TeamID, req.Template, 1)
+	var copies []sandboxes.VolumeCopy // a snapshot's volume copies: the sandbox gets its own
+	if snap != nil {
+		copies, err = s.svc.SnapshotVolumes(r.Context(), *snap)
+	}
+	release := func() {}
+	if err == nil {
+		release, err = s.holdSandboxesAnd(r.Context(), id.TeamID, req.Template, 1, volumeCopiesNeed(copies, 1))
+	}
 	if err != nil {
 		s.createFailed(w, r, err)
 		return

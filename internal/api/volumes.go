@@ -10,6 +10,7 @@ import (
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -24,7 +25,7 @@ const (
 	MaxVolumeMiB         = 1 << 20 // 1 TiB
 	MaxVolumesPerSandbox = agentclient.MaxVolumesPerSandbox
 	MaxMountPathLen      = 256
-	MaxVolumeNameLen     = 64
+	MaxVolumeNameLen     = sandboxes.MaxVolumeNameLen
 )
 
 // systemDirs may not be mount points, nor hold one.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/sandboxes"
 )
 
 func (e *env) createVolume(key string, body any) VolumeView {
@@ -28,6 +30,15 @@ func (e *env) getVolume(key, id string) VolumeView {
 }
 
 func vols(specs ...map[string]any) []map[string]any { return specs }
+
+func (e *env) listVolumes(key string) []VolumeView {
+	e.t.Helper()
+	var list struct{ Volumes []VolumeView }
+	if err := json.Unmarshal(e.mustStatus(e.do("GET", "/v1/volumes", key, nil), 200).body, &list); err != nil {
+		e.t.Fatal(err)
+	}
+	return list.Volumes
+}
 
 func TestVolumeCalls(t *testing.T) {
 	e := newEnv(t)
@@ -49,9 +60,7 @@ func TestVolumeCalls(t *testing.T) {
 	if unnamed.Name != "" || unnamed.SizeMiB != 1 {
 		t.Fatalf("unnamed %+v", unnamed)
 	}
-	var list struct{ Volumes []VolumeView }
-	json.Unmarshal(e.mustStatus(e.do("GET", "/v1/volumes", k, nil), 200).body, &list)
-	if len(list.Volumes) != 2 || list.Volumes[0].ID != unnamed.ID || list.Volumes[1].ID != v.ID {
+	if list := e.listVolumes(k); len(list) != 2 || list[0].ID != unnamed.ID || list[1].ID != v.ID {
 		t.Fatalf("list %+v", list)
 	}
 	if got := e.getVolume(k, v.ID); !reflect.DeepEqual(got, v) {
@@ -129,9 +138,7 @@ func TestVolumeTeamIsolation(t *testing.T) {
 	e.wantErr(e.do("DELETE", "/v1/volumes/"+v.ID, b, nil), 404, "not_found", missing)
 	e.wantErr(e.do("POST", "/v1/sandboxes", b, map[string]any{"template": "base", "volumes": vols(map[string]any{"volume_id": v.ID, "mount_path": "/data"})}),
 		404, "not_found", missing)
-	var list struct{ Volumes []VolumeView }
-	json.Unmarshal(e.mustStatus(e.do("GET", "/v1/volumes", b, nil), 200).body, &list)
-	if len(list.Volumes) != 1 || list.Volumes[0].ID != vb.ID {
+	if list := e.listVolumes(b); len(list) != 1 || list[0].ID != vb.ID {
 		t.Fatalf("team b lists %+v", list)
 	}
 	if e.getVolume(a, v.ID).SizeMiB != 8 || len(e.agent.Volumes()) != 2 {
@@ -163,9 +170,7 @@ func TestVolumeAttachRules(t *testing.T) {
 	if c, _ := e.agent.Counts(); c != creates || len(e.agent.Volumes()) != 1 {
 		t.Fatal("a refused call reached the host")
 	}
-	// Snapshots and forks of a sandbox with volumes are refused; hibernation is fine.
-	e.wantErr(e.do("POST", "/v1/sandboxes/"+w.ID+"/snapshots", k, nil), 409, "conflict", "has volumes")
-	e.wantErr(e.do("POST", "/v1/sandboxes/"+w.ID+"/fork", k, nil), 409, "conflict", "has volumes")
+	// Hibernation keeps the volume (snapshots and forks copy it: TestVolumeCopies).
 	e.mustStatus(e.do("POST", "/v1/sandboxes/"+w.ID+"/hibernate", k, nil), 200)
 	e.mustStatus(e.do("POST", "/v1/sandboxes/"+w.ID+"/wake", k, nil), 200)
 
@@ -192,6 +197,9 @@ func TestVolumeAttachRules(t *testing.T) {
 		t.Fatalf("read-only attachments %+v, want %+v", got, want)
 	}
 	e.wantErr(e.do("POST", "/v1/sandboxes", k, mount("/data", false)), 409, "conflict", "attached read-only to sandbox "+r1.ID)
+	// A sandbox with a read-only volume is neither snapshotted nor forked.
+	e.wantErr(e.do("POST", "/v1/sandboxes/"+r1.ID+"/snapshots", k, nil), 409, "conflict", "read-only")
+	e.wantErr(e.do("POST", "/v1/sandboxes/"+r1.ID+"/fork", k, nil), 409, "conflict", "read-only")
 	e.wantErr(e.do("DELETE", "/v1/volumes/"+v.ID, k, nil), 409, "conflict", r1.ID)
 
 	// The reaper frees what it kills.
@@ -303,4 +311,85 @@ func TestVolumeNoSpace(t *testing.T) {
 	if n := len(r["volumes"].([]any)); n != 1 {
 		t.Fatalf("%d volumes recorded, want 1", n)
 	}
+}
+
+// TestVolumeCopies: a snapshot or a fork of a sandbox with a volume copies it; a sandbox made from
+// the snapshot, and each fork child, gets a volume of its own made from the copy: the team's,
+// named after the one it copies, counted against the volume quota (a copy over it is refused
+// before anything is made), and outliving its sandbox like any volume.
+func TestVolumeCopies(t *testing.T) {
+	e := newEnv(t)
+	k := e.admin
+	v := e.createVolume(k, `{"size_mib": 64, "name": "data"}`)
+	src := e.create(k, map[string]any{"template": "base", "volumes": vols(map[string]any{"volume_id": v.ID, "mount_path": "/data"})})
+	e.mustStatus(e.do("PUT", "/v1/sandboxes/"+src.ID+"/files?path=/data/a", k, "one"), 200)
+	snap := e.mustStatus(e.do("POST", "/v1/sandboxes/"+src.ID+"/snapshots", k, nil), 201).json(t)
+	if snap["published"] == true {
+		t.Errorf("a snapshot with volume copies is published: %v", snap)
+	}
+	e.mustStatus(e.do("PUT", "/v1/sandboxes/"+src.ID+"/files?path=/data/a", k, "two"), 200)
+	copyOf := func(sb string) VolumeView {
+		t.Helper()
+		for _, cv := range e.listVolumes(k) {
+			if len(cv.Attachments) == 1 && cv.Attachments[0].SandboxID == sb {
+				return cv
+			}
+		}
+		t.Fatalf("no volume attached to %s", sb)
+		return VolumeView{}
+	}
+	read := func(sb string) string {
+		t.Helper()
+		return string(e.mustStatus(e.do("GET", "/v1/sandboxes/"+sb+"/files?path=/data/a", k, nil), 200).body)
+	}
+
+	r := e.create(k, map[string]any{"snapshot_id": snap["id"]})
+	rv := copyOf(r.ID)
+	if rv.ID == v.ID || rv.Name != sandboxes.CopyName("data", r.ID) || rv.SizeMiB != 64 || rv.Attachments[0].MountPath != "/data" {
+		t.Fatalf("restored sandbox's volume %+v", rv)
+	}
+	if got := read(r.ID); got != "one" {
+		t.Errorf("restored copy reads %q, want the snapshot's", got)
+	}
+	e.wantErr(e.do("POST", "/v1/sandboxes", k, map[string]any{"snapshot_id": snap["id"],
+		"volumes": vols(map[string]any{"volume_id": e.createVolume(k, `{"size_mib": 8}`).ID, "mount_path": "/x"})}), 409, "conflict", "copies")
+
+	kids := e.mustStatus(e.do("POST", "/v1/sandboxes/"+src.ID+"/fork", k, map[string]any{"count": 2}), 201).json(t)["sandboxes"].([]any)
+	seen := map[string]bool{v.ID: true, rv.ID: true}
+	for _, kid := range kids {
+		id := kid.(map[string]any)["id"].(string)
+		cv := copyOf(id)
+		if seen[cv.ID] || cv.Name != sandboxes.CopyName("data", id) {
+			t.Fatalf("fork child's volume %+v", cv)
+		}
+		seen[cv.ID] = true
+		if got := read(id); got != "two" {
+			t.Errorf("fork child reads %q", got)
+		}
+	}
+
+	// Quota: a team at its volume limit cannot copy.
+	g, _, gamma, err := auth.CreateTeam(context.Background(), e.st, "gamma")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid := g.ID
+	e.mustStatus(e.do("PUT", "/v1/teams/"+gid+"/quota", e.admin, map[string]any{"volume_mib": 100}), 200)
+	gv := e.createVolume(gamma, `{"size_mib": 60}`)
+	gs := e.create(gamma, map[string]any{"template": "base", "volumes": vols(map[string]any{"volume_id": gv.ID, "mount_path": "/data"})})
+	creates, _ := e.agent.Counts()
+	if r := e.do("POST", "/v1/sandboxes/"+gs.ID+"/fork", gamma, nil); r.status != 429 || !strings.Contains(r.errMessage(), "volume_mib limit 100, in use 60, this call needs 60 more") {
+		t.Fatalf("fork over the volume quota: %d %s", r.status, r.body)
+	}
+	gsnap := e.mustStatus(e.do("POST", "/v1/sandboxes/"+gs.ID+"/snapshots", gamma, nil), 201).json(t)
+	if r := e.do("POST", "/v1/sandboxes", gamma, map[string]any{"snapshot_id": gsnap["id"]}); r.status != 429 {
+		t.Fatalf("restore over the volume quota: %d %s", r.status, r.body)
+	}
+	if c, _ := e.agent.Counts(); c != creates || len(e.listVolumes(gamma)) != 1 {
+		t.Fatal("a refused copy reached the host")
+	}
+
+	// The copies outlive their sandboxes and are deleted like any volume.
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+r.ID, k, nil), 204)
+	e.mustStatus(e.do("DELETE", "/v1/volumes/"+rv.ID, k, nil), 204)
 }

@@ -2,6 +2,7 @@ package hostagent
 
 import (
 	"encoding/json"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,12 +94,6 @@ func TestVolumes(t *testing.T) {
 	if code := h.call("POST", "/v1/volumes/vol_data/resize", map[string]any{"size_mib": 512}, &e2); code != 409 {
 		t.Errorf("resize while attached: %d %+v", code, e2)
 	}
-	if code := h.call("POST", "/v1/sandboxes/"+s1.ID+"/snapshots", nil, &e2); code != 409 || !strings.Contains(e2.Error.Message, "volumes") {
-		t.Errorf("snapshot with a volume: %d %+v", code, e2)
-	}
-	if code := h.call("POST", "/v1/sandboxes/"+s1.ID+"/fork", map[string]any{"count": 1}, &e2); code != 409 {
-		t.Errorf("fork with a volume: %d %+v", code, e2)
-	}
 	var got hostapi.Volume
 	h.call("GET", "/v1/volumes/vol_data", nil, &got)
 	if len(got.Attachments) != 1 || got.Attachments[0].SandboxID != s1.ID || got.Attachments[0].MountPath != "/data" {
@@ -176,5 +171,109 @@ func TestVolumes(t *testing.T) {
 	}
 	if code := h.call("GET", "/v1/volumes/vol_data", nil, &e2); code != 404 {
 		t.Errorf("deleted volume: %d", code)
+	}
+}
+
+// TestVolumeSnapshotsAndForks: a snapshot or fork of a sandbox with a volume copies the volume at
+// the instant of its memory; a sandbox made from it mounts a new volume of its own made from the
+// copy, already mounted, and writes in one copy are seen in no other.
+func TestVolumeSnapshotsAndForks(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	if code := h.call("POST", "/v1/volumes", map[string]any{"id": "vol_src", "size_mib": 64}, nil); code != 201 {
+		t.Fatalf("create volume: %d", code)
+	}
+	var src hostapi.Sandbox
+	var raw []byte
+	if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": "base",
+		"volumes": []map[string]any{{"volume_id": "vol_src", "mount_path": "/data"}}}, &raw); code != 201 {
+		t.Fatalf("create with a volume: %d %s", code, raw)
+	}
+	jsonInto(t, raw, &src)
+	read := func(id string) string {
+		t.Helper()
+		r := h.exec(id, map[string]any{"cmd": "cat /data/a; cat /data/b 2>/dev/null || echo no-b"})
+		if r.ExitCode != 0 {
+			t.Fatalf("read in %s: %+v", id, r)
+		}
+		return strings.ReplaceAll(r.Stdout, "\n", " ")
+	}
+	write := func(id, cmd string) {
+		t.Helper()
+		if r := h.exec(id, map[string]any{"cmd": cmd}); r.ExitCode != 0 {
+			t.Fatalf("write in %s: %+v", id, r)
+		}
+	}
+	write(src.ID, "echo one > /data/a")
+
+	var snap hostapi.Snapshot
+	if code := h.call("POST", "/v1/sandboxes/"+src.ID+"/snapshots", nil, &snap); code != 201 {
+		t.Fatalf("snapshot with a volume: %d", code)
+	}
+	if want := []hostapi.SnapshotVolume{{Slot: 0, VolumeID: "vol_src", MountPath: "/data", SizeMiB: 64, FS: "ext4"}}; !reflect.DeepEqual(snap.Volumes, want) || snap.Published {
+		t.Fatalf("snapshot volumes %+v published %v, want %+v, not published", snap.Volumes, snap.Published, want)
+	}
+	write(src.ID, "echo two > /data/a; echo b > /data/b")
+
+	// A restore sees the volume as it was at the snapshot, in a new volume of its own.
+	var r hostapi.Sandbox
+	if code := h.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID}, &raw); code != 201 {
+		t.Fatalf("create from the snapshot: %d %s", code, raw)
+	}
+	jsonInto(t, raw, &r)
+	if len(r.Volumes) != 1 || r.Volumes[0].VolumeID == "vol_src" || r.Volumes[0].MountPath != "/data" || r.Volumes[0].ReadOnly {
+		t.Fatalf("restored volumes %+v", r.Volumes)
+	}
+	if got := read(r.ID); got != "one no-b " {
+		t.Errorf("restored copy reads %q, want the snapshot's %q", got, "one no-b ")
+	}
+	write(r.ID, "echo restored > /data/a")
+	if got := read(src.ID); got != "two b " {
+		t.Errorf("source after a write in its restored copy reads %q", got)
+	}
+
+	// A fork: each child its own copy of the parent's volume.
+	var kids hostapi.SandboxList
+	if code := h.call("POST", "/v1/sandboxes/"+src.ID+"/fork", map[string]any{"count": 2}, &kids); code != 201 || len(kids.Sandboxes) != 2 {
+		t.Fatalf("fork with a volume: %d %+v", code, kids)
+	}
+	c1, c2 := kids.Sandboxes[0], kids.Sandboxes[1]
+	ids := map[string]bool{"vol_src": true, r.Volumes[0].VolumeID: true}
+	for _, c := range kids.Sandboxes {
+		if len(c.Volumes) != 1 || ids[c.Volumes[0].VolumeID] || c.Volumes[0].MountPath != "/data" {
+			t.Fatalf("fork child's volumes %+v (others: %v)", c.Volumes, ids)
+		}
+		ids[c.Volumes[0].VolumeID] = true
+	}
+	write(c1.ID, "echo child1 > /data/a")
+	for id, want := range map[string]string{c1.ID: "child1 b ", c2.ID: "two b ", src.ID: "two b ", r.ID: "restored no-b "} {
+		if got := read(id); got != want {
+			t.Errorf("%s reads %q, want %q", id, got, want)
+		}
+	}
+
+	// A sandbox made from a snapshot with volumes takes no others.
+	var e apiErr
+	if code := h.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID,
+		"volumes": []map[string]any{{"volume_id": "vol_src", "mount_path": "/other"}}}, &e); code != 409 || !strings.Contains(e.Error.Message, "copies") {
+		t.Errorf("create from a snapshot with volumes, with a volume: %d %+v", code, e)
+	}
+
+	// The copies outlive their sandboxes, detached, and are deleted like any volume.
+	for _, id := range []string{r.ID, c1.ID, c2.ID} {
+		h.call("DELETE", "/v1/sandboxes/"+id, nil, nil)
+	}
+	delete(ids, "vol_src")
+	for id := range ids {
+		var v hostapi.Volume
+		if code := h.call("GET", "/v1/volumes/"+id, nil, &v); code != 200 || v.SizeMiB != 64 || len(v.Attachments) != 0 {
+			t.Errorf("copy %s after its sandbox: %d %+v", id, code, v)
+		}
+		if code := h.call("DELETE", "/v1/volumes/"+id, nil, nil); code != 204 {
+			t.Errorf("delete copy %s: %d", id, code)
+		}
+	}
+	if got := read(src.ID); got != "two b " {
+		t.Errorf("source at the end reads %q", got)
 	}
 }

@@ -58,6 +58,17 @@ type CreateParams struct {
 func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (store.Sandbox, error) {
 	own := timing.From(ctx) == nil // a caller's trace (a function invocation's) has these steps too
 	ctx, tr := timing.Ensure(ctx)
+	var copies []VolumeCopy
+	var err error
+	if p.Snapshot != nil {
+		copies, err = s.SnapshotVolumes(ctx, *p.Snapshot)
+		if err == nil && len(copies) > 0 && len(p.Volumes) > 0 {
+			err = errdefs.Conflictf("snapshot %s restores with copies of its %d volumes: a sandbox made from it takes no other volumes", p.Snapshot.ID, len(copies))
+		}
+		if err != nil {
+			return store.Sandbox{}, err
+		}
+	}
 	hosts, mem, err := s.place(ctx, teamID, p)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -80,12 +91,13 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 		areq.Volumes = append(areq.Volumes, agentclient.VolumeMount{VolumeID: v.VolumeID, MountPath: v.MountPath, ReadOnly: v.ReadOnly})
 	}
 	var host store.Host
+	var made agentclient.Sandbox
 	err = s.tryHosts("a sandbox", hosts, []string{"capacity"}, func(h store.Host) error {
 		done, err := s.sched.Reserve(h.ID, mem)
 		if err != nil {
 			return err
 		}
-		_, err = s.sched.Client(h).CreateSandbox(ctx, areq)
+		made, err = s.sched.Client(h).CreateSandbox(ctx, areq)
 		done(err == nil)
 		if err != nil {
 			return err
@@ -111,7 +123,7 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 	}
 	timing.Mark(ctx, "host_create")
 	rec.HostID = host.ID
-	out, err := s.record(ctx, host, rec, vols)
+	out, err := s.record(ctx, host, rec, vols, made, copies)
 	timing.Mark(ctx, "sandbox_record")
 	if own && err == nil && s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.Debug("sandbox created", append([]any{"sandbox", sbID, "host", host.ID}, tr.LogArgs()...)...)
@@ -172,24 +184,24 @@ func firstIfAmong(hosts []store.Host, id string) []store.Host {
 	return hosts
 }
 
-// record stores a sandbox its host has just started (running, created now, expiring after its
-// ttl policy), with its volumes (checked again as they are recorded). When the store fails the
-// VM is killed: an unrecorded VM is a leak.
-func (s *Service) record(ctx context.Context, h store.Host, sb store.Sandbox, vols []store.VolumeAttachment) (store.Sandbox, error) {
+// record stores a sandbox its host has just started (made: running, created now, expiring after
+// its ttl policy), with its volumes (checked again as they are recorded), or the copies of a
+// snapshot's volumes its host made for it. When the store fails the VM is killed (an unrecorded
+// VM is a leak), and the copies are deleted.
+func (s *Service) record(ctx context.Context, h store.Host, sb store.Sandbox, vols []store.VolumeAttachment, made agentclient.Sandbox, copies []VolumeCopy) (store.Sandbox, error) {
 	now := s.clock()
 	sb.State, sb.CreatedAt, sb.ExpiresAt = store.StateRunning, now, now.Add(s.TTL(sb.TTLSeconds))
-	var rec store.Sandbox
-	var err error
-	if len(vols) > 0 {
-		rec, err = s.store.CreateSandboxWithVolumes(ctx, sb, vols)
-	} else {
-		rec, err = s.store.CreateSandbox(ctx, sb)
+	made.ID = sb.ID
+	newVols, atts, err := s.copiedVolumes(sb.TeamID, h.ID, []agentclient.Sandbox{made}, copies)
+	var out []store.Sandbox
+	if err == nil {
+		out, err = s.store.CreateSandboxesWithVolumes(ctx, []store.Sandbox{sb}, newVols, append(vols, atts...))
 	}
 	if err != nil {
-		s.killUnrecorded(ctx, h, sb.ID)
+		s.dropUnrecorded(ctx, s.sched.Client(h), h.ID, []agentclient.Sandbox{made}, len(copies) > 0)
 		return store.Sandbox{}, err
 	}
-	return rec, nil
+	return out[0], nil
 }
 
 // killUnrecorded kills a sandbox its host started but the store will not know (an unrecorded VM

@@ -16,7 +16,8 @@ import (
 )
 
 // Fork makes count children of a usable parent on the parent's host and records them, all in one
-// transaction. A parent with volumes is refused; the host must have a slot for every child (the
+// transaction. Each child of a parent with volumes gets a copy of each (ForkVolumes), made by the
+// host at the fork's instant and recorded with the children; the host must have a slot for every child (the
 // host admits their guest memory against its commit limit: a refusal there is capacity too). The
 // host makes all children or none; if recording fails they are killed there, so a failed fork
 // leaves no child anywhere. Children belong to the parent's team, copy its metadata and get a
@@ -26,8 +27,9 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 		return nil, err
 	}
 	c, err := s.Client(ctx, parent)
+	var copies []VolumeCopy
 	if err == nil {
-		err = s.RefuseWithVolumes(ctx, parent, "forks")
+		copies, err = s.ForkVolumes(ctx, parent)
 	}
 	if err == nil {
 		_, err = s.sched.PlaceOn(ctx, parent.HostID, count, 0)
@@ -51,14 +53,7 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	// The parent was woken for the fork if it was hibernated.
 	s.Touched(ctx, parent, c, nil)
 	undo := func(cause error) ([]store.Sandbox, error) {
-		for _, ch := range got {
-			if ch.ID == "" {
-				continue
-			}
-			if kerr := c.KillSandbox(ctx, ch.ID); kerr != nil {
-				s.log.Error("could not kill a fork child that was not recorded", "sandbox", ch.ID, "host", parent.HostID, "err", kerr)
-			}
-		}
+		s.dropUnrecorded(ctx, c, parent.HostID, got, len(copies) > 0)
 		return nil, cause
 	}
 	if len(got) != count {
@@ -69,7 +64,11 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 			return undo(errors.New("host " + parent.HostID + " answered a fork with a child without an id"))
 		}
 	}
-	out, err := s.store.CreateSandboxes(ctx, s.childRecords(parent, parent.HostID, got))
+	vols, atts, err := s.copiedVolumes(parent.TeamID, parent.HostID, got, copies)
+	if err != nil {
+		return undo(err)
+	}
+	out, err := s.store.CreateSandboxesWithVolumes(ctx, s.childRecords(parent, parent.HostID, got), vols, atts)
 	if err != nil {
 		return undo(err)
 	}
@@ -131,7 +130,10 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 	}
 	src, err := s.Client(ctx, parent)
 	if err == nil {
-		err = s.RefuseWithVolumes(ctx, parent, "forks")
+		var copies []VolumeCopy
+		if copies, err = s.ForkVolumes(ctx, parent); err == nil && len(copies) > 0 {
+			err = errdefs.Conflictf("sandbox %s has volumes, which stay on its host %s: fork it there (forks of a sandbox with volumes onto another host are refused)", parent.ID, parent.HostID)
+		}
 	}
 	var target store.Host
 	if err == nil {

@@ -54,12 +54,14 @@ func (s *Service) Metrics(ctx context.Context, sb store.Sandbox) (agentclient.Sa
 	return m, err
 }
 
-// Snapshot snapshots a usable sandbox without volumes on its host (waking it if hibernated) and
-// records the snapshot; a snapshot the store fails to record is deleted on the host again.
+// Snapshot snapshots a usable sandbox on its host (waking it if hibernated) and records the
+// snapshot; a snapshot the store fails to record is deleted on the host again. The host copies
+// the sandbox's volumes with it (SnapshotVolumes); such a snapshot stays on its host. A sandbox
+// with a read-only volume is refused (copyableVolumes).
 func (s *Service) Snapshot(ctx context.Context, sb store.Sandbox) (store.Snapshot, error) {
 	c, err := s.Target(ctx, sb)
 	if err == nil {
-		err = s.RefuseWithVolumes(ctx, sb, "snapshots")
+		_, err = s.copyableVolumes(ctx, sb, "snapshots")
 	}
 	if err != nil {
 		return store.Snapshot{}, err

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
@@ -173,9 +176,84 @@ func TestCreateWithVolumesOnTheirHost(t *testing.T) {
 	if n := e.count(); n != 1 {
 		t.Fatalf("%d sandboxes recorded, want 1", n)
 	}
-	// Forks of a sandbox with volumes are refused.
-	_, err = e.svc.Fork(ctx, sb, 1)
+
+	// Each child of a fork of a sandbox with volumes gets its own copy, recorded as the team's
+	// volume on that host and named after the one it copies.
+	kids, err := e.svc.Fork(ctx, sb, 2)
+	if err != nil || len(kids) != 2 {
+		t.Fatalf("fork with a volume: %+v %v", kids, err)
+	}
+	seen := map[string]bool{v.ID: true}
+	for _, k := range kids {
+		atts, err := e.st.SandboxVolumes(ctx, k.ID)
+		if err != nil || len(atts) != 1 || seen[atts[0].VolumeID] || atts[0].MountPath != "/data" || atts[0].ReadOnly {
+			t.Fatalf("child %s's volumes %+v %v", k.ID, atts, err)
+		}
+		seen[atts[0].VolumeID] = true
+		c, err := e.st.GetTeamVolume(ctx, e.team, atts[0].VolumeID)
+		if err != nil || c.HostID != "host-b" || c.SizeMiB != 2048 || c.Name != CopyName("data", k.ID) || len(c.Attachments) != 1 {
+			t.Fatalf("child %s's volume %+v %v", k.ID, c, err)
+		}
+	}
+	// Onto another host: refused (volumes stay on theirs).
+	_, err = e.svc.ForkTo(ctx, sb, 1, "host-a")
 	wantKind(t, err, errdefs.Conflict)
+	// A child the store cannot record: the host kills it and deletes its copy.
+	if _, err := e.st.CreateSandbox(ctx, store.Sandbox{ID: "sb_taken", TeamID: e.team, Template: "base", State: store.StateKilled,
+		HostID: "host-b", CreatedAt: e.now, ExpiresAt: e.now}); err != nil {
+		t.Fatal(err)
+	}
+	vols := len(e.b.Volumes())
+	e.b.ForkIDs("sb_taken")
+	if _, err := e.svc.Fork(ctx, sb, 1); err == nil {
+		t.Fatal("a fork whose child could not be recorded succeeded")
+	}
+	if n := len(e.b.Volumes()); n != vols || e.b.State("sb_taken") != "" {
+		t.Fatalf("host-b has %d volumes (want %d) and the unrecorded child is %q", n, vols, e.b.State("sb_taken"))
+	}
+}
+
+// TestSnapshotRestoresVolumeCopies: a sandbox made from a snapshot of a sandbox with volumes
+// gets its own copies (the snapshot's), recorded; it takes no other volumes.
+func TestSnapshotRestoresVolumeCopies(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	v, err := e.svc.CreateVolume(ctx, e.team, "", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base",
+		Volumes: []store.VolumeAttachment{{VolumeID: v.ID, MountPath: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, err := e.svc.Snapshot(ctx, src)
+	if err != nil || sn.Published {
+		t.Fatalf("snapshot with a volume: %+v %v", sn, err)
+	}
+	copies, err := e.svc.SnapshotVolumes(ctx, sn)
+	if want := []VolumeCopy{{SourceID: v.ID, MountPath: "/data", SizeMiB: 64}}; err != nil || !reflect.DeepEqual(copies, want) {
+		t.Fatalf("snapshot volumes %+v %v, want %+v", copies, err, want)
+	}
+	other, err := e.svc.CreateVolume(ctx, e.team, "other", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Snapshot: &sn,
+		Volumes: []store.VolumeAttachment{{VolumeID: other.ID, MountPath: "/other"}}})
+	wantKind(t, err, errdefs.Conflict)
+	r, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Snapshot: &sn})
+	if err != nil || r.HostID != src.HostID {
+		t.Fatalf("create from the snapshot: %+v %v", r, err)
+	}
+	atts, err := e.st.SandboxVolumes(ctx, r.ID)
+	if err != nil || len(atts) != 1 || atts[0].VolumeID == v.ID || atts[0].MountPath != "/data" {
+		t.Fatalf("restored volumes %+v %v", atts, err)
+	}
+	c, err := e.st.GetTeamVolume(ctx, e.team, atts[0].VolumeID)
+	if err != nil || c.Name != CopyName(v.ID, r.ID) || c.SizeMiB != 64 || c.HostID != src.HostID {
+		t.Fatalf("restored copy %+v %v", c, err)
+	}
 }
 
 // TestForkRecordsChildren: fork children are recorded on the parent's host with its metadata,
@@ -214,4 +292,17 @@ func TestForkRecordsChildren(t *testing.T) {
 	parent.State = store.StateKilled
 	_, err = e.svc.Fork(ctx, parent, 1)
 	wantKind(t, err, errdefs.Conflict)
+}
+
+func TestCopyName(t *testing.T) {
+	long := strings.Repeat("é", 40) // 80 bytes
+	for _, c := range []struct{ source, sandbox, want string }{
+		{"data", "sb_0123456789abcdef", "data-89abcdef"},
+		{"vol_x", "sb_12", "vol_x-sb_12"},
+		{long, "sb_0123456789abcdef", strings.Repeat("é", 27) + "-89abcdef"},
+	} {
+		if got := CopyName(c.source, c.sandbox); got != c.want || len(got) > MaxVolumeNameLen || !utf8.ValidString(got) {
+			t.Errorf("CopyName(%q, %q) = %q, want %q", c.source, c.sandbox, got, c.want)
+		}
+	}
 }

@@ -3,7 +3,10 @@ package sandboxes
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
@@ -51,16 +54,157 @@ func (s *Service) resolveVolumes(ctx context.Context, teamID string, atts []stor
 	return host, nil
 }
 
-// RefuseWithVolumes is the Conflict of a snapshot or fork (what) of a sandbox that has volumes.
-func (s *Service) RefuseWithVolumes(ctx context.Context, sb store.Sandbox, what string) error {
-	vols, err := s.store.SandboxVolumes(ctx, sb.ID)
+// VolumeCopy is a volume a new sandbox gets as a copy of another: a copy of a fork parent's
+// volume at the fork, or of a snapshot's copy of its sandbox's volume. The host makes it (a
+// reflink) in the slot of the one it copies, already mounted in the restored guest.
+type VolumeCopy struct {
+	SourceID, SourceName string // the volume copied (a snapshot's copy: the one it was taken of)
+	MountPath            string
+	ReadOnly             bool
+	SizeMiB              int64
+}
+
+// CopiesNeed is what n sandboxes that each get copies hold of a team's volume quota.
+func CopiesNeed(copies []VolumeCopy, n int) (count, sizeMiB int64) {
+	for _, c := range copies {
+		count, sizeMiB = count+int64(n), sizeMiB+int64(n)*c.SizeMiB
+	}
+	return count, sizeMiB
+}
+
+// copyableVolumes returns sb's volumes, or a Conflict when one is attached read-only: its guest
+// reads it through a throw-away overlay (an ext4 journal replay at mount goes there), which its
+// host cannot copy with the guest's memory.
+func (s *Service) copyableVolumes(ctx context.Context, sb store.Sandbox, what string) ([]store.VolumeAttachment, error) {
+	atts, err := s.store.SandboxVolumes(ctx, sb.ID)
 	if err != nil {
+		return nil, err
+	}
+	for _, a := range atts {
+		if a.ReadOnly {
+			return nil, errdefs.Conflictf("sandbox %s has volume %s attached read-only at %s: %s of it are refused (its guest reads a read-only volume through an overlay that cannot be copied)", sb.ID, a.VolumeID, a.MountPath, what)
+		}
+	}
+	return atts, nil
+}
+
+// ForkVolumes are the copies each child of a fork of parent gets: one of each of its volumes
+// (attached, so at their recorded size: an attached volume is not resized). A parent with a
+// read-only volume cannot be forked (Conflict).
+func (s *Service) ForkVolumes(ctx context.Context, parent store.Sandbox) ([]VolumeCopy, error) {
+	atts, err := s.copyableVolumes(ctx, parent, "forks")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]VolumeCopy, len(atts))
+	for i, a := range atts {
+		v, err := s.store.GetVolume(ctx, a.VolumeID)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = VolumeCopy{SourceID: v.ID, SourceName: v.Name, MountPath: a.MountPath, ReadOnly: a.ReadOnly, SizeMiB: v.SizeMiB}
+	}
+	return out, nil
+}
+
+// SnapshotVolumes are the copies a sandbox made from snapshot sn gets: one of each volume copy
+// its host took with it. A snapshot's sandbox's volumes are fixed at its create, and its
+// snapshots have copies of them all (snapshots of sandboxes with volumes were refused before
+// they were copied), so only a snapshot of a sandbox with volumes asks its host, which must be up.
+func (s *Service) SnapshotVolumes(ctx context.Context, sn store.Snapshot) ([]VolumeCopy, error) {
+	atts, err := s.store.SandboxVolumes(ctx, sn.SandboxID)
+	if err != nil || len(atts) == 0 {
+		return nil, err
+	}
+	var hs agentclient.Snapshot
+	err = s.onHost(ctx, sn.HostID, RefreshTimeout, func(ctx context.Context, c *agentclient.Client) error {
+		hs, err = c.GetSnapshot(ctx, sn.ID)
 		return err
+	})
+	if errors.Is(err, store.ErrNotFound) || err == errHostDown {
+		return nil, errdefs.Capacityf("host %s of snapshot %s (which has volume copies) is down", sn.HostID, sn.ID)
 	}
-	if len(vols) > 0 {
-		return errdefs.Conflictf("sandbox %s has volumes (%s at %s): %s of a sandbox with volumes are refused", sb.ID, vols[0].VolumeID, vols[0].MountPath, what)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	out := make([]VolumeCopy, len(hs.Volumes))
+	for i, c := range hs.Volumes {
+		v, err := s.store.GetVolume(ctx, c.VolumeID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		out[i] = VolumeCopy{SourceID: c.VolumeID, SourceName: v.Name, MountPath: c.MountPath, ReadOnly: c.ReadOnly, SizeMiB: c.SizeMiB}
+	}
+	return out, nil
+}
+
+// CopyName names the copy of a volume (named source, or unnamed: its id) made for sandbox
+// sandboxID: "<source>-<the sandbox id's last 8 characters>", the source cut to fit
+// MaxVolumeNameLen bytes.
+func CopyName(source, sandboxID string) string {
+	suffix := "-" + sandboxID[max(0, len(sandboxID)-8):]
+	for len(source)+len(suffix) > MaxVolumeNameLen {
+		_, n := utf8.DecodeLastRuneInString(source)
+		source = source[:len(source)-n]
+	}
+	return source + suffix
+}
+
+// MaxVolumeNameLen bounds a volume's name, in bytes.
+const MaxVolumeNameLen = 64
+
+// copiedVolumes are the records of the volumes hostID made for sandboxes got (their Volumes,
+// matched by mount path to copies) and their attachments; a sandbox without exactly its copies
+// is an error (the host answered something else than asked).
+func (s *Service) copiedVolumes(teamID, hostID string, got []agentclient.Sandbox, copies []VolumeCopy) ([]store.Volume, []store.VolumeAttachment, error) {
+	if len(copies) == 0 {
+		return nil, nil, nil
+	}
+	var vols []store.Volume
+	var atts []store.VolumeAttachment
+	now := s.clock()
+	for _, sb := range got {
+		if len(sb.Volumes) != len(copies) {
+			return nil, nil, errors.New("host " + hostID + " made sandbox " + sb.ID + " with " + strconv.Itoa(len(sb.Volumes)) + " volumes, not its " + strconv.Itoa(len(copies)) + " copies")
+		}
+		for _, m := range sb.Volumes {
+			i := slices.IndexFunc(copies, func(c VolumeCopy) bool { return c.MountPath == m.MountPath })
+			if i < 0 {
+				return nil, nil, errors.New("host " + hostID + " mounted a volume of sandbox " + sb.ID + " at " + m.MountPath + ", where no copy was")
+			}
+			c := copies[i]
+			name := c.SourceName
+			if name == "" {
+				name = c.SourceID
+			}
+			vols = append(vols, store.Volume{ID: m.VolumeID, TeamID: teamID, Name: CopyName(name, sb.ID), SizeMiB: c.SizeMiB, HostID: hostID, CreatedAt: now})
+			atts = append(atts, store.VolumeAttachment{SandboxID: sb.ID, VolumeID: m.VolumeID, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
+		}
+	}
+	return vols, atts, nil
+}
+
+// dropUnrecorded kills sandboxes a host made that the store will not know and, when all their
+// volumes are copies it made for them, deletes those (once the sandboxes are gone, nothing holds
+// them).
+func (s *Service) dropUnrecorded(ctx context.Context, c *agentclient.Client, hostID string, got []agentclient.Sandbox, copies bool) {
+	for _, sb := range got {
+		if sb.ID == "" {
+			continue
+		}
+		if err := c.KillSandbox(ctx, sb.ID); err != nil {
+			s.log.Error("could not kill a sandbox that is not recorded", "sandbox", sb.ID, "host", hostID, "err", err)
+			continue
+		}
+		for _, m := range sb.Volumes {
+			if !copies {
+				break
+			}
+			if err := c.DeleteVolume(ctx, m.VolumeID); err != nil {
+				s.log.Error("could not delete a volume copy that is not recorded", "volume", m.VolumeID, "host", hostID, "err", err)
+			}
+		}
+	}
 }
 
 // CreateVolume makes a volume on the best host (the next one when a host is unreachable, full or

@@ -117,12 +117,16 @@ func (s *Store) CreateVolume(ctx context.Context, v Volume) (Volume, error) {
 	}
 	v.CreatedAt = fromMicros(micros(v.CreatedAt))
 	v.Deleted, v.DeletedAt, v.Attachments = false, time.Time{}, nil
-	_, err := s.exec(ctx, s.db, `INSERT INTO volumes (`+volumeCols+`, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?)`,
-		v.ID, v.TeamID, v.Name, v.SizeMiB, v.HostID, micros(v.CreatedAt), micros(v.CreatedAt))
-	if err != nil {
+	if err := s.insertVolume(ctx, s.db, v); err != nil {
 		return Volume{}, conflictOr(err)
 	}
 	return v, nil
+}
+
+func (s *Store) insertVolume(ctx context.Context, q querier, v Volume) error {
+	_, err := s.exec(ctx, q, `INSERT INTO volumes (`+volumeCols+`, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?)`,
+		v.ID, v.TeamID, v.Name, v.SizeMiB, v.HostID, micros(v.CreatedAt), micros(v.CreatedAt))
+	return err
 }
 
 // GetVolume returns a volume of any team, deleted or not, with its attachments (internal
@@ -259,10 +263,34 @@ func (s *Store) DeleteVolume(ctx context.Context, teamID, id string) error {
 // again, with each volume locked, that it may attach them: a volume that is gone is ErrNotFound,
 // one held in the way is a *VolumeInUseError, and then nothing is recorded.
 func (s *Store) CreateSandboxWithVolumes(ctx context.Context, sb Sandbox, vols []VolumeAttachment) (Sandbox, error) {
+	for i := range vols {
+		vols[i].SandboxID = sb.ID
+	}
+	out, err := s.CreateSandboxesWithVolumes(ctx, []Sandbox{sb}, nil, vols)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	return out[0], nil
+}
+
+// CreateSandboxesWithVolumes records new sandboxes of one team, the volumes their host made for
+// them (newVols: copies of a snapshot's or a fork parent's), and their attachments (by
+// SandboxID), all in one transaction: each attached volume is locked and checked free as in
+// CreateSandboxWithVolumes. Nothing is recorded unless all is.
+func (s *Store) CreateSandboxesWithVolumes(ctx context.Context, sbs []Sandbox, newVols []Volume, atts []VolumeAttachment) ([]Sandbox, error) {
 	var out []Sandbox
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		for _, v := range vols {
-			if err := s.lockVolume(ctx, tx, sb.TeamID, v.VolumeID); err != nil {
+		now := s.now().UTC()
+		for _, v := range newVols {
+			if v.CreatedAt.IsZero() {
+				v.CreatedAt = now
+			}
+			if err := s.insertVolume(ctx, tx, v); err != nil {
+				return err
+			}
+		}
+		for _, v := range atts {
+			if err := s.lockVolume(ctx, tx, sbs[0].TeamID, v.VolumeID); err != nil {
 				return fmt.Errorf("volume %s: %w", v.VolumeID, err)
 			}
 			if err := s.checkFree(ctx, tx, v.VolumeID, !v.ReadOnly); err != nil {
@@ -270,21 +298,21 @@ func (s *Store) CreateSandboxWithVolumes(ctx context.Context, sb Sandbox, vols [
 			}
 		}
 		var err error
-		if out, err = s.insertSandboxes(ctx, tx, []Sandbox{sb}); err != nil {
+		if out, err = s.insertSandboxes(ctx, tx, sbs); err != nil {
 			return err
 		}
-		for _, v := range vols {
+		for _, v := range atts {
 			if _, err := s.exec(ctx, tx, `INSERT INTO sandbox_volumes (sandbox_id, volume_id, mount_path, read_only) VALUES (?, ?, ?, ?)`,
-				sb.ID, v.VolumeID, v.MountPath, boolInt(v.ReadOnly)); err != nil {
+				v.SandboxID, v.VolumeID, v.MountPath, boolInt(v.ReadOnly)); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return Sandbox{}, conflictOr(err)
+		return nil, conflictOr(err)
 	}
-	return out[0], nil
+	return out, nil
 }
 
 // SandboxVolumes returns the volumes a sandbox was created with (whatever its state), in mount

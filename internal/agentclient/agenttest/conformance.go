@@ -721,11 +721,10 @@ func (k *contract) volumes(t *testing.T) {
 		{"resize an attached volume", second(k.c.ResizeVolume(ctx(), vid, 32))},
 		{"a second read-write user", second(create(rw("/data")))},
 		{"a reader beside a writer", second(create(ro))},
-		{"snapshot of a sandbox with volumes", second(k.c.CreateSnapshot(ctx(), writer.ID))},
-		{"fork of a sandbox with volumes", second(k.c.Fork(ctx(), writer.ID, 1))},
 	} {
 		wantErr(t, c.what, c.err, 409, "conflict")
 	}
+	k.volumeCopies(t, writer.ID, vid, other)
 	if err := k.c.KillSandbox(ctx(), writer.ID); err != nil {
 		t.Fatalf("kill: %v", err)
 	}
@@ -744,6 +743,10 @@ func (k *contract) volumes(t *testing.T) {
 		t.Errorf("attachments %+v, want %+v", got.Attachments, want)
 	}
 	k.wantFile(t, r2.ID, "/data/kept", "on the volume")
+	_, err = k.c.CreateSnapshot(ctx(), r1.ID)
+	wantErr(t, "snapshot of a sandbox with a read-only volume", err, 409, "conflict")
+	_, err = k.c.Fork(ctx(), r1.ID, 1)
+	wantErr(t, "fork of a sandbox with a read-only volume", err, 409, "conflict")
 	_, err = k.c.WriteFile(ctx(), r1.ID, "/data/new", strings.NewReader("x"), 1)
 	wantErr(t, "write to a read-only volume", err, 403, "forbidden")
 	_, err = create(rw("/data"))
@@ -761,6 +764,51 @@ func (k *contract) volumes(t *testing.T) {
 	_, err = k.c.GetVolume(ctx(), vid)
 	wantErr(t, "get a deleted volume", err, 404, "not_found")
 	wantErr(t, "delete a deleted volume", k.c.DeleteVolume(ctx(), vid), 404, "not_found")
+}
+
+// volumeCopies: a snapshot or a fork of sandbox id, which has volume vid at /data, copies the
+// volume at its instant; a sandbox made from it mounts a new volume of its own made from the copy,
+// and takes no other volume (other).
+func (k *contract) volumeCopies(t *testing.T, id, vid, other string) {
+	sn := must[agentclient.Snapshot](t, "snapshot with a volume")(k.c.CreateSnapshot(ctx(), id))
+	defer k.c.DeleteSnapshot(ctx(), sn.ID)
+	if want := []agentclient.SnapshotVolume{{VolumeID: vid, MountPath: "/data", SizeMiB: 24, FS: "ext4"}}; !slices.Equal(sn.Volumes, want) || sn.Published {
+		t.Errorf("snapshot's volumes %+v (published %v), want %+v, not published", sn.Volumes, sn.Published, want)
+	}
+	k.write(t, id, "/data/later", "after the snapshot")
+	_, err := k.c.CreateSandbox(ctx(), agentclient.CreateRequest{SnapshotID: sn.ID, Volumes: []agentclient.VolumeMount{{VolumeID: other, MountPath: "/other"}}})
+	wantErr(t, "create from a snapshot with volumes, with a volume", err, 409, "conflict")
+	restored := must[agentclient.Sandbox](t, "create from a snapshot with a volume")(k.c.CreateSandbox(ctx(), agentclient.CreateRequest{SnapshotID: sn.ID}))
+	defer k.c.KillSandbox(ctx(), restored.ID)
+	forked := must[[]agentclient.Sandbox](t, "fork with a volume")(k.c.Fork(ctx(), id, 1))
+	defer k.c.KillSandbox(ctx(), forked[0].ID)
+	seen := map[string]bool{vid: true}
+	for _, sb := range []agentclient.Sandbox{restored, forked[0]} {
+		if len(sb.Volumes) != 1 || seen[sb.Volumes[0].VolumeID] || sb.Volumes[0].MountPath != "/data" || sb.Volumes[0].ReadOnly {
+			t.Fatalf("volumes of %s: %+v, want a new one at /data", sb.ID, sb.Volumes)
+		}
+		seen[sb.Volumes[0].VolumeID] = true
+		want := []agentclient.VolumeAttachment{{SandboxID: sb.ID, MountPath: "/data"}}
+		if got := must[agentclient.Volume](t, "get a copy")(k.c.GetVolume(ctx(), sb.Volumes[0].VolumeID)); got.SizeMiB != 24 || !slices.Equal(got.Attachments, want) {
+			t.Errorf("volume copy %+v, want 24 MiB attached %+v", got, want)
+		}
+		k.wantFile(t, sb.ID, "/data/kept", "on the volume")
+	}
+	if _, err := k.read(restored.ID, "/data/later"); err == nil {
+		t.Errorf("a sandbox made from the snapshot sees a file written after it")
+	}
+	k.wantFile(t, forked[0].ID, "/data/later", "after the snapshot")
+	k.write(t, restored.ID, "/data/kept", "restored")
+	k.write(t, forked[0].ID, "/data/kept", "forked")
+	k.wantFile(t, id, "/data/kept", "on the volume")
+	for _, sb := range []agentclient.Sandbox{restored, forked[0]} {
+		if err := k.c.KillSandbox(ctx(), sb.ID); err != nil {
+			t.Fatalf("kill: %v", err)
+		}
+		if err := k.c.DeleteVolume(ctx(), sb.Volumes[0].VolumeID); err != nil { // it outlived its sandbox, detached
+			t.Errorf("delete the copy %s: %v", sb.Volumes[0].VolumeID, err)
+		}
+	}
 }
 
 func second[T any](_ T, err error) error { return err }

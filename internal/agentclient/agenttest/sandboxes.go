@@ -43,6 +43,12 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 	if err != nil {
 		return nil, err
 	}
+	var copies []agentclient.SnapshotVolume
+	if req.SnapshotID != "" {
+		if copies = a.snapshots[req.SnapshotID].Volumes; len(copies) > 0 && len(mounts) > 0 {
+			return nil, conflict("snapshot %s restores with copies of its %d volumes in their slots; no other volumes can be attached to a sandbox made from it", req.SnapshotID, len(copies))
+		}
+	}
 	if req.ID == "" {
 		req.ID = a.newID("sb_fake")
 	}
@@ -56,12 +62,19 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 		a.refused++
 		return nil, apiErr(503, "capacity", "no free slot")
 	}
+	if len(copies) > 0 { // already mounted in the snapshot's guest: new volumes from its files
+		if mounts, err = a.volumesFrom(copies, g, 1); err != nil {
+			return nil, err
+		}
+	}
 	sb := a.newSandbox(req.ID, tpl, g)
-	sb.SnapshotID, sb.env, sb.mounts = req.SnapshotID, req.Env, mounts
+	sb.SnapshotID, sb.env, sb.mounts, sb.Volumes = req.SnapshotID, req.Env, mounts, mounts
 	if req.ForkOf != "" { // a fork child made on another host: the snapshot's env, as a fork's
 		sb.SnapshotID, sb.ForkOf, sb.env = "", req.ForkOf, a.snapshots[req.SnapshotID].Env
 	}
-	a.mount(sb)
+	if len(copies) == 0 {
+		a.mount(sb)
+	}
 	a.sandboxes[sb.ID] = sb
 	a.creates++
 	return created{sb.Sandbox}, nil
@@ -217,10 +230,13 @@ func (a *Agent) hibernate(r *http.Request) (any, *agentclient.Error) {
 
 func (a *Agent) wake(r *http.Request) (any, *agentclient.Error) { return view(a.awake(r)) }
 
-// snapshotOf refuses a sandbox with volumes: its guest's memory holds their mounted filesystems.
-func snapshotOf(sb *sandbox, what string) *agentclient.Error {
-	if len(sb.mounts) > 0 {
-		return conflict("sandbox %s has volumes mounted; %s of it are refused", sb.ID, what)
+// copyable refuses a snapshot or fork of a sandbox with a read-only volume, as the real agent
+// does (its guest reads it through an overlay the host cannot copy).
+func copyable(sb *sandbox) *agentclient.Error {
+	for _, m := range sb.mounts {
+		if m.ReadOnly {
+			return conflict("sandbox %s has volume %s attached read-only at %s: snapshots and forks of it are refused", sb.ID, m.VolumeID, m.MountPath)
+		}
 	}
 	return nil
 }
@@ -228,17 +244,18 @@ func snapshotOf(sb *sandbox, what string) *agentclient.Error {
 func (a *Agent) snapshot(r *http.Request) (any, *agentclient.Error) {
 	sb, err := a.live(r)
 	if err == nil {
-		err = snapshotOf(sb, "snapshots")
+		err = copyable(sb)
 	}
 	if err != nil {
 		return nil, err
 	}
 	sn := &snapshot{Snapshot: agentclient.Snapshot{ID: a.newID("snap_fake"), SandboxID: sb.ID, Template: sb.Template,
-		CreatedAt: time.Now().UTC(), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, SizeBytes: 4096, Env: sb.env}, guest: sb.guest.clone()}
+		CreatedAt: time.Now().UTC(), VCPUs: sb.VCPUs, MemoryMiB: sb.MemoryMiB, SizeBytes: 4096, Env: sb.env,
+		Volumes: a.snapshotVolumes(sb)}, guest: sb.guest.clone()}
 	for _, n := range sn.fs {
 		sn.SizeBytes += int64(len(n.data))
 	}
-	if a.blob != nil { // published, as the real agent does when it has a blob store
+	if a.blob != nil && len(sn.Volumes) == 0 { // published, as the real agent does when it has a blob store
 		sn.Published = true
 		a.blob.snaps.put(sn.ID, *sn)
 	}
@@ -302,8 +319,8 @@ func (a *Agent) fork(r *http.Request) (any, *agentclient.Error) {
 	parent, err := a.live(r)
 	switch {
 	case err != nil:
-	case len(parent.mounts) > 0:
-		err = snapshotOf(parent, "snapshots and forks")
+	case copyable(parent) != nil:
+		err = copyable(parent)
 	case a.forkErr != nil:
 		err = a.forkErr
 	case int64(len(a.sandboxes)+count) > a.slotsTotal:
@@ -323,10 +340,17 @@ func (a *Agent) fork(r *http.Request) (any, *agentclient.Error) {
 			return nil, conflict("fork of %s failed, no child kept: sandbox %s exists", parent.ID, ids[i])
 		}
 	}
+	copies := a.snapshotVolumes(parent)
+	mounts, err := a.volumesFrom(copies, parent.guest, count)
+	if err != nil {
+		return nil, err
+	}
 	children := make([]agentclient.Sandbox, count)
 	for i, id := range ids {
 		c := a.newSandbox(id, agentclient.Template{Name: parent.Template, VCPUs: parent.VCPUs, MemoryMiB: parent.MemoryMiB}, parent.guest.clone())
 		c.ForkOf, c.env = parent.ID, parent.env
+		c.mounts = mounts[i*len(copies) : (i+1)*len(copies)]
+		c.Volumes = c.mounts
 		a.sandboxes[id] = c
 		children[i] = c.Sandbox
 	}

@@ -216,11 +216,50 @@ func (a *Agent) flushVolumes(sb *sandbox) {
 		if !ok || m.ReadOnly {
 			continue
 		}
-		v.files = map[string][]byte{}
-		for _, p := range sb.fs.under(m.MountPath) {
-			if sb.fs.isFile(p) {
-				v.files[strings.TrimPrefix(p, m.MountPath)] = sb.fs[p].data
-			}
+		v.files = filesUnder(sb.fs, m.MountPath)
+	}
+}
+
+// filesUnder are the files fs has under mount, by their path relative to it.
+func filesUnder(fs memFS, mount string) map[string][]byte {
+	out := map[string][]byte{}
+	for _, p := range fs.under(mount) {
+		if fs.isFile(p) {
+			out[strings.TrimPrefix(p, mount)] = fs[p].data
 		}
 	}
+	return out
+}
+
+// snapshotVolumes describes sb's volumes as a snapshot's copies of them: their bytes are what its
+// guest sees under each mount path (copied with the guest's files), as on the real agent.
+func (a *Agent) snapshotVolumes(sb *sandbox) []agentclient.SnapshotVolume {
+	var out []agentclient.SnapshotVolume
+	for i, m := range sb.mounts {
+		out = append(out, agentclient.SnapshotVolume{Slot: i, VolumeID: m.VolumeID, MountPath: m.MountPath, ReadOnly: m.ReadOnly,
+			SizeMiB: a.volumes[m.VolumeID].SizeMiB, FS: "ext4"})
+	}
+	return out
+}
+
+// volumesFrom makes n new volumes from each copy, with the files g has under the copy's mount
+// path, and returns their mounts (n groups in copy order); a pool without room for all makes none.
+func (a *Agent) volumesFrom(copies []agentclient.SnapshotVolume, g guest, n int) ([]agentclient.VolumeMount, *agentclient.Error) {
+	var need int64
+	for _, c := range copies {
+		need += c.SizeMiB * int64(n)
+	}
+	if err := a.noSpace(fmt.Sprintf("%d volume copies", len(copies)*n), need); err != nil {
+		return nil, err
+	}
+	var out []agentclient.VolumeMount
+	for range n {
+		for _, c := range copies {
+			v := &volume{Volume: agentclient.Volume{ID: a.newID("vol_fake"), SizeMiB: c.SizeMiB, CreatedAt: time.Now().UTC()},
+				files: filesUnder(g.fs, c.MountPath)}
+			a.volumes[v.ID] = v
+			out = append(out, agentclient.VolumeMount{VolumeID: v.ID, MountPath: c.MountPath, ReadOnly: c.ReadOnly})
+		}
+	}
+	return out, nil
 }

@@ -26,6 +26,9 @@ type source struct {
 	rec     record // template fields, base dir, lineage
 	diskSrc string // disk image the sandbox's disk is reflinked from
 	noProcs bool   // a snapshot whose sandbox had no background processes (snapshot.Record.NoProcs)
+	// volCopies are the snapshot's volume copies (in the directory rec.BaseDir): the sandbox
+	// mounts a new volume made from each, in the same slot, already mounted in its guest.
+	volCopies []hostapi.SnapshotVolume
 }
 
 var idRE = regexp.MustCompile(`^sb_[a-z0-9]{1,60}$`)
@@ -60,7 +63,10 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 		}
 		src = source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
 			MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, SnapshotID: snap.ID, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots,
-			Identity: snap.Identity}, diskSrc: snap.File("disk.img"), noProcs: snap.NoProcs}
+			Identity: snap.Identity}, diskSrc: snap.File("disk.img"), noProcs: snap.NoProcs, volCopies: snap.Volumes}
+		if len(snap.Volumes) > 0 && len(req.Volumes) > 0 {
+			return hostapi.Sandbox{}, errdefs.Conflictf("snapshot %s restores with copies of its %d volumes in their slots; no other volumes can be attached to a sandbox made from it", snap.ID, len(snap.Volumes))
+		}
 		if req.ForkOf != "" { // a fork child made on another host than its parent's
 			if len(req.Env) > 0 || req.Egress != nil || len(req.Volumes) > 0 {
 				return hostapi.Sandbox{}, errdefs.Invalidf("a fork child (fork_of) takes its parent's env and egress, and has no volumes")
@@ -128,23 +134,32 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	start := time.Now()
 	rec := src.rec
 	rec.ID, rec.State, rec.CreatedAt = id, StateCreating, start.UTC()
+	dropVols := func() {}
+	if len(src.volCopies) > 0 {
+		vols, undo, err := m.volumesFrom(src.volCopies, rec.BaseDir)
+		if err != nil {
+			return hostapi.Sandbox{}, err
+		}
+		rec.Volumes, dropVols = vols, undo
+	}
 	sb := &sandbox{dir: filepath.Join(m.layout.Sandboxes(), id), rec: rec, lastUsed: start}
+	refuse := func(err error) (hostapi.Sandbox, error) {
+		m.mu.Unlock()
+		dropVols()
+		return hostapi.Sandbox{}, err
+	}
 	m.mu.Lock()
 	if m.closed {
-		m.mu.Unlock()
-		return hostapi.Sandbox{}, errdefs.Capacityf("host agent is shutting down")
+		return refuse(errdefs.Capacityf("host agent is shutting down"))
 	}
 	if _, dup := m.sandboxes[id]; dup {
-		m.mu.Unlock()
-		return hostapi.Sandbox{}, errdefs.Conflictf("sandbox %s already exists", id)
+		return refuse(errdefs.Conflictf("sandbox %s already exists", id))
 	}
 	if err := m.checkAttachLocked(id, rec.Volumes); err != nil {
-		m.mu.Unlock()
-		return hostapi.Sandbox{}, err
+		return refuse(err)
 	}
 	if err := m.admitSandboxLocked(id, rec.MemoryMiB); err != nil {
-		m.mu.Unlock()
-		return hostapi.Sandbox{}, err
+		return refuse(err)
 	}
 	m.sandboxes[id] = sb
 	m.mu.Unlock()
@@ -158,6 +173,7 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 		os.RemoveAll(sb.dir)
 		os.RemoveAll(runDir)
 		m.releaseUID(id)
+		dropVols() // after the sandbox let go of them
 		return hostapi.Sandbox{}, err
 	}
 	if err := os.MkdirAll(sb.dir, 0o700); err != nil {
@@ -172,7 +188,11 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	if err != nil {
 		return fail(err)
 	}
-	if err := m.volumes.Mount(ctx, m.rt, vm, client, rec.Volumes); err != nil {
+	mounts := rec.Volumes
+	if len(src.volCopies) > 0 {
+		mounts = nil // copies of a snapshot's volumes: mounted in the restored guest already
+	}
+	if err := m.volumes.Mount(ctx, m.rt, vm, client, mounts); err != nil {
 		client.Close()
 		m.rt.Kill(vm)
 		if slot != nil {

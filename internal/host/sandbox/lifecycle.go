@@ -17,6 +17,7 @@ import (
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
+	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/storage"
@@ -87,11 +88,11 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	if rec.State != StateRunning {
 		return snapshot.Record{}, nil, errdefs.Conflictf("sandbox %s is %s", id, rec.State)
 	}
-	if len(rec.Volumes) > 0 {
-		// The guest's memory holds the volume's mounted filesystem: a clone could not share it.
-		return snapshot.Record{}, nil, errdefs.Conflictf("sandbox %s has volumes mounted; snapshots and forks of it are refused (docs/volumes.md)", id)
+	if err := volume.CheckCopyable(id, rec.Volumes); err != nil {
+		return snapshot.Record{}, nil, err
 	}
-	// The memory file (at most the guest's RAM) and room for the disk blocks the snapshot pins.
+	// The memory file (at most the guest's RAM) and room for the disk blocks the snapshot pins
+	// (and each volume copy's).
 	// A fork's snapshot skips the guest's sync: its children restore the memory and the disk
 	// together, captured while the VM is paused (QEMU drains and flushes its drives when it stops
 	// the VM), so what the guest has not written yet is in the memory they restore. A snapshot
@@ -100,7 +101,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	if internal {
 		gc = nil
 	}
-	release, err := m.prepareSave(ctx, sb, gc, "a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB)<<20)
+	release, err := m.prepareSave(ctx, sb, gc, "a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB*(1+len(rec.Volumes)))<<20)
 	if err != nil {
 		return snapshot.Record{}, nil, err
 	}
@@ -123,7 +124,14 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	st, err := m.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(tmp), runtime.SnapshotOptions{
 		Full: full, Transient: internal, // a fork's: gone with its children
 		WhilePaused: func() error {
-			return storage.Clone(filepath.Join(sb.dir, "disk.img"), filepath.Join(tmp, "disk.img"))
+			// The disk and the volumes at the instant of the memory: the guest's page cache and
+			// its mounted filesystems match the copied bytes.
+			if err := storage.Clone(filepath.Join(sb.dir, "disk.img"), filepath.Join(tmp, "disk.img")); err != nil {
+				return err
+			}
+			vols, err := m.copyVolumes(rec.Volumes, tmp)
+			snap.Volumes = vols
+			return err
 		},
 	})
 	if err != nil {
@@ -144,7 +152,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	}
 	timing.Mark(ctx, StepSaveCommit)
 	m.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMS, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
-	if !internal {
+	if !internal && len(snap.Volumes) == 0 { // volume copies stay on this host, like the volumes
 		m.publish(ctx, &snap)
 	}
 	if st.Warm != nil {
@@ -227,12 +235,16 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]hostapi.San
 			src := source{rec: record{Template: snap.Template, TemplateDir: snap.TemplateDir, VCPUs: snap.VCPUs,
 				MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, ForkOf: id, Env: env,
 				Egress: egress, EgressOpen: open, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots, Identity: snap.Identity},
-				diskSrc: snap.File("disk.img")}
+				diskSrc: snap.File("disk.img"), volCopies: snap.Volumes}
 			// Each child its own trace: they restore side by side.
 			children[i], errs[i] = m.launch(timing.With(ctx, timing.NewTrace()), "fork", layout.NewID("sb_"), src)
 		}()
 	}
 	wg.Wait()
+	// The children have their own copies of the volumes: the fork's pin no blocks past it.
+	for _, c := range snap.Volumes {
+		os.Remove(snap.File(copyFile(c.Slot)))
+	}
 	if err := errors.Join(errs...); err != nil {
 		for i, c := range children {
 			if errs[i] == nil {

@@ -129,6 +129,7 @@ func (sb *sandbox) info() hostapi.Sandbox {
 	if r.State == StateHibernated {
 		info.Hibernated = r.Published
 	}
+	info.Volumes = r.Volumes
 	return info
 }
 

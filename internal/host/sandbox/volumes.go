@@ -1,10 +1,16 @@
 package sandbox
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 
+	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/storage"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -42,4 +48,51 @@ func (m *Manager) checkAttachLocked(id string, ms []hostapi.VolumeMount) error {
 // drives returns the extra disks of rec's machine (volume.Store.Drives).
 func (m *Manager) drives(rec *record, sandboxDir string) ([]runtime.Drive, error) {
 	return m.volumes.Drives(rec.TemplateDir, rec.VolumeSlots, rec.Volumes, sandboxDir)
+}
+
+// copyFile names a snapshot's copy of the volume in slot i.
+func copyFile(slot int) string { return "vol" + strconv.Itoa(slot) + ".ext4" }
+
+// copyVolumes reflinks the files of mounts (a paused VM's, in slot order) into a snapshot's
+// directory dir and describes the copies.
+func (m *Manager) copyVolumes(mounts []hostapi.VolumeMount, dir string) ([]hostapi.SnapshotVolume, error) {
+	var out []hostapi.SnapshotVolume
+	for i, vm := range mounts {
+		dst := filepath.Join(dir, copyFile(i))
+		if err := storage.Clone(m.volumes.File(vm.VolumeID), dst); err != nil {
+			return nil, fmt.Errorf("volume %s: %w", vm.VolumeID, err)
+		}
+		st, err := os.Stat(dst)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, hostapi.SnapshotVolume{Slot: i, VolumeID: vm.VolumeID, MountPath: vm.MountPath, ReadOnly: vm.ReadOnly,
+			SizeMiB: st.Size() >> 20, FS: "ext4"})
+	}
+	return out, nil
+}
+
+// volumesFrom makes a new volume from each of a snapshot's volume copies (in dir) and returns
+// their mounts, in the copies' slots; undo deletes them again (once no sandbox holds them).
+func (m *Manager) volumesFrom(copies []hostapi.SnapshotVolume, dir string) (mounts []hostapi.VolumeMount, undo func(), err error) {
+	undo = func() {
+		for _, vm := range mounts {
+			if err := m.volumes.Delete(vm.VolumeID); err != nil {
+				m.log.Warn("could not delete a volume made for a sandbox that failed", "volume", vm.VolumeID, "err", err)
+			}
+		}
+	}
+	for i, c := range copies {
+		if c.Slot != i {
+			undo()
+			return nil, func() {}, fmt.Errorf("snapshot volume copies out of slot order: %d at %d", c.Slot, i)
+		}
+		id := layout.NewID("vol_")
+		if _, err := m.volumes.CreateFrom(id, filepath.Join(dir, copyFile(c.Slot)), c.SizeMiB); err != nil {
+			undo()
+			return nil, func() {}, fmt.Errorf("volume copy of %s: %w", c.VolumeID, err)
+		}
+		mounts = append(mounts, hostapi.VolumeMount{VolumeID: id, MountPath: c.MountPath, ReadOnly: c.ReadOnly})
+	}
+	return mounts, undo, nil
 }

@@ -81,6 +81,36 @@ func validSize(sizeMiB int64) error {
 
 // Create makes an empty ext4 volume, its root owned by the guest's default user.
 func (s *Store) Create(ctx context.Context, id string, sizeMiB int64) (hostapi.Volume, error) {
+	// What mkfs writes now, or the volume's promise if larger (it is then part of the promise).
+	return s.make(id, sizeMiB, "", max(s.promise(sizeMiB<<20), mkfsCost(sizeMiB<<20)), func(tmp string) error {
+		if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+			return err
+		}
+		if err := os.Truncate(tmp, sizeMiB<<20); err != nil {
+			return diskErr(err)
+		}
+		// mkfs of a file we just made: no guest data is parsed on the host.
+		out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", "volume", "-E",
+			"root_owner=1000:1000,lazy_itable_init=0,lazy_journal_init=0", "-m", "0", tmp).CombinedOutput()
+		if err != nil {
+			return diskErr(fmt.Errorf("mkfs.ext4: %v: %s", err, out))
+		}
+		return nil
+	})
+}
+
+// CreateFrom makes volume id from src, a copy of a volume's ext4 image of sizeMiB (a snapshot's
+// volume copy): a reflink, so it costs no space until one of them writes, and its writes are its
+// own. It is promised its size like a created volume.
+func (s *Store) CreateFrom(id, src string, sizeMiB int64) (hostapi.Volume, error) {
+	return s.make(id, sizeMiB, ", a copy", s.promise(sizeMiB<<20), func(tmp string) error {
+		return diskErr(storage.Clone(src, tmp))
+	})
+}
+
+// make makes volume id of sizeMiB: admits need bytes of the pool, has fill write its file at tmp,
+// then moves it in place and writes its record; nothing half-made is left.
+func (s *Store) make(id string, sizeMiB int64, what string, need int64, fill func(tmp string) error) (hostapi.Volume, error) {
 	if !idRE.MatchString(id) {
 		return hostapi.Volume{}, errdefs.Invalidf("volume id %q: use vol_ followed by 1-60 lowercase letters or digits", id)
 	}
@@ -95,25 +125,15 @@ func (s *Store) Create(ctx context.Context, id string, sizeMiB int64) (hostapi.V
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return hostapi.Volume{}, err
 	}
-	// What mkfs writes now, or the volume's promise if larger (it is then part of the promise).
-	release, err := s.disk.Admit(fmt.Sprintf("volume %s (%d MiB)", id, sizeMiB), max(s.promise(sizeMiB<<20), mkfsCost(sizeMiB<<20)))
+	release, err := s.disk.Admit(fmt.Sprintf("volume %s (%d MiB%s)", id, sizeMiB, what), need)
 	if err != nil {
 		return hostapi.Volume{}, err
 	}
 	defer release()
 	tmp := s.File(id) + ".tmp"
 	defer os.Remove(tmp)
-	if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+	if err := fill(tmp); err != nil {
 		return hostapi.Volume{}, err
-	}
-	if err := os.Truncate(tmp, sizeMiB<<20); err != nil {
-		return hostapi.Volume{}, diskErr(err)
-	}
-	// mkfs of a file we just made: no guest data is parsed on the host.
-	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", "volume", "-E",
-		"root_owner=1000:1000,lazy_itable_init=0,lazy_journal_init=0", "-m", "0", tmp).CombinedOutput()
-	if err != nil {
-		return hostapi.Volume{}, diskErr(fmt.Errorf("mkfs.ext4: %v: %s", err, out))
 	}
 	if err := os.Rename(tmp, s.File(id)); err != nil {
 		return hostapi.Volume{}, err
@@ -129,6 +149,9 @@ func (s *Store) Create(ctx context.Context, id string, sizeMiB int64) (hostapi.V
 
 // diskErr names a full host disk as such (a failed truncate, or mkfs saying so in its output).
 func diskErr(err error) error {
+	if err == nil {
+		return nil
+	}
 	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "No space left") {
 		return errdefs.New(errdefs.NoSpace, "the host's disk is full")
 	}
@@ -377,4 +400,16 @@ func MakePlaceholder(dir string) error {
 		return err
 	}
 	return os.Truncate(p, placeholderMiB<<20)
+}
+
+// CheckCopyable refuses a snapshot or fork of sandbox id with a read-only volume among mounts: the
+// guest's view of one is a throw-away overlay (an ext4 journal replay at mount goes there), so a
+// copy of the volume's file would not match the guest's memory.
+func CheckCopyable(id string, mounts []hostapi.VolumeMount) error {
+	for _, m := range mounts {
+		if m.ReadOnly {
+			return errdefs.Conflictf("sandbox %s has volume %s attached read-only at %s: snapshots and forks of it are refused (the guest reads a read-only volume through a throw-away overlay the host cannot copy)", id, m.VolumeID, m.MountPath)
+		}
+	}
+	return nil
 }

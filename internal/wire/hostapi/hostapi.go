@@ -156,6 +156,9 @@ type Sandbox struct {
 	// Hibernated names the blob-store publication of a hibernated sandbox's memory and disk: another
 	// host can adopt and wake it from there (CreateRequest.Hibernated).
 	Hibernated string `json:"hibernated,omitempty"`
+	// Volumes are the volumes it mounts, in slot order. A sandbox made from a snapshot with volume
+	// copies (a create from it, a fork) mounts new volumes this host made from the copies.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // SandboxList is GET /v1/sandboxes and a fork's answer.
@@ -262,6 +265,19 @@ type VolumeMount struct {
 	ReadOnly  bool   `json:"read_only,omitempty"`
 }
 
+// SnapshotVolume is one volume copy in a snapshot: the bytes of the volume mounted in slot Slot
+// (at MountPath in the guest) at the snapshot's instant. A sandbox made from the snapshot mounts
+// a new volume made from it (a reflink: each is independent) in the same slot, already mounted in
+// the restored guest.
+type SnapshotVolume struct {
+	Slot      int    `json:"slot"`
+	VolumeID  string `json:"volume_id"` // the volume it was copied from
+	MountPath string `json:"mount_path"`
+	ReadOnly  bool   `json:"read_only,omitempty"`
+	SizeMiB   int64  `json:"size_mib"`
+	FS        string `json:"fs"` // the filesystem in it: ext4
+}
+
 // VolumeAttachment is one sandbox using a volume (until it is killed, hibernated ones too).
 type VolumeAttachment struct {
 	SandboxID string `json:"sandbox_id"`
@@ -305,8 +321,11 @@ type Snapshot struct {
 	PauseMS   float64   `json:"pause_ms"`
 	// NIC: the snapshot's machine has a network device.
 	NIC bool `json:"nic,omitempty"`
-	// VolumeSlots: spare drives of the snapshot's machine (always empty in a snapshot).
+	// VolumeSlots: spare drives of the snapshot's machine.
 	VolumeSlots int `json:"volume_slots,omitempty"`
+	// Volumes are copies of the volumes its sandbox had mounted, taken at the same paused instant
+	// as its memory and disk. They stay on this host: a snapshot with volumes is never published.
+	Volumes []SnapshotVolume `json:"volumes,omitempty"`
 	// DirtyBytes is the guest memory that differed from the sandbox's base (what was copied).
 	DirtyBytes int64 `json:"dirty_bytes"`
 	// TemplateDir is where on this host its kernel and initrd are (a host detail, on the wire

@@ -1,0 +1,110 @@
+package api
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/sandboxes"
+)
+
+// TestE2EVolumeSnapshotsAndForks: through the public API on a real host, a snapshot of a sandbox
+// with a volume holds the volume as it was; a sandbox made from it, and each fork child, mounts a
+// volume of its own made from the copy (the team's, named after it), and no write in one copy is
+// seen in another or in the original.
+func TestE2EVolumeSnapshotsAndForks(t *testing.T) {
+	t.Parallel()
+	ctx, _, _, c := startE2E(t, 20*time.Minute)
+	vol, err := c.CreateVolume(ctx, 64, "pgdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", Volumes: []client.VolumeMount{{VolumeID: vol.ID, MountPath: "/data"}}})
+	if err != nil {
+		t.Fatalf("create with a volume: %v", err)
+	}
+	sh := func(id, cmd string) string {
+		t.Helper()
+		r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: cmd, TimeoutSeconds: client.Seconds(60)})
+		if err != nil || r.ExitCode != 0 {
+			t.Fatalf("exec %q in %s: %+v %v", cmd, id, r, err)
+		}
+		return strings.TrimSpace(r.Stdout)
+	}
+	const read = "cat /data/a; cat /data/b 2>/dev/null || echo no-b"
+	sh(src.ID, "echo one > /data/a")
+	snap, err := c.CreateSnapshot(ctx, src.ID)
+	if err != nil || snap.Published {
+		t.Fatalf("snapshot with a volume: %+v %v", snap, err)
+	}
+	sh(src.ID, "echo two > /data/a; echo b > /data/b")
+
+	// The volume made for a sandbox (its only one), as the team's list shows it.
+	volumeOf := func(id string) client.Volume {
+		t.Helper()
+		vs, err := c.ListVolumes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			if len(v.Attachments) == 1 && v.Attachments[0].SandboxID == id {
+				if v.ID == vol.ID || v.Name != sandboxes.CopyName("pgdata", id) || v.SizeMiB != 64 || v.Attachments[0].MountPath != "/data" {
+					t.Fatalf("volume of %s: %+v", id, v)
+				}
+				return v
+			}
+		}
+		t.Fatalf("no volume attached to %s", id)
+		return client.Volume{}
+	}
+
+	restored, err := c.CreateSandbox(ctx, client.CreateRequest{SnapshotID: snap.ID})
+	if err != nil {
+		t.Fatalf("create from the snapshot: %v", err)
+	}
+	rv := volumeOf(restored.ID)
+	if got := sh(restored.ID, read); got != "one\nno-b" {
+		t.Errorf("restored copy reads %q, want the snapshot's", got)
+	}
+	sh(restored.ID, "echo restored > /data/a")
+
+	kids, err := c.Fork(ctx, src.ID, 2)
+	if err != nil || len(kids) != 2 {
+		t.Fatalf("fork with a volume: %+v %v", kids, err)
+	}
+	seen := map[string]bool{vol.ID: true, rv.ID: true}
+	for _, k := range kids {
+		if v := volumeOf(k.ID); seen[v.ID] {
+			t.Fatalf("fork child %s shares volume %s", k.ID, v.ID)
+		} else {
+			seen[v.ID] = true
+		}
+	}
+	sh(kids[0].ID, "echo child > /data/a")
+	for id, want := range map[string]string{src.ID: "two\nb", restored.ID: "restored\nno-b", kids[0].ID: "child\nb", kids[1].ID: "two\nb"} {
+		if got := sh(id, read); got != want {
+			t.Errorf("%s reads %q, want %q", id, got, want)
+		}
+	}
+
+	// Refused: another volume beside a snapshot's copies; a cross-host fork is refused elsewhere
+	// (TestCreateWithVolumesOnTheirHost), read-only volumes in TestVolumeAttachRules.
+	other, err := c.CreateVolume(ctx, 8, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CreateSandbox(ctx, client.CreateRequest{SnapshotID: snap.ID, Volumes: []client.VolumeMount{{VolumeID: other.ID, MountPath: "/x"}}})
+	if apiCode(err) != "409 conflict" {
+		t.Errorf("create from a snapshot with volumes, with another volume: %v", err)
+	}
+
+	// The copies outlive their sandboxes, and are deleted like any volume.
+	if err := c.KillSandbox(ctx, restored.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteVolume(context.WithoutCancel(ctx), rv.ID); err != nil {
+		t.Errorf("delete the restored copy: %v", err)
+	}
+}
