@@ -143,6 +143,9 @@ func TestWatchOverflow(t *testing.T) {
 			kernelQueue = n
 		}
 	}
+	if kernelQueue > 1<<17 {
+		t.Skipf("fs.inotify.max_queued_events is %d here: a flood past it takes too long", kernelQueue)
+	}
 	const nameLen, window = 200, 1 << 20
 	flood := kernelQueue + guest.WatchQueue + window/nameLen + 100
 	name := func(i int) string {
