@@ -134,6 +134,7 @@ type Scheduler struct {
 	tmplCPU    map[string]int            // template -> vcpus, from reports
 	limits     map[string]HostLimits     // host -> its last reported policy
 	seen       map[string]bool           // hosts this process has heard from
+	heard      map[string]time.Time      // host -> when this process last had a report of it in hand (arrived, or a poll answered)
 	written    map[string]string         // host -> fingerprint of the report this process last wrote (store.ReportHash)
 	catalog    map[string]store.Template // last catalog entry written per template
 	due        map[string]bool           // hosts to reconcile soon (first heartbeat since start)
@@ -181,7 +182,7 @@ func New(cfg Config) *Scheduler {
 		cfg.Logger = slog.Default()
 	}
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
-		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, written: map[string]string{}, catalog: map[string]store.Template{},
+		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, heard: map[string]time.Time{}, written: map[string]string{}, catalog: map[string]store.Template{},
 		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), beats: beats{max: maxBeatBatch}}
 }
 
@@ -203,6 +204,7 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool, 
 	if reg.HostID == "" || reg.URL == "" {
 		return fmt.Errorf("registration needs host_id and url")
 	}
+	s.noteHeard(reg.HostID, read.by)
 	h := hostOf(reg)
 	h.ReadAt = read.after
 	// The catalog first: a host is seen up only once its templates can be asked for.
@@ -311,6 +313,7 @@ func (s *Scheduler) noteReport(h store.Host, reg Registration, read readWindow) 
 // process started does not wait for its reconcile: Run's reconcile loop does it soon after.
 func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 	arrived, read := s.cfg.Now(), s.pushedRead(reg) // on arrival: the writes below may wait for the store
+	s.noteHeard(reg.HostID, arrived)
 	s.mu.Lock()
 	seen, written := s.seen[reg.HostID], s.written[reg.HostID]
 	s.mu.Unlock()
@@ -345,6 +348,15 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 		return err
 	}
 	return s.register(ctx, reg, true, read)
+}
+
+// noteHeard records that this process has a report of host id in hand, received at.
+func (s *Scheduler) noteHeard(id string, at time.Time) {
+	s.mu.Lock()
+	if at.After(s.heard[id]) {
+		s.heard[id] = at
+	}
+	s.mu.Unlock()
 }
 
 // reconcileSoon queues hostID for Run's reconcile loop.
@@ -806,13 +818,24 @@ func (s *Scheduler) PlaceOn(ctx context.Context, hostID string, n int, memMiB in
 
 // CheckHosts marks hosts that missed their heartbeats down (their sandboxes become lost). Right
 // after this process starts every heartbeat may look old (we were not running to receive them),
-// so nothing is marked during the first timeout.
+// so nothing is marked during the first timeout. A host this process heard from within the
+// timeout is not marked, whatever its row says: its report's write may still wait for the store
+// (a busy writer, a slow fsync on a loaded machine) or have failed; it did report.
 func (s *Scheduler) CheckHosts(ctx context.Context) error {
 	now := s.cfg.Now()
 	if now.Sub(s.started) < s.cfg.HeartbeatTimeout {
 		return nil
 	}
-	marked, err := s.cfg.Store.MarkStaleHostsDown(ctx, now.Add(-s.cfg.HeartbeatTimeout))
+	staleBefore := now.Add(-s.cfg.HeartbeatTimeout)
+	var spare []string
+	s.mu.Lock()
+	for id, at := range s.heard {
+		if at.After(staleBefore) {
+			spare = append(spare, id)
+		}
+	}
+	s.mu.Unlock()
+	marked, err := s.cfg.Store.MarkStaleHostsDown(ctx, staleBefore, spare...)
 	s.noteHosts(marked...)
 	if err := s.cfg.Store.DropEndedClaims(ctx, now); err != nil {
 		s.cfg.Logger.Warn("could not delete ended slot claims", "err", err)

@@ -548,3 +548,42 @@ func TestReserveChecksRoomAgain(t *testing.T) {
 	done(false)
 	reserve(t, s, "h", 256) // the slot is back
 }
+
+// TestCheckHostsSparesHostsHeard: a host whose report this process has in hand is not marked
+// down though its row looks stale (the write of its report landed late: here its row is dated
+// by the store's clock, which lags this scheduler's by a minute); once it falls silent it is.
+func TestCheckHostsSparesHostsHeard(t *testing.T) {
+	ctx := context.Background()
+	var offset time.Duration
+	clock := func() time.Time { return time.Now().Add(offset) }
+	const timeout = 3 * time.Second
+	s, st := newSched(t, Config{HeartbeatTimeout: timeout, Now: clock})
+	for _, id := range []string{"a", "b"} {
+		if err := s.Register(ctx, reg(id, 4000, 0, tmpl("base", true))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offset = time.Minute + timeout
+	// a reports something new (its row is written in full, dated by the store); b is silent.
+	if err := s.Heartbeat(ctx, reg("a", 3000, 1, tmpl("base", true))); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := st.GetHost(ctx, "a"); !h.LastHeartbeat.Before(clock().Add(-timeout)) {
+		t.Fatalf("a's row is not stale to this scheduler: %v", h.LastHeartbeat)
+	}
+	if err := s.CheckHosts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"a": store.HostUp, "b": store.HostDown} {
+		if h, _ := st.GetHost(ctx, id); h.State != want {
+			t.Fatalf("%s is %s; want %s", id, h.State, want)
+		}
+	}
+	offset += 2 * timeout // a falls silent too
+	if err := s.CheckHosts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := st.GetHost(ctx, "a"); h.State != store.HostDown {
+		t.Fatalf("a silent for longer than the timeout is %s", h.State)
+	}
+}
