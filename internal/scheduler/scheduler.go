@@ -153,7 +153,8 @@ type reservation struct {
 
 type staticAgent struct {
 	url, token string
-	hostID     string
+	hostID     string    // as it last answered
+	asked      time.Time // when the poll in flight asked it (zero: none)
 	failing    bool
 	exits      int64 // the agent's process-exits cursor
 }
@@ -820,7 +821,11 @@ func (s *Scheduler) PlaceOn(ctx context.Context, hostID string, n int, memMiB in
 // after this process starts every heartbeat may look old (we were not running to receive them),
 // so nothing is marked during the first timeout. A host this process heard from within the
 // timeout is not marked, whatever its row says: its report's write may still wait for the store
-// (a busy writer, a slow fsync on a loaded machine) or have failed; it did report.
+// (a busy writer, a slow fsync on a loaded machine) or have failed; it did report. Nor is a
+// static agent this process is asking now (a poll in flight) that answered within two timeouts:
+// a loaded host (or server) may take longer than a poll's timeout to answer one poll, and one
+// late answer would otherwise be enough to mark it down; one that stays silent is marked at
+// most a timeout later than without a poll in flight.
 func (s *Scheduler) CheckHosts(ctx context.Context) error {
 	now := s.cfg.Now()
 	if now.Sub(s.started) < s.cfg.HeartbeatTimeout {
@@ -832,6 +837,11 @@ func (s *Scheduler) CheckHosts(ctx context.Context) error {
 	for id, at := range s.heard {
 		if at.After(staleBefore) {
 			spare = append(spare, id)
+		}
+	}
+	for _, a := range s.static {
+		if !a.asked.IsZero() && a.hostID != "" && s.heard[a.hostID].After(staleBefore.Add(-s.cfg.HeartbeatTimeout)) {
+			spare = append(spare, a.hostID)
 		}
 	}
 	s.mu.Unlock()
@@ -1026,6 +1036,14 @@ func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PollInterval+5*time.Second)
 	defer cancel()
 	asked := s.cfg.Now() // the answer counts every sandbox placed or stopped before this
+	s.mu.Lock()
+	a.asked = asked
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		a.asked = time.Time{}
+		s.mu.Unlock()
+	}()
 	c := agentclient.New(a.url, a.token)
 	info, err := c.Info(pctx)
 	if err != nil {
@@ -1034,6 +1052,9 @@ func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	if info.HostID == "" {
 		return fmt.Errorf("agent at %s reported no host_id", a.url)
 	}
+	s.mu.Lock()
+	a.hostID = info.HostID
+	s.mu.Unlock()
 	reg := RegistrationFromInfo(info, a.url, a.token)
 	read := readWindow{after: asked, by: s.cfg.Now()}
 	s.mu.Lock()

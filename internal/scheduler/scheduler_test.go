@@ -2,13 +2,17 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -585,5 +589,67 @@ func TestCheckHostsSparesHostsHeard(t *testing.T) {
 	}
 	if h, _ := st.GetHost(ctx, "a"); h.State != store.HostDown {
 		t.Fatalf("a silent for longer than the timeout is %s", h.State)
+	}
+}
+
+// TestCheckHostsSparesStaticAgentsAsked: a static agent that answered its last poll is not
+// marked down while this process waits for its answer to the next (a poll slower than the
+// timeout on a loaded machine); one whose answers stopped for two timeouts is, poll or no poll.
+func TestCheckHostsSparesStaticAgentsAsked(t *testing.T) {
+	ctx := context.Background()
+	var offset time.Duration
+	clock := func() time.Time { return time.Now().Add(offset) }
+	const timeout = 3 * time.Second
+	s, st := newSched(t, Config{HeartbeatTimeout: timeout, Now: clock})
+	var hold atomic.Bool
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/info" {
+			http.NotFound(w, r)
+			return
+		}
+		if hold.Load() {
+			entered <- struct{}{}
+			<-release
+		}
+		json.NewEncoder(w).Encode(agentclient.Info{HostID: "slow", MemMiBTotal: 8192, MemMiBFree: 4000, SlotsTotal: 4})
+	}))
+	t.Cleanup(srv.Close)
+	s.AddStaticAgent(srv.URL, "t")
+	if err := s.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	state := func() string {
+		h, _ := st.GetHost(ctx, "slow")
+		return h.State
+	}
+	// checkWhileAsked runs CheckHosts while a poll waits for the agent's answer, then lets it answer.
+	checkWhileAsked := func() string {
+		hold.Store(true)
+		polled := make(chan error, 1)
+		go func() { polled <- s.PollStatic(ctx) }()
+		<-entered
+		hold.Store(false)
+		if err := s.CheckHosts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := state()
+		release <- struct{}{}
+		if err := <-polled; err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	offset = time.Minute // its row (dated by the store) and its last answer are a minute old to this scheduler
+	if got := checkWhileAsked(); got != store.HostDown {
+		t.Fatalf("answered a minute ago, asked now: %s; want down", got)
+	}
+	offset += time.Minute // the poll above answered; it is asked again a timeout and a half later
+	if err := s.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	offset += timeout + timeout/2
+	if got := checkWhileAsked(); got != store.HostUp {
+		t.Fatalf("answered %s ago, asked now: %s; want up", timeout+timeout/2, got)
 	}
 }
