@@ -34,10 +34,13 @@ func (sb *sandbox) guest(ctx context.Context) (*guest.Client, error) {
 	sb.dial.Lock()
 	defer sb.dial.Unlock()
 	sb.mu.Lock()
-	id, socket, c, err := sb.rec.ID, sb.rec.VM.AgentSocket, sb.client, sb.reachableLocked()
+	id, socket, c, err, killed := sb.rec.ID, sb.rec.VM.AgentSocket, sb.client, sb.reachableLocked(), sb.killed
 	sb.mu.Unlock()
 	if err != nil || c != nil {
 		return c, err
+	}
+	if killed { // its VMM is going (a kill, a hibernation): nothing to connect to
+		return nil, errdefs.Conflictf("sandbox %s is being stopped", id)
 	}
 	c, err = connect(ctx, socket, 15*time.Second)
 	if err != nil {

@@ -106,4 +106,11 @@ func TestReportsDoNotWaitForGuestConnect(t *testing.T) {
 	if err := <-called; err == nil {
 		t.Fatal("a connect to a guest that never answered succeeded")
 	}
+	// A sandbox being killed (its client taken, its VMM going) is not connected to at all.
+	sb.mu.Lock()
+	sb.killed = true
+	sb.mu.Unlock()
+	if _, err := sb.guest(context.Background()); !errdefs.Is(err, errdefs.Conflict) {
+		t.Fatalf("a call to a sandbox being killed: %v; want a conflict", err)
+	}
 }
