@@ -134,6 +134,7 @@ type Scheduler struct {
 	tmplCPU    map[string]int            // template -> vcpus, from reports
 	limits     map[string]HostLimits     // host -> its last reported policy
 	seen       map[string]bool           // hosts this process has heard from
+	heard      map[string]time.Time      // host -> when this process last had a report of it in hand (arrived, or a poll answered)
 	written    map[string]string         // host -> fingerprint of the report this process last wrote (store.ReportHash)
 	catalog    map[string]store.Template // last catalog entry written per template
 	due        map[string]bool           // hosts to reconcile soon (first heartbeat since start)
@@ -152,7 +153,8 @@ type reservation struct {
 
 type staticAgent struct {
 	url, token string
-	hostID     string
+	hostID     string    // as it last answered
+	asked      time.Time // when the poll in flight asked it (zero: none)
 	failing    bool
 	exits      int64 // the agent's process-exits cursor
 }
@@ -181,7 +183,7 @@ func New(cfg Config) *Scheduler {
 		cfg.Logger = slog.Default()
 	}
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
-		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, written: map[string]string{}, catalog: map[string]store.Template{},
+		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, heard: map[string]time.Time{}, written: map[string]string{}, catalog: map[string]store.Template{},
 		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), beats: beats{max: maxBeatBatch}}
 }
 
@@ -203,6 +205,7 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool, 
 	if reg.HostID == "" || reg.URL == "" {
 		return fmt.Errorf("registration needs host_id and url")
 	}
+	s.noteHeard(reg.HostID, read.by)
 	h := hostOf(reg)
 	h.ReadAt = read.after
 	// The catalog first: a host is seen up only once its templates can be asked for.
@@ -311,6 +314,7 @@ func (s *Scheduler) noteReport(h store.Host, reg Registration, read readWindow) 
 // process started does not wait for its reconcile: Run's reconcile loop does it soon after.
 func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 	arrived, read := s.cfg.Now(), s.pushedRead(reg) // on arrival: the writes below may wait for the store
+	s.noteHeard(reg.HostID, arrived)
 	s.mu.Lock()
 	seen, written := s.seen[reg.HostID], s.written[reg.HostID]
 	s.mu.Unlock()
@@ -345,6 +349,15 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 		return err
 	}
 	return s.register(ctx, reg, true, read)
+}
+
+// noteHeard records that this process has a report of host id in hand, received at.
+func (s *Scheduler) noteHeard(id string, at time.Time) {
+	s.mu.Lock()
+	if at.After(s.heard[id]) {
+		s.heard[id] = at
+	}
+	s.mu.Unlock()
 }
 
 // reconcileSoon queues hostID for Run's reconcile loop.
@@ -806,13 +819,33 @@ func (s *Scheduler) PlaceOn(ctx context.Context, hostID string, n int, memMiB in
 
 // CheckHosts marks hosts that missed their heartbeats down (their sandboxes become lost). Right
 // after this process starts every heartbeat may look old (we were not running to receive them),
-// so nothing is marked during the first timeout.
+// so nothing is marked during the first timeout. A host this process heard from within the
+// timeout is not marked, whatever its row says: its report's write may still wait for the store
+// (a busy writer, a slow fsync on a loaded machine) or have failed; it did report. Nor is a
+// static agent this process is asking now (a poll in flight) that answered within two timeouts:
+// a loaded host (or server) may take longer than a poll's timeout to answer one poll, and one
+// late answer would otherwise be enough to mark it down; one that stays silent is marked at
+// most a timeout later than without a poll in flight.
 func (s *Scheduler) CheckHosts(ctx context.Context) error {
 	now := s.cfg.Now()
 	if now.Sub(s.started) < s.cfg.HeartbeatTimeout {
 		return nil
 	}
-	marked, err := s.cfg.Store.MarkStaleHostsDown(ctx, now.Add(-s.cfg.HeartbeatTimeout))
+	staleBefore := now.Add(-s.cfg.HeartbeatTimeout)
+	var spare []string
+	s.mu.Lock()
+	for id, at := range s.heard {
+		if at.After(staleBefore) {
+			spare = append(spare, id)
+		}
+	}
+	for _, a := range s.static {
+		if !a.asked.IsZero() && a.hostID != "" && s.heard[a.hostID].After(staleBefore.Add(-s.cfg.HeartbeatTimeout)) {
+			spare = append(spare, a.hostID)
+		}
+	}
+	s.mu.Unlock()
+	marked, err := s.cfg.Store.MarkStaleHostsDown(ctx, staleBefore, spare...)
 	s.noteHosts(marked...)
 	if err := s.cfg.Store.DropEndedClaims(ctx, now); err != nil {
 		s.cfg.Logger.Warn("could not delete ended slot claims", "err", err)
@@ -1003,6 +1036,14 @@ func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PollInterval+5*time.Second)
 	defer cancel()
 	asked := s.cfg.Now() // the answer counts every sandbox placed or stopped before this
+	s.mu.Lock()
+	a.asked = asked
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		a.asked = time.Time{}
+		s.mu.Unlock()
+	}()
 	c := agentclient.New(a.url, a.token)
 	info, err := c.Info(pctx)
 	if err != nil {
@@ -1011,6 +1052,9 @@ func (s *Scheduler) pollOne(ctx context.Context, a *staticAgent) error {
 	if info.HostID == "" {
 		return fmt.Errorf("agent at %s reported no host_id", a.url)
 	}
+	s.mu.Lock()
+	a.hostID = info.HostID
+	s.mu.Unlock()
 	reg := RegistrationFromInfo(info, a.url, a.token)
 	read := readWindow{after: asked, by: s.cfg.Now()}
 	s.mu.Lock()

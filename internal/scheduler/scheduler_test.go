@@ -2,12 +2,16 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -543,4 +547,105 @@ func TestReserveChecksRoomAgain(t *testing.T) {
 	}
 	done(false)
 	reserve(t, s, "h", 256) // the slot is back
+}
+
+// TestCheckHostsSparesHostsHeard: a host whose report this process has in hand is not marked
+// down though its row looks stale (the write of its report landed late: here its row is dated
+// by the store's clock, which lags this scheduler's by a minute); once it falls silent it is.
+func TestCheckHostsSparesHostsHeard(t *testing.T) {
+	ctx := context.Background()
+	var offset time.Duration
+	clock := func() time.Time { return time.Now().Add(offset) }
+	const timeout = 3 * time.Second
+	s, st := newSched(t, Config{HeartbeatTimeout: timeout, Now: clock})
+	for _, id := range []string{"a", "b"} {
+		if err := s.Register(ctx, reg(id, 4000, 0, tmpl("base", true))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offset = time.Minute + timeout
+	// a reports something new (its row is written in full, dated by the store); b is silent.
+	if err := s.Heartbeat(ctx, reg("a", 3000, 1, tmpl("base", true))); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := st.GetHost(ctx, "a"); !h.LastHeartbeat.Before(clock().Add(-timeout)) {
+		t.Fatalf("a's row is not stale to this scheduler: %v", h.LastHeartbeat)
+	}
+	if err := s.CheckHosts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"a": store.HostUp, "b": store.HostDown} {
+		if h, _ := st.GetHost(ctx, id); h.State != want {
+			t.Fatalf("%s is %s; want %s", id, h.State, want)
+		}
+	}
+	offset += 2 * timeout // a falls silent too
+	if err := s.CheckHosts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := st.GetHost(ctx, "a"); h.State != store.HostDown {
+		t.Fatalf("a silent for longer than the timeout is %s", h.State)
+	}
+}
+
+// TestCheckHostsSparesStaticAgentsAsked: a static agent that answered its last poll is not
+// marked down while this process waits for its answer to the next (a poll slower than the
+// timeout on a loaded machine); one whose answers stopped for two timeouts is, poll or no poll.
+func TestCheckHostsSparesStaticAgentsAsked(t *testing.T) {
+	ctx := context.Background()
+	var offset time.Duration
+	clock := func() time.Time { return time.Now().Add(offset) }
+	const timeout = 3 * time.Second
+	s, st := newSched(t, Config{HeartbeatTimeout: timeout, Now: clock})
+	var hold atomic.Bool
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/info" {
+			http.NotFound(w, r)
+			return
+		}
+		if hold.Load() {
+			entered <- struct{}{}
+			<-release
+		}
+		json.NewEncoder(w).Encode(agentclient.Info{HostID: "slow", MemMiBTotal: 8192, MemMiBFree: 4000, SlotsTotal: 4})
+	}))
+	t.Cleanup(srv.Close)
+	s.AddStaticAgent(srv.URL, "t")
+	if err := s.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	state := func() string {
+		h, _ := st.GetHost(ctx, "slow")
+		return h.State
+	}
+	// checkWhileAsked runs CheckHosts while a poll waits for the agent's answer, then lets it answer.
+	checkWhileAsked := func() string {
+		hold.Store(true)
+		polled := make(chan error, 1)
+		go func() { polled <- s.PollStatic(ctx) }()
+		<-entered
+		hold.Store(false)
+		if err := s.CheckHosts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := state()
+		release <- struct{}{}
+		if err := <-polled; err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	offset = time.Minute // its row (dated by the store) and its last answer are a minute old to this scheduler
+	if got := checkWhileAsked(); got != store.HostDown {
+		t.Fatalf("answered a minute ago, asked now: %s; want down", got)
+	}
+	offset += time.Minute // the poll above answered; it is asked again a timeout and a half later
+	if err := s.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	offset += timeout + timeout/2
+	if got := checkWhileAsked(); got != store.HostUp {
+		t.Fatalf("answered %s ago, asked now: %s; want up", timeout+timeout/2, got)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -251,15 +252,16 @@ func (s *Store) CountHostsByState(ctx context.Context) (map[string]int64, error)
 // MarkStaleHostsDown marks down every up host whose last heartbeat is before staleBefore, and
 // turns its running sandboxes, and its hibernated ones without a published image, into `lost`
 // (with a reason), in one transaction (a published hibernated sandbox wakes on another host). It
-// returns the hosts it marked.
-func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time) ([]Host, error) {
+// returns the hosts it marked. Hosts named in spare are left up (the caller has heard from them
+// since: their reports' writes have not landed).
+func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time, spare ...string) ([]Host, error) {
 	var marked []Host
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		marked, err = queryAll(ctx, s, tx, `SELECT `+hostCols+` FROM hosts WHERE state = ? AND last_heartbeat < ?`, scanHost, HostUp, micros(staleBefore))
+		stale, err := queryAll(ctx, s, tx, `SELECT `+hostCols+` FROM hosts WHERE state = ? AND last_heartbeat < ?`, scanHost, HostUp, micros(staleBefore))
 		if err != nil {
 			return err
 		}
+		marked = slices.DeleteFunc(stale, func(h Host) bool { return slices.Contains(spare, h.ID) })
 		now := micros(s.now())
 		for i := range marked {
 			if _, err := s.exec(ctx, tx, `UPDATE hosts SET state = ? WHERE id = ? AND state = ?`, HostDown, marked[i].ID, HostUp); err != nil {

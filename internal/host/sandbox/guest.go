@@ -27,28 +27,55 @@ func (m *Manager) guest(ctx context.Context, id string) (*guest.Client, *sandbox
 	return c, sb, nil
 }
 
-// guest returns a live guest agent client of a running sandbox (connecting when needed).
+// guest returns a live guest agent client of a running sandbox (connecting when needed). The
+// connect (up to 15 s of a slow guest) holds dial, not mu: mu is read by the host's every report
+// (Committed, List), which would wait that long too and the host look silent.
 func (sb *sandbox) guest(ctx context.Context) (*guest.Client, error) {
+	sb.dial.Lock()
+	defer sb.dial.Unlock()
+	sb.mu.Lock()
+	id, socket, c, err, killed := sb.rec.ID, sb.rec.VM.AgentSocket, sb.client, sb.reachableLocked(), sb.killed
+	sb.mu.Unlock()
+	if err != nil || c != nil {
+		return c, err
+	}
+	if killed { // its VMM is going (a kill, a hibernation): nothing to connect to
+		return nil, errdefs.Conflictf("sandbox %s is being stopped", id)
+	}
+	c, err = connect(ctx, socket, 15*time.Second)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err // the caller went away
+		}
+		return nil, errdefs.WithCode(errdefs.Unavailable, "guest_unreachable", "sandbox %s: guest agent unreachable: %v", id, err)
+	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	id := sb.rec.ID
-	if sb.rec.State != StateRunning {
-		if sb.rec.State == StateError {
-			return nil, errdefs.Conflictf("sandbox %s is in state error: %s", id, sb.rec.Error)
-		}
-		return nil, errdefs.Conflictf("sandbox %s is %s", id, sb.rec.State)
+	// Stopped, or restored anew (a wake sets its own client), while this connected?
+	switch err := sb.reachableLocked(); {
+	case err != nil:
+		c.Close()
+		return nil, err
+	case sb.client != nil:
+		c.Close()
+		return sb.client, nil
+	case sb.killed || sb.rec.VM.AgentSocket != socket:
+		c.Close()
+		return nil, errdefs.Conflictf("sandbox %s is being stopped", id)
 	}
-	if sb.client == nil {
-		c, err := connect(ctx, sb.rec.VM.AgentSocket, 15*time.Second)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, err // the caller went away
-			}
-			return nil, errdefs.WithCode(errdefs.Unavailable, "guest_unreachable", "sandbox %s: guest agent unreachable: %v", id, err)
-		}
-		sb.client = c
+	sb.client = c
+	return c, nil
+}
+
+// reachableLocked says why the sandbox's guest cannot be called (nil: it runs); mu held.
+func (sb *sandbox) reachableLocked() error {
+	switch sb.rec.State {
+	case StateRunning:
+		return nil
+	case StateError:
+		return errdefs.Conflictf("sandbox %s is in state error: %s", sb.rec.ID, sb.rec.Error)
 	}
-	return sb.client, nil
+	return errdefs.Conflictf("sandbox %s is %s", sb.rec.ID, sb.rec.State)
 }
 
 // callErr explains a failed guest call: a VMM that died meanwhile is a conflict with its reason.

@@ -84,9 +84,10 @@ func snapIn(dir string) runtime.Snapshot {
 type sandbox struct {
 	// op serialises lifecycle changes (snapshot, hibernate, wake, kill) of one sandbox; mu guards
 	// the fields and is never held across a slow call.
-	op  sync.Mutex
-	mu  sync.Mutex
-	rec record
+	op   sync.Mutex
+	mu   sync.Mutex
+	dial sync.Mutex // one connect to the guest agent at a time (guest)
+	rec  record
 	// lastUsed is when an API call last touched the sandbox and busy counts calls in flight
 	// (for idle hibernation: a long exec is not idleness).
 	lastUsed time.Time

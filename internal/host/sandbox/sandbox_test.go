@@ -1,10 +1,14 @@
 package sandbox
 
 import (
+	"context"
+	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -59,5 +63,54 @@ func TestCreateRefusedPastSlots(t *testing.T) {
 	delete(m.sandboxes, "sb_1")
 	if err := m.admitSandboxLocked("sb_3", 128); err != nil {
 		t.Fatalf("with a slot free: %v", err)
+	}
+}
+
+// TestReportsDoNotWaitForGuestConnect: while a call connects to a slow guest agent (up to 15 s
+// on a loaded host), the host's report (Committed, List: its heartbeat's figures) does not wait
+// for it.
+func TestReportsDoNotWaitForGuestConnect(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c // and never answers the handshake
+		}
+	}()
+	sb := &sandbox{rec: record{ID: "sb_1", State: StateRunning, MemoryMiB: 128, VM: runtime.VM{AgentSocket: sock}}}
+	m := &Manager{sandboxes: map[string]*sandbox{"sb_1": sb}}
+	ctx, cancel := context.WithCancel(context.Background())
+	called := make(chan error, 1)
+	go func() {
+		_, err := sb.guest(ctx)
+		called <- err
+	}()
+	conn := <-accepted // the call is connecting: it waits for the guest's READY
+	defer conn.Close()
+	if !sb.mu.TryLock() {
+		t.Fatal("the sandbox's fields are locked while its guest agent is connected to")
+	}
+	sb.mu.Unlock()
+	if got := m.Committed(); got != 128 {
+		t.Fatalf("committed %d MiB; want 128", got)
+	}
+	if l := m.List(); len(l) != 1 || l[0].State != StateRunning {
+		t.Fatalf("list %+v", l)
+	}
+	cancel()
+	if err := <-called; err == nil {
+		t.Fatal("a connect to a guest that never answered succeeded")
+	}
+	// A sandbox being killed (its client taken, its VMM going) is not connected to at all.
+	sb.mu.Lock()
+	sb.killed = true
+	sb.mu.Unlock()
+	if _, err := sb.guest(context.Background()); !errdefs.Is(err, errdefs.Conflict) {
+		t.Fatalf("a call to a sandbox being killed: %v; want a conflict", err)
 	}
 }
