@@ -55,7 +55,11 @@ type Config struct {
 	// ClaimTTL: a reservation whose caller never says how its placement ended (it failed, or
 	// its process died) ends after this (default DefaultClaimTTL).
 	ClaimTTL time.Duration
-	Now      func() time.Time
+	// UnrecordedGrace: how long reconcile must have seen a sandbox on a host without any record
+	// before it kills it as an orphan (default DefaultUnrecordedGrace; see orphans.go for why it
+	// must exceed the longest create).
+	UnrecordedGrace time.Duration
+	Now             func() time.Time
 }
 
 // DefaultClaimTTL is how long a reservation lasts at most: longer than any create (a restore, or
@@ -141,8 +145,9 @@ type Scheduler struct {
 
 	reconciler *store.Lock // held by the one replica that runs ReconcileAll
 
-	hc    hostCache // what placement reads (lock order: hc.mu before mu)
-	beats beats     // liveness-only heartbeats being batched
+	hc      hostCache // what placement reads (lock order: hc.mu before mu)
+	beats   beats     // liveness-only heartbeats being batched
+	orphans orphans   // sandboxes reconcile found on hosts without a record
 }
 
 type reservation struct {
@@ -174,6 +179,9 @@ func New(cfg Config) *Scheduler {
 	if cfg.ClaimTTL <= 0 {
 		cfg.ClaimTTL = DefaultClaimTTL
 	}
+	if cfg.UnrecordedGrace <= 0 {
+		cfg.UnrecordedGrace = DefaultUnrecordedGrace
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -182,7 +190,8 @@ func New(cfg Config) *Scheduler {
 	}
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
 		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, written: map[string]string{}, catalog: map[string]store.Template{},
-		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), beats: beats{max: maxBeatBatch}}
+		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), beats: beats{max: maxBeatBatch},
+		orphans: orphans{seen: map[string]map[string]time.Time{}}}
 }
 
 // HeartbeatTimeout is the configured timeout.
@@ -829,7 +838,8 @@ func (s *Scheduler) CheckHosts(ctx context.Context) error {
 // host hibernated by itself (--idle-hibernate) is hibernated, and one it woke is running; one the
 // host reports in state error takes that state and reason; one the store thinks is live but the
 // host no longer has is lost; a sandbox the store says is killed but still on the host is killed
-// there. Snapshots recorded deleted that the host still keeps are deleted there too.
+// there; one no record names is killed once reconcile has seen it so for UnrecordedGrace
+// (orphans.go). Snapshots recorded deleted that the host still keeps are deleted there too.
 func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 	h, err := s.cfg.Store.GetHost(ctx, hostID)
 	if err != nil {
@@ -840,6 +850,7 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 	if err != nil {
 		return err
 	}
+	answeredAt := s.cfg.Now() // every sandbox in the list was on the host by now
 	onHost := map[string]agentclient.Sandbox{}
 	for _, sb := range list {
 		onHost[sb.ID] = sb
@@ -893,21 +904,33 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 			s.cfg.Logger.Warn("sandbox missing on its host: marked lost", "sandbox", sb.ID, "host", hostID)
 		}
 	}
+	unrecorded := map[string]time.Time{}
 	for id := range onHost {
 		if known[id] {
 			continue
 		}
 		sb, err := s.cfg.Store.GetSandbox(ctx, id)
-		// Unknown ids may be creates or forks still in flight: leave them. One recorded on another
-		// host is a copy left behind: a hibernated sandbox woken elsewhere while this host was
-		// down, or a create that timed out here and was made on the next host.
-		if err != nil || sb.State != store.StateKilled && sb.HostID == hostID {
-			continue
-		}
-		if err := s.Client(h).KillSandbox(ctx, id); err != nil {
-			s.cfg.Logger.Warn("killing a sandbox that outlived its kill failed", "sandbox", id, "host", hostID, "err", err)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			// No record: a create or fork in flight, or an orphan its server left (killOrphan).
+			if first, keep := s.killOrphan(ctx, h, onHost[id], answeredAt); keep {
+				unrecorded[id] = first
+			}
+		case err != nil:
+			if first, ok := s.orphans.since(hostID, id); ok {
+				unrecorded[id] = first // the store could not say: nothing is killed on doubt
+			}
+		case sb.State != store.StateKilled && sb.HostID == hostID:
+		default:
+			// Recorded killed, or on another host: a copy left behind (a hibernated sandbox woken
+			// elsewhere while this host was down, or a create that timed out here and was made on
+			// the next host).
+			if err := s.Client(h).KillSandbox(ctx, id); err != nil {
+				s.cfg.Logger.Warn("killing a sandbox that outlived its kill failed", "sandbox", id, "host", hostID, "err", err)
+			}
 		}
 	}
+	s.orphans.set(hostID, unrecorded)
 	s.reconcileSnapshots(ctx, h)
 	s.reconcileVolumes(ctx, h)
 	return nil
