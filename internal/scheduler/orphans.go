@@ -87,8 +87,12 @@ func (s *Scheduler) OrphansKilled() int64 { return s.orphans.killed.Load() }
 // UnrecordedGrace is how long a sandbox must be seen without a record before reconcile kills it.
 func (s *Scheduler) UnrecordedGrace() time.Duration { return s.cfg.UnrecordedGrace }
 
-// UnrecordedSince is when this process's reconcile first saw sandbox id on host without a
+// UnrecordedFor is how long ago this process's reconcile first saw sandbox id on host without a
 // record (false: it has not, or no longer does).
-func (s *Scheduler) UnrecordedSince(hostID, id string) (time.Time, bool) {
-	return s.orphans.since(hostID, id)
+func (s *Scheduler) UnrecordedFor(hostID, id string) (time.Duration, bool) {
+	first, ok := s.orphans.since(hostID, id)
+	if !ok {
+		return 0, false
+	}
+	return s.cfg.Now().Sub(first), true
 }

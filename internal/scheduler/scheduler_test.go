@@ -231,8 +231,8 @@ func TestReconcileKillsOrphansAfterTheGrace(t *testing.T) {
 	}
 	a.AddSandbox("sb_late", "base") // the wait counts from the first sighting, not the host's created_at
 	reconcile(time.Second, "sb_inflight", "sb_late", "sb_recorded")
-	if _, ok := s.UnrecordedSince("host-a", "sb_late"); !ok {
-		t.Fatal("sb_late not noted as unrecorded")
+	if d, ok := s.UnrecordedFor("host-a", "sb_late"); !ok || d != 0 {
+		t.Fatalf("sb_late unrecorded for %v %v", d, ok)
 	}
 	reconcile(grace, "sb_inflight", "sb_recorded")
 	reconcile(100*grace, "sb_inflight", "sb_recorded")
