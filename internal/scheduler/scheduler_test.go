@@ -30,6 +30,18 @@ func newSched(t *testing.T, cfg Config) (*Scheduler, *store.Store) {
 	return New(cfg), st
 }
 
+// polledHost is a fake host-a (template base) that s polls, polled once.
+func polledHost(t *testing.T, s *Scheduler) *agenttest.Agent {
+	t.Helper()
+	a := agenttest.New("host-a", "tok", "base")
+	t.Cleanup(a.Close)
+	s.AddStaticAgent(a.URL(), "tok")
+	if err := s.PollStatic(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func reg(id string, memFree, slotsUsed int64, templates ...agentclient.Template) Registration {
 	return Registration{HostID: id, URL: "http://127.0.0.1:1/" + id, Token: "t", MemMiBTotal: 8192, MemMiBFree: memFree,
 		SlotsTotal: 4, SlotsUsed: slotsUsed, Templates: templates}
@@ -130,12 +142,7 @@ func TestRunMarksSilentHostDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, st := newSched(t, Config{HeartbeatTimeout: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond})
-	a := agenttest.New("host-a", "tok", "base")
-	defer a.Close()
-	s.AddStaticAgent(a.URL(), "tok")
-	if err := s.PollStatic(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := polledHost(t, s)
 	runningOn(t, st, a, "sb_1")
 	go s.Run(ctx)
 	// While the agent answers polls, the host stays up.
@@ -164,12 +171,7 @@ func TestRunMarksSilentHostDown(t *testing.T) {
 func TestReconcileKillsWhatTheStoreKilled(t *testing.T) {
 	ctx := context.Background()
 	s, st := newSched(t, Config{})
-	a := agenttest.New("host-a", "tok", "base")
-	defer a.Close()
-	s.AddStaticAgent(a.URL(), "tok")
-	if err := s.PollStatic(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := polledHost(t, s)
 	st.CreateTeam(ctx, store.Team{ID: "team", Name: "team"})
 	a.AddSandbox("sb_killed", "base")
 	a.AddSandbox("sb_unknown", "base") // a create in flight: must be left alone
@@ -190,12 +192,7 @@ func TestReconcileKillsOrphansAfterTheGrace(t *testing.T) {
 	ctx := context.Background()
 	clk := &settable{t: time.Now()}
 	s, st := newSched(t, Config{Now: clk.now})
-	a := agenttest.New("host-a", "tok", "base")
-	defer a.Close()
-	s.AddStaticAgent(a.URL(), "tok")
-	if err := s.PollStatic(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := polledHost(t, s)
 	st.CreateTeam(ctx, store.Team{ID: "team", Name: "team"})
 	record := func(id string) {
 		t.Helper()
