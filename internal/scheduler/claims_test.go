@@ -137,3 +137,46 @@ func TestReservationExpires(t *testing.T) {
 		done(false)
 	}
 }
+
+// TestPlacedAnswersShareAWrite: placements answered while an answer write runs are written
+// together in one statement, and until then their claims still hold their slots for every
+// replica (a queued answer never makes a host look emptier).
+func TestPlacedAnswersShareAWrite(t *testing.T) {
+	ctx := context.Background()
+	clk := &settable{t: time.Now()}
+	s, st := newSched(t, Config{Now: clk.now})
+	const n = 50
+	r := reg("h", 8192, 0, tmpl("base", true))
+	r.SlotsTotal = n
+	other := New(Config{Store: st, Logger: s.cfg.Logger, Now: clk.now})
+	for _, x := range []*Scheduler{s, other} {
+		if err := x.Register(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.answers.mu.Lock()
+	s.answers.running = true // an answer write in flight: what is answered now waits for it
+	s.answers.mu.Unlock()
+	for range n {
+		done, err := s.Reserve("h", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done(true)
+	}
+	if _, err := other.Reserve("h", 0); err == nil {
+		t.Fatal("the other replica took a slot whose claim's answer is not written yet")
+	}
+	s.flushAnswers() // the write in flight ends: the queued answers follow in one statement
+	if w := s.answers.writes.Load(); w != 1 {
+		t.Fatalf("%d placed answers took %d statements, want 1", n, w)
+	}
+	clk.add(2 * reportSettle) // a report read after the answers counts the sandboxes
+	r.SlotsUsed = n - 1
+	if err := other.Register(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Reserve("h", 0); err != nil {
+		t.Fatalf("after a report counting the answered placements: %v", err)
+	}
+}

@@ -148,6 +148,7 @@ type Scheduler struct {
 	hc      hostCache // what placement reads (lock order: hc.mu before mu)
 	beats   beats     // liveness-only heartbeats being batched
 	orphans orphans   // sandboxes reconcile found on hosts without a record
+	answers answers   // placements' answers to their claims, being written
 }
 
 type reservation struct {
@@ -630,7 +631,8 @@ const reportTransit = 500 * time.Millisecond
 // when nothing was placed (the reservation ends at once), done(true) when the sandbox is there
 // (it ends with the first report read after that). Reports read before do not end it: they do
 // not count the sandbox. A reservation whose done is never called (its caller failed) ends after
-// ClaimTTL.
+// ClaimTTL. done(true) does not wait for the store: its claim's answer is written in a batch
+// (answers.go).
 func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool), err error) {
 	s.hc.mu.RLock()
 	s.mu.Lock()
@@ -677,11 +679,7 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 				expiry.Stop()
 			}
 			expiryMu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-			defer cancel()
-			if err := s.cfg.Store.AnswerClaim(ctx, claim, placed, s.cfg.Now()); err != nil {
-				s.cfg.Logger.Warn("could not record a placement's answer (its slot stays claimed until the claim expires)", "host", hostID, "err", err)
-			}
+			s.answerClaim(store.ClaimAnswer{ID: claim, Placed: placed, At: s.cfg.Now()})
 			if !placed {
 				unreserve()
 				return
