@@ -2,9 +2,11 @@ package scheduler
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -144,12 +146,12 @@ func TestReservationExpires(t *testing.T) {
 func TestPlacedAnswersShareAWrite(t *testing.T) {
 	ctx := context.Background()
 	clk := &settable{t: time.Now()}
-	s, st := newSched(t, Config{Now: clk.now, ClaimAnswerBatch: time.Hour}) // the window ends when the test says
+	rs := replicas(t, 2, Config{Now: clk.now, ClaimAnswerBatch: time.Hour}) // the window ends when the test says
+	s, other := rs[0], rs[1]
 	const n = 50
 	r := reg("h", 8192, 0, tmpl("base", true))
 	r.SlotsTotal = n
-	other := New(Config{Store: st, Logger: s.cfg.Logger, Now: clk.now})
-	for _, x := range []*Scheduler{s, other} {
+	for _, x := range rs {
 		if err := x.Register(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -175,5 +177,43 @@ func TestPlacedAnswersShareAWrite(t *testing.T) {
 	}
 	if _, err := other.Reserve("h", 0); err != nil {
 		t.Fatalf("after a report counting the answered placements: %v", err)
+	}
+}
+
+// TestNoClaimsOnSQLite: on SQLite (one replica by design) a reservation writes no claim — the
+// replica's own reservations are all there are — and still refuses a full host.
+func TestNoClaimsOnSQLite(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "s.db")
+	st, err := store.OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s := New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r := reg("h", 8192, 0, tmpl("base", true))
+	r.SlotsTotal = 1
+	if err := s.Register(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Place(ctx, "base"); err != nil { // as a create does first
+		t.Fatal(err)
+	}
+	done, err := s.Reserve("h", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve("h", 0); err == nil {
+		t.Fatal("a full host took a second reservation")
+	}
+	done(true)
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM host_claims`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d claims written on SQLite (%v), want none", n, err)
 	}
 }

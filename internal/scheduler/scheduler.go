@@ -642,7 +642,8 @@ const reportTransit = 500 * time.Millisecond
 func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool), err error) {
 	s.hc.mu.RLock()
 	s.mu.Lock()
-	if i, ok := s.hc.pos[hostID]; ok {
+	i, checked := s.hc.pos[hostID] // checked here: the host is in this replica's list
+	if checked {
 		h, p := s.hc.hosts[i], s.pending[hostID]
 		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
 			err = errdefs.Capacityf("host %s has no free slot left (taken by other placements meanwhile)", hostID)
@@ -663,17 +664,10 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 		s.addPendingLocked(hostID, -1, -memMiB)
 		s.mu.Unlock()
 	}
-	claim := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
-	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-	now := s.cfg.Now()
-	ok, err := s.cfg.Store.ClaimSlot(ctx, claim, hostID, now, now.Add(s.cfg.ClaimTTL))
-	cancel()
-	if err != nil || !ok {
+	claim, err := s.claimSlot(hostID, checked)
+	if err != nil {
 		unreserve()
-		if err != nil {
-			return nil, fmt.Errorf("claim a slot of host %s: %w", hostID, err)
-		}
-		return nil, errdefs.Capacityf("host %s has no free slot left (taken by placements of another server meanwhile)", hostID)
+		return nil, err
 	}
 	var once sync.Once
 	var expiryMu sync.Mutex // the timer may fire before AfterFunc has returned it
@@ -685,7 +679,9 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 				expiry.Stop()
 			}
 			expiryMu.Unlock()
-			s.answerClaim(store.ClaimAnswer{ID: claim, Placed: placed, At: s.cfg.Now()})
+			if claim != "" {
+				s.answerClaim(store.ClaimAnswer{ID: claim, Placed: placed, At: s.cfg.Now()})
+			}
 			if !placed {
 				unreserve()
 				return
@@ -702,6 +698,28 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 	})
 	expiryMu.Unlock()
 	return done, nil
+}
+
+// claimSlot claims a slot of host hostID in the store for a reservation, returning the claim's
+// id; errdefs.Capacity when another replica's placements took the host's last slot. On SQLite
+// (one replica by design, like store.Lock) this replica's reservations are all there is: when
+// they were checked (checked: the host is in its list) there is no claim ("", no statement).
+func (s *Scheduler) claimSlot(hostID string, checked bool) (string, error) {
+	if checked && s.cfg.Store.Dialect() == store.SQLite {
+		return "", nil
+	}
+	claim := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	now := s.cfg.Now()
+	ok, err := s.cfg.Store.ClaimSlot(ctx, claim, hostID, now, now.Add(s.cfg.ClaimTTL))
+	if err != nil {
+		return "", fmt.Errorf("claim a slot of host %s: %w", hostID, err)
+	}
+	if !ok {
+		return "", errdefs.Capacityf("host %s has no free slot left (taken by placements of another server meanwhile)", hostID)
+	}
+	return claim, nil
 }
 
 // claimTimeout bounds the store calls of a reservation.
