@@ -4,36 +4,32 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/pandastack/pandastack/internal/store"
 )
-
-// DefaultClaimAnswerBatch is how long a placed answer to a claim waits for others to share its
-// write (Config.ClaimAnswerBatch).
-const DefaultClaimAnswerBatch = 100 * time.Millisecond
 
 // maxAnswerBatch caps the claims one answer statement writes.
 const maxAnswerBatch = 1000
 
 // answers writes placements' answers to their claims in batches, off the create's path: a placed
-// answer is queued, and the answers of one window (ClaimAnswerBatch from the first) are written
-// in one statement (Store.AnswerClaims).
+// answer is queued; one flush at a time writes everything queued in one statement
+// (Store.AnswerClaims), and answers queued while it runs share the next. Nothing waits for a
+// timer: an answer alone is written at once, under load they group.
 //
 // Safe: until its answer is written a claim counts as unanswered — its slot stays taken for every
-// replica's claims, which only ever makes the host look fuller, never emptier, and only for the
-// window (a report comes every few seconds) — and the answer is dated when the host answered, so
-// once written the claim ends exactly when a synchronous write would have made it end. An answer
-// that cannot be written leaves the claim to expire (ClaimTTL), as before. Answers with nothing
-// placed (failures) are written at once, so a slot a failed create held is free for the next try.
+// replica's claims, which only ever makes the host look fuller, never emptier — and the answer
+// written is dated when the host answered, so once written it ends exactly when a synchronous
+// write would have. An answer that cannot be written leaves the claim to expire (ClaimTTL), as
+// before. Answers with nothing placed (failures) are written at once instead, so a slot freed by
+// a failed create is free for the next try at once.
 type answers struct {
-	mu     sync.Mutex
-	queued []store.ClaimAnswer
-	writes atomic.Int64 // statements written
-	max    int          // a batch this long is written at once (maxAnswerBatch)
+	mu      sync.Mutex
+	queued  []store.ClaimAnswer
+	running bool
+	writes  atomic.Int64 // statements written
 }
 
-// answerClaim records a's claim answered: now when nothing was placed, else with its window.
+// answerClaim records a's claim answered: now when nothing was placed, else in the next batch.
 func (s *Scheduler) answerClaim(a store.ClaimAnswer) {
 	if !a.Placed {
 		s.writeAnswers([]store.ClaimAnswer{a})
@@ -41,24 +37,31 @@ func (s *Scheduler) answerClaim(a store.ClaimAnswer) {
 	}
 	s.answers.mu.Lock()
 	s.answers.queued = append(s.answers.queued, a)
-	first, full := len(s.answers.queued) == 1, len(s.answers.queued) >= max(s.answers.max, 1)
+	start := !s.answers.running
+	s.answers.running = true
 	s.answers.mu.Unlock()
-	switch {
-	case full:
+	if start {
 		go s.flushAnswers()
-	case first:
-		time.AfterFunc(s.cfg.ClaimAnswerBatch, s.flushAnswers)
 	}
 }
 
-// flushAnswers writes the queued answers (none: nothing to do).
+// flushAnswers writes the queued answers until none is left.
 func (s *Scheduler) flushAnswers() {
-	s.answers.mu.Lock()
-	batch := s.answers.queued
-	s.answers.queued = nil
-	s.answers.mu.Unlock()
-	if len(batch) > 0 {
-		s.writeAnswers(batch)
+	for {
+		s.answers.mu.Lock()
+		batch := s.answers.queued
+		s.answers.queued = nil
+		if len(batch) == 0 {
+			s.answers.running = false
+			s.answers.mu.Unlock()
+			return
+		}
+		s.answers.mu.Unlock()
+		for len(batch) > 0 {
+			n := min(len(batch), maxAnswerBatch)
+			s.writeAnswers(batch[:n])
+			batch = batch[n:]
+		}
 	}
 }
 

@@ -140,13 +140,13 @@ func TestReservationExpires(t *testing.T) {
 	}
 }
 
-// TestPlacedAnswersShareAWrite: placements answered within one window are written together in
-// one statement, and until then their claims still hold their slots for every replica (a queued
-// answer never makes a host look emptier).
+// TestPlacedAnswersShareAWrite: placements answered while an answer write runs are written
+// together in one statement, and until then their claims still hold their slots for every
+// replica (a queued answer never makes a host look emptier).
 func TestPlacedAnswersShareAWrite(t *testing.T) {
 	ctx := context.Background()
 	clk := &settable{t: time.Now()}
-	rs := replicas(t, 2, Config{Now: clk.now, ClaimAnswerBatch: time.Hour}) // the window ends when the test says
+	rs := replicas(t, 2, Config{Now: clk.now})
 	s, other := rs[0], rs[1]
 	const n = 50
 	r := reg("h", 8192, 0, tmpl("base", true))
@@ -156,6 +156,9 @@ func TestPlacedAnswersShareAWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	s.answers.mu.Lock()
+	s.answers.running = true // an answer write in flight: what is answered now waits for it
+	s.answers.mu.Unlock()
 	for range n {
 		done, err := s.Reserve("h", 0)
 		if err != nil {
@@ -166,7 +169,7 @@ func TestPlacedAnswersShareAWrite(t *testing.T) {
 	if _, err := other.Reserve("h", 0); err == nil {
 		t.Fatal("the other replica took a slot whose claim's answer is not written yet")
 	}
-	s.flushAnswers() // the window ends
+	s.flushAnswers() // the write in flight ends: the queued answers follow in one statement
 	if w := s.answers.writes.Load(); w != 1 {
 		t.Fatalf("%d placed answers took %d statements, want 1", n, w)
 	}

@@ -55,9 +55,6 @@ type Config struct {
 	// ClaimTTL: a reservation whose caller never says how its placement ended (it failed, or
 	// its process died) ends after this (default DefaultClaimTTL).
 	ClaimTTL time.Duration
-	// ClaimAnswerBatch: a placed answer to a slot claim waits this long for others to share its
-	// write (default DefaultClaimAnswerBatch; answers.go).
-	ClaimAnswerBatch time.Duration
 	// UnrecordedGrace: how long reconcile must have seen a sandbox on a host without any record
 	// before it kills it as an orphan (default DefaultUnrecordedGrace; see orphans.go for why it
 	// must exceed the longest create).
@@ -183,9 +180,6 @@ func New(cfg Config) *Scheduler {
 	if cfg.ClaimTTL <= 0 {
 		cfg.ClaimTTL = DefaultClaimTTL
 	}
-	if cfg.ClaimAnswerBatch <= 0 {
-		cfg.ClaimAnswerBatch = DefaultClaimAnswerBatch
-	}
 	if cfg.UnrecordedGrace <= 0 {
 		cfg.UnrecordedGrace = DefaultUnrecordedGrace
 	}
@@ -198,7 +192,7 @@ func New(cfg Config) *Scheduler {
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
 		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, written: map[string]string{}, catalog: map[string]store.Template{},
 		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), beats: beats{max: maxBeatBatch},
-		orphans: orphans{seen: map[string]map[string]time.Time{}}, answers: answers{max: maxAnswerBatch}}
+		orphans: orphans{seen: map[string]map[string]time.Time{}}}
 }
 
 // HeartbeatTimeout is the configured timeout.
@@ -637,8 +631,8 @@ const reportTransit = 500 * time.Millisecond
 // when nothing was placed (the reservation ends at once), done(true) when the sandbox is there
 // (it ends with the first report read after that). Reports read before do not end it: they do
 // not count the sandbox. A reservation whose done is never called (its caller failed) ends after
-// ClaimTTL. done(true) does not wait for the store: its claim's answer is written with the
-// others of its window (answers.go).
+// ClaimTTL. done(true) does not wait for the store: its claim's answer is written in a batch
+// (answers.go).
 func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool), err error) {
 	s.hc.mu.RLock()
 	s.mu.Lock()
