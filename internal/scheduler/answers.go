@@ -11,57 +11,65 @@ import (
 // maxAnswerBatch caps the claims one answer statement writes.
 const maxAnswerBatch = 1000
 
-// answers writes placements' answers to their claims in batches, off the create's path: a placed
-// answer is queued; one flush at a time writes everything queued in one statement
-// (Store.AnswerClaims), and answers queued while it runs share the next. Nothing waits for a
-// timer: an answer alone is written at once, under load they group.
-//
-// Safe: until its answer is written a claim counts as unanswered — its slot stays taken for every
-// replica's claims, which only ever makes the host look fuller, never emptier — and the answer
-// written is dated when the host answered, so once written it ends exactly when a synchronous
-// write would have. An answer that cannot be written leaves the claim to expire (ClaimTTL), as
-// before. Answers with nothing placed (failures) are written at once instead, so a slot freed by
-// a failed create is free for the next try at once.
+// answers writes placements' answers to their claims by group commit: one write at a time; the
+// placed answers that come while it runs wait together for the next, one statement for all
+// (Store.AnswerClaims). Each caller still returns only once its answer is written, as with a
+// statement of its own, so a claim ends exactly when it did before — only fewer statements
+// under concurrency. Nothing waits for a timer: an answer alone is written at once.
 type answers struct {
 	mu      sync.Mutex
-	queued  []store.ClaimAnswer
-	running bool
+	cur     *answerBatch // filling while a write runs; nil: none
+	running bool         // a write runs
 	writes  atomic.Int64 // statements written
 }
 
-// answerClaim records a's claim answered: now when nothing was placed, else in the next batch.
+// answerBatch is the answers that share one write.
+type answerBatch struct {
+	answers []store.ClaimAnswer
+	done    chan struct{} // closed once written
+}
+
+// answerClaim records a's claim answered, returning once it is written (or failed, logged: the
+// claim then expires).
 func (s *Scheduler) answerClaim(a store.ClaimAnswer) {
 	if !a.Placed {
 		s.writeAnswers([]store.ClaimAnswer{a})
 		return
 	}
 	s.answers.mu.Lock()
-	s.answers.queued = append(s.answers.queued, a)
+	b := s.answers.cur
+	if b == nil {
+		b = &answerBatch{done: make(chan struct{})}
+		s.answers.cur = b
+	}
+	b.answers = append(b.answers, a)
 	start := !s.answers.running
 	s.answers.running = true
 	s.answers.mu.Unlock()
 	if start {
 		go s.flushAnswers()
 	}
+	<-b.done
 }
 
-// flushAnswers writes the queued answers until none is left.
+// flushAnswers writes the filling batch, then the one filled meanwhile, until none is left.
 func (s *Scheduler) flushAnswers() {
 	for {
 		s.answers.mu.Lock()
-		batch := s.answers.queued
-		s.answers.queued = nil
-		if len(batch) == 0 {
+		b := s.answers.cur
+		s.answers.cur = nil
+		if b == nil {
 			s.answers.running = false
 			s.answers.mu.Unlock()
 			return
 		}
 		s.answers.mu.Unlock()
-		for len(batch) > 0 {
-			n := min(len(batch), maxAnswerBatch)
-			s.writeAnswers(batch[:n])
-			batch = batch[n:]
+		for rest := b.answers; len(rest) > 0; {
+			n := min(len(rest), maxAnswerBatch)
+			s.writeAnswers(rest[:n])
+			rest = rest[n:]
 		}
+		close(b.done)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -141,8 +142,8 @@ func TestReservationExpires(t *testing.T) {
 }
 
 // TestPlacedAnswersShareAWrite: placements answered while an answer write runs are written
-// together in one statement, and until then their claims still hold their slots for every
-// replica (a queued answer never makes a host look emptier).
+// together in one statement once it ends, each caller returning only then (a claim ends when it
+// did with a statement of its own).
 func TestPlacedAnswersShareAWrite(t *testing.T) {
 	ctx := context.Background()
 	clk := &settable{t: time.Now()}
@@ -159,17 +160,31 @@ func TestPlacedAnswersShareAWrite(t *testing.T) {
 	s.answers.mu.Lock()
 	s.answers.running = true // an answer write in flight: what is answered now waits for it
 	s.answers.mu.Unlock()
+	var answered sync.WaitGroup
+	var returned atomic.Int64
 	for range n {
 		done, err := s.Reserve("h", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		done(true)
+		answered.Go(func() { done(true); returned.Add(1) })
+	}
+	for queued := 0; queued < n && returned.Load() < n; { // every caller waits in the batch
+		s.answers.mu.Lock()
+		if s.answers.cur != nil {
+			queued = len(s.answers.cur.answers)
+		}
+		s.answers.mu.Unlock()
+		runtime.Gosched()
 	}
 	if _, err := other.Reserve("h", 0); err == nil {
 		t.Fatal("the other replica took a slot whose claim's answer is not written yet")
 	}
-	s.flushAnswers() // the write in flight ends: the queued answers follow in one statement
+	if k := returned.Load(); k != 0 {
+		t.Fatalf("%d callers returned before their answers were written", k)
+	}
+	s.flushAnswers() // the write in flight ends: the waiting answers follow in one statement
+	answered.Wait()
 	if w := s.answers.writes.Load(); w != 1 {
 		t.Fatalf("%d placed answers took %d statements, want 1", n, w)
 	}
