@@ -216,8 +216,15 @@ type ClaimAnswer struct {
 // (one statement text: one prepared statement per connection). A claim ended with nothing placed
 // stops counting at once (its expiry is set to 0; DropEndedClaims deletes it).
 func (s *Store) AnswerClaims(ctx context.Context, answers []ClaimAnswer) error {
-	if len(answers) == 0 {
+	switch {
+	case len(answers) == 0:
 		return nil
+	case len(answers) == 1 && !answers[0].Placed: // alone: by its key, without a JSON list
+		_, err := s.exec(ctx, s.db, `UPDATE host_claims SET expires_at = 0 WHERE id = ?`, answers[0].ID)
+		return err
+	case len(answers) == 1:
+		_, err := s.exec(ctx, s.db, `UPDATE host_claims SET answered_at = ? WHERE id = ?`, micros(answers[0].At), answers[0].ID)
+		return err
 	}
 	rows := make([][3]any, len(answers))
 	for i, a := range answers {

@@ -260,12 +260,21 @@ func TestAnswerClaims(t *testing.T) {
 			t.Fatal(err)
 		}
 		claim("c4", true) // a report read after c2's answer counts its sandbox (its slots_used, here 0)
+		claim("c5", false)
+		if err := s.AnswerClaims(ctx, []ClaimAnswer{{ID: "c4", At: answered}}); err != nil { // alone
+			t.Fatal(err)
+		}
+		claim("c5", true)
+		if err := s.AnswerClaims(ctx, []ClaimAnswer{{ID: "c5", Placed: true, At: t0.Add(3 * time.Second)}}); err != nil {
+			t.Fatal(err)
+		}
+		claim("c6", false) // c5's sandbox is not in a report yet
 		if err := s.DropEndedClaims(ctx, t0); err != nil {
 			t.Fatal(err)
 		}
 		var n int
 		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM host_claims`).Scan(&n); err != nil || n != 2 {
-			t.Fatalf("claims left after the drop: %d %v, want c3 and c4", n, err)
+			t.Fatalf("claims left after the drop: %d %v, want c3 and c5", n, err)
 		}
 	})
 }
