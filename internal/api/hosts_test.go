@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -344,11 +345,20 @@ func TestHostDoctor(t *testing.T) {
 	if r := report("GET", "/v1/hosts/host-a/doctor"); len(r.Findings) != 0 {
 		t.Fatalf("a sandbox younger than an operation in flight was reported: %+v", r)
 	}
-	e.clock.Add(11 * time.Minute)
+	// Past the reconcile's grace (the longest create in flight), which this server's reconcile
+	// counts from when it first saw the sandbox without a record: the doctor says so.
+	e.clock.Add(e.sched.UnrecordedGrace() + time.Minute)
+	if err := e.sched.Reconcile(context.Background(), "host-a"); err != nil {
+		t.Fatal(err)
+	}
 	if r := report("GET", "/v1/hosts/host-a/doctor"); len(r.Findings) != 2 || r.Findings[0].Kind != "unrecorded_sandbox" ||
 		r.Findings[0].Resource != "sb_strayone" || r.Findings[0].Repaired ||
+		!strings.Contains(r.Findings[0].Detail, "reconcile kills it once it has seen it so for 20m0s; this server's reconcile first saw it") ||
 		r.Findings[1].Kind != "unrecorded_snapshot" || r.Findings[1].Resource != stray.ID {
 		t.Fatalf("doctor: %+v", r)
+	}
+	if !strings.Contains(e.metricsText(), "pandastack_orphan_sandboxes_killed_total 0") {
+		t.Fatal("no orphan kill counter in /metrics")
 	}
 	if r := report("POST", "/v1/hosts/host-a/doctor/repair"); len(r.Findings) != 2 || !r.Findings[0].Repaired || !r.Findings[1].Repaired {
 		t.Fatalf("repair: %+v", r)

@@ -53,8 +53,9 @@ func (m *metrics) reapedOne() {
 	m.mu.Unlock()
 }
 
-// write renders the text exposition format (version 0.0.4).
-func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store) error {
+// write renders the text exposition format (version 0.0.4); orphansKilled is the scheduler's
+// count (its reconcile kills them).
+func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store, orphansKilled int64) error {
 	sbCounts, err := st.CountSandboxesByState(ctx)
 	if err != nil {
 		return err
@@ -98,6 +99,10 @@ func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store) error
 	fmt.Fprintln(w, "# HELP pandastack_sandboxes_reaped_total Sandboxes killed because their TTL ran out.")
 	fmt.Fprintln(w, "# TYPE pandastack_sandboxes_reaped_total counter")
 	fmt.Fprintf(w, "pandastack_sandboxes_reaped_total %d\n", m.reaped)
+
+	fmt.Fprintln(w, "# HELP pandastack_orphan_sandboxes_killed_total Sandboxes this server's reconcile killed on their hosts for having no record.")
+	fmt.Fprintln(w, "# TYPE pandastack_orphan_sandboxes_killed_total counter")
+	fmt.Fprintf(w, "pandastack_orphan_sandboxes_killed_total %d\n", orphansKilled)
 
 	fmt.Fprintln(w, "# HELP pandastack_api_requests_total API requests answered, by HTTP status code.")
 	fmt.Fprintln(w, "# TYPE pandastack_api_requests_total counter")

@@ -8,7 +8,8 @@
 //	PANDASTACK_FAULT_HOLD=NAME:FILE at the point NAME the process writes
 //	                               "faultpoint: held at NAME" and waits until FILE exists
 //	PANDASTACK_DOCTOR_MIN_AGE=DUR  the doctor calls leftovers younger than DUR in flight, not
-//	                               leftovers (default 10m); the suite sets 0 once nothing runs
+//	                               leftovers (default 10m, 20m for sandboxes); the suite sets
+//	                               0 once nothing runs
 package faultpoint
 
 import (

@@ -96,8 +96,9 @@ func (s *Service) Undrain(ctx context.Context, hostID string) error {
 	return err
 }
 
-// unrecordedAfter is how old a sandbox on a host must be before the doctor calls it unrecorded (a
-// create or fork in flight has its VM before its record).
+// unrecordedAfter is how old a snapshot on a host must be before the doctor calls it unrecorded
+// (a snapshot in flight has its files before its record). Sandboxes wait for the reconcile's
+// grace (scheduler.DefaultUnrecordedGrace): longer than any create or fork in flight.
 const unrecordedAfter = 10 * time.Minute
 
 // Doctor asks a host for its leftovers and adds the control plane's: sandboxes the host runs that
@@ -126,14 +127,14 @@ func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hos
 	}
 	for _, sb := range on {
 		created, _ := time.Parse(time.RFC3339, sb.CreatedAt)
-		if s.clock().Sub(created) < faultpoint.DoctorMinAge(unrecordedAfter) {
+		if s.clock().Sub(created) < faultpoint.DoctorMinAge(s.sched.UnrecordedGrace()) {
 			continue
 		}
 		rec, err := s.store.GetSandbox(ctx, sb.ID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) || err == nil && rec.HostID == hostID && rec.State != store.StateKilled {
 			continue // recorded here (or the store cannot say: nothing is killed on doubt)
 		}
-		f := hostapi.DoctorFinding{Kind: "unrecorded_sandbox", Resource: sb.ID, Detail: "a sandbox this host runs that the store does not place there"}
+		f := hostapi.DoctorFinding{Kind: "unrecorded_sandbox", Resource: sb.ID, Detail: s.unrecordedDetail(hostID, sb.ID, rec, err)}
 		repairWith(&f, repair, func() error { return c.KillSandbox(ctx, sb.ID) })
 		rep.Findings = append(rep.Findings, f)
 	}
@@ -154,6 +155,24 @@ func (s *Service) Doctor(ctx context.Context, hostID string, repair bool) ([]hos
 		rep.Findings = append(rep.Findings, f)
 	}
 	return rep.Findings, nil
+}
+
+// unrecordedDetail says why the doctor reports sandbox id on host (rec and err: its record) and
+// what reconcile does with it.
+func (s *Service) unrecordedDetail(hostID, id string, rec store.Sandbox, err error) string {
+	switch {
+	case err == nil && rec.State == store.StateKilled:
+		return "a sandbox recorded killed that this host still runs: reconcile kills it there on its next round"
+	case err == nil:
+		return "a copy of a sandbox recorded on host " + rec.HostID + ": reconcile kills it here on its next round"
+	}
+	grace := s.sched.UnrecordedGrace()
+	d := "a sandbox this host runs that no record names (its server died before recording it): reconcile kills it once it has seen it so for " + grace.String()
+	if seen, ok := s.sched.UnrecordedFor(hostID, id); ok {
+		return d + "; this server's reconcile first saw it " + seen.Round(time.Second).String() + " ago (killed in about " +
+			max(grace-seen, 0).Round(time.Second).String() + ")"
+	}
+	return d + "; this server's reconcile has not seen it yet (another server's may have)"
 }
 
 // repairWith runs fix when repair is asked for, and records on f whether it worked.

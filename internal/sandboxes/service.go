@@ -31,6 +31,10 @@ type Scheduler interface {
 	Reserve(hostID string, memMiB int64) (done func(placed bool), err error)
 	Freeing(hostID string, memMiB int64) (done func(stopped bool))
 	Client(h store.Host) *agentclient.Client
+	// UnrecordedGrace and UnrecordedFor say what reconcile does with a sandbox a host runs
+	// that no record names: killed once this process's reconcile has seen it so for the grace.
+	UnrecordedGrace() time.Duration
+	UnrecordedFor(hostID, sandboxID string) (time.Duration, bool)
 }
 
 // Config configures a Service.

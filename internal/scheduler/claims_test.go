@@ -2,9 +2,12 @@ package scheduler
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,5 +138,100 @@ func TestReservationExpires(t *testing.T) {
 			t.Fatalf("replica %d after the expiry: %v", i, err)
 		}
 		done(false)
+	}
+}
+
+// TestPlacedAnswersShareAWrite: placements answered while an answer write runs are written
+// together in one statement once it ends, each caller returning only then (a claim ends when it
+// did with a statement of its own).
+func TestPlacedAnswersShareAWrite(t *testing.T) {
+	ctx := context.Background()
+	clk := &settable{t: time.Now()}
+	rs := replicas(t, 2, Config{Now: clk.now})
+	s, other := rs[0], rs[1]
+	const n = 50
+	r := reg("h", 8192, 0, tmpl("base", true))
+	r.SlotsTotal = n
+	for _, x := range rs {
+		if err := x.Register(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.answers.mu.Lock()
+	s.answers.running = true // an answer write in flight: what is answered now waits for it
+	s.answers.mu.Unlock()
+	var answered sync.WaitGroup
+	var returned atomic.Int64
+	for range n {
+		done, err := s.Reserve("h", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answered.Go(func() { done(true); returned.Add(1) })
+	}
+	for queued := 0; queued < n && returned.Load() < n; { // every caller waits in the batch
+		s.answers.mu.Lock()
+		if s.answers.cur != nil {
+			queued = len(s.answers.cur.answers)
+		}
+		s.answers.mu.Unlock()
+		runtime.Gosched()
+	}
+	if _, err := other.Reserve("h", 0); err == nil {
+		t.Fatal("the other replica took a slot whose claim's answer is not written yet")
+	}
+	if k := returned.Load(); k != 0 {
+		t.Fatalf("%d callers returned before their answers were written", k)
+	}
+	s.flushAnswers() // the write in flight ends: the waiting answers follow in one statement
+	answered.Wait()
+	if w := s.answers.writes.Load(); w != 1 {
+		t.Fatalf("%d placed answers took %d statements, want 1", n, w)
+	}
+	clk.add(2 * reportSettle) // a report read after the answers counts the sandboxes
+	r.SlotsUsed = n - 1
+	if err := other.Register(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Reserve("h", 0); err != nil {
+		t.Fatalf("after a report counting the answered placements: %v", err)
+	}
+}
+
+// TestNoClaimsOnSQLite: on SQLite (one replica by design) a reservation writes no claim — the
+// replica's own reservations are all there are — and still refuses a full host.
+func TestNoClaimsOnSQLite(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "s.db")
+	st, err := store.OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s := New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r := reg("h", 8192, 0, tmpl("base", true))
+	r.SlotsTotal = 1
+	if err := s.Register(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Place(ctx, "base"); err != nil { // as a create does first
+		t.Fatal(err)
+	}
+	done, err := s.Reserve("h", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve("h", 0); err == nil {
+		t.Fatal("a full host took a second reservation")
+	}
+	done(true)
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM host_claims`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d claims written on SQLite (%v), want none", n, err)
 	}
 }

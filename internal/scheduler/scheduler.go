@@ -55,7 +55,11 @@ type Config struct {
 	// ClaimTTL: a reservation whose caller never says how its placement ended (it failed, or
 	// its process died) ends after this (default DefaultClaimTTL).
 	ClaimTTL time.Duration
-	Now      func() time.Time
+	// UnrecordedGrace: how long reconcile must have seen a sandbox on a host without any record
+	// before it kills it as an orphan (default DefaultUnrecordedGrace; see orphans.go for why it
+	// must exceed the longest create).
+	UnrecordedGrace time.Duration
+	Now             func() time.Time
 }
 
 // DefaultClaimTTL is how long a reservation lasts at most: longer than any create (a restore, or
@@ -142,8 +146,10 @@ type Scheduler struct {
 
 	reconciler *store.Lock // held by the one replica that runs ReconcileAll
 
-	hc    hostCache // what placement reads (lock order: hc.mu before mu)
-	beats beats     // liveness-only heartbeats being batched
+	hc      hostCache // what placement reads (lock order: hc.mu before mu)
+	beats   beats     // liveness-only heartbeats being batched
+	orphans orphans   // sandboxes reconcile found on hosts without a record
+	answers answers   // placements' answers to their claims, being written
 }
 
 type reservation struct {
@@ -176,6 +182,9 @@ func New(cfg Config) *Scheduler {
 	if cfg.ClaimTTL <= 0 {
 		cfg.ClaimTTL = DefaultClaimTTL
 	}
+	if cfg.UnrecordedGrace <= 0 {
+		cfg.UnrecordedGrace = DefaultUnrecordedGrace
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -184,7 +193,8 @@ func New(cfg Config) *Scheduler {
 	}
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
 		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, heard: map[string]time.Time{}, written: map[string]string{}, catalog: map[string]store.Template{},
-		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), beats: beats{max: maxBeatBatch}}
+		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), beats: beats{max: maxBeatBatch},
+		orphans: orphans{seen: map[string]map[string]time.Time{}}}
 }
 
 // HeartbeatTimeout is the configured timeout.
@@ -634,11 +644,13 @@ const reportTransit = 500 * time.Millisecond
 // when nothing was placed (the reservation ends at once), done(true) when the sandbox is there
 // (it ends with the first report read after that). Reports read before do not end it: they do
 // not count the sandbox. A reservation whose done is never called (its caller failed) ends after
-// ClaimTTL.
+// ClaimTTL. done(true) does not wait for the store: its claim's answer is written in a batch
+// (answers.go).
 func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool), err error) {
 	s.hc.mu.RLock()
 	s.mu.Lock()
-	if i, ok := s.hc.pos[hostID]; ok {
+	i, checked := s.hc.pos[hostID] // checked here: the host is in this replica's list
+	if checked {
 		h, p := s.hc.hosts[i], s.pending[hostID]
 		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
 			err = errdefs.Capacityf("host %s has no free slot left (taken by other placements meanwhile)", hostID)
@@ -659,17 +671,10 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 		s.addPendingLocked(hostID, -1, -memMiB)
 		s.mu.Unlock()
 	}
-	claim := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
-	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-	now := s.cfg.Now()
-	ok, err := s.cfg.Store.ClaimSlot(ctx, claim, hostID, now, now.Add(s.cfg.ClaimTTL))
-	cancel()
-	if err != nil || !ok {
+	claim, err := s.claimSlot(hostID, checked)
+	if err != nil {
 		unreserve()
-		if err != nil {
-			return nil, fmt.Errorf("claim a slot of host %s: %w", hostID, err)
-		}
-		return nil, errdefs.Capacityf("host %s has no free slot left (taken by placements of another server meanwhile)", hostID)
+		return nil, err
 	}
 	var once sync.Once
 	var expiryMu sync.Mutex // the timer may fire before AfterFunc has returned it
@@ -681,10 +686,8 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 				expiry.Stop()
 			}
 			expiryMu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-			defer cancel()
-			if err := s.cfg.Store.AnswerClaim(ctx, claim, placed, s.cfg.Now()); err != nil {
-				s.cfg.Logger.Warn("could not record a placement's answer (its slot stays claimed until the claim expires)", "host", hostID, "err", err)
+			if claim != "" {
+				s.answerClaim(store.ClaimAnswer{ID: claim, Placed: placed, At: s.cfg.Now()})
 			}
 			if !placed {
 				unreserve()
@@ -702,6 +705,28 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 	})
 	expiryMu.Unlock()
 	return done, nil
+}
+
+// claimSlot claims a slot of host hostID in the store for a reservation, returning the claim's
+// id; errdefs.Capacity when another replica's placements took the host's last slot. On SQLite
+// (one replica by design, like store.Lock) this replica's reservations are all there is: when
+// they were checked (checked: the host is in its list) there is no claim ("", no statement).
+func (s *Scheduler) claimSlot(hostID string, checked bool) (string, error) {
+	if checked && s.cfg.Store.Dialect() == store.SQLite {
+		return "", nil
+	}
+	claim := fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+	defer cancel()
+	now := s.cfg.Now()
+	ok, err := s.cfg.Store.ClaimSlot(ctx, claim, hostID, now, now.Add(s.cfg.ClaimTTL))
+	if err != nil {
+		return "", fmt.Errorf("claim a slot of host %s: %w", hostID, err)
+	}
+	if !ok {
+		return "", errdefs.Capacityf("host %s has no free slot left (taken by placements of another server meanwhile)", hostID)
+	}
+	return claim, nil
 }
 
 // claimTimeout bounds the store calls of a reservation.
@@ -862,7 +887,8 @@ func (s *Scheduler) CheckHosts(ctx context.Context) error {
 // host hibernated by itself (--idle-hibernate) is hibernated, and one it woke is running; one the
 // host reports in state error takes that state and reason; one the store thinks is live but the
 // host no longer has is lost; a sandbox the store says is killed but still on the host is killed
-// there. Snapshots recorded deleted that the host still keeps are deleted there too.
+// there; one no record names is killed once reconcile has seen it so for UnrecordedGrace
+// (orphans.go). Snapshots recorded deleted that the host still keeps are deleted there too.
 func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 	h, err := s.cfg.Store.GetHost(ctx, hostID)
 	if err != nil {
@@ -873,6 +899,7 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 	if err != nil {
 		return err
 	}
+	answeredAt := s.cfg.Now() // every sandbox in the list was on the host by now
 	onHost := map[string]agentclient.Sandbox{}
 	for _, sb := range list {
 		onHost[sb.ID] = sb
@@ -926,21 +953,33 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 			s.cfg.Logger.Warn("sandbox missing on its host: marked lost", "sandbox", sb.ID, "host", hostID)
 		}
 	}
+	unrecorded := map[string]time.Time{}
 	for id := range onHost {
 		if known[id] {
 			continue
 		}
 		sb, err := s.cfg.Store.GetSandbox(ctx, id)
-		// Unknown ids may be creates or forks still in flight: leave them. One recorded on another
-		// host is a copy left behind: a hibernated sandbox woken elsewhere while this host was
-		// down, or a create that timed out here and was made on the next host.
-		if err != nil || sb.State != store.StateKilled && sb.HostID == hostID {
-			continue
-		}
-		if err := s.Client(h).KillSandbox(ctx, id); err != nil {
-			s.cfg.Logger.Warn("killing a sandbox that outlived its kill failed", "sandbox", id, "host", hostID, "err", err)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			// No record: a create or fork in flight, or an orphan its server left (killOrphan).
+			if first, keep := s.killOrphan(ctx, h, onHost[id], answeredAt); keep {
+				unrecorded[id] = first
+			}
+		case err != nil:
+			if first, ok := s.orphans.since(hostID, id); ok {
+				unrecorded[id] = first // the store could not say: nothing is killed on doubt
+			}
+		case sb.State != store.StateKilled && sb.HostID == hostID:
+		default:
+			// Recorded killed, or on another host: a copy left behind (a hibernated sandbox woken
+			// elsewhere while this host was down, or a create that timed out here and was made on
+			// the next host).
+			if err := s.Client(h).KillSandbox(ctx, id); err != nil {
+				s.cfg.Logger.Warn("killing a sandbox that outlived its kill failed", "sandbox", id, "host", hostID, "err", err)
+			}
 		}
 	}
+	s.orphans.set(hostID, unrecorded)
 	s.reconcileSnapshots(ctx, h)
 	s.reconcileVolumes(ctx, h)
 	return nil

@@ -30,6 +30,18 @@ func newSched(t *testing.T, cfg Config) (*Scheduler, *store.Store) {
 	return New(cfg), st
 }
 
+// polledHost is a fake host-a (template base) that s polls, polled once.
+func polledHost(t *testing.T, s *Scheduler) *agenttest.Agent {
+	t.Helper()
+	a := agenttest.New("host-a", "tok", "base")
+	t.Cleanup(a.Close)
+	s.AddStaticAgent(a.URL(), "tok")
+	if err := s.PollStatic(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func reg(id string, memFree, slotsUsed int64, templates ...agentclient.Template) Registration {
 	return Registration{HostID: id, URL: "http://127.0.0.1:1/" + id, Token: "t", MemMiBTotal: 8192, MemMiBFree: memFree,
 		SlotsTotal: 4, SlotsUsed: slotsUsed, Templates: templates}
@@ -130,12 +142,7 @@ func TestRunMarksSilentHostDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, st := newSched(t, Config{HeartbeatTimeout: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond})
-	a := agenttest.New("host-a", "tok", "base")
-	defer a.Close()
-	s.AddStaticAgent(a.URL(), "tok")
-	if err := s.PollStatic(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := polledHost(t, s)
 	runningOn(t, st, a, "sb_1")
 	go s.Run(ctx)
 	// While the agent answers polls, the host stays up.
@@ -164,12 +171,7 @@ func TestRunMarksSilentHostDown(t *testing.T) {
 func TestReconcileKillsWhatTheStoreKilled(t *testing.T) {
 	ctx := context.Background()
 	s, st := newSched(t, Config{})
-	a := agenttest.New("host-a", "tok", "base")
-	defer a.Close()
-	s.AddStaticAgent(a.URL(), "tok")
-	if err := s.PollStatic(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := polledHost(t, s)
 	st.CreateTeam(ctx, store.Team{ID: "team", Name: "team"})
 	a.AddSandbox("sb_killed", "base")
 	a.AddSandbox("sb_unknown", "base") // a create in flight: must be left alone
@@ -179,6 +181,60 @@ func TestReconcileKillsWhatTheStoreKilled(t *testing.T) {
 	}
 	if got := a.Running(); !equal(got, []string{"sb_unknown"}) {
 		t.Fatalf("running after reconcile: %v", got)
+	}
+}
+
+// TestReconcileKillsOrphansAfterTheGrace: a sandbox its host runs with no record (its server
+// died between the host's create and the record) is killed once reconcile has seen it so for the
+// grace, counted from its first sighting; a create in flight (on the host, its record written
+// later, within the grace) and a recorded sandbox are never killed.
+func TestReconcileKillsOrphansAfterTheGrace(t *testing.T) {
+	ctx := context.Background()
+	clk := &settable{t: time.Now()}
+	s, st := newSched(t, Config{Now: clk.now})
+	a := polledHost(t, s)
+	st.CreateTeam(ctx, store.Team{ID: "team", Name: "team"})
+	record := func(id string) {
+		t.Helper()
+		if _, err := st.CreateSandbox(ctx, store.Sandbox{ID: id, TeamID: "team", Template: "base", State: store.StateRunning,
+			HostID: "host-a", CreatedAt: clk.now(), ExpiresAt: clk.now().Add(100 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.AddSandbox("sb_recorded", "base")
+	record("sb_recorded")
+	a.AddSandbox("sb_orphan", "base") // its server died before recording it
+	// A create in flight on another server: the host made it, the record comes later.
+	if _, err := agentclient.New(a.URL(), "tok").CreateSandbox(ctx, agentclient.CreateRequest{ID: "sb_inflight", Template: "base"}); err != nil {
+		t.Fatal(err)
+	}
+	reconcile := func(step time.Duration, want ...string) {
+		t.Helper()
+		clk.add(step)
+		if err := s.Reconcile(ctx, "host-a"); err != nil {
+			t.Fatal(err)
+		}
+		if got := a.Running(); !equal(got, want) {
+			t.Fatalf("running after reconcile: %v, want %v", got, want)
+		}
+	}
+	grace := s.UnrecordedGrace()
+	reconcile(0, "sb_inflight", "sb_orphan", "sb_recorded")
+	reconcile(grace-time.Second, "sb_inflight", "sb_orphan", "sb_recorded")
+	record("sb_inflight") // the create finishes within the grace
+	reconcile(2*time.Second, "sb_inflight", "sb_recorded")
+	if n := s.OrphansKilled(); n != 1 {
+		t.Fatalf("orphans killed: %d", n)
+	}
+	a.AddSandbox("sb_late", "base") // the wait counts from the first sighting, not the host's created_at
+	reconcile(time.Second, "sb_inflight", "sb_late", "sb_recorded")
+	if d, ok := s.UnrecordedFor("host-a", "sb_late"); !ok || d != 0 {
+		t.Fatalf("sb_late unrecorded for %v %v", d, ok)
+	}
+	reconcile(grace, "sb_inflight", "sb_recorded")
+	reconcile(100*grace, "sb_inflight", "sb_recorded")
+	if n := s.OrphansKilled(); n != 2 {
+		t.Fatalf("orphans killed: %d", n)
 	}
 }
 

@@ -204,14 +204,46 @@ func (s *Store) ClaimSlot(ctx context.Context, claimID, hostID string, now, expi
 	return n == 1, err
 }
 
-// AnswerClaim ends a claim whose host answered: a sandbox placed (placed) keeps its slot until
-// a report read after `at` counts it; nothing placed ends it now.
-func (s *Store) AnswerClaim(ctx context.Context, claimID string, placed bool, at time.Time) error {
-	if !placed {
-		_, err := s.exec(ctx, s.db, `DELETE FROM host_claims WHERE id = ?`, claimID)
+// ClaimAnswer is how one claim's placement ended (AnswerClaims).
+type ClaimAnswer struct {
+	ID string
+	// Placed: a sandbox was placed, and the claim keeps its slot until a report read after At
+	// counts it; else nothing was placed and the claim ends now.
+	Placed bool
+	At     time.Time
+}
+
+// AnswerClaims ends the claims whose hosts answered, in one statement whatever their number
+// (one statement text: one prepared statement per connection). A claim ended with nothing placed
+// stops counting at once (its expiry is set to 0; DropEndedClaims deletes it).
+func (s *Store) AnswerClaims(ctx context.Context, answers []ClaimAnswer) error {
+	switch {
+	case len(answers) == 0:
+		return nil
+	case len(answers) == 1 && !answers[0].Placed: // alone: by its key, without a JSON list
+		_, err := s.exec(ctx, s.db, `UPDATE host_claims SET expires_at = 0 WHERE id = ?`, answers[0].ID)
+		return err
+	case len(answers) == 1:
+		_, err := s.exec(ctx, s.db, `UPDATE host_claims SET answered_at = ? WHERE id = ?`, micros(answers[0].At), answers[0].ID)
 		return err
 	}
-	_, err := s.exec(ctx, s.db, `UPDATE host_claims SET answered_at = ? WHERE id = ?`, micros(at), claimID)
+	rows := make([][3]any, len(answers))
+	for i, a := range answers {
+		rows[i] = [3]any{a.ID, micros(a.At), boolInt(a.Placed)}
+	}
+	js, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	q := `UPDATE host_claims SET answered_at = CASE WHEN j.value->>2 = 1 THEN j.value->>1 ELSE answered_at END,
+		expires_at = CASE WHEN j.value->>2 = 1 THEN expires_at ELSE 0 END
+		FROM json_each(?) j WHERE host_claims.id = j.value->>0`
+	if s.dialect == Postgres {
+		q = `UPDATE host_claims SET answered_at = CASE WHEN e->>2 = '1' THEN (e->>1)::bigint ELSE answered_at END,
+		expires_at = CASE WHEN e->>2 = '1' THEN expires_at ELSE 0 END
+		FROM json_array_elements(?::json) e WHERE host_claims.id = e->>0`
+	}
+	_, err = s.exec(ctx, s.db, q, string(js))
 	return err
 }
 

@@ -228,3 +228,50 @@ func TestTouchHosts(t *testing.T) {
 		}
 	})
 }
+
+// TestAnswerClaims: answers written together end each claim as asked — nothing placed frees the
+// slot at once, placed keeps it until a report read after the answer.
+func TestAnswerClaims(t *testing.T) {
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
+		t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+		h := Host{ID: "h", URL: "http://h", SlotsTotal: 2, Templates: []string{"base"}, ReadAt: t0}
+		if _, err := s.UpsertHost(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		claim := func(id string, want bool) {
+			t.Helper()
+			if ok, err := s.ClaimSlot(ctx, id, "h", t0, t0.Add(time.Hour)); err != nil || ok != want {
+				t.Fatalf("claim %s: %v %v, want %v", id, ok, err, want)
+			}
+		}
+		claim("c1", true)
+		claim("c2", true)
+		claim("c3", false)
+		answered := t0.Add(time.Second)
+		if err := s.AnswerClaims(ctx, []ClaimAnswer{{ID: "c1", At: answered}, {ID: "c2", Placed: true, At: answered}}); err != nil {
+			t.Fatal(err)
+		}
+		claim("c3", true)  // c1 placed nothing: its slot is free
+		claim("c4", false) // c2's sandbox is not in a report yet
+		if _, err := s.TouchHosts(ctx, t0.Add(2*time.Second), answered.Add(time.Millisecond), []HostReport{{"h", ReportHash(h)}}); err != nil {
+			t.Fatal(err)
+		}
+		claim("c4", true) // a report read after c2's answer counts its sandbox (its slots_used, here 0)
+		claim("c5", false)
+		if err := s.AnswerClaims(ctx, []ClaimAnswer{{ID: "c4", At: answered}}); err != nil { // alone
+			t.Fatal(err)
+		}
+		claim("c5", true)
+		if err := s.AnswerClaims(ctx, []ClaimAnswer{{ID: "c5", Placed: true, At: t0.Add(3 * time.Second)}}); err != nil {
+			t.Fatal(err)
+		}
+		claim("c6", false) // c5's sandbox is not in a report yet
+		if err := s.DropEndedClaims(ctx, t0); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM host_claims`).Scan(&n); err != nil || n != 2 {
+			t.Fatalf("claims left after the drop: %d %v, want c3 and c5", n, err)
+		}
+	})
+}
