@@ -68,6 +68,8 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 		if err != nil {
 			return store.Sandbox{}, err
 		}
+	} else if copies = s.TemplateVolumes(p.AgentTemplate, p.Template); len(copies) > 0 && len(p.Volumes) > 0 {
+		return store.Sandbox{}, errdefs.Conflictf("template %s restores with a copy of its data volume: a sandbox made from it takes no other volumes", p.Template)
 	}
 	hosts, mem, err := s.place(ctx, teamID, p)
 	if err != nil {
