@@ -8,6 +8,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // TestE2EVolumeSnapshotsAndForks: through the public API on a real host, a snapshot of a sandbox
@@ -106,5 +107,81 @@ func TestE2EVolumeSnapshotsAndForks(t *testing.T) {
 	}
 	if err := c.DeleteVolume(context.WithoutCancel(ctx), rv.ID); err != nil {
 		t.Errorf("delete the restored copy: %v", err)
+	}
+}
+
+// TestE2ETemplateDataVolume: a team template built with a data volume (its build step and start
+// command write there); each sandbox of it mounts its own copy of that volume, recorded as the
+// team's (named after the template), and a write in one is not seen in another.
+func TestE2ETemplateDataVolume(t *testing.T) {
+	t.Parallel()
+	ctx, _, cp, c := startE2E(t, 20*time.Minute)
+	spec := testenv.VolumeTemplate()
+	if _, err := c.BuildTemplate(ctx, spec.JSON(), nil); err != nil {
+		t.Fatalf("build a template with a data volume: %v", err)
+	}
+	const dir = testenv.VolumeTemplatePath
+	sh := func(id, cmd string) string {
+		t.Helper()
+		r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: cmd, TimeoutSeconds: client.Seconds(60)})
+		if err != nil || r.ExitCode != 0 {
+			t.Fatalf("exec %q in %s: %+v %v", cmd, id, r, err)
+		}
+		return strings.ReplaceAll(strings.TrimSpace(r.Stdout), "\n", " ")
+	}
+	const read = "cat " + dir + "/built " + dir + "/started; cat " + dir + "/w 2>/dev/null || echo no-w"
+	vols := map[string]client.Volume{}
+	for range 2 {
+		sb, err := c.CreateSandbox(ctx, client.CreateRequest{Template: spec.Name})
+		if err != nil {
+			t.Fatalf("create from the template: %v", err)
+		}
+		if got := sh(sb.ID, read); got != "built started no-w" {
+			t.Errorf("%s reads %q, want the build's and the start's files", sb.ID, got)
+		}
+		vs, err := c.ListVolumes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			if len(v.Attachments) == 1 && v.Attachments[0].SandboxID == sb.ID {
+				if v.Name != sandboxes.CopyName(spec.Name, sb.ID) || v.SizeMiB != 64 || v.Attachments[0].MountPath != dir {
+					t.Errorf("volume of %s: %+v", sb.ID, v)
+				}
+				vols[sb.ID] = v
+			}
+		}
+		if _, ok := vols[sb.ID]; !ok {
+			t.Fatalf("no volume listed for %s: %+v", sb.ID, vs)
+		}
+	}
+	var ids []string
+	for id := range vols {
+		ids = append(ids, id)
+	}
+	a, b := ids[0], ids[1]
+	if vols[a].ID == vols[b].ID {
+		t.Fatalf("both sandboxes have volume %s", vols[a].ID)
+	}
+	sh(a, "echo mine > "+dir+"/w")
+	if got := sh(b, read); got != "built started no-w" {
+		t.Errorf("after a write in %s, %s reads %q", a, b, got)
+	}
+	// Another team sees none of them.
+	_, kb, err := c.CreateTeam(ctx, "e2e-tmplvol-beta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs, err := cp.client(kb.Key).ListVolumes(ctx); err != nil || len(vs) != 0 {
+		t.Errorf("another team's volumes: %+v %v", vs, err)
+	}
+	// Killed, the sandboxes let go of their copies, which the team then deletes.
+	for id, v := range vols {
+		if err := c.KillSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.DeleteVolume(ctx, v.ID); err != nil {
+			t.Errorf("delete %s after its sandbox's kill: %v", v.ID, err)
+		}
 	}
 }

@@ -113,9 +113,12 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var copies []sandboxes.VolumeCopy // a snapshot's volume copies: the sandbox gets its own
+	// A snapshot's volume copies, or the template's data volume: the sandbox gets its own copies.
+	var copies []sandboxes.VolumeCopy
 	if snap != nil {
 		copies, err = s.svc.SnapshotVolumes(r.Context(), *snap)
+	} else {
+		copies = s.svc.TemplateVolumes(req.agentTemplate, req.Template)
 	}
 	release := func() {}
 	if err == nil {

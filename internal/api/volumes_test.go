@@ -393,3 +393,36 @@ func TestVolumeCopies(t *testing.T) {
 	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+r.ID, k, nil), 204)
 	e.mustStatus(e.do("DELETE", "/v1/volumes/"+rv.ID, k, nil), 204)
 }
+
+// A create from a template with a data volume holds the copy's quota before it asks the host,
+// and the copy is the team's volume, named after the template.
+func TestTemplateVolumeQuota(t *testing.T) {
+	e := newEnv(t)
+	e.agent.SetTemplateVolume("code-interpreter", "/var/lib/db", 64)
+	if err := e.sched.PollStatic(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g, _, gamma, err := auth.CreateTeam(context.Background(), e.st, "gamma")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mustStatus(e.do("PUT", "/v1/teams/"+g.ID+"/quota", e.admin, map[string]any{"volume_mib": 100}), 200)
+	sb := e.create(gamma, map[string]any{"template": "code-interpreter"})
+	vs := e.listVolumes(gamma)
+	if len(vs) != 1 || vs[0].Name != sandboxes.CopyName("code-interpreter", sb.ID) || vs[0].SizeMiB != 64 ||
+		len(vs[0].Attachments) != 1 || vs[0].Attachments[0].SandboxID != sb.ID || vs[0].Attachments[0].MountPath != "/var/lib/db" {
+		t.Fatalf("volumes after a create from a template with a data volume: %+v", vs)
+	}
+	creates, _ := e.agent.Counts()
+	if r := e.do("POST", "/v1/sandboxes", gamma, map[string]any{"template": "code-interpreter"}); r.status != 429 ||
+		!strings.Contains(r.errMessage(), "volume_mib limit 100, in use 64, this call needs 64 more") {
+		t.Fatalf("create over the volume quota: %d %s", r.status, r.body)
+	}
+	if c, _ := e.agent.Counts(); c != creates {
+		t.Fatal("a create refused for quota reached the host")
+	}
+	if r := e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "code-interpreter",
+		"volumes": vols(map[string]any{"volume_id": e.createVolume(e.admin, `{"size_mib": 16}`).ID, "mount_path": "/data"})}); r.status != 409 {
+		t.Fatalf("create from the template with another volume: %d %s", r.status, r.body)
+	}
+}

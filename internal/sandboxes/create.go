@@ -68,6 +68,8 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 		if err != nil {
 			return store.Sandbox{}, err
 		}
+	} else if copies = s.TemplateVolumes(p.AgentTemplate, p.Template); len(copies) > 0 && len(p.Volumes) > 0 {
+		return store.Sandbox{}, errdefs.Conflictf("template %s restores with a copy of its data volume: a sandbox made from it takes no other volumes", p.Template)
 	}
 	hosts, mem, err := s.place(ctx, teamID, p)
 	if err != nil {
@@ -186,19 +188,25 @@ func firstIfAmong(hosts []store.Host, id string) []store.Host {
 
 // record stores a sandbox its host has just started (made: running, created now, expiring after
 // its ttl policy), with its volumes (checked again as they are recorded), or the copies of a
-// snapshot's volumes its host made for it. When the store fails the VM is killed (an unrecorded
+// snapshot's volumes (or of its template's data volume) its host made for it. When the store fails the VM is killed (an unrecorded
 // VM is a leak), and the copies are deleted.
 func (s *Service) record(ctx context.Context, h store.Host, sb store.Sandbox, vols []store.VolumeAttachment, made agentclient.Sandbox, copies []VolumeCopy) (store.Sandbox, error) {
 	now := s.clock()
 	sb.State, sb.CreatedAt, sb.ExpiresAt = store.StateRunning, now, now.Add(s.TTL(sb.TTLSeconds))
 	made.ID = sb.ID
 	newVols, atts, err := s.copiedVolumes(sb.TeamID, h.ID, []agentclient.Sandbox{made}, copies)
+	// Volumes nobody asked for: the copy of a template's data volume the host made before this
+	// control plane heard of the volume (no quota was held for it). Dropped, not recorded.
+	unasked := len(copies) == 0 && len(vols) == 0 && len(made.Volumes) > 0
+	if err == nil && unasked {
+		err = errdefs.Capacityf("template %s has a data volume its host has not reported yet; try again", sb.Template)
+	}
 	var out []store.Sandbox
 	if err == nil {
 		out, err = s.store.CreateSandboxesWithVolumes(ctx, []store.Sandbox{sb}, newVols, append(vols, atts...))
 	}
 	if err != nil {
-		s.dropUnrecorded(ctx, s.sched.Client(h), h.ID, []agentclient.Sandbox{made}, len(copies) > 0)
+		s.dropUnrecorded(ctx, s.sched.Client(h), h.ID, []agentclient.Sandbox{made}, len(copies) > 0 || unasked)
 		return store.Sandbox{}, err
 	}
 	return out[0], nil

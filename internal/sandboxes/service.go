@@ -18,6 +18,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -25,6 +26,7 @@ import (
 // while a host works, and a client for a host.
 type Scheduler interface {
 	TemplateMemMiB(ctx context.Context, template string) int64
+	TemplateVolumes(template string) []hostapi.SnapshotVolume
 	Place(ctx context.Context, template string) ([]store.Host, error)
 	PlaceOn(ctx context.Context, hostID string, n int, memMiB int64) (store.Host, error)
 	PlaceVolume(ctx context.Context) ([]store.Host, error)

@@ -306,3 +306,44 @@ func TestCopyName(t *testing.T) {
 		}
 	}
 }
+
+// A create from a template baked with a data volume records the copy its host made as the team's
+// volume, named after the template; a copy the control plane did not expect is dropped.
+func TestTemplateVolumeCopies(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, ag := range []*agenttest.Agent{e.a, e.b} {
+		ag.SetTemplateVolume("base", "/var/lib/db", 64)
+	}
+	// Not reported yet: the host's copy is unexpected, so the sandbox and its copy are dropped.
+	_, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base"})
+	wantKind(t, err, errdefs.Capacity)
+	if e.count() != 0 || len(e.a.Volumes())+len(e.b.Volumes()) != 0 || len(e.a.All())+len(e.b.All()) != 0 {
+		t.Fatalf("left after an unexpected copy: %d sandboxes recorded, volumes %v %v", e.count(), e.a.Volumes(), e.b.Volumes())
+	}
+	if err := e.sched.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.svc.TemplateVolumes("base", "my-db"); !reflect.DeepEqual(got, []VolumeCopy{{SourceName: "my-db", MountPath: "/var/lib/db", SizeMiB: 64}}) {
+		t.Fatalf("template volumes %+v", got)
+	}
+	sb, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, err := e.st.SandboxVolumes(ctx, sb.ID)
+	if err != nil || len(atts) != 1 || atts[0].MountPath != "/var/lib/db" || atts[0].ReadOnly {
+		t.Fatalf("volumes of a sandbox of the template: %+v %v", atts, err)
+	}
+	v, err := e.st.GetTeamVolume(ctx, e.team, atts[0].VolumeID)
+	if err != nil || v.Name != CopyName("base", sb.ID) || v.SizeMiB != 64 || v.HostID != sb.HostID {
+		t.Fatalf("template volume copy %+v %v", v, err)
+	}
+	other, err := e.svc.CreateVolume(ctx, e.team, "other", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base",
+		Volumes: []store.VolumeAttachment{{VolumeID: other.ID, MountPath: "/other"}}})
+	wantKind(t, err, errdefs.Conflict)
+}

@@ -138,6 +138,17 @@ func (s *Service) SnapshotVolumes(ctx context.Context, sn store.Snapshot) ([]Vol
 	return out, nil
 }
 
+// TemplateVolumes are the copies a sandbox of template (the name its host knows it by) gets: one
+// of the data volume the template was baked with, if it has one, named after the template
+// (recorded, the name the team sees).
+func (s *Service) TemplateVolumes(template, recorded string) []VolumeCopy {
+	var out []VolumeCopy
+	for _, v := range s.sched.TemplateVolumes(template) {
+		out = append(out, VolumeCopy{SourceName: recorded, MountPath: v.MountPath, SizeMiB: v.SizeMiB})
+	}
+	return out
+}
+
 // CopyName names the copy of a volume (named source, or unnamed: its id) made for sandbox
 // sandboxID: "<source>-<the sandbox id's last 8 characters>", the source cut to fit
 // MaxVolumeNameLen bytes.

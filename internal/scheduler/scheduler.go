@@ -134,15 +134,16 @@ type Scheduler struct {
 	lastReport map[string]time.Time   // host -> when its last report was read at the latest
 	clients    map[string]*agentclient.Client
 	static     []*staticAgent
-	tmplMem    map[string]int            // template -> memory_mib, from reports
-	tmplCPU    map[string]int            // template -> vcpus, from reports
-	limits     map[string]HostLimits     // host -> its last reported policy
-	seen       map[string]bool           // hosts this process has heard from
-	heard      map[string]time.Time      // host -> when this process last had a report of it in hand (arrived, or a poll answered)
-	written    map[string]string         // host -> fingerprint of the report this process last wrote (store.ReportHash)
-	catalog    map[string]store.Template // last catalog entry written per template
-	due        map[string]bool           // hosts to reconcile soon (first heartbeat since start)
-	dueSig     chan struct{}             // something was added to due
+	tmplMem    map[string]int                      // template -> memory_mib, from reports
+	tmplVols   map[string][]hostapi.SnapshotVolume // template -> its data volume, from reports
+	tmplCPU    map[string]int                      // template -> vcpus, from reports
+	limits     map[string]HostLimits               // host -> its last reported policy
+	seen       map[string]bool                     // hosts this process has heard from
+	heard      map[string]time.Time                // host -> when this process last had a report of it in hand (arrived, or a poll answered)
+	written    map[string]string                   // host -> fingerprint of the report this process last wrote (store.ReportHash)
+	catalog    map[string]store.Template           // last catalog entry written per template
+	due        map[string]bool                     // hosts to reconcile soon (first heartbeat since start)
+	dueSig     chan struct{}                       // something was added to due
 
 	reconciler *store.Lock // held by the one replica that runs ReconcileAll
 
@@ -192,7 +193,7 @@ func New(cfg Config) *Scheduler {
 		cfg.Logger = slog.Default()
 	}
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
-		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, heard: map[string]time.Time{}, written: map[string]string{}, catalog: map[string]store.Template{},
+		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplVols: map[string][]hostapi.SnapshotVolume{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, heard: map[string]time.Time{}, written: map[string]string{}, catalog: map[string]store.Template{},
 		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), beats: beats{max: maxBeatBatch},
 		orphans: orphans{seen: map[string]map[string]time.Time{}}}
 }
@@ -308,6 +309,11 @@ func (s *Scheduler) noteReport(h store.Host, reg Registration, read readWindow) 
 		}
 		if t.VCPUs > 0 {
 			s.tmplCPU[t.Name] = t.VCPUs
+		}
+		if len(t.Volumes) > 0 {
+			s.tmplVols[t.Name] = t.Volumes
+		} else {
+			delete(s.tmplVols, t.Name)
 		}
 	}
 	firstSight = !s.seen[h.ID]
@@ -429,6 +435,14 @@ func (s *Scheduler) TemplateMemMiB(ctx context.Context, template string) int64 {
 		m = DefaultTemplateMemMiB
 	}
 	return int64(m)
+}
+
+// TemplateVolumes is the data volume template is baked with (none or one), as the hosts report
+// it: every sandbox of the template gets a copy of it.
+func (s *Scheduler) TemplateVolumes(template string) []hostapi.SnapshotVolume {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tmplVols[template]
 }
 
 // Place returns the hosts that can take a sandbox of template, best first: hosts that have it

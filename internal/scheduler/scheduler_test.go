@@ -20,6 +20,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/testenv"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 func newSched(t *testing.T, cfg Config) (*Scheduler, *store.Store) {
@@ -703,5 +704,29 @@ func TestCheckHostsSparesStaticAgentsAsked(t *testing.T) {
 	offset += timeout + timeout/2
 	if got := checkWhileAsked(); got != store.HostUp {
 		t.Fatalf("answered %s ago, asked now: %s; want up", timeout+timeout/2, got)
+	}
+}
+
+// A template's data volume is learnt from the hosts' reports (a create holds quota for its copy
+// before it asks a host), and forgotten when a report no longer has it.
+func TestTemplateVolumes(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newSched(t, Config{})
+	withVol := tmpl("db", true)
+	withVol.Volumes = []hostapi.SnapshotVolume{{Slot: 0, MountPath: "/var/lib/db", SizeMiB: 64, FS: "ext4"}}
+	if err := s.Register(ctx, reg("h", 4000, 0, tmpl("base", true), withVol)); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.TemplateVolumes("db"); len(got) != 1 || got[0] != withVol.Volumes[0] {
+		t.Errorf("TemplateVolumes(db) = %+v", got)
+	}
+	if got := s.TemplateVolumes("base"); len(got) != 0 {
+		t.Errorf("TemplateVolumes(base) = %+v", got)
+	}
+	if err := s.Register(ctx, reg("h", 4000, 0, tmpl("db", true))); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.TemplateVolumes("db"); len(got) != 0 {
+		t.Errorf("after a report without it, TemplateVolumes(db) = %+v", got)
 	}
 }

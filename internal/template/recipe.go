@@ -24,6 +24,9 @@ type Recipe struct {
 	VCPUs        int
 	MemoryMiB    int
 	DiskMiB      int
+	// Volume is the data volume baked with the template (the newest in the From chain that has
+	// one), or nil.
+	Volume *DataVolume
 }
 
 // Layer is one template's own files and steps.
@@ -86,6 +89,11 @@ func Resolve(spec Spec, lookup Lookup) (Recipe, error) {
 		r.VCPUs = pick(s.VCPUs, r.VCPUs)
 		r.MemoryMiB = pick(s.MemoryMiB, r.MemoryMiB)
 		r.DiskMiB = pick(s.DiskMiB, r.DiskMiB)
+		if s.Volume != nil {
+			v := *s.Volume
+			v.FS = "ext4"
+			r.Volume = &v
+		}
 	}
 	if r.ReadyTimeout == 0 {
 		r.ReadyTimeout = DefaultReadyWait * time.Second
@@ -120,7 +128,8 @@ func (r Recipe) BuildHash() string {
 		Layers []Layer
 		Npm    []string
 		Env    map[string]string
-	}{r.Layers, r.Npm, r.Env})
+		Volume *DataVolume `json:",omitempty"` // the build steps write to it
+	}{r.Layers, r.Npm, r.Env, r.Volume})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
 }

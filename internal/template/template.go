@@ -39,6 +39,10 @@ type Spec struct {
 	VCPUs               int    `json:"vcpus,omitempty"`
 	MemoryMiB           int    `json:"memory_mib,omitempty"`
 	DiskMiB             int    `json:"disk_mib,omitempty"`
+	// Volume is a data volume baked with the template: made empty, mounted before the build steps
+	// and the start command run (so they can write to it), and snapshotted mounted. Every sandbox
+	// made from the template gets its own copy of it, in its first volume slot, already mounted.
+	Volume *DataVolume `json:"volume,omitempty"`
 	// Aliases are other names that resolve to this template (catalog only).
 	Aliases []string `json:"aliases,omitempty"`
 	// Metadata is free-form information shown with the template (e.g. the PostgreSQL version).
@@ -55,6 +59,47 @@ type File struct {
 	// Src is read by the CLI from the spec's directory and sent as content; the API never reads
 	// host paths.
 	Src string `json:"src,omitempty"`
+}
+
+// DataVolume is a template's data volume (see Spec.Volume).
+type DataVolume struct {
+	SizeMiB   int    `json:"size_mib"`
+	FS        string `json:"fs,omitempty"` // ext4 (the default and the only one)
+	MountPath string `json:"mount_path"`
+}
+
+// Limits on a template's data volume: a bake writes it, and every sandbox of the template is
+// promised its size.
+const (
+	MinVolumeMiB = 16
+	MaxVolumeMiB = 64 << 10
+)
+
+// volumeForbidden may not hold a template's data volume: they hold the guest's system (a volume
+// under /var, such as /var/lib/postgresql, is fine; /var itself is not).
+var volumeForbidden = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/tmp", "/usr"}
+
+// check validates a data volume.
+func (v DataVolume) check() error {
+	if v.SizeMiB < MinVolumeMiB || v.SizeMiB > MaxVolumeMiB {
+		return fmt.Errorf("volume.size_mib must be %d-%d, got %d", MinVolumeMiB, MaxVolumeMiB, v.SizeMiB)
+	}
+	if v.FS != "" && v.FS != "ext4" {
+		return fmt.Errorf("volume.fs %q: only ext4 is supported", v.FS)
+	}
+	p := v.MountPath
+	if !path.IsAbs(p) || path.Clean(p) != p || len(p) > 256 || strings.ContainsAny(p, "\x00\n") {
+		return fmt.Errorf("volume.mount_path %q must be a clean absolute path of at most 256 bytes", p)
+	}
+	if p == "/" || p == "/var" || p == "/root" || p == "/home" {
+		return fmt.Errorf("volume.mount_path %q would hide the guest's own files; use a directory below it, e.g. /var/lib/postgresql or /data", p)
+	}
+	for _, d := range volumeForbidden {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return fmt.Errorf("volume.mount_path %q is under the system directory %s; use e.g. /var/lib/<service> or /data", p, d)
+		}
+	}
+	return nil
 }
 
 // Limits on what one spec may carry (the API reads specs from the network).
@@ -190,6 +235,11 @@ func (s Spec) Validate() error {
 		return bad("memory_mib must be %d-65536", MinMemoryMiB)
 	case s.DiskMiB != 0 && (s.DiskMiB < 1024 || s.DiskMiB > 1<<20):
 		return bad("disk_mib must be 1024-1048576")
+	}
+	if s.Volume != nil {
+		if err := s.Volume.check(); err != nil {
+			return bad("%v", err)
+		}
 	}
 	for _, a := range s.Aliases {
 		if !nameRE.MatchString(a) {

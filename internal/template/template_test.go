@@ -113,3 +113,45 @@ func TestParseAndValidate(t *testing.T) {
 		t.Errorf("missing from: %v", err)
 	}
 }
+
+func TestDataVolume(t *testing.T) {
+	base := "name: db\nfrom: debian:trixie\n"
+	for _, tc := range []struct{ vol, err string }{
+		{"volume: {size_mib: 64, mount_path: /var/lib/postgresql}", ""},
+		{"volume: {size_mib: 64, fs: ext4, mount_path: /data}", ""},
+		{"volume: {size_mib: 8, mount_path: /data}", "volume.size_mib must be 16-65536, got 8"},
+		{"volume: {size_mib: 100000, mount_path: /data}", "volume.size_mib must be 16-65536"},
+		{"volume: {size_mib: 64, mount_path: /data, fs: xfs}", `volume.fs "xfs": only ext4`},
+		{"volume: {size_mib: 64, mount_path: data}", "must be a clean absolute path"},
+		{"volume: {size_mib: 64, mount_path: /data/../etc}", "must be a clean absolute path"},
+		{"volume: {size_mib: 64, mount_path: /}", "would hide the guest's own files"},
+		{"volume: {size_mib: 64, mount_path: /var}", "would hide the guest's own files"},
+		{"volume: {size_mib: 64, mount_path: /etc/postgresql}", "under the system directory /etc"},
+		{"volume: {size_mib: 64, mount_path: /usr}", "under the system directory /usr"},
+		{"volume: {size_mib: 64, mount_path: /data, owner: x}", "unknown field"},
+	} {
+		s, err := Parse([]byte(base + tc.vol))
+		if err == nil {
+			err = s.Validate()
+		}
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%s: %v", tc.vol, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: got %v, want an error with %q", tc.vol, err, tc.err)
+		}
+	}
+	// A child inherits its parent's volume; the build hash of a template without one is as before.
+	parent, _ := Parse([]byte(base + "volume: {size_mib: 64, mount_path: /data}\nsteps: [echo hi > /data/x]"))
+	child, _ := Parse([]byte("name: db2\nfrom: db\n"))
+	r, err := Resolve(child, func(n string) (Spec, bool) { return parent, n == "db" })
+	if err != nil || r.Volume == nil || *r.Volume != (DataVolume{SizeMiB: 64, FS: "ext4", MountPath: "/data"}) {
+		t.Fatalf("child recipe volume %+v, %v", r.Volume, err)
+	}
+	noVol, _ := Parse([]byte(base + "steps: [echo hi > /data/x]"))
+	rp, _ := Resolve(parent, CatalogSpec)
+	rn, _ := Resolve(noVol, CatalogSpec)
+	if rp.BuildHash() == rn.BuildHash() {
+		t.Error("a volume does not change the build hash: the build steps write to it")
+	}
+}

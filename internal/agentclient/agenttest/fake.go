@@ -193,6 +193,18 @@ func (a *Agent) SetSlots(n int64) { a.with(func() { a.slotsTotal = n }) }
 // SetMemory changes the total memory reported by /v1/info.
 func (a *Agent) SetMemory(mib int64) { a.with(func() { a.memTotal = mib }) }
 
+// SetTemplateVolume gives template name a data volume of sizeMiB at mountPath, as the real agent
+// reports a template baked with one: every create from it gets a new volume (empty here) there.
+func (a *Agent) SetTemplateVolume(name, mountPath string, sizeMiB int64) {
+	a.with(func() {
+		for i := range a.templates {
+			if a.templates[i].Name == name {
+				a.templates[i].Volumes = []agentclient.SnapshotVolume{{Slot: 0, MountPath: mountPath, SizeMiB: sizeMiB, FS: "ext4"}}
+			}
+		}
+	})
+}
+
 // SetPool changes the size of the disk pool (MiB) that volumes are admitted against.
 func (a *Agent) SetPool(mib int64) { a.with(func() { a.poolTotal = mib }) }
 

@@ -48,6 +48,8 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 		if copies = a.snapshots[req.SnapshotID].Volumes; len(copies) > 0 && len(mounts) > 0 {
 			return nil, conflict("snapshot %s restores with copies of its %d volumes in their slots; no other volumes can be attached to a sandbox made from it", req.SnapshotID, len(copies))
 		}
+	} else if copies = tpl.Volumes; len(copies) > 0 && len(mounts) > 0 {
+		return nil, conflict("template %s restores with a copy of its data volume in slot 0; no other volumes can be attached to a sandbox made from it", tpl.Name)
 	}
 	if req.ID == "" {
 		req.ID = a.newID("sb_fake")
@@ -62,7 +64,7 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 		a.refused++
 		return nil, apiErr(503, "capacity", "no free slot")
 	}
-	if len(copies) > 0 { // already mounted in the snapshot's guest: new volumes from its files
+	if len(copies) > 0 { // already mounted in the snapshot's (template's) guest: new volumes from its files
 		if mounts, err = a.volumesFrom(copies, g, 1); err != nil {
 			return nil, err
 		}

@@ -179,6 +179,18 @@ func retryLost(ctx context.Context, say func(string, ...any), what string, call 
 	return err
 }
 
+// dataVolumeFile is a template's data volume image in its directory: named as a snapshot's copy
+// of the volume in slot 0, so a create makes the sandbox's volume from it as a restore does.
+const dataVolumeFile = "vol0.ext4"
+
+// dataVolumes describes recipe r's data volume as its template lists it (nil: none).
+func dataVolumes(r template.Recipe) []hostapi.SnapshotVolume {
+	if r.Volume == nil {
+		return nil
+	}
+	return []hostapi.SnapshotVolume{{Slot: 0, MountPath: r.Volume.MountPath, SizeMiB: int64(r.Volume.SizeMiB), FS: "ext4"}}
+}
+
 // warmUp runs in a template's guest before its snapshot (see bake).
 const warmUp = "true; id >/dev/null; ls / >/dev/null; command -v python3 >/dev/null && python3 -c 'import os, sys, json, subprocess' || true"
 
@@ -196,6 +208,7 @@ func (ts *Templates) List() []hostapi.Template {
 		info := hostapi.Template{Name: name, Description: spec.Description, Aliases: spec.Aliases, Metadata: spec.Metadata}
 		if r, err := template.Resolve(spec, ts.Spec); err == nil {
 			info.VCPUs, info.MemoryMiB, info.DiskMiB, info.Env = r.VCPUs, r.MemoryMiB, r.DiskMiB, r.Env
+			info.Volumes = dataVolumes(r) // what a bake will have: a create needs it before
 		}
 		ts.mu.Lock()
 		_, info.Built = ts.built[name]
@@ -276,6 +289,9 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	nic := ts.cfg.Net != nil
 	// With a blob store, a bake another host published is pulled instead of made here.
 	store, pub := ts.Blob(), ""
+	if spec.Volume != nil {
+		store = nil // a template's data volume stays on the host that baked it, like volumes
+	}
 	if store != nil {
 		var err error
 		if pub, err = ts.publication(spec, nic); err != nil {
@@ -297,9 +313,13 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	if err != nil {
 		return nil, buildFailed("%v", err)
 	}
+	volSrc := "" // the data volume as the build left it ("": made empty below)
 	if spec.NeedsBuildVM() {
 		if img, err = ts.runBuildVM(ctx, spec, img, say); err != nil {
 			return nil, err
+		}
+		if spec.Volume != nil {
+			volSrc = builtVolume(img.Rootfs)
 		}
 	}
 	env, _ := json.Marshal(spec.Env)
@@ -313,6 +333,9 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	}
 	key := layout.ShortHash(version, strconv.Itoa(volume.Slots), warmUp, strconv.FormatBool(nic), img.Hash, strconv.Itoa(spec.VCPUs), strconv.Itoa(spec.MemoryMiB),
 		strconv.Itoa(spec.DiskMiB), ident.String(), spec.Start, spec.Ready, string(env))
+	if spec.Volume != nil { // without one, the key is as before
+		key = layout.ShortHash(key, "volume", strconv.Itoa(spec.Volume.SizeMiB), spec.Volume.MountPath)
+	}
 	dir := filepath.Join(ts.cfg.Layout.Templates(), spec.Name+"-"+key)
 	if info, err := loadTemplate(dir); err == nil {
 		switch {
@@ -335,6 +358,9 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 		if fi, err := os.Stat(f); err == nil {
 			need += layout.Allocated(fi)
 		}
+	}
+	if spec.Volume != nil {
+		need += volume.MakeFSCost(int64(spec.Volume.SizeMiB) << 20)
 	}
 	releaseDisk, err := ts.cfg.Disk.Admit("baking template "+spec.Name, need)
 	if err != nil {
@@ -378,6 +404,21 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	if mspec.Drives, err = ts.cfg.Volumes.Drives(tmp, volume.Slots, nil, bakeSlots); err != nil {
 		return nil, err
 	}
+	if spec.Volume != nil {
+		// The data volume sits in slot 0 during the bake and stays in the template's directory:
+		// the snapshot has it mounted, and every sandbox gets a copy of it there (hostapi.Template).
+		vol := filepath.Join(tmp, dataVolumeFile)
+		if volSrc != "" {
+			err = cloneOrCopy(volSrc, vol)
+		} else {
+			err = volume.MakeFS(ctx, vol, int64(spec.Volume.SizeMiB))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("template %s: data volume: %w", spec.Name, err)
+		}
+		mspec.Drives[0].File = vol
+		info.Volumes = dataVolumes(spec)
+	}
 	if nic {
 		// The bake VM needs a tap like any other (the NIC is in the snapshot), but no egress.
 		slot, err := ts.cfg.Net.Acquire(ctx, network.Policy{})
@@ -414,6 +455,12 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	}
 	say("guest agent ready after %d ms", time.Since(start).Milliseconds())
 	faultpoint.Reach("agent.bake.booted") // the bake VM runs, nothing is saved yet
+	if err := retryLost(bootCtx, say, "data volume mount", func() error {
+		return mountDataVolume(bootCtx, client, spec, filepath.Join(tmp, dataVolumeFile))
+	}); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("template %s: %w", spec.Name, err)
+	}
 	if spec.Start != "" {
 		if err := startService(bootCtx, client, spec, say); err != nil {
 			client.Close()

@@ -15,6 +15,7 @@ import (
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
 	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/image"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/template"
@@ -83,6 +84,15 @@ func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img imag
 	runDir := ts.cfg.Layout.RunDir("build-" + key)
 	defer os.RemoveAll(runDir)
 	spec := runtime.Spec{VCPUs: 1, MemoryMiB: mem, Kernel: img.Kernel, Initrd: img.Initrd, Disk: disk}
+	if r.Volume != nil {
+		// The template's data volume, made empty here and mounted before the steps: what they
+		// write there is the volume image the bake starts from (builtVolume).
+		vol := builtVolume(disk)
+		if err := volume.MakeFS(ctx, vol, int64(r.Volume.SizeMiB)); err != nil {
+			return out, fmt.Errorf("build VM: data volume: %w", err)
+		}
+		spec.Drives = []runtime.Drive{{Serial: volume.Serial(0), File: vol}}
+	}
 	vm, err := ts.cfg.Runtime.Boot(ctx, runDir, spec, filepath.Join(tmp, "ram"))
 	if err != nil {
 		return out, err
@@ -101,6 +111,9 @@ func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img imag
 	}); err != nil {
 		return out, fmt.Errorf("build VM: %w", err)
 	}
+	if err := mountDataVolume(ctx, client, r, builtVolume(disk)); err != nil {
+		return out, fmt.Errorf("build VM: %w", err)
+	}
 	if err := ts.buildInGuest(ctx, client, r, say); err != nil {
 		return out, err
 	}
@@ -114,6 +127,25 @@ func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img imag
 		return out, err
 	}
 	return out, nil
+}
+
+// builtVolume is where a build keeps the template's data volume: beside its rootfs.
+func builtVolume(rootfs string) string { return filepath.Join(filepath.Dir(rootfs), "volume.ext4") }
+
+// mountDataVolume mounts the recipe's data volume (if it has one; file is its image, attached in
+// slot 0) in a freshly booted guest.
+func mountDataVolume(ctx context.Context, c *guest.Client, r template.Recipe, file string) error {
+	if r.Volume == nil {
+		return nil
+	}
+	st, err := os.Stat(file)
+	if err != nil {
+		return err
+	}
+	if err := c.Mount(ctx, volume.Serial(0), r.Volume.MountPath, st.Size(), false, false); err != nil {
+		return fmt.Errorf("data volume: mount at %s: %w", r.Volume.MountPath, err)
+	}
+	return nil
 }
 
 // buildInGuest writes the files, runs the npm packages' install scripts and the build steps.

@@ -36,6 +36,12 @@ func (m *Manager) BareRestore(ctx context.Context, templateName string) (float64
 	if spec.Drives, err = m.volumes.Drives(tmpl.Dir, tmpl.VolumeSlots, nil, dir); err != nil {
 		return 0, err
 	}
+	for _, c := range tmpl.Volumes { // a template's data volume: a private copy, as a create gets
+		spec.Drives[c.Slot].File = filepath.Join(dir, copyFile(c.Slot))
+		if err := storage.Clone(filepath.Join(tmpl.Dir, copyFile(c.Slot)), spec.Drives[c.Slot].File); err != nil {
+			return 0, err
+		}
+	}
 	runDir := m.layout.RunDir(id)
 	defer os.RemoveAll(runDir)
 	start := time.Now()

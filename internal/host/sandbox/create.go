@@ -26,8 +26,9 @@ type source struct {
 	rec     record // template fields, base dir, lineage
 	diskSrc string // disk image the sandbox's disk is reflinked from
 	noProcs bool   // a snapshot whose sandbox had no background processes (snapshot.Record.NoProcs)
-	// volCopies are the snapshot's volume copies (in the directory rec.BaseDir): the sandbox
-	// mounts a new volume made from each, in the same slot, already mounted in its guest.
+	// volCopies are the snapshot's volume copies, or the template's data volume (in the directory
+	// rec.BaseDir): the sandbox mounts a new volume made from each, in the same slot, already
+	// mounted in its guest.
 	volCopies []hostapi.SnapshotVolume
 }
 
@@ -80,7 +81,11 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 			return hostapi.Sandbox{}, err
 		}
 		src = source{rec: record{Template: tmpl.Name, TemplateDir: tmpl.Dir, VCPUs: tmpl.VCPUs, MemoryMiB: tmpl.MemoryMiB,
-			BaseDir: tmpl.Dir, NIC: tmpl.NIC, VolumeSlots: tmpl.VolumeSlots, Identity: tmpl.Identity}, diskSrc: filepath.Join(tmpl.Dir, "disk.img")}
+			BaseDir: tmpl.Dir, NIC: tmpl.NIC, VolumeSlots: tmpl.VolumeSlots, Identity: tmpl.Identity}, diskSrc: filepath.Join(tmpl.Dir, "disk.img"),
+			volCopies: tmpl.Volumes}
+		if len(tmpl.Volumes) > 0 && len(req.Volumes) > 0 {
+			return hostapi.Sandbox{}, errdefs.Conflictf("template %s restores with a copy of its data volume in slot 0; no other volumes can be attached to a sandbox made from it", tmpl.Name)
+		}
 		if len(tmpl.Env) > 0 { // the template's env, under the sandbox's own
 			env := maps.Clone(tmpl.Env)
 			maps.Copy(env, req.Env)

@@ -82,21 +82,27 @@ func validSize(sizeMiB int64) error {
 // Create makes an empty ext4 volume, its root owned by the guest's default user.
 func (s *Store) Create(ctx context.Context, id string, sizeMiB int64) (hostapi.Volume, error) {
 	// What mkfs writes now, or the volume's promise if larger (it is then part of the promise).
-	return s.make(id, sizeMiB, "", max(s.promise(sizeMiB<<20), mkfsCost(sizeMiB<<20)), func(tmp string) error {
-		if err := os.WriteFile(tmp, nil, 0o600); err != nil {
-			return err
-		}
-		if err := os.Truncate(tmp, sizeMiB<<20); err != nil {
-			return diskErr(err)
-		}
-		// mkfs of a file we just made: no guest data is parsed on the host.
-		out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", "volume", "-E",
-			"root_owner=1000:1000,lazy_itable_init=0,lazy_journal_init=0", "-m", "0", tmp).CombinedOutput()
-		if err != nil {
-			return diskErr(fmt.Errorf("mkfs.ext4: %v: %s", err, out))
-		}
-		return nil
+	return s.make(id, sizeMiB, "", max(s.promise(sizeMiB<<20), MakeFSCost(sizeMiB<<20)), func(tmp string) error {
+		return MakeFS(ctx, tmp, sizeMiB)
 	})
+}
+
+// MakeFS writes file: an empty ext4 image of sizeMiB, its root owned by the guest's default user
+// (a volume, or a template's data volume before its bake writes to it).
+func MakeFS(ctx context.Context, file string, sizeMiB int64) error {
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		return err
+	}
+	if err := os.Truncate(file, sizeMiB<<20); err != nil {
+		return diskErr(err)
+	}
+	// mkfs of a file we just made: no guest data is parsed on the host.
+	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-L", "volume", "-E",
+		"root_owner=1000:1000,lazy_itable_init=0,lazy_journal_init=0", "-m", "0", file).CombinedOutput()
+	if err != nil {
+		return diskErr(fmt.Errorf("mkfs.ext4: %v: %s", err, out))
+	}
+	return nil
 }
 
 // CreateFrom makes volume id from src, a copy of a volume's ext4 image of sizeMiB (a snapshot's
@@ -261,11 +267,11 @@ func (s *Store) Promised() int64 {
 	return sum
 }
 
-// mkfsCost bounds what mkfs.ext4 (with its inode tables and journal initialised now) allocates
+// MakeFSCost bounds what mkfs.ext4 (with its inode tables and journal initialised now) allocates
 // in a volume of size bytes: the journal (size/32, at most 1 GiB) plus a little metadata. Measured
 // (e2fsprogs 1.47 on the XFS pool): 64 MiB: 5 MiB, 1 GiB: 33, 16 GiB: 133, 256 GiB: 1031,
 // 1 TiB: 1040.
-func mkfsCost(size int64) int64 {
+func MakeFSCost(size int64) int64 {
 	return min(size, min(size/32, 1<<30)+size/16384+8<<20)
 }
 
@@ -339,8 +345,8 @@ func CheckAttach(ms []hostapi.VolumeMount, attached func(volumeID string) []host
 	return nil
 }
 
-// serial names a machine's volume slot i (the guest finds the drive by it).
-func serial(i int) string { return "pvol" + strconv.Itoa(i) }
+// Serial names a machine's volume slot i (the guest finds the drive by it).
+func Serial(i int) string { return "pvol" + strconv.Itoa(i) }
 
 // Drives returns the extra disks of a machine with slots spare drives: a volume file per mount, a
 // private empty placeholder (reflinked from templateDir's, into dir) in every other slot. Slots
@@ -351,7 +357,7 @@ func (s *Store) Drives(templateDir string, slots int, mounts []hostapi.VolumeMou
 	}
 	ds := make([]runtime.Drive, slots)
 	for i := range ds {
-		ds[i].Serial = serial(i)
+		ds[i].Serial = Serial(i)
 		if i < len(mounts) {
 			ds[i].File, ds[i].ReadOnly = s.File(mounts[i].VolumeID), mounts[i].ReadOnly
 			continue
@@ -370,7 +376,7 @@ func (s *Store) Drives(templateDir string, slots int, mounts []hostapi.VolumeMou
 // files; the guest learns their size, then mounts them (and grows a resized one).
 func (s *Store) Mount(ctx context.Context, rt runtime.Runtime, vm *runtime.VM, c *guest.Client, mounts []hostapi.VolumeMount) error {
 	for i, m := range mounts {
-		if err := rt.RefreshDrive(ctx, vm, serial(i)); err != nil {
+		if err := rt.RefreshDrive(ctx, vm, Serial(i)); err != nil {
 			return fmt.Errorf("volume %s: %w", m.VolumeID, err)
 		}
 		st, err := os.Stat(s.File(m.VolumeID))
@@ -380,7 +386,7 @@ func (s *Store) Mount(ctx context.Context, rt runtime.Runtime, vm *runtime.VM, c
 		var meta hostapi.Volume
 		layout.ReadJSON(s.meta(m.VolumeID), &meta)
 		grow := meta.GrowPending && !m.ReadOnly
-		if err := c.Mount(ctx, serial(i), m.MountPath, st.Size(), m.ReadOnly, grow); err != nil {
+		if err := c.Mount(ctx, Serial(i), m.MountPath, st.Size(), m.ReadOnly, grow); err != nil {
 			return fmt.Errorf("volume %s: mount at %s: %w", m.VolumeID, m.MountPath, err)
 		}
 		if grow {

@@ -112,6 +112,10 @@ type Template struct {
 	NIC bool `json:"nic,omitempty"`
 	// VolumeSlots: spare drives baked in, where volumes are attached on restore.
 	VolumeSlots int `json:"volume_slots,omitempty"`
+	// Volumes is the template's data volume (none or one, in slot 0), baked mounted: every sandbox
+	// made from the template gets a new volume copied from it, in that slot, already mounted.
+	// VolumeID is empty (the image is the template's, not a volume).
+	Volumes []SnapshotVolume `json:"volumes,omitempty"`
 	// Env is the template's env, under every exec's own.
 	Env map[string]string `json:"env,omitempty"`
 	// Description, Aliases and Metadata are what the template's spec says about itself.
