@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -204,6 +205,18 @@ func (k *contract) processExits(t *testing.T) {
 	shared := start(id, "shared")
 	pre := start(id, "pre") // ends just before the fork: the parent's exit, whether or not looked at yet
 	term(id, pre)
+	// The signal is sent, not yet taken: until the guest has the exit in its table, the process
+	// still runs and would run on (and end) in the child too, which is then the child's exit.
+	for i := 0; ; i++ {
+		ps := must[[]agentclient.Process](t, "list processes")(k.c.ListProcesses(ctx(), id))
+		if j := slices.IndexFunc(ps, func(p agentclient.Process) bool { return p.Pid == pre }); j >= 0 && ps[j].State == "exited" {
+			break
+		}
+		if i == 600 {
+			t.Fatalf("process %d did not exit after TERM: %+v", pre, ps)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	child := must[[]agentclient.Sandbox](t, "fork")(k.c.Fork(ctx(), id, 1))[0]
 	defer k.c.KillSandbox(ctx(), child.ID)
 	if p := must[agentclient.Process](t, "kill in the child")(k.c.KillProcess(ctx(), child.ID, shared)); p.State != "exited" {
