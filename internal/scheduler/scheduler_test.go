@@ -606,26 +606,31 @@ func TestReserveChecksRoomAgain(t *testing.T) {
 	reserve(t, s, "h", 256) // the slot is back
 }
 
+// newOffsetSched is a scheduler whose clock runs *offset ahead of the store's.
+func newOffsetSched(t *testing.T, timeout time.Duration) (*Scheduler, *store.Store, *time.Duration) {
+	offset := new(time.Duration)
+	s, st := newSched(t, Config{HeartbeatTimeout: timeout, Now: func() time.Time { return time.Now().Add(*offset) }})
+	return s, st, offset
+}
+
 // TestCheckHostsSparesHostsHeard: a host whose report this process has in hand is not marked
 // down though its row looks stale (the write of its report landed late: here its row is dated
 // by the store's clock, which lags this scheduler's by a minute); once it falls silent it is.
 func TestCheckHostsSparesHostsHeard(t *testing.T) {
 	ctx := context.Background()
-	var offset time.Duration
-	clock := func() time.Time { return time.Now().Add(offset) }
 	const timeout = 3 * time.Second
-	s, st := newSched(t, Config{HeartbeatTimeout: timeout, Now: clock})
+	s, st, offset := newOffsetSched(t, timeout)
 	for _, id := range []string{"a", "b"} {
 		if err := s.Register(ctx, reg(id, 4000, 0, tmpl("base", true))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	offset = time.Minute + timeout
+	*offset = time.Minute + timeout
 	// a reports something new (its row is written in full, dated by the store); b is silent.
 	if err := s.Heartbeat(ctx, reg("a", 3000, 1, tmpl("base", true))); err != nil {
 		t.Fatal(err)
 	}
-	if h, _ := st.GetHost(ctx, "a"); !h.LastHeartbeat.Before(clock().Add(-timeout)) {
+	if h, _ := st.GetHost(ctx, "a"); !h.LastHeartbeat.Before(time.Now().Add(*offset - timeout)) {
 		t.Fatalf("a's row is not stale to this scheduler: %v", h.LastHeartbeat)
 	}
 	if err := s.CheckHosts(ctx); err != nil {
@@ -636,7 +641,7 @@ func TestCheckHostsSparesHostsHeard(t *testing.T) {
 			t.Fatalf("%s is %s; want %s", id, h.State, want)
 		}
 	}
-	offset += 2 * timeout // a falls silent too
+	*offset += 2 * timeout // a falls silent too
 	if err := s.CheckHosts(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -650,10 +655,8 @@ func TestCheckHostsSparesHostsHeard(t *testing.T) {
 // timeout on a loaded machine); one whose answers stopped for two timeouts is, poll or no poll.
 func TestCheckHostsSparesStaticAgentsAsked(t *testing.T) {
 	ctx := context.Background()
-	var offset time.Duration
-	clock := func() time.Time { return time.Now().Add(offset) }
 	const timeout = 3 * time.Second
-	s, st := newSched(t, Config{HeartbeatTimeout: timeout, Now: clock})
+	s, st, offset := newOffsetSched(t, timeout)
 	var hold atomic.Bool
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -693,15 +696,15 @@ func TestCheckHostsSparesStaticAgentsAsked(t *testing.T) {
 		}
 		return got
 	}
-	offset = time.Minute // its row (dated by the store) and its last answer are a minute old to this scheduler
+	*offset = time.Minute // its row (dated by the store) and its last answer are a minute old to this scheduler
 	if got := checkWhileAsked(); got != store.HostDown {
 		t.Fatalf("answered a minute ago, asked now: %s; want down", got)
 	}
-	offset += time.Minute // the poll above answered; it is asked again a timeout and a half later
+	*offset += time.Minute // the poll above answered; it is asked again a timeout and a half later
 	if err := s.PollStatic(ctx); err != nil {
 		t.Fatal(err)
 	}
-	offset += timeout + timeout/2
+	*offset += timeout + timeout/2
 	if got := checkWhileAsked(); got != store.HostUp {
 		t.Fatalf("answered %s ago, asked now: %s; want up", timeout+timeout/2, got)
 	}
