@@ -54,7 +54,7 @@ class Volumes(LiveTestCase):
         self.assertEqual([(a.sandbox_id, a.mount_path, a.read_only) for a in got.attachments],
                          [(writer.id, "/data", False)])
 
-        # While attached read-write: no delete, no resize, no second attach, no snapshot or fork.
+        # While attached read-write: no delete, no resize, no second attach.
         with self.assertRaises(pandastack.Conflict) as cm:
             self.client.volumes.delete(v.id)
         self.assertIn(writer.id, cm.exception.message)
@@ -62,10 +62,19 @@ class Volumes(LiveTestCase):
             self.client.volumes.resize(v.id, 128)
         with self.assertRaises(pandastack.Conflict):
             self.create(volumes=[v.mount("/data", read_only=True)])
-        with self.assertRaises(pandastack.Conflict):
-            writer.snapshot()
-        with self.assertRaises(pandastack.Conflict):
-            writer.fork()
+
+        # A snapshot copies the volume with memory and disk; a fork's child gets a copy of its
+        # own (docs/volumes.md): it reads what the parent wrote, and its writes stay its own.
+        self.client.snapshots.delete(writer.snapshot().id)
+        child = writer.fork()
+        self.addCleanup(child.kill)
+        self.assertEqual(child.filesystem.read("/data/hello.txt"), "hello from a volume\n")
+        child.filesystem.write("/data/hello.txt", "the child's\n")
+        self.assertEqual(writer.filesystem.read("/data/hello.txt"), "hello from a volume\n")
+        copy = [c for c in self.client.volumes.list() if [a.sandbox_id for a in c.attachments] == [child.id]]
+        self.assertEqual(len(copy), 1, "the child's copy of the volume is the team's volume")
+        child.kill()
+        self.client.volumes.delete(copy[0].id)
 
         writer.kill()
         self.assertEqual(self.client.volumes.get(v.id).attachments, [])
@@ -74,6 +83,8 @@ class Volumes(LiveTestCase):
         self.assertEqual(reader.filesystem.read("/data/hello.txt"), "hello from a volume\n")
         with self.assertRaises(pandastack.PandaStackError):
             reader.filesystem.write("/data/other.txt", "read-only")
+        with self.assertRaises(pandastack.Conflict):  # its guest sees a throw-away overlay: no copy
+            reader.snapshot()
         second = self.create(volumes=[v.mount("/mnt/ref", read_only=True)])
         self.assertEqual(second.filesystem.read("/mnt/ref/hello.txt"), "hello from a volume\n")
         with self.assertRaises(pandastack.Conflict):

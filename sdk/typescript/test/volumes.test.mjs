@@ -47,12 +47,26 @@ describe("volumes", () => {
     await writer.filesystem.write("/data/hello.txt", "hello from a volume\n");
     assert.deepEqual((await client.volumes.get(v.id)).attachments, [{ sandboxId: writer.id, mountPath: "/data", readOnly: false }]);
 
-    // While attached read-write: no delete, no resize, no second attach, no snapshot or fork.
+    // While attached read-write: no delete, no resize, no second attach.
     await assert.rejects(client.volumes.delete(v.id), (e) => e instanceof Conflict && e.message.includes(writer.id));
     await assert.rejects(client.volumes.resize(v.id, 128), Conflict);
     await assert.rejects(t.create({ volumes: [{ volumeId: v.id, mountPath: "/data", readOnly: true }] }), Conflict);
-    await assert.rejects(writer.snapshot(), Conflict);
-    await assert.rejects(writer.fork(), Conflict);
+
+    // A snapshot copies the volume with memory and disk; a fork's child gets a copy of its own
+    // (docs/volumes.md): it reads what the parent wrote, and its writes stay its own.
+    await client.snapshots.delete((await writer.snapshot()).id);
+    const child = await writer.fork();
+    try {
+      assert.equal(await child.filesystem.read("/data/hello.txt"), "hello from a volume\n");
+      await child.filesystem.write("/data/hello.txt", "the child's\n");
+      assert.equal(await writer.filesystem.read("/data/hello.txt"), "hello from a volume\n");
+      const copy = (await client.volumes.list()).filter((c) => c.attachments.length === 1 && c.attachments[0].sandboxId === child.id);
+      assert.equal(copy.length, 1, "the child's copy of the volume is the team's volume");
+      await child.kill();
+      await client.volumes.delete(copy[0].id);
+    } finally {
+      await child.kill().catch(() => {});
+    }
 
     await writer.kill();
     assert.deepEqual((await client.volumes.get(v.id)).attachments, []);
@@ -60,6 +74,7 @@ describe("volumes", () => {
     const reader = await t.create({ volumes: [{ volumeId: v.id, mountPath: "/data", readOnly: true }] });
     assert.equal(await reader.filesystem.read("/data/hello.txt"), "hello from a volume\n");
     await assert.rejects(reader.filesystem.write("/data/other.txt", "read-only"), PandaStackError);
+    await assert.rejects(reader.snapshot(), Conflict); // its guest sees a throw-away overlay: no copy
     const second = await t.create({ volumes: [{ volumeId: v.id, mountPath: "/mnt/ref", readOnly: true }] });
     assert.equal(await second.filesystem.read("/mnt/ref/hello.txt"), "hello from a volume\n");
     await assert.rejects(t.create({ volumes: [{ volumeId: v.id, mountPath: "/data" }] }), Conflict);
