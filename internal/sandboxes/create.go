@@ -111,6 +111,7 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 		return store.Sandbox{}, err
 	}
 	faultpoint.Reach("server.create.started") // the VM runs, its record is not written yet
+	made.ID = sbID
 	source := host.ID + "/template/" + p.AgentTemplate
 	if p.Snapshot != nil {
 		source = host.ID + "/snapshot/" + p.Snapshot.ID
@@ -119,7 +120,7 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 		if p.Snapshot != nil { // a snapshot's guest may be the team's doing (a full disk): it still starts
 			s.log.Warn("sandbox restored without the extra CA certificates", "sandbox", sbID, "snapshot", p.Snapshot.ID, "err", err)
 		} else {
-			s.killUnrecorded(ctx, host, sbID)
+			s.dropUnrecorded(ctx, s.sched.Client(host), host.ID, []agentclient.Sandbox{made}, len(vols) == 0)
 			return store.Sandbox{}, err
 		}
 	}
@@ -188,12 +189,13 @@ func firstIfAmong(hosts []store.Host, id string) []store.Host {
 
 // record stores a sandbox its host has just started (made: running, created now, expiring after
 // its ttl policy), with its volumes (checked again as they are recorded), or the copies of a
-// snapshot's volumes (or of its template's data volume) its host made for it. When the store fails the VM is killed (an unrecorded
-// VM is a leak), and the copies are deleted.
+// snapshot's volumes (or of its template's data volume) its host made for it. When the store
+// fails the VM is killed (an unrecorded VM is a leak), and the copies are deleted: the volumes
+// the host made are copies exactly when the caller attached none (a sandbox that gets copies
+// takes no other volumes).
 func (s *Service) record(ctx context.Context, h store.Host, sb store.Sandbox, vols []store.VolumeAttachment, made agentclient.Sandbox, copies []VolumeCopy) (store.Sandbox, error) {
 	now := s.clock()
 	sb.State, sb.CreatedAt, sb.ExpiresAt = store.StateRunning, now, now.Add(s.TTL(sb.TTLSeconds))
-	made.ID = sb.ID
 	newVols, atts, err := s.copiedVolumes(sb.TeamID, h.ID, []agentclient.Sandbox{made}, copies)
 	// Volumes nobody asked for: the copy of a template's data volume the host made before this
 	// control plane heard of the volume (no quota was held for it). Dropped, not recorded.
@@ -206,16 +208,8 @@ func (s *Service) record(ctx context.Context, h store.Host, sb store.Sandbox, vo
 		out, err = s.store.CreateSandboxesWithVolumes(ctx, []store.Sandbox{sb}, newVols, append(vols, atts...))
 	}
 	if err != nil {
-		s.dropUnrecorded(ctx, s.sched.Client(h), h.ID, []agentclient.Sandbox{made}, len(copies) > 0 || unasked)
+		s.dropUnrecorded(ctx, s.sched.Client(h), h.ID, []agentclient.Sandbox{made}, len(vols) == 0)
 		return store.Sandbox{}, err
 	}
 	return out[0], nil
-}
-
-// killUnrecorded kills a sandbox its host started but the store will not know (an unrecorded VM
-// is a leak).
-func (s *Service) killUnrecorded(ctx context.Context, h store.Host, id string) {
-	if err := s.sched.Client(h).KillSandbox(ctx, id); err != nil {
-		s.log.Error("could not kill a sandbox that is not recorded", "sandbox", id, "host", h.ID, "err", err)
-	}
 }

@@ -207,10 +207,10 @@ func (s *Service) dropUnrecorded(ctx context.Context, c *agentclient.Client, hos
 			s.log.Error("could not kill a sandbox that is not recorded", "sandbox", sb.ID, "host", hostID, "err", err)
 			continue
 		}
+		if !copies {
+			continue
+		}
 		for _, m := range sb.Volumes {
-			if !copies {
-				break
-			}
 			if err := c.DeleteVolume(ctx, m.VolumeID); err != nil {
 				s.log.Error("could not delete a volume copy that is not recorded", "volume", m.VolumeID, "host", hostID, "err", err)
 			}
