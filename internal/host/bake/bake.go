@@ -179,10 +179,6 @@ func retryLost(ctx context.Context, say func(string, ...any), what string, call 
 	return err
 }
 
-// dataVolumeFile is a template's data volume image in its directory: named as a snapshot's copy
-// of the volume in slot 0, so a create makes the sandbox's volume from it as a restore does.
-const dataVolumeFile = "vol0.ext4"
-
 // dataVolumes describes recipe r's data volume as its template lists it (nil: none).
 func dataVolumes(r template.Recipe) []hostapi.SnapshotVolume {
 	if r.Volume == nil {
@@ -407,7 +403,7 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	if spec.Volume != nil {
 		// The data volume sits in slot 0 during the bake and stays in the template's directory:
 		// the snapshot has it mounted, and every sandbox gets a copy of it there (hostapi.Template).
-		vol := filepath.Join(tmp, dataVolumeFile)
+		vol := filepath.Join(tmp, volume.CopyFile(0))
 		if volSrc != "" {
 			err = cloneOrCopy(volSrc, vol)
 		} else {
@@ -456,7 +452,7 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	say("guest agent ready after %d ms", time.Since(start).Milliseconds())
 	faultpoint.Reach("agent.bake.booted") // the bake VM runs, nothing is saved yet
 	if err := retryLost(bootCtx, say, "data volume mount", func() error {
-		return mountDataVolume(bootCtx, client, spec, filepath.Join(tmp, dataVolumeFile))
+		return mountDataVolume(bootCtx, client, spec, filepath.Join(tmp, volume.CopyFile(0)))
 	}); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("template %s: %w", spec.Name, err)

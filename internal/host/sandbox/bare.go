@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/storage"
 )
 
@@ -37,8 +38,8 @@ func (m *Manager) BareRestore(ctx context.Context, templateName string) (float64
 		return 0, err
 	}
 	for _, c := range tmpl.Volumes { // a template's data volume: a private copy, as a create gets
-		spec.Drives[c.Slot].File = filepath.Join(dir, copyFile(c.Slot))
-		if err := storage.Clone(filepath.Join(tmpl.Dir, copyFile(c.Slot)), spec.Drives[c.Slot].File); err != nil {
+		spec.Drives[c.Slot].File = filepath.Join(dir, volume.CopyFile(c.Slot))
+		if err := storage.Clone(filepath.Join(tmpl.Dir, volume.CopyFile(c.Slot)), spec.Drives[c.Slot].File); err != nil {
 			return 0, err
 		}
 	}

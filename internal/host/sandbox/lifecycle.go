@@ -243,7 +243,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]hostapi.San
 	wg.Wait()
 	// The children have their own copies of the volumes: the fork's pin no blocks past it.
 	for _, c := range snap.Volumes {
-		os.Remove(snap.File(copyFile(c.Slot)))
+		os.Remove(snap.File(volume.CopyFile(c.Slot)))
 	}
 	if err := errors.Join(errs...); err != nil {
 		for i, c := range children {

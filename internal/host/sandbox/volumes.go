@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/volume"
@@ -50,15 +49,12 @@ func (m *Manager) drives(rec *record, sandboxDir string) ([]runtime.Drive, error
 	return m.volumes.Drives(rec.TemplateDir, rec.VolumeSlots, rec.Volumes, sandboxDir)
 }
 
-// copyFile names a snapshot's copy of the volume in slot i.
-func copyFile(slot int) string { return "vol" + strconv.Itoa(slot) + ".ext4" }
-
 // copyVolumes reflinks the files of mounts (a paused VM's, in slot order) into a snapshot's
 // directory dir and describes the copies.
 func (m *Manager) copyVolumes(mounts []hostapi.VolumeMount, dir string) ([]hostapi.SnapshotVolume, error) {
 	var out []hostapi.SnapshotVolume
 	for i, vm := range mounts {
-		dst := filepath.Join(dir, copyFile(i))
+		dst := filepath.Join(dir, volume.CopyFile(i))
 		if err := storage.Clone(m.volumes.File(vm.VolumeID), dst); err != nil {
 			return nil, fmt.Errorf("volume %s: %w", vm.VolumeID, err)
 		}
@@ -88,7 +84,7 @@ func (m *Manager) volumesFrom(copies []hostapi.SnapshotVolume, dir string) (moun
 			return nil, func() {}, fmt.Errorf("snapshot volume copies out of slot order: %d at %d", c.Slot, i)
 		}
 		id := layout.NewID("vol_")
-		if _, err := m.volumes.CreateFrom(id, filepath.Join(dir, copyFile(c.Slot)), c.SizeMiB); err != nil {
+		if _, err := m.volumes.CreateFrom(id, filepath.Join(dir, volume.CopyFile(c.Slot)), c.SizeMiB); err != nil {
 			undo()
 			return nil, func() {}, fmt.Errorf("volume copy of %s: %w", c.VolumeID, err)
 		}

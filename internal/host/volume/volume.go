@@ -87,6 +87,11 @@ func (s *Store) Create(ctx context.Context, id string, sizeMiB int64) (hostapi.V
 	})
 }
 
+// CopyFile names, in a snapshot's or template's directory, the image of the volume in slot
+// (a snapshot's copy of an attached volume; a template's data volume is slot 0's): a sandbox made
+// from either gets a new volume made from it, in that slot.
+func CopyFile(slot int) string { return "vol" + strconv.Itoa(slot) + ".ext4" }
+
 // MakeFS writes file: an empty ext4 image of sizeMiB, its root owned by the guest's default user
 // (a volume, or a template's data volume before its bake writes to it).
 func MakeFS(ctx context.Context, file string, sizeMiB int64) error {
