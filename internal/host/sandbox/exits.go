@@ -126,24 +126,35 @@ func (m *Manager) lookExits(ctx context.Context, sb *sandbox, c *guest.Client) {
 	defer sb.look.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, exitLookWait)
 	defer cancel()
-	sb.mu.Lock()
-	gen := sb.watchGen
-	sb.mu.Unlock()
+	gen := sb.lookBegins()
 	ps, err := c.ListProcesses(ctx)
 	if err != nil {
 		return
 	}
+	for _, e := range sb.lookEnds(gen, ps) {
+		m.exits.add(e)
+	}
+}
+
+// lookBegins is a look's first step: the watch generation its list is compared with.
+func (sb *sandbox) lookBegins() uint64 {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.watchGen
+}
+
+// lookEnds takes the list ps of a look that began at generation gen: the exits to log. The watch
+// stays on while a process runs, and when a start began or ended while the list was on its way
+// (that process may be missing from ps).
+func (sb *sandbox) lookEnds(gen uint64, ps []guest.ProcessInfo) []hostapi.ProcessExit {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	var exits []hostapi.ProcessExit
 	var running bool
 	sb.exitsSeen, running, exits = newExits(sb.rec.ID, ps, sb.exitsSeen, inherited{sb.inheritSeq, sb.inheritBefore})
-	// A process started while the list was on its way is not in it: keep watching.
 	sb.procWatch = running || sb.watchGen != gen
 	sb.inheritBefore, sb.inheritSeq = time.Time{}, 0
-	for _, e := range exits {
-		m.exits.add(e)
-	}
+	return exits
 }
 
 // inherited tells a restored copy's inherited exits (sandbox.inheritSeq, inheritBefore); the
@@ -182,7 +193,10 @@ func newExits(id string, ps []guest.ProcessInfo, seenBefore map[exitKey]bool, in
 	return seen, running, exits
 }
 
-// watchProcs has sb looked at from the next round on (a process was started, or may run).
+// watchProcs has sb looked at from the next round on (a process is being started, or may run).
+// A start calls it twice, before the guest call and after it: a look whose list was answered
+// before the guest took the process began after the first call, and must not turn the watch
+// off; the second call moves the generation on past it.
 func (sb *sandbox) watchProcs() {
 	sb.mu.Lock()
 	sb.procWatch = true

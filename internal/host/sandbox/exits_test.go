@@ -63,3 +63,44 @@ func TestRestoredProcs(t *testing.T) {
 		}
 	}
 }
+
+// A look whose list was answered before the guest took a process being started does not turn the
+// watch off, whether the list left before the start began or while it was on its way; the look
+// after the start ends does, once nothing runs. (CI once saw a process's exit never reported: the
+// watch was turned off by a look between the start's first step and the guest's start.)
+func TestLookDuringStart(t *testing.T) {
+	code := func(c int) *int { return &c }
+	at := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	exited := []guest.ProcessInfo{{Pid: 7, ExitCode: code(0), StartedAt: at, ExitedAt: at.Add(time.Second)}}
+	for _, tc := range []struct {
+		name string
+		// steps: "w" a start's watchProcs, "b" a look begins, "e" that look ends (empty list)
+		steps string
+		watch bool
+	}{
+		{"look begins before the start, ends before the guest has it", "bwe", true},
+		{"look begins between the start's steps, ends before the guest has it", "wbew", true},
+		{"look begins between the start's steps, ends after the start", "wbwe", true},
+		{"look begins after the start ends", "wwbe", false},
+	} {
+		sb := &sandbox{rec: record{ID: "sb"}}
+		var gen uint64
+		for _, s := range tc.steps {
+			switch s {
+			case 'w':
+				sb.watchProcs()
+			case 'b':
+				gen = sb.lookBegins()
+			case 'e':
+				sb.lookEnds(gen, nil)
+			}
+		}
+		if sb.procWatch != tc.watch {
+			t.Errorf("%s: watching %v, want %v", tc.name, sb.procWatch, tc.watch)
+		}
+		// The next look lists the process's exit: logged once, and the watch ends.
+		if got := sb.lookEnds(sb.lookBegins(), exited); len(got) != 1 || got[0].Pid != 7 || sb.procWatch {
+			t.Errorf("%s: the next look logged %+v (watching after: %v)", tc.name, got, sb.procWatch)
+		}
+	}
+}

@@ -221,6 +221,7 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req hostapi.Start
 	} else {
 		pid, err = c.StartProcess(ctx, greq, req.Stdin)
 	}
+	sb.watchProcs() // the guest has it now (exits.go: watchProcs)
 	if err != nil {
 		return 0, m.callErr(sb, err)
 	}
