@@ -102,6 +102,26 @@ func (f File) Chunk() int64 {
 // Len is the length of chunk i of f.
 func (f File) Len(i int) int { return chunkLen(f.Size, f.Chunk(), i) }
 
+// DataBytes is what pulling f writes: its bytes less its holes (all-zero chunks stay holes).
+func (f File) DataBytes() int64 {
+	var n int64
+	for i, c := range f.Chunks {
+		if c != "" {
+			n += int64(f.Len(i))
+		}
+	}
+	return n
+}
+
+// DataBytes is what pulling m writes (File.DataBytes of every file).
+func (m Manifest) DataBytes() int64 {
+	var n int64
+	for _, f := range m.Files {
+		n += f.DataBytes()
+	}
+	return n
+}
+
 // Off is where chunk i of f starts.
 func (f File) Off(i int) int64 { return int64(i) * f.Chunk() }
 

@@ -67,6 +67,10 @@ func roundTrip(t *testing.T, s blob.Store) {
 	if st.Chunks != 5 || st.Holes != 3 || st.Transferred != 5 {
 		t.Fatalf("first push: %+v, want 5 chunks, 3 holes, 5 sent", st)
 	}
+	// What a pull writes (what a host admits for it): the data chunks, not the holes.
+	if want := int64(3*chunk+chunk/2) + 7; m.DataBytes() != want {
+		t.Fatalf("manifest data bytes %d, want %d", m.DataBytes(), want)
+	}
 	if string(m.Record) != `{"template":"base","vmm":"qemu 7.2"}` {
 		t.Fatalf("record = %s", m.Record)
 	}

@@ -98,10 +98,8 @@ func (ts *Templates) pull(ctx context.Context, s blob.Store, pub string, say fun
 	if !info.Identity.CanRestore(ts.cfg.Runtime.Identity()) {
 		return nil, errdefs.NotFoundf("published template %s was baked under %s, not this host's %s", pub, info.Identity, ts.cfg.Runtime.Identity())
 	}
-	var size int64
-	for _, f := range m.Files {
-		size += f.Size
-	}
+	// What the pull writes: a rootfs's unused blocks are holes in the manifest and stay holes.
+	size := m.DataBytes()
 	release, err := ts.cfg.Disk.Admit("pulling template "+info.Name, size)
 	if err != nil {
 		return nil, err
