@@ -48,16 +48,13 @@ func RelayPath(id string, port int) string {
 func Time(t time.Time) string { return t.Format(time.RFC3339Nano) }
 
 // ErrorBody is every error answer: {"error": {"code", "message"}}; also the last line of a
-// stream that failed after it started.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail is a stable code (internal/errdefs' wire codes) and a message for people.
-type ErrorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+// stream that failed after it started. ErrorDetail is a stable code (internal/errdefs' wire
+// codes) and a message for people. Both edges answer errors in the one envelope, so it is the
+// public API's (internal/wire/v1), which the bodies aliased below already carry.
+type (
+	ErrorBody   = v1.ErrorBody
+	ErrorDetail = v1.ErrorDetail
+)
 
 // Health is GET /healthz (no token needed).
 type Health struct {
