@@ -39,9 +39,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	areq := agentclient.ExecRequest(req) // the host takes the same request
 	if !strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
-		res, err := c.Exec(r.Context(), sb.ID, areq)
+		res, err := c.Exec(r.Context(), sb.ID, req) // the host takes the same request
 		s.svc.Touched(r.Context(), sb, c, err)
 		if err != nil {
 			s.writeError(w, r, err)
@@ -52,7 +51,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 			DurationMS: res.DurationMS, StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated})
 		return
 	}
-	body, err := c.ExecStream(r.Context(), sb.ID, areq)
+	body, err := c.ExecStream(r.Context(), sb.ID, req)
 	s.svc.Touched(r.Context(), sb, c, err) // the host answers the stream's headers once it is awake
 	if err != nil {
 		s.writeError(w, r, err)

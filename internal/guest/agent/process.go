@@ -73,6 +73,13 @@ func (p *proc) append(stderr bool, b []byte) {
 	p.mu.Unlock()
 }
 
+// hasExited reports whether the process has exited (it takes p.mu).
+func (p *proc) hasExited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exited
+}
+
 // snapshot is the process's description now (p.mu held).
 func (p *proc) snapshot() guest.ProcessInfo {
 	in := p.info
@@ -566,10 +573,7 @@ func (a *Agent) opProcSignal(w *frameWriter, req *guest.Request) {
 		w.fail(err)
 		return
 	}
-	p.mu.Lock()
-	exited := p.exited
-	p.mu.Unlock()
-	if exited {
+	if p.hasExited() {
 		w.fail(gerr(guest.CodeConflict, fmt.Sprintf("process %d has exited", p.pid)))
 		return
 	}
@@ -728,13 +732,10 @@ func (a *Agent) opProcResize(w *frameWriter, req *guest.Request) {
 		w.fail(err)
 		return
 	}
-	p.mu.Lock()
-	exited := p.exited
-	p.mu.Unlock()
 	switch {
 	case p.term == nil:
 		w.fail(gerr(guest.CodeConflict, fmt.Sprintf("process %d has no terminal (start it with a pty)", req.Pid)))
-	case exited:
+	case p.hasExited():
 		w.fail(gerr(guest.CodeConflict, fmt.Sprintf("process %d has exited", req.Pid)))
 	default:
 		if err := pty.Setsize(p.term, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)}); err != nil {

@@ -48,16 +48,13 @@ func RelayPath(id string, port int) string {
 func Time(t time.Time) string { return t.Format(time.RFC3339Nano) }
 
 // ErrorBody is every error answer: {"error": {"code", "message"}}; also the last line of a
-// stream that failed after it started.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail is a stable code (internal/errdefs' wire codes) and a message for people.
-type ErrorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+// stream that failed after it started. ErrorDetail is a stable code (internal/errdefs' wire
+// codes) and a message for people. Both edges answer errors in the one envelope, so it is the
+// public API's (internal/wire/v1), which the bodies aliased below already carry.
+type (
+	ErrorBody   = v1.ErrorBody
+	ErrorDetail = v1.ErrorDetail
+)
 
 // Health is GET /healthz (no token needed).
 type Health struct {
@@ -196,16 +193,9 @@ type ForkRequest struct {
 	Count *int `json:"count,omitempty"`
 }
 
-// ExecRequest is POST /v1/sandboxes/{id}/exec: a shell string or an argv.
-type ExecRequest struct {
-	Cmd            string            `json:"cmd,omitempty"`
-	Argv           []string          `json:"argv,omitempty"`
-	TimeoutSeconds *float64          `json:"timeout_seconds,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	Cwd            string            `json:"cwd,omitempty"`
-	User           string            `json:"user,omitempty"`
-	Stdin          *string           `json:"stdin,omitempty"`
-}
+// ExecRequest is POST /v1/sandboxes/{id}/exec: a shell string or an argv. The control plane
+// passes the public request on as it is.
+type ExecRequest = v1.ExecRequest
 
 // ExecResult is the buffered exec answer; each stream is cut at the agent's limit (Truncated).
 type ExecResult struct {
@@ -233,41 +223,21 @@ type ExecEnd struct {
 	TimedOut   bool   `json:"timed_out"`
 }
 
-// Stat describes a file in a sandbox.
-type Stat struct {
-	Name   string `json:"name"`
-	Path   string `json:"path"`
-	Type   string `json:"type"` // "file" | "dir" | "symlink" | "other"
-	Size   int64  `json:"size"`
-	Mode   string `json:"mode"` // octal permission bits, e.g. "0644"
-	MTime  string `json:"mtime"`
-	Target string `json:"target,omitempty"` // a symlink's target
-}
+// The files bodies are the public API's: the control plane relays them as they are.
+type (
+	// Stat describes a file in a sandbox.
+	Stat = v1.Stat
+	// StatList is GET /v1/sandboxes/{id}/files/list.
+	StatList = v1.Entries
+	// MkdirRequest is POST /v1/sandboxes/{id}/files/mkdir (parents too).
+	MkdirRequest = v1.PathRequest
+	// MoveRequest is POST /v1/sandboxes/{id}/files/move.
+	MoveRequest = v1.MoveRequest
+)
 
-// StatList is GET /v1/sandboxes/{id}/files/list.
-type StatList struct {
-	Entries []Stat `json:"entries"`
-}
-
-// MkdirRequest is POST /v1/sandboxes/{id}/files/mkdir (parents too).
-type MkdirRequest struct {
-	Path string `json:"path"`
-	User string `json:"user,omitempty"`
-}
-
-// MoveRequest is POST /v1/sandboxes/{id}/files/move.
-type MoveRequest struct {
-	From string `json:"from"`
-	To   string `json:"to"`
-	User string `json:"user,omitempty"`
-}
-
-// VolumeMount attaches a volume to a sandbox at create: mounted at MountPath in the guest.
-type VolumeMount struct {
-	VolumeID  string `json:"volume_id"`
-	MountPath string `json:"mount_path"`
-	ReadOnly  bool   `json:"read_only,omitempty"`
-}
+// VolumeMount attaches a volume to a sandbox at create: mounted at MountPath in the guest (the
+// public create's mount, as it is).
+type VolumeMount = v1.VolumeMount
 
 // SnapshotVolume is one volume copy in a snapshot: the bytes of the volume mounted in slot Slot
 // (at MountPath in the guest) at the snapshot's instant. A sandbox made from the snapshot mounts
@@ -282,12 +252,9 @@ type SnapshotVolume struct {
 	FS        string `json:"fs"` // the filesystem in it: ext4
 }
 
-// VolumeAttachment is one sandbox using a volume (until it is killed, hibernated ones too).
-type VolumeAttachment struct {
-	SandboxID string `json:"sandbox_id"`
-	MountPath string `json:"mount_path"`
-	ReadOnly  bool   `json:"read_only"`
-}
+// VolumeAttachment is one sandbox using a volume (until it is killed, hibernated ones too); the
+// public volume lists the same.
+type VolumeAttachment = v1.VolumeAttachment
 
 // Volume is a volume on one host (docs/volumes.md).
 type Volume struct {
@@ -310,10 +277,9 @@ type CreateVolumeRequest struct {
 	SizeMiB int64  `json:"size_mib"`
 }
 
-// ResizeVolumeRequest is POST /v1/volumes/{id}/resize (grow only, while detached).
-type ResizeVolumeRequest struct {
-	SizeMiB int64 `json:"size_mib"`
-}
+// ResizeVolumeRequest is POST /v1/volumes/{id}/resize (grow only, while detached): the public
+// resize's body, passed on.
+type ResizeVolumeRequest = v1.ResizeVolumeRequest
 
 // Snapshot is a snapshot object: a sandbox's memory and disk at one instant, on one host.
 type Snapshot struct {

@@ -373,11 +373,11 @@ type TerminalMessage struct {
 type Stat struct {
 	Name   string `json:"name"`
 	Path   string `json:"path"`
-	Type   string `json:"type"`
+	Type   string `json:"type"` // "file" | "dir" | "symlink" | "other"
 	Size   int64  `json:"size"`
-	Mode   string `json:"mode"`
+	Mode   string `json:"mode"` // octal permission bits, e.g. "0644"
 	MTime  string `json:"mtime"`
-	Target string `json:"target,omitempty"`
+	Target string `json:"target,omitempty"` // a symlink's target
 }
 
 // Entries is GET /v1/sandboxes/{id}/files/list.

@@ -7,12 +7,12 @@ import os
 import posixpath
 import tarfile
 import tempfile
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 from . import errors
 from ._http import LineStream
 
-__all__ = ["FileEvent", "WatchHandle", "pack_tree", "unpack_tree"]
+__all__ = ["FileEvent", "WatchHandle", "pack_tree", "unpack_tree", "source_bytes"]
 
 
 class FileEvent:
@@ -93,6 +93,17 @@ class WatchHandle:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def source_bytes(source: Union[bytes, str], pack: Callable[[str], bytes]) -> bytes:
+    """What a deploy uploads for ``source``: bytes as they are; a path to a directory, packed with
+    ``pack``; a path to a file, its contents as they are."""
+    if not isinstance(source, str):
+        return source
+    if os.path.isdir(source):
+        return pack(source)
+    with open(source, "rb") as f:
+        return f.read()
 
 
 def pack_tree(local: str) -> Any:

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 from urllib.parse import quote
 
 from ._context import ClientContext
+from ._tree import source_bytes
 
 __all__ = ["Apps", "pack_directory"]
 
@@ -119,13 +120,7 @@ class Apps:
         :func:`pack_directory`, a file sent as is); returns the queued deployment (see :meth:`wait`).
         A ``branch`` other than the app's deploys its preview (``<app>--<branch>.apps.<domain>``).
         ``clean`` skips the build cache (a new build sandbox, the install run)."""
-        if isinstance(source, str):
-            if os.path.isdir(source):
-                source = pack_directory(source)
-            else:
-                with open(source, "rb") as f:
-                    source = f.read()
-        return self._http.request("POST", _app(app, "/deployments"), data=source,
+        return self._http.request("POST", _app(app, "/deployments"), data=source_bytes(source, pack_directory),
                                   params={"branch": branch, "clean": clean or None},
                                   headers={"Content-Type": "application/gzip"}).json() or {}
 

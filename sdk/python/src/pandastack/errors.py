@@ -9,7 +9,7 @@ subclass of :class:`PandaStackError` named after its code. Each carries ``code``
 from __future__ import annotations
 
 import builtins
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 __all__ = [
     "PandaStackError",
@@ -194,40 +194,29 @@ class BuildFailed(PandaStackError):
     default_code = "build_failed"
 
 
-_BY_CODE: Dict[str, Type[PandaStackError]] = {
-    "build_failed": BuildFailed,
-    "invalid_request": InvalidRequest,
-    "unauthorized": Unauthorized,
-    "forbidden": Forbidden,
-    "not_found": NotFound,
-    "conflict": Conflict,
-    "payload_too_large": PayloadTooLarge,
-    "rate_limited": RateLimited,
-    "internal": InternalError,
-    "not_implemented": Unimplemented,
-    "capacity": Capacity,
-    "timeout": Timeout,
-    "no_space": NoSpace,
+# Each API error code: its class and the status it is answered with (None: build_failed only
+# ends a build's stream, which has no status line of its own).
+_CODES: Dict[str, Tuple[Type[PandaStackError], Optional[int]]] = {
+    "build_failed": (BuildFailed, None),
+    "invalid_request": (InvalidRequest, 400),
+    "unauthorized": (Unauthorized, 401),
+    "forbidden": (Forbidden, 403),
+    "not_found": (NotFound, 404),
+    "conflict": (Conflict, 409),
+    "payload_too_large": (PayloadTooLarge, 413),
+    "rate_limited": (RateLimited, 429),
+    "internal": (InternalError, 500),
+    "not_implemented": (Unimplemented, 501),
+    "capacity": (Capacity, 503),
+    "timeout": (Timeout, 504),
+    "no_space": (NoSpace, 507),
 }
 
-_BY_STATUS: Dict[int, Type[PandaStackError]] = {
-    400: InvalidRequest,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    413: PayloadTooLarge,
-    429: RateLimited,
-    500: InternalError,
-    501: Unimplemented,
-    503: Capacity,
-    504: Timeout,
-    507: NoSpace,
-}
-
+_BY_CODE: Dict[str, Type[PandaStackError]] = {code: cls for code, (cls, _) in _CODES.items()}
+_BY_STATUS: Dict[int, Type[PandaStackError]] = {status: cls for cls, status in _CODES.values()
+                                                 if status is not None}
 # The status each code is answered with, for errors that arrive inside a stream (no status line).
-_STATUS_OF_CODE: Dict[str, int] = {code: status for status, cls in _BY_STATUS.items()
-                                   for code, c in _BY_CODE.items() if c is cls}
+_STATUS_OF_CODE: Dict[str, int] = {code: status for code, (_, status) in _CODES.items() if status is not None}
 
 
 def error_from_payload(

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 from urllib.parse import quote
 
 from ._context import ClientContext
+from ._tree import source_bytes
 
 __all__ = ["Functions", "Schedules", "bundle_directory"]
 
@@ -66,12 +67,7 @@ class Functions:
         """Deploy ``bundle`` (bytes of a .zip or .tar.gz, or a path: a directory is zipped, a
         file sent as is) as the next version of function ``name``; returns ``{id, name, version,
         state, ...}`` once its warm snapshot is baked."""
-        if isinstance(bundle, str):
-            if os.path.isdir(bundle):
-                bundle = bundle_directory(bundle)
-            else:
-                with open(bundle, "rb") as f:
-                    bundle = f.read()
+        bundle = source_bytes(bundle, bundle_directory)
         spec: Dict[str, Any] = {"name": name, "runtime": runtime, "handler": handler}
         for k, v in (("env", env), ("secrets", secrets), ("timeout_seconds", timeout_seconds), ("memory_mib", memory_mib),
                      ("max_concurrency", max_concurrency), ("retries", retries)):
