@@ -9,7 +9,9 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -157,8 +159,11 @@ func appsSuite(ctx context.Context, res map[string]float64, guestAgent, imageCac
 }
 
 // appRequest sends one GET / to app through the server's router.
-func appRequest(base, app string) (string, error) {
-	req, _ := http.NewRequest("GET", base+"/", nil)
+func appRequest(base, app string) (string, error) { return appGet(base, app, "/") }
+
+// appGet GETs path of app through the server's proxy: the body, or an error for a status not 200.
+func appGet(base, app, path string) (string, error) {
+	req, _ := http.NewRequest("GET", base+path, nil)
 	req.Host = app + ".apps.localhost"
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -230,64 +235,145 @@ var nextApp = map[string]string{
 	"app/page.js":   "export default function Page() { return <h1>next bench</h1>; }\n",
 }
 
-// appsNextSuite measures a real ` + "`next build`" + ` in a build microVM (issue 18's Next.js figure): a
-// deploy of nextApp, whose install reaches the npm registry from the guest — behind a
-// TLS-inspecting proxy give its CA with -guest-ca-file (the server's --guest-ca-file) — then a
-// redeploy of a source change on the build cache (node_modules reused, the install skipped). Its
-// figures are the whole deploys (upload to live) and the build (build VM to release snapshot).
-// Run only when named (-suites appsnext): it needs the registry and takes many minutes under TCG.
-func appsNextSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string) error {
-	var args []string
-	if guestCAFile != "" {
-		args = append(args, "--guest-ca-file", guestCAFile)
-	}
-	cl, err := startCluster(guestAgent, imageCache, "10.208.0.0/20", args...)
+// buildBench is an app whose build the bench measures in a build microVM: deployed twice, the
+// second time a source change built on the first build's cache.
+type buildBench struct {
+	name, key, cidr string         // the app's name, its figures' key prefix, the cluster's network
+	spec            map[string]any // POST /v1/apps body (its name is set from name)
+	serverArgs      []string
+	// source writes deploy i's (1 or 2) tree into dir; check looks at the app live after deploy i.
+	source func(dir string, i int) error
+	check  func(base string, i int) error
+}
+
+// appsBuildSuite deploys b twice and records the whole deploys (upload to live) and the builds
+// (build VM to release snapshot) under b.key: _first_ and _redeploy_ (on the build cache).
+func appsBuildSuite(ctx context.Context, res map[string]float64, guestAgent, imageCache string, b buildBench) error {
+	cl, err := startCluster(guestAgent, imageCache, b.cidr, b.serverArgs...)
 	if err != nil {
 		return err
 	}
 	defer cl.stop()
 	c := cl.public
-	next := "node node_modules/next/dist/bin/next"
-	if _, err := c.do("POST", "/v1/apps", map[string]any{"name": "nextbench", "health_timeout_seconds": 600,
-		"env":   map[string]string{"NEXT_TELEMETRY_DISABLED": "1"},
-		"build": map[string]any{"install": "npm install --no-audit --no-fund", "build": next + " build", "start": next + " start -p $PORT"}}, 201); err != nil {
+	spec := maps.Clone(b.spec)
+	spec["name"] = b.name
+	if _, err := c.do("POST", "/v1/apps", spec, 201); err != nil {
 		return err
 	}
-	for i, key := range []string{"app_next_first", "app_next_redeploy"} {
-		dir, err := os.MkdirTemp("", "pandastack-bench-next-")
+	for i, key := range []string{b.key + "_first", b.key + "_redeploy"} {
+		dir, err := os.MkdirTemp("", "pandastack-bench-"+b.name+"-")
 		if err != nil {
 			return err
 		}
-		files := maps.Clone(nextApp)
-		files["app/page.js"] = strings.Replace(files["app/page.js"], "next bench", fmt.Sprintf("next bench %d", i+1), 1)
-		for name, content := range files {
-			os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755)
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-				return err
+		archive, err := func() ([]byte, error) {
+			defer os.RemoveAll(dir)
+			if err := b.source(dir, i+1); err != nil {
+				return nil, err
 			}
-		}
-		archive, err := bundle.Pack(dir)
-		os.RemoveAll(dir)
+			return bundle.Pack(dir)
+		}()
 		if err != nil {
 			return err
 		}
-		id, total, err := deployBenchApp(c, "nextbench", archive)
+		id, total, err := deployBenchApp(c, b.name, archive)
 		if err != nil {
 			return err
 		}
-		b, err := c.do("GET", "/v1/apps/nextbench/deployments/"+id, nil, 200)
+		body, err := c.do("GET", "/v1/apps/"+b.name+"/deployments/"+id, nil, 200)
 		if err != nil {
 			return err
 		}
 		var d struct {
 			BuildMS float64 `json:"build_ms"`
 		}
-		json.Unmarshal(b, &d)
+		json.Unmarshal(body, &d)
 		res[key+"_deploy_ms"], res[key+"_build_ms"] = total, d.BuildMS
-		if body, err := appRequest(c.base, "nextbench"); err != nil || !strings.Contains(body, fmt.Sprintf("next bench %d", i+1)) {
-			return fmt.Errorf("the next app after deploy %d: %v %q", i+1, err, body)
+		if err := b.check(c.base, i+1); err != nil {
+			return fmt.Errorf("the %s app after deploy %d: %w", b.name, i+1, err)
 		}
-		fmt.Printf("next app deploy %d: %.0f ms (build %.0f ms)\n", i+1, total, d.BuildMS)
+		fmt.Printf("%s app deploy %d: %.0f ms (build %.0f ms)\n", b.name, i+1, total, d.BuildMS)
 	}
 	return nil
+}
+
+// writeFiles writes files (path → content) under dir.
+func writeFiles(dir string, files map[string]string) error {
+	for name, content := range files {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nextBench is a real `next build` (issue 18's Next.js figure): nextApp's install reaches the npm
+// registry from the guest — behind a TLS-inspecting proxy give its CA with -guest-ca-file (the
+// server's --guest-ca-file) — and the redeploy's install is skipped on the build cache.
+func nextBench() buildBench {
+	next := "node node_modules/next/dist/bin/next"
+	var args []string
+	if guestCAFile != "" {
+		args = append(args, "--guest-ca-file", guestCAFile)
+	}
+	return buildBench{name: "nextbench", key: "app_next", cidr: "10.208.0.0/20", serverArgs: args,
+		spec: map[string]any{"health_timeout_seconds": 600, "env": map[string]string{"NEXT_TELEMETRY_DISABLED": "1"},
+			"build": map[string]any{"install": "npm install --no-audit --no-fund", "build": next + " build", "start": next + " start -p $PORT"}},
+		source: func(dir string, i int) error {
+			files := maps.Clone(nextApp)
+			files["app/page.js"] = strings.Replace(files["app/page.js"], "next bench", fmt.Sprintf("next bench %d", i), 1)
+			return writeFiles(dir, files)
+		},
+		check: func(base string, i int) error {
+			if body, err := appGet(base, "nextbench", "/"); err != nil || !strings.Contains(body, fmt.Sprintf("next bench %d", i)) {
+				return fmt.Errorf("%v %q", err, body)
+			}
+			return nil
+		},
+	}
+}
+
+// viteFixture is the apps e2e test's vite app (its lock file pins vite).
+const viteFixture = "internal/api/testdata/apps/vite"
+
+// viteBench is a `vite build` of the apps e2e test's vite fixture (issue 18's build figure of the
+// fixture vite app). Its node_modules are installed here by the host's npm from the lock file
+// (`npm ci --ignore-scripts`, as the test does): the build VM needs no registry, and the figure is
+// vite's build plus the release, not the download.
+func viteBench() buildBench {
+	return buildBench{name: "vitebench", key: "app_vite", cidr: "10.209.0.0/20",
+		spec: map[string]any{"health_timeout_seconds": 300, "build": map[string]any{"install": "true", "build": "node node_modules/vite/bin/vite.js build"}},
+		source: func(dir string, i int) error {
+			if err := os.CopyFS(dir, os.DirFS(viteFixture)); err != nil {
+				return fmt.Errorf("the vite fixture (run the bench from the repository's root): %w", err)
+			}
+			main := filepath.Join(dir, "main.js")
+			src, err := os.ReadFile(main)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(main, bytes.Replace(src, []byte("vite fixture built"), []byte(fmt.Sprintf("vite bench %d built", i)), 1), 0o644); err != nil {
+				return err
+			}
+			cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts")
+			cmd.Dir = dir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("npm ci of the vite fixture: %v\n%s", err, out)
+			}
+			return nil
+		},
+		check: func(base string, i int) error {
+			page, err := appGet(base, "vitebench", "/")
+			asset := regexp.MustCompile(`/assets/index-[A-Za-z0-9_-]+\.js`).FindString(page)
+			if err != nil || asset == "" {
+				return fmt.Errorf("its index.html: %v %q", err, page)
+			}
+			if js, err := appGet(base, "vitebench", asset); err != nil || !strings.Contains(js, fmt.Sprintf("vite bench %d built", i)) {
+				return fmt.Errorf("its bundle %s: %v", asset, err)
+			}
+			return nil
+		},
+	}
 }
