@@ -38,7 +38,19 @@ func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl
 		return nil, err
 	}
 	var stops []func()
+	var direct *apiClient
 	stop := func() {
+		// The VMs first: an agent that stops leaves them running for its successor (databases
+		// never expire), and with them their network slots, whose routes a rerun's agent then
+		// refuses to overlap.
+		if direct != nil {
+			var list struct{ Sandboxes []struct{ ID string } }
+			if b, err := direct.do("GET", "/v1/sandboxes", nil, 200); err == nil && json.Unmarshal(b, &list) == nil {
+				for _, sb := range list.Sandboxes {
+					direct.do("DELETE", "/v1/sandboxes/"+sb.ID, nil, 204)
+				}
+			}
+		}
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
@@ -78,7 +90,8 @@ func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl
 		}
 		stops = append(stops, func() { c.Process.Signal(syscall.SIGTERM); c.Wait() })
 	}
-	cl = &cluster{dir: dir, direct: &apiClient{base: "http://" + agentAddr, auth: "Bearer " + token},
+	direct = &apiClient{base: "http://" + agentAddr, auth: "Bearer " + token}
+	cl = &cluster{dir: dir, direct: direct,
 		public: &apiClient{base: "http://" + serverAddr, auth: "Bearer " + key}, stop: stop,
 		agentPID: agent.Process.Pid, serverPID: server.Process.Pid}
 	for _, c := range []*apiClient{cl.direct, cl.public} {

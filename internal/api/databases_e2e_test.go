@@ -685,15 +685,64 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatalf("woken database is %s", st)
 	}
 
-	// A restart of the server (a new control plane on the same store, a new router) and of the
-	// host agent (a new agent on the same data dir adopts the running VM) loses no committed row.
+	// Backups outlive their host: with host A's agent down, the backup taken there (published)
+	// restores into a new database on host B, which shares A's blob store and has neither the
+	// backup nor the postgres template. The server (restarted, polling B only) has not marked A
+	// down (a long heartbeat timeout), so placement may still offer A, where the backup was
+	// taken, first (when it has room): it does not answer and B takes the restore.
 	c.Close(ctx)
 	c2.Close(ctx)
+	var listed struct {
+		Backups []struct {
+			ID        string
+			Published bool
+		}
+	}
+	code, b = cp.call(t, "GET", "/v1/databases/"+db.ID+"/backups", nil, "")
+	json.Unmarshal(b, &listed)
+	published := false
+	for _, x := range listed.Backups {
+		published = published || x.ID == bk.ID && x.Published
+	}
+	if code != 200 || !published {
+		t.Fatalf("backup %s is not published: %d %s", bk.ID, code, b)
+	}
+	cp.srv.Databases().Wait()
 	admin := cp.admin
 	cp.stop()
 	host.stop()
+	hostB := startVMHostWith(t, func(c *hostagent.Config) {
+		c.Network = &network.Config{CIDR: nettest.FreeCIDR(t, 22), Prefix: nettest.NewPrefix(), Ready: 1, DNS: out.Addr}
+		c.BlobStore = host.cfg.BlobStore
+	})
+	cp = startCP(t, cp.dbPath, scheduler.Config{HeartbeatTimeout: time.Hour}, Config{ProxyDomain: "localhost"}, hostB)
+	cp.admin = admin
+	port, _ = dbRouter(t, cp)
+	start = time.Now()
+	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"shop-elsewhere","backup_id":"`+bk.ID+`"}`), "application/json")
+	var moved dbAnswer
+	if json.Unmarshal(b, &moved); code != 201 {
+		t.Fatalf("restore of a backup whose host is down: %d %s", code, b)
+	}
+	t.Logf("restored a backup of a host that is down on another host in %s", time.Since(start))
+	if !hostB.running()[moved.SandboxID] {
+		t.Fatalf("the restored database's VM %s is not running on host B", moved.SandboxID)
+	}
+	mc, err := pgConnect(ctx, "postgres://shop_db_owner:"+db.Password+"@"+moved.ID+".db.localhost:"+strconv.Itoa(port)+"/shop_db?sslmode=require")
+	if err != nil {
+		t.Fatalf("connect to the database restored on host B: %v", err)
+	}
+	if err := mc.QueryRow(ctx, "select string_agg(id::text, ',' order by id) from items").Scan(&restored); err != nil || restored != "1,2,3,200,300" {
+		t.Fatalf("the database restored on host B has %q (%v), want the rows of the backup's instant", restored, err)
+	}
+	mc.Close(ctx)
+	cp.srv.Databases().Wait() // its own first backup, taken on B
+
+	// A restart of the server (a new control plane on the same store, a new router) and of the
+	// host agent (a new agent on the same data dir adopts the running VM) loses no committed row.
+	cp.stop()
 	host.start()
-	cp = startCP(t, cp.dbPath, scheduler.Config{}, Config{ProxyDomain: "localhost"}, host)
+	cp = startCP(t, cp.dbPath, scheduler.Config{}, Config{ProxyDomain: "localhost"}, host, hostB)
 	cp.admin = admin
 	port, _ = dbRouter(t, cp)
 	wantURI = "postgres://shop_db_owner:" + db.Password + "@" + db.ID + ".db.localhost:" + strconv.Itoa(port) + "/shop_db?sslmode=require"

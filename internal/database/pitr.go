@@ -11,6 +11,7 @@ import (
 	"path"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,9 @@ const (
 	maxSegment      = 64 << 20 // a WAL segment is 16 MiB; larger files in the spool are not ours
 	stampLayout     = "20060102T150405.000000000Z"
 	promoteTimeout  = 600.0
+	// baseHeadroomMiB is the room a base backup leaves on the database's disk for postgres
+	// meanwhile (new WAL while it runs).
+	baseHeadroomMiB = 256
 )
 
 var walName = regexp.MustCompile(`^([0-9A-F]{24}|[0-9A-F]{8}\.history)$`)
@@ -69,9 +73,18 @@ func (s *Service) walBase(ctx context.Context, d store.Database) error {
 	unlock := lockOf(&s.bases, d.ID) // one base backup of a database at a time
 	defer unlock()
 	dir := fmt.Sprintf("%s/%d", baseDir, time.Now().UnixNano())
+	// pg_basebackup writes the copy on the VM's own disk before it is sent: it needs room as large
+	// as the cluster (its WAL aside). Without that room it is not started: a disk filled up would
+	// fail postgres's own writes (WAL) until the copy gave up.
 	out, err := s.guest(ctx, sb, `set -e
 install -d -o postgres -g postgres -m 700 `+pitrDir+` `+walSpool+` `+baseDir+`
 rm -rf `+baseDir+`/*
+need=$(du -sm --exclude=pg_wal `+dataDir+` | cut -f1)
+free=$(df -m --output=avail `+baseDir+` | tail -n 1 | tr -d ' ')
+if [ $((free - need)) -lt `+strconv.Itoa(baseHeadroomMiB)+` ]; then
+  echo "no room on the database's disk for a base backup: it needs $need MiB and `+strconv.Itoa(baseHeadroomMiB)+` MiB to spare, $free MiB are free" >&2
+  exit 1
+fi
 runuser -u postgres -- pg_basebackup -D `+dir+` -Fp -X fetch -c fast -l pandastack
 sed -n 's/^START WAL LOCATION: .*(file \([0-9A-F]*\))$/\1/p' `+dir+`/backup_label
 date -u +%Y%m%dT%H%M%S.%NZ`, nil, promoteTimeout)
