@@ -11,9 +11,11 @@ import (
 // Reaper tuning: a pass reads the expired rows reapBatch at a time and kills them on up to
 // reapWorkers at once (each is a host call of up to sandboxes.KillTimeout). The next read is made
 // as soon as all but the last reapWorkers kills of a batch have started, so it runs while those
-// are under way: no batch waits for its slowest kill.
+// are under way: no batch waits for its slowest kill. reapWorkers stays at half of a replica's
+// 32 store connections: with 64 (tried), a loaded machine's kills held the pool and heartbeats
+// timed out behind them.
 const (
-	reapWorkers = 64
+	reapWorkers = 16
 	reapBatch   = 100
 )
 
