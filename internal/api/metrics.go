@@ -20,12 +20,14 @@ type metrics struct {
 	create    *timing.Histogram
 	failed    map[string]uint64 // creates that failed, by error code
 	reaped    uint64
+	reapLag   *timing.Histogram // expiry → the reaper's kill answered
 	startedAt time.Time
 }
 
 func newMetrics() *metrics {
 	b := []float64{0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60}
-	return &metrics{requests: map[int]uint64{}, create: timing.NewHistogram(b),
+	lag := []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300}
+	return &metrics{requests: map[int]uint64{}, create: timing.NewHistogram(b), reapLag: timing.NewHistogram(lag),
 		failed: map[string]uint64{}, startedAt: time.Now()}
 }
 
@@ -47,9 +49,11 @@ func (m *metrics) createFailed(code string) {
 	m.mu.Unlock()
 }
 
-func (m *metrics) reapedOne() {
+// reapedOne counts a sandbox the reaper killed lag after its expiry.
+func (m *metrics) reapedOne(lag time.Duration) {
 	m.mu.Lock()
 	m.reaped++
+	m.reapLag.Observe(lag.Seconds())
 	m.mu.Unlock()
 }
 
@@ -99,6 +103,9 @@ func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store, orpha
 	fmt.Fprintln(w, "# HELP pandastack_sandboxes_reaped_total Sandboxes killed because their TTL ran out.")
 	fmt.Fprintln(w, "# TYPE pandastack_sandboxes_reaped_total counter")
 	fmt.Fprintf(w, "pandastack_sandboxes_reaped_total %d\n", m.reaped)
+	fmt.Fprintln(w, "# HELP pandastack_reaper_lag_seconds From a sandbox's expiry to its host answering the reaper's kill.")
+	fmt.Fprintln(w, "# TYPE pandastack_reaper_lag_seconds histogram")
+	m.reapLag.Write(w, "pandastack_reaper_lag_seconds", "")
 
 	fmt.Fprintln(w, "# HELP pandastack_orphan_sandboxes_killed_total Sandboxes this server's reconcile killed on their hosts for having no record.")
 	fmt.Fprintln(w, "# TYPE pandastack_orphan_sandboxes_killed_total counter")

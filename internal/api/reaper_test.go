@@ -166,3 +166,59 @@ func TestReaperKillsInParallel(t *testing.T) {
 		t.Fatalf("killed %v", f.kills)
 	}
 }
+
+// TestReaperSlowKillHoldsNoBatch: a pass goes on reading and killing the expired rows past a batch
+// while one kill of the batch is still at its host (the host holds that kill until every other
+// sandbox is killed, or 10 s).
+func TestReaperSlowKillHoldsNoBatch(t *testing.T) {
+	st, err := store.OpenSQLite(context.Background(), t.TempDir()+"/state.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	total := reapBatch + reapWorkers + 20 // more than one read's worth
+	var mu sync.Mutex
+	killed := 0
+	rest, once := make(chan struct{}), sync.Once{}
+	slow := "/v1/sandboxes/sb_r1" // the oldest expiry: the first row of the first read
+	held := false
+	hold := func(agentURL string) string {
+		target, _ := url.Parse(agentURL)
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/sandboxes/") {
+				if r.URL.Path == slow {
+					select {
+					case <-rest:
+					case <-time.After(10 * time.Second):
+						mu.Lock()
+						held = true
+						mu.Unlock()
+					}
+				} else {
+					defer func() {
+						mu.Lock()
+						if killed++; killed == total-1 {
+							once.Do(func() { close(rest) })
+						}
+						mu.Unlock()
+					}()
+				}
+			}
+			proxy.ServeHTTP(w, r)
+		}))
+		t.Cleanup(hs.Close)
+		return hs.URL
+	}
+	f := newReapFleet(t, st, 1, hold)
+	f.expired(total)
+	f.reap(0, total)
+	mu.Lock()
+	defer mu.Unlock()
+	if held {
+		t.Fatalf("the pass waited for the slow kill: %d others killed meanwhile, want %d", killed, total-1)
+	}
+	if len(f.kills) != total {
+		t.Fatalf("%d sandboxes killed, want %d", len(f.kills), total)
+	}
+}

@@ -42,7 +42,7 @@ const (
 	DefaultTTL            = 300 * time.Second
 	DefaultMaxTTL         = 86400 * time.Second
 	DefaultMaxUploadBytes = 1 << 30
-	DefaultReapInterval   = time.Second
+	DefaultReapInterval   = 250 * time.Millisecond
 )
 
 // Limits on user-supplied maps, documented in docs/control-plane.md.
@@ -70,7 +70,7 @@ type Config struct {
 	MaxUploadBytes int64
 	// ClusterToken authenticates agents on /internal/v1/hosts/*; empty disables that API.
 	ClusterToken string
-	// ReapInterval is how often expired sandboxes are looked for (default 1 s).
+	// ReapInterval is how often expired sandboxes are looked for (default 250 ms).
 	ReapInterval time.Duration
 	// ProxyDomain turns on the sandbox port proxy: requests whose Host is
 	// <port>-<sandbox id>.<ProxyDomain> go to that port in the sandbox. Empty: no proxy.

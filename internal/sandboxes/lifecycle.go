@@ -197,19 +197,16 @@ func (s *Service) Current(ctx context.Context, sb store.Sandbox) store.Sandbox {
 // Expire ends a sandbox whose timeout ran out: it is killed, or, when it pauses on timeout (E2B's
 // lifecycle.onTimeout "pause", store.PausesOnTimeout) and is running, hibernated and given the
 // longest lifetime (a call or a connect wakes it; the next timeout of a hibernated one kills it).
-// paused reports which.
-func (s *Service) Expire(ctx context.Context, sb store.Sandbox) (paused bool, err error) {
-	if sb.State == store.StateRunning {
-		if pause, err := s.store.PausesOnTimeout(ctx, sb.ID); err != nil {
-			return false, err
-		} else if pause {
-			if _, err := s.Hibernate(ctx, sb); err != nil {
-				s.log.Warn("pausing an expired sandbox failed; killing it", "sandbox", sb.ID, "err", err)
-				return false, s.Kill(ctx, sb, "ttl expired (pause failed)")
-			}
-			_, err := s.store.SetSandboxExpiry(ctx, sb.ID, s.clock().Add(s.maxTTL), 0)
-			return true, err
+// pauses is what the store says of it (store.PausingOnTimeout: the reaper reads a batch's at
+// once); paused reports which was done.
+func (s *Service) Expire(ctx context.Context, sb store.Sandbox, pauses bool) (paused bool, err error) {
+	if sb.State == store.StateRunning && pauses {
+		if _, err := s.Hibernate(ctx, sb); err != nil {
+			s.log.Warn("pausing an expired sandbox failed; killing it", "sandbox", sb.ID, "err", err)
+			return false, s.Kill(ctx, sb, "ttl expired (pause failed)")
 		}
+		_, err := s.store.SetSandboxExpiry(ctx, sb.ID, s.clock().Add(s.maxTTL), 0)
+		return true, err
 	}
 	return false, s.Kill(ctx, sb, "ttl expired")
 }

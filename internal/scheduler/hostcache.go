@@ -77,6 +77,9 @@ func (c *hostCache) patch(h store.Host) {
 	if c.during != nil {
 		c.during[h.ID] = &h
 	}
+	if c.pos == nil {
+		return // the first read is under way: its install applies h
+	}
 	i, ok := c.pos[h.ID]
 	if !ok {
 		c.hosts = append(c.hosts, &h)

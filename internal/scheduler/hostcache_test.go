@@ -127,3 +127,17 @@ func TestHeartbeatPatchesOneHost(t *testing.T) {
 		t.Fatalf("b's new template: %v %v", ids(got), err)
 	}
 }
+
+// TestPatchDuringFirstRead: a host written while the first read of the store is under way (a
+// heartbeat reaching a replica whose first placement is reading) is kept for that read's list,
+// not put into a list that does not exist yet (it panicked: a nil map).
+func TestPatchDuringFirstRead(t *testing.T) {
+	var c hostCache
+	c.during = map[string]*store.Host{} // as refreshHosts sets it before its first read
+	c.patch(store.Host{ID: "b", State: store.HostUp, MemMiBFree: 3000, Templates: []string{"base"}})
+	c.install([]store.Host{{ID: "a", State: store.HostUp, Templates: []string{"base"}}, {ID: "b", State: store.HostUp, MemMiBFree: 4000}})
+	c.loaded = true
+	if len(c.hosts) != 2 || c.hosts[c.pos["b"]].MemMiBFree != 3000 || len(c.byTmpl["base"].plain) != 2 {
+		t.Fatalf("after the first read: %d hosts, b %+v, index %+v", len(c.hosts), *c.hosts[c.pos["b"]], c.byTmpl["base"])
+	}
+}

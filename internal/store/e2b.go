@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 )
 
 // The E2B facade's per-sandbox state (internal/e2bcompat): the envd access token the stock SDKs
@@ -53,6 +54,25 @@ func (s *Store) PausesOnTimeout(ctx context.Context, sandboxID string) (bool, er
 		return false, nil
 	}
 	return n != 0, err
+}
+
+// PausingOnTimeout returns which of ids are hibernated, not killed, when their timeout runs out
+// (PausesOnTimeout for many: the reaper asks once per batch).
+func (s *Store) PausingOnTimeout(ctx context.Context, ids []string) (map[string]bool, error) {
+	pausing := map[string]bool{}
+	if len(ids) == 0 {
+		return pausing, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	got, err := queryAll(ctx, s, s.db, `SELECT sandbox_id FROM e2b_sandboxes WHERE pause_on_timeout <> 0 AND sandbox_id IN (?`+
+		strings.Repeat(`, ?`, len(ids)-1)+`)`, scanFields(func(id *string) []any { return []any{id} }), args...)
+	for _, id := range got {
+		pausing[id] = true
+	}
+	return pausing, err
 }
 
 // PruneE2BSandboxes deletes the E2B rows of sandboxes that are killed (or gone), their code

@@ -35,6 +35,9 @@ func TestE2BSandboxes(t *testing.T) {
 		if p, err := s.PausesOnTimeout(ctx, "sb_none"); err != nil || p {
 			t.Fatalf("a sandbox without a row pauses: %v %v", p, err)
 		}
+		if m, err := s.PausingOnTimeout(ctx, []string{"sb_live", "sb_dead", "sb_none"}); err != nil || len(m) != 1 || !m["sb_live"] {
+			t.Fatalf("pausing of three: %v %v", m, err)
+		}
 		// Restarted code contexts: the SDK's id → the context standing for it now.
 		for _, c := range [][3]string{{"sb_live", "ctx1", "ctx2"}, {"sb_live", "ctx1", "ctx3"}, {"sb_live", "ctx4", "ctx5"},
 			{"sb_live", "ctx4", ""}, {"sb_dead", "ctx1", "ctx9"}} {
