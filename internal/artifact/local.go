@@ -25,6 +25,8 @@ import (
 // fetching it: a host that has a template pulls only the dirty chunks of a snapshot or a
 // hibernated sandbox made from it. Where it can, it clones the chunk's blocks (a reflink: no
 // bytes read or written, and the pulled file shares them with the template's), else it copies.
+// A pulled file whose chunks are mostly those of one indexed file at the same places (a snapshot's
+// memory and its template's) starts as a clone of that whole file: one ioctl, not one per chunk.
 //
 // Invariant: an entry is trusted only while its file is the one indexed — same inode, size and
 // modification time (artifact files are written once; a sandbox disk that changed since, a file
