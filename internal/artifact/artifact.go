@@ -33,8 +33,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 )
@@ -363,30 +361,17 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Loca
 	}
 	defer os.Remove(tmp.Name()) // a no-op once renamed
 	defer tmp.Close()
-	// The file starts as a clone of the local file that has most of its chunks in place (have:
-	// what each chunk holds then), else as one hole of its size; all-zero chunks stay holes.
-	have := local.cloneBase(tmp, f)
+	// The file starts as one hole of its size; all-zero chunks stay holes.
 	if err := tmp.Truncate(f.Size); err != nil {
 		return err
 	}
 	err = forEach(ctx, len(f.Chunks), parallelFor(f.Chunk()), func(i int) error {
 		sum := f.Chunks[i]
-		if have != nil && (i >= len(have) || have[i] != sum) && sum == "" {
-			// The base has bytes where this file has none (or may: past what it holds whole).
-			if err := punchHole(tmp, f.Off(i), int64(f.Len(i))); err != nil {
-				return err
-			}
-		}
 		if sum == "" {
 			st.holes.Add(1)
 			return nil
 		}
 		st.chunks.Add(1)
-		if i < len(have) && have[i] == sum {
-			st.local.Add(1)
-			st.localBytes.Add(int64(f.Len(i)))
-			return nil
-		}
 		if local.Place(sum, f.Len(i), tmp, f.Off(i)) {
 			st.local.Add(1)
 			st.localBytes.Add(int64(f.Len(i)))
@@ -413,15 +398,6 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Loca
 		}
 	}
 	return os.Rename(tmp.Name(), dst)
-}
-
-// punchHole makes n bytes of f from off a hole (all zero, its blocks freed).
-func punchHole(f *os.File, off, n int64) error {
-	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n); err != nil {
-		_, err = f.WriteAt(make([]byte, n), off) // no holes here: zeros
-		return err
-	}
-	return nil
 }
 
 // FetchChunk reads chunk sum from the store and checks it is want bytes whose sha256 is sum.

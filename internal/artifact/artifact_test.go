@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/blob/blobtest"
@@ -363,64 +361,6 @@ func TestPushNamesSharedChunksUnread(t *testing.T) {
 	_, st, err = host.Push(ctx, s, "snapshot", "snap_child2", child, []string{"mem"}, nil)
 	if err != nil || st.Known != 0 {
 		t.Fatalf("push after the parent changed: %+v %v (want nothing known)", st, err)
-	}
-}
-
-// TestPullClonesBase: on a reflink filesystem, a pull starts its file as a clone of the whole
-// indexed local file that holds most of its chunks in place, then writes only the chunks that
-// differ: a chunk rewritten or filled is fetched, a chunk zeroed since is punched out (a hole, as
-// a fetched file has). A base changed since it was indexed lends nothing.
-func TestPullClonesBase(t *testing.T) {
-	pool, parent, mem := reflinkParent(t)
-	ctx := context.Background()
-	s := fileStore(t)
-	host := artifact.NewLocal()
-	if _, _, err := host.Push(ctx, s, "template", "base-1", parent, []string{"mem"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	// Chunks 0 and 6 as the parent's, 2 rewritten, 3 (a hole there) filled, 5 zeroed.
-	child := t.TempDir()
-	want := bytes.Clone(mem)
-	rand.Read(want[2*chunk : 4*chunk])
-	clear(want[5*chunk : 6*chunk])
-	write(t, filepath.Join(child, "mem"), want, 0o600)
-	if _, _, err := artifact.Push(ctx, s, "snapshot", "snap_child", child, []string{"mem"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(pool, "pulled")
-	_, st, err := host.Pull(ctx, s, "snapshot", "snap_child", out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Local != 2 || st.Transferred != 2 || st.Holes != 3 {
-		t.Fatalf("pull onto the parent's clone: %+v (want 2 local, 2 fetched, 3 holes)", st)
-	}
-	if got, _ := os.ReadFile(filepath.Join(out, "mem")); !bytes.Equal(got, want) {
-		t.Fatal("pulled bytes differ")
-	}
-	f, err := os.Open(filepath.Join(out, "mem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	next, err := unix.Seek(int(f.Fd()), 5*chunk, unix.SEEK_DATA)
-	f.Close()
-	if err != nil || next < 6*chunk {
-		t.Errorf("pulled file has data at %d (%v): the chunk zeroed since the parent (5) should be a hole", next, err)
-	}
-
-	// The parent written (in chunk 0) after it was indexed: it is not cloned; its chunk 6, read
-	// and verified, still serves.
-	pf, _ := os.OpenFile(filepath.Join(parent, "mem"), os.O_WRONLY, 0)
-	pf.WriteAt([]byte{1}, 0)
-	pf.Close()
-	stale := artifact.NewLocal()
-	stale.AddDir(parent)
-	out2 := filepath.Join(pool, "pulled2")
-	if _, st, err = stale.Pull(ctx, s, "snapshot", "snap_child", out2); err != nil || st.Local != 1 || st.Transferred != 3 {
-		t.Fatalf("pull after the parent changed: %+v %v (want 1 local, 3 fetched)", st, err)
-	}
-	if got, _ := os.ReadFile(filepath.Join(out2, "mem")); !bytes.Equal(got, want) {
-		t.Fatal("pulled bytes differ after the parent changed")
 	}
 }
 

@@ -25,8 +25,6 @@ import (
 // fetching it: a host that has a template pulls only the dirty chunks of a snapshot or a
 // hibernated sandbox made from it. Where it can, it clones the chunk's blocks (a reflink: no
 // bytes read or written, and the pulled file shares them with the template's), else it copies.
-// A pulled file whose chunks are mostly those of one indexed file at the same places (a snapshot's
-// memory and its template's) starts as a clone of that whole file: one ioctl, not one per chunk.
 //
 // Invariant: an entry is trusted only while its file is the one indexed — same inode, size and
 // modification time (artifact files are written once; a sandbox disk that changed since, a file
@@ -206,90 +204,6 @@ func (l *Local) placeFrom(c localChunk, sum string, want int, dst *os.File, off 
 	}
 	_, err = dst.WriteAt(buf, off)
 	return err == nil
-}
-
-// cloneBase fills dst (empty) with a clone of the whole indexed file that holds the most of f's
-// chunks at their own places (at least half of f's data chunks, in f's chunk size), if that file
-// is unchanged since indexed, and returns the digest each of f's chunks now has in dst ("" an
-// all-zero chunk; a chunk the base does not hold whole at its place is missing: len(have) may be
-// short of f's chunks, and a chunk past it is unknown). nil: nothing cloned (no such file, no
-// reflinks here, the file changed), dst is left empty. One clone of a whole file costs one ioctl;
-// cloning its chunks one by one (Place) costs one each — ~0.1-0.4 s for a 512 MiB memory image of
-// 256 KiB chunks on this pool, where the whole file took under 1 ms.
-func (l *Local) cloneBase(dst *os.File, f File) (have []string) {
-	if l == nil {
-		return nil
-	}
-	data := 0
-	for _, c := range f.Chunks {
-		if c != "" {
-			data++
-		}
-	}
-	type candidate struct {
-		path string
-		id   fileID
-		sums []string
-		n    int
-	}
-	var cands []candidate
-	l.mu.Lock()
-	for p, sums := range l.sums {
-		if l.cuts[p] != f.Chunk() {
-			continue
-		}
-		n := 0
-		for i, c := range sums {
-			if i < len(f.Chunks) && c != "" && c == f.Chunks[i] {
-				n++
-			}
-		}
-		if n > 0 && n*2 >= data {
-			cands = append(cands, candidate{p, l.files[p], sums, n})
-		}
-	}
-	l.mu.Unlock()
-	// The best first; one that is gone (a deleted snapshot's) or changed gives way to the next.
-	slices.SortFunc(cands, func(a, b candidate) int { return b.n - a.n })
-	for _, c := range cands[:min(len(cands), maxPlaces)] {
-		if have := cloneFrom(dst, c.path, c.id, c.sums, f); have != nil {
-			return have
-		}
-	}
-	return nil
-}
-
-// cloneFrom clones file p, if it is still the file indexed as id, whole into dst (empty), and
-// returns the digests of f's chunks it holds in place (see cloneBase); nil: not cloned, dst empty.
-func cloneFrom(dst *os.File, p string, id fileID, sums []string, f File) (have []string) {
-	src, err := os.Open(p)
-	if err != nil {
-		return nil
-	}
-	defer src.Close()
-	fi, err := src.Stat()
-	if err != nil || !identify(fi).same(id) {
-		return nil
-	}
-	if unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())) != nil {
-		dst.Truncate(0)
-		return nil
-	}
-	// Changed while it was cloned (artifact files are written once: not expected)? Then its bytes
-	// are not trusted: start again from nothing.
-	if fi, err := src.Stat(); err != nil || !identify(fi).same(id) {
-		dst.Truncate(0)
-		return nil
-	}
-	// Only chunks the base holds whole, at the length f's chunk has there.
-	have = []string{}
-	for i := range min(len(sums), len(f.Chunks)) {
-		if chunkLen(fi.Size(), f.Chunk(), i) != f.Len(i) {
-			break
-		}
-		have = append(have, sums[i])
-	}
-	return have
 }
 
 // forget drops place c of sum (a file gone or changed).
