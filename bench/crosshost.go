@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/hostagent"
+	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // crossHostSuite: two agents sharing a blob store (a directory: the S3 driver's cost is the blob
@@ -66,19 +67,21 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 			return 0, err
 		}
 		t := time.Now()
-		sn, err := src.SnapshotSandbox(ctx, parent.ID)
+		srcTrace := timing.NewTrace()
+		sn, err := src.SnapshotSandbox(timing.With(ctx, srcTrace), parent.ID)
 		if err != nil {
 			return 0, err
 		}
 		if !sn.Published {
 			return 0, fmt.Errorf("snapshot %s was not published", sn.ID)
 		}
-		mid := time.Now()
-		kid, err := dst.Create(ctx, hostagent.CreateRequest{SnapshotID: sn.ID, ForkOf: parent.ID})
+		mid, dstTrace := time.Now(), timing.NewTrace()
+		kid, err := dst.Create(timing.With(ctx, dstTrace), hostagent.CreateRequest{SnapshotID: sn.ID, ForkOf: parent.ID})
 		if err != nil {
 			return 0, err
 		}
 		d := ms(time.Since(t))
+		fmt.Printf("  cross-host fork %.0f ms: source %v\n    target %v\n", d, srcTrace.LogArgs(), dstTrace.LogArgs()) // where the time goes
 		snapMS, restoreMS = append(snapMS, ms(mid.Sub(t))), append(restoreMS, ms(time.Since(mid)))
 		src.DeleteSnapshot(sn.ID)
 		dst.DeleteSnapshot(sn.ID)

@@ -122,6 +122,7 @@ func (m *Manager) loadSnapshot(ctx context.Context, id string) (*snapshot.Record
 	}
 	start := time.Now()
 	snap, st, err := m.snapshots.Pull(ctx, bs, id)
+	timing.Mark(ctx, StepPull)
 	if err != nil {
 		if errdefs.Is(err, errdefs.NotFound) {
 			return nil, errdefs.NotFoundf("snapshot %s not found on this host nor in its blob store", id)

@@ -171,6 +171,7 @@ func (m *Manager) publish(ctx context.Context, snap *snapshot.Record) {
 	}
 	start := time.Now()
 	st, err := m.snapshots.Publish(ctx, bs, snap)
+	timing.Mark(ctx, StepPublish)
 	if err != nil {
 		m.log.Warn("publishing a snapshot failed: it restores on this host only", "snapshot", snap.ID, "store", bs.String(), "err", err)
 		return

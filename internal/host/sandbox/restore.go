@@ -89,6 +89,8 @@ const (
 	StepSaveSync   = "save_sync"   // room admitted, the guest's buffers written (guest sync)
 	StepSave       = "save"        // what the runtime does not mark of its save (runtime.StepSave*)
 	StepSaveCommit = "save_commit" // the snapshot's record committed
+	StepPublish    = "publish"     // the snapshot pushed to the host's blob store
+	StepPull       = "pull"        // a snapshot published by another host pulled from the blob store
 )
 
 // checkIdentity refuses to restore state saved under another VMM identity (runtime.Identity): a
