@@ -52,6 +52,18 @@ type dbAnswer struct {
 	} `json:"connection"`
 }
 
+// restoreDB restores database id (POST …/restore with body) into a new database and returns it;
+// anything but 201 fails the test, saying what was restored.
+func (cp *e2eCP) restoreDB(t *testing.T, id, body, what string) dbAnswer {
+	t.Helper()
+	code, b := cp.call(t, "POST", "/v1/databases/"+id+"/restore", []byte(body), "application/json")
+	var d dbAnswer
+	if json.Unmarshal(b, &d); code != 201 {
+		t.Fatalf("%s: %d %s", what, code, b)
+	}
+	return d
+}
+
 // dbRouter starts the SNI router for cp on loopback and returns its port and CA file.
 func dbRouter(t *testing.T, cp *e2eCP) (int, string) {
 	t.Helper()
@@ -435,10 +447,9 @@ func TestE2EDatabases(t *testing.T) {
 	if code, b := cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"too-early","to_time":"2001-01-01T00:00:00Z"}`), "application/json"); code != 400 {
 		t.Fatalf("restore before any backup: %d %s", code, b)
 	}
-	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"shop-restored"}`), "application/json")
-	var rs dbAnswer
-	if json.Unmarshal(b, &rs); code != 201 || rs.ID == db.ID {
-		t.Fatalf("restore: %d %s", code, b)
+	rs := cp.restoreDB(t, db.ID, `{"name":"shop-restored"}`, "restore")
+	if rs.ID == db.ID {
+		t.Fatalf("restore answered the source database: %+v", rs)
 	}
 	rc, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, rs.ID, 1))
 	if err != nil {
@@ -461,11 +472,7 @@ func TestE2EDatabases(t *testing.T) {
 	if err := os.RemoveAll(dirs[0]); err != nil {
 		t.Fatal(err)
 	}
-	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"shop-at-birth","backup_id":"`+first.Backups[0].ID+`"}`), "application/json")
-	var birth dbAnswer
-	if json.Unmarshal(b, &birth); code != 201 {
-		t.Fatalf("restore of a backup its host lost: %d %s", code, b)
-	}
+	birth := cp.restoreDB(t, db.ID, `{"name":"shop-at-birth","backup_id":"`+first.Backups[0].ID+`"}`, "restore of a backup its host lost")
 	if code, got := cp.call(t, "POST", "/v1/databases/"+birth.ID+"/query", []byte(`{"query":"select to_regclass('items') is null"}`), "application/json"); code != 200 || !strings.Contains(string(got), `[["t"]]`) {
 		t.Fatalf("the database restored from its creation backup: %d %s", code, got)
 	}
@@ -518,11 +525,7 @@ func TestE2EDatabases(t *testing.T) {
 		}
 	}
 	start = time.Now()
-	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"shop-pitr","to_time":"`+instant.UTC().Format(time.RFC3339Nano)+`"}`), "application/json")
-	var pitr dbAnswer
-	if json.Unmarshal(b, &pitr); code != 201 {
-		t.Fatalf("restore to an instant: %d %s", code, b)
-	}
+	pitr := cp.restoreDB(t, db.ID, `{"name":"shop-pitr","to_time":"`+instant.UTC().Format(time.RFC3339Nano)+`"}`, "restore to an instant")
 	t.Logf("restored to an instant in %s", time.Since(start))
 	pc2, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, pitr.ID, 1))
 	if err != nil {
@@ -561,11 +564,7 @@ func TestE2EDatabases(t *testing.T) {
 	if err := host.client().KillSandbox(ctx, pitr.SandboxID); err != nil {
 		t.Fatal(err)
 	}
-	code, b = cp.call(t, "POST", "/v1/databases/"+pitr.ID+"/restore", []byte(`{"name":"shop-lost","to_time":"`+instant.UTC().Format(time.RFC3339Nano)+`"}`), "application/json")
-	var lost dbAnswer
-	if json.Unmarshal(b, &lost); code != 201 {
-		t.Fatalf("restore of a database whose VM is gone: %d %s", code, b)
-	}
+	lost := cp.restoreDB(t, pitr.ID, `{"name":"shop-lost","to_time":"`+instant.UTC().Format(time.RFC3339Nano)+`"}`, "restore of a database whose VM is gone")
 	if code, got := cp.call(t, "POST", "/v1/databases/"+lost.ID+"/query", []byte(`{"query":"select string_agg(id::text, ',' order by id) from pitr_rows"}`), "application/json"); code != 200 || !strings.Contains(string(got), `[["1,2,3,4,5,6"]]`) {
 		t.Fatalf("the database restored from the archive of a lost VM: %d %s", code, got)
 	}
@@ -719,11 +718,7 @@ func TestE2EDatabases(t *testing.T) {
 	cp.admin = admin
 	port, _ = dbRouter(t, cp)
 	start = time.Now()
-	code, b = cp.call(t, "POST", "/v1/databases/"+db.ID+"/restore", []byte(`{"name":"shop-elsewhere","backup_id":"`+bk.ID+`"}`), "application/json")
-	var moved dbAnswer
-	if json.Unmarshal(b, &moved); code != 201 {
-		t.Fatalf("restore of a backup whose host is down: %d %s", code, b)
-	}
+	moved := cp.restoreDB(t, db.ID, `{"name":"shop-elsewhere","backup_id":"`+bk.ID+`"}`, "restore of a backup whose host is down")
 	t.Logf("restored a backup of a host that is down on another host in %s", time.Since(start))
 	if !hostB.running()[moved.SandboxID] {
 		t.Fatalf("the restored database's VM %s is not running on host B", moved.SandboxID)
