@@ -283,33 +283,50 @@ func (s *Store) CountHostsByState(ctx context.Context) (map[string]int64, error)
 
 // MarkStaleHostsDown marks down every up host whose last heartbeat is before staleBefore, and
 // turns its running sandboxes, and its hibernated ones without a published image, into `lost`
-// (with a reason), in one transaction (a published hibernated sandbox wakes on another host). It
-// returns the hosts it marked. Hosts named in spare are left up (the caller has heard from them
-// since: their reports' writes have not landed).
+// (with a reason). It returns the hosts it marked. Hosts named in spare are left up (the caller
+// has heard from them since: their reports' writes have not landed).
+//
+// Each host is marked in a transaction of its own (its row, then its sandboxes'), in id order, and
+// only while its row is still up and stale: a transaction holds one host row at a time, so the
+// checks of two replicas and the heartbeats' batched writes (TouchHosts) cannot deadlock on hosts'
+// rows (one transaction over every stale host did, with two servers on PostgreSQL under load), a
+// heartbeat written since the read keeps its host up, and a host another replica marked first is
+// not reported again.
 func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time, spare ...string) ([]Host, error) {
+	stale, err := queryAll(ctx, s, s.db, `SELECT `+hostCols+` FROM hosts WHERE state = ? AND last_heartbeat < ? ORDER BY id`, scanHost, HostUp, micros(staleBefore))
+	if err != nil {
+		return nil, err
+	}
 	var marked []Host
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		stale, err := queryAll(ctx, s, tx, `SELECT `+hostCols+` FROM hosts WHERE state = ? AND last_heartbeat < ?`, scanHost, HostUp, micros(staleBefore))
-		if err != nil {
-			return err
+	for _, h := range stale {
+		if slices.Contains(spare, h.ID) {
+			continue
 		}
-		marked = slices.DeleteFunc(stale, func(h Host) bool { return slices.Contains(spare, h.ID) })
-		now := micros(s.now())
-		for i := range marked {
-			if _, err := s.exec(ctx, tx, `UPDATE hosts SET state = ? WHERE id = ? AND state = ?`, HostDown, marked[i].ID, HostUp); err != nil {
+		down := false
+		err := s.inTx(ctx, func(tx *sql.Tx) error {
+			res, err := s.exec(ctx, tx, `UPDATE hosts SET state = ? WHERE id = ? AND state = ? AND last_heartbeat < ?`, HostDown, h.ID, HostUp, micros(staleBefore))
+			if err != nil {
 				return err
 			}
-			marked[i].State = HostDown
-			if _, err := s.exec(ctx, tx, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return err
+			}
+			down = true
+			_, err = s.exec(ctx, tx, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?
 				WHERE host_id = ? AND (state = ? OR state = ? AND hibernated_image = '')`,
-				StateLost, "host "+marked[i].ID+" stopped sending heartbeats", now,
-				marked[i].ID, StateRunning, StateHibernated); err != nil {
-				return err
-			}
+				StateLost, "host "+h.ID+" stopped sending heartbeats", micros(s.now()),
+				h.ID, StateRunning, StateHibernated)
+			return err
+		})
+		if err != nil {
+			return marked, err
 		}
-		return nil
-	})
-	return marked, err
+		if down {
+			h.State = HostDown
+			marked = append(marked, h)
+		}
+	}
+	return marked, nil
 }
 
 // MarkHostDown marks one host down and its live sandboxes lost (an operator's or a test's hand);
