@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"strings"
 )
 
 // The E2B facade's per-sandbox state (internal/e2bcompat): the envd access token the stock SDKs
@@ -63,12 +62,8 @@ func (s *Store) PausingOnTimeout(ctx context.Context, ids []string) (map[string]
 	if len(ids) == 0 {
 		return pausing, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	got, err := queryAll(ctx, s, s.db, `SELECT sandbox_id FROM e2b_sandboxes WHERE pause_on_timeout <> 0 AND sandbox_id IN (?`+
-		strings.Repeat(`, ?`, len(ids)-1)+`)`, scanFields(func(id *string) []any { return []any{id} }), args...)
+	in, args := inList(ids)
+	got, err := queryAll(ctx, s, s.db, `SELECT sandbox_id FROM e2b_sandboxes WHERE pause_on_timeout <> 0 AND sandbox_id IN `+in, scanOne[string], args...)
 	for _, id := range got {
 		pausing[id] = true
 	}

@@ -188,10 +188,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, 
 		args = append(args, f.HostID)
 	}
 	if len(f.States) > 0 {
-		where = append(where, `s.state IN (?`+strings.Repeat(`, ?`, len(f.States)-1)+`)`)
-		for _, st := range f.States {
-			args = append(args, st)
-		}
+		in, states := inList(f.States)
+		where = append(where, `s.state IN `+in)
+		args = append(args, states...)
 	}
 	keys := make([]string, 0, len(f.Metadata))
 	for k := range f.Metadata {

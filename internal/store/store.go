@@ -298,6 +298,16 @@ func scanFields[T any](fields func(*T) []any) func(scanner) (T, error) {
 }
 
 // scanOne reads a row of one column.
+// inList is the placeholders of an IN list of vals, "(?, ?, …)", and vals as arguments (vals
+// must not be empty).
+func inList[T any](vals []T) (string, []any) {
+	args := make([]any, len(vals))
+	for i, v := range vals {
+		args[i] = v
+	}
+	return `(?` + strings.Repeat(`, ?`, len(vals)-1) + `)`, args
+}
+
 func scanOne[T any](sc scanner) (T, error) {
 	var v T
 	err := sc.Scan(&v)
@@ -370,12 +380,8 @@ func (s *Store) deletedIn(ctx context.Context, table string, ids []string) (map[
 		n := min(len(ids), 500)
 		batch := ids[:n]
 		ids = ids[n:]
-		args := make([]any, len(batch))
-		for i, id := range batch {
-			args[i] = id
-		}
-		deleted, err := queryAll(ctx, s, s.db, `SELECT id FROM `+table+` WHERE deleted = 1 AND id IN (?`+strings.Repeat(`, ?`, n-1)+`)`,
-			scanOne[string], args...)
+		in, args := inList(batch)
+		deleted, err := queryAll(ctx, s, s.db, `SELECT id FROM `+table+` WHERE deleted = 1 AND id IN `+in, scanOne[string], args...)
 		if err != nil {
 			return nil, err
 		}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -63,14 +62,6 @@ var scanAttachment = scanFields(func(a *VolumeAttachment) []any {
 	return []any{&a.SandboxID, &a.VolumeID, &a.MountPath, boolCol(&a.ReadOnly)}
 })
 
-func holdingIn() (string, []any) {
-	args := make([]any, len(HoldingStates))
-	for i, st := range HoldingStates {
-		args[i] = st
-	}
-	return `(?` + strings.Repeat(`, ?`, len(HoldingStates)-1) + `)`, args
-}
-
 // attachments returns the holding attachments of the given volumes, by volume id, oldest
 // sandbox first.
 func (s *Store) attachments(ctx context.Context, q querier, volumeIDs ...string) (map[string][]VolumeAttachment, error) {
@@ -78,13 +69,12 @@ func (s *Store) attachments(ctx context.Context, q querier, volumeIDs ...string)
 	if len(volumeIDs) == 0 {
 		return out, nil
 	}
-	in, args := holdingIn()
+	holding, args := inList(HoldingStates)
+	volumes, volumeArgs := inList(volumeIDs)
 	query := `SELECT ` + prefixCols("a.", attachmentCols) + ` FROM sandbox_volumes a JOIN sandboxes s ON s.id = a.sandbox_id
-		WHERE s.state IN ` + in + ` AND a.volume_id IN (?` + strings.Repeat(`, ?`, len(volumeIDs)-1) + `)
+		WHERE s.state IN ` + holding + ` AND a.volume_id IN ` + volumes + `
 		ORDER BY s.created_at, s.id`
-	for _, id := range volumeIDs {
-		args = append(args, id)
-	}
+	args = append(args, volumeArgs...)
 	all, err := queryAll(ctx, s, q, query, scanAttachment, args...)
 	if err != nil {
 		return nil, err
