@@ -1,8 +1,12 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/store"
@@ -44,104 +48,72 @@ func (s *Server) RunReaper(ctx context.Context) {
 
 // ReapOnce kills every sandbox whose TTL has run out and returns how many it killed; a replica
 // that does not hold the reaper lock kills none (another one reaps). Kills run in parallel; the
-// first failure ends the pass after the kills under way.
+// first failure ends the pass after the kills under way (they keep ctx: a failure does not cut
+// them short).
 func (s *Server) ReapOnce(ctx context.Context) (int, error) {
 	if mine, err := s.reapLock().Hold(ctx); err != nil || !mine {
 		return 0, err
 	}
-	p := &reapPass{s: s, slots: make(chan struct{}, reapWorkers)}
+	g, failed := errgroup.WithContext(ctx) // failed ends at the first failure: no kill starts after it
+	g.SetLimit(reapWorkers)
+	var killed atomic.Int64
+	var readErr error         // a read of the store that failed (the pass ends)
 	seen := map[string]bool{} // rows this pass started (or ended) a kill of
 	// A read asks for reapWorkers rows more than a batch: the kills still under way are expired
 	// rows yet, and are skipped.
 	const limit = reapBatch + reapWorkers
-	for p.err() == nil {
+	for failed.Err() == nil {
 		rows, err := s.store.ExpiredSandboxes(ctx, s.now(), limit)
 		if err != nil {
-			p.fail(err)
+			readErr = err
 			break
 		}
 		var batch []store.Sandbox
+		var ids []string
 		for _, sb := range rows {
 			if !seen[sb.ID] {
 				seen[sb.ID] = true
-				batch = append(batch, sb)
+				batch, ids = append(batch, sb), append(ids, sb.ID)
 			}
 		}
 		if len(batch) == 0 {
 			break
 		}
-		ids := make([]string, len(batch))
-		for i, sb := range batch {
-			ids[i] = sb.ID
-		}
 		pausing, err := s.store.PausingOnTimeout(ctx, ids)
 		if err != nil {
-			p.fail(err)
+			readErr = err
 			break
 		}
 		for _, sb := range batch {
-			if !p.start(ctx, sb, pausing[sb.ID]) {
-				break
-			}
+			g.Go(func() error { // waits for a free worker
+				if err := failed.Err(); err != nil {
+					return err // a kill failed meanwhile
+				}
+				paused, err := s.expire(ctx, sb, pausing[sb.ID])
+				if err == nil && !paused {
+					killed.Add(1)
+				}
+				return err
+			})
 		}
 		if len(rows) < limit { // every expired row was read
 			break
 		}
 	}
-	p.wg.Wait()
-	return p.n, p.first
+	err := g.Wait()
+	return int(killed.Load()), cmp.Or(err, readErr)
 }
 
-// reapPass is one pass's kills under way, how many killed and its first error.
-type reapPass struct {
-	s     *Server
-	slots chan struct{}
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	n     int
-	first error
-}
-
-func (p *reapPass) err() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.first
-}
-
-func (p *reapPass) fail(err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.first == nil {
-		p.first = err
+// expire ends sb (kills it, or pauses it when it pauses on timeout) and logs and counts it.
+func (s *Server) expire(ctx context.Context, sb store.Sandbox, pauses bool) (paused bool, err error) {
+	if paused, err = s.svc.Expire(ctx, sb, pauses); err != nil {
+		return false, err
 	}
-}
-
-// start begins expiring sb once one of the pass's workers is free; false (nothing started) once a
-// kill of the pass has failed.
-func (p *reapPass) start(ctx context.Context, sb store.Sandbox, pauses bool) bool {
-	p.slots <- struct{}{}
-	if p.err() != nil {
-		<-p.slots
-		return false
+	if paused {
+		s.log.Info("sandbox expired: paused (it pauses on timeout)", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
+		return true, nil
 	}
-	p.wg.Add(1)
-	go func() {
-		defer func() { <-p.slots; p.wg.Done() }()
-		s := p.s
-		paused, err := s.svc.Expire(ctx, sb, pauses)
-		if err != nil {
-			p.fail(err)
-			return
-		}
-		if paused {
-			s.log.Info("sandbox expired: paused (it pauses on timeout)", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
-			return
-		}
-		s.log.Info("sandbox expired: killed", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
-		s.metrics.reapedOne(s.now().Sub(sb.ExpiresAt))
-		p.mu.Lock()
-		p.n++
-		p.mu.Unlock()
-	}()
-	return true
+	s.log.Info("sandbox expired: killed", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
+	s.metrics.reapedOne(s.now().Sub(sb.ExpiresAt))
+	return false, nil
 }
