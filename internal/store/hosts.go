@@ -312,11 +312,7 @@ func (s *Store) MarkStaleHostsDown(ctx context.Context, staleBefore time.Time, s
 				return err
 			}
 			down = true
-			_, err = s.exec(ctx, tx, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?
-				WHERE host_id = ? AND (state = ? OR state = ? AND hibernated_image = '')`,
-				StateLost, "host "+h.ID+" stopped sending heartbeats", micros(s.now()),
-				h.ID, StateRunning, StateHibernated)
-			return err
+			return s.loseSandboxesOf(ctx, tx, h.ID, "host "+h.ID+" stopped sending heartbeats")
 		})
 		if err != nil {
 			return marked, err
@@ -340,11 +336,18 @@ func (s *Store) MarkHostDown(ctx context.Context, id, reason string) error {
 		if n, _ := res.RowsAffected(); n == 0 {
 			return ErrNotFound
 		}
-		_, err = s.exec(ctx, tx, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?
-			WHERE host_id = ? AND (state = ? OR state = ? AND hibernated_image = '')`,
-			StateLost, reason, micros(s.now()), id, StateRunning, StateHibernated)
-		return err
+		return s.loseSandboxesOf(ctx, tx, id, reason)
 	})
+}
+
+// loseSandboxesOf turns the live sandboxes of a host marked down into `lost` with reason: its
+// running ones, and its hibernated ones without a published image (one with an image stays
+// hibernated: it wakes on another host).
+func (s *Store) loseSandboxesOf(ctx context.Context, tx *sql.Tx, hostID, reason string) error {
+	_, err := s.exec(ctx, tx, `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?
+		WHERE host_id = ? AND (state = ? OR state = ? AND hibernated_image = '')`,
+		StateLost, reason, micros(s.now()), hostID, StateRunning, StateHibernated)
+	return err
 }
 
 // hostsSchema is the hosts table's part of each migration.
