@@ -177,7 +177,6 @@ func appGet(base, app, path string) (string, error) {
 	return string(b), err
 }
 
-// benchAppArchive packs the bench app at version.
 // deployBenchApp uploads archive to app and waits until the deployment is live: its id and the
 // time from the upload to live.
 func deployBenchApp(c *apiClient, app string, archive []byte) (string, float64, error) {
@@ -210,17 +209,23 @@ func deployBenchApp(c *apiClient, app string, archive []byte) (string, float64, 
 	return d.ID, ms(time.Since(t)), nil
 }
 
+// benchAppArchive packs the bench app at version.
 func benchAppArchive(version string) ([]byte, error) {
+	return packTree(func(dir string) error {
+		return writeFiles(dir, map[string]string{"server.js": benchAppServer, "version.txt": version + "\n",
+			"package.json": `{"name": "bench", "scripts": {"start": "node server.js"}}`})
+	})
+}
+
+// packTree packs (bundle.Pack) the tree fill writes into a temporary directory, removed after.
+func packTree(fill func(dir string) error) ([]byte, error) {
 	dir, err := os.MkdirTemp("", "pandastack-bench-app-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	for name, content := range map[string]string{"server.js": benchAppServer, "version.txt": version + "\n",
-		"package.json": `{"name": "bench", "scripts": {"start": "node server.js"}}`} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			return nil, err
-		}
+	if err := fill(dir); err != nil {
+		return nil, err
 	}
 	return bundle.Pack(dir)
 }
@@ -261,17 +266,7 @@ func appsBuildSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 		return err
 	}
 	for i, key := range []string{b.key + "_first", b.key + "_redeploy"} {
-		dir, err := os.MkdirTemp("", "pandastack-bench-"+b.name+"-")
-		if err != nil {
-			return err
-		}
-		archive, err := func() ([]byte, error) {
-			defer os.RemoveAll(dir)
-			if err := b.source(dir, i+1); err != nil {
-				return nil, err
-			}
-			return bundle.Pack(dir)
-		}()
+		archive, err := packTree(func(dir string) error { return b.source(dir, i+1) })
 		if err != nil {
 			return err
 		}

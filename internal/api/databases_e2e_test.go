@@ -64,6 +64,25 @@ func (cp *e2eCP) restoreDB(t *testing.T, id, body, what string) dbAnswer {
 	return d
 }
 
+// dbBackups is GET /v1/databases/{id}/backups as the tests read it.
+type dbBackups struct {
+	Backups []struct {
+		ID        string
+		Published bool
+	}
+}
+
+// backupsOf lists database id's backups; anything but 200 fails the test.
+func (cp *e2eCP) backupsOf(t *testing.T, id string) dbBackups {
+	t.Helper()
+	code, b := cp.call(t, "GET", "/v1/databases/"+id+"/backups", nil, "")
+	var l dbBackups
+	if err := json.Unmarshal(b, &l); err != nil || code != 200 {
+		t.Fatalf("backups of %s: %d %s", id, code, b)
+	}
+	return l
+}
+
 // dbRouter starts the SNI router for cp on loopback and returns its port and CA file.
 func dbRouter(t *testing.T, cp *e2eCP) (int, string) {
 	t.Helper()
@@ -179,15 +198,9 @@ func TestE2EDatabases(t *testing.T) {
 	t.Logf("database created in %s", time.Since(start))
 	// A base backup at creation (in the background), published to the blob store.
 	cp.srv.Databases().Wait()
-	var first struct {
-		Backups []struct {
-			ID        string
-			Published bool
-		}
-	}
-	if code, b := cp.call(t, "GET", "/v1/databases/"+db.ID+"/backups", nil, ""); json.Unmarshal(b, &first) != nil || code != 200 ||
-		len(first.Backups) != 1 || !first.Backups[0].Published {
-		t.Fatalf("backups after the create: %d %s", code, b)
+	first := cp.backupsOf(t, db.ID)
+	if len(first.Backups) != 1 || !first.Backups[0].Published {
+		t.Fatalf("backups after the create: %+v", first)
 	}
 	wantURI := "postgres://shop_db_owner:" + db.Password + "@" + db.ID + ".db.localhost:" + strconv.Itoa(port) + "/shop_db?sslmode=require"
 	if db.Connection.URI != wantURI || db.Connection.HTTPURL != "http://"+db.ID+".db.localhost:8080/sql" {
@@ -691,20 +704,13 @@ func TestE2EDatabases(t *testing.T) {
 	// taken, first (when it has room): it does not answer and B takes the restore.
 	c.Close(ctx)
 	c2.Close(ctx)
-	var listed struct {
-		Backups []struct {
-			ID        string
-			Published bool
-		}
-	}
-	code, b = cp.call(t, "GET", "/v1/databases/"+db.ID+"/backups", nil, "")
-	json.Unmarshal(b, &listed)
+	listed := cp.backupsOf(t, db.ID)
 	published := false
 	for _, x := range listed.Backups {
 		published = published || x.ID == bk.ID && x.Published
 	}
-	if code != 200 || !published {
-		t.Fatalf("backup %s is not published: %d %s", bk.ID, code, b)
+	if !published {
+		t.Fatalf("backup %s is not published: %+v", bk.ID, listed)
 	}
 	cp.srv.Databases().Wait()
 	admin := cp.admin
