@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,9 +196,37 @@ func TestCreateWithVolumesOnTheirHost(t *testing.T) {
 			t.Fatalf("child %s's volume %+v %v", k.ID, c, err)
 		}
 	}
-	// Onto another host: refused (volumes stay on theirs).
+	// Onto another host: refused without a blob store (nothing to carry the snapshot); with one,
+	// the child on host-a has a copy made there from the published snapshot's, with the
+	// parent's files, recorded as the team's volume on host-a.
 	_, err = e.svc.ForkTo(ctx, sb, 1, "host-a")
 	wantKind(t, err, errdefs.Conflict)
+	if _, err := agentclient.New(e.b.URL(), token).WriteFile(ctx, sb.ID, "/data/note", strings.NewReader("from-b"), 6); err != nil {
+		t.Fatal(err)
+	}
+	shared := agenttest.NewBlob()
+	e.a.SetPool(4096)
+	e.a.UseBlob(shared)
+	e.b.UseBlob(shared)
+	far, err := e.svc.ForkTo(ctx, sb, 1, "host-a")
+	if err != nil || len(far) != 1 || far[0].HostID != "host-a" {
+		t.Fatalf("fork onto another host with a blob store: %+v %v", far, err)
+	}
+	atts, err := e.st.SandboxVolumes(ctx, far[0].ID)
+	if err != nil || len(atts) != 1 || seen[atts[0].VolumeID] || atts[0].MountPath != "/data" {
+		t.Fatalf("cross-host child's volumes %+v %v", atts, err)
+	}
+	if c, err := e.st.GetTeamVolume(ctx, e.team, atts[0].VolumeID); err != nil || c.HostID != "host-a" || c.Name != CopyName("data", far[0].ID) {
+		t.Fatalf("cross-host child's volume %+v %v", c, err)
+	}
+	if got := readAsRoot(t, e, far[0], "/data/note"); got != "from-b" {
+		t.Fatalf("cross-host child reads %q from its volume copy", got)
+	}
+	if !slices.Contains(e.a.Volumes(), atts[0].VolumeID) {
+		t.Fatalf("host-a keeps volumes %v, not the child's %s", e.a.Volumes(), atts[0].VolumeID)
+	}
+	e.a.UseBlob(nil)
+	e.b.UseBlob(nil)
 	// A child the store cannot record: the host kills it and deletes its copy.
 	if _, err := e.st.CreateSandbox(ctx, store.Sandbox{ID: "sb_taken", TeamID: e.team, Template: "base", State: store.StateKilled,
 		HostID: "host-b", CreatedAt: e.now, ExpiresAt: e.now}); err != nil {
