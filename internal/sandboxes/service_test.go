@@ -14,6 +14,8 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
@@ -375,4 +377,71 @@ func TestTemplateVolumeCopies(t *testing.T) {
 	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base",
 		Volumes: []store.VolumeAttachment{{VolumeID: other.ID, MountPath: "/other"}}})
 	wantKind(t, err, errdefs.Conflict)
+}
+
+// TestCreateFromPublishedSnapshotWithVolumes: a create from a published snapshot with volume
+// copies whose host is down learns the copies from the snapshot's publication (its record in the
+// blob store) and makes the sandbox on another host, which pulls the copies: its volume there is
+// the team's, recorded on that host, with the snapshot's files. Without the blob store to read
+// the record from, it waits for the host (Capacity).
+func TestCreateFromPublishedSnapshotWithVolumes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	shared := agenttest.NewBlob()
+	e.a.UseBlob(shared)
+	e.b.UseBlob(shared)
+	v, err := e.svc.CreateVolume(ctx, e.team, "data", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Volumes: []store.VolumeAttachment{{VolumeID: v.ID, MountPath: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, other := e.a, e.b
+	if sb.HostID == "host-b" {
+		src, other = e.b, e.a
+	}
+	if _, err := agentclient.New(src.URL(), token).WriteFile(ctx, sb.ID, "/data/note", strings.NewReader("kept"), 4); err != nil {
+		t.Fatal(err)
+	}
+	sn, err := e.svc.Snapshot(ctx, sb)
+	if err != nil || !sn.Published {
+		t.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	// The host's publication, as a real host leaves it in the blob store: the record with the copies.
+	hs, err := agentclient.New(src.URL(), token).GetSnapshot(ctx, sn.ID)
+	if err != nil || len(hs.Volumes) != 1 {
+		t.Fatalf("the host's snapshot: %+v %v", hs, err)
+	}
+	bs, err := blob.OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := artifact.Push(ctx, bs, snapshotKind, sn.ID, t.TempDir(), nil, hs); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.MarkHostDown(ctx, sb.HostID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Snapshot: &sn})
+	wantKind(t, err, errdefs.Capacity)
+	e.svc.blob = bs
+	got, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Snapshot: &sn})
+	if err != nil || got.HostID == sb.HostID {
+		t.Fatalf("create from the published snapshot with its host down: %+v %v", got, err)
+	}
+	atts, err := e.st.SandboxVolumes(ctx, got.ID)
+	if err != nil || len(atts) != 1 || atts[0].VolumeID == v.ID || atts[0].MountPath != "/data" {
+		t.Fatalf("the new sandbox's volumes: %+v %v", atts, err)
+	}
+	if c, err := e.st.GetVolume(ctx, atts[0].VolumeID); err != nil || c.HostID != got.HostID || c.Name != CopyName("data", got.ID) || c.SizeMiB != 16 {
+		t.Fatalf("the new sandbox's volume: %+v %v", c, err)
+	}
+	if !slices.Contains(other.Volumes(), atts[0].VolumeID) {
+		t.Fatalf("%s keeps volumes %v, not %s", got.HostID, other.Volumes(), atts[0].VolumeID)
+	}
+	if data := readAsRoot(t, e, got, "/data/note"); data != "kept" {
+		t.Fatalf("the new sandbox reads %q from its volume", data)
+	}
 }
