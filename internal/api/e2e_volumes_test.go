@@ -24,22 +24,8 @@ import (
 func TestE2EVolumeSnapshotsAndForks(t *testing.T) {
 	t.Parallel()
 	ctx, _, _, c := startE2E(t, 20*time.Minute)
-	vol, err := c.CreateVolume(ctx, 64, "pgdata")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", Volumes: []client.VolumeMount{{VolumeID: vol.ID, MountPath: "/data"}}})
-	if err != nil {
-		t.Fatalf("create with a volume: %v", err)
-	}
-	sh := func(id, cmd string) string {
-		t.Helper()
-		r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: cmd, TimeoutSeconds: client.Seconds(60)})
-		if err != nil || r.ExitCode != 0 {
-			t.Fatalf("exec %q in %s: %+v %v", cmd, id, r, err)
-		}
-		return strings.TrimSpace(r.Stdout)
-	}
+	vol, src := e2eWithVolume(t, ctx, c, "pgdata")
+	sh := func(id, cmd string) string { return e2eSh(t, ctx, c, id, cmd) }
 	const read = "cat /data/a; cat /data/b 2>/dev/null || echo no-b"
 	sh(src.ID, "echo one > /data/a")
 	snap, err := c.CreateSnapshot(ctx, src.ID)
@@ -213,22 +199,8 @@ func TestE2EVolumesAcrossHosts(t *testing.T) {
 	// Host A alone first: the volume and its sandbox are placed there.
 	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{}, a)
 	c := cp.client(cp.admin)
-	vol, err := c.CreateVolume(ctx, 64, "data")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", Volumes: []client.VolumeMount{{VolumeID: vol.ID, MountPath: "/data"}}})
-	if err != nil {
-		t.Fatalf("create with a volume: %v", err)
-	}
-	sh := func(id, cmd string) string {
-		t.Helper()
-		r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: cmd, TimeoutSeconds: client.Seconds(60)})
-		if err != nil || r.ExitCode != 0 {
-			t.Fatalf("exec %q in %s: %+v %v", cmd, id, r, err)
-		}
-		return strings.TrimSpace(r.Stdout)
-	}
+	vol, src := e2eWithVolume(t, ctx, c, "data")
+	sh := func(id, cmd string) string { return e2eSh(t, ctx, c, id, cmd) }
 	sh(src.ID, "echo from-a > /data/note")
 	snap, err := c.CreateSnapshot(ctx, src.ID)
 	if err != nil || !snap.Published {
@@ -286,4 +258,28 @@ func TestE2EVolumesAcrossHosts(t *testing.T) {
 	if got := sh(restored.ID, "cat /data/note"); got != "from-a" {
 		t.Errorf("the restore on host B reads %q", got)
 	}
+}
+
+// e2eWithVolume creates a 64 MiB volume named name and a sandbox of base with it at /data.
+func e2eWithVolume(t *testing.T, ctx context.Context, c *client.Client, name string) (client.Volume, client.Sandbox) {
+	t.Helper()
+	vol, err := c.CreateVolume(ctx, 64, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", Volumes: []client.VolumeMount{{VolumeID: vol.ID, MountPath: "/data"}}})
+	if err != nil {
+		t.Fatalf("create with a volume: %v", err)
+	}
+	return vol, sb
+}
+
+// e2eSh runs cmd in sandbox id and returns its trimmed output; a failure fails the test.
+func e2eSh(t *testing.T, ctx context.Context, c *client.Client, id, cmd string) string {
+	t.Helper()
+	r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: cmd, TimeoutSeconds: client.Seconds(60)})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("exec %q in %s: %+v %v", cmd, id, r, err)
+	}
+	return strings.TrimSpace(r.Stdout)
 }

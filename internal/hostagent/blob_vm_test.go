@@ -268,16 +268,8 @@ func TestVolumeCopiesTravelThroughBlobStore(t *testing.T) {
 	url := "file://" + dir
 	a := newHarness(t, func(c *Config) { c.BlobStore = url })
 	b := newHarness(t, func(c *Config) { c.BlobStore = url })
-	if code := a.call("POST", "/v1/volumes", map[string]any{"id": "vol_travel", "size_mib": 64}, nil); code != 201 {
-		t.Fatalf("create volume: %d", code)
-	}
-	var src hostapi.Sandbox
+	src := a.createWithVolume("vol_travel")
 	var raw []byte
-	if code := a.call("POST", "/v1/sandboxes", map[string]any{"template": "base",
-		"volumes": []map[string]any{{"volume_id": "vol_travel", "mount_path": "/data"}}}, &raw); code != 201 {
-		t.Fatalf("create with a volume: %d %s", code, raw)
-	}
-	jsonInto(t, raw, &src)
 	if r := a.exec(src.ID, map[string]any{"cmd": "echo from-a > /data/note && sync"}); r.ExitCode != 0 {
 		t.Fatalf("write to the volume: %+v", r)
 	}
