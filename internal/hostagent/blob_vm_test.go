@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/blob"
-	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/blob/blobtest"
 	"github.com/pandastack/pandastack/internal/faultpoint"
 	"github.com/pandastack/pandastack/internal/host/volume"
