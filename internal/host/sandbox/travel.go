@@ -101,9 +101,9 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 	if err := json.Unmarshal(man.Record, &rec); err != nil || rec.ID != id || !strings.HasPrefix(filepath.Base(rec.BaseDir), "mem-") {
 		return hostapi.Sandbox{}, errdefs.Invalidf("published hibernation %s: its record is not valid", pub)
 	}
-	copies := volume.CopyFiles(hibernatedCopies(rec.Volumes))
+	copies := make([]string, len(rec.Volumes)) // as publishHibernated names them
 	for i := range copies {
-		copies[i] = path.Join(filepath.Base(rec.BaseDir), copies[i])
+		copies[i] = path.Join(filepath.Base(rec.BaseDir), volume.CopyFile(i))
 	}
 	if err := man.Carries(copies); err != nil {
 		return hostapi.Sandbox{}, err
@@ -186,16 +186,6 @@ func (m *Manager) freeLazyMem(sb *sandbox) {
 	sb.rec.LazyMount = ""
 	sb.persist()
 	sb.mu.Unlock()
-}
-
-// hibernatedCopies describes the copies a hibernation of a sandbox with mounts carries: one per
-// mount, in its slot (volume.CopyFile names them).
-func hibernatedCopies(mounts []hostapi.VolumeMount) []hostapi.SnapshotVolume {
-	out := make([]hostapi.SnapshotVolume, len(mounts))
-	for i, vm := range mounts {
-		out[i] = hostapi.SnapshotVolume{Slot: i, VolumeID: vm.VolumeID, MountPath: vm.MountPath, ReadOnly: vm.ReadOnly, FS: "ext4"}
-	}
-	return out
 }
 
 // adoptVolumes makes this host's volumes of an adopted sandbox from the copies its hibernation
