@@ -114,10 +114,10 @@ func (s *Service) DeleteSnapshot(ctx context.Context, teamID, id string) error {
 }
 
 // onHost runs call against hostID's agent, detached from ctx's cancellation and bounded by
-// timeout, when that host is known and up; otherwise it returns why not (the store's error, or
-// errHostDown).
+// timeout, when that host is known and up as placement sees it (Scheduler.Host); otherwise it
+// returns why not (the store's error, or errHostDown).
 func (s *Service) onHost(ctx context.Context, hostID string, timeout time.Duration, call func(context.Context, *agentclient.Client) error) error {
-	h, err := s.store.GetHost(ctx, hostID)
+	h, err := s.sched.Host(ctx, hostID)
 	if err != nil {
 		return err
 	}
