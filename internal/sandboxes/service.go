@@ -33,6 +33,9 @@ type Scheduler interface {
 	Reserve(hostID string, memMiB int64) (done func(placed bool), err error)
 	Freeing(hostID string, memMiB int64) (done func(stopped bool))
 	Client(h store.Host) *agentclient.Client
+	// Host is a host's record as placement sees it (at most a second stale): calls to a host
+	// read it there rather than the store once each.
+	Host(ctx context.Context, id string) (store.Host, error)
 	// UnrecordedGrace and UnrecordedFor say what reconcile does with a sandbox a host runs
 	// that no record names: killed once this process's reconcile has seen it so for the grace.
 	UnrecordedGrace() time.Duration
