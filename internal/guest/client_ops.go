@@ -145,6 +145,17 @@ func (cl *call) next() (byte, []byte, error) {
 	return typ, p, nil
 }
 
+// decodeFrame decodes the JSON payload p of a what frame (exit, stat, ...); a payload that does not
+// decode is a ProtocolError naming the frame.
+func decodeFrame[T any](p []byte, what string) (T, error) {
+	var v T
+	if err := json.Unmarshal(p, &v); err != nil {
+		var zero T
+		return zero, &ProtocolError{Msg: "bad " + what + " frame: " + err.Error()}
+	}
+	return v, nil
+}
+
 // expect reads one frame of type want and decodes its JSON into v.
 func (cl *call) expect(want byte, v any) error {
 	typ, p, err := cl.next()
@@ -235,11 +246,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin io.Reader, std
 				}
 			}
 		case FrameExit:
-			var res ExecResult
-			if err := json.Unmarshal(p, &res); err != nil {
-				return ExecResult{}, &ProtocolError{Msg: "bad exit frame: " + err.Error()}
-			}
-			return res, nil
+			return decodeFrame[ExecResult](p, "exit")
 		default:
 			return ExecResult{}, &ProtocolError{Msg: fmt.Sprintf("unexpected frame %q in exec", typ)}
 		}
@@ -378,9 +385,9 @@ func (c *Client) List(ctx context.Context, path, user string, depth int) ([]File
 		}
 		switch typ {
 		case FrameStat:
-			var fi FileInfo
-			if err := json.Unmarshal(p, &fi); err != nil {
-				return nil, &ProtocolError{Msg: "bad stat frame: " + err.Error()}
+			fi, err := decodeFrame[FileInfo](p, "stat")
+			if err != nil {
+				return nil, err
 			}
 			out = append(out, fi)
 		case FrameEOF:

@@ -2,7 +2,6 @@ package guest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 )
 
@@ -77,9 +76,9 @@ func (p *PTY) Next() ([]byte, *ExecResult, error) {
 	case FrameStdout:
 		return b, nil, nil
 	case FrameExit:
-		var res ExecResult
-		if err := json.Unmarshal(b, &res); err != nil {
-			return nil, nil, &ProtocolError{Msg: "bad exit frame: " + err.Error()}
+		res, err := decodeFrame[ExecResult](b, "exit")
+		if err != nil {
+			return nil, nil, err
 		}
 		return nil, &res, nil
 	}
