@@ -183,6 +183,20 @@ func (c *Client) simple(ctx context.Context, req *Request, want byte, v any) err
 	return cl.expect(want, v)
 }
 
+// opened starts req and reads its empty FrameResult (the op began; its frames follow on the
+// returned call); on failure the call is finished.
+func (c *Client) opened(ctx context.Context, req *Request) (*call, error) {
+	cl, err := c.start(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.expect(FrameResult, nil); err != nil {
+		cl.finish()
+		return nil, err
+	}
+	return cl, nil
+}
+
 // Exec runs a command. stdout/stderr receive chunks as they arrive (nil
 // discards); stdin (may be nil) is copied to the process until EOF. A stdin
 // reader that never returns keeps its copying goroutine alive until it does.
@@ -450,12 +464,8 @@ func (c *Client) Sync(ctx context.Context) error {
 // connection carries that port's bytes both ways over the agent's channel, not the guest's
 // network. ctx bounds the dial only; closing the connection ends it.
 func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
-	cl, err := c.start(ctx, &Request{Op: OpDial, Port: port})
+	cl, err := c.opened(ctx, &Request{Op: OpDial, Port: port})
 	if err != nil {
-		return nil, err
-	}
-	if err := cl.expect(FrameResult, nil); err != nil {
-		cl.finish()
 		return nil, err
 	}
 	// The connection is the caller's now: no more watchdog, no more ctx.

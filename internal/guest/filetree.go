@@ -87,12 +87,8 @@ func (c *Client) Watch(ctx context.Context, path, user string, recursive bool, f
 
 // ArchiveGet returns a tar stream of the directory path's contents.
 func (c *Client) ArchiveGet(ctx context.Context, path, user string) (io.ReadCloser, error) {
-	cl, err := c.start(ctx, &Request{Op: OpArchiveGet, Path: path, User: user})
+	cl, err := c.opened(ctx, &Request{Op: OpArchiveGet, Path: path, User: user})
 	if err != nil {
-		return nil, err
-	}
-	if err := cl.expect(FrameResult, nil); err != nil {
-		cl.finish()
 		return nil, err
 	}
 	return &fileReader{cl: cl}, nil
