@@ -325,14 +325,20 @@ func (c *Client) WriteFile(ctx context.Context, path, user string, mode os.FileM
 	if mode == 0 {
 		mode = 0o644
 	}
-	cl, err := c.start(ctx, &Request{Op: OpWrite, Path: path, User: user, Mode: fmt.Sprintf("%04o", unixPerm(mode))})
+	return uploadOp[FileInfo](ctx, c, &Request{Op: OpWrite, Path: path, User: user, Mode: fmt.Sprintf("%04o", unixPerm(mode))}, r, FrameStat)
+}
+
+// uploadOp starts req, uploads r on it (call.upload) and returns the answer, a frame of type want,
+// decoded into a T.
+func uploadOp[T any](ctx context.Context, c *Client, req *Request, r io.Reader, want byte) (T, error) {
+	var out T
+	cl, err := c.start(ctx, req)
 	if err != nil {
-		return FileInfo{}, err
+		return out, err
 	}
 	defer cl.finish()
-	var fi FileInfo
-	err = cl.upload(r, FrameStat, &fi)
-	return fi, err
+	err = cl.upload(r, want, &out)
+	return out, err
 }
 
 // upload sends r as FrameData frames and a FrameEOF, and reads the answer: one frame of type

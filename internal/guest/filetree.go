@@ -96,14 +96,7 @@ func (c *Client) ArchiveGet(ctx context.Context, path, user string) (io.ReadClos
 
 // ArchivePut unpacks the tar stream r into the directory path.
 func (c *Client) ArchivePut(ctx context.Context, path, user string, r io.Reader) (ArchiveResult, error) {
-	cl, err := c.start(ctx, &Request{Op: OpArchivePut, Path: path, User: user})
-	if err != nil {
-		return ArchiveResult{}, err
-	}
-	defer cl.finish()
-	var out ArchiveResult
-	err = cl.upload(r, FrameResult, &out)
-	return out, err
+	return uploadOp[ArchiveResult](ctx, c, &Request{Op: OpArchivePut, Path: path, User: user}, r, FrameResult)
 }
 
 // String is the event as one line, for logs and the CLI.
