@@ -10,6 +10,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/database"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/functions"
 	"github.com/pandastack/pandastack/internal/inflight"
@@ -148,37 +150,21 @@ type Server struct {
 
 // New builds a server from cfg.
 func New(cfg Config) *Server {
-	if cfg.DefaultTTL <= 0 {
-		cfg.DefaultTTL = DefaultTTL
-	}
-	if cfg.MaxTTL <= 0 {
-		cfg.MaxTTL = DefaultMaxTTL
-	}
+	defaults.Positive(&cfg.DefaultTTL, DefaultTTL)
+	defaults.Positive(&cfg.MaxTTL, DefaultMaxTTL)
 	if cfg.DefaultTTL > cfg.MaxTTL {
 		cfg.DefaultTTL = cfg.MaxTTL
 	}
-	if cfg.MaxUploadBytes <= 0 {
-		cfg.MaxUploadBytes = DefaultMaxUploadBytes
-	}
-	if cfg.ReapInterval <= 0 {
-		cfg.ReapInterval = DefaultReapInterval
-	}
-	if cfg.AuditRetention <= 0 {
-		cfg.AuditRetention = DefaultAuditRetention
-	}
-	if cfg.AuditPruneInterval <= 0 {
-		cfg.AuditPruneInterval = DefaultAuditPruneInterval
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	defaults.Positive(&cfg.MaxUploadBytes, DefaultMaxUploadBytes)
+	defaults.Positive(&cfg.ReapInterval, DefaultReapInterval)
+	defaults.Positive(&cfg.AuditRetention, DefaultAuditRetention)
+	defaults.Positive(&cfg.AuditPruneInterval, DefaultAuditPruneInterval)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	scheduleClock := cfg.Now // nil: the engine reads the database's clock
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Version == "" {
-		cfg.Version = "dev"
-	}
+	cfg.Version = cmp.Or(cfg.Version, "dev")
 	s := &Server{cfg: cfg, store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger,
 		auth: &auth.Authenticator{Store: cfg.Store, Now: cfg.Now}, metrics: newMetrics()}
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,

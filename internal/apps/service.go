@@ -10,6 +10,7 @@
 package apps
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -111,12 +112,8 @@ type Service struct {
 
 // New builds a service.
 func New(cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.BaseTemplate == "" {
-		cfg.BaseTemplate = BaseTemplate
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.BaseTemplate = cmp.Or(cfg.BaseTemplate, BaseTemplate)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, inflight: map[string]int{}, lastSeen: map[string]time.Time{},
 		logs: map[string]*logBuf{}, deploys: map[string]*sync.Mutex{}, sets: map[string]*instanceSet{}, ctx: ctx, cancel: cancel, started: cfg.Store.Clock(ctx)}

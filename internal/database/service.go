@@ -10,6 +10,7 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -101,18 +102,12 @@ type Service struct {
 
 // New builds a service.
 func New(cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Domain == "" {
-		cfg.Domain = "localhost"
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Domain = cmp.Or(cfg.Domain, "localhost")
 	if cfg.RouterPort == 0 {
 		cfg.RouterPort = Port
 	}
-	if cfg.Template == "" {
-		cfg.Template = Template
-	}
+	cfg.Template = cmp.Or(cfg.Template, Template)
 	return &Service{cfg: cfg, log: cfg.Logger, act: newActivity()}
 }
 

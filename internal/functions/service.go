@@ -9,6 +9,7 @@ package functions
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -111,12 +112,8 @@ type Service struct {
 
 // New builds a service.
 func New(cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.BaseTemplate == "" {
-		cfg.BaseTemplate = BaseTemplate
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.BaseTemplate = cmp.Or(cfg.BaseTemplate, BaseTemplate)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
 }

@@ -6,6 +6,7 @@
 package sandboxes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -72,9 +73,7 @@ type Service struct {
 
 // New builds a service from cfg; cfg's TTLs must already be set (the API applies its defaults).
 func New(cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

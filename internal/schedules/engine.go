@@ -6,6 +6,7 @@
 package schedules
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/templates"
@@ -61,12 +63,8 @@ type Engine struct {
 
 // New builds an engine.
 func New(cfg Config) *Engine {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Grace <= 0 {
-		cfg.Grace = DefaultGrace
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	defaults.Positive(&cfg.Grace, DefaultGrace)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Engine{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
 }

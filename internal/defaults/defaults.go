@@ -1,0 +1,15 @@
+// Package defaults fills a configuration's unset numbers: the services' New functions each
+// replaced a zero or negative setting with their default, three lines a setting.
+package defaults
+
+// Number is what Positive fills: counts, sizes and durations.
+type Number interface {
+	~int | ~int32 | ~int64 | ~float64
+}
+
+// Positive sets *v to d unless *v is above zero (zero and negative settings take the default).
+func Positive[T Number](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
