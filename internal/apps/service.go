@@ -24,6 +24,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/apps/detect"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/background"
 	"github.com/pandastack/pandastack/internal/bundle"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
@@ -102,9 +103,7 @@ type Service struct {
 	deploys  map[string]*sync.Mutex
 	sets     map[string]*instanceSet // a live deployment's instances, by deployment (router cache)
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	bg *background.Group // builds, deploys, drains
 	// started is when this service started (the store's clock): deployments it takes have leases
 	// past started+LeaseTime, those of a server before it (over the same SQLite) end before.
 	started time.Time
@@ -114,19 +113,16 @@ type Service struct {
 func New(cfg Config) *Service {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.BaseTemplate = cmp.Or(cfg.BaseTemplate, BaseTemplate)
-	ctx, cancel := context.WithCancel(context.Background())
+	bg := background.New()
 	return &Service{cfg: cfg, log: cfg.Logger, inflight: map[string]int{}, lastSeen: map[string]time.Time{},
-		logs: map[string]*logBuf{}, deploys: map[string]*sync.Mutex{}, sets: map[string]*instanceSet{}, ctx: ctx, cancel: cancel, started: cfg.Store.Clock(ctx)}
+		logs: map[string]*logBuf{}, deploys: map[string]*sync.Mutex{}, sets: map[string]*instanceSet{}, bg: bg, started: cfg.Store.Clock(bg.Ctx())}
 }
 
 // Close cancels builds in flight and waits for them.
-func (s *Service) Close() {
-	s.cancel()
-	s.wg.Wait()
-}
+func (s *Service) Close() { s.bg.Close() }
 
 // Wait waits for the builds and deploys in flight (tests).
-func (s *Service) Wait() { s.wg.Wait() }
+func (s *Service) Wait() { s.bg.Wait() }
 
 // URL is the app's address, or "" without a proxy domain.
 func (s *Service) URL(a store.App) string {
