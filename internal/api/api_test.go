@@ -88,15 +88,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	other := e.create(k, map[string]any{"template": "base"})
 	ids := func(q string) []string {
 		t.Helper()
-		var l struct {
-			Sandboxes  []SandboxView
-			NextCursor *string `json:"next_cursor"`
-		}
-		json.Unmarshal(e.mustStatus(e.do("GET", "/v1/sandboxes"+q, k, nil), 200).body, &l)
-		var out []string
-		for _, s := range l.Sandboxes {
-			out = append(out, s.ID)
-		}
+		out, _ := e.listIDs(k, "/v1/sandboxes"+q, "sandboxes")
 		return out
 	}
 	if got := ids(""); len(got) != 2 {

@@ -290,16 +290,7 @@ func TestSnapshots(t *testing.T) {
 	third := e.mustStatus(e.do("POST", "/v1/sandboxes/"+seeded.ID+"/snapshots", k, nil), 201).json(t)["id"].(string)
 	list := func(q string) ([]string, *string) {
 		t.Helper()
-		var l struct {
-			Snapshots  []SnapshotView
-			NextCursor *string `json:"next_cursor"`
-		}
-		json.Unmarshal(e.mustStatus(e.do("GET", "/v1/snapshots"+q, k, nil), 200).body, &l)
-		var ids []string
-		for _, s := range l.Snapshots {
-			ids = append(ids, s.ID)
-		}
-		return ids, l.NextCursor
+		return e.listIDs(k, "/v1/snapshots"+q, "snapshots")
 	}
 	if ids, next := list(""); len(ids) != 3 || ids[0] != third || next != nil {
 		t.Fatalf("list %v %v", ids, next)
