@@ -424,12 +424,8 @@ func TestCapacityAndPlacement(t *testing.T) {
 	e.wantErr(r, 503, "capacity", "")
 
 	// A second host with room takes the next sandboxes; placement spreads by free memory.
-	b := agenttest.New("host-b", agentToken, "base")
-	defer b.Close()
-	e.sched.AddStaticAgent(b.URL(), agentToken)
-	if err := e.sched.PollStatic(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	b := e.newHost("host-b", "base")
+	e.join(b)
 	sb := e.create(e.admin, map[string]any{"template": "base"})
 	if sb.Host != "host-b" {
 		t.Fatalf("placed on %s", sb.Host)
