@@ -666,20 +666,20 @@ func PreviewSlug(a store.App, branch string) string {
 
 // routeURL is the address of app a's route slug (its preview, or "" for the app).
 func (s *Service) routeURL(a store.App, slug string) string {
-	if slug == "" || s.cfg.ProxyDomain == "" {
+	if slug == "" {
 		return s.URL(a)
 	}
-	return "http://" + a.Name + "--" + slug + ".apps." + s.cfg.ProxyDomain
+	return s.hostURL(a.Name + "--" + slug)
 }
 
 // DeploymentURL is a deployment's own address, http://<app>--<id without dep_>.apps.<domain>,
 // while it has a release: live, or superseded (its release restored on the first request,
 // scaled to zero); "" for another or without a proxy domain.
 func (s *Service) DeploymentURL(a store.App, d store.Deployment) string {
-	if s.cfg.ProxyDomain == "" || d.SnapshotID == "" || d.State != Live && d.State != Superseded {
+	if d.SnapshotID == "" || d.State != Live && d.State != Superseded {
 		return ""
 	}
-	return "http://" + a.Name + "--" + strings.TrimPrefix(d.ID, "dep_") + ".apps." + s.cfg.ProxyDomain
+	return s.hostURL(a.Name + "--" + strings.TrimPrefix(d.ID, "dep_"))
 }
 
 // URLIdle is how long a superseded release's own URL instance runs without a request before it

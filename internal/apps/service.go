@@ -125,11 +125,15 @@ func (s *Service) Close() { s.bg.Close() }
 func (s *Service) Wait() { s.bg.Wait() }
 
 // URL is the app's address, or "" without a proxy domain.
-func (s *Service) URL(a store.App) string {
+func (s *Service) URL(a store.App) string { return s.hostURL(a.Name) }
+
+// hostURL is the address of host name label under the apps' zone, http://<label>.apps.<domain>,
+// or "" without a proxy domain.
+func (s *Service) hostURL(label string) string {
 	if s.cfg.ProxyDomain == "" {
 		return ""
 	}
-	return "http://" + a.Name + ".apps." + s.cfg.ProxyDomain
+	return "http://" + label + ".apps." + s.cfg.ProxyDomain
 }
 
 var (
