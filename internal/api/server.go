@@ -170,13 +170,14 @@ func New(cfg Config) *Server {
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen, GuestCA: cfg.GuestCA})
 	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
-	s.schedules = schedules.New(schedules.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger, Now: scheduleClock})
-	s.functions = functions.New(functions.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
+	deps := sandboxes.ProductDeps{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger}
+	s.schedules = schedules.New(schedules.Config{ProductDeps: deps, Now: scheduleClock})
+	s.functions = functions.New(functions.Config{ProductDeps: deps,
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain})
 	s.schedules.SetFunctions(s.functions)
-	s.databases = database.New(database.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
+	s.databases = database.New(database.Config{ProductDeps: deps,
 		SecretsKey: cfg.SecretsKey, Domain: cfg.ProxyDomain, RouterPort: cfg.DBRouterPort, HTTPBase: cfg.PublicURL, Blob: cfg.Blob})
-	s.apps = apps.New(apps.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
+	s.apps = apps.New(apps.Config{ProductDeps: deps,
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir})
 	s.webhooks = webhooks.New(webhooks.Config{Store: cfg.Store, SecretsKey: cfg.SecretsKey, Policy: cfg.Webhooks, View: viewOf,
 		TemplateView: builtTemplateView, DeploymentView: s.webhookDeploymentView,

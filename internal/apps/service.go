@@ -30,7 +30,6 @@ import (
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/templates"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -72,10 +71,7 @@ const (
 
 // Config configures a Service.
 type Config struct {
-	Store     *store.Store
-	Sandboxes *sandboxes.Service
-	Templates *templates.Service
-	Logger    *slog.Logger
+	sandboxes.ProductDeps
 	// BaseTemplate is the template apps build and run on (default "base").
 	BaseTemplate string
 	// SecretsKey seals secrets at rest (internal/sealed); empty: unsealed.

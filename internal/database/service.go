@@ -33,7 +33,6 @@ import (
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/templates"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -68,10 +67,7 @@ const (
 
 // Config configures a Service.
 type Config struct {
-	Store     *store.Store
-	Sandboxes *sandboxes.Service
-	Templates *templates.Service
-	Logger    *slog.Logger
+	sandboxes.ProductDeps
 	// SecretsKey (32 bytes) seals owners' passwords at rest with AES-256-GCM (internal/sealed); empty:
 	// stored unsealed (never answered or logged either way).
 	SecretsKey []byte

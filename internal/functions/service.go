@@ -37,7 +37,6 @@ import (
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/templates"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -79,10 +78,7 @@ const (
 
 // Config configures a Service.
 type Config struct {
-	Store     *store.Store
-	Sandboxes *sandboxes.Service
-	Templates *templates.Service
-	Logger    *slog.Logger
+	sandboxes.ProductDeps
 	// BaseTemplate is the template functions run on (default "base": Debian trixie with
 	// Python 3.13 and Node.js 20).
 	BaseTemplate string

@@ -34,8 +34,8 @@ func newReplica(t *testing.T, st *store.Store, ag *agenttest.Agent, lease time.D
 	if err := sched.PollStatic(ctx); err != nil {
 		t.Fatal(err)
 	}
-	svc := New(Config{Store: st, Logger: log, Templates: templates.New(st, sched, log), LeaseTime: lease,
-		Sandboxes: sandboxes.New(sandboxes.Config{Store: st, Scheduler: sched, Logger: log, DefaultTTL: time.Minute, MaxTTL: time.Hour})})
+	svc := New(Config{LeaseTime: lease, ProductDeps: sandboxes.ProductDeps{Store: st, Logger: log, Templates: templates.New(st, sched, log),
+		Sandboxes: sandboxes.New(sandboxes.Config{Store: st, Scheduler: sched, Logger: log, DefaultTTL: time.Minute, MaxTTL: time.Hour})}})
 	t.Cleanup(svc.Close)
 	return svc
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/templates"
 )
 
 // Defaults of Config.
@@ -37,12 +36,9 @@ type FunctionInvoker interface {
 
 // Config configures an Engine.
 type Config struct {
-	Store     *store.Store
-	Sandboxes *sandboxes.Service
-	Templates *templates.Service
+	sandboxes.ProductDeps
 	// Functions runs function targets (nil: a function schedule's run fails saying so).
 	Functions FunctionInvoker
-	Logger    *slog.Logger
 	// Now is the engine's clock; nil: the database's (store.DBNow), so that every replica sees
 	// the same time.
 	Now func() time.Time
