@@ -161,9 +161,7 @@ func New(cfg Config) *Server {
 	defaults.Positive(&cfg.AuditPruneInterval, DefaultAuditPruneInterval)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	scheduleClock := cfg.Now // nil: the engine reads the database's clock
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	defaults.Clock(&cfg.Now)
 	cfg.Version = cmp.Or(cfg.Version, "dev")
 	s := &Server{cfg: cfg, store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger,
 		auth: &auth.Authenticator{Store: cfg.Store, Now: cfg.Now}, metrics: newMetrics()}

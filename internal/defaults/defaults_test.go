@@ -19,3 +19,17 @@ func TestPositive(t *testing.T) {
 		t.Errorf("Positive(3, 10) = %d, want 3", n)
 	}
 }
+
+func TestClock(t *testing.T) {
+	var now func() time.Time
+	Clock(&now)
+	if now == nil || time.Since(now()) < 0 {
+		t.Fatal("Clock left a nil clock unset")
+	}
+	fixed := time.Unix(1, 0)
+	now = func() time.Time { return fixed }
+	Clock(&now)
+	if !now().Equal(fixed) {
+		t.Fatal("Clock replaced a set clock")
+	}
+}

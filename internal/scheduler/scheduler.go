@@ -176,9 +176,7 @@ func New(cfg Config) *Scheduler {
 	defaults.Positive(&cfg.HeartbeatBatch, DefaultHeartbeatBatch)
 	defaults.Positive(&cfg.ClaimTTL, DefaultClaimTTL)
 	defaults.Positive(&cfg.UnrecordedGrace, DefaultUnrecordedGrace)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	defaults.Clock(&cfg.Now)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
 		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplVols: map[string][]hostapi.SnapshotVolume{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, heard: map[string]time.Time{}, written: map[string]string{}, catalog: map[string]store.Template{},

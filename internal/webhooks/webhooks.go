@@ -137,9 +137,7 @@ type seen struct {
 // New returns a service.
 func New(cfg Config) *Service {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	defaults.Clock(&cfg.Now)
 	defaults.Positive(&cfg.Poll, DefaultPoll)
 	defaults.Positive(&cfg.RetryBase, DefaultRetryBase)
 	defaults.Positive(&cfg.MaxAttempts, DefaultMaxAttempts)
