@@ -6,6 +6,7 @@
 package sandboxes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
@@ -75,12 +77,8 @@ type Service struct {
 
 // New builds a service from cfg; cfg's TTLs must already be set (the API applies its defaults).
 func New(cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	defaults.Clock(&cfg.Now)
 	open := []string{}
 	for _, p := range cfg.EgressOpen {
 		open = append(open, p.String())

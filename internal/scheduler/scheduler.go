@@ -6,6 +6,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
@@ -169,30 +171,14 @@ type staticAgent struct {
 
 // New returns a scheduler; call Run to start its loops.
 func New(cfg Config) *Scheduler {
-	if cfg.HeartbeatTimeout <= 0 {
-		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = cfg.HeartbeatTimeout / 3
-	}
-	if cfg.ReconcileInterval <= 0 {
-		cfg.ReconcileInterval = time.Minute
-	}
-	if cfg.HeartbeatBatch <= 0 {
-		cfg.HeartbeatBatch = DefaultHeartbeatBatch
-	}
-	if cfg.ClaimTTL <= 0 {
-		cfg.ClaimTTL = DefaultClaimTTL
-	}
-	if cfg.UnrecordedGrace <= 0 {
-		cfg.UnrecordedGrace = DefaultUnrecordedGrace
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	defaults.Positive(&cfg.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	defaults.Positive(&cfg.PollInterval, cfg.HeartbeatTimeout/3)
+	defaults.Positive(&cfg.ReconcileInterval, time.Minute)
+	defaults.Positive(&cfg.HeartbeatBatch, DefaultHeartbeatBatch)
+	defaults.Positive(&cfg.ClaimTTL, DefaultClaimTTL)
+	defaults.Positive(&cfg.UnrecordedGrace, DefaultUnrecordedGrace)
+	defaults.Clock(&cfg.Now)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
 		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplVols: map[string][]hostapi.SnapshotVolume{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, heard: map[string]time.Time{}, written: map[string]string{}, catalog: map[string]store.Template{},
 		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), downCheck: cfg.Store.NewLock("down-check"), beats: beats{max: maxBeatBatch},
