@@ -22,12 +22,8 @@ import (
 // an admin key pins a create to a host; a pin that cannot hold is a clear error.
 func TestHostsAndPinning(t *testing.T) {
 	e := newEnv(t)
-	b := agenttest.New("host-b", agentToken, "base")
-	defer b.Close()
-	e.sched.AddStaticAgent(b.URL(), agentToken)
-	if err := e.sched.PollStatic(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	b := e.newHost("host-b", "base")
+	e.join(b)
 
 	// Pinned creates land where they are pinned, whatever the spread would pick.
 	for range 2 {
@@ -333,14 +329,26 @@ func TestSweepPublished(t *testing.T) {
 // addHost adds a fake host (template base) with blob store shared (nil: none), polled at once.
 func (e *env) addHost(id string, shared *agenttest.Blob) *agenttest.Agent {
 	e.t.Helper()
-	b := agenttest.New(id, agentToken, "base")
-	e.t.Cleanup(b.Close)
+	b := e.newHost(id, "base")
 	b.UseBlob(shared)
+	e.join(b)
+	return b
+}
+
+// newHost starts a fake host with templates, closed when the test ends; join adds it.
+func (e *env) newHost(id string, templates ...string) *agenttest.Agent {
+	b := agenttest.New(id, agentToken, templates...)
+	e.t.Cleanup(b.Close)
+	return b
+}
+
+// join adds fake host b to the scheduler and polls the hosts at once.
+func (e *env) join(b *agenttest.Agent) {
+	e.t.Helper()
 	e.sched.AddStaticAgent(b.URL(), agentToken)
 	if err := e.sched.PollStatic(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
-	return b
 }
 
 // TestHostDoctor: the control plane adds to a host's own findings the sandboxes it runs that the

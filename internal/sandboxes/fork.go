@@ -31,18 +31,15 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	if err == nil {
 		copies, err = s.ForkVolumes(ctx, parent)
 	}
+	var doneAll func(placed bool)
 	if err == nil {
-		_, err = s.sched.PlaceOn(ctx, parent.HostID, count, 0)
+		_, doneAll, err = s.placeSlots(ctx, parent.HostID, count)
 	}
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	doneAll, err := s.reserveSlots(parent.HostID, count)
-	if err != nil {
-		return nil, err
-	}
 	got, err := c.Fork(ctx, parent.ID, count)
 	doneAll(err == nil)
 	if err != nil {
@@ -76,9 +73,13 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	return out, nil
 }
 
-// reserveSlots holds count slots on hostID for a fork's children (Scheduler.Reserve: all or
-// none); call the returned done once the host answered, with whether the children are there.
-func (s *Service) reserveSlots(hostID string, count int) (done func(placed bool), err error) {
+// placeSlots checks that hostID has room for a fork's count children (Scheduler.PlaceOn) and
+// holds a slot there for each (Scheduler.Reserve: all or none); call the returned done once the
+// host answered, with whether the children are there.
+func (s *Service) placeSlots(ctx context.Context, hostID string, count int) (h store.Host, done func(placed bool), err error) {
+	if h, err = s.sched.PlaceOn(ctx, hostID, count, 0); err != nil {
+		return store.Host{}, nil, err
+	}
 	dones := make([]func(bool), 0, count)
 	done = func(placed bool) {
 		for _, f := range dones {
@@ -89,11 +90,11 @@ func (s *Service) reserveSlots(hostID string, count int) (done func(placed bool)
 		f, err := s.sched.Reserve(hostID, 0)
 		if err != nil {
 			done(false)
-			return nil, err
+			return store.Host{}, nil, err
 		}
 		dones = append(dones, f)
 	}
-	return done, nil
+	return h, done, nil
 }
 
 // childRecords are the records of a fork's children on hostID: the parent's team, metadata, ttl
@@ -137,18 +138,15 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 		copies, err = s.ForkVolumes(ctx, parent)
 	}
 	var target store.Host
+	var done func(placed bool)
 	if err == nil {
-		target, err = s.sched.PlaceOn(ctx, hostID, count, 0)
+		target, done, err = s.placeSlots(ctx, hostID, count)
 	}
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	done, err := s.reserveSlots(target.ID, count)
-	if err != nil {
-		return nil, err
-	}
 	placed := false
 	defer func() { done(placed) }()
 	sn, err := src.CreateSnapshot(ctx, parent.ID)

@@ -6,6 +6,7 @@
 package sandboxes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/blob"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
@@ -34,6 +36,9 @@ type Scheduler interface {
 	Reserve(hostID string, memMiB int64) (done func(placed bool), err error)
 	Freeing(hostID string, memMiB int64) (done func(stopped bool))
 	Client(h store.Host) *agentclient.Client
+	// Host is a host's record as placement sees it (at most a second stale): calls to a host
+	// read it there rather than the store once each.
+	Host(ctx context.Context, id string) (store.Host, error)
 	// UnrecordedGrace and UnrecordedFor say what reconcile does with a sandbox a host runs
 	// that no record names: killed once this process's reconcile has seen it so for the grace.
 	UnrecordedGrace() time.Duration
@@ -77,12 +82,8 @@ type Service struct {
 
 // New builds a service from cfg; cfg's TTLs must already be set (the API applies its defaults).
 func New(cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	defaults.Clock(&cfg.Now)
 	open := []string{}
 	for _, p := range cfg.EgressOpen {
 		open = append(open, p.String())

@@ -238,37 +238,59 @@ func decodeCursor(c string) (int64, string, error) {
 // if the current state may move there (sandboxstate.CanMove: nothing leaves killed) and, when
 // from is given, is one of them; it reports whether a row changed.
 func (s *Store) SetSandboxState(ctx context.Context, id, state, reason string, from ...string) (bool, error) {
+	n, err := s.setSandboxesState(ctx, []string{id}, state, reason, from)
+	return n > 0, err
+}
+
+// SetSandboxesState is SetSandboxState for several sandboxes in one statement (the reaper records
+// a batch of kills at once), except that a row in state already keeps its reason and time (a
+// sandbox killed by a call meanwhile stays killed for that call's reason); it returns how many
+// rows changed.
+func (s *Store) SetSandboxesState(ctx context.Context, ids []string, state, reason string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var from []string
+	for _, st := range sandboxstate.All {
+		if string(st) != state {
+			from = append(from, string(st))
+		}
+	}
+	return s.setSandboxesState(ctx, ids, state, reason, from)
+}
+
+func (s *Store) setSandboxesState(ctx context.Context, ids []string, state, reason string, from []string) (int64, error) {
 	if !sandboxstate.Valid(state) {
-		return false, fmt.Errorf("store: %q is not a sandbox state", state)
+		return 0, fmt.Errorf("store: %q is not a sandbox state", state)
 	}
 	if len(from) == 0 {
 		for _, st := range sandboxstate.All {
 			from = append(from, string(st))
 		}
 	}
-	var sources []any
+	var sources []string
 	for _, f := range from {
 		if sandboxstate.CanMove(sandboxstate.State(f), sandboxstate.State(state)) {
 			sources = append(sources, f)
 		}
 	}
 	if len(sources) == 0 {
-		return false, nil
+		return 0, nil
 	}
 	// A hibernation's publication is stale once the sandbox is anything else (running again, say).
 	image := `, hibernated_image = ''`
 	if state == StateHibernated {
 		image = ""
 	}
-	q := `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?` + image + ` WHERE id = ? AND state IN (?` +
-		strings.Repeat(`, ?`, len(sources)-1) + `)`
-	args := append([]any{state, reason, micros(s.now()), id}, sources...)
+	idList, idArgs := inList(ids)
+	stateList, stateArgs := inList(sources)
+	q := `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?` + image + ` WHERE id IN ` + idList + ` AND state IN ` + stateList
+	args := append(append([]any{state, reason, micros(s.now())}, idArgs...), stateArgs...)
 	res, err := s.exec(ctx, s.db, q, args...)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	return res.RowsAffected()
 }
 
 // SetHibernatedImage records the publication of a hibernated sandbox's memory and disk; false if

@@ -1080,3 +1080,38 @@ func TestMoveHibernatedMovesVolumes(t *testing.T) {
 		}
 	})
 }
+
+// The reaper records a batch of kills in one statement: only rows that may move there change, and
+// a killed row is not touched again.
+func TestSetSandboxesState(t *testing.T) {
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
+		withTeams(t, s, "team_a")
+		for _, id := range []string{"sb_1", "sb_2", "sb_3", "sb_4"} {
+			if _, err := s.CreateSandbox(ctx, Sandbox{ID: id, TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.SetSandboxState(ctx, "sb_2", StateKilled, "by hand"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.SetSandboxesState(ctx, nil, StateKilled, "ttl expired"); n != 0 || err != nil {
+			t.Fatalf("no ids: %d %v", n, err)
+		}
+		if _, err := s.SetSandboxesState(ctx, []string{"sb_1"}, "gone", ""); err == nil {
+			t.Fatal("a state that does not exist was accepted")
+		}
+		n, err := s.SetSandboxesState(ctx, []string{"sb_1", "sb_2", "sb_3", "sb_missing"}, StateKilled, "ttl expired")
+		if n != 2 || err != nil {
+			t.Fatalf("batch: %d rows changed (want 2: sb_2 was killed already) %v", n, err)
+		}
+		for id, want := range map[string][2]string{
+			"sb_1": {StateKilled, "ttl expired"}, "sb_2": {StateKilled, "by hand"},
+			"sb_3": {StateKilled, "ttl expired"}, "sb_4": {StateRunning, ""},
+		} {
+			sb, err := s.GetSandbox(ctx, id)
+			if err != nil || sb.State != want[0] || sb.Error != want[1] {
+				t.Fatalf("%s: %s %q %v, want %s %q", id, sb.State, sb.Error, err, want[0], want[1])
+			}
+		}
+	})
+}
