@@ -166,7 +166,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger,
 		auth: &auth.Authenticator{Store: cfg.Store, Now: cfg.Now}, metrics: newMetrics()}
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
-		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen, GuestCA: cfg.GuestCA})
+		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen, GuestCA: cfg.GuestCA, Blob: cfg.Blob})
 	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
 	deps := sandboxes.ProductDeps{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger}
 	s.schedules = schedules.New(schedules.Config{ProductDeps: deps, Now: scheduleClock})

@@ -56,8 +56,9 @@ func (s *Service) Metrics(ctx context.Context, sb store.Sandbox) (agentclient.Sa
 
 // Snapshot snapshots a usable sandbox on its host (waking it if hibernated) and records the
 // snapshot; a snapshot the store fails to record is deleted on the host again. The host copies
-// the sandbox's volumes with it (SnapshotVolumes); such a snapshot stays on its host. A sandbox
-// with a read-only volume is refused (copyableVolumes).
+// the sandbox's volumes with it (SnapshotVolumes) and publishes the copies with the snapshot when
+// it has a blob store, so it restores on any host. A sandbox with a read-only volume is refused
+// (copyableVolumes).
 func (s *Service) Snapshot(ctx context.Context, sb store.Sandbox) (store.Snapshot, error) {
 	c, err := s.Target(ctx, sb)
 	if err == nil {

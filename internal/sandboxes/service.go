@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
@@ -58,6 +59,9 @@ type Config struct {
 	// GuestCA is PEM of the operator's extra CA certificates every new sandbox trusts
 	// (guestca.go); empty: none.
 	GuestCA []byte
+	// Blob is the blob store the hosts publish to (nil: none): a published snapshot's record is
+	// read there when its host is down (SnapshotVolumes).
+	Blob blob.Store
 }
 
 // Service places, starts, forks and records sandboxes. Create with New.
@@ -70,6 +74,7 @@ type Service struct {
 	maxTTL     time.Duration
 	egressOpen []string
 	guestCA    []byte
+	blob       blob.Store
 	caMu       sync.Mutex
 	caSeen     map[string]bundleSeen // installGuestCA's, by host and source
 	moves      singleflight.Group    // moveHibernated, by sandbox id
@@ -84,7 +89,7 @@ func New(cfg Config) *Service {
 		open = append(open, p.String())
 	}
 	return &Service{store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger, now: cfg.Now,
-		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open, guestCA: cfg.GuestCA, caSeen: map[string]bundleSeen{}}
+		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open, guestCA: cfg.GuestCA, blob: cfg.Blob, caSeen: map[string]bundleSeen{}}
 }
 
 // EgressOpen is the operator's open private ranges, as the hosts are given them.

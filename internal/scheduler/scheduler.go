@@ -992,13 +992,17 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 }
 
 // reconcileVolumes deletes on the host the volumes the store says are deleted (a delete made
-// while the host was down).
+// while the host was down) or on another host (taken there by a hibernated sandbox that was woken
+// there while this host was down or draining; the host refuses while its stale copy of the
+// sandbox, which this reconcile kills, still holds them).
 func (s *Scheduler) reconcileVolumes(ctx context.Context, h store.Host) {
 	c := s.Client(h)
 	s.reconcileDeleted(ctx, h, "volume", func() ([]string, error) {
 		vols, err := c.ListVolumes(ctx)
 		return idsOf(vols, func(v agentclient.Volume) string { return v.ID }), err
-	}, s.cfg.Store.DeletedVolumes, func(id string) error { return c.DeleteVolume(ctx, id) })
+	}, func(ctx context.Context, ids []string) (map[string]bool, error) {
+		return s.cfg.Store.VolumesGoneFrom(ctx, h.ID, ids)
+	}, func(id string) error { return c.DeleteVolume(ctx, id) })
 }
 
 // reconcileSnapshots deletes on the host the snapshots the store says are deleted (a delete that

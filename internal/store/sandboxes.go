@@ -305,16 +305,25 @@ func (s *Store) SetHibernatedImage(ctx context.Context, id, image string) (bool,
 }
 
 // MoveHibernated records that a hibernated sandbox with a publication, last on host from, now
-// runs on host to (which woke it from the publication); false if it changed meanwhile (another
-// mover won, or it was killed).
-func (s *Store) MoveHibernated(ctx context.Context, id, from, to string) (bool, error) {
-	res, err := s.exec(ctx, s.db, `UPDATE sandboxes SET host_id = ?, state = ?, error = '', hibernated_image = '', updated_at = ?
+// runs on host to (which woke it from the publication, and made its volumes there from the copies
+// it carried): the sandbox and the volumes it mounts are on host to, in one transaction; false if
+// it changed meanwhile (another mover won, or it was killed).
+func (s *Store) MoveHibernated(ctx context.Context, id, from, to string) (moved bool, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(ctx, tx, `UPDATE sandboxes SET host_id = ?, state = ?, error = '', hibernated_image = '', updated_at = ?
 		WHERE id = ? AND host_id = ? AND state = ? AND hibernated_image <> ''`, to, StateRunning, micros(s.now()), id, from, StateHibernated)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		moved = true
+		_, err = s.exec(ctx, tx, `UPDATE volumes SET host_id = ?, updated_at = ? WHERE host_id = ? AND id IN (SELECT volume_id FROM sandbox_volumes WHERE sandbox_id = ?)`,
+			to, micros(s.now()), from, id)
+		return err
+	})
+	return moved && err == nil, err
 }
 
 // SetSandboxExpiry sets expires_at (and the ttl_seconds policy it came from, when > 0) of a

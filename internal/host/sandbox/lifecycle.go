@@ -152,7 +152,7 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	}
 	timing.Mark(ctx, StepSaveCommit)
 	m.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMS, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
-	if !internal && len(snap.Volumes) == 0 { // volume copies stay on this host, like the volumes
+	if !internal { // its volume copies with it (the volumes themselves stay on this host)
 		m.publish(ctx, &snap)
 	}
 	if st.Warm != nil {
