@@ -181,23 +181,9 @@ func setLastHeartbeat(t *testing.T, path, hostID string, at time.Time) {
 // reconciler lock lists the hosts; the other takes over once it is let go.
 func TestReconcileAllOneReplica(t *testing.T) {
 	ctx := context.Background()
-	pg, err := pgtest.Start()
-	if err != nil {
-		t.Fatalf("PostgreSQL: %v", err)
-	}
-	defer pg.Stop()
-	u, err := pg.NewDatabase(ctx, "reconcile")
-	if err != nil {
-		t.Fatal(err)
-	}
 	url, lists := agentLists(t, false)
 	var replicas []*Scheduler
-	for i := 0; i < 2; i++ {
-		st, err := store.OpenPostgres(ctx, u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+	for _, st := range replicaStores(t, "reconcile") {
 		s := New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err := s.Register(ctx, Registration{HostID: "h", URL: url, Token: "t", SlotsTotal: 4}); err != nil {
 			t.Fatal(err)
@@ -222,28 +208,15 @@ func TestReconcileAllOneReplica(t *testing.T) {
 // lock marks silent hosts down; the other takes over once it is let go.
 func TestCheckHostsOneReplica(t *testing.T) {
 	ctx := context.Background()
-	pg, err := pgtest.Start()
-	if err != nil {
-		t.Fatalf("PostgreSQL: %v", err)
-	}
-	defer pg.Stop()
-	u, err := pg.NewDatabase(ctx, "downcheck")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sts := replicaStores(t, "downcheck")
+	st := sts[0]
 	// The scheduler's clock runs ahead of the store's (which stamps the heartbeats) a minute at a
 	// time: a host registered before later() has been silent past the timeout after it.
 	var ahead atomic.Int64
 	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
 	later := func() { ahead.Add(int64(time.Minute)) }
 	var replicas []*Scheduler
-	var st *store.Store
-	for i := 0; i < 2; i++ {
-		st, err = store.OpenPostgres(ctx, u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+	for _, st := range sts {
 		replicas = append(replicas, New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock}))
 	}
 	register := func(id string) {
@@ -287,4 +260,27 @@ func TestCheckHostsOneReplica(t *testing.T) {
 	if state("h1") != store.HostDown {
 		t.Fatal("the other replica did not take the down check over once the lock was let go")
 	}
+}
+
+// replicaStores starts PostgreSQL and returns two stores on one new database of it, as two
+// server replicas have (closed, with PostgreSQL stopped, at the test's end).
+func replicaStores(t *testing.T, name string) [2]*store.Store {
+	t.Helper()
+	pg, err := pgtest.Start()
+	if err != nil {
+		t.Fatalf("PostgreSQL: %v", err)
+	}
+	t.Cleanup(pg.Stop)
+	u, err := pg.NewDatabase(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sts [2]*store.Store
+	for i := range sts {
+		if sts[i], err = store.OpenPostgres(context.Background(), u); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sts[i].Close() })
+	}
+	return sts
 }
