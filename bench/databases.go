@@ -107,19 +107,26 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 
 	// Branch (a fork of the VM), backup (a snapshot) and restore (a new database from it).
 	k := 0
-	branch := func() (float64, error) {
-		k++
-		t := time.Now()
-		body, err := cl.public.do("POST", "/v1/databases/"+db.ID+"/branches", map[string]any{"name": fmt.Sprintf("br%d", k)}, 201)
-		d := ms(time.Since(t))
-		if err != nil {
-			return 0, err
+	// newDB times a POST to path that makes a database (a branch, a restore) named prefix and a
+	// number, with the fields more adds, then deletes that database (untimed).
+	newDB := func(path, prefix string, more func() map[string]any) func() (float64, error) {
+		return func() (float64, error) {
+			k++
+			req := more()
+			req["name"] = fmt.Sprintf("%s%d", prefix, k)
+			t := time.Now()
+			body, err := cl.public.do("POST", path, req, 201)
+			d := ms(time.Since(t))
+			if err != nil {
+				return 0, err
+			}
+			var made struct{ ID string }
+			json.Unmarshal(body, &made)
+			_, err = cl.public.do("DELETE", "/v1/databases/"+made.ID, nil, 204)
+			return d, err
 		}
-		var b struct{ ID string }
-		json.Unmarshal(body, &b)
-		_, err = cl.public.do("DELETE", "/v1/databases/"+b.ID, nil, 204)
-		return d, err
 	}
+	branch := newDB("/v1/databases/"+db.ID+"/branches", "br", func() map[string]any { return map[string]any{} })
 	var backupID string
 	backup := timed(func() error {
 		body, err := cl.public.do("POST", "/v1/databases/"+db.ID+"/backups", nil, 201)
@@ -128,19 +135,7 @@ func databasesSuite(ctx context.Context, res map[string]float64, guestAgent, ima
 		backupID = b.ID
 		return err
 	})
-	restore := func() (float64, error) {
-		k++
-		t := time.Now()
-		body, err := cl.public.do("POST", "/v1/databases/"+db.ID+"/restore", map[string]any{"name": fmt.Sprintf("rs%d", k), "backup_id": backupID}, 201)
-		d := ms(time.Since(t))
-		if err != nil {
-			return 0, err
-		}
-		var r struct{ ID string }
-		json.Unmarshal(body, &r)
-		_, err = cl.public.do("DELETE", "/v1/databases/"+r.ID, nil, 204)
-		return d, err
-	}
+	restore := newDB("/v1/databases/"+db.ID+"/restore", "rs", func() map[string]any { return map[string]any{"backup_id": backupID} })
 	lat, err = interleaved(rounds, branch, backup, restore)
 	if err != nil {
 		return err

@@ -249,19 +249,12 @@ func (r *run) fill(ctx context.Context) error {
 	r.load.reset()
 	start, s0 := time.Now(), r.snapshot(ctx)
 	made := r.load.count
-	// Each fill create expires in the churn's window after the fill ends, spread evenly, so the
-	// churn starts at its steady state. Both ends are estimated from the rate so far.
-	ttl := func() int64 {
-		n := made()
-		rate := float64(n+1) / max(time.Since(start).Seconds(), 0.1)
-		churn := r.cfg.Rate
-		if churn <= 0 {
-			churn = 0.7 * rate
-		}
-		left := min(float64(r.cfg.Live-n)/rate, (r.cfg.FillMax - time.Since(start)).Seconds())
-		reach := min(float64(r.cfg.Live), float64(n)+left*rate)
-		return int64(max(left, 0) + rand.Float64()*reach/churn + 1)
-	}
+	// Fill creates live past the fill; when it ends their expiries are spread evenly over the
+	// churn's window (spreadExpiries), so the churn starts at its steady state whatever the fill's
+	// pace was (estimating the window from the rate so far let a slowing fill's own sandboxes expire
+	// during it: 35k of 97k in a 100k run).
+	fillTTL := int64(r.cfg.FillMax.Seconds()) + 3600
+	ttl := func() int64 { return fillTTL }
 	b, seen := r.snapshot(ctx), 0
 	for lo := 0; lo < r.cfg.Live && time.Since(start) < r.cfg.FillMax && ctx.Err() == nil; lo += bucket {
 		hi := min(lo+bucket, r.cfg.Live)
@@ -282,6 +275,30 @@ func (r *run) fill(ctx context.Context) error {
 	r.live = min(r.cfg.Live, made()) // what the churn keeps when the fill stopped short
 	r.fillRate = float64(made()) / time.Since(start).Seconds()
 	r.phaseFigures(ctx, "fill", s0)
+	return r.spreadExpiries(ctx)
+}
+
+// spreadExpiries gives every live sandbox the load made an expiry drawn evenly from the churn's
+// window (the churn TTL from now): the departures of a steady state at the churn's rate. One
+// statement straight to the store — the bench's setup, not load: 100k TTL calls would take
+// minutes. The load's books take the same expiries (its reaper lags are measured from them).
+func (r *run) spreadExpiries(ctx context.Context) error {
+	now, window := time.Now(), time.Duration(r.churnTTL())*time.Second
+	var ids []string
+	var at []int64
+	r.load.mu.Lock()
+	for id, rec := range r.load.sbs {
+		if !rec.ourKill {
+			rec.expires = now.Add(rand.N(window)).Truncate(time.Microsecond)
+			ids, at = append(ids, id), append(at, rec.expires.UnixMicro())
+		}
+	}
+	r.load.mu.Unlock()
+	_, err := r.db.db.ExecContext(ctx, `UPDATE sandboxes s SET expires_at = v.at FROM unnest($1::text[], $2::bigint[]) AS v(id, at)
+		WHERE s.id = v.id AND s.state <> 'killed'`, ids, at)
+	if err != nil {
+		return fmt.Errorf("spreading the fill's expiries over the churn window: %w", err)
+	}
 	return nil
 }
 

@@ -88,15 +88,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	other := e.create(k, map[string]any{"template": "base"})
 	ids := func(q string) []string {
 		t.Helper()
-		var l struct {
-			Sandboxes  []SandboxView
-			NextCursor *string `json:"next_cursor"`
-		}
-		json.Unmarshal(e.mustStatus(e.do("GET", "/v1/sandboxes"+q, k, nil), 200).body, &l)
-		var out []string
-		for _, s := range l.Sandboxes {
-			out = append(out, s.ID)
-		}
+		out, _ := e.listIDs(k, "/v1/sandboxes"+q, "sandboxes")
 		return out
 	}
 	if got := ids(""); len(got) != 2 {
@@ -432,12 +424,8 @@ func TestCapacityAndPlacement(t *testing.T) {
 	e.wantErr(r, 503, "capacity", "")
 
 	// A second host with room takes the next sandboxes; placement spreads by free memory.
-	b := agenttest.New("host-b", agentToken, "base")
-	defer b.Close()
-	e.sched.AddStaticAgent(b.URL(), agentToken)
-	if err := e.sched.PollStatic(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	b := e.newHost("host-b", "base")
+	e.join(b)
 	sb := e.create(e.admin, map[string]any{"template": "base"})
 	if sb.Host != "host-b" {
 		t.Fatalf("placed on %s", sb.Host)

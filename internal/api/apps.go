@@ -19,16 +19,8 @@ import (
 // Apps (docs/apps.md): thin handlers over internal/apps, and the router of <app>.apps.<domain>.
 
 func (s *Server) appView(a store.App) v1.App {
-	env := a.Env
-	if env == nil {
-		env = map[string]string{}
-	}
-	names := a.SecretNames
-	if names == nil {
-		names = []string{}
-	}
 	return v1.App{ID: a.ID, Name: a.Name, Branch: a.Branch, GitHubRepo: a.GitHubRepo, URL: s.apps.URL(a), GitURL: s.gitURL(a), LiveDeploymentID: a.LiveDeploymentID,
-		Env: env, SecretNames: names, Build: apps.Build(a), VCPUs: a.VCPUs, MemoryMiB: a.MemoryMiB,
+		Env: orEmptyMap(a.Env), SecretNames: orEmpty(a.SecretNames), Build: apps.Build(a), VCPUs: a.VCPUs, MemoryMiB: a.MemoryMiB,
 		SuspendAfterSeconds: a.SuspendAfterSeconds, MinInstances: a.MinInstances, HealthTimeoutSeconds: a.HealthTimeoutSeconds,
 		DrainTimeoutSeconds: a.DrainTimeoutSeconds, CreatedAt: v1.Timestamp(a.CreatedAt), UpdatedAt: v1.Timestamp(a.UpdatedAt)}
 }

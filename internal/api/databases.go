@@ -18,12 +18,8 @@ import (
 // Databases (docs/databases.md): thin handlers over internal/database.
 
 func (s *Server) databaseView(d store.Database, password, note string) v1.Database {
-	ext := d.Extensions
-	if ext == nil {
-		ext = []string{}
-	}
 	return v1.Database{ID: d.ID, Name: d.Name, State: d.State, Version: d.Version, VCPUs: d.VCPUs, MemoryMiB: d.MemoryMiB,
-		StorageGiB: d.StorageGiB, Extensions: ext, SuspendAfterSeconds: d.SuspendAfterSeconds, SandboxID: d.SandboxID, ParentID: d.ParentID,
+		StorageGiB: d.StorageGiB, Extensions: orEmpty(d.Extensions), SuspendAfterSeconds: d.SuspendAfterSeconds, SandboxID: d.SandboxID, ParentID: d.ParentID,
 		Connection: s.databases.Connection(d, password), Password: password, Note: note, CreatedAt: v1.Timestamp(d.CreatedAt)}
 }
 

@@ -2,12 +2,18 @@ package api
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/client"
+	"github.com/pandastack/pandastack/internal/hostagent"
 	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/testenv"
 )
 
@@ -18,22 +24,8 @@ import (
 func TestE2EVolumeSnapshotsAndForks(t *testing.T) {
 	t.Parallel()
 	ctx, _, _, c := startE2E(t, 20*time.Minute)
-	vol, err := c.CreateVolume(ctx, 64, "pgdata")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", Volumes: []client.VolumeMount{{VolumeID: vol.ID, MountPath: "/data"}}})
-	if err != nil {
-		t.Fatalf("create with a volume: %v", err)
-	}
-	sh := func(id, cmd string) string {
-		t.Helper()
-		r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: cmd, TimeoutSeconds: client.Seconds(60)})
-		if err != nil || r.ExitCode != 0 {
-			t.Fatalf("exec %q in %s: %+v %v", cmd, id, r, err)
-		}
-		return strings.TrimSpace(r.Stdout)
-	}
+	vol, src := e2eWithVolume(t, ctx, c, "pgdata")
+	sh := func(id, cmd string) string { return e2eSh(t, ctx, c, id, cmd) }
 	const read = "cat /data/a; cat /data/b 2>/dev/null || echo no-b"
 	sh(src.ID, "echo one > /data/a")
 	snap, err := c.CreateSnapshot(ctx, src.ID)
@@ -184,4 +176,110 @@ func TestE2ETemplateDataVolume(t *testing.T) {
 			t.Errorf("delete %s after its sandbox's kill: %v", v.ID, err)
 		}
 	}
+}
+
+// TestE2EVolumesAcrossHosts: two real hosts sharing a blob store. A snapshot of a sandbox with a
+// volume on host A is published with its copy; a fork of it onto host B has a volume of its own
+// there (the team's, recorded on B) with A's file; the sandbox, hibernated and its host A then
+// down, wakes on B on its next call with its volume, which the store then records on B; a create
+// from the snapshot, its host down, is made on B with a copy of the volume.
+func TestE2EVolumesAcrossHosts(t *testing.T) {
+	testenv.NeedVMs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	shared := "file://" + t.TempDir()
+	withBlob := func(c *hostagent.Config) { c.BlobStore = shared }
+	a, b := startVMHostWith(t, withBlob), startVMHostWith(t, withBlob)
+	a.bake(ctx, "base")
+	infoA, errA := a.client().Info(ctx)
+	infoB, errB := b.client().Info(ctx)
+	if err := errors.Join(errA, errB); err != nil {
+		t.Fatal(err)
+	}
+	// Host A alone first: the volume and its sandbox are placed there.
+	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{}, a)
+	c := cp.client(cp.admin)
+	vol, src := e2eWithVolume(t, ctx, c, "data")
+	sh := func(id, cmd string) string { return e2eSh(t, ctx, c, id, cmd) }
+	sh(src.ID, "echo from-a > /data/note")
+	snap, err := c.CreateSnapshot(ctx, src.ID)
+	if err != nil || !snap.Published {
+		t.Fatalf("snapshot with a volume on a host with a blob store: %+v %v", snap, err)
+	}
+
+	// Both hosts now; A is marked down soon after it stops answering.
+	admin := cp.admin
+	cp.stop()
+	bs, err := blob.Open(ctx, shared) // the control plane's view of the hosts' store
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp = startCP(t, cp.dbPath, scheduler.Config{HeartbeatTimeout: 3 * time.Second, PollInterval: 500 * time.Millisecond}, Config{Blob: bs}, a, b)
+	cp.admin = admin
+	c = cp.client(admin)
+	kids, err := c.ForkTo(ctx, src.ID, 1, infoB.HostID)
+	if err != nil || len(kids) != 1 || kids[0].Host != infoB.HostID {
+		t.Fatalf("fork of a sandbox with a volume onto host B: %+v %v", kids, err)
+	}
+	if got := sh(kids[0].ID, "cat /data/note"); got != "from-a" {
+		t.Errorf("the child on host B reads %q", got)
+	}
+	atts, err := cp.st.SandboxVolumes(ctx, kids[0].ID)
+	if err != nil || len(atts) != 1 || atts[0].VolumeID == vol.ID {
+		t.Fatalf("the child's volumes: %+v %v", atts, err)
+	}
+	if v, err := cp.st.GetVolume(ctx, atts[0].VolumeID); err != nil || v.HostID != infoB.HostID || v.Name != sandboxes.CopyName("data", kids[0].ID) {
+		t.Errorf("the child's volume: %+v %v", v, err)
+	}
+
+	sh(src.ID, "echo before-hibernate > /data/note")
+	if hib, err := c.Hibernate(ctx, src.ID); err != nil || hib.State != "hibernated" {
+		t.Fatalf("hibernate: %+v %v", hib, err)
+	}
+	a.stop()
+	waitFor(t, 20*time.Second, "host A to be marked down", func() bool {
+		h, err := cp.st.GetHost(ctx, infoA.HostID)
+		return err == nil && h.State == store.HostDown
+	})
+	if got := sh(src.ID, "cat /data/note"); got != "before-hibernate" {
+		t.Errorf("the sandbox woken on host B reads %q", got)
+	}
+	if got, err := c.GetSandbox(ctx, src.ID); err != nil || got.Host != infoB.HostID || got.State != "running" {
+		t.Fatalf("the sandbox after its host went down: %+v %v", got, err)
+	}
+	if v, err := cp.st.GetVolume(ctx, vol.ID); err != nil || v.HostID != infoB.HostID {
+		t.Errorf("the woken sandbox's volume: %+v %v (want it on host B)", v, err)
+	}
+	// A create from the snapshot, its host down: the copies are learnt from the publication.
+	restored, err := c.CreateSandbox(ctx, client.CreateRequest{SnapshotID: snap.ID})
+	if err != nil || restored.Host != infoB.HostID {
+		t.Fatalf("create from the published snapshot with its host down: %+v %v", restored, err)
+	}
+	if got := sh(restored.ID, "cat /data/note"); got != "from-a" {
+		t.Errorf("the restore on host B reads %q", got)
+	}
+}
+
+// e2eWithVolume creates a 64 MiB volume named name and a sandbox of base with it at /data.
+func e2eWithVolume(t *testing.T, ctx context.Context, c *client.Client, name string) (client.Volume, client.Sandbox) {
+	t.Helper()
+	vol, err := c.CreateVolume(ctx, 64, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", Volumes: []client.VolumeMount{{VolumeID: vol.ID, MountPath: "/data"}}})
+	if err != nil {
+		t.Fatalf("create with a volume: %v", err)
+	}
+	return vol, sb
+}
+
+// e2eSh runs cmd in sandbox id and returns its trimmed output; a failure fails the test.
+func e2eSh(t *testing.T, ctx context.Context, c *client.Client, id, cmd string) string {
+	t.Helper()
+	r, err := c.Exec(ctx, id, client.ExecRequest{Cmd: cmd, TimeoutSeconds: client.Seconds(60)})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("exec %q in %s: %+v %v", cmd, id, r, err)
+	}
+	return strings.TrimSpace(r.Stdout)
 }

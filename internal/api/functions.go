@@ -30,16 +30,8 @@ func (s *Server) functionView(fn store.Function, v store.FunctionVersion) v1.Fun
 }
 
 func functionVersionView(v store.FunctionVersion) v1.FunctionVersion {
-	env := v.Env
-	if env == nil {
-		env = map[string]string{}
-	}
-	names := v.SecretNames
-	if names == nil {
-		names = []string{}
-	}
 	return v1.FunctionVersion{FunctionID: v.FunctionID, Version: v.Version, State: v.State, Error: v.Error, Runtime: v.Runtime,
-		Handler: v.Handler, Env: env, SecretNames: names, TimeoutSeconds: v.TimeoutSeconds, MemoryMiB: v.MemoryMiB,
+		Handler: v.Handler, Env: orEmptyMap(v.Env), SecretNames: orEmpty(v.SecretNames), TimeoutSeconds: v.TimeoutSeconds, MemoryMiB: v.MemoryMiB,
 		MaxConcurrency: v.MaxConcurrency, Retries: v.Retries, BundleBytes: v.BundleBytes, BundleSHA256: v.BundleSHA256,
 		SnapshotID: v.SnapshotID, CreatedAt: v1.Timestamp(v.CreatedAt)}
 }

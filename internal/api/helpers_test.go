@@ -164,6 +164,25 @@ func (e *env) mustStatus(r resp, want int) resp {
 	return r
 }
 
+// listIDs GETs path, a page of a list whose objects are under field ("sandboxes", "snapshots"),
+// and returns their ids in order and the next cursor (nil on the last page).
+func (e *env) listIDs(key, path, field string) ([]string, *string) {
+	e.t.Helper()
+	var page map[string]json.RawMessage
+	json.Unmarshal(e.mustStatus(e.do("GET", path, key, nil), 200).body, &page)
+	var objs []struct {
+		ID string `json:"id"`
+	}
+	json.Unmarshal(page[field], &objs)
+	var ids []string
+	for _, o := range objs {
+		ids = append(ids, o.ID)
+	}
+	var next *string
+	json.Unmarshal(page["next_cursor"], &next)
+	return ids, next
+}
+
 // wantErr fails the test unless r is the error status with code and a message containing msg.
 func (e *env) wantErr(r resp, status int, code, msg string) {
 	e.t.Helper()

@@ -50,10 +50,7 @@ func (s *Server) hostDoctor(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	found, err := s.svc.Doctor(r.Context(), r.PathValue("id"), repair)
-	if found == nil {
-		found = []v1.DoctorFinding{}
-	}
-	s.reply(w, r, http.StatusOK, v1.DoctorReport{Host: r.PathValue("id"), Findings: found}, err)
+	s.reply(w, r, http.StatusOK, v1.DoctorReport{Host: r.PathValue("id"), Findings: orEmpty(found)}, err)
 }
 
 // undrainHost places sandboxes on a drained host again.
@@ -80,11 +77,20 @@ func pinnable(ctx context.Context, host *string) error {
 	return nil
 }
 
-func orEmpty(s []string) []string {
+// orEmpty is s, or an empty slice for nil (a view's list answers [], never null).
+func orEmpty[T any](s []T) []T {
 	if s == nil {
-		return []string{}
+		return []T{}
 	}
 	return s
+}
+
+// orEmptyMap is m, or an empty map for nil (a view's object answers {}, never null).
+func orEmptyMap[V any](m map[string]V) map[string]V {
+	if m == nil {
+		return map[string]V{}
+	}
+	return m
 }
 
 func deref(s *string) string {

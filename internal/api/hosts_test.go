@@ -22,12 +22,8 @@ import (
 // an admin key pins a create to a host; a pin that cannot hold is a clear error.
 func TestHostsAndPinning(t *testing.T) {
 	e := newEnv(t)
-	b := agenttest.New("host-b", agentToken, "base")
-	defer b.Close()
-	e.sched.AddStaticAgent(b.URL(), agentToken)
-	if err := e.sched.PollStatic(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	b := e.newHost("host-b", "base")
+	e.join(b)
 
 	// Pinned creates land where they are pinned, whatever the spread would pick.
 	for range 2 {
@@ -195,14 +191,20 @@ func TestHibernatedSandboxesWakeAnywhere(t *testing.T) {
 }
 
 // TestDrainHost: a drained host takes nothing new, and its sandboxes wake elsewhere on their next
-// call; one with a volume stays (reported); ending the drain places there again.
+// call, one with a volume with it (its hibernation carried a copy: the volume is then host-b's,
+// and host-a's reconcile deletes its own); one with a read-only volume stays (reported); ending
+// the drain places there again.
 func TestDrainHost(t *testing.T) {
 	e := newEnv(t)
+	ctx := context.Background()
 	shared := agenttest.NewBlob()
 	e.agent.UseBlob(shared)
 	vol := e.createVolume(e.admin, map[string]any{"size_mib": 16}) // host-a is the only host yet
 	withVol := e.create(e.admin, map[string]any{"template": "base", "volumes": []any{map[string]any{"volume_id": vol.ID, "mount_path": "/data"}}})
-	e.addHost("host-b", shared)
+	e.mustStatus(e.do("PUT", "/v1/sandboxes/"+withVol.ID+"/files?path=/data/note", e.admin, "from-a"), 200)
+	roVol := e.createVolume(e.admin, map[string]any{"size_mib": 16})
+	withRO := e.create(e.admin, map[string]any{"template": "base", "volumes": []any{map[string]any{"volume_id": roVol.ID, "mount_path": "/ro", "read_only": true}}})
+	b := e.addHost("host-b", shared)
 	sb := e.create(e.admin, map[string]any{"template": "base", "host": "host-a"})
 	e.inc(e.admin, sb.ID)
 
@@ -218,7 +220,7 @@ func TestDrainHost(t *testing.T) {
 	if err := json.Unmarshal(e.mustStatus(e.do("POST", "/v1/hosts/host-a/drain", e.admin, nil), 200).body, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Host != "host-a" || rep.Moved != 1 || len(rep.Kept) != 1 || rep.Kept[0].SandboxID != withVol.ID {
+	if rep.Host != "host-a" || rep.Moved != 2 || len(rep.Kept) != 1 || rep.Kept[0].SandboxID != withRO.ID {
 		t.Fatalf("drain report: %+v", rep)
 	}
 	if r := e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "base", "host": "host-a"}); r.status != 503 {
@@ -232,6 +234,21 @@ func TestDrainHost(t *testing.T) {
 	}
 	if got := e.get(e.admin, sb.ID); got.Host != "host-b" || got.State != "running" {
 		t.Fatalf("the drained sandbox after its next call: %+v", got)
+	}
+	if got := string(e.mustStatus(e.do("GET", "/v1/sandboxes/"+withVol.ID+"/files?path=/data/note", e.admin, nil), 200).body); got != "from-a" {
+		t.Fatalf("the drained sandbox with a volume reads %q after its move", got)
+	}
+	if got := e.get(e.admin, withVol.ID); got.Host != "host-b" || got.State != "running" {
+		t.Fatalf("the drained sandbox with a volume after its next call: %+v", got)
+	}
+	if v, err := e.st.GetVolume(ctx, vol.ID); err != nil || v.HostID != "host-b" || !slices.Contains(b.Volumes(), vol.ID) {
+		t.Fatalf("the moved sandbox's volume: %+v %v (host-b keeps %v)", v, err, b.Volumes())
+	}
+	if err := e.sched.Reconcile(ctx, "host-a"); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(e.agent.Volumes(), vol.ID) || !slices.Contains(e.agent.Volumes(), roVol.ID) {
+		t.Errorf("host-a keeps volumes %v after its reconcile (want %s gone, %s kept)", e.agent.Volumes(), vol.ID, roVol.ID)
 	}
 	var hosts v1.Hosts
 	json.Unmarshal(e.mustStatus(e.do("GET", "/v1/hosts", e.admin, nil), 200).body, &hosts)
@@ -312,14 +329,26 @@ func TestSweepPublished(t *testing.T) {
 // addHost adds a fake host (template base) with blob store shared (nil: none), polled at once.
 func (e *env) addHost(id string, shared *agenttest.Blob) *agenttest.Agent {
 	e.t.Helper()
-	b := agenttest.New(id, agentToken, "base")
-	e.t.Cleanup(b.Close)
+	b := e.newHost(id, "base")
 	b.UseBlob(shared)
+	e.join(b)
+	return b
+}
+
+// newHost starts a fake host with templates, closed when the test ends; join adds it.
+func (e *env) newHost(id string, templates ...string) *agenttest.Agent {
+	b := agenttest.New(id, agentToken, templates...)
+	e.t.Cleanup(b.Close)
+	return b
+}
+
+// join adds fake host b to the scheduler and polls the hosts at once.
+func (e *env) join(b *agenttest.Agent) {
+	e.t.Helper()
 	e.sched.AddStaticAgent(b.URL(), agentToken)
 	if err := e.sched.PollStatic(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
-	return b
 }
 
 // TestHostDoctor: the control plane adds to a host's own findings the sandboxes it runs that the

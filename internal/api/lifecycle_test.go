@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -243,12 +242,8 @@ func TestSnapshots(t *testing.T) {
 
 	// The snapshot outlives its sandbox and seeds new ones, on the host that keeps it, even when
 	// another host is emptier.
-	b := agenttest.New("host-b", agentToken, "base", "code-interpreter")
-	defer b.Close()
-	e.sched.AddStaticAgent(b.URL(), agentToken)
-	if err := e.sched.PollStatic(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	b := e.newHost("host-b", "base", "code-interpreter")
+	e.join(b)
 	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+sb.ID, k, nil), 204)
 	seeded := e.create(k, map[string]any{"snapshot_id": snap.ID, "ttl_seconds": 120, "metadata": map[string]string{"from": "snap"}})
 	if seeded.Host != "host-a" || seeded.Template != "base" || seeded.SnapshotID != snap.ID || seeded.Metadata["from"] != "snap" ||
@@ -290,16 +285,7 @@ func TestSnapshots(t *testing.T) {
 	third := e.mustStatus(e.do("POST", "/v1/sandboxes/"+seeded.ID+"/snapshots", k, nil), 201).json(t)["id"].(string)
 	list := func(q string) ([]string, *string) {
 		t.Helper()
-		var l struct {
-			Snapshots  []SnapshotView
-			NextCursor *string `json:"next_cursor"`
-		}
-		json.Unmarshal(e.mustStatus(e.do("GET", "/v1/snapshots"+q, k, nil), 200).body, &l)
-		var ids []string
-		for _, s := range l.Snapshots {
-			ids = append(ids, s.ID)
-		}
-		return ids, l.NextCursor
+		return e.listIDs(k, "/v1/snapshots"+q, "snapshots")
 	}
 	if ids, next := list(""); len(ids) != 3 || ids[0] != third || next != nil {
 		t.Fatalf("list %v %v", ids, next)

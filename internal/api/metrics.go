@@ -75,44 +75,37 @@ func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store, orpha
 	m.mu.Lock()
 	defer m.mu.Unlock()
 
-	fmt.Fprintln(w, "# HELP pandastack_sandboxes Sandboxes in the store by state.")
-	fmt.Fprintln(w, "# TYPE pandastack_sandboxes gauge")
+	// head writes a metric's HELP and TYPE lines.
+	head := func(name, kind, help string) { fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind) }
+	head("pandastack_sandboxes", "gauge", "Sandboxes in the store by state.")
 	for _, s := range store.States {
 		fmt.Fprintf(w, "pandastack_sandboxes{state=%q} %d\n", s, sbCounts[s])
 	}
-	fmt.Fprintln(w, "# HELP pandastack_hosts Hosts by state.")
-	fmt.Fprintln(w, "# TYPE pandastack_hosts gauge")
+	head("pandastack_hosts", "gauge", "Hosts by state.")
 	for _, s := range []string{store.HostUp, store.HostDown} {
 		fmt.Fprintf(w, "pandastack_hosts{state=%q} %d\n", s, hostCounts[s])
 	}
 
-	fmt.Fprintln(w, "# HELP pandastack_snapshots Snapshots in the store that are not deleted.")
-	fmt.Fprintln(w, "# TYPE pandastack_snapshots gauge")
+	head("pandastack_snapshots", "gauge", "Snapshots in the store that are not deleted.")
 	fmt.Fprintf(w, "pandastack_snapshots %d\n", snapshots)
 
-	fmt.Fprintln(w, "# HELP pandastack_sandbox_create_seconds Time to answer a successful sandbox create.")
-	fmt.Fprintln(w, "# TYPE pandastack_sandbox_create_seconds histogram")
+	head("pandastack_sandbox_create_seconds", "histogram", "Time to answer a successful sandbox create.")
 	m.create.Write(w, "pandastack_sandbox_create_seconds", "")
 
-	fmt.Fprintln(w, "# HELP pandastack_sandbox_create_failures_total Sandbox creates that failed, by error code.")
-	fmt.Fprintln(w, "# TYPE pandastack_sandbox_create_failures_total counter")
+	head("pandastack_sandbox_create_failures_total", "counter", "Sandbox creates that failed, by error code.")
 	for _, code := range sortedKeys(m.failed) {
 		fmt.Fprintf(w, "pandastack_sandbox_create_failures_total{code=%q} %d\n", code, m.failed[code])
 	}
 
-	fmt.Fprintln(w, "# HELP pandastack_sandboxes_reaped_total Sandboxes killed because their TTL ran out.")
-	fmt.Fprintln(w, "# TYPE pandastack_sandboxes_reaped_total counter")
+	head("pandastack_sandboxes_reaped_total", "counter", "Sandboxes killed because their TTL ran out.")
 	fmt.Fprintf(w, "pandastack_sandboxes_reaped_total %d\n", m.reaped)
-	fmt.Fprintln(w, "# HELP pandastack_reaper_lag_seconds From a sandbox's expiry to its host answering the reaper's kill.")
-	fmt.Fprintln(w, "# TYPE pandastack_reaper_lag_seconds histogram")
+	head("pandastack_reaper_lag_seconds", "histogram", "From a sandbox's expiry to its host answering the reaper's kill.")
 	m.reapLag.Write(w, "pandastack_reaper_lag_seconds", "")
 
-	fmt.Fprintln(w, "# HELP pandastack_orphan_sandboxes_killed_total Sandboxes this server's reconcile killed on their hosts for having no record.")
-	fmt.Fprintln(w, "# TYPE pandastack_orphan_sandboxes_killed_total counter")
+	head("pandastack_orphan_sandboxes_killed_total", "counter", "Sandboxes this server's reconcile killed on their hosts for having no record.")
 	fmt.Fprintf(w, "pandastack_orphan_sandboxes_killed_total %d\n", orphansKilled)
 
-	fmt.Fprintln(w, "# HELP pandastack_api_requests_total API requests answered, by HTTP status code.")
-	fmt.Fprintln(w, "# TYPE pandastack_api_requests_total counter")
+	head("pandastack_api_requests_total", "counter", "API requests answered, by HTTP status code.")
 	codes := make([]int, 0, len(m.requests))
 	for c := range m.requests {
 		codes = append(codes, c)
@@ -122,8 +115,7 @@ func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store, orpha
 		fmt.Fprintf(w, "pandastack_api_requests_total{code=\"%d\"} %d\n", c, m.requests[c])
 	}
 
-	fmt.Fprintln(w, "# HELP pandastack_process_start_time_seconds Start time of this server, Unix seconds.")
-	fmt.Fprintln(w, "# TYPE pandastack_process_start_time_seconds gauge")
+	head("pandastack_process_start_time_seconds", "gauge", "Start time of this server, Unix seconds.")
 	fmt.Fprintf(w, "pandastack_process_start_time_seconds %d\n", m.startedAt.Unix())
 	return nil
 }

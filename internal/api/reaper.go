@@ -18,9 +18,12 @@ import (
 // are under way: no batch waits for its slowest kill. reapWorkers stays at half of a replica's
 // 32 store connections: with 64 (tried), a loaded machine's kills held the pool and heartbeats
 // timed out behind them.
+// The kills' records are written reapRecordBatch at a time (one statement each), as soon as that
+// many are stopped, and the rest at the end of the pass.
 const (
-	reapWorkers = 16
-	reapBatch   = 100
+	reapWorkers     = 16
+	reapBatch       = 100
+	reapRecordBatch = 32
 )
 
 // reaper is the TTL reaper's state: the store lock that makes one replica the reaper.
@@ -49,14 +52,14 @@ func (s *Server) RunReaper(ctx context.Context) {
 // ReapOnce kills every sandbox whose TTL has run out and returns how many it killed; a replica
 // that does not hold the reaper lock kills none (another one reaps). Kills run in parallel; the
 // first failure ends the pass after the kills under way (they keep ctx: a failure does not cut
-// them short).
+// them short). Every sandbox stopped is recorded killed before it returns, failure or not.
 func (s *Server) ReapOnce(ctx context.Context) (int, error) {
 	if mine, err := s.reapLock().Hold(ctx); err != nil || !mine {
 		return 0, err
 	}
 	g, failed := errgroup.WithContext(ctx) // failed ends at the first failure: no kill starts after it
 	g.SetLimit(reapWorkers)
-	var killed atomic.Int64
+	rec := &reapRecords{s: s, ctx: ctx}
 	var readErr error         // a read of the store that failed (the pass ends)
 	seen := map[string]bool{} // rows this pass started (or ended) a kill of
 	// A read asks for reapWorkers rows more than a batch: the kills still under way are expired
@@ -89,11 +92,15 @@ func (s *Server) ReapOnce(ctx context.Context) (int, error) {
 				if err := failed.Err(); err != nil {
 					return err // a kill failed meanwhile
 				}
-				paused, err := s.expire(ctx, sb, pausing[sb.ID])
-				if err == nil && !paused {
-					killed.Add(1)
+				paused, err := s.svc.Expire(ctx, sb, pausing[sb.ID])
+				if err != nil {
+					return err
 				}
-				return err
+				if paused {
+					s.log.Info("sandbox expired: paused (it pauses on timeout)", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
+					return nil
+				}
+				return rec.stopped(sb)
 			})
 		}
 		if len(rows) < limit { // every expired row was read
@@ -101,19 +108,53 @@ func (s *Server) ReapOnce(ctx context.Context) (int, error) {
 		}
 	}
 	err := g.Wait()
-	return int(killed.Load()), cmp.Or(err, readErr)
+	err = cmp.Or(err, rec.flush(), readErr)
+	return int(rec.killed.Load()), err
 }
 
-// expire ends sb (kills it, or pauses it when it pauses on timeout) and logs and counts it.
-func (s *Server) expire(ctx context.Context, sb store.Sandbox, pauses bool) (paused bool, err error) {
-	if paused, err = s.svc.Expire(ctx, sb, pauses); err != nil {
-		return false, err
+// reapRecords gathers the sandboxes a pass stopped and records them killed reapRecordBatch at a
+// time: one statement a batch, not one a kill.
+type reapRecords struct {
+	s      *Server
+	ctx    context.Context
+	mu     sync.Mutex
+	todo   []store.Sandbox
+	killed atomic.Int64
+}
+
+// stopped adds sb, which its host stopped, and records the batch when it is full.
+func (r *reapRecords) stopped(sb store.Sandbox) error {
+	r.mu.Lock()
+	r.todo = append(r.todo, sb)
+	full := len(r.todo) >= reapRecordBatch
+	r.mu.Unlock()
+	if !full {
+		return nil
 	}
-	if paused {
-		s.log.Info("sandbox expired: paused (it pauses on timeout)", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
-		return true, nil
+	return r.flush()
+}
+
+// flush records every stopped sandbox not recorded yet killed, and logs and counts each.
+func (r *reapRecords) flush() error {
+	r.mu.Lock()
+	batch := r.todo
+	r.todo = nil
+	r.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
 	}
-	s.log.Info("sandbox expired: killed", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
-	s.metrics.reapedOne(s.now().Sub(sb.ExpiresAt))
-	return false, nil
+	ids := make([]string, len(batch))
+	for i, sb := range batch {
+		ids[i] = sb.ID
+	}
+	if err := r.s.svc.RecordExpired(r.ctx, ids); err != nil {
+		return err
+	}
+	now := r.s.now()
+	for _, sb := range batch {
+		r.s.log.Info("sandbox expired: killed", "sandbox", sb.ID, "team", sb.TeamID, "expires_at", sb.ExpiresAt)
+		r.s.metrics.reapedOne(now.Sub(sb.ExpiresAt))
+	}
+	r.killed.Add(int64(len(batch)))
+	return nil
 }

@@ -10,6 +10,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/database"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/functions"
 	"github.com/pandastack/pandastack/internal/inflight"
@@ -148,49 +150,32 @@ type Server struct {
 
 // New builds a server from cfg.
 func New(cfg Config) *Server {
-	if cfg.DefaultTTL <= 0 {
-		cfg.DefaultTTL = DefaultTTL
-	}
-	if cfg.MaxTTL <= 0 {
-		cfg.MaxTTL = DefaultMaxTTL
-	}
+	defaults.Positive(&cfg.DefaultTTL, DefaultTTL)
+	defaults.Positive(&cfg.MaxTTL, DefaultMaxTTL)
 	if cfg.DefaultTTL > cfg.MaxTTL {
 		cfg.DefaultTTL = cfg.MaxTTL
 	}
-	if cfg.MaxUploadBytes <= 0 {
-		cfg.MaxUploadBytes = DefaultMaxUploadBytes
-	}
-	if cfg.ReapInterval <= 0 {
-		cfg.ReapInterval = DefaultReapInterval
-	}
-	if cfg.AuditRetention <= 0 {
-		cfg.AuditRetention = DefaultAuditRetention
-	}
-	if cfg.AuditPruneInterval <= 0 {
-		cfg.AuditPruneInterval = DefaultAuditPruneInterval
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	defaults.Positive(&cfg.MaxUploadBytes, DefaultMaxUploadBytes)
+	defaults.Positive(&cfg.ReapInterval, DefaultReapInterval)
+	defaults.Positive(&cfg.AuditRetention, DefaultAuditRetention)
+	defaults.Positive(&cfg.AuditPruneInterval, DefaultAuditPruneInterval)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	scheduleClock := cfg.Now // nil: the engine reads the database's clock
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Version == "" {
-		cfg.Version = "dev"
-	}
+	defaults.Clock(&cfg.Now)
+	cfg.Version = cmp.Or(cfg.Version, "dev")
 	s := &Server{cfg: cfg, store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger,
 		auth: &auth.Authenticator{Store: cfg.Store, Now: cfg.Now}, metrics: newMetrics()}
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
-		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen, GuestCA: cfg.GuestCA})
+		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen, GuestCA: cfg.GuestCA, Blob: cfg.Blob})
 	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)
-	s.schedules = schedules.New(schedules.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger, Now: scheduleClock})
-	s.functions = functions.New(functions.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
+	deps := sandboxes.ProductDeps{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger}
+	s.schedules = schedules.New(schedules.Config{ProductDeps: deps, Now: scheduleClock})
+	s.functions = functions.New(functions.Config{ProductDeps: deps,
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain})
 	s.schedules.SetFunctions(s.functions)
-	s.databases = database.New(database.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
+	s.databases = database.New(database.Config{ProductDeps: deps,
 		SecretsKey: cfg.SecretsKey, Domain: cfg.ProxyDomain, RouterPort: cfg.DBRouterPort, HTTPBase: cfg.PublicURL, Blob: cfg.Blob})
-	s.apps = apps.New(apps.Config{Store: cfg.Store, Sandboxes: s.svc, Templates: s.tmpl, Logger: cfg.Logger,
+	s.apps = apps.New(apps.Config{ProductDeps: deps,
 		SecretsKey: cfg.SecretsKey, ProxyDomain: cfg.ProxyDomain, GitDir: cfg.GitDir})
 	s.webhooks = webhooks.New(webhooks.Config{Store: cfg.Store, SecretsKey: cfg.SecretsKey, Policy: cfg.Webhooks, View: viewOf,
 		TemplateView: builtTemplateView, DeploymentView: s.webhookDeploymentView,

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/templates"
 )
@@ -276,12 +275,8 @@ func (e *env) agentTemplates() []string {
 
 func TestTemplateAliases(t *testing.T) {
 	e := newEnv(t)
-	pg := agenttest.New("host-pg", agentToken, "postgres-17")
-	t.Cleanup(pg.Close)
-	e.sched.AddStaticAgent(pg.URL(), agentToken)
-	if err := e.sched.PollStatic(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	pg := e.newHost("host-pg", "postgres-17")
+	e.join(pg)
 	k := e.admin
 	v := e.templates(k)["postgres-17"]
 	if v.Owner != OwnerCatalog || len(v.Aliases) == 0 || v.Metadata == nil || v.Description == "" {

@@ -39,9 +39,7 @@ func viewOf(sb store.Sandbox) v1.Sandbox {
 	if sb.State == store.StateError || sb.State == store.StateLost {
 		v.Error = sb.Error
 	}
-	if v.Metadata == nil {
-		v.Metadata = map[string]string{}
-	}
+	v.Metadata = orEmptyMap(v.Metadata)
 	return v
 }
 
@@ -107,12 +105,7 @@ func teamView(t store.TeamTemplate, up []store.Host) v1.Template {
 
 // fillView makes aliases and metadata empty rather than null.
 func fillView(v v1.Template) v1.Template {
-	if v.Aliases == nil {
-		v.Aliases = []string{}
-	}
-	if v.Metadata == nil {
-		v.Metadata = map[string]string{}
-	}
+	v.Aliases, v.Metadata = orEmpty(v.Aliases), orEmptyMap(v.Metadata)
 	return v
 }
 

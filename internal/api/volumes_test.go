@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 )
@@ -223,13 +222,9 @@ func TestVolumesPlaceSandboxOnTheirHost(t *testing.T) {
 	k := e.admin
 	va := e.createVolume(k, `{"size_mib": 8}`)
 	// A second host; host-a has little memory free, so the next volume goes to host-b.
-	b := agenttest.New("host-b", agentToken, "base", "code-interpreter")
-	t.Cleanup(b.Close)
-	e.sched.AddStaticAgent(b.URL(), agentToken)
+	b := e.newHost("host-b", "base", "code-interpreter")
 	e.agent.SetMemory(1024)
-	if err := e.sched.PollStatic(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	e.join(b)
 	vb := e.createVolume(k, `{"size_mib": 8}`)
 	if va.HostID != "host-a" || vb.HostID != "host-b" {
 		t.Fatalf("volumes on %s and %s", va.HostID, vb.HostID)
@@ -290,14 +285,10 @@ func TestVolumeNoSpace(t *testing.T) {
 	e := newEnv(t)
 	k := e.admin
 	e.agent.SetPool(1024)
-	b := agenttest.New("host-b", agentToken, "base", "code-interpreter")
-	t.Cleanup(b.Close)
+	b := e.newHost("host-b", "base", "code-interpreter")
 	b.SetPool(4096)
-	e.sched.AddStaticAgent(b.URL(), agentToken)
 	e.agent.SetMemory(16384) // host-a ranks first
-	if err := e.sched.PollStatic(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	e.join(b)
 	v := e.createVolume(k, `{"size_mib": 2048}`)
 	if v.HostID != "host-b" {
 		t.Fatalf("a 2 GiB volume went to %s, which has a 1 GiB pool", v.HostID)

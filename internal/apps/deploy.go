@@ -77,11 +77,9 @@ func (s *Service) Deploy(ctx context.Context, teamID, id string, archive []byte,
 	s.logs[d.ID] = lb
 	s.mu.Unlock()
 	key := detect.DepsKey(tree(files), plan.Install, a.Env)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.bg.Go(func() {
 		s.run(a, d, plan, tarball, key, src.Clean, lb)
-	}()
+	})
 	return d, nil
 }
 
@@ -91,7 +89,7 @@ func detectPlan(files []bundle.File, b v1.AppBuild) v1.AppPlan {
 
 // run builds, releases and switches to deployment d, one deploy of an app at a time.
 func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball []byte, depsKey string, clean bool, lb *logBuf) {
-	ctx := s.ctx
+	ctx := s.bg.Ctx()
 	stop := make(chan struct{}) // the lease is held while it waits for the app's lock too
 	defer close(stop)
 	go s.renew(d.ID, stop)
@@ -134,7 +132,7 @@ func (s *Service) run(a store.App, d store.Deployment, plan v1.AppPlan, tarball 
 // save records d with the logs so far.
 func (s *Service) save(d store.Deployment, lb *logBuf, final bool) store.Deployment {
 	d.Logs = lb.String()
-	out, err := s.cfg.Store.UpdateDeployment(context.WithoutCancel(s.ctx), d, final)
+	out, err := s.cfg.Store.UpdateDeployment(context.WithoutCancel(s.bg.Ctx()), d, final)
 	if err != nil {
 		s.log.Warn("apps: could not record a deployment", "deployment", d.ID, "err", err)
 	}
@@ -143,13 +141,13 @@ func (s *Service) save(d store.Deployment, lb *logBuf, final bool) store.Deploym
 
 // fail records d failed with err (its logs end with it); the live deployment keeps serving.
 func (s *Service) fail(d store.Deployment, lb *logBuf, err error) {
-	if s.ctx.Err() != nil {
+	if s.bg.Ctx().Err() != nil {
 		err = errors.New(ErrServerStopped)
 	}
 	lb.Printf("\n==> deploy failed: %v\n", err)
 	d.State, d.Error = Failed, lb.scrub(err.Error())
 	if d.SnapshotID != "" {
-		s.dropSnapshot(s.ctx, d.TeamID, d.SnapshotID)
+		s.dropSnapshot(s.bg.Ctx(), d.TeamID, d.SnapshotID)
 		d.SnapshotID = ""
 	}
 	s.save(d, lb, true)
@@ -614,9 +612,7 @@ func (s *Service) stopInstance(id, reason string, drain time.Duration) {
 	if id == "" {
 		return
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.bg.Go(func() {
 		deadline := time.Now().Add(drain)
 		for time.Now().Before(deadline) {
 			s.mu.Lock()
@@ -638,7 +634,7 @@ func (s *Service) stopInstance(id, reason string, drain time.Duration) {
 		s.mu.Lock()
 		delete(s.lastSeen, id)
 		s.mu.Unlock()
-	}()
+	})
 }
 
 // PreviewSlug is the preview a deployment of branch serves ("" for the app itself): the branch
@@ -670,20 +666,20 @@ func PreviewSlug(a store.App, branch string) string {
 
 // routeURL is the address of app a's route slug (its preview, or "" for the app).
 func (s *Service) routeURL(a store.App, slug string) string {
-	if slug == "" || s.cfg.ProxyDomain == "" {
+	if slug == "" {
 		return s.URL(a)
 	}
-	return "http://" + a.Name + "--" + slug + ".apps." + s.cfg.ProxyDomain
+	return s.hostURL(a.Name + "--" + slug)
 }
 
 // DeploymentURL is a deployment's own address, http://<app>--<id without dep_>.apps.<domain>,
 // while it has a release: live, or superseded (its release restored on the first request,
 // scaled to zero); "" for another or without a proxy domain.
 func (s *Service) DeploymentURL(a store.App, d store.Deployment) string {
-	if s.cfg.ProxyDomain == "" || d.SnapshotID == "" || d.State != Live && d.State != Superseded {
+	if d.SnapshotID == "" || d.State != Live && d.State != Superseded {
 		return ""
 	}
-	return "http://" + a.Name + "--" + strings.TrimPrefix(d.ID, "dep_") + ".apps." + s.cfg.ProxyDomain
+	return s.hostURL(a.Name + "--" + strings.TrimPrefix(d.ID, "dep_"))
 }
 
 // URLIdle is how long a superseded release's own URL instance runs without a request before it

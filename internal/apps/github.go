@@ -142,19 +142,17 @@ func (s *Service) Webhook(ctx context.Context, id, event, delivery, signature st
 	case !strings.HasPrefix(ev.Repository.CloneURL, "https://") && !strings.HasPrefix(ev.Repository.CloneURL, "http://"):
 		return "", errdefs.Invalidf("the push's clone_url must be http(s)")
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.bg.Go(func() {
 		if _, err := s.deployPushed(a, ev, sec["token"]); err != nil {
 			s.log.Warn("apps: a GitHub push did not deploy", "app", a.ID, "commit", ev.After, "err", err)
 		}
-	}()
+	})
 	return "deploying " + ev.After, nil
 }
 
 // deployPushed clones the pushed branch (with token, when set) and deploys its commit.
 func (s *Service) deployPushed(a store.App, ev pushEvent, token string) (store.Deployment, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, CloneTimeout)
+	ctx, cancel := context.WithTimeout(s.bg.Ctx(), CloneTimeout)
 	defer cancel()
 	branch := strings.TrimPrefix(ev.Ref, "refs/heads/")
 	dir, err := os.MkdirTemp("", "pandastack-clone-")

@@ -150,22 +150,20 @@ func (s *Service) replenish(ctx context.Context, a store.App, d store.Deployment
 	if missing <= 0 || !lock.TryLock() {
 		return
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.bg.Go(func() {
 		defer lock.Unlock()
-		sbs, err := s.restoreInstances(s.ctx, a, d, missing, newLogBuf())
+		sbs, err := s.restoreInstances(s.bg.Ctx(), a, d, missing, newLogBuf())
 		if err != nil {
 			s.log.Warn("apps: replacing instances failed", "app", a.ID, "deployment", d.ID, "err", err)
 			return
 		}
-		if cur, err := s.cfg.Store.GetDeployment(s.ctx, a.ID, d.ID); err != nil || cur.State != Live {
+		if cur, err := s.cfg.Store.GetDeployment(s.bg.Ctx(), a.ID, d.ID); err != nil || cur.State != Live {
 			for _, sb := range sbs {
 				s.stopInstance(sb.ID, "app deployment no longer live", 0)
 			}
 			return
 		}
-		s.instances(s.ctx, d, true) // they carry the deployment's metadata
+		s.instances(s.bg.Ctx(), d, true) // they carry the deployment's metadata
 		s.log.Info("apps: instances replaced", "app", a.ID, "deployment", d.ID, "count", len(sbs))
-	}()
+	})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/bundle"
+	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/testenv"
 	"github.com/pandastack/pandastack/internal/testenv/fakehost"
@@ -50,7 +51,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	t.Cleanup(func() { close(hold) }) // runs first: the held exec returns, the old service can close
 	newService := func() *Service {   // a server: its own scheduler and services over the store
 		sbs, tpls := fakehost.Services(t, st, proxy.URL, "tok")
-		return New(Config{Store: st, Logger: fakehost.Quiet, Templates: tpls, Sandboxes: sbs})
+		return New(Config{ProductDeps: sandboxes.ProductDeps{Store: st, Logger: fakehost.Quiet, Templates: tpls, Sandboxes: sbs}})
 	}
 	if _, err := st.CreateTeam(ctx, store.Team{ID: "team_1", Name: "one"}); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@
 package apps
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,12 +24,12 @@ import (
 
 	"github.com/pandastack/pandastack/internal/apps/detect"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/background"
 	"github.com/pandastack/pandastack/internal/bundle"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/templates"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -70,10 +71,7 @@ const (
 
 // Config configures a Service.
 type Config struct {
-	Store     *store.Store
-	Sandboxes *sandboxes.Service
-	Templates *templates.Service
-	Logger    *slog.Logger
+	sandboxes.ProductDeps
 	// BaseTemplate is the template apps build and run on (default "base").
 	BaseTemplate string
 	// SecretsKey seals secrets at rest (internal/sealed); empty: unsealed.
@@ -101,9 +99,7 @@ type Service struct {
 	deploys  map[string]*sync.Mutex
 	sets     map[string]*instanceSet // a live deployment's instances, by deployment (router cache)
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	bg *background.Group // builds, deploys, drains
 	// started is when this service started (the store's clock): deployments it takes have leases
 	// past started+LeaseTime, those of a server before it (over the same SQLite) end before.
 	started time.Time
@@ -111,32 +107,29 @@ type Service struct {
 
 // New builds a service.
 func New(cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.BaseTemplate == "" {
-		cfg.BaseTemplate = BaseTemplate
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.BaseTemplate = cmp.Or(cfg.BaseTemplate, BaseTemplate)
+	bg := background.New()
 	return &Service{cfg: cfg, log: cfg.Logger, inflight: map[string]int{}, lastSeen: map[string]time.Time{},
-		logs: map[string]*logBuf{}, deploys: map[string]*sync.Mutex{}, sets: map[string]*instanceSet{}, ctx: ctx, cancel: cancel, started: cfg.Store.Clock(ctx)}
+		logs: map[string]*logBuf{}, deploys: map[string]*sync.Mutex{}, sets: map[string]*instanceSet{}, bg: bg, started: cfg.Store.Clock(bg.Ctx())}
 }
 
 // Close cancels builds in flight and waits for them.
-func (s *Service) Close() {
-	s.cancel()
-	s.wg.Wait()
-}
+func (s *Service) Close() { s.bg.Close() }
 
 // Wait waits for the builds and deploys in flight (tests).
-func (s *Service) Wait() { s.wg.Wait() }
+func (s *Service) Wait() { s.bg.Wait() }
 
 // URL is the app's address, or "" without a proxy domain.
-func (s *Service) URL(a store.App) string {
+func (s *Service) URL(a store.App) string { return s.hostURL(a.Name) }
+
+// hostURL is the address of host name label under the apps' zone, http://<label>.apps.<domain>,
+// or "" without a proxy domain.
+func (s *Service) hostURL(label string) string {
 	if s.cfg.ProxyDomain == "" {
 		return ""
 	}
-	return "http://" + a.Name + ".apps." + s.cfg.ProxyDomain
+	return "http://" + label + ".apps." + s.cfg.ProxyDomain
 }
 
 var (

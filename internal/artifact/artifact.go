@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,17 @@ func (m Manifest) DataBytes() int64 {
 		n += f.DataBytes()
 	}
 	return n
+}
+
+// Carries checks that m has a file at each of paths: a publication whose record names a file it
+// does not carry (a volume copy) is refused before anything is pulled.
+func (m Manifest) Carries(paths []string) error {
+	for _, p := range paths {
+		if !slices.ContainsFunc(m.Files, func(f File) bool { return f.Path == p }) {
+			return errdefs.Invalidf("artifact %s/%s: its record names %s, which it does not carry", m.Kind, m.Name, p)
+		}
+	}
+	return nil
 }
 
 // Off is where chunk i of f starts.

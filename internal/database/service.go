@@ -10,6 +10,7 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,7 +33,6 @@ import (
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/templates"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -67,10 +67,7 @@ const (
 
 // Config configures a Service.
 type Config struct {
-	Store     *store.Store
-	Sandboxes *sandboxes.Service
-	Templates *templates.Service
-	Logger    *slog.Logger
+	sandboxes.ProductDeps
 	// SecretsKey (32 bytes) seals owners' passwords at rest with AES-256-GCM (internal/sealed); empty:
 	// stored unsealed (never answered or logged either way).
 	SecretsKey []byte
@@ -101,18 +98,12 @@ type Service struct {
 
 // New builds a service.
 func New(cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Domain == "" {
-		cfg.Domain = "localhost"
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.Domain = cmp.Or(cfg.Domain, "localhost")
 	if cfg.RouterPort == 0 {
 		cfg.RouterPort = Port
 	}
-	if cfg.Template == "" {
-		cfg.Template = Template
-	}
+	cfg.Template = cmp.Or(cfg.Template, Template)
 	return &Service{cfg: cfg, log: cfg.Logger, act: newActivity()}
 }
 

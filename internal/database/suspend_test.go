@@ -32,7 +32,7 @@ func twoReplicas(t *testing.T, name string, bs blob.Store, suspendAfter int64) c
 	c.sts = testenv.PostgresStores(t, testenv.PostgresDatabase(t, name), 2)
 	replica := func(st *store.Store) *Service {
 		sbs, tpls := fakehost.Services(t, st, c.ag.URL(), c.ag.Token)
-		return New(Config{Store: st, Logger: fakehost.Quiet, Templates: tpls, Sandboxes: sbs, Blob: bs})
+		return New(Config{ProductDeps: sandboxes.ProductDeps{Store: st, Logger: fakehost.Quiet, Templates: tpls, Sandboxes: sbs}, Blob: bs})
 	}
 	c.a, c.b = replica(c.sts[0]), replica(c.sts[1])
 	if _, err := c.sts[0].CreateTeam(ctx, store.Team{ID: "team_1", Name: "one"}); err != nil {

@@ -10,6 +10,7 @@ package dbrouter
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -107,9 +108,7 @@ type cancelKey struct {
 
 // New builds a router.
 func New(cfg Config) *Router {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	t := cfg.TLS.Clone()
 	t.NextProtos = []string{ALPN}
 	t.MinVersion = tls.VersionTLS12

@@ -91,16 +91,14 @@ func (s *Service) InvokeAsync(ctx context.Context, teamID, id string, payload js
 	if err != nil {
 		return run, err
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.bg.Go(func() {
 		s.runAsync(fn, v, run)
-	}()
+	})
 	return run, nil
 }
 
 func (s *Service) runAsync(fn store.Function, v store.FunctionVersion, run store.FunctionRun) {
-	h := s.hold(s.ctx, run)
+	h := s.hold(s.bg.Ctx(), run)
 	defer h.stop()
 	backoff := time.Second
 	for {
@@ -173,7 +171,7 @@ func (s *Service) hold(parent context.Context, run store.FunctionRun) *runHold {
 			select {
 			case <-h.done:
 				return
-			case <-s.ctx.Done():
+			case <-s.bg.Ctx().Done():
 				return
 			case <-t.C:
 				ctx := context.Background()
@@ -216,7 +214,7 @@ func (h *runHold) write(put func(held time.Time) (time.Time, error)) error {
 func (h *runHold) start(s *Service, v store.FunctionVersion, run store.FunctionRun) (started store.FunctionRun, ok bool, err error) {
 	err = h.write(func(held time.Time) (time.Time, error) {
 		run.LeaseUntil = held
-		started, ok, err = s.start(s.ctx, v, run, false)
+		started, ok, err = s.start(s.bg.Ctx(), v, run, false)
 		if !ok || err != nil {
 			return held, err
 		}
@@ -284,11 +282,9 @@ func (s *Service) TakeOver(ctx context.Context) error {
 			continue
 		}
 		s.log.Info("functions: resuming an async run whose server stopped", "run", r.ID, "function", fn.ID)
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
+		s.bg.Go(func() {
 			s.runAsync(fn, v, r)
-		}()
+		})
 	}
 	return err
 }
@@ -303,7 +299,7 @@ func (s *Service) RunTakeOver(ctx context.Context, interval time.Duration) {
 }
 
 // sleep waits d unless the service closes (false).
-func (s *Service) sleep(d time.Duration) bool { return sleepCtx(s.ctx, d) }
+func (s *Service) sleep(d time.Duration) bool { return sleepCtx(s.bg.Ctx(), d) }
 
 // sleepCtx waits d unless ctx ends first (false).
 func sleepCtx(ctx context.Context, d time.Duration) bool {

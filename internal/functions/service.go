@@ -9,6 +9,7 @@ package functions
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -30,12 +31,12 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/background"
 	"github.com/pandastack/pandastack/internal/bundle"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/sealed"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/templates"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -77,10 +78,7 @@ const (
 
 // Config configures a Service.
 type Config struct {
-	Store     *store.Store
-	Sandboxes *sandboxes.Service
-	Templates *templates.Service
-	Logger    *slog.Logger
+	sandboxes.ProductDeps
 	// BaseTemplate is the template functions run on (default "base": Debian trixie with
 	// Python 3.13 and Node.js 20).
 	BaseTemplate string
@@ -104,31 +102,21 @@ type Service struct {
 
 	rebakeMu sync.Mutex // one re-bake of a lost warm snapshot at a time
 
-	ctx    context.Context // async runs and kills
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	bg *background.Group // async runs and kills
 }
 
 // New builds a service.
 func New(cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.BaseTemplate == "" {
-		cfg.BaseTemplate = BaseTemplate
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.BaseTemplate = cmp.Or(cfg.BaseTemplate, BaseTemplate)
+	return &Service{cfg: cfg, log: cfg.Logger, bg: background.New()}
 }
 
 // Close stops retries of async runs and waits for the background work.
-func (s *Service) Close() {
-	s.cancel()
-	s.wg.Wait()
-}
+func (s *Service) Close() { s.bg.Close() }
 
 // Wait waits for the background work (async runs, kills) in flight (tests).
-func (s *Service) Wait() { s.wg.Wait() }
+func (s *Service) Wait() { s.bg.Wait() }
 
 // URL is the function's HTTP trigger, or "" without a proxy domain: <id>.fn.<domain> (names are
 // per team; ids are unique and unguessable).
@@ -456,13 +444,11 @@ func (s *Service) relayCall(ctx context.Context, c *agentclient.Client, sbID, me
 
 // kill kills a function's sandbox in the background (the caller has its answer).
 func (s *Service) kill(sb store.Sandbox, reason string) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.bg.Go(func() {
 		if err := s.cfg.Sandboxes.Kill(context.Background(), sb, reason); err != nil {
 			s.log.Warn("functions: could not kill a sandbox", "sandbox", sb.ID, "err", err)
 		}
-	}()
+	})
 }
 
 // Get returns the team's function and its latest version; another team's is NotFound.

@@ -3,8 +3,6 @@ package functions
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	neturl "net/url"
@@ -16,26 +14,18 @@ import (
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxes"
-	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/store/pgtest"
-	"github.com/pandastack/pandastack/internal/templates"
 	"github.com/pandastack/pandastack/internal/testenv"
+	"github.com/pandastack/pandastack/internal/testenv/fakehost"
 )
 
 // newReplica is one server's functions service (its own scheduler, sandbox and template
 // services) over st and the fake host agent ag, with runs' leases of lease (0: the default).
 func newReplica(t *testing.T, st *store.Store, ag *agenttest.Agent, lease time.Duration) *Service {
 	t.Helper()
-	ctx := context.Background()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sched := scheduler.New(scheduler.Config{Store: st, Logger: log})
-	sched.AddStaticAgent(ag.URL(), ag.Token)
-	if err := sched.PollStatic(ctx); err != nil {
-		t.Fatal(err)
-	}
-	svc := New(Config{Store: st, Logger: log, Templates: templates.New(st, sched, log), LeaseTime: lease,
-		Sandboxes: sandboxes.New(sandboxes.Config{Store: st, Scheduler: sched, Logger: log, DefaultTTL: time.Minute, MaxTTL: time.Hour})})
+	sbs, tpls := fakehost.Services(t, st, ag.URL(), ag.Token)
+	svc := New(Config{LeaseTime: lease, ProductDeps: sandboxes.ProductDeps{Store: st, Logger: fakehost.Quiet, Templates: tpls, Sandboxes: sbs}})
 	t.Cleanup(svc.Close)
 	return svc
 }

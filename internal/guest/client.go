@@ -317,12 +317,7 @@ func hostHandshake(ctx context.Context, conn net.Conn) ([]byte, Ready, error) {
 	buf := make([]byte, 4096)
 	want := ReadyPrefix + nonce + " "
 	for {
-		for {
-			line, ok := sc.Next()
-			if !ok {
-				break
-			}
-			s := string(line)
+		for s := range sc.Lines() {
 			if !strings.HasPrefix(s, want) {
 				continue // garbage, or a READY for an older nonce
 			}

@@ -145,6 +145,17 @@ func (cl *call) next() (byte, []byte, error) {
 	return typ, p, nil
 }
 
+// decodeFrame decodes the JSON payload p of a what frame (exit, stat, ...); a payload that does not
+// decode is a ProtocolError naming the frame.
+func decodeFrame[T any](p []byte, what string) (T, error) {
+	var v T
+	if err := json.Unmarshal(p, &v); err != nil {
+		var zero T
+		return zero, &ProtocolError{Msg: "bad " + what + " frame: " + err.Error()}
+	}
+	return v, nil
+}
+
 // expect reads one frame of type want and decodes its JSON into v.
 func (cl *call) expect(want byte, v any) error {
 	typ, p, err := cl.next()
@@ -170,6 +181,20 @@ func (c *Client) simple(ctx context.Context, req *Request, want byte, v any) err
 	}
 	defer cl.finish()
 	return cl.expect(want, v)
+}
+
+// opened starts req and reads its empty FrameResult (the op began; its frames follow on the
+// returned call); on failure the call is finished.
+func (c *Client) opened(ctx context.Context, req *Request) (*call, error) {
+	cl, err := c.start(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.expect(FrameResult, nil); err != nil {
+		cl.finish()
+		return nil, err
+	}
+	return cl, nil
 }
 
 // Exec runs a command. stdout/stderr receive chunks as they arrive (nil
@@ -235,11 +260,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin io.Reader, std
 				}
 			}
 		case FrameExit:
-			var res ExecResult
-			if err := json.Unmarshal(p, &res); err != nil {
-				return ExecResult{}, &ProtocolError{Msg: "bad exit frame: " + err.Error()}
-			}
-			return res, nil
+			return decodeFrame[ExecResult](p, "exit")
 		default:
 			return ExecResult{}, &ProtocolError{Msg: fmt.Sprintf("unexpected frame %q in exec", typ)}
 		}
@@ -304,14 +325,20 @@ func (c *Client) WriteFile(ctx context.Context, path, user string, mode os.FileM
 	if mode == 0 {
 		mode = 0o644
 	}
-	cl, err := c.start(ctx, &Request{Op: OpWrite, Path: path, User: user, Mode: fmt.Sprintf("%04o", unixPerm(mode))})
+	return uploadOp[FileInfo](ctx, c, &Request{Op: OpWrite, Path: path, User: user, Mode: fmt.Sprintf("%04o", unixPerm(mode))}, r, FrameStat)
+}
+
+// uploadOp starts req, uploads r on it (call.upload) and returns the answer, a frame of type want,
+// decoded into a T.
+func uploadOp[T any](ctx context.Context, c *Client, req *Request, r io.Reader, want byte) (T, error) {
+	var out T
+	cl, err := c.start(ctx, req)
 	if err != nil {
-		return FileInfo{}, err
+		return out, err
 	}
 	defer cl.finish()
-	var fi FileInfo
-	err = cl.upload(r, FrameStat, &fi)
-	return fi, err
+	err = cl.upload(r, want, &out)
+	return out, err
 }
 
 // upload sends r as FrameData frames and a FrameEOF, and reads the answer: one frame of type
@@ -378,9 +405,9 @@ func (c *Client) List(ctx context.Context, path, user string, depth int) ([]File
 		}
 		switch typ {
 		case FrameStat:
-			var fi FileInfo
-			if err := json.Unmarshal(p, &fi); err != nil {
-				return nil, &ProtocolError{Msg: "bad stat frame: " + err.Error()}
+			fi, err := decodeFrame[FileInfo](p, "stat")
+			if err != nil {
+				return nil, err
 			}
 			out = append(out, fi)
 		case FrameEOF:
@@ -443,12 +470,8 @@ func (c *Client) Sync(ctx context.Context) error {
 // connection carries that port's bytes both ways over the agent's channel, not the guest's
 // network. ctx bounds the dial only; closing the connection ends it.
 func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
-	cl, err := c.start(ctx, &Request{Op: OpDial, Port: port})
+	cl, err := c.opened(ctx, &Request{Op: OpDial, Port: port})
 	if err != nil {
-		return nil, err
-	}
-	if err := cl.expect(FrameResult, nil); err != nil {
-		cl.finish()
 		return nil, err
 	}
 	// The connection is the caller's now: no more watchdog, no more ctx.

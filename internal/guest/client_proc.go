@@ -2,7 +2,6 @@ package guest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 )
 
@@ -66,11 +65,7 @@ func (c *Client) ProcessOutput(ctx context.Context, pid int, offset int64, follo
 				return ProcessEnd{}, err
 			}
 		case FrameExit:
-			var end ProcessEnd
-			if err := json.Unmarshal(p, &end); err != nil {
-				return ProcessEnd{}, &ProtocolError{Msg: "bad end frame: " + err.Error()}
-			}
-			return end, nil
+			return decodeFrame[ProcessEnd](p, "end")
 		default:
 			return ProcessEnd{}, &ProtocolError{Msg: fmt.Sprintf("unexpected frame %q in proc_output", typ)}
 		}

@@ -87,12 +87,8 @@ func (c *Client) Watch(ctx context.Context, path, user string, recursive bool, f
 
 // ArchiveGet returns a tar stream of the directory path's contents.
 func (c *Client) ArchiveGet(ctx context.Context, path, user string) (io.ReadCloser, error) {
-	cl, err := c.start(ctx, &Request{Op: OpArchiveGet, Path: path, User: user})
+	cl, err := c.opened(ctx, &Request{Op: OpArchiveGet, Path: path, User: user})
 	if err != nil {
-		return nil, err
-	}
-	if err := cl.expect(FrameResult, nil); err != nil {
-		cl.finish()
 		return nil, err
 	}
 	return &fileReader{cl: cl}, nil
@@ -100,14 +96,7 @@ func (c *Client) ArchiveGet(ctx context.Context, path, user string) (io.ReadClos
 
 // ArchivePut unpacks the tar stream r into the directory path.
 func (c *Client) ArchivePut(ctx context.Context, path, user string, r io.Reader) (ArchiveResult, error) {
-	cl, err := c.start(ctx, &Request{Op: OpArchivePut, Path: path, User: user})
-	if err != nil {
-		return ArchiveResult{}, err
-	}
-	defer cl.finish()
-	var out ArchiveResult
-	err = cl.upload(r, FrameResult, &out)
-	return out, err
+	return uploadOp[ArchiveResult](ctx, c, &Request{Op: OpArchivePut, Path: path, User: user}, r, FrameResult)
 }
 
 // String is the event as one line, for logs and the CLI.

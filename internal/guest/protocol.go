@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"time"
 )
 
@@ -110,6 +111,19 @@ func (s *HandshakeScanner) Next() ([]byte, bool) {
 		out := append([]byte(nil), line...)
 		s.drop(nl + 1)
 		return out, true
+	}
+}
+
+// Lines yields, as strings, the lines Next returns until it has no complete one; a loop that
+// stops early leaves the bytes after its last line to the next call (or to Rest).
+func (s *HandshakeScanner) Lines() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for {
+			line, ok := s.Next()
+			if !ok || !yield(string(line)) {
+				return
+			}
+		}
 	}
 }
 

@@ -4,20 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 )
 
-func lines(s *HandshakeScanner) []string {
-	var out []string
-	for {
-		l, ok := s.Next()
-		if !ok {
-			return out
-		}
-		out = append(out, string(l))
-	}
-}
+func lines(s *HandshakeScanner) []string { return slices.Collect(s.Lines()) }
 
 func TestHandshakeScannerGarbage(t *testing.T) {
 	var s HandshakeScanner

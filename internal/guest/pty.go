@@ -2,7 +2,6 @@ package guest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 )
 
@@ -36,12 +35,8 @@ type PTY struct {
 // OpenPTY starts a terminal session (cols, rows 0: 80×24) and returns once its program started
 // (a command that cannot start is the error).
 func (c *Client) OpenPTY(ctx context.Context, req ExecRequest, cols, rows int) (*PTY, error) {
-	cl, err := c.start(ctx, &Request{Op: OpPTY, Cmd: req.Cmd, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Cols: cols, Rows: rows})
+	cl, err := c.opened(ctx, &Request{Op: OpPTY, Cmd: req.Cmd, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User, Cols: cols, Rows: rows})
 	if err != nil {
-		return nil, err
-	}
-	if err := cl.expect(FrameResult, nil); err != nil {
-		cl.finish()
 		return nil, err
 	}
 	return &PTY{cl: cl}, nil
@@ -77,9 +72,9 @@ func (p *PTY) Next() ([]byte, *ExecResult, error) {
 	case FrameStdout:
 		return b, nil, nil
 	case FrameExit:
-		var res ExecResult
-		if err := json.Unmarshal(b, &res); err != nil {
-			return nil, nil, &ProtocolError{Msg: "bad exit frame: " + err.Error()}
+		res, err := decodeFrame[ExecResult](b, "exit")
+		if err != nil {
+			return nil, nil, err
 		}
 		return nil, &res, nil
 	}

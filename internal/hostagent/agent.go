@@ -14,6 +14,7 @@
 package hostagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/cgroup"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/host/bake"
 	"github.com/pandastack/pandastack/internal/host/disk"
 	"github.com/pandastack/pandastack/internal/host/layout"
@@ -165,15 +167,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	cfg.DataDir = abs
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.ExecOutputLimit <= 0 {
-		cfg.ExecOutputLimit = 16 << 20
-	}
-	if cfg.MaxUpload <= 0 {
-		cfg.MaxUpload = 4 << 30
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	defaults.Positive(&cfg.ExecOutputLimit, 16<<20)
+	defaults.Positive(&cfg.MaxUpload, 4<<30)
 	if cfg.GuestAgent == "" {
 		cfg.GuestAgent = findGuestAgent()
 	}
@@ -205,9 +201,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	for _, w := range pool.Warnings {
 		cfg.Logger.Warn(w)
 	}
-	if cfg.ImageCacheDir == "" {
-		cfg.ImageCacheDir = filepath.Join(pool.Dir, "images")
-	}
+	cfg.ImageCacheDir = cmp.Or(cfg.ImageCacheDir, filepath.Join(pool.Dir, "images"))
 	a := &Agent{cfg: cfg, log: cfg.Logger, pool: pool, hostID: hostID(cfg.DataDir),
 		layout: layout.Layout{DataDir: cfg.DataDir, Pool: pool.Dir}}
 	a.disk = disk.New(pool, cfg.DiskReserveMiB)
@@ -287,9 +281,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 func (a *Agent) openNetwork(cfg network.Config) error {
 	keep := sandbox.RunningNetns(a.layout)
 	cfg.Keep = func(ns string) bool { return keep[ns] }
-	if cfg.Logger == nil {
-		cfg.Logger = a.log
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, a.log)
 	p, err := network.Open(cfg)
 	if err != nil {
 		return err

@@ -1,7 +1,10 @@
 package hostagent
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +15,11 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/blob/blobtest"
 	"github.com/pandastack/pandastack/internal/faultpoint"
+	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
@@ -247,5 +253,131 @@ func TestLazyRestore(t *testing.T) {
 	}
 	if err := syscall.Statfs(target, &fs); err == nil && fs.Type == 0x65735546 {
 		t.Errorf("the freed snapshot's memory is still served")
+	}
+}
+
+// TestVolumeCopiesTravelThroughBlobStore: a snapshot and a hibernation of a sandbox with a volume
+// carry a copy of it through the blob store. Host B, which never had the volume, restores the
+// snapshot with a new volume made from the copy (the file host A's guest wrote, in its slot,
+// already mounted) and adopts the hibernated sandbox with its volume under the same id; a
+// published volume chunk that is corrupt fails the restore with an error naming the artifact and
+// the chunk.
+func TestVolumeCopiesTravelThroughBlobStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "file://" + dir
+	a := newHarness(t, func(c *Config) { c.BlobStore = url })
+	b := newHarness(t, func(c *Config) { c.BlobStore = url })
+	src := a.createWithVolume("vol_travel")
+	var raw []byte
+	if r := a.exec(src.ID, map[string]any{"cmd": "echo from-a > /data/note && sync"}); r.ExitCode != 0 {
+		t.Fatalf("write to the volume: %+v", r)
+	}
+	read := func(h *harness, id string) string {
+		t.Helper()
+		r := h.exec(id, map[string]any{"cmd": "grep -c ' /data ext4 ' /proc/mounts; cat /data/note"})
+		if r.ExitCode != 0 {
+			t.Fatalf("read in %s: %+v", id, r)
+		}
+		return strings.ReplaceAll(r.Stdout, "\n", " ")
+	}
+
+	var snap hostapi.Snapshot
+	if code := a.call("POST", "/v1/sandboxes/"+src.ID+"/snapshots", nil, &snap); code != 201 || !snap.Published || len(snap.Volumes) != 1 {
+		t.Fatalf("snapshot of a sandbox with a volume on a host with a blob store: %d %+v", code, snap)
+	}
+	var restored hostapi.Sandbox
+	if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap.ID}, &raw); code != 201 {
+		t.Fatalf("restore on host B: %d %s", code, raw)
+	}
+	jsonInto(t, raw, &restored)
+	if len(restored.Volumes) != 1 || restored.Volumes[0].MountPath != "/data" || restored.Volumes[0].VolumeID == "vol_travel" {
+		t.Fatalf("volumes of the restore on host B: %+v", restored.Volumes)
+	}
+	if got := read(b, restored.ID); got != "1 from-a " {
+		t.Errorf("the restore on host B reads %q, want the volume mounted once with host A's note", got)
+	}
+	var v hostapi.Volume
+	if code := b.call("GET", "/v1/volumes/"+restored.Volumes[0].VolumeID, nil, &v); code != 200 || len(v.Attachments) != 1 || v.Attachments[0].SandboxID != restored.ID {
+		t.Errorf("host B's copy: %d %+v", code, v)
+	}
+
+	// A chunk of the volume copy that only a second snapshot has, corrupt in the store.
+	if r := a.exec(src.ID, map[string]any{"cmd": "head -c 1M /dev/urandom > /data/fresh && sync"}); r.ExitCode != 0 {
+		t.Fatalf("write to the volume: %+v", r)
+	}
+	var snap2 hostapi.Snapshot
+	if code := a.call("POST", "/v1/sandboxes/"+src.ID+"/snapshots", nil, &snap2); code != 201 || !snap2.Published {
+		t.Fatalf("second snapshot: %d %+v", code, snap2)
+	}
+	bs, err := blob.OpenFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m1, err1 := artifact.Get(ctx, bs, "snapshot", snap.ID)
+	m2, err2 := artifact.Get(ctx, bs, "snapshot", snap2.ID)
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	old := map[string]bool{}
+	for _, f := range m1.Files {
+		for _, c := range f.Chunks {
+			old[c] = true
+		}
+	}
+	bad := ""
+	for _, f := range m2.Files {
+		if f.Path == volume.CopyFile(0) {
+			for _, c := range f.Chunks {
+				if c != "" && !old[c] {
+					bad = c
+				}
+			}
+		}
+	}
+	if bad == "" {
+		t.Fatalf("the second snapshot's volume copy has no chunk the first lacks: %+v", m2.Files)
+	}
+	good, err := bs.Get(ctx, "chunks/"+bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodBytes, err := io.ReadAll(good)
+	good.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bs.Put(ctx, "chunks/"+bad, strings.NewReader("not the chunk")); err != nil {
+		t.Fatal(err)
+	}
+	var e apiErr
+	if code := b.call("POST", "/v1/sandboxes", map[string]any{"snapshot_id": snap2.ID}, &e); code < 400 ||
+		!strings.Contains(e.Error.Message, "snapshot/"+snap2.ID) || !strings.Contains(e.Error.Message, bad) {
+		t.Errorf("restore of a snapshot with a corrupt volume chunk: %d %+v, want an error naming snapshot/%s and chunk %s", code, e, snap2.ID, bad)
+	}
+	// Whole again (the hibernation below shares the chunk).
+	if err := bs.Put(ctx, "chunks/"+bad, bytes.NewReader(goodBytes)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The hibernated sandbox, adopted on host B with its volume under the same id.
+	var hib hostapi.Sandbox
+	if code := a.call("POST", "/v1/sandboxes/"+src.ID+"/hibernate", nil, &hib); code != 200 || hib.Hibernated == "" {
+		t.Fatalf("hibernate a sandbox with a volume on a host with a blob store: %d %+v (want a publication)", code, hib)
+	}
+	var moved hostapi.Sandbox
+	if code := b.call("POST", "/v1/sandboxes", map[string]any{"id": src.ID, "hibernated": hib.Hibernated}, &raw); code != 201 {
+		t.Fatalf("adopt on host B: %d %s", code, raw)
+	}
+	jsonInto(t, raw, &moved)
+	if len(moved.Volumes) != 1 || moved.Volumes[0].VolumeID != "vol_travel" || moved.Volumes[0].MountPath != "/data" {
+		t.Fatalf("volumes of the adopted sandbox: %+v", moved.Volumes)
+	}
+	if r := b.exec(moved.ID, map[string]any{"cmd": "cat /data/note; test -s /data/fresh && echo fresh"}); r.Stdout != "from-a\nfresh\n" {
+		t.Errorf("the adopted sandbox reads %+v", r)
+	}
+	if code := b.call("GET", "/v1/volumes/vol_travel", nil, &v); code != 200 || len(v.Attachments) != 1 || v.Attachments[0].SandboxID != moved.ID || v.SizeMiB != 64 {
+		t.Errorf("host B's volume of the adopted sandbox: %d %+v", code, v)
 	}
 }

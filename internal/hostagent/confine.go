@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/cgroup"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/runtime/qemu"
 )
@@ -13,15 +14,11 @@ import (
 // confine turns on the driver's confinement (docs/security.md): jails, a uid per sandbox, and a
 // cgroup per VMM under pandastack/<this agent> in the agent's own cgroup.
 func (a *Agent) confine(drv *qemu.Driver) error {
-	if a.cfg.JailUIDBase <= 0 {
-		a.cfg.JailUIDBase = 100000
-	}
+	defaults.Positive(&a.cfg.JailUIDBase, 100000)
 	if a.cfg.JailUIDs <= 1 {
 		a.cfg.JailUIDs = 10000
 	}
-	if a.cfg.VMMOverheadMiB <= 0 {
-		a.cfg.VMMOverheadMiB = 512
-	}
+	defaults.Positive(&a.cfg.VMMOverheadMiB, 512)
 	cg, err := cgroup.Open("pandastack/" + layout.ShortHash(a.cfg.DataDir))
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package hostagent
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -10,14 +11,19 @@ import (
 )
 
 // A template baked with a data volume: its build step and start command write to the volume, and
-// every sandbox of it restores with its own copy of that volume, mounted in slot 0.
+// every sandbox of it restores with its own copy of that volume, mounted in slot 0. The bake is
+// published with its data volume: a second host pulls it (no build, no bake) and its sandboxes
+// have the same volume.
 func TestTemplateDataVolume(t *testing.T) {
 	t.Parallel()
 	const dir = testenv.VolumeTemplatePath
-	h := newHarness(t, func(c *Config) {
+	url := "file://" + t.TempDir()
+	withTemplate := func(c *Config) {
 		c.Templates = map[string]template.Spec{testenv.VolumeTemplateName: testenv.VolumeTemplate()}
-	})
-	create := func() hostapi.Sandbox {
+		c.BlobStore = url
+	}
+	h := newHarness(t, withTemplate)
+	create := func(h *harness) hostapi.Sandbox {
 		t.Helper()
 		var raw []byte
 		if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": testenv.VolumeTemplateName}, &raw); code != 201 {
@@ -30,7 +36,7 @@ func TestTemplateDataVolume(t *testing.T) {
 		}
 		return sb
 	}
-	read := func(id string) string {
+	read := func(h *harness, id string) string {
 		t.Helper()
 		r := h.exec(id, map[string]any{"cmd": "grep -c ' " + dir + " ext4 ' /proc/mounts; cat " + dir + "/built " + dir + "/started; cat " + dir + "/w 2>/dev/null || echo no-w"})
 		if r.ExitCode != 0 {
@@ -38,22 +44,22 @@ func TestTemplateDataVolume(t *testing.T) {
 		}
 		return strings.ReplaceAll(r.Stdout, "\n", " ")
 	}
-	a, b := create(), create()
+	a, b := create(h), create(h)
 	if a.Volumes[0].VolumeID == b.Volumes[0].VolumeID {
 		t.Fatalf("two sandboxes share volume %s", a.Volumes[0].VolumeID)
 	}
 	for _, sb := range []hostapi.Sandbox{a, b} {
-		if got, want := read(sb.ID), "1 built started no-w "; got != want {
+		if got, want := read(h, sb.ID), "1 built started no-w "; got != want {
 			t.Errorf("%s reads %q, want %q (mounted once, the build's and the start's files)", sb.ID, got, want)
 		}
 	}
 	if r := h.exec(a.ID, map[string]any{"cmd": "echo mine > " + dir + "/w && sync"}); r.ExitCode != 0 {
 		t.Fatalf("write in %s: %+v", a.ID, r)
 	}
-	if got := read(b.ID); got != "1 built started no-w " {
+	if got := read(h, b.ID); got != "1 built started no-w " {
 		t.Errorf("after a write in %s, %s reads %q", a.ID, b.ID, got)
 	}
-	if got := read(a.ID); got != "1 built started mine " {
+	if got := read(h, a.ID); got != "1 built started mine " {
 		t.Errorf("%s reads %q after its write", a.ID, got)
 	}
 	var tl struct{ Templates []hostapi.Template }
@@ -94,7 +100,7 @@ func TestTemplateDataVolume(t *testing.T) {
 	}
 	var r hostapi.Sandbox
 	jsonInto(t, raw, &r)
-	if got := read(r.ID); got != "1 built started mine " {
+	if got := read(h, r.ID); got != "1 built started mine " {
 		t.Errorf("restore of a snapshot of %s reads %q", a.ID, got)
 	}
 	// Killed, the sandboxes let go of their copies, which stay (volumes outlive sandboxes).
@@ -111,5 +117,19 @@ func TestTemplateDataVolume(t *testing.T) {
 		if code := h.call("DELETE", "/v1/volumes/"+id, nil, nil); code != 204 {
 			t.Errorf("delete volume %s: %d", id, code)
 		}
+	}
+
+	// A second host with an empty image cache pulls the published bake, data volume included:
+	// its sandboxes read the build's and the start's files on their own copies.
+	other := newHarness(t, func(c *Config) { withTemplate(c); c.ImageCacheDir = t.TempDir() })
+	var said strings.Builder
+	if _, err := other.agent.EnsureTemplate(context.Background(), testenv.VolumeTemplateName, func(s string) { said.WriteString(s + "\n") }); err != nil {
+		t.Fatal(err)
+	}
+	if out := said.String(); !strings.Contains(out, "pulled template") || strings.Contains(out, "image:") {
+		t.Fatalf("the second host did not come from a pull:\n%s", out)
+	}
+	if got := read(other, create(other).ID); got != "1 built started no-w " {
+		t.Errorf("a sandbox of the pulled template reads %q", got)
 	}
 }

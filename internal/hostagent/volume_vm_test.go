@@ -180,16 +180,8 @@ func TestVolumes(t *testing.T) {
 func TestVolumeSnapshotsAndForks(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	if code := h.call("POST", "/v1/volumes", map[string]any{"id": "vol_src", "size_mib": 64}, nil); code != 201 {
-		t.Fatalf("create volume: %d", code)
-	}
-	var src hostapi.Sandbox
+	src := h.createWithVolume("vol_src")
 	var raw []byte
-	if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": "base",
-		"volumes": []map[string]any{{"volume_id": "vol_src", "mount_path": "/data"}}}, &raw); code != 201 {
-		t.Fatalf("create with a volume: %d %s", code, raw)
-	}
-	jsonInto(t, raw, &src)
 	read := func(id string) string {
 		t.Helper()
 		r := h.exec(id, map[string]any{"cmd": "cat /data/a; cat /data/b 2>/dev/null || echo no-b"})
@@ -276,4 +268,20 @@ func TestVolumeSnapshotsAndForks(t *testing.T) {
 	if got := read(src.ID); got != "two b " {
 		t.Errorf("source at the end reads %q", got)
 	}
+}
+
+// createWithVolume creates volume id (64 MiB) and a sandbox of base with it at /data.
+func (h *harness) createWithVolume(id string) hostapi.Sandbox {
+	h.t.Helper()
+	if code := h.call("POST", "/v1/volumes", map[string]any{"id": id, "size_mib": 64}, nil); code != 201 {
+		h.t.Fatalf("create volume: %d", code)
+	}
+	var raw []byte
+	if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": "base",
+		"volumes": []map[string]any{{"volume_id": id, "mount_path": "/data"}}}, &raw); code != 201 {
+		h.t.Fatalf("create with a volume: %d %s", code, raw)
+	}
+	var sb hostapi.Sandbox
+	jsonInto(h.t, raw, &sb)
+	return sb
 }

@@ -1,6 +1,7 @@
 package network
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,12 +100,8 @@ func Open(cfg Config) (*Pool, error) {
 	} else if cfg.Ready < 0 {
 		cfg.Ready = 0
 	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = "ps"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, "ps")
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cidr := cfg.CIDR.Masked()
 	if !cidr.Addr().Is4() || cidr.Bits() > 30 || cidr.Bits() < 8 {
 		return nil, fmt.Errorf("network: slot CIDR %v: need an IPv4 prefix between /8 and /30", cfg.CIDR)

@@ -95,12 +95,7 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 	var host store.Host
 	var made agentclient.Sandbox
 	err = s.tryHosts("a sandbox", hosts, []string{"capacity"}, func(h store.Host) error {
-		done, err := s.sched.Reserve(h.ID, mem)
-		if err != nil {
-			return err
-		}
-		made, err = s.sched.Client(h).CreateSandbox(ctx, areq)
-		done(err == nil)
+		made, err = s.createOn(ctx, h, mem, areq)
 		if err != nil {
 			return err
 		}
@@ -175,6 +170,17 @@ func (s *Service) place(ctx context.Context, teamID string, p CreateParams) ([]s
 		err = errdefs.Capacityf("host %s cannot run template %s (it has %s)", h.ID, p.AgentTemplate, strings.Join(h.Templates, ", "))
 	}
 	return []store.Host{h}, mem, err
+}
+
+// createOn creates req on host h under a reservation of memMiB there, kept when the host made it.
+func (s *Service) createOn(ctx context.Context, h store.Host, memMiB int64, req agentclient.CreateRequest) (agentclient.Sandbox, error) {
+	done, err := s.sched.Reserve(h.ID, memMiB)
+	if err != nil {
+		return agentclient.Sandbox{}, err
+	}
+	made, err := s.sched.Client(h).CreateSandbox(ctx, req)
+	done(err == nil)
+	return made, err
 }
 
 // firstIfAmong moves the host with id to the front of hosts, if it is among them.

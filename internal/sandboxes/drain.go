@@ -29,8 +29,9 @@ type KeptSandbox struct {
 
 // Drain stops placing sandboxes on a host and hibernates every sandbox on it, so that each wakes
 // on another host on its next call (wake anywhere: the host publishes each hibernation). A
-// sandbox that cannot move — volumes live on their host, a host without a blob store publishes
-// nothing, a hibernate that failed — stays where it is, reported in Kept. Idempotent.
+// sandbox that cannot move — a read-only volume (its guest's overlay lives on the host; read-write
+// volumes travel as copies in the hibernation), a host without a blob store publishes nothing, a
+// hibernate that failed — stays where it is, reported in Kept. Idempotent.
 func (s *Service) Drain(ctx context.Context, hostID string) (DrainReport, error) {
 	if err := s.store.SetHostDraining(ctx, hostID, true); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
@@ -82,7 +83,7 @@ func (s *Service) drainOne(ctx context.Context, sb store.Sandbox) string {
 	case cur.State != store.StateHibernated:
 		return "it is " + cur.State
 	case cur.HibernatedImage == "":
-		return "its hibernation was not published (it has volumes, or its host has no blob store)"
+		return "its hibernation was not published (a read-only volume, or its host has no blob store)"
 	}
 	return ""
 }

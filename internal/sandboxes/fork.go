@@ -31,18 +31,15 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	if err == nil {
 		copies, err = s.ForkVolumes(ctx, parent)
 	}
+	var doneAll func(placed bool)
 	if err == nil {
-		_, err = s.sched.PlaceOn(ctx, parent.HostID, count, 0)
+		_, doneAll, err = s.placeSlots(ctx, parent.HostID, count)
 	}
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	doneAll, err := s.reserveSlots(parent.HostID, count)
-	if err != nil {
-		return nil, err
-	}
 	got, err := c.Fork(ctx, parent.ID, count)
 	doneAll(err == nil)
 	if err != nil {
@@ -76,9 +73,13 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 	return out, nil
 }
 
-// reserveSlots holds count slots on hostID for a fork's children (Scheduler.Reserve: all or
-// none); call the returned done once the host answered, with whether the children are there.
-func (s *Service) reserveSlots(hostID string, count int) (done func(placed bool), err error) {
+// placeSlots checks that hostID has room for a fork's count children (Scheduler.PlaceOn) and
+// holds a slot there for each (Scheduler.Reserve: all or none); call the returned done once the
+// host answered, with whether the children are there.
+func (s *Service) placeSlots(ctx context.Context, hostID string, count int) (h store.Host, done func(placed bool), err error) {
+	if h, err = s.sched.PlaceOn(ctx, hostID, count, 0); err != nil {
+		return store.Host{}, nil, err
+	}
 	dones := make([]func(bool), 0, count)
 	done = func(placed bool) {
 		for _, f := range dones {
@@ -89,11 +90,11 @@ func (s *Service) reserveSlots(hostID string, count int) (done func(placed bool)
 		f, err := s.sched.Reserve(hostID, 0)
 		if err != nil {
 			done(false)
-			return nil, err
+			return store.Host{}, nil, err
 		}
 		dones = append(dones, f)
 	}
-	return done, nil
+	return h, done, nil
 }
 
 // childRecords are the records of a fork's children on hostID: the parent's team, metadata, ttl
@@ -118,9 +119,12 @@ func (s *Service) childRecords(parent store.Sandbox, hostID string, got []agentc
 // ForkTo makes count children of a usable parent on another host than its parent's: the parent
 // is snapshotted on its host, which publishes the snapshot to the blob store; the target host
 // pulls it once and restores every child from it (each with the parent's memory, files, env and
-// egress, like a same-host fork's). Both hosts need the blob store: a snapshot that was not
-// published is deleted again and the fork refused. All children or none; the snapshot itself is
-// deleted on both hosts once the children are recorded (their files stay while children use them).
+// egress, like a same-host fork's, and copies of its volumes: the target makes them from the
+// snapshot's volume copies, and they are recorded as the team's volumes on the target). Both
+// hosts need the blob store: a snapshot that was not published is deleted again and the fork
+// refused. All children or none (a child that is not recorded is killed and its copies deleted);
+// the snapshot itself is deleted on both hosts once the children are recorded (their files stay
+// while children use them).
 func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, hostID string) ([]store.Sandbox, error) {
 	if hostID == parent.HostID {
 		return s.Fork(ctx, parent, count)
@@ -129,25 +133,20 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 		return nil, err
 	}
 	src, err := s.Client(ctx, parent)
+	var copies []VolumeCopy
 	if err == nil {
-		var copies []VolumeCopy
-		if copies, err = s.ForkVolumes(ctx, parent); err == nil && len(copies) > 0 {
-			err = errdefs.Conflictf("sandbox %s has volumes, which stay on its host %s: fork it there (forks of a sandbox with volumes onto another host are refused)", parent.ID, parent.HostID)
-		}
+		copies, err = s.ForkVolumes(ctx, parent)
 	}
 	var target store.Host
+	var done func(placed bool)
 	if err == nil {
-		target, err = s.sched.PlaceOn(ctx, hostID, count, 0)
+		target, done, err = s.placeSlots(ctx, hostID, count)
 	}
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LifecycleTimeout)
 	defer cancel()
-	done, err := s.reserveSlots(target.ID, count)
-	if err != nil {
-		return nil, err
-	}
 	placed := false
 	defer func() { done(placed) }()
 	sn, err := src.CreateSnapshot(ctx, parent.ID)
@@ -175,24 +174,20 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 		})
 	}
 	wg.Wait()
-	kill := func() {
-		for i, ch := range got {
-			if errs[i] == nil {
-				if kerr := dst.KillSandbox(ctx, ch.ID); kerr != nil {
-					s.log.Error("could not kill a fork child that was not recorded", "sandbox", ch.ID, "host", hostID, "err", kerr)
-				}
-			}
-		}
+	// A child that failed has no id: dropUnrecorded passes it by.
+	err = errors.Join(errs...)
+	var vols []store.Volume
+	var atts []store.VolumeAttachment
+	if err == nil {
+		placed = true
+		vols, atts, err = s.copiedVolumes(parent.TeamID, target.ID, got, copies)
 	}
-	if err := errors.Join(errs...); err != nil {
-		kill()
-		return nil, err
+	var out []store.Sandbox
+	if err == nil {
+		out, err = s.store.CreateSandboxesWithVolumes(ctx, s.childRecords(parent, target.ID, got), vols, atts)
 	}
-	placed = true
-	recs := s.childRecords(parent, target.ID, got)
-	out, err := s.store.CreateSandboxes(ctx, recs)
 	if err != nil {
-		kill()
+		s.dropUnrecorded(ctx, dst, target.ID, got, len(copies) > 0)
 		return nil, err
 	}
 	s.log.Info("forked sandbox onto another host", "sandbox", parent.ID, "host", parent.HostID, "to", hostID, "children", count)

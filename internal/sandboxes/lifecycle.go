@@ -56,8 +56,9 @@ func (s *Service) Metrics(ctx context.Context, sb store.Sandbox) (agentclient.Sa
 
 // Snapshot snapshots a usable sandbox on its host (waking it if hibernated) and records the
 // snapshot; a snapshot the store fails to record is deleted on the host again. The host copies
-// the sandbox's volumes with it (SnapshotVolumes); such a snapshot stays on its host. A sandbox
-// with a read-only volume is refused (copyableVolumes).
+// the sandbox's volumes with it (SnapshotVolumes) and publishes the copies with the snapshot when
+// it has a blob store, so it restores on any host. A sandbox with a read-only volume is refused
+// (copyableVolumes).
 func (s *Service) Snapshot(ctx context.Context, sb store.Sandbox) (store.Snapshot, error) {
 	c, err := s.Target(ctx, sb)
 	if err == nil {
@@ -114,10 +115,10 @@ func (s *Service) DeleteSnapshot(ctx context.Context, teamID, id string) error {
 }
 
 // onHost runs call against hostID's agent, detached from ctx's cancellation and bounded by
-// timeout, when that host is known and up; otherwise it returns why not (the store's error, or
-// errHostDown).
+// timeout, when that host is known and up as placement sees it (Scheduler.Host); otherwise it
+// returns why not (the store's error, or errHostDown).
 func (s *Service) onHost(ctx context.Context, hostID string, timeout time.Duration, call func(context.Context, *agentclient.Client) error) error {
-	h, err := s.store.GetHost(ctx, hostID)
+	h, err := s.sched.Host(ctx, hostID)
 	if err != nil {
 		return err
 	}
@@ -194,11 +195,13 @@ func (s *Service) Current(ctx context.Context, sb store.Sandbox) store.Sandbox {
 	return sb
 }
 
-// Expire ends a sandbox whose timeout ran out: it is killed, or, when it pauses on timeout (E2B's
-// lifecycle.onTimeout "pause", store.PausesOnTimeout) and is running, hibernated and given the
-// longest lifetime (a call or a connect wakes it; the next timeout of a hibernated one kills it).
-// pauses is what the store says of it (store.PausingOnTimeout: the reaper reads a batch's at
-// once); paused reports which was done.
+// Expire ends a sandbox whose timeout ran out: it is stopped on its host, or, when it pauses on
+// timeout (E2B's lifecycle.onTimeout "pause", store.PausesOnTimeout) and is running, hibernated
+// and given the longest lifetime (a call or a connect wakes it; the next timeout of a hibernated
+// one kills it). pauses is what the store says of it (store.PausingOnTimeout: the reaper reads a
+// batch's at once); paused reports which was done. A stopped sandbox is not recorded killed here:
+// the caller records a batch of them at once with RecordExpired (until then its row is expired
+// and not final, so a later pass stops it again — a host answers that for a gone sandbox too).
 func (s *Service) Expire(ctx context.Context, sb store.Sandbox, pauses bool) (paused bool, err error) {
 	if sb.State == store.StateRunning && pauses {
 		if _, err := s.Hibernate(ctx, sb); err != nil {
@@ -208,7 +211,16 @@ func (s *Service) Expire(ctx context.Context, sb store.Sandbox, pauses bool) (pa
 		_, err := s.store.SetSandboxExpiry(ctx, sb.ID, s.clock().Add(s.maxTTL), 0)
 		return true, err
 	}
-	return false, s.Kill(ctx, sb, "ttl expired")
+	if !sandboxstate.State(sb.State).Final() {
+		s.stop(ctx, sb)
+	}
+	return false, nil
+}
+
+// RecordExpired records the sandboxes of ids, which Expire stopped, killed in one statement.
+func (s *Service) RecordExpired(ctx context.Context, ids []string) error {
+	_, err := s.store.SetSandboxesState(context.WithoutCancel(ctx), ids, store.StateKilled, "ttl expired")
+	return err
 }
 
 // Kill stops a sandbox on its host (if the host is up) and records it killed with reason. A host
@@ -218,21 +230,28 @@ func (s *Service) Kill(ctx context.Context, sb store.Sandbox, reason string) err
 	if sandboxstate.State(sb.State).Final() {
 		return nil
 	}
-	if sb.HostID != "" {
-		freed := func(bool) {}
-		if sb.State == store.StateRunning { // its slot is free before the host's next report says so
-			freed = s.sched.Freeing(sb.HostID, s.sched.TemplateMemMiB(ctx, sb.Template))
-		}
-		err := s.onHost(ctx, sb.HostID, KillTimeout, func(ctx context.Context, c *agentclient.Client) error {
-			return c.KillSandbox(ctx, sb.ID)
-		})
-		freed(err == nil)
-		if err != nil && err != errHostDown {
-			s.log.Warn("killing on the host failed; recorded killed, the host's reconcile will stop it", "sandbox", sb.ID, "host", sb.HostID, "err", err)
-		}
-	}
+	s.stop(ctx, sb)
 	_, err := s.store.SetSandboxState(context.WithoutCancel(ctx), sb.ID, store.StateKilled, reason)
 	return err
+}
+
+// stop kills sb's VM on its host, if it has one and the host is up; a failure is logged (the
+// host's reconcile stops a VM whose record is killed).
+func (s *Service) stop(ctx context.Context, sb store.Sandbox) {
+	if sb.HostID == "" {
+		return
+	}
+	freed := func(bool) {}
+	if sb.State == store.StateRunning { // its slot is free before the host's next report says so
+		freed = s.sched.Freeing(sb.HostID, s.sched.TemplateMemMiB(ctx, sb.Template))
+	}
+	err := s.onHost(ctx, sb.HostID, KillTimeout, func(ctx context.Context, c *agentclient.Client) error {
+		return c.KillSandbox(ctx, sb.ID)
+	})
+	freed(err == nil)
+	if err != nil && err != errHostDown {
+		s.log.Warn("killing on the host failed; recorded killed, the host's reconcile will stop it", "sandbox", sb.ID, "host", sb.HostID, "err", err)
+	}
 }
 
 // Follow makes the record take the state the host reports for the sandbox (running, hibernated,

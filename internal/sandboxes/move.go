@@ -30,13 +30,7 @@ func (s *Service) moveHibernated(ctx context.Context, sb store.Sandbox, down str
 			if h.ID == down {
 				return errdefs.Capacityf("host %s is down or draining", h.ID)
 			}
-			done, err := s.sched.Reserve(h.ID, mem)
-			if err != nil {
-				return err
-			}
-			_, err = s.sched.Client(h).CreateSandbox(ctx, agentclient.CreateRequest{ID: sb.ID, Hibernated: sb.HibernatedImage})
-			done(err == nil)
-			if err != nil {
+			if _, err := s.createOn(ctx, h, mem, agentclient.CreateRequest{ID: sb.ID, Hibernated: sb.HibernatedImage}); err != nil {
 				return err
 			}
 			moved = h

@@ -6,6 +6,7 @@
 package sandboxes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/blob"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
@@ -33,6 +36,9 @@ type Scheduler interface {
 	Reserve(hostID string, memMiB int64) (done func(placed bool), err error)
 	Freeing(hostID string, memMiB int64) (done func(stopped bool))
 	Client(h store.Host) *agentclient.Client
+	// Host is a host's record as placement sees it (at most a second stale): calls to a host
+	// read it there rather than the store once each.
+	Host(ctx context.Context, id string) (store.Host, error)
 	// UnrecordedGrace and UnrecordedFor say what reconcile does with a sandbox a host runs
 	// that no record names: killed once this process's reconcile has seen it so for the grace.
 	UnrecordedGrace() time.Duration
@@ -53,6 +59,9 @@ type Config struct {
 	// GuestCA is PEM of the operator's extra CA certificates every new sandbox trusts
 	// (guestca.go); empty: none.
 	GuestCA []byte
+	// Blob is the blob store the hosts publish to (nil: none): a published snapshot's record is
+	// read there when its host is down (SnapshotVolumes).
+	Blob blob.Store
 }
 
 // Service places, starts, forks and records sandboxes. Create with New.
@@ -65,6 +74,7 @@ type Service struct {
 	maxTTL     time.Duration
 	egressOpen []string
 	guestCA    []byte
+	blob       blob.Store
 	caMu       sync.Mutex
 	caSeen     map[string]bundleSeen // installGuestCA's, by host and source
 	moves      singleflight.Group    // moveHibernated, by sandbox id
@@ -72,18 +82,14 @@ type Service struct {
 
 // New builds a service from cfg; cfg's TTLs must already be set (the API applies its defaults).
 func New(cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	defaults.Clock(&cfg.Now)
 	open := []string{}
 	for _, p := range cfg.EgressOpen {
 		open = append(open, p.String())
 	}
 	return &Service{store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger, now: cfg.Now,
-		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open, guestCA: cfg.GuestCA, caSeen: map[string]bundleSeen{}}
+		defaultTTL: cfg.DefaultTTL, maxTTL: cfg.MaxTTL, egressOpen: open, guestCA: cfg.GuestCA, blob: cfg.Blob, caSeen: map[string]bundleSeen{}}
 }
 
 // EgressOpen is the operator's open private ranges, as the hosts are given them.

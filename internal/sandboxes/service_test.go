@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/store"
@@ -195,9 +198,37 @@ func TestCreateWithVolumesOnTheirHost(t *testing.T) {
 			t.Fatalf("child %s's volume %+v %v", k.ID, c, err)
 		}
 	}
-	// Onto another host: refused (volumes stay on theirs).
+	// Onto another host: refused without a blob store (nothing to carry the snapshot); with one,
+	// the child on host-a has a copy made there from the published snapshot's, with the
+	// parent's files, recorded as the team's volume on host-a.
 	_, err = e.svc.ForkTo(ctx, sb, 1, "host-a")
 	wantKind(t, err, errdefs.Conflict)
+	if _, err := agentclient.New(e.b.URL(), token).WriteFile(ctx, sb.ID, "/data/note", strings.NewReader("from-b"), 6); err != nil {
+		t.Fatal(err)
+	}
+	shared := agenttest.NewBlob()
+	e.a.SetPool(4096)
+	e.a.UseBlob(shared)
+	e.b.UseBlob(shared)
+	far, err := e.svc.ForkTo(ctx, sb, 1, "host-a")
+	if err != nil || len(far) != 1 || far[0].HostID != "host-a" {
+		t.Fatalf("fork onto another host with a blob store: %+v %v", far, err)
+	}
+	atts, err := e.st.SandboxVolumes(ctx, far[0].ID)
+	if err != nil || len(atts) != 1 || seen[atts[0].VolumeID] || atts[0].MountPath != "/data" {
+		t.Fatalf("cross-host child's volumes %+v %v", atts, err)
+	}
+	if c, err := e.st.GetTeamVolume(ctx, e.team, atts[0].VolumeID); err != nil || c.HostID != "host-a" || c.Name != CopyName("data", far[0].ID) {
+		t.Fatalf("cross-host child's volume %+v %v", c, err)
+	}
+	if got := readAsRoot(t, e, far[0], "/data/note"); got != "from-b" {
+		t.Fatalf("cross-host child reads %q from its volume copy", got)
+	}
+	if !slices.Contains(e.a.Volumes(), atts[0].VolumeID) {
+		t.Fatalf("host-a keeps volumes %v, not the child's %s", e.a.Volumes(), atts[0].VolumeID)
+	}
+	e.a.UseBlob(nil)
+	e.b.UseBlob(nil)
 	// A child the store cannot record: the host kills it and deletes its copy.
 	if _, err := e.st.CreateSandbox(ctx, store.Sandbox{ID: "sb_taken", TeamID: e.team, Template: "base", State: store.StateKilled,
 		HostID: "host-b", CreatedAt: e.now, ExpiresAt: e.now}); err != nil {
@@ -346,4 +377,71 @@ func TestTemplateVolumeCopies(t *testing.T) {
 	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base",
 		Volumes: []store.VolumeAttachment{{VolumeID: other.ID, MountPath: "/other"}}})
 	wantKind(t, err, errdefs.Conflict)
+}
+
+// TestCreateFromPublishedSnapshotWithVolumes: a create from a published snapshot with volume
+// copies whose host is down learns the copies from the snapshot's publication (its record in the
+// blob store) and makes the sandbox on another host, which pulls the copies: its volume there is
+// the team's, recorded on that host, with the snapshot's files. Without the blob store to read
+// the record from, it waits for the host (Capacity).
+func TestCreateFromPublishedSnapshotWithVolumes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	shared := agenttest.NewBlob()
+	e.a.UseBlob(shared)
+	e.b.UseBlob(shared)
+	v, err := e.svc.CreateVolume(ctx, e.team, "data", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Volumes: []store.VolumeAttachment{{VolumeID: v.ID, MountPath: "/data"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, other := e.a, e.b
+	if sb.HostID == "host-b" {
+		src, other = e.b, e.a
+	}
+	if _, err := agentclient.New(src.URL(), token).WriteFile(ctx, sb.ID, "/data/note", strings.NewReader("kept"), 4); err != nil {
+		t.Fatal(err)
+	}
+	sn, err := e.svc.Snapshot(ctx, sb)
+	if err != nil || !sn.Published {
+		t.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	// The host's publication, as a real host leaves it in the blob store: the record with the copies.
+	hs, err := agentclient.New(src.URL(), token).GetSnapshot(ctx, sn.ID)
+	if err != nil || len(hs.Volumes) != 1 {
+		t.Fatalf("the host's snapshot: %+v %v", hs, err)
+	}
+	bs, err := blob.OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := artifact.Push(ctx, bs, snapshotKind, sn.ID, t.TempDir(), nil, hs); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.MarkHostDown(ctx, sb.HostID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Snapshot: &sn})
+	wantKind(t, err, errdefs.Capacity)
+	e.svc.blob = bs
+	got, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Snapshot: &sn})
+	if err != nil || got.HostID == sb.HostID {
+		t.Fatalf("create from the published snapshot with its host down: %+v %v", got, err)
+	}
+	atts, err := e.st.SandboxVolumes(ctx, got.ID)
+	if err != nil || len(atts) != 1 || atts[0].VolumeID == v.ID || atts[0].MountPath != "/data" {
+		t.Fatalf("the new sandbox's volumes: %+v %v", atts, err)
+	}
+	if c, err := e.st.GetVolume(ctx, atts[0].VolumeID); err != nil || c.HostID != got.HostID || c.Name != CopyName("data", got.ID) || c.SizeMiB != 16 {
+		t.Fatalf("the new sandbox's volume: %+v %v", c, err)
+	}
+	if !slices.Contains(other.Volumes(), atts[0].VolumeID) {
+		t.Fatalf("%s keeps volumes %v, not %s", got.HostID, other.Volumes(), atts[0].VolumeID)
+	}
+	if data := readAsRoot(t, e, got, "/data/note"); data != "kept" {
+		t.Fatalf("the new sandbox reads %q from its volume", data)
+	}
 }

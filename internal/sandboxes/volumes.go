@@ -2,13 +2,16 @@ package sandboxes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
@@ -110,7 +113,9 @@ func (s *Service) ForkVolumes(ctx context.Context, parent store.Sandbox) ([]Volu
 // SnapshotVolumes are the copies a sandbox made from snapshot sn gets: one of each volume copy
 // its host took with it. A snapshot's sandbox's volumes are fixed at its create, and its
 // snapshots have copies of them all (snapshots of sandboxes with volumes were refused before
-// they were copied), so only a snapshot of a sandbox with volumes asks its host, which must be up.
+// they were copied), so only a snapshot of a sandbox with volumes asks its host; when that host
+// is down, a published snapshot's copies are read from its record in the blob store (where they
+// travel with it), else the create waits for the host (Capacity).
 func (s *Service) SnapshotVolumes(ctx context.Context, sn store.Snapshot) ([]VolumeCopy, error) {
 	atts, err := s.store.SandboxVolumes(ctx, sn.SandboxID)
 	if err != nil || len(atts) == 0 {
@@ -121,6 +126,9 @@ func (s *Service) SnapshotVolumes(ctx context.Context, sn store.Snapshot) ([]Vol
 		hs, err = c.GetSnapshot(ctx, sn.ID)
 		return err
 	})
+	if (errors.Is(err, store.ErrNotFound) || err == errHostDown) && sn.Published && s.blob != nil {
+		hs, err = s.publishedSnapshot(ctx, sn.ID)
+	}
 	if errors.Is(err, store.ErrNotFound) || err == errHostDown {
 		return nil, errdefs.Capacityf("host %s of snapshot %s (which has volume copies) is down", sn.HostID, sn.ID)
 	}
@@ -315,4 +323,17 @@ func (s *Service) DeleteVolume(ctx context.Context, teamID, id string) error {
 	}
 	s.log.Info("volume deleted", "volume", v.ID, "host", v.HostID)
 	return nil
+}
+
+// publishedSnapshot reads snapshot id's record as its host published it to the blob store.
+func (s *Service) publishedSnapshot(ctx context.Context, id string) (agentclient.Snapshot, error) {
+	m, err := artifact.Get(ctx, s.blob, snapshotKind, id)
+	if err != nil {
+		return agentclient.Snapshot{}, err
+	}
+	var hs agentclient.Snapshot
+	if err := json.Unmarshal(m.Record, &hs); err != nil || hs.ID != id {
+		return agentclient.Snapshot{}, fmt.Errorf("published snapshot %s: its record is not valid", id)
+	}
+	return hs, nil
 }

@@ -132,6 +132,26 @@ func (s *Scheduler) refreshHosts(ctx context.Context) error {
 	return nil
 }
 
+// Host returns host id as placement sees it: from the cached list (at most HostCacheTTL older
+// than the store, and patched with what this replica wrote), or from the store when the list has
+// not got it or there is no TTL. Calls that go to a host (kills) read it here rather than the
+// store once each.
+func (s *Scheduler) Host(ctx context.Context, id string) (store.Host, error) {
+	if s.cfg.HostCacheTTL > 0 && s.refreshHosts(ctx) == nil {
+		s.hc.mu.RLock()
+		i, ok := s.hc.pos[id]
+		var h store.Host
+		if ok {
+			h = *s.hc.hosts[i]
+		}
+		s.hc.mu.RUnlock()
+		if ok {
+			return h, nil
+		}
+	}
+	return s.cfg.Store.GetHost(ctx, id)
+}
+
 // noteHosts puts what this process just wrote of hosts into the cached list.
 func (s *Scheduler) noteHosts(hs ...store.Host) {
 	s.hc.mu.Lock()

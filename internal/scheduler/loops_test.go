@@ -181,23 +181,9 @@ func setLastHeartbeat(t *testing.T, path, hostID string, at time.Time) {
 // reconciler lock lists the hosts; the other takes over once it is let go.
 func TestReconcileAllOneReplica(t *testing.T) {
 	ctx := context.Background()
-	pg, err := pgtest.Start()
-	if err != nil {
-		t.Fatalf("PostgreSQL: %v", err)
-	}
-	defer pg.Stop()
-	u, err := pg.NewDatabase(ctx, "reconcile")
-	if err != nil {
-		t.Fatal(err)
-	}
 	url, lists := agentLists(t, false)
 	var replicas []*Scheduler
-	for i := 0; i < 2; i++ {
-		st, err := store.OpenPostgres(ctx, u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+	for _, st := range replicaStores(t, "reconcile") {
 		s := New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err := s.Register(ctx, Registration{HostID: "h", URL: url, Token: "t", SlotsTotal: 4}); err != nil {
 			t.Fatal(err)
@@ -216,4 +202,85 @@ func TestReconcileAllOneReplica(t *testing.T) {
 	if n := lists.Load(); n != 3 {
 		t.Fatalf("after the lock passed: %d list calls", n)
 	}
+}
+
+// TestCheckHostsOneReplica: of two servers on one PostgreSQL only the one holding the down-check
+// lock marks silent hosts down; the other takes over once it is let go.
+func TestCheckHostsOneReplica(t *testing.T) {
+	ctx := context.Background()
+	sts := replicaStores(t, "downcheck")
+	st := sts[0]
+	// The scheduler's clock runs ahead of the store's (which stamps the heartbeats) a minute at a
+	// time: a host registered before later() has been silent past the timeout after it.
+	var ahead atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	later := func() { ahead.Add(int64(time.Minute)) }
+	var replicas []*Scheduler
+	for _, st := range sts {
+		replicas = append(replicas, New(Config{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock}))
+	}
+	register := func(id string) {
+		t.Helper()
+		if err := replicas[0].Register(ctx, Registration{HostID: id, URL: "http://127.0.0.1:9", Token: "t", SlotsTotal: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := func(id string) string {
+		t.Helper()
+		h, err := st.GetHost(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.State
+	}
+	register("h1")
+	register("h2")
+	later() // both silent for a minute, past the timeout
+	if mine, err := replicas[0].downCheck.Hold(ctx); !mine || err != nil {
+		t.Fatalf("replica 0 could not take the free lock: %v %v", mine, err)
+	}
+	if err := replicas[1].CheckHosts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if state("h1") != store.HostUp || state("h2") != store.HostUp {
+		t.Fatal("the replica without the down-check lock marked hosts down")
+	}
+	if err := replicas[0].CheckHosts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if state("h1") != store.HostDown || state("h2") != store.HostDown {
+		t.Fatalf("the holder did not mark the silent hosts down: %s %s", state("h1"), state("h2"))
+	}
+	replicas[0].downCheck.Release()
+	register("h1") // up again, then silent
+	later()
+	if err := replicas[1].CheckHosts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if state("h1") != store.HostDown {
+		t.Fatal("the other replica did not take the down check over once the lock was let go")
+	}
+}
+
+// replicaStores starts PostgreSQL and returns two stores on one new database of it, as two
+// server replicas have (closed, with PostgreSQL stopped, at the test's end).
+func replicaStores(t *testing.T, name string) [2]*store.Store {
+	t.Helper()
+	pg, err := pgtest.Start()
+	if err != nil {
+		t.Fatalf("PostgreSQL: %v", err)
+	}
+	t.Cleanup(pg.Stop)
+	u, err := pg.NewDatabase(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sts [2]*store.Store
+	for i := range sts {
+		if sts[i], err = store.OpenPostgres(context.Background(), u); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sts[i].Close() })
+	}
+	return sts
 }

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/defaults"
 )
 
 // Paths of the control plane's internal host API (authenticated with the cluster token).
@@ -58,15 +60,9 @@ func RunRegistrar(ctx context.Context, cfg RegistrarConfig) error {
 	if cfg.ServerURL == "" || cfg.AgentURL == "" {
 		return errors.New("registrar: ServerURL and AgentURL are required")
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultHeartbeatTimeout / 3
-	}
-	if cfg.LocalURL == "" {
-		cfg.LocalURL = cfg.AgentURL
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	defaults.Positive(&cfg.Interval, DefaultHeartbeatTimeout/3)
+	cfg.LocalURL = cmp.Or(cfg.LocalURL, cfg.AgentURL)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{Timeout: 10 * time.Second}
 	}

@@ -6,6 +6,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
@@ -146,6 +148,7 @@ type Scheduler struct {
 	dueSig     chan struct{}                       // something was added to due
 
 	reconciler *store.Lock // held by the one replica that runs ReconcileAll
+	downCheck  *store.Lock // held by the one replica that runs CheckHosts
 
 	hc      hostCache // what placement reads (lock order: hc.mu before mu)
 	beats   beats     // liveness-only heartbeats being batched
@@ -168,33 +171,17 @@ type staticAgent struct {
 
 // New returns a scheduler; call Run to start its loops.
 func New(cfg Config) *Scheduler {
-	if cfg.HeartbeatTimeout <= 0 {
-		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = cfg.HeartbeatTimeout / 3
-	}
-	if cfg.ReconcileInterval <= 0 {
-		cfg.ReconcileInterval = time.Minute
-	}
-	if cfg.HeartbeatBatch <= 0 {
-		cfg.HeartbeatBatch = DefaultHeartbeatBatch
-	}
-	if cfg.ClaimTTL <= 0 {
-		cfg.ClaimTTL = DefaultClaimTTL
-	}
-	if cfg.UnrecordedGrace <= 0 {
-		cfg.UnrecordedGrace = DefaultUnrecordedGrace
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	defaults.Positive(&cfg.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	defaults.Positive(&cfg.PollInterval, cfg.HeartbeatTimeout/3)
+	defaults.Positive(&cfg.ReconcileInterval, time.Minute)
+	defaults.Positive(&cfg.HeartbeatBatch, DefaultHeartbeatBatch)
+	defaults.Positive(&cfg.ClaimTTL, DefaultClaimTTL)
+	defaults.Positive(&cfg.UnrecordedGrace, DefaultUnrecordedGrace)
+	defaults.Clock(&cfg.Now)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
 		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplVols: map[string][]hostapi.SnapshotVolume{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, heard: map[string]time.Time{}, written: map[string]string{}, catalog: map[string]store.Template{},
-		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), beats: beats{max: maxBeatBatch},
+		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), downCheck: cfg.Store.NewLock("down-check"), beats: beats{max: maxBeatBatch},
 		orphans: orphans{seen: map[string]map[string]time.Time{}}}
 }
 
@@ -864,11 +851,16 @@ func (s *Scheduler) PlaceOn(ctx context.Context, hostID string, n int, memMiB in
 // static agent this process is asking now (a poll in flight) that answered within two timeouts:
 // a loaded host (or server) may take longer than a poll's timeout to answer one poll, and one
 // late answer would otherwise be enough to mark it down; one that stays silent is marked at
-// most a timeout later than without a poll in flight.
+// most a timeout later than without a poll in flight. Of the replicas sharing a database only the
+// one holding the down-check lock checks (another takes over when its session ends): every
+// replica's check read the same stale rows and raced to mark them.
 func (s *Scheduler) CheckHosts(ctx context.Context) error {
 	now := s.cfg.Now()
 	if now.Sub(s.started) < s.cfg.HeartbeatTimeout {
 		return nil
+	}
+	if mine, err := s.downCheck.Hold(ctx); err != nil || !mine {
+		return err
 	}
 	staleBefore := now.Add(-s.cfg.HeartbeatTimeout)
 	var spare []string
@@ -1000,13 +992,17 @@ func (s *Scheduler) Reconcile(ctx context.Context, hostID string) error {
 }
 
 // reconcileVolumes deletes on the host the volumes the store says are deleted (a delete made
-// while the host was down).
+// while the host was down) or on another host (taken there by a hibernated sandbox that was woken
+// there while this host was down or draining; the host refuses while its stale copy of the
+// sandbox, which this reconcile kills, still holds them).
 func (s *Scheduler) reconcileVolumes(ctx context.Context, h store.Host) {
 	c := s.Client(h)
 	s.reconcileDeleted(ctx, h, "volume", func() ([]string, error) {
 		vols, err := c.ListVolumes(ctx)
 		return idsOf(vols, func(v agentclient.Volume) string { return v.ID }), err
-	}, s.cfg.Store.DeletedVolumes, func(id string) error { return c.DeleteVolume(ctx, id) })
+	}, func(ctx context.Context, ids []string) (map[string]bool, error) {
+		return s.cfg.Store.VolumesGoneFrom(ctx, h.ID, ids)
+	}, func(id string) error { return c.DeleteVolume(ctx, id) })
 }
 
 // reconcileSnapshots deletes on the host the snapshots the store says are deleted (a delete that
@@ -1180,6 +1176,7 @@ func (s *Scheduler) ReconcileAll(ctx context.Context) {
 // silent hosts down.
 func (s *Scheduler) Run(ctx context.Context) {
 	defer s.reconciler.Release()
+	defer s.downCheck.Release()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	loop := func(every time.Duration, fn func()) {

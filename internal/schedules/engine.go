@@ -6,17 +6,18 @@
 package schedules
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/background"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
-	"github.com/pandastack/pandastack/internal/templates"
 )
 
 // Defaults of Config.
@@ -35,12 +36,9 @@ type FunctionInvoker interface {
 
 // Config configures an Engine.
 type Config struct {
-	Store     *store.Store
-	Sandboxes *sandboxes.Service
-	Templates *templates.Service
+	sandboxes.ProductDeps
 	// Functions runs function targets (nil: a function schedule's run fails saying so).
 	Functions FunctionInvoker
-	Logger    *slog.Logger
 	// Now is the engine's clock; nil: the database's (store.DBNow), so that every replica sees
 	// the same time.
 	Now func() time.Time
@@ -51,24 +49,17 @@ type Config struct {
 
 // Engine finds due instants, claims them and runs them. Create with New.
 type Engine struct {
-	cfg    Config
-	log    *slog.Logger
-	ctx    context.Context // runs' context: cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	check  FunctionChecker // nil: function targets refused
+	cfg   Config
+	log   *slog.Logger
+	bg    *background.Group // runs in flight; their context is cancelled by Close
+	check FunctionChecker   // nil: function targets refused
 }
 
 // New builds an engine.
 func New(cfg Config) *Engine {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Grace <= 0 {
-		cfg.Grace = DefaultGrace
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Engine{cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	defaults.Positive(&cfg.Grace, DefaultGrace)
+	return &Engine{cfg: cfg, log: cfg.Logger, bg: background.New()}
 }
 
 // now is the engine's clock: the injected one, else the database's (the local clock if the
@@ -111,13 +102,10 @@ func (e *Engine) Run(ctx context.Context, interval time.Duration) {
 }
 
 // Close cancels the runs in flight and waits for them to be recorded.
-func (e *Engine) Close() {
-	e.cancel()
-	e.wg.Wait()
-}
+func (e *Engine) Close() { e.bg.Close() }
 
 // Wait waits until no run this engine started is in flight (tests).
-func (e *Engine) Wait() { e.wg.Wait() }
+func (e *Engine) Wait() { e.bg.Wait() }
 
 // Tick looks at every enabled schedule once: claims and starts what is due up to now, applies the
 // missed policy to what is late or was skipped by a DST change, and starts queued runs whose
@@ -208,14 +196,12 @@ func (e *Engine) startQueued(ctx context.Context, scheduleID string) error {
 }
 
 func (e *Engine) start(sc store.Schedule, run store.ScheduleRun) {
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		e.execute(e.ctx, sc, run)
-		if err := e.startQueued(context.WithoutCancel(e.ctx), sc.ID); err != nil {
+	e.bg.Go(func() {
+		e.execute(e.bg.Ctx(), sc, run)
+		if err := e.startQueued(context.WithoutCancel(e.bg.Ctx()), sc.ID); err != nil {
 			e.log.Warn("schedules: starting a queued run failed", "schedule", sc.ID, "err", err)
 		}
-	}()
+	})
 }
 
 // execute runs the target and records the run's end.

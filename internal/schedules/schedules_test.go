@@ -42,7 +42,7 @@ func newEngine(t *testing.T, st *store.Store, ag *agenttest.Agent, clk *testenv.
 		t.Fatal(err)
 	}
 	svc := sandboxes.New(sandboxes.Config{Store: st, Scheduler: sched, Logger: quiet, DefaultTTL: 300 * time.Second, MaxTTL: 24 * time.Hour})
-	e := New(Config{Store: st, Sandboxes: svc, Templates: templates.New(st, sched, quiet), Logger: quiet, Now: clk.Now})
+	e := New(Config{ProductDeps: sandboxes.ProductDeps{Store: st, Sandboxes: svc, Templates: templates.New(st, sched, quiet), Logger: quiet}, Now: clk.Now})
 	t.Cleanup(e.Close)
 	return replica{e, sched}
 }

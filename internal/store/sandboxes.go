@@ -238,37 +238,59 @@ func decodeCursor(c string) (int64, string, error) {
 // if the current state may move there (sandboxstate.CanMove: nothing leaves killed) and, when
 // from is given, is one of them; it reports whether a row changed.
 func (s *Store) SetSandboxState(ctx context.Context, id, state, reason string, from ...string) (bool, error) {
+	n, err := s.setSandboxesState(ctx, []string{id}, state, reason, from)
+	return n > 0, err
+}
+
+// SetSandboxesState is SetSandboxState for several sandboxes in one statement (the reaper records
+// a batch of kills at once), except that a row in state already keeps its reason and time (a
+// sandbox killed by a call meanwhile stays killed for that call's reason); it returns how many
+// rows changed.
+func (s *Store) SetSandboxesState(ctx context.Context, ids []string, state, reason string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var from []string
+	for _, st := range sandboxstate.All {
+		if string(st) != state {
+			from = append(from, string(st))
+		}
+	}
+	return s.setSandboxesState(ctx, ids, state, reason, from)
+}
+
+func (s *Store) setSandboxesState(ctx context.Context, ids []string, state, reason string, from []string) (int64, error) {
 	if !sandboxstate.Valid(state) {
-		return false, fmt.Errorf("store: %q is not a sandbox state", state)
+		return 0, fmt.Errorf("store: %q is not a sandbox state", state)
 	}
 	if len(from) == 0 {
 		for _, st := range sandboxstate.All {
 			from = append(from, string(st))
 		}
 	}
-	var sources []any
+	var sources []string
 	for _, f := range from {
 		if sandboxstate.CanMove(sandboxstate.State(f), sandboxstate.State(state)) {
 			sources = append(sources, f)
 		}
 	}
 	if len(sources) == 0 {
-		return false, nil
+		return 0, nil
 	}
 	// A hibernation's publication is stale once the sandbox is anything else (running again, say).
 	image := `, hibernated_image = ''`
 	if state == StateHibernated {
 		image = ""
 	}
-	q := `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?` + image + ` WHERE id = ? AND state IN (?` +
-		strings.Repeat(`, ?`, len(sources)-1) + `)`
-	args := append([]any{state, reason, micros(s.now()), id}, sources...)
+	idList, idArgs := inList(ids)
+	stateList, stateArgs := inList(sources)
+	q := `UPDATE sandboxes SET state = ?, error = ?, updated_at = ?` + image + ` WHERE id IN ` + idList + ` AND state IN ` + stateList
+	args := append(append([]any{state, reason, micros(s.now())}, idArgs...), stateArgs...)
 	res, err := s.exec(ctx, s.db, q, args...)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+	return res.RowsAffected()
 }
 
 // SetHibernatedImage records the publication of a hibernated sandbox's memory and disk; false if
@@ -283,16 +305,25 @@ func (s *Store) SetHibernatedImage(ctx context.Context, id, image string) (bool,
 }
 
 // MoveHibernated records that a hibernated sandbox with a publication, last on host from, now
-// runs on host to (which woke it from the publication); false if it changed meanwhile (another
-// mover won, or it was killed).
-func (s *Store) MoveHibernated(ctx context.Context, id, from, to string) (bool, error) {
-	res, err := s.exec(ctx, s.db, `UPDATE sandboxes SET host_id = ?, state = ?, error = '', hibernated_image = '', updated_at = ?
+// runs on host to (which woke it from the publication, and made its volumes there from the copies
+// it carried): the sandbox and the volumes it mounts are on host to, in one transaction; false if
+// it changed meanwhile (another mover won, or it was killed).
+func (s *Store) MoveHibernated(ctx context.Context, id, from, to string) (moved bool, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := s.exec(ctx, tx, `UPDATE sandboxes SET host_id = ?, state = ?, error = '', hibernated_image = '', updated_at = ?
 		WHERE id = ? AND host_id = ? AND state = ? AND hibernated_image <> ''`, to, StateRunning, micros(s.now()), id, from, StateHibernated)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		moved = true
+		_, err = s.exec(ctx, tx, `UPDATE volumes SET host_id = ?, updated_at = ? WHERE host_id = ? AND id IN (SELECT volume_id FROM sandbox_volumes WHERE sandbox_id = ?)`,
+			to, micros(s.now()), from, id)
+		return err
+	})
+	return moved && err == nil, err
 }
 
 // SetSandboxExpiry sets expires_at (and the ttl_seconds policy it came from, when > 0) of a

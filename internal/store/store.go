@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -375,17 +376,22 @@ func conflictOr(err error) error {
 
 // deletedIn returns which of ids are rows of table marked deleted, in batches of 500.
 func (s *Store) deletedIn(ctx context.Context, table string, ids []string) (map[string]bool, error) {
+	return s.idsWhere(ctx, table, "deleted = 1", ids)
+}
+
+// idsWhere returns which of ids name rows of table that match where (with args).
+func (s *Store) idsWhere(ctx context.Context, table, where string, ids []string, args ...any) (map[string]bool, error) {
 	out := map[string]bool{}
 	for len(ids) > 0 {
 		n := min(len(ids), 500)
 		batch := ids[:n]
 		ids = ids[n:]
-		in, args := inList(batch)
-		deleted, err := queryAll(ctx, s, s.db, `SELECT id FROM `+table+` WHERE deleted = 1 AND id IN `+in, scanOne[string], args...)
+		in, inArgs := inList(batch)
+		match, err := queryAll(ctx, s, s.db, `SELECT id FROM `+table+` WHERE (`+where+`) AND id IN `+in, scanOne[string], append(slices.Clone(args), inArgs...)...)
 		if err != nil {
 			return nil, err
 		}
-		for _, id := range deleted {
+		for _, id := range match {
 			out[id] = true
 		}
 	}

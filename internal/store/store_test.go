@@ -1031,3 +1031,87 @@ func TestStateMoves(t *testing.T) {
 		}
 	})
 }
+
+// TestMoveHibernatedMovesVolumes: a hibernated sandbox moved to another host takes the volumes it
+// mounts there (and no other), in the same transaction; the old host is then told to delete its
+// files of them (VolumesGoneFrom: deleted, or recorded on another host), the new host is not; a
+// move that loses changes nothing.
+func TestMoveHibernatedMovesVolumes(t *testing.T) {
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
+		withTeams(t, s, "team_a")
+		for _, id := range []string{"vol_m", "vol_other", "vol_gone"} {
+			if _, err := s.CreateVolume(ctx, Volume{ID: id, TeamID: "team_a", SizeMiB: 16, HostID: "h1"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.DeleteVolume(ctx, "team_a", "vol_gone"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateSandboxWithVolumes(ctx, Sandbox{ID: "sb_m", TeamID: "team_a", Template: "base", State: StateHibernated, HostID: "h1"},
+			[]VolumeAttachment{{SandboxID: "sb_m", VolumeID: "vol_m", MountPath: "/data"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetHibernatedImage(ctx, "sb_m", "sb_m-1"); err != nil {
+			t.Fatal(err)
+		}
+		ids := []string{"vol_m", "vol_other", "vol_gone", "vol_unknown"}
+		if gone, err := s.VolumesGoneFrom(ctx, "h1", ids); err != nil || !reflect.DeepEqual(gone, map[string]bool{"vol_gone": true}) {
+			t.Fatalf("gone from h1 before the move: %v %v", gone, err)
+		}
+		if ok, err := s.MoveHibernated(ctx, "sb_m", "h1", "h2"); !ok || err != nil {
+			t.Fatalf("move: %v %v", ok, err)
+		}
+		for id, host := range map[string]string{"vol_m": "h2", "vol_other": "h1"} {
+			if v, err := s.GetVolume(ctx, id); err != nil || v.HostID != host {
+				t.Errorf("volume %s after the move: %+v %v (want on %s)", id, v, err, host)
+			}
+		}
+		if gone, err := s.VolumesGoneFrom(ctx, "h1", ids); err != nil || !reflect.DeepEqual(gone, map[string]bool{"vol_m": true, "vol_gone": true}) {
+			t.Fatalf("gone from h1 after the move: %v %v", gone, err)
+		}
+		if gone, err := s.VolumesGoneFrom(ctx, "h2", []string{"vol_m"}); err != nil || len(gone) != 0 {
+			t.Fatalf("gone from h2 after the move: %v %v", gone, err)
+		}
+		if ok, err := s.MoveHibernated(ctx, "sb_m", "h1", "h3"); ok || err != nil {
+			t.Fatalf("a second move from h1: %v %v", ok, err)
+		}
+		if v, err := s.GetVolume(ctx, "vol_m"); err != nil || v.HostID != "h2" {
+			t.Errorf("volume after a lost move: %+v %v", v, err)
+		}
+	})
+}
+
+// The reaper records a batch of kills in one statement: only rows that may move there change, and
+// a killed row is not touched again.
+func TestSetSandboxesState(t *testing.T) {
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
+		withTeams(t, s, "team_a")
+		for _, id := range []string{"sb_1", "sb_2", "sb_3", "sb_4"} {
+			if _, err := s.CreateSandbox(ctx, Sandbox{ID: id, TeamID: "team_a", Template: "base", State: StateRunning, HostID: "h1"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.SetSandboxState(ctx, "sb_2", StateKilled, "by hand"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.SetSandboxesState(ctx, nil, StateKilled, "ttl expired"); n != 0 || err != nil {
+			t.Fatalf("no ids: %d %v", n, err)
+		}
+		if _, err := s.SetSandboxesState(ctx, []string{"sb_1"}, "gone", ""); err == nil {
+			t.Fatal("a state that does not exist was accepted")
+		}
+		n, err := s.SetSandboxesState(ctx, []string{"sb_1", "sb_2", "sb_3", "sb_missing"}, StateKilled, "ttl expired")
+		if n != 2 || err != nil {
+			t.Fatalf("batch: %d rows changed (want 2: sb_2 was killed already) %v", n, err)
+		}
+		for id, want := range map[string][2]string{
+			"sb_1": {StateKilled, "ttl expired"}, "sb_2": {StateKilled, "by hand"},
+			"sb_3": {StateKilled, "ttl expired"}, "sb_4": {StateRunning, ""},
+		} {
+			sb, err := s.GetSandbox(ctx, id)
+			if err != nil || sb.State != want[0] || sb.Error != want[1] {
+				t.Fatalf("%s: %s %q %v, want %s %q", id, sb.State, sb.Error, err, want[0], want[1])
+			}
+		}
+	})
+}

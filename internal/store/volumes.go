@@ -137,6 +137,13 @@ func (s *Store) DeletedVolumes(ctx context.Context, ids []string) (map[string]bo
 	return s.deletedIn(ctx, "volumes", ids)
 }
 
+// VolumesGoneFrom returns which of ids, volumes host hostID keeps, it should not keep: recorded
+// deleted, or live on another host (a hibernated sandbox woken on another host took its volumes
+// there, made from the copies its hibernation carried). A host's reconcile deletes those.
+func (s *Store) VolumesGoneFrom(ctx context.Context, hostID string, ids []string) (map[string]bool, error) {
+	return s.idsWhere(ctx, "volumes", "deleted = 1 OR host_id <> ?", ids, hostID)
+}
+
 // CountVolumes returns how many volumes are not deleted (for /metrics).
 func (s *Store) CountVolumes(ctx context.Context) (int64, error) {
 	return s.countLive(ctx, "volumes")

@@ -9,6 +9,7 @@
 package webhooks
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/sealed"
@@ -134,24 +136,12 @@ type seen struct {
 
 // New returns a service.
 func New(cfg Config) *Service {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Poll <= 0 {
-		cfg.Poll = DefaultPoll
-	}
-	if cfg.RetryBase <= 0 {
-		cfg.RetryBase = DefaultRetryBase
-	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
-	if cfg.Retention <= 0 {
-		cfg.Retention = DefaultRetention
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	defaults.Clock(&cfg.Now)
+	defaults.Positive(&cfg.Poll, DefaultPoll)
+	defaults.Positive(&cfg.RetryBase, DefaultRetryBase)
+	defaults.Positive(&cfg.MaxAttempts, DefaultMaxAttempts)
+	defaults.Positive(&cfg.Retention, DefaultRetention)
 	tr := &http.Transport{Proxy: nil, DialContext: cfg.Policy.dialer().DialContext, ForceAttemptHTTP2: true,
 		TLSHandshakeTimeout: attemptTimeout, MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second}
 	return &Service{cfg: cfg, st: cfg.Store, log: cfg.Logger, states: map[string]seen{},

@@ -126,7 +126,9 @@ type sandbox struct {
 	order  int
 	env    map[string]string // the create's (a fork's parent's)
 	mounts []agentclient.VolumeMount
-	noWake bool // the next wake fails as if its memory files were gone
+	// carried are the volume copies its published hibernation carries (the blob store's copy only).
+	carried []agentclient.SnapshotVolume
+	noWake  bool // the next wake fails as if its memory files were gone
 	// watches are the open watch streams (filetree.go); moved is the move a change made.
 	watches []*fakeWatch
 	moved   *[2]string

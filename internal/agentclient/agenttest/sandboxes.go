@@ -156,8 +156,18 @@ func (a *Agent) adopt(req agentclient.CreateRequest) (any, *agentclient.Error) {
 	if !ok {
 		return nil, notFound("artifact hibernated/%s is not in the blob store", req.Hibernated)
 	}
+	// Its volumes, made here from the copies it carried, under the ids it mounts them by.
+	for _, c := range sb.carried {
+		if _, dup := a.volumes[c.VolumeID]; dup {
+			return nil, conflict("volume %s already exists on this host", c.VolumeID)
+		}
+	}
+	for _, c := range sb.carried {
+		a.volumes[c.VolumeID] = &volume{Volume: agentclient.Volume{ID: c.VolumeID, SizeMiB: c.SizeMiB, CreatedAt: time.Now().UTC()},
+			files: filesUnder(sb.fs, c.MountPath)}
+	}
 	a.seq++
-	sb.State, sb.PID, sb.Hibernated, sb.order = agentclient.StateRunning, 1000+a.seq, "", a.seq
+	sb.State, sb.PID, sb.Hibernated, sb.order, sb.carried = agentclient.StateRunning, 1000+a.seq, "", a.seq, nil
 	a.sandboxes[sb.ID] = sb
 	a.creates++
 	return created{sb.Sandbox}, nil
@@ -219,10 +229,12 @@ func (a *Agent) hibernate(r *http.Request) (any, *agentclient.Error) {
 		return nil, err
 	case sb.State == agentclient.StateRunning:
 		sb.State, sb.PID = agentclient.StateHibernated, 0
-		if a.blob != nil && len(sb.mounts) == 0 { // published, as the real agent does with a store
+		if a.blob != nil && copyable(sb) == nil { // published with copies of its volumes, as the real agent does with a store
 			a.seq++
 			sb.Hibernated = sb.ID + "-" + strconv.Itoa(a.seq)
-			a.blob.hibernated.put(sb.Hibernated, *sb)
+			pub := *sb
+			pub.carried = a.snapshotVolumes(sb)
+			a.blob.hibernated.put(sb.Hibernated, pub)
 		}
 	case sb.State != agentclient.StateHibernated:
 		return nil, conflict("sandbox %s is %s", sb.ID, sb.State)
@@ -257,7 +269,7 @@ func (a *Agent) snapshot(r *http.Request) (any, *agentclient.Error) {
 	for _, n := range sn.fs {
 		sn.SizeBytes += int64(len(n.data))
 	}
-	if a.blob != nil && len(sn.Volumes) == 0 { // published, as the real agent does when it has a blob store
+	if a.blob != nil { // published with its volume copies, as the real agent does when it has a blob store
 		sn.Published = true
 		a.blob.snaps.put(sn.ID, *sn)
 	}

@@ -232,12 +232,7 @@ func (a *Agent) scan(c *consumer, hs *handshakeState, seed []byte) ([]byte, erro
 	sc.Feed(seed)
 	buf := make([]byte, 16<<10)
 	for {
-		for {
-			line, ok := sc.Next()
-			if !ok {
-				break
-			}
-			s := string(line)
+		for s := range sc.Lines() {
 			switch {
 			case strings.HasPrefix(s, guest.HelloPrefix):
 				if err := a.onHello(c, hs, s[len(guest.HelloPrefix):]); err != nil {

@@ -39,12 +39,8 @@ func (a *Agent) opArchiveGet(st *yamux.Stream, fr *guest.FrameReader, w *frameWr
 	}
 	started := false
 	err = asUser(u, func() error {
-		fi, err := os.Stat(root)
-		if err != nil {
+		if err := isDir(root, root); err != nil {
 			return err
-		}
-		if !fi.IsDir() {
-			return gerr(guest.CodeNotADirectory, root+" is not a directory")
 		}
 		if err := w.frame(guest.FrameResult, []byte("{}")); err != nil {
 			return err
@@ -55,7 +51,7 @@ func (a *Agent) opArchiveGet(st *yamux.Stream, fr *guest.FrameReader, w *frameWr
 		bw := bufio.NewWriterSize(frameData{w}, guest.DataChunk)
 		tw := tar.NewWriter(bw)
 		count := 0
-		err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || p == root {
 				return nil // unreadable or vanished meanwhile: send what we can
 			}

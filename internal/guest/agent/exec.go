@@ -180,16 +180,7 @@ func (a *Agent) prepareExec(req *guest.Request) (*preparedExec, error) {
 		if cwd, err = cleanPath("cwd", req.Cwd); err != nil {
 			return nil, err
 		}
-		err := asUser(u, func() error {
-			fi, err := os.Stat(cwd)
-			if err != nil {
-				return err
-			}
-			if !fi.IsDir() {
-				return gerr(guest.CodeNotADirectory, "cwd "+cwd+" is not a directory")
-			}
-			return nil
-		})
+		err := asUser(u, func() error { return isDir(cwd, "cwd "+cwd) })
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return nil, gerr(guest.CodeNotFound, "cwd "+cwd+" does not exist")

@@ -450,12 +450,8 @@ func (a *Agent) opList(st *yamux.Stream, fr *guest.FrameReader, w *frameWriter, 
 		return nil
 	}
 	err = asUser(u, func() error {
-		fi, err := os.Stat(p) // a symlink to a directory lists the directory
-		if err != nil {
+		if err := isDir(p, p); err != nil { // a symlink to a directory lists the directory
 			return err
-		}
-		if !fi.IsDir() {
-			return gerr(guest.CodeNotADirectory, p+" is not a directory")
 		}
 		return walk(p, 1, true)
 	})
@@ -611,4 +607,17 @@ func copyTree(from, to string) error {
 	default:
 		return gerr(guest.CodeInvalidArgument, from+" is not a file, directory or symlink")
 	}
+}
+
+// isDir checks that p, followed if a symlink, is a directory: its stat error, or CodeNotADirectory
+// with "<name> is not a directory".
+func isDir(p, name string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return gerr(guest.CodeNotADirectory, name+" is not a directory")
+	}
+	return nil
 }

@@ -58,12 +58,8 @@ func (a *Agent) opWatch(st *yamux.Stream, fr *guest.FrameReader, w *frameWriter,
 		q: make(chan guest.WatchEvent, guest.WatchQueue), dirs: map[int32]string{}}
 	defer wt.f.Close()
 	err = asUser(u, func() error {
-		fi, err := os.Stat(p)
-		if err != nil {
+		if err := isDir(p, p); err != nil {
 			return err
-		}
-		if !fi.IsDir() {
-			return gerr(guest.CodeNotADirectory, p+" is not a directory")
 		}
 		return wt.add(p, false)
 	})

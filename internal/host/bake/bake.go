@@ -284,10 +284,7 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	}
 	nic := ts.cfg.Net != nil
 	// With a blob store, a bake another host published is pulled instead of made here.
-	store, pub := ts.Blob(), ""
-	if spec.Volume != nil {
-		store = nil // a template's data volume stays on the host that baked it, like volumes
-	}
+	store, pub := ts.Blob(), "" // a template's data volume travels with it (publish.go)
 	if store != nil {
 		var err error
 		if pub, err = ts.publication(spec, nic); err != nil {

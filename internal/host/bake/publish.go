@@ -23,7 +23,8 @@ import (
 // A publication is named by what makes two bakes interchangeable — the recipe, the guest agent
 // binary, the VMM's identity, the NIC and the volume slots — and not by the guest image's hash,
 // which a host knows only after building the image. It carries its own kernel, initrd, disk, RAM
-// and device state, so the pulling host needs nothing else.
+// and device state, and its data volume if it has one (vol0.ext4, which every sandbox made from it
+// copies), so the pulling host needs nothing else.
 
 // templateKind is the artifact kind of published templates.
 const templateKind = "template"
@@ -95,6 +96,9 @@ func (ts *Templates) pull(ctx context.Context, s blob.Store, pub string, say fun
 	if err := json.Unmarshal(m.Record, &info); err != nil {
 		return nil, errdefs.Invalidf("published template %s: its record is not valid: %v", pub, err)
 	}
+	if err := m.Carries(volume.CopyFiles(info.Volumes)); err != nil {
+		return nil, err
+	}
 	if !info.Identity.CanRestore(ts.cfg.Runtime.Identity()) {
 		return nil, errdefs.NotFoundf("published template %s was baked under %s, not this host's %s", pub, info.Identity, ts.cfg.Runtime.Identity())
 	}
@@ -132,7 +136,8 @@ func (ts *Templates) pull(ctx context.Context, s blob.Store, pub string, say fun
 // stands on this host either way, and other hosts bake it themselves.
 func (ts *Templates) publish(ctx context.Context, s blob.Store, info *Template, say func(string, ...any)) {
 	start := time.Now()
-	_, st, err := ts.local.Push(ctx, s, templateKind, info.Published, info.Dir, publishedFiles, info)
+	files := append(append([]string{}, publishedFiles...), volume.CopyFiles(info.Volumes)...)
+	_, st, err := ts.local.Push(ctx, s, templateKind, info.Published, info.Dir, files, info)
 	if err != nil {
 		ts.cfg.Log.Warn("publishing a template failed: other hosts will bake it themselves", "template", info.Name, "store", s.String(), "err", err)
 		return

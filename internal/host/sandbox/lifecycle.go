@@ -121,10 +121,10 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	if err != nil {
 		return snapshot.Record{}, nil, snapshotErr(id, err)
 	}
-	// A snapshot published at once (volume copies stay on this host, like the volumes) is not
-	// flushed: the store's copy is the durable one (see publish).
+	// A snapshot published at once (its volume copies with it; the volumes themselves stay on
+	// this host) is not flushed: the store's copy is the durable one (see publish).
 	bs := m.Templates.Blob()
-	publishing := !internal && len(rec.Volumes) == 0 && bs != nil
+	publishing := !internal && bs != nil
 	vm := rec.VM
 	st, err := m.rt.Snapshot(ctx, &vm, snapIn(rec.BaseDir), snapIn(tmp), runtime.SnapshotOptions{
 		Full: full, NoSync: internal || publishing, // a fork's is gone with its children

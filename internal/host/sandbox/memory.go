@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/defaults"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/template"
@@ -54,21 +55,13 @@ func (l Limits) WithDefaults() Limits {
 	if c.HostMemoryMiB <= 0 {
 		c.HostMemoryMiB, _ = memInfoMiB()
 	}
-	if c.MaxVCPUs <= 0 {
-		c.MaxVCPUs = goruntime.NumCPU()
-	}
-	if c.MaxMemoryMiB <= 0 {
-		c.MaxMemoryMiB = c.HostMemoryMiB / 2
-	}
-	if c.MemoryOvercommit <= 0 {
-		c.MemoryOvercommit = DefaultMemoryOvercommit
-	}
+	defaults.Positive(&c.MaxVCPUs, goruntime.NumCPU())
+	defaults.Positive(&c.MaxMemoryMiB, c.HostMemoryMiB/2)
+	defaults.Positive(&c.MemoryOvercommit, DefaultMemoryOvercommit)
 	if c.MemoryWatermarkMiB == 0 {
 		c.MemoryWatermarkMiB = min(max(c.HostMemoryMiB/16, 256), 2048)
 	}
-	if c.PressureInterval <= 0 {
-		c.PressureInterval = time.Second
-	}
+	defaults.Positive(&c.PressureInterval, time.Second)
 	return l
 }
 

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
@@ -13,28 +14,32 @@ import (
 	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
+	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/storage"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
 // A hibernated sandbox leaves its host through the blob store: a host with a store publishes each
-// hibernation (memory, device state, disk and the template's boot files, as
-// hibernated/<id>-<generation>), and a host asked to adopt it (CreateRequest.Hibernated) pulls that
-// into the sandbox's own directory and wakes it there, same id, files and processes intact. The
+// hibernation (memory, device state, disk, a copy of each volume it mounts and the template's boot
+// files, as hibernated/<id>-<generation>), and a host asked to adopt it (CreateRequest.Hibernated)
+// pulls that into the sandbox's own directory, makes its volumes there from the copies (same ids,
+// same slots) and wakes it there, same id, files and processes intact. The
 // control plane asks for that when the sandbox's host is lost; the publication is stale once the
 // sandbox runs again, which is why the record forgets it on every wake.
 
 // hibernatedKind is the artifact kind of published hibernations.
 const hibernatedKind = "hibernated"
 
-// publishHibernated publishes sb's hibernation, if this host has a blob store and sb has no
-// volumes (they are this host's). A failure is logged: the sandbox stays hibernated here.
+// publishHibernated publishes sb's hibernation (its caller holds sb.op: the VM is gone, its volumes
+// are still), if this host has a blob store and sb has no read-only volume (its guest's overlay of
+// it is this host's). A failure is logged: the sandbox stays hibernated here.
 func (m *Manager) publishHibernated(ctx context.Context, sb *sandbox) {
 	bs := m.Templates.Blob()
 	sb.mu.Lock()
 	rec := sb.rec
 	sb.mu.Unlock()
-	if bs == nil || len(rec.Volumes) > 0 || rec.State != StateHibernated {
+	if bs == nil || volume.CheckCopyable(rec.ID, rec.Volumes) != nil || rec.State != StateHibernated {
 		return
 	}
 	start := time.Now()
@@ -47,7 +52,19 @@ func (m *Manager) publishHibernated(ctx context.Context, sb *sandbox) {
 		for _, f := range snapshot.Present(rec.BaseDir, append([]string{"ram", "state"}, snapshot.BootFiles...)) {
 			files = append(files, path.Join(mem, f))
 		}
-		_, st, err = m.Templates.Local().Push(ctx, bs, hibernatedKind, name, sb.dir, files, rec)
+		// Each volume as the sandbox left it, reflinked beside the memory for the push and
+		// removed after it (a copy would pin the blocks the woken sandbox rewrites).
+		for i, vm := range rec.Volumes {
+			cp := filepath.Join(rec.BaseDir, volume.CopyFile(i))
+			defer os.Remove(cp)
+			if err = storage.Clone(m.volumes.File(vm.VolumeID), cp); err != nil {
+				break
+			}
+			files = append(files, path.Join(mem, volume.CopyFile(i)))
+		}
+		if err == nil {
+			_, st, err = m.Templates.Local().Push(ctx, bs, hibernatedKind, name, sb.dir, files, rec)
+		}
 	}
 	if err != nil {
 		m.log.Warn("publishing a hibernated sandbox failed: it wakes on this host only", "sandbox", rec.ID, "store", bs.String(), "err", err)
@@ -84,6 +101,13 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 	if err := json.Unmarshal(man.Record, &rec); err != nil || rec.ID != id || !strings.HasPrefix(filepath.Base(rec.BaseDir), "mem-") {
 		return hostapi.Sandbox{}, errdefs.Invalidf("published hibernation %s: its record is not valid", pub)
 	}
+	copies := make([]string, len(rec.Volumes)) // as publishHibernated names them
+	for i := range copies {
+		copies[i] = path.Join(filepath.Base(rec.BaseDir), volume.CopyFile(i))
+	}
+	if err := man.Carries(copies); err != nil {
+		return hostapi.Sandbox{}, err
+	}
 	if err := m.checkIdentity("hibernated sandbox "+id, rec.Identity); err != nil {
 		return hostapi.Sandbox{}, err
 	}
@@ -103,6 +127,14 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 	if err != nil {
 		return hostapi.Sandbox{}, err
 	}
+	// Its volumes, made on this host from the copies under the ids it mounts them by.
+	made, err := m.adoptVolumes(rec.Volumes, tmp, copies)
+	if err != nil {
+		if mount != "" {
+			snapshot.FreeMount(mount)
+		}
+		return hostapi.Sandbox{}, err
+	}
 	mem := filepath.Join(dir, filepath.Base(rec.BaseDir))
 	rec.BaseDir, rec.TemplateDir, rec.VM, rec.LazyMount = mem, mem, runtime.VM{}, mount
 	rec.State, rec.Error, rec.Published, rec.Netns, rec.GuestAddr = StateHibernated, "", pub, "", ""
@@ -110,6 +142,7 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 	m.mu.Lock()
 	if _, dup := m.sandboxes[id]; dup || m.closed {
 		m.mu.Unlock()
+		m.dropVolumes(made)
 		return hostapi.Sandbox{}, errdefs.Conflictf("sandbox %s already exists on this host", id)
 	}
 	// The record is written after the move: a directory without one is never adopted at start.
@@ -122,6 +155,7 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 		m.mu.Unlock()
 		m.freeLazyMem(sb)
 		os.RemoveAll(dir)
+		m.dropVolumes(made)
 		return hostapi.Sandbox{}, err
 	}
 	m.sandboxes[id] = sb
@@ -152,4 +186,34 @@ func (m *Manager) freeLazyMem(sb *sandbox) {
 	sb.rec.LazyMount = ""
 	sb.persist()
 	sb.mu.Unlock()
+}
+
+// adoptVolumes makes this host's volumes of an adopted sandbox from the copies its hibernation
+// carried (files, under dir, in mount order), each under the id the sandbox mounts it by, and
+// removes the copies; it returns the ids made. None is left made on an error.
+func (m *Manager) adoptVolumes(mounts []hostapi.VolumeMount, dir string, files []string) ([]string, error) {
+	var made []string
+	for i, vm := range mounts {
+		src := filepath.Join(dir, filepath.FromSlash(files[i]))
+		fi, err := os.Stat(src)
+		if err == nil {
+			_, err = m.volumes.CreateFrom(vm.VolumeID, src, fi.Size()>>20)
+		}
+		if err != nil {
+			m.dropVolumes(made)
+			return nil, fmt.Errorf("volume %s of the hibernation: %w", vm.VolumeID, err)
+		}
+		made = append(made, vm.VolumeID)
+		os.Remove(src)
+	}
+	return made, nil
+}
+
+// dropVolumes deletes volumes adoptVolumes made for a sandbox that was not adopted after all.
+func (m *Manager) dropVolumes(ids []string) {
+	for _, id := range ids {
+		if err := m.volumes.Delete(id); err != nil {
+			m.log.Warn("could not delete a volume made for a sandbox that was not adopted", "volume", id, "err", err)
+		}
+	}
 }

@@ -20,7 +20,9 @@ import (
 // A snapshot leaves its host through the blob store: published when it is taken (if the host has
 // a store), pulled by a host that is asked to restore it and lacks it. The publication carries
 // the template's boot files and spare-slot placeholder as well, so a pulled snapshot needs no
-// template on the pulling host: its record's TemplateDir is its own directory there.
+// template on the pulling host: its record's TemplateDir is its own directory there. It carries
+// its volume copies (volume.CopyFiles) too: a restore on the pulling host makes its volumes from them,
+// in their slots, as one on the snapshot's own host does.
 
 // Kind is the artifact kind of published snapshots (artifact name: the snapshot id).
 const Kind = "snapshot"
@@ -61,7 +63,9 @@ func (s *Store) Publish(ctx context.Context, bs blob.Store, r *Record) (artifact
 	if err := CloneBootFiles(r.TemplateDir, r.Dir); err != nil {
 		return artifact.Stats{}, err
 	}
-	files := Present(r.Dir, append(append([]string{}, ownFiles...), BootFiles...))
+	// The volume copies are not optional: a snapshot published without one would restore with an
+	// empty slot where its guest has a filesystem mounted.
+	files := append(Present(r.Dir, append(append([]string{}, ownFiles...), BootFiles...)), volume.CopyFiles(r.Volumes)...)
 	_, st, err := s.Local.Push(ctx, bs, Kind, r.ID, r.Dir, files, r.Snapshot)
 	if err != nil {
 		return st, err
@@ -89,6 +93,9 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 	var r Record
 	if err := json.Unmarshal(m.Record, &r.Snapshot); err != nil || r.ID != id {
 		return nil, artifact.Stats{}, errdefs.Invalidf("published snapshot %s: its record is not valid", id)
+	}
+	if err := m.Carries(volume.CopyFiles(r.Volumes)); err != nil {
+		return nil, artifact.Stats{}, err
 	}
 	tmp, err := s.Begin(id)
 	defer os.RemoveAll(tmp)

@@ -1,12 +1,21 @@
 package snapshot
 
 import (
+	"bytes"
+	"context"
 	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/artifact"
+	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/runtime"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
@@ -101,5 +110,87 @@ func TestDropTornPulls(t *testing.T) {
 	}
 	if _, err := os.Stat(torn.Dir); !os.IsNotExist(err) {
 		t.Errorf("a snapshot pulled unflushed before this boot stays: %v", err)
+	}
+}
+
+// A published snapshot with volume copies carries them: the manifest names each copy beside the
+// memory and disk (its chunks by content, the all-zero ones holes), a store without the snapshot
+// pulls the copies byte for byte into the slots' files, and a copy the record lists that is not
+// there fails the publish; a manifest whose record lists a copy it lacks, or whose copy's chunk is
+// corrupt, fails the pull, the latter naming the artifact and the chunk, and leaves nothing.
+func TestPublishCarriesVolumeCopies(t *testing.T) {
+	ctx := context.Background()
+	ident := runtime.Identity{VMM: "qemu", Version: "1", Machine: "microvm", CPU: "max", Accel: "tcg"}
+	bs, err := blob.OpenFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(layout.Layout{DataDir: t.TempDir(), Pool: t.TempDir()}, ident)
+	a.Local = artifact.NewLocal()
+	vol := make([]byte, 3*artifact.ChunkSize) // a written chunk, a hole, a written chunk
+	copy(vol, "superblock")
+	copy(vol[2*artifact.ChunkSize:], "data")
+	r := Record{Snapshot: hostapi.Snapshot{ID: "snap_vols", Template: "base", CreatedAt: time.Now(), Identity: ident,
+		Volumes: []hostapi.SnapshotVolume{{Slot: 0, VolumeID: "vol_src", MountPath: "/data", SizeMiB: 12, FS: "ext4"}}}}
+	tmp, err := a.Begin(r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"ram": []byte("ram"), "state": []byte("state"), "disk.img": []byte("disk"), volume.CopyFile(0): vol} {
+		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Commit(tmp, &r); err != nil {
+		t.Fatal(err)
+	}
+	missing := r
+	missing.Volumes = append(slices.Clone(r.Volumes), hostapi.SnapshotVolume{Slot: 1, VolumeID: "vol_gone", MountPath: "/gone", SizeMiB: 4, FS: "ext4"})
+	if _, err := a.Publish(ctx, bs, &missing); err == nil || !strings.Contains(err.Error(), volume.CopyFile(1)) {
+		t.Fatalf("publish without the copy of slot 1: %v", err)
+	}
+	if _, err := a.Publish(ctx, bs, &r); err != nil {
+		t.Fatal(err)
+	}
+	m, err := artifact.Get(ctx, bs, Kind, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(m.Files, func(f artifact.File) bool { return f.Path == volume.CopyFile(0) })
+	if i < 0 || m.Files[i].Size != int64(len(vol)) || len(m.Files[i].Chunks) != 3 || m.Files[i].Chunks[0] == "" || m.Files[i].Chunks[1] != "" || m.Files[i].Chunks[2] == "" {
+		t.Fatalf("the manifest's volume copy: %+v", m.Files)
+	}
+
+	b := New(layout.Layout{DataDir: t.TempDir(), Pool: t.TempDir()}, ident)
+	b.Local = artifact.NewLocal()
+	got, _, err := b.Pull(ctx, bs, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pulled, err := os.ReadFile(got.File(volume.CopyFile(0))); err != nil || !bytes.Equal(pulled, vol) || !reflect.DeepEqual(got.Volumes, r.Volumes) {
+		t.Fatalf("the pulled copy: %d bytes (%v), volumes %+v", len(pulled), err, got.Volumes)
+	}
+
+	// A manifest whose record lists a copy it does not carry.
+	lacking := r
+	lacking.ID = "snap_lacking"
+	if _, _, err := artifact.Push(ctx, bs, Kind, lacking.ID, r.Dir, []string{"ram", "state", "disk.img"}, lacking.Snapshot); err != nil {
+		t.Fatal(err)
+	}
+	c := New(layout.Layout{DataDir: t.TempDir(), Pool: t.TempDir()}, ident)
+	if _, _, err := c.Pull(ctx, bs, lacking.ID); !errdefs.Is(err, errdefs.Invalid) || !strings.Contains(err.Error(), volume.CopyFile(0)) {
+		t.Fatalf("pull of a snapshot that lacks its volume copy: %v", err)
+	}
+	// A corrupt chunk of the copy.
+	bad := m.Files[i].Chunks[2]
+	if err := bs.Put(ctx, "chunks/"+bad, strings.NewReader("not the chunk")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = c.Pull(ctx, bs, r.ID)
+	if err == nil || !strings.Contains(err.Error(), Kind+"/"+r.ID) || !strings.Contains(err.Error(), volume.CopyFile(0)) || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("pull with a corrupt volume chunk: %v", err)
+	}
+	if _, err := c.Load(r.ID); !errdefs.Is(err, errdefs.NotFound) {
+		t.Fatalf("a failed pull left snapshot %s: %v", r.ID, err)
 	}
 }

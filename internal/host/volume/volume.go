@@ -92,6 +92,15 @@ func (s *Store) Create(ctx context.Context, id string, sizeMiB int64) (hostapi.V
 // from either gets a new volume made from it, in that slot.
 func CopyFile(slot int) string { return "vol" + strconv.Itoa(slot) + ".ext4" }
 
+// CopyFiles names the files of the copies vols lists (CopyFile of each one's slot).
+func CopyFiles(vols []hostapi.SnapshotVolume) []string {
+	out := make([]string, len(vols))
+	for i, v := range vols {
+		out[i] = CopyFile(v.Slot)
+	}
+	return out
+}
+
 // MakeFS writes file: an empty ext4 image of sizeMiB, its root owned by the guest's default user
 // (a volume, or a template's data volume before its bake writes to it).
 func MakeFS(ctx context.Context, file string, sizeMiB int64) error {

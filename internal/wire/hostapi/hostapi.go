@@ -294,7 +294,8 @@ type Snapshot struct {
 	// VolumeSlots: spare drives of the snapshot's machine.
 	VolumeSlots int `json:"volume_slots,omitempty"`
 	// Volumes are copies of the volumes its sandbox had mounted, taken at the same paused instant
-	// as its memory and disk. They stay on this host: a snapshot with volumes is never published.
+	// as its memory and disk. A published snapshot carries them (docs/volumes.md): a host that
+	// pulls it restores with copies of them too.
 	Volumes []SnapshotVolume `json:"volumes,omitempty"`
 	// DirtyBytes is the guest memory that differed from the sandbox's base (what was copied).
 	DirtyBytes int64 `json:"dirty_bytes"`

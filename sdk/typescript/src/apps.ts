@@ -128,7 +128,7 @@ export class Apps {
   }
 
   async list(): Promise<App[]> {
-    return (await this.client.http.json<{ apps?: App[] }>("GET", "/v1/apps", { idempotent: true }))?.apps ?? [];
+    return this.client.http.list<App>("/v1/apps", "apps");
   }
 
   /** An app by id or name. */
@@ -170,7 +170,7 @@ export class Apps {
   }
 
   async deployments(app: string, opts: { limit?: number } = {}): Promise<Deployment[]> {
-    return (await this.client.http.json<{ deployments?: Deployment[] }>("GET", `/v1/apps/${seg(app)}/deployments`, { idempotent: true, query: { limit: opts.limit } }))?.deployments ?? [];
+    return this.client.http.list<Deployment>(`/v1/apps/${seg(app)}/deployments`, "deployments", { limit: opts.limit });
   }
 
   async deployment(app: string, id: string): Promise<Deployment> {
@@ -200,7 +200,7 @@ export class Apps {
 
   /** The app's branch previews. */
   async previews(app: string): Promise<AppPreview[]> {
-    return (await this.client.http.json<{ previews?: AppPreview[] }>("GET", `/v1/apps/${seg(app)}/previews`, { idempotent: true }))?.previews ?? [];
+    return this.client.http.list<AppPreview>(`/v1/apps/${seg(app)}/previews`, "previews");
   }
 
   /** Delete a branch's preview (by branch or slug): its route and instance go; its release stays for a rollback. */

@@ -81,7 +81,7 @@ export class Databases {
   }
 
   async list(): Promise<Database[]> {
-    return (await this.client.http.json<{ databases?: Database[] }>("GET", "/v1/databases", { idempotent: true }))?.databases ?? [];
+    return this.client.http.list<Database>("/v1/databases", "databases");
   }
 
   async get(id: string): Promise<Database> {
@@ -120,7 +120,7 @@ export class Databases {
   }
 
   async backups(id: string): Promise<DatabaseBackup[]> {
-    return (await this.client.http.json<{ backups?: DatabaseBackup[] }>("GET", `/v1/databases/${seg(id)}/backups`, { idempotent: true }))?.backups ?? [];
+    return this.client.http.list<DatabaseBackup>(`/v1/databases/${seg(id)}/backups`, "backups");
   }
 
   /** A NEW database: recovered to the instant `toTime` (WAL archive, with a blob store), or from backup `backupId`, else from the newest backup. */

@@ -152,7 +152,7 @@ export class Functions {
   }
 
   async list(): Promise<FunctionInfo[]> {
-    return (await this.client.http.json<{ functions?: FunctionInfo[] }>("GET", "/v1/functions", { idempotent: true }))?.functions ?? [];
+    return this.client.http.list<FunctionInfo>("/v1/functions", "functions");
   }
 
   async get(id: string): Promise<FunctionInfo> {
@@ -160,7 +160,7 @@ export class Functions {
   }
 
   async versions(id: string): Promise<FunctionVersion[]> {
-    return (await this.client.http.json<{ versions?: FunctionVersion[] }>("GET", `/v1/functions/${seg(id)}/versions`, { idempotent: true }))?.versions ?? [];
+    return this.client.http.list<FunctionVersion>(`/v1/functions/${seg(id)}/versions`, "versions");
   }
 
   async delete(id: string): Promise<void> {
@@ -178,7 +178,7 @@ export class Functions {
   }
 
   async runs(id: string, opts: { limit?: number } = {}): Promise<FunctionRun[]> {
-    return (await this.client.http.json<{ runs?: FunctionRun[] }>("GET", `/v1/functions/${seg(id)}/runs`, { idempotent: true, query: { limit: opts.limit } }))?.runs ?? [];
+    return this.client.http.list<FunctionRun>(`/v1/functions/${seg(id)}/runs`, "runs", { limit: opts.limit });
   }
 
   async run(id: string, runId: string): Promise<FunctionRun> {
@@ -201,7 +201,7 @@ export class Schedules {
   }
 
   async list(): Promise<Schedule[]> {
-    return (await this.client.http.json<{ schedules?: Schedule[] }>("GET", "/v1/schedules", { idempotent: true }))?.schedules ?? [];
+    return this.client.http.list<Schedule>("/v1/schedules", "schedules");
   }
 
   async get(id: string): Promise<Schedule> {
@@ -227,6 +227,6 @@ export class Schedules {
   }
 
   async runs(id: string, opts: { limit?: number } = {}): Promise<ScheduleRun[]> {
-    return (await this.client.http.json<{ runs?: ScheduleRun[] }>("GET", `/v1/schedules/${seg(id)}/runs`, { idempotent: true, query: { limit: opts.limit } }))?.runs ?? [];
+    return this.client.http.list<ScheduleRun>(`/v1/schedules/${seg(id)}/runs`, "runs", { limit: opts.limit });
   }
 }

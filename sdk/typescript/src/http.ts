@@ -280,6 +280,11 @@ export class Transport {
     }
   }
 
+  /** The array under `key` in the JSON answer of a GET (retried: a read is idempotent); [] when absent. */
+  async list<T>(path: string, key: string, query?: Query): Promise<T[]> {
+    return (await this.json<Record<string, T[] | undefined> | undefined>("GET", path, { idempotent: true, query }))?.[key] ?? [];
+  }
+
   /**
    * Send a request whose answer is NDJSON; yield each decoded line as it arrives. Never retried
    * (streamed calls are not idempotent). `timeoutMs` bounds the silence between two lines.

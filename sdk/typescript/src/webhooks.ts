@@ -78,7 +78,7 @@ export class Webhooks {
   }
 
   async list(): Promise<Webhook[]> {
-    return (await this.client.http.json<{ webhooks?: Webhook[] }>("GET", "/v1/webhooks", { idempotent: true }))?.webhooks ?? [];
+    return this.client.http.list<Webhook>("/v1/webhooks", "webhooks");
   }
 
   async get(id: string): Promise<Webhook> {
@@ -91,10 +91,7 @@ export class Webhooks {
 
   /** The webhook's deliveries, newest first. */
   async deliveries(id: string, opts: { limit?: number } = {}): Promise<WebhookDelivery[]> {
-    return (
-      (await this.client.http.json<{ deliveries?: WebhookDelivery[] }>("GET", `/v1/webhooks/${seg(id)}/deliveries`, { idempotent: true, query: { limit: opts.limit } }))
-        ?.deliveries ?? []
-    );
+    return this.client.http.list<WebhookDelivery>(`/v1/webhooks/${seg(id)}/deliveries`, "deliveries", { limit: opts.limit });
   }
 }
 

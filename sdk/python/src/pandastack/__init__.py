@@ -9,6 +9,7 @@
 
 from ._version import __version__
 from .client import DEFAULT_BASE_URL, PandaStack
+from . import errors
 from .errors import (
     BuildFailed,
     APIConnectionError,
@@ -82,22 +83,9 @@ __all__ = [
     "Webhooks",
     "WebhookSignatureError",
     "verify_webhook",
-    "PandaStackError",
-    "ConfigurationError",
-    "APIConnectionError",
-    "InvalidRequest",
-    "Unauthorized",
-    "Forbidden",
-    "NotFound",
-    "Conflict",
-    "PayloadTooLarge",
-    "RateLimited",
-    "InternalError",
-    "Unimplemented",
-    "Capacity",
-    "Timeout",
-    "NoSpace",
 ]
+# The error classes, as errors.py lists them (its error_from_payload stays internal).
+__all__ += [name for name in errors.__all__ if name != "error_from_payload"]
 
 
 def __getattr__(name: str) -> type:

@@ -16,7 +16,7 @@ import socket
 import ssl
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
 
 from . import errors
 from ._version import __version__
@@ -322,6 +322,14 @@ class Transport:
                 self._sleep(self._backoff(attempt, resp.headers.get("Retry-After")))
                 continue
             self._raise_for(resp.status, resp.headers, raw, h["X-Request-Id"])
+
+    def get_json(self, path: str, *, params: Optional[Mapping[str, Any]] = None) -> Any:
+        """GET ``path`` (retried: a read is idempotent) and return its JSON (``{}`` for an empty answer)."""
+        return self.request("GET", path, params=params, idempotent=True).json() or {}
+
+    def get_list(self, path: str, key: str, *, params: Optional[Mapping[str, Any]] = None) -> List[Any]:
+        """GET ``path`` and return the list under ``key`` in its JSON (``[]`` when there is none)."""
+        return self.get_json(path, params=params).get(key) or []
 
     # The errors of a request that got no answer; ``h`` holds its X-Request-Id.
 

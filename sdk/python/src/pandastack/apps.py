@@ -81,10 +81,10 @@ class Apps:
         return self._http.request("POST", "/v1/apps", json_body=body).json() or {}
 
     def list(self) -> List[Dict[str, Any]]:
-        return (self._http.request("GET", "/v1/apps", idempotent=True).json() or {}).get("apps") or []
+        return self._http.get_list("/v1/apps", "apps")
 
     def get(self, app: str) -> Dict[str, Any]:
-        return self._http.request("GET", _app(app), idempotent=True).json() or {}
+        return self._http.get_json(_app(app))
 
     def update(self, app: str, **settings: Any) -> Dict[str, Any]:
         """Change settings (from the next deploy): any field of create but the name."""
@@ -107,7 +107,7 @@ class Apps:
 
     def previews(self, app: str) -> List[Dict[str, Any]]:
         """The app's branch previews: ``{slug, branch, deployment_id, url}``."""
-        return (self._http.request("GET", _app(app, "/previews"), idempotent=True).json() or {}).get("previews") or []
+        return self._http.get_list(_app(app, "/previews"), "previews")
 
     def delete_preview(self, app: str, branch: str) -> None:
         """Delete a branch's preview (by branch or slug): its route and instance go; its release
@@ -137,11 +137,11 @@ class Apps:
         return self._http.request("POST", _app(app, "/github"), json_body=body).json() or {}
 
     def deployments(self, app: str, limit: Optional[int] = None) -> List[Dict[str, Any]]:
-        d = self._http.request("GET", _app(app, "/deployments"), params={"limit": limit}, idempotent=True).json() or {}
+        d = self._http.get_json(_app(app, "/deployments"), params={"limit": limit})
         return d.get("deployments") or []
 
     def deployment(self, app: str, deployment_id: str) -> Dict[str, Any]:
-        return self._http.request("GET", _app(app, "/deployments/" + quote(deployment_id, safe="")), idempotent=True).json() or {}
+        return self._http.get_json(_app(app, "/deployments/" + quote(deployment_id, safe="")))
 
     def wait(self, app: str, deployment_id: str, timeout: float = 900.0, interval: float = 0.5) -> Dict[str, Any]:
         """Poll the deployment until it is ``live`` or ``failed`` (or ``timeout`` seconds pass:

@@ -100,7 +100,7 @@ class PandaStack:
         if hasattr(since, "isoformat"):
             since = since.isoformat()
         params = {"since": since, "resource": resource, "limit": limit, "cursor": cursor}
-        page = self._http.request("GET", "/v1/audit", params=params, idempotent=True).json() or {}
+        page = self._http.get_json("/v1/audit", params=params)
         return {"entries": page.get("entries") or [], "next_cursor": page.get("next_cursor")}
 
     def events(self, timeout: Optional[float] = 60.0) -> Iterator[Dict[str, Any]]:

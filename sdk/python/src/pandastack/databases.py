@@ -44,10 +44,10 @@ class Databases:
 
     def list(self) -> List[Dict[str, Any]]:
         """Your team's databases, newest first (without passwords)."""
-        return (self._http.request("GET", "/v1/databases", idempotent=True).json() or {}).get("databases") or []
+        return self._http.get_list("/v1/databases", "databases")
 
     def get(self, database_id: str) -> Dict[str, Any]:
-        return self._http.request("GET", _db(database_id), idempotent=True).json() or {}
+        return self._http.get_json(_db(database_id))
 
     def delete(self, database_id: str) -> None:
         """Delete the database and its data."""
@@ -64,7 +64,7 @@ class Databases:
 
     def stats(self, database_id: str) -> Dict[str, Any]:
         """``{size_bytes, connections, transactions_committed, transactions_rolled_back, uptime_seconds}``."""
-        return self._http.request("GET", _db(database_id, "/stats"), idempotent=True).json() or {}
+        return self._http.get_json(_db(database_id, "/stats"))
 
     def logs(self, database_id: str, bytes: Optional[int] = None) -> str:
         """The end of the database's postgres log (default 64 KiB)."""
@@ -76,7 +76,7 @@ class Databases:
         return self._http.request("POST", _db(database_id, "/backups"), timeout=self._client.create_timeout).json() or {}
 
     def backups(self, database_id: str) -> List[Dict[str, Any]]:
-        return (self._http.request("GET", _db(database_id, "/backups"), idempotent=True).json() or {}).get("backups") or []
+        return self._http.get_list(_db(database_id, "/backups"), "backups")
 
     def restore(self, database_id: str, name: str, to_time: Optional[str] = None, backup_id: Optional[str] = None) -> Dict[str, Any]:
         """A NEW database: recovered to the instant ``to_time`` (RFC 3339; with a blob store the

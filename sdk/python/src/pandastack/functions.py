@@ -80,13 +80,13 @@ class Functions:
 
     def list(self) -> List[Dict[str, Any]]:
         """Your team's functions, newest first."""
-        return (self._http.request("GET", "/v1/functions", idempotent=True).json() or {}).get("functions") or []
+        return self._http.get_list("/v1/functions", "functions")
 
     def get(self, function_id: str) -> Dict[str, Any]:
-        return self._http.request("GET", _fn(function_id), idempotent=True).json() or {}
+        return self._http.get_json(_fn(function_id))
 
     def versions(self, function_id: str) -> List[Dict[str, Any]]:
-        return (self._http.request("GET", _fn(function_id, "/versions"), idempotent=True).json() or {}).get("versions") or []
+        return self._http.get_list(_fn(function_id, "/versions"), "versions")
 
     def delete(self, function_id: str) -> None:
         self._http.request("DELETE", _fn(function_id), idempotent=True)
@@ -102,11 +102,11 @@ class Functions:
         return r.json() or {}
 
     def runs(self, function_id: str, limit: Optional[int] = None) -> List[Dict[str, Any]]:
-        d = self._http.request("GET", _fn(function_id, "/runs"), params={"limit": limit}, idempotent=True).json() or {}
+        d = self._http.get_json(_fn(function_id, "/runs"), params={"limit": limit})
         return d.get("runs") or []
 
     def run(self, function_id: str, run_id: str) -> Dict[str, Any]:
-        return self._http.request("GET", _fn(function_id, "/runs/" + quote(run_id, safe="")), idempotent=True).json() or {}
+        return self._http.get_json(_fn(function_id, "/runs/" + quote(run_id, safe="")))
 
 
 class Schedules:
@@ -130,10 +130,10 @@ class Schedules:
         return self._http.request("POST", "/v1/schedules", json_body=body).json() or {}
 
     def list(self) -> List[Dict[str, Any]]:
-        return (self._http.request("GET", "/v1/schedules", idempotent=True).json() or {}).get("schedules") or []
+        return self._http.get_list("/v1/schedules", "schedules")
 
     def get(self, schedule_id: str) -> Dict[str, Any]:
-        return self._http.request("GET", _sch(schedule_id), idempotent=True).json() or {}
+        return self._http.get_json(_sch(schedule_id))
 
     def delete(self, schedule_id: str) -> None:
         self._http.request("DELETE", _sch(schedule_id), idempotent=True)
@@ -149,5 +149,5 @@ class Schedules:
         return self._http.request("POST", _sch(schedule_id, "/trigger")).json() or {}
 
     def runs(self, schedule_id: str, limit: Optional[int] = None) -> List[Dict[str, Any]]:
-        d = self._http.request("GET", _sch(schedule_id, "/runs"), params={"limit": limit}, idempotent=True).json() or {}
+        d = self._http.get_json(_sch(schedule_id, "/runs"), params={"limit": limit})
         return d.get("runs") or []

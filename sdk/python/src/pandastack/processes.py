@@ -198,7 +198,7 @@ class Processes:
 
     def list(self) -> List[Process]:
         """The running processes and the last ones that exited (with exit codes)."""
-        d = self._sb._http.request("GET", self._sb._path("/processes"), idempotent=True).json() or {}
+        d = self._sb._http.get_json(self._sb._path("/processes"))
         return [Process(p) for p in as_list(d.get("processes")) if isinstance(p, dict)]
 
     def connect(self, pid: int, *, offset: int = 0) -> ProcessHandle:

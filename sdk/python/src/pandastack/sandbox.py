@@ -266,7 +266,7 @@ def _proxy_domain(http: Transport) -> str:
     """The server's port proxy domain ("" for none), asked once per transport."""
     cached = getattr(http, "_proxy_domain", None)
     if cached is None:
-        info = http.request("GET", "/v1/info", idempotent=True).json() or {}
+        info = http.get_json("/v1/info")
         cached = str(info.get("proxy_domain") or "")
         http._proxy_domain = cached  # type: ignore[attr-defined]
     return cached
@@ -730,7 +730,7 @@ class Sandboxes:
             p["limit"] = min(size, 1000)
             if cursor:
                 p["cursor"] = cursor
-            d = self._http.request("GET", "/v1/sandboxes", params=p, idempotent=True).json() or {}
+            d = self._http.get_json("/v1/sandboxes", params=p)
             for s in as_list(d.get("sandboxes")):
                 if limit is not None and n >= limit:
                     return
@@ -771,7 +771,7 @@ class Snapshots:
         while True:
             size = page_size if limit is None else max(1, min(page_size, limit - n))
             p: Dict[str, Any] = {"sandbox_id": sandbox_id, "limit": min(size, 1000), "cursor": cursor}
-            d = self._http.request("GET", "/v1/snapshots", params=p, idempotent=True).json() or {}
+            d = self._http.get_json("/v1/snapshots", params=p)
             for sn in as_list(d.get("snapshots")):
                 if limit is not None and n >= limit:
                     return
@@ -801,14 +801,14 @@ class Templates:
         self._http: Transport = client._http
 
     def list(self) -> List[Template]:
-        d = self._http.request("GET", "/v1/templates", idempotent=True).json() or {}
+        d = self._http.get_json("/v1/templates")
         return [Template(t) for t in as_list(d.get("templates")) if isinstance(t, dict)]
 
     def get(self, name: str) -> Template:
         """Your team's template by that name, else the catalog's (aliases resolve)."""
         if not name:
             raise ValueError("name is required")
-        return Template(self._http.request("GET", "/v1/templates/%s" % _seg(name), idempotent=True).json() or {})
+        return Template(self._http.get_json("/v1/templates/%s" % _seg(name)))
 
     def build(self, spec: "Union[Mapping[str, Any], str]",
               on_progress: Optional[Callable[[str], None]] = None) -> Template:
@@ -874,7 +874,7 @@ class Volumes:
 
     def list(self) -> List[Volume]:
         """Your team's volumes, newest first."""
-        d = self._http.request("GET", "/v1/volumes", idempotent=True).json() or {}
+        d = self._http.get_json("/v1/volumes")
         return [Volume(v, self._client) for v in as_list(d.get("volumes")) if isinstance(v, dict)]
 
     def get(self, volume_id: str) -> Volume:

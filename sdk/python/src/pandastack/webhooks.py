@@ -27,17 +27,17 @@ class Webhooks:
         return self._http.request("POST", "/v1/webhooks", json_body={"url": url, "events": list(events)}).json() or {}
 
     def list(self) -> List[Dict[str, Any]]:
-        return (self._http.request("GET", "/v1/webhooks", idempotent=True).json() or {}).get("webhooks") or []
+        return self._http.get_list("/v1/webhooks", "webhooks")
 
     def get(self, webhook_id: str) -> Dict[str, Any]:
-        return self._http.request("GET", _wh(webhook_id), idempotent=True).json() or {}
+        return self._http.get_json(_wh(webhook_id))
 
     def delete(self, webhook_id: str) -> None:
         self._http.request("DELETE", _wh(webhook_id), idempotent=True)
 
     def deliveries(self, webhook_id: str, limit: Optional[int] = None) -> List[Dict[str, Any]]:
         """The webhook's deliveries, newest first."""
-        d = self._http.request("GET", _wh(webhook_id, "/deliveries"), params={"limit": limit}, idempotent=True).json() or {}
+        d = self._http.get_json(_wh(webhook_id, "/deliveries"), params={"limit": limit})
         return d.get("deliveries") or []
 
 
