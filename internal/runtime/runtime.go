@@ -75,9 +75,10 @@ type SnapshotOptions struct {
 	KeepPaused bool
 	// Full streams all guest RAM instead of the diff against base (the fallback path).
 	Full bool
-	// Transient skips making the files durable (no fsync): a snapshot that does not outlive the
-	// VMMs restored from it (a fork's), which a host crash ends anyway.
-	Transient bool
+	// NoSync skips flushing the device state file (no fsync): for a snapshot that does not
+	// outlive the VMMs restored from it (a fork's), which a host crash ends anyway, or whose
+	// durable copy is elsewhere (one published to a blob store). The RAM file is never flushed.
+	NoSync bool
 }
 
 // SnapshotStats describes one snapshot.

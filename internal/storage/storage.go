@@ -252,6 +252,16 @@ func Clone(src, dst string) error {
 	return out.Close()
 }
 
+// SyncFile flushes the file at p to the disk (fsync).
+func SyncFile(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
 // CanReflink reports whether files in dir can be cloned.
 func CanReflink(dir string) bool {
 	a, err := os.CreateTemp(dir, ".reflink-probe-*")

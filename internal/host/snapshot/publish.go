@@ -109,7 +109,7 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 		// Unflushed (a pulled snapshot is a copy of the store's): UseLocal drops it after a
 		// reboot, so torn files are never restored.
 		st, err = s.Local.PullUnsynced(ctx, bs, m, tmp)
-		r.PulledBoot = BootID()
+		r.UnflushedBoot = BootID()
 	}
 	if err != nil {
 		return nil, st, err
@@ -175,12 +175,13 @@ func BootID() string {
 	return strings.TrimSpace(string(b))
 }
 
-// DropTornPulls deletes the snapshots pulled unflushed in an earlier boot of the machine (their
-// files may be torn) that no sandbox restores from; they are pulled again when needed.
+// DropTornPulls deletes the published snapshots written unflushed in an earlier boot of the
+// machine (their files may be torn) that no sandbox restores from; they are pulled again when
+// needed.
 func (s *Store) DropTornPulls() {
 	boot, used := BootID(), s.InUse()
 	for _, r := range s.records() {
-		if r.PulledBoot != "" && r.PulledBoot != boot && !used[r.Dir] {
+		if r.UnflushedBoot != "" && r.UnflushedBoot != boot && r.Published && !used[r.Dir] {
 			os.RemoveAll(r.Dir)
 		}
 	}

@@ -35,10 +35,11 @@ type Record struct {
 	// LazyMount: the memory file ("ram") is a link into this mount, served by a process of its
 	// own until the snapshot is freed (lazy.go).
 	LazyMount string `json:"lazy_mount,omitempty"`
-	// PulledBoot is the boot of this machine a pulled snapshot's files were written in without
-	// being flushed (Pull): after another boot they may be torn, and the snapshot is dropped
+	// UnflushedBoot is the boot of this machine a published snapshot's files were written in
+	// without being flushed (pulled by Pull, or taken here and published at once: the store
+	// holds the durable copy): after another boot they may be torn, and the snapshot is dropped
 	// (DropTornPulls) to be pulled again.
-	PulledBoot string `json:"pulled_boot,omitempty"`
+	UnflushedBoot string `json:"pulled_boot,omitempty"`
 
 	Dir string `json:"-"` // where its files are
 }

@@ -88,21 +88,22 @@ func TestLegacyIdentity(t *testing.T) {
 	}
 }
 
-// A snapshot pulled unflushed in an earlier boot is dropped (unless a sandbox restores from it);
-// one pulled in this boot, and the host's own, stay.
+// A published snapshot written unflushed in an earlier boot is dropped (unless a sandbox restores
+// from it); one written in this boot, the host's own flushed one, and an unpublished one stay.
 func TestDropTornPulls(t *testing.T) {
 	if BootID() == "" {
 		t.Skip("no boot id on this kernel")
 	}
 	ident := runtime.Identity{VMM: "qemu", Version: "1", Machine: "microvm", CPU: "max", Accel: "tcg"}
 	s := New(layout.Layout{DataDir: t.TempDir(), Pool: t.TempDir()}, ident)
-	snap := func(id, boot string) *Record {
-		return publish(t, s, Record{Snapshot: hostapi.Snapshot{ID: id, Template: "base", Identity: ident, Published: boot != ""}, PulledBoot: boot})
+	snap := func(id, boot string, published bool) *Record {
+		return publish(t, s, Record{Snapshot: hostapi.Snapshot{ID: id, Template: "base", Identity: ident, Published: published}, UnflushedBoot: boot})
 	}
-	own, now, torn, used := snap("snap_own", ""), snap("snap_now", BootID()), snap("snap_torn", "an-earlier-boot"), snap("snap_used", "an-earlier-boot")
+	own, now, torn := snap("snap_own", "", false), snap("snap_now", BootID(), true), snap("snap_torn", "an-earlier-boot", true)
+	used, unpublished := snap("snap_used", "an-earlier-boot", true), snap("snap_unpub", "an-earlier-boot", false)
 	s.InUse = func() map[string]bool { return map[string]bool{used.Dir: true} }
 	s.DropTornPulls()
-	for _, r := range []*Record{own, now, used} {
+	for _, r := range []*Record{own, now, used, unpublished} {
 		if _, err := s.Load(r.ID); err != nil {
 			t.Errorf("%s was dropped: %v", r.ID, err)
 		}

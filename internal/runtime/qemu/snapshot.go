@@ -95,7 +95,7 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 	resume()
 	st.Pause = time.Since(t0)
 	timing.Mark(ctx, runtime.StepSavePaused)
-	if err := spliceStream(base.StateFile, dev, out.StateFile, !opts.Transient); err != nil {
+	if err := spliceStream(base.StateFile, dev, out.StateFile, !opts.NoSync); err != nil {
 		cleanup()
 		return st, err
 	}
