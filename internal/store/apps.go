@@ -407,6 +407,6 @@ var appsSchema = []schemaStep{
 	}},
 	{27, []string{
 		// The killed-sandbox prune keeps a deployment's sandbox.
-		`CREATE INDEX app_deployments_sandbox ON app_deployments (sandbox_id) WHERE sandbox_id <> ''`,
+		`CREATE INDEX app_deployments_sandbox ON app_deployments (sandbox_id)`,
 	}},
 }
