@@ -33,6 +33,7 @@ func TestPruneKilledAnswers404(t *testing.T) {
 	}
 	e.wantErr(e.do("GET", "/v1/sandboxes/"+dead.ID, k, nil), 404, "not_found", "sandbox "+dead.ID+" not found")
 	e.wantErr(e.do("GET", "/v1/sandboxes/sb_neverwas", k, nil), 404, "not_found", "sandbox sb_neverwas not found")
+	e.wantErr(e.do("DELETE", "/v1/sandboxes/"+dead.ID, k, nil), 404, "not_found", "sandbox "+dead.ID+" not found")
 	if _, err := e.st.GetSandbox(context.Background(), dead.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("pruned record: %v", err)
 	}
