@@ -43,6 +43,7 @@ func registerControlPlaneFlags(f *pflag.FlagSet, o *app.ControlPlaneConfig) {
 	f.Float64Var(&o.RateLimit.CreatesPerSecond, "create-rate-limit", 0, "creates (sandboxes, forks, snapshots, volumes, templates) a second each key may make, on top of --rate-limit (0: no limit)")
 	f.IntVar(&o.RateLimit.CreateBurst, "create-burst", 0, "creates a key may make at once before --create-rate-limit applies (default: the rate, at least 1)")
 	durationVar(f, &o.AuditRetention, "audit-retention", api.DefaultAuditRetention, "how long the audit log keeps an entry (older ones are pruned hourly)")
+	durationVar(f, &o.KilledRetention, "killed-retention", api.DefaultKilledRetention, "how long a killed sandbox's record is kept after its last change (older ones are deleted hourly, by one replica; a GET of one then answers 404)")
 }
 
 // registerDBTLSFlags adds the operator's own certificate for the databases' router.

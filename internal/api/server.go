@@ -92,6 +92,11 @@ type Config struct {
 	// how often older ones are deleted (default 1 h).
 	AuditRetention     time.Duration
 	AuditPruneInterval time.Duration
+	// KilledRetention is how long a killed sandbox's record is kept after its last change (default
+	// 7 days; then GET answers 404 as for an unknown id); KilledPruneInterval how often older ones
+	// are deleted (default 1 h).
+	KilledRetention     time.Duration
+	KilledPruneInterval time.Duration
 	// RateLimit is the per-key rate limits (zero: none).
 	RateLimit RateLimit
 	// Quota is every team's default limits (zero: none); an admin key may override them per team.
@@ -146,6 +151,7 @@ type Server struct {
 	// mcpHandler serves /mcp (internal/mcptools) over the API's routes.
 	mcpHandler http.Handler
 	reaper     reaper
+	pruneLock  *store.Lock // one replica prunes killed sandboxes' records at a time
 }
 
 // New builds a server from cfg.
@@ -159,12 +165,14 @@ func New(cfg Config) *Server {
 	defaults.Positive(&cfg.ReapInterval, DefaultReapInterval)
 	defaults.Positive(&cfg.AuditRetention, DefaultAuditRetention)
 	defaults.Positive(&cfg.AuditPruneInterval, DefaultAuditPruneInterval)
+	defaults.Positive(&cfg.KilledRetention, DefaultKilledRetention)
+	defaults.Positive(&cfg.KilledPruneInterval, DefaultKilledPruneInterval)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	scheduleClock := cfg.Now // nil: the engine reads the database's clock
 	defaults.Clock(&cfg.Now)
 	cfg.Version = cmp.Or(cfg.Version, "dev")
 	s := &Server{cfg: cfg, store: cfg.Store, sched: cfg.Scheduler, log: cfg.Logger,
-		auth: &auth.Authenticator{Store: cfg.Store, Now: cfg.Now}, metrics: newMetrics()}
+		auth: &auth.Authenticator{Store: cfg.Store, Now: cfg.Now}, metrics: newMetrics(), pruneLock: cfg.Store.NewLock("killed-prune")}
 	s.svc = sandboxes.New(sandboxes.Config{Store: cfg.Store, Scheduler: cfg.Scheduler, Logger: cfg.Logger, Now: cfg.Now,
 		DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL, EgressOpen: cfg.EgressOpen, GuestCA: cfg.GuestCA, Blob: cfg.Blob})
 	s.tmpl = templates.New(cfg.Store, cfg.Scheduler, cfg.Logger)

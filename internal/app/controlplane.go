@@ -44,6 +44,7 @@ type ControlPlaneConfig struct {
 	MaxUploadBytes   int64
 	HeartbeatTimeout time.Duration
 	AuditRetention   time.Duration // how long audit entries are kept
+	KilledRetention  time.Duration // how long a killed sandbox's record is kept
 	Quota            api.Quota     // every team's default limits (zero: none)
 	RateLimit        api.RateLimit // per-key rate limits (zero: none)
 	PresetKey        string        // becomes the first admin key of an empty store
@@ -180,7 +181,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		dbPort = dbLn.Addr().(*net.TCPAddr).Port
 	}
 	srv := api.New(api.Config{DBRouterPort: dbPort, PublicURL: o.PublicURL, Store: st, Scheduler: sched, Logger: o.Logger, DefaultTTL: o.DefaultTTL, MaxTTL: o.MaxTTL,
-		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, Quota: o.Quota, RateLimit: o.RateLimit,
+		MaxUploadBytes: o.MaxUploadBytes, ClusterToken: o.ClusterToken, Version: o.Version, EgressOpen: open, AuditRetention: o.AuditRetention, KilledRetention: o.KilledRetention, Quota: o.Quota, RateLimit: o.RateLimit,
 		ProxyDomain: strings.ToLower(strings.Trim(o.ProxyDomain, ".")), PrivatePorts: o.PrivatePorts, BlobStore: blobURL(bs), Blob: bs, SecretsKey: secretsKey,
 		Console: web.Handler(), GitDir: gitDir(o), GuestCA: guestCA, Webhooks: hookPolicy})
 	var e2bLn net.Listener
@@ -213,6 +214,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		defer close(cp.done)
 		go sched.Run(lctx)
 		go srv.RunAuditPruner(lctx)
+		go srv.RunKilledPruner(lctx)
 		go srv.RunWebhooks(lctx)
 		go srv.RunFunctions(lctx)
 		go srv.Databases().RunSuspender(lctx, 0)

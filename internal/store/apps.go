@@ -405,4 +405,8 @@ var appsSchema = []schemaStep{
 		`ALTER TABLE app_deployments ADD COLUMN updated_at BIGINT NOT NULL DEFAULT 0`,
 		`CREATE INDEX app_deployments_changes ON app_deployments (team_id, updated_at)`,
 	}},
+	{27, []string{
+		// The killed-sandbox prune keeps a deployment's sandbox.
+		`CREATE INDEX app_deployments_sandbox ON app_deployments (sandbox_id)`,
+	}},
 }

@@ -127,4 +127,8 @@ var databasesSchema = []schemaStep{
 			UNIQUE (team_id, name)
 		)`,
 	}},
+	{27, []string{
+		// The killed-sandbox prune keeps a database's sandbox.
+		`CREATE INDEX databases_sandbox ON databases (sandbox_id)`,
+	}},
 }

@@ -50,6 +50,7 @@ var versionNames = []string{
 	24: "background processes' exits",
 	25: "hosts' report fingerprints",
 	26: "database WAL drain leases",
+	27: "pruning killed sandboxes",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

@@ -383,6 +383,39 @@ func (s *Store) LiveSandboxesByHost(ctx context.Context) (map[string]int64, erro
 	return s.countBy(ctx, `SELECT host_id, COUNT(*) FROM sandboxes WHERE state IN ('`+StateRunning+`', '`+StateHibernated+`') GROUP BY host_id`)
 }
 
+// PruneKilledBatch is how many rows one statement of PruneKilledSandboxes deletes at most.
+const PruneKilledBatch = 1000
+
+// PruneKilledSandboxes deletes the killed sandboxes whose record last changed before before, with
+// their metadata and volume attachments (ON DELETE CASCADE), batch rows a statement (each its own
+// transaction: a first prune of a million rows holds no long one) until none is left; it returns
+// how many went. A killed row something still points at stays: the source of a snapshot that is
+// not deleted (restoring it reads the source's volume attachments), the sandbox of a database or
+// of an app deployment (their services read it to decide to replace it).
+func (s *Store) PruneKilledSandboxes(ctx context.Context, before time.Time, batch int) (int64, error) {
+	if batch <= 0 {
+		return 0, fmt.Errorf("store: prune batch %d: must be positive", batch)
+	}
+	// The state is spelled in the statement: a parameter would keep the partial index out of the plan.
+	q := `DELETE FROM sandboxes WHERE id IN (SELECT s.id FROM sandboxes s WHERE s.state = '` + StateKilled + `' AND s.updated_at < ?
+		AND NOT EXISTS (SELECT 1 FROM snapshots sn WHERE sn.sandbox_id = s.id AND sn.deleted = 0)
+		AND NOT EXISTS (SELECT 1 FROM databases d WHERE d.sandbox_id = s.id)
+		AND NOT EXISTS (SELECT 1 FROM app_deployments a WHERE a.sandbox_id = s.id)
+		ORDER BY s.updated_at LIMIT ?)`
+	var total int64
+	for {
+		res, err := s.exec(ctx, s.db, q, micros(before), batch)
+		if err != nil {
+			return total, err
+		}
+		n, err := res.RowsAffected()
+		total += n
+		if err != nil || n < int64(batch) {
+			return total, err
+		}
+	}
+}
+
 // sandboxesSchema is the sandboxes tables' part of each migration.
 var sandboxesSchema = []schemaStep{
 	{1, []string{
@@ -438,5 +471,9 @@ var sandboxesSchema = []schemaStep{
 	{17, []string{
 		// The control-plane service that made the sandbox for itself ('' : the team's own).
 		`ALTER TABLE sandboxes ADD COLUMN owner TEXT NOT NULL DEFAULT ''`,
+	}},
+	{27, []string{
+		// The killed-row prune's query: killed rows by their last change, the oldest first.
+		`CREATE INDEX sandboxes_killed_updated ON sandboxes (updated_at) WHERE state = 'killed'`,
 	}},
 }

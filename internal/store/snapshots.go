@@ -130,4 +130,8 @@ var snapshotsSchema = []schemaStep{
 		// The control-plane service whose snapshot it is ('' : the team's own).
 		`ALTER TABLE snapshots ADD COLUMN owner TEXT NOT NULL DEFAULT ''`,
 	}},
+	{27, []string{
+		// The killed-sandbox prune keeps a sandbox whose snapshot is not deleted.
+		`CREATE INDEX snapshots_sandbox ON snapshots (sandbox_id) WHERE deleted = 0`,
+	}},
 }

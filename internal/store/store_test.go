@@ -974,6 +974,7 @@ func TestMigrationsUnchanged(t *testing.T) {
 		{24, "background processes' exits", "5043500de09ac674da9ce7929d249513260593259139c44f9d29358587593810"},
 		{25, "hosts' report fingerprints", "30912b5e17a195a471c87c9b7a9c26f22685ab213028cc5abe97b55fa4ba4f74"},
 		{26, "database WAL drain leases", "ce394259c5f4f6eec835fec7cae35c4ee0a8a5a60cbdf34457390df41fb24c82"},
+		{27, "pruning killed sandboxes", "fcb5fff748221a5ac5378318ee345d22bda9712dbd64182a9595cc57312163db"},
 	}
 	if len(migrations) < len(released) {
 		t.Fatalf("%d migrations, %d released", len(migrations), len(released))
