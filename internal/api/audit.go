@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/auth"
+	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/store"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
@@ -153,16 +154,8 @@ func changeOf(e store.AuditEntry) v1.Change {
 // RunAuditPruner deletes audit entries older than the retention every interval (and once at
 // start) until ctx ends.
 func (s *Server) RunAuditPruner(ctx context.Context) {
-	t := time.NewTicker(s.cfg.AuditPruneInterval)
-	defer t.Stop()
-	for {
-		s.PruneAudit(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	s.PruneAudit(ctx)
+	periodic.Every(ctx, s.cfg.AuditPruneInterval, func() { s.PruneAudit(ctx) })
 }
 
 // PruneAudit deletes the entries older than the retention once.
