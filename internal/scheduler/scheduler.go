@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
@@ -154,6 +155,9 @@ type Scheduler struct {
 	beats   beats     // liveness-only heartbeats being batched
 	orphans orphans   // sandboxes reconcile found on hosts without a record
 	answers answers   // placements' answers to their claims, being written
+
+	// Reservations refused (Refusals): by this replica's count of the host's room, by the store's.
+	refusedHere, refusedStore atomic.Int64
 }
 
 type reservation struct {
@@ -665,6 +669,7 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 	s.mu.Unlock()
 	s.hc.mu.RUnlock()
 	if err != nil {
+		s.refusedHere.Add(1)
 		return nil, err
 	}
 	unreserve := func() {
@@ -708,6 +713,14 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 	return done, nil
 }
 
+// Refusals counts the reservations this process refused since it started (Reserve: the host
+// chosen was full meanwhile), by who counted the host full: "replica" (this process's view: the
+// host's last report and this process's placements and kills since) and "store" (the slot claims
+// of every replica: ClaimSlot, PostgreSQL only). For /metrics.
+func (s *Scheduler) Refusals() map[string]int64 {
+	return map[string]int64{"replica": s.refusedHere.Load(), "store": s.refusedStore.Load()}
+}
+
 // claimSlot claims a slot of host hostID in the store for a reservation, returning the claim's
 // id; errdefs.Capacity when another replica's placements took the host's last slot. On SQLite
 // (one replica by design, like store.Lock) this replica's reservations are all there is: when
@@ -725,6 +738,7 @@ func (s *Scheduler) claimSlot(hostID string, checked bool) (string, error) {
 		return "", fmt.Errorf("claim a slot of host %s: %w", hostID, err)
 	}
 	if !ok {
+		s.refusedStore.Add(1)
 		return "", errdefs.Capacityf("host %s has no free slot left (taken by placements of another server meanwhile)", hostID)
 	}
 	return claim, nil
