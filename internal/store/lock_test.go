@@ -275,3 +275,80 @@ func TestAnswerClaims(t *testing.T) {
 		}
 	})
 }
+
+// TestCreditSlots: a stopped sandbox's credit gives its slot back to every replica's claims and
+// host lists until a report heard after the stop is written (a full one or a batched touch), once
+// however often it is credited; a credit asked before the last report counts for nothing.
+func TestCreditSlots(t *testing.T) {
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
+		t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+		s.now = func() time.Time { return t0 }
+		h := Host{ID: "h", URL: "http://h", SlotsTotal: 2, SlotsUsed: 2, Templates: []string{"base"}, ReadAt: t0}
+		if _, err := s.UpsertHost(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		claim := func(id string, want bool) {
+			t.Helper()
+			if ok, err := s.ClaimSlot(ctx, id, "h", t0, t0.Add(time.Hour)); err != nil || ok != want {
+				t.Fatalf("claim %s: %v %v, want %v", id, ok, err, want)
+			}
+		}
+		freed := func(want int64) {
+			t.Helper()
+			hs, err := s.ListHosts(ctx)
+			if err != nil || len(hs) != 1 || hs[0].SlotsFreed != want {
+				t.Fatalf("hosts %+v %v, want %d slots freed", hs, err, want)
+			}
+		}
+		credit := func(at time.Time, ids ...string) {
+			t.Helper()
+			var cs []SlotCredit
+			for _, id := range ids {
+				cs = append(cs, SlotCredit{SandboxID: id, HostID: "h", At: at, Expires: t0.Add(time.Hour)})
+			}
+			if err := s.CreditSlots(ctx, cs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		claim("c1", false)
+		freed(0)
+		credit(t0.Add(time.Second), "sb1", "sb1") // a kill and the reaper's of the same sandbox
+		credit(t0.Add(time.Second), "sb1")
+		freed(1)
+		claim("c1", true)
+		claim("c2", false)
+		credit(t0.Add(time.Second), "sb2")
+		freed(2)
+		claim("c2", true)
+		claim("c3", false)
+
+		// A report heard after the stops counts them: the credits end (its slots_used, 0 here,
+		// and the two unanswered claims leave no slot).
+		s.now = func() time.Time { return t0.Add(2 * time.Second) }
+		h.SlotsUsed = 0
+		if ok, err := s.RefreshUpHost(ctx, h); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		freed(0)
+		claim("c3", false)
+		credit(t0.Add(1500*time.Millisecond), "sb3") // asked before that report was written
+		freed(0)
+
+		// A batched touch (the same report) written after a stop ends its credit too, even dated
+		// earlier (its first heartbeat's arrival).
+		credit(t0.Add(3*time.Second), "sb4")
+		freed(1)
+		s.now = func() time.Time { return t0.Add(4 * time.Second) }
+		if got, err := s.TouchHosts(ctx, t0.Add(2500*time.Millisecond), t0, []HostReport{{"h", ReportHash(h)}}); err != nil || !got["h"] {
+			t.Fatal(got, err)
+		}
+		freed(0)
+		if err := s.DropEndedClaims(ctx, t0); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM host_claims`).Scan(&n); err != nil || n != 2 {
+			t.Fatalf("claims left after the drop: %d %v, want c1 and c2 (no credit)", n, err)
+		}
+	})
+}
