@@ -38,17 +38,26 @@ type Host struct {
 	// ReadAt is when the host read the report it sent, at the earliest (written with the report;
 	// zero: now): its slots_used counts the sandboxes it created before (ClaimSlot).
 	ReadAt time.Time
+	// HeardAt is when the report is written, as its writer's clock says (zero: the store's now):
+	// never before it arrived. A stopped sandbox's credit (CreditSlots) asked for before ends.
+	HeardAt time.Time
 	// SlotsFreed (ListHosts only) is how many of the SlotsUsed sandboxes were stopped since, by
 	// any replica: their slots' credits (CreditSlots) that no report written since counts.
 	SlotsFreed int64
 }
 
 // readAt is h.ReadAt in the store's units (now when not given).
-func (s *Store) readAt(h Host) int64 {
-	if h.ReadAt.IsZero() {
+func (s *Store) readAt(h Host) int64 { return s.orNow(h.ReadAt) }
+
+// heardAt is h.HeardAt in the store's units (now when not given).
+func (s *Store) heardAt(h Host) int64 { return s.orNow(h.HeardAt) }
+
+// orNow is t in the store's units, now when t is zero.
+func (s *Store) orNow(t time.Time) int64 {
+	if t.IsZero() {
 		return micros(s.now())
 	}
-	return micros(h.ReadAt)
+	return micros(t)
 }
 
 const hostCols = `id, url, token, state, accel, mem_mib_total, mem_mib_free, slots_total, slots_used, templates, baked, registered_at, last_heartbeat, draining`
@@ -88,14 +97,14 @@ func (s *Store) UpsertHost(ctx context.Context, h Host) (prev string, err error)
 		case errors.Is(err, sql.ErrNoRows):
 			prev = ""
 			_, err = s.exec(ctx, tx, `INSERT INTO hosts (`+hostCols+`, report_hash, read_at, heard_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)`,
-				h.ID, h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, now, ReportHash(h), s.readAt(h), now)
+				h.ID, h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, now, ReportHash(h), s.readAt(h), s.heardAt(h))
 			return err
 		case err != nil:
 			return err
 		}
 		_, err = s.exec(ctx, tx, `UPDATE hosts SET url = ?, token = ?, state = ?, accel = ?, mem_mib_total = ?, mem_mib_free = ?,
 			slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ?, report_hash = ?, read_at = ?, heard_at = ? WHERE id = ?`,
-			h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, ReportHash(h), s.readAt(h), now, h.ID)
+			h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, ReportHash(h), s.readAt(h), s.heardAt(h), h.ID)
 		return err
 	})
 	return prev, err
@@ -115,7 +124,7 @@ func (s *Store) RefreshUpHost(ctx context.Context, h Host) (bool, error) {
 	now := micros(s.now())
 	res, err := s.exec(ctx, s.db, `UPDATE hosts SET url = ?, token = ?, accel = ?, mem_mib_total = ?, mem_mib_free = ?,
 		slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ?, report_hash = ?, read_at = ?, heard_at = ? WHERE id = ? AND state = ?`,
-		h.URL, h.Token, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, ReportHash(h), s.readAt(h), now, h.ID, HostUp)
+		h.URL, h.Token, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, ReportHash(h), s.readAt(h), s.heardAt(h), h.ID, HostUp)
 	if err != nil {
 		return false, err
 	}
@@ -148,10 +157,11 @@ type HostReport struct{ ID, Hash string }
 
 // TouchHosts records, in one statement, that the given hosts were heard at `at` and reported
 // nothing new, read at readAt at the earliest: each row whose host is up and whose fingerprint is
-// the report's gets `at` as its last heartbeat. It returns the ids it wrote; a host left out
+// the report's gets `at` as its last heartbeat, and heardAt (zero: now) as when a report was last
+// written (the write's time, as Host.HeardAt). It returns the ids it wrote; a host left out
 // (down, unknown, or its row holds another report — one another replica wrote, say) needs its
 // whole report written (RefreshUpHost).
-func (s *Store) TouchHosts(ctx context.Context, at, readAt time.Time, reports []HostReport) (map[string]bool, error) {
+func (s *Store) TouchHosts(ctx context.Context, at, readAt, heardAt time.Time, reports []HostReport) (map[string]bool, error) {
 	pairs := make([][2]string, len(reports))
 	for i, r := range reports {
 		pairs[i] = [2]string{r.ID, r.Hash}
@@ -167,7 +177,7 @@ func (s *Store) TouchHosts(ctx context.Context, at, readAt time.Time, reports []
 		q = `UPDATE hosts SET last_heartbeat = ?, read_at = GREATEST(read_at, ?), heard_at = ? WHERE state = 'up' AND (id, report_hash) IN
 		(SELECT e->>0, e->>1 FROM json_array_elements(?::json) e) RETURNING id`
 	}
-	ids, err := queryAll(ctx, s, s.db, q, scanOne[string], micros(at), micros(readAt), micros(s.now()), string(js))
+	ids, err := queryAll(ctx, s, s.db, q, scanOne[string], micros(at), micros(readAt), s.orNow(heardAt), string(js))
 	if err != nil {
 		return nil, err
 	}

@@ -208,7 +208,7 @@ func TestTouchHosts(t *testing.T) {
 		stale := b
 		stale.SlotsUsed = 1 // b's row holds SlotsUsed 0
 		at := t0.Add(30 * time.Second)
-		got, err := s.TouchHosts(ctx, at, at, []HostReport{{"a", ReportHash(a)}, {"b", ReportHash(stale)}, {"c", ReportHash(c)}, {"x", ReportHash(a)}})
+		got, err := s.TouchHosts(ctx, at, at, time.Time{}, []HostReport{{"a", ReportHash(a)}, {"b", ReportHash(stale)}, {"c", ReportHash(c)}, {"x", ReportHash(a)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +223,7 @@ func TestTouchHosts(t *testing.T) {
 		if h, _ := s.GetHost(ctx, "c"); h.State != HostDown {
 			t.Fatalf("a touch brought a down host up: %+v", h)
 		}
-		if got, err := s.TouchHosts(ctx, at, at, nil); len(got) != 0 || err != nil {
+		if got, err := s.TouchHosts(ctx, at, at, time.Time{}, nil); len(got) != 0 || err != nil {
 			t.Fatalf("empty batch: %v %v", got, err)
 		}
 	})
@@ -253,7 +253,7 @@ func TestAnswerClaims(t *testing.T) {
 		}
 		claim("c3", true)  // c1 placed nothing: its slot is free
 		claim("c4", false) // c2's sandbox is not in a report yet
-		if _, err := s.TouchHosts(ctx, t0.Add(2*time.Second), answered.Add(time.Millisecond), []HostReport{{"h", ReportHash(h)}}); err != nil {
+		if _, err := s.TouchHosts(ctx, t0.Add(2*time.Second), answered.Add(time.Millisecond), time.Time{}, []HostReport{{"h", ReportHash(h)}}); err != nil {
 			t.Fatal(err)
 		}
 		claim("c4", true) // a report read after c2's answer counts its sandbox (its slots_used, here 0)
@@ -339,7 +339,7 @@ func TestCreditSlots(t *testing.T) {
 		credit(t0.Add(3*time.Second), "sb4")
 		freed(1)
 		s.now = func() time.Time { return t0.Add(4 * time.Second) }
-		if got, err := s.TouchHosts(ctx, t0.Add(2500*time.Millisecond), t0, []HostReport{{"h", ReportHash(h)}}); err != nil || !got["h"] {
+		if got, err := s.TouchHosts(ctx, t0.Add(2500*time.Millisecond), t0, time.Time{}, []HostReport{{"h", ReportHash(h)}}); err != nil || !got["h"] {
 			t.Fatal(got, err)
 		}
 		freed(0)
