@@ -271,11 +271,14 @@ func TestKillCreditsAcrossReplicas(t *testing.T) {
 		t.Fatalf("the other replica does not see the freed slot: %v %v", ids(hs), err)
 	}
 	done := reserve(t, other, "h", 512)
-	if _, err := killer.Reserve("h", 512); !errdefs.Is(err, errdefs.Capacity) { // its memory says free: the store says taken
+	if _, err := killer.Place(ctx, "base"); !errdefs.Is(err, errdefs.Capacity) { // its host list has the other's claim
+		t.Fatalf("the killer's placement does not see the other replica's claim: %v", err)
+	}
+	if _, err := killer.Reserve("h", 512); !errdefs.Is(err, errdefs.Capacity) {
 		t.Fatalf("the freed slot was taken twice: %v", err)
 	}
-	if got := killer.Refusals()["store"]; got != 1 {
-		t.Fatalf("store refusals %d, want 1", got)
+	if got := killer.Refusals(); got["replica"] != 1 { // its host list, read by the Place above, had the claim
+		t.Fatalf("refusals %v, want 1 by the replica's own count", got)
 	}
 	done(true)
 	// The host's next report counts the stop and the new sandbox: the credit has ended.

@@ -170,12 +170,14 @@ type reservation struct {
 	freed int64
 }
 
-// used is how many slots of h are taken: its last report's, plus this replica's placements since,
-// less the sandboxes stopped since — this replica's or, when more, those of every replica whose
-// credits the store held when the host list was read (h.SlotsFreed; the store's count includes
-// this replica's once written, so the larger of the two is never more than were stopped).
+// used is how many slots of h are taken: its last report's, plus the placements since, less the
+// sandboxes stopped since — each this replica's or, when more, every replica's as the store's
+// claims said when the host list was read (h.SlotsClaimed, h.SlotsFreed; the store's counts
+// include this replica's once written, so the larger of the two is never more than there were).
+// Other replicas' placements and stops since that read are not seen: a reservation's claim in
+// the store (Reserve) is what holds.
 func (p reservation) used(h *store.Host) int64 {
-	return h.SlotsUsed + p.slots - max(p.freed, h.SlotsFreed)
+	return h.SlotsUsed + max(p.slots, h.SlotsClaimed) - max(p.freed, h.SlotsFreed)
 }
 
 type staticAgent struct {

@@ -41,9 +41,10 @@ type Host struct {
 	// HeardAt is when the report is written, as its writer's clock says (zero: the store's now):
 	// never before it arrived. A stopped sandbox's credit (CreditSlots) asked for before ends.
 	HeardAt time.Time
-	// SlotsFreed (ListHosts only) is how many of the SlotsUsed sandboxes were stopped since, by
-	// any replica: their slots' credits (CreditSlots) that no report written since counts.
-	SlotsFreed int64
+	// SlotsClaimed and SlotsFreed (ListHosts only) are what the store's claims say of the host
+	// beyond SlotsUsed, every replica's: slots claimed by placements no report counts yet
+	// (ClaimSlot), and sandboxes stopped since the report (CreditSlots).
+	SlotsClaimed, SlotsFreed int64
 }
 
 // readAt is h.ReadAt in the store's units (now when not given).
@@ -325,26 +326,29 @@ func (s *Store) GetHost(ctx context.Context, id string) (Host, error) {
 	return queryOne(ctx, s, `SELECT `+hostCols+` FROM hosts WHERE id = ?`, scanHost, id)
 }
 
-// ListHosts returns every host, by id, with the sandboxes stopped since its last report
-// (SlotsFreed).
+// ListHosts returns every host, by id, with the claims its last report does not count
+// (SlotsClaimed, SlotsFreed).
 func (s *Store) ListHosts(ctx context.Context) ([]Host, error) {
-	return queryAll(ctx, s, s.db, `SELECT `+hostCols+`, (SELECT COUNT(*) FROM host_claims c WHERE c.host_id = h.id
-		AND c.slots < 0 AND c.answered_at > h.heard_at AND c.expires_at > ?) FROM hosts h ORDER BY id`,
+	count := func(sign string) string {
+		return `(SELECT COUNT(*) FROM host_claims c WHERE c.host_id = h.id AND c.slots ` + sign + ` 0 AND c.expires_at > ? AND ` + countingClaim + `)`
+	}
+	now := micros(s.now())
+	return queryAll(ctx, s, s.db, `SELECT `+hostCols+`, `+count(">")+`, `+count("<")+` FROM hosts h ORDER BY id`,
 		func(sc scanner) (Host, error) {
-			var freed int64
-			h, err := scanHost(extraCol{sc, &freed})
-			h.SlotsFreed = freed
+			var claimed, freed int64
+			h, err := scanHost(extraCols{sc, []any{&claimed, &freed}})
+			h.SlotsClaimed, h.SlotsFreed = claimed, freed
 			return h, err
-		}, micros(s.now()))
+		}, now, now)
 }
 
-// extraCol scans one more column after the scanner's caller's.
-type extraCol struct {
+// extraCols scans more columns after the scanner's caller's.
+type extraCols struct {
 	scanner
-	dest any
+	dest []any
 }
 
-func (e extraCol) Scan(dest ...any) error { return e.scanner.Scan(append(dest, e.dest)...) }
+func (e extraCols) Scan(dest ...any) error { return e.scanner.Scan(append(dest, e.dest...)...) }
 
 // CountHostsByState returns how many hosts are in each state.
 func (s *Store) CountHostsByState(ctx context.Context) (map[string]int64, error) {

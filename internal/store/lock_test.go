@@ -293,11 +293,12 @@ func TestCreditSlots(t *testing.T) {
 				t.Fatalf("claim %s: %v %v, want %v", id, ok, err, want)
 			}
 		}
+		claimed := int64(0)
 		freed := func(want int64) {
 			t.Helper()
 			hs, err := s.ListHosts(ctx)
-			if err != nil || len(hs) != 1 || hs[0].SlotsFreed != want {
-				t.Fatalf("hosts %+v %v, want %d slots freed", hs, err, want)
+			if err != nil || len(hs) != 1 || hs[0].SlotsFreed != want || hs[0].SlotsClaimed != claimed {
+				t.Fatalf("hosts %+v %v, want %d slots freed, %d claimed", hs, err, want, claimed)
 			}
 		}
 		credit := func(at time.Time, ids ...string) {
@@ -318,9 +319,12 @@ func TestCreditSlots(t *testing.T) {
 		claim("c1", true)
 		claim("c2", false)
 		credit(t0.Add(time.Second), "sb2")
+		claimed = 1
 		freed(2)
 		claim("c2", true)
 		claim("c3", false)
+		claimed = 2
+		freed(2)
 
 		// A report heard after the stops counts them: the credits end (its slots_used, 0 here,
 		// and the two unanswered claims leave no slot).
