@@ -831,7 +831,9 @@ func (s *Scheduler) pushedRead(reg Registration) readWindow {
 // after the host answered; a stopped one's credit when the report may have been read after the
 // kill was asked for.
 func (s *Scheduler) settleLocked(hostID string, read readWindow) {
-	s.lastReport[hostID] = read.by
+	if read.by.After(s.lastReport[hostID]) {
+		s.lastReport[hostID] = read.by
+	}
 	rs := s.placed[hostID]
 	keep := rs[:0]
 	for _, r := range rs {

@@ -326,18 +326,19 @@ func (s *Store) GetHost(ctx context.Context, id string) (Host, error) {
 	return queryOne(ctx, s, `SELECT `+hostCols+` FROM hosts WHERE id = ?`, scanHost, id)
 }
 
-// ListHosts returns every host, by id, with the claims its last report does not count
-// (SlotsClaimed, SlotsFreed).
+// ListHosts returns every host, by id, with when its report was read and written (ReadAt,
+// HeardAt) and the claims that report does not count (SlotsClaimed, SlotsFreed).
 func (s *Store) ListHosts(ctx context.Context) ([]Host, error) {
 	count := func(sign string) string {
 		return `(SELECT COUNT(*) FROM host_claims c WHERE c.host_id = h.id AND c.slots ` + sign + ` 0 AND c.expires_at > ? AND ` + countingClaim + `)`
 	}
 	now := micros(s.now())
-	return queryAll(ctx, s, s.db, `SELECT `+hostCols+`, `+count(">")+`, `+count("<")+` FROM hosts h ORDER BY id`,
+	return queryAll(ctx, s, s.db, `SELECT `+hostCols+`, read_at, heard_at, `+count(">")+`, `+count("<")+` FROM hosts h ORDER BY id`,
 		func(sc scanner) (Host, error) {
+			var readAt, heardAt time.Time
 			var claimed, freed int64
-			h, err := scanHost(extraCols{sc, []any{&claimed, &freed}})
-			h.SlotsClaimed, h.SlotsFreed = claimed, freed
+			h, err := scanHost(extraCols{sc, []any{timeCol(&readAt), timeCol(&heardAt), &claimed, &freed}})
+			h.ReadAt, h.HeardAt, h.SlotsClaimed, h.SlotsFreed = readAt, heardAt, claimed, freed
 			return h, err
 		}, now, now)
 }
