@@ -229,6 +229,17 @@ func TestTouchHosts(t *testing.T) {
 	})
 }
 
+// claimer returns a func that claims a slot of hostID at t0 (for an hour) and fails t unless
+// ClaimSlot answers want.
+func claimer(ctx context.Context, t *testing.T, s *Store, hostID string, t0 time.Time) func(id string, want bool) {
+	return func(id string, want bool) {
+		t.Helper()
+		if ok, err := s.ClaimSlot(ctx, id, hostID, t0, t0.Add(time.Hour)); err != nil || ok != want {
+			t.Fatalf("claim %s: %v %v, want %v", id, ok, err, want)
+		}
+	}
+}
+
 // TestAnswerClaims: answers written together end each claim as asked — nothing placed frees the
 // slot at once, placed keeps it until a report read after the answer.
 func TestAnswerClaims(t *testing.T) {
@@ -238,12 +249,7 @@ func TestAnswerClaims(t *testing.T) {
 		if _, err := s.UpsertHost(ctx, h); err != nil {
 			t.Fatal(err)
 		}
-		claim := func(id string, want bool) {
-			t.Helper()
-			if ok, err := s.ClaimSlot(ctx, id, "h", t0, t0.Add(time.Hour)); err != nil || ok != want {
-				t.Fatalf("claim %s: %v %v, want %v", id, ok, err, want)
-			}
-		}
+		claim := claimer(ctx, t, s, "h", t0)
 		claim("c1", true)
 		claim("c2", true)
 		claim("c3", false)
@@ -287,12 +293,7 @@ func TestCreditSlots(t *testing.T) {
 		if _, err := s.UpsertHost(ctx, h); err != nil {
 			t.Fatal(err)
 		}
-		claim := func(id string, want bool) {
-			t.Helper()
-			if ok, err := s.ClaimSlot(ctx, id, "h", t0, t0.Add(time.Hour)); err != nil || ok != want {
-				t.Fatalf("claim %s: %v %v, want %v", id, ok, err, want)
-			}
-		}
+		claim := claimer(ctx, t, s, "h", t0)
 		claimed := int64(0)
 		freed := func(want int64) {
 			t.Helper()
