@@ -5,13 +5,13 @@ import (
 	"errors"
 	"maps"
 	"strconv"
-	"sync"
 
 	"github.com/pandastack/pandastack/internal/faultpoint"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/fanout"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -165,17 +165,10 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 	if !sn.Published {
 		return nil, errdefs.Conflictf("sandbox %s cannot be forked onto host %s: its host %s has no blob store to publish the fork's snapshot to (docs/multi-host.md)", parent.ID, hostID, parent.HostID)
 	}
-	got := make([]agentclient.Sandbox, count)
-	errs := make([]error, count)
-	var wg sync.WaitGroup
-	for i := range count {
-		wg.Go(func() {
-			got[i], errs[i] = dst.CreateSandbox(ctx, agentclient.CreateRequest{ID: auth.NewID("sb_"), SnapshotID: sn.ID, ForkOf: parent.ID})
-		})
-	}
-	wg.Wait()
+	got, err := fanout.Each(count, func(int) (agentclient.Sandbox, error) {
+		return dst.CreateSandbox(ctx, agentclient.CreateRequest{ID: auth.NewID("sb_"), SnapshotID: sn.ID, ForkOf: parent.ID})
+	})
 	// A child that failed has no id: dropUnrecorded passes it by.
-	err = errors.Join(errs...)
 	var vols []store.Volume
 	var atts []store.VolumeAttachment
 	if err == nil {
