@@ -144,15 +144,7 @@ func (e *env) do(method, path, key string, body any, hdr ...string) resp {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	res, b := testenv.Send(e.t, req)
 	return resp{res.StatusCode, res.Header, b}
 }
 
