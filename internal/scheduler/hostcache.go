@@ -35,7 +35,7 @@ type tmplHosts struct{ baked, plain []int }
 
 // install replaces the list with one read from the store (mu held), then applies again the
 // patches made while it was being read (the store may have answered before they were written).
-// The caller settles this replica's reservations against the rows' reports (installHosts).
+// The caller settles this replica's reservations against the rows' reports (refreshHosts).
 func (c *hostCache) install(list []store.Host) {
 	c.hosts, c.pos = make([]*store.Host, len(list)), make(map[string]int, len(list))
 	for i := range list {
