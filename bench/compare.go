@@ -22,7 +22,7 @@ type stepSamples struct {
 func (s *stepSamples) create(ctx context.Context, a *hostagent.Agent) sample {
 	return s.traced(ctx, func(ctx context.Context) (func() error, error) {
 		info, err := a.Create(ctx, hostagent.CreateRequest{Template: "base"})
-		return func() error { return a.Kill(info.ID) }, err
+		return func() error { return settle(ctx, a, "base", a.Kill(info.ID)) }, err
 	})
 }
 
