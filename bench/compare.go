@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/hostagent"
@@ -87,7 +88,14 @@ func (b *bench) compareSuite(ctx context.Context, res map[string]float64, name s
 	}
 	minimal := pct(lat[2], 50)
 	fmt.Printf("\n%s: create steps, p50 over %d (main agent vs %s)\n", name, len(onMain.ms["total"]), name)
-	for _, step := range onMain.order {
+	order := slices.DeleteFunc(slices.Clone(onMain.order), func(s string) bool { return s == "total" })
+	for _, step := range onSide.order { // the side's own steps too, after the main agent's
+		if !slices.Contains(order, step) && step != "total" {
+			order = append(order, step)
+		}
+	}
+	order = append(order, "total")
+	for _, step := range order {
 		fmt.Printf("  %-18s %8.2f %8.2f ms\n", step, onMain.p50(step), onSide.p50(step))
 	}
 	for label, step := range map[string]string{"create": "total", "guest_hello": "guest_hello"} {
