@@ -14,9 +14,7 @@ import (
 	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/jail"
 	"github.com/pandastack/pandastack/internal/network"
-	"github.com/pandastack/pandastack/internal/network/nettest"
 	"github.com/pandastack/pandastack/internal/runtime"
-	"github.com/pandastack/pandastack/internal/testenv"
 	"github.com/pandastack/pandastack/internal/timing"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
@@ -26,16 +24,7 @@ import (
 // prepared after it; closing the agent ends the prepared one and leaves no file of it; a sandbox
 // made from one survives an agent restart (whose doctor reclaims prepared VMMs' leftovers).
 func TestPreparedVMM(t *testing.T) {
-	testenv.NeedVMs(t)
-	nettest.NeedRoot(t)
-	prefix := nettest.NewPrefix()
-	out := nettest.NewOutside(t, prefix)
-	cidr := nettest.FreeCIDR(t, 22)
-	t.Cleanup(func() { expectNoSlotsLeft(t, prefix) })
-	h := newHarness(t, func(c *Config) {
-		c.Network = &network.Config{CIDR: cidr, Prefix: prefix, Ready: 2, DNS: out.Addr}
-		c.PreparedTemplates = 1
-	})
+	h, out := newNetHarness(t, func(c *Config) { c.PreparedTemplates = 1 })
 	ctx := context.Background()
 
 	first := h.create() // bakes; nothing prepared yet
