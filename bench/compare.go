@@ -58,8 +58,9 @@ func (s *stepSamples) p50(step string) float64 {
 
 // compareSuite runs traced creates on the main agent and on a side agent (its own data dir,
 // name) configured by set, interleaved, and prints each step's p50 on both; res gets
-// <name>_create_p50_ms, <name>_main_create_p50_ms and <name>_over_main (side / main), and the
-// same for the guest_hello step. check, when set, runs on a sandbox of each side first.
+// <name>_create_p50_ms, <name>_main_create_p50_ms and <name>_over_main (side / main), the same
+// for the guest_hello step, and each step's p50 on both. check, when set, runs on a sandbox of
+// each side first.
 func (b *bench) compareSuite(ctx context.Context, res map[string]float64, name string, set func(*hostagent.Config), creates int,
 	check func(a *hostagent.Agent, side string) error) error {
 	side, err := b.sideAgent(ctx, name, set)
@@ -97,6 +98,9 @@ func (b *bench) compareSuite(ctx context.Context, res map[string]float64, name s
 	order = append(order, "total")
 	for _, step := range order {
 		fmt.Printf("  %-18s %8.2f %8.2f ms\n", step, onMain.p50(step), onSide.p50(step))
+		if step != "total" { // the step table: <name>_step_<step>_p50_ms, <name>_main_step_<step>_p50_ms
+			res[name+"_step_"+step+"_p50_ms"], res[name+"_main_step_"+step+"_p50_ms"] = onSide.p50(step), onMain.p50(step)
+		}
 	}
 	for label, step := range map[string]string{"create": "total", "guest_hello": "guest_hello"} {
 		res[name+"_"+label+"_p50_ms"], res[name+"_main_"+label+"_p50_ms"] = onSide.p50(step), onMain.p50(step)
