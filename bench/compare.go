@@ -88,7 +88,7 @@ func (b *bench) compareSuite(ctx context.Context, res map[string]float64, name s
 		return err
 	}
 	minimal := pct(lat[2], 50)
-	fmt.Printf("\n%s: create steps, p50 over %d (main agent vs %s)\n", name, len(onMain.ms["total"]), name)
+	fmt.Printf("\n%s: create steps, p50 over the creates that had the step (how many; main agent vs %s)\n", name, name)
 	order := slices.DeleteFunc(slices.Clone(onMain.order), func(s string) bool { return s == "total" })
 	for _, step := range onSide.order { // the side's own steps too, after the main agent's
 		if !slices.Contains(order, step) && step != "total" {
@@ -97,7 +97,7 @@ func (b *bench) compareSuite(ctx context.Context, res map[string]float64, name s
 	}
 	order = append(order, "total")
 	for _, step := range order {
-		fmt.Printf("  %-18s %8.2f %8.2f ms\n", step, onMain.p50(step), onSide.p50(step))
+		fmt.Printf("  %-18s %8.2f (%2d) %8.2f (%2d) ms\n", step, onMain.p50(step), len(onMain.ms[step]), onSide.p50(step), len(onSide.ms[step]))
 		if step != "total" { // the step table: <name>_step_<step>_p50_ms, <name>_main_step_<step>_p50_ms
 			res[name+"_step_"+step+"_p50_ms"], res[name+"_main_step_"+step+"_p50_ms"] = onSide.p50(step), onMain.p50(step)
 		}
