@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 
 	"github.com/pandastack/pandastack/internal/hostagent"
@@ -22,7 +23,7 @@ type stepSamples struct {
 func (s *stepSamples) create(ctx context.Context, a *hostagent.Agent) sample {
 	return s.traced(ctx, func(ctx context.Context) (func() error, error) {
 		info, err := a.Create(ctx, hostagent.CreateRequest{Template: "base"})
-		return func() error { return a.Kill(info.ID) }, err
+		return func() error { return settle(ctx, a, "base", a.Kill(info.ID)) }, err
 	})
 }
 
@@ -57,8 +58,9 @@ func (s *stepSamples) p50(step string) float64 {
 
 // compareSuite runs traced creates on the main agent and on a side agent (its own data dir,
 // name) configured by set, interleaved, and prints each step's p50 on both; res gets
-// <name>_create_p50_ms, <name>_main_create_p50_ms and <name>_over_main (side / main), and the
-// same for the guest_hello step. check, when set, runs on a sandbox of each side first.
+// <name>_create_p50_ms, <name>_main_create_p50_ms and <name>_over_main (side / main), the same
+// for the guest_hello step, and each step's p50 on both. check, when set, runs on a sandbox of
+// each side first.
 func (b *bench) compareSuite(ctx context.Context, res map[string]float64, name string, set func(*hostagent.Config), creates int,
 	check func(a *hostagent.Agent, side string) error) error {
 	side, err := b.sideAgent(ctx, name, set)
@@ -86,9 +88,19 @@ func (b *bench) compareSuite(ctx context.Context, res map[string]float64, name s
 		return err
 	}
 	minimal := pct(lat[2], 50)
-	fmt.Printf("\n%s: create steps, p50 over %d (main agent vs %s)\n", name, len(onMain.ms["total"]), name)
-	for _, step := range onMain.order {
-		fmt.Printf("  %-18s %8.2f %8.2f ms\n", step, onMain.p50(step), onSide.p50(step))
+	fmt.Printf("\n%s: create steps, p50 over the creates that had the step (how many; main agent vs %s)\n", name, name)
+	order := slices.DeleteFunc(slices.Clone(onMain.order), func(s string) bool { return s == "total" })
+	for _, step := range onSide.order { // the side's own steps too, after the main agent's
+		if !slices.Contains(order, step) && step != "total" {
+			order = append(order, step)
+		}
+	}
+	order = append(order, "total")
+	for _, step := range order {
+		fmt.Printf("  %-18s %8.2f (%2d) %8.2f (%2d) ms\n", step, onMain.p50(step), len(onMain.ms[step]), onSide.p50(step), len(onSide.ms[step]))
+		if step != "total" { // the step table: <name>_step_<step>_p50_ms, <name>_main_step_<step>_p50_ms
+			res[name+"_step_"+step+"_p50_ms"], res[name+"_main_step_"+step+"_p50_ms"] = onSide.p50(step), onMain.p50(step)
+		}
 	}
 	for label, step := range map[string]string{"create": "total", "guest_hello": "guest_hello"} {
 		res[name+"_"+label+"_p50_ms"], res[name+"_main_"+label+"_p50_ms"] = onSide.p50(step), onMain.p50(step)

@@ -139,7 +139,7 @@ func forkWakeOps(ctx context.Context, a *hostagent.Agent) (ops []*faultedOp, don
 	ops = []*faultedOp{
 		op("create", nil, func() (int, func() error, error) {
 			info, err := a.Create(ctx, hostagent.CreateRequest{Template: "base"})
-			return info.PID, func() error { return a.Kill(info.ID) }, err
+			return info.PID, func() error { return settle(ctx, a, "base", a.Kill(info.ID)) }, err
 		}),
 		op("fork", nil, func() (int, func() error, error) {
 			kids, err := a.Fork(ctx, parent.ID, 1)

@@ -61,7 +61,7 @@ const defaultSuites = "restore,sandbox,lifecycle,controlplane,network,volumes,co
 var roundSuites = map[string]func(*bench, context.Context, map[string]float64, int) error{
 	"restore": (*bench).restoreSuite, "network": (*bench).networkSuite, "volumes": (*bench).volumeSuite,
 	"confine": (*bench).confineSuite, "firstexec": (*bench).firstExecSuite, "cpuweight": (*bench).cpuWeightSuite,
-	"forkwake": (*bench).forkWakeSuite, "forkwake-cold": (*bench).forkWakeColdSuite,
+	"forkwake": (*bench).forkWakeSuite, "forkwake-cold": (*bench).forkWakeColdSuite, "backtoback": (*bench).backToBackSuite,
 }
 
 // The comparisons of suites guest-before and cpu, and suite appsnext's guest CA file (flags).
@@ -185,6 +185,10 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 			err = b.compareSuite(ctx, res, "livebake", func(c *hostagent.Config) { c.LiveBakeSnapshot = true }, creates, nil)
 		case "tsc":
 			err = b.compareSuite(ctx, res, "tsc_reliable", func(c *hostagent.Config) { c.ReliableTSC = true }, creates, nil)
+		case "unprepared":
+			// Creates that spawn their VMM (as before VMMs were prepared) against creates that
+			// take the one prepared after the create before.
+			err = b.compareSuite(ctx, res, "unprepared", func(c *hostagent.Config) { c.PreparedTemplates = 0 }, creates, nil)
 		case "unconfined":
 			err = b.compareSuite(ctx, res, "unconfined", func(c *hostagent.Config) { c.Unconfined = true }, creates, nil)
 		case "cpu":
@@ -212,7 +216,7 @@ func run(out, dataDir, guestAgent, imageCache, suites string, creates, idle int)
 		case "soak":
 			err = soakSuite(ctx, res, guestAgent, imageCache)
 		default:
-			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, pitr, apps, appsnext, appsvite, soak, templates, code, before, guest-before, firstexec, forkwake, forkwake-cold, cpuweight, livebake, tsc, unconfined, cpu)", suite)
+			err = fmt.Errorf("unknown suite %q (restore, sandbox, lifecycle, controlplane, network, volumes, confine, blob, processes, functions, databases, pitr, apps, appsnext, appsvite, soak, templates, code, before, guest-before, firstexec, forkwake, forkwake-cold, cpuweight, livebake, tsc, unconfined, unprepared, backtoback, cpu)", suite)
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)

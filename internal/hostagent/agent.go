@@ -102,6 +102,10 @@ type Config struct {
 	// JailUIDBase: every VMM runs with gid JailUIDBase, template bakes with uid JailUIDBase and
 	// each sandbox with its own uid JailUIDBase+1 … JailUIDBase+JailUIDs-1 (default 100000, 10000).
 	JailUIDBase, JailUIDs int
+	// PreparedTemplates is how many templates, those created from last, keep a VMM prepared for
+	// their next create: started confined with -incoming defer, holding no guest memory (0:
+	// none; the agent and up commands default to DefaultPreparedTemplates).
+	PreparedTemplates int
 	// VMMOverheadMiB is what a VMM may use beyond its guest's RAM before its cgroup's OOM
 	// killer ends it (QEMU, TCG's code cache, the page default 512).
 	VMMOverheadMiB int
@@ -250,7 +254,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		}
 	}
 	sbCfg := sandbox.Config{Limits: a.limits(), Layout: a.layout, Runtime: a.rt, Net: a.net, Disk: a.disk,
-		Volumes: a.volumes, Snapshots: a.snapshots, Log: a.log, FullSnapshots: cfg.FullSnapshots}
+		Volumes: a.volumes, Snapshots: a.snapshots, Log: a.log, FullSnapshots: cfg.FullSnapshots, PreparedTemplates: cfg.PreparedTemplates}
 	if a.confined {
 		sbCfg.Cgroup, sbCfg.JailUIDBase, sbCfg.JailUIDs = a.cg, a.cfg.JailUIDBase, a.cfg.JailUIDs
 	}
@@ -351,6 +355,22 @@ func (a *Agent) limits() sandbox.Limits {
 	return sandbox.Limits{MaxVCPUs: c.MaxVCPUs, MaxMemoryMiB: c.MaxMemoryMiB, HostMemoryMiB: c.HostMemoryMiB,
 		MemoryOvercommit: c.MemoryOvercommit, MemoryWatermarkMiB: c.MemoryWatermarkMiB, PressureInterval: c.PressureInterval}
 }
+
+// DefaultPreparedTemplates is the agent and up commands' --prepared-templates.
+const DefaultPreparedTemplates = 4
+
+// WaitPrepared waits until template has its VMM prepared, if one is being prepared (the bench
+// keeps a preparation out of the next measurement).
+func (a *Agent) WaitPrepared(ctx context.Context, template string) error {
+	return a.sandboxes.WaitPrepared(ctx, template)
+}
+
+// PreparedVMMs are the VMMs prepared for the next creates (name → pid), waiting or taken by a
+// create in flight.
+func (a *Agent) PreparedVMMs() map[string]int { return a.sandboxes.PreparedVMMs() }
+
+// PreparedCounts are how many VMMs were prepared and how many creates took one.
+func (a *Agent) PreparedCounts() (made, used int64) { return a.sandboxes.PreparedCounts() }
 
 // DefaultMemoryOvercommit is the commit limit's ratio when none is configured.
 const DefaultMemoryOvercommit = sandbox.DefaultMemoryOvercommit

@@ -2,11 +2,15 @@ package hostagent
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/testenv"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
@@ -52,7 +56,7 @@ func (h *harness) templateNames() map[string]hostapi.Template {
 // before the snapshot and its ready check, env, then sandboxes restored from it; and the ways a
 // build fails, each leaving nothing registered.
 func TestTemplateBuild(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, func(c *Config) { c.PreparedTemplates = 1 })
 
 	// base carries the runtimes the catalog promises (Bun's install script ran in the build VM).
 	sb := h.create()
@@ -120,8 +124,31 @@ func TestTemplateBuild(t *testing.T) {
 	if got := h.templateNames()["web-demo"]; !got.Built {
 		t.Errorf("after restart the built template is gone: %+v", got)
 	}
+	// A create prepares the template's next VMM; deleting the template ends it.
+	var last hostapi.Sandbox
+	if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": "web-demo"}, &last); code != 201 {
+		t.Fatalf("create from built template after restart: %d", code)
+	}
+	h.call("DELETE", "/v1/sandboxes/"+last.ID, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := h.agent.WaitPrepared(ctx, "web-demo"); err != nil {
+		t.Fatal(err)
+	}
+	prepared := h.agent.PreparedVMMs()
+	if len(prepared) != 1 {
+		t.Fatalf("prepared VMMs after a create of web-demo: %v, want one", prepared)
+	}
 	if code := h.call("DELETE", "/v1/templates/web-demo", nil, nil); code != 204 {
 		t.Errorf("delete: %d", code)
+	}
+	for name, pid := range prepared {
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(st), "qemu") {
+			t.Errorf("VMM %s (pid %d) prepared for the deleted template still runs", name, pid)
+		}
+	}
+	if left := h.agent.PreparedVMMs(); len(left) != 0 {
+		t.Errorf("prepared VMMs after the template's deletion: %v", left)
 	}
 	if _, ok := h.templateNames()["web-demo"]; ok {
 		t.Errorf("deleted template still listed")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/faultpoint"
+	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
 
 	"github.com/pandastack/pandastack/internal/cgroup"
@@ -83,7 +84,7 @@ func (a *Agent) doctor(repair bool, minAge time.Duration, atStart bool) hostapi.
 		if !atStart { // the network's start has reclaimed its own leftovers, while it filled its ready slots
 			a.doctorNetwork(add)
 		}
-		a.doctorCgroups(owned, add)
+		a.doctorCgroups(owned, atStart, add)
 	})
 	return out
 }
@@ -99,6 +100,9 @@ func waitGone(pids []int, limit time.Duration) {
 }
 
 type addFinding func(kind, resource, detail string, fix doctorFix)
+
+// preparedPrefix names a prepared VMM's directories and cgroup (sandbox.PreparedPrefix).
+const preparedPrefix = sandbox.PreparedPrefix
 
 // VMMsIn lists the QEMU processes working in a directory of runs (an agent's run directories:
 // sandboxes' and bakes'), by pid, each with the name of its directory.
@@ -128,9 +132,20 @@ func VMMsIn(runs string) map[int]string {
 // doctorVMMs: QEMU processes working in one of this agent's sandbox run directories whose sandbox
 // is gone or runs another VMM; atStart, a bake's VMM as well (no bake is in flight then).
 func (a *Agent) doctorVMMs(owned map[string]int, atStart bool, add addFinding) {
+	sandboxVMM := map[int]bool{}
+	for _, pid := range owned {
+		sandboxVMM[pid] = pid != 0
+	}
 	for pid, id := range VMMsIn(filepath.Dir(a.runDir("sb_x"))) {
 		if atStart && strings.HasPrefix(id, "bake-") {
 			add("orphan_vmm", "pid "+strconv.Itoa(pid), "the VMM of a bake its agent did not finish ("+id+")", func() error {
+				return syscall.Kill(pid, syscall.SIGKILL)
+			})
+		}
+		// A jailed VMM a create took from the prepared ones still works in its prep- directory
+		// (as its jail sees it): a sandbox's VMM by its pid.
+		if atStart && strings.HasPrefix(id, preparedPrefix) && !sandboxVMM[pid] {
+			add("orphan_vmm", "pid "+strconv.Itoa(pid), "a VMM its agent prepared for a create that never came ("+id+")", func() error {
 				return syscall.Kill(pid, syscall.SIGKILL)
 			})
 		}
@@ -189,6 +204,13 @@ func (a *Agent) doctorDirs(owned map[string]int, minAge time.Duration, atStart b
 	for _, p := range append(bakes, runs...) {
 		add("stale_tmp", p, "a bake that was never finished", remove(p))
 	}
+	// No VMM is prepared yet at start: those directories are an earlier agent's (a create that
+	// took one renamed them).
+	files, _ := filepath.Glob(filepath.Join(a.sandboxesDir(), preparedPrefix+"*"))
+	runs, _ = filepath.Glob(a.runDir(preparedPrefix + "*"))
+	for _, p := range append(files, runs...) {
+		add("stale_tmp", p, "the files of a VMM prepared for a create that never came", remove(p))
+	}
 }
 
 // doctorNetwork: namespaces and host links of this agent's prefix that no slot holds.
@@ -206,15 +228,18 @@ func (a *Agent) doctorNetwork(add addFinding) {
 	}
 }
 
-// doctorCgroups: VMM cgroups of sandboxes this host does not have, with no process left in them.
-func (a *Agent) doctorCgroups(owned map[string]int, add addFinding) {
+// doctorCgroups: VMM cgroups of sandboxes this host does not have, with no process left in them;
+// atStart, those of prepared VMMs too (a create that took one keeps its cgroup, not empty).
+func (a *Agent) doctorCgroups(owned map[string]int, atStart bool, add addFinding) {
 	if a.cg == nil {
 		return
 	}
 	for _, parent := range a.cg.Dirs() {
 		ents, _ := os.ReadDir(parent)
 		for _, e := range ents {
-			if _, ok := owned[e.Name()]; !e.IsDir() || !strings.HasPrefix(e.Name(), "sb_") || ok {
+			_, ok := owned[e.Name()]
+			ours := strings.HasPrefix(e.Name(), "sb_") || atStart && strings.HasPrefix(e.Name(), preparedPrefix)
+			if !e.IsDir() || !ours || ok {
 				continue
 			}
 			dir := filepath.Join(parent, e.Name())

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/host/sandbox"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/network/nettest"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
@@ -107,7 +108,8 @@ func TestDoctor(t *testing.T) {
 
 // TestStartReclaims: an agent's start takes what an agent killed mid-operation left, of any age
 // (nothing of its own is in flight yet): a VMM of no sandbox, a bake's VMM, its half-made
-// template and run directory, a fresh sandbox directory of no record.
+// template and run directory, a fresh sandbox directory of no record, a VMM prepared for a
+// create that never came with its files.
 func TestStartReclaims(t *testing.T) {
 	nettest.NeedRoot(t)
 	h := newHarness(t, func(c *Config) { c.DiskReserveMiB = 512 }) // a crowded disk is fine: no VM runs
@@ -118,7 +120,7 @@ func TestStartReclaims(t *testing.T) {
 	}
 	var exited []chan error
 	var dirs []string
-	for _, id := range []string{"sb_killedmidcreate", "bake-reclaimed"} {
+	for _, id := range []string{"sb_killedmidcreate", "bake-reclaimed", sandbox.PreparedPrefix + "reclaimed"} {
 		dir := a.runDir(id)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
@@ -134,7 +136,8 @@ func TestStartReclaims(t *testing.T) {
 		exited = append(exited, done)
 		dirs = append(dirs, dir)
 	}
-	for _, d := range []string{filepath.Join(a.sandboxesDir(), "sb_killedmidcreate"), filepath.Join(a.templatesDir(), "tmpl-x.baking")} {
+	for _, d := range []string{filepath.Join(a.sandboxesDir(), "sb_killedmidcreate"), filepath.Join(a.templatesDir(), "tmpl-x.baking"),
+		filepath.Join(a.sandboxesDir(), sandbox.PreparedPrefix+"reclaimed")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}

@@ -23,9 +23,10 @@ import (
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
 
-// TestNetworking runs real microVMs with NICs in network slots. Its "internet" is a namespace the
-// test made (nettest.Outside); nothing leaves the host.
-func TestNetworking(t *testing.T) {
+// newNetHarness is a harness (tuned by tune, if set) whose sandboxes have NICs in network slots
+// of a fresh prefix, with an outside namespace to reach (nettest.Outside); no slot may be left
+// at the end.
+func newNetHarness(t *testing.T, tune func(*Config)) (*harness, *nettest.Outside) {
 	testenv.NeedVMs(t)
 	nettest.NeedRoot(t)
 	prefix := nettest.NewPrefix()
@@ -34,7 +35,17 @@ func TestNetworking(t *testing.T) {
 	t.Cleanup(func() { expectNoSlotsLeft(t, prefix) }) // runs after the harness's clean-up
 	h := newHarness(t, func(c *Config) {
 		c.Network = &network.Config{CIDR: cidr, Prefix: prefix, Ready: 2, DNS: out.Addr}
+		if tune != nil {
+			tune(c)
+		}
 	})
+	return h, out
+}
+
+// TestNetworking runs real microVMs with NICs in network slots. Its "internet" is a namespace the
+// test made (nettest.Outside); nothing leaves the host.
+func TestNetworking(t *testing.T) {
+	h, out := newNetHarness(t, nil)
 
 	create := func(egress map[string]any) hostapi.Sandbox {
 		t.Helper()
@@ -146,7 +157,7 @@ func TestNetworking(t *testing.T) {
 		map[string]any{"internet": true, "bogus": 1},
 		// The host's own slot range (the agent knows it; it need not be a private range) and
 		// the fixed blocked ranges.
-		map[string]any{"allow": []string{cidr.String()}},
+		map[string]any{"allow": []string{h.agent.net.CIDR().String()}},
 		map[string]any{"allow": []string{slotOf(open.ID).HostAddr.String()}},
 		map[string]any{"allow": []string{"169.254.169.254"}},
 		map[string]any{"allow": []string{"::ffff:127.0.0.1"}},

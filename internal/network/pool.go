@@ -612,6 +612,16 @@ func (p *Pool) Acquire(ctx context.Context, pol Policy) (*Slot, error) {
 	return s, nil
 }
 
+// SetPolicy replaces the egress policy of a slot in use (one taken before its sandbox was known:
+// a prepared VMM's, whose slot was acquired with the empty policy, which lets nothing out).
+func (s *Slot) SetPolicy(pol Policy) error {
+	pol, err := pol.validate()
+	if err != nil {
+		return err
+	}
+	return s.apply(pol)
+}
+
 // apply replaces the slot's egress policy (one nftables transaction in its namespace). The
 // blocked chain is rewritten only when the operator's open ranges differ from what the slot has.
 func (s *Slot) apply(pol Policy) error {

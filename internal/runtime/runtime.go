@@ -144,6 +144,13 @@ type Runtime interface {
 	// Restore starts a new VMM from snap with the RAM file mapped private (copy on write), running.
 	// It marks its steps (Step*) in ctx's timing trace.
 	Restore(ctx context.Context, runDir string, spec Spec, snap Snapshot) (*VM, error)
+	// Prepare and Incoming are Restore in two halves, so the first can run before a restore is
+	// asked for. Prepare starts spec's VMM, confined, waiting for its state, with ramFile mapped
+	// private but unread: it holds no guest memory and runs no guest. Incoming moves its run dir
+	// to runDir (updating vm), loads snap's device state and runs it (marking StepMigrate,
+	// StepCont); a VM whose Incoming fails is ended.
+	Prepare(ctx context.Context, runDir string, spec Spec, ramFile string) (*VM, error)
+	Incoming(ctx context.Context, vm *VM, runDir string, snap Snapshot) error
 	// Snapshot saves a VM restored from base into out, pausing it meanwhile.
 	Snapshot(ctx context.Context, vm *VM, base, out Snapshot, opts SnapshotOptions) (SnapshotStats, error)
 	// Pause and Resume stop and restart a VM's vCPUs.

@@ -14,12 +14,14 @@ import (
 )
 
 // TestContractHostAgent holds the real host agent (real microVMs, PANDASTACK_VM_TESTS=1) to the
-// contract the fake meets in TestContractFake. One agent, a handful of sandboxes, one at a time.
+// contract the fake meets in TestContractFake. One agent, a handful of sandboxes, one at a time;
+// VMMs prepared for the next create, as the agent command has them.
 func TestContractHostAgent(t *testing.T) {
 	testenv.NeedVMs(t)
 	const token = "contract-token"
 	a, err := hostagent.New(context.Background(), hostagent.Config{DataDir: testenv.DataDir(t), Token: token,
-		GuestAgent: testenv.GuestAgent(t), ImageCacheDir: testenv.ImageCache(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		GuestAgent: testenv.GuestAgent(t), ImageCacheDir: testenv.ImageCache(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		PreparedTemplates: hostagent.DefaultPreparedTemplates})
 	if err != nil {
 		t.Fatalf("host agent: %v", err)
 	}

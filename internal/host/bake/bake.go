@@ -73,6 +73,8 @@ type VMs interface {
 	RelieveForCreate(ctx context.Context, what string) error
 	// UsersOf counts the sandboxes of template name on this host.
 	UsersOf(name string) int
+	// DropPrepared ends the VMM prepared for template name's next create, if any.
+	DropPrepared(name string)
 }
 
 // Config is what Templates works with.

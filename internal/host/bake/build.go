@@ -430,6 +430,7 @@ func (ts *Templates) Delete(name string) error {
 	delete(ts.built, name)
 	delete(ts.states, name)
 	ts.mu.Unlock()
+	ts.vms.DropPrepared(name) // it maps the bake's RAM file
 	os.Remove(filepath.Join(ts.specsDir(), name+".json"))
 	dirs, _ := filepath.Glob(filepath.Join(ts.cfg.Layout.Templates(), name+"-*"))
 	for _, d := range dirs {

@@ -172,6 +172,11 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	timing.Mark(ctx, StepAdmit)
 
 	runDir := m.layout.RunDir(id)
+	var pre *preparedVMM // a create from a template (without volumes) takes its prepared VMM
+	if op == "create" && rec.SnapshotID == "" && rec.ForkOf == "" && len(src.volCopies) == 0 {
+		pre = m.takePrepared(&rec)
+		defer func() { m.createDone(rec.Template, pre) }()
+	}
 	fail := func(err error) (hostapi.Sandbox, error) {
 		m.mu.Lock()
 		delete(m.sandboxes, id)
@@ -182,15 +187,21 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 		dropVols() // after the sandbox let go of them
 		return hostapi.Sandbox{}, err
 	}
-	if err := os.MkdirAll(sb.dir, 0o700); err != nil {
-		return fail(err)
-	}
 	disk := filepath.Join(sb.dir, "disk.img")
-	if err := storage.Clone(src.diskSrc, disk); err != nil {
-		return fail(err)
+	if pre != nil {
+		if err := m.usePrepared(ctx, pre, &rec, sb.dir); err != nil {
+			return fail(err)
+		}
+	} else {
+		if err := os.MkdirAll(sb.dir, 0o700); err != nil {
+			return fail(err)
+		}
+		if err := storage.Clone(src.diskSrc, disk); err != nil {
+			return fail(err)
+		}
+		timing.Mark(ctx, StepDiskClone)
 	}
-	timing.Mark(ctx, StepDiskClone)
-	vm, client, slot, err := m.restoreVM(ctx, &rec, runDir, disk)
+	vm, client, slot, err := m.restoreVM(ctx, &rec, runDir, disk, pre)
 	if err != nil {
 		return fail(err)
 	}

@@ -33,7 +33,8 @@ const MaxForkCount = hostapi.MaxForkCount
 // (free when made) that pins the sandbox's blocks, so the sandbox's next writes allocate anew.
 const snapshotDiskMiB = 256
 
-// BaseDirs is the set of directories sandboxes restore from (snapshot.Store.InUse).
+// BaseDirs is the set of directories sandboxes restore from, and prepared VMMs map
+// (snapshot.Store.InUse).
 func (m *Manager) BaseDirs() map[string]bool {
 	used := map[string]bool{}
 	m.mu.Lock()
@@ -43,6 +44,11 @@ func (m *Manager) BaseDirs() map[string]bool {
 		sb.mu.Unlock()
 	}
 	m.mu.Unlock()
+	m.prep.mu.Lock()
+	for _, pv := range m.prep.ready { // it maps the bake's RAM file
+		used[pv.dir] = true
+	}
+	m.prep.mu.Unlock()
 	return used
 }
 
@@ -416,7 +422,7 @@ func (m *Manager) awake(ctx context.Context, id string) (*sandbox, error) {
 	defer release() // once running, the sandbox counts itself
 	start := time.Now()
 	ctx = timing.With(ctx, timing.NewTrace())
-	vm, client, slot, err := m.restoreVM(ctx, &rec, m.layout.RunDir(id), filepath.Join(sb.dir, "disk.img"))
+	vm, client, slot, err := m.restoreVM(ctx, &rec, m.layout.RunDir(id), filepath.Join(sb.dir, "disk.img"), nil)
 	if err != nil {
 		sb.mu.Lock()
 		sb.rec.State = StateError

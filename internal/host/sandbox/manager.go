@@ -5,7 +5,8 @@
 // network slot and VMM uid.
 //
 // Files: create.go (Create: template or snapshot, admission, launch), restore.go (restoreVM: where
-// every sandbox VM is restored — create, fork, wake), sandbox.go (records, states, adopt, get,
+// every sandbox VM is restored — create, fork, wake), prepared.go (a VMM started per template
+// before its next create, which then only loads its state), sandbox.go (records, states, adopt, get,
 // list, kill), guest.go (exec and file calls, WithGuest, Reach), lifecycle.go (snapshot, fork,
 // hibernate, wake, idle), memory.go, network.go, uids.go, volumes.go (which sandbox holds which
 // volume), bare.go (the benchmarks' baseline restore).
@@ -51,6 +52,9 @@ type Config struct {
 	// own uid in JailUIDBase+1 … JailUIDBase+JailUIDs-1.
 	Cgroup                *cgroup.Manager
 	JailUIDBase, JailUIDs int
+	// PreparedTemplates is how many templates, those created from last, have a VMM prepared for
+	// their next create (prepared.go; 0: none).
+	PreparedTemplates int
 }
 
 // Manager is one host's sandboxes.
@@ -78,6 +82,7 @@ type Manager struct {
 	reservedMiB int
 	pressureMu  sync.Mutex // one pressure relief at a time
 	exits       exitLog    // background processes' exits (exits.go)
+	prep        *preparedPool
 }
 
 // New returns the manager of cfg and re-adopts the sandboxes an earlier agent process left.
@@ -85,7 +90,7 @@ func New(cfg Config) *Manager {
 	m := &Manager{cfg: cfg, log: cfg.Log, rt: cfg.Runtime, net: cfg.Net, layout: cfg.Layout, disk: cfg.Disk,
 		volumes: cfg.Volumes, snapshots: cfg.Snapshots, cg: cfg.Cgroup, confined: cfg.Cgroup != nil,
 		steps:     timing.NewSteps("pandastack_host_sandbox_step_seconds", "Time of each step of a successful sandbox create, fork (each child) or wake on this host."),
-		sandboxes: map[string]*sandbox{}, uids: map[string]int{}}
+		sandboxes: map[string]*sandbox{}, uids: map[string]int{}, prep: newPreparedPool(cfg.PreparedTemplates)}
 	m.adopt()
 	return m
 }
@@ -102,11 +107,14 @@ func (m *Manager) Start(ctx context.Context, idle time.Duration) {
 	}
 }
 
-// Close stops taking creates and closes the guest channels; VMs are left running (a new agent
-// re-adopts them). It reports whether any VMM still runs.
+// Close stops taking creates, ends the prepared VMMs and closes the guest channels; sandboxes'
+// VMs are left running (a new agent re-adopts them). It reports whether any VMM still runs.
 func (m *Manager) Close() (running bool) {
 	m.mu.Lock()
 	m.closed = true
+	m.mu.Unlock()
+	m.closePrepared()
+	m.mu.Lock()
 	sbs := make([]*sandbox, 0, len(m.sandboxes))
 	for _, sb := range m.sandboxes {
 		sbs = append(sbs, sb)

@@ -18,48 +18,13 @@ import (
 // create), a snapshot's (a create from a snapshot, a fork) or its own (a wake).
 
 // restoreVM starts rec's VM from rec.BaseDir with disk (and its network slot, if it has a NIC),
-// and connects to its guest agent.
-func (m *Manager) restoreVM(ctx context.Context, rec *record, runDir, disk string) (*runtime.VM, *guest.Client, *network.Slot, error) {
-	if err := m.checkIdentity("the memory of sandbox "+rec.ID, rec.Identity); err != nil {
-		return nil, nil, nil, err
-	}
+// and connects to its guest agent. pre, when set, is a prepared VMM already made rec's
+// (usePrepared): only its state is loaded.
+func (m *Manager) restoreVM(ctx context.Context, rec *record, runDir, disk string, pre *preparedVMM) (*runtime.VM, *guest.Client, *network.Slot, error) {
 	base := snapIn(rec.BaseDir)
-	for _, f := range []string{base.RAMFile, base.StateFile, rec.spec(disk).Kernel} {
-		if _, err := os.Stat(f); err != nil {
-			return nil, nil, nil, fmt.Errorf("sandbox %s: snapshot files missing: %w", rec.ID, err)
-		}
-	}
-	uid, err := m.uidFor(rec.ID)
+	vm, slot, err := m.startVM(ctx, rec, runDir, disk, pre, base)
 	if err != nil {
 		return nil, nil, nil, err
-	}
-	timing.Mark(ctx, StepPrepare)
-	slot, tap, err := m.attachNetwork(ctx, rec)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	timing.Mark(ctx, StepSlot)
-	spec := rec.spec(disk)
-	spec.Tap, spec.UID = tap, uid
-	if spec.Drives, err = m.drives(rec, filepath.Dir(disk)); err != nil {
-		if tap != nil {
-			tap.Close()
-		}
-		if slot != nil {
-			slot.Release()
-		}
-		return nil, nil, nil, err
-	}
-	timing.Mark(ctx, StepDrives)
-	vm, err := m.rt.Restore(ctx, runDir, spec, base)
-	if tap != nil {
-		tap.Close() // the VMM holds its own copy
-	}
-	if err != nil {
-		if slot != nil {
-			slot.Release()
-		}
-		return nil, nil, nil, fmt.Errorf("restore %s: %w", rec.ID, err)
 	}
 	client, err := connect(ctx, vm.AgentSocket, 30*time.Second)
 	if err != nil {
@@ -70,6 +35,63 @@ func (m *Manager) restoreVM(ctx context.Context, rec *record, runDir, disk strin
 		return nil, nil, nil, fmt.Errorf("sandbox %s: guest agent did not answer after restore: %w", rec.ID, err)
 	}
 	return vm, client, slot, nil
+}
+
+// startVM is restoreVM up to the VM running: a new VMM restored from base, or the state loaded
+// into pre. On an error nothing of it is left (pre ended, the slot released).
+func (m *Manager) startVM(ctx context.Context, rec *record, runDir, disk string, pre *preparedVMM, base runtime.Snapshot) (_ *runtime.VM, slot *network.Slot, err error) {
+	if pre != nil {
+		slot = pre.slot
+	}
+	defer func() {
+		if err != nil && slot != nil {
+			slot.Release()
+		}
+	}()
+	if pre != nil {
+		err := m.checkIdentity("the memory of sandbox "+rec.ID, rec.Identity)
+		if err == nil {
+			err = m.rt.Incoming(ctx, pre.vm, runDir, base)
+		}
+		if err != nil {
+			m.rt.Kill(pre.vm) // ended already if Incoming failed
+			os.RemoveAll(pre.vm.RunDir)
+			return nil, slot, fmt.Errorf("restore %s: %w", rec.ID, err)
+		}
+		return pre.vm, slot, nil
+	}
+	if err := m.checkIdentity("the memory of sandbox "+rec.ID, rec.Identity); err != nil {
+		return nil, nil, err
+	}
+	for _, f := range []string{base.RAMFile, base.StateFile, rec.spec(disk).Kernel} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, nil, fmt.Errorf("sandbox %s: snapshot files missing: %w", rec.ID, err)
+		}
+	}
+	uid, err := m.uidFor(rec.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	timing.Mark(ctx, StepPrepare)
+	slot, tap, err := m.attachNetwork(ctx, rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tap != nil {
+		defer tap.Close() // the VMM holds its own copy
+	}
+	timing.Mark(ctx, StepSlot)
+	spec := rec.spec(disk)
+	spec.Tap, spec.UID = tap, uid
+	if spec.Drives, err = m.drives(rec, filepath.Dir(disk)); err != nil {
+		return nil, slot, err
+	}
+	timing.Mark(ctx, StepDrives)
+	vm, err := m.rt.Restore(ctx, runDir, spec, base)
+	if err != nil {
+		return nil, slot, fmt.Errorf("restore %s: %w", rec.ID, err)
+	}
+	return vm, slot, nil
 }
 
 // The steps of a create, fork or wake (timing marks; the runtime and the guest client mark theirs:

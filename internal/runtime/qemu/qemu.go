@@ -6,6 +6,7 @@ package qemu
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -49,6 +50,11 @@ type Driver struct {
 	// removal would take the cgroup of the next VMM of the same sandbox (a wake right after a
 	// hibernation), whose cgroup has the same name.
 	reaped map[int]chan struct{}
+	// runDirs is where each such VMM's run dir is now (Incoming may move it): its exit is
+	// explained from the logs there.
+	runDirs map[int]string
+	// prepared holds the QMP connection of each prepared VMM (Prepare) until Incoming uses it.
+	prepared map[int]*qmp
 }
 
 // Confinement is how VMMs are confined (docs/security.md): each in a jail (internal/jail) holding
@@ -104,7 +110,7 @@ func New(accel string) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{Binary: bin, accel: accel, tscKHz: hostTSCKHz(), children: map[int]chan runtime.Exit{},
-		reaped: map[int]chan struct{}{}}
+		reaped: map[int]chan struct{}{}, runDirs: map[int]string{}, prepared: map[int]*qmp{}}
 	d.ident = runtime.Identity{VMM: "qemu", Version: version, Machine: machineType, Accel: accel}
 	d.UseCPU(DefaultCPU)
 	return d, nil
@@ -358,17 +364,21 @@ func (d *Driver) start(ctx context.Context, runDir string, spec runtime.Spec, ra
 	vm.StartTicks, _ = startTicks(vm.Pid)
 	ch, reaped := make(chan runtime.Exit, 1), make(chan struct{})
 	d.mu.Lock()
-	d.children[vm.Pid], d.reaped[vm.Pid] = ch, reaped
+	d.children[vm.Pid], d.reaped[vm.Pid], d.runDirs[vm.Pid] = ch, reaped, runDir
 	d.mu.Unlock()
+	pid, cgroups := vm.Pid, vm.Cgroups
 	go func() {
 		err := cmd.Wait()
-		cgroup.Remove(vm.Cgroups)
+		d.mu.Lock()
+		dir := cmp.Or(d.runDirs[pid], runDir) // read before Kill may forget it
+		d.mu.Unlock()
+		cgroup.Remove(cgroups)
 		close(reaped)
 		reason := "VMM exited"
 		if err != nil {
 			reason = "VMM " + err.Error()
 		}
-		ch <- runtime.Exit{At: time.Now(), Reason: explainExit(runDir, reason)}
+		ch <- runtime.Exit{At: time.Now(), Reason: explainExit(dir, reason)}
 	}()
 	return vm, nil
 }
@@ -447,63 +457,116 @@ func migrateToFile(ctx context.Context, q *qmp, path string) error {
 // Restore starts a clone of snap: a new VMM waiting for an incoming migration, the RAM file mapped
 // share=off (MAP_PRIVATE: pages are shared until the guest writes them), then the device state.
 func (d *Driver) Restore(ctx context.Context, runDir string, spec runtime.Spec, snap runtime.Snapshot) (*runtime.VM, error) {
-	if spec.NIC != (spec.Tap != nil) {
-		return nil, fmt.Errorf("qemu: a NIC needs a tap and a tap needs a NIC")
-	}
-	vm, err := d.start(ctx, runDir, spec, snap.RAMFile, false)
+	vm, err := d.Prepare(ctx, runDir, spec, snap.RAMFile)
 	if err != nil {
 		return nil, err
 	}
-	fail := func(err error) (*runtime.VM, error) {
-		d.Kill(vm)
-		if tail := tailFile(filepath.Join(vm.RunDir, "vmm.log"), 1000); tail != "" {
-			err = fmt.Errorf("%w: %s", err, tail)
-		}
+	if err := d.Incoming(ctx, vm, runDir, snap); err != nil {
+		return nil, err
+	}
+	return vm, nil
+}
+
+// Prepare is the first half of a restore: the VMM started confined with -incoming defer, the RAM
+// file mapped share=off but not a page of it read, its QMP connected (kept for Incoming) and
+// x-ignore-shared on. It holds no guest memory and runs no guest.
+func (d *Driver) Prepare(ctx context.Context, runDir string, spec runtime.Spec, ramFile string) (*runtime.VM, error) {
+	if spec.NIC != (spec.Tap != nil) {
+		return nil, fmt.Errorf("qemu: a NIC needs a tap and a tap needs a NIC")
+	}
+	vm, err := d.start(ctx, runDir, spec, ramFile, false)
+	if err != nil {
 		return nil, err
 	}
 	q, err := dialQMP(ctx, filepath.Join(vm.RunDir, "qmp.sock"), func() bool { return d.Alive(vm) })
 	if err != nil {
-		return fail(err)
+		return nil, d.failed(vm, err)
 	}
-	defer q.close()
 	timing.Mark(ctx, runtime.StepQMP)
 	if err := q.ignoreShared(ctx); err != nil {
-		return fail(err)
+		q.close()
+		return nil, d.failed(vm, err)
+	}
+	d.mu.Lock()
+	d.prepared[vm.Pid] = q
+	d.mu.Unlock()
+	return vm, nil
+}
+
+// failed ends a VMM that failed to start or restore and adds the end of its log to err.
+func (d *Driver) failed(vm *runtime.VM, err error) error {
+	d.Kill(vm)
+	if tail := tailFile(filepath.Join(vm.RunDir, "vmm.log"), 1000); tail != "" {
+		err = fmt.Errorf("%w: %s", err, tail)
+	}
+	return err
+}
+
+// Incoming is the second half of a restore: a prepared VM's run dir moved to runDir (vm is
+// updated), snap's device state loaded over QMP, the vCPUs running. A VM that fails is ended.
+func (d *Driver) Incoming(ctx context.Context, vm *runtime.VM, runDir string, snap runtime.Snapshot) error {
+	d.mu.Lock()
+	q := d.prepared[vm.Pid]
+	delete(d.prepared, vm.Pid)
+	d.mu.Unlock()
+	if q != nil {
+		defer q.close()
+	}
+	if runDir != vm.RunDir {
+		if err := os.Rename(vm.RunDir, runDir); err != nil {
+			return d.failed(vm, err)
+		}
+		vm.RunDir, vm.AgentSocket = runDir, filepath.Join(runDir, filepath.Base(vm.AgentSocket))
+		d.mu.Lock()
+		if _, ok := d.runDirs[vm.Pid]; ok {
+			d.runDirs[vm.Pid] = runDir
+		}
+		d.mu.Unlock()
+	}
+	if q == nil { // prepared by an earlier process: connect again
+		var err error
+		if q, err = dialQMP(ctx, filepath.Join(vm.RunDir, "qmp.sock"), func() bool { return d.Alive(vm) }); err != nil {
+			return d.failed(vm, err)
+		}
+		defer q.close()
+		if err := q.ignoreShared(ctx); err != nil {
+			return d.failed(vm, err)
+		}
 	}
 	state, err := os.Open(snap.StateFile)
 	if err != nil {
-		return fail(err)
+		return d.failed(vm, err)
 	}
 	defer state.Close()
 	if err := q.passFD(ctx, "migin", state); err != nil {
-		return fail(err)
+		return d.failed(vm, err)
 	}
 	if err := q.run(ctx, "migrate-incoming", map[string]any{"uri": "fd:migin"}, nil); err != nil {
-		return fail(err)
+		return d.failed(vm, err)
 	}
 	for {
 		st, err := q.status(ctx)
 		if err != nil {
-			return fail(err)
+			return d.failed(vm, err)
 		}
 		switch st {
 		case "running":
 			timing.Mark(ctx, runtime.StepMigrate)
-			return vm, nil
+			return nil
 		case "inmigrate":
 		case "paused", "postmigrate", "prelaunch":
 			// The source had been stopped before it was saved: resume explicitly.
 			timing.Mark(ctx, runtime.StepMigrate)
 			if err := q.run(ctx, "cont", nil, nil); err != nil {
-				return fail(err)
+				return d.failed(vm, err)
 			}
 			timing.Mark(ctx, runtime.StepCont)
 		default:
-			return fail(fmt.Errorf("restore ended in state %q", st))
+			return d.failed(vm, fmt.Errorf("restore ended in state %q", st))
 		}
 		select {
 		case <-ctx.Done():
-			return fail(ctx.Err())
+			return d.failed(vm, ctx.Err())
 		case <-time.After(time.Millisecond):
 		}
 	}
@@ -598,9 +661,15 @@ func waitPidfd(fd int, timeout time.Duration) bool {
 
 func (d *Driver) forget(vm *runtime.VM) {
 	d.mu.Lock()
+	q := d.prepared[vm.Pid]
 	delete(d.children, vm.Pid)
 	delete(d.reaped, vm.Pid)
+	delete(d.runDirs, vm.Pid)
+	delete(d.prepared, vm.Pid)
 	d.mu.Unlock()
+	if q != nil {
+		q.close()
+	}
 }
 
 // startTicks reads the process start time, field 22 of /proc/PID/stat.

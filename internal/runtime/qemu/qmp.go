@@ -172,10 +172,10 @@ func (q *qmp) passFD(ctx context.Context, name string, f *os.File) error {
 	if !ok {
 		return errors.New("QMP getfd needs a unix socket")
 	}
-	q.mu.Lock()
+	unlock := q.lock(ctx) // ctx's deadline, not the last exchange's (a prepared VMM's is long past)
 	b, _ := json.Marshal(map[string]any{"execute": "getfd", "arguments": map[string]any{"fdname": name}})
 	_, _, err := uc.WriteMsgUnix(append(b, '\n'), unix.UnixRights(int(f.Fd())), nil)
-	q.mu.Unlock()
+	unlock()
 	if err != nil {
 		return fmt.Errorf("QMP getfd: %w", err)
 	}

@@ -1,0 +1,323 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/host/layout"
+	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/timing"
+)
+
+// Prepared VMMs: the first half of a create's restore done before the create arrives. For each
+// template created from recently (at most Config.PreparedTemplates of them), one VMM waits, started
+// as a create would start it: its disk clone and volume-slot placeholders made, its uid taken, its
+// network slot acquired (with the empty policy: nothing leaves), jailed in its cgroup with the
+// template's limits, QEMU's seccomp on, started with -incoming defer and its QMP connected. It maps
+// the template's RAM file but has read none of it and runs no guest: it is not a warm VM. The next
+// create of that template (without volumes) takes it: the files become the sandbox's, the uid and
+// the slot too (with the sandbox's egress policy), and the restore is left with migrate-incoming
+// and the guest's hello. Another is prepared once that create is done. A prepared VMM is named
+// prep-<hex>: its files dir (under Sandboxes()), run dir and cgroup.
+
+// PreparedPrefix starts the name of a prepared VMM's files dir, run dir and cgroup.
+const PreparedPrefix = "prep-"
+
+// StepPrepared is a create that took a prepared VMM: its files, uid and slot became the
+// sandbox's (replacing disk_clone, drives, vmm_confine, vmm_spawn and vmm_qmp).
+const StepPrepared = "prepared"
+
+// preparedVMM is one VMM waiting for a create of its template.
+type preparedVMM struct {
+	name     string // prep-<hex>
+	template string
+	dir      string // the template's bake it was prepared from
+	shape    shape
+	vm       *runtime.VM
+	slot     *network.Slot // nil without a NIC
+	files    string        // disk.img and the placeholders
+}
+
+// shape is what a prepared VMM must match in a create's record to be taken.
+type shape struct {
+	VCPUs, MemoryMiB, VolumeSlots int
+	NIC                           bool
+}
+
+func shapeOf(r *record) shape {
+	return shape{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, VolumeSlots: r.VolumeSlots, NIC: r.NIC}
+}
+
+// preparedPool is the prepared VMMs of a manager.
+type preparedPool struct {
+	max int // templates kept prepared (0: none)
+
+	mu      sync.Mutex
+	ready   map[string]*preparedVMM  // by template
+	filling map[string]chan struct{} // by template: a preparation in flight, closed when done
+	taken   map[string]*preparedVMM  // by name: taken by a create still in flight
+	recent  []string                 // templates by their last create, the latest last
+	closed  bool
+	counts  struct{ made, used int64 } // for tests and diagnostics
+}
+
+func newPreparedPool(max int) *preparedPool {
+	return &preparedPool{max: max, ready: map[string]*preparedVMM{}, filling: map[string]chan struct{}{},
+		taken: map[string]*preparedVMM{}}
+}
+
+// takePrepared hands a create from a template (rec: its record so far) the template's prepared
+// VMM, if there is one of the same bake and shape; nil otherwise. A stale one (the template was
+// baked again) is ended.
+func (m *Manager) takePrepared(rec *record) *preparedVMM {
+	p := m.prep
+	if p.max <= 0 || len(rec.Volumes) > 0 {
+		return nil
+	}
+	p.mu.Lock()
+	pv := p.ready[rec.Template]
+	if pv == nil {
+		p.mu.Unlock()
+		return nil
+	}
+	delete(p.ready, rec.Template)
+	if pv.dir != rec.TemplateDir || pv.shape != shapeOf(rec) {
+		p.mu.Unlock()
+		go m.endPrepared(pv)
+		return nil
+	}
+	p.taken[pv.name] = pv
+	p.counts.used++
+	p.mu.Unlock()
+	return pv
+}
+
+// createDone ends a create from template (taken: the prepared VMM it took, or nil) and prepares
+// the template's next VMM, in the background: at most PreparedTemplates templates are kept
+// prepared, those created from last.
+func (m *Manager) createDone(template string, taken *preparedVMM) {
+	p := m.prep
+	if p.max <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if taken != nil {
+		delete(p.taken, taken.name)
+	}
+	if p.closed {
+		return
+	}
+	p.recent = append(slices.DeleteFunc(p.recent, func(t string) bool { return t == template }), template)
+	for len(p.recent) > p.max {
+		old := p.recent[0]
+		p.recent = p.recent[1:]
+		if pv := p.ready[old]; pv != nil {
+			delete(p.ready, old)
+			go m.endPrepared(pv)
+		}
+	}
+	if p.ready[template] != nil || p.filling[template] != nil {
+		return
+	}
+	done := make(chan struct{})
+	p.filling[template] = done
+	go func() {
+		defer close(done)
+		pv, err := m.prepare(template)
+		p.mu.Lock()
+		delete(p.filling, template)
+		wanted := err == nil && !p.closed && slices.Contains(p.recent, template) && p.ready[template] == nil
+		if wanted {
+			p.ready[template] = pv
+			p.counts.made++
+		}
+		p.mu.Unlock()
+		if err != nil {
+			m.log.Warn("could not prepare a VMM for the next create", "template", template, "err", err)
+		} else if !wanted {
+			m.endPrepared(pv)
+		}
+	}()
+}
+
+// prepare starts a VMM for the next create of template.
+func (m *Manager) prepare(template string) (_ *preparedVMM, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tmpl, err := m.Templates.Ensure(ctx, template, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.checkIdentity("template "+template, tmpl.Identity); err != nil {
+		return nil, err
+	}
+	rec := record{Template: tmpl.Name, TemplateDir: tmpl.Dir, VCPUs: tmpl.VCPUs, MemoryMiB: tmpl.MemoryMiB, NIC: tmpl.NIC,
+		VolumeSlots: tmpl.VolumeSlots}
+	pv := &preparedVMM{name: layout.NewID(PreparedPrefix), template: tmpl.Name, dir: tmpl.Dir, shape: shapeOf(&rec)}
+	pv.files = filepath.Join(m.layout.Sandboxes(), pv.name)
+	defer func() {
+		if err != nil {
+			m.endPrepared(pv)
+		}
+	}()
+	if err := os.MkdirAll(pv.files, 0o700); err != nil {
+		return nil, err
+	}
+	disk := filepath.Join(pv.files, "disk.img")
+	if err := storage.Clone(filepath.Join(tmpl.Dir, "disk.img"), disk); err != nil {
+		return nil, err
+	}
+	spec := rec.spec(disk)
+	if spec.UID, err = m.uidFor(pv.name); err != nil {
+		return nil, err
+	}
+	if spec.Drives, err = m.drives(&rec, pv.files); err != nil {
+		return nil, err
+	}
+	if rec.NIC {
+		if m.net == nil {
+			return nil, fmt.Errorf("template %s was baked with a network device, but networking is off on this host", template)
+		}
+		if pv.slot, err = m.net.Acquire(ctx, network.Policy{}); err != nil {
+			return nil, fmt.Errorf("network slot: %w", err)
+		}
+		if spec.Tap, err = pv.slot.OpenTap(); err != nil {
+			return nil, err
+		}
+		defer spec.Tap.Close() // the VMM holds its own copy
+	}
+	pv.vm, err = m.rt.Prepare(ctx, m.layout.RunDir(pv.name), spec, snapIn(tmpl.Dir).RAMFile)
+	return pv, err
+}
+
+// endPrepared ends a prepared VMM that no create took, and frees what it held.
+func (m *Manager) endPrepared(pv *preparedVMM) {
+	if pv.vm != nil {
+		if err := m.rt.Kill(pv.vm); err != nil {
+			m.log.Warn("could not end a prepared VMM", "name", pv.name, "err", err)
+		}
+		os.RemoveAll(pv.vm.RunDir)
+	}
+	os.RemoveAll(m.layout.RunDir(pv.name))
+	if pv.slot != nil {
+		if err := pv.slot.Release(); err != nil {
+			m.log.Warn("network slot release", "name", pv.name, "err", err)
+		}
+	}
+	os.RemoveAll(pv.files)
+	m.releaseUID(pv.name)
+}
+
+// usePrepared makes pv's files, uid and slot sandbox rec's: the files dir becomes sbDir (not
+// there yet), and the slot gets rec's egress policy. On an error pv is ended.
+func (m *Manager) usePrepared(ctx context.Context, pv *preparedVMM, rec *record, sbDir string) error {
+	fail := func(err error) error {
+		m.endPrepared(pv)
+		return err
+	}
+	if err := os.Rename(pv.files, sbDir); err != nil {
+		return fail(err)
+	}
+	pv.files = sbDir
+	if pv.slot != nil {
+		pol, err := m.egressPolicy(rec.Egress, rec.EgressOpen, true)
+		if err == nil {
+			err = pv.slot.SetPolicy(pol)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("network slot: %w", err))
+		}
+	}
+	m.mu.Lock()
+	if uid, ok := m.uids[pv.name]; ok {
+		delete(m.uids, pv.name)
+		m.uids[rec.ID] = uid
+	}
+	m.mu.Unlock()
+	timing.Mark(ctx, StepPrepared)
+	return nil
+}
+
+// closePrepared ends every prepared VMM and waits for the preparations in flight (Close).
+func (m *Manager) closePrepared() {
+	p := m.prep
+	p.mu.Lock()
+	p.closed = true
+	ready := p.ready
+	p.ready = map[string]*preparedVMM{}
+	var fills []chan struct{}
+	for _, ch := range p.filling {
+		fills = append(fills, ch)
+	}
+	p.mu.Unlock()
+	for _, pv := range ready {
+		m.endPrepared(pv)
+	}
+	for _, ch := range fills {
+		<-ch
+	}
+}
+
+// DropPrepared ends template's prepared VMM, waiting for one being prepared, and prepares no
+// other until the template is created from again (bake.VMs: the template is being deleted).
+func (m *Manager) DropPrepared(template string) {
+	p := m.prep
+	p.mu.Lock()
+	p.recent = slices.DeleteFunc(p.recent, func(t string) bool { return t == template })
+	pv, fill := p.ready[template], p.filling[template]
+	delete(p.ready, template)
+	p.mu.Unlock()
+	if fill != nil {
+		<-fill // it finds the template no longer wanted and ends its VMM
+	}
+	if pv != nil {
+		m.endPrepared(pv)
+	}
+}
+
+// PreparedVMMs are the prepared VMMs by name (prep-<hex>) and pid: those waiting and those taken
+// by a create still in flight.
+func (m *Manager) PreparedVMMs() map[string]int {
+	p := m.prep
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for _, pvs := range []map[string]*preparedVMM{p.ready, p.taken} {
+		for _, pv := range pvs {
+			out[pv.name] = pv.vm.Pid
+		}
+	}
+	return out
+}
+
+// PreparedCounts are how many VMMs were prepared and how many creates took one.
+func (m *Manager) PreparedCounts() (made, used int64) {
+	m.prep.mu.Lock()
+	defer m.prep.mu.Unlock()
+	return m.prep.counts.made, m.prep.counts.used
+}
+
+// WaitPrepared waits until template has a prepared VMM or none is being prepared (the bench
+// keeps a preparation out of the next measurement).
+func (m *Manager) WaitPrepared(ctx context.Context, template string) error {
+	m.prep.mu.Lock()
+	fill := m.prep.filling[template]
+	m.prep.mu.Unlock()
+	if fill == nil {
+		return nil
+	}
+	select {
+	case <-fill:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,154 @@
+package hostagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pandastack/pandastack/internal/host/sandbox"
+	"github.com/pandastack/pandastack/internal/jail"
+	"github.com/pandastack/pandastack/internal/network"
+	"github.com/pandastack/pandastack/internal/runtime"
+	"github.com/pandastack/pandastack/internal/timing"
+	"github.com/pandastack/pandastack/internal/wire/hostapi"
+)
+
+// TestPreparedVMM: a create of a template takes the VMM prepared after the one before (no VMM
+// spawned on its path), confined as any other and with its own egress policy; another is
+// prepared after it; closing the agent ends the prepared one and leaves no file of it; a sandbox
+// made from one survives an agent restart (whose doctor reclaims prepared VMMs' leftovers).
+func TestPreparedVMM(t *testing.T) {
+	h, out := newNetHarness(t, func(c *Config) { c.PreparedTemplates = 1 })
+	ctx := context.Background()
+
+	first := h.create() // bakes; nothing prepared yet
+	if made, used := h.agent.PreparedCounts(); used != 0 {
+		t.Fatalf("the first create took a prepared VMM (made %d, used %d)", made, used)
+	}
+	prepared := waitPrepared(t, h.agent)
+	if !h.agent.rt.Alive(&runtime.VM{Pid: prepared}) {
+		t.Fatalf("prepared VMM pid %d is not running", prepared)
+	}
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", prepared))
+	if !strings.Contains(string(status), "\nSeccomp:\t2\n") {
+		t.Errorf("prepared VMM %d is not under QEMU's seccomp filter", prepared)
+	}
+	if h.agent.confined && !jail.IsJailed(prepared) {
+		t.Errorf("prepared VMM %d is not jailed", prepared)
+	}
+
+	// The next create takes it: no VMM spawned, its pid is the prepared one, egress is its own.
+	tr := timing.NewTrace()
+	no := false
+	sb, err := h.agent.Create(timing.With(ctx, tr), hostapi.CreateRequest{Template: "base",
+		Egress: &network.Egress{Internet: &no, Allow: []string{out.Other.String() + "/32"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for _, s := range tr.Steps() {
+		steps = append(steps, s.Name)
+	}
+	if !slices.Contains(steps, sandbox.StepPrepared) || slices.Contains(steps, runtime.StepSpawn) || slices.Contains(steps, sandbox.StepDiskClone) {
+		t.Errorf("create steps %v: want %s and no %s nor %s", steps, sandbox.StepPrepared, runtime.StepSpawn, sandbox.StepDiskClone)
+	}
+	if sb.PID != prepared {
+		t.Errorf("sandbox VMM pid %d, want the prepared %d", sb.PID, prepared)
+	}
+	if _, used := h.agent.PreparedCounts(); used != 1 {
+		t.Errorf("creates that took a prepared VMM: %d, want 1", used)
+	}
+	if r := h.exec(sb.ID, map[string]any{"cmd": "curl -sS --connect-timeout 3 -m 5 http://" + out.Other.String() + ":8080/"}); !strings.HasPrefix(r.Stdout, "outside ") {
+		t.Errorf("allowed address not reached from the prepared VMM's sandbox: %q %q", r.Stdout, r.Stderr)
+	}
+	if r := h.exec(sb.ID, map[string]any{"cmd": "curl -sS --connect-timeout 3 -m 5 http://" + out.Addr.String() + ":8080/"}); r.ExitCode == 0 {
+		t.Errorf("the prepared VMM's sandbox reached %s with internet off: %q", out.Addr, r.Stdout)
+	}
+	// Its cgroup has the limits of the sandbox's, as one spawned for it would.
+	if h.agent.confined {
+		if got, want := cgroupMemoryMax(t, sb.PID), cgroupMemoryMax(t, first.PID); got != want {
+			t.Errorf("memory limit of the prepared VMM's cgroup %q, want %q as a spawned one's", got, want)
+		}
+	}
+
+	// Another is prepared; closing the agent ends it and leaves no file of it.
+	next := waitPrepared(t, h.agent)
+	if next == prepared {
+		t.Fatalf("no new VMM was prepared after the create took %d", prepared)
+	}
+	h.stop()
+	if syscall.Kill(next, 0) == nil {
+		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", next)); strings.Contains(string(st), "qemu") {
+			t.Errorf("prepared VMM %d still runs after the agent closed", next)
+		}
+	}
+	for _, pattern := range []string{filepath.Join(h.agent.sandboxesDir(), sandbox.PreparedPrefix+"*"), h.agent.runDir(sandbox.PreparedPrefix + "*")} {
+		if left, _ := filepath.Glob(pattern); len(left) > 0 {
+			t.Errorf("prepared VMMs' files left after close: %v", left)
+		}
+	}
+
+	// After a restart (its doctor runs at start) the sandbox made from a prepared VMM still runs.
+	h.start()
+	got, err := h.agent.Get(sb.ID)
+	if err != nil || got.State != sandbox.StateRunning || got.PID != sb.PID {
+		t.Fatalf("after restart: %+v, %v (pid before %d)", got, err, sb.PID)
+	}
+	if r := h.exec(sb.ID, map[string]any{"cmd": "echo still"}); r.Stdout != "still\n" {
+		t.Fatalf("after restart: exec printed %q %q", r.Stdout, r.Stderr)
+	}
+	if left := h.agent.PreparedVMMs(); len(left) != 0 {
+		t.Errorf("prepared VMMs right after start, before any create: %v", left)
+	}
+}
+
+// waitPrepared waits for the one VMM prepared for base and returns its pid.
+func waitPrepared(t *testing.T, a *Agent) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := a.WaitPrepared(ctx, "base"); err != nil {
+		t.Fatal(err)
+	}
+	vmms := a.PreparedVMMs()
+	if len(vmms) != 1 {
+		t.Fatalf("prepared VMMs %v, want one", vmms)
+	}
+	for _, pid := range vmms {
+		return pid
+	}
+	return 0
+}
+
+// cgroupMemoryMax is the memory limit of pid's own cgroup (v2's memory.max, v1's limit_in_bytes).
+func cgroupMemoryMax(t *testing.T, pid int) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case f[1] == "":
+			if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", f[2], "memory.max")); err == nil {
+				return strings.TrimSpace(string(b))
+			}
+		case strings.Contains(f[1], "memory"):
+			if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", f[2], "memory.limit_in_bytes")); err == nil {
+				return strings.TrimSpace(string(b))
+			}
+		}
+	}
+	t.Fatalf("no memory limit found for pid %d in %q", pid, data)
+	return ""
+}
