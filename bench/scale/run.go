@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -100,27 +101,28 @@ type Audit struct {
 }
 
 type run struct {
-	cfg          Config
-	dir          string
-	logs         string
-	bin          string
-	db           *database
-	lb           *balancer
-	fleet        *fleet
-	load         *load
-	servers      []*server // all started, killed ones too
-	apiKey       string
-	clusterToken string
-	figures      map[string]float64
-	fillRate     float64
-	live         int     // sandboxes the churn keeps alive: Live, or what the fill reached
-	killedCPU    float64 // CPU of servers that were killed, at their death
+	cfg           Config
+	dir           string
+	logs          string
+	bin           string
+	db            *database
+	lb            *balancer
+	fleet         *fleet
+	load          *load
+	servers       []*server // all started, killed ones too
+	apiKey        string
+	clusterToken  string
+	figures       map[string]float64
+	fillRate      float64
+	live          int                // sandboxes the churn keeps alive: Live, or what the fill reached
+	killedCPU     float64            // CPU of servers that were killed, at their death
+	killedRefused map[string]float64 // placement refusals of servers that were killed, just before
 }
 
 // Run runs the phases and returns the figures.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
-	r := &run{cfg: cfg, live: cfg.Live, logs: cfg.Logs, apiKey: "pds_" + randomString(32), clusterToken: randomString(32), figures: map[string]float64{}}
+	r := &run{cfg: cfg, live: cfg.Live, logs: cfg.Logs, apiKey: "pds_" + randomString(32), clusterToken: randomString(32), figures: map[string]float64{}, killedRefused: map[string]float64{}}
 	var err error
 	if r.dir, err = os.MkdirTemp("", "pandastack-scale-"); err != nil {
 		return nil, err
@@ -344,6 +346,9 @@ func (r *run) serverKilled(ctx context.Context) error {
 			defer close(killed)
 			sleep(ctx, r.cfg.Phase/2)
 			r.killedCPU += cpuMs(victim.pid(), false)
+			for by, n := range victim.refusals(ctx) {
+				r.killedRefused[by] += n
+			}
 			victim.kill()
 			var alive []*server
 			for _, s := range r.servers {
@@ -371,18 +376,23 @@ func (r *run) measure(ctx context.Context, name string, fn func()) error {
 
 // snap is what a phase's figures are differences of.
 type snap struct {
-	t      time.Time
-	srvCPU float64 // all servers, ms
-	pgCPU  float64 // ms
-	xacts  float64
-	over   int
-	dup    int
+	t       time.Time
+	srvCPU  float64 // all servers, ms
+	pgCPU   float64 // ms
+	xacts   float64
+	over    int
+	dup     int
+	refused map[string]float64 // placement refusals by cause, all servers
 }
 
 func (r *run) snapshot(ctx context.Context) snap {
 	s := snap{t: time.Now(), srvCPU: r.killedCPU, pgCPU: r.db.cpuMs(), xacts: r.db.xacts(ctx), over: r.fleet.overCommits()}
+	s.refused = maps.Clone(r.killedRefused)
 	for _, sv := range r.servers {
 		s.srvCPU += cpuMs(sv.pid(), false)
+		for by, n := range sv.refusals(ctx) {
+			s.refused[by] += n
+		}
 	}
 	kills, dup := r.fleet.takeKills()
 	r.load.settleKills(kills)
@@ -426,6 +436,7 @@ func (r *run) phaseFigures(ctx context.Context, name string, s snap) {
 	}
 	f[p+"pg_xacts_per_s"] = (e.xacts - s.xacts) / secs
 	f[p+"over_commits"], f[p+"dup_kills"] = float64(e.over-s.over), float64(e.dup-s.dup)
+	f[p+"refused_replica"], f[p+"refused_store"] = e.refused["replica"]-s.refused["replica"], e.refused["store"]-s.refused["store"]
 	f[p+"reaper_lag_p50_ms"], f[p+"reaper_lag_p99_ms"], f[p+"reaped"] = results.Pct(lags, 50), results.Pct(lags, 99), float64(len(lags))
 	f[p+"reaper_overdue"] = float64(r.load.overdue())
 	var rss float64
@@ -447,6 +458,8 @@ func (r *run) phaseFigures(ctx context.Context, name string, s snap) {
 		f[p+"server_cpu_pct"], f[p+"server_cpu_ms_per_create"], rss, f[p+"pg_cpu_pct"], f[p+"pg_cpu_ms_per_create"], f[p+"pg_xacts_per_create"], f[p+"pg_xacts_per_s"])
 	r.printf("  reaper: %d reaped, lag p50 %.0f p99 %.0f ms, %d overdue >2s;  over-commits %d, duplicate kills %d\n",
 		len(lags), f[p+"reaper_lag_p50_ms"], f[p+"reaper_lag_p99_ms"], int(f[p+"reaper_overdue"]), int(f[p+"over_commits"]), int(f[p+"dup_kills"]))
+	r.printf("  placements refused (host found full, next one tried): %d by the server's own count, %d by the store's claims\n",
+		int(f[p+"refused_replica"]), int(f[p+"refused_store"]))
 	if d, ok := f["scale_"+name+"_marked_down_s"]; ok {
 		r.printf("  %d hosts marked down after %.1fs\n", r.cfg.HostsKilled, d)
 	}

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -37,6 +40,28 @@ func (s *server) kill() {
 		return
 	}
 	s.stop()
+}
+
+// refusals is the server's pandastack_placement_refusals_total by cause, from its /metrics (none
+// when it does not answer, or a build without the metric).
+func (s *server) refusals(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	const prefix = `pandastack_placement_refusals_total{by="`
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), prefix)
+		by, n, ok2 := strings.Cut(line, `"} `)
+		if v, err := strconv.ParseFloat(n, 64); ok && ok2 && err == nil {
+			out[by] = v
+		}
+	}
+	return out
 }
 
 // startServer runs a control plane over the bench database with agent registration on.

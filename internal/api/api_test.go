@@ -657,23 +657,46 @@ func TestInternalHostAPI(t *testing.T) {
 	e.mustStatus(e.do("GET", "/v1/templates/nope", e.admin, nil), 404)
 }
 
+// TestMetrics: counters are this server's and move with each call; the store's gauges are read
+// at most every storeGaugesEvery, whatever the number of scrapes, and leave killed rows out.
 func TestMetrics(t *testing.T) {
 	e := newEnv(t)
-	e.create(e.admin, map[string]any{"template": "base"})
+	a := e.create(e.admin, map[string]any{"template": "base"})
 	e.do("GET", "/v1/sandboxes/sb_missing", e.admin, nil)
-	m := e.metricsText()
-	for _, want := range []string{
+	want := func(m string, lines ...string) {
+		t.Helper()
+		for _, l := range lines {
+			if !strings.Contains(m, l+"\n") {
+				t.Errorf("metrics lack %q:\n%s", l, m)
+			}
+		}
+	}
+	want(e.metricsText(),
 		`pandastack_sandboxes{state="running"} 1`,
 		`pandastack_hosts{state="up"} 1`,
 		`pandastack_sandbox_create_seconds_count 1`,
 		`pandastack_sandbox_create_seconds_bucket{le="+Inf"} 1`,
+		`pandastack_sandbox_kills_total 0`,
+		`pandastack_placement_refusals_total{by="replica"} 0`,
 		`pandastack_api_requests_total{code="201"} 1`,
 		`pandastack_api_requests_total{code="404"} 1`,
 		`# TYPE pandastack_sandbox_create_seconds histogram`,
-	} {
-		if !strings.Contains(m, want) {
-			t.Errorf("metrics lack %q:\n%s", want, m)
-		}
+	)
+	// A second create: the counters move at once, the gauges are the read of a moment ago.
+	e.create(e.admin, map[string]any{"template": "base"})
+	want(e.metricsText(), `pandastack_sandbox_create_seconds_count 2`, `pandastack_sandboxes{state="running"} 1`)
+	e.clock.Add(storeGaugesEvery)
+	want(e.metricsText(), `pandastack_sandboxes{state="running"} 2`,
+		fmt.Sprintf("pandastack_store_gauges_read_time_seconds %d", e.clock.Now().Unix()))
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+a.ID, e.admin, nil), 204)
+	e.mustStatus(e.do("DELETE", "/v1/sandboxes/"+a.ID, e.admin, nil), 204) // killed already: not counted again
+	want(e.metricsText(), `pandastack_sandbox_kills_total 1`, `pandastack_sandboxes{state="running"} 2`,
+		`pandastack_api_requests_total{code="204"} 2`)
+	e.clock.Add(storeGaugesEvery)
+	m := e.metricsText()
+	want(m, `pandastack_sandboxes{state="running"} 1`, `pandastack_sandbox_kills_total 1`)
+	if strings.Contains(m, `state="killed"`) {
+		t.Errorf("killed rows counted:\n%s", m)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/sandboxes"
+	"github.com/pandastack/pandastack/internal/sandboxstate"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/template"
 	"github.com/pandastack/pandastack/internal/termtext"
@@ -350,6 +351,9 @@ func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.sandbox(r)
 	if err == nil {
 		err = s.svc.Kill(r.Context(), sb, "")
+	}
+	if err == nil && !sandboxstate.State(sb.State).Final() {
+		s.metrics.killed()
 	}
 	s.reply(w, r, http.StatusNoContent, nil, err)
 }

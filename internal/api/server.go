@@ -510,7 +510,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) metricsHandler(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	if err := s.metrics.write(r.Context(), w, s.store, s.sched.OrphansKilled()); err != nil {
+	if err := s.metrics.write(r.Context(), w, s.store, s.cfg.Now(), s.sched.OrphansKilled(), s.sched.Refusals()); err != nil {
 		s.writeError(w, r, err)
 	}
 }

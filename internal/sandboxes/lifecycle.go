@@ -243,7 +243,7 @@ func (s *Service) stop(ctx context.Context, sb store.Sandbox) {
 	}
 	freed := func(bool) {}
 	if sb.State == store.StateRunning { // its slot is free before the host's next report says so
-		freed = s.sched.Freeing(sb.HostID, s.sched.TemplateMemMiB(ctx, sb.Template))
+		freed = s.sched.Freeing(sb.HostID, sb.ID, s.sched.TemplateMemMiB(ctx, sb.Template))
 	}
 	err := s.onHost(ctx, sb.HostID, KillTimeout, func(ctx context.Context, c *agentclient.Client) error {
 		return c.KillSandbox(ctx, sb.ID)

@@ -34,7 +34,7 @@ type Scheduler interface {
 	PlaceOn(ctx context.Context, hostID string, n int, memMiB int64) (store.Host, error)
 	PlaceVolume(ctx context.Context) ([]store.Host, error)
 	Reserve(hostID string, memMiB int64) (done func(placed bool), err error)
-	Freeing(hostID string, memMiB int64) (done func(stopped bool))
+	Freeing(hostID, sandboxID string, memMiB int64) (done func(stopped bool))
 	Client(h store.Host) *agentclient.Client
 	// Host is a host's record as placement sees it (at most a second stale): calls to a host
 	// read it there rather than the store once each.

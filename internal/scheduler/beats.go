@@ -79,7 +79,7 @@ func (s *Scheduler) flushBeats(b *beatBatch) {
 		s.beats.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		b.touched, b.err = s.cfg.Store.TouchHosts(ctx, b.first, b.readAt, b.reports)
+		b.touched, b.err = s.cfg.Store.TouchHosts(ctx, b.first, b.readAt, s.cfg.Now(), b.reports)
 		close(b.done)
 	})
 }

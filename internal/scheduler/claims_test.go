@@ -15,6 +15,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/testenv"
 )
@@ -172,7 +173,7 @@ func TestPlacedAnswersShareAWrite(t *testing.T) {
 	for queued := 0; queued < n && returned.Load() < n; { // every caller waits in the batch
 		s.answers.mu.Lock()
 		if s.answers.cur != nil {
-			queued = len(s.answers.cur.answers)
+			queued = len(s.answers.cur.rows)
 		}
 		s.answers.mu.Unlock()
 		runtime.Gosched()
@@ -183,7 +184,7 @@ func TestPlacedAnswersShareAWrite(t *testing.T) {
 	if k := returned.Load(); k != 0 {
 		t.Fatalf("%d callers returned before their answers were written", k)
 	}
-	s.flushAnswers() // the write in flight ends: the waiting answers follow in one statement
+	s.answers.flush() // the write in flight ends: the waiting answers follow in one statement
 	answered.Wait()
 	if w := s.answers.writes.Load(); w != 1 {
 		t.Fatalf("%d placed answers took %d statements, want 1", n, w)
@@ -233,5 +234,64 @@ func TestNoClaimsOnSQLite(t *testing.T) {
 	var n int
 	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM host_claims`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d claims written on SQLite (%v), want none", n, err)
+	}
+}
+
+// TestKillCreditsAcrossReplicas: a sandbox one replica stopped frees its slot for every replica
+// at once (the store's credit: the others' host lists and claims count it), not only in the
+// killer's memory until the host's next report; the slot is given once (the killer's own claim on
+// it after another replica's is refused), and a report heard after the stop ends the credit.
+func TestKillCreditsAcrossReplicas(t *testing.T) {
+	ctx := context.Background()
+	clk := &settable{t: time.Now()}
+	rs := replicas(t, 2, Config{Now: clk.now})
+	killer, other := rs[0], rs[1]
+	r := reg("h", 8192, 4, tmpl("base", true)) // 4 of 4 slots used
+	for _, s := range rs {
+		if err := s.Register(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := other.Place(ctx, "base"); !errdefs.Is(err, errdefs.Capacity) {
+		t.Fatalf("a full host placed on: %v", err)
+	}
+	clk.add(time.Millisecond)
+	killer.Freeing("h", "sb_1", 512)(true)
+	for { // the credit is written in the background
+		killer.credits.mu.Lock()
+		idle := !killer.credits.running
+		killer.credits.mu.Unlock()
+		if idle {
+			break
+		}
+		runtime.Gosched()
+	}
+	hs, err := other.Place(ctx, "base") // reads the host list: the slot is free there too
+	if err != nil || len(hs) != 1 || hs[0].ID != "h" {
+		t.Fatalf("the other replica does not see the freed slot: %v %v", ids(hs), err)
+	}
+	done := reserve(t, other, "h", 512)
+	if _, err := killer.Place(ctx, "base"); !errdefs.Is(err, errdefs.Capacity) { // its host list has the other's claim
+		t.Fatalf("the killer's placement does not see the other replica's claim: %v", err)
+	}
+	if _, err := killer.Reserve("h", 512); !errdefs.Is(err, errdefs.Capacity) {
+		t.Fatalf("the freed slot was taken twice: %v", err)
+	}
+	if got := killer.Refusals(); got["replica"] != 1 { // its host list, read by the Place above, had the claim
+		t.Fatalf("refusals %v, want 1 by the replica's own count", got)
+	}
+	done(true)
+	// The host's next report counts the stop and the new sandbox: the credit has ended.
+	clk.add(2 * reportSettle)
+	if err := other.Register(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rs { // the killer too: the report another replica got ends its own credit
+		if _, err := s.Place(ctx, "base"); !errdefs.Is(err, errdefs.Capacity) {
+			t.Fatalf("placed on a host its last report says full: %v", err)
+		}
+	}
+	if hs, err := killer.cfg.Store.ListHosts(ctx); err != nil || hs[0].SlotsFreed != 0 {
+		t.Fatalf("credit left after a report heard later: %+v %v", hs, err)
 	}
 }

@@ -35,6 +35,7 @@ type tmplHosts struct{ baked, plain []int }
 
 // install replaces the list with one read from the store (mu held), then applies again the
 // patches made while it was being read (the store may have answered before they were written).
+// The caller settles this replica's reservations against the rows' reports (refreshHosts).
 func (c *hostCache) install(list []store.Host) {
 	c.hosts, c.pos = make([]*store.Host, len(list)), make(map[string]int, len(list))
 	for i := range list {
@@ -129,6 +130,16 @@ func (s *Scheduler) refreshHosts(ctx context.Context) error {
 	}
 	c.install(list)
 	c.at, c.loaded = time.Now(), true
+	// A report another replica wrote counts this replica's placements and stops as one it got
+	// itself would: they end with it (else a stop's credit would count on top of a report that
+	// counts the sandbox gone, until this replica's own next report of the host).
+	s.mu.Lock()
+	for _, h := range list {
+		if !h.HeardAt.IsZero() {
+			s.settleLocked(h.ID, readWindow{after: h.ReadAt, by: h.HeardAt})
+		}
+	}
+	s.mu.Unlock()
 	return nil
 }
 

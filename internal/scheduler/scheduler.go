@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
@@ -150,15 +151,33 @@ type Scheduler struct {
 	reconciler *store.Lock // held by the one replica that runs ReconcileAll
 	downCheck  *store.Lock // held by the one replica that runs CheckHosts
 
-	hc      hostCache // what placement reads (lock order: hc.mu before mu)
-	beats   beats     // liveness-only heartbeats being batched
-	orphans orphans   // sandboxes reconcile found on hosts without a record
-	answers answers   // placements' answers to their claims, being written
+	hc      hostCache                     // what placement reads (lock order: hc.mu before mu)
+	beats   beats                         // liveness-only heartbeats being batched
+	orphans orphans                       // sandboxes reconcile found on hosts without a record
+	answers groupWrite[store.ClaimAnswer] // placements' answers to their claims, being written
+	credits groupWrite[store.SlotCredit]  // stopped sandboxes' slots, being written (PostgreSQL)
+
+	// Reservations refused (Refusals): by this replica's count of the host's room, by the store's.
+	refusedHere, refusedStore atomic.Int64
 }
 
+// reservation is what a host's last report does not count yet of this replica's doing: slots and
+// memory of sandboxes being placed or placed (mem less the memory of those stopped), and how many
+// sandboxes were stopped (freed).
 type reservation struct {
 	slots int64
 	mem   int64
+	freed int64
+}
+
+// used is how many slots of h are taken: its last report's, plus the placements since, less the
+// sandboxes stopped since — each this replica's or, when more, every replica's as the store's
+// claims said when the host list was read (h.SlotsClaimed, h.SlotsFreed; the store's counts
+// include this replica's once written, so the larger of the two is never more than there were).
+// Other replicas' placements and stops since that read are not seen: a reservation's claim in
+// the store (Reserve) is what holds.
+func (p reservation) used(h *store.Host) int64 {
+	return h.SlotsUsed + max(p.slots, h.SlotsClaimed) - max(p.freed, h.SlotsFreed)
 }
 
 type staticAgent struct {
@@ -179,10 +198,12 @@ func New(cfg Config) *Scheduler {
 	defaults.Positive(&cfg.UnrecordedGrace, DefaultUnrecordedGrace)
 	defaults.Clock(&cfg.Now)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	return &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
+	s := &Scheduler{cfg: cfg, started: cfg.Now(), pending: map[string]reservation{}, placed: map[string][]placedRes{}, lastReport: map[string]time.Time{},
 		clients: map[string]*agentclient.Client{}, tmplMem: map[string]int{}, tmplVols: map[string][]hostapi.SnapshotVolume{}, tmplCPU: map[string]int{}, limits: map[string]HostLimits{}, seen: map[string]bool{}, heard: map[string]time.Time{}, written: map[string]string{}, catalog: map[string]store.Template{},
 		due: map[string]bool{}, dueSig: make(chan struct{}, 1), reconciler: cfg.Store.NewLock("reconciler"), downCheck: cfg.Store.NewLock("down-check"), beats: beats{max: maxBeatBatch},
 		orphans: orphans{seen: map[string]map[string]time.Time{}}}
+	s.answers.write, s.credits.write = s.writeAnswers, s.writeCredits
+	return s
 }
 
 // HeartbeatTimeout is the configured timeout.
@@ -210,6 +231,7 @@ func (s *Scheduler) register(ctx context.Context, reg Registration, later bool, 
 	if err := s.noteCatalog(ctx, reg); err != nil {
 		return err
 	}
+	h.HeardAt = s.cfg.Now() // after it arrived: credits of stops asked for before end
 	prev, err := s.cfg.Store.UpsertHost(ctx, h)
 	if err != nil {
 		return err
@@ -337,6 +359,7 @@ func (s *Scheduler) Heartbeat(ctx context.Context, reg Registration) error {
 				return s.recordExits(ctx, reg)
 			}
 		}
+		h.HeardAt = s.cfg.Now()
 		ok, err := s.cfg.Store.RefreshUpHost(ctx, h)
 		if err != nil {
 			return err
@@ -451,14 +474,14 @@ func (s *Scheduler) Place(ctx context.Context, template string) ([]store.Host, e
 			return hostRank{}, false
 		}
 		p := s.pending[h.ID]
-		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
+		if h.SlotsTotal > 0 && h.SlotsTotal-p.used(h) <= 0 {
 			return hostRank{}, false
 		}
 		free, known := s.roomLocked(*h, p)
 		if known && free < need {
 			return hostRank{}, false
 		}
-		return hostRank{*h, slices.Contains(h.Baked, template), free, h.SlotsUsed + p.slots}, true
+		return hostRank{*h, slices.Contains(h.Baked, template), free, p.used(h)}, true
 	}
 	var cands []hostRank
 	sampled := false
@@ -617,7 +640,7 @@ func (s *Scheduler) PlaceVolume(ctx context.Context) ([]store.Host, error) {
 		}
 		p := s.pending[h.ID]
 		free, _ := s.roomLocked(*h, p)
-		cands = append(cands, hostRank{*h, h.SlotsTotal == 0 || h.SlotsTotal-h.SlotsUsed-p.slots > 0, free, h.SlotsUsed + p.slots})
+		cands = append(cands, hostRank{*h, h.SlotsTotal == 0 || h.SlotsTotal-p.used(h) > 0, free, p.used(h)})
 	}
 	s.mu.Unlock()
 	s.hc.mu.RUnlock()
@@ -653,23 +676,24 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 	i, checked := s.hc.pos[hostID] // checked here: the host is in this replica's list
 	if checked {
 		h, p := s.hc.hosts[i], s.pending[hostID]
-		if h.SlotsTotal > 0 && h.SlotsTotal-h.SlotsUsed-p.slots <= 0 {
+		if h.SlotsTotal > 0 && h.SlotsTotal-p.used(h) <= 0 {
 			err = errdefs.Capacityf("host %s has no free slot left (taken by other placements meanwhile)", hostID)
 		} else if free, known := s.roomLocked(*h, p); known && memMiB > 0 && free < memMiB {
 			err = errdefs.Capacityf("host %s does not have %d MiB of guest memory left (taken by other placements meanwhile)", hostID, memMiB)
 		}
 	}
 	if err == nil {
-		s.addPendingLocked(hostID, 1, memMiB)
+		s.addPendingLocked(hostID, reservation{slots: 1, mem: memMiB})
 	}
 	s.mu.Unlock()
 	s.hc.mu.RUnlock()
 	if err != nil {
+		s.refusedHere.Add(1)
 		return nil, err
 	}
 	unreserve := func() {
 		s.mu.Lock()
-		s.addPendingLocked(hostID, -1, -memMiB)
+		s.addPendingLocked(hostID, reservation{slots: -1, mem: -memMiB})
 		s.mu.Unlock()
 	}
 	claim, err := s.claimSlot(hostID, checked)
@@ -708,6 +732,14 @@ func (s *Scheduler) Reserve(hostID string, memMiB int64) (done func(placed bool)
 	return done, nil
 }
 
+// Refusals counts the reservations this process refused since it started (Reserve: the host
+// chosen was full meanwhile), by who counted the host full: "replica" (this process's view: the
+// host's last report and this process's placements and kills since) and "store" (the slot claims
+// of every replica: ClaimSlot, PostgreSQL only). For /metrics.
+func (s *Scheduler) Refusals() map[string]int64 {
+	return map[string]int64{"replica": s.refusedHere.Load(), "store": s.refusedStore.Load()}
+}
+
 // claimSlot claims a slot of host hostID in the store for a reservation, returning the claim's
 // id; errdefs.Capacity when another replica's placements took the host's last slot. On SQLite
 // (one replica by design, like store.Lock) this replica's reservations are all there is: when
@@ -725,6 +757,7 @@ func (s *Scheduler) claimSlot(hostID string, checked bool) (string, error) {
 		return "", fmt.Errorf("claim a slot of host %s: %w", hostID, err)
 	}
 	if !ok {
+		s.refusedStore.Add(1)
 		return "", errdefs.Capacityf("host %s has no free slot left (taken by placements of another server meanwhile)", hostID)
 	}
 	return claim, nil
@@ -733,10 +766,13 @@ func (s *Scheduler) claimSlot(hostID string, checked bool) (string, error) {
 // claimTimeout bounds the store calls of a reservation.
 const claimTimeout = 10 * time.Second
 
-// Freeing is called before a host is asked to stop a sandbox of memMiB; call the returned func
-// with whether it did. A stop counts as a slot and memMiB back at once, until a report that may
-// have been read after it was asked for (the host's last report still counts the sandbox).
-func (s *Scheduler) Freeing(hostID string, memMiB int64) (done func(stopped bool)) {
+// Freeing is called before a host is asked to stop sandbox sandboxID of memMiB; call the returned
+// func with whether it did. A stop counts as a slot and memMiB back at once, until a report that
+// may have been read after it was asked for (the host's last report still counts the sandbox).
+// On PostgreSQL the slot is also credited in the store (Store.CreditSlots, written in the
+// background, credits stopped meanwhile sharing a statement), where every replica's claims and host
+// lists count it (the memory only here).
+func (s *Scheduler) Freeing(hostID, sandboxID string, memMiB int64) (done func(stopped bool)) {
 	asked := s.cfg.Now()
 	return func(stopped bool) {
 		if !stopped {
@@ -747,8 +783,11 @@ func (s *Scheduler) Freeing(hostID string, memMiB int64) (done func(stopped bool
 		if !s.lastReport[hostID].Before(asked) {
 			return // a report that arrived meanwhile may count it already
 		}
-		s.addPendingLocked(hostID, -1, -memMiB)
+		s.addPendingLocked(hostID, reservation{mem: -memMiB, freed: 1})
 		s.placed[hostID] = append(s.placed[hostID], placedRes{at: asked, slots: -1, mem: -memMiB})
+		if s.cfg.Store.Dialect() != store.SQLite { // one replica: its memory is all there is
+			s.credits.add(store.SlotCredit{SandboxID: sandboxID, HostID: hostID, At: asked, Expires: asked.Add(s.cfg.ClaimTTL)})
+		}
 	}
 }
 
@@ -760,13 +799,14 @@ type placedRes struct {
 	mem   int64
 }
 
-// addPendingLocked adds slots and mem to a host's reservations (s.mu held); either may be
-// negative (sandboxes stopped since the last report).
-func (s *Scheduler) addPendingLocked(hostID string, slots, mem int64) {
+// addPendingLocked adds d to a host's reservations (s.mu held); any of its figures may be
+// negative.
+func (s *Scheduler) addPendingLocked(hostID string, d reservation) {
 	r := s.pending[hostID]
-	r.slots += slots
-	r.mem += mem
-	if r.slots == 0 && r.mem == 0 {
+	r.slots += d.slots
+	r.mem += d.mem
+	r.freed += d.freed
+	if r == (reservation{}) {
 		delete(s.pending, hostID)
 		return
 	}
@@ -791,7 +831,9 @@ func (s *Scheduler) pushedRead(reg Registration) readWindow {
 // after the host answered; a stopped one's credit when the report may have been read after the
 // kill was asked for.
 func (s *Scheduler) settleLocked(hostID string, read readWindow) {
-	s.lastReport[hostID] = read.by
+	if read.by.After(s.lastReport[hostID]) {
+		s.lastReport[hostID] = read.by
+	}
 	rs := s.placed[hostID]
 	keep := rs[:0]
 	for _, r := range rs {
@@ -803,7 +845,11 @@ func (s *Scheduler) settleLocked(hostID string, read readWindow) {
 			keep = append(keep, r)
 			continue
 		}
-		s.addPendingLocked(hostID, -r.slots, -r.mem)
+		if r.slots < 0 {
+			s.addPendingLocked(hostID, reservation{mem: -r.mem, freed: -1})
+		} else {
+			s.addPendingLocked(hostID, reservation{slots: -r.slots, mem: -r.mem})
+		}
 	}
 	if len(keep) == 0 {
 		delete(s.placed, hostID)
@@ -834,7 +880,7 @@ func (s *Scheduler) PlaceOn(ctx context.Context, hostID string, n int, memMiB in
 	p := s.pending[h.ID]
 	free, known := s.roomLocked(h, p)
 	s.mu.Unlock()
-	if free := h.SlotsTotal - h.SlotsUsed - p.slots; h.SlotsTotal > 0 && free < int64(n) {
+	if free := h.SlotsTotal - p.used(&h); h.SlotsTotal > 0 && free < int64(n) {
 		return store.Host{}, errdefs.Capacityf("host %s has room for %d more sandboxes, not %d", hostID, max(free, 0), n)
 	}
 	if memMiB > 0 && known && free < int64(n)*memMiB {

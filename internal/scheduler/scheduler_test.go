@@ -503,7 +503,8 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return h.SlotsTotal - h.SlotsUsed - s.pending["h"].slots
+		p := s.pending["h"]
+		return h.SlotsTotal - p.used(&h)
 	}
 	wantFree := func(want int64, after string) {
 		t.Helper()
@@ -556,7 +557,7 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 
 	// A sandbox the host has just stopped frees its slot at once, until a report counts it gone.
 	offset += time.Millisecond
-	s.Freeing("h", 256)(true)
+	s.Freeing("h", "sb_1", 256)(true)
 	wantFree(2, "a kill (3 used in the last report), want 2")
 	offset += 2 * reportSettle
 	report(2)
@@ -564,7 +565,7 @@ func TestReservationsEndWhenCounted(t *testing.T) {
 	// A stop whose host reported while it was being asked for gives nothing back: that report
 	// may count it already.
 	offset += time.Millisecond
-	stopping := s.Freeing("h", 256)
+	stopping := s.Freeing("h", "sb_2", 256)
 	offset += time.Millisecond
 	report(1)
 	stopping(true)

@@ -38,14 +38,27 @@ type Host struct {
 	// ReadAt is when the host read the report it sent, at the earliest (written with the report;
 	// zero: now): its slots_used counts the sandboxes it created before (ClaimSlot).
 	ReadAt time.Time
+	// HeardAt is when the report is written, as its writer's clock says (zero: the store's now):
+	// never before it arrived. A stopped sandbox's credit (CreditSlots) asked for before ends.
+	HeardAt time.Time
+	// SlotsClaimed and SlotsFreed (ListHosts only) are what the store's claims say of the host
+	// beyond SlotsUsed, every replica's: slots claimed by placements no report counts yet
+	// (ClaimSlot), and sandboxes stopped since the report (CreditSlots).
+	SlotsClaimed, SlotsFreed int64
 }
 
 // readAt is h.ReadAt in the store's units (now when not given).
-func (s *Store) readAt(h Host) int64 {
-	if h.ReadAt.IsZero() {
+func (s *Store) readAt(h Host) int64 { return s.orNow(h.ReadAt) }
+
+// heardAt is h.HeardAt in the store's units (now when not given).
+func (s *Store) heardAt(h Host) int64 { return s.orNow(h.HeardAt) }
+
+// orNow is t in the store's units, now when t is zero.
+func (s *Store) orNow(t time.Time) int64 {
+	if t.IsZero() {
 		return micros(s.now())
 	}
-	return micros(h.ReadAt)
+	return micros(t)
 }
 
 const hostCols = `id, url, token, state, accel, mem_mib_total, mem_mib_free, slots_total, slots_used, templates, baked, registered_at, last_heartbeat, draining`
@@ -84,15 +97,15 @@ func (s *Store) UpsertHost(ctx context.Context, h Host) (prev string, err error)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			prev = ""
-			_, err = s.exec(ctx, tx, `INSERT INTO hosts (`+hostCols+`, report_hash, read_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`,
-				h.ID, h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, now, ReportHash(h), s.readAt(h))
+			_, err = s.exec(ctx, tx, `INSERT INTO hosts (`+hostCols+`, report_hash, read_at, heard_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)`,
+				h.ID, h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, now, ReportHash(h), s.readAt(h), s.heardAt(h))
 			return err
 		case err != nil:
 			return err
 		}
 		_, err = s.exec(ctx, tx, `UPDATE hosts SET url = ?, token = ?, state = ?, accel = ?, mem_mib_total = ?, mem_mib_free = ?,
-			slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ?, report_hash = ?, read_at = ? WHERE id = ?`,
-			h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, ReportHash(h), s.readAt(h), h.ID)
+			slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ?, report_hash = ?, read_at = ?, heard_at = ? WHERE id = ?`,
+			h.URL, h.Token, HostUp, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, ReportHash(h), s.readAt(h), s.heardAt(h), h.ID)
 		return err
 	})
 	return prev, err
@@ -109,9 +122,10 @@ func (s *Store) RefreshUpHost(ctx context.Context, h Host) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	now := micros(s.now())
 	res, err := s.exec(ctx, s.db, `UPDATE hosts SET url = ?, token = ?, accel = ?, mem_mib_total = ?, mem_mib_free = ?,
-		slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ?, report_hash = ?, read_at = ? WHERE id = ? AND state = ?`,
-		h.URL, h.Token, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), micros(s.now()), ReportHash(h), s.readAt(h), h.ID, HostUp)
+		slots_total = ?, slots_used = ?, templates = ?, baked = ?, last_heartbeat = ?, report_hash = ?, read_at = ?, heard_at = ? WHERE id = ? AND state = ?`,
+		h.URL, h.Token, h.Accel, h.MemMiBTotal, h.MemMiBFree, h.SlotsTotal, h.SlotsUsed, string(tmpl), string(baked), now, ReportHash(h), s.readAt(h), s.heardAt(h), h.ID, HostUp)
 	if err != nil {
 		return false, err
 	}
@@ -144,10 +158,11 @@ type HostReport struct{ ID, Hash string }
 
 // TouchHosts records, in one statement, that the given hosts were heard at `at` and reported
 // nothing new, read at readAt at the earliest: each row whose host is up and whose fingerprint is
-// the report's gets `at` as its last heartbeat. It returns the ids it wrote; a host left out
+// the report's gets `at` as its last heartbeat, and heardAt (zero: now) as when a report was last
+// written (the write's time, as Host.HeardAt). It returns the ids it wrote; a host left out
 // (down, unknown, or its row holds another report — one another replica wrote, say) needs its
 // whole report written (RefreshUpHost).
-func (s *Store) TouchHosts(ctx context.Context, at, readAt time.Time, reports []HostReport) (map[string]bool, error) {
+func (s *Store) TouchHosts(ctx context.Context, at, readAt, heardAt time.Time, reports []HostReport) (map[string]bool, error) {
 	pairs := make([][2]string, len(reports))
 	for i, r := range reports {
 		pairs[i] = [2]string{r.ID, r.Hash}
@@ -157,13 +172,13 @@ func (s *Store) TouchHosts(ctx context.Context, at, readAt time.Time, reports []
 		return nil, err
 	}
 	// One statement text whatever the batch's size (one prepared statement per connection).
-	q := `UPDATE hosts SET last_heartbeat = ?, read_at = MAX(read_at, ?) WHERE state = 'up' AND (id, report_hash) IN
+	q := `UPDATE hosts SET last_heartbeat = ?, read_at = MAX(read_at, ?), heard_at = ? WHERE state = 'up' AND (id, report_hash) IN
 		(SELECT value->>0, value->>1 FROM json_each(?)) RETURNING id`
 	if s.dialect == Postgres {
-		q = `UPDATE hosts SET last_heartbeat = ?, read_at = GREATEST(read_at, ?) WHERE state = 'up' AND (id, report_hash) IN
+		q = `UPDATE hosts SET last_heartbeat = ?, read_at = GREATEST(read_at, ?), heard_at = ? WHERE state = 'up' AND (id, report_hash) IN
 		(SELECT e->>0, e->>1 FROM json_array_elements(?::json) e) RETURNING id`
 	}
-	ids, err := queryAll(ctx, s, s.db, q, scanOne[string], micros(at), micros(readAt), string(js))
+	ids, err := queryAll(ctx, s, s.db, q, scanOne[string], micros(at), micros(readAt), s.orNow(heardAt), string(js))
 	if err != nil {
 		return nil, err
 	}
@@ -192,8 +207,8 @@ func (s *Store) ClaimSlot(ctx context.Context, claimID, hostID string, now, expi
 		}
 		res, err := s.exec(ctx, tx, `INSERT INTO host_claims (id, host_id, answered_at, expires_at)
 			SELECT ?, h.id, 0, ? FROM hosts h WHERE h.id = ? AND (h.slots_total = 0 OR h.slots_used + 1 +
-				(SELECT COUNT(*) FROM host_claims c WHERE c.host_id = h.id AND c.expires_at > ?
-					AND (c.answered_at = 0 OR c.answered_at > h.read_at)) <= h.slots_total)`,
+				(SELECT COALESCE(SUM(c.slots), 0) FROM host_claims c WHERE c.host_id = h.id AND c.expires_at > ?
+					AND `+countingClaim+`) <= h.slots_total)`,
 			claimID, micros(expires), hostID, micros(now))
 		if err != nil {
 			return err
@@ -202,6 +217,46 @@ func (s *Store) ClaimSlot(ctx context.Context, claimID, hostID string, now, expi
 		return err
 	})
 	return n == 1, err
+}
+
+// countingClaim says whether host_claims row c still counts against its host h's last report: a
+// claim (slots 1) until a report read after its answer; a stopped sandbox's credit (slots -1)
+// until a report heard after it was stopped is written (heard_at: written with each report, at
+// the write, so never before the report arrived; a credit ends at the earliest moment a report
+// may count the sandbox gone, erring on the side of room taken).
+const countingClaim = `(c.slots > 0 AND (c.answered_at = 0 OR c.answered_at > h.read_at) OR c.slots < 0 AND c.answered_at > h.heard_at)`
+
+// SlotCredit is a sandbox its host stopped (CreditSlots): its slot is free from At, the moment it
+// was asked to stop.
+type SlotCredit struct {
+	SandboxID, HostID string
+	At, Expires       time.Time
+}
+
+// CreditSlots records that hosts stopped sandboxes, in one statement whatever their number: each
+// gives its host's slot back to every replica's claims (ClaimSlot) and host lists (ListHosts'
+// SlotsFreed) until a report heard after it is written, or it expires. A sandbox is credited
+// once whoever stops it, however often (a kill racing the reaper's: its host answers both).
+func (s *Store) CreditSlots(ctx context.Context, credits []SlotCredit) error {
+	if len(credits) == 0 {
+		return nil
+	}
+	rows := make([][4]any, len(credits))
+	for i, c := range credits {
+		rows[i] = [4]any{"freed:" + c.SandboxID, c.HostID, micros(c.At), micros(c.Expires)}
+	}
+	js, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	q := `INSERT INTO host_claims (id, host_id, answered_at, expires_at, slots)
+		SELECT value->>0, value->>1, value->>2, value->>3, -1 FROM json_each(?) WHERE true ON CONFLICT (id) DO NOTHING`
+	if s.dialect == Postgres {
+		q = `INSERT INTO host_claims (id, host_id, answered_at, expires_at, slots)
+		SELECT e->>0, e->>1, (e->>2)::bigint, (e->>3)::bigint, -1 FROM json_array_elements(?::json) e ON CONFLICT (id) DO NOTHING`
+	}
+	_, err = s.exec(ctx, s.db, q, string(js))
+	return err
 }
 
 // ClaimAnswer is how one claim's placement ended (AnswerClaims).
@@ -249,8 +304,8 @@ func (s *Store) AnswerClaims(ctx context.Context, answers []ClaimAnswer) error {
 
 // DropEndedClaims deletes the claims that no longer count (expired, or counted by a report).
 func (s *Store) DropEndedClaims(ctx context.Context, now time.Time) error {
-	_, err := s.exec(ctx, s.db, `DELETE FROM host_claims WHERE expires_at <= ? OR answered_at > 0 AND
-		answered_at <= (SELECT h.read_at FROM hosts h WHERE h.id = host_claims.host_id)`, micros(now))
+	_, err := s.exec(ctx, s.db, `DELETE FROM host_claims AS c WHERE c.expires_at <= ? OR c.answered_at > 0 AND NOT EXISTS
+		(SELECT 1 FROM hosts h WHERE h.id = c.host_id AND `+countingClaim+`)`, micros(now))
 	return err
 }
 
@@ -271,10 +326,30 @@ func (s *Store) GetHost(ctx context.Context, id string) (Host, error) {
 	return queryOne(ctx, s, `SELECT `+hostCols+` FROM hosts WHERE id = ?`, scanHost, id)
 }
 
-// ListHosts returns every host, by id.
+// ListHosts returns every host, by id, with when its report was read and written (ReadAt,
+// HeardAt) and the claims that report does not count (SlotsClaimed, SlotsFreed).
 func (s *Store) ListHosts(ctx context.Context) ([]Host, error) {
-	return queryAll(ctx, s, s.db, `SELECT `+hostCols+` FROM hosts ORDER BY id`, scanHost)
+	count := func(sign string) string {
+		return `(SELECT COUNT(*) FROM host_claims c WHERE c.host_id = h.id AND c.slots ` + sign + ` 0 AND c.expires_at > ? AND ` + countingClaim + `)`
+	}
+	now := micros(s.now())
+	return queryAll(ctx, s, s.db, `SELECT `+hostCols+`, read_at, heard_at, `+count(">")+`, `+count("<")+` FROM hosts h ORDER BY id`,
+		func(sc scanner) (Host, error) {
+			var readAt, heardAt time.Time
+			var claimed, freed int64
+			h, err := scanHost(extraCols{sc, []any{timeCol(&readAt), timeCol(&heardAt), &claimed, &freed}})
+			h.ReadAt, h.HeardAt, h.SlotsClaimed, h.SlotsFreed = readAt, heardAt, claimed, freed
+			return h, err
+		}, now, now)
 }
+
+// extraCols scans more columns after the scanner's caller's.
+type extraCols struct {
+	scanner
+	dest []any
+}
+
+func (e extraCols) Scan(dest ...any) error { return e.scanner.Scan(append(dest, e.dest...)...) }
 
 // CountHostsByState returns how many hosts are in each state.
 func (s *Store) CountHostsByState(ctx context.Context) (map[string]int64, error) {
@@ -389,5 +464,12 @@ var hostsSchema = []schemaStep{
 			expires_at  BIGINT NOT NULL
 		)`,
 		`CREATE INDEX host_claims_host ON host_claims (host_id)`,
+	}},
+	{28, []string{
+		// A sandbox stopped gives its slot back (slots -1, answered_at: when it was asked to stop)
+		// until a report heard after that is written (CreditSlots).
+		`ALTER TABLE host_claims ADD COLUMN slots INTEGER NOT NULL DEFAULT 1`,
+		// When the row's report was last written (each report write sets it to the write's time).
+		`ALTER TABLE hosts ADD COLUMN heard_at BIGINT NOT NULL DEFAULT 0`,
 	}},
 }

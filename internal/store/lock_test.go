@@ -208,7 +208,7 @@ func TestTouchHosts(t *testing.T) {
 		stale := b
 		stale.SlotsUsed = 1 // b's row holds SlotsUsed 0
 		at := t0.Add(30 * time.Second)
-		got, err := s.TouchHosts(ctx, at, at, []HostReport{{"a", ReportHash(a)}, {"b", ReportHash(stale)}, {"c", ReportHash(c)}, {"x", ReportHash(a)}})
+		got, err := s.TouchHosts(ctx, at, at, time.Time{}, []HostReport{{"a", ReportHash(a)}, {"b", ReportHash(stale)}, {"c", ReportHash(c)}, {"x", ReportHash(a)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,10 +223,21 @@ func TestTouchHosts(t *testing.T) {
 		if h, _ := s.GetHost(ctx, "c"); h.State != HostDown {
 			t.Fatalf("a touch brought a down host up: %+v", h)
 		}
-		if got, err := s.TouchHosts(ctx, at, at, nil); len(got) != 0 || err != nil {
+		if got, err := s.TouchHosts(ctx, at, at, time.Time{}, nil); len(got) != 0 || err != nil {
 			t.Fatalf("empty batch: %v %v", got, err)
 		}
 	})
+}
+
+// claimer returns a func that claims a slot of hostID at t0 (for an hour) and fails t unless
+// ClaimSlot answers want.
+func claimer(ctx context.Context, t *testing.T, s *Store, hostID string, t0 time.Time) func(id string, want bool) {
+	return func(id string, want bool) {
+		t.Helper()
+		if ok, err := s.ClaimSlot(ctx, id, hostID, t0, t0.Add(time.Hour)); err != nil || ok != want {
+			t.Fatalf("claim %s: %v %v, want %v", id, ok, err, want)
+		}
+	}
 }
 
 // TestAnswerClaims: answers written together end each claim as asked — nothing placed frees the
@@ -238,12 +249,7 @@ func TestAnswerClaims(t *testing.T) {
 		if _, err := s.UpsertHost(ctx, h); err != nil {
 			t.Fatal(err)
 		}
-		claim := func(id string, want bool) {
-			t.Helper()
-			if ok, err := s.ClaimSlot(ctx, id, "h", t0, t0.Add(time.Hour)); err != nil || ok != want {
-				t.Fatalf("claim %s: %v %v, want %v", id, ok, err, want)
-			}
-		}
+		claim := claimer(ctx, t, s, "h", t0)
 		claim("c1", true)
 		claim("c2", true)
 		claim("c3", false)
@@ -253,7 +259,7 @@ func TestAnswerClaims(t *testing.T) {
 		}
 		claim("c3", true)  // c1 placed nothing: its slot is free
 		claim("c4", false) // c2's sandbox is not in a report yet
-		if _, err := s.TouchHosts(ctx, t0.Add(2*time.Second), answered.Add(time.Millisecond), []HostReport{{"h", ReportHash(h)}}); err != nil {
+		if _, err := s.TouchHosts(ctx, t0.Add(2*time.Second), answered.Add(time.Millisecond), time.Time{}, []HostReport{{"h", ReportHash(h)}}); err != nil {
 			t.Fatal(err)
 		}
 		claim("c4", true) // a report read after c2's answer counts its sandbox (its slots_used, here 0)
@@ -272,6 +278,82 @@ func TestAnswerClaims(t *testing.T) {
 		var n int
 		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM host_claims`).Scan(&n); err != nil || n != 2 {
 			t.Fatalf("claims left after the drop: %d %v, want c3 and c5", n, err)
+		}
+	})
+}
+
+// TestCreditSlots: a stopped sandbox's credit gives its slot back to every replica's claims and
+// host lists until a report heard after the stop is written (a full one or a batched touch), once
+// however often it is credited; a credit asked before the last report counts for nothing.
+func TestCreditSlots(t *testing.T) {
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
+		t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+		s.now = func() time.Time { return t0 }
+		h := Host{ID: "h", URL: "http://h", SlotsTotal: 2, SlotsUsed: 2, Templates: []string{"base"}, ReadAt: t0}
+		if _, err := s.UpsertHost(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		claim := claimer(ctx, t, s, "h", t0)
+		claimed := int64(0)
+		freed := func(want int64) {
+			t.Helper()
+			hs, err := s.ListHosts(ctx)
+			if err != nil || len(hs) != 1 || hs[0].SlotsFreed != want || hs[0].SlotsClaimed != claimed {
+				t.Fatalf("hosts %+v %v, want %d slots freed, %d claimed", hs, err, want, claimed)
+			}
+		}
+		credit := func(at time.Time, ids ...string) {
+			t.Helper()
+			var cs []SlotCredit
+			for _, id := range ids {
+				cs = append(cs, SlotCredit{SandboxID: id, HostID: "h", At: at, Expires: t0.Add(time.Hour)})
+			}
+			if err := s.CreditSlots(ctx, cs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		claim("c1", false)
+		freed(0)
+		credit(t0.Add(time.Second), "sb1", "sb1") // a kill and the reaper's of the same sandbox
+		credit(t0.Add(time.Second), "sb1")
+		freed(1)
+		claim("c1", true)
+		claim("c2", false)
+		credit(t0.Add(time.Second), "sb2")
+		claimed = 1
+		freed(2)
+		claim("c2", true)
+		claim("c3", false)
+		claimed = 2
+		freed(2)
+
+		// A report heard after the stops counts them: the credits end (its slots_used, 0 here,
+		// and the two unanswered claims leave no slot).
+		s.now = func() time.Time { return t0.Add(2 * time.Second) }
+		h.SlotsUsed = 0
+		if ok, err := s.RefreshUpHost(ctx, h); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		freed(0)
+		claim("c3", false)
+		credit(t0.Add(1500*time.Millisecond), "sb3") // asked before that report was written
+		freed(0)
+
+		// A batched touch (the same report) written after a stop ends its credit too, even dated
+		// earlier (its first heartbeat's arrival).
+		credit(t0.Add(3*time.Second), "sb4")
+		freed(1)
+		s.now = func() time.Time { return t0.Add(4 * time.Second) }
+		if got, err := s.TouchHosts(ctx, t0.Add(2500*time.Millisecond), t0, time.Time{}, []HostReport{{"h", ReportHash(h)}}); err != nil || !got["h"] {
+			t.Fatal(got, err)
+		}
+		freed(0)
+		if err := s.DropEndedClaims(ctx, t0); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM host_claims`).Scan(&n); err != nil || n != 2 {
+			t.Fatalf("claims left after the drop: %d %v, want c1 and c2 (no credit)", n, err)
 		}
 	})
 }

@@ -424,6 +424,9 @@ func TestSandboxes(t *testing.T) {
 		if err != nil || counts[StateRunning] != 4 || counts[StateKilled] != 1 {
 			t.Fatalf("counts %v %v", counts, err)
 		}
+		if live, err := s.CountUnkilledSandboxesByState(ctx); err != nil || len(live) != 1 || live[StateRunning] != 4 {
+			t.Fatalf("counts but killed %v %v", live, err)
+		}
 		onHost, err := s.HostSandboxes(ctx, "h1", StateRunning)
 		if err != nil || len(onHost) != 4 {
 			t.Fatalf("host sandboxes %d %v", len(onHost), err)
