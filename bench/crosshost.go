@@ -59,7 +59,7 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 		d := ms(time.Since(t))
 		return d, src.Kill(kids[0].ID)
 	}
-	var snapMS, restoreMS []float64
+	var snapMS, restoreMS, faults []float64
 	cut := &cutCompare{dir: filepath.Join(b.dataDir, "xhost-cuts")}
 	defer cut.close()
 	crossHost := func() (float64, error) {
@@ -81,6 +81,10 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 			return 0, err
 		}
 		d := ms(time.Since(t))
+		// What the child's first answer read from disk: the pulled RAM file's uncached pages.
+		if n, err := majorFaults(kid.PID); err == nil {
+			faults = append(faults, n)
+		}
 		fmt.Printf("  cross-host fork %.0f ms: source %v\n    target %v\n", d, srcTrace.LogArgs(), dstTrace.LogArgs()) // where the time goes
 		snapMS, restoreMS = append(snapMS, ms(mid.Sub(t))), append(restoreMS, ms(time.Since(mid)))
 		src.DeleteSnapshot(sn.ID)
@@ -91,7 +95,7 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 		return err
 	}
 	res["xhost_fork_first_ms"] = snapMS[0] + restoreMS[0]
-	snapMS, restoreMS = nil, nil
+	snapMS, restoreMS, faults = nil, nil, nil
 	lat, err := interleaved(5, sameHost, crossHost)
 	if err != nil {
 		return err
@@ -100,6 +104,7 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 	res["xhost_fork_p50_ms"], res["xhost_fork_p99_ms"] = pct(lat[1], 50), pct(lat[1], 99)
 	res["xhost_fork_snapshot_publish_p50_ms"], res["xhost_fork_pull_restore_p50_ms"] = pct(snapMS, 50), pct(restoreMS, 50)
 	res["xhost_fork_over_same_host"] = res["xhost_fork_p50_ms"] / res["xhost_same_host_fork_p50_ms"]
+	res["xhost_fork_child_major_faults"] = pct(faults, 50)
 	// The cut of memory images, on snapshots of the same parent, after the forks.
 	for range samples(8) {
 		if err := dirty(); err != nil {
@@ -146,10 +151,10 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 	}
 	res["xhost_hibernate_publish_p50_ms"], res["xhost_adopt_wake_p50_ms"] = pct(hib, 50), pct(adopt, 50)
 	res["xhost_load_avg_1m"] = loadAvg() // other work on the machine: the absolute figures swing with it
-	fmt.Printf("cross-host: fork p50 %.0f ms (same host %.0f ms, ×%.1f; snapshot+publish %.0f, pull+restore %.0f), first %.0f ms; "+
+	fmt.Printf("cross-host: fork p50 %.0f ms (same host %.0f ms, ×%.1f; snapshot+publish %.0f, pull+restore %.0f; child VMM major faults %.0f), first %.0f ms; "+
 		"hibernate+publish %.0f ms, adopt+wake %.0f ms; template pull %.0f ms\n",
 		res["xhost_fork_p50_ms"], res["xhost_same_host_fork_p50_ms"], res["xhost_fork_over_same_host"],
-		res["xhost_fork_snapshot_publish_p50_ms"], res["xhost_fork_pull_restore_p50_ms"], res["xhost_fork_first_ms"],
+		res["xhost_fork_snapshot_publish_p50_ms"], res["xhost_fork_pull_restore_p50_ms"], res["xhost_fork_child_major_faults"], res["xhost_fork_first_ms"],
 		res["xhost_hibernate_publish_p50_ms"], res["xhost_adopt_wake_p50_ms"], res["xhost_template_pull_ms"])
 	return nil
 }

@@ -141,13 +141,16 @@ func (s *Server) holdWithin(ctx context.Context, teamID string, q, need Quota) (
 	noop := func() {}
 	id := auth.NewID("qh_")
 	err = s.store.WithTeamLock(ctx, teamID, func() error {
-		// Recorded use first, then holds: a call that records its resource and releases its
-		// hold meanwhile is counted in one or the other (or both), never in neither.
-		use, err := s.teamUse(ctx, teamID)
+		// Holds first, then recorded use: a call records its resource before it releases its
+		// hold, so one whose hold is gone when the holds are read has its resource recorded
+		// before the use is read — counted in one or the other (or both), never in neither.
+		// (Read the other way round, a call that recorded and released in between was missed:
+		// TestServiceQuotaRace let a fourth app in under a limit of 3, 2 runs in 80.)
+		held, err := s.store.HeldQuota(ctx, teamID)
 		if err != nil {
 			return err
 		}
-		held, err := s.store.HeldQuota(ctx, teamID)
+		use, err := s.teamUse(ctx, teamID)
 		if err != nil {
 			return err
 		}

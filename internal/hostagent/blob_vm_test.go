@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/blob/blobtest"
 	"github.com/pandastack/pandastack/internal/faultpoint"
+	"github.com/pandastack/pandastack/internal/host/snapshot"
 	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/wire/hostapi"
 )
@@ -319,6 +321,10 @@ func TestVolumeCopiesTravelThroughBlobStore(t *testing.T) {
 	m2, err2 := artifact.Get(ctx, bs, "snapshot", snap2.ID)
 	if err := errors.Join(err1, err2); err != nil {
 		t.Fatal(err)
+	}
+	// The guest's working set travels with its memory: a pulling host reads it ahead.
+	if !slices.ContainsFunc(m1.Files, func(f artifact.File) bool { return f.Path == snapshot.WorkingSetFile }) {
+		t.Errorf("the published snapshot carries no %s: %+v", snapshot.WorkingSetFile, m1.Files)
 	}
 	old := map[string]bool{}
 	for _, f := range m1.Files {

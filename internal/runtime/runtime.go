@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/pandastack/pandastack/internal/storage"
 )
 
 // Spec is the machine a template fixes at bake time. A restore must use the same Spec as the
@@ -85,11 +87,10 @@ type SnapshotOptions struct {
 type SnapshotStats struct {
 	Pause      time.Duration // guest stopped for this long
 	DirtyBytes int64         // guest memory copied (what the VM wrote since its base)
-	// Warm, when set, brings the pages the VM had read into the page cache of the new RAM file,
-	// now at ramFile (the snapshot's directory may have moved), and returns the bytes read: a
-	// VM restored from it then does not read them from disk. It changes no content, so it may run
-	// at any time, also while VMs restore from the snapshot.
-	Warm func(ramFile string) (int64, error)
+	// Read are the runs of the new RAM file that the VM had read from its base (its working
+	// set): read into the RAM file's page cache (storage.ReadRuns), a VM restored from it does
+	// not fault them in from disk. Empty when the driver does not know them.
+	Read []storage.Run
 	Full bool // the full-RAM path was used
 }
 

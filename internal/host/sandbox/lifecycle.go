@@ -82,7 +82,7 @@ func (m *Manager) SnapshotSandboxFull(ctx context.Context, id string) (hostapi.S
 
 // snapshot saves sandbox id; internal is a fork's snapshot (not listed, not published, gone with
 // its children). warm, when not nil, brings the pages the guest had read into the snapshot's RAM
-// file's page cache (runtime.SnapshotStats.Warm): a caller that restores from it soon runs it.
+// file's page cache (runtime.SnapshotStats.Read): a caller that restores from it soon runs it.
 func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) (_ snapshot.Record, warm func() (int64, error), err error) {
 	sb, err := m.awake(ctx, id)
 	if err != nil {
@@ -158,6 +158,12 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	snap.NoProcs = !sb.hasProcs()
 	snap.PauseMS = float64(st.Pause.Microseconds()) / 1000
 	snap.DirtyBytes = st.DirtyBytes
+	if publishing {
+		// For the host that pulls it: what to read ahead while its VMM starts.
+		if err := snapshot.WriteWorkingSet(tmp, st.Read); err != nil {
+			return snapshot.Record{}, nil, snapshotErr(id, err)
+		}
+	}
 	if err := m.snapshots.Commit(tmp, &snap); err != nil {
 		return snapshot.Record{}, nil, snapshotErr(id, err)
 	}
@@ -166,9 +172,9 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	if publishing {
 		m.publish(ctx, bs, &snap)
 	}
-	if st.Warm != nil {
+	if len(st.Read) > 0 {
 		ram := snapIn(snap.Dir).RAMFile
-		warm = func() (int64, error) { return st.Warm(ram) }
+		warm = func() (int64, error) { return storage.ReadRuns(ram, st.Read) }
 	}
 	return snap, warm, nil
 }
@@ -348,10 +354,16 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 		return hostapi.Sandbox{}, err
 	}
 	os.RemoveAll(vm.RunDir)
-	if st.Warm != nil {
+	if len(st.Read) > 0 {
 		// The pages the guest had read, into the page cache of its memory file: a wake soon
-		// after does not read them from disk.
-		if _, err := st.Warm(snapIn(memDir).RAMFile); err != nil {
+		// after does not read them from disk. Listed beside it too where it is published, for a
+		// host that adopts it (publishHibernated).
+		if m.Templates.Blob() != nil {
+			if err := snapshot.WriteWorkingSet(memDir, st.Read); err != nil {
+				m.log.Warn("listing a hibernated sandbox's working set failed: a wake elsewhere reads it from disk", "sandbox", id, "err", err)
+			}
+		}
+		if _, err := storage.ReadRuns(snapIn(memDir).RAMFile, st.Read); err != nil {
 			m.log.Warn("warming a hibernated sandbox's memory failed: its wake reads it from disk", "sandbox", id, "err", err)
 		}
 	}

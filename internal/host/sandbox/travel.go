@@ -49,7 +49,7 @@ func (m *Manager) publishHibernated(ctx context.Context, sb *sandbox) {
 	var st artifact.Stats
 	if err == nil {
 		files := []string{"disk.img"}
-		for _, f := range snapshot.Present(rec.BaseDir, append([]string{"ram", "state"}, snapshot.BootFiles...)) {
+		for _, f := range snapshot.Present(rec.BaseDir, append([]string{"ram", "state", snapshot.WorkingSetFile}, snapshot.BootFiles...)) {
 			files = append(files, path.Join(mem, f))
 		}
 		// Each volume as the sandbox left it, reflinked beside the memory for the push and
@@ -162,6 +162,9 @@ func (m *Manager) adoptHibernated(ctx context.Context, id, pub string) (hostapi.
 	m.mu.Unlock()
 	m.log.Info("adopted hibernated sandbox", "sandbox", id, "publication", pub, "ms", time.Since(start).Milliseconds(), "fetched_mib", st.Bytes>>20,
 		"local_mib", st.LocalBytes>>20, "lazy", mount != "")
+	if mount == "" {
+		m.warmPulled("hibernated sandbox "+id, mem)
+	}
 	woke, err := m.awake(ctx, id)
 	if err != nil {
 		return hostapi.Sandbox{}, err

@@ -29,7 +29,7 @@ const Kind = "snapshot"
 
 // ownFiles are a snapshot's own files; BootFiles come from its template's directory.
 var (
-	ownFiles = []string{"ram", "state", "disk.img"}
+	ownFiles = []string{"ram", "state", "disk.img", WorkingSetFile}
 	// BootFiles are what a restore needs of a template besides memory and disk: they travel with
 	// every published memory image (snapshots, hibernated sandboxes).
 	BootFiles = []string{"vmlinuz", "initrd", volume.PlaceholderName}

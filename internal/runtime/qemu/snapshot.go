@@ -71,7 +71,7 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 	defer resume()
 	cleanup := func() { os.Remove(out.RAMFile); os.Remove(out.StateFile) }
 
-	var read []fileRun
+	var read []storage.Run
 	st.DirtyBytes, read, err = diffRAM(vm.Pid, base.RAMFile, out.RAMFile)
 	if err != nil {
 		cleanup()
@@ -100,8 +100,8 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 		return st, err
 	}
 	timing.Mark(ctx, runtime.StepSaveStream)
-	if !d.coldSnapshots && len(read) > 0 {
-		st.Warm = func(ramFile string) (int64, error) { return warm(ramFile, read) }
+	if !d.coldSnapshots {
+		st.Read = read
 	}
 	return st, nil
 }
@@ -265,8 +265,8 @@ func fileMappings(pid int, path string) ([]mapping, error) {
 // diffRAM writes newRAM = reflink(baseRAM) + every page of pid's private mapping of baseRAM that
 // the guest wrote (anonymous: present without the file bit, or swapped). It returns the bytes of
 // those pages (dirty) and the runs of the base's pages the guest has read (present with the file
-// bit: in baseRAM's page cache), for warm.
-func diffRAM(pid int, baseRAM, newRAM string) (dirty int64, read []fileRun, err error) {
+// bit: in baseRAM's page cache), for SnapshotStats.Read.
+func diffRAM(pid int, baseRAM, newRAM string) (dirty int64, read []storage.Run, err error) {
 	maps, err := fileMappings(pid, baseRAM)
 	if err != nil {
 		return 0, nil, err
@@ -307,11 +307,11 @@ func diffRAM(pid int, baseRAM, newRAM string) (dirty int64, read []fileRun, err 
 				e := binary.LittleEndian.Uint64(entries[j*8:])
 				page := i + j
 				if e&pmPresent != 0 && e&pmFile != 0 {
-					off := m.fileOff + page*pageSize
-					if k := len(read) - 1; k >= 0 && read[k].off+read[k].len == off {
-						read[k].len += pageSize
+					off := int64(m.fileOff + page*pageSize)
+					if k := len(read) - 1; k >= 0 && read[k].Off+read[k].Len == off {
+						read[k].Len += pageSize
 					} else {
-						read = append(read, fileRun{off, pageSize})
+						read = append(read, storage.Run{Off: off, Len: pageSize})
 					}
 				}
 				if (e&pmPresent != 0 && e&pmFile == 0) || e&pmSwapped != 0 {
@@ -333,37 +333,8 @@ func diffRAM(pid int, baseRAM, newRAM string) (dirty int64, read []fileRun, err 
 	return dirty, read, nil
 }
 
-// fileRun is a run of a file: offset and length (bytes; diffRAM's current run: pages).
+// fileRun is a run of pages: offset and length, in pages.
 type fileRun struct{ off, len uint64 }
-
-// warm reads the runs of newRAM, a clone of the base, into its page cache (the runs are pages a
-// VM had read through its mapping of the base). A reflink shares blocks, not the page cache,
-// which is per file: a VM restored from newRAM (a fork child, a woken sandbox) would otherwise
-// read each page it touches from disk, in its vCPU thread (measured: ~30 major faults and
-// 1.5-3.7x the guest's first answer of a create from a template, whose RAM file is hot). Read
-// here, in large runs, the working set is in newRAM's cache when the VM maps it; the blocks stay
-// shared (writing the pages instead unshared them and cost 2-5x the time under load). It changes
-// nothing, so it may run at any time. It returns the bytes read.
-func warm(newRAM string, runs []fileRun) (int64, error) {
-	f, err := os.Open(newRAM)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	buf := make([]byte, 1<<20)
-	var done int64
-	for _, r := range runs {
-		for off, end := int64(r.off), int64(r.off+r.len); off < end; {
-			n, err := f.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
-			done += int64(n)
-			off += int64(n)
-			if err != nil {
-				return done, err
-			}
-		}
-	}
-	return done, nil
-}
 
 // copyRun copies length bytes at addr in pid's memory to out at off, through buf.
 func copyRun(pid int, out *os.File, addr uint64, off int64, length uint64, buf []byte) (int64, error) {

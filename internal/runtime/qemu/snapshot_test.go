@@ -5,14 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"unsafe"
 
+	"github.com/pandastack/pandastack/internal/storage"
 	"github.com/pandastack/pandastack/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
 // TestDiffRAMWarm: a diff snapshot of a private mapping (this process's, standing in for a VMM's
-// guest RAM) holds the base plus the written pages, and finds the pages that were read; warm
+// guest RAM) holds the base plus the written pages, and finds the pages that were read; reading
 // brings those into the new file's page cache (a reflink shares blocks, not cache: without it
 // they are not cached), and the content stays the same either way.
 func TestDiffRAMWarm(t *testing.T) {
@@ -59,10 +59,10 @@ func TestDiffRAMWarm(t *testing.T) {
 		if dirty != 2*pageSize {
 			t.Errorf("dirty %d bytes, want the 2 written pages", dirty)
 		}
-		var readBytes uint64
+		var readBytes int64
 		for _, r := range read {
-			readBytes += r.len
-			if w := uint64(writtenPage * pageSize); r.off < w+2*pageSize && w < r.off+r.len {
+			readBytes += r.Len
+			if w := int64(writtenPage * pageSize); r.Off < w+2*pageSize && w < r.Off+r.Len {
 				t.Errorf("read run %v holds a written page", r)
 			}
 		}
@@ -71,12 +71,12 @@ func TestDiffRAMWarm(t *testing.T) {
 			t.Errorf("%d bytes of read pages found (%v), want at least the 8 read", readBytes, read)
 		}
 		if warmed {
-			if n, err := warm(out, read); err != nil || n != int64(readBytes) {
+			if n, err := storage.ReadRuns(out, read); err != nil || n != readBytes {
 				t.Fatalf("warm: %d bytes, %v; want %d", n, err, readBytes)
 			}
 		}
 		// Before anything reads out (which brings it into the cache).
-		if cached := resident(t, out, readPage, 8); cached != warmed {
+		if cached := testenv.CachedPages(t, out, readPage, 8) == 8; cached != warmed {
 			t.Errorf("warmed=%v: the read pages are in the new file's page cache: %v", warmed, cached)
 		}
 		if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
@@ -86,28 +86,3 @@ func TestDiffRAMWarm(t *testing.T) {
 }
 
 var sink byte // keeps the test's reads
-
-// resident reports whether all n pages of path from page first are in its page cache.
-func resident(t *testing.T, path string, first, n int) bool {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), int64(first*pageSize), n*pageSize, unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	vec := make([]byte, n)
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-		t.Fatal(errno)
-	}
-	for _, v := range vec {
-		if v&1 == 0 {
-			return false
-		}
-	}
-	return true
-}
