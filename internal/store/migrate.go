@@ -51,6 +51,7 @@ var versionNames = []string{
 	25: "hosts' report fingerprints",
 	26: "database WAL drain leases",
 	27: "pruning killed sandboxes",
+	28: "volumes owned by a service",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order
