@@ -7,7 +7,6 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
-	"io"
 	"mime/multipart"
 	"net/http"
 	"slices"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
+	"github.com/pandastack/pandastack/internal/testenv"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
 )
 
@@ -160,12 +160,7 @@ func TestHTTPTriggerRouting(t *testing.T) {
 	} {
 		req, _ := http.NewRequest("GET", e.hs.URL+"/x", nil)
 		req.Host = c.host
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(res.Body)
-		res.Body.Close()
+		res, b := testenv.Send(t, req)
 		if r := (resp{res.StatusCode, res.Header, b}); r.status != c.code || !strings.Contains(r.errMessage(), c.want) {
 			t.Errorf("Host %s: %d %s", c.host, r.status, r.body)
 		}

@@ -114,22 +114,19 @@ func (r resp) json(t *testing.T) map[string]any {
 	return m
 }
 
-// errCode returns error.code of an error answer ("" if none).
-func (r resp) errCode() string {
+// apiError is the error object of an error answer (empty if none).
+func (r resp) apiError() struct{ Code, Message string } {
 	var m struct {
 		Error struct{ Code, Message string }
 	}
 	json.Unmarshal(r.body, &m)
-	return m.Error.Code
+	return m.Error
 }
 
-func (r resp) errMessage() string {
-	var m struct {
-		Error struct{ Code, Message string }
-	}
-	json.Unmarshal(r.body, &m)
-	return m.Error.Message
-}
+// errCode returns error.code of an error answer ("" if none).
+func (r resp) errCode() string { return r.apiError().Code }
+
+func (r resp) errMessage() string { return r.apiError().Message }
 
 // do sends a request; body may be nil, a string/[]byte (sent raw) or a value (sent as JSON).
 func (e *env) do(method, path, key string, body any, hdr ...string) resp {
@@ -144,15 +141,7 @@ func (e *env) do(method, path, key string, body any, hdr ...string) resp {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	res, b := testenv.Send(e.t, req)
 	return resp{res.StatusCode, res.Header, b}
 }
 

@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -93,7 +94,7 @@ func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store, orpha
 	m.create.Write(w, "pandastack_sandbox_create_seconds", "")
 
 	head("pandastack_sandbox_create_failures_total", "counter", "Sandbox creates that failed, by error code.")
-	for _, code := range sortedKeys(m.failed) {
+	for _, code := range slices.Sorted(maps.Keys(m.failed)) {
 		fmt.Fprintf(w, "pandastack_sandbox_create_failures_total{code=%q} %d\n", code, m.failed[code])
 	}
 
@@ -106,25 +107,11 @@ func (m *metrics) write(ctx context.Context, w io.Writer, st *store.Store, orpha
 	fmt.Fprintf(w, "pandastack_orphan_sandboxes_killed_total %d\n", orphansKilled)
 
 	head("pandastack_api_requests_total", "counter", "API requests answered, by HTTP status code.")
-	codes := make([]int, 0, len(m.requests))
-	for c := range m.requests {
-		codes = append(codes, c)
-	}
-	sort.Ints(codes)
-	for _, c := range codes {
+	for _, c := range slices.Sorted(maps.Keys(m.requests)) {
 		fmt.Fprintf(w, "pandastack_api_requests_total{code=\"%d\"} %d\n", c, m.requests[c])
 	}
 
 	head("pandastack_process_start_time_seconds", "gauge", "Start time of this server, Unix seconds.")
 	fmt.Fprintf(w, "pandastack_process_start_time_seconds %d\n", m.startedAt.Unix())
 	return nil
-}
-
-func sortedKeys(m map[string]uint64) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

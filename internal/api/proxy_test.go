@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // proxyGet sends a request for host through the server, with the app's own Authorization header.
@@ -20,12 +22,7 @@ func (e *env) proxyDo(method, host, path, body string) (int, http.Header, string
 	}
 	req.Host = host
 	req.Header.Set("Authorization", "Bearer app-secret")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
+	res, b := testenv.Send(e.t, req)
 	return res.StatusCode, res.Header, string(b)
 }
 
@@ -160,12 +157,7 @@ func (e *env) proxyWith(host, path string, hdr map[string]string) (int, http.Hea
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
+	res, b := testenv.Send(e.t, req)
 	var got map[string]string
 	if res.StatusCode == 200 {
 		if err := json.Unmarshal(b, &got); err != nil {

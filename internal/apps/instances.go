@@ -2,13 +2,12 @@ package apps
 
 import (
 	"context"
-	"errors"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/fanout"
 	"github.com/pandastack/pandastack/internal/sandboxes"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -97,18 +96,8 @@ func (s *Service) pick(ctx context.Context, a store.App, d store.Deployment) (st
 // restoreInstances makes n instances of d's release at once, each healthy; on an error the
 // others are stopped too.
 func (s *Service) restoreInstances(ctx context.Context, a store.App, d store.Deployment, n int, lb *logBuf) ([]store.Sandbox, error) {
-	sbs := make([]store.Sandbox, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sbs[i], errs[i] = s.restore(ctx, a, d, "instance", lb)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	sbs, err := fanout.Each(n, func(int) (store.Sandbox, error) { return s.restore(ctx, a, d, "instance", lb) })
+	if err != nil {
 		for _, sb := range sbs {
 			s.stopInstance(sb.ID, "app instance not needed", 0)
 		}

@@ -131,12 +131,7 @@ func (e *env) do(method, path, key string, body any, hdr ...string) answer {
 		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := testenv.Send(e.t, req)
 	return answer{resp.StatusCode, resp.Header, b}
 }
 

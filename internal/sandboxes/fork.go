@@ -5,13 +5,13 @@ import (
 	"errors"
 	"maps"
 	"strconv"
-	"sync"
 
 	"github.com/pandastack/pandastack/internal/faultpoint"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/auth"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/fanout"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -29,18 +29,7 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 // ForkOwned is Fork with the children's volume copies recorded as owned by volumeOwner (a
 // service: store.OwnerDatabase for a database's branch; "": the team's own).
 func (s *Service) ForkOwned(ctx context.Context, parent store.Sandbox, count int, volumeOwner string) ([]store.Sandbox, error) {
-	if err := Usable(parent); err != nil {
-		return nil, err
-	}
-	c, err := s.Client(ctx, parent)
-	var copies []VolumeCopy
-	if err == nil {
-		copies, err = s.ForkVolumes(ctx, parent)
-	}
-	var doneAll func(placed bool)
-	if err == nil {
-		_, doneAll, err = s.placeSlots(ctx, parent.HostID, count)
-	}
+	c, copies, _, doneAll, err := s.prepareFork(ctx, parent, parent.HostID, count)
 	if err != nil {
 		return nil, err
 	}
@@ -77,6 +66,23 @@ func (s *Service) ForkOwned(ctx context.Context, parent store.Sandbox, count int
 	}
 	s.log.Info("forked sandbox", "sandbox", parent.ID, "host", parent.HostID, "children", count)
 	return out, nil
+}
+
+// prepareFork is what a fork needs before its parent's host acts: a usable parent, its host's
+// client, the copies of its volumes the children get (ForkVolumes) and a slot for each child on
+// hostID (placeSlots: call done once the children are made, or not).
+func (s *Service) prepareFork(ctx context.Context, parent store.Sandbox, hostID string, count int) (src *agentclient.Client, copies []VolumeCopy, target store.Host, done func(placed bool), err error) {
+	if err = Usable(parent); err != nil {
+		return
+	}
+	if src, err = s.Client(ctx, parent); err != nil {
+		return
+	}
+	if copies, err = s.ForkVolumes(ctx, parent); err != nil {
+		return
+	}
+	target, done, err = s.placeSlots(ctx, hostID, count)
+	return
 }
 
 // placeSlots checks that hostID has room for a fork's count children (Scheduler.PlaceOn) and
@@ -135,19 +141,7 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 	if hostID == parent.HostID {
 		return s.Fork(ctx, parent, count)
 	}
-	if err := Usable(parent); err != nil {
-		return nil, err
-	}
-	src, err := s.Client(ctx, parent)
-	var copies []VolumeCopy
-	if err == nil {
-		copies, err = s.ForkVolumes(ctx, parent)
-	}
-	var target store.Host
-	var done func(placed bool)
-	if err == nil {
-		target, done, err = s.placeSlots(ctx, hostID, count)
-	}
+	src, copies, target, done, err := s.prepareFork(ctx, parent, hostID, count)
 	if err != nil {
 		return nil, err
 	}
@@ -171,17 +165,10 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 	if !sn.Published {
 		return nil, errdefs.Conflictf("sandbox %s cannot be forked onto host %s: its host %s has no blob store to publish the fork's snapshot to (docs/multi-host.md)", parent.ID, hostID, parent.HostID)
 	}
-	got := make([]agentclient.Sandbox, count)
-	errs := make([]error, count)
-	var wg sync.WaitGroup
-	for i := range count {
-		wg.Go(func() {
-			got[i], errs[i] = dst.CreateSandbox(ctx, agentclient.CreateRequest{ID: auth.NewID("sb_"), SnapshotID: sn.ID, ForkOf: parent.ID})
-		})
-	}
-	wg.Wait()
+	got, err := fanout.Each(count, func(int) (agentclient.Sandbox, error) {
+		return dst.CreateSandbox(ctx, agentclient.CreateRequest{ID: auth.NewID("sb_"), SnapshotID: sn.ID, ForkOf: parent.ID})
+	})
 	// A child that failed has no id: dropUnrecorded passes it by.
-	err = errors.Join(errs...)
 	var vols []store.Volume
 	var atts []store.VolumeAttachment
 	if err == nil {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,22 @@ func Body(t testing.TB, body any) io.Reader {
 		t.Fatal(err)
 	}
 	return bytes.NewReader(j)
+}
+
+// Send sends req with http.DefaultClient and reads the answer's whole body (closed again); a
+// request that fails or a body cut short fails the test.
+func Send(t testing.TB, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, b
 }
 
 // NDJSON reads an NDJSON answer to its end, handing each event to each; a line that is not a

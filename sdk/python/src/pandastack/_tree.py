@@ -10,6 +10,7 @@ import tempfile
 from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 from . import errors
+from ._closing import Closing
 from ._http import LineStream
 
 __all__ = ["FileEvent", "WatchHandle", "pack_tree", "unpack_tree", "source_bytes"]
@@ -38,7 +39,7 @@ class FileEvent:
         return "FileEvent(type=%r, path=%r%s)" % (self.type, self.path, extra)
 
 
-class WatchHandle:
+class WatchHandle(Closing):
     """An open watch: the watch is in place when you have it (changes from then on are told).
     Iterate it for :class:`FileEvent` (it ends only when closed or the stream breaks);
     ``close()`` (or a ``with`` block) ends it. Safe to close from another thread."""
@@ -88,11 +89,6 @@ class WatchHandle:
         self.closed = True
         self._lines.close()
 
-    def __enter__(self) -> "WatchHandle":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def source_bytes(source: Union[bytes, str], pack: Callable[[str], bytes]) -> bytes:

@@ -7,6 +7,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional
 
 from . import errors
 from . import _context
+from ._closing import Closing
 from ._context import ClientContext
 from ._http import LineIterator, Send, Transport
 from .databases import Databases
@@ -21,7 +22,7 @@ __all__ = ["PandaStack", "DEFAULT_BASE_URL"]
 DEFAULT_BASE_URL = "https://api.pandastack.ai"
 
 
-class PandaStack:
+class PandaStack(Closing):
     """A client of the PandaStack API.
 
     ``token`` (alias ``api_key``) defaults to ``$PANDASTACK_API_KEY``, else ``$PANDASTACK_TOKEN``;
@@ -118,11 +119,6 @@ class PandaStack:
     def close(self) -> None:
         """Nothing to release (connections are per request); kept for symmetry."""
 
-    def __enter__(self) -> "PandaStack":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return "PandaStack(base_url=%r)" % self.base_url

@@ -20,6 +20,7 @@ from typing import (
 )
 
 from . import errors
+from ._closing import Closing
 from ._context import ClientContext, new_client
 from ._http import LineStream, Transport
 from ._http import quote_segment as _seg
@@ -56,7 +57,7 @@ def _exec_body(
     return body
 
 
-class ExecStream:
+class ExecStream(Closing):
     """The events of a running command, as they happen.
 
     Iterate it for :class:`~pandastack.ExecEvent` objects (``stdout``/``stderr`` chunks in order,
@@ -110,11 +111,6 @@ class ExecStream:
         self._closed_early = True
         self._lines.close()
 
-    def __enter__(self) -> "ExecStream":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 class Filesystem:

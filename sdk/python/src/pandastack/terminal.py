@@ -11,6 +11,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Union
 
 from . import errors
+from ._closing import Closing
 from ._ws import BINARY, ConnectionClosed, WebSocket, connect
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ __all__ = ["Terminal"]
 DataCallback = Callable[[bytes], Any]
 
 
-class Terminal:
+class Terminal(Closing):
     """An open terminal: a program (the user's login shell, or ``cmd``) on a pseudo-terminal in
     the sandbox. ``write`` types into it, ``read`` (or iterating, or ``on_data=``) gets what it
     prints, ``resize`` changes its size, ``wait`` waits for the program's exit and returns its
@@ -142,11 +143,6 @@ class Terminal:
     def closed(self) -> bool:
         return self._done.is_set()
 
-    def __enter__(self) -> "Terminal":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return "Terminal(exit_code=%r)" % (self.exit_code,)
