@@ -20,12 +20,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/blob"
+	"github.com/pandastack/pandastack/internal/client"
 	"github.com/pandastack/pandastack/internal/dbrouter"
 	"github.com/pandastack/pandastack/internal/hostagent"
 	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/network/nettest"
 	"github.com/pandastack/pandastack/internal/scheduler"
+	"github.com/pandastack/pandastack/internal/store"
 	"github.com/pandastack/pandastack/internal/testenv"
 )
 
@@ -170,12 +173,18 @@ func TestE2EDatabases(t *testing.T) {
 	prefix := nettest.NewPrefix()
 	out := nettest.NewOutside(t, prefix)
 	slots := nettest.FreeCIDR(t, 22)
+	// Every database holds a copy of the template's 3 GiB data volume; seven of them promised in
+	// full would not fit a test pool on a shared disk (docs/volumes.md, --volume-overcommit).
+	const overcommit = 4
 	host := startVMHostWith(t, func(c *hostagent.Config) {
 		c.Network = &network.Config{CIDR: slots, Prefix: prefix, Ready: 2, DNS: out.Addr}
 		c.BlobStore = "file://" + t.TempDir() // backups leave the host
+		c.VolumeOvercommit = overcommit
 	})
 	host.bake(ctx, "postgres-17")
-	archive, err := blob.Open(ctx, "file://"+t.TempDir()) // the control plane's: archived WAL and base backups
+	// The control plane's store (archived WAL and base backups) is the hosts' (server --blob-store:
+	// registering hosts are told it), where published backups are too.
+	archive, err := blob.Open(ctx, host.cfg.BlobStore)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +205,8 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatalf("create: %d %s", code, b)
 	}
 	t.Logf("database created in %s", time.Since(start))
+	// Its cluster is on its own volume, owned by the database.
+	vol := cp.dbVolume(t, ctx, db.SandboxID)
 	// A base backup at creation (in the background), published to the blob store.
 	cp.srv.Databases().Wait()
 	first := cp.backupsOf(t, db.ID)
@@ -424,6 +435,9 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatalf("branch isolation: branch %s, parent %s", inBranch, inParent)
 	}
 	bc.Close(ctx)
+	if bv := cp.dbVolume(t, ctx, br.SandboxID); bv.ID == vol.ID {
+		t.Fatalf("the branch shares its parent's volume %s", vol.ID)
+	}
 
 	// Password rotation: the new one works, the old one no longer.
 	code, b = cp.call(t, "POST", "/v1/databases/"+br.ID+"/password", nil, "")
@@ -473,6 +487,9 @@ func TestE2EDatabases(t *testing.T) {
 	rc.Close(ctx)
 	if restored != "1,2,3,200,300" {
 		t.Fatalf("restored database has %s, want the rows of the backup's instant", restored)
+	}
+	if rv := cp.dbVolume(t, ctx, rs.SandboxID); rv.ID == vol.ID {
+		t.Fatalf("the restored database shares its source's volume %s", vol.ID)
 	}
 	// A published backup restores when its host no longer has it (as on another host): the
 	// host pulls it from the blob store. The creation backup predates the table.
@@ -540,6 +557,7 @@ func TestE2EDatabases(t *testing.T) {
 	start = time.Now()
 	pitr := cp.restoreDB(t, db.ID, `{"name":"shop-pitr","to_time":"`+instant.UTC().Format(time.RFC3339Nano)+`"}`, "restore to an instant")
 	t.Logf("restored to an instant in %s", time.Since(start))
+	cp.dbVolume(t, ctx, pitr.SandboxID)
 	pc2, err := pgConnect(ctx, strings.Replace(wantURI, db.ID, pitr.ID, 1))
 	if err != nil {
 		t.Fatalf("connect to the database restored to an instant: %v", err)
@@ -667,6 +685,7 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatal(err)
 	}
 	ic.Close(ctx)
+	idleVol := cp.dbVolume(t, ctx, idle.SandboxID)
 	dbState := func(id string) string {
 		_, b := cp.call(t, "GET", "/v1/databases/"+id, nil, "")
 		var d dbAnswer
@@ -696,6 +715,9 @@ func TestE2EDatabases(t *testing.T) {
 	if st := dbState(idle.ID); st != "ready" {
 		t.Fatalf("woken database is %s", st)
 	}
+	if v := cp.dbVolume(t, ctx, idle.SandboxID); v.ID != idleVol.ID {
+		t.Fatalf("the woken database has volume %s, not its own %s", v.ID, idleVol.ID)
+	}
 
 	// Backups outlive their host: with host A's agent down, the backup taken there (published)
 	// restores into a new database on host B, which shares A's blob store and has neither the
@@ -719,8 +741,9 @@ func TestE2EDatabases(t *testing.T) {
 	hostB := startVMHostWith(t, func(c *hostagent.Config) {
 		c.Network = &network.Config{CIDR: nettest.FreeCIDR(t, 22), Prefix: nettest.NewPrefix(), Ready: 1, DNS: out.Addr}
 		c.BlobStore = host.cfg.BlobStore
+		c.VolumeOvercommit = overcommit
 	})
-	cp = startCP(t, cp.dbPath, scheduler.Config{HeartbeatTimeout: time.Hour}, Config{ProxyDomain: "localhost"}, hostB)
+	cp = startCP(t, cp.dbPath, scheduler.Config{HeartbeatTimeout: time.Hour}, Config{ProxyDomain: "localhost", Blob: archive}, hostB)
 	cp.admin = admin
 	port, _ = dbRouter(t, cp)
 	start = time.Now()
@@ -737,13 +760,16 @@ func TestE2EDatabases(t *testing.T) {
 		t.Fatalf("the database restored on host B has %q (%v), want the rows of the backup's instant", restored, err)
 	}
 	mc.Close(ctx)
+	if mv := cp.dbVolume(t, ctx, moved.SandboxID); mv.HostID == vol.HostID {
+		t.Fatalf("the database restored on host B has its volume on host %s, its source's", mv.HostID)
+	}
 	cp.srv.Databases().Wait() // its own first backup, taken on B
 
 	// A restart of the server (a new control plane on the same store, a new router) and of the
 	// host agent (a new agent on the same data dir adopts the running VM) loses no committed row.
 	cp.stop()
 	host.start()
-	cp = startCP(t, cp.dbPath, scheduler.Config{}, Config{ProxyDomain: "localhost"}, host, hostB)
+	cp = startCP(t, cp.dbPath, scheduler.Config{}, Config{ProxyDomain: "localhost", Blob: archive}, host, hostB)
 	cp.admin = admin
 	port, _ = dbRouter(t, cp)
 	wantURI = "postgres://shop_db_owner:" + db.Password + "@" + db.ID + ".db.localhost:" + strconv.Itoa(port) + "/shop_db?sslmode=require"
@@ -767,4 +793,47 @@ func TestE2EDatabases(t *testing.T) {
 	if _, err := pgConnect(ctx, wantURI); sqlState(err) != "08004" {
 		t.Fatalf("connect after delete: %v", err)
 	}
+	// Its volume (its data) went with it, on its host too.
+	if v, err := cp.st.GetVolume(ctx, vol.ID); err != nil || !v.Deleted {
+		t.Fatalf("the deleted database's volume: %+v %v", v, err)
+	}
+	var ae *agentclient.Error
+	if _, err := host.client().GetVolume(ctx, vol.ID); !errors.As(err, &ae) || ae.Status != 404 {
+		t.Fatalf("the deleted database's volume on its host: %v", err)
+	}
+}
+
+// dbVolume checks that a database's VM (sandboxID) has its cluster and WAL spool on a volume of
+// its own — recorded, owned by the database, out of the team's volumes, mounted at
+// /var/lib/postgresql — and returns that volume.
+func (cp *e2eCP) dbVolume(t *testing.T, ctx context.Context, sandboxID string) store.Volume {
+	t.Helper()
+	cp.srv.Databases().Wait() // its first base backup made the WAL spool
+	atts, err := cp.st.SandboxVolumes(ctx, sandboxID)
+	if err != nil || len(atts) != 1 || atts[0].MountPath != "/var/lib/postgresql" || atts[0].ReadOnly {
+		t.Fatalf("the volumes of database VM %s: %+v %v", sandboxID, atts, err)
+	}
+	v, err := cp.st.GetVolume(ctx, atts[0].VolumeID)
+	if err != nil || v.Owner != store.OwnerDatabase || v.Deleted || v.SizeMiB < 1024 {
+		t.Fatalf("the volume of database VM %s: %+v %v", sandboxID, v, err)
+	}
+	if code, b := cp.call(t, "GET", "/v1/volumes", nil, ""); code != 200 || strings.Contains(string(b), v.ID) {
+		t.Fatalf("the team's volumes list the database's: %d %s", code, b)
+	}
+	if code, b := cp.call(t, "GET", "/v1/volumes/"+v.ID, nil, ""); code != 404 {
+		t.Fatalf("the team got the database's volume: %d %s", code, b)
+	}
+	// In the VM: the cluster's and the spool's filesystem is the one mounted at
+	// /var/lib/postgresql from a disk, not the root disk.
+	r, err := cp.client(cp.admin).Exec(ctx, sandboxID, client.ExecRequest{User: "root", TimeoutSeconds: client.Seconds(60), // the cluster is postgres's
+		Cmd: `awk '$2 == "/var/lib/postgresql" {print $1}' /proc/mounts; stat -c %m /var/lib/postgresql/17/main /var/lib/postgresql/pitr/wal /`})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("mounts in database VM %s: %+v %v", sandboxID, r, err)
+	}
+	got := r.Stdout
+	if lines := strings.Fields(got); len(lines) != 4 || !strings.HasPrefix(lines[0], "/dev/") ||
+		lines[1] != "/var/lib/postgresql" || lines[2] != "/var/lib/postgresql" || lines[3] != "/" {
+		t.Fatalf("mounts in database VM %s: %q, want the cluster and the spool on the volume at /var/lib/postgresql", sandboxID, got)
+	}
+	return v
 }

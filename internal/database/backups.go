@@ -152,7 +152,7 @@ func (s *Service) Restore(ctx context.Context, teamID, id, name, backupID string
 	}
 	ctx = context.WithoutCancel(ctx)
 	sb, err := s.cfg.Sandboxes.Create(ctx, teamID, sandboxes.CreateParams{Template: pick.Template, AgentTemplate: pick.Template, Snapshot: pick,
-		Metadata: map[string]string{"pandastack.database": "restore of " + p.ID}})
+		Metadata: map[string]string{"pandastack.database": "restore of " + p.ID}, VolumeOwner: store.OwnerDatabase})
 	if err != nil {
 		return store.Database{}, err
 	}
@@ -162,12 +162,10 @@ func (s *Service) Restore(ctx context.Context, teamID, id, name, backupID string
 }
 
 // record stores a database made from sandbox sb (a branch, a restore), its VM made to live until
-// the database is deleted; on failure the VM is killed.
+// the database is deleted; on failure the VM is killed and its volume deleted.
 func (s *Service) record(ctx context.Context, sb store.Sandbox, d store.Database, what string, logKV ...any) (store.Database, error) {
 	undo := func(err error) (store.Database, error) {
-		if kerr := s.cfg.Sandboxes.Kill(ctx, sb, what+": failed"); kerr != nil {
-			s.log.Warn("database: could not kill the sandbox of a failed "+what, "sandbox", sb.ID, "err", kerr)
-		}
+		s.dropVM(ctx, sb, what+": failed")
 		return store.Database{}, err
 	}
 	if _, err := s.cfg.Store.SetSandboxExpiry(ctx, sb.ID, farFuture, 0); err != nil {

@@ -51,7 +51,7 @@ const (
 	maxSegment      = 64 << 20 // a WAL segment is 16 MiB; larger files in the spool are not ours
 	stampLayout     = "20060102T150405.000000000Z"
 	promoteTimeout  = 600.0
-	// baseHeadroomMiB is the room a base backup leaves on the database's disk for postgres
+	// baseHeadroomMiB is the room a base backup leaves on the database's volume for postgres
 	// meanwhile (new WAL while it runs).
 	baseHeadroomMiB = 256
 )
@@ -73,16 +73,18 @@ func (s *Service) walBase(ctx context.Context, d store.Database) error {
 	unlock := lockOf(&s.bases, d.ID) // one base backup of a database at a time
 	defer unlock()
 	dir := fmt.Sprintf("%s/%d", baseDir, time.Now().UnixNano())
-	// pg_basebackup writes the copy on the VM's own disk before it is sent: it needs room as large
-	// as the cluster (its WAL aside). Without that room it is not started: a disk filled up would
-	// fail postgres's own writes (WAL) until the copy gave up.
+	// pg_basebackup writes the copy beside the cluster before it is sent: on the database's volume
+	// (mounted at /var/lib/postgresql, which holds the cluster, its WAL and the spool), so the room
+	// is that filesystem's (df of the copy's directory), not the root disk's. It needs room as
+	// large as the cluster (its WAL aside). Without that room it is not started: a volume filled up
+	// would fail postgres's own writes (WAL) until the copy gave up.
 	out, err := s.guest(ctx, sb, `set -e
 install -d -o postgres -g postgres -m 700 `+pitrDir+` `+walSpool+` `+baseDir+`
 rm -rf `+baseDir+`/*
 need=$(du -sm --exclude=pg_wal `+dataDir+` | cut -f1)
 free=$(df -m --output=avail `+baseDir+` | tail -n 1 | tr -d ' ')
 if [ $((free - need)) -lt `+strconv.Itoa(baseHeadroomMiB)+` ]; then
-  echo "no room on the database's disk for a base backup: it needs $need MiB and `+strconv.Itoa(baseHeadroomMiB)+` MiB to spare, $free MiB are free" >&2
+  echo "no room on the database's volume for a base backup: it needs $need MiB and `+strconv.Itoa(baseHeadroomMiB)+` MiB to spare, $free MiB are free" >&2
   exit 1
 fi
 runuser -u postgres -- pg_basebackup -D `+dir+` -Fp -X fetch -c fast -l pandastack
@@ -417,7 +419,7 @@ func (s *Service) restoreToTime(ctx context.Context, p store.Database, name stri
 		return d, true, err
 	}
 	sb, err := s.cfg.Sandboxes.Create(ctx, p.TeamID, sandboxes.CreateParams{Template: recorded, AgentTemplate: agentName, TemplateHost: host,
-		Metadata: map[string]string{"pandastack.database": "restore of " + p.ID}})
+		Metadata: map[string]string{"pandastack.database": "restore of " + p.ID}, VolumeOwner: store.OwnerDatabase})
 	if err != nil {
 		return d, true, err
 	}
@@ -426,9 +428,7 @@ func (s *Service) restoreToTime(ctx context.Context, p store.Database, name stri
 		err = s.recover(ctx, sb, base.key, wal, to)
 	}
 	if err != nil {
-		if kerr := s.cfg.Sandboxes.Kill(ctx, sb, "database restore failed"); kerr != nil {
-			s.log.Warn("database: could not kill the sandbox of a failed restore", "sandbox", sb.ID, "err", kerr)
-		}
+		s.dropVM(ctx, sb, "database restore failed")
 		return d, true, err
 	}
 	d = p

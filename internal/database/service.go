@@ -142,7 +142,13 @@ func (s *Service) validate(ctx context.Context, sp *v1.DatabaseSpec) (string, er
 	if err != nil {
 		return "", errdefs.Capacityf("the databases' template %q is not available on any host yet", s.cfg.Template)
 	}
-	maxGiB := max(int64(t.DiskMiB)/1024-1, 1)
+	// The data is on the template's data volume (templates/postgres-17.yaml): a GiB of it is kept
+	// for WAL and a base backup's headroom. A template without one keeps it on its disk.
+	dataMiB := int64(t.DiskMiB)
+	for _, v := range s.cfg.Sandboxes.TemplateVolumes(s.cfg.Template, s.cfg.Template) {
+		dataMiB = v.SizeMiB
+	}
+	maxGiB := max(dataMiB/1024-1, 1)
 	for _, f := range []struct {
 		name  string
 		v     *int64
@@ -212,15 +218,13 @@ func (s *Service) Create(ctx context.Context, teamID string, sp v1.DatabaseSpec)
 	}
 	d.Password = sealed
 	sb, err := s.cfg.Sandboxes.Create(ctx, teamID, sandboxes.CreateParams{Template: recorded, AgentTemplate: agentName, TemplateHost: host,
-		Metadata: map[string]string{"pandastack.database": id}})
+		Metadata: map[string]string{"pandastack.database": id}, VolumeOwner: store.OwnerDatabase})
 	if err != nil {
 		return store.Database{}, "", "", err
 	}
 	d.SandboxID = sb.ID
 	undo := func(err error) (store.Database, string, string, error) {
-		if kerr := s.cfg.Sandboxes.Kill(ctx, sb, "database create failed"); kerr != nil {
-			s.log.Warn("database: could not kill the sandbox of a failed create", "sandbox", sb.ID, "err", kerr)
-		}
+		s.dropVM(ctx, sb, "database create failed")
 		return store.Database{}, "", "", err
 	}
 	if _, err := s.cfg.Store.SetSandboxExpiry(ctx, sb.ID, farFuture, 0); err != nil {
@@ -310,7 +314,7 @@ func (s *Service) Branch(ctx context.Context, teamID, parentID, name string) (st
 		return store.Database{}, err
 	}
 	ctx = context.WithoutCancel(ctx)
-	kids, err := s.cfg.Sandboxes.Fork(ctx, psb, 1)
+	kids, err := s.cfg.Sandboxes.ForkOwned(ctx, psb, 1, store.OwnerDatabase) // its own copy of the parent's volume
 	if err != nil {
 		return store.Database{}, err
 	}
@@ -456,7 +460,8 @@ func (s *Service) List(ctx context.Context, teamID string) ([]store.Database, er
 	return list, err
 }
 
-// Delete deletes the team's database and its backups and kills its VM (its data goes with it).
+// Delete deletes the team's database and its backups, kills its VM and deletes its volume (its
+// data goes with it).
 func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 	d, err := s.Get(ctx, teamID, id)
 	if err != nil {
@@ -477,13 +482,34 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 			s.log.Warn("database: could not delete a backup of a deleted database", "database", d.ID, "snapshot", b.ID, "err", err)
 		}
 	}
-	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
-	if err == nil && sb.State != store.StateKilled {
-		if err := s.cfg.Sandboxes.Kill(context.WithoutCancel(ctx), sb, "database deleted"); err != nil {
-			s.log.Warn("database: could not kill the sandbox of a deleted database", "database", d.ID, "sandbox", sb.ID, "err", err)
-		}
+	if sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID); err == nil {
+		s.dropVM(context.WithoutCancel(ctx), sb, "database deleted")
 	}
 	return nil
+}
+
+// dropVM kills a database's VM sb (unless it is killed already) and deletes the volumes the
+// database owns in it (its data: store.OwnerDatabase; killed, the VM no longer holds them).
+// Failures are logged: a volume whose VM could not be killed stays, recorded.
+func (s *Service) dropVM(ctx context.Context, sb store.Sandbox, reason string) {
+	atts, err := s.cfg.Store.SandboxVolumes(ctx, sb.ID)
+	if err != nil {
+		s.log.Warn("database: could not read the volumes of its VM", "sandbox", sb.ID, "err", err)
+	}
+	if sb.State != store.StateKilled {
+		if err := s.cfg.Sandboxes.Kill(ctx, sb, reason); err != nil {
+			s.log.Warn("database: could not kill its VM", "sandbox", sb.ID, "reason", reason, "err", err)
+		}
+	}
+	for _, a := range atts {
+		v, err := s.cfg.Store.GetVolume(ctx, a.VolumeID)
+		if err != nil || v.Owner != store.OwnerDatabase || v.Deleted {
+			continue
+		}
+		if err := s.cfg.Sandboxes.DeleteVolume(ctx, v.TeamID, v.ID); err != nil {
+			s.log.Warn("database: could not delete its volume", "sandbox", sb.ID, "volume", v.ID, "reason", reason, "err", err)
+		}
+	}
 }
 
 // Host is the database's host name: <id>.db.<domain>.

@@ -17,7 +17,19 @@ func TestDatabaseSurvivesKills(t *testing.T) {
 	c := newCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	c.mustCreate(ctx, client.CreateRequest{Template: "postgres-17"}) // bakes the template
+	baked := c.mustCreate(ctx, client.CreateRequest{Template: "postgres-17"}) // bakes the template
+	// That sandbox got a copy of the template's 3 GiB data volume, the team's; the host's 6 GiB pool
+	// has room for one such copy besides the template: the database's.
+	if err := c.c.KillSandbox(ctx, baked); err != nil {
+		t.Fatal(err)
+	}
+	vols, err := c.c.ListVolumes(ctx)
+	if err != nil || len(vols) != 1 {
+		t.Fatalf("the team's volumes after a postgres-17 sandbox: %+v %v", vols, err)
+	}
+	if err := c.c.DeleteVolume(ctx, vols[0].ID); err != nil {
+		t.Fatal(err)
+	}
 	d, err := c.c.CreateDatabase(ctx, v1.DatabaseSpec{Name: "kept"})
 	if err != nil {
 		t.Fatalf("create database: %v", err)

@@ -48,6 +48,9 @@ type CreateParams struct {
 	// Owner marks a sandbox a control-plane service made for its own use (store.OwnerFunction):
 	// it and its snapshots stay out of the team's plain lists. "": the team's own.
 	Owner string
+	// VolumeOwner owns the volumes the host makes for the sandbox (copies of its template's data
+	// volume or of its snapshot's volumes): store.OwnerDatabase for a database's. "": the team's.
+	VolumeOwner string
 }
 
 // Create places a sandbox, asks its host to start it and records it running. From a template it
@@ -121,7 +124,7 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 	}
 	timing.Mark(ctx, "host_create")
 	rec.HostID = host.ID
-	out, err := s.record(ctx, host, rec, vols, made, copies)
+	out, err := s.record(ctx, host, rec, vols, made, copies, p.VolumeOwner)
 	timing.Mark(ctx, "sandbox_record")
 	if own && err == nil && s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.Debug("sandbox created", append([]any{"sandbox", sbID, "host", host.ID}, tr.LogArgs()...)...)
@@ -198,11 +201,11 @@ func firstIfAmong(hosts []store.Host, id string) []store.Host {
 // snapshot's volumes (or of its template's data volume) its host made for it. When the store
 // fails the VM is killed (an unrecorded VM is a leak), and the copies are deleted: the volumes
 // the host made are copies exactly when the caller attached none (a sandbox that gets copies
-// takes no other volumes).
-func (s *Service) record(ctx context.Context, h store.Host, sb store.Sandbox, vols []store.VolumeAttachment, made agentclient.Sandbox, copies []VolumeCopy) (store.Sandbox, error) {
+// takes no other volumes). The copies are owned by volumeOwner ("": the team's).
+func (s *Service) record(ctx context.Context, h store.Host, sb store.Sandbox, vols []store.VolumeAttachment, made agentclient.Sandbox, copies []VolumeCopy, volumeOwner string) (store.Sandbox, error) {
 	now := s.clock()
 	sb.State, sb.CreatedAt, sb.ExpiresAt = store.StateRunning, now, now.Add(s.TTL(sb.TTLSeconds))
-	newVols, atts, err := s.copiedVolumes(sb.TeamID, h.ID, []agentclient.Sandbox{made}, copies)
+	newVols, atts, err := s.copiedVolumes(sb.TeamID, h.ID, []agentclient.Sandbox{made}, copies, volumeOwner)
 	// Volumes nobody asked for: the copy of a template's data volume the host made before this
 	// control plane heard of the volume (no quota was held for it). Dropped, not recorded.
 	unasked := len(copies) == 0 && len(vols) == 0 && len(made.Volumes) > 0

@@ -23,6 +23,12 @@ import (
 // leaves no child anywhere. Children belong to the parent's team, copy its metadata and get a
 // fresh TTL from the parent's ttl policy.
 func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]store.Sandbox, error) {
+	return s.ForkOwned(ctx, parent, count, "")
+}
+
+// ForkOwned is Fork with the children's volume copies recorded as owned by volumeOwner (a
+// service: store.OwnerDatabase for a database's branch; "": the team's own).
+func (s *Service) ForkOwned(ctx context.Context, parent store.Sandbox, count int, volumeOwner string) ([]store.Sandbox, error) {
 	c, copies, _, doneAll, err := s.prepareFork(ctx, parent, parent.HostID, count)
 	if err != nil {
 		return nil, err
@@ -50,7 +56,7 @@ func (s *Service) Fork(ctx context.Context, parent store.Sandbox, count int) ([]
 			return undo(errors.New("host " + parent.HostID + " answered a fork with a child without an id"))
 		}
 	}
-	vols, atts, err := s.copiedVolumes(parent.TeamID, parent.HostID, got, copies)
+	vols, atts, err := s.copiedVolumes(parent.TeamID, parent.HostID, got, copies, volumeOwner)
 	if err != nil {
 		return undo(err)
 	}
@@ -167,7 +173,7 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 	var atts []store.VolumeAttachment
 	if err == nil {
 		placed = true
-		vols, atts, err = s.copiedVolumes(parent.TeamID, target.ID, got, copies)
+		vols, atts, err = s.copiedVolumes(parent.TeamID, target.ID, got, copies, "")
 	}
 	var out []store.Sandbox
 	if err == nil {

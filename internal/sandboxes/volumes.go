@@ -114,8 +114,9 @@ func (s *Service) ForkVolumes(ctx context.Context, parent store.Sandbox) ([]Volu
 // its host took with it. A snapshot's sandbox's volumes are fixed at its create, and its
 // snapshots have copies of them all (snapshots of sandboxes with volumes were refused before
 // they were copied), so only a snapshot of a sandbox with volumes asks its host; when that host
-// is down, a published snapshot's copies are read from its record in the blob store (where they
-// travel with it), else the create waits for the host (Capacity).
+// is down, does not answer or no longer has it, a published snapshot's copies are read from its
+// record in the blob store (where they travel with it), else the create waits for the host
+// (Capacity).
 func (s *Service) SnapshotVolumes(ctx context.Context, sn store.Snapshot) ([]VolumeCopy, error) {
 	atts, err := s.store.SandboxVolumes(ctx, sn.SandboxID)
 	if err != nil || len(atts) == 0 {
@@ -126,11 +127,15 @@ func (s *Service) SnapshotVolumes(ctx context.Context, sn store.Snapshot) ([]Vol
 		hs, err = c.GetSnapshot(ctx, sn.ID)
 		return err
 	})
-	if (errors.Is(err, store.ErrNotFound) || err == errHostDown) && sn.Published && s.blob != nil {
-		hs, err = s.publishedSnapshot(ctx, sn.ID)
+	if err != nil && sn.Published && s.blob != nil {
+		if pub, perr := s.publishedSnapshot(ctx, sn.ID); perr == nil {
+			hs, err = pub, nil
+		} else {
+			s.log.Warn("a published snapshot's record is not readable from the blob store", "snapshot", sn.ID, "host_err", err, "err", perr)
+		}
 	}
-	if errors.Is(err, store.ErrNotFound) || err == errHostDown {
-		return nil, errdefs.Capacityf("host %s of snapshot %s (which has volume copies) is down", sn.HostID, sn.ID)
+	if errors.Is(err, store.ErrNotFound) || err == errHostDown || isAgentStatus(err, errdefs.NotFound) {
+		return nil, errdefs.Capacityf("host %s of snapshot %s (which has volume copies) is down or no longer has it", sn.HostID, sn.ID)
 	}
 	if err != nil {
 		return nil, err
@@ -173,9 +178,9 @@ func CopyName(source, sandboxID string) string {
 const MaxVolumeNameLen = 64
 
 // copiedVolumes are the records of the volumes hostID made for sandboxes got (their Volumes,
-// matched by mount path to copies) and their attachments; a sandbox without exactly its copies
-// is an error (the host answered something else than asked).
-func (s *Service) copiedVolumes(teamID, hostID string, got []agentclient.Sandbox, copies []VolumeCopy) ([]store.Volume, []store.VolumeAttachment, error) {
+// matched by mount path to copies), owned by owner ("": the team's), and their attachments; a
+// sandbox without exactly its copies is an error (the host answered something else than asked).
+func (s *Service) copiedVolumes(teamID, hostID string, got []agentclient.Sandbox, copies []VolumeCopy, owner string) ([]store.Volume, []store.VolumeAttachment, error) {
 	if len(copies) == 0 {
 		return nil, nil, nil
 	}
@@ -196,7 +201,7 @@ func (s *Service) copiedVolumes(teamID, hostID string, got []agentclient.Sandbox
 			if name == "" {
 				name = c.SourceID
 			}
-			vols = append(vols, store.Volume{ID: m.VolumeID, TeamID: teamID, Name: CopyName(name, sb.ID), SizeMiB: c.SizeMiB, HostID: hostID, CreatedAt: now})
+			vols = append(vols, store.Volume{ID: m.VolumeID, TeamID: teamID, Name: CopyName(name, sb.ID), SizeMiB: c.SizeMiB, HostID: hostID, CreatedAt: now, Owner: owner})
 			atts = append(atts, store.VolumeAttachment{SandboxID: sb.ID, VolumeID: m.VolumeID, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
 		}
 	}

@@ -77,9 +77,10 @@ func (s *Store) LiveSandboxTemplates(ctx context.Context, teamID string) (map[st
 	return out, nil
 }
 
-// VolumeUse is how many live volumes a team has and their sizes together.
+// VolumeUse is how many live volumes of its own a team has and their sizes together (a service's
+// volumes, a database's, are not counted: that service's quota covers them).
 func (s *Store) VolumeUse(ctx context.Context, teamID string) (count, sizeMiB int64, err error) {
-	err = s.queryRow(ctx, s.db, `SELECT COUNT(*), COALESCE(SUM(size_mib), 0) FROM volumes WHERE team_id = ? AND deleted = 0`,
+	err = s.queryRow(ctx, s.db, `SELECT COUNT(*), COALESCE(SUM(size_mib), 0) FROM volumes WHERE team_id = ? AND deleted = 0 AND owner = ''`,
 		teamID).Scan(&count, &sizeMiB)
 	return count, sizeMiB, err
 }

@@ -1119,3 +1119,52 @@ func TestSetSandboxesState(t *testing.T) {
 		}
 	})
 }
+
+// TestOwnedVolumes: a service's volume (a database's) is recorded with its sandbox, stays out of
+// the team's list, gets and volume use, and its service deletes it once the sandbox let go.
+func TestOwnedVolumes(t *testing.T) {
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
+		withTeams(t, s, "team_a")
+		if _, err := s.CreateVolume(ctx, Volume{ID: "vol_team", TeamID: "team_a", SizeMiB: 64, HostID: "h1"}); err != nil {
+			t.Fatal(err)
+		}
+		owned := Volume{ID: "vol_db", TeamID: "team_a", Name: "postgres-17-abc", SizeMiB: 3072, HostID: "h1", Owner: OwnerDatabase}
+		sb := Sandbox{ID: "sb_db", TeamID: "team_a", Template: "postgres-17", State: StateRunning, HostID: "h1"}
+		att := VolumeAttachment{SandboxID: "sb_db", VolumeID: "vol_db", MountPath: "/var/lib/postgresql"}
+		if _, err := s.CreateSandboxesWithVolumes(ctx, []Sandbox{sb}, []Volume{owned}, []VolumeAttachment{att}); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := s.GetVolume(ctx, "vol_db"); err != nil || v.Owner != OwnerDatabase || v.SizeMiB != 3072 ||
+			!reflect.DeepEqual(v.Attachments, []VolumeAttachment{att}) {
+			t.Fatalf("the owned volume: %+v %v", v, err)
+		}
+		if v, err := s.GetVolume(ctx, "vol_team"); err != nil || v.Owner != "" {
+			t.Fatalf("the team's volume: %+v %v", v, err)
+		}
+		if _, err := s.GetTeamVolume(ctx, "team_a", "vol_db"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("the team got the database's volume: %v", err)
+		}
+		if list, err := s.ListVolumes(ctx, "team_a"); err != nil || len(list) != 1 || list[0].ID != "vol_team" {
+			t.Fatalf("the team's list: %+v %v", list, err)
+		}
+		if n, mib, err := s.VolumeUse(ctx, "team_a"); err != nil || n != 1 || mib != 64 {
+			t.Fatalf("volume use %d, %d MiB (%v): want the team's own only", n, mib, err)
+		}
+		if sv, err := s.SandboxVolumes(ctx, "sb_db"); err != nil || !reflect.DeepEqual(sv, []VolumeAttachment{att}) {
+			t.Fatalf("the sandbox's volumes %+v %v", sv, err)
+		}
+		var inUse *VolumeInUseError
+		if err := s.DeleteVolume(ctx, "team_a", "vol_db"); !errors.As(err, &inUse) {
+			t.Fatalf("delete while its sandbox holds it: %v", err)
+		}
+		if _, err := s.SetSandboxState(ctx, "sb_db", StateKilled, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteVolume(ctx, "team_a", "vol_db"); err != nil {
+			t.Fatalf("delete after the kill: %v", err)
+		}
+		if v, err := s.GetVolume(ctx, "vol_db"); err != nil || !v.Deleted {
+			t.Fatalf("after the delete: %+v %v", v, err)
+		}
+	})
+}

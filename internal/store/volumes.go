@@ -11,16 +11,25 @@ import (
 // Volume is the record of a durable volume: a persistent disk kept on the host that made it (a
 // sandbox that mounts it is placed there). Attachments are the sandboxes that hold it now.
 type Volume struct {
-	ID          string
-	TeamID      string
-	Name        string
-	SizeMiB     int64
-	HostID      string
-	CreatedAt   time.Time
-	Deleted     bool
-	DeletedAt   time.Time
+	ID        string
+	TeamID    string
+	Name      string
+	SizeMiB   int64
+	HostID    string
+	CreatedAt time.Time
+	Deleted   bool
+	DeletedAt time.Time
+	// Owner is the control-plane service whose resource the volume is part of (OwnerDatabase: a
+	// managed database's data), "" for the team's own. Owned volumes are not the team's to see or
+	// touch: they stay out of its list, its gets and its volume quota, and their service deletes
+	// them with what owns them.
+	Owner       string
 	Attachments []VolumeAttachment
 }
+
+// OwnerDatabase owns the volumes of managed databases (internal/database): the copy of the
+// postgres template's data volume a database's VM holds its cluster on.
+const OwnerDatabase = "database"
 
 // VolumeAttachment is one volume of one sandbox, mounted at MountPath.
 type VolumeAttachment struct {
@@ -50,10 +59,10 @@ func (e *VolumeInUseError) Error() string {
 	return fmt.Sprintf("volume %s is attached %s to sandbox %s", e.VolumeID, mode, e.Holder.SandboxID)
 }
 
-const volumeCols = `id, team_id, name, size_mib, host_id, created_at, deleted, deleted_at`
+const volumeCols = `id, team_id, name, size_mib, host_id, created_at, deleted, deleted_at, owner`
 
 var scanVolume = scanFields(func(v *Volume) []any {
-	return []any{&v.ID, &v.TeamID, &v.Name, &v.SizeMiB, &v.HostID, timeCol(&v.CreatedAt), boolCol(&v.Deleted), timeCol(&v.DeletedAt)}
+	return []any{&v.ID, &v.TeamID, &v.Name, &v.SizeMiB, &v.HostID, timeCol(&v.CreatedAt), boolCol(&v.Deleted), timeCol(&v.DeletedAt), &v.Owner}
 })
 
 const attachmentCols = `sandbox_id, volume_id, mount_path, read_only`
@@ -114,8 +123,8 @@ func (s *Store) CreateVolume(ctx context.Context, v Volume) (Volume, error) {
 }
 
 func (s *Store) insertVolume(ctx context.Context, q querier, v Volume) error {
-	_, err := s.exec(ctx, q, `INSERT INTO volumes (`+volumeCols+`, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?)`,
-		v.ID, v.TeamID, v.Name, v.SizeMiB, v.HostID, micros(v.CreatedAt), micros(v.CreatedAt))
+	_, err := s.exec(ctx, q, `INSERT INTO volumes (`+volumeCols+`, updated_at) VALUES (?, ?, ?, ?, ?, ?, 0, NULL, ?, ?)`,
+		v.ID, v.TeamID, v.Name, v.SizeMiB, v.HostID, micros(v.CreatedAt), v.Owner, micros(v.CreatedAt))
 	return err
 }
 
@@ -125,10 +134,11 @@ func (s *Store) GetVolume(ctx context.Context, id string) (Volume, error) {
 	return s.getVolume(ctx, `SELECT `+volumeCols+` FROM volumes WHERE id = ?`, id)
 }
 
-// GetTeamVolume returns a volume with its attachments only if it belongs to teamID and is not
-// deleted: another team's volume, or a deleted one, is ErrNotFound exactly like a missing one.
+// GetTeamVolume returns a volume with its attachments only if it belongs to teamID, is the
+// team's own (no Owner) and is not deleted: another team's volume, a service's (a database's) or
+// a deleted one is ErrNotFound exactly like a missing one.
 func (s *Store) GetTeamVolume(ctx context.Context, teamID, id string) (Volume, error) {
-	return s.getVolume(ctx, `SELECT `+volumeCols+` FROM volumes WHERE id = ? AND team_id = ? AND deleted = 0`, id, teamID)
+	return s.getVolume(ctx, `SELECT `+volumeCols+` FROM volumes WHERE id = ? AND team_id = ? AND deleted = 0 AND owner = ''`, id, teamID)
 }
 
 // DeletedVolumes returns which of ids are recorded deleted (a host's reconcile deletes those it
@@ -164,10 +174,10 @@ func (s *Store) getVolume(ctx context.Context, q string, args ...any) (Volume, e
 	return vs[0], nil
 }
 
-// ListVolumes returns a team's volumes that are not deleted, newest first, with their
-// attachments.
+// ListVolumes returns a team's own volumes (no Owner) that are not deleted, newest first, with
+// their attachments.
 func (s *Store) ListVolumes(ctx context.Context, teamID string) ([]Volume, error) {
-	out, err := queryAll(ctx, s, s.db, `SELECT `+volumeCols+` FROM volumes WHERE team_id = ? AND deleted = 0 ORDER BY created_at DESC, id DESC`,
+	out, err := queryAll(ctx, s, s.db, `SELECT `+volumeCols+` FROM volumes WHERE team_id = ? AND deleted = 0 AND owner = '' ORDER BY created_at DESC, id DESC`,
 		scanVolume, teamID)
 	if err != nil {
 		return nil, err
@@ -347,5 +357,9 @@ var volumesSchema = []schemaStep{
 			PRIMARY KEY (sandbox_id, volume_id)
 		)`,
 		`CREATE INDEX sandbox_volumes_volume ON sandbox_volumes (volume_id)`,
+	}},
+	{29, []string{
+		// The control-plane service whose resource the volume is part of ('' : the team's own).
+		`ALTER TABLE volumes ADD COLUMN owner TEXT NOT NULL DEFAULT ''`,
 	}},
 }
