@@ -22,7 +22,8 @@ import (
 // TestPreparedVMM: a create of a template takes the VMM prepared after the one before (no VMM
 // spawned on its path), confined as any other and with its own egress policy; another is
 // prepared after it; closing the agent ends the prepared one and leaves no file of it; a sandbox
-// made from one survives an agent restart (whose doctor reclaims prepared VMMs' leftovers).
+// made from one survives an agent restart (whose doctor reclaims prepared VMMs' leftovers), and
+// hibernates and wakes.
 func TestPreparedVMM(t *testing.T) {
 	h, out := newNetHarness(t, func(c *Config) { c.PreparedTemplates = 1 })
 	ctx := context.Background()
@@ -105,6 +106,17 @@ func TestPreparedVMM(t *testing.T) {
 	}
 	if left := h.agent.PreparedVMMs(); len(left) != 0 {
 		t.Errorf("prepared VMMs right after start, before any create: %v", left)
+	}
+	// Its memory can be saved: the VMM, jailed at the prepared run dir's path, is told to write
+	// its device state into the run dir it sees (it was renamed to the sandbox's after it started).
+	if _, err := h.agent.Hibernate(ctx, sb.ID); err != nil {
+		t.Fatalf("hibernate the sandbox made from a prepared VMM: %v", err)
+	}
+	if _, err := h.agent.Wake(ctx, sb.ID); err != nil {
+		t.Fatalf("wake: %v", err)
+	}
+	if r := h.exec(sb.ID, map[string]any{"cmd": "echo awake"}); r.Stdout != "awake\n" {
+		t.Fatalf("after the wake: exec printed %q %q", r.Stdout, r.Stderr)
 	}
 }
 

@@ -78,10 +78,12 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 		return st, fmt.Errorf("memory diff: %w", err)
 	}
 	timing.Mark(ctx, runtime.StepSaveMemory)
-	// In the VMM's run dir: the only place a jailed VMM can write.
+	// In the VMM's run dir: the only place a jailed VMM can write. Named to the VMM relative to
+	// its working directory, which is the run dir (its inode): a prepared VMM's run dir was
+	// renamed to its sandbox's after it started, and a jailed VMM still sees it at the old path.
 	dev := filepath.Join(vm.RunDir, "devstate")
 	defer os.Remove(dev)
-	if err := q.run(ctx, "xen-save-devices-state", map[string]any{"filename": dev, "live": false}, nil); err != nil {
+	if err := q.run(ctx, "xen-save-devices-state", map[string]any{"filename": filepath.Base(dev), "live": false}, nil); err != nil {
 		cleanup()
 		return st, err
 	}
