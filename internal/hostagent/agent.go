@@ -104,7 +104,8 @@ type Config struct {
 	JailUIDBase, JailUIDs int
 	// PreparedTemplates is how many templates, those created from last, keep a VMM prepared for
 	// their next create: started confined with -incoming defer, holding no guest memory (0:
-	// none; the agent and up commands default to DefaultPreparedTemplates).
+	// none; the agent and up commands default to DefaultPreparedTemplates). An unconfined agent
+	// prepares none.
 	PreparedTemplates int
 	// VMMOverheadMiB is what a VMM may use beyond its guest's RAM before its cgroup's OOM
 	// killer ends it (QEMU, TCG's code cache, the page default 512).
@@ -254,9 +255,13 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		}
 	}
 	sbCfg := sandbox.Config{Limits: a.limits(), Layout: a.layout, Runtime: a.rt, Net: a.net, Disk: a.disk,
-		Volumes: a.volumes, Snapshots: a.snapshots, Log: a.log, FullSnapshots: cfg.FullSnapshots, PreparedTemplates: cfg.PreparedTemplates}
+		Volumes: a.volumes, Snapshots: a.snapshots, Log: a.log, FullSnapshots: cfg.FullSnapshots}
 	if a.confined {
 		sbCfg.Cgroup, sbCfg.JailUIDBase, sbCfg.JailUIDs = a.cg, a.cfg.JailUIDBase, a.cfg.JailUIDs
+		// Only confined: a jailed VMM sees its files where its jail bound them, so the create
+		// that takes a prepared VMM may move them to the sandbox's directory. An unconfined one
+		// sees the host's paths, and QEMU opens its disk again by name when the guest starts.
+		sbCfg.PreparedTemplates = cfg.PreparedTemplates
 	}
 	a.sandboxes = sandbox.New(sbCfg) // re-adopts what an earlier agent left running
 	a.templates = bake.New(bake.Config{Layout: a.layout, Runtime: a.rt, Images: a.images, GuestAgent: cfg.GuestAgent,
