@@ -7,6 +7,7 @@ import { PandaStack, verifyWebhook } from "@pandastack/sdk";
 const client = new PandaStack();
 const events = [];
 let secret = "";
+let closing = false; // once set, deliveries (other sandboxes' events in flight) are not printed
 const receiver = createServer((req, res) => {
   const chunks = [];
   req.on("data", (c) => chunks.push(c));
@@ -14,7 +15,7 @@ const receiver = createServer((req, res) => {
     try {
       const ev = await verifyWebhook(secret, req.headers["pandastack-signature"], Buffer.concat(chunks));
       events.push(ev);
-      console.log(`${req.headers["pandastack-delivery"]}  ${ev.type}  ${ev.sandbox?.id}`);
+      if (!closing) console.log(`${req.headers["pandastack-delivery"]}  ${ev.type}  ${ev.sandbox?.id}`);
       res.writeHead(204).end(); // 2xx: delivered; anything else is retried with backoff
     } catch (e) {
       res.writeHead(400).end(String(e)); // not from PandaStack (or too old)
@@ -27,19 +28,22 @@ const hook = await client.webhooks.create({
   events: ["sandbox.created", "sandbox.hibernated", "sandbox.killed", "sandbox.ttl_expired"],
 });
 secret = hook.secret; // shown once: keep it in your receiver's configuration
+let ok = false;
 try {
   const sb = await client.sandboxes.create({ template: process.env.PANDASTACK_TEST_TEMPLATE || "base", ttlSeconds: 300 });
   await sb.kill();
   for (let i = 0; i < 300; i++) {
     const mine = events.filter((e) => e.sandbox?.id === sb.id).map((e) => e.type);
     if (mine.includes("sandbox.created") && mine.includes("sandbox.killed")) {
-      console.log("ok");
+      ok = true;
       break;
     }
     if (i === 299) throw new Error(`events so far: ${JSON.stringify(events.map((e) => e.type))}`);
     await new Promise((r) => setTimeout(r, 200));
   }
 } finally {
+  closing = true;
   await client.webhooks.delete(hook.id);
   receiver.close();
 }
+if (ok) console.log("ok");
