@@ -207,6 +207,7 @@ func TestE2EDatabases(t *testing.T) {
 	t.Logf("database created in %s", time.Since(start))
 	// Its cluster is on its own volume, owned by the database.
 	vol := cp.dbVolume(t, ctx, db.SandboxID)
+	cp.plainPostgresSandbox(t, ctx, host)
 	// A base backup at creation (in the background), published to the blob store.
 	cp.srv.Databases().Wait()
 	first := cp.backupsOf(t, db.ID)
@@ -800,6 +801,46 @@ func TestE2EDatabases(t *testing.T) {
 	var ae *agentclient.Error
 	if _, err := host.client().GetVolume(ctx, vol.ID); !errors.As(err, &ae) || ae.Status != 404 {
 		t.Fatalf("the deleted database's volume on its host: %v", err)
+	}
+}
+
+// plainPostgresSandbox checks that a plain sandbox of postgres-17 (not a database) gets a copy of
+// the template's data volume that is its own (the template's volume is ephemeral): running
+// postgres on it, not the team's to list, and deleted with the sandbox, on its host too.
+func (cp *e2eCP) plainPostgresSandbox(t *testing.T, ctx context.Context, host *vmHost) {
+	t.Helper()
+	c := cp.client(cp.admin)
+	sb, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "postgres-17", TTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, err := cp.st.SandboxVolumes(ctx, sb.ID)
+	if err != nil || len(atts) != 1 || atts[0].MountPath != "/var/lib/postgresql" {
+		t.Fatalf("the volumes of a plain postgres-17 sandbox: %+v %v", atts, err)
+	}
+	v, err := cp.st.GetVolume(ctx, atts[0].VolumeID)
+	if err != nil || v.Owner != store.OwnerSandbox || v.Deleted {
+		t.Fatalf("the volume of a plain postgres-17 sandbox: %+v %v", v, err)
+	}
+	if code, b := cp.call(t, "GET", "/v1/volumes", nil, ""); code != 200 || strings.Contains(string(b), v.ID) {
+		t.Fatalf("the team's volumes list a sandbox's own: %d %s", code, b)
+	}
+	r, err := c.Exec(ctx, sb.ID, client.ExecRequest{TimeoutSeconds: client.Seconds(60), Cmd: `psql -Atc 'select 40 + 2'`})
+	if err != nil || r.ExitCode != 0 || strings.TrimSpace(r.Stdout) != "42" {
+		t.Fatalf("psql in a plain postgres-17 sandbox: %+v %v", r, err)
+	}
+	if _, err := host.client().GetVolume(ctx, v.ID); err != nil {
+		t.Fatalf("the sandbox's volume on its host: %v", err)
+	}
+	if err := c.KillSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cp.st.GetVolume(ctx, v.ID); err != nil || !got.Deleted {
+		t.Fatalf("the killed sandbox's volume: %+v %v", got, err)
+	}
+	var ae *agentclient.Error
+	if _, err := host.client().GetVolume(ctx, v.ID); !errors.As(err, &ae) || ae.Status != 404 {
+		t.Fatalf("the killed sandbox's volume on its host: %v", err)
 	}
 }
 

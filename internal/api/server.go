@@ -567,6 +567,13 @@ func (s *Server) heartbeatHost(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"host_id": reg.HostID})
 }
 
+// RunVolumeSweeper deletes, every minute, the sandbox-owned volumes (copies of an ephemeral
+// template data volume) whose sandboxes ended without a kill that deleted them; one replica at a
+// time.
+func (s *Server) RunVolumeSweeper(ctx context.Context) {
+	s.svc.RunVolumeSweeper(ctx, s.store.NewLock("sandbox-volumes"), time.Minute)
+}
+
 // RunPublishedSweeper deletes from bs, hourly, the snapshots' and hibernations' publications
 // nothing needs any more, and then their unreferenced chunks (sandboxes.SweepPublished).
 func (s *Server) RunPublishedSweeper(ctx context.Context, bs blob.Store) {

@@ -389,7 +389,7 @@ func TestVolumeCopies(t *testing.T) {
 // and the copy is the team's volume, named after the template.
 func TestTemplateVolumeQuota(t *testing.T) {
 	e := newEnv(t)
-	e.agent.SetTemplateVolume("code-interpreter", "/var/lib/db", 64)
+	e.agent.SetTemplateVolume("code-interpreter", "/var/lib/db", 64, false)
 	if err := e.sched.PollStatic(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -215,6 +215,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		go sched.Run(lctx)
 		go srv.RunAuditPruner(lctx)
 		go srv.RunKilledPruner(lctx)
+		go srv.RunVolumeSweeper(lctx)
 		go srv.RunWebhooks(lctx)
 		go srv.RunFunctions(lctx)
 		go srv.Databases().RunSuspender(lctx, 0)

@@ -220,6 +220,9 @@ func (s *Service) Expire(ctx context.Context, sb store.Sandbox, pauses bool) (pa
 // RecordExpired records the sandboxes of ids, which Expire stopped, killed in one statement.
 func (s *Service) RecordExpired(ctx context.Context, ids []string) error {
 	_, err := s.store.SetSandboxesState(context.WithoutCancel(ctx), ids, store.StateKilled, "ttl expired")
+	if err == nil {
+		s.DropSandboxVolumes(ctx, ids...)
+	}
 	return err
 }
 
@@ -232,6 +235,9 @@ func (s *Service) Kill(ctx context.Context, sb store.Sandbox, reason string) err
 	}
 	s.stop(ctx, sb)
 	_, err := s.store.SetSandboxState(context.WithoutCancel(ctx), sb.ID, store.StateKilled, reason)
+	if err == nil {
+		s.DropSandboxVolumes(ctx, sb.ID)
+	}
 	return err
 }
 

@@ -344,7 +344,7 @@ func TestTemplateVolumeCopies(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	for _, ag := range []*agenttest.Agent{e.a, e.b} {
-		ag.SetTemplateVolume("base", "/var/lib/db", 64)
+		ag.SetTemplateVolume("base", "/var/lib/db", 64, false)
 	}
 	// Not reported yet: the host's copy is unexpected, so the sandbox and its copy are dropped.
 	_, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base"})

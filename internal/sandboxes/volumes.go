@@ -65,11 +65,27 @@ type VolumeCopy struct {
 	MountPath            string
 	ReadOnly             bool
 	SizeMiB              int64
+	// Ephemeral: the copy is the new sandbox's own (store.OwnerSandbox), deleted when it is
+	// killed — a copy of an ephemeral template data volume, or of a volume that was such a copy.
+	Ephemeral bool
 }
 
-// CopiesNeed is what n sandboxes that each get copies hold of a team's volume quota.
+// ownerOf is who owns copy c made for a sandbox whose caller asked owner ("": the team's): an
+// ephemeral copy the caller does not claim is the sandbox's.
+func ownerOf(c VolumeCopy, owner string) string {
+	if owner == "" && c.Ephemeral {
+		return store.OwnerSandbox
+	}
+	return owner
+}
+
+// CopiesNeed is what n sandboxes that each get copies hold of a team's volume quota: an
+// ephemeral copy holds none (it is the sandbox's, whose own quota covers it).
 func CopiesNeed(copies []VolumeCopy, n int) (count, sizeMiB int64) {
 	for _, c := range copies {
+		if c.Ephemeral {
+			continue
+		}
 		count, sizeMiB = count+int64(n), sizeMiB+int64(n)*c.SizeMiB
 	}
 	return count, sizeMiB
@@ -105,7 +121,8 @@ func (s *Service) ForkVolumes(ctx context.Context, parent store.Sandbox) ([]Volu
 		if err != nil {
 			return nil, err
 		}
-		out[i] = VolumeCopy{SourceID: v.ID, SourceName: v.Name, MountPath: a.MountPath, ReadOnly: a.ReadOnly, SizeMiB: v.SizeMiB}
+		out[i] = VolumeCopy{SourceID: v.ID, SourceName: v.Name, MountPath: a.MountPath, ReadOnly: a.ReadOnly, SizeMiB: v.SizeMiB,
+			Ephemeral: v.Owner == store.OwnerSandbox}
 	}
 	return out, nil
 }
@@ -146,7 +163,8 @@ func (s *Service) SnapshotVolumes(ctx context.Context, sn store.Snapshot) ([]Vol
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return nil, err
 		}
-		out[i] = VolumeCopy{SourceID: c.VolumeID, SourceName: v.Name, MountPath: c.MountPath, ReadOnly: c.ReadOnly, SizeMiB: c.SizeMiB}
+		out[i] = VolumeCopy{SourceID: c.VolumeID, SourceName: v.Name, MountPath: c.MountPath, ReadOnly: c.ReadOnly, SizeMiB: c.SizeMiB,
+			Ephemeral: v.Owner == store.OwnerSandbox}
 	}
 	return out, nil
 }
@@ -157,7 +175,7 @@ func (s *Service) SnapshotVolumes(ctx context.Context, sn store.Snapshot) ([]Vol
 func (s *Service) TemplateVolumes(template, recorded string) []VolumeCopy {
 	var out []VolumeCopy
 	for _, v := range s.sched.TemplateVolumes(template) {
-		out = append(out, VolumeCopy{SourceName: recorded, MountPath: v.MountPath, SizeMiB: v.SizeMiB})
+		out = append(out, VolumeCopy{SourceName: recorded, MountPath: v.MountPath, SizeMiB: v.SizeMiB, Ephemeral: v.Ephemeral})
 	}
 	return out
 }
@@ -201,7 +219,7 @@ func (s *Service) copiedVolumes(teamID, hostID string, got []agentclient.Sandbox
 			if name == "" {
 				name = c.SourceID
 			}
-			vols = append(vols, store.Volume{ID: m.VolumeID, TeamID: teamID, Name: CopyName(name, sb.ID), SizeMiB: c.SizeMiB, HostID: hostID, CreatedAt: now, Owner: owner})
+			vols = append(vols, store.Volume{ID: m.VolumeID, TeamID: teamID, Name: CopyName(name, sb.ID), SizeMiB: c.SizeMiB, HostID: hostID, CreatedAt: now, Owner: ownerOf(c, owner)})
 			atts = append(atts, store.VolumeAttachment{SandboxID: sb.ID, VolumeID: m.VolumeID, MountPath: m.MountPath, ReadOnly: m.ReadOnly})
 		}
 	}

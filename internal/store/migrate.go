@@ -53,6 +53,7 @@ var versionNames = []string{
 	27: "pruning killed sandboxes",
 	28: "stopped sandboxes' slot credits",
 	29: "volumes owned by a service",
+	30: "live volumes owned by a service",
 }
 
 // migrations runs the domains' statements version by version; within a version, in this order

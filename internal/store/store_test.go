@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1165,6 +1166,75 @@ func TestOwnedVolumes(t *testing.T) {
 		}
 		if v, err := s.GetVolume(ctx, "vol_db"); err != nil || !v.Deleted {
 			t.Fatalf("after the delete: %+v %v", v, err)
+		}
+	})
+}
+
+// A sandbox-owned volume is released (recorded deleted) once no sandbox that is not killed is
+// attached to it: by the ids of the sandboxes just killed, or by a sweep; never a database's or
+// the team's, never one a lost or hibernated sandbox holds; a pruned sandbox's volume is swept.
+func TestReleaseSandboxVolumes(t *testing.T) {
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
+		withTeams(t, s, "team_a")
+		mk := func(sbID, state, owner string) string {
+			t.Helper()
+			vid := "vol_" + sbID
+			sb := Sandbox{ID: sbID, TeamID: "team_a", Template: "postgres-17", State: StateRunning, HostID: "h1"}
+			v := Volume{ID: vid, TeamID: "team_a", SizeMiB: 3072, HostID: "h1", Owner: owner}
+			att := VolumeAttachment{SandboxID: sbID, VolumeID: vid, MountPath: "/var/lib/postgresql"}
+			if _, err := s.CreateSandboxesWithVolumes(ctx, []Sandbox{sb}, []Volume{v}, []VolumeAttachment{att}); err != nil {
+				t.Fatal(err)
+			}
+			if state != StateRunning {
+				if _, err := s.SetSandboxState(ctx, sbID, state, "test"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return vid
+		}
+		live := mk("sb_live", StateRunning, OwnerSandbox)
+		mk("sb_lost", StateLost, OwnerSandbox)
+		mk("sb_hib", StateHibernated, OwnerSandbox)
+		killedA := mk("sb_ka", StateKilled, OwnerSandbox)
+		killedB := mk("sb_kb", StateKilled, OwnerSandbox)
+		mk("sb_db", StateKilled, OwnerDatabase)
+		mk("sb_team", StateKilled, "")
+		ids := func(vs []Volume) (out []string) {
+			for _, v := range vs {
+				out = append(out, v.ID)
+			}
+			return out
+		}
+		got, err := s.ReleaseSandboxVolumes(ctx, []string{"sb_ka", "sb_live", "sb_db", "sb_team"}, 100)
+		if err != nil || !reflect.DeepEqual(ids(got), []string{killedA}) {
+			t.Fatalf("released for the killed ids: %v %v", ids(got), err)
+		}
+		if v, err := s.GetVolume(ctx, killedA); err != nil || !v.Deleted {
+			t.Fatalf("released volume %+v %v", v, err)
+		}
+		if got, err := s.ReleaseSandboxVolumes(ctx, []string{"sb_ka"}, 100); err != nil || len(got) != 0 {
+			t.Fatalf("released twice: %v %v", ids(got), err)
+		}
+		// A live sandbox's volume is released once its sandbox's record is pruned (a fork child
+		// killed long ago, say).
+		if _, err := s.exec(ctx, s.db, `DELETE FROM sandboxes WHERE id = ?`, "sb_live"); err != nil {
+			t.Fatal(err)
+		}
+		got, err = s.ReleaseSandboxVolumes(ctx, nil, 1)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("a sweep of one: %v %v", ids(got), err)
+		}
+		rest, err := s.ReleaseSandboxVolumes(ctx, nil, 100)
+		if err != nil || len(rest) != 1 {
+			t.Fatalf("the sweep's rest: %v %v", ids(rest), err)
+		}
+		if all := []string{got[0].ID, rest[0].ID}; !slices.Contains(all, live) || !slices.Contains(all, killedB) {
+			t.Fatalf("swept %v, want %s and %s", all, live, killedB)
+		}
+		for _, id := range []string{"vol_sb_lost", "vol_sb_hib", "vol_sb_db", "vol_sb_team"} {
+			if v, err := s.GetVolume(ctx, id); err != nil || v.Deleted {
+				t.Fatalf("volume %s was released: %+v %v", id, v, err)
+			}
 		}
 	})
 }

@@ -31,6 +31,12 @@ type Volume struct {
 // postgres template's data volume a database's VM holds its cluster on.
 const OwnerDatabase = "database"
 
+// OwnerSandbox owns a sandbox's copy of an ephemeral template data volume (postgres-17's, for a
+// plain sandbox), and the copies made of such a copy (forks, restores of its snapshots): the
+// sandbox it is attached to holds it, and once no sandbox does, it is deleted
+// (sandboxes.Service.DropSandboxVolumes at a kill, the sweeper for any other end).
+const OwnerSandbox = "sandbox"
+
 // VolumeAttachment is one volume of one sandbox, mounted at MountPath.
 type VolumeAttachment struct {
 	SandboxID string
@@ -329,6 +335,40 @@ func (s *Store) SandboxVolumes(ctx context.Context, sandboxID string) ([]VolumeA
 		scanAttachment, sandboxID)
 }
 
+// ReleaseSandboxVolumes marks deleted, and returns, the sandbox-owned volumes (OwnerSandbox) no
+// sandbox holds any more: those of the given sandboxes (just killed), or, with none given, any
+// team's, at most limit of them (the sweeper's pass). A volume is held by every sandbox it is
+// attached to that is not killed (a lost one may come back with its host), and a pruned
+// sandbox's attachments are gone with it. Nothing can attach such a volume again (it is not the
+// team's), so a volume released here stays released; its host deletes it (the caller asks; the
+// host's reconcile deletes what is recorded deleted anyway).
+func (s *Store) ReleaseSandboxVolumes(ctx context.Context, sandboxIDs []string, limit int) ([]Volume, error) {
+	query := `SELECT ` + prefixCols("v.", volumeCols) + ` FROM volumes v WHERE v.deleted = 0 AND v.owner = ?`
+	args := []any{OwnerSandbox}
+	if len(sandboxIDs) > 0 {
+		ids, idArgs := inList(sandboxIDs)
+		query += ` AND v.id IN (SELECT volume_id FROM sandbox_volumes WHERE sandbox_id IN ` + ids + `)`
+		args = append(args, idArgs...)
+	}
+	query += ` AND NOT EXISTS (SELECT 1 FROM sandbox_volumes a JOIN sandboxes s ON s.id = a.sandbox_id
+			WHERE a.volume_id = v.id AND s.state <> ?) ORDER BY v.created_at, v.id LIMIT ?`
+	args = append(args, StateKilled, limit)
+	vols, err := queryAll(ctx, s, s.db, query, scanVolume, args...)
+	if err != nil || len(vols) == 0 {
+		return nil, err
+	}
+	ids := make([]string, len(vols))
+	for i, v := range vols {
+		ids[i] = v.ID
+	}
+	in, inArgs := inList(ids)
+	if _, err := s.exec(ctx, s.db, `UPDATE volumes SET deleted = 1, deleted_at = ? WHERE deleted = 0 AND id IN `+in,
+		append([]any{micros(s.now())}, inArgs...)...); err != nil {
+		return nil, err
+	}
+	return vols, nil
+}
+
 // volumesSchema is the volumes tables' part of each migration.
 var volumesSchema = []schemaStep{
 	{3, []string{
@@ -361,5 +401,10 @@ var volumesSchema = []schemaStep{
 	{29, []string{
 		// The control-plane service whose resource the volume is part of ('' : the team's own).
 		`ALTER TABLE volumes ADD COLUMN owner TEXT NOT NULL DEFAULT ''`,
+	}},
+	{30, []string{
+		// The live volumes a service owns (the sandbox-owned ones' sweeper reads them): few
+		// beside the teams' own, so the index stays small.
+		`CREATE INDEX volumes_owned_live ON volumes (owner, created_at) WHERE deleted = 0 AND owner <> ''`,
 	}},
 }

@@ -124,12 +124,18 @@ func sortedKeys(m map[string]bool) []string {
 // BuildHash identifies what the build VM makes from the packed image: the files, steps, npm
 // scripts and env. Two recipes with the same hash (and the same packed image) share a build.
 func (r Recipe) BuildHash() string {
+	vol := r.Volume
+	if vol != nil && vol.Ephemeral { // who keeps a sandbox's copy is not in the image
+		v := *vol
+		v.Ephemeral = false
+		vol = &v
+	}
 	data, _ := json.Marshal(struct {
 		Layers []Layer
 		Npm    []string
 		Env    map[string]string
 		Volume *DataVolume `json:",omitempty"` // the build steps write to it
-	}{r.Layers, r.Npm, r.Env, r.Volume})
+	}{r.Layers, r.Npm, r.Env, vol})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
 }

@@ -66,6 +66,11 @@ type DataVolume struct {
 	SizeMiB   int    `json:"size_mib"`
 	FS        string `json:"fs,omitempty"` // ext4 (the default and the only one)
 	MountPath string `json:"mount_path"`
+	// Ephemeral makes each sandbox's copy the sandbox's own: deleted when the sandbox is killed,
+	// out of the team's volume list and quota (a plain sandbox of postgres-17 keeps no 3 GiB
+	// volume behind). A service that owns the copy (a managed database) keeps it regardless. It
+	// changes nothing in the image, so it is not part of the build hash.
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // Limits on a template's data volume: a bake writes it, and every sandbox of the template is

@@ -154,4 +154,16 @@ func TestDataVolume(t *testing.T) {
 	if rp.BuildHash() == rn.BuildHash() {
 		t.Error("a volume does not change the build hash: the build steps write to it")
 	}
+	// Ephemeral says who keeps a sandbox's copy, not what is in the image: same build hash.
+	eph, err := Parse([]byte(base + "volume: {size_mib: 64, mount_path: /data, ephemeral: true}\nsteps: [echo hi > /data/x]"))
+	if err != nil || eph.Volume == nil || !eph.Volume.Ephemeral {
+		t.Fatalf("ephemeral volume %+v, %v", eph.Volume, err)
+	}
+	re, _ := Resolve(eph, CatalogSpec)
+	if re.BuildHash() != rp.BuildHash() || !re.Volume.Ephemeral {
+		t.Errorf("ephemeral: build hash %s, want %s; recipe volume %+v", re.BuildHash(), rp.BuildHash(), re.Volume)
+	}
+	if pg, ok := CatalogSpec("postgres-17"); !ok || pg.Volume == nil || !pg.Volume.Ephemeral {
+		t.Errorf("postgres-17's data volume is not ephemeral: a plain sandbox of it would leave a 3 GiB team volume behind")
+	}
 }

@@ -195,13 +195,14 @@ func (a *Agent) SetSlots(n int64) { a.with(func() { a.slotsTotal = n }) }
 // SetMemory changes the total memory reported by /v1/info.
 func (a *Agent) SetMemory(mib int64) { a.with(func() { a.memTotal = mib }) }
 
-// SetTemplateVolume gives template name a data volume of sizeMiB at mountPath, as the real agent
-// reports a template baked with one: every create from it gets a new volume (empty here) there.
-func (a *Agent) SetTemplateVolume(name, mountPath string, sizeMiB int64) {
+// SetTemplateVolume gives template name a data volume of sizeMiB at mountPath (ephemeral: each
+// sandbox's copy is its own), as the real agent reports a template baked with one: every create
+// from it gets a new volume (empty here) there.
+func (a *Agent) SetTemplateVolume(name, mountPath string, sizeMiB int64, ephemeral bool) {
 	a.with(func() {
 		for i := range a.templates {
 			if a.templates[i].Name == name {
-				a.templates[i].Volumes = []agentclient.SnapshotVolume{{Slot: 0, MountPath: mountPath, SizeMiB: sizeMiB, FS: "ext4"}}
+				a.templates[i].Volumes = []agentclient.SnapshotVolume{{Slot: 0, MountPath: mountPath, SizeMiB: sizeMiB, FS: "ext4", Ephemeral: ephemeral}}
 			}
 		}
 	})

@@ -186,7 +186,7 @@ func dataVolumes(r template.Recipe) []hostapi.SnapshotVolume {
 	if r.Volume == nil {
 		return nil
 	}
-	return []hostapi.SnapshotVolume{{Slot: 0, MountPath: r.Volume.MountPath, SizeMiB: int64(r.Volume.SizeMiB), FS: "ext4"}}
+	return []hostapi.SnapshotVolume{{Slot: 0, MountPath: r.Volume.MountPath, SizeMiB: int64(r.Volume.SizeMiB), FS: "ext4", Ephemeral: r.Volume.Ephemeral}}
 }
 
 // warmUp runs in a template's guest before its snapshot (see bake).

@@ -250,6 +250,9 @@ type SnapshotVolume struct {
 	ReadOnly  bool   `json:"read_only,omitempty"`
 	SizeMiB   int64  `json:"size_mib"`
 	FS        string `json:"fs"` // the filesystem in it: ext4
+	// Ephemeral (a template's data volume only): the copy a sandbox gets is the sandbox's own,
+	// deleted when it is killed (template.DataVolume.Ephemeral).
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // VolumeAttachment is one sandbox using a volume (until it is killed, hibernated ones too); the
