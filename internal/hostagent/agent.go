@@ -107,6 +107,10 @@ type Config struct {
 	// none; the agent and up commands default to DefaultPreparedTemplates). An unconfined agent
 	// prepares none.
 	PreparedTemplates int
+	// PreparedIdle ends a prepared VMM no create took for this long, freeing its memory; the
+	// template's next create spawns its VMM and prepares another (0: never; the agent and up
+	// commands default to DefaultPreparedIdle).
+	PreparedIdle time.Duration
 	// VMMOverheadMiB is what a VMM may use beyond its guest's RAM before its cgroup's OOM
 	// killer ends it (QEMU, TCG's code cache, the page default 512).
 	VMMOverheadMiB int
@@ -261,7 +265,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		// Only confined: a jailed VMM sees its files where its jail bound them, so the create
 		// that takes a prepared VMM may move them to the sandbox's directory. An unconfined one
 		// sees the host's paths, and QEMU opens its disk again by name when the guest starts.
-		sbCfg.PreparedTemplates = cfg.PreparedTemplates
+		sbCfg.PreparedTemplates, sbCfg.PreparedIdle = cfg.PreparedTemplates, cfg.PreparedIdle
 	}
 	a.sandboxes = sandbox.New(sbCfg) // re-adopts what an earlier agent left running
 	a.templates = bake.New(bake.Config{Layout: a.layout, Runtime: a.rt, Images: a.images, GuestAgent: cfg.GuestAgent,
@@ -364,6 +368,9 @@ func (a *Agent) limits() sandbox.Limits {
 // DefaultPreparedTemplates is the agent and up commands' --prepared-templates.
 const DefaultPreparedTemplates = 4
 
+// DefaultPreparedIdle is the agent and up commands' --prepared-idle.
+const DefaultPreparedIdle = 10 * time.Minute
+
 // WaitPrepared waits until template has its VMM prepared, if one is being prepared (the bench
 // keeps a preparation out of the next measurement).
 func (a *Agent) WaitPrepared(ctx context.Context, template string) error {
@@ -376,6 +383,9 @@ func (a *Agent) PreparedVMMs() map[string]int { return a.sandboxes.PreparedVMMs(
 
 // PreparedCounts are how many VMMs were prepared and how many creates took one.
 func (a *Agent) PreparedCounts() (made, used int64) { return a.sandboxes.PreparedCounts() }
+
+// PreparedExpired is how many prepared VMMs were ended for waiting longer than PreparedIdle.
+func (a *Agent) PreparedExpired() int64 { return a.sandboxes.PreparedExpired() }
 
 // DefaultMemoryOvercommit is the commit limit's ratio when none is configured.
 const DefaultMemoryOvercommit = sandbox.DefaultMemoryOvercommit

@@ -167,3 +167,72 @@ func cgroupMemoryMax(t *testing.T, pid int) string {
 	t.Fatalf("no memory limit found for pid %d in %q", pid, data)
 	return ""
 }
+
+// TestPreparedVMMIdle: a prepared VMM no create takes within PreparedIdle is ended and its files
+// removed; the template's next create then spawns its own VMM, works, and prepares another.
+func TestPreparedVMMIdle(t *testing.T) {
+	// Long enough that the prepared VMM is still there when looked up right after its
+	// preparation; the test only waits for the expiry, it does not time it.
+	const idle = 15 * time.Second
+	h := newHarness(t, func(c *Config) { c.PreparedTemplates, c.PreparedIdle = 1, idle })
+	if !h.agent.confined {
+		t.Skip("an unconfined agent prepares no VMM (confinement needs root)")
+	}
+	ctx := context.Background()
+	h.create() // bakes; prepares one after it
+	prepared := waitPrepared(t, h.agent)
+	var name string
+	for n := range h.agent.PreparedVMMs() {
+		name = n
+	}
+	if h.agent.PreparedExpired() != 0 {
+		t.Fatalf("a prepared VMM expired before its idle time")
+	}
+
+	deadline := time.Now().Add(idle + 2*time.Minute)
+	for h.agent.PreparedExpired() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("prepared VMM %s (pid %d) not ended %s after it was prepared: %v", name, prepared, idle+2*time.Minute, h.agent.PreparedVMMs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if left := h.agent.PreparedVMMs(); len(left) != 0 {
+		t.Errorf("prepared VMMs after the expiry: %v", left)
+	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", prepared)); err == nil && strings.Contains(string(st), "qemu") {
+		t.Errorf("expired prepared VMM %d still runs", prepared)
+	}
+	for _, p := range []string{filepath.Join(h.agent.sandboxesDir(), name), h.agent.runDir(name)} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("expired prepared VMM's %s left: %v", p, err)
+		}
+	}
+
+	// The next create spawns its VMM (none is prepared), runs, and another is prepared after it.
+	tr := timing.NewTrace()
+	sb, err := h.agent.Create(timing.With(ctx, tr), hostapi.CreateRequest{Template: "base"})
+	if err != nil {
+		t.Fatalf("create after the prepared VMM expired: %v", err)
+	}
+	var steps []string
+	for _, s := range tr.Steps() {
+		steps = append(steps, s.Name)
+	}
+	if slices.Contains(steps, sandbox.StepPrepared) || !slices.Contains(steps, runtime.StepSpawn) {
+		t.Errorf("create steps %v: want %s and no %s", steps, runtime.StepSpawn, sandbox.StepPrepared)
+	}
+	if sb.PID == prepared {
+		t.Errorf("the create's VMM has the expired prepared VMM's pid %d", prepared)
+	}
+	if r := h.exec(sb.ID, map[string]any{"cmd": "echo spawned"}); r.Stdout != "spawned\n" {
+		t.Errorf("exec after the create printed %q %q", r.Stdout, r.Stderr)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := h.agent.WaitPrepared(wctx, "base"); err != nil {
+		t.Fatal(err)
+	}
+	if made, used := h.agent.PreparedCounts(); made != 2 || used != 0 {
+		t.Errorf("prepared %d, taken %d: want 2 prepared (one after each create), none taken", made, used)
+	}
+}

@@ -55,6 +55,8 @@ type Config struct {
 	// PreparedTemplates is how many templates, those created from last, have a VMM prepared for
 	// their next create (prepared.go; 0: none).
 	PreparedTemplates int
+	// PreparedIdle ends a prepared VMM no create took for this long (0: never).
+	PreparedIdle time.Duration
 }
 
 // Manager is one host's sandboxes.
@@ -90,7 +92,7 @@ func New(cfg Config) *Manager {
 	m := &Manager{cfg: cfg, log: cfg.Log, rt: cfg.Runtime, net: cfg.Net, layout: cfg.Layout, disk: cfg.Disk,
 		volumes: cfg.Volumes, snapshots: cfg.Snapshots, cg: cfg.Cgroup, confined: cfg.Cgroup != nil,
 		steps:     timing.NewSteps("pandastack_host_sandbox_step_seconds", "Time of each step of a successful sandbox create, fork (each child) or wake on this host."),
-		sandboxes: map[string]*sandbox{}, uids: map[string]int{}, prep: newPreparedPool(cfg.PreparedTemplates)}
+		sandboxes: map[string]*sandbox{}, uids: map[string]int{}, prep: newPreparedPool(cfg.PreparedTemplates, cfg.PreparedIdle)}
 	m.adopt()
 	return m
 }

@@ -24,8 +24,10 @@ import (
 // the template's RAM file but has read none of it and runs no guest: it is not a warm VM. The next
 // create of that template (without volumes) takes it: the files become the sandbox's, the uid and
 // the slot too (with the sandbox's egress policy), and the restore is left with migrate-incoming
-// and the guest's hello. Another is prepared once that create is done. A prepared VMM is named
-// prep-<hex>: its files dir (under Sandboxes()), run dir and cgroup.
+// and the guest's hello. Another is prepared once that create is done. One no create took for
+// Config.PreparedIdle is ended (its ~43 MiB of RSS, its uid and slot freed); the template's next
+// create spawns its VMM and prepares another. A prepared VMM is named prep-<hex>: its files dir
+// (under Sandboxes()), run dir and cgroup.
 
 // PreparedPrefix starts the name of a prepared VMM's files dir, run dir and cgroup.
 const PreparedPrefix = "prep-"
@@ -43,6 +45,7 @@ type preparedVMM struct {
 	vm       *runtime.VM
 	slot     *network.Slot // nil without a NIC
 	files    string        // disk.img and the placeholders
+	expiry   *time.Timer   // ends it when no create took it for the pool's idle (nil: never)
 }
 
 // shape is what a prepared VMM must match in a create's record to be taken.
@@ -57,7 +60,8 @@ func shapeOf(r *record) shape {
 
 // preparedPool is the prepared VMMs of a manager.
 type preparedPool struct {
-	max int // templates kept prepared (0: none)
+	max  int           // templates kept prepared (0: none)
+	idle time.Duration // a VMM no create took for this long is ended (0: never)
 
 	mu      sync.Mutex
 	ready   map[string]*preparedVMM  // by template
@@ -65,11 +69,11 @@ type preparedPool struct {
 	taken   map[string]*preparedVMM  // by name: taken by a create still in flight
 	recent  []string                 // templates by their last create, the latest last
 	closed  bool
-	counts  struct{ made, used int64 } // for tests and diagnostics
+	counts  struct{ made, used, expired int64 } // for tests and diagnostics
 }
 
-func newPreparedPool(max int) *preparedPool {
-	return &preparedPool{max: max, ready: map[string]*preparedVMM{}, filling: map[string]chan struct{}{},
+func newPreparedPool(max int, idle time.Duration) *preparedPool {
+	return &preparedPool{max: max, idle: idle, ready: map[string]*preparedVMM{}, filling: map[string]chan struct{}{},
 		taken: map[string]*preparedVMM{}}
 }
 
@@ -88,6 +92,9 @@ func (m *Manager) takePrepared(rec *record) *preparedVMM {
 		return nil
 	}
 	delete(p.ready, rec.Template)
+	if pv.expiry != nil {
+		pv.expiry.Stop() // expire finds it no longer ready if it fires anyway
+	}
 	if pv.dir != rec.TemplateDir || pv.shape != shapeOf(rec) {
 		p.mu.Unlock()
 		go m.endPrepared(pv)
@@ -138,6 +145,9 @@ func (m *Manager) createDone(template string, taken *preparedVMM) {
 		if wanted {
 			p.ready[template] = pv
 			p.counts.made++
+			if p.idle > 0 {
+				pv.expiry = time.AfterFunc(p.idle, func() { m.expirePrepared(pv) })
+			}
 		}
 		p.mu.Unlock()
 		if err != nil {
@@ -198,8 +208,28 @@ func (m *Manager) prepare(template string) (_ *preparedVMM, err error) {
 	return pv, err
 }
 
+// expirePrepared ends pv if it is still waiting for a create (its idle time ran out). The
+// template stays among those created from last: its next create prepares another.
+func (m *Manager) expirePrepared(pv *preparedVMM) {
+	p := m.prep
+	p.mu.Lock()
+	mine := p.ready[pv.template] == pv
+	if mine {
+		delete(p.ready, pv.template)
+		p.counts.expired++
+	}
+	p.mu.Unlock()
+	if mine {
+		m.log.Debug("prepared VMM idle too long, ended", "name", pv.name, "template", pv.template, "idle", p.idle)
+		m.endPrepared(pv)
+	}
+}
+
 // endPrepared ends a prepared VMM that no create took, and frees what it held.
 func (m *Manager) endPrepared(pv *preparedVMM) {
+	if pv.expiry != nil {
+		pv.expiry.Stop()
+	}
 	if pv.vm != nil {
 		if err := m.rt.Kill(pv.vm); err != nil {
 			m.log.Warn("could not end a prepared VMM", "name", pv.name, "err", err)
@@ -303,6 +333,13 @@ func (m *Manager) PreparedCounts() (made, used int64) {
 	m.prep.mu.Lock()
 	defer m.prep.mu.Unlock()
 	return m.prep.counts.made, m.prep.counts.used
+}
+
+// PreparedExpired is how many prepared VMMs were ended for waiting longer than PreparedIdle.
+func (m *Manager) PreparedExpired() int64 {
+	m.prep.mu.Lock()
+	defer m.prep.mu.Unlock()
+	return m.prep.counts.expired
 }
 
 // WaitPrepared waits until template has a prepared VMM or none is being prepared (the bench
