@@ -225,7 +225,7 @@ func measurePlace(b *testing.B, pg *pgtest.Server, loop func()) {
 	b.StopTimer()
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	if pg != nil {
-		b.ReportMetric(float64((pgCPU(b, pg) - pgBefore).Nanoseconds())/float64(b.N), "pg-cpu-ns/op")
+		b.ReportMetric(float64((pgCPU(b, pg)-pgBefore).Nanoseconds())/float64(b.N), "pg-cpu-ns/op")
 	}
 }
 

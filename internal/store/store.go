@@ -27,7 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver
-	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
+	_ "modernc.org/sqlite"           // registers the "sqlite" database/sql driver
 )
 
 // Errors callers branch on.
@@ -113,8 +113,8 @@ func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
 	// No JIT compilation of queries (unless the DSN asks for it: jit=on): this store's statements
 	// are short and run often, and PostgreSQL compiles anew on every execution whose estimated
 	// cost passes jit_above_cost. The host list (ListHosts, read every second by each replica's
-	// placement) passes it at a few hundred hosts: 1.5 s of compiling for an 18 ms query at 5,000
-	// hosts, 0.3 s of PostgreSQL's CPU a read at 1,000 (BenchmarkPlace in internal/scheduler).
+	// placement) passes it at a few hundred hosts: 1.1–1.9 s a read at 5,000 hosts, most of it
+	// compiling, and up to 0.3 s of PostgreSQL's CPU a read at 1,000 (BenchmarkPlace in internal/scheduler).
 	if _, set := cfg.RuntimeParams["jit"]; !set {
 		cfg.RuntimeParams["jit"] = "off"
 	}
