@@ -24,9 +24,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
-	_ "modernc.org/sqlite"             // registers the "sqlite" database/sql driver
+	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver
+	_ "modernc.org/sqlite"           // registers the "sqlite" database/sql driver
 )
 
 // Errors callers branch on.
@@ -105,10 +106,19 @@ const PostgresPoolSize = 32
 
 // OpenPostgres opens the PostgreSQL database at url.
 func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
-	db, err := sql.Open("pgx", dsn)
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: open postgres: %w", err)
 	}
+	// No JIT compilation of queries (unless the DSN asks for it: jit=on): this store's statements
+	// are short and run often, and PostgreSQL compiles anew on every execution whose estimated
+	// cost passes jit_above_cost. The host list (ListHosts, read every second by each replica's
+	// placement) passes it at a few hundred hosts: 1.1–1.9 s a read at 5,000 hosts, most of it
+	// compiling, and up to 0.3 s of PostgreSQL's CPU a read at 1,000 (BenchmarkPlace in internal/scheduler).
+	if _, set := cfg.RuntimeParams["jit"]; !set {
+		cfg.RuntimeParams["jit"] = "off"
+	}
+	db := stdlib.OpenDB(*cfg)
 	// Every open connection may stay idle: a pool that keeps fewer than it opens closes the
 	// extras after each burst and dials them again on the next (a PostgreSQL backend per dial, its
 	// catalog caches and plans cold). A fleet's heartbeats and creates make such bursts all the
