@@ -214,6 +214,12 @@ func TestE2EDatabases(t *testing.T) {
 	if len(first.Backups) != 1 || !first.Backups[0].Published {
 		t.Fatalf("backups after the create: %+v", first)
 	}
+	// Its base backup (for restores to an instant, below) was streamed out of the VM in pieces:
+	// none is left on the volume.
+	if r, err := cp.client(cp.admin).Exec(ctx, db.SandboxID, client.ExecRequest{User: "root", TimeoutSeconds: client.Seconds(60),
+		Cmd: `find /var/lib/postgresql/pitr/base -mindepth 1 | wc -l`}); err != nil || r.ExitCode != 0 || strings.TrimSpace(r.Stdout) != "0" {
+		t.Fatalf("left of the base backup on the volume: %+v %v", r, err)
+	}
 	wantURI := "postgres://shop_db_owner:" + db.Password + "@" + db.ID + ".db.localhost:" + strconv.Itoa(port) + "/shop_db?sslmode=require"
 	if db.Connection.URI != wantURI || db.Connection.HTTPURL != "http://"+db.ID+".db.localhost:8080/sql" {
 		t.Fatalf("connection %+v, want uri %s", db.Connection, wantURI)

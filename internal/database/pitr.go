@@ -1,6 +1,7 @@
 package database
 
 import (
+	"archive/tar"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -31,8 +32,8 @@ import (
 // WAL segment (archive_mode on, archive_timeout 60 s) into a spool directory in the guest, when
 // that directory exists; the control plane drains the spool through the host agent's files API
 // into the blob store and deletes what it drained (the VM has no way to the store itself). Base
-// backups for it are pg_basebackup copies (plain, with the WAL they need), taken with each backup
-// (at creation, daily, on demand) and sent the same way as a tar. A restore to an instant is a
+// backups for it are pg_basebackup tars (with the WAL they need), taken with each backup (at
+// creation, daily, on demand) and streamed out of the VM in pieces (walBase). A restore to an instant is a
 // new database from the template whose cluster is replaced by the newest base that ended at or
 // before that instant, replaying the archived WAL up to it (recovery_target_time, then promote).
 //
@@ -42,7 +43,7 @@ import (
 const (
 	pitrDir    = "/var/lib/postgresql/pitr"
 	walSpool   = pitrDir + "/wal"     // archive_command copies segments here (if it exists)
-	baseDir    = pitrDir + "/base"    // pg_basebackups in progress (one at a time)
+	baseDir    = pitrDir + "/base"    // the pieces of a base backup on their way out (one at a time)
 	restoreDir = pitrDir + "/restore" // restore_command's source during a restore
 	dataDir    = "/var/lib/postgresql/17/main"
 	// ArchiveInterval is how often the spools are drained: with archive_timeout it bounds what a
@@ -65,6 +66,13 @@ func (s *Service) archiving() bool { return s.cfg.Blob != nil }
 
 // walBase takes a pg_basebackup of d in its VM (turning the WAL spool on first) and puts it in
 // the blob store as a tar named by the instant it ended and the WAL file it starts from.
+//
+// The backup is streamed out of the VM, not copied beside the cluster first: pg_basebackup writes
+// its tar (-D - -Ft -X fetch: the WAL it needs inside) into split, which cuts it into pieces of
+// basePieceMiB in a directory of the database's volume, one at a time — each piece waits there
+// until the server has fetched and deleted it, and split, and pg_basebackup behind the pipe, wait
+// meanwhile. So the volume needs room for one piece (and postgres's new WAL while it runs), not
+// for a copy of the cluster, and the tar is pg_basebackup's own, the format restores lay down.
 func (s *Service) walBase(ctx context.Context, d store.Database) error {
 	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
 	if err != nil {
@@ -72,45 +80,11 @@ func (s *Service) walBase(ctx context.Context, d store.Database) error {
 	}
 	unlock := lockOf(&s.bases, d.ID) // one base backup of a database at a time
 	defer unlock()
-	dir := fmt.Sprintf("%s/%d", baseDir, time.Now().UnixNano())
-	// pg_basebackup writes the copy beside the cluster before it is sent: on the database's volume
-	// (mounted at /var/lib/postgresql, which holds the cluster, its WAL and the spool), so the room
-	// is that filesystem's (df of the copy's directory), not the root disk's. It needs room as
-	// large as the cluster (its WAL aside). Without that room it is not started: a volume filled up
-	// would fail postgres's own writes (WAL) until the copy gave up.
-	out, err := s.guest(ctx, sb, `set -e
-install -d -o postgres -g postgres -m 700 `+pitrDir+` `+walSpool+` `+baseDir+`
-rm -rf `+baseDir+`/*
-need=$(du -sm --exclude=pg_wal `+dataDir+` | cut -f1)
-free=$(df -m --output=avail `+baseDir+` | tail -n 1 | tr -d ' ')
-if [ $((free - need)) -lt `+strconv.Itoa(baseHeadroomMiB)+` ]; then
-  echo "no room on the database's volume for a base backup: it needs $need MiB and `+strconv.Itoa(baseHeadroomMiB)+` MiB to spare, $free MiB are free" >&2
-  exit 1
-fi
-runuser -u postgres -- pg_basebackup -D `+dir+` -Fp -X fetch -c fast -l pandastack
-sed -n 's/^START WAL LOCATION: .*(file \([0-9A-F]*\))$/\1/p' `+dir+`/backup_label
-date -u +%Y%m%dT%H%M%S.%NZ`, nil, promoteTimeout)
-	if err != nil {
-		return err
-	}
-	// The base is named by when it ended on the database's own clock, the clock its commits are
-	// stamped with (recovery_target_time is compared with those).
-	var start, stamp string
-	fmt.Sscan(out, &start, &stamp)
-	end, perr := time.Parse(stampLayout, stamp)
-	if len(start) != 24 || perr != nil {
-		return fmt.Errorf("database: the base backup's start WAL file and end are %q", trunc(out))
-	}
 	c, err := s.cfg.Sandboxes.Target(ctx, sb)
 	if err != nil {
 		return err
 	}
 	files := c.FilesAs("root")
-	tr, err := files.ArchiveGet(ctx, sb.ID, dir, "tar")
-	if err != nil {
-		return err
-	}
-	defer tr.Close()
 	// Through a temporary file: a base is as large as the cluster, and the store reads from a seeker.
 	tmp, err := os.CreateTemp("", "pandastack-db-base-")
 	if err != nil {
@@ -118,20 +92,167 @@ date -u +%Y%m%dT%H%M%S.%NZ`, nil, promoteTimeout)
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	size, err := io.Copy(tmp, tr)
+	dir := fmt.Sprintf("%s/%d", baseDir, time.Now().UnixNano()) // a failed earlier run's pieces are not this one's
+	script := baseScript(dir)
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := s.guest(bctx, sb, "bash -s", &script, baseTimeout)
+		done <- result{out, err}
+	}()
+	last, pieces := "", 0 // the last piece taken (split names them in order), how many
+	for {
+		took, err := takePieces(ctx, files, sb.ID, dir, &last, tmp)
+		if err != nil {
+			return fmt.Errorf("database: taking the base backup out of the VM: %w", err)
+		}
+		if pieces += took; took > 0 {
+			continue
+		}
+		select {
+		case r := <-done:
+			// The script ends only once its last piece was taken (each waits to be deleted).
+			if r.err != nil {
+				return r.err
+			}
+			return s.storeBase(ctx, d, tmp, strings.TrimSpace(r.out), pieces)
+		case <-time.After(basePoll):
+		}
+	}
+}
+
+// Base backups' pace: the pieces they are cut into, how often the server looks for the next one,
+// and how long the whole backup may take.
+const (
+	basePieceMiB = 16
+	basePoll     = 100 * time.Millisecond
+	baseTimeout  = 1800.0
+)
+
+// baseScript is the bash script that streams a base backup into pieces in dir (walBase). Each
+// piece is written as part-<n>.tmp, renamed part-<n> when whole, and waited on until the server
+// deleted it (at most 10 minutes: then the backup fails, and pg_basebackup with it). It prints
+// the instant the backup ended on the database's clock.
+func baseScript(dir string) string {
+	return `set -eo pipefail
+install -d -o postgres -g postgres -m 700 ` + pitrDir + ` ` + walSpool + ` ` + baseDir + `
+rm -rf ` + baseDir + `/*
+install -d -m 700 ` + dir + `
+free=$(df -m --output=avail ` + baseDir + ` | tail -n 1 | tr -d ' ')
+if [ "$free" -lt ` + strconv.Itoa(basePieceMiB+baseHeadroomMiB) + ` ]; then
+  echo "no room on the database's volume for a base backup: it needs ` + strconv.Itoa(basePieceMiB+baseHeadroomMiB) + ` MiB free, $free MiB are" >&2
+  exit 1
+fi
+cd ` + dir + `
+runuser -u postgres -- pg_basebackup -D - -Ft -X fetch -c fast -l pandastack |
+  split -a 6 -b ` + strconv.Itoa(basePieceMiB) + `M --filter='cat > "$FILE.tmp" && mv "$FILE.tmp" "$FILE" && for i in $(seq 6000); do [ -e "$FILE" ] || exit 0; sleep 0.1; done; exit 1' - part-
+cd / && rmdir ` + dir + `
+date -u +%Y%m%dT%H%M%S.%NZ
+`
+}
+
+// takePieces appends the whole pieces of a base backup waiting in dir (part-<n>, in order, each
+// after *last) to w and deletes them in the VM. It returns how many it took.
+func takePieces(ctx context.Context, files agentclient.Files, sandboxID, dir string, last *string, w io.Writer) (int, error) {
+	entries, err := files.List(ctx, sandboxID, dir, 1)
+	if notFound(err) {
+		return 0, nil // not made yet
+	}
 	if err != nil {
+		return 0, err
+	}
+	var names []string
+	for _, e := range entries {
+		if e.Type == "file" && basePiece.MatchString(e.Name) {
+			names = append(names, e.Name)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if n <= *last {
+			return 0, fmt.Errorf("piece %s came after %s", n, *last)
+		}
+		p := path.Join(dir, n)
+		resp, err := files.Read(ctx, sandboxID, p)
+		if err != nil {
+			return 0, err
+		}
+		size, err := io.Copy(w, io.LimitReader(resp.Body, basePieceMiB<<20+1))
+		resp.Body.Close()
+		if err == nil && size > basePieceMiB<<20 {
+			err = fmt.Errorf("piece %s is over %d MiB", n, basePieceMiB)
+		}
+		if err != nil {
+			return 0, err
+		}
+		if err := files.Remove(ctx, sandboxID, p, false); err != nil {
+			return 0, err
+		}
+		*last = n
+	}
+	return len(names), nil
+}
+
+var basePiece = regexp.MustCompile(`^part-[a-z]{6}$`)
+
+// storeBase puts the base backup in tmp (pg_basebackup's tar, ended at stamp) in the blob store,
+// named by its end and the WAL file it starts from (its backup_label's).
+func (s *Service) storeBase(ctx context.Context, d store.Database, tmp *os.File, stamp string, pieces int) error {
+	end, perr := time.Parse(stampLayout, stamp)
+	start, err := baseStart(tmp)
+	if err != nil || perr != nil {
+		return fmt.Errorf("database: the base backup's start WAL file (%v) and end %q (%v)", err, trunc(stamp), perr)
+	}
+	size, err := tmp.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
 	key := prefix(d.ID) + "base/" + end.Format(stampLayout) + "-" + start + ".tar"
 	if err := s.cfg.Blob.Put(ctx, key, tmp); err != nil {
 		return err
 	}
-	if err := files.Remove(ctx, sb.ID, dir, true); err != nil {
-		s.log.Warn("database: could not remove a sent base backup in the VM", "database", d.ID, "err", err)
-	}
-	s.log.Info("database WAL base backup", "database", d.ID, "bytes", size, "start_wal", start)
+	s.log.Info("database WAL base backup", "database", d.ID, "bytes", size, "pieces", pieces, "start_wal", start)
 	return nil
 }
+
+// baseStart reads the WAL file a base backup starts from out of the backup_label in its tar.
+func baseStart(f *os.File) (string, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return "", errors.New("no backup_label in the base backup")
+		}
+		if err != nil {
+			return "", err
+		}
+		if path.Clean(h.Name) != "backup_label" {
+			continue
+		}
+		label, err := io.ReadAll(io.LimitReader(tr, 64<<10))
+		if err != nil {
+			return "", err
+		}
+		m := startWAL.FindSubmatch(label)
+		if m == nil {
+			return "", fmt.Errorf("backup_label without a start WAL file: %q", trunc(string(label)))
+		}
+		return string(m[1]), nil
+	}
+}
+
+var startWAL = regexp.MustCompile(`(?m)^START WAL LOCATION: .*\(file ([0-9A-F]{24})\)$`)
 
 // lockOf locks the *sync.Mutex of id in locks (made on first use); the returned func unlocks.
 func lockOf(locks *sync.Map, id string) func() {

@@ -1,7 +1,9 @@
 package database
 
 import (
+	"archive/tar"
 	"context"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -75,5 +77,43 @@ func TestPruneArchive(t *testing.T) {
 	bs.List(ctx, "databases/", func(in blob.Info) error { left = append(left, in.Key); return nil })
 	if len(left) != 1 || left[0] != "databases/db_b/wal/000000010000000000000001" {
 		t.Fatalf("after deleting db_a's archive: %v", left)
+	}
+}
+
+// A streamed base backup's start WAL file is read from the backup_label in pg_basebackup's tar,
+// wherever it is in it; a tar without one, or a label without the line, is an error.
+func TestBaseStart(t *testing.T) {
+	mk := func(entries map[string]string, order ...string) *os.File {
+		t.Helper()
+		f, err := os.CreateTemp(t.TempDir(), "base")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw := tar.NewWriter(f)
+		for _, name := range order {
+			body := entries[name]
+			if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+				t.Fatal(err)
+			}
+			tw.Write([]byte(body))
+		}
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	label := "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nCHECKPOINT LOCATION: 0/2000080\nBACKUP METHOD: streamed\nLABEL: pandastack\n"
+	f := mk(map[string]string{"PG_VERSION": "17\n", "backup_label": label, "base/1/112": "x"}, "PG_VERSION", "base/1/112", "backup_label")
+	if got, err := baseStart(f); err != nil || got != "000000010000000000000002" {
+		t.Fatalf("start %q, %v", got, err)
+	}
+	for name, f := range map[string]*os.File{
+		"no label":   mk(map[string]string{"PG_VERSION": "17\n"}, "PG_VERSION"),
+		"bad label":  mk(map[string]string{"backup_label": "LABEL: x\n"}, "backup_label"),
+		"short name": mk(map[string]string{"backup_label": "START WAL LOCATION: 0/2 (file 0001)\n"}, "backup_label"),
+	} {
+		if got, err := baseStart(f); err == nil {
+			t.Errorf("%s: start %q, want an error", name, got)
+		}
 	}
 }
