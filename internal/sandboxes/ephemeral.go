@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/pandastack/pandastack/internal/agentclient"
-	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/periodic"
 	"github.com/pandastack/pandastack/internal/store"
 )
@@ -39,10 +37,7 @@ func (s *Service) releaseVolumes(ctx context.Context, sandboxIDs []string) int {
 		return 0
 	}
 	for _, v := range vols {
-		err := s.onHost(ctx, v.HostID, VolumeHostCallTimeout, func(ctx context.Context, c *agentclient.Client) error {
-			return c.DeleteVolume(ctx, v.ID)
-		})
-		if err != nil && err != errHostDown && !isAgentStatus(err, errdefs.NotFound) && !errors.Is(err, context.Canceled) {
+		if err := s.deleteVolumeOnHost(ctx, v); err != nil && !errors.Is(err, context.Canceled) {
 			s.log.Warn("sandbox volumes: deleting on the host failed; recorded deleted, the host's reconcile will delete it",
 				"volume", v.ID, "host", v.HostID, "err", err)
 		}

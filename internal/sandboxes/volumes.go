@@ -330,12 +330,10 @@ func (s *Service) DeleteVolume(ctx context.Context, teamID, id string) error {
 	if err := InUse(s.store.CheckAttach(ctx, v.ID, false), refused); err != nil {
 		return err
 	}
-	err = s.onHost(ctx, v.HostID, VolumeHostCallTimeout, func(ctx context.Context, c *agentclient.Client) error {
-		return c.DeleteVolume(ctx, v.ID)
-	})
+	err = s.deleteVolumeOnHost(ctx, v)
 	var ae *agentclient.Error
 	switch {
-	case err == nil, err == errHostDown, isAgentStatus(err, errdefs.NotFound):
+	case err == nil:
 	case errors.As(err, &ae):
 		return err // the host refused: nothing was deleted
 	default:
@@ -346,6 +344,19 @@ func (s *Service) DeleteVolume(ctx context.Context, teamID, id string) error {
 	}
 	s.log.Info("volume deleted", "volume", v.ID, "host", v.HostID)
 	return nil
+}
+
+// deleteVolumeOnHost deletes volume v on its host. A host that is down or no longer has it is
+// nil: the record's deletion is what counts, and a host's reconcile deletes what is recorded
+// deleted.
+func (s *Service) deleteVolumeOnHost(ctx context.Context, v store.Volume) error {
+	err := s.onHost(ctx, v.HostID, VolumeHostCallTimeout, func(ctx context.Context, c *agentclient.Client) error {
+		return c.DeleteVolume(ctx, v.ID)
+	})
+	if err == errHostDown || isAgentStatus(err, errdefs.NotFound) {
+		return nil
+	}
+	return err
 }
 
 // publishedSnapshot reads snapshot id's record as its host published it to the blob store.
