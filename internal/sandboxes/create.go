@@ -34,8 +34,12 @@ type CreateParams struct {
 	// Snapshot, when set, is the caller's snapshot the sandbox starts from: on its host, or on any
 	// host when it is published.
 	Snapshot *store.Snapshot
-	// Volumes are the caller's volumes to attach (SandboxID not set); the sandbox runs on their host.
-	Volumes    []store.VolumeAttachment
+	// Volumes are the caller's volumes to attach (SandboxID not set); the sandbox runs on their
+	// host. With a template that has a data volume they go in the slots after its copy.
+	Volumes []store.VolumeAttachment
+	// AttachOwner is the owner of Volumes: "" the team's own; a service attaches volumes it owns
+	// (store.OwnerDatabase: a database's volume given back to a new VM of it).
+	AttachOwner string
 	Env        map[string]string
 	Egress     *network.Egress
 	Metadata   map[string]string
@@ -71,8 +75,8 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 		if err != nil {
 			return store.Sandbox{}, err
 		}
-	} else if copies = s.TemplateVolumes(p.AgentTemplate, p.Template); len(copies) > 0 && len(p.Volumes) > 0 {
-		return store.Sandbox{}, errdefs.Conflictf("template %s restores with a copy of its data volume: a sandbox made from it takes no other volumes", p.Template)
+	} else {
+		copies = s.TemplateVolumes(p.AgentTemplate, p.Template)
 	}
 	hosts, mem, err := s.place(ctx, teamID, p)
 	if err != nil {
@@ -118,7 +122,7 @@ func (s *Service) Create(ctx context.Context, teamID string, p CreateParams) (st
 		if p.Snapshot != nil { // a snapshot's guest may be the team's doing (a full disk): it still starts
 			s.log.Warn("sandbox restored without the extra CA certificates", "sandbox", sbID, "snapshot", p.Snapshot.ID, "err", err)
 		} else {
-			s.dropUnrecorded(ctx, s.sched.Client(host), host.ID, []agentclient.Sandbox{made}, len(vols) == 0)
+			s.dropUnrecorded(ctx, s.sched.Client(host), host.ID, []agentclient.Sandbox{made}, vols)
 			return store.Sandbox{}, err
 		}
 	}
@@ -142,7 +146,7 @@ func (s *Service) place(ctx context.Context, teamID string, p CreateParams) ([]s
 		hostID = p.Snapshot.HostID // the only host that keeps the snapshot
 	}
 	if len(p.Volumes) > 0 {
-		volHost, err := s.resolveVolumes(ctx, teamID, p.Volumes)
+		volHost, err := s.resolveVolumes(ctx, teamID, p.AttachOwner, p.Volumes)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -197,18 +201,18 @@ func firstIfAmong(hosts []store.Host, id string) []store.Host {
 }
 
 // record stores a sandbox its host has just started (made: running, created now, expiring after
-// its ttl policy), with its volumes (checked again as they are recorded), or the copies of a
+// its ttl policy), with its volumes (checked again as they are recorded), and the copies of a
 // snapshot's volumes (or of its template's data volume) its host made for it. When the store
-// fails the VM is killed (an unrecorded VM is a leak), and the copies are deleted: the volumes
-// the host made are copies exactly when the caller attached none (a sandbox that gets copies
-// takes no other volumes). The copies are owned by volumeOwner ("": the team's).
+// fails the VM is killed (an unrecorded VM is a leak), and the copies are deleted (never the
+// volumes the caller attached). The copies are owned by volumeOwner ("": the team's).
 func (s *Service) record(ctx context.Context, h store.Host, sb store.Sandbox, vols []store.VolumeAttachment, made agentclient.Sandbox, copies []VolumeCopy, volumeOwner string) (store.Sandbox, error) {
 	now := s.clock()
 	sb.State, sb.CreatedAt, sb.ExpiresAt = store.StateRunning, now, now.Add(s.TTL(sb.TTLSeconds))
-	newVols, atts, err := s.copiedVolumes(sb.TeamID, h.ID, []agentclient.Sandbox{made}, copies, volumeOwner)
+	madeCopies := withoutAttached(made, vols)
+	newVols, atts, err := s.copiedVolumes(sb.TeamID, h.ID, []agentclient.Sandbox{madeCopies}, copies, volumeOwner)
 	// Volumes nobody asked for: the copy of a template's data volume the host made before this
 	// control plane heard of the volume (no quota was held for it). Dropped, not recorded.
-	unasked := len(copies) == 0 && len(vols) == 0 && len(made.Volumes) > 0
+	unasked := len(copies) == 0 && len(madeCopies.Volumes) > 0
 	if err == nil && unasked {
 		err = errdefs.Capacityf("template %s has a data volume its host has not reported yet; try again", sb.Template)
 	}
@@ -217,8 +221,17 @@ func (s *Service) record(ctx context.Context, h store.Host, sb store.Sandbox, vo
 		out, err = s.store.CreateSandboxesWithVolumes(ctx, []store.Sandbox{sb}, newVols, append(vols, atts...))
 	}
 	if err != nil {
-		s.dropUnrecorded(ctx, s.sched.Client(h), h.ID, []agentclient.Sandbox{made}, len(vols) == 0)
+		s.dropUnrecorded(ctx, s.sched.Client(h), h.ID, []agentclient.Sandbox{made}, vols)
 		return store.Sandbox{}, err
 	}
 	return out[0], nil
+}
+
+// withoutAttached is made with only the volumes its host made for it (copies), not those of
+// attached.
+func withoutAttached(made agentclient.Sandbox, attached []store.VolumeAttachment) agentclient.Sandbox {
+	made.Volumes = slices.DeleteFunc(slices.Clone(made.Volumes), func(m agentclient.VolumeMount) bool {
+		return slices.ContainsFunc(attached, func(a store.VolumeAttachment) bool { return a.VolumeID == m.VolumeID })
+	})
+	return made
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/agentclient"
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
+	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/store"
 )
 
@@ -125,4 +127,75 @@ func TestEphemeralTemplateVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone(rv)
+}
+
+// A service's own volume attached beside a template's data volume (what a database whose VM died
+// gets back, internal/database): the template's copy is the new sandbox's, in the first slot; the
+// attached volume keeps its owner and outlives the sandbox; only its owner may attach it.
+func TestAttachBesideTemplateVolume(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, ag := range []*agenttest.Agent{e.a, e.b} {
+		ag.SetTemplateVolume("base", "/data/db", 64, true)
+	}
+	if err := e.sched.PollStatic(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", VolumeOwner: store.OwnerDatabase})
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, err := e.st.SandboxVolumes(ctx, first.ID)
+	if err != nil || len(atts) != 1 {
+		t.Fatalf("volumes of %s: %+v %v", first.ID, atts, err)
+	}
+	kept := atts[0].VolumeID
+	if err := e.svc.Kill(ctx, first, "its VM died"); err != nil {
+		t.Fatal(err)
+	}
+	attach := []store.VolumeAttachment{{VolumeID: kept, MountPath: "/mnt/recover"}}
+	if _, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Volumes: attach}); !errdefs.Is(err, errdefs.NotFound) {
+		t.Fatalf("the team attached a database's volume as its own: %v", err)
+	}
+	over := []store.VolumeAttachment{{VolumeID: kept, MountPath: "/data/db/x"}}
+	if _, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Volumes: over, AttachOwner: store.OwnerDatabase}); err == nil || !strings.Contains(err.Error(), "overlaps") {
+		t.Fatalf("a volume mounted inside the data volume's copy: %v", err)
+	}
+	second, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Volumes: attach, AttachOwner: store.OwnerDatabase})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.HostID != first.HostID {
+		t.Fatalf("placed on %s, the volume is on %s", second.HostID, first.HostID)
+	}
+	atts, err = e.st.SandboxVolumes(ctx, second.ID)
+	if err != nil || len(atts) != 2 {
+		t.Fatalf("volumes of %s: %+v %v", second.ID, atts, err)
+	}
+	var copyID string
+	for _, a := range atts {
+		v, err := e.st.GetVolume(ctx, a.VolumeID)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case a.VolumeID == kept && (a.MountPath != "/mnt/recover" || v.Owner != store.OwnerDatabase):
+			t.Fatalf("the attached volume: %+v %+v", a, v)
+		case a.VolumeID != kept && (a.MountPath != "/data/db" || v.Owner != store.OwnerSandbox):
+			t.Fatalf("the template's copy: %+v %+v", a, v)
+		case a.VolumeID != kept:
+			copyID = a.VolumeID
+		}
+	}
+	if _, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base", Volumes: attach, AttachOwner: store.OwnerDatabase}); err == nil {
+		t.Fatal("a volume attached to two sandboxes at once")
+	}
+	if err := e.svc.Kill(ctx, second, "done"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := e.st.GetVolume(ctx, copyID); err != nil || !v.Deleted {
+		t.Fatalf("the template's copy after the kill: %+v %v", v, err)
+	}
+	if v, err := e.st.GetVolume(ctx, kept); err != nil || v.Deleted || !slices.Contains(e.a.Volumes(), kept) && !slices.Contains(e.b.Volumes(), kept) {
+		t.Fatalf("the attached volume after the kill: %+v %v", v, err)
+	}
 }

@@ -45,7 +45,7 @@ func (s *Service) ForkOwned(ctx context.Context, parent store.Sandbox, count int
 	// The parent was woken for the fork if it was hibernated.
 	s.Touched(ctx, parent, c, nil)
 	undo := func(cause error) ([]store.Sandbox, error) {
-		s.dropUnrecorded(ctx, c, parent.HostID, got, len(copies) > 0)
+		s.dropUnrecorded(ctx, c, parent.HostID, got, nil) // a child's volumes are copies
 		return nil, cause
 	}
 	if len(got) != count {
@@ -180,7 +180,7 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 		out, err = s.store.CreateSandboxesWithVolumes(ctx, s.childRecords(parent, target.ID, got), vols, atts)
 	}
 	if err != nil {
-		s.dropUnrecorded(ctx, dst, target.ID, got, len(copies) > 0)
+		s.dropUnrecorded(ctx, dst, target.ID, got, nil)
 		return nil, err
 	}
 	s.log.Info("forked sandbox onto another host", "sandbox", parent.ID, "host", parent.HostID, "to", hostID, "children", count)

@@ -339,7 +339,8 @@ func TestCopyName(t *testing.T) {
 }
 
 // A create from a template baked with a data volume records the copy its host made as the team's
-// volume, named after the template; a copy the control plane did not expect is dropped.
+// volume, named after the template; a copy the control plane did not expect is dropped; a volume
+// attached beside the copy is recorded with it.
 func TestTemplateVolumeCopies(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -374,9 +375,15 @@ func TestTemplateVolumeCopies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base",
+	// A volume of the team's attached beside the copy: in its own slot, the copy recorded too.
+	both, err := e.svc.Create(ctx, e.team, CreateParams{Template: "base", AgentTemplate: "base",
 		Volumes: []store.VolumeAttachment{{VolumeID: other.ID, MountPath: "/other"}}})
-	wantKind(t, err, errdefs.Conflict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if atts, err = e.st.SandboxVolumes(ctx, both.ID); err != nil || len(atts) != 2 || atts[0].MountPath != "/other" || atts[0].VolumeID != other.ID || atts[1].MountPath != "/var/lib/db" {
+		t.Fatalf("volumes of a sandbox of the template with one attached: %+v %v", atts, err)
+	}
 }
 
 // TestCreateFromPublishedSnapshotWithVolumes: a create from a published snapshot with volume

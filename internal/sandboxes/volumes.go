@@ -35,10 +35,15 @@ func InUse(err error, what string) error {
 
 // resolveVolumes loads the team's volumes of a create, checks they are on one host and free for
 // the asked mode, and returns that host. Another team's, a deleted or a missing volume is NotFound.
-func (s *Service) resolveVolumes(ctx context.Context, teamID string, atts []store.VolumeAttachment) (string, error) {
+func (s *Service) resolveVolumes(ctx context.Context, teamID, owner string, atts []store.VolumeAttachment) (string, error) {
 	host, first := "", ""
 	for _, a := range atts {
 		v, err := s.store.GetTeamVolume(ctx, teamID, a.VolumeID)
+		if owner != "" { // a service's own volume, of the team's resource it serves
+			if v, err = s.store.GetVolume(ctx, a.VolumeID); err == nil && (v.TeamID != teamID || v.Owner != owner || v.Deleted) {
+				err = store.ErrNotFound
+			}
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			return "", errdefs.NotFoundf("volume %s not found", Truncate(a.VolumeID))
 		}
@@ -226,10 +231,10 @@ func (s *Service) copiedVolumes(teamID, hostID string, got []agentclient.Sandbox
 	return vols, atts, nil
 }
 
-// dropUnrecorded kills sandboxes a host made that the store will not know and, when all their
-// volumes are copies it made for them, deletes those (once the sandboxes are gone, nothing holds
-// them).
-func (s *Service) dropUnrecorded(ctx context.Context, c *agentclient.Client, hostID string, got []agentclient.Sandbox, copies bool) {
+// dropUnrecorded kills sandboxes a host made that the store will not know and deletes the
+// volumes it made for them, their copies: all but those of attached (once the sandboxes are gone,
+// nothing holds them).
+func (s *Service) dropUnrecorded(ctx context.Context, c *agentclient.Client, hostID string, got []agentclient.Sandbox, attached []store.VolumeAttachment) {
 	for _, sb := range got {
 		if sb.ID == "" {
 			continue
@@ -238,10 +243,7 @@ func (s *Service) dropUnrecorded(ctx context.Context, c *agentclient.Client, hos
 			s.log.Error("could not kill a sandbox that is not recorded", "sandbox", sb.ID, "host", hostID, "err", err)
 			continue
 		}
-		if !copies {
-			continue
-		}
-		for _, m := range sb.Volumes {
+		for _, m := range withoutAttached(sb, attached).Volumes {
 			if err := c.DeleteVolume(ctx, m.VolumeID); err != nil {
 				s.log.Error("could not delete a volume copy that is not recorded", "volume", m.VolumeID, "host", hostID, "err", err)
 			}

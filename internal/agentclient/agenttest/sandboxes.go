@@ -49,7 +49,17 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 			return nil, conflict("snapshot %s restores with copies of its %d volumes in their slots; no other volumes can be attached to a sandbox made from it", req.SnapshotID, len(copies))
 		}
 	} else if copies = tpl.Volumes; len(copies) > 0 && len(mounts) > 0 {
-		return nil, conflict("template %s restores with a copy of its data volume in slot 0; no other volumes can be attached to a sandbox made from it", tpl.Name)
+		// Attached volumes go in the slots after the data volume's copy, mounted beside it.
+		for i, m := range mounts {
+			if slices.ContainsFunc(copies, func(c agentclient.SnapshotVolume) bool {
+				return within(m.MountPath, c.MountPath) || within(c.MountPath, m.MountPath)
+			}) {
+				return nil, invalid("volumes[%d].mount_path %q overlaps where template %s mounts its data volume", i, m.MountPath, tpl.Name)
+			}
+		}
+		if len(copies)+len(mounts) > agentclient.MaxVolumesPerSandbox {
+			return nil, invalid("at most %d volumes per sandbox, got %d besides template %s's data volume", agentclient.MaxVolumesPerSandbox-len(copies), len(mounts), tpl.Name)
+		}
 	}
 	if req.ID == "" {
 		req.ID = a.newID("sb_fake")
@@ -64,19 +74,20 @@ func (a *Agent) create(r *http.Request) (any, *agentclient.Error) {
 		a.refused++
 		return nil, apiErr(503, "capacity", "no free slot")
 	}
+	attached := mounts
 	if len(copies) > 0 { // already mounted in the snapshot's (template's) guest: new volumes from its files
-		if mounts, err = a.volumesFrom(copies, g, 1); err != nil {
+		made, err := a.volumesFrom(copies, g, 1)
+		if err != nil {
 			return nil, err
 		}
+		mounts = append(made, attached...)
 	}
 	sb := a.newSandbox(req.ID, tpl, g)
 	sb.SnapshotID, sb.env, sb.mounts, sb.Volumes = req.SnapshotID, req.Env, mounts, mounts
 	if req.ForkOf != "" { // a fork child made on another host: the snapshot's env, as a fork's
 		sb.SnapshotID, sb.ForkOf, sb.env = "", req.ForkOf, a.snapshots[req.SnapshotID].Env
 	}
-	if len(copies) == 0 {
-		a.mount(sb)
-	}
+	a.mount(sb, attached)
 	a.sandboxes[sb.ID] = sb
 	a.creates++
 	return created{sb.Sandbox}, nil

@@ -199,9 +199,9 @@ func (a *Agent) checkAttach(ms []agentclient.VolumeMount) *agentclient.Error {
 	return nil
 }
 
-// mount copies the sandbox's volumes into its files.
-func (a *Agent) mount(sb *sandbox) {
-	for _, m := range sb.mounts {
+// mount copies the files of the volumes of mounts (some of sb's) into sb's guest.
+func (a *Agent) mount(sb *sandbox, mounts []agentclient.VolumeMount) {
+	for _, m := range mounts {
 		sb.fs.mkdirs(m.MountPath)
 		for rel, b := range a.volumes[m.VolumeID].files {
 			sb.fs.write(m.MountPath+rel, b)

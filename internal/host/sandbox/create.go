@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/faultpoint"
@@ -83,8 +85,8 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 		src = source{rec: record{Template: tmpl.Name, TemplateDir: tmpl.Dir, VCPUs: tmpl.VCPUs, MemoryMiB: tmpl.MemoryMiB,
 			BaseDir: tmpl.Dir, NIC: tmpl.NIC, VolumeSlots: tmpl.VolumeSlots, Identity: tmpl.Identity}, diskSrc: filepath.Join(tmpl.Dir, "disk.img"),
 			volCopies: tmpl.Volumes}
-		if len(tmpl.Volumes) > 0 && len(req.Volumes) > 0 {
-			return hostapi.Sandbox{}, errdefs.Conflictf("template %s restores with a copy of its data volume in slot 0; no other volumes can be attached to a sandbox made from it", tmpl.Name)
+		if err := beside(tmpl.Name, tmpl.Volumes, req.Volumes); err != nil {
+			return hostapi.Sandbox{}, err
 		}
 		if len(tmpl.Env) > 0 { // the template's env, under the sandbox's own
 			env := maps.Clone(tmpl.Env)
@@ -103,13 +105,28 @@ func (m *Manager) Create(ctx context.Context, req hostapi.CreateRequest) (hostap
 	if err := m.RelieveForCreate(ctx, "sandbox "+req.ID); err != nil {
 		return hostapi.Sandbox{}, err
 	}
-	vols, err := m.volumes.ValidateMounts(req.Volumes, src.rec.VolumeSlots)
+	vols, err := m.volumes.ValidateMounts(req.Volumes, src.rec.VolumeSlots-len(src.volCopies))
 	if err != nil {
 		return hostapi.Sandbox{}, err
 	}
 	src.rec.Env, src.rec.Egress, src.rec.EgressOpen, src.rec.Volumes = req.Env, req.Egress, req.EgressOpen, vols
 	timing.Mark(ctx, StepResolve)
 	return m.launch(ctx, "create", req.ID, src)
+}
+
+// beside checks the volumes a create from template name attaches after the copy of its data
+// volume (copies, in the first slots): none may be mounted where a copy is, above or below it.
+// (A database whose VM died gets its volume back this way: internal/database, heal.go.)
+func beside(name string, copies []hostapi.SnapshotVolume, attach []hostapi.VolumeMount) error {
+	for _, c := range copies {
+		for i, a := range attach {
+			p, q := path.Clean(a.MountPath), path.Clean(c.MountPath)
+			if p == q || strings.HasPrefix(p, q+"/") || strings.HasPrefix(q, p+"/") {
+				return errdefs.Invalidf("volumes[%d].mount_path %q overlaps %q, where template %s mounts its data volume", i, a.MountPath, c.MountPath, name)
+			}
+		}
+	}
+	return nil
 }
 
 // loadSnapshot finds snapshot id on this host or, if the host has a blob store, pulls it from
@@ -160,12 +177,12 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	rec := src.rec
 	rec.ID, rec.State, rec.CreatedAt = id, StateCreating, start.UTC()
 	dropVols := func() {}
-	if len(src.volCopies) > 0 {
+	if len(src.volCopies) > 0 { // the copies take the first slots, attached volumes the next
 		vols, undo, err := m.volumesFrom(src.volCopies, rec.BaseDir)
 		if err != nil {
 			return hostapi.Sandbox{}, err
 		}
-		rec.Volumes, dropVols = vols, undo
+		rec.Volumes, dropVols = append(vols, src.rec.Volumes...), undo
 	}
 	sb := &sandbox{dir: filepath.Join(m.layout.Sandboxes(), id), rec: rec, lastUsed: start}
 	refuse := func(err error) (hostapi.Sandbox, error) {
@@ -224,11 +241,8 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	if err != nil {
 		return fail(err)
 	}
-	mounts := rec.Volumes
-	if len(src.volCopies) > 0 {
-		mounts = nil // copies of a snapshot's volumes: mounted in the restored guest already
-	}
-	if err := m.volumes.Mount(ctx, m.rt, vm, client, mounts); err != nil {
+	// Copies of a snapshot's or template's volumes are mounted in the restored guest already.
+	if err := m.volumes.Mount(ctx, m.rt, vm, client, rec.Volumes, len(src.volCopies)); err != nil {
 		client.Close()
 		m.rt.Kill(vm)
 		if slot != nil {

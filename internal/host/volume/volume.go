@@ -386,10 +386,14 @@ func (s *Store) Drives(templateDir string, slots int, mounts []hostapi.VolumeMou
 	return ds, nil
 }
 
-// Mount attaches mounts in a freshly restored guest: the drives already point at the volume
-// files; the guest learns their size, then mounts them (and grows a resized one).
-func (s *Store) Mount(ctx context.Context, rt runtime.Runtime, vm *runtime.VM, c *guest.Client, mounts []hostapi.VolumeMount) error {
+// Mount attaches mounts (mounts[i] in slot i) from slot from on in a freshly restored guest: the
+// drives already point at the volume files; the guest learns their size, then mounts them (and
+// grows a resized one). The slots before from hold copies the restored guest has mounted already.
+func (s *Store) Mount(ctx context.Context, rt runtime.Runtime, vm *runtime.VM, c *guest.Client, mounts []hostapi.VolumeMount, from int) error {
 	for i, m := range mounts {
+		if i < from {
+			continue
+		}
 		if err := rt.RefreshDrive(ctx, vm, Serial(i)); err != nil {
 			return fmt.Errorf("volume %s: %w", m.VolumeID, err)
 		}
