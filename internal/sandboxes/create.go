@@ -40,10 +40,10 @@ type CreateParams struct {
 	// AttachOwner is the owner of Volumes: "" the team's own; a service attaches volumes it owns
 	// (store.OwnerDatabase: a database's volume given back to a new VM of it).
 	AttachOwner string
-	Env        map[string]string
-	Egress     *network.Egress
-	Metadata   map[string]string
-	TTLSeconds int64 // 0: the default
+	Env         map[string]string
+	Egress      *network.Egress
+	Metadata    map[string]string
+	TTLSeconds  int64 // 0: the default
 	// Host, when set, is the one host the sandbox may run on (an operator's pin).
 	Host string
 	// TrafficTokenHash makes the sandbox's ports private: the port proxy asks for the token
