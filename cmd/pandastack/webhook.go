@@ -51,7 +51,7 @@ func webhookCmd() *cobra.Command {
 			return nil
 		}),
 	}
-	create.Flags().StringSliceVar(&events, "events", nil, "event types: sandbox.created, sandbox.woken, sandbox.hibernated, sandbox.killed, sandbox.ttl_expired, sandbox.lost, sandbox.error, template.built, process.exited, database.backed_up, database.suspended, change, or * for all")
+	create.Flags().StringSliceVar(&events, "events", nil, "event types: sandbox.created, sandbox.woken, sandbox.hibernated, sandbox.killed, sandbox.ttl_expired, sandbox.lost, sandbox.error, template.built, process.exited, database.backed_up, database.suspended, database.restarted, change, or * for all")
 	list := listCmd(f, webhooksTable, "List your team's webhooks", (*client.Client).ListWebhooks)
 	get := getCmd(f, webhooksTable, "get ID", "Show a webhook", (*client.Client).GetWebhook)
 	deliveries := runsCmd(f, deliveriesTable, "List a webhook's deliveries, newest first", (*client.Client).WebhookDeliveries)

@@ -221,6 +221,7 @@ func StartControlPlane(ctx context.Context, o ControlPlaneConfig) (*ControlPlane
 		go srv.Databases().RunSuspender(lctx, 0)
 		go srv.Databases().RunBackups(lctx)
 		go srv.Databases().RunArchiver(lctx)
+		go srv.Databases().RunHealer(lctx, 0)
 		if bs != nil {
 			go srv.RunPublishedSweeper(lctx, bs)
 		}

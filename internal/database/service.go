@@ -94,6 +94,7 @@ type Service struct {
 	// bases and drains hold a *sync.Mutex per database: one base backup of it at a time, one
 	// drain of its WAL at a time in this replica (pitr.go).
 	bases, drains sync.Map
+	heals         sync.Map // a *sync.Mutex per database: one heal of it at a time (heal.go)
 }
 
 // New builds a service.
@@ -557,9 +558,9 @@ func (s *Service) Lookup(ctx context.Context, id string) (store.Database, error)
 }
 
 // Dial opens a TCP connection to port (Port: postgres, PoolerPort: PgBouncer) in d's VM through
-// its host agent (waking it if it hibernates).
+// its host agent (waking it if it hibernates, giving it a new VM if its VM died: heal.go).
 func (s *Service) Dial(ctx context.Context, d store.Database, port int) (net.Conn, error) {
-	sb, err := s.cfg.Store.GetSandbox(ctx, d.SandboxID)
+	sb, err := s.vm(ctx, d)
 	if err != nil {
 		return nil, fmt.Errorf("database %s: its VM: %w", d.ID, err)
 	}

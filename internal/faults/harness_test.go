@@ -177,7 +177,7 @@ func (c *cluster) startAgent(env ...string) {
 	c.agent = c.run("agent", []string{"agent", "--data-dir", c.agentDir, "--addr", c.agentAddr, "--token", c.agentTok,
 		"--guest-agent", testenv.GuestAgent(c.t), "--image-cache", testenv.ImageCache(), "--server", "http://" + c.serverAddr,
 		"--server-token", c.clusterToken, "--network-cidr", c.cidr, "--network-prefix", c.prefix, "--network-ready", "1",
-		"--pool-gib", "6", "--disk-reserve-mib", "64", "--prepared-templates", "0"}, env...)
+		"--pool-gib", "10", "--disk-reserve-mib", "64", "--prepared-templates", "0"}, env...)
 	c.waitHealthy(c.agent, "http://"+c.agentAddr+"/healthz")
 	c.waitHostUp()
 }

@@ -138,3 +138,48 @@ func TestDatabaseDrainLease(t *testing.T) {
 		claim("r1", now, now.Add(time.Minute), true)
 	})
 }
+
+// TestDatabasesWithDeadVM: the databases whose sandbox failed or was killed are listed (not those
+// running or hibernated); moving one to a new VM is conditional on the VM it had.
+func TestDatabasesWithDeadVM(t *testing.T) {
+	eachBackend(t, func(ctx context.Context, t *testing.T, s *Store) {
+		withDatabases(t, s, "db_a", "db_b", "db_c", "db_d")
+		now := time.Now().UTC()
+		for id, state := range map[string]string{"sb_db_a": StateRunning, "sb_db_b": StateError, "sb_db_c": StateKilled, "sb_db_d": StateHibernated} {
+			if _, err := s.CreateSandbox(ctx, Sandbox{ID: id, TeamID: "team_a", Template: "postgres-17", State: state, HostID: "h1",
+				CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dead := func() (ids []string) {
+			t.Helper()
+			list, err := s.ListDatabasesWithDeadVM(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range list {
+				ids = append(ids, d.ID+"/"+d.SandboxID)
+			}
+			return ids
+		}
+		if got := dead(); len(got) != 2 || got[0] != "db_b/sb_db_b" || got[1] != "db_c/sb_db_c" {
+			t.Fatalf("databases with a dead VM: %v", got)
+		}
+		if _, err := s.CreateSandbox(ctx, Sandbox{ID: "sb_new", TeamID: "team_a", Template: "postgres-17", State: StateRunning, HostID: "h1",
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetDatabaseSandbox(ctx, "db_b", "sb_db_b", "sb_new"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetDatabaseSandbox(ctx, "db_b", "sb_db_b", "sb_other"); !errors.Is(err, ErrConflict) {
+			t.Fatalf("a second move from the old VM: %v, want ErrConflict", err)
+		}
+		if err := s.SetDatabaseSandbox(ctx, "db_none", "sb_x", "sb_y"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("moving a missing database: %v, want ErrNotFound", err)
+		}
+		if got := dead(); len(got) != 1 || got[0] != "db_c/sb_db_c" {
+			t.Fatalf("databases with a dead VM after a move: %v", got)
+		}
+	})
+}

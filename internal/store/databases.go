@@ -84,6 +84,30 @@ func (s *Store) ListSuspendableDatabases(ctx context.Context) ([]Database, error
 	return queryAll(ctx, s, s.db, `SELECT `+databaseCols+` FROM databases WHERE suspend_after_seconds > 0 ORDER BY id`, scanDatabase)
 }
 
+// ListDatabasesWithDeadVM returns every team's databases whose VM has died (its sandbox failed or
+// was killed), to be given a new one (internal/database, heal.go).
+func (s *Store) ListDatabasesWithDeadVM(ctx context.Context) ([]Database, error) {
+	return queryAll(ctx, s, s.db, `SELECT `+prefixCols("d.", databaseCols)+` FROM databases d JOIN sandboxes sb ON sb.id = d.sandbox_id
+		WHERE sb.state IN (?, ?) ORDER BY d.id`, scanDatabase, StateError, StateKilled)
+}
+
+// SetDatabaseSandbox moves database id from its VM was to its VM now; ErrConflict when its VM is
+// no longer was (another replica moved it first), ErrNotFound when there is no such database.
+func (s *Store) SetDatabaseSandbox(ctx context.Context, id, was, now string) error {
+	res, err := s.exec(ctx, s.db, `UPDATE databases SET sandbox_id = ?, updated_at = ? WHERE id = ? AND sandbox_id = ?`,
+		now, micros(s.now().UTC()), id, was)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		if _, err := s.GetDatabase(ctx, id); err != nil {
+			return err
+		}
+		return ErrConflict
+	}
+	return nil
+}
+
 // SetDatabasePassword replaces teamID's database's sealed password.
 func (s *Store) SetDatabasePassword(ctx context.Context, teamID, id, sealed string) error {
 	res, err := s.exec(ctx, s.db, `UPDATE databases SET password = ?, updated_at = ? WHERE id = ? AND team_id = ?`,

@@ -55,13 +55,14 @@ const (
 	DeploymentSuperseded = "deployment.superseded"
 	DatabaseBackedUp     = "database.backed_up"
 	DatabaseSuspended    = "database.suspended"
+	DatabaseRestarted    = "database.restarted"
 	Change               = "change"
 	All                  = "*"
 )
 
 // EventTypes lists the event types, All last.
 var EventTypes = []string{SandboxCreated, SandboxWoken, SandboxHibernated, SandboxKilled, SandboxExpired, SandboxLost, SandboxError, TemplateBuilt, ProcessExited,
-	DeploymentCreated, DeploymentBuilding, DeploymentDeploying, DeploymentLive, DeploymentFailed, DeploymentSuperseded, DatabaseBackedUp, DatabaseSuspended, Change, All}
+	DeploymentCreated, DeploymentBuilding, DeploymentDeploying, DeploymentLive, DeploymentFailed, DeploymentSuperseded, DatabaseBackedUp, DatabaseSuspended, DatabaseRestarted, Change, All}
 
 // deploymentEvent is the event type of a deployment in state (queued, building, deploying, live,
 // failed, superseded: internal/apps's states), "" for a state it does not know.

@@ -147,7 +147,7 @@ export const q = (v: string) => encodeURIComponent(v);
 // -- the events stream (GET /v1/events) -----------------------------------------------------
 
 export interface SandboxEvent {
-  type: "ready" | "sandbox" | "deployment" | "change" | "process.exited" | "database.backed_up" | "database.suspended" | "ping";
+  type: "ready" | "sandbox" | "deployment" | "change" | "process.exited" | "database.backed_up" | "database.suspended" | "database.restarted" | "ping";
   at: string;
   sandbox?: Sandbox;
   /** A database backed up (by a call, its creation or the daily schedule) or suspended when idle: no call says so. */

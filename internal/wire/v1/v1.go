@@ -104,13 +104,15 @@ type Event struct {
 	Deployment *Deployment  `json:"deployment,omitempty"`
 	Change     *Change      `json:"change,omitempty"`
 	Process    *ProcessExit `json:"process,omitempty"` // "process.exited"
-	// Database is a "database.backed_up" or "database.suspended" event's database.
+	// Database is a "database.backed_up", "database.suspended" or "database.restarted" event's
+	// database.
 	Database *DatabaseEvent `json:"database,omitempty"`
 }
 
 // DatabaseEvent is what a database event says: the database (id, name), and for
 // "database.backed_up" the backup and what took it (creation, schedule, request), for
-// "database.suspended" how long it had had no client.
+// "database.suspended" how long it had had no client, for "database.restarted" why its VM ended
+// (vm_failed, vm_killed).
 type DatabaseEvent struct {
 	ID          string `json:"id"`
 	Name        string `json:"name"`

@@ -58,6 +58,7 @@ type WebhookEvent struct {
 	Process *ProcessExit `json:"process,omitempty"`
 	// Deployment is a "deployment.*" event's app deployment, as GET …/deployments/{id} shows it.
 	Deployment *Deployment `json:"deployment,omitempty"`
-	// Database is a "database.backed_up" or "database.suspended" event's database.
+	// Database is a "database.backed_up", "database.suspended" or "database.restarted" event's
+	// database.
 	Database *DatabaseEvent `json:"database,omitempty"`
 }

@@ -135,7 +135,7 @@ export class PandaStack {
 
 /** One line of `GET /v1/events`. */
 export interface SandboxEvent {
-  type: "ready" | "sandbox" | "deployment" | "change" | "process.exited" | "database.backed_up" | "database.suspended" | "ping";
+  type: "ready" | "sandbox" | "deployment" | "change" | "process.exited" | "database.backed_up" | "database.suspended" | "database.restarted" | "ping";
   at: string;
   /** The sandbox as it now is (type `sandbox`). */
   sandbox?: SandboxData;
@@ -145,7 +145,7 @@ export interface SandboxEvent {
   change?: { method: string; route: string; resource_id: string; status: number };
   /** A background process that ended (type `process.exited`). */
   process?: ProcessExit;
-  /** A database backed up or suspended when idle (types `database.backed_up`, `database.suspended`). */
+  /** A database backed up, suspended when idle, or restarted in a new VM after its VM died (types `database.backed_up`, `database.suspended`, `database.restarted`). */
   database?: DatabaseEvent;
 }
 

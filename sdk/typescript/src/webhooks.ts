@@ -6,7 +6,7 @@ const seg = (s: string): string => encodeURIComponent(s);
 /** Event types a webhook may ask for; "*" is all. */
 export type WebhookEventType =
   | "sandbox.created" | "sandbox.woken" | "sandbox.hibernated" | "sandbox.killed" | "sandbox.ttl_expired"
-  | "sandbox.lost" | "sandbox.error" | "template.built" | "process.exited" | "database.backed_up" | "database.suspended"
+  | "sandbox.lost" | "sandbox.error" | "template.built" | "process.exited" | "database.backed_up" | "database.suspended" | "database.restarted"
   | "deployment.created" | "deployment.building" | "deployment.deploying" | "deployment.live"
   | "deployment.failed" | "deployment.superseded" | "change" | "*";
 
@@ -45,11 +45,11 @@ export interface WebhookEvent {
   process?: ProcessExit;
   /** The app deployment (types `deployment.*`), as `apps.deployment()` returns it. */
   deployment?: Record<string, unknown>;
-  /** The database backed up or suspended (types `database.backed_up`, `database.suspended`). */
+  /** The database backed up, suspended or restarted (types `database.backed_up`, `database.suspended`, `database.restarted`). */
   database?: DatabaseEvent;
 }
 
-/** A database event: the backup taken and what took it (`database.backed_up`), or how long it had no client (`database.suspended`). */
+/** A database event: the backup taken and what took it (`database.backed_up`), how long it had no client (`database.suspended`), or why its VM ended (`database.restarted`: `trigger` is `vm_failed` or `vm_killed`). */
 export interface DatabaseEvent {
   id: string;
   name: string;
