@@ -51,15 +51,60 @@ func (s *Service) HealDead(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	listed := map[string]bool{}
+	for _, d := range list {
+		listed[d.ID] = true
+	}
+	s.healRetries.Range(func(id, _ any) bool { // healed by another replica, or deleted
+		if !listed[id.(string)] {
+			s.healRetries.Delete(id)
+		}
+		return true
+	})
 	n := 0
 	for _, d := range list {
-		if _, healed, err := s.heal(ctx, d); err != nil {
-			s.log.Warn("database: could not give a database whose VM died a new one; trying again", "database", d.ID, "err", err)
+		if !s.healDue(d.ID) {
+			continue
+		}
+		_, healed, err := s.heal(ctx, d)
+		if wait := s.healTried(d.ID, err); err != nil {
+			s.log.Warn("database: could not give a database whose VM died a new one", "database", d.ID, "err", err, "retry_in", wait)
 		} else if healed {
 			n++
 		}
 	}
 	return n, nil
+}
+
+// Failed heals are retried later and later (a host that is down, a pool that is full): the
+// passes' wait doubles from HealInterval up to healBackoffMax. A connection tries at once.
+const healBackoffMax = 5 * time.Minute
+
+type healRetry struct {
+	wait time.Duration
+	next time.Time
+}
+
+// healDue says whether the periodic pass may try database id now.
+func (s *Service) healDue(id string) bool {
+	r, ok := s.healRetries.Load(id)
+	return !ok || !time.Now().Before(r.(healRetry).next)
+}
+
+// healTried records the outcome of a heal of database id and returns the wait before the next
+// try (0 after a success).
+func (s *Service) healTried(id string, err error) time.Duration {
+	if err == nil {
+		s.healRetries.Delete(id)
+		return 0
+	}
+	r := healRetry{wait: HealInterval}
+	if old, ok := s.healRetries.Load(id); ok {
+		r.wait = min(2*old.(healRetry).wait, healBackoffMax)
+	}
+	r.next = time.Now().Add(r.wait)
+	s.healRetries.Store(id, r)
+	return r.wait
 }
 
 // RunHealer heals databases whose VM died every interval (0: HealInterval) until ctx ends.

@@ -95,6 +95,7 @@ type Service struct {
 	// drain of its WAL at a time in this replica (pitr.go).
 	bases, drains sync.Map
 	heals         sync.Map // a *sync.Mutex per database: one heal of it at a time (heal.go)
+	healRetries   sync.Map // a healRetry per database whose last heal failed (heal.go)
 }
 
 // New builds a service.
