@@ -37,8 +37,12 @@ const (
 // HealInterval is how often databases whose VM died are looked for.
 const HealInterval = 5 * time.Second
 
-// healMount is where the database's volume is mounted in the new VM before it is moved.
-const healMount = "/mnt/pandastack-database"
+// healMount is where the database's volume is mounted in the new VM before it is moved to
+// dataMount, where the template mounts its data volume (templates/postgres-17.yaml).
+const (
+	healMount = "/mnt/pandastack-database"
+	dataMount = "/var/lib/postgresql"
+)
 
 // vmDead: the database's VM is gone for good but its host may keep its volume.
 func vmDead(sb store.Sandbox) bool {
@@ -187,6 +191,7 @@ func (s *Service) heal(ctx context.Context, d store.Database) (vm store.Sandbox,
 		}
 		return undo(err)
 	}
+	s.dropSpareCopies(ctx, old, vol.ID)
 	s.log.Warn("database: running again on its volume in a new VM", "database", d.ID, "sandbox", vm.ID, "ms", time.Since(start).Milliseconds())
 	trigger := TriggerVMFailed
 	if old.State == store.StateKilled {
@@ -196,20 +201,38 @@ func (s *Service) heal(ctx context.Context, d store.Database) (vm store.Sandbox,
 	return vm, true, nil
 }
 
-// dataVolume is the database's own volume that its VM old had attached (its cluster).
+// dataVolume is the database's own volume that its VM old had attached (its cluster): the one
+// a heal moved into place (attached at healMount), else the one the template's copy became
+// (at dataMount). A healed VM's forks and restores own both of their copies: the one at healMount
+// is the cluster, the other the template's unused copy.
 func (s *Service) dataVolume(ctx context.Context, d store.Database, old store.Sandbox) (store.Volume, error) {
 	atts, err := s.cfg.Store.SandboxVolumes(ctx, old.ID)
 	if err != nil {
 		return store.Volume{}, err
 	}
-	for _, a := range atts {
-		v, err := s.cfg.Store.GetVolume(ctx, a.VolumeID)
-		if err == nil && v.Owner == store.OwnerDatabase && !v.Deleted {
-			return v, nil
+	for _, at := range []string{healMount, dataMount} {
+		for _, a := range atts {
+			if a.MountPath != at {
+				continue
+			}
+			if v, err := s.cfg.Store.GetVolume(ctx, a.VolumeID); err == nil && v.Owner == store.OwnerDatabase && !v.Deleted {
+				return v, nil
+			}
 		}
 	}
 	return store.Volume{}, errdefs.Conflictf("database %s: its VM %s is %s and it has no volume left to start again from; restore it from a backup into a new database",
 		d.ID, old.ID, old.State)
+}
+
+// dropSpareCopies deletes the volumes the database owned in its dead VM old besides its data
+// volume keep: the template's unused copy a fork or restore of a healed VM got as the database's.
+func (s *Service) dropSpareCopies(ctx context.Context, old store.Sandbox, keep string) {
+	atts, err := s.cfg.Store.SandboxVolumes(ctx, old.ID)
+	if err != nil {
+		s.log.Warn("database: could not read the volumes of its dead VM", "sandbox", old.ID, "err", err)
+		return
+	}
+	s.deleteOwnedVolumes(ctx, old, atts, keep, "an unused copy of its dead VM")
 }
 
 // healScript moves the database's volume (mounted at healMount) to where the cluster lives, in
@@ -217,7 +240,7 @@ func (s *Service) dataVolume(ctx context.Context, d store.Database, old store.Sa
 // removed: that postmaster is gone with its VM (its pid may be taken in this one).
 const healScript = `set -e
 m=` + healMount + `
-d=/var/lib/postgresql
+d=` + dataMount + `
 if [ ! -f $m/17/main/PG_VERSION ]; then echo "the database's volume holds no cluster" >&2; exit 1; fi
 pg_ctlcluster -m fast 17 main stop
 umount $d 2>/dev/null || umount -l $d

@@ -503,13 +503,18 @@ func (s *Service) dropVM(ctx context.Context, sb store.Sandbox, reason string) {
 			s.log.Warn("database: could not kill its VM", "sandbox", sb.ID, "reason", reason, "err", err)
 		}
 	}
+	s.deleteOwnedVolumes(ctx, sb, atts, "", reason)
+}
+
+// deleteOwnedVolumes deletes the volumes among atts (sb's) that a database owns, but keep.
+func (s *Service) deleteOwnedVolumes(ctx context.Context, sb store.Sandbox, atts []store.VolumeAttachment, keep, why string) {
 	for _, a := range atts {
 		v, err := s.cfg.Store.GetVolume(ctx, a.VolumeID)
-		if err != nil || v.Owner != store.OwnerDatabase || v.Deleted {
+		if err != nil || v.ID == keep || v.Owner != store.OwnerDatabase || v.Deleted {
 			continue
 		}
 		if err := s.cfg.Sandboxes.DeleteVolume(ctx, v.TeamID, v.ID); err != nil {
-			s.log.Warn("database: could not delete its volume", "sandbox", sb.ID, "volume", v.ID, "reason", reason, "err", err)
+			s.log.Warn("database: could not delete its volume", "sandbox", sb.ID, "volume", v.ID, "reason", why, "err", err)
 		}
 	}
 }
