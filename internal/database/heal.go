@@ -175,6 +175,7 @@ func (s *Service) heal(ctx context.Context, d store.Database) (vm store.Sandbox,
 	if _, err := s.cfg.Store.SetSandboxExpiry(ctx, vm.ID, farFuture, 0); err != nil {
 		return undo(err)
 	}
+	restored := time.Now()
 	if _, err := s.guest(ctx, vm, healScript, nil, promoteTimeout); err != nil {
 		return undo(fmt.Errorf("starting postgres on the database's volume: %w", err))
 	}
@@ -192,7 +193,8 @@ func (s *Service) heal(ctx context.Context, d store.Database) (vm store.Sandbox,
 		return undo(err)
 	}
 	s.dropSpareCopies(ctx, old, vol.ID)
-	s.log.Warn("database: running again on its volume in a new VM", "database", d.ID, "sandbox", vm.ID, "ms", time.Since(start).Milliseconds())
+	s.log.Warn("database: running again on its volume in a new VM", "database", d.ID, "sandbox", vm.ID, "ms", time.Since(start).Milliseconds(),
+		"restore_ms", restored.Sub(start).Milliseconds(), "postgres_start_ms", time.Since(restored).Milliseconds())
 	trigger := TriggerVMFailed
 	if old.State == store.StateKilled {
 		trigger = TriggerVMKilled
