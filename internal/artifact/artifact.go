@@ -36,6 +36,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // ChunkSize is the unit of storage, dedupe and fetch of a file, and the largest chunk a manifest
@@ -196,6 +197,7 @@ func push(ctx context.Context, s blob.Store, kind, name, dir string, files []str
 			return Manifest{}, Stats{}, fmt.Errorf("push %s/%s: %s: %w", kind, name, rel, err)
 		}
 		m.Files = append(m.Files, f)
+		timing.Mark(ctx, "push_"+stepName(rel))
 	}
 	raw, err := json.Marshal(m)
 	if err != nil {
@@ -204,6 +206,7 @@ func push(ctx context.Context, s blob.Store, kind, name, dir string, files []str
 	if err := s.Put(ctx, ManifestKey(kind, name), bytes.NewReader(raw)); err != nil {
 		return Manifest{}, Stats{}, fmt.Errorf("push %s/%s: manifest: %w", kind, name, err)
 	}
+	timing.Mark(ctx, "push_manifest")
 	return m, st.snapshot(), nil
 }
 
@@ -358,6 +361,7 @@ func pullManifest(ctx context.Context, s blob.Store, m Manifest, dir string, loc
 		if err := pullFile(ctx, s, dir, f, local, &st, sync); err != nil {
 			return Stats{}, fmt.Errorf("pull %s/%s: %s: %w", m.Kind, m.Name, f.Path, err)
 		}
+		timing.Mark(ctx, "pull_"+stepName(f.Path))
 	}
 	return st.snapshot(), nil
 }
@@ -377,6 +381,8 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Loca
 	if err := tmp.Truncate(f.Size); err != nil {
 		return err
 	}
+	// What this host holds, cloned by runs first; the rest chunk by chunk.
+	placed := local.PlaceRuns(f, tmp)
 	err = forEach(ctx, len(f.Chunks), parallelFor(f.Chunk()), func(i int) error {
 		sum := f.Chunks[i]
 		if sum == "" {
@@ -384,7 +390,7 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Loca
 			return nil
 		}
 		st.chunks.Add(1)
-		if local.Place(sum, f.Len(i), tmp, f.Off(i)) {
+		if placed[i] || local.Place(sum, f.Len(i), tmp, f.Off(i)) {
 			st.local.Add(1)
 			st.localBytes.Add(int64(f.Len(i)))
 			return nil
@@ -486,6 +492,16 @@ func Sweep(ctx context.Context, s blob.Store, grace time.Duration) (int, error) 
 		}
 	}
 	return len(dead), nil
+}
+
+// stepName is a file's step in a push's or pull's trace: its memory image and disk apart (they
+// are what costs), every other file (boot files, state, volume copies) together.
+func stepName(rel string) string {
+	switch b := filepath.Base(rel); b {
+	case "ram", "disk.img", "state":
+		return b
+	}
+	return "other"
 }
 
 // chunkLen is the length of chunk i of a file of size bytes cut in cs.

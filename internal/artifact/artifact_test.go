@@ -353,6 +353,35 @@ func TestPushNamesSharedChunksUnread(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(out, "mem")); !bytes.Equal(got, want) {
 		t.Fatal("pulled bytes differ")
 	}
+	// Pulled by a host that holds the parent, into the pool: chunks 0, 5 and 6 (a run, its last a
+	// half chunk) are cloned from the parent's blocks, 2 is fetched.
+	beside := artifact.NewLocal()
+	beside.AddDir(parent)
+	pulled := filepath.Join(pool, "pulled")
+	if _, st, err := beside.Pull(ctx, s, "snapshot", "snap_child", pulled); err != nil || st.Local != 3 || st.Transferred != 1 {
+		t.Fatalf("pull beside the parent: %+v %v (want 3 local, 1 fetched)", st, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(pulled, "mem")); !bytes.Equal(got, want) {
+		t.Fatal("bytes pulled beside the parent differ")
+	}
+	extents := func(p string) []storage.Extent {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		e, err := storage.Extents(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	pe, pu := extents(filepath.Join(parent, "mem")), extents(filepath.Join(pulled, "mem"))
+	for _, i := range []uint64{0, 5, 6} {
+		if a, b := storage.ExtentsIn(pe, i*chunk, chunk), storage.ExtentsIn(pu, i*chunk, chunk); len(a) == 0 || !slices.Equal(a, b) {
+			t.Fatalf("pulled chunk %d does not share the parent's blocks: %v vs %v", i, b, a)
+		}
+	}
 
 	// The parent written after it was indexed (its mtime moves): it is no base any more.
 	pf, _ := os.OpenFile(filepath.Join(parent, "mem"), os.O_WRONLY, 0)

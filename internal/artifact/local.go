@@ -174,6 +174,99 @@ func (l *Local) Place(sum string, want int, dst *os.File, off int64) bool {
 	return false
 }
 
+// PlaceRuns places the chunks of f that this host holds into dst (f's file being pulled) by runs:
+// consecutive chunks held at consecutive offsets of one indexed, unchanged file (a snapshot's
+// memory against its template's: most of it) are cloned with one FICLONERANGE each, not one per
+// chunk (2048 clones of 256 KiB took 112 ms on XFS, one clone of the 512 MiB 0.04 ms). It returns
+// which chunks it placed; the caller places or fetches the others one by one (Place verifies what
+// it cannot trust). Nothing is placed where the filesystem cannot clone.
+func (l *Local) PlaceRuns(f File, dst *os.File) (placed []bool) {
+	placed = make([]bool, len(f.Chunks))
+	if l == nil {
+		return placed
+	}
+	type run struct {
+		path         string
+		srcOff, size int64
+		first, n     int
+	}
+	var runs []run
+	l.mu.Lock()
+	for i, sum := range f.Chunks {
+		places := l.at[sum]
+		if sum == "" || len(places) == 0 {
+			continue
+		}
+		c := places[0]
+		if k := len(runs) - 1; k >= 0 && runs[k].first+runs[k].n == i {
+			// Prefer the place that continues the run.
+			r := runs[k]
+			for _, p := range places {
+				if p.path == r.path && p.off == r.srcOff+r.size {
+					c = p
+					break
+				}
+			}
+			if c.path == r.path && c.off == r.srcOff+r.size {
+				runs[k].size += int64(f.Len(i))
+				runs[k].n++
+				continue
+			}
+		}
+		runs = append(runs, run{path: c.path, srcOff: c.off, size: int64(f.Len(i)), first: i, n: 1})
+	}
+	ids := map[string]fileID{}
+	for _, r := range runs {
+		if id, ok := l.files[r.path]; ok {
+			ids[r.path] = id
+		}
+	}
+	l.mu.Unlock()
+	srcs := map[string]*os.File{}
+	defer func() {
+		for _, s := range srcs {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	for _, r := range runs {
+		src, opened := srcs[r.path]
+		if !opened {
+			srcs[r.path] = nil
+			id, known := ids[r.path]
+			if !known {
+				continue
+			}
+			s, err := os.Open(r.path)
+			if err != nil {
+				continue
+			}
+			// Trusted only while it is the file indexed (see Local): else chunk by chunk, verified.
+			if fi, err := s.Stat(); err != nil || !identify(fi).same(id) {
+				s.Close()
+				continue
+			}
+			src, srcs[r.path] = s, s
+		}
+		if src == nil {
+			continue
+		}
+		err := unix.IoctlFileCloneRange(int(dst.Fd()), &unix.FileCloneRange{Src_fd: int64(src.Fd()),
+			Src_offset: uint64(r.srcOff), Src_length: uint64(r.size), Dest_offset: uint64(f.Off(r.first))})
+		if err != nil {
+			if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOTTY) {
+				return placed // no reflinks here: Place copies chunk by chunk
+			}
+			continue // an unaligned tail, a file cut short: chunk by chunk
+		}
+		for i := r.first; i < r.first+r.n; i++ {
+			placed[i] = true
+		}
+	}
+	return placed
+}
+
 func (l *Local) placeFrom(c localChunk, sum string, want int, dst *os.File, off int64) bool {
 	l.mu.Lock()
 	id, known := l.files[c.path]

@@ -15,6 +15,7 @@ import (
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // A snapshot leaves its host through the blob store: published when it is taken (if the host has
@@ -66,6 +67,7 @@ func (s *Store) Publish(ctx context.Context, bs blob.Store, r *Record) (artifact
 	// The volume copies are not optional: a snapshot published without one would restore with an
 	// empty slot where its guest has a filesystem mounted.
 	files := append(Present(r.Dir, append(append([]string{}, ownFiles...), BootFiles...)), volume.CopyFiles(r.Volumes)...)
+	timing.Mark(ctx, "publish_files")
 	_, st, err := s.Local.Push(ctx, bs, Kind, r.ID, r.Dir, files, r.Snapshot)
 	if err != nil {
 		return st, err
@@ -90,6 +92,7 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 	if err != nil {
 		return nil, artifact.Stats{}, err
 	}
+	timing.Mark(ctx, "pull_get_manifest")
 	var r Record
 	if err := json.Unmarshal(m.Record, &r.Snapshot); err != nil || r.ID != id {
 		return nil, artifact.Stats{}, errdefs.Invalidf("published snapshot %s: its record is not valid", id)
