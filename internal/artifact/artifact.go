@@ -175,10 +175,10 @@ func checkName(kind, name string) error {
 // Push uploads the files (paths relative to dir) as artifact kind/name with record as its
 // metadata, replacing an earlier manifest of that name. Chunks the store holds are not sent again.
 func Push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any) (Manifest, Stats, error) {
-	return push(ctx, s, kind, name, dir, files, record, nil)
+	return push(ctx, s, kind, name, dir, files, record, nil, nil)
 }
 
-func push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any, local *Local) (Manifest, Stats, error) {
+func push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any, local *Local, derived map[string]Derived) (Manifest, Stats, error) {
 	if err := checkName(kind, name); err != nil {
 		return Manifest{}, Stats{}, err
 	}
@@ -192,7 +192,7 @@ func push(ctx context.Context, s blob.Store, kind, name, dir string, files []str
 	}
 	var st stats
 	for _, rel := range files {
-		f, err := pushFile(ctx, s, dir, rel, local, &st)
+		f, err := pushFile(ctx, s, dir, rel, local, derived[rel], &st)
 		if err != nil {
 			return Manifest{}, Stats{}, fmt.Errorf("push %s/%s: %s: %w", kind, name, rel, err)
 		}
@@ -218,7 +218,7 @@ func (s *stats) snapshot() Stats {
 		Local: int(s.local.Load()), LocalBytes: s.localBytes.Load(), Known: int(s.known.Load())}
 }
 
-func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, st *stats) (File, error) {
+func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, derived Derived, st *stats) (File, error) {
 	if !filepath.IsLocal(rel) {
 		return File{}, errdefs.Invalidf("%q is not a path inside the artifact", rel)
 	}
@@ -234,7 +234,11 @@ func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, 
 	if !info.Mode().IsRegular() {
 		return File{}, errdefs.Invalidf("%s is not a regular file", rel)
 	}
-	cs, known, bases := local.known(filepath.Join(dir, rel), f, info, chunkSizeFor(s, rel))
+	cs, known, bases, ok := local.derivedKnown(derived, info)
+	if !ok {
+		cs, known, bases = local.known(filepath.Join(dir, rel), f, info, chunkSizeFor(s, rel))
+	}
+	timing.Mark(ctx, "push_map")
 	stored := namedBy(ctx, s, bases)
 	out := File{Path: filepath.ToSlash(rel), Size: info.Size(), Mode: uint32(info.Mode().Perm()), ChunkSize: cs}
 	n := chunks(info.Size(), cs)

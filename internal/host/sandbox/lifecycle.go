@@ -13,6 +13,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/faultpoint"
 
+	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
@@ -188,7 +189,12 @@ func (m *Manager) snapshot(ctx context.Context, id string, kind snapKind, full b
 	timing.Mark(ctx, StepSaveCommit)
 	m.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMS, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
 	if publishing {
-		m.publish(ctx, bs, &snap)
+		var ram artifact.Derived
+		if !st.Full {
+			// The memory image is its base's (a reflink) but for the pages the diff wrote.
+			ram = artifact.Derived{Base: snapIn(rec.BaseDir).RAMFile, Written: st.Written}
+		}
+		m.publish(ctx, bs, &snap, ram)
 	}
 	if len(st.Read) > 0 {
 		ram := snapIn(snap.Dir).RAMFile
@@ -204,10 +210,10 @@ func (m *Manager) snapshot(ctx context.Context, id string, kind snapKind, full b
 // on a loaded machine (it flushes what the pool's filesystem has written since its last flush).
 // A failure leaves the snapshot on this host only (not published), flushed as any other, and is
 // logged.
-func (m *Manager) publish(ctx context.Context, bs blob.Store, snap *snapshot.Record) {
+func (m *Manager) publish(ctx context.Context, bs blob.Store, snap *snapshot.Record, ram artifact.Derived) {
 	start := time.Now()
 	snap.UnflushedBoot = snapshot.BootID()
-	st, err := m.snapshots.Publish(ctx, bs, snap)
+	st, err := m.snapshots.Publish(ctx, bs, snap, ram)
 	timing.Mark(ctx, StepPublish)
 	if err != nil {
 		snap.UnflushedBoot = ""

@@ -55,8 +55,9 @@ func CloneBootFiles(templateDir, dir string) error {
 }
 
 // Publish uploads r (only the chunks the store lacks) and records it published. A snapshot that
-// is published already is not sent again.
-func (s *Store) Publish(ctx context.Context, bs blob.Store, r *Record) (artifact.Stats, error) {
+// is published already is not sent again. ram, when its Base is set, says how r's memory image
+// was made from its base's (artifact.Derived): only the chunks the guest wrote are then read.
+func (s *Store) Publish(ctx context.Context, bs blob.Store, r *Record, ram artifact.Derived) (artifact.Stats, error) {
 	if r.Published {
 		return artifact.Stats{}, nil
 	}
@@ -68,7 +69,11 @@ func (s *Store) Publish(ctx context.Context, bs blob.Store, r *Record) (artifact
 	// empty slot where its guest has a filesystem mounted.
 	files := append(Present(r.Dir, append(append([]string{}, ownFiles...), BootFiles...)), volume.CopyFiles(r.Volumes)...)
 	timing.Mark(ctx, "publish_files")
-	_, st, err := s.Local.Push(ctx, bs, Kind, r.ID, r.Dir, files, r.Snapshot)
+	var derived map[string]artifact.Derived
+	if ram.Base != "" {
+		derived = map[string]artifact.Derived{"ram": ram}
+	}
+	_, st, err := s.Local.PushDerived(ctx, bs, Kind, r.ID, r.Dir, files, r.Snapshot, derived)
 	if err != nil {
 		return st, err
 	}
