@@ -68,7 +68,7 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 		}
 		t := time.Now()
 		srcTrace := timing.NewTrace()
-		sn, err := src.SnapshotSandbox(timing.With(ctx, srcTrace), parent.ID)
+		sn, err := src.SnapshotForFork(timing.With(ctx, srcTrace), parent.ID) // as ForkTo takes it
 		if err != nil {
 			return 0, err
 		}

@@ -36,6 +36,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
+	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // ChunkSize is the unit of storage, dedupe and fetch of a file, and the largest chunk a manifest
@@ -174,10 +175,10 @@ func checkName(kind, name string) error {
 // Push uploads the files (paths relative to dir) as artifact kind/name with record as its
 // metadata, replacing an earlier manifest of that name. Chunks the store holds are not sent again.
 func Push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any) (Manifest, Stats, error) {
-	return push(ctx, s, kind, name, dir, files, record, nil)
+	return push(ctx, s, kind, name, dir, files, record, nil, nil)
 }
 
-func push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any, local *Local) (Manifest, Stats, error) {
+func push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any, local *Local, derived map[string]Derived) (Manifest, Stats, error) {
 	if err := checkName(kind, name); err != nil {
 		return Manifest{}, Stats{}, err
 	}
@@ -191,11 +192,12 @@ func push(ctx context.Context, s blob.Store, kind, name, dir string, files []str
 	}
 	var st stats
 	for _, rel := range files {
-		f, err := pushFile(ctx, s, dir, rel, local, &st)
+		f, err := pushFile(ctx, s, dir, rel, local, derived[rel], &st)
 		if err != nil {
 			return Manifest{}, Stats{}, fmt.Errorf("push %s/%s: %s: %w", kind, name, rel, err)
 		}
 		m.Files = append(m.Files, f)
+		timing.Mark(ctx, "push_"+stepName(rel))
 	}
 	raw, err := json.Marshal(m)
 	if err != nil {
@@ -204,6 +206,7 @@ func push(ctx context.Context, s blob.Store, kind, name, dir string, files []str
 	if err := s.Put(ctx, ManifestKey(kind, name), bytes.NewReader(raw)); err != nil {
 		return Manifest{}, Stats{}, fmt.Errorf("push %s/%s: manifest: %w", kind, name, err)
 	}
+	timing.Mark(ctx, "push_manifest")
 	return m, st.snapshot(), nil
 }
 
@@ -215,7 +218,7 @@ func (s *stats) snapshot() Stats {
 		Local: int(s.local.Load()), LocalBytes: s.localBytes.Load(), Known: int(s.known.Load())}
 }
 
-func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, st *stats) (File, error) {
+func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, derived Derived, st *stats) (File, error) {
 	if !filepath.IsLocal(rel) {
 		return File{}, errdefs.Invalidf("%q is not a path inside the artifact", rel)
 	}
@@ -231,7 +234,11 @@ func pushFile(ctx context.Context, s blob.Store, dir, rel string, local *Local, 
 	if !info.Mode().IsRegular() {
 		return File{}, errdefs.Invalidf("%s is not a regular file", rel)
 	}
-	cs, known, bases := local.known(filepath.Join(dir, rel), f, info, chunkSizeFor(s, rel))
+	cs, known, bases, ok := local.derivedKnown(derived, info)
+	if !ok {
+		cs, known, bases = local.known(filepath.Join(dir, rel), f, info, chunkSizeFor(s, rel))
+	}
+	timing.Mark(ctx, "push_map")
 	stored := namedBy(ctx, s, bases)
 	out := File{Path: filepath.ToSlash(rel), Size: info.Size(), Mode: uint32(info.Mode().Perm()), ChunkSize: cs}
 	n := chunks(info.Size(), cs)
@@ -358,6 +365,7 @@ func pullManifest(ctx context.Context, s blob.Store, m Manifest, dir string, loc
 		if err := pullFile(ctx, s, dir, f, local, &st, sync); err != nil {
 			return Stats{}, fmt.Errorf("pull %s/%s: %s: %w", m.Kind, m.Name, f.Path, err)
 		}
+		timing.Mark(ctx, "pull_"+stepName(f.Path))
 	}
 	return st.snapshot(), nil
 }
@@ -377,6 +385,8 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Loca
 	if err := tmp.Truncate(f.Size); err != nil {
 		return err
 	}
+	// What this host holds, cloned by runs first; the rest chunk by chunk.
+	placed := local.PlaceRuns(f, tmp)
 	err = forEach(ctx, len(f.Chunks), parallelFor(f.Chunk()), func(i int) error {
 		sum := f.Chunks[i]
 		if sum == "" {
@@ -384,7 +394,7 @@ func pullFile(ctx context.Context, s blob.Store, dir string, f File, local *Loca
 			return nil
 		}
 		st.chunks.Add(1)
-		if local.Place(sum, f.Len(i), tmp, f.Off(i)) {
+		if placed[i] || local.Place(sum, f.Len(i), tmp, f.Off(i)) {
 			st.local.Add(1)
 			st.localBytes.Add(int64(f.Len(i)))
 			return nil
@@ -486,6 +496,16 @@ func Sweep(ctx context.Context, s blob.Store, grace time.Duration) (int, error) 
 		}
 	}
 	return len(dead), nil
+}
+
+// stepName is a file's step in a push's or pull's trace: its memory image and disk apart (they
+// are what costs), every other file (boot files, state, volume copies) together.
+func stepName(rel string) string {
+	switch b := filepath.Base(rel); b {
+	case "ram", "disk.img", "state":
+		return b
+	}
+	return "other"
 }
 
 // chunkLen is the length of chunk i of a file of size bytes cut in cs.

@@ -353,6 +353,35 @@ func TestPushNamesSharedChunksUnread(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(out, "mem")); !bytes.Equal(got, want) {
 		t.Fatal("pulled bytes differ")
 	}
+	// Pulled by a host that holds the parent, into the pool: chunks 0, 5 and 6 (a run, its last a
+	// half chunk) are cloned from the parent's blocks, 2 is fetched.
+	beside := artifact.NewLocal()
+	beside.AddDir(parent)
+	pulled := filepath.Join(pool, "pulled")
+	if _, st, err := beside.Pull(ctx, s, "snapshot", "snap_child", pulled); err != nil || st.Local != 3 || st.Transferred != 1 {
+		t.Fatalf("pull beside the parent: %+v %v (want 3 local, 1 fetched)", st, err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(pulled, "mem")); !bytes.Equal(got, want) {
+		t.Fatal("bytes pulled beside the parent differ")
+	}
+	extents := func(p string) []storage.Extent {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		e, err := storage.Extents(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	pe, pu := extents(filepath.Join(parent, "mem")), extents(filepath.Join(pulled, "mem"))
+	for _, i := range []uint64{0, 5, 6} {
+		if a, b := storage.ExtentsIn(pe, i*chunk, chunk), storage.ExtentsIn(pu, i*chunk, chunk); len(a) == 0 || !slices.Equal(a, b) {
+			t.Fatalf("pulled chunk %d does not share the parent's blocks: %v vs %v", i, b, a)
+		}
+	}
 
 	// The parent written after it was indexed (its mtime moves): it is no base any more.
 	pf, _ := os.OpenFile(filepath.Join(parent, "mem"), os.O_WRONLY, 0)
@@ -511,4 +540,56 @@ func (c *statCounter) Stat(ctx context.Context, key string) (blob.Info, error) {
 		c.stats.Add(1)
 	}
 	return c.Store.Stat(ctx, key)
+}
+
+// TestPushDerived: a file declared a copy of an indexed base with some runs written is pushed
+// reading only the chunks those runs touch; the others take the base's digests (holes stay
+// holes) and the manifest is the one a full read gives. A base changed since it was indexed, or
+// a run outside the file, lends nothing: the file is pushed as any other.
+func TestPushDerived(t *testing.T) {
+	ctx := context.Background()
+	s := fileStore(t)
+	parent, mem := makeArtifact(t)
+	host := artifact.NewLocal()
+	if _, _, err := host.Push(ctx, s, "template", "base-1", parent, []string{"mem"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	child := t.TempDir()
+	dirty := bytes.Clone(mem)
+	rand.Read(dirty[2*chunk+4096 : 2*chunk+8192])
+	write(t, filepath.Join(child, "mem"), dirty, 0o600)
+	d := map[string]artifact.Derived{"mem": {Base: filepath.Join(parent, "mem"), Written: []storage.Run{{Off: 2*chunk + 4096, Len: 4096}}}}
+	m, st, err := host.PushDerived(ctx, s, "snapshot", "snap_child", child, []string{"mem"}, nil, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Chunks 0, 5 and 6 named from the parent, 1, 3 and 4 holes; 2 read and sent.
+	if st.Known != 3 || st.Holes != 3 || st.Chunks != 4 || st.Transferred != 1 {
+		t.Fatalf("derived push: %+v (want 3 known, 3 holes, 4 chunks, 1 sent)", st)
+	}
+	full, _, err := artifact.Push(ctx, fileStore(t), "snapshot", "snap_child", child, []string{"mem"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.Files[0].Chunks, full.Files[0].Chunks) {
+		t.Fatalf("digests named unread differ from a full read:\n%v\n%v", m.Files[0].Chunks, full.Files[0].Chunks)
+	}
+	out := t.TempDir()
+	if _, _, err := artifact.Pull(ctx, s, "snapshot", "snap_child", out); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(out, "mem")); !bytes.Equal(got, dirty) {
+		t.Fatal("pulled bytes differ")
+	}
+
+	bad := map[string]artifact.Derived{"mem": {Base: d["mem"].Base, Written: []storage.Run{{Off: int64(len(mem)), Len: 4096}}}}
+	if _, st, err := host.PushDerived(ctx, s, "snapshot", "snap_bad_run", child, []string{"mem"}, nil, bad); err != nil || st.Known != 0 {
+		t.Fatalf("push with a run outside the file: %+v %v (want nothing known)", st, err)
+	}
+	pf, _ := os.OpenFile(filepath.Join(parent, "mem"), os.O_WRONLY, 0)
+	pf.WriteAt([]byte{1}, 0)
+	pf.Close()
+	if _, st, err := host.PushDerived(ctx, s, "snapshot", "snap_child2", child, []string{"mem"}, nil, d); err != nil || st.Known != 0 {
+		t.Fatalf("push after the base changed: %+v %v (want nothing known)", st, err)
+	}
 }

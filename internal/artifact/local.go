@@ -174,6 +174,99 @@ func (l *Local) Place(sum string, want int, dst *os.File, off int64) bool {
 	return false
 }
 
+// PlaceRuns places the chunks of f that this host holds into dst (f's file being pulled) by runs:
+// consecutive chunks held at consecutive offsets of one indexed, unchanged file (a snapshot's
+// memory against its template's: most of it) are cloned with one FICLONERANGE each, not one per
+// chunk (2048 clones of 256 KiB took 112 ms on XFS, one clone of the 512 MiB 0.04 ms). It returns
+// which chunks it placed; the caller places or fetches the others one by one (Place verifies what
+// it cannot trust). Nothing is placed where the filesystem cannot clone.
+func (l *Local) PlaceRuns(f File, dst *os.File) (placed []bool) {
+	placed = make([]bool, len(f.Chunks))
+	if l == nil {
+		return placed
+	}
+	type run struct {
+		path         string
+		srcOff, size int64
+		first, n     int
+	}
+	var runs []run
+	l.mu.Lock()
+	for i, sum := range f.Chunks {
+		places := l.at[sum]
+		if sum == "" || len(places) == 0 {
+			continue
+		}
+		c := places[0]
+		if k := len(runs) - 1; k >= 0 && runs[k].first+runs[k].n == i {
+			// Prefer the place that continues the run.
+			r := runs[k]
+			for _, p := range places {
+				if p.path == r.path && p.off == r.srcOff+r.size {
+					c = p
+					break
+				}
+			}
+			if c.path == r.path && c.off == r.srcOff+r.size {
+				runs[k].size += int64(f.Len(i))
+				runs[k].n++
+				continue
+			}
+		}
+		runs = append(runs, run{path: c.path, srcOff: c.off, size: int64(f.Len(i)), first: i, n: 1})
+	}
+	ids := map[string]fileID{}
+	for _, r := range runs {
+		if id, ok := l.files[r.path]; ok {
+			ids[r.path] = id
+		}
+	}
+	l.mu.Unlock()
+	srcs := map[string]*os.File{}
+	defer func() {
+		for _, s := range srcs {
+			if s != nil {
+				s.Close()
+			}
+		}
+	}()
+	for _, r := range runs {
+		src, opened := srcs[r.path]
+		if !opened {
+			srcs[r.path] = nil
+			id, known := ids[r.path]
+			if !known {
+				continue
+			}
+			s, err := os.Open(r.path)
+			if err != nil {
+				continue
+			}
+			// Trusted only while it is the file indexed (see Local): else chunk by chunk, verified.
+			if fi, err := s.Stat(); err != nil || !identify(fi).same(id) {
+				s.Close()
+				continue
+			}
+			src, srcs[r.path] = s, s
+		}
+		if src == nil {
+			continue
+		}
+		err := unix.IoctlFileCloneRange(int(dst.Fd()), &unix.FileCloneRange{Src_fd: int64(src.Fd()),
+			Src_offset: uint64(r.srcOff), Src_length: uint64(r.size), Dest_offset: uint64(f.Off(r.first))})
+		if err != nil {
+			if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOTTY) {
+				return placed // no reflinks here: Place copies chunk by chunk
+			}
+			continue // an unaligned tail, a file cut short: chunk by chunk
+		}
+		for i := r.first; i < r.first+r.n; i++ {
+			placed[i] = true
+		}
+	}
+	return placed
+}
+
 func (l *Local) placeFrom(c localChunk, sum string, want int, dst *os.File, off int64) bool {
 	l.mu.Lock()
 	id, known := l.files[c.path]
@@ -223,7 +316,23 @@ func (l *Local) forget(sum string, c localChunk) {
 // name (a snapshot's memory reflinked from its template's, minus the pages the guest wrote) takes
 // that file's digest without being read (Stats.Known counts them).
 func (l *Local) Push(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any) (Manifest, Stats, error) {
-	m, st, err := push(ctx, s, kind, name, dir, files, record, l)
+	return l.PushDerived(ctx, s, kind, name, dir, files, record, nil)
+}
+
+// Derived says a file being pushed is a reflink of Base (an indexed file: its digests are known)
+// with only the Written runs rewritten since: a snapshot's memory image, which its runtime made
+// from its base's by copying in the pages the guest wrote (runtime.SnapshotStats.Written).
+type Derived struct {
+	Base    string
+	Written []storage.Run
+}
+
+// PushDerived is Push where some files (by path relative to dir) are Derived: their chunks outside
+// the written runs take the base's digests without being read or mapped (FIEMAP flushes the file's
+// dirty pages first: the pages the diff just wrote, 0.1-0.4 s of a fork's publish under load).
+// Trusted only while the base is the file indexed and of the same size; else as Push.
+func (l *Local) PushDerived(ctx context.Context, s blob.Store, kind, name, dir string, files []string, record any, derived map[string]Derived) (Manifest, Stats, error) {
+	m, st, err := push(ctx, s, kind, name, dir, files, record, l, derived)
 	if err == nil && l != nil {
 		l.keep(dir, m)
 	}
@@ -277,6 +386,45 @@ func (l *Local) keep(dir string, m Manifest) {
 		os.WriteFile(filepath.Join(dir, ManifestFile), raw, 0o600)
 	}
 	l.Add(dir, m)
+}
+
+// derivedKnown is known for a Derived file (described by fi): the chunk size of its base and the
+// digests of the base's chunks no written run touches ("" a hole, as in the base), and the base's
+// artifact. false: d names no base, or the base is not indexed, changed since, or of another size.
+func (l *Local) derivedKnown(d Derived, fi os.FileInfo) (cut int64, sums map[int]string, arts [][2]string, ok bool) {
+	if l == nil || d.Base == "" {
+		return 0, nil, nil, false
+	}
+	l.mu.Lock()
+	id, indexed := l.files[d.Base]
+	base, cut, art := l.sums[d.Base], l.cuts[d.Base], l.arts[d.Base]
+	l.mu.Unlock()
+	if !indexed || cut <= 0 {
+		return 0, nil, nil, false
+	}
+	bi, err := os.Stat(d.Base)
+	if err != nil || !identify(bi).same(id) || bi.Size() != fi.Size() || len(base) != chunks(fi.Size(), cut) {
+		return 0, nil, nil, false
+	}
+	written := make([]bool, len(base))
+	for _, r := range d.Written {
+		if r.Len <= 0 {
+			continue
+		}
+		if r.Off < 0 || r.Off+r.Len > fi.Size() {
+			return 0, nil, nil, false // not a run of this file: trust nothing
+		}
+		for i := r.Off / cut; i <= (r.Off+r.Len-1)/cut; i++ {
+			written[i] = true
+		}
+	}
+	sums = map[int]string{}
+	for i, sum := range base {
+		if !written[i] {
+			sums[i] = sum
+		}
+	}
+	return cut, sums, [][2]string{art}, true
 }
 
 // maxBases bounds the indexed files a push compares a file's blocks with.

@@ -46,6 +46,12 @@ func (a *Agent) SnapshotSandbox(ctx context.Context, id string) (hostapi.Snapsho
 	return a.sandboxes.SnapshotSandbox(ctx, id)
 }
 
+// SnapshotForFork is SnapshotSandbox for a fork onto another host: no guest sync
+// (POST /v1/sandboxes/{id}/snapshots?for=fork).
+func (a *Agent) SnapshotForFork(ctx context.Context, id string) (hostapi.Snapshot, error) {
+	return a.sandboxes.SnapshotForFork(ctx, id)
+}
+
 // SnapshotSandboxFull is SnapshotSandbox on the full-RAM path (for comparisons; no route).
 func (a *Agent) SnapshotSandboxFull(ctx context.Context, id string) (hostapi.Snapshot, error) {
 	return a.sandboxes.SnapshotSandboxFull(ctx, id)

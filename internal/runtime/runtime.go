@@ -91,7 +91,11 @@ type SnapshotStats struct {
 	// set): read into the RAM file's page cache (storage.ReadRuns), a VM restored from it does
 	// not fault them in from disk. Empty when the driver does not know them.
 	Read []storage.Run
-	Full bool // the full-RAM path was used
+	// Written are the runs of the new RAM file the diff wrote; the rest of it is the base RAM
+	// file's blocks (a reflink). A publish names the chunks outside them from the base's digests
+	// without reading or mapping them (artifact.Derived). Nil on the full path.
+	Written []storage.Run
+	Full    bool // the full-RAM path was used
 }
 
 // Exit says how a VMM ended.

@@ -149,7 +149,7 @@ func (s *Service) ForkTo(ctx context.Context, parent store.Sandbox, count int, h
 	defer cancel()
 	placed := false
 	defer func() { done(placed) }()
-	sn, err := src.CreateSnapshot(ctx, parent.ID)
+	sn, err := src.CreateForkSnapshot(ctx, parent.ID)
 	s.Touched(ctx, parent, src, err) // a hibernated parent was woken for its snapshot
 	if err != nil {
 		return nil, err

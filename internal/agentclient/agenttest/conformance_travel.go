@@ -28,9 +28,19 @@ func RunTravel(t *testing.T, a, b Target, g GuestChecks) {
 	if !snap.Published {
 		t.Fatalf("a host with a blob store did not publish its snapshot: %+v", snap)
 	}
+	// A cross-host fork's snapshot (taken without the guest's sync): published as well, and its
+	// child sees what the parent wrote just before.
+	forkSnap := must[agentclient.Snapshot](t, "snapshot for a fork")(a.Client.CreateForkSnapshot(ctx(), parent.ID))
+	if !forkSnap.Published {
+		t.Fatalf("a host with a blob store did not publish a fork's snapshot: %+v", forkSnap)
+	}
 	for _, forkOf := range []string{"", parent.ID} {
+		from := snap
+		if forkOf != "" {
+			from = forkSnap
+		}
 		sb := must[agentclient.Sandbox](t, "restore on the other host")(b.Client.CreateSandbox(ctx(),
-			agentclient.CreateRequest{SnapshotID: snap.ID, ForkOf: forkOf}))
+			agentclient.CreateRequest{SnapshotID: from.ID, ForkOf: forkOf}))
 		defer b.Client.KillSandbox(ctx(), sb.ID)
 		wantSnap := snap.ID // a fork child, as one made on its parent's host, names no snapshot
 		if forkOf != "" {
@@ -38,7 +48,7 @@ func RunTravel(t *testing.T, a, b Target, g GuestChecks) {
 		}
 		if sb.State != agentclient.StateRunning || sb.ForkOf != forkOf || sb.SnapshotID != wantSnap || sb.Template != a.Template ||
 			sb.MemoryMiB != snap.MemoryMiB {
-			t.Errorf("restore of %s on the other host (fork_of %q): %+v", snap.ID, forkOf, sb)
+			t.Errorf("restore of %s on the other host (fork_of %q): %+v", from.ID, forkOf, sb)
 		}
 		kb.wantFile(t, sb.ID, "/tmp/mark", "from-host-a")
 		// A fork child takes its parent's env; a plain restore only its create's.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pandastack/pandastack/internal/faultpoint"
 
+	"github.com/pandastack/pandastack/internal/artifact"
 	"github.com/pandastack/pandastack/internal/blob"
 	"github.com/pandastack/pandastack/internal/errdefs"
 	"github.com/pandastack/pandastack/internal/guest"
@@ -70,20 +71,37 @@ func (m *Manager) LazyMounts() map[string]bool {
 // SnapshotSandbox saves a running sandbox's memory and disk as a snapshot object. The sandbox is
 // paused only for the copy of what its guest wrote and keeps running after.
 func (m *Manager) SnapshotSandbox(ctx context.Context, id string) (hostapi.Snapshot, error) {
-	s, _, err := m.snapshot(ctx, id, false, m.cfg.FullSnapshots)
+	s, _, err := m.snapshot(ctx, id, snapKept, m.cfg.FullSnapshots)
 	return s.Snapshot, err
 }
+
+// SnapshotForFork is SnapshotSandbox for a fork onto another host: its children restore it at
+// once and it is deleted after, so, like a same-host fork's, it skips the guest's sync (the
+// memory and the disk are captured together while the VM is paused). Still published and listed.
+func (m *Manager) SnapshotForFork(ctx context.Context, id string) (hostapi.Snapshot, error) {
+	s, _, err := m.snapshot(ctx, id, snapForFork, m.cfg.FullSnapshots)
+	return s.Snapshot, err
+}
+
+// snapKind says what a snapshot is for.
+type snapKind int
+
+const (
+	snapKept     snapKind = iota // a snapshot object the caller keeps: the guest syncs first
+	snapForFork                  // a snapshot object a cross-host fork restores, then deletes: no guest sync
+	snapInternal                 // a same-host fork's: not listed, not published, gone with its children
+)
 
 // SnapshotSandboxFull is SnapshotSandbox on the full-RAM path (for comparisons).
 func (m *Manager) SnapshotSandboxFull(ctx context.Context, id string) (hostapi.Snapshot, error) {
-	s, _, err := m.snapshot(ctx, id, false, true)
+	s, _, err := m.snapshot(ctx, id, snapKept, true)
 	return s.Snapshot, err
 }
 
-// snapshot saves sandbox id; internal is a fork's snapshot (not listed, not published, gone with
-// its children). warm, when not nil, brings the pages the guest had read into the snapshot's RAM
-// file's page cache (runtime.SnapshotStats.Read): a caller that restores from it soon runs it.
-func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) (_ snapshot.Record, warm func() (int64, error), err error) {
+// snapshot saves sandbox id as kind says. warm, when not nil, brings the pages the guest had read
+// into the snapshot's RAM file's page cache (runtime.SnapshotStats.Read): a caller that restores from it soon runs it.
+func (m *Manager) snapshot(ctx context.Context, id string, kind snapKind, full bool) (_ snapshot.Record, warm func() (int64, error), err error) {
+	internal := kind == snapInternal
 	sb, err := m.awake(ctx, id)
 	if err != nil {
 		return snapshot.Record{}, nil, err
@@ -103,9 +121,10 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	// A fork's snapshot skips the guest's sync: its children restore the memory and the disk
 	// together, captured while the VM is paused (QEMU drains and flushes its drives when it stops
 	// the VM), so what the guest has not written yet is in the memory they restore. A snapshot
-	// the caller keeps (and may publish, or keep past this VMM's version) is synced as before.
+	// the caller keeps (and may publish, or keep past this VMM's version) is synced as before; a
+	// cross-host fork's is restored at once and deleted, as a same-host fork's.
 	gc := c
-	if internal {
+	if kind != snapKept {
 		gc = nil
 	}
 	release, err := m.prepareSave(ctx, sb, gc, "a snapshot of "+id, int64(rec.MemoryMiB+snapshotDiskMiB*(1+len(rec.Volumes)))<<20)
@@ -170,7 +189,12 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 	timing.Mark(ctx, StepSaveCommit)
 	m.log.Info("snapshot", "sandbox", id, "snapshot", snap.ID, "pause_ms", snap.PauseMS, "copied_mib", st.DirtyBytes>>20, "full", st.Full)
 	if publishing {
-		m.publish(ctx, bs, &snap)
+		var ram artifact.Derived
+		if !st.Full {
+			// The memory image is its base's (a reflink) but for the pages the diff wrote.
+			ram = artifact.Derived{Base: snapIn(rec.BaseDir).RAMFile, Written: st.Written}
+		}
+		m.publish(ctx, bs, &snap, ram)
 	}
 	if len(st.Read) > 0 {
 		ram := snapIn(snap.Dir).RAMFile
@@ -186,10 +210,10 @@ func (m *Manager) snapshot(ctx context.Context, id string, internal, full bool) 
 // on a loaded machine (it flushes what the pool's filesystem has written since its last flush).
 // A failure leaves the snapshot on this host only (not published), flushed as any other, and is
 // logged.
-func (m *Manager) publish(ctx context.Context, bs blob.Store, snap *snapshot.Record) {
+func (m *Manager) publish(ctx context.Context, bs blob.Store, snap *snapshot.Record, ram artifact.Derived) {
 	start := time.Now()
 	snap.UnflushedBoot = snapshot.BootID()
-	st, err := m.snapshots.Publish(ctx, bs, snap)
+	st, err := m.snapshots.Publish(ctx, bs, snap, ram)
 	timing.Mark(ctx, StepPublish)
 	if err != nil {
 		snap.UnflushedBoot = ""
@@ -219,7 +243,7 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]hostapi.San
 		return nil, errdefs.Invalidf("count must be 1-%d", MaxForkCount)
 	}
 	sctx := timing.With(ctx, timing.NewTrace())
-	snap, warm, err := m.snapshot(sctx, id, true, m.cfg.FullSnapshots)
+	snap, warm, err := m.snapshot(sctx, id, snapInternal, m.cfg.FullSnapshots)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/volume"
 	"github.com/pandastack/pandastack/internal/storage"
+	"github.com/pandastack/pandastack/internal/timing"
 )
 
 // A snapshot leaves its host through the blob store: published when it is taken (if the host has
@@ -54,8 +55,9 @@ func CloneBootFiles(templateDir, dir string) error {
 }
 
 // Publish uploads r (only the chunks the store lacks) and records it published. A snapshot that
-// is published already is not sent again.
-func (s *Store) Publish(ctx context.Context, bs blob.Store, r *Record) (artifact.Stats, error) {
+// is published already is not sent again. ram, when its Base is set, says how r's memory image
+// was made from its base's (artifact.Derived): only the chunks the guest wrote are then read.
+func (s *Store) Publish(ctx context.Context, bs blob.Store, r *Record, ram artifact.Derived) (artifact.Stats, error) {
 	if r.Published {
 		return artifact.Stats{}, nil
 	}
@@ -66,7 +68,12 @@ func (s *Store) Publish(ctx context.Context, bs blob.Store, r *Record) (artifact
 	// The volume copies are not optional: a snapshot published without one would restore with an
 	// empty slot where its guest has a filesystem mounted.
 	files := append(Present(r.Dir, append(append([]string{}, ownFiles...), BootFiles...)), volume.CopyFiles(r.Volumes)...)
-	_, st, err := s.Local.Push(ctx, bs, Kind, r.ID, r.Dir, files, r.Snapshot)
+	timing.Mark(ctx, "publish_files")
+	var derived map[string]artifact.Derived
+	if ram.Base != "" {
+		derived = map[string]artifact.Derived{"ram": ram}
+	}
+	_, st, err := s.Local.PushDerived(ctx, bs, Kind, r.ID, r.Dir, files, r.Snapshot, derived)
 	if err != nil {
 		return st, err
 	}
@@ -90,6 +97,7 @@ func (s *Store) Pull(ctx context.Context, bs blob.Store, id string) (*Record, ar
 	if err != nil {
 		return nil, artifact.Stats{}, err
 	}
+	timing.Mark(ctx, "pull_get_manifest")
 	var r Record
 	if err := json.Unmarshal(m.Record, &r.Snapshot); err != nil || r.ID != id {
 		return nil, artifact.Stats{}, errdefs.Invalidf("published snapshot %s: its record is not valid", id)

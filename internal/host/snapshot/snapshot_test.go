@@ -146,10 +146,10 @@ func TestPublishCarriesVolumeCopies(t *testing.T) {
 	}
 	missing := r
 	missing.Volumes = append(slices.Clone(r.Volumes), hostapi.SnapshotVolume{Slot: 1, VolumeID: "vol_gone", MountPath: "/gone", SizeMiB: 4, FS: "ext4"})
-	if _, err := a.Publish(ctx, bs, &missing); err == nil || !strings.Contains(err.Error(), volume.CopyFile(1)) {
+	if _, err := a.Publish(ctx, bs, &missing, artifact.Derived{}); err == nil || !strings.Contains(err.Error(), volume.CopyFile(1)) {
 		t.Fatalf("publish without the copy of slot 1: %v", err)
 	}
-	if _, err := a.Publish(ctx, bs, &r); err != nil {
+	if _, err := a.Publish(ctx, bs, &r, artifact.Derived{}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := artifact.Get(ctx, bs, Kind, r.ID)

@@ -72,7 +72,7 @@ func (d *Driver) Snapshot(ctx context.Context, vm *runtime.VM, base, out runtime
 	cleanup := func() { os.Remove(out.RAMFile); os.Remove(out.StateFile) }
 
 	var read []storage.Run
-	st.DirtyBytes, read, err = diffRAM(vm.Pid, base.RAMFile, out.RAMFile)
+	st.DirtyBytes, read, st.Written, err = diffRAM(vm.Pid, base.RAMFile, out.RAMFile)
 	if err != nil {
 		cleanup()
 		return st, fmt.Errorf("memory diff: %w", err)
@@ -268,22 +268,22 @@ func fileMappings(pid int, path string) ([]mapping, error) {
 // the guest wrote (anonymous: present without the file bit, or swapped). It returns the bytes of
 // those pages (dirty) and the runs of the base's pages the guest has read (present with the file
 // bit: in baseRAM's page cache), for SnapshotStats.Read.
-func diffRAM(pid int, baseRAM, newRAM string) (dirty int64, read []storage.Run, err error) {
+func diffRAM(pid int, baseRAM, newRAM string) (dirty int64, read, written []storage.Run, err error) {
 	maps, err := fileMappings(pid, baseRAM)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	if err := storage.Clone(baseRAM, newRAM); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	out, err := os.OpenFile(newRAM, os.O_WRONLY, 0)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer out.Close()
 	pm, err := os.Open(fmt.Sprintf("/proc/%d/pagemap", pid))
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer pm.Close()
 	buf := make([]byte, 1<<20)
@@ -295,15 +295,17 @@ func diffRAM(pid int, baseRAM, newRAM string) (dirty int64, read []storage.Run, 
 			if anon.len == 0 {
 				return nil
 			}
-			n, err := copyRun(pid, out, m.start+anon.off*pageSize, int64(m.fileOff+anon.off*pageSize), anon.len*pageSize, buf)
+			off := int64(m.fileOff + anon.off*pageSize)
+			n, err := copyRun(pid, out, m.start+anon.off*pageSize, off, anon.len*pageSize, buf)
 			dirty += n
+			written = append(written, storage.Run{Off: off, Len: int64(anon.len * pageSize)})
 			anon.len = 0
 			return err
 		}
 		for i := uint64(0); i < npages; i += uint64(len(entries) / 8) {
 			n := min(npages-i, uint64(len(entries)/8))
 			if _, err := pm.ReadAt(entries[:n*8], int64((m.start/pageSize+i)*8)); err != nil {
-				return dirty, nil, fmt.Errorf("pagemap: %w", err)
+				return dirty, nil, nil, fmt.Errorf("pagemap: %w", err)
 			}
 			for j := uint64(0); j < n; j++ {
 				e := binary.LittleEndian.Uint64(entries[j*8:])
@@ -322,17 +324,17 @@ func diffRAM(pid int, baseRAM, newRAM string) (dirty int64, read []storage.Run, 
 						continue
 					}
 					if err := flush(); err != nil {
-						return dirty, nil, err
+						return dirty, nil, nil, err
 					}
 					anon = fileRun{page, 1}
 				}
 			}
 		}
 		if err := flush(); err != nil {
-			return dirty, nil, err
+			return dirty, nil, nil, err
 		}
 	}
-	return dirty, read, nil
+	return dirty, read, written, nil
 }
 
 // fileRun is a run of pages: offset and length, in pages.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/pandastack/pandastack/internal/storage"
@@ -52,12 +53,15 @@ func TestDiffRAMWarm(t *testing.T) {
 
 	for _, warmed := range []bool{false, true} {
 		out := filepath.Join(pool, map[bool]string{false: "cold", true: "warm"}[warmed])
-		dirty, read, err := diffRAM(os.Getpid(), base, out)
+		dirty, read, written, err := diffRAM(os.Getpid(), base, out)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if dirty != 2*pageSize {
 			t.Errorf("dirty %d bytes, want the 2 written pages", dirty)
+		}
+		if want := []storage.Run{{Off: writtenPage * pageSize, Len: 2 * pageSize}}; !slices.Equal(written, want) {
+			t.Errorf("written runs %v, want %v", written, want)
 		}
 		var readBytes int64
 		for _, r := range read {
