@@ -412,8 +412,19 @@ func TestTemplateVolumeQuota(t *testing.T) {
 	if c, _ := e.agent.Counts(); c != creates {
 		t.Fatal("a create refused for quota reached the host")
 	}
+	// Another volume beside the copy: attached in its own slot (the copy holds quota as before).
+	extra := e.createVolume(e.admin, `{"size_mib": 16}`)
 	if r := e.do("POST", "/v1/sandboxes", e.admin, map[string]any{"template": "code-interpreter",
-		"volumes": vols(map[string]any{"volume_id": e.createVolume(e.admin, `{"size_mib": 16}`).ID, "mount_path": "/data"})}); r.status != 409 {
+		"volumes": vols(map[string]any{"volume_id": extra.ID, "mount_path": "/data"})}); r.status != 201 {
 		t.Fatalf("create from the template with another volume: %d %s", r.status, r.body)
+	}
+	mounts := map[string]bool{}
+	for _, v := range e.listVolumes(e.admin) {
+		for _, a := range v.Attachments {
+			mounts[v.ID+" "+a.MountPath] = true
+		}
+	}
+	if !mounts[extra.ID+" /data"] || len(mounts) != 2 {
+		t.Fatalf("the admin team's volumes' mounts after a create with another volume: %v", mounts)
 	}
 }

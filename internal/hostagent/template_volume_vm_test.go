@@ -84,10 +84,34 @@ func TestTemplateDataVolume(t *testing.T) {
 	if code := h.call("POST", "/v1/volumes", map[string]any{"id": "vol_extra", "size_mib": 16}, nil); code != 201 {
 		t.Fatalf("create volume: %d", code)
 	}
+	// Another volume attached beside the copy: in the next slot, mounted where asked, the copy
+	// as before; never at (or inside, or above) the copy's path.
 	var e apiErr
 	if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": testenv.VolumeTemplateName,
-		"volumes": []map[string]any{{"volume_id": "vol_extra", "mount_path": "/data"}}}, &e); code != 409 {
-		t.Errorf("create from the template with another volume: %d %+v, want 409", code, e)
+		"volumes": []map[string]any{{"volume_id": "vol_extra", "mount_path": dir}}}, &e); code != 400 {
+		t.Errorf("create from the template with another volume at its data volume's path: %d %+v, want 400", code, e)
+	}
+	var extraRaw []byte
+	if code := h.call("POST", "/v1/sandboxes", map[string]any{"template": testenv.VolumeTemplateName,
+		"volumes": []map[string]any{{"volume_id": "vol_extra", "mount_path": "/data"}}}, &extraRaw); code != 201 {
+		t.Fatalf("create from the template with another volume: %d %s", code, extraRaw)
+	}
+	var extra hostapi.Sandbox
+	jsonInto(t, extraRaw, &extra)
+	if len(extra.Volumes) != 2 || extra.Volumes[0].MountPath != dir || extra.Volumes[1].VolumeID != "vol_extra" || extra.Volumes[1].MountPath != "/data" {
+		t.Fatalf("volumes of a sandbox of the template with another one: %+v", extra.Volumes)
+	}
+	if got := read(h, extra.ID); got != "1 built started no-w " {
+		t.Errorf("%s (another volume attached) reads %q", extra.ID, got)
+	}
+	if r := h.exec(extra.ID, map[string]any{"cmd": "grep -c ' /data ext4 ' /proc/mounts && echo x > /data/f && sync"}); r.ExitCode != 0 || strings.TrimSpace(r.Stdout) != "1" {
+		t.Fatalf("the attached volume in %s: %+v", extra.ID, r)
+	}
+	if code := h.call("DELETE", "/v1/sandboxes/"+extra.ID, nil, nil); code != 204 {
+		t.Fatalf("kill %s: %d", extra.ID, code)
+	}
+	if code := h.call("DELETE", "/v1/volumes/"+extra.Volumes[0].VolumeID, nil, nil); code != 204 {
+		t.Errorf("delete the copy of %s: %d", extra.ID, code)
 	}
 	// A snapshot of a sandbox of the template copies its volume as of then (vol5's path).
 	var snap hostapi.Snapshot
