@@ -43,10 +43,12 @@ func (b *bench) forkWakeSuite(ctx context.Context, res map[string]float64, round
 		return err
 	}
 	res["fw_create_p50_ms"], res["fw_fork_p50_ms"], res["fw_wake_p50_ms"] = pct(lat[0], 50), pct(lat[1], 50), pct(lat[2], 50)
+	res["fw_create_p99_ms"], res["fw_fork_p99_ms"], res["fw_wake_p99_ms"] = pct(lat[0], 99), pct(lat[1], 99), pct(lat[2], 99)
 	res["fw_fork_over_create"] = res["fw_fork_p50_ms"] / res["fw_create_p50_ms"]
 	res["fw_wake_over_create"] = res["fw_wake_p50_ms"] / res["fw_create_p50_ms"]
 	fmt.Printf("\ncreate %.1f, fork %.1f, wake %.1f ms (p50 over %d): fork / create %.2f, wake / create %.2f\n",
 		res["fw_create_p50_ms"], res["fw_fork_p50_ms"], res["fw_wake_p50_ms"], len(lat[0]), res["fw_fork_over_create"], res["fw_wake_over_create"])
+	fmt.Printf("p99: create %.1f, fork %.1f, wake %.1f ms\n", res["fw_create_p99_ms"], res["fw_fork_p99_ms"], res["fw_wake_p99_ms"])
 	printStepTable([]string{"create", "fork", "fork_snapshot", "wake"}, before, after)
 	for _, op := range ops {
 		res["fw_"+op.name+"_major_faults"] = pct(op.faults, 50)
