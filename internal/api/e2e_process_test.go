@@ -112,7 +112,11 @@ func TestE2EProcesses(t *testing.T) {
 
 	// Exits arrive as "process.exited" events: the host agent's look, its report, the store.
 	exited := make(chan v1.ProcessExit, 64)
-	go c.Events(ctx, func(ev v1.Event) (bool, error) {
+	// Its own context, ended by a cleanup that runs before the control plane's: the server's
+	// Close waits for the stream to end.
+	evCtx, evCancel := context.WithCancel(ctx)
+	t.Cleanup(evCancel)
+	go c.Events(evCtx, func(ev v1.Event) (bool, error) {
 		if ev.Type == "process.exited" && ev.Process != nil {
 			exited <- *ev.Process
 		}

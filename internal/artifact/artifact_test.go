@@ -334,25 +334,9 @@ func TestPushNamesSharedChunksUnread(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Chunks 0, 5 and 6 are the parent's blocks, 1, 3 and 4 holes; 2 was read (and is new).
-	if st.Known != 3 || st.Holes != 3 || st.Chunks != 4 || st.Transferred != 1 {
-		t.Fatalf("push of the child: %+v (want 3 known, 3 holes, 4 chunks, 1 sent)", st)
-	}
-	full, _, err := artifact.Push(ctx, fileStore(t), "snapshot", "snap_child", child, []string{"mem"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(m.Files[0].Chunks, full.Files[0].Chunks) {
-		t.Fatalf("digests named unread differ from a full read:\n%v\n%v", m.Files[0].Chunks, full.Files[0].Chunks)
-	}
-	out := t.TempDir()
 	want := bytes.Clone(mem)
 	copy(want[2*chunk:], dirty)
-	if _, _, err := artifact.Pull(ctx, s, "snapshot", "snap_child", out); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := os.ReadFile(filepath.Join(out, "mem")); !bytes.Equal(got, want) {
-		t.Fatal("pulled bytes differ")
-	}
+	checkChildPush(t, s, m, st, child, want)
 	// Pulled by a host that holds the parent, into the pool: chunks 0, 5 and 6 (a run, its last a
 	// half chunk) are cloned from the parent's blocks, 2 is fetched.
 	beside := artifact.NewLocal()
@@ -564,8 +548,28 @@ func TestPushDerived(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Chunks 0, 5 and 6 named from the parent, 1, 3 and 4 holes; 2 read and sent.
+	checkChildPush(t, s, m, st, child, dirty)
+
+	bad := map[string]artifact.Derived{"mem": {Base: d["mem"].Base, Written: []storage.Run{{Off: int64(len(mem)), Len: 4096}}}}
+	if _, st, err := host.PushDerived(ctx, s, "snapshot", "snap_bad_run", child, []string{"mem"}, nil, bad); err != nil || st.Known != 0 {
+		t.Fatalf("push with a run outside the file: %+v %v (want nothing known)", st, err)
+	}
+	pf, _ := os.OpenFile(filepath.Join(parent, "mem"), os.O_WRONLY, 0)
+	pf.WriteAt([]byte{1}, 0)
+	pf.Close()
+	if _, st, err := host.PushDerived(ctx, s, "snapshot", "snap_child2", child, []string{"mem"}, nil, d); err != nil || st.Known != 0 {
+		t.Fatalf("push after the base changed: %+v %v (want nothing known)", st, err)
+	}
+}
+
+// checkChildPush checks the push m (stats st) of snapshot snap_child's mem (in dir child, whose
+// parent is makeArtifact's with chunk 2 changed): 3 chunks known unread, 3 holes, 4 chunks and 1
+// sent; its digests those a full read gives; pulled back, its bytes are want.
+func checkChildPush(t *testing.T, s blob.Store, m artifact.Manifest, st artifact.Stats, child string, want []byte) {
+	t.Helper()
+	ctx := context.Background()
 	if st.Known != 3 || st.Holes != 3 || st.Chunks != 4 || st.Transferred != 1 {
-		t.Fatalf("derived push: %+v (want 3 known, 3 holes, 4 chunks, 1 sent)", st)
+		t.Fatalf("push of the child: %+v (want 3 known, 3 holes, 4 chunks, 1 sent)", st)
 	}
 	full, _, err := artifact.Push(ctx, fileStore(t), "snapshot", "snap_child", child, []string{"mem"}, nil)
 	if err != nil {
@@ -578,18 +582,7 @@ func TestPushDerived(t *testing.T) {
 	if _, _, err := artifact.Pull(ctx, s, "snapshot", "snap_child", out); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := os.ReadFile(filepath.Join(out, "mem")); !bytes.Equal(got, dirty) {
+	if got, _ := os.ReadFile(filepath.Join(out, "mem")); !bytes.Equal(got, want) {
 		t.Fatal("pulled bytes differ")
-	}
-
-	bad := map[string]artifact.Derived{"mem": {Base: d["mem"].Base, Written: []storage.Run{{Off: int64(len(mem)), Len: 4096}}}}
-	if _, st, err := host.PushDerived(ctx, s, "snapshot", "snap_bad_run", child, []string{"mem"}, nil, bad); err != nil || st.Known != 0 {
-		t.Fatalf("push with a run outside the file: %+v %v (want nothing known)", st, err)
-	}
-	pf, _ := os.OpenFile(filepath.Join(parent, "mem"), os.O_WRONLY, 0)
-	pf.WriteAt([]byte{1}, 0)
-	pf.Close()
-	if _, st, err := host.PushDerived(ctx, s, "snapshot", "snap_child2", child, []string{"mem"}, nil, d); err != nil || st.Known != 0 {
-		t.Fatalf("push after the base changed: %+v %v (want nothing known)", st, err)
 	}
 }
