@@ -215,12 +215,6 @@ func (l *Local) PlaceRuns(f File, dst *os.File) (placed []bool) {
 		}
 		runs = append(runs, run{path: c.path, srcOff: c.off, size: int64(f.Len(i)), first: i, n: 1})
 	}
-	ids := map[string]fileID{}
-	for _, r := range runs {
-		if id, ok := l.files[r.path]; ok {
-			ids[r.path] = id
-		}
-	}
 	l.mu.Unlock()
 	srcs := map[string]*os.File{}
 	defer func() {
@@ -234,16 +228,9 @@ func (l *Local) PlaceRuns(f File, dst *os.File) (placed []bool) {
 		src, opened := srcs[r.path]
 		if !opened {
 			srcs[r.path] = nil
-			id, known := ids[r.path]
-			if !known {
-				continue
-			}
-			s, err := os.Open(r.path)
-			if err != nil {
-				continue
-			}
+			s, _, trusted := l.openIndexed(r.path)
 			// Trusted only while it is the file indexed (see Local): else chunk by chunk, verified.
-			if fi, err := s.Stat(); err != nil || !identify(fi).same(id) {
+			if s != nil && !trusted {
 				s.Close()
 				continue
 			}
@@ -252,9 +239,7 @@ func (l *Local) PlaceRuns(f File, dst *os.File) (placed []bool) {
 		if src == nil {
 			continue
 		}
-		err := unix.IoctlFileCloneRange(int(dst.Fd()), &unix.FileCloneRange{Src_fd: int64(src.Fd()),
-			Src_offset: uint64(r.srcOff), Src_length: uint64(r.size), Dest_offset: uint64(f.Off(r.first))})
-		if err != nil {
+		if err := cloneRange(dst, src, r.srcOff, r.size, f.Off(r.first)); err != nil {
 			if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOTTY) {
 				return placed // no reflinks here: Place copies chunk by chunk
 			}
@@ -267,19 +252,34 @@ func (l *Local) PlaceRuns(f File, dst *os.File) (placed []bool) {
 	return placed
 }
 
-func (l *Local) placeFrom(c localChunk, sum string, want int, dst *os.File, off int64) bool {
+// openIndexed opens path, an indexed file, and says whether it is still the file indexed (its
+// chunks' digests can be trusted unread). nil when it cannot be opened.
+func (l *Local) openIndexed(path string) (f *os.File, fi os.FileInfo, trusted bool) {
 	l.mu.Lock()
-	id, known := l.files[c.path]
+	id, known := l.files[path]
 	l.mu.Unlock()
-	src, err := os.Open(c.path)
+	f, err := os.Open(path)
 	if err != nil {
+		return nil, nil, false
+	}
+	fi, err = f.Stat()
+	return f, fi, err == nil && known && identify(fi).same(id)
+}
+
+// cloneRange reflinks n bytes of src at srcOff into dst at dstOff.
+func cloneRange(dst, src *os.File, srcOff, n, dstOff int64) error {
+	return unix.IoctlFileCloneRange(int(dst.Fd()), &unix.FileCloneRange{Src_fd: int64(src.Fd()),
+		Src_offset: uint64(srcOff), Src_length: uint64(n), Dest_offset: uint64(dstOff)})
+}
+
+func (l *Local) placeFrom(c localChunk, sum string, want int, dst *os.File, off int64) bool {
+	src, fi, trusted := l.openIndexed(c.path)
+	if src == nil {
 		return false
 	}
 	defer src.Close()
-	if fi, err := src.Stat(); err == nil && known && identify(fi).same(id) && c.off+int64(want) <= fi.Size() {
-		err := unix.IoctlFileCloneRange(int(dst.Fd()), &unix.FileCloneRange{Src_fd: int64(src.Fd()),
-			Src_offset: uint64(c.off), Src_length: uint64(want), Dest_offset: uint64(off)})
-		if err == nil {
+	if trusted && c.off+int64(want) <= fi.Size() {
+		if cloneRange(dst, src, c.off, int64(want), off) == nil {
 			return true
 		}
 		// No reflinks here (or an unaligned tail): copy the trusted bytes.
@@ -290,7 +290,7 @@ func (l *Local) placeFrom(c localChunk, sum string, want int, dst *os.File, off 
 		}
 	}
 	buf := make([]byte, want)
-	_, err = src.ReadAt(buf, c.off)
+	_, err := src.ReadAt(buf, c.off)
 	got := sha256.Sum256(buf)
 	if (err != nil && !errors.Is(err, io.EOF)) || hex.EncodeToString(got[:]) != sum {
 		return false
