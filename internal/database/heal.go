@@ -143,7 +143,7 @@ func (s *Service) heal(ctx context.Context, d store.Database) (vm store.Sandbox,
 	if err != nil || !vmDead(old) {
 		return old, false, err
 	}
-	vol, err := s.dataVolume(ctx, d, old)
+	vol, oldAtts, err := s.dataVolume(ctx, d, old)
 	if err != nil {
 		return vm, false, err
 	}
@@ -192,7 +192,8 @@ func (s *Service) heal(ctx context.Context, d store.Database) (vm store.Sandbox,
 		}
 		return undo(err)
 	}
-	s.dropSpareCopies(ctx, old, vol.ID)
+	// The template's unused copy a fork or restore of a healed VM got as the database's.
+	s.deleteOwnedVolumes(ctx, old, oldAtts, vol.ID, "an unused copy of its dead VM")
 	s.log.Warn("database: running again on its volume in a new VM", "database", d.ID, "sandbox", vm.ID, "ms", time.Since(start).Milliseconds(),
 		"restore_ms", restored.Sub(start).Milliseconds(), "postgres_start_ms", time.Since(restored).Milliseconds())
 	trigger := TriggerVMFailed
@@ -205,12 +206,12 @@ func (s *Service) heal(ctx context.Context, d store.Database) (vm store.Sandbox,
 
 // dataVolume is the database's own volume that its VM old had attached (its cluster): the one
 // a heal moved into place (attached at healMount), else the one the template's copy became
-// (at dataMount). A healed VM's forks and restores own both of their copies: the one at healMount
-// is the cluster, the other the template's unused copy.
-func (s *Service) dataVolume(ctx context.Context, d store.Database, old store.Sandbox) (store.Volume, error) {
+// (at dataMount); and old's attachments. A healed VM's forks and restores own both of their
+// copies: the one at healMount is the cluster, the other the template's unused copy.
+func (s *Service) dataVolume(ctx context.Context, d store.Database, old store.Sandbox) (store.Volume, []store.VolumeAttachment, error) {
 	atts, err := s.cfg.Store.SandboxVolumes(ctx, old.ID)
 	if err != nil {
-		return store.Volume{}, err
+		return store.Volume{}, nil, err
 	}
 	for _, at := range []string{healMount, dataMount} {
 		for _, a := range atts {
@@ -218,23 +219,12 @@ func (s *Service) dataVolume(ctx context.Context, d store.Database, old store.Sa
 				continue
 			}
 			if v, err := s.cfg.Store.GetVolume(ctx, a.VolumeID); err == nil && v.Owner == store.OwnerDatabase && !v.Deleted {
-				return v, nil
+				return v, atts, nil
 			}
 		}
 	}
-	return store.Volume{}, errdefs.Conflictf("database %s: its VM %s is %s and it has no volume left to start again from; restore it from a backup into a new database",
+	return store.Volume{}, nil, errdefs.Conflictf("database %s: its VM %s is %s and it has no volume left to start again from; restore it from a backup into a new database",
 		d.ID, old.ID, old.State)
-}
-
-// dropSpareCopies deletes the volumes the database owned in its dead VM old besides its data
-// volume keep: the template's unused copy a fork or restore of a healed VM got as the database's.
-func (s *Service) dropSpareCopies(ctx context.Context, old store.Sandbox, keep string) {
-	atts, err := s.cfg.Store.SandboxVolumes(ctx, old.ID)
-	if err != nil {
-		s.log.Warn("database: could not read the volumes of its dead VM", "sandbox", old.ID, "err", err)
-		return
-	}
-	s.deleteOwnedVolumes(ctx, old, atts, keep, "an unused copy of its dead VM")
 }
 
 // healScript moves the database's volume (mounted at healMount) to where the cluster lives, in
