@@ -76,11 +76,14 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/exec", a.busy(a.handleExec))
 	mux.HandleFunc("GET /v1/sandboxes/{id}/relay/{port}", a.handleRelay)
 	mux.HandleFunc("POST /v1/sandboxes/{id}/snapshots", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("for") == "fork" { // a cross-host fork's: no guest sync
+		switch purpose := r.URL.Query().Get("for"); purpose {
+		case "fork": // a cross-host fork's: no guest sync
 			answer(w, http.StatusCreated)(a.sandboxes.SnapshotForFork(r.Context(), r.PathValue("id")))
-			return
+		case "":
+			answer(w, http.StatusCreated)(a.sandboxes.SnapshotSandbox(r.Context(), r.PathValue("id")))
+		default:
+			answer(w, http.StatusCreated)(hostapi.Snapshot{}, errdefs.Invalidf("for=%.40q: the only purpose a snapshot takes is fork", purpose))
 		}
-		answer(w, http.StatusCreated)(a.sandboxes.SnapshotSandbox(r.Context(), r.PathValue("id")))
 	})
 	mux.HandleFunc("POST /v1/sandboxes/{id}/fork", a.handleFork)
 	mux.HandleFunc("POST /v1/sandboxes/{id}/hibernate", func(w http.ResponseWriter, r *http.Request) {

@@ -166,3 +166,15 @@ func TestDiskAdmission(t *testing.T) {
 		t.Fatalf("pool has %d MiB free after admission stopped; the reserve is %d", sp.Free()>>20, reserveMiB)
 	}
 }
+
+// A snapshot's purpose (for=) other than fork is refused before any sandbox is looked at.
+func TestSnapshotPurposeChecked(t *testing.T) {
+	a, _ := smallDiskAgent(t, 1536, func(c *Config) { c.DiskReserveMiB = 64 })
+	code, body := apiCall(t, a, "POST", "/v1/sandboxes/sb_none/snapshots?for=backup", nil)
+	if code != 400 || !strings.Contains(string(body), "invalid_request") || !strings.Contains(string(body), "fork") {
+		t.Fatalf("snapshot for=backup: %d %s", code, body)
+	}
+	if code, body := apiCall(t, a, "POST", "/v1/sandboxes/sb_none/snapshots?for=fork", nil); code != 404 {
+		t.Fatalf("fork snapshot of a missing sandbox: %d %s", code, body)
+	}
+}
