@@ -62,6 +62,7 @@ Its state lives in --data-dir: a restarted agent re-adopts the VMs that kept run
 	registerLimitFlags(f, &cfg.Agent)
 	f.BoolVar(&cfg.Agent.LazyRestore, "lazy-restore", false, "restore a snapshot this host pulls before its memory is here: served on demand over FUSE by a process of its own that outlives the agent (needs /dev/fuse; docs/multi-host.md)")
 	f.StringVar(&cfg.Agent.BlobStore, "blob-store", "", "where this host publishes its bakes and pulls the ones it lacks: file:///DIR or s3://BUCKET/PREFIX?endpoint=URL&region=R (credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; default: the server's, told at registration)")
+	f.StringVar(&cfg.Agent.TemplateStore, "template-store", "", "where this host publishes its bakes and pulls the ones it lacks, in place of --blob-store (which then carries only snapshots and hibernated sandboxes): the same URL forms")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -85,8 +85,17 @@ func startUp(t *testing.T, dir, key string, poolGiB int, extra ...string) *upPro
 	select {
 	case <-started:
 	case <-time.After(120 * time.Second):
-		u.cmd.Process.Kill()
-		t.Fatalf("up did not start:\n%s\n%s", u.stdout.String(), u.stderr.String())
+		// SIGQUIT: Go's runtime prints every goroutine's stack, which shows where up waits.
+		u.cmd.Process.Signal(syscall.SIGQUIT)
+		done := make(chan struct{})
+		go func() { u.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			u.cmd.Process.Kill()
+			<-done
+		}
+		t.Fatalf("up did not start in 120 s:\n%s\n%s", u.stdout.String(), u.stderr.String())
 	}
 	if !strings.Contains(u.stdout.String(), "PandaStack is up.") {
 		u.cmd.Process.Kill()

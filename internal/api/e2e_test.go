@@ -51,6 +51,9 @@ func startVMHostWith(t *testing.T, tune func(*hostagent.Config)) *vmHost {
 	if tune != nil {
 		tune(&cfg)
 	}
+	if cfg.TemplateStore == "" && cfg.BlobStore == "" { // a test of the blob store sees its own bakes travel
+		cfg.TemplateStore = testenv.BakeStore()
+	}
 	h.cfg = cfg
 	h.start()
 	t.Cleanup(func() {

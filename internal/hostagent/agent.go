@@ -72,6 +72,9 @@ type Config struct {
 	// BlobStore is where this host publishes its bakes and pulls bakes it lacks (a blob URL, see
 	// internal/blob). Empty: the control plane's, learned at registration (SetBlobStore), if any.
 	BlobStore string
+	// TemplateStore, if set, is where this host publishes its bakes and pulls bakes it lacks in
+	// place of BlobStore, which then carries only snapshots and hibernations (a blob URL).
+	TemplateStore string
 	// LazyRestore: a snapshot this host pulls is restored before its memory is here, served
 	// on demand by a process of its own (snapshot.Lazy; needs /dev/fuse).
 	LazyRestore bool
@@ -273,6 +276,15 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		MaxMemoryMiB: a.cfg.MaxMemoryMiB, Log: a.log, LiveSnapshot: cfg.LiveBakeSnapshot}, a.sandboxes)
 	a.sandboxes.Templates, a.reach = a.templates, a.sandboxes
 	a.snapshots.UseLocal(a.templates.Local())
+	if cfg.TemplateStore != "" {
+		s, err := blob.Open(ctx, cfg.TemplateStore)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("--template-store: %w", err)
+		}
+		a.templates.SetBakeStore(s)
+		a.log.Info("template store: bakes are published to it and pulled from it", "url", s.String())
+	}
 	if cfg.BlobStore != "" {
 		if err := a.SetBlobStore(ctx, cfg.BlobStore); err != nil {
 			a.Close()
@@ -447,6 +459,6 @@ func (a *Agent) SetBlobStore(ctx context.Context, url string) error {
 			MountDir: filepath.Join(a.layout.DataDir, "lazy"), LogDir: filepath.Join(a.layout.DataDir, "lazy-logs"),
 			IndexDirs: a.artifactDirs}
 	}
-	a.log.Info("blob store: bakes are published to it and pulled from it", "url", s.String())
+	a.log.Info("blob store: bakes (unless a template store is set), snapshots and hibernations are published to it and pulled from it", "url", s.String())
 	return nil
 }

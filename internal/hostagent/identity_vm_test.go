@@ -45,7 +45,7 @@ func recordedVersion(t *testing.T, path string) string {
 // a restore under another one is refused with a 409 naming both, a template baked under another
 // is re-baked, and records without an identity (older agents) are taken as the current VMM's.
 func TestVMMIdentity(t *testing.T) {
-	h := newHarness(t)
+	h := newHarness(t, ownBakes) // it checks a re-bake
 	cur := h.agent.rt.Identity()
 	if cur.VMM != "qemu" || cur.Version == "" || cur.Machine != "microvm" || cur.CPU == "" || cur.Accel == "" {
 		t.Fatalf("driver identity incomplete: %+v", cur)

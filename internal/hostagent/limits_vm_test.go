@@ -50,7 +50,7 @@ func TestSizeLimits(t *testing.T) {
 
 	// A bake VM counts against the commit limit like a sandbox: with 256 MiB to commit, the
 	// 512 MiB bake of base is refused before it boots.
-	tiny := newHarness(t, func(c *Config) { c.HostMemoryMiB, c.MemoryOvercommit = 1024, 0.25 })
+	tiny := newHarness(t, func(c *Config) { c.HostMemoryMiB, c.MemoryOvercommit = 1024, 0.25; ownBakes(c) })
 	if code := tiny.call("POST", "/v1/sandboxes", map[string]any{"template": "base"}, &e); code != 503 || e.Error.Code != "capacity" ||
 		!strings.Contains(e.Error.Message, "bake") {
 		t.Errorf("create needing a bake past the commit limit: status %d %+v, want 503 capacity naming the bake", code, e)

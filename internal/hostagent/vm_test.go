@@ -65,6 +65,7 @@ func (h *harness) start() {
 	if h.tune != nil {
 		h.tune(&cfg)
 	}
+	cfg.TemplateStore = sharedBakes(cfg)
 	a, err := New(context.Background(), cfg)
 	if err != nil {
 		h.t.Fatalf("agent: %v", err)
@@ -72,6 +73,25 @@ func (h *harness) start() {
 	h.agent = a
 	h.srv = httptest.NewServer(a.Handler())
 }
+
+// sharedBakes is the bake store a test agent of cfg uses: the test process's
+// (testenv.BakeStore), unless the test set one, asked for none (ownBakes), or gave the agent a
+// blob store — a test of the blob store sees its own bakes travel.
+func sharedBakes(cfg Config) string {
+	switch {
+	case cfg.TemplateStore == bakeHere:
+		return ""
+	case cfg.TemplateStore != "" || cfg.BlobStore != "":
+		return cfg.TemplateStore
+	}
+	return testenv.BakeStore()
+}
+
+// bakeHere is a TemplateStore only tests set (ownBakes): the agent has none.
+const bakeHere = "test:bake-here"
+
+// ownBakes makes a test agent bake its templates itself, for tests of the bake.
+func ownBakes(c *Config) { c.TemplateStore = bakeHere }
 
 func (h *harness) stop() {
 	h.srv.Close()
@@ -284,14 +304,15 @@ func TestExecAndFiles(t *testing.T) {
 		t.Fatalf("timed-out process group survived: %q", r.Stdout)
 	}
 
-	// 100 MiB of output: buffered answers are capped and flagged, streaming delivers all of it.
-	r = h.exec(id, map[string]any{"cmd": "head -c 104857600 /dev/zero | tr '\\0' a"})
+	// 40 MiB of output: buffered answers are capped and flagged, streaming delivers all of it.
+	// (Under TCG the guest's tr needs tens of seconds for it: a timeout well past that.)
+	r = h.exec(id, map[string]any{"cmd": "head -c 41943040 /dev/zero | tr '\\0' a", "timeout_seconds": 600})
 	if !r.StdoutTruncated || int64(len(r.Stdout)) != h.agent.cfg.ExecOutputLimit || r.ExitCode != 0 {
-		t.Fatalf("100 MiB buffered: %d bytes, truncated=%v exit=%d", len(r.Stdout), r.StdoutTruncated, r.ExitCode)
+		t.Fatalf("40 MiB buffered: %d bytes, truncated=%v exit=%d timed out=%v stderr=%q", len(r.Stdout), r.StdoutTruncated, r.ExitCode, r.TimedOut, r.Stderr)
 	}
-	n, end := streamExec(t, h, id, map[string]any{"cmd": "head -c 104857600 /dev/zero | tr '\\0' a"})
-	if n != 100<<20 || end["exit_code"] != float64(0) {
-		t.Fatalf("100 MiB streamed: %d bytes, end %v", n, end)
+	n, end := streamExec(t, h, id, map[string]any{"cmd": "head -c 41943040 /dev/zero | tr '\\0' a", "timeout_seconds": 600})
+	if n != 40<<20 || end["exit_code"] != float64(0) {
+		t.Fatalf("40 MiB streamed: %d bytes, end %v", n, end)
 	}
 
 	// 50 MiB of random bytes round-trip byte-exact.

@@ -69,3 +69,30 @@ func GuestAgent(t testing.TB) string {
 	}
 	return guestPath
 }
+
+// bakeStoreDir is BakeStore's directory, set by RunMain before any test runs.
+var bakeStoreDir string
+
+// BakeStore is a blob URL (file://) where the VM tests of one test process publish and pull their
+// bakes (hostagent.Config.TemplateStore): a template is baked once per process, later test
+// agents pull it (a few seconds) instead of cold-booting it again. "" when RunMain does not run
+// the process's tests: their agents bake as before. Tests of bakes themselves, or of the blob
+// store, do not use it.
+func BakeStore() string {
+	if bakeStoreDir == "" {
+		return ""
+	}
+	return "file://" + bakeStoreDir
+}
+
+// RunMain runs a package's tests (its TestMain calls it) with a BakeStore, removed after them.
+func RunMain(m *testing.M) int {
+	if dir, err := os.MkdirTemp("", "pandastack-test-bakes-"); err == nil {
+		bakeStoreDir = dir
+	}
+	code := m.Run()
+	if bakeStoreDir != "" {
+		os.RemoveAll(bakeStoreDir)
+	}
+	return code
+}

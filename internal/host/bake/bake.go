@@ -108,7 +108,8 @@ type Templates struct {
 	states    map[string]*bakeState
 	built     map[string]template.Spec // templates built through the API (persisted in templates/specs)
 	buildMu   sync.Mutex               // one API build at a time: builds are CPU- and disk-heavy
-	blob      blob.Store               // where bakes are published and pulled from; nil: none
+	blob      blob.Store               // where bakes, snapshots and hibernations are published and pulled from; nil: none
+	bakes     blob.Store               // where bakes only are published and pulled from; nil: blob
 	agentHash string                   // sha256 of the guest agent binary, once computed
 	// local indexes the chunks this host holds in published or pulled files (templates,
 	// snapshots): a pull copies those instead of fetching them. Shared by the host's artifacts.
@@ -286,7 +287,7 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	}
 	nic := ts.cfg.Net != nil
 	// With a blob store, a bake another host published is pulled instead of made here.
-	store, pub := ts.Blob(), "" // a template's data volume travels with it (publish.go)
+	store, pub := ts.bakeStore(), "" // a template's data volume travels with it (publish.go)
 	if store != nil {
 		var err error
 		if pub, err = ts.publication(spec, nic); err != nil {

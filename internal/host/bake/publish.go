@@ -39,10 +39,30 @@ func (ts *Templates) SetBlob(s blob.Store) {
 	ts.mu.Unlock()
 }
 
+// SetBakeStore makes s (nil: none) where this host publishes its bakes and pulls the ones it
+// lacks, in place of the blob store (SetBlob), which then carries only snapshots and hibernations.
+// Hosts that share bakes but keep their snapshots to themselves use it (a publication costs each
+// snapshot its upload), and so do the VM tests: one bake per template per test process.
+func (ts *Templates) SetBakeStore(s blob.Store) {
+	ts.mu.Lock()
+	ts.bakes = s
+	ts.mu.Unlock()
+}
+
 // Blob is the host's blob store (nil: none); snapshots travel through it too.
 func (ts *Templates) Blob() blob.Store {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	return ts.blob
+}
+
+// bakeStore is where bakes are published and pulled: the bake store, else the blob store.
+func (ts *Templates) bakeStore() blob.Store {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.bakes != nil {
+		return ts.bakes
+	}
 	return ts.blob
 }
 
