@@ -241,16 +241,7 @@ func TestCutPushAndSweep(t *testing.T) {
 // since is not trusted: its chunks are fetched.
 func TestLocalChunks(t *testing.T) {
 	ctx := context.Background()
-	s := fileStore(t)
-	parent, mem := makeArtifact(t)
-	host := artifact.NewLocal()
-	if _, _, err := host.Push(ctx, s, "template", "base-1", parent, []string{"mem"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	child := t.TempDir()
-	dirty := bytes.Clone(mem)
-	rand.Read(dirty[2*chunk : 3*chunk])
-	write(t, filepath.Join(child, "mem"), dirty, 0o600)
+	s, _, parent, child, mem, dirty := pushedParent(t, 2*chunk, 3*chunk)
 	if _, _, err := artifact.Push(ctx, s, "snapshot", "snap_child", child, []string{"mem"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -290,6 +281,23 @@ func TestLocalChunks(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(out2, "mem")); !bytes.Equal(got, dirty) {
 		t.Fatal("pulled bytes differ after the local file changed")
 	}
+}
+
+// pushedParent pushes makeArtifact's "mem" (parent) as template base-1 with host's index, and
+// writes a child's "mem": the parent's with bytes [from, to) made random (dirty).
+func pushedParent(t *testing.T, from, to int) (s blob.Store, host *artifact.Local, parent, child string, mem, dirty []byte) {
+	t.Helper()
+	s = fileStore(t)
+	parent, mem = makeArtifact(t)
+	host = artifact.NewLocal()
+	if _, _, err := host.Push(context.Background(), s, "template", "base-1", parent, []string{"mem"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	child = t.TempDir()
+	dirty = bytes.Clone(mem)
+	rand.Read(dirty[from:to])
+	write(t, filepath.Join(child, "mem"), dirty, 0o600)
+	return s, host, parent, child, mem, dirty
 }
 
 // reflinkParent makes a reflink filesystem (a loop-mounted XFS pool) and the artifact of
@@ -532,16 +540,7 @@ func (c *statCounter) Stat(ctx context.Context, key string) (blob.Info, error) {
 // a run outside the file, lends nothing: the file is pushed as any other.
 func TestPushDerived(t *testing.T) {
 	ctx := context.Background()
-	s := fileStore(t)
-	parent, mem := makeArtifact(t)
-	host := artifact.NewLocal()
-	if _, _, err := host.Push(ctx, s, "template", "base-1", parent, []string{"mem"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	child := t.TempDir()
-	dirty := bytes.Clone(mem)
-	rand.Read(dirty[2*chunk+4096 : 2*chunk+8192])
-	write(t, filepath.Join(child, "mem"), dirty, 0o600)
+	s, host, parent, child, mem, dirty := pushedParent(t, 2*chunk+4096, 2*chunk+8192)
 	d := map[string]artifact.Derived{"mem": {Base: filepath.Join(parent, "mem"), Written: []storage.Run{{Off: 2*chunk + 4096, Len: 4096}}}}
 	m, st, err := host.PushDerived(ctx, s, "snapshot", "snap_child", child, []string{"mem"}, nil, d)
 	if err != nil {
