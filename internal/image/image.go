@@ -98,7 +98,14 @@ func (b *Builder) Build(ctx context.Context, spec RootfsSpec, progress func(stri
 		return Images{}, err
 	}
 	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
+		// Said, not silent: a first build takes minutes (a KVM probe at start waits for it too).
+		b.logf("waiting for another process building into the image cache %s", b.CacheDir)
+		err = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
+		if err != nil {
+			return Images{}, err
+		}
+	} else if err != nil {
 		return Images{}, err
 	}
 	kern, err := b.kernel(ctx)
