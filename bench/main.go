@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,7 +42,19 @@ func main() {
 	flag.StringVar(&guestCAFile, "guest-ca-file", "", "suite appsnext: a PEM file of CA certificates the server gives the guests (a TLS-inspecting proxy's, for npm)")
 	flag.StringVar(&serverLogLevel, "server-log-level", "info", "the log level of the servers the controlplane-style suites start (debug shows per-invocation timings)")
 	smoke := flag.Bool("smoke", false, "check that every suite still runs: 2 samples of everything, figures not judged, no results file unless -out is given")
+	cpuProfile := flag.String("cpuprofile", "", "write the bench process's CPU profile here (its agents run in it: where a host's own time goes, e.g. a publish)")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *smoke {
 		samplesCap, *creates, *idle = 2, 2, 2
 		if !flagGiven("out") {
@@ -49,6 +62,7 @@ func main() {
 		}
 	}
 	if err := run(*out, *dataDir, *guestAgent, *imageCache, *suites, *creates, *idle); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
