@@ -315,8 +315,10 @@ func (a *Agent) openNetwork(cfg network.Config) error {
 	return nil
 }
 
-// probeAccel decides between KVM and TCG once per host and guest kernel, and remembers it: a
-// hanging KVM probe costs seconds, so it should not run at every start.
+// probeAccel decides between KVM and TCG once per host boot and guest kernel, and remembers it in
+// the image cache (shared by every agent that uses it, each in its own data dir): a KVM that
+// hangs a guest costs seconds of a busy core to find out, so it is found out once, with the
+// other agents waiting for that answer rather than probing beside it.
 func (a *Agent) probeAccel(ctx context.Context) string {
 	if _, err := os.Stat("/dev/kvm"); err != nil {
 		a.log.Info("using TCG (software CPU): no /dev/kvm on this host")
@@ -330,13 +332,25 @@ func (a *Agent) probeAccel(ctx context.Context) string {
 		return "tcg"
 	}
 	hostKernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	cache := filepath.Join(a.cfg.DataDir, "accel-"+layout.ShortHash(string(hostKernel), img.KernelVersion))
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id") // a module or its options may change at a reboot
+	cache := filepath.Join(a.cfg.ImageCacheDir, "accel-"+layout.ShortHash(string(hostKernel), string(boot), img.KernelVersion))
 	if b, err := os.ReadFile(cache); err == nil {
 		return strings.TrimSpace(string(b))
 	}
+	if unlock, err := image.LockEntry(ctx, cache); err == nil {
+		defer unlock()
+		if b, err := os.ReadFile(cache); err == nil { // another agent probed while this one waited
+			return strings.TrimSpace(string(b))
+		}
+	}
 	accel, reason := qemu.ProbeAccel(ctx, img.Kernel, img.Initrd, filepath.Join(a.cfg.DataDir, "run"), 20*time.Second)
 	a.log.Info("accelerator chosen", "accel", accel, "reason", reason)
-	os.WriteFile(cache, []byte(accel), 0o644)
+	if ctx.Err() == nil {
+		// Whole or absent: other agents read it without the lock.
+		if os.WriteFile(cache+".tmp", []byte(accel), 0o644) == nil {
+			os.Rename(cache+".tmp", cache)
+		}
+	}
 	return accel
 }
 
