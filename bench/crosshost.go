@@ -96,7 +96,7 @@ func (b *bench) crossHostSuite(ctx context.Context, res map[string]float64) erro
 	}
 	res["xhost_fork_first_ms"] = snapMS[0] + restoreMS[0]
 	snapMS, restoreMS, faults = nil, nil, nil
-	lat, err := interleaved(5, sameHost, crossHost)
+	lat, err := interleaved(12, sameHost, crossHost)
 	if err != nil {
 		return err
 	}
