@@ -148,7 +148,13 @@ func forkWakeOps(ctx context.Context, a *hostagent.Agent) (ops []*faultedOp, don
 			if err != nil {
 				return 0, nil, err
 			}
-			return kids[0].PID, func() error { return a.Kill(kids[0].ID) }, nil
+			// Then wait for the VMM prepared for the parent's next fork, as a create's.
+			return kids[0].PID, func() error {
+				if err := a.Kill(kids[0].ID); err != nil {
+					return err
+				}
+				return a.WaitForkPrepared(ctx, parent.ID)
+			}, nil
 		}),
 		op("wake", func() error { _, err := a.Hibernate(ctx, sleeper.ID); return err }, func() (int, func() error, error) {
 			info, err := a.Wake(ctx, sleeper.ID)

@@ -107,7 +107,8 @@ type Config struct {
 	JailUIDBase, JailUIDs int
 	// PreparedTemplates is how many templates, those created from last, keep a VMM prepared for
 	// their next create: started confined with -incoming defer, holding no guest memory (0:
-	// none; the agent and up commands default to DefaultPreparedTemplates). An unconfined agent
+	// none; the agent and up commands default to DefaultPreparedTemplates). As many sandboxes,
+	// those forked from last, keep one for their next fork's first child. An unconfined agent
 	// prepares none.
 	PreparedTemplates int
 	// PreparedIdle ends a prepared VMM no create took for this long, freeing its memory; the
@@ -401,6 +402,11 @@ const DefaultPreparedIdle = 10 * time.Minute
 // keeps a preparation out of the next measurement).
 func (a *Agent) WaitPrepared(ctx context.Context, template string) error {
 	return a.sandboxes.WaitPrepared(ctx, template)
+}
+
+// WaitForkPrepared waits until parent's next fork has a prepared VMM or none is being prepared.
+func (a *Agent) WaitForkPrepared(ctx context.Context, parent string) error {
+	return a.sandboxes.WaitForkPrepared(ctx, parent)
 }
 
 // PreparedVMMs are the VMMs prepared for the next creates (name → pid), waiting or taken by a

@@ -2,7 +2,9 @@ package hostagent
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -209,7 +211,14 @@ func (a *Agent) doctorDirs(owned map[string]int, minAge time.Duration, atStart b
 	files, _ := filepath.Glob(filepath.Join(a.sandboxesDir(), preparedPrefix+"*"))
 	runs, _ = filepath.Glob(a.runDir(preparedPrefix + "*"))
 	for _, p := range append(files, runs...) {
-		add("stale_tmp", p, "the files of a VMM prepared for a create that never came", remove(p))
+		add("stale_tmp", p, "the files of a VMM prepared for a create or fork that never came", remove(p))
+	}
+	// A fork's snapshot directory is made with its prepared VMM, before its record (BeginInPlace).
+	for _, e := range ents {
+		p := filepath.Join(a.snapshotsDir(), e.Name())
+		if _, err := os.Stat(filepath.Join(p, "snapshot.json")); e.IsDir() && strings.HasPrefix(e.Name(), "snap_") && errors.Is(err, fs.ErrNotExist) {
+			add("stale_tmp", p, "the snapshot directory of a fork that never came (its VMM was prepared)", remove(p))
+		}
 	}
 }
 

@@ -236,3 +236,113 @@ func TestPreparedVMMIdle(t *testing.T) {
 		t.Errorf("prepared %d, taken %d: want 2 prepared (one after each create), none taken", made, used)
 	}
 }
+
+// TestPreparedFork: a sandbox's second fork gives its first child the VMM prepared after the
+// first fork (that child's VMM is the prepared one), and every child has the parent's memory and
+// files of the second fork's instant, written after the preparation; the prepared child's memory
+// is the fork snapshot's RAM file where it stays (its own snapshots are diffs, as a spawned
+// child's); it hibernates and wakes; killing the parent ends the VMM prepared for its next fork
+// and leaves no file of it.
+func TestPreparedFork(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.PreparedTemplates = 1 })
+	if !h.agent.confined {
+		t.Skip("an unconfined agent prepares no VMM (confinement needs root)")
+	}
+	ctx := context.Background()
+	parent := h.create()
+	write := func(what string) {
+		t.Helper()
+		if r := h.exec(parent.ID, map[string]any{"cmd": "echo " + what + " > /dev/shm/mem; echo " + what + " > /root/disk", "user": "root"}); r.ExitCode != 0 {
+			t.Fatalf("write in the parent: %+v", r)
+		}
+	}
+	read := func(id string) string {
+		t.Helper()
+		return h.exec(id, map[string]any{"cmd": "cat /dev/shm/mem /root/disk", "user": "root"}).Stdout
+	}
+	// The VMM prepared for the parent's next fork.
+	forkVMM := func() (string, int) {
+		t.Helper()
+		if err := h.agent.WaitForkPrepared(ctx, parent.ID); err != nil {
+			t.Fatal(err)
+		}
+		name, pid, ok := h.agent.sandboxes.ForkPrepared(parent.ID)
+		if !ok {
+			t.Fatalf("no VMM prepared for the next fork of %s: %v", parent.ID, h.agent.PreparedVMMs())
+		}
+		return name, pid
+	}
+
+	write("first")
+	if _, _, ok := h.agent.sandboxes.ForkPrepared(parent.ID); ok {
+		t.Fatalf("a VMM prepared for the fork of a sandbox never forked")
+	}
+	if _, err := h.agent.Fork(ctx, parent.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, pid := forkVMM()
+	if !jail.IsJailed(pid) {
+		t.Errorf("the VMM prepared for a fork (pid %d) is not jailed", pid)
+	}
+	write("second") // after the preparation: the next children must see it, memory and disk
+	kids, err := h.agent.Fork(ctx, parent.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kids[0].PID != pid {
+		t.Errorf("first child's VMM pid %d, want the prepared %d", kids[0].PID, pid)
+	}
+	for _, k := range kids {
+		if got := read(k.ID); got != "second\nsecond\n" {
+			t.Errorf("child %s (pid %d) reads %q, want the parent's at the fork: second, second", k.ID, k.PID, got)
+		}
+	}
+	// The prepared child's own snapshot is a diff against the fork's RAM file, as the spawned
+	// child's is (a VMM that did not map its base where the record says would take the full
+	// path: every page of its guest into the state).
+	var dirty []int64
+	for _, k := range kids {
+		sn, err := h.agent.SnapshotSandbox(ctx, k.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirty = append(dirty, sn.DirtyBytes)
+		h.agent.DeleteSnapshot(sn.ID)
+	}
+	t.Logf("copied by a snapshot of the prepared child %d MiB, of the spawned one %d MiB", dirty[0]>>20, dirty[1]>>20)
+	if dirty[0] > 2*dirty[1]+(16<<20) {
+		t.Errorf("snapshot of the prepared child copied %d bytes, of the spawned one %d: not a diff", dirty[0], dirty[1])
+	}
+	if _, err := h.agent.Hibernate(ctx, kids[0].ID); err != nil {
+		t.Fatalf("hibernate the prepared child: %v", err)
+	}
+	if _, err := h.agent.Wake(ctx, kids[0].ID); err != nil {
+		t.Fatalf("wake the prepared child: %v", err)
+	}
+	if got := read(kids[0].ID); got != "second\nsecond\n" {
+		t.Errorf("the prepared child after a wake reads %q", got)
+	}
+
+	// Killing the parent ends the VMM prepared for its next fork; nothing of it is left.
+	name, pid := forkVMM()
+	if err := h.agent.Kill(parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.agent.PreparedVMMs()[name]; ok {
+		t.Errorf("the VMM prepared for the fork of a killed sandbox is still listed")
+	}
+	if syscall.Kill(pid, 0) == nil {
+		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(st), "qemu") {
+			t.Errorf("the VMM prepared for the fork of a killed sandbox (pid %d) still runs", pid)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(h.agent.sandboxesDir(), name)); len(left) > 0 {
+		t.Errorf("files of the killed parent's prepared fork VMM left: %v", left)
+	}
+	dirs, _ := os.ReadDir(h.agent.snapshotsDir())
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(h.agent.snapshotsDir(), d.Name(), "snapshot.json")); err != nil {
+			t.Errorf("a snapshot directory without its record is left: %s", d.Name())
+		}
+	}
+}

@@ -252,6 +252,26 @@ func Clone(src, dst string) error {
 	return out.Close()
 }
 
+// CloneInto reflinks src over the whole of dst, made if missing: an existing dst keeps its inode,
+// so a process that has it open or mapped sees src's content (a VMM prepared before its memory
+// or disk was known). On an error dst is left as it is.
+func CloneInto(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlFileClone(int(out.Fd()), int(in.Fd())); err != nil {
+		out.Close()
+		return fmt.Errorf("reflink %s: %w", src, err)
+	}
+	return out.Close()
+}
+
 // SyncFile flushes the file at p to the disk (fsync).
 func SyncFile(p string) error {
 	f, err := os.Open(p)

@@ -32,6 +32,8 @@ type source struct {
 	// rec.BaseDir): the sandbox mounts a new volume made from each, in the same slot, already
 	// mounted in its guest.
 	volCopies []hostapi.SnapshotVolume
+	// prepared: the VMM prepared for a fork, taken by its first child (preparedfork.go).
+	prepared *preparedVMM
 }
 
 var idRE = regexp.MustCompile(`^sb_[a-z0-9]{1,60}$`)
@@ -187,6 +189,9 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	sb := &sandbox{dir: filepath.Join(m.layout.Sandboxes(), id), rec: rec, lastUsed: start}
 	refuse := func(err error) (hostapi.Sandbox, error) {
 		m.mu.Unlock()
+		if src.prepared != nil {
+			m.endPrepared(src.prepared)
+		}
 		dropVols()
 		return hostapi.Sandbox{}, err
 	}
@@ -208,7 +213,8 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 	timing.Mark(ctx, StepAdmit)
 
 	runDir := m.layout.RunDir(id)
-	var pre *preparedVMM // a create from a template (without volumes) takes its prepared VMM
+	pre := src.prepared // a fork's first child takes the VMM prepared for the fork
+	// A create from a template (without volumes) takes its prepared VMM.
 	if op == "create" && rec.SnapshotID == "" && rec.ForkOf == "" && len(src.volCopies) == 0 {
 		pre = m.takePrepared(&rec)
 		defer func() { m.createDone(rec.Template, pre) }()
@@ -224,7 +230,11 @@ func (m *Manager) launch(ctx context.Context, op, id string, src source) (hostap
 		return hostapi.Sandbox{}, err
 	}
 	disk := filepath.Join(sb.dir, "disk.img")
-	if pre != nil {
+	if pre != nil && src.prepared != nil {
+		if err := m.useForkPrepared(ctx, pre, &rec, sb.dir, src.diskSrc); err != nil {
+			return fail(err)
+		}
+	} else if pre != nil {
 		if err := m.usePrepared(ctx, pre, &rec, sb.dir); err != nil {
 			return fail(err)
 		}

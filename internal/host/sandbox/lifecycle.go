@@ -71,7 +71,7 @@ func (m *Manager) LazyMounts() map[string]bool {
 // SnapshotSandbox saves a running sandbox's memory and disk as a snapshot object. The sandbox is
 // paused only for the copy of what its guest wrote and keeps running after.
 func (m *Manager) SnapshotSandbox(ctx context.Context, id string) (hostapi.Snapshot, error) {
-	s, _, err := m.snapshot(ctx, id, snapKept, m.cfg.FullSnapshots)
+	s, _, err := m.snapshot(ctx, id, snapKept, m.cfg.FullSnapshots, nil)
 	return s.Snapshot, err
 }
 
@@ -79,7 +79,7 @@ func (m *Manager) SnapshotSandbox(ctx context.Context, id string) (hostapi.Snaps
 // once and it is deleted after, so, like a same-host fork's, it skips the guest's sync (the
 // memory and the disk are captured together while the VM is paused). Still published and listed.
 func (m *Manager) SnapshotForFork(ctx context.Context, id string) (hostapi.Snapshot, error) {
-	s, _, err := m.snapshot(ctx, id, snapForFork, m.cfg.FullSnapshots)
+	s, _, err := m.snapshot(ctx, id, snapForFork, m.cfg.FullSnapshots, nil)
 	return s.Snapshot, err
 }
 
@@ -94,13 +94,15 @@ const (
 
 // SnapshotSandboxFull is SnapshotSandbox on the full-RAM path (for comparisons).
 func (m *Manager) SnapshotSandboxFull(ctx context.Context, id string) (hostapi.Snapshot, error) {
-	s, _, err := m.snapshot(ctx, id, snapKept, true)
+	s, _, err := m.snapshot(ctx, id, snapKept, true, nil)
 	return s.Snapshot, err
 }
 
 // snapshot saves sandbox id as kind says. warm, when not nil, brings the pages the guest had read
 // into the snapshot's RAM file's page cache (runtime.SnapshotStats.Read): a caller that restores from it soon runs it.
-func (m *Manager) snapshot(ctx context.Context, id string, kind snapKind, full bool) (_ snapshot.Record, warm func() (int64, error), err error) {
+// pre, a VMM prepared for this fork (snapInternal only), names the snapshot and the directory
+// it is written in, in place: its RAM file, which pre's VMM maps, receives the memory.
+func (m *Manager) snapshot(ctx context.Context, id string, kind snapKind, full bool, pre *preparedVMM) (_ snapshot.Record, warm func() (int64, error), err error) {
 	internal := kind == snapInternal
 	sb, err := m.awake(ctx, id)
 	if err != nil {
@@ -141,10 +143,21 @@ func (m *Manager) snapshot(ctx context.Context, id string, kind snapKind, full b
 		Identity: rec.Identity, // the VMM that runs the sandbox, which writes the state
 		Env:      rec.Env, Egress: rec.Egress, EgressOpen: rec.EgressOpen},
 		Internal: internal}
-	tmp, err := m.snapshots.Begin(snap.ID)
-	defer os.RemoveAll(tmp) // nothing half-made is ever visible
-	if err != nil {
-		return snapshot.Record{}, nil, snapshotErr(id, err)
+	var tmp string
+	if pre != nil && internal {
+		snap.ID, tmp = pre.snapID, pre.snapDir
+		// In place: the directory is the snapshot's own, visible once its record is written.
+		defer func() {
+			if err != nil {
+				os.RemoveAll(tmp)
+			}
+		}()
+	} else {
+		tmp, err = m.snapshots.Begin(snap.ID)
+		defer os.RemoveAll(tmp) // nothing half-made is ever visible
+		if err != nil {
+			return snapshot.Record{}, nil, snapshotErr(id, err)
+		}
 	}
 	// A snapshot published at once (its volume copies with it; the volumes themselves stay on
 	// this host) is not flushed: the store's copy is the durable one (see publish).
@@ -183,7 +196,11 @@ func (m *Manager) snapshot(ctx context.Context, id string, kind snapKind, full b
 			return snapshot.Record{}, nil, snapshotErr(id, err)
 		}
 	}
-	if err := m.snapshots.Commit(tmp, &snap); err != nil {
+	commit := m.snapshots.Commit
+	if pre != nil && internal {
+		commit = m.snapshots.CommitInPlace
+	}
+	if err := commit(tmp, &snap); err != nil {
 		return snapshot.Record{}, nil, snapshotErr(id, err)
 	}
 	timing.Mark(ctx, StepSaveCommit)
@@ -238,13 +255,25 @@ func snapshotErr(id string, err error) error {
 // Fork makes count children of a running sandbox: each starts from the parent's exact memory and
 // files at one instant, then diverges. Children share unchanged memory pages (MAP_PRIVATE over
 // one RAM file) and disk blocks (reflinks). Either all children are made or none.
-func (m *Manager) Fork(ctx context.Context, id string, count int) ([]hostapi.Sandbox, error) {
+func (m *Manager) Fork(ctx context.Context, id string, count int) (_ []hostapi.Sandbox, err error) {
 	if count < 1 || count > MaxForkCount {
 		return nil, errdefs.Invalidf("count must be 1-%d", MaxForkCount)
 	}
 	sctx := timing.With(ctx, timing.NewTrace())
-	snap, warm, err := m.snapshot(sctx, id, snapInternal, m.cfg.FullSnapshots)
+	// The VMM prepared for this parent's fork, if any: the snapshot is written where it maps its
+	// memory, and it becomes the first child's (preparedfork.go).
+	var pre *preparedVMM
+	if sb, err := m.get(id); err == nil {
+		if rec, _ := sb.current(); rec.State == StateRunning {
+			pre = m.takeForkPrepared(id, &rec, filepath.Join(sb.dir, "disk.img"))
+		}
+	}
+	defer func() { m.forkDone(id, pre, err == nil) }()
+	snap, warm, err := m.snapshot(sctx, id, snapInternal, m.cfg.FullSnapshots, pre)
 	if err != nil {
+		if pre != nil {
+			m.endPrepared(pre)
+		}
 		return nil, err
 	}
 	if warm != nil {
@@ -284,6 +313,9 @@ func (m *Manager) Fork(ctx context.Context, id string, count int) ([]hostapi.San
 				MemoryMiB: snap.MemoryMiB, BaseDir: snap.Dir, ForkOf: id, Env: env,
 				Egress: egress, EgressOpen: open, NIC: snap.NIC, VolumeSlots: snap.VolumeSlots, Identity: snap.Identity},
 				diskSrc: snap.File("disk.img"), volCopies: snap.Volumes}
+			if i == 0 {
+				src.prepared = pre
+			}
 			// Each child its own trace: they restore side by side.
 			children[i], errs[i] = m.launch(timing.With(ctx, timing.NewTrace()), "fork", layout.NewID("sb_"), src)
 		}()
@@ -335,6 +367,7 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 	if err != nil {
 		return hostapi.Sandbox{}, err
 	}
+	m.DropForkPrepared(id) // its memory and slot are freed with the VM's
 	sb.op.Lock()
 	defer sb.op.Unlock()
 	rec, c := sb.current()

@@ -6,7 +6,8 @@
 //
 // Files: create.go (Create: template or snapshot, admission, launch), restore.go (restoreVM: where
 // every sandbox VM is restored — create, fork, wake), prepared.go (a VMM started per template
-// before its next create, which then only loads its state), sandbox.go (records, states, adopt, get,
+// before its next create, which then only loads its state), preparedfork.go (one per sandbox
+// forked from last, for its next fork's first child), sandbox.go (records, states, adopt, get,
 // list, kill), guest.go (exec and file calls, WithGuest, Reach), lifecycle.go (snapshot, fork,
 // hibernate, wake, idle), memory.go, network.go, uids.go, volumes.go (which sandbox holds which
 // volume), bare.go (the benchmarks' baseline restore).

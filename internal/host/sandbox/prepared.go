@@ -39,6 +39,7 @@ const StepPrepared = "prepared"
 // preparedVMM is one VMM waiting for a create of its template.
 type preparedVMM struct {
 	name     string // prep-<hex>
+	key      string // its place in the pool: the template's name, or forkKey(parent)
 	template string
 	dir      string // the template's bake it was prepared from
 	shape    shape
@@ -46,6 +47,10 @@ type preparedVMM struct {
 	slot     *network.Slot // nil without a NIC
 	files    string        // disk.img and the placeholders
 	expiry   *time.Timer   // ends it when no create took it for the pool's idle (nil: never)
+	// A fork's (preparedfork.go): the snapshot directory made for the fork, whose RAM file the
+	// VMM maps; the VMM's until a fork takes it, then the fork's snapshot's.
+	snapID, snapDir string
+	snapHeld        bool // the directory is still the VMM's: it goes with it
 }
 
 // shape is what a prepared VMM must match in a create's record to be taken.
@@ -64,10 +69,11 @@ type preparedPool struct {
 	idle time.Duration // a VMM no create took for this long is ended (0: never)
 
 	mu      sync.Mutex
-	ready   map[string]*preparedVMM  // by template
-	filling map[string]chan struct{} // by template: a preparation in flight, closed when done
-	taken   map[string]*preparedVMM  // by name: taken by a create still in flight
+	ready   map[string]*preparedVMM  // by key (a template's name, or forkKey(parent))
+	filling map[string]chan struct{} // by key: a preparation in flight, closed when done
+	taken   map[string]*preparedVMM  // by name: taken by a create or fork still in flight
 	recent  []string                 // templates by their last create, the latest last
+	forked  []string                 // forkKey(parent) by their last fork, the latest last
 	closed  bool
 	counts  struct{ made, used, expired int64 } // for tests and diagnostics
 }
@@ -110,6 +116,13 @@ func (m *Manager) takePrepared(rec *record) *preparedVMM {
 // the template's next VMM, in the background: at most PreparedTemplates templates are kept
 // prepared, those created from last.
 func (m *Manager) createDone(template string, taken *preparedVMM) {
+	m.refill(template, &m.prep.recent, taken, func() (*preparedVMM, error) { return m.prepare(template) })
+}
+
+// refill ends the use of taken (or nil) and prepares the next VMM under key, in the background,
+// moving key to the end of recent (the create's or the fork's list): at most PreparedTemplates
+// keys of each list are kept prepared, those used last.
+func (m *Manager) refill(key string, recent *[]string, taken *preparedVMM, prepare func() (*preparedVMM, error)) {
 	p := m.prep
 	if p.max <= 0 {
 		return
@@ -122,28 +135,28 @@ func (m *Manager) createDone(template string, taken *preparedVMM) {
 	if p.closed {
 		return
 	}
-	p.recent = append(slices.DeleteFunc(p.recent, func(t string) bool { return t == template }), template)
-	for len(p.recent) > p.max {
-		old := p.recent[0]
-		p.recent = p.recent[1:]
+	*recent = append(slices.DeleteFunc(*recent, func(k string) bool { return k == key }), key)
+	for len(*recent) > p.max {
+		old := (*recent)[0]
+		*recent = (*recent)[1:]
 		if pv := p.ready[old]; pv != nil {
 			delete(p.ready, old)
 			go m.endPrepared(pv)
 		}
 	}
-	if p.ready[template] != nil || p.filling[template] != nil {
+	if p.ready[key] != nil || p.filling[key] != nil {
 		return
 	}
 	done := make(chan struct{})
-	p.filling[template] = done
+	p.filling[key] = done
 	go func() {
 		defer close(done)
-		pv, err := m.prepare(template)
+		pv, err := prepare()
 		p.mu.Lock()
-		delete(p.filling, template)
-		wanted := err == nil && !p.closed && slices.Contains(p.recent, template) && p.ready[template] == nil
+		delete(p.filling, key)
+		wanted := err == nil && !p.closed && slices.Contains(*recent, key) && p.ready[key] == nil
 		if wanted {
-			p.ready[template] = pv
+			p.ready[key] = pv
 			p.counts.made++
 			if p.idle > 0 {
 				pv.expiry = time.AfterFunc(p.idle, func() { m.expirePrepared(pv) })
@@ -151,7 +164,7 @@ func (m *Manager) createDone(template string, taken *preparedVMM) {
 		}
 		p.mu.Unlock()
 		if err != nil {
-			m.log.Warn("could not prepare a VMM for the next create", "template", template, "err", err)
+			m.log.Warn("could not prepare a VMM", "for", key, "err", err)
 		} else if !wanted {
 			m.endPrepared(pv)
 		}
@@ -171,7 +184,7 @@ func (m *Manager) prepare(template string) (_ *preparedVMM, err error) {
 	}
 	rec := record{Template: tmpl.Name, TemplateDir: tmpl.Dir, VCPUs: tmpl.VCPUs, MemoryMiB: tmpl.MemoryMiB, NIC: tmpl.NIC,
 		VolumeSlots: tmpl.VolumeSlots}
-	pv := &preparedVMM{name: layout.NewID(PreparedPrefix), template: tmpl.Name, dir: tmpl.Dir, shape: shapeOf(&rec)}
+	pv := &preparedVMM{name: layout.NewID(PreparedPrefix), key: tmpl.Name, template: tmpl.Name, dir: tmpl.Dir, shape: shapeOf(&rec)}
 	pv.files = filepath.Join(m.layout.Sandboxes(), pv.name)
 	defer func() {
 		if err != nil {
@@ -213,14 +226,14 @@ func (m *Manager) prepare(template string) (_ *preparedVMM, err error) {
 func (m *Manager) expirePrepared(pv *preparedVMM) {
 	p := m.prep
 	p.mu.Lock()
-	mine := p.ready[pv.template] == pv
+	mine := p.ready[pv.key] == pv
 	if mine {
-		delete(p.ready, pv.template)
+		delete(p.ready, pv.key)
 		p.counts.expired++
 	}
 	p.mu.Unlock()
 	if mine {
-		m.log.Debug("prepared VMM idle too long, ended", "name", pv.name, "template", pv.template, "idle", p.idle)
+		m.log.Debug("prepared VMM idle too long, ended", "name", pv.name, "for", pv.key, "idle", p.idle)
 		m.endPrepared(pv)
 	}
 }
@@ -243,6 +256,9 @@ func (m *Manager) endPrepared(pv *preparedVMM) {
 		}
 	}
 	os.RemoveAll(pv.files)
+	if pv.snapHeld { // a fork's that no fork took
+		os.RemoveAll(pv.snapDir)
+	}
 	m.releaseUID(pv.name)
 }
 
@@ -342,7 +358,7 @@ func (m *Manager) PreparedExpired() int64 {
 	return m.prep.counts.expired
 }
 
-// WaitPrepared waits until template has a prepared VMM or none is being prepared (the bench
+// WaitPrepared waits until the VMM under key (a template's name) is prepared or none is being prepared (the bench
 // keeps a preparation out of the next measurement).
 func (m *Manager) WaitPrepared(ctx context.Context, template string) error {
 	m.prep.mu.Lock()

@@ -261,6 +261,7 @@ func (m *Manager) Kill(id string) error {
 	if sb == nil {
 		return nil
 	}
+	m.DropForkPrepared(id)
 	sb.op.Lock()
 	defer sb.op.Unlock()
 	sb.mu.Lock()

@@ -194,6 +194,28 @@ func (s *Store) Begin(id string) (tmp string, err error) {
 	return tmp, os.MkdirAll(tmp, 0o700)
 }
 
+// BeginInPlace makes the directory of a snapshot written where it stays: a fork's, whose RAM file
+// a VMM prepared for the fork maps before the save (a jailed VMM keeps seeing a mapped file at
+// the path it had, so that must be the snapshot's own). It is invisible until CommitInPlace
+// writes its record; one left without a record is swept at the agent's next start.
+func (s *Store) BeginInPlace(id string) (dir string, err error) {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return "", err
+	}
+	dir = filepath.Join(s.dir, id)
+	return dir, os.Mkdir(dir, 0o700)
+}
+
+// CommitInPlace writes r's record into dir (BeginInPlace's): the snapshot is then visible.
+func (s *Store) CommitInPlace(dir string, r *Record) error {
+	r.SizeBytes = layout.DirSize(dir)
+	if err := layout.WriteJSON(filepath.Join(dir, "snapshot.json"), r); err != nil {
+		return err
+	}
+	r.Dir = dir
+	return nil
+}
+
 // Commit writes r's record into tmp and publishes the snapshot whole; r.Dir is then its home.
 func (s *Store) Commit(tmp string, r *Record) error {
 	r.SizeBytes = layout.DirSize(tmp)

@@ -273,7 +273,8 @@ func diffRAM(pid int, baseRAM, newRAM string) (dirty int64, read, written []stor
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	if err := storage.Clone(baseRAM, newRAM); err != nil {
+	// Into: newRAM may exist already, empty, mapped by a VMM prepared for a fork's child.
+	if err := storage.CloneInto(baseRAM, newRAM); err != nil {
 		return 0, nil, nil, err
 	}
 	out, err := os.OpenFile(newRAM, os.O_WRONLY, 0)
