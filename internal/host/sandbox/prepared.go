@@ -198,27 +198,34 @@ func (m *Manager) prepare(template string) (_ *preparedVMM, err error) {
 	if err := storage.Clone(filepath.Join(tmpl.Dir, "disk.img"), disk); err != nil {
 		return nil, err
 	}
+	return pv, m.startPrepared(ctx, pv, &rec, disk, snapIn(tmpl.Dir).RAMFile)
+}
+
+// startPrepared starts pv's VMM for a sandbox like rec on disk (in pv.files) and the RAM file ram:
+// its uid, volume-slot placeholders and a network slot that lets nothing out, then QEMU confined
+// with -incoming defer. The caller ends pv on an error.
+func (m *Manager) startPrepared(ctx context.Context, pv *preparedVMM, rec *record, disk, ram string) (err error) {
 	spec := rec.spec(disk)
 	if spec.UID, err = m.uidFor(pv.name); err != nil {
-		return nil, err
+		return err
 	}
-	if spec.Drives, err = m.drives(&rec, pv.files); err != nil {
-		return nil, err
+	if spec.Drives, err = m.drives(rec, pv.files); err != nil {
+		return err
 	}
 	if rec.NIC {
 		if m.net == nil {
-			return nil, fmt.Errorf("template %s was baked with a network device, but networking is off on this host", template)
+			return fmt.Errorf("template %s has a network device, but networking is off on this host", rec.Template)
 		}
 		if pv.slot, err = m.net.Acquire(ctx, network.Policy{}); err != nil {
-			return nil, fmt.Errorf("network slot: %w", err)
+			return fmt.Errorf("network slot: %w", err)
 		}
 		if spec.Tap, err = pv.slot.OpenTap(); err != nil {
-			return nil, err
+			return err
 		}
 		defer spec.Tap.Close() // the VMM holds its own copy
 	}
-	pv.vm, err = m.rt.Prepare(ctx, m.layout.RunDir(pv.name), spec, snapIn(tmpl.Dir).RAMFile)
-	return pv, err
+	pv.vm, err = m.rt.Prepare(ctx, m.layout.RunDir(pv.name), spec, ram)
+	return err
 }
 
 // expirePrepared ends pv if it is still waiting for a create (its idle time ran out). The
@@ -314,15 +321,19 @@ func (m *Manager) closePrepared() {
 
 // DropPrepared ends template's prepared VMM, waiting for one being prepared, and prepares no
 // other until the template is created from again (bake.VMs: the template is being deleted).
-func (m *Manager) DropPrepared(template string) {
+func (m *Manager) DropPrepared(template string) { m.drop(template, &m.prep.recent) }
+
+// drop ends the VMM prepared under key, waiting for one being prepared, and takes key out of
+// recent (the create's or the fork's list), so none is prepared until it is used again.
+func (m *Manager) drop(key string, recent *[]string) {
 	p := m.prep
 	p.mu.Lock()
-	p.recent = slices.DeleteFunc(p.recent, func(t string) bool { return t == template })
-	pv, fill := p.ready[template], p.filling[template]
-	delete(p.ready, template)
+	*recent = slices.DeleteFunc(*recent, func(k string) bool { return k == key })
+	pv, fill := p.ready[key], p.filling[key]
+	delete(p.ready, key)
 	p.mu.Unlock()
 	if fill != nil {
-		<-fill // it finds the template no longer wanted and ends its VMM
+		<-fill // it finds the key no longer wanted and ends its VMM
 	}
 	if pv != nil {
 		m.endPrepared(pv)

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/pandastack/pandastack/internal/host/layout"
 	"github.com/pandastack/pandastack/internal/host/snapshot"
-	"github.com/pandastack/pandastack/internal/network"
 	"github.com/pandastack/pandastack/internal/storage"
 )
 
@@ -123,46 +121,12 @@ func (m *Manager) prepareFork(parent string) (_ *preparedVMM, err error) {
 	if err := sparseFile(disk, parentDisk.Size()); err != nil {
 		return nil, err
 	}
-	spec := rec.spec(disk)
-	if spec.UID, err = m.uidFor(pv.name); err != nil {
-		return nil, err
-	}
-	if spec.Drives, err = m.drives(&rec, pv.files); err != nil {
-		return nil, err
-	}
-	if rec.NIC {
-		if m.net == nil {
-			return nil, fmt.Errorf("sandbox %s has a network device, but networking is off on this host", parent)
-		}
-		if pv.slot, err = m.net.Acquire(ctx, network.Policy{}); err != nil {
-			return nil, fmt.Errorf("network slot: %w", err)
-		}
-		if spec.Tap, err = pv.slot.OpenTap(); err != nil {
-			return nil, err
-		}
-		defer spec.Tap.Close() // the VMM holds its own copy
-	}
-	pv.vm, err = m.rt.Prepare(ctx, m.layout.RunDir(pv.name), spec, ram)
-	return pv, err
+	return pv, m.startPrepared(ctx, pv, &rec, disk, ram)
 }
 
 // DropForkPrepared ends the VMM prepared for parent's next fork, if any, waiting for one being
 // prepared (the parent is killed or hibernated).
-func (m *Manager) DropForkPrepared(parent string) {
-	p := m.prep
-	p.mu.Lock()
-	key := forkKey(parent)
-	p.forked = slices.DeleteFunc(p.forked, func(k string) bool { return k == key })
-	pv, fill := p.ready[key], p.filling[key]
-	delete(p.ready, key)
-	p.mu.Unlock()
-	if fill != nil {
-		<-fill // it finds the parent no longer wanted and ends its VMM
-	}
-	if pv != nil {
-		m.endPrepared(pv)
-	}
-}
+func (m *Manager) DropForkPrepared(parent string) { m.drop(forkKey(parent), &m.prep.forked) }
 
 // sparseFile makes an empty file of size bytes (no blocks).
 func sparseFile(path string, size int64) error {
