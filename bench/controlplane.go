@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -77,6 +78,9 @@ func startCluster(guestAgent, imageCache, cidr string, serverArgs ...string) (cl
 		"--network-cidr", cidr, "--log-level", serverLogLevel}
 	if imageCache != "" {
 		agentArgs = append(agentArgs, "--image-cache", imageCache)
+	}
+	if diskReserveMiB > 0 {
+		agentArgs = append(agentArgs, "--disk-reserve-mib", strconv.FormatInt(diskReserveMiB, 10))
 	}
 	agent := exec.Command(bin, agentArgs...)
 	server := exec.Command(bin, append([]string{"server", "--addr", serverAddr, "--database-url", filepath.Join(dir, "state.db"),

@@ -41,6 +41,7 @@ func main() {
 	flag.StringVar(&functionsBefore, "functions-before", "", "suite functions: a directory with an earlier pandastack and pandastack-guest whose invocations and creates run interleaved with this build's")
 	flag.StringVar(&guestCAFile, "guest-ca-file", "", "suite appsnext: a PEM file of CA certificates the server gives the guests (a TLS-inspecting proxy's, for npm)")
 	flag.StringVar(&serverLogLevel, "server-log-level", "info", "the log level of the servers the controlplane-style suites start (debug shows per-invocation timings)")
+	flag.Int64Var(&diskReserveMiB, "disk-reserve-mib", 0, "what the bench's host agents keep free on their disk (0: the agent's default, up to 4 GiB)")
 	smoke := flag.Bool("smoke", false, "check that every suite still runs: 2 samples of everything, figures not judged, no results file unless -out is given")
 	cpuProfile := flag.String("cpuprofile", "", "write the bench process's CPU profile here (its agents run in it: where a host's own time goes, e.g. a publish)")
 	flag.Parse()
@@ -83,6 +84,9 @@ var guestBefore, cpuModel, guestCAFile string
 
 // pitrMiB is suite pitr's database size (flag).
 var pitrMiB int
+
+// diskReserveMiB is what every agent of the bench keeps free on its disk (flag; 0: the default).
+var diskReserveMiB int64
 
 // Suite functions' drift measurement, and the started servers' log level (flags).
 var (

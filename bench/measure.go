@@ -85,7 +85,8 @@ func progress(s string) { fmt.Println("  " + s) }
 // no log, VMMs prepared as the agent command's default.
 func (b *bench) agentConfig(dataDir string) hostagent.Config {
 	return hostagent.Config{DataDir: dataDir, GuestAgent: b.guestAgent, ImageCacheDir: b.imageCache,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PreparedTemplates: hostagent.DefaultPreparedTemplates}
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PreparedTemplates: hostagent.DefaultPreparedTemplates,
+		DiskReserveMiB: diskReserveMiB}
 }
 
 // newAgent starts an extra agent in its own data dir (name, under the bench's), configured by set,

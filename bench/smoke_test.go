@@ -31,6 +31,7 @@ func TestBenchSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
+	diskReserveMiB = testenv.DiskReserveMiB
 	if err := run("", dir, guest, testenv.ImageCache(), defaultSuites, 2, 2); err != nil {
 		t.Fatal(err)
 	}

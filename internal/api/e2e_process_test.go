@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/client"
-	"github.com/pandastack/pandastack/internal/hostagent"
 	"github.com/pandastack/pandastack/internal/scheduler"
 	"github.com/pandastack/pandastack/internal/testenv"
 	v1 "github.com/pandastack/pandastack/internal/wire/v1"
@@ -77,10 +76,6 @@ func guestPids(t *testing.T, ctx context.Context, c *client.Client, id string, p
 	return strings.TrimSpace(r.Stdout)
 }
 
-// smallDiskReserve lets a host agent of these tests start on a crowded disk: they run a sandbox or
-// two and measure nothing about disk admission (the default keeps 4 GiB free).
-func smallDiskReserve(c *hostagent.Config) { c.DiskReserveMiB = 512 }
-
 // e2eSandbox is a parallel VM test's setup: a host, a control plane over it, an admin client and
 // one base sandbox created with env.
 func e2eSandbox(t *testing.T, env map[string]string) (context.Context, *e2eCP, *client.Client, client.Sandbox) {
@@ -88,7 +83,7 @@ func e2eSandbox(t *testing.T, env map[string]string) (context.Context, *e2eCP, *
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)
-	host := startVMHostWith(t, smallDiskReserve)
+	host := startVMHost(t)
 	cp := startCP(t, filepath.Join(t.TempDir(), "state.db"), scheduler.Config{}, Config{}, host)
 	c := cp.client(cp.admin)
 	sb, err := c.CreateSandbox(ctx, client.CreateRequest{Template: "base", TTLSeconds: 1800, Env: env})

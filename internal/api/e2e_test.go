@@ -47,7 +47,7 @@ func startVMHostWith(t *testing.T, tune func(*hostagent.Config)) *vmHost {
 	}
 	h := &vmHost{t: t, dir: dir, token: "e2e-agent-token"}
 	cfg := hostagent.Config{DataDir: dir, Token: h.token, Logger: quietLogger(),
-		GuestAgent: testenv.GuestAgent(t), ImageCacheDir: testenv.ImageCache()}
+		GuestAgent: testenv.GuestAgent(t), ImageCacheDir: testenv.ImageCache(), DiskReserveMiB: testenv.DiskReserveMiB}
 	if tune != nil {
 		tune(&cfg)
 	}

@@ -197,7 +197,10 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	fitReserve := cfg.DiskReserveMiB
 	if fitReserve <= 0 {
-		fitReserve = disk.DefaultReserveMiB
+		// The reserve the pool will get (below), from the size asked for: a small pool on a
+		// crowded disk is not refused for a reserve sized for a large one.
+		poolGiB := cmp.Or(max(cfg.PoolGiB, 0), storage.DefaultPoolGiB)
+		fitReserve = min(disk.DefaultReserveMiB, int64(poolGiB)<<10/16)
 	}
 	pool, err := storage.Open(cfg.DataDir, cfg.PoolGiB, fitReserve<<20)
 	if err != nil {

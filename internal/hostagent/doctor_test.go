@@ -112,7 +112,7 @@ func TestDoctor(t *testing.T) {
 // create that never came with its files.
 func TestStartReclaims(t *testing.T) {
 	nettest.NeedRoot(t)
-	h := newHarness(t, func(c *Config) { c.DiskReserveMiB = 512 }) // a crowded disk is fine: no VM runs
+	h := newHarness(t)
 	a := h.agent
 	fake := filepath.Join(t.TempDir(), "qemu-system-reclaim")
 	if data, err := os.ReadFile("/bin/sleep"); err != nil || os.WriteFile(fake, data, 0o755) != nil {

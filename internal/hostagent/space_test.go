@@ -178,3 +178,16 @@ func TestSnapshotPurposeChecked(t *testing.T) {
 		t.Fatalf("fork snapshot of a missing sandbox: %d %s", code, body)
 	}
 }
+
+// With no --disk-reserve-mib, a small pool on a small disk is made: the reserve is a sixteenth of
+// the pool asked for (128 MiB for 2 GiB), not the 4 GiB a default 64 GiB pool keeps — the rule
+// the agent applies once the pool exists, so its start and its admission agree.
+func TestDefaultReserveFollowsPool(t *testing.T) {
+	a, _ := smallDiskAgent(t, 3072, func(c *Config) { c.PoolGiB = 2 })
+	if a.cfg.DiskReserveMiB < 64 || a.cfg.DiskReserveMiB > 128 {
+		t.Fatalf("a 2 GiB pool keeps %d MiB free, want a sixteenth of it", a.cfg.DiskReserveMiB)
+	}
+	if sp, err := a.pool.Space(); err != nil || sp.Total>>20 < 1900 {
+		t.Fatalf("pool of %d MiB (%v), want the 2 GiB asked for", sp.Total>>20, err)
+	}
+}

@@ -61,6 +61,7 @@ func (h *harness) start() {
 	cfg := Config{
 		DataDir: h.dir, GuestAgent: testenv.GuestAgent(h.t), ImageCacheDir: testenv.ImageCache(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Token: "test-token",
+		DiskReserveMiB: testenv.DiskReserveMiB,
 	}
 	if h.tune != nil {
 		h.tune(&cfg)

@@ -37,6 +37,9 @@ const poolImage = "pool.xfs"
 // MinPoolBytes is the smallest loop pool Open makes (XFS itself needs 300 MB).
 const MinPoolBytes = 1 << 30
 
+// DefaultPoolGiB is a new loop pool's size when none is asked for (sparse).
+const DefaultPoolGiB = 64
+
 // Open returns a reflink-capable pool under dataDir, creating the loop-mounted XFS image of
 // sizeGiB (sparse) when dataDir itself cannot reflink. The image is never made larger than its
 // disk can hold beyond reserve bytes: a sparse pool bigger than its disk would, once written,
@@ -63,7 +66,7 @@ func Open(dataDir string, sizeGiB int, reserve int64) (*Pool, error) {
 	p := &Pool{Dir: dir, Loop: true, Image: img}
 	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
 		if sizeGiB <= 0 {
-			sizeGiB = 64
+			sizeGiB = DefaultPoolGiB
 		}
 		size, err := p.fitSize(int64(sizeGiB)<<30, reserve)
 		if err != nil {

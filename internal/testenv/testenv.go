@@ -96,3 +96,7 @@ func RunMain(m *testing.M) int {
 	}
 	return code
 }
+
+// DiskReserveMiB is what a test's host agent keeps free on its disk. A test writes little and
+// removes it; the agent's default (up to 4 GiB) would refuse to start on a crowded CI disk.
+const DiskReserveMiB = 512

@@ -21,7 +21,7 @@ func TestContractHostAgent(t *testing.T) {
 	const token = "contract-token"
 	a, err := hostagent.New(context.Background(), hostagent.Config{DataDir: testenv.DataDir(t), Token: token,
 		GuestAgent: testenv.GuestAgent(t), ImageCacheDir: testenv.ImageCache(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		PreparedTemplates: hostagent.DefaultPreparedTemplates})
+		PreparedTemplates: hostagent.DefaultPreparedTemplates, DiskReserveMiB: testenv.DiskReserveMiB})
 	if err != nil {
 		t.Fatalf("host agent: %v", err)
 	}
