@@ -412,6 +412,12 @@ func (a *Agent) WaitForkPrepared(ctx context.Context, parent string) error {
 	return a.sandboxes.WaitForkPrepared(ctx, parent)
 }
 
+// WaitWakePrepared waits until hibernated sandbox id's next wake has a prepared VMM or none is
+// being prepared.
+func (a *Agent) WaitWakePrepared(ctx context.Context, id string) error {
+	return a.sandboxes.WaitWakePrepared(ctx, id)
+}
+
 // PreparedVMMs are the VMMs prepared for the next creates (name → pid), waiting or taken by a
 // create in flight.
 func (a *Agent) PreparedVMMs() map[string]int { return a.sandboxes.PreparedVMMs() }

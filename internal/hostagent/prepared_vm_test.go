@@ -346,3 +346,88 @@ func TestPreparedFork(t *testing.T) {
 		}
 	}
 }
+
+// TestPreparedWake: a hibernated sandbox gets a VMM prepared for its next wake (jailed, mapping
+// the hibernation's RAM file), and the wake takes it: the woken VMM is the prepared one and the
+// guest has the memory and files of the hibernation; its next hibernation (a diff against that
+// RAM file) and wake do the same. With one sandbox kept prepared, a second hibernation ends the
+// first one's VMM, whose wake then spawns its own; killing a hibernated sandbox ends its
+// prepared VMM.
+func TestPreparedWake(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.PreparedTemplates = 1 })
+	if !h.agent.confined {
+		t.Skip("an unconfined agent prepares no VMM (confinement needs root)")
+	}
+	ctx := context.Background()
+	write := func(id, what string) {
+		t.Helper()
+		if r := h.exec(id, map[string]any{"cmd": "echo " + what + " > /dev/shm/mem; echo " + what + " > /root/disk", "user": "root"}); r.ExitCode != 0 {
+			t.Fatalf("write in %s: %+v", id, r)
+		}
+	}
+	read := func(id string) string {
+		t.Helper()
+		return h.exec(id, map[string]any{"cmd": "cat /dev/shm/mem /root/disk", "user": "root"}).Stdout
+	}
+	hibernate := func(id string) (name string, pid int) {
+		t.Helper()
+		if _, err := h.agent.Hibernate(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.agent.WaitWakePrepared(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		name, pid, ok := h.agent.sandboxes.WakePrepared(id)
+		if !ok {
+			t.Fatalf("no VMM prepared for the wake of %s: %v", id, h.agent.PreparedVMMs())
+		}
+		return name, pid
+	}
+	gone := func(name string, pid int, what string) {
+		t.Helper()
+		if _, ok := h.agent.PreparedVMMs()[name]; ok {
+			t.Errorf("%s: the prepared VMM %s is still listed", what, name)
+		}
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(st), "qemu") {
+			t.Errorf("%s: the prepared VMM (pid %d) still runs", what, pid)
+		}
+	}
+
+	a := h.create()
+	for _, what := range []string{"first", "second"} {
+		write(a.ID, what)
+		_, pid := hibernate(a.ID)
+		if !jail.IsJailed(pid) {
+			t.Errorf("the VMM prepared for a wake (pid %d) is not jailed", pid)
+		}
+		woken, err := h.agent.Wake(ctx, a.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if woken.PID != pid {
+			t.Errorf("woken VMM pid %d, want the prepared %d", woken.PID, pid)
+		}
+		if got := read(a.ID); got != what+"\n"+what+"\n" {
+			t.Errorf("after wake %s reads %q, want %s twice", a.ID, got, what)
+		}
+	}
+
+	// One sandbox kept prepared: b's hibernation ends a's prepared VMM; a's wake spawns.
+	nameA, pidA := hibernate(a.ID)
+	b := h.create()
+	write(b.ID, "b")
+	nameB, pidB := hibernate(b.ID)
+	gone(nameA, pidA, "a hibernated before the last one")
+	woken, err := h.agent.Wake(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(a.ID); woken.PID == pidA || got != "second\nsecond\n" {
+		t.Errorf("a woken with a spawned VMM: pid %d (the ended prepared one was %d), reads %q", woken.PID, pidA, got)
+	}
+	if err := h.agent.Kill(b.ID); err != nil {
+		t.Fatal(err)
+	}
+	gone(nameB, pidB, "a killed hibernated sandbox")
+}

@@ -361,8 +361,15 @@ func (m *Manager) prepareSave(ctx context.Context, sb *sandbox, c *guest.Client,
 }
 
 // Hibernate saves a running sandbox's memory next to its disk and ends its VMM: it then costs
-// disk, not RAM or CPU. The next call wakes it.
+// disk, not RAM or CPU. The next call wakes it, with a VMM prepared for it meanwhile
+// (preparedwake.go).
 func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, error) {
+	return m.hibernate(ctx, id, true)
+}
+
+// hibernate is Hibernate; prepareWake false (a hibernation that frees memory) prepares no VMM
+// for the wake.
+func (m *Manager) hibernate(ctx context.Context, id string, prepareWake bool) (hostapi.Sandbox, error) {
 	sb, err := m.get(id)
 	if err != nil {
 		return hostapi.Sandbox{}, err
@@ -438,6 +445,9 @@ func (m *Manager) Hibernate(ctx context.Context, id string) (hostapi.Sandbox, er
 	m.snapshots.GC()
 	if err == nil {
 		m.publishHibernated(ctx, sb)
+		if prepareWake && len(rec.Volumes) == 0 {
+			m.hibernated(id)
+		}
 	}
 	return sb.info(), err
 }
@@ -491,7 +501,12 @@ func (m *Manager) awake(ctx context.Context, id string) (*sandbox, error) {
 	defer release() // once running, the sandbox counts itself
 	start := time.Now()
 	ctx = timing.With(ctx, timing.NewTrace())
-	vm, client, slot, err := m.restoreVM(ctx, &rec, m.layout.RunDir(id), filepath.Join(sb.dir, "disk.img"), nil)
+	pre, err := m.takeWakePrepared(ctx, &rec)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s was not woken (it stays hibernated): %w", id, err)
+	}
+	vm, client, slot, err := m.restoreVM(ctx, &rec, m.layout.RunDir(id), filepath.Join(sb.dir, "disk.img"), pre)
+	m.wakeDone(id, pre)
 	if err != nil {
 		sb.mu.Lock()
 		sb.rec.State = StateError

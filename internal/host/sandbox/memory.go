@@ -179,7 +179,7 @@ func (m *Manager) relieve(ctx context.Context) bool {
 			return false
 		}
 		tried[id] = true
-		if _, err := m.Hibernate(ctx, id); err != nil {
+		if _, err := m.hibernate(ctx, id, false); err != nil {
 			m.log.Warn("memory pressure: hibernation failed", "sandbox", id, "err", err)
 			continue
 		}
@@ -263,7 +263,7 @@ func (m *Manager) admitWake(ctx context.Context, id string, memMiB int) (release
 			return nil, err
 		}
 		skip[victim] = true
-		if _, herr := m.Hibernate(ctx, victim); herr != nil {
+		if _, herr := m.hibernate(ctx, victim, false); herr != nil {
 			m.log.Warn("hibernation to make room for a wake failed", "sandbox", victim, "err", herr)
 			continue
 		}

@@ -39,13 +39,13 @@ const StepPrepared = "prepared"
 // preparedVMM is one VMM waiting for a create of its template.
 type preparedVMM struct {
 	name     string // prep-<hex>
-	key      string // its place in the pool: the template's name, or forkKey(parent)
+	key      string // its place in the pool: the template's name, forkKey(parent) or wakeKey(id)
 	template string
 	dir      string // the template's bake it was prepared from
 	shape    shape
 	vm       *runtime.VM
 	slot     *network.Slot // nil without a NIC
-	files    string        // disk.img and the placeholders
+	files    string        // disk.img and the placeholders ("": a wake's, which uses the sandbox's)
 	expiry   *time.Timer   // ends it when no create took it for the pool's idle (nil: never)
 	// A fork's (preparedfork.go): the snapshot directory made for the fork, whose RAM file the
 	// VMM maps; the VMM's until a fork takes it, then the fork's snapshot's.
@@ -71,16 +71,18 @@ type preparedPool struct {
 	mu      sync.Mutex
 	ready   map[string]*preparedVMM  // by key (a template's name, or forkKey(parent))
 	filling map[string]chan struct{} // by key: a preparation in flight, closed when done
+	ending  map[string]chan struct{} // by key: a VMM being ended, closed when it has (retire)
 	taken   map[string]*preparedVMM  // by name: taken by a create or fork still in flight
 	recent  []string                 // templates by their last create, the latest last
 	forked  []string                 // forkKey(parent) by their last fork, the latest last
+	slept   []string                 // wakeKey(id) by their last hibernation, the latest last
 	closed  bool
 	counts  struct{ made, used, expired int64 } // for tests and diagnostics
 }
 
 func newPreparedPool(max int, idle time.Duration) *preparedPool {
 	return &preparedPool{max: max, idle: idle, ready: map[string]*preparedVMM{}, filling: map[string]chan struct{}{},
-		taken: map[string]*preparedVMM{}}
+		ending: map[string]chan struct{}{}, taken: map[string]*preparedVMM{}}
 }
 
 // takePrepared hands a create from a template (rec: its record so far) the template's prepared
@@ -102,8 +104,8 @@ func (m *Manager) takePrepared(rec *record) *preparedVMM {
 		pv.expiry.Stop() // expire finds it no longer ready if it fires anyway
 	}
 	if pv.dir != rec.TemplateDir || pv.shape != shapeOf(rec) {
+		m.retire(pv)
 		p.mu.Unlock()
-		go m.endPrepared(pv)
 		return nil
 	}
 	p.taken[pv.name] = pv
@@ -141,7 +143,7 @@ func (m *Manager) refill(key string, recent *[]string, taken *preparedVMM, prepa
 		*recent = (*recent)[1:]
 		if pv := p.ready[old]; pv != nil {
 			delete(p.ready, old)
-			go m.endPrepared(pv)
+			m.retire(pv)
 		}
 	}
 	if p.ready[key] != nil || p.filling[key] != nil {
@@ -198,18 +200,18 @@ func (m *Manager) prepare(template string) (_ *preparedVMM, err error) {
 	if err := storage.Clone(filepath.Join(tmpl.Dir, "disk.img"), disk); err != nil {
 		return nil, err
 	}
-	return pv, m.startPrepared(ctx, pv, &rec, disk, snapIn(tmpl.Dir).RAMFile)
+	return pv, m.startPrepared(ctx, pv, &rec, pv.files, disk, snapIn(tmpl.Dir).RAMFile)
 }
 
-// startPrepared starts pv's VMM for a sandbox like rec on disk (in pv.files) and the RAM file ram:
-// its uid, volume-slot placeholders and a network slot that lets nothing out, then QEMU confined
+// startPrepared starts pv's VMM for a sandbox like rec on disk and the RAM file ram: its uid,
+// volume-slot placeholders (in dir) and a network slot that lets nothing out, then QEMU confined
 // with -incoming defer. The caller ends pv on an error.
-func (m *Manager) startPrepared(ctx context.Context, pv *preparedVMM, rec *record, disk, ram string) (err error) {
+func (m *Manager) startPrepared(ctx context.Context, pv *preparedVMM, rec *record, dir, disk, ram string) (err error) {
 	spec := rec.spec(disk)
 	if spec.UID, err = m.uidFor(pv.name); err != nil {
 		return err
 	}
-	if spec.Drives, err = m.drives(rec, pv.files); err != nil {
+	if spec.Drives, err = m.drives(rec, dir); err != nil {
 		return err
 	}
 	if rec.NIC {
@@ -237,12 +239,29 @@ func (m *Manager) expirePrepared(pv *preparedVMM) {
 	if mine {
 		delete(p.ready, pv.key)
 		p.counts.expired++
+		m.log.Debug("prepared VMM idle too long, ended", "name", pv.name, "for", pv.key, "idle", p.idle)
+		m.retire(pv)
 	}
 	p.mu.Unlock()
-	if mine {
-		m.log.Debug("prepared VMM idle too long, ended", "name", pv.name, "for", pv.key, "idle", p.idle)
+}
+
+// retire ends pv (no longer ready) in the background; WaitPrepared on its key waits until it
+// has ended: a wake's VMM holds its sandbox's disk image, which the wake's own VMM locks. Call
+// with the pool's lock held.
+func (m *Manager) retire(pv *preparedVMM) (ended <-chan struct{}) {
+	p := m.prep
+	done := make(chan struct{})
+	p.ending[pv.key] = done
+	go func() {
 		m.endPrepared(pv)
-	}
+		p.mu.Lock()
+		if p.ending[pv.key] == done {
+			delete(p.ending, pv.key)
+		}
+		p.mu.Unlock()
+		close(done)
+	}()
+	return done
 }
 
 // endPrepared ends a prepared VMM that no create took, and frees what it held.
@@ -272,21 +291,25 @@ func (m *Manager) endPrepared(pv *preparedVMM) {
 // usePrepared makes pv's files, uid and slot sandbox rec's: the files dir becomes sbDir (not
 // there yet), and the slot gets rec's egress policy. On an error pv is ended.
 func (m *Manager) usePrepared(ctx context.Context, pv *preparedVMM, rec *record, sbDir string) error {
-	fail := func(err error) error {
+	if err := os.Rename(pv.files, sbDir); err != nil {
 		m.endPrepared(pv)
 		return err
 	}
-	if err := os.Rename(pv.files, sbDir); err != nil {
-		return fail(err)
-	}
 	pv.files = sbDir
+	return m.ownPrepared(ctx, pv, rec)
+}
+
+// ownPrepared makes pv's uid and slot sandbox rec's; the slot gets rec's egress policy. On an
+// error pv is ended.
+func (m *Manager) ownPrepared(ctx context.Context, pv *preparedVMM, rec *record) error {
 	if pv.slot != nil {
 		pol, err := m.egressPolicy(rec.Egress, rec.EgressOpen, true)
 		if err == nil {
 			err = pv.slot.SetPolicy(pol)
 		}
 		if err != nil {
-			return fail(fmt.Errorf("network slot: %w", err))
+			m.endPrepared(pv)
+			return fmt.Errorf("network slot: %w", err)
 		}
 	}
 	m.mu.Lock()
@@ -307,8 +330,10 @@ func (m *Manager) closePrepared() {
 	ready := p.ready
 	p.ready = map[string]*preparedVMM{}
 	var fills []chan struct{}
-	for _, ch := range p.filling {
-		fills = append(fills, ch)
+	for _, chs := range []map[string]chan struct{}{p.filling, p.ending} {
+		for _, ch := range chs {
+			fills = append(fills, ch)
+		}
 	}
 	p.mu.Unlock()
 	for _, pv := range ready {
@@ -330,13 +355,17 @@ func (m *Manager) drop(key string, recent *[]string) {
 	p.mu.Lock()
 	*recent = slices.DeleteFunc(*recent, func(k string) bool { return k == key })
 	pv, fill := p.ready[key], p.filling[key]
-	delete(p.ready, key)
+	var ended <-chan struct{}
+	if pv != nil {
+		delete(p.ready, key)
+		ended = m.retire(pv)
+	}
 	p.mu.Unlock()
 	if fill != nil {
 		<-fill // it finds the key no longer wanted and ends its VMM
 	}
-	if pv != nil {
-		m.endPrepared(pv)
+	if ended != nil {
+		<-ended
 	}
 }
 
@@ -369,19 +398,24 @@ func (m *Manager) PreparedExpired() int64 {
 	return m.prep.counts.expired
 }
 
-// WaitPrepared waits until the VMM under key (a template's name) is prepared or none is being prepared (the bench
-// keeps a preparation out of the next measurement).
-func (m *Manager) WaitPrepared(ctx context.Context, template string) error {
-	m.prep.mu.Lock()
-	fill := m.prep.filling[template]
-	m.prep.mu.Unlock()
-	if fill == nil {
-		return nil
-	}
-	select {
-	case <-fill:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// WaitPrepared waits until the VMM under key (a template's name, forkKey or wakeKey) is prepared
+// or none is being prepared, and none is being ended (the bench keeps a preparation out of the
+// next measurement; a wake spawns no VMM beside one that holds its disk).
+func (m *Manager) WaitPrepared(ctx context.Context, key string) error {
+	for {
+		m.prep.mu.Lock()
+		ch := m.prep.filling[key]
+		if ch == nil {
+			ch = m.prep.ending[key]
+		}
+		m.prep.mu.Unlock()
+		if ch == nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }

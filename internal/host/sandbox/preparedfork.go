@@ -53,8 +53,8 @@ func (m *Manager) takeForkPrepared(parent string, rec *record, disk string) *pre
 		pv.expiry.Stop()
 	}
 	if pv.dir != rec.TemplateDir || pv.shape != shapeOf(rec) || !sameSize(disk, filepath.Join(pv.files, "disk.img")) {
+		m.retire(pv)
 		p.mu.Unlock()
-		go m.endPrepared(pv)
 		return nil
 	}
 	pv.snapHeld = false // the fork's snapshot's now
@@ -121,7 +121,7 @@ func (m *Manager) prepareFork(parent string) (_ *preparedVMM, err error) {
 	if err := sparseFile(disk, parentDisk.Size()); err != nil {
 		return nil, err
 	}
-	return pv, m.startPrepared(ctx, pv, &rec, disk, ram)
+	return pv, m.startPrepared(ctx, pv, &rec, pv.files, disk, ram)
 }
 
 // DropForkPrepared ends the VMM prepared for parent's next fork, if any, waiting for one being
@@ -171,9 +171,14 @@ func (m *Manager) WaitForkPrepared(ctx context.Context, parent string) error {
 // ForkPrepared is the VMM prepared for parent's next fork, if one waits: its name and pid (for
 // tests and diagnostics).
 func (m *Manager) ForkPrepared(parent string) (name string, pid int, ok bool) {
+	return m.readyVMM(forkKey(parent))
+}
+
+// readyVMM is the name and pid of the prepared VMM waiting under key, if any.
+func (m *Manager) readyVMM(key string) (name string, pid int, ok bool) {
 	m.prep.mu.Lock()
 	defer m.prep.mu.Unlock()
-	if pv := m.prep.ready[forkKey(parent)]; pv != nil {
+	if pv := m.prep.ready[key]; pv != nil {
 		return pv.name, pv.vm.Pid, true
 	}
 	return "", 0, false

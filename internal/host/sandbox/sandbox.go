@@ -262,6 +262,7 @@ func (m *Manager) Kill(id string) error {
 		return nil
 	}
 	m.DropForkPrepared(id)
+	m.DropWakePrepared(id)
 	sb.op.Lock()
 	defer sb.op.Unlock()
 	sb.mu.Lock()
