@@ -104,7 +104,7 @@ type faultedOp struct {
 }
 
 // forkWakeOps are a create, a fork (of a parent made here) and a wake (of a sandbox made here,
-// hibernated before each wake, not timed) on a, each keeping its VMM's major faults when ready;
+// hibernated before each wake, not timed, and its wake's VMM prepared) on a, each keeping its VMM's major faults when ready;
 // done kills the parent and the sleeper.
 func forkWakeOps(ctx context.Context, a *hostagent.Agent) (ops []*faultedOp, done func(), err error) {
 	parent, err := a.Create(ctx, hostagent.CreateRequest{Template: "base"})
@@ -156,7 +156,12 @@ func forkWakeOps(ctx context.Context, a *hostagent.Agent) (ops []*faultedOp, don
 				return a.WaitForkPrepared(ctx, parent.ID)
 			}, nil
 		}),
-		op("wake", func() error { _, err := a.Hibernate(ctx, sleeper.ID); return err }, func() (int, func() error, error) {
+		op("wake", func() error {
+			if _, err := a.Hibernate(ctx, sleeper.ID); err != nil {
+				return err
+			}
+			return a.WaitWakePrepared(ctx, sleeper.ID) // as a create's, out of the measurement
+		}, func() (int, func() error, error) {
 			info, err := a.Wake(ctx, sleeper.ID)
 			return info.PID, func() error { return nil }, err
 		}),

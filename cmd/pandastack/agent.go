@@ -82,7 +82,7 @@ func registerConfineFlags(f *pflag.FlagSet, cfg *hostagent.Config) {
 	f.IntVar(&cfg.JailUIDBase, "jail-uid-base", 100000, "first uid/gid of VMMs (gid and bake uid; sandboxes get the next ones)")
 	f.IntVar(&cfg.JailUIDs, "jail-uids", 10000, "size of the VMM uid range")
 	f.IntVar(&cfg.VMMOverheadMiB, "vmm-overhead-mib", 512, "memory a VMM may use beyond its guest RAM (cgroup limit)")
-	f.IntVar(&cfg.PreparedTemplates, "prepared-templates", hostagent.DefaultPreparedTemplates, "templates (those created from last) that keep a VMM started, confined and waiting for their next create, which then only loads its state; as many sandboxes (those forked from last) keep one for their next fork's first child (0: none; confined agents only; docs/architecture.md)")
+	f.IntVar(&cfg.PreparedTemplates, "prepared-templates", hostagent.DefaultPreparedTemplates, "templates (those created from last) that keep a VMM started, confined and waiting for their next create, which then only loads its state; as many sandboxes (those forked from last) keep one for their next fork's first child, and as many hibernated ones (those hibernated last) one for their wake (0: none; confined agents only; docs/architecture.md)")
 	durationVar(f, &cfg.PreparedIdle, "prepared-idle", hostagent.DefaultPreparedIdle, "end a prepared VMM no create took for this long, freeing its memory; the template's next create spawns its VMM and prepares another (0: never)")
 	f.IntVar(&cfg.VMMCPUWeight, "vmm-cpu-weight", 0, "CPU weight of all VMMs together against other processes, in busy processes (default: the host's CPUs; -1: one, the kernel's default); each VMM's CPU quota is unchanged")
 	cobra.OnInitialize(func() { cfg.Unconfined = !*confine })

@@ -108,8 +108,8 @@ type Config struct {
 	// PreparedTemplates is how many templates, those created from last, keep a VMM prepared for
 	// their next create: started confined with -incoming defer, holding no guest memory (0:
 	// none; the agent and up commands default to DefaultPreparedTemplates). As many sandboxes,
-	// those forked from last, keep one for their next fork's first child. An unconfined agent
-	// prepares none.
+	// those forked from last, keep one for their next fork's first child, and as many hibernated
+	// ones, those hibernated last, one for their wake. An unconfined agent prepares none.
 	PreparedTemplates int
 	// PreparedIdle ends a prepared VMM no create took for this long, freeing its memory; the
 	// template's next create spawns its VMM and prepares another (0: never; the agent and up
