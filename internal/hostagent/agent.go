@@ -200,19 +200,18 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		// The reserve the pool will get (below), from the size asked for: a small pool on a
 		// crowded disk is not refused for a reserve sized for a large one.
 		poolGiB := cmp.Or(max(cfg.PoolGiB, 0), storage.DefaultPoolGiB)
-		fitReserve = min(disk.DefaultReserveMiB, int64(poolGiB)<<10/16)
+		fitReserve = disk.DefaultReserveFor(int64(poolGiB) << 10)
 	}
 	pool, err := storage.Open(cfg.DataDir, cfg.PoolGiB, fitReserve<<20)
 	if err != nil {
 		return nil, fmt.Errorf("disk pool: %w", err)
 	}
-	if cfg.DiskReserveMiB <= 0 {
-		// A sixteenth of the pool, at most the default: a small pool keeps most of its room.
+	if cfg.DiskReserveMiB <= 0 { // from the pool as made (a loop pool may be fitted smaller)
 		sp, err := pool.Space()
 		if err != nil {
 			return nil, fmt.Errorf("disk pool: %w", err)
 		}
-		cfg.DiskReserveMiB = min(disk.DefaultReserveMiB, sp.Total>>20/16)
+		cfg.DiskReserveMiB = disk.DefaultReserveFor(sp.Total >> 20)
 	}
 	for _, w := range pool.Warnings {
 		cfg.Logger.Warn(w)

@@ -19,6 +19,10 @@ import (
 // copy-on-write disk writes, guest image builds, logs).
 const DefaultReserveMiB = 4096
 
+// DefaultReserveFor is the reserve kept by default with a pool of poolMiB: a sixteenth of it, at
+// most DefaultReserveMiB (a small pool keeps most of its room).
+func DefaultReserveFor(poolMiB int64) int64 { return min(DefaultReserveMiB, poolMiB/16) }
+
 // Admission is the pool's admission. Promised (set before use) is what volumes are promised but
 // have not written yet, in bytes.
 type Admission struct {
