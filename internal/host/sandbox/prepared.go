@@ -69,10 +69,10 @@ type preparedPool struct {
 	idle time.Duration // a VMM no create took for this long is ended (0: never)
 
 	mu      sync.Mutex
-	ready   map[string]*preparedVMM  // by key (a template's name, or forkKey(parent))
+	ready   map[string]*preparedVMM  // by key (a template's name, forkKey(parent) or wakeKey(id))
 	filling map[string]chan struct{} // by key: a preparation in flight, closed when done
 	ending  map[string]chan struct{} // by key: a VMM being ended, closed when it has (retire)
-	taken   map[string]*preparedVMM  // by name: taken by a create or fork still in flight
+	taken   map[string]*preparedVMM  // by name: taken by a create, fork or wake still in flight
 	recent  []string                 // templates by their last create, the latest last
 	forked  []string                 // forkKey(parent) by their last fork, the latest last
 	slept   []string                 // wakeKey(id) by their last hibernation, the latest last
@@ -89,29 +89,35 @@ func newPreparedPool(max int, idle time.Duration) *preparedPool {
 // VMM, if there is one of the same bake and shape; nil otherwise. A stale one (the template was
 // baked again) is ended.
 func (m *Manager) takePrepared(rec *record) *preparedVMM {
+	pv, _ := m.takeReady(rec.Template, rec, func(pv *preparedVMM) bool { return pv.dir == rec.TemplateDir })
+	return pv
+}
+
+// takeReady takes the VMM waiting under key for a sandbox like rec (none for one with volumes:
+// their drives are fixed when QEMU starts), if it has rec's shape and fits says it fits (called
+// with the pool's lock held). One that does not fit is retired and nil returned: ended is closed
+// once it has ended.
+func (m *Manager) takeReady(key string, rec *record, fits func(*preparedVMM) bool) (_ *preparedVMM, ended <-chan struct{}) {
 	p := m.prep
 	if p.max <= 0 || len(rec.Volumes) > 0 {
-		return nil
+		return nil, nil
 	}
 	p.mu.Lock()
-	pv := p.ready[rec.Template]
+	defer p.mu.Unlock()
+	pv := p.ready[key]
 	if pv == nil {
-		p.mu.Unlock()
-		return nil
+		return nil, nil
 	}
-	delete(p.ready, rec.Template)
+	delete(p.ready, key)
 	if pv.expiry != nil {
 		pv.expiry.Stop() // expire finds it no longer ready if it fires anyway
 	}
-	if pv.dir != rec.TemplateDir || pv.shape != shapeOf(rec) {
-		m.retire(pv)
-		p.mu.Unlock()
-		return nil
+	if pv.shape != shapeOf(rec) || !fits(pv) {
+		return nil, m.retire(pv)
 	}
 	p.taken[pv.name] = pv
 	p.counts.used++
-	p.mu.Unlock()
-	return pv
+	return pv, nil
 }
 
 // createDone ends a create from template (taken: the prepared VMM it took, or nil) and prepares

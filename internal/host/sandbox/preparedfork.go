@@ -38,29 +38,12 @@ func forkKey(parent string) string { return "fork:" + parent }
 // for it, if there is one of its bake, shape and disk size; nil otherwise. The fork's snapshot
 // then owns the snapshot directory.
 func (m *Manager) takeForkPrepared(parent string, rec *record, disk string) *preparedVMM {
-	p := m.prep
-	if p.max <= 0 || len(rec.Volumes) > 0 {
-		return nil
+	pv, _ := m.takeReady(forkKey(parent), rec, func(pv *preparedVMM) bool {
+		return pv.dir == rec.TemplateDir && sameSize(disk, filepath.Join(pv.files, "disk.img"))
+	})
+	if pv != nil {
+		pv.snapHeld = false // the fork's snapshot's now (pv is the fork's alone: taken)
 	}
-	p.mu.Lock()
-	pv := p.ready[forkKey(parent)]
-	if pv == nil {
-		p.mu.Unlock()
-		return nil
-	}
-	delete(p.ready, forkKey(parent))
-	if pv.expiry != nil {
-		pv.expiry.Stop()
-	}
-	if pv.dir != rec.TemplateDir || pv.shape != shapeOf(rec) || !sameSize(disk, filepath.Join(pv.files, "disk.img")) {
-		m.retire(pv)
-		p.mu.Unlock()
-		return nil
-	}
-	pv.snapHeld = false // the fork's snapshot's now
-	p.taken[pv.name] = pv
-	p.counts.used++
-	p.mu.Unlock()
 	return pv
 }
 

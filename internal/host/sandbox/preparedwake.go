@@ -70,32 +70,16 @@ func (m *Manager) prepareWake(id string) (_ *preparedVMM, err error) {
 // one of its hibernation and shape, made rec's (its uid and slot); nil otherwise. It waits for
 // one being prepared first. An error leaves the sandbox hibernated and nothing running for it.
 func (m *Manager) takeWakePrepared(ctx context.Context, rec *record) (*preparedVMM, error) {
-	p, key := m.prep, wakeKey(rec.ID)
-	if p.max <= 0 || len(rec.Volumes) > 0 {
-		return nil, nil
-	}
-	if err := m.WaitPrepared(ctx, key); err != nil {
+	if err := m.WaitPrepared(ctx, wakeKey(rec.ID)); err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
-	pv := p.ready[key]
-	if pv == nil {
-		p.mu.Unlock()
-		return nil, nil
-	}
-	delete(p.ready, key)
-	if pv.expiry != nil {
-		pv.expiry.Stop()
-	}
-	if pv.dir != rec.BaseDir || pv.shape != shapeOf(rec) {
-		ended := m.retire(pv)
-		p.mu.Unlock()
+	pv, ended := m.takeReady(wakeKey(rec.ID), rec, func(pv *preparedVMM) bool { return pv.dir == rec.BaseDir })
+	if ended != nil {
 		<-ended // it holds the disk the wake opens
+	}
+	if pv == nil {
 		return nil, nil
 	}
-	p.taken[pv.name] = pv
-	p.counts.used++
-	p.mu.Unlock()
 	if err := m.ownPrepared(ctx, pv, rec); err != nil {
 		m.wakeDone(rec.ID, pv)
 		return nil, err
