@@ -261,11 +261,12 @@ func hostsComeAndGo(t *testing.T, f *fakeVirtio, sock string) {
 	}
 }
 
-// With host events, a guest without a host waits for them instead of polling: the fallback poll
-// is made longer than the test may run, so only the events can let each new host in.
+// With host events, a guest without a host waits for them instead of polling: the fast polls
+// after a host leaves are turned off and the fallback poll is made longer than the test may run,
+// so only the events can let each new host in.
 func TestVirtioHostEventsWakeTheGuest(t *testing.T) {
-	defer func(p time.Duration) { watchedPoll = p }(watchedPoll)
-	watchedPoll = time.Hour
+	defer func(p, f time.Duration) { watchedPoll, freshPoll = p, f }(watchedPoll, freshPoll)
+	watchedPoll, freshPoll = time.Hour, 0
 	f, sock, _ := startVirtio(t, true)
 	hostsComeAndGo(t, f, sock)
 }

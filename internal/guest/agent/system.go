@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -21,15 +22,21 @@ func setSystemClock(t time.Time) error {
 	return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
 }
 
+// urandom is /dev/urandom, opened once: a handshake after a restore then runs no path lookup
+// or open (under TCG every code path the restored guest runs first is translated anew, ~500
+// guest blocks for the open alone).
+var urandom = sync.OnceValues(func() (int, error) {
+	return unix.Open("/dev/urandom", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+})
+
 // mixKernelSeed mixes host randomness into the kernel RNG and forces a CRNG
 // reseed, so clones restored from one snapshot stop sharing RNG state.
 // The write works unprivileged; the ioctls need CAP_SYS_ADMIN (errors ignored by callers).
 func mixKernelSeed(seed []byte) error {
-	fd, err := unix.Open("/dev/urandom", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	fd, err := urandom()
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
 	_, werr := unix.Write(fd, seed)
 	// struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }
 	b := make([]byte, 8+len(seed))
