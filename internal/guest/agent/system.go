@@ -108,7 +108,13 @@ func RunInit(self string) error {
 		for {
 			p, err := os.StartProcess(self, []string{self, "serve"}, &os.ProcAttr{
 				Files: []*os.File{devnull, console, console},
-				Sys:   &unix.SysProcAttr{Setsid: true},
+				// No asynchronous preemption in the agent: under TCG a goroutine often runs past the
+				// runtime's 10 ms slice while its code is translated, and each preemption is a
+				// signal whose delivery path (kernel, the runtime's handler) a restored guest runs
+				// cold: ~800 guest blocks before a restored agent read its first HELLO. The agent
+				// has no loops that need it; commands get their own environment (buildEnv).
+				Env: append(os.Environ(), "GODEBUG=asyncpreemptoff=1"),
+				Sys: &unix.SysProcAttr{Setsid: true},
 			})
 			if err == nil {
 				child, childStart = p.Pid, time.Now()
