@@ -117,10 +117,17 @@ type Identity struct {
 	Machine string `json:"machine"`
 	CPU     string `json:"cpu"`
 	Accel   string `json:"accel"`
+	// Devices is the revision of the devices the driver gives every VM (their options change the
+	// state a guest negotiated at boot); empty for state saved before revisions were recorded.
+	Devices string `json:"devices,omitempty"`
 }
 
 func (i Identity) String() string {
-	return fmt.Sprintf("%s %s, machine %s, cpu %s, accel %s", i.VMM, i.Version, i.Machine, i.CPU, i.Accel)
+	s := fmt.Sprintf("%s %s, machine %s, cpu %s, accel %s", i.VMM, i.Version, i.Machine, i.CPU, i.Accel)
+	if i.Devices != "" {
+		s += ", devices " + i.Devices
+	}
+	return s
 }
 
 // IsZero: no identity recorded (a record written before identities were).
@@ -131,7 +138,8 @@ func (i Identity) IsZero() bool { return i == Identity{} }
 // machine types, which microvm is not; the device-state stream of one build is not guaranteed
 // to load in another; guest CPU state and the features the guest kernel chose at boot belong to
 // the CPU model; and a TCG CPU state does not load into KVM (nor back). An exact match is the
-// only rule that cannot resume a guest into subtly wrong hardware.
+// only rule that cannot resume a guest into subtly wrong hardware. The same holds for the device
+// options the driver sets (Devices).
 func (i Identity) CanRestore(cur Identity) bool { return i == cur }
 
 // Runtime is one VMM driver.

@@ -15,6 +15,7 @@ func TestIdentityCanRestore(t *testing.T) {
 		"machine":          other(func(i *Identity) { i.Machine = "q35" }),
 		"cpu":              other(func(i *Identity) { i.CPU = "max (host AMD EPYC 7B13)" }),
 		"accel":            other(func(i *Identity) { i.Accel = "kvm" }),
+		"devices":          other(func(i *Identity) { i.Devices = "2" }),
 	} {
 		if base.CanRestore(cur) || cur.CanRestore(base) {
 			t.Errorf("%s differs: %v must not restore under %v", name, base, cur)
