@@ -16,6 +16,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -50,6 +51,11 @@ type Agent struct {
 	bootID string
 	procs  procTable // background processes (process.go)
 	ready  string    // the READY line's JSON body
+	// endLogged: the first session's end has been logged. The bake waits for that line before
+	// it snapshots; later ends (every fork child and woken sandbox starts with one) are routine,
+	// and under TCG a console line runs ~450 cold guest blocks (formatting, the serial driver)
+	// ahead of the new host's HELLO.
+	endLogged atomic.Bool
 }
 
 // New returns an agent.
@@ -178,7 +184,9 @@ func (a *Agent) servePort(ctx context.Context, m *portMux) error {
 			}
 			go a.handleStream(st)
 		}
-		a.log.Printf("session ended; scanning for a new host")
+		if a.endLogged.CompareAndSwap(false, true) {
+			a.log.Printf("session ended; scanning for a new host")
+		}
 		// Stop reading/writing for this session before the scanner takes over.
 		// Close may block on a device write queued for an absent host; its
 		// streams' handlers see their streams die either way.
