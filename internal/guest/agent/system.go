@@ -22,12 +22,28 @@ func setSystemClock(t time.Time) error {
 	return unix.ClockSettime(unix.CLOCK_REALTIME, &ts)
 }
 
-// urandom is /dev/urandom, opened once: a handshake after a restore then runs no path lookup
-// or open (under TCG every code path the restored guest runs first is translated anew, ~500
-// guest blocks for the open alone).
-var urandom = sync.OnceValues(func() (int, error) {
-	return unix.Open("/dev/urandom", unix.O_WRONLY|unix.O_CLOEXEC, 0)
-})
+// urandomFD is /dev/urandom, kept open once opened: a handshake after a restore then runs no
+// path lookup or open (under TCG every code path the restored guest runs first is translated
+// anew, ~500 guest blocks for the open alone). A failed open is not kept: the next handshake
+// tries again, as each did when every handshake opened the device.
+var urandomFD struct {
+	mu   sync.Mutex
+	fd   int
+	open bool
+}
+
+func urandom() (int, error) {
+	urandomFD.mu.Lock()
+	defer urandomFD.mu.Unlock()
+	if !urandomFD.open {
+		fd, err := unix.Open("/dev/urandom", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, err
+		}
+		urandomFD.fd, urandomFD.open = fd, true
+	}
+	return urandomFD.fd, nil
+}
 
 // mixKernelSeed mixes host randomness into the kernel RNG and forces a CRNG
 // reseed, so clones restored from one snapshot stop sharing RNG state.

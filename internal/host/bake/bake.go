@@ -483,9 +483,10 @@ func (ts *Templates) bake(ctx context.Context, spec template.Recipe, say func(st
 	}
 	if !ts.cfg.LiveSnapshot {
 		// The host leaves before the state is saved, and the guest agent ends its session: a
-		// clone wakes up polling for a host (the agent's fresh-poll window), reads the new host's HELLO straight into
-		// its handshake scanner and answers, with no session of the bake's host to tear down
-		// first. (Saved mid-session, the HELLO breaks that session, then gets answered.)
+		// clone wakes up polling for a host (the agent's fresh-poll window), reads the new host's
+		// HELLO straight into its handshake scanner and answers, with no session of the bake's
+		// host to tear down first. (Saved mid-session, the HELLO breaks that session, then gets
+		// answered.)
 		client.Close()
 		waitConsole(bootCtx, runDir, "session ended", 10*time.Second)
 	}
