@@ -206,8 +206,28 @@ func (a *Agent) yamuxConfig() *yamux.Config {
 	cfg.ConnectionWriteTimeout = 30 * time.Second
 	cfg.MaxStreamWindowSize = 256 << 10 // host→guest buffering per stream; guest memory is small
 	cfg.LogOutput = nil
-	cfg.Logger = a.log
+	cfg.Logger = sessionLogger{a.log}
 	return cfg
+}
+
+// sessionLogger is yamux's logger without the lines of a session's ordinary end. A VM saved
+// mid-session (every fork child, every woken sandbox) reads its new host's HELLO inside the old
+// yamux session, which then fails with "Invalid protocol version": that is how the guest learns
+// of the new host (sessionConn.tail), not an error, and under TCG the console line ran ~450 cold
+// guest blocks (formatting, the serial driver) ahead of the answer to that HELLO. A write that
+// fails with errDetached is the same end seen from the sending side.
+type sessionLogger struct{ *log.Logger }
+
+func (l sessionLogger) Printf(format string, v ...any) {
+	if strings.Contains(format, "Invalid protocol version") {
+		return
+	}
+	for _, x := range v {
+		if err, ok := x.(error); ok && errors.Is(err, errDetached) {
+			return
+		}
+	}
+	l.Logger.Printf(format, v...)
 }
 
 // handshakeState survives across sessions on one port.
