@@ -164,15 +164,22 @@ func (a *Agent) ServeListener(ctx context.Context, ln net.Listener) error {
 func (a *Agent) servePort(ctx context.Context, m *portMux) error {
 	stop := context.AfterFunc(ctx, func() { m.shutdown(ctx.Err()) })
 	defer stop()
-	hs := &handshakeState{}
-	var seed []byte // the last bytes of the session that ended (sessionConn.tail)
+	// The buffers every session and scan reuses are made here, once per port: a guest restored
+	// mid-session (a fork child, a woken sandbox) then meets its new host without allocating. Under
+	// TCG a fresh heap span there cost page faults and a stack growth, ~300 cold guest blocks ahead
+	// of the answer to the new host's HELLO.
+	hs := &handshakeState{buf: make([]byte, 16<<10)}
+	tail := make([]byte, 0, guest.MaxHandshakeLine)
+	seed := make([]byte, 0, guest.MaxHandshakeLine) // the last bytes of the session that ended
 	for {
 		c := m.attach()
 		rest, err := a.scan(c, hs, seed)
 		if err != nil {
 			return err
 		}
-		sc := &sessionConn{c: c, rest: rest}
+		// An ended session's sessionConn never writes to tail again (its consumer is detached, so its
+		// reads return no bytes), and its bytes were copied to seed: the next session can reuse it.
+		sc := &sessionConn{c: c, rest: rest, tail: tail[:0]}
 		sess, err := yamux.Server(sc, a.yamuxConfig())
 		if err != nil {
 			return err
@@ -184,15 +191,27 @@ func (a *Agent) servePort(ctx context.Context, m *portMux) error {
 			}
 			go a.handleStream(st)
 		}
-		if a.endLogged.CompareAndSwap(false, true) {
-			a.log.Printf("session ended; scanning for a new host")
-		}
 		// Stop reading/writing for this session before the scanner takes over.
 		// Close may block on a device write queued for an absent host; its
 		// streams' handlers see their streams die either way.
 		c.detach()
-		go sess.Close()
-		seed = sc.lastBytes()
+		closed := make(chan struct{})
+		go func() {
+			sess.Close()
+			close(closed)
+		}()
+		seed = sc.appendTail(seed[:0])
+		if a.endLogged.CompareAndSwap(false, true) {
+			// The bake snapshots the VM when it sees this line: let the session's goroutines end
+			// first (bounded, in case Close is stuck on a write), or every VM restored from the
+			// template would run their teardown (~150 cold guest blocks under TCG) before its
+			// first HELLO.
+			select {
+			case <-closed:
+			case <-time.After(time.Second):
+			}
+			a.log.Printf("session ended; scanning for a new host")
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -215,7 +234,7 @@ func (a *Agent) yamuxConfig() *yamux.Config {
 // yamux session, which then fails with "Invalid protocol version": that is how the guest learns
 // of the new host (sessionConn.tail), not an error, and under TCG the console line ran ~450 cold
 // guest blocks (formatting, the serial driver) ahead of the answer to that HELLO. A write that
-// fails with errDetached is the same end seen from the sending side.
+// fails with errDetached or errNoHost is the same end seen from the sending side.
 type sessionLogger struct{ *log.Logger }
 
 func (l sessionLogger) Printf(format string, v ...any) {
@@ -223,7 +242,7 @@ func (l sessionLogger) Printf(format string, v ...any) {
 		return
 	}
 	for _, x := range v {
-		if err, ok := x.(error); ok && errors.Is(err, errDetached) {
+		if err, ok := x.(error); ok && (errors.Is(err, errDetached) || errors.Is(err, errNoHost)) {
 			return
 		}
 	}
@@ -234,6 +253,9 @@ func (l sessionLogger) Printf(format string, v ...any) {
 type handshakeState struct {
 	seen     []string // recent nonces already answered (hellos are resent every 20 ms)
 	answered string   // nonce of our last READY, which a GO must match
+
+	sc  guest.HandshakeScanner // empty between scans (Rest); its buffer is kept
+	buf []byte                 // what scan reads into
 }
 
 func (h *handshakeState) remember(n string) {
@@ -255,9 +277,8 @@ func (h *handshakeState) known(n string) bool {
 // scan discards everything but handshake lines until a GO for the nonce we
 // answered, starting with seed; it returns the bytes after the GO line (the start of yamux).
 func (a *Agent) scan(c *consumer, hs *handshakeState, seed []byte) ([]byte, error) {
-	var sc guest.HandshakeScanner
+	sc, buf := &hs.sc, hs.buf
 	sc.Feed(seed)
-	buf := make([]byte, 16<<10)
 	for {
 		for s := range sc.Lines() {
 			switch {
@@ -315,6 +336,9 @@ func (a *Agent) onHello(c *consumer, hs *handshakeState, body string) error {
 	if _, err := c.Write([]byte(guest.ReadyPrefix + h.Nonce + " " + ready + "\n")); err != nil {
 		if err == errDetached {
 			return err
+		}
+		if errors.Is(err, errNoHost) {
+			return nil // it left after its HELLO; the next host sends its own
 		}
 		a.log.Printf("write READY: %v", err)
 		return err

@@ -548,3 +548,28 @@ func TestAsUserRestoresThreads(t *testing.T) {
 		}
 	}
 }
+
+// A session's tail is made once with room for a handshake line and must never be reallocated:
+// a guest restored mid-session meets its new host's HELLO there, and an allocation on that path
+// is page faults in a cold VM.
+func TestSessionTailKeepsTheLastLineWithoutAllocating(t *testing.T) {
+	s := &sessionConn{tail: make([]byte, 0, guest.MaxHandshakeLine)}
+	var all []byte
+	chunks := [][]byte{[]byte("abc"), bytes.Repeat([]byte("x"), 1000), bytes.Repeat([]byte("y"), 5000), []byte("\n" + guest.HelloPrefix + "{}\n")}
+	allocs := testing.AllocsPerRun(20, func() {
+		for _, c := range chunks {
+			s.keep(c)
+		}
+	})
+	for range 21 {
+		for _, c := range chunks {
+			all = append(all, c...)
+		}
+	}
+	if allocs != 0 {
+		t.Fatalf("keep allocated %.1f times per run", allocs)
+	}
+	if got, want := s.appendTail(nil), all[len(all)-guest.MaxHandshakeLine:]; !bytes.Equal(got, want) {
+		t.Fatalf("tail is not the last %d bytes read", guest.MaxHandshakeLine)
+	}
+}

@@ -56,6 +56,9 @@ const freshPollEvery = 2 * time.Millisecond
 var (
 	errHostGone = errors.New("host disconnected")
 	errDetached = errors.New("port consumer detached")
+	// errNoHost: a write found no host connected. Not terminal: the next host is a new one,
+	// which would not understand what was meant for the last.
+	errNoHost = errors.New("no host connected")
 )
 
 // portMux owns the single reader of a device and hands bytes to one consumer
@@ -65,6 +68,8 @@ var (
 // consumer simply stops being served. Unconsumed bytes stay for the next one.
 type portMux struct {
 	dev device
+
+	freshPoll, watchedPoll time.Duration // the package's, when the mux was made
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -78,7 +83,7 @@ type portMux struct {
 }
 
 func newPortMux(dev device) *portMux {
-	m := &portMux{dev: dev, scratch: make([]byte, 64<<10)}
+	m := &portMux{dev: dev, scratch: make([]byte, 64<<10), freshPoll: freshPoll, watchedPoll: watchedPoll}
 	m.cond = sync.NewCond(&m.mu)
 	go m.readLoop()
 	return m
@@ -89,7 +94,7 @@ func (m *portMux) readLoop() {
 	idle := time.Millisecond
 	disconnected, left := false, time.Now()
 	notif, _ := m.dev.(notifier)
-	watching, fallback := false, watchedPoll
+	watching, fallback := false, m.watchedPoll
 	for {
 		m.mu.Lock()
 		for len(m.buf) > 0 && m.err == nil {
@@ -124,7 +129,7 @@ func (m *portMux) readLoop() {
 		m.cond.Broadcast()
 		m.mu.Unlock()
 		switch {
-		case err == nil && n == 0 && time.Since(left) < freshPoll:
+		case err == nil && n == 0 && time.Since(left) < m.freshPoll:
 			time.Sleep(freshPollEvery)
 		case err == nil && n == 0 && !watching && notif != nil && notif.watchHost(true):
 			// Read once more before waiting: a host that came meanwhile raised no event.
@@ -236,16 +241,21 @@ func (c *consumer) Write(p []byte) (int, error) {
 	return total, nil
 }
 
-// announce writes p regardless of consumers (it may block until a host connects).
+// announce writes p regardless of consumers, waiting for a host if none is connected.
 func (m *portMux) announce(p []byte) {
-	m.wmu.Lock()
-	defer m.wmu.Unlock()
+	wait := 2 * time.Millisecond
 	for len(p) > 0 {
+		m.wmu.Lock()
 		n, err := m.dev.Write(p)
-		if err != nil {
+		m.wmu.Unlock()
+		p = p[n:]
+		switch {
+		case errors.Is(err, errNoHost):
+			time.Sleep(wait)
+			wait = min(2*wait, time.Second)
+		case err != nil:
 			return
 		}
-		p = p[n:]
 	}
 }
 
@@ -263,11 +273,11 @@ type sessionConn struct {
 	tail   []byte
 }
 
-// lastBytes returns a copy of tail.
-func (s *sessionConn) lastBytes() []byte {
+// appendTail appends tail to b.
+func (s *sessionConn) appendTail(b []byte) []byte {
 	s.tailMu.Lock()
 	defer s.tailMu.Unlock()
-	return append([]byte(nil), s.tail...)
+	return append(b, s.tail...)
 }
 
 func (s *sessionConn) Read(p []byte) (int, error) {
@@ -285,7 +295,12 @@ func (s *sessionConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// keep remembers b's end in tail, which never grows past guest.MaxHandshakeLine (so a tail made
+// with that capacity is never reallocated).
 func (s *sessionConn) keep(b []byte) {
+	if len(b) == 0 {
+		return
+	}
 	s.tailMu.Lock()
 	defer s.tailMu.Unlock()
 	if len(b) >= guest.MaxHandshakeLine {
@@ -354,8 +369,27 @@ func (v *virtioPort) Read(p []byte) (int, error) {
 	}
 }
 
+// Write fails with errNoHost when no host is connected. The port itself would block the write
+// until the next host connects and then hand that host bytes meant for the last one: a session's
+// last frames, written after its host left (a bake's host leaves right after its last call).
+// Such a write, stuck in the kernel when the template was saved, completed in every VM restored
+// from it, and its session's teardown ran then, ahead of the new host's HELLO. (A host that leaves
+// between the poll and the write still leaves that write blocked: rare, and harmless.)
 func (v *virtioPort) Write(p []byte) (int, error) {
 	for {
+		// POLLOUT: a host is connected and the port has room; POLLHUP: no host. Neither: a host
+		// that is not reading yet, whom the poll waits for (or for its leaving).
+		fds := []unix.PollFd{{Fd: int32(v.fd), Events: unix.POLLOUT}}
+		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+			return 0, &os.PathError{Op: "poll", Path: "virtio port", Err: err}
+		}
+		switch {
+		case fds[0].Revents&unix.POLLOUT != 0:
+		case fds[0].Revents&unix.POLLHUP != 0:
+			return 0, errNoHost
+		default:
+			continue
+		}
 		n, err := unix.Write(v.fd, p)
 		if err == unix.EINTR {
 			continue
