@@ -14,6 +14,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -265,6 +266,10 @@ func (h *handshakeState) remember(n string) {
 	}
 }
 
+func (h *handshakeState) forget(n string) {
+	h.seen = slices.DeleteFunc(h.seen, func(s string) bool { return s == n })
+}
+
 func (h *handshakeState) known(n string) bool {
 	for _, s := range h.seen {
 		if s == n {
@@ -338,7 +343,10 @@ func (a *Agent) onHello(c *consumer, hs *handshakeState, body string) error {
 			return err
 		}
 		if errors.Is(err, errNoHost) {
-			return nil // it left after its HELLO; the next host sends its own
+			// It left after its HELLO (or never showed): a resend of this nonce gets an answer,
+			// and a new host sends its own.
+			hs.forget(h.Nonce)
+			return nil
 		}
 		a.log.Printf("write READY: %v", err)
 		return err

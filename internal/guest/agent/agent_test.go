@@ -20,12 +20,12 @@ import (
 	"github.com/pandastack/pandastack/internal/guest"
 )
 
-// fakeVirtio emulates a virtio-serial port behind a QEMU chardev unix socket
-// server: one host connection at a time; the guest's read returns 0 while no
-// host is connected; guest writes block while no host is connected and bytes
-// not yet delivered stay queued for the next connection. With hidden set, the
-// guest never notices connections coming and going (like a VM restored from a
-// snapshot mid-session, or a reconnect faster than the guest could observe).
+// fakeVirtio emulates a virtio-serial port (as virtioPort presents it) behind a QEMU chardev unix
+// socket server: one host connection at a time; the guest's read returns 0 while no host is
+// connected; guest writes fail while no host is connected (see Write), and bytes written but not
+// yet delivered when a host leaves stay queued for the next connection. With hidden set, the
+// guest never notices connections coming and going (like a VM restored from a snapshot
+// mid-session, or a reconnect faster than the guest could observe).
 //
 // With notify set it also signals host events (a host connecting, bytes arriving) while the
 // guest watches, as the real port does with SIGIO.
@@ -39,6 +39,7 @@ type fakeVirtio struct {
 	out       []byte // guest→host, undelivered
 	connected bool
 	hidden    bool
+	openLag   int
 	closed    bool
 	conn      net.Conn
 }
@@ -89,14 +90,21 @@ func (f *fakeVirtio) Read(p []byte) (int, error) {
 	}
 }
 
+// Write fails with errNoHost while the guest sees no host, as virtioPort's does (the port itself
+// would block), and for the first openLag writes after that too: the real port can hand the guest
+// a new host's bytes before it reports the host connected.
 func (f *fakeVirtio) Write(p []byte) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for !f.guestSeesHost() && !f.closed {
-		f.cond.Wait()
-	}
 	if f.closed {
 		return 0, io.ErrClosedPipe
+	}
+	if !f.guestSeesHost() {
+		return 0, errNoHost
+	}
+	if f.openLag > 0 {
+		f.openLag--
+		return 0, errNoHost
 	}
 	f.out = append(f.out, p...)
 	f.cond.Broadcast()
@@ -571,5 +579,37 @@ func TestSessionTailKeepsTheLastLineWithoutAllocating(t *testing.T) {
 	}
 	if got, want := s.appendTail(nil), all[len(all)-guest.MaxHandshakeLine:]; !bytes.Equal(got, want) {
 		t.Fatalf("tail is not the last %d bytes read", guest.MaxHandshakeLine)
+	}
+}
+
+// The port can hand the guest a new host's HELLO before it reports that host connected; the READY
+// must still go out, answering that one HELLO (no resend).
+func TestVirtioReadyWhenThePortReportsTheHostLate(t *testing.T) {
+	f, sock, _ := startVirtio(t)
+	f.mu.Lock()
+	f.openLag = 5
+	f.mu.Unlock()
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte(guest.HelloPrefix + `{"nonce":"5eed","time_unix_ns":1,"seed":""}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	var sc guest.HandshakeScanner
+	buf := make([]byte, 4096)
+	for {
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("no READY for the one HELLO sent: %v", err)
+		}
+		sc.Feed(buf[:n])
+		for line := range sc.Lines() {
+			if strings.HasPrefix(line, guest.ReadyPrefix+"5eed ") {
+				return
+			}
+		}
 	}
 }

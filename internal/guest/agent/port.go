@@ -76,6 +76,7 @@ type portMux struct {
 	scratch []byte
 	buf     []byte // read but not yet consumed (aliases scratch)
 	gone    bool   // host disconnected; not yet reported to a consumer
+	away    bool   // the reader's last read found no host (none since: it reads no more bytes)
 	err     error  // device failed for good
 	gen     uint64 // current consumer
 
@@ -120,9 +121,9 @@ func (m *portMux) readLoop() {
 			if !disconnected {
 				m.gone, left = true, time.Now()
 			}
-			disconnected = true
+			disconnected, m.away = true, true
 		default:
-			disconnected = false
+			disconnected, m.away = false, false
 			idle = time.Millisecond
 			m.buf = m.scratch[:n]
 		}
@@ -230,10 +231,35 @@ func (c *consumer) Write(p []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return m.write(p)
+}
+
+// noHostPatience bounds how long a write that finds no host waits for one the reader has not
+// seen leave.
+const noHostPatience = time.Second
+
+// write writes all of p (m.wmu held). A write that finds no host fails with errNoHost once the
+// reader has seen the host leave; before that it waits for the host (at most noHostPatience).
+// The port can hand the guest a new host's first bytes before it reports the host connected:
+// the data and the "port open" control message travel on different queues, and the guest
+// handles the control message later, on a workqueue. So a READY may find "no host" while the
+// HELLO it answers is in hand.
+func (m *portMux) write(p []byte) (int, error) {
 	total := 0
+	var waited time.Duration
 	for total < len(p) {
 		n, err := m.dev.Write(p[total:])
 		total += n
+		if errors.Is(err, errNoHost) {
+			m.mu.Lock()
+			away := m.away
+			m.mu.Unlock()
+			if !away && waited < noHostPatience {
+				time.Sleep(time.Millisecond)
+				waited += time.Millisecond
+				continue
+			}
+		}
 		if err != nil {
 			return total, err
 		}
@@ -246,7 +272,7 @@ func (m *portMux) announce(p []byte) {
 	wait := 2 * time.Millisecond
 	for len(p) > 0 {
 		m.wmu.Lock()
-		n, err := m.dev.Write(p)
+		n, err := m.write(p)
 		m.wmu.Unlock()
 		p = p[n:]
 		switch {
