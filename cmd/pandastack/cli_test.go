@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pandastack/pandastack/internal/agentclient/agenttest"
 	"github.com/pandastack/pandastack/internal/api"
@@ -543,5 +544,39 @@ func TestCLIHosts(t *testing.T) {
 	}
 	if _, _, err := run(t, "", "doctor", "--host", "host-nope"); err == nil || !strings.Contains(err.Error(), "host-nope not found") {
 		t.Fatalf("doctor of an unknown host: %v", err)
+	}
+}
+
+func TestCLIImagePrune(t *testing.T) {
+	cache := t.TempDir()
+	old, fresh := filepath.Join(cache, "rootfs-0ld"), filepath.Join(cache, "built-fresh")
+	for _, d := range []string{old, fresh} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(d, "rootfs.ext4"), make([]byte, 4096), 0o644)
+	}
+	long := time.Now().Add(-30 * 24 * time.Hour)
+	os.Chtimes(old, long, long)
+
+	out := mustRun(t, "", "image", "prune", "--cache-dir", cache, "--dry-run")
+	if !strings.Contains(out, "rootfs-0ld") || strings.Contains(out, "built-fresh") || !strings.Contains(out, "would remove 1 entries") {
+		t.Fatalf("dry run:\n%s", out)
+	}
+	if _, err := os.Stat(old); err != nil {
+		t.Fatal("the dry run removed an entry")
+	}
+	out = mustRun(t, "", "image", "prune", "--cache-dir", cache)
+	if !strings.Contains(out, "removed 1 entries") {
+		t.Fatalf("prune:\n%s", out)
+	}
+	if _, err := os.Stat(old); err == nil {
+		t.Fatal("the unused entry is still there")
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Fatal("the recent entry was removed")
+	}
+	if _, _, err := run(t, "", "image", "prune", "--cache-dir", cache, "--unused-for", "-1h"); err == nil {
+		t.Fatal("a negative --unused-for was accepted")
 	}
 }

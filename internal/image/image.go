@@ -43,6 +43,9 @@ type Images struct {
 	Rootfs        string // raw ext4 image
 	// Hash identifies the set; a template baked from another set is another template.
 	Hash string
+	// Lineage names what the rootfs is built for without the guest agent and kernel that change
+	// under it (prune.go): a newer set of the same lineage supersedes this one.
+	Lineage string
 }
 
 // RootfsSpec describes a Debian rootfs.
@@ -116,11 +119,11 @@ func (b *Builder) Build(ctx context.Context, spec RootfsSpec, progress func(stri
 	if err != nil {
 		return Images{}, fmt.Errorf("initramfs: %w", err)
 	}
-	rootfs, err := b.rootfs(ctx, spec)
+	rootfs, lineage, err := b.rootfs(ctx, spec)
 	if err != nil {
 		return Images{}, fmt.Errorf("rootfs: %w", err)
 	}
-	img := Images{Kernel: kern.vmlinuz, KernelVersion: kern.version, Initrd: initrd, Rootfs: rootfs}
+	img := Images{Kernel: kern.vmlinuz, KernelVersion: kern.version, Initrd: initrd, Rootfs: rootfs, Lineage: lineage}
 	img.Hash = hashStrings(kern.version, filepath.Base(filepath.Dir(initrd)), filepath.Base(filepath.Dir(rootfs)))
 	return img, nil
 }

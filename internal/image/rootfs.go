@@ -18,28 +18,28 @@ const GuestUser = "user"
 // rootfs returns an ext4 image for spec with the guest agent and the kernel's modules inside.
 // Two cache levels: the debootstrap tree (slow: ~80 s, changes rarely) and the packed image
 // (a few seconds, changes with every guest agent build).
-func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (string, error) {
+func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (path, lineage string, err error) {
 	if b.GuestAgent == "" {
-		return "", fmt.Errorf("no guest agent binary given")
+		return "", "", fmt.Errorf("no guest agent binary given")
 	}
 	if spec.DiskMiB <= 0 {
 		spec.DiskMiB = DefaultDiskMiB
 	}
 	tree, treeKey, err := b.debootstrap(ctx, spec)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	agentHash, err := HashFile(b.GuestAgent)
 	if err != nil {
-		return "", fmt.Errorf("guest agent: %w", err)
+		return "", "", fmt.Errorf("guest agent: %w", err)
 	}
 	kern, err := b.kernel(ctx)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	npmTree, npmKey, err := b.npmTree(ctx, spec.Npm)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	key := hashStrings("rootfs-v3", treeKey, npmKey, agentHash, kern.version, strconv.Itoa(spec.DiskMiB))
 	dir, err := b.cached(filepath.Join(b.CacheDir, "rootfs-"+key), func(tmp string) error {
@@ -86,9 +86,12 @@ func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (string, error) {
 		return os.RemoveAll(stage)
 	})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return filepath.Join(dir, "rootfs.ext4"), nil
+	lineage = hashStrings("rootfs-lineage", treeKey, npmKey, strconv.Itoa(spec.DiskMiB))
+	MarkUsed(dir, lineage)
+	b.pruned(PruneSuperseded(b.CacheDir, RootfsPrefix, dir, lineage))
+	return filepath.Join(dir, "rootfs.ext4"), lineage, nil
 }
 
 // corePackages go into every tree by debootstrap: what the guest agent itself relies on (user

@@ -45,10 +45,13 @@ func buildFailed(format string, args ...any) *errdefs.Error {
 // rootfs, and returns the images with that disk as the rootfs. Cached by content.
 func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img image.Images, say func(string, ...any)) (image.Images, error) {
 	key := layout.ShortHash("build-v1", img.Hash, r.BuildHash())
-	dir := filepath.Join(ts.cfg.Images.CacheDir, "built-"+key)
+	dir := filepath.Join(ts.cfg.Images.CacheDir, image.BuiltPrefix+key)
 	out := img
 	out.Rootfs, out.Hash = filepath.Join(dir, "rootfs.ext4"), key
+	// A new guest agent makes a new key for the same recipe on the same tree: the same lineage.
+	out.Lineage = layout.ShortHash("built-lineage", img.Lineage, r.BuildHash())
 	if _, err := os.Stat(out.Rootfs); err == nil {
+		image.MarkUsed(dir, out.Lineage)
 		return out, nil
 	}
 	// Other processes share the cache (a second agent, parallel test packages): one builds a
@@ -59,6 +62,7 @@ func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img imag
 	}
 	defer unlock()
 	if _, err := os.Stat(out.Rootfs); err == nil {
+		image.MarkUsed(dir, out.Lineage)
 		return out, nil // built by another process while we waited
 	}
 	tmp := dir + ".building"
@@ -125,6 +129,10 @@ func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img imag
 	os.RemoveAll(dir)
 	if err := os.Rename(tmp, dir); err != nil {
 		return out, err
+	}
+	image.MarkUsed(dir, out.Lineage)
+	for _, e := range image.PruneSuperseded(ts.cfg.Images.CacheDir, image.BuiltPrefix, dir, out.Lineage) {
+		say("image cache: removed %s (%s), superseded and unused for %s", filepath.Base(e.Dir), image.HumanBytes(e.Bytes), image.SupersededAfter)
 	}
 	return out, nil
 }
