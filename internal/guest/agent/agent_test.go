@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pandastack/pandastack/internal/guest"
+	"github.com/pandastack/pandastack/internal/testenv"
 )
 
 // fakeVirtio emulates a virtio-serial port (as virtioPort presents it) behind a QEMU chardev unix
@@ -197,19 +198,7 @@ type hooks struct {
 	mu     sync.Mutex
 	clocks []time.Time
 	seeds  [][]byte
-	log    bytes.Buffer // the agent's log (the guest's console)
-}
-
-func (h *hooks) Write(p []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.log.Write(p)
-}
-
-func (h *hooks) logged() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.log.String()
+	log    testenv.SyncBuffer // the agent's log (the guest's console)
 }
 
 // startVirtio runs the agent's real port loop on a fake port exposed as a
@@ -226,7 +215,7 @@ func startVirtio(t *testing.T, notify ...bool) (*fakeVirtio, string, *hooks) {
 	go f.serveChardev(ln)
 	h := &hooks{}
 	a := New(Options{
-		Logger:      log.New(h, "", 0),
+		Logger:      log.New(&h.log, "", 0),
 		DefaultUser: "root", SyncClock: true, SeedRNG: true,
 		SetClock: func(tm time.Time) error { h.mu.Lock(); h.clocks = append(h.clocks, tm); h.mu.Unlock(); return nil },
 		MixSeed:  func(b []byte) error { h.mu.Lock(); h.seeds = append(h.seeds, b); h.mu.Unlock(); return nil },
@@ -310,34 +299,10 @@ func TestVirtioFirstHelloInsideOldSession(t *testing.T) {
 	f.dropHost()
 	c1.Close()
 
-	conn, err := net.Dial("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := conn.Write([]byte(guest.HelloPrefix + `{"nonce":"abcd1234","time_unix_ns":1,"seed":""}` + "\n")); err != nil {
-		t.Fatal(err)
-	}
-	var sc guest.HandshakeScanner
-	buf := make([]byte, 4096)
-	for {
-		n, err := conn.Read(buf)
-		if err != nil {
-			t.Fatalf("no READY for the one HELLO sent: %v", err)
-		}
-		sc.Feed(buf[:n])
-		line, ok := sc.Next()
-		for ok && !strings.HasPrefix(string(line), guest.ReadyPrefix+"abcd1234 ") {
-			line, ok = sc.Next()
-		}
-		if ok {
-			break
-		}
-	}
+	helloOnce(t, sock, "abcd1234")
 	// The old session's end is how a restored guest meets its new host, not an error worth a
 	// console line.
-	if l := h.logged(); strings.Contains(l, "yamux") {
+	if l := h.log.String(); strings.Contains(l, "yamux") {
 		t.Fatalf("the agent logged the old session's end as an error:\n%s", l)
 	}
 }
@@ -589,13 +554,20 @@ func TestVirtioReadyWhenThePortReportsTheHostLate(t *testing.T) {
 	f.mu.Lock()
 	f.openLag = 5
 	f.mu.Unlock()
+	helloOnce(t, sock, "5eed")
+}
+
+// helloOnce connects to the port's socket as a new host, sends one HELLO with nonce (no resend)
+// and waits for its READY.
+func helloOnce(t *testing.T, sock, nonce string) {
+	t.Helper()
 	conn, err := net.Dial("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := conn.Write([]byte(guest.HelloPrefix + `{"nonce":"5eed","time_unix_ns":1,"seed":""}` + "\n")); err != nil {
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := conn.Write([]byte(guest.HelloPrefix + `{"nonce":"` + nonce + `","time_unix_ns":1,"seed":""}` + "\n")); err != nil {
 		t.Fatal(err)
 	}
 	var sc guest.HandshakeScanner
@@ -607,7 +579,7 @@ func TestVirtioReadyWhenThePortReportsTheHostLate(t *testing.T) {
 		}
 		sc.Feed(buf[:n])
 		for line := range sc.Lines() {
-			if strings.HasPrefix(line, guest.ReadyPrefix+"5eed ") {
+			if strings.HasPrefix(line, guest.ReadyPrefix+nonce+" ") {
 				return
 			}
 		}
