@@ -178,8 +178,8 @@ func (a *Agent) servePort(ctx context.Context, m *portMux) error {
 		if err != nil {
 			return err
 		}
-		// An ended session's sessionConn never writes to tail again (its consumer is detached, so its
-		// reads return no bytes), and its bytes were copied to seed: the next session can reuse it.
+		// An ended session's sessionConn was retired (it writes tail no more; its bytes were copied
+		// to seed): this session can reuse the array.
 		sc := &sessionConn{c: c, rest: rest, tail: tail[:0]}
 		sess, err := yamux.Server(sc, a.yamuxConfig())
 		if err != nil {
@@ -201,7 +201,7 @@ func (a *Agent) servePort(ctx context.Context, m *portMux) error {
 			sess.Close()
 			close(closed)
 		}()
-		seed = sc.appendTail(seed[:0])
+		seed = sc.retire(seed[:0])
 		if a.endLogged.CompareAndSwap(false, true) {
 			// The bake snapshots the VM when it sees this line: let the session's goroutines end
 			// first (bounded, in case Close is stuck on a write), or every VM restored from the

@@ -542,8 +542,12 @@ func TestSessionTailKeepsTheLastLineWithoutAllocating(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("keep allocated %.1f times per run", allocs)
 	}
-	if got, want := s.appendTail(nil), all[len(all)-guest.MaxHandshakeLine:]; !bytes.Equal(got, want) {
+	if got, want := s.retire(nil), all[len(all)-guest.MaxHandshakeLine:]; !bytes.Equal(got, want) {
 		t.Fatalf("tail is not the last %d bytes read", guest.MaxHandshakeLine)
+	}
+	s.keep([]byte("after"))
+	if got := s.retire(nil); !bytes.Equal(got, all[len(all)-guest.MaxHandshakeLine:]) {
+		t.Fatal("a retired session still keeps what it reads")
 	}
 }
 

@@ -295,14 +295,17 @@ type sessionConn struct {
 	// taken mid-session: its host left and came back while the VM was saved) breaks yamux with
 	// a protocol error; the scanner then starts from these bytes and answers that very HELLO
 	// instead of waiting for the host to resend it.
-	tailMu sync.Mutex
-	tail   []byte
+	tailMu  sync.Mutex
+	tail    []byte
+	retired bool
 }
 
-// appendTail appends tail to b.
-func (s *sessionConn) appendTail(b []byte) []byte {
+// retire appends tail to b and stops keeping: this session's reader may still be returning
+// from a read, but it writes tail no more, so the next session can reuse tail's array.
+func (s *sessionConn) retire(b []byte) []byte {
 	s.tailMu.Lock()
 	defer s.tailMu.Unlock()
+	s.retired = true
 	return append(b, s.tail...)
 }
 
@@ -329,6 +332,9 @@ func (s *sessionConn) keep(b []byte) {
 	}
 	s.tailMu.Lock()
 	defer s.tailMu.Unlock()
+	if s.retired {
+		return
+	}
 	if len(b) >= guest.MaxHandshakeLine {
 		s.tail = append(s.tail[:0], b[len(b)-guest.MaxHandshakeLine:]...)
 		return
@@ -410,11 +416,12 @@ func (v *virtioPort) Write(p []byte) (int, error) {
 			return 0, &os.PathError{Op: "poll", Path: "virtio port", Err: err}
 		}
 		switch {
-		case fds[0].Revents&unix.POLLOUT != 0:
+		case fds[0].Revents&(unix.POLLOUT|unix.POLLERR|unix.POLLNVAL) != 0:
+			// Writable, or broken (closed by shutdown): the write says which.
 		case fds[0].Revents&unix.POLLHUP != 0:
 			return 0, errNoHost
 		default:
-			continue
+			continue // interrupted
 		}
 		n, err := unix.Write(v.fd, p)
 		if err == unix.EINTR {
