@@ -67,6 +67,8 @@ type Client struct {
 	conn   net.Conn
 	ready  Ready
 	dialed bool // a handshake has succeeded: re-dials are bounded by ReplyTimeout
+
+	replyTimeout time.Duration // ReplyTimeout when the client was made
 }
 
 // Ready is the guest agent's READY of the last handshake.
@@ -83,6 +85,9 @@ func Connect(ctx context.Context, socketPath string) (*Client, error) {
 		path:       socketPath,
 		connecting: make(chan struct{}, 1),
 		closed:     make(chan struct{}),
+		// Read once: a client's watchdogs may outlive its caller (a test that shortens the
+		// variable for itself must not race with another's).
+		replyTimeout: ReplyTimeout,
 	}
 	if _, err := c.session(ctx); err != nil {
 		return nil, err
@@ -147,10 +152,10 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	c.mu.Lock()
 	redial := c.dialed
 	c.mu.Unlock()
-	noReady := errNoReady()
+	noReady := errNoReady(c.replyTimeout)
 	if redial {
 		var hcancel context.CancelFunc
-		hctx, hcancel = context.WithTimeoutCause(dctx, ReplyTimeout, noReady)
+		hctx, hcancel = context.WithTimeoutCause(dctx, c.replyTimeout, noReady)
 		defer hcancel()
 	}
 	rest, ready, err := hostHandshake(hctx, conn)
@@ -184,16 +189,16 @@ func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
 	return sess, nil
 }
 
-func errNoReady() error {
-	return fmt.Errorf("guest handshake: no READY from the guest agent within %v (is another process holding its channel?)", ReplyTimeout)
+func errNoReady(within time.Duration) error {
+	return fmt.Errorf("guest handshake: no READY from the guest agent within %v (is another process holding its channel?)", within)
 }
 
-// probe pings the guest over sess and reports whether it stayed silent for ReplyTimeout (a
-// session that ended meanwhile is not silence: its calls fail anyway).
-func probe(sess *yamux.Session) (silent bool) {
+// probe pings the guest over sess and reports whether it stayed silent for within (a session
+// that ended meanwhile is not silence: its calls fail anyway).
+func probe(sess *yamux.Session, within time.Duration) (silent bool) {
 	done := make(chan struct{})
 	go func() { sess.Ping(); close(done) }()
-	t := time.NewTimer(ReplyTimeout)
+	t := time.NewTimer(within)
 	defer t.Stop()
 	select {
 	case <-done:

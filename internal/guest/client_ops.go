@@ -85,7 +85,7 @@ func (cl *call) watch(sess *yamux.Session) {
 			t.Reset(probeEvery)
 			continue
 		}
-		if probe(sess) {
+		if probe(sess, cl.c.replyTimeout) {
 			// Dropping the session fails every call on it with ErrConnectionLost; the next call
 			// re-dials, with a bounded handshake.
 			cl.silent.Store(true)
@@ -120,7 +120,7 @@ func (cl *call) fail(err error) error {
 		return err
 	}
 	if cl.silent.Load() {
-		return fmt.Errorf("%w: the guest agent did not answer a ping within %v (is another process holding its channel?)", ErrConnectionLost, ReplyTimeout)
+		return fmt.Errorf("%w: the guest agent did not answer a ping within %v (is another process holding its channel?)", ErrConnectionLost, cl.c.replyTimeout)
 	}
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF
