@@ -50,7 +50,6 @@ func init() {
 			return nil
 		},
 	}
-	build.Flags().StringVar(&cacheDir, "cache-dir", image.CacheDir(), "image cache dir (default $PANDASTACK_IMAGE_CACHE, else "+image.DefaultCacheDir+")")
 	build.Flags().StringVar(&guestAgent, "guest-agent", "", "pandastack-guest binary (default: next to this binary)")
 	cmd.AddCommand(build)
 
@@ -79,19 +78,19 @@ removed on their own once unused for ` + image.SupersededAfter.String() + `.)`,
 			var total int64
 			for _, e := range entries {
 				total += e.Bytes
-				fmt.Fprintf(out, "%s\t%s\tlast used %s\n", filepath.Base(e.Dir), image.HumanBytes(e.Bytes), e.LastUsed.Format(time.RFC3339))
+				fmt.Fprintf(out, "%s\t%s\tlast used %s\n", filepath.Base(e.Dir), humanBytes(e.Bytes), e.LastUsed.Format(time.RFC3339))
 			}
 			verb := "removed"
 			if dryRun {
 				verb = "would remove"
 			}
-			fmt.Fprintf(out, "%s %d entries, %s\n", verb, len(entries), image.HumanBytes(total))
+			fmt.Fprintf(out, "%s %d entries, %s\n", verb, len(entries), humanBytes(total))
 			return nil
 		},
 	}
-	prune.Flags().StringVar(&cacheDir, "cache-dir", image.CacheDir(), "image cache dir (default $PANDASTACK_IMAGE_CACHE, else "+image.DefaultCacheDir+")")
 	prune.Flags().DurationVar(&unusedFor, "unused-for", 7*24*time.Hour, "remove entries last used longer ago than this")
 	prune.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
 	cmd.AddCommand(prune)
+	cmd.PersistentFlags().StringVar(&cacheDir, "cache-dir", image.CacheDir(), "image cache dir (default $PANDASTACK_IMAGE_CACHE, else "+image.DefaultCacheDir+")")
 	rootCmd.AddCommand(cmd)
 }

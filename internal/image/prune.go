@@ -5,10 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/pandastack/pandastack/internal/host/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,11 +81,20 @@ func Entries(cacheDir, prefix string) ([]Entry, error) {
 		} else if fi, err := os.Stat(dir); err == nil {
 			e.LastUsed = fi.ModTime()
 		}
-		e.Bytes = allocatedUnder(dir)
+		e.Bytes = layout.DirSize(dir)
 		out = append(out, e)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].LastUsed.Before(out[j].LastUsed) })
 	return out, nil
+}
+
+// Supersede records that the finished entry dir of lineage (named prefix...) is being handed out
+// now and removes what it supersedes (PruneSuperseded), telling say of each removal.
+func Supersede(cacheDir, prefix, dir, lineage string, say func(format string, args ...any)) {
+	MarkUsed(dir, lineage)
+	for _, e := range PruneSuperseded(cacheDir, prefix, dir, lineage) {
+		say("image cache: removed %s (%d MiB), superseded and unused for %s", filepath.Base(e.Dir), e.Bytes>>20, SupersededAfter)
+	}
 }
 
 // PruneSuperseded removes the entries of cacheDir with prefix and keep's lineage other than keep
@@ -149,35 +158,4 @@ func Remove(entries []Entry) []Entry {
 		}
 	}
 	return done
-}
-
-// pruned reports removed entries.
-func (b *Builder) pruned(removed []Entry) {
-	for _, e := range removed {
-		b.logf("image cache: removed %s (%s), superseded and unused for %s", filepath.Base(e.Dir), HumanBytes(e.Bytes), SupersededAfter)
-	}
-}
-
-// HumanBytes formats n as GB or MB.
-func HumanBytes(n int64) string {
-	if n >= 1<<30 {
-		return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + " GB"
-	}
-	return strconv.FormatInt(n>>20, 10) + " MB"
-}
-
-// allocatedUnder sums the disk blocks allocated to the files under dir.
-func allocatedUnder(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return nil
-		}
-		var st unix.Stat_t
-		if unix.Lstat(p, &st) == nil {
-			n += st.Blocks * 512
-		}
-		return nil
-	})
-	return n
 }

@@ -89,8 +89,7 @@ func (b *Builder) rootfs(ctx context.Context, spec RootfsSpec) (path, lineage st
 		return "", "", err
 	}
 	lineage = hashStrings("rootfs-lineage", treeKey, npmKey, strconv.Itoa(spec.DiskMiB))
-	MarkUsed(dir, lineage)
-	b.pruned(PruneSuperseded(b.CacheDir, RootfsPrefix, dir, lineage))
+	Supersede(b.CacheDir, RootfsPrefix, dir, lineage, b.logf)
 	return filepath.Join(dir, "rootfs.ext4"), lineage, nil
 }
 

@@ -76,7 +76,7 @@ type portMux struct {
 	scratch []byte
 	buf     []byte // read but not yet consumed (aliases scratch)
 	gone    bool   // host disconnected; not yet reported to a consumer
-	away    bool   // the reader's last read found no host (none since: it reads no more bytes)
+	away    bool   // the reader's last read found no host (written by the reader only)
 	err     error  // device failed for good
 	gen     uint64 // current consumer
 
@@ -93,7 +93,7 @@ func newPortMux(dev device) *portMux {
 func (m *portMux) readLoop() {
 	const maxIdle = 20 * time.Millisecond
 	idle := time.Millisecond
-	disconnected, left := false, time.Now()
+	left := time.Now()
 	notif, _ := m.dev.(notifier)
 	watching, fallback := false, m.watchedPoll
 	for {
@@ -118,12 +118,12 @@ func (m *portMux) readLoop() {
 		case n == 0:
 			// No host: read returns 0 at once, so poll gently; report the
 			// transition once so a live yamux session ends.
-			if !disconnected {
+			if !m.away {
 				m.gone, left = true, time.Now()
 			}
-			disconnected, m.away = true, true
+			m.away = true
 		default:
-			disconnected, m.away = false, false
+			m.away = false
 			idle = time.Millisecond
 			m.buf = m.scratch[:n]
 		}

@@ -130,10 +130,7 @@ func (ts *Templates) runBuildVM(ctx context.Context, r template.Recipe, img imag
 	if err := os.Rename(tmp, dir); err != nil {
 		return out, err
 	}
-	image.MarkUsed(dir, out.Lineage)
-	for _, e := range image.PruneSuperseded(ts.cfg.Images.CacheDir, image.BuiltPrefix, dir, out.Lineage) {
-		say("image cache: removed %s (%s), superseded and unused for %s", filepath.Base(e.Dir), image.HumanBytes(e.Bytes), image.SupersededAfter)
-	}
+	image.Supersede(ts.cfg.Images.CacheDir, image.BuiltPrefix, dir, out.Lineage, say)
 	return out, nil
 }
 
